@@ -1,0 +1,80 @@
+// Client: the one interface everything above the engine is written against (the Array API,
+// the CLI, the benchmark, the Python package). LocalClient runs an Engine in this process
+// (the default); RemoteClient talks to a broker over gRPC. Only the address differs.
+//
+// Thread-safety: every Client method may be called from any thread.
+// Asynchrony: execute() and copy() return handles at once; the work runs on the device's
+// queue. read() and wait() block until the value is ready. An error in a graph lands on the
+// handles that depend on the failing node; it is returned by wait()/read() of those handles.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensord/device.h"
+#include "tensord/graph.h"
+#include "tensord/status.h"
+#include "tensord/tensor.h"
+
+namespace tensord {
+
+// A tensor held by the engine, in this client's session. 0 is never a valid handle.
+using TensorHandle = uint64_t;
+
+struct TensorInfo {
+  TensorType type;  // dims may be -1 until the value is computed (data-dependent shapes)
+  std::string device;
+};
+
+struct ClientStats {
+  int64_t executes = 0;  // execute() calls (graph flushes)
+  int64_t uploads = 0;
+  int64_t downloads = 0;
+  int64_t copies = 0;
+};
+
+class Client {
+ public:
+  virtual ~Client() = default;
+
+  virtual Result<std::vector<DeviceInfo>> devices() = 0;
+  // Default device for new tensors: TENSORD_DEVICE, else the first device.
+  virtual std::string default_device() = 0;
+
+  // Copies host data into a new tensor on `device` ("" = default device).
+  virtual Result<TensorHandle> upload(const TensorView& src, const std::string& device) = 0;
+  // Blocks until the tensor is ready, then copies it to host memory.
+  virtual Result<HostTensor> read(TensorHandle h) = 0;
+  // Blocks until the tensor is ready; returns its error if its computation failed.
+  virtual Status wait(TensorHandle h) = 0;
+  // Type and device; does not block (unknown dims stay -1 until ready).
+  virtual Result<TensorInfo> info(TensorHandle h) = 0;
+  // Runs `graph` on `device` ("" = the first input's device, else the default device) with
+  // `inputs` bound to graph.inputs in order. Returns one handle per graph output at once.
+  virtual Result<std::vector<TensorHandle>> execute(const Graph& graph,
+                                                    const std::vector<TensorHandle>& inputs,
+                                                    const std::string& device) = 0;
+  // Explicit copy to another device (same device: a new handle to the same bytes).
+  virtual Result<TensorHandle> copy(TensorHandle h, const std::string& device) = 0;
+  // Drops the handle; the bytes are freed when nothing else uses them.
+  virtual Status release(TensorHandle h) = 0;
+
+  virtual ClientStats stats() = 0;
+};
+
+struct LocalClientOptions {
+  // Device filter like TENSORD_DEVICES ("cpu:0,opencl:*", "none"); empty = read the env.
+  std::string devices;
+  // Default device like TENSORD_DEVICE; empty = read the env.
+  std::string default_device;
+};
+
+// An embedded engine in this process (shared by every LocalClient of the process).
+Result<std::unique_ptr<Client>> make_local_client(const LocalClientOptions& options = {});
+
+// `address` empty: TENSORD_ADDRESS, and if that is unset too, an embedded engine.
+Result<std::unique_ptr<Client>> connect(const std::string& address = "");
+
+}  // namespace tensord

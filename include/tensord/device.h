@@ -1,0 +1,22 @@
+// What a client can learn about a device.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tensord {
+
+struct DeviceInfo {
+  std::string name;     // "cpu:0", "opencl:1", "cuda:0"; in a cluster "n2/cuda:0"
+  std::string kind;     // "cpu", "opencl", "cuda"
+  int index = 0;        // index within its kind
+  std::string vendor;   // "GenuineIntel", "NVIDIA Corporation", ...
+  std::string model;    // "AMD EPYC 7B13", "NVIDIA H200", ...
+  int64_t memory_bytes = 0;  // total memory the engine may allocate on it
+  int64_t memory_in_use = 0;  // bytes currently held by tensors on it
+  std::string backend;  // backend name, e.g. "cpu-reference"
+  std::string backend_version;
+  int threads = 0;      // compute threads (cpu), 0 if not meaningful
+};
+
+}  // namespace tensord

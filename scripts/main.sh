@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# README command 1: set up, build, and run the main job on the embedded engine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/build.sh
+BUILD_DIR=${BUILD_DIR:-build}
+"$BUILD_DIR/tensord" devices
+"$BUILD_DIR/examples/mlp"

@@ -1,0 +1,423 @@
+#include "backends/cpu/cpu_backend.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <thread>
+#include <unordered_map>
+
+#include "backends/cpu/kernel.h"
+#include "core/graph_utils.h"
+#include "tensord/version.h"
+
+namespace tensord::cpu {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto pos = line.find(':');
+      if (pos != std::string::npos) return line.substr(pos + 2);
+    }
+  }
+  return "unknown CPU";
+}
+
+std::string cpu_vendor() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("vendor_id", 0) == 0) {
+      auto pos = line.find(':');
+      if (pos != std::string::npos) return line.substr(pos + 2);
+    }
+  }
+  return "unknown";
+}
+
+int64_t physical_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+}
+
+bool is_low_precision(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+
+// Widens float16/bfloat16 to float32 (for kernels without native low-precision code).
+HostTensor widen(const TensorView& v) {
+  HostTensor out(DType::kFloat32, v.shape);
+  float* dst = out.mutable_data<float>();
+  const uint16_t* src = v.as<uint16_t>();
+  const int64_t n = v.numel();
+  if (v.dtype == DType::kFloat16)
+    for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) dst[i] = bfloat16_to_float(src[i]);
+  return out;
+}
+
+void narrow(const float* src, DType dtype, int64_t n, void* dst_ptr) {
+  uint16_t* dst = static_cast<uint16_t*>(dst_ptr);
+  if (dtype == DType::kFloat16)
+    for (int64_t i = 0; i < n; ++i) dst[i] = float_to_half(src[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bfloat16(src[i]);
+}
+
+// One node of a compiled graph.
+struct Step {
+  const Node* node = nullptr;
+  std::vector<int> inputs;   // value ids, -1 for omitted optional inputs
+  std::vector<int> outputs;  // value ids, -1 for omitted optional outputs
+  const KernelDef* kernel = nullptr;
+  Status error;                           // compile-time failure: poisons the outputs
+  std::vector<TensorType> output_types;   // from compile-time inference
+  bool static_outputs = true;             // all output shapes known at compile time
+};
+
+class CpuExecutable final : public Executable {
+ public:
+  static Result<std::unique_ptr<Executable>> create(const Graph& graph,
+                                                    const std::vector<TensorType>& input_types,
+                                                    const CompileOptions& options) {
+    auto exe = std::unique_ptr<CpuExecutable>(new CpuExecutable());
+    exe->graph_ = graph;  // own a copy: nodes are referenced by the steps
+    const Graph& g = exe->graph_;
+    TD_ASSIGN_OR_RETURN(GraphTypes types, infer_graph(OpRegistry::global(), g, input_types));
+    auto id_of = [&](const std::string& name) {
+      auto [it, inserted] = exe->ids_.emplace(name, static_cast<int>(exe->ids_.size()));
+      return it->second;
+    };
+    for (const auto& in : g.inputs) exe->input_ids_.push_back(id_of(in.name));
+    for (const auto& [name, t] : g.initializers) exe->constants_.emplace_back(id_of(name), t);
+    for (size_t idx : types.order) {
+      const Node& node = g.nodes[idx];
+      Step step;
+      step.node = &node;
+      std::vector<TensorType> in_types;
+      for (const auto& in : node.inputs) {
+        step.inputs.push_back(in.empty() ? -1 : id_of(in));
+        if (in.empty()) {
+          in_types.emplace_back();
+        } else {
+          const auto& t = types.values.at(in);
+          in_types.push_back(t.ok() ? *t : TensorType{});
+        }
+      }
+      for (const auto& out : node.outputs) {
+        step.outputs.push_back(out.empty() ? -1 : id_of(out));
+        if (out.empty()) {
+          step.output_types.emplace_back();
+          continue;
+        }
+        const auto& t = types.values.at(out);
+        if (!t.ok()) {
+          step.error = t.status();
+          continue;
+        }
+        step.output_types.push_back(*t);
+        if (!shape_is_static(t->shape)) step.static_outputs = false;
+      }
+      if (step.error.ok()) {
+        step.kernel = exe->pick_kernel(node, in_types, options, &step.error);
+      }
+      exe->steps_.push_back(std::move(step));
+    }
+    exe->values_count_ = exe->ids_.size();
+    for (const auto& out : g.outputs) {
+      const int id = exe->ids_.at(out.name);
+      exe->output_ids_.push_back(id);
+      exe->output_types_.push_back(types.values.at(out.name));
+    }
+    // Last use of every value, so intermediates are freed as soon as possible.
+    exe->last_use_.assign(exe->values_count_, -1);
+    for (size_t s = 0; s < exe->steps_.size(); ++s)
+      for (int id : exe->steps_[s].inputs)
+        if (id >= 0) exe->last_use_[static_cast<size_t>(id)] = static_cast<int>(s);
+    for (int id : exe->output_ids_) exe->last_use_[static_cast<size_t>(id)] = INT32_MAX;
+    return std::unique_ptr<Executable>(std::move(exe));
+  }
+
+  const std::vector<Result<TensorType>>& output_types() const override { return output_types_; }
+
+  std::vector<Result<DeviceTensor>> run(const std::vector<DeviceTensor>& inputs,
+                                        Allocator& allocator) override {
+    std::vector<Result<DeviceTensor>> values(values_count_,
+                                             Result<DeviceTensor>(errors::Internal("unset")));
+    for (size_t i = 0; i < input_ids_.size() && i < inputs.size(); ++i)
+      values[static_cast<size_t>(input_ids_[i])] = inputs[i];
+    for (const auto& [id, t] : constants_) values[static_cast<size_t>(id)] = wrap_constant(t);
+    for (size_t s = 0; s < steps_.size(); ++s) {
+      run_step(steps_[s], values, allocator);
+      for (int id : steps_[s].inputs) {
+        if (id >= 0 && last_use_[static_cast<size_t>(id)] == static_cast<int>(s))
+          values[static_cast<size_t>(id)] = errors::Internal("value freed");
+      }
+    }
+    std::vector<Result<DeviceTensor>> outs;
+    outs.reserve(output_ids_.size());
+    for (int id : output_ids_) outs.push_back(values[static_cast<size_t>(id)]);
+    return outs;
+  }
+
+ private:
+  CpuExecutable() = default;
+
+  const KernelDef* pick_kernel(const Node& node, const std::vector<TensorType>& in_types,
+                               const CompileOptions& options, Status* error) const {
+    const auto& list = KernelRegistry::global().find(node.op);
+    if (list.empty()) {
+      *error = Status(StatusCode::kUnimplemented,
+                      fmt::format("{}: the cpu backend has no kernel for this op{}", node.op,
+                                  node.name.empty() ? "" : " (node '" + node.name + "')"));
+      return nullptr;
+    }
+    Status last;
+    for (const KernelDef& k : list) {
+      if (!options.fuse && k.name != "reference") continue;
+      if (!k.accepts) return &k;
+      last = k.accepts(node, in_types);
+      if (last.ok()) return &k;
+    }
+    *error = last.ok() ? Status(StatusCode::kUnimplemented, node.op + ": no kernel accepts " +
+                                                                node.label())
+                       : last;
+    return nullptr;
+  }
+
+  static DeviceTensor wrap_constant(const HostTensor& t) {
+    auto holder = std::make_shared<HostTensor>(t);
+    auto* buf = new Buffer{nullptr, const_cast<void*>(holder->data()), holder->nbytes()};
+    return DeviceTensor{t.dtype(), t.shape(),
+                        std::shared_ptr<Buffer>(buf, [holder](Buffer* b) { delete b; })};
+  }
+
+  void poison(const Step& step, const Status& s, std::vector<Result<DeviceTensor>>& values) {
+    for (int id : step.outputs)
+      if (id >= 0) values[static_cast<size_t>(id)] = s;
+  }
+
+  void run_step(const Step& step, std::vector<Result<DeviceTensor>>& values,
+                Allocator& allocator) {
+    const Node& node = *step.node;
+    if (!step.error.ok()) return poison(step, step.error, values);
+    std::vector<TensorView> in_views(step.inputs.size());
+    std::vector<TensorType> in_types(step.inputs.size());
+    for (size_t k = 0; k < step.inputs.size(); ++k) {
+      const int id = step.inputs[k];
+      if (id < 0) continue;
+      const auto& v = values[static_cast<size_t>(id)];
+      if (!v.ok()) return poison(step, v.status(), values);
+      in_views[k] = TensorView{v->dtype, v->shape, v->buffer->ptr};
+      in_types[k] = v->type();
+    }
+    std::vector<TensorType> out_types = step.output_types;
+    if (!step.static_outputs) {  // data-dependent shapes: infer again with the values
+      std::vector<const TensorView*> value_ptrs;
+      for (const auto& v : in_views) value_ptrs.push_back(v.dtype == DType::kUndefined ? nullptr : &v);
+      InferenceContext ictx(node, in_types, value_ptrs);
+      Status s = infer_node(OpRegistry::global(), ictx);
+      if (!s.ok()) return poison(step, s, values);
+      out_types = ictx.output_types();
+    }
+    // Widen float16/bfloat16 around kernels that lack native code for them.
+    const bool widen_io = !step.kernel->native_low_precision &&
+                          (std::any_of(in_views.begin(), in_views.end(),
+                                       [](const TensorView& v) { return is_low_precision(v.dtype); }) ||
+                           std::any_of(out_types.begin(), out_types.end(),
+                                       [](const TensorType& t) { return is_low_precision(t.dtype); }));
+    std::vector<HostTensor> widened;
+    std::vector<DType> final_dtypes(out_types.size());
+    if (widen_io) {
+      widened.reserve(in_views.size());
+      for (auto& v : in_views) {
+        if (is_low_precision(v.dtype)) {
+          widened.push_back(widen(v));
+          v = widened.back().view();
+        }
+      }
+      for (size_t k = 0; k < out_types.size(); ++k) {
+        final_dtypes[k] = out_types[k].dtype;
+        if (is_low_precision(out_types[k].dtype)) out_types[k].dtype = DType::kFloat32;
+      }
+    }
+    std::vector<DeviceTensor> produced(step.outputs.size());
+    std::vector<HostTensor> wide_outputs(step.outputs.size());
+    auto allocate = [&](int i, DType dtype, const Shape& shape) -> Result<MutableTensorView> {
+      TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(dtype, shape));
+      if (widen_io && is_low_precision(final_dtypes[static_cast<size_t>(i)]) &&
+          dtype == DType::kFloat32) {
+        wide_outputs[static_cast<size_t>(i)] = HostTensor(dtype, shape);
+        return MutableTensorView{dtype, shape, wide_outputs[static_cast<size_t>(i)].mutable_data()};
+      }
+      TD_ASSIGN_OR_RETURN(auto buf, allocator.allocate(static_cast<size_t>(bytes)));
+      produced[static_cast<size_t>(i)] = DeviceTensor{dtype, shape, buf};
+      return MutableTensorView{dtype, shape, buf->ptr};
+    };
+    KernelContext ctx(node, in_views, out_types, allocate);
+    Status s = step.kernel->run(ctx);
+    if (!s.ok()) {
+      if (s.message().rfind(node.op + ":", 0) != 0) s = ctx.wrap(s);
+      return poison(step, s, values);
+    }
+    for (size_t k = 0; k < step.outputs.size(); ++k) {
+      if (step.outputs[k] < 0) continue;
+      if (!ctx.output_allocated(static_cast<int>(k))) {
+        return poison(step,
+                      ctx.make_error(StatusCode::kInternal,
+                                     fmt::format("kernel '{}' did not produce output {}",
+                                                 step.kernel->name, k)),
+                      values);
+      }
+      if (!wide_outputs[k].empty()) {  // narrow back to float16/bfloat16
+        const HostTensor& w = wide_outputs[k];
+        const DType dt = final_dtypes[k];
+        auto bytes = checked_byte_size(dt, w.shape());
+        auto buf = allocator.allocate(static_cast<size_t>(*bytes));
+        if (!buf.ok()) return poison(step, ctx.wrap(buf.status()), values);
+        narrow(w.data<float>(), dt, w.numel(), (*buf)->ptr);
+        produced[k] = DeviceTensor{dt, w.shape(), *buf};
+      }
+      values[static_cast<size_t>(step.outputs[k])] = produced[k];
+    }
+  }
+
+  Graph graph_;
+  std::unordered_map<std::string, int> ids_;
+  size_t values_count_ = 0;
+  std::vector<int> input_ids_;
+  std::vector<std::pair<int, HostTensor>> constants_;
+  std::vector<Step> steps_;
+  std::vector<int> output_ids_;
+  std::vector<Result<TensorType>> output_types_;
+  std::vector<int> last_use_;
+};
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(int index) {
+    info_.name = "cpu:" + std::to_string(index);
+    info_.kind = "cpu";
+    info_.index = index;
+    info_.vendor = cpu_vendor();
+    info_.model = cpu_model_name();
+    info_.memory_bytes = physical_memory();
+    info_.backend = "cpu";
+    info_.backend_version = std::string("tensord ") + kVersion + " (reference kernels)";
+    info_.threads = static_cast<int>(std::thread::hardware_concurrency());
+  }
+
+  const DeviceInfo& info() const override { return info_; }
+
+  Result<void*> allocate(size_t bytes) override {
+    const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+    void* p = std::aligned_alloc(kAlignment, rounded);
+    if (!p)
+      return errors::ResourceExhausted("{}: out of host memory allocating {} bytes", info_.name,
+                                       bytes);
+    return p;
+  }
+  void free(void* ptr, size_t) override { std::free(ptr); }
+  Status write(const Buffer& dst, size_t offset, const void* src, size_t bytes) override {
+    if (offset + bytes > dst.size) return errors::OutOfRange("{}: write past the end of a buffer", info_.name);
+    if (bytes) std::memcpy(static_cast<char*>(dst.ptr) + offset, src, bytes);
+    return OkStatus();
+  }
+  Status read(const Buffer& src, size_t offset, void* dst, size_t bytes) override {
+    if (offset + bytes > src.size) return errors::OutOfRange("{}: read past the end of a buffer", info_.name);
+    if (bytes) std::memcpy(dst, static_cast<const char*>(src.ptr) + offset, bytes);
+    return OkStatus();
+  }
+  Result<std::unique_ptr<Executable>> compile(const Graph& graph,
+                                              const std::vector<TensorType>& input_types,
+                                              const CompileOptions& options) override {
+    return CpuExecutable::create(graph, input_types, options);
+  }
+  bool copy_from(const Buffer& dst, const Buffer& src) override {
+    // Host memory on both sides: any cpu device can copy from any other directly.
+    if (!src.device || src.device->info().kind != "cpu" || dst.size < src.size) return false;
+    if (src.size) std::memcpy(dst.ptr, src.ptr, src.size);
+    return true;
+  }
+  void* host_pointer(const Buffer& buffer) override { return buffer.ptr; }
+
+ private:
+  DeviceInfo info_;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  std::string version() const override { return kVersion; }
+  std::vector<std::unique_ptr<Device>> enumerate() override {
+    int n = 1;
+    if (const char* env = std::getenv("TENSORD_CPU_DEVICES")) {
+      n = std::atoi(env);
+      if (n < 1 || n > 64) n = 1;
+    }
+    std::vector<std::unique_ptr<Device>> devices;
+    for (int i = 0; i < n; ++i) devices.push_back(std::make_unique<CpuDevice>(i));
+    return devices;
+  }
+};
+
+// Heap allocator for run_graph_on_host (no engine, no accounting).
+class HostAllocator final : public Allocator {
+ public:
+  explicit HostAllocator(Device* device) : device_(device) {}
+  Result<std::shared_ptr<Buffer>> allocate(size_t bytes) override {
+    TD_ASSIGN_OR_RETURN(void* p, device_->allocate(bytes));
+    Device* d = device_;
+    return std::shared_ptr<Buffer>(new Buffer{d, p, bytes}, [d](Buffer* b) {
+      d->free(b->ptr, b->size);
+      delete b;
+    });
+  }
+
+ private:
+  Device* device_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> create_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+Result<std::vector<Result<HostTensor>>> run_graph_on_host(const Graph& graph,
+                                                          const std::vector<HostTensor>& inputs,
+                                                          const CompileOptions& options) {
+  CpuDevice device(0);
+  std::vector<TensorType> types;
+  std::vector<DeviceTensor> dev_inputs;
+  for (const auto& t : inputs) {
+    types.push_back(t.type());
+    auto holder = std::make_shared<HostTensor>(t);
+    dev_inputs.push_back(DeviceTensor{
+        t.dtype(), t.shape(),
+        std::shared_ptr<Buffer>(new Buffer{&device, const_cast<void*>(holder->data()), t.nbytes()},
+                                [holder](Buffer* b) { delete b; })});
+  }
+  TD_ASSIGN_OR_RETURN(auto exe, device.compile(graph, types, options));
+  HostAllocator allocator(&device);
+  auto outs = exe->run(dev_inputs, allocator);
+  std::vector<Result<HostTensor>> result;
+  for (auto& o : outs) {
+    if (!o.ok()) {
+      result.emplace_back(o.status());
+      continue;
+    }
+    auto t = HostTensor::from_bytes(o->dtype, o->shape, o->buffer->ptr,
+                                    static_cast<size_t>(shape_numel(o->shape)) * dtype_size(o->dtype));
+    result.push_back(std::move(t));
+  }
+  return result;
+}
+
+}  // namespace tensord::cpu

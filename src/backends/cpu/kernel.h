@@ -1,0 +1,99 @@
+// The cpu backend's kernel interface. A kernel computes one node on host memory.
+//
+// Kernels are kept in ordered lists per op (oneDNN's implementation lists): the first kernel
+// whose `accepts` returns OK for a node wins; the reference kernel, simple and obviously
+// correct, is always last and is the oracle the conformance tests compare others with.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/node_attrs.h"
+#include "tensord/tensor.h"
+
+namespace tensord::cpu {
+
+struct MutableTensorView {
+  DType dtype = DType::kUndefined;
+  Shape shape;
+  void* data = nullptr;
+  int64_t numel() const { return shape_numel(shape); }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data); }
+  TensorView view() const { return {dtype, shape, data}; }
+};
+
+// Gives a kernel its inputs, attributes and outputs. Output memory comes from the engine's
+// allocator (accounted per device).
+class KernelContext : public NodeAttrs {
+ public:
+  using AllocateFn = std::function<Result<MutableTensorView>(int index, DType, const Shape&)>;
+
+  KernelContext(const Node& node, std::vector<TensorView> inputs,
+                std::vector<TensorType> output_types, AllocateFn allocate)
+      : NodeAttrs(node), inputs_(std::move(inputs)), output_types_(std::move(output_types)),
+        allocate_(std::move(allocate)), outputs_(output_types_.size()),
+        allocated_(output_types_.size(), false) {}
+
+  int num_inputs() const { return static_cast<int>(inputs_.size()); }
+  // False for an omitted optional input.
+  bool has_input(int i) const { return i < num_inputs() && inputs_[i].dtype != DType::kUndefined; }
+  const TensorView& input(int i) const { return inputs_.at(i); }
+  int num_outputs() const { return static_cast<int>(output_types_.size()); }
+
+  // Output i with the type inference gave it (allocated on first call). For an output whose
+  // shape inference left unknown (data-dependent), use allocate_output instead.
+  Result<MutableTensorView> output(int i);
+  // Allocates output i with an explicit type (data-dependent shapes, e.g. NonZero).
+  Result<MutableTensorView> allocate_output(int i, DType dtype, const Shape& shape);
+  // Type inference gave output i (dims may be -1 for data-dependent shapes).
+  const TensorType& output_type(int i) const { return output_types_.at(i); }
+  // Whether output i has been allocated (the executor checks every output was produced).
+  bool output_allocated(int i) const { return allocated_.at(i); }
+  const MutableTensorView& allocated_output(int i) const { return outputs_.at(i); }
+
+ private:
+  std::vector<TensorView> inputs_;
+  std::vector<TensorType> output_types_;
+  AllocateFn allocate_;
+  std::vector<MutableTensorView> outputs_;
+  std::vector<bool> allocated_;
+};
+
+using KernelFn = std::function<Status(KernelContext&)>;
+// OK when the kernel handles this node with these input types; otherwise why not.
+using AcceptsFn = std::function<Status(const Node&, const std::vector<TensorType>& inputs)>;
+
+struct KernelDef {
+  std::string op;
+  std::string name;  // "reference", "onednn", ...
+  AcceptsFn accepts;  // null: accepts every node of its op
+  KernelFn run;
+  // When false, float16/bfloat16 inputs are widened to float32 around the kernel, and
+  // float16/bfloat16 outputs narrowed back, so a kernel need only implement float32/float64.
+  bool native_low_precision = false;
+};
+
+class KernelRegistry {
+ public:
+  // Every cpu kernel, in preference order.
+  static const KernelRegistry& global();
+
+  void add(KernelDef def);
+  // Kernels for `op` in preference order (empty if none).
+  const std::vector<KernelDef>& find(const std::string& op) const;
+  std::vector<std::string> op_names() const;
+
+ private:
+  std::map<std::string, std::vector<KernelDef>> kernels_;
+};
+
+// Reference kernel families, one file each under kernels/; listed in kernel_registry.cpp.
+void register_reference_elementwise_kernels(KernelRegistry& r);
+void register_reference_nn_kernels(KernelRegistry& r);
+void register_reference_shape_kernels(KernelRegistry& r);
+void register_reference_reduction_kernels(KernelRegistry& r);
+
+}  // namespace tensord::cpu

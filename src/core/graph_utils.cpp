@@ -1,0 +1,155 @@
+#include "core/graph_utils.h"
+
+#include <set>
+#include <unordered_map>
+
+namespace tensord {
+
+Result<std::vector<size_t>> topological_order(const Graph& graph) {
+  // Who produces each value: -1 for graph inputs and initializers.
+  std::unordered_map<std::string, int64_t> producer;
+  for (const auto& in : graph.inputs) {
+    if (in.name.empty()) return errors::InvalidArgument("graph input with an empty name");
+    if (!producer.emplace(in.name, -1).second)
+      return errors::InvalidArgument("graph input '{}' is declared twice", in.name);
+  }
+  for (const auto& [name, t] : graph.initializers) producer.emplace(name, -1);
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    for (const auto& out : graph.nodes[i].outputs) {
+      if (out.empty()) continue;
+      auto [it, inserted] = producer.emplace(out, static_cast<int64_t>(i));
+      if (!inserted) {
+        if (it->second < 0)
+          return errors::InvalidArgument("{} writes '{}', which is a graph input or initializer",
+                                         graph.nodes[i].label(), out);
+        return errors::InvalidArgument("value '{}' is produced twice: by {} and {}", out,
+                                       graph.nodes[static_cast<size_t>(it->second)].label(),
+                                       graph.nodes[i].label());
+      }
+    }
+  }
+  // Kahn's algorithm, keeping the given order among ready nodes (stable, deterministic).
+  const size_t n = graph.nodes.size();
+  std::vector<int> pending(n, 0);
+  std::vector<std::vector<size_t>> consumers(n);
+  for (size_t i = 0; i < n; ++i) {
+    std::set<int64_t> deps;
+    for (const auto& in : graph.nodes[i].inputs) {
+      if (in.empty()) continue;
+      auto it = producer.find(in);
+      if (it == producer.end())
+        return errors::InvalidArgument("{} reads '{}', which no node, initializer or graph "
+                                       "input produces",
+                                       graph.nodes[i].label(), in);
+      if (it->second >= 0) deps.insert(it->second);
+    }
+    for (int64_t d : deps) {
+      if (static_cast<size_t>(d) == i)
+        return errors::InvalidArgument("{} reads its own output (cycle)", graph.nodes[i].label());
+      consumers[static_cast<size_t>(d)].push_back(i);
+    }
+    pending[i] = static_cast<int>(deps.size());
+  }
+  std::vector<size_t> order;
+  order.reserve(n);
+  std::set<size_t> ready;
+  for (size_t i = 0; i < n; ++i)
+    if (pending[i] == 0) ready.insert(i);
+  while (!ready.empty()) {
+    size_t i = *ready.begin();
+    ready.erase(ready.begin());
+    order.push_back(i);
+    for (size_t c : consumers[i])
+      if (--pending[c] == 0) ready.insert(c);
+  }
+  if (order.size() != n) {
+    for (size_t i = 0; i < n; ++i)
+      if (pending[i] > 0)
+        return errors::InvalidArgument("graph has a cycle through {}", graph.nodes[i].label());
+  }
+  for (const auto& out : graph.outputs) {
+    if (!producer.count(out.name))
+      return errors::InvalidArgument("graph output '{}' is not produced by any node", out.name);
+  }
+  return order;
+}
+
+Result<GraphTypes> infer_graph(const OpRegistry& registry, const Graph& graph,
+                               const std::vector<TensorType>& input_types) {
+  if (input_types.size() != graph.inputs.size())
+    return errors::InvalidArgument("graph '{}' takes {} inputs, got {}", graph.name,
+                                   graph.inputs.size(), input_types.size());
+  GraphTypes result;
+  TD_ASSIGN_OR_RETURN(result.order, topological_order(graph));
+  for (size_t i = 0; i < graph.inputs.size(); ++i) {
+    const ValueInfo& decl = graph.inputs[i];
+    const TensorType& got = input_types[i];
+    if (decl.type.defined() && decl.type.dtype != got.dtype)
+      return errors::InvalidArgument("graph input '{}' expects {}, got {}", decl.name,
+                                     dtype_name(decl.type.dtype), dtype_name(got.dtype));
+    if (decl.type.defined() && !decl.type.shape.empty()) {
+      bool match = decl.type.shape.size() == got.shape.size();
+      for (size_t d = 0; match && d < got.shape.size(); ++d)
+        match = decl.type.shape[d] < 0 || decl.type.shape[d] == got.shape[d];
+      if (!match)
+        return errors::InvalidArgument("graph input '{}' expects shape {}, got {}", decl.name,
+                                       shape_to_string(decl.type.shape),
+                                       shape_to_string(got.shape));
+    }
+    result.values.emplace(decl.name, got);
+  }
+  for (const auto& [name, t] : graph.initializers) {
+    result.values.emplace(name, t.type());
+    result.constants.emplace(name, t);
+  }
+  for (size_t idx : result.order) {
+    const Node& node = graph.nodes[idx];
+    std::vector<TensorType> types;
+    std::vector<const TensorView*> values;
+    std::vector<TensorView> value_storage(node.inputs.size());
+    Status poison;
+    for (size_t k = 0; k < node.inputs.size(); ++k) {
+      const std::string& in = node.inputs[k];
+      if (in.empty()) {
+        types.emplace_back();
+        values.push_back(nullptr);
+        continue;
+      }
+      const Result<TensorType>& t = result.values.at(in);
+      if (!t.ok()) {
+        poison = t.status();
+        break;
+      }
+      types.push_back(*t);
+      auto c = result.constants.find(in);
+      if (c != result.constants.end()) {
+        value_storage[k] = c->second.view();
+        values.push_back(&value_storage[k]);
+      } else {
+        values.push_back(nullptr);
+      }
+    }
+    if (poison.ok()) {
+      InferenceContext ctx(node, std::move(types), std::move(values));
+      poison = infer_node(registry, ctx);
+      if (poison.ok()) {
+        for (size_t k = 0; k < node.outputs.size(); ++k) {
+          if (node.outputs[k].empty()) continue;
+          result.values.insert_or_assign(node.outputs[k], ctx.output_types()[k]);
+        }
+        if (node.op == "Constant" && !node.outputs.empty()) {
+          auto it = node.attrs.find("value");
+          if (it != node.attrs.end())
+            if (const HostTensor* t = it->second.get_if<HostTensor>())
+              result.constants.emplace(node.outputs[0], *t);
+        }
+        continue;
+      }
+    }
+    for (const auto& out : node.outputs)
+      if (!out.empty()) result.values.insert_or_assign(out, poison);
+  }
+  return result;
+}
+
+}  // namespace tensord

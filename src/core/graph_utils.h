@@ -1,0 +1,35 @@
+// Whole-graph checks and inference shared by every backend's compile step.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/op_registry.h"
+#include "tensord/graph.h"
+
+namespace tensord {
+
+// Node indices in an order where every node comes after the producers of its inputs.
+// Errors: a cycle (names a node on it), an input name no node/initializer/graph input
+// produces (names the node and the value), a value produced twice, a graph output nobody
+// produces.
+Result<std::vector<size_t>> topological_order(const Graph& graph);
+
+// Types of every value in a graph, given concrete input types.
+struct GraphTypes {
+  // Per value name: its type, or the error that stopped it (the failing node's, carried to
+  // everything downstream — "poison").
+  std::map<std::string, Result<TensorType>> values;
+  // Known constant values by name: initializers and Constant nodes' values.
+  std::map<std::string, HostTensor> constants;
+  std::vector<size_t> order;  // topological order used
+};
+
+// Runs schema inference over the graph. Structural errors (cycles, dangling names, arity of
+// graph inputs) fail the whole call; a node whose inference fails poisons only its
+// downstream values.
+Result<GraphTypes> infer_graph(const OpRegistry& registry, const Graph& graph,
+                               const std::vector<TensorType>& input_types);
+
+}  // namespace tensord

@@ -1,0 +1,110 @@
+// The interface a device kind implements to plug into the engine. Everything else —
+// placement, staging copies between devices, fallbacks, caching, accounting — is the
+// engine's. A backend is one folder under src/backends/ and one line in
+// src/backends/registry.cpp.
+//
+// Threading: the engine calls a Device's compile() from any thread, and write/read/run from
+// that device's queue thread; a backend needs no locking of its own beyond that.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensord/device.h"
+#include "tensord/graph.h"
+#include "tensord/status.h"
+
+namespace tensord {
+
+class Device;
+
+// Device memory. Owned by the engine (shared_ptr with a deleter that calls Device::free and
+// updates the device's byte counters); a backend only reads `ptr`.
+struct Buffer {
+  Device* device = nullptr;
+  void* ptr = nullptr;  // backend-specific: a host pointer (cpu), a cl_mem, a CUdeviceptr ...
+  size_t size = 0;
+};
+
+// A value on a device as backends see it: immutable once produced.
+struct DeviceTensor {
+  DType dtype = DType::kUndefined;
+  Shape shape;
+  std::shared_ptr<Buffer> buffer;
+  TensorType type() const { return {dtype, shape}; }
+};
+
+// Given by the engine to a running executable: allocations are accounted to the device and
+// fail with RESOURCE_EXHAUSTED past its capacity or the session's quota.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual Result<std::shared_ptr<Buffer>> allocate(size_t bytes) = 0;
+};
+
+struct CompileOptions {
+  bool fuse = true;  // allow fusion / fast kernels (false: reference kernels only)
+};
+
+// A graph compiled for one device and one set of input types.
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  // Output types as inferred at compile time (dims may be -1 for data-dependent shapes), or
+  // the error of the node that cannot produce that output.
+  virtual const std::vector<Result<TensorType>>& output_types() const = 0;
+  // Runs on the device's queue thread. `inputs` are bound to graph.inputs in order and live
+  // on this device. One result per graph output: a failed node's error lands on exactly the
+  // outputs that depend on it (naming the node and op); the other outputs are values.
+  virtual std::vector<Result<DeviceTensor>> run(const std::vector<DeviceTensor>& inputs,
+                                                Allocator& allocator) = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  // name is "kind:index"; memory_bytes is the capacity the engine may allocate.
+  virtual const DeviceInfo& info() const = 0;
+
+  // Required.
+  virtual Result<void*> allocate(size_t bytes) = 0;
+  virtual void free(void* ptr, size_t bytes) = 0;
+  // Synchronous host→device and device→host copies of `bytes` at `offset` into the buffer.
+  virtual Status write(const Buffer& dst, size_t offset, const void* src, size_t bytes) = 0;
+  virtual Status read(const Buffer& src, size_t offset, void* dst, size_t bytes) = 0;
+  // Compiles `graph` for concrete input types. A node that cannot run (bad shapes, unknown op,
+  // unsupported dtype) does not fail the compile: its error lands on the outputs that depend
+  // on it. Structural errors (cycles, dangling names, wrong input count) fail the compile.
+  virtual Result<std::unique_ptr<Executable>> compile(const Graph& graph,
+                                                      const std::vector<TensorType>& input_types,
+                                                      const CompileOptions& options) = 0;
+
+  // Optional: direct copy from another device's buffer (same backend: P2P, one context ...).
+  // Return false when not possible; the engine then stages through host memory.
+  virtual bool copy_from(const Buffer& dst, const Buffer& src) {
+    (void)dst;
+    (void)src;
+    return false;
+  }
+  // Optional: a host pointer to the buffer's bytes when its memory is host-visible
+  // (zero-copy reads and writes); nullptr otherwise.
+  virtual void* host_pointer(const Buffer& buffer) {
+    (void)buffer;
+    return nullptr;
+  }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual std::string version() const = 0;
+  // The devices of this kind on this machine (possibly none), index order.
+  virtual std::vector<std::unique_ptr<Device>> enumerate() = 0;
+};
+
+// Every backend compiled into this build, in preference order (src/backends/registry.cpp).
+std::vector<std::unique_ptr<Backend>> create_backends();
+
+}  // namespace tensord

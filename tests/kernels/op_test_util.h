@@ -1,0 +1,81 @@
+// Runs single ops on the cpu reference kernels for per-op tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "tensord/graph.h"
+
+namespace tensord::testing {
+
+// Builds a one-node graph (inputs "x0".."xN", outputs "y0".."yM"; an empty HostTensor in
+// `inputs` is an omitted optional input) and runs it with reference kernels only.
+// Returns the first error of any output, else all outputs.
+inline Result<std::vector<HostTensor>> run_op(const std::string& op,
+                                              const std::vector<HostTensor>& inputs,
+                                              AttributeMap attrs = {}, int num_outputs = 1) {
+  Graph g;
+  Node n;
+  n.name = "test_" + op;
+  n.op = op;
+  n.attrs = std::move(attrs);
+  std::vector<HostTensor> bound;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].empty()) {
+      n.inputs.push_back("");
+      continue;
+    }
+    std::string name = "x" + std::to_string(i);
+    n.inputs.push_back(name);
+    g.inputs.push_back({name, inputs[i].type()});
+    bound.push_back(inputs[i]);
+  }
+  for (int i = 0; i < num_outputs; ++i) {
+    std::string name = "y" + std::to_string(i);
+    n.outputs.push_back(name);
+    g.outputs.push_back({name, {}});
+  }
+  g.nodes.push_back(n);
+  CompileOptions opts;
+  opts.fuse = false;
+  TD_ASSIGN_OR_RETURN(auto outs, cpu::run_graph_on_host(g, bound, opts));
+  std::vector<HostTensor> result;
+  for (auto& o : outs) {
+    if (!o.ok()) return o.status();
+    result.push_back(std::move(o).value());
+  }
+  return result;
+}
+
+// Convenience constructors.
+inline HostTensor F32(std::vector<float> v, Shape s) { return HostTensor::from_vector(v, std::move(s)); }
+inline HostTensor I64(std::vector<int64_t> v, Shape s) { return HostTensor::from_vector(v, std::move(s)); }
+
+// Element-wise comparison with tolerance atol + rtol*|expected| (floats) or exact (others);
+// checks dtype and shape too.
+inline ::testing::AssertionResult tensors_near(const HostTensor& actual, const HostTensor& expected,
+                                               double rtol = 1e-5, double atol = 1e-6) {
+  if (actual.dtype() != expected.dtype())
+    return ::testing::AssertionFailure() << "dtype " << dtype_name(actual.dtype()) << " != expected "
+                                         << dtype_name(expected.dtype());
+  if (actual.shape() != expected.shape())
+    return ::testing::AssertionFailure() << "shape " << shape_to_string(actual.shape())
+                                         << " != expected " << shape_to_string(expected.shape());
+  auto a = actual.to_double_vector();
+  auto e = expected.to_double_vector();
+  const bool is_float = dtype_is_float(actual.dtype());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const bool ok = is_float ? (std::isnan(e[i]) ? std::isnan(a[i])
+                                                 : std::abs(a[i] - e[i]) <= atol + rtol * std::abs(e[i]))
+                             : a[i] == e[i];
+    if (!ok)
+      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " != expected " << e[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace tensord::testing
