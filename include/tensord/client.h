@@ -71,7 +71,9 @@ struct LocalClientOptions {
   std::string default_device;
 };
 
-// An embedded engine in this process (shared by every LocalClient of the process).
+// An embedded engine in this process. With empty options: the process-wide engine (one per
+// process, configured from the environment). With a device filter or default device: a
+// private engine owned by this client (tests, tools).
 Result<std::unique_ptr<Client>> make_local_client(const LocalClientOptions& options = {});
 
 // `address` empty: TENSORD_ADDRESS, and if that is unset too, an embedded engine.

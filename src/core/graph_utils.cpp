@@ -153,3 +153,83 @@ Result<GraphTypes> infer_graph(const OpRegistry& registry, const Graph& graph,
 }
 
 }  // namespace tensord
+
+namespace tensord {
+namespace {
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+void append_tensor(std::string& s, const HostTensor& t) {
+  s += t.type().to_string();
+  s += '#';
+  // Two different hashes of the contents make an accidental collision negligible.
+  s += std::to_string(fnv1a(t.data(), t.nbytes()));
+  s += '/';
+  s += std::to_string(fnv1a(t.data(), t.nbytes(), 0x9e3779b97f4a7c15ull));
+}
+
+void append_attr(std::string& s, const Attribute& a) {
+  std::visit(
+      [&](const auto& v) {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, int64_t> || std::is_same_v<V, float>) {
+          s += fmt::format("{}", v);
+        } else if constexpr (std::is_same_v<V, std::string>) {
+          s += fmt::format("'{}'", v);
+        } else if constexpr (std::is_same_v<V, HostTensor>) {
+          append_tensor(s, v);
+        } else if constexpr (std::is_same_v<V, std::shared_ptr<const Graph>>) {
+          if (v) s += "{" + graph_signature(*v, {}) + "}";
+        } else {
+          s += fmt::format("[{}]", fmt::join(v, ","));
+        }
+      },
+      a.value());
+}
+
+}  // namespace
+
+std::string graph_signature(const Graph& graph, const std::vector<TensorType>& input_types) {
+  std::string s;
+  s.reserve(256 + graph.nodes.size() * 64);
+  s += "in:";
+  for (size_t i = 0; i < graph.inputs.size(); ++i) {
+    s += graph.inputs[i].name;
+    s += '=';
+    s += i < input_types.size() ? input_types[i].to_string() : graph.inputs[i].type.to_string();
+    s += ';';
+  }
+  s += "|init:";
+  for (const auto& [name, t] : graph.initializers) {
+    s += name;
+    s += '=';
+    append_tensor(s, t);
+    s += ';';
+  }
+  s += "|nodes:";
+  for (const Node& n : graph.nodes) {
+    s += n.name + ':' + n.domain + ':' + n.op + '(';
+    for (const auto& in : n.inputs) s += in + ',';
+    s += ")->(";
+    for (const auto& out : n.outputs) s += out + ',';
+    s += "){";
+    for (const auto& [k, v] : n.attrs) {
+      s += k + '=' + Attribute::kind_name(v.kind()) + ':';
+      append_attr(s, v);
+      s += ';';
+    }
+    s += "};";
+  }
+  s += "|out:";
+  for (const auto& o : graph.outputs) s += o.name + ';';
+  return s;
+}
+
+}  // namespace tensord

@@ -33,3 +33,12 @@ Result<GraphTypes> infer_graph(const OpRegistry& registry, const Graph& graph,
                                const std::vector<TensorType>& input_types);
 
 }  // namespace tensord
+
+namespace tensord {
+
+// A canonical string for a graph and its input types: equal strings mean the same
+// computation (ops, attributes, wiring, names, initializer contents, input dtypes and
+// shapes). The executable cache's key.
+std::string graph_signature(const Graph& graph, const std::vector<TensorType>& input_types);
+
+}  // namespace tensord

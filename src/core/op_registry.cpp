@@ -107,7 +107,8 @@ Result<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
     if (da == db) out[i] = da;
     else if (da == 1) out[i] = db;
     else if (db == 1) out[i] = da;
-    else if (da < 0 || db < 0) out[i] = -1;  // unknown: decided at run time
+    else if (da < 0) out[i] = db;  // unknown is 1 or db: either way the result is db
+    else if (db < 0) out[i] = da;
     else
       return errors::InvalidArgument("cannot broadcast shapes {} and {}", shape_to_string(a),
                                      shape_to_string(b));

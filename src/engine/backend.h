@@ -55,9 +55,10 @@ class Executable {
   // the error of the node that cannot produce that output.
   virtual const std::vector<Result<TensorType>>& output_types() const = 0;
   // Runs on the device's queue thread. `inputs` are bound to graph.inputs in order and live
-  // on this device. One result per graph output: a failed node's error lands on exactly the
-  // outputs that depend on it (naming the node and op); the other outputs are values.
-  virtual std::vector<Result<DeviceTensor>> run(const std::vector<DeviceTensor>& inputs,
+  // on this device; an input may be an error (its producer failed), which propagates like a
+  // failed node. One result per graph output: a failed node's (or input's) error lands on
+  // exactly the outputs that depend on it (naming the node and op); the others are values.
+  virtual std::vector<Result<DeviceTensor>> run(const std::vector<Result<DeviceTensor>>& inputs,
                                                 Allocator& allocator) = 0;
 };
 

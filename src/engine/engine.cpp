@@ -1,1 +1,644 @@
-// placeholder
+#include "engine/engine.h"
+
+#include <fnmatch.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
+#include <list>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "core/errors.h"
+#include "core/graph_utils.h"
+
+namespace tensord {
+namespace {
+
+std::string human_bytes(int64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 6) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+// One thread running a device's tasks in submission order. A task may block on the result of
+// an earlier-submitted task (on any queue), never on a later one, so queues cannot deadlock.
+class WorkQueue {
+ public:
+  explicit WorkQueue() : thread_([this] { loop(); }) {}
+  ~WorkQueue() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void push(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;  // stop_ and drained
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+struct DeviceSlot {
+  std::unique_ptr<Device> device;
+  std::atomic<int64_t> in_use{0};
+  std::atomic<int64_t> peak{0};
+  std::unique_ptr<WorkQueue> queue;
+  const std::string& name() const { return device->info().name; }
+};
+
+struct SessionCounter {
+  std::atomic<int64_t> bytes{0};
+  int64_t limit = 0;
+};
+
+using ValueFuture = std::shared_future<Result<DeviceTensor>>;
+
+ValueFuture ready_future(Result<DeviceTensor> v) {
+  std::promise<Result<DeviceTensor>> p;
+  p.set_value(std::move(v));
+  return p.get_future().share();
+}
+
+// A tensor: its type as known when it was created (dims -1 when data-dependent), where it
+// lives, and its value-to-be.
+struct TensorEntry {
+  TensorType type;
+  size_t device = 0;
+  ValueFuture value;
+};
+
+struct Session {
+  std::unordered_map<TensorHandle, std::shared_ptr<TensorEntry>> tensors;
+  std::shared_ptr<SessionCounter> counter;
+};
+
+// Allocations for one session on one device: accounted to both, refused past either limit.
+class EngineAllocator final : public Allocator {
+ public:
+  EngineAllocator(DeviceSlot* slot, std::shared_ptr<SessionCounter> counter)
+      : slot_(slot), counter_(std::move(counter)) {}
+
+  Result<std::shared_ptr<Buffer>> allocate(size_t bytes) override {
+    const int64_t n = static_cast<int64_t>(bytes);
+    const int64_t capacity = slot_->device->info().memory_bytes;
+    const int64_t used = slot_->in_use.fetch_add(n) + n;
+    if (capacity > 0 && used > capacity) {
+      slot_->in_use.fetch_sub(n);
+      return errors::ResourceExhausted("{}: cannot allocate {} ({} bytes): {} of {} in use",
+                                       slot_->name(), human_bytes(n), n, human_bytes(used - n),
+                                       human_bytes(capacity));
+    }
+    if (counter_) {
+      const int64_t s = counter_->bytes.fetch_add(n) + n;
+      if (counter_->limit > 0 && s > counter_->limit) {
+        counter_->bytes.fetch_sub(n);
+        slot_->in_use.fetch_sub(n);
+        return errors::ResourceExhausted(
+            "session memory limit exceeded: allocating {} on {} would bring the session to {} "
+            "of its {} limit",
+            human_bytes(n), slot_->name(), human_bytes(s), human_bytes(counter_->limit));
+      }
+    }
+    auto p = slot_->device->allocate(bytes);
+    if (!p.ok()) {
+      slot_->in_use.fetch_sub(n);
+      if (counter_) counter_->bytes.fetch_sub(n);
+      return p.status();
+    }
+    int64_t peak = slot_->peak.load();
+    while (used > peak && !slot_->peak.compare_exchange_weak(peak, used)) {
+    }
+    DeviceSlot* slot = slot_;
+    auto counter = counter_;
+    return std::shared_ptr<Buffer>(new Buffer{slot->device.get(), *p, bytes},
+                                   [slot, counter](Buffer* b) {
+                                     slot->device->free(b->ptr, b->size);
+                                     slot->in_use.fetch_sub(static_cast<int64_t>(b->size));
+                                     if (counter) counter->bytes.fetch_sub(static_cast<int64_t>(b->size));
+                                     delete b;
+                                   });
+  }
+
+ private:
+  DeviceSlot* slot_;
+  std::shared_ptr<SessionCounter> counter_;
+};
+
+Result<HostTensor> read_to_host(DeviceSlot& slot, const DeviceTensor& t) {
+  TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(t.dtype, t.shape));
+  HostTensor host(t.dtype, t.shape);
+  if (bytes == 0) return host;
+  if (void* p = slot.device->host_pointer(*t.buffer)) {
+    std::memcpy(host.mutable_data(), p, static_cast<size_t>(bytes));
+  } else {
+    TD_RETURN_IF_ERROR(slot.device->read(*t.buffer, 0, host.mutable_data(), static_cast<size_t>(bytes)));
+  }
+  return host;
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  std::vector<std::unique_ptr<DeviceSlot>> slots;
+  std::string default_device;
+  Status default_error;
+  bool peer_copy = true;
+
+  mutable std::mutex mu;  // sessions
+  std::unordered_map<SessionId, Session> sessions;
+  std::atomic<uint64_t> next_handle{1};
+  std::atomic<uint64_t> next_session{1};
+
+  std::mutex cache_mu;
+  size_t cache_capacity = 512;
+  std::list<std::pair<std::string, std::shared_ptr<Executable>>> lru;
+  std::unordered_map<std::string, decltype(lru)::iterator> cache;
+
+  struct Counters {
+    std::atomic<int64_t> executes{0}, compiles{0}, cache_hits{0}, uploads{0}, reads{0},
+        copies_same{0}, copies_peer{0}, copies_staged{0}, implicit_moves{0}, node_errors{0};
+  } m;
+
+  ~Impl() {
+    // Finish queued work first (it may still hold buffers), then free tensors, then devices.
+    for (auto& s : slots) s->queue.reset();
+    sessions.clear();
+    lru.clear();
+    cache.clear();
+  }
+
+  Result<size_t> find_device(const std::string& name) const {
+    const std::string& want = name.empty() ? default_device : name;
+    if (name.empty() && !default_error.ok()) return default_error;
+    for (size_t i = 0; i < slots.size(); ++i)
+      if (slots[i]->name() == want) return i;
+    std::vector<std::string> names;
+    for (const auto& s : slots) names.push_back(s->name());
+    return errors::NotFound("device '{}' is not available (devices: {})", want,
+                            names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", ")));
+  }
+
+  Result<std::shared_ptr<TensorEntry>> find_tensor(SessionId session, TensorHandle h) const {
+    std::lock_guard<std::mutex> lock(mu);
+    auto s = sessions.find(session);
+    if (s == sessions.end()) return errors::NotFound("session {} does not exist", session);
+    auto t = s->second.tensors.find(h);
+    if (t == s->second.tensors.end())
+      return errors::NotFound("tensor handle {} does not exist in this session", h);
+    return t->second;
+  }
+
+  Result<std::shared_ptr<SessionCounter>> counter(SessionId session) const {
+    std::lock_guard<std::mutex> lock(mu);
+    auto s = sessions.find(session);
+    if (s == sessions.end()) return errors::NotFound("session {} does not exist", session);
+    return s->second.counter;
+  }
+
+  Result<TensorHandle> add(SessionId session, std::shared_ptr<TensorEntry> e) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto s = sessions.find(session);
+    if (s == sessions.end()) return errors::NotFound("session {} does not exist", session);
+    const TensorHandle h = next_handle.fetch_add(1);
+    s->second.tensors.emplace(h, std::move(e));
+    return h;
+  }
+
+  // Moves `src`'s value to device `dst` (after it is ready): direct when both devices are of
+  // one backend kind and peer copies are allowed, else staged through host memory.
+  ValueFuture transfer(const std::shared_ptr<TensorEntry>& src, size_t dst,
+                       std::shared_ptr<SessionCounter> session_counter) {
+    DeviceSlot* src_slot = slots[src->device].get();
+    DeviceSlot* dst_slot = slots[dst].get();
+    auto promise = std::make_shared<std::promise<Result<DeviceTensor>>>();
+    ValueFuture out = promise->get_future().share();
+    const bool peer = peer_copy && src_slot->device->info().kind == dst_slot->device->info().kind;
+    if (peer) {
+      dst_slot->queue->push([this, src, src_slot, dst_slot, promise, session_counter] {
+        const Result<DeviceTensor>& v = src->value.get();
+        if (!v.ok()) return promise->set_value(v.status());
+        EngineAllocator alloc(dst_slot, session_counter);
+        auto buf = alloc.allocate(v->buffer->size);
+        if (!buf.ok()) return promise->set_value(buf.status());
+        if (!dst_slot->device->copy_from(**buf, *v->buffer)) {
+          void* p = src_slot->device->host_pointer(*v->buffer);
+          if (!p)
+            return promise->set_value(errors::Internal("peer copy {} -> {} failed",
+                                                       src_slot->name(), dst_slot->name()));
+          Status s = dst_slot->device->write(**buf, 0, p, v->buffer->size);
+          if (!s.ok()) return promise->set_value(s);
+        }
+        m.copies_peer++;
+        promise->set_value(DeviceTensor{v->dtype, v->shape, *buf});
+      });
+      return out;
+    }
+    // Staged: read on the source's queue, write on the destination's.
+    auto host = std::make_shared<std::promise<Result<HostTensor>>>();
+    std::shared_future<Result<HostTensor>> host_future = host->get_future().share();
+    src_slot->queue->push([src, src_slot, host] {
+      const Result<DeviceTensor>& v = src->value.get();
+      if (!v.ok()) return host->set_value(v.status());
+      host->set_value(read_to_host(*src_slot, *v));
+    });
+    dst_slot->queue->push([this, dst_slot, host_future, promise, session_counter] {
+      const Result<HostTensor>& h = host_future.get();
+      if (!h.ok()) return promise->set_value(h.status());
+      EngineAllocator alloc(dst_slot, session_counter);
+      auto buf = alloc.allocate(h->nbytes());
+      if (!buf.ok()) return promise->set_value(buf.status());
+      Status s = dst_slot->device->write(**buf, 0, h->data(), h->nbytes());
+      if (!s.ok()) return promise->set_value(s);
+      m.copies_staged++;
+      promise->set_value(DeviceTensor{h->dtype(), h->shape(), *buf});
+    });
+    return out;
+  }
+
+  Result<std::shared_ptr<Executable>> get_executable(size_t device, const Graph& graph,
+                                                     const std::vector<TensorType>& types,
+                                                     const CompileOptions& options) {
+    std::string key = slots[device]->name() + (options.fuse ? "|fuse|" : "|ref|") +
+                      graph_signature(graph, types);
+    {
+      std::lock_guard<std::mutex> lock(cache_mu);
+      auto it = cache.find(key);
+      if (it != cache.end()) {
+        lru.splice(lru.begin(), lru, it->second);
+        m.cache_hits++;
+        return it->second->second;
+      }
+    }
+    // Compile outside the lock; a concurrent compile of the same key is harmless.
+    TD_ASSIGN_OR_RETURN(std::unique_ptr<Executable> exe,
+                        slots[device]->device->compile(graph, types, options));
+    m.compiles++;
+    std::shared_ptr<Executable> shared(std::move(exe));
+    std::lock_guard<std::mutex> lock(cache_mu);
+    if (!cache.count(key)) {
+      lru.emplace_front(key, shared);
+      cache.emplace(std::move(key), lru.begin());
+      while (lru.size() > cache_capacity) {
+        cache.erase(lru.back().first);
+        lru.pop_back();
+      }
+    }
+    return shared;
+  }
+};
+
+EngineOptions EngineOptions::from_env() {
+  EngineOptions o;
+  if (const char* d = std::getenv("TENSORD_DEVICES")) o.device_filter = d;
+  if (const char* d = std::getenv("TENSORD_DEVICE")) o.default_device = d;
+  return o;
+}
+
+bool device_matches_filter(const std::string& name, const std::string& kind,
+                           const std::string& filter) {
+  if (filter.empty()) return true;
+  size_t start = 0;
+  while (start <= filter.size()) {
+    size_t end = filter.find(',', start);
+    if (end == std::string::npos) end = filter.size();
+    std::string pat = filter.substr(start, end - start);
+    pat.erase(0, pat.find_first_not_of(" \t"));
+    pat.erase(pat.find_last_not_of(" \t") + 1);
+    if (!pat.empty() && pat != "none") {
+      const std::string& subject = pat.find(':') == std::string::npos ? kind : name;
+      if (fnmatch(pat.c_str(), subject.c_str(), 0) == 0) return true;
+    }
+    start = end + 1;
+  }
+  return false;
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl, EngineOptions options,
+               std::vector<std::string> filtered_out)
+    : impl_(std::move(impl)), options_(std::move(options)), filtered_out_(std::move(filtered_out)) {}
+
+Engine::~Engine() = default;
+
+Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->peer_copy = options.peer_copy;
+  impl->cache_capacity = std::max<size_t>(options.executable_cache_size, 1);
+  std::vector<std::string> filtered_out;
+  for (auto& backend : create_backends()) {
+    for (auto& device : backend->enumerate()) {
+      const DeviceInfo& info = device->info();
+      if (!device_matches_filter(info.name, info.kind, options.device_filter)) {
+        filtered_out.push_back(info.name);
+        continue;
+      }
+      auto slot = std::make_unique<DeviceSlot>();
+      slot->device = std::move(device);
+      slot->queue = std::make_unique<WorkQueue>();
+      impl->slots.push_back(std::move(slot));
+    }
+  }
+  if (impl->slots.empty()) {
+    impl->default_error = errors::NotFound(
+        "no devices available (TENSORD_DEVICES='{}' leaves none of: {})", options.device_filter,
+        filtered_out.empty() ? std::string("none") : fmt::format("{}", fmt::join(filtered_out, ", ")));
+  } else if (!options.default_device.empty()) {
+    impl->default_device = options.default_device;
+    bool found = false;
+    for (const auto& s : impl->slots) found |= s->name() == options.default_device;
+    if (!found) {
+      std::vector<std::string> names;
+      for (const auto& s : impl->slots) names.push_back(s->name());
+      impl->default_error = errors::NotFound(
+          "default device '{}' (TENSORD_DEVICE) is not available (devices: {})",
+          options.default_device, fmt::join(names, ", "));
+    }
+  } else {
+    impl->default_device = impl->slots.front()->name();
+  }
+  return std::unique_ptr<Engine>(new Engine(std::move(impl), options, std::move(filtered_out)));
+}
+
+Result<std::shared_ptr<Engine>> Engine::shared() {
+  static std::mutex mu;
+  static std::shared_ptr<Engine> engine;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!engine) {
+    TD_ASSIGN_OR_RETURN(auto e, create(EngineOptions::from_env()));
+    engine = std::move(e);
+  }
+  return engine;
+}
+
+std::vector<DeviceInfo> Engine::devices() const {
+  std::vector<DeviceInfo> out;
+  for (const auto& s : impl_->slots) {
+    DeviceInfo info = s->device->info();
+    info.memory_in_use = s->in_use.load();
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+Result<std::string> Engine::default_device() const {
+  if (!impl_->default_error.ok()) return impl_->default_error;
+  return impl_->default_device;
+}
+
+SessionId Engine::open_session(int64_t memory_limit) {
+  const SessionId id = impl_->next_session.fetch_add(1);
+  Session s;
+  s.counter = std::make_shared<SessionCounter>();
+  s.counter->limit = memory_limit;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->sessions.emplace(id, std::move(s));
+  return id;
+}
+
+Status Engine::close_session(SessionId session) {
+  Session dead;  // destroyed outside the lock
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->sessions.find(session);
+    if (it == impl_->sessions.end()) return errors::NotFound("session {} does not exist", session);
+    dead = std::move(it->second);
+    impl_->sessions.erase(it);
+  }
+  return OkStatus();
+}
+
+int64_t Engine::session_bytes(SessionId session) const {
+  auto c = impl_->counter(session);
+  return c.ok() ? (*c)->bytes.load() : 0;
+}
+
+Result<TensorHandle> Engine::upload(SessionId session, const TensorView& src,
+                                    const std::string& device) {
+  if (!dtype_is_valid(static_cast<int32_t>(src.dtype)))
+    return errors::InvalidArgument("upload: invalid dtype {}", static_cast<int>(src.dtype));
+  TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(src.dtype, src.shape));
+  if (bytes > 0 && !src.data) return errors::InvalidArgument("upload: no data for {} bytes", bytes);
+  TD_ASSIGN_OR_RETURN(size_t d, impl_->find_device(device));
+  TD_ASSIGN_OR_RETURN(auto counter, impl_->counter(session));
+  DeviceSlot* slot = impl_->slots[d].get();
+  EngineAllocator alloc(slot, counter);
+  TD_ASSIGN_OR_RETURN(auto buf, alloc.allocate(static_cast<size_t>(bytes)));
+  auto entry = std::make_shared<TensorEntry>();
+  entry->type = {src.dtype, src.shape};
+  entry->device = d;
+  if (void* p = slot->device->host_pointer(*buf)) {
+    if (bytes) std::memcpy(p, src.data, static_cast<size_t>(bytes));
+    entry->value = ready_future(DeviceTensor{src.dtype, src.shape, buf});
+  } else {
+    // The caller's bytes are only valid during this call: stage a copy for the queue.
+    auto host = HostTensor::from_bytes(src.dtype, src.shape, src.data, static_cast<size_t>(bytes));
+    if (!host.ok()) return host.status();
+    auto promise = std::make_shared<std::promise<Result<DeviceTensor>>>();
+    entry->value = promise->get_future().share();
+    slot->queue->push([slot, buf, h = std::move(host).value(), promise] {
+      Status s = slot->device->write(*buf, 0, h.data(), h.nbytes());
+      if (!s.ok()) return promise->set_value(s);
+      promise->set_value(DeviceTensor{h.dtype(), h.shape(), buf});
+    });
+  }
+  impl_->m.uploads++;
+  return impl_->add(session, std::move(entry));
+}
+
+Result<HostTensor> Engine::read(SessionId session, TensorHandle h) {
+  TD_ASSIGN_OR_RETURN(auto entry, impl_->find_tensor(session, h));
+  const Result<DeviceTensor>& v = entry->value.get();
+  if (!v.ok()) return v.status();
+  DeviceSlot* slot = impl_->slots[entry->device].get();
+  impl_->m.reads++;
+  if (slot->device->host_pointer(*v->buffer)) return read_to_host(*slot, *v);
+  std::promise<Result<HostTensor>> p;
+  auto f = p.get_future();
+  slot->queue->push([&] { p.set_value(read_to_host(*slot, *v)); });
+  return f.get();
+}
+
+Status Engine::wait(SessionId session, TensorHandle h) {
+  TD_ASSIGN_OR_RETURN(auto entry, impl_->find_tensor(session, h));
+  return entry->value.get().status();
+}
+
+Result<TensorInfo> Engine::info(SessionId session, TensorHandle h) {
+  TD_ASSIGN_OR_RETURN(auto entry, impl_->find_tensor(session, h));
+  TensorInfo info{entry->type, impl_->slots[entry->device]->name()};
+  if (!info.type.defined()) {  // its node failed at compile time: report why
+    const auto& v = entry->value.get();
+    if (!v.ok()) return v.status();
+    info.type = v->type();
+  }
+  return info;
+}
+
+Result<std::vector<TensorHandle>> Engine::execute(SessionId session, const Graph& graph,
+                                                  const std::vector<TensorHandle>& inputs,
+                                                  const std::string& device,
+                                                  const CompileOptions& options) {
+  if (inputs.size() != graph.inputs.size())
+    return errors::InvalidArgument("execute: graph '{}' takes {} inputs, got {}", graph.name,
+                                   graph.inputs.size(), inputs.size());
+  TD_ASSIGN_OR_RETURN(auto counter, impl_->counter(session));
+  std::vector<std::shared_ptr<TensorEntry>> in;
+  for (TensorHandle h : inputs) {
+    TD_ASSIGN_OR_RETURN(auto e, impl_->find_tensor(session, h));
+    in.push_back(std::move(e));
+  }
+  size_t target;
+  if (!device.empty() || in.empty()) {
+    TD_ASSIGN_OR_RETURN(target, impl_->find_device(device));
+  } else {
+    target = in.front()->device;
+  }
+  // Inputs living elsewhere are moved to the executing device.
+  for (auto& e : in) {
+    if (e->device == target) continue;
+    auto moved = std::make_shared<TensorEntry>();
+    moved->type = e->type;
+    moved->device = target;
+    moved->value = impl_->transfer(e, target, counter);
+    impl_->m.implicit_moves++;
+    e = std::move(moved);
+  }
+  std::vector<TensorType> types;
+  for (auto& e : in) {
+    if (shape_is_static(e->type.shape) && e->type.defined()) {
+      types.push_back(e->type);
+      continue;
+    }
+    // A data-dependent shape: the executable is specialised on it, so wait for the value.
+    const auto& v = e->value.get();
+    if (!v.ok()) {
+      // An input that failed: every output carries its error (nothing can be compiled).
+      std::vector<TensorHandle> handles;
+      for (size_t i = 0; i < graph.outputs.size(); ++i) {
+        auto entry = std::make_shared<TensorEntry>();
+        entry->device = target;
+        entry->value = ready_future(v.status());
+        TD_ASSIGN_OR_RETURN(TensorHandle h, impl_->add(session, std::move(entry)));
+        handles.push_back(h);
+      }
+      impl_->m.executes++;
+      return handles;
+    }
+    types.push_back(v->type());
+  }
+  TD_ASSIGN_OR_RETURN(auto exe, impl_->get_executable(target, graph, types, options));
+  impl_->m.executes++;
+
+  std::vector<std::shared_ptr<std::promise<Result<DeviceTensor>>>> promises;
+  std::vector<TensorHandle> handles;
+  const auto& out_types = exe->output_types();
+  for (size_t i = 0; i < out_types.size(); ++i) {
+    auto entry = std::make_shared<TensorEntry>();
+    entry->type = out_types[i].ok() ? *out_types[i] : TensorType{};
+    entry->device = target;
+    auto p = std::make_shared<std::promise<Result<DeviceTensor>>>();
+    entry->value = p->get_future().share();
+    promises.push_back(std::move(p));
+    TD_ASSIGN_OR_RETURN(TensorHandle h, impl_->add(session, std::move(entry)));
+    handles.push_back(h);
+  }
+  DeviceSlot* slot = impl_->slots[target].get();
+  Impl* impl = impl_.get();
+  slot->queue->push([impl, slot, exe, in = std::move(in), promises, counter] {
+    std::vector<Result<DeviceTensor>> values;
+    values.reserve(in.size());
+    for (const auto& e : in) values.push_back(e->value.get());
+    EngineAllocator alloc(slot, counter);
+    auto outs = exe->run(values, alloc);
+    for (size_t i = 0; i < promises.size(); ++i) {
+      if (i < outs.size()) {
+        if (!outs[i].ok()) impl->m.node_errors++;
+        promises[i]->set_value(std::move(outs[i]));
+      } else {
+        promises[i]->set_value(errors::Internal("executable produced {} of {} outputs",
+                                                outs.size(), promises.size()));
+      }
+    }
+  });
+  return handles;
+}
+
+Result<TensorHandle> Engine::copy(SessionId session, TensorHandle h, const std::string& device) {
+  TD_ASSIGN_OR_RETURN(auto src, impl_->find_tensor(session, h));
+  TD_ASSIGN_OR_RETURN(size_t dst, impl_->find_device(device));
+  if (src->device == dst) {  // tensors are immutable: share the bytes
+    impl_->m.copies_same++;
+    return impl_->add(session, src);
+  }
+  TD_ASSIGN_OR_RETURN(auto counter, impl_->counter(session));
+  auto entry = std::make_shared<TensorEntry>();
+  entry->type = src->type;
+  entry->device = dst;
+  entry->value = impl_->transfer(src, dst, counter);
+  return impl_->add(session, std::move(entry));
+}
+
+Status Engine::release(SessionId session, TensorHandle h) {
+  std::shared_ptr<TensorEntry> dead;  // freed outside the lock
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto s = impl_->sessions.find(session);
+  if (s == impl_->sessions.end()) return errors::NotFound("session {} does not exist", session);
+  auto t = s->second.tensors.find(h);
+  if (t == s->second.tensors.end())
+    return errors::NotFound("tensor handle {} does not exist in this session", h);
+  dead = std::move(t->second);
+  s->second.tensors.erase(t);
+  return OkStatus();
+}
+
+EngineMetrics Engine::metrics() const {
+  const auto& m = impl_->m;
+  EngineMetrics out;
+  out.executes = m.executes;
+  out.compiles = m.compiles;
+  out.cache_hits = m.cache_hits;
+  out.uploads = m.uploads;
+  out.reads = m.reads;
+  out.copies_same_device = m.copies_same;
+  out.copies_peer = m.copies_peer;
+  out.copies_staged = m.copies_staged;
+  out.implicit_moves = m.implicit_moves;
+  out.node_errors = m.node_errors;
+  return out;
+}
+
+}  // namespace tensord

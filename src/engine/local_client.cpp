@@ -1,1 +1,63 @@
-// placeholder
+#include "engine/local_client.h"
+
+namespace tensord {
+
+LocalClient::LocalClient(std::shared_ptr<Engine> engine, int64_t memory_limit)
+    : engine_(std::move(engine)), session_(engine_->open_session(memory_limit)) {}
+
+LocalClient::~LocalClient() { (void)engine_->close_session(session_); }
+
+Result<std::vector<DeviceInfo>> LocalClient::devices() { return engine_->devices(); }
+
+std::string LocalClient::default_device() {
+  auto d = engine_->default_device();
+  return d.ok() ? *d : std::string();
+}
+
+Result<TensorHandle> LocalClient::upload(const TensorView& src, const std::string& device) {
+  uploads_++;
+  return engine_->upload(session_, src, device);
+}
+
+Result<HostTensor> LocalClient::read(TensorHandle h) {
+  downloads_++;
+  return engine_->read(session_, h);
+}
+
+Status LocalClient::wait(TensorHandle h) { return engine_->wait(session_, h); }
+
+Result<TensorInfo> LocalClient::info(TensorHandle h) { return engine_->info(session_, h); }
+
+Result<std::vector<TensorHandle>> LocalClient::execute(const Graph& graph,
+                                                       const std::vector<TensorHandle>& inputs,
+                                                       const std::string& device) {
+  executes_++;
+  return engine_->execute(session_, graph, inputs, device);
+}
+
+Result<TensorHandle> LocalClient::copy(TensorHandle h, const std::string& device) {
+  copies_++;
+  return engine_->copy(session_, h, device);
+}
+
+Status LocalClient::release(TensorHandle h) { return engine_->release(session_, h); }
+
+ClientStats LocalClient::stats() {
+  return ClientStats{executes_.load(), uploads_.load(), downloads_.load(), copies_.load()};
+}
+
+Result<std::unique_ptr<Client>> make_local_client(const LocalClientOptions& options) {
+  std::shared_ptr<Engine> engine;
+  if (options.devices.empty() && options.default_device.empty()) {
+    TD_ASSIGN_OR_RETURN(engine, Engine::shared());
+  } else {
+    EngineOptions eo = EngineOptions::from_env();
+    if (!options.devices.empty()) eo.device_filter = options.devices;
+    if (!options.default_device.empty()) eo.default_device = options.default_device;
+    TD_ASSIGN_OR_RETURN(auto e, Engine::create(eo));
+    engine = std::move(e);
+  }
+  return std::unique_ptr<Client>(new LocalClient(std::move(engine)));
+}
+
+}  // namespace tensord

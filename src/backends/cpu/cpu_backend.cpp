@@ -148,7 +148,7 @@ class CpuExecutable final : public Executable {
 
   const std::vector<Result<TensorType>>& output_types() const override { return output_types_; }
 
-  std::vector<Result<DeviceTensor>> run(const std::vector<DeviceTensor>& inputs,
+  std::vector<Result<DeviceTensor>> run(const std::vector<Result<DeviceTensor>>& inputs,
                                         Allocator& allocator) override {
     std::vector<Result<DeviceTensor>> values(values_count_,
                                              Result<DeviceTensor>(errors::Internal("unset")));
@@ -395,7 +395,7 @@ Result<std::vector<Result<HostTensor>>> run_graph_on_host(const Graph& graph,
                                                           const CompileOptions& options) {
   CpuDevice device(0);
   std::vector<TensorType> types;
-  std::vector<DeviceTensor> dev_inputs;
+  std::vector<Result<DeviceTensor>> dev_inputs;
   for (const auto& t : inputs) {
     types.push_back(t.type());
     auto holder = std::make_shared<HostTensor>(t);

@@ -1,8 +1,852 @@
+// Reference kernels of the shape and data-movement ops. Inference has already validated the
+// attributes and computed every output shape; kernels re-read the values that only they see
+// (indices, axes known only at run time) and check them.
+//
+// Pure data movement works on element bytes (dispatch_by_size) and keeps float16/bfloat16 as
+// they are (native_low_precision); ops that compute on values let the executor widen them.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
 #include "backends/cpu/dispatch.h"
 #include "backends/cpu/kernel.h"
 
 namespace tensord::cpu {
+namespace {
 
-void register_reference_shape_kernels(KernelRegistry& r) { (void)r; }
+// Row-major strides (in elements) of a shape.
+std::vector<int64_t> strides_of(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
+  return st;
+}
+
+int64_t product(const Shape& s, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t i = begin; i < end; ++i) p *= s[i];
+  return p;
+}
+
+// Values of an integer tensor as int64.
+std::vector<int64_t> read_ints(const TensorView& v) {
+  std::vector<int64_t> out(static_cast<size_t>(v.numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    switch (v.dtype) {
+      case DType::kInt32: out[i] = v.as<int32_t>()[i]; break;
+      case DType::kInt64: out[i] = v.as<int64_t>()[i]; break;
+      case DType::kInt16: out[i] = v.as<int16_t>()[i]; break;
+      case DType::kInt8: out[i] = v.as<int8_t>()[i]; break;
+      case DType::kUInt8: out[i] = v.as<uint8_t>()[i]; break;
+      case DType::kUInt16: out[i] = v.as<uint16_t>()[i]; break;
+      case DType::kUInt32: out[i] = v.as<uint32_t>()[i]; break;
+      case DType::kUInt64: out[i] = static_cast<int64_t>(v.as<uint64_t>()[i]); break;
+      default: out[i] = 0; break;
+    }
+  }
+  return out;
+}
+
+// Element i of a numeric tensor as double (indices and depth of OneHot may be floats).
+double read_double(const TensorView& v, int64_t i) {
+  switch (v.dtype) {
+    case DType::kFloat32: return v.as<float>()[i];
+    case DType::kFloat64: return v.as<double>()[i];
+    case DType::kInt8: return v.as<int8_t>()[i];
+    case DType::kUInt8: return v.as<uint8_t>()[i];
+    case DType::kInt16: return v.as<int16_t>()[i];
+    case DType::kUInt16: return v.as<uint16_t>()[i];
+    case DType::kInt32: return v.as<int32_t>()[i];
+    case DType::kUInt32: return v.as<uint32_t>()[i];
+    case DType::kInt64: return static_cast<double>(v.as<int64_t>()[i]);
+    case DType::kUInt64: return static_cast<double>(v.as<uint64_t>()[i]);
+    case DType::kBool: return v.as<bool>()[i] ? 1 : 0;
+    default: return 0;
+  }
+}
+
+// Index i of an int32/int64 indices tensor.
+int64_t read_index(const TensorView& v, int64_t i) {
+  return v.dtype == DType::kInt32 ? v.as<int32_t>()[i] : v.as<int64_t>()[i];
+}
+
+// Normalises a data-dependent index into [0, size); error names it.
+Result<int64_t> checked_index(const KernelContext& ctx, int64_t index, int64_t size,
+                              int64_t axis) {
+  if (index < -size || index >= size)
+    return ctx.error("index {} is out of range for axis {} of size {}", index, axis, size);
+  return index < 0 ? index + size : index;
+}
+
+// dst[i] = src[offset + sum_d idx_d * strides[d]] over the row-major indices of `shape`.
+// The one loop behind Transpose, Slice, Expand, DepthToSpace and SpaceToDepth.
+template <typename T>
+void copy_strided(const T* src, T* dst, const Shape& shape, const std::vector<int64_t>& strides,
+                  int64_t offset) {
+  const int64_t n = shape_numel(shape);
+  if (n == 0) return;
+  const int rank = static_cast<int>(shape.size());
+  std::vector<int64_t> idx(shape.size(), 0);
+  int64_t s = offset;
+  for (int64_t i = 0; i < n; ++i) {
+    dst[i] = src[s];
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d]) {
+        s += strides[d];
+        break;
+      }
+      s -= strides[d] * (shape[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+Status strided_copy_kernel(KernelContext& ctx, const std::vector<int64_t>& strides,
+                           int64_t offset) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const TensorView& in = ctx.input(0);
+  return dispatch_by_size(in.dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    copy_strided<T>(in.as<T>(), out.as<T>(), out.shape, strides, offset);
+    return OkStatus();
+  });
+}
+
+// Identity, Reshape, Flatten, Squeeze, Unsqueeze: same bytes, new shape.
+Status copy_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const TensorView& in = ctx.input(0);
+  if (out.numel() != in.numel())
+    return ctx.make_error(StatusCode::kInternal,
+                          fmt::format("output {} and input {} differ in size",
+                                      shape_to_string(out.shape), shape_to_string(in.shape)));
+  if (in.nbytes()) std::memcpy(out.data, in.data, static_cast<size_t>(in.nbytes()));
+  return OkStatus();
+}
+
+// ---- Constant ----
+
+Status constant_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  if (const Attribute* a = ctx.attr("value")) {
+    const HostTensor& t = *a->get_if<HostTensor>();
+    if (t.nbytes()) std::memcpy(out.data, t.data(), t.nbytes());
+  } else if (ctx.has_attr("value_float")) {
+    TD_ASSIGN_OR_RETURN(*out.as<float>(), ctx.attr_float("value_float", 0));
+  } else if (ctx.has_attr("value_floats")) {
+    TD_ASSIGN_OR_RETURN(auto v, ctx.attr_floats("value_floats"));
+    std::copy(v.begin(), v.end(), out.as<float>());
+  } else if (ctx.has_attr("value_int")) {
+    TD_ASSIGN_OR_RETURN(*out.as<int64_t>(), ctx.attr_int("value_int", 0));
+  } else {
+    TD_ASSIGN_OR_RETURN(auto v, ctx.attr_ints("value_ints"));
+    std::copy(v.begin(), v.end(), out.as<int64_t>());
+  }
+  return OkStatus();
+}
+
+// ---- Squeeze (checks axes known only at run time) ----
+
+Status squeeze_kernel(KernelContext& ctx) {
+  if (ctx.has_input(1)) {
+    const Shape& in = ctx.input(0).shape;
+    const int64_t rank = static_cast<int64_t>(in.size());
+    for (int64_t a : read_ints(ctx.input(1))) {
+      if (a < -rank || a >= rank) return ctx.error("axis {} is out of range for rank {}", a, rank);
+      const int64_t d = in[static_cast<size_t>(a < 0 ? a + rank : a)];
+      if (d != 1)
+        return ctx.error("cannot squeeze axis {} of size {} (input shape {})", a, d,
+                         shape_to_string(in));
+    }
+  }
+  return copy_kernel(ctx);
+}
+
+// ---- Transpose ----
+
+Status transpose_kernel(KernelContext& ctx) {
+  const Shape& in = ctx.input(0).shape;
+  const size_t rank = in.size();
+  std::vector<int64_t> perm;
+  if (ctx.has_attr("perm")) {
+    TD_ASSIGN_OR_RETURN(perm, ctx.attr_ints("perm"));
+  } else {
+    for (size_t i = rank; i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+  }
+  const auto in_strides = strides_of(in);
+  std::vector<int64_t> strides(rank);
+  for (size_t i = 0; i < rank; ++i) strides[i] = in_strides[static_cast<size_t>(perm[i])];
+  return strided_copy_kernel(ctx, strides, 0);
+}
+
+// ---- Concat, Split (byte copies of contiguous blocks) ----
+
+Status concat_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  TD_ASSIGN_OR_RETURN(int64_t axis, ctx.attr_int("axis", 0));
+  const int64_t rank = static_cast<int64_t>(out.shape.size());
+  if (axis < 0) axis += rank;
+  const size_t a = static_cast<size_t>(axis);
+  const int64_t outer = product(out.shape, 0, a);
+  const int64_t elem = static_cast<int64_t>(dtype_size(out.dtype));
+  char* dst = static_cast<char*>(out.data);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int i = 0; i < ctx.num_inputs(); ++i) {
+      const TensorView& in = ctx.input(i);
+      const int64_t block = product(in.shape, a, in.shape.size()) * elem;
+      if (block == 0) continue;
+      std::memcpy(dst, static_cast<const char*>(in.data) + o * block, static_cast<size_t>(block));
+      dst += block;
+    }
+  }
+  return OkStatus();
+}
+
+Status split_kernel(KernelContext& ctx) {
+  const TensorView& in = ctx.input(0);
+  TD_ASSIGN_OR_RETURN(int64_t axis, ctx.attr_int("axis", 0));
+  const int64_t rank = static_cast<int64_t>(in.shape.size());
+  if (axis < 0) axis += rank;
+  const size_t a = static_cast<size_t>(axis);
+  const int64_t outer = product(in.shape, 0, a);
+  const int64_t elem = static_cast<int64_t>(dtype_size(in.dtype));
+  const int64_t in_block = product(in.shape, a, in.shape.size()) * elem;
+  std::vector<MutableTensorView> outs;
+  int64_t total = 0;
+  for (int i = 0; i < ctx.num_outputs(); ++i) {
+    TD_ASSIGN_OR_RETURN(MutableTensorView o, ctx.output(i));
+    total += o.shape[a];
+    outs.push_back(o);
+  }
+  if (total != in.shape[a])
+    return ctx.error("the outputs' sizes on axis {} sum to {}, but the input {} has {}", axis,
+                     total, shape_to_string(in.shape), in.shape[a]);
+  const char* src = static_cast<const char*>(in.data);
+  for (int64_t o = 0; o < outer; ++o) {
+    const char* s = src + o * in_block;
+    for (auto& out : outs) {
+      const int64_t block = product(out.shape, a, out.shape.size()) * elem;
+      if (block == 0) continue;
+      std::memcpy(static_cast<char*>(out.data) + o * block, s, static_cast<size_t>(block));
+      s += block;
+    }
+  }
+  return OkStatus();
+}
+
+// ---- Slice ----
+
+Status slice_kernel(KernelContext& ctx) {
+  const Shape& in = ctx.input(0).shape;
+  const int64_t rank = static_cast<int64_t>(in.size());
+  const auto starts = read_ints(ctx.input(1));
+  const auto ends = read_ints(ctx.input(2));
+  std::vector<int64_t> axes, steps;
+  if (ctx.has_input(3)) {
+    axes = read_ints(ctx.input(3));
+  } else {
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  }
+  steps = ctx.has_input(4) ? read_ints(ctx.input(4)) : std::vector<int64_t>(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() ||
+      steps.size() != starts.size())
+    return ctx.error("starts, ends, axes and steps must have the same length");
+  const auto in_strides = strides_of(in);
+  std::vector<int64_t> strides = in_strides;
+  int64_t offset = 0;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = axes[i];
+    if (a < -rank || a >= rank) return ctx.error("axis {} is out of range for rank {}", a, rank);
+    if (a < 0) a += rank;
+    const size_t k = static_cast<size_t>(a);
+    const int64_t dim = in[k], step = steps[i];
+    if (step == 0) return ctx.error("steps contains 0");
+    int64_t start = starts[i];
+    if (start < 0) start += dim;
+    start = step > 0 ? std::clamp<int64_t>(start, 0, dim)
+                     : std::clamp<int64_t>(start, 0, std::max<int64_t>(dim - 1, 0));
+    offset += start * in_strides[k];
+    strides[k] = in_strides[k] * step;
+  }
+  return strided_copy_kernel(ctx, strides, offset);
+}
+
+// ---- Gather, GatherElements, GatherND ----
+
+Status gather_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const TensorView& data = ctx.input(0);
+  const TensorView& idx = ctx.input(1);
+  TD_ASSIGN_OR_RETURN(int64_t axis, ctx.attr_int("axis", 0));
+  const int64_t rank = static_cast<int64_t>(data.shape.size());
+  if (axis < 0) axis += rank;
+  const size_t a = static_cast<size_t>(axis);
+  const int64_t outer = product(data.shape, 0, a);
+  const int64_t size = data.shape[a];
+  const int64_t elem = static_cast<int64_t>(dtype_size(data.dtype));
+  const int64_t inner = product(data.shape, a + 1, data.shape.size()) * elem;
+  const int64_t n = idx.numel();
+  std::vector<int64_t> index(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) {
+    TD_ASSIGN_OR_RETURN(index[static_cast<size_t>(j)],
+                        checked_index(ctx, read_index(idx, j), size, axis));
+  }
+  const char* src = static_cast<const char*>(data.data);
+  char* dst = static_cast<char*>(out.data);
+  if (inner == 0) return OkStatus();
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t j = 0; j < n; ++j) {
+      std::memcpy(dst, src + (o * size + index[static_cast<size_t>(j)]) * inner,
+                  static_cast<size_t>(inner));
+      dst += inner;
+    }
+  }
+  return OkStatus();
+}
+
+// Offsets into data of every element of indices (GatherElements / ScatterElements): the
+// element's own coordinates, with the coordinate on `axis` replaced by its index value.
+Result<std::vector<int64_t>> element_offsets(const KernelContext& ctx, const Shape& data,
+                                             const TensorView& idx, int64_t axis) {
+  const auto dst = strides_of(data);
+  const int64_t n = idx.numel();
+  std::vector<int64_t> offsets(static_cast<size_t>(n));
+  std::vector<int64_t> coord(idx.shape.size(), 0);
+  const size_t a = static_cast<size_t>(axis);
+  for (int64_t i = 0; i < n; ++i) {
+    TD_ASSIGN_OR_RETURN(int64_t v, checked_index(ctx, read_index(idx, i), data[a], axis));
+    int64_t off = 0;
+    for (size_t d = 0; d < coord.size(); ++d) off += (d == a ? v : coord[d]) * dst[d];
+    offsets[static_cast<size_t>(i)] = off;
+    for (size_t d = coord.size(); d-- > 0;) {
+      if (++coord[d] < idx.shape[d]) break;
+      coord[d] = 0;
+    }
+  }
+  return offsets;
+}
+
+Status gather_elements_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const TensorView& data = ctx.input(0);
+  TD_ASSIGN_OR_RETURN(int64_t axis, ctx.attr_int("axis", 0));
+  if (axis < 0) axis += static_cast<int64_t>(data.shape.size());
+  TD_ASSIGN_OR_RETURN(auto offsets, element_offsets(ctx, data.shape, ctx.input(1), axis));
+  return dispatch_by_size(data.dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    const T* src = data.as<T>();
+    T* dst = out.as<T>();
+    for (size_t i = 0; i < offsets.size(); ++i) dst[i] = src[offsets[i]];
+    return OkStatus();
+  });
+}
+
+// For GatherND / ScatterND: the element offset into data of each index tuple (the last dim of
+// indices), within its batch; batch b starts at b * prod(data[batch_dims:]).
+Result<std::vector<int64_t>> tuple_offsets(const KernelContext& ctx, const Shape& data,
+                                           const TensorView& idx, int64_t batch_dims) {
+  const size_t b = static_cast<size_t>(batch_dims);
+  const int64_t k = idx.shape.back();
+  const int64_t tuples = idx.numel() / std::max<int64_t>(k, 1);
+  const int64_t per_batch = tuples / std::max<int64_t>(product(idx.shape, 0, b), 1);
+  const int64_t batch_stride = product(data, b, data.size());
+  const auto st = strides_of(data);
+  std::vector<int64_t> offsets(static_cast<size_t>(tuples));
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t off = per_batch > 0 ? (t / per_batch) * batch_stride : 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const size_t d = b + static_cast<size_t>(j);
+      TD_ASSIGN_OR_RETURN(int64_t v, checked_index(ctx, idx.as<int64_t>()[t * k + j], data[d],
+                                                   static_cast<int64_t>(d)));
+      off += v * st[d];
+    }
+    offsets[static_cast<size_t>(t)] = off;
+  }
+  return offsets;
+}
+
+Status gather_nd_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const TensorView& data = ctx.input(0);
+  const TensorView& idx = ctx.input(1);
+  TD_ASSIGN_OR_RETURN(int64_t b, ctx.attr_int("batch_dims", 0));
+  TD_ASSIGN_OR_RETURN(auto offsets, tuple_offsets(ctx, data.shape, idx, b));
+  const int64_t elem = static_cast<int64_t>(dtype_size(data.dtype));
+  const size_t k = static_cast<size_t>(idx.shape.back());
+  const int64_t slice = product(data.shape, static_cast<size_t>(b) + k, data.shape.size()) * elem;
+  if (slice == 0) return OkStatus();
+  const char* src = static_cast<const char*>(data.data);
+  char* dst = static_cast<char*>(out.data);
+  for (int64_t off : offsets) {
+    std::memcpy(dst, src + off * elem, static_cast<size_t>(slice));
+    dst += slice;
+  }
+  return OkStatus();
+}
+
+// ---- ScatterElements, ScatterND ----
+
+template <typename T>
+void combine(T& dst, T v, const std::string& reduction) {
+  if constexpr (std::is_same_v<T, bool>) {
+    dst = v;  // inference rejects add/mul on bool
+  } else if (reduction == "add") {
+    dst = static_cast<T>(dst + v);
+  } else if (reduction == "mul") {
+    dst = static_cast<T>(dst * v);
+  } else {
+    dst = v;
+  }
+}
+
+Status scatter_elements_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const TensorView& data = ctx.input(0);
+  TD_ASSIGN_OR_RETURN(int64_t axis, ctx.attr_int("axis", 0));
+  TD_ASSIGN_OR_RETURN(std::string reduction, ctx.attr_string("reduction", "none"));
+  if (axis < 0) axis += static_cast<int64_t>(data.shape.size());
+  TD_ASSIGN_OR_RETURN(auto offsets, element_offsets(ctx, data.shape, ctx.input(1), axis));
+  return dispatch_all(data.dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    T* dst = out.as<T>();
+    std::copy(data.as<T>(), data.as<T>() + data.numel(), dst);
+    const T* upd = ctx.input(2).as<T>();
+    for (size_t i = 0; i < offsets.size(); ++i) combine<T>(dst[offsets[i]], upd[i], reduction);
+    return OkStatus();
+  });
+}
+
+Status scatter_nd_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const TensorView& data = ctx.input(0);
+  const TensorView& idx = ctx.input(1);
+  TD_ASSIGN_OR_RETURN(std::string reduction, ctx.attr_string("reduction", "none"));
+  TD_ASSIGN_OR_RETURN(auto offsets, tuple_offsets(ctx, data.shape, idx, 0));
+  const size_t k = static_cast<size_t>(idx.shape.back());
+  const int64_t slice = product(data.shape, k, data.shape.size());
+  if (static_cast<int64_t>(offsets.size()) * slice != ctx.input(2).numel())
+    return ctx.error("updates {} do not match indices {} and data {}",
+                     shape_to_string(ctx.input(2).shape), shape_to_string(idx.shape),
+                     shape_to_string(data.shape));
+  return dispatch_all(data.dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    T* dst = out.as<T>();
+    std::copy(data.as<T>(), data.as<T>() + data.numel(), dst);
+    const T* upd = ctx.input(2).as<T>();
+    for (size_t t = 0; t < offsets.size(); ++t)
+      for (int64_t j = 0; j < slice; ++j)
+        combine<T>(dst[offsets[t] + j], upd[static_cast<int64_t>(t) * slice + j], reduction);
+    return OkStatus();
+  });
+}
+
+// ---- Shape, Size ----
+
+Status shape_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const Shape& in = ctx.input(0).shape;
+  const int64_t rank = static_cast<int64_t>(in.size());
+  TD_ASSIGN_OR_RETURN(int64_t start, ctx.attr_int("start", 0));
+  if (start < 0) start += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  for (int64_t i = 0; i < out.numel(); ++i) out.as<int64_t>()[i] = in[static_cast<size_t>(start + i)];
+  return OkStatus();
+}
+
+Status size_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  *out.as<int64_t>() = ctx.input(0).numel();
+  return OkStatus();
+}
+
+// ---- Expand, Tile, Pad, ConstantOfShape ----
+
+Status expand_kernel(KernelContext& ctx) {
+  const Shape& in = ctx.input(0).shape;
+  const Shape& out = ctx.output_type(0).shape;
+  const auto in_strides = strides_of(in);
+  std::vector<int64_t> strides(out.size(), 0);
+  const size_t lead = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i)
+    strides[lead + i] = in[i] == 1 ? 0 : in_strides[i];
+  return strided_copy_kernel(ctx, strides, 0);
+}
+
+Status tile_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const TensorView& in = ctx.input(0);
+  const auto in_strides = strides_of(in.shape);
+  const size_t rank = out.shape.size();
+  return dispatch_by_size(in.dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    const T* src = in.as<T>();
+    T* dst = out.as<T>();
+    std::vector<int64_t> coord(rank, 0);
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      int64_t s = 0;
+      for (size_t d = 0; d < rank; ++d) s += (coord[d] % in.shape[d]) * in_strides[d];
+      dst[i] = src[s];
+      for (size_t d = rank; d-- > 0;) {
+        if (++coord[d] < out.shape[d]) break;
+        coord[d] = 0;
+      }
+    }
+    return OkStatus();
+  });
+}
+
+// Maps output coordinate `o` of a padded axis to an input coordinate, or -1 for the constant.
+// The axis keeps input elements [lo, hi) (negative pads crop) placed after `before` pads.
+int64_t pad_source(int64_t o, int64_t before, int64_t lo, int64_t hi, const std::string& mode) {
+  const int64_t i = o - before + lo;
+  if (i >= lo && i < hi) return i;
+  if (mode == "constant") return -1;
+  if (mode == "edge") return i < lo ? lo : hi - 1;
+  // reflect (numpy's 'reflect': the edge element is not repeated), periodic for wide pads
+  const int64_t n = hi - lo;
+  if (n == 1) return lo;
+  const int64_t period = 2 * (n - 1);
+  int64_t r = (i - lo) % period;
+  if (r < 0) r += period;
+  return lo + (r < n ? r : period - r);
+}
+
+Status pad_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const TensorView& in = ctx.input(0);
+  const int64_t rank = static_cast<int64_t>(in.shape.size());
+  TD_ASSIGN_OR_RETURN(std::string mode, ctx.attr_string("mode", "constant"));
+  const auto pads = read_ints(ctx.input(1));
+  std::vector<int64_t> axes;
+  if (ctx.has_input(3)) {
+    axes = read_ints(ctx.input(3));
+  } else {
+    for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
+  }
+  const size_t n = axes.size();
+  std::vector<int64_t> before(static_cast<size_t>(rank), 0), lo(static_cast<size_t>(rank), 0),
+      hi(in.shape.begin(), in.shape.end());
+  for (size_t i = 0; i < n; ++i) {
+    const size_t a = static_cast<size_t>(axes[i] < 0 ? axes[i] + rank : axes[i]);
+    const int64_t pb = pads[i], pe = pads[i + n];
+    before[a] = std::max<int64_t>(pb, 0);
+    lo[a] = std::max<int64_t>(-pb, 0);
+    hi[a] = in.shape[a] - std::max<int64_t>(-pe, 0);
+  }
+  const auto in_strides = strides_of(in.shape);
+  const bool has_value = ctx.has_input(2) && ctx.input(2).numel() > 0;
+  return dispatch_by_size(in.dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    T value{};  // all-zero bits: 0 in every dtype
+    if (has_value) value = ctx.input(2).as<T>()[0];
+    const T* src = in.as<T>();
+    T* dst = out.as<T>();
+    std::vector<int64_t> coord(static_cast<size_t>(rank), 0);
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      int64_t s = 0;
+      bool inside = true;
+      for (size_t d = 0; d < coord.size() && inside; ++d) {
+        const int64_t k = pad_source(coord[d], before[d], lo[d], hi[d], mode);
+        inside = k >= 0;
+        s += k * in_strides[d];
+      }
+      dst[i] = inside ? src[s] : value;
+      for (size_t d = coord.size(); d-- > 0;) {
+        if (++coord[d] < out.shape[d]) break;
+        coord[d] = 0;
+      }
+    }
+    return OkStatus();
+  });
+}
+
+Status constant_of_shape_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const Attribute* a = ctx.attr("value");
+  const HostTensor* value = a ? a->get_if<HostTensor>() : nullptr;
+  return dispatch_by_size(out.dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    T v{};  // float32 0 by default
+    if (value) std::memcpy(&v, value->data(), sizeof(T));
+    std::fill(out.as<T>(), out.as<T>() + out.numel(), v);
+    return OkStatus();
+  });
+}
+
+// ---- Range, OneHot, NonZero, Trilu, CumSum, TopK ----
+
+Status range_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  return dispatch_numeric(out.dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    const T start = ctx.input(0).as<T>()[0];
+    const T delta = ctx.input(2).as<T>()[0];
+    T* dst = out.as<T>();
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      if constexpr (std::is_floating_point_v<T>)
+        dst[i] = static_cast<T>(static_cast<double>(start) + static_cast<double>(i) * delta);
+      else  // exact: every value lies between start and limit
+        dst[i] = static_cast<T>(static_cast<int64_t>(start) + i * static_cast<int64_t>(delta));
+    }
+    return OkStatus();
+  });
+}
+
+Status one_hot_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const TensorView& idx = ctx.input(0);
+  TD_ASSIGN_OR_RETURN(int64_t axis, ctx.attr_int("axis", -1));
+  const int64_t rank = static_cast<int64_t>(out.shape.size());
+  if (axis < 0) axis += rank;
+  const size_t a = static_cast<size_t>(axis);
+  const int64_t depth = out.shape[a];
+  const int64_t outer = product(out.shape, 0, a);
+  const int64_t inner = product(out.shape, a + 1, out.shape.size());
+  return dispatch_all(out.dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    const T off = ctx.input(2).as<T>()[0];
+    const T on = ctx.input(2).as<T>()[1];
+    T* dst = out.as<T>();
+    std::fill(dst, dst + out.numel(), off);
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t j = 0; j < inner; ++j) {
+        const double v = read_double(idx, o * inner + j);
+        if (!std::isfinite(v)) continue;
+        int64_t k = static_cast<int64_t>(std::clamp(v, -2.0 * depth, 2.0 * depth));
+        if (k < 0) k += depth;
+        if (k >= 0 && k < depth) dst[(o * depth + k) * inner + j] = on;
+      }
+    }
+    return OkStatus();
+  });
+}
+
+Status non_zero_kernel(KernelContext& ctx) {
+  const TensorView& in = ctx.input(0);
+  const Shape shape = in.shape.empty() ? Shape{1} : in.shape;
+  const auto st = strides_of(shape);
+  return dispatch_all(in.dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    const T* src = in.as<T>();
+    std::vector<int64_t> hits;
+    for (int64_t i = 0; i < in.numel(); ++i)
+      if (src[i] != T(0)) hits.push_back(i);
+    const int64_t n = static_cast<int64_t>(hits.size());
+    TD_ASSIGN_OR_RETURN(MutableTensorView out,
+                        ctx.allocate_output(0, DType::kInt64,
+                                            {static_cast<int64_t>(shape.size()), n}));
+    int64_t* dst = out.as<int64_t>();
+    for (size_t d = 0; d < shape.size(); ++d)
+      for (int64_t j = 0; j < n; ++j)
+        dst[static_cast<int64_t>(d) * n + j] = (hits[static_cast<size_t>(j)] / st[d]) % shape[d];
+    return OkStatus();
+  });
+}
+
+Status trilu_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const TensorView& in = ctx.input(0);
+  TD_ASSIGN_OR_RETURN(int64_t upper, ctx.attr_int("upper", 1));
+  int64_t k = 0;
+  if (ctx.has_input(1)) {
+    if (ctx.input(1).numel() != 1) return ctx.error("k must hold one value");
+    k = ctx.input(1).as<int64_t>()[0];
+  }
+  const size_t r = in.shape.size();
+  const int64_t rows = in.shape[r - 2], cols = in.shape[r - 1];
+  const int64_t mats = product(in.shape, 0, r - 2);
+  return dispatch_by_size(in.dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    const T* src = in.as<T>();
+    T* dst = out.as<T>();
+    for (int64_t m = 0; m < mats; ++m)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) {
+          const int64_t p = (m * rows + i) * cols + j;
+          const bool keep = upper ? (j - i >= k) : (j - i <= k);
+          dst[p] = keep ? src[p] : T{};
+        }
+    return OkStatus();
+  });
+}
+
+// Accumulator of sums: double for floats, wrapping 64-bit unsigned arithmetic for integers
+// (two's complement wrap-around, no signed overflow).
+template <typename T>
+using SumAcc = std::conditional_t<std::is_floating_point_v<T>, double, uint64_t>;
+
+Status cum_sum_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const TensorView& in = ctx.input(0);
+  const int64_t rank = static_cast<int64_t>(in.shape.size());
+  if (ctx.input(1).numel() != 1) return ctx.error("axis must hold one value");
+  const int64_t axis_v = read_index(ctx.input(1), 0);
+  if (axis_v < -rank || axis_v >= rank)
+    return ctx.error("axis {} is out of range for rank {}", axis_v, rank);
+  const size_t a = static_cast<size_t>(axis_v < 0 ? axis_v + rank : axis_v);
+  TD_ASSIGN_OR_RETURN(int64_t exclusive, ctx.attr_int("exclusive", 0));
+  TD_ASSIGN_OR_RETURN(int64_t reverse, ctx.attr_int("reverse", 0));
+  const int64_t outer = product(in.shape, 0, a), n = in.shape[a];
+  const int64_t inner = product(in.shape, a + 1, in.shape.size());
+  return dispatch_numeric(in.dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    const T* src = in.as<T>();
+    T* dst = out.as<T>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < inner; ++j) {
+        SumAcc<T> acc = 0;
+        for (int64_t t = 0; t < n; ++t) {
+          const int64_t k = reverse ? n - 1 - t : t;
+          const int64_t p = (o * n + k) * inner + j;
+          if (exclusive) dst[p] = static_cast<T>(acc);
+          acc += static_cast<SumAcc<T>>(src[p]);
+          if (!exclusive) dst[p] = static_cast<T>(acc);
+        }
+      }
+    return OkStatus();
+  });
+}
+
+Status top_k_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView values, ctx.output(0));
+  TD_ASSIGN_OR_RETURN(MutableTensorView indices, ctx.output(1));
+  const TensorView& in = ctx.input(0);
+  const int64_t rank = static_cast<int64_t>(in.shape.size());
+  TD_ASSIGN_OR_RETURN(int64_t axis, ctx.attr_int("axis", -1));
+  TD_ASSIGN_OR_RETURN(int64_t largest, ctx.attr_int("largest", 1));
+  if (axis < 0) axis += rank;
+  const size_t a = static_cast<size_t>(axis);
+  const int64_t outer = product(in.shape, 0, a), n = in.shape[a];
+  const int64_t inner = product(in.shape, a + 1, in.shape.size());
+  const int64_t k = values.shape[a];
+  return dispatch_numeric(in.dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    const T* src = in.as<T>();
+    // NaN ranks above every number, so the order is strict and weak.
+    auto greater = [](T x, T y) {
+      if constexpr (std::is_floating_point_v<T>) {
+        if (std::isnan(x)) return !std::isnan(y);
+        if (std::isnan(y)) return false;
+      }
+      return x > y;
+    };
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < inner; ++j) {
+        auto at = [&](int64_t t) { return src[(o * n + t) * inner + j]; };
+        std::iota(order.begin(), order.end(), 0);
+        // Stable: equal values keep the lower index first.
+        std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+          return largest ? greater(at(x), at(y)) : greater(at(y), at(x));
+        });
+        for (int64_t t = 0; t < k; ++t) {
+          const int64_t p = (o * k + t) * inner + j;
+          values.as<T>()[p] = at(order[static_cast<size_t>(t)]);
+          indices.as<int64_t>()[p] = order[static_cast<size_t>(t)];
+        }
+      }
+    return OkStatus();
+  });
+}
+
+// ---- DepthToSpace, SpaceToDepth, EyeLike ----
+
+Status depth_to_space_kernel(KernelContext& ctx) {
+  const Shape& in = ctx.input(0).shape;
+  TD_ASSIGN_OR_RETURN(int64_t b, ctx.attr_int("blocksize", 1));
+  TD_ASSIGN_OR_RETURN(std::string mode, ctx.attr_string("mode", "DCR"));
+  const int64_t c = in[1] / (b * b), h = in[2], w = in[3];
+  // Output [N, C/b², H*b, W*b] read as [N, C', H, b, W, b].
+  const Shape view{in[0], c, h, b, w, b};
+  std::vector<int64_t> strides;
+  if (mode == "DCR")  // input [N, b, b, C', H, W]
+    strides = {in[1] * h * w, h * w, w, b * c * h * w, 1, c * h * w};
+  else  // CRD: input [N, C', b, b, H, W]
+    strides = {in[1] * h * w, b * b * h * w, w, b * h * w, 1, h * w};
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  MutableTensorView out_view = out;
+  out_view.shape = view;
+  const TensorView& src = ctx.input(0);
+  return dispatch_by_size(src.dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    copy_strided<T>(src.as<T>(), out_view.as<T>(), view, strides, 0);
+    return OkStatus();
+  });
+}
+
+Status space_to_depth_kernel(KernelContext& ctx) {
+  const Shape& in = ctx.input(0).shape;
+  TD_ASSIGN_OR_RETURN(int64_t b, ctx.attr_int("blocksize", 1));
+  const int64_t c = in[1], h = in[2], w = in[3];
+  // Output [N, C*b*b, H/b, W/b] read as [N, b, b, C, H/b, W/b].
+  const Shape view{in[0], b, b, c, h / b, w / b};
+  const std::vector<int64_t> strides{c * h * w, w, 1, h * w, b * w, b};
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const TensorView& src = ctx.input(0);
+  return dispatch_by_size(src.dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    copy_strided<T>(src.as<T>(), out.as<T>(), view, strides, 0);
+    return OkStatus();
+  });
+}
+
+Status eye_like_kernel(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  TD_ASSIGN_OR_RETURN(int64_t k, ctx.attr_int("k", 0));
+  const int64_t rows = out.shape[0], cols = out.shape[1];
+  return dispatch_all(out.dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    T* dst = out.as<T>();
+    std::fill(dst, dst + out.numel(), T(0));
+    for (int64_t i = 0; i < rows; ++i) {
+      if (k > cols || k < -rows) break;  // the diagonal misses the matrix (no overflow below)
+      const int64_t j = i + k;
+      if (j >= 0 && j < cols) dst[i * cols + j] = T(1);
+    }
+    return OkStatus();
+  });
+}
+
+}  // namespace
+
+void register_reference_shape_kernels(KernelRegistry& r) {
+  auto move = [&](const char* op, KernelFn fn) {
+    r.add(KernelDef{op, "reference", nullptr, std::move(fn), /*native_low_precision=*/true});
+  };
+  auto compute = [&](const char* op, KernelFn fn) {
+    r.add(KernelDef{op, "reference", nullptr, std::move(fn), /*native_low_precision=*/false});
+  };
+  move("Constant", constant_kernel);
+  move("Identity", copy_kernel);
+  move("Reshape", copy_kernel);
+  move("Flatten", copy_kernel);
+  move("Squeeze", squeeze_kernel);
+  move("Unsqueeze", copy_kernel);
+  move("Transpose", transpose_kernel);
+  move("Concat", concat_kernel);
+  move("Split", split_kernel);
+  move("Slice", slice_kernel);
+  move("Gather", gather_kernel);
+  move("GatherElements", gather_elements_kernel);
+  move("GatherND", gather_nd_kernel);
+  move("Shape", shape_kernel);
+  move("Size", size_kernel);
+  move("Expand", expand_kernel);
+  move("Tile", tile_kernel);
+  move("Pad", pad_kernel);
+  move("ConstantOfShape", constant_of_shape_kernel);
+  move("Trilu", trilu_kernel);
+  move("DepthToSpace", depth_to_space_kernel);
+  move("SpaceToDepth", space_to_depth_kernel);
+  compute("ScatterElements", scatter_elements_kernel);
+  compute("ScatterND", scatter_nd_kernel);
+  compute("Range", range_kernel);
+  compute("OneHot", one_hot_kernel);
+  compute("NonZero", non_zero_kernel);
+  compute("CumSum", cum_sum_kernel);
+  compute("TopK", top_k_kernel);
+  compute("EyeLike", eye_like_kernel);
+}
 
 }  // namespace tensord::cpu

@@ -1,0 +1,101 @@
+// The Engine: owns the devices, the tensors on them (by session), and the compiled
+// executables; places work, moves bytes between devices, and runs graphs asynchronously.
+//
+// Threading: every public method is thread-safe. Each device has one queue thread that runs
+// that device's uploads, reads, copies and executables in submission order; the caller gets
+// handles at once and blocks only in read()/wait() (or info() on a data-dependent shape).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "tensord/client.h"
+
+namespace tensord {
+
+using SessionId = uint64_t;
+
+struct EngineOptions {
+  // Device filter: comma list of globs over device names or kinds ("cpu:0,opencl:*", "cuda"),
+  // or "none". Empty: all devices. (TENSORD_DEVICES; see from_env.)
+  std::string device_filter;
+  // Default device for new tensors. Empty: the first device. (TENSORD_DEVICE)
+  std::string default_device;
+  // Allow direct device-to-device copies (Device::copy_from); false forces host staging.
+  bool peer_copy = true;
+  // Compiled executables kept (least recently used are dropped first).
+  size_t executable_cache_size = 512;
+
+  // Options from TENSORD_DEVICES / TENSORD_DEVICE.
+  static EngineOptions from_env();
+};
+
+struct EngineMetrics {
+  int64_t executes = 0;
+  int64_t compiles = 0;         // executable cache misses
+  int64_t cache_hits = 0;
+  int64_t uploads = 0;
+  int64_t reads = 0;
+  int64_t copies_same_device = 0;
+  int64_t copies_peer = 0;      // direct device-to-device
+  int64_t copies_staged = 0;    // through host memory
+  int64_t implicit_moves = 0;   // inputs moved to the executing device by execute()
+  int64_t node_errors = 0;      // graph outputs that ended in an error
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> create(const EngineOptions& options);
+  // The process-wide engine built from the environment, created on first use.
+  static Result<std::shared_ptr<Engine>> shared();
+  ~Engine();  // finishes queued work, then frees every tensor
+
+  // Visible devices with their current memory use.
+  std::vector<DeviceInfo> devices() const;
+  // Devices present on the machine but removed by the filter, and the filter text.
+  const std::vector<std::string>& filtered_out() const { return filtered_out_; }
+  const std::string& device_filter() const { return options_.device_filter; }
+  // The default device's name, or an error naming what is wrong with TENSORD_DEVICE.
+  Result<std::string> default_device() const;
+
+  // Sessions own tensor handles. memory_limit 0 = unlimited.
+  SessionId open_session(int64_t memory_limit = 0);
+  // Frees every tensor of the session (work already queued still completes).
+  Status close_session(SessionId session);
+
+  // Copies host bytes to a new tensor on `device` ("" = default).
+  Result<TensorHandle> upload(SessionId session, const TensorView& src, const std::string& device);
+  Result<HostTensor> read(SessionId session, TensorHandle h);
+  Status wait(SessionId session, TensorHandle h);
+  Result<TensorInfo> info(SessionId session, TensorHandle h);
+  // See Client::execute.
+  Result<std::vector<TensorHandle>> execute(SessionId session, const Graph& graph,
+                                            const std::vector<TensorHandle>& inputs,
+                                            const std::string& device,
+                                            const CompileOptions& options = {});
+  Result<TensorHandle> copy(SessionId session, TensorHandle h, const std::string& device);
+  Status release(SessionId session, TensorHandle h);
+
+  EngineMetrics metrics() const;
+  // Bytes held by the session's tensors (as allocated by the engine on its behalf).
+  int64_t session_bytes(SessionId session) const;
+
+  struct Impl;  // defined in engine.cpp
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl, EngineOptions options,
+                  std::vector<std::string> filtered_out);
+  std::unique_ptr<Impl> impl_;
+  EngineOptions options_;
+  std::vector<std::string> filtered_out_;
+};
+
+// Matches a device name against a TENSORD_DEVICES-style filter (exposed for tests).
+bool device_matches_filter(const std::string& device_name, const std::string& kind,
+                           const std::string& filter);
+
+}  // namespace tensord

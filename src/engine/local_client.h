@@ -1,0 +1,39 @@
+// LocalClient: the Client interface over an Engine in this process.
+#pragma once
+
+#include <memory>
+
+#include "engine/engine.h"
+#include "tensord/client.h"
+
+namespace tensord {
+
+class LocalClient final : public Client {
+ public:
+  // Opens a session on `engine` (closed when the client is destroyed).
+  explicit LocalClient(std::shared_ptr<Engine> engine, int64_t memory_limit = 0);
+  ~LocalClient() override;
+
+  Result<std::vector<DeviceInfo>> devices() override;
+  std::string default_device() override;
+  Result<TensorHandle> upload(const TensorView& src, const std::string& device) override;
+  Result<HostTensor> read(TensorHandle h) override;
+  Status wait(TensorHandle h) override;
+  Result<TensorInfo> info(TensorHandle h) override;
+  Result<std::vector<TensorHandle>> execute(const Graph& graph,
+                                            const std::vector<TensorHandle>& inputs,
+                                            const std::string& device) override;
+  Result<TensorHandle> copy(TensorHandle h, const std::string& device) override;
+  Status release(TensorHandle h) override;
+  ClientStats stats() override;
+
+  Engine& engine() { return *engine_; }
+  SessionId session() const { return session_; }
+
+ private:
+  std::shared_ptr<Engine> engine_;
+  SessionId session_;
+  std::atomic<int64_t> executes_{0}, uploads_{0}, downloads_{0}, copies_{0};
+};
+
+}  // namespace tensord
