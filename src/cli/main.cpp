@@ -7,15 +7,17 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/cli_common.h"
+#include "cli/commands.h"
 #include "engine/engine.h"
 #include "tensord/client.h"
 #include "tensord/version.h"
 
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
+using tensord::cli::kExitFailure;
+using tensord::cli::kExitOk;
+using tensord::cli::kExitUsage;
 
 std::string human_bytes(int64_t n) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -70,9 +72,7 @@ int cmd_devices(bool json) {
   return kExitOk;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   CLI::App app{"tensord: a tensor compute broker (devices, ONNX models, NumPy-like API)"};
   app.set_version_flag("--version", std::string("tensord ") + tensord::kVersion +
                                         " (protocol " + std::to_string(tensord::kProtocolVersion) + ")");
@@ -81,6 +81,30 @@ int main(int argc, char** argv) {
   auto* devices = app.add_subcommand("devices", "List the devices tensord may use");
   bool json = false;
   devices->add_flag("--json", json, "Print one JSON array");
+
+#ifdef TENSORD_CLI_HAVE_ONNX
+  tensord::cli::RunOptions run_opts;
+  auto* run = app.add_subcommand("run", "Run an ONNX model on tensors from .npy/.pb files");
+  run->add_option("model", run_opts.model, "The .onnx model")->required();
+  run->add_option("files", run_opts.files,
+                  "Input files (.npy or TensorProto .pb) for the inputs not named by --input, in "
+                  "graph-input order");
+  run->add_option("--input,-i", run_opts.named_inputs, "An input by name: name=FILE (repeatable)")
+      ->allow_extra_args(false);
+  run->add_option("--output,-o", run_opts.output_dir,
+                  "Write each output to DIR/<output name>.npy (default: print a summary)");
+  run->add_option("--device,-d", run_opts.device, "Device to run on (default: TENSORD_DEVICE)");
+
+  tensord::cli::OnnxTestOptions test_opts;
+  auto* onnx_test = app.add_subcommand(
+      "onnx-test", "Run ONNX backend node tests (model.onnx + test_data_set_N/*.pb folders)");
+  onnx_test->add_option("dirs", test_opts.dirs, "A test folder, or a folder of test folders")
+      ->required();
+  onnx_test->add_option("--device,-d", test_opts.device, "Device to run on");
+  onnx_test->add_option("--filter", test_opts.filter, "Only tests whose name matches this glob");
+  onnx_test->add_flag("--json", test_opts.json, "Print one JSON object with every test's result");
+  onnx_test->add_flag("--verbose,-v", test_opts.verbose, "Also print passes and skips");
+#endif
 
   try {
     app.parse(argc, argv);
@@ -93,5 +117,24 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   if (devices->parsed()) return cmd_devices(json);
+#ifdef TENSORD_CLI_HAVE_ONNX
+  if (run->parsed()) return tensord::cli::cmd_run(run_opts);
+  if (onnx_test->parsed()) return tensord::cli::cmd_onnx_test(test_opts);
+#endif
   return kExitUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // No exception escapes: anything thrown below (allocation failure, a library's surprise) is
+  // reported as a failure with its message.
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "tensord: internal error: " << e.what() << "\n";
+  } catch (...) {
+    std::cerr << "tensord: internal error: unknown exception\n";
+  }
+  return kExitFailure;
 }

@@ -159,9 +159,9 @@ TEST(ElementwiseDiv, Float) {
 }
 
 TEST(ElementwiseDiv, IntegersTruncateTowardZero) {
-  EXPECT_TRUE(tensors_near(run1("Div", {I32({7, -7, 7, -7, INT32_MIN}, {5}),
-                                        I32({2, 2, -2, -2, -1}, {5})}),
-                           I32({3, -3, -3, 3, INT32_MIN}, {5})));
+  EXPECT_TRUE(
+      tensors_near(run1("Div", {I32({7, -7, 7, -7, INT32_MIN}, {5}), I32({2, 2, -2, -2, -1}, {5})}),
+                   I32({3, -3, -3, 3, INT32_MIN}, {5})));
   EXPECT_TRUE(tensors_near(run1("Div", {U8({250, 7}, {2}), U8({3, 8}, {2})}), U8({83, 0}, {2})));
 }
 
@@ -175,8 +175,8 @@ TEST(ElementwiseDiv, IntegerDivisionByZeroIsError) {
 TEST(ElementwisePow, Float) {
   EXPECT_TRUE(tensors_near(run1("Pow", {F32({1, 2, 3}, {3}), F32({4, 5, 6}, {3})}),
                            F32({1, 32, 729}, {3})));
-  EXPECT_TRUE(tensors_near(run1("Pow", {F32({4, 2}, {2}), F32({0.5f}, {})}),
-                           F32({2, 1.41421356f}, {2})));
+  EXPECT_TRUE(
+      tensors_near(run1("Pow", {F32({4, 2}, {2}), F32({0.5f}, {})}), F32({2, 1.41421356f}, {2})));
 }
 
 TEST(ElementwisePow, BroadcastArray) {
@@ -190,9 +190,9 @@ TEST(ElementwisePow, IntBaseFloatExponentTruncates) {
 }
 
 TEST(ElementwisePow, IntegerExponents) {
-  EXPECT_TRUE(tensors_near(run1("Pow", {I64({2, -3, 10, 2, -1, -1}, {6}),
-                                        I64({10, 3, 0, -1, -3, -2}, {6})}),
-                           I64({1024, -27, 1, 0, -1, 1}, {6})));
+  EXPECT_TRUE(tensors_near(
+      run1("Pow", {I64({2, -3, 10, 2, -1, -1}, {6}), I64({10, 3, 0, -1, -3, -2}, {6})}),
+      I64({1024, -27, 1, 0, -1, 1}, {6})));
   EXPECT_TRUE(tensors_near(run1("Pow", {F32({1.5f, 2, -2}, {3}), I64({2, -1, 3}, {3})}),
                            F32({2.25f, 0.5f, -8}, {3})));
   EXPECT_TRUE(tensors_near(run1("Pow", {I32({3}, {1}), T_<uint8_t>({4}, {1})}), I32({81}, {1})));
@@ -211,21 +211,23 @@ TEST(ElementwisePow, UnsupportedBaseIsError) {
 // ---- Mod ----
 
 TEST(ElementwiseMod, SignOfDivisor) {
-  EXPECT_TRUE(tensors_near(run1("Mod", {I8({-4, 7, 5, 4, -7, 8}, {6}), I8({2, -3, 8, -2, 3, 5}, {6})}),
-                           I8({0, -2, 5, 0, 2, 3}, {6})));
+  EXPECT_TRUE(
+      tensors_near(run1("Mod", {I8({-4, 7, 5, 4, -7, 8}, {6}), I8({2, -3, 8, -2, 3, 5}, {6})}),
+                   I8({0, -2, 5, 0, 2, 3}, {6})));
 }
 
 TEST(ElementwiseMod, FmodSignOfDividend) {
-  EXPECT_TRUE(tensors_near(run1("Mod", {I64({-4, 7, 5, 4, -7, 8}, {6}), I64({2, -3, 8, -2, 3, 5}, {6})},
-                                {{"fmod", 1}}),
-                           I64({0, 1, 5, 0, -1, 3}, {6})));
+  EXPECT_TRUE(tensors_near(
+      run1("Mod", {I64({-4, 7, 5, 4, -7, 8}, {6}), I64({2, -3, 8, -2, 3, 5}, {6})}, {{"fmod", 1}}),
+      I64({0, 1, 5, 0, -1, 3}, {6})));
   EXPECT_TRUE(tensors_near(run1("Mod", {I32({INT32_MIN}, {1}), I32({-1}, {1})}, {{"fmod", 1}}),
                            I32({0}, {1})));
 }
 
 TEST(ElementwiseMod, FloatFmod) {
-  auto y = run1("Mod", {F32({-4.3f, 7.2f, 5.0f, 4.3f, -7.2f, 8.0f}, {6}),
-                        F32({2.1f, -3.4f, 8.0f, -2.1f, 3.4f, 5.0f}, {6})},
+  auto y = run1("Mod",
+                {F32({-4.3f, 7.2f, 5.0f, 4.3f, -7.2f, 8.0f}, {6}),
+                 F32({2.1f, -3.4f, 8.0f, -2.1f, 3.4f, 5.0f}, {6})},
                 {{"fmod", 1}});
   EXPECT_TRUE(tensors_near(y, F32({-0.1f, 0.4f, 5.0f, 0.1f, -0.4f, 3.0f}, {6}), 1e-5, 1e-5));
 }
@@ -250,18 +252,19 @@ TEST(ElementwiseMod, ZeroDivisorIsError) {
 // ---- BitShift and bitwise ----
 
 TEST(ElementwiseBitShift, RightAndLeft) {
-  EXPECT_TRUE(tensors_near(run1("BitShift", {U8({16, 4, 1}, {3}), U8({1, 2, 3}, {3})},
-                                {{"direction", "RIGHT"}}),
-                           U8({8, 1, 0}, {3})));
-  EXPECT_TRUE(tensors_near(run1("BitShift", {T_<uint16_t>({16, 4, 1}, {3}), T_<uint16_t>({1, 2, 3}, {3})},
-                                {{"direction", "LEFT"}}),
-                           T_<uint16_t>({32, 16, 8}, {3})));
+  EXPECT_TRUE(tensors_near(
+      run1("BitShift", {U8({16, 4, 1}, {3}), U8({1, 2, 3}, {3})}, {{"direction", "RIGHT"}}),
+      U8({8, 1, 0}, {3})));
+  EXPECT_TRUE(
+      tensors_near(run1("BitShift", {T_<uint16_t>({16, 4, 1}, {3}), T_<uint16_t>({1, 2, 3}, {3})},
+                        {{"direction", "LEFT"}}),
+                   T_<uint16_t>({32, 16, 8}, {3})));
 }
 
 TEST(ElementwiseBitShift, LeftDropsHighBitsAndWideShiftsGiveZero) {
-  EXPECT_TRUE(tensors_near(run1("BitShift", {U8({0x81, 1, 0xFF}, {3}), U8({1, 8, 7}, {3})},
-                                {{"direction", "LEFT"}}),
-                           U8({0x02, 0, 0x80}, {3})));
+  EXPECT_TRUE(tensors_near(
+      run1("BitShift", {U8({0x81, 1, 0xFF}, {3}), U8({1, 8, 7}, {3})}, {{"direction", "LEFT"}}),
+      U8({0x02, 0, 0x80}, {3})));
   auto y = run1("BitShift", {T_<uint64_t>({1, 1}, {2}), T_<uint64_t>({63, 64}, {2})},
                 {{"direction", "LEFT"}});
   EXPECT_EQ(values<uint64_t>(y), (std::vector<uint64_t>{uint64_t{1} << 63, 0}));
@@ -275,7 +278,8 @@ TEST(ElementwiseBitShift, BroadcastScalarShift) {
 
 TEST(ElementwiseBitShift, MissingOrBadDirectionIsError) {
   expect_error("BitShift", {U8({1}, {1}), U8({1}, {1})}, {}, {"direction"});
-  expect_error("BitShift", {U8({1}, {1}), U8({1}, {1})}, {{"direction", "UP"}}, {"direction", "UP"});
+  expect_error("BitShift", {U8({1}, {1}), U8({1}, {1})}, {{"direction", "UP"}},
+               {"direction", "UP"});
 }
 
 TEST(ElementwiseBitShift, SignedIsError) {
@@ -320,12 +324,14 @@ TEST(ElementwiseCompare, Broadcast) {
                            B({false, true, false, false}, {2, 2})));
   EXPECT_TRUE(tensors_near(run1("Greater", {I32({1, 5}, {2, 1}), I32({0, 3, 6}, {3})}),
                            B({true, false, false, true, true, false}, {2, 3})));
-  EXPECT_TRUE(tensors_near(run1("Less", {U8({0, 200}, {2}), U8({100}, {})}), B({true, false}, {2})));
+  EXPECT_TRUE(
+      tensors_near(run1("Less", {U8({0, 200}, {2}), U8({100}, {})}), B({true, false}, {2})));
 }
 
 TEST(ElementwiseCompare, EqualBoolAndFloat16) {
-  EXPECT_TRUE(tensors_near(run1("Equal", {B({true, false, true}, {3}), B({true, true, false}, {3})}),
-                           B({true, false, false}, {3})));
+  EXPECT_TRUE(
+      tensors_near(run1("Equal", {B({true, false, true}, {3}), B({true, true, false}, {3})}),
+                   B({true, false, false}, {3})));
   EXPECT_TRUE(tensors_near(run1("Equal", {F16({0.5f, 1}, {2}), F16({0.5f, 2}, {2})}),
                            B({true, false}, {2})));
 }
@@ -344,8 +350,9 @@ TEST(ElementwiseLogic, TruthTables) {
 }
 
 TEST(ElementwiseLogic, Broadcast) {
-  EXPECT_TRUE(tensors_near(run1("And", {B({true, false, true, true}, {2, 2}), B({true, false}, {2})}),
-                           B({true, false, true, false}, {2, 2})));
+  EXPECT_TRUE(
+      tensors_near(run1("And", {B({true, false, true, true}, {2, 2}), B({true, false}, {2})}),
+                   B({true, false, true, false}, {2, 2})));
   EXPECT_TRUE(tensors_near(run1("Or", {B({false, true}, {2, 1}), B({false, true, false}, {3})}),
                            B({false, true, false, true, true, true}, {2, 3})));
 }
@@ -380,7 +387,8 @@ TEST(ElementwiseVariadic, Broadcast) {
 
 TEST(ElementwiseVariadic, Integers) {
   EXPECT_TRUE(tensors_near(run1("Max", {I8({-128, 5}, {2}), I8({0, -3}, {2})}), I8({0, 5}, {2})));
-  EXPECT_TRUE(tensors_near(run1("Min", {I8({-128, 5}, {2}), I8({0, -3}, {2})}), I8({-128, -3}, {2})));
+  EXPECT_TRUE(
+      tensors_near(run1("Min", {I8({-128, 5}, {2}), I8({0, -3}, {2})}), I8({-128, -3}, {2})));
   const uint64_t big = (uint64_t{1} << 63) + 1;
   auto y = run1("Max", {T_<uint64_t>({big, 5}, {2}), T_<uint64_t>({3, UINT64_MAX}, {2})});
   EXPECT_EQ(values<uint64_t>(y), (std::vector<uint64_t>{big, UINT64_MAX}));
@@ -397,7 +405,8 @@ TEST(ElementwiseVariadic, NaNPropagates) {
 }
 
 TEST(ElementwiseVariadic, Float16) {
-  EXPECT_TRUE(tensors_near(run1("Mean", {F16({1, 2}, {2}), F16({2, 4}, {2})}), F16({1.5f, 3}, {2})));
+  EXPECT_TRUE(
+      tensors_near(run1("Mean", {F16({1, 2}, {2}), F16({2, 4}, {2})}), F16({1.5f, 3}, {2})));
   EXPECT_TRUE(tensors_near(run1("Max", {F16({1, 7}, {2}), F16({2, 4}, {2})}), F16({2, 7}, {2})));
 }
 
@@ -413,7 +422,8 @@ TEST(ElementwiseUnary, NegAbsSign) {
   EXPECT_TRUE(tensors_near(run1("Neg", {F32({-4, 2, 0}, {3})}), F32({4, -2, 0}, {3})));
   EXPECT_TRUE(tensors_near(run1("Neg", {I8({-128, 5}, {2})}), I8({-128, -5}, {2})));
   EXPECT_TRUE(tensors_near(run1("Abs", {F32({-1.5f, 0, 2}, {3})}), F32({1.5f, 0, 2}, {3})));
-  EXPECT_TRUE(tensors_near(run1("Abs", {I32({-5, 3, INT32_MIN}, {3})}), I32({5, 3, INT32_MIN}, {3})));
+  EXPECT_TRUE(
+      tensors_near(run1("Abs", {I32({-5, 3, INT32_MIN}, {3})}), I32({5, 3, INT32_MIN}, {3})));
   EXPECT_TRUE(tensors_near(run1("Abs", {U8({200}, {1})}), U8({200}, {1})));
   EXPECT_TRUE(tensors_near(run1("Sign", {F32({-2, 0, 3, kNaN}, {4})}), F32({-1, 0, 1, kNaN}, {4})));
   EXPECT_TRUE(tensors_near(run1("Sign", {I64({-7, 0, 9}, {3})}), I64({-1, 0, 1}, {3})));
@@ -425,12 +435,13 @@ TEST(ElementwiseUnary, NegUnsignedIsError) {
 }
 
 TEST(ElementwiseUnary, ExpLogSqrtReciprocal) {
-  EXPECT_TRUE(tensors_near(run1("Exp", {F32({-1, 0, 1}, {3})}),
-                           F32({0.36787944f, 1, 2.71828183f}, {3})));
-  EXPECT_TRUE(tensors_near(run1("Log", {F32({1, 10, 2.71828183f}, {3})}),
-                           F32({0, 2.30258509f, 1}, {3})));
+  EXPECT_TRUE(
+      tensors_near(run1("Exp", {F32({-1, 0, 1}, {3})}), F32({0.36787944f, 1, 2.71828183f}, {3})));
+  EXPECT_TRUE(
+      tensors_near(run1("Log", {F32({1, 10, 2.71828183f}, {3})}), F32({0, 2.30258509f, 1}, {3})));
   EXPECT_TRUE(tensors_near(run1("Sqrt", {F32({4, 2, 0}, {3})}), F32({2, 1.41421356f, 0}, {3})));
-  EXPECT_TRUE(tensors_near(run1("Reciprocal", {F32({2, -4, 0.5f}, {3})}), F32({0.5f, -0.25f, 2}, {3})));
+  EXPECT_TRUE(
+      tensors_near(run1("Reciprocal", {F32({2, -4, 0.5f}, {3})}), F32({0.5f, -0.25f, 2}, {3})));
   EXPECT_TRUE(tensors_near(run1("Exp", {F64({1}, {1})}), F64({2.718281828459045}, {1}), 1e-15, 0));
 }
 
@@ -446,11 +457,10 @@ TEST(ElementwiseUnary, FloorCeilRound) {
   EXPECT_TRUE(tensors_near(run1("Floor", {F32({-1.5f, 1.2f, 2}, {3})}), F32({-2, 1, 2}, {3})));
   EXPECT_TRUE(tensors_near(run1("Ceil", {F32({-1.5f, 1.2f, 2}, {3})}), F32({-1, 2, 2}, {3})));
   // Half to even.
-  EXPECT_TRUE(tensors_near(
-      run1("Round", {F32({0.1f, 0.5f, 0.9f, 1.2f, 1.5f, 1.8f, 2.3f, 2.5f, 2.7f, -1.1f, -1.5f, -1.9f,
-                          -2.2f, -2.5f, -2.8f},
-                         {15})}),
-      F32({0, 0, 1, 1, 2, 2, 2, 2, 3, -1, -2, -2, -2, -2, -3}, {15})));
+  EXPECT_TRUE(tensors_near(run1("Round", {F32({0.1f, 0.5f, 0.9f, 1.2f, 1.5f, 1.8f, 2.3f, 2.5f, 2.7f,
+                                               -1.1f, -1.5f, -1.9f, -2.2f, -2.5f, -2.8f},
+                                              {15})}),
+                           F32({0, 0, 1, 1, 2, 2, 2, 2, 3, -1, -2, -2, -2, -2, -3}, {15})));
 }
 
 TEST(ElementwiseUnary, Trigonometric) {
@@ -523,8 +533,8 @@ TEST(ElementwiseActivation, EluSeluCelu) {
   EXPECT_TRUE(tensors_near(run1("Elu", {F32({-1, 0, 1}, {3})}), F32({-0.63212056f, 0, 1}, {3})));
   EXPECT_TRUE(tensors_near(run1("Elu", {F32({-1, 0, 1}, {3})}, {{"alpha", 2.0f}}),
                            F32({-1.26424112f, 0, 1}, {3})));
-  EXPECT_TRUE(tensors_near(run1("Selu", {F32({-1, 0, 1}, {3})}),
-                           F32({-1.11133074f, 0, 1.05070102f}, {3})));
+  EXPECT_TRUE(
+      tensors_near(run1("Selu", {F32({-1, 0, 1}, {3})}), F32({-1.11133074f, 0, 1.05070102f}, {3})));
   EXPECT_TRUE(tensors_near(run1("Selu", {F32({-1, 0, 1}, {3})}, {{"alpha", 2.0f}, {"gamma", 3.0f}}),
                            F32({-3.79272335f, 0, 3}, {3})));
   EXPECT_TRUE(tensors_near(run1("Celu", {F32({-1, 0, 1}, {3})}), F32({-0.63212056f, 0, 1}, {3})));
@@ -534,10 +544,11 @@ TEST(ElementwiseActivation, EluSeluCelu) {
 }
 
 TEST(ElementwiseActivation, HardSigmoidHardSwish) {
-  EXPECT_TRUE(tensors_near(run1("HardSigmoid", {F32({-3, 0, 1, 3}, {4})}),
-                           F32({0, 0.5f, 0.7f, 1}, {4})));
-  EXPECT_TRUE(tensors_near(run1("HardSigmoid", {F32({-1, 1}, {2})}, {{"alpha", 0.5f}, {"beta", 0.6f}}),
-                           F32({0.1f, 1}, {2})));
+  EXPECT_TRUE(
+      tensors_near(run1("HardSigmoid", {F32({-3, 0, 1, 3}, {4})}), F32({0, 0.5f, 0.7f, 1}, {4})));
+  EXPECT_TRUE(
+      tensors_near(run1("HardSigmoid", {F32({-1, 1}, {2})}, {{"alpha", 0.5f}, {"beta", 0.6f}}),
+                   F32({0.1f, 1}, {2})));
   EXPECT_TRUE(tensors_near(run1("HardSwish", {F32({-4, -1, 1, 4}, {4})}),
                            F32({0, -0.33333333f, 0.66666667f, 4}, {4})));
 }
@@ -564,8 +575,8 @@ TEST(ElementwisePRelu, SlopeBroadcast) {
                            F32({-0.5f, 2, -6, 4, -5, -12}, {2, 3})));
   EXPECT_TRUE(tensors_near(run1("PRelu", {x, F32({0.1f}, {1})}),
                            F32({-0.1f, 2, -0.3f, 4, -0.5f, -0.6f}, {2, 3})));
-  EXPECT_TRUE(tensors_near(run1("PRelu", {x, F32({2, 3}, {2, 1})}),
-                           F32({-2, 2, -6, 4, -15, -18}, {2, 3})));
+  EXPECT_TRUE(
+      tensors_near(run1("PRelu", {x, F32({2, 3}, {2, 1})}), F32({-2, 2, -6, 4, -15, -18}, {2, 3})));
   EXPECT_TRUE(tensors_near(run1("PRelu", {I32({-4, 4}, {2}), I32({3}, {})}), I32({-12, 4}, {2})));
 }
 
@@ -580,8 +591,10 @@ TEST(ElementwisePRelu, SlopeNotBroadcastableToXIsError) {
 
 TEST(ElementwiseClip, MinAndMax) {
   auto x = F32({-2, -1, 0, 1, 2}, {5});
-  EXPECT_TRUE(tensors_near(run1("Clip", {x, F32({-1}, {}), F32({1}, {})}), F32({-1, -1, 0, 1, 1}, {5})));
-  EXPECT_TRUE(tensors_near(run1("Clip", {x, HostTensor(), F32({0}, {})}), F32({-2, -1, 0, 0, 0}, {5})));
+  EXPECT_TRUE(
+      tensors_near(run1("Clip", {x, F32({-1}, {}), F32({1}, {})}), F32({-1, -1, 0, 1, 1}, {5})));
+  EXPECT_TRUE(
+      tensors_near(run1("Clip", {x, HostTensor(), F32({0}, {})}), F32({-2, -1, 0, 0, 0}, {5})));
   EXPECT_TRUE(tensors_near(run1("Clip", {x, F32({0}, {})}), F32({0, 0, 0, 1, 2}, {5})));
   EXPECT_TRUE(tensors_near(run1("Clip", {x}), x));
   EXPECT_TRUE(tensors_near(run1("Clip", {x, F32({-1.5f}, {1}), F32({0.5f}, {1})}),
@@ -594,8 +607,8 @@ TEST(ElementwiseClip, MinAboveMaxGivesMax) {
 }
 
 TEST(ElementwiseClip, IntegersAndNaN) {
-  EXPECT_TRUE(tensors_near(run1("Clip", {I8({-128, -5, 100}, {3}), I8({-1}, {})}),
-                           I8({-1, -1, 100}, {3})));
+  EXPECT_TRUE(
+      tensors_near(run1("Clip", {I8({-128, -5, 100}, {3}), I8({-1}, {})}), I8({-1, -1, 100}, {3})));
   EXPECT_TRUE(tensors_near(run1("Clip", {I8({-128, -5, 100}, {3}), HostTensor(), I8({0}, {})}),
                            I8({-128, -5, 0}, {3})));
   EXPECT_TRUE(tensors_near(run1("Clip", {F32({kNaN, 3}, {2}), F32({0}, {}), F32({1}, {})}),
@@ -612,17 +625,19 @@ TEST(ElementwiseClip, Errors) {
 // ---- Where ----
 
 TEST(ElementwiseWhere, Example) {
-  EXPECT_TRUE(tensors_near(run1("Where", {B({true, false, true, true}, {2, 2}), F32({1, 2, 3, 4}, {2, 2}),
-                                          F32({9, 8, 7, 6}, {2, 2})}),
+  EXPECT_TRUE(tensors_near(run1("Where", {B({true, false, true, true}, {2, 2}),
+                                          F32({1, 2, 3, 4}, {2, 2}), F32({9, 8, 7, 6}, {2, 2})}),
                            F32({1, 8, 3, 4}, {2, 2})));
 }
 
 TEST(ElementwiseWhere, ThreeWayBroadcast) {
   // cond [2,1], X [1,3], Y scalar -> [2,3].
-  EXPECT_TRUE(tensors_near(run1("Where", {B({true, false}, {2, 1}), I64({1, 2, 3}, {1, 3}), I64({-1}, {})}),
-                           I64({1, 2, 3, -1, -1, -1}, {2, 3})));
-  EXPECT_TRUE(tensors_near(run1("Where", {B({false, true, false}, {3}), I64({5}, {}), I64({7, 8}, {2, 1})}),
-                           I64({7, 5, 7, 8, 5, 8}, {2, 3})));
+  EXPECT_TRUE(
+      tensors_near(run1("Where", {B({true, false}, {2, 1}), I64({1, 2, 3}, {1, 3}), I64({-1}, {})}),
+                   I64({1, 2, 3, -1, -1, -1}, {2, 3})));
+  EXPECT_TRUE(
+      tensors_near(run1("Where", {B({false, true, false}, {3}), I64({5}, {}), I64({7, 8}, {2, 1})}),
+                   I64({7, 5, 7, 8, 5, 8}, {2, 3})));
 }
 
 TEST(ElementwiseWhere, Float16AndBoolValues) {
@@ -646,8 +661,9 @@ TEST(ElementwiseWhere, Errors) {
 AttributeMap to(DType t) { return {{"to", static_cast<int64_t>(t)}}; }
 
 TEST(ElementwiseCast, FloatToIntTruncatesTowardZero) {
-  EXPECT_TRUE(tensors_near(run1("Cast", {F32({-2.7f, -0.5f, 0.5f, 2.7f, kNaN}, {5})}, to(DType::kInt32)),
-                           I32({-2, 0, 0, 2, 0}, {5})));
+  EXPECT_TRUE(
+      tensors_near(run1("Cast", {F32({-2.7f, -0.5f, 0.5f, 2.7f, kNaN}, {5})}, to(DType::kInt32)),
+                   I32({-2, 0, 0, 2, 0}, {5})));
   // In int64's range, out-of-range values wrap as numpy does.
   EXPECT_TRUE(tensors_near(run1("Cast", {F32({-1, 255.9f, 256}, {3})}, to(DType::kUInt8)),
                            U8({255, 255, 0}, {3})));
@@ -658,14 +674,17 @@ TEST(ElementwiseCast, IntegerToInteger) {
                            I8({44, 127, 5}, {3})));
   auto y = run1("Cast", {T_<uint64_t>({UINT64_MAX, 7}, {2})}, to(DType::kInt64));
   EXPECT_EQ(values<int64_t>(y), (std::vector<int64_t>{-1, 7}));
-  EXPECT_TRUE(tensors_near(run1("Cast", {I32({-7, 3}, {2})}, to(DType::kFloat64)), F64({-7, 3}, {2})));
+  EXPECT_TRUE(
+      tensors_near(run1("Cast", {I32({-7, 3}, {2})}, to(DType::kFloat64)), F64({-7, 3}, {2})));
 }
 
 TEST(ElementwiseCast, BoolBothWays) {
-  EXPECT_TRUE(tensors_near(run1("Cast", {B({true, false}, {2})}, to(DType::kFloat32)), F32({1, 0}, {2})));
+  EXPECT_TRUE(
+      tensors_near(run1("Cast", {B({true, false}, {2})}, to(DType::kFloat32)), F32({1, 0}, {2})));
   EXPECT_TRUE(tensors_near(run1("Cast", {F32({0, -0.0f, 0.5f, kNaN}, {4})}, to(DType::kBool)),
                            B({false, false, true, true}, {4})));
-  EXPECT_TRUE(tensors_near(run1("Cast", {I64({0, -3}, {2})}, to(DType::kBool)), B({false, true}, {2})));
+  EXPECT_TRUE(
+      tensors_near(run1("Cast", {I64({0, -3}, {2})}, to(DType::kBool)), B({false, true}, {2})));
 }
 
 TEST(ElementwiseCast, ToFloat16RoundsToNearestEven) {
@@ -680,15 +699,15 @@ TEST(ElementwiseCast, ToFloat16RoundsToNearestEven) {
 }
 
 TEST(ElementwiseCast, FromFloat16AndBFloat16) {
-  EXPECT_TRUE(tensors_near(run1("Cast", {bits16(DType::kFloat16, {0x3C00, 0xC000, 0x3555}, {3})},
-                                to(DType::kFloat32)),
-                           F32({1, -2, 0.333251953125f}, {3}), 0, 0));
-  EXPECT_TRUE(tensors_near(run1("Cast", {bits16(DType::kFloat16, {0x4170, 0xC170}, {2})},
-                                to(DType::kInt32)),
-                           I32({2, -2}, {2})));
-  EXPECT_TRUE(tensors_near(run1("Cast", {bits16(DType::kBFloat16, {0x3F80, 0x4049}, {2})},
-                                to(DType::kFloat64)),
-                           F64({1, 3.140625}, {2}), 0, 0));
+  EXPECT_TRUE(tensors_near(
+      run1("Cast", {bits16(DType::kFloat16, {0x3C00, 0xC000, 0x3555}, {3})}, to(DType::kFloat32)),
+      F32({1, -2, 0.333251953125f}, {3}), 0, 0));
+  EXPECT_TRUE(tensors_near(
+      run1("Cast", {bits16(DType::kFloat16, {0x4170, 0xC170}, {2})}, to(DType::kInt32)),
+      I32({2, -2}, {2})));
+  EXPECT_TRUE(tensors_near(
+      run1("Cast", {bits16(DType::kBFloat16, {0x3F80, 0x4049}, {2})}, to(DType::kFloat64)),
+      F64({1, 3.140625}, {2}), 0, 0));
   auto y = run1("Cast", {F32({3.14159f, 1}, {2})}, to(DType::kBFloat16));
   EXPECT_EQ(y.dtype(), DType::kBFloat16);
   EXPECT_EQ(values<uint16_t>(y), (std::vector<uint16_t>{0x4049, 0x3F80}));
@@ -706,14 +725,13 @@ TEST(ElementwiseCast, Errors) {
 }
 
 TEST(ElementwiseCastLike, TargetFromSecondInput) {
-  EXPECT_TRUE(tensors_near(run1("CastLike", {F32({1.9f, -1.9f}, {2}), I64({0}, {1})}),
-                           I64({1, -1}, {2})));
+  EXPECT_TRUE(
+      tensors_near(run1("CastLike", {F32({1.9f, -1.9f}, {2}), I64({0}, {1})}), I64({1, -1}, {2})));
   auto y = run1("CastLike", {F64({1.0 / 3}, {1}), F16({0}, {})});
   EXPECT_EQ(y.dtype(), DType::kFloat16);
   EXPECT_EQ(values<uint16_t>(y), (std::vector<uint16_t>{0x3555}));
   expect_error("CastLike", {F32({1}, {1})}, {}, {"2 inputs"});
 }
-
 
 // ---- inference with unknown (-1) dims ----
 
@@ -739,7 +757,8 @@ TEST(ElementwiseInfer, UnknownDimsPropagate) {
   auto eq = infer("Equal", {{DType::kInt64, {-1, 1}}, {DType::kInt64, {4}}});
   ASSERT_TRUE(eq.ok()) << eq.status().to_string();
   EXPECT_EQ(*eq, (TensorType{DType::kBool, {-1, 4}}));
-  auto where = infer("Where", {{DType::kBool, {-1}}, {DType::kFloat16, {2, 1}}, {DType::kFloat16, {}}});
+  auto where =
+      infer("Where", {{DType::kBool, {-1}}, {DType::kFloat16, {2, 1}}, {DType::kFloat16, {}}});
   ASSERT_TRUE(where.ok()) << where.status().to_string();
   EXPECT_EQ(*where, (TensorType{DType::kFloat16, {2, -1}}));
   auto mx = infer("Max", {{DType::kInt32, {-1}}, {DType::kInt32, {1}}, {DType::kInt32, {5}}});
@@ -766,8 +785,9 @@ TEST(ElementwiseInfer, KnownMismatchStillFails) {
   auto r = infer("Mul", {{DType::kFloat32, {-1, 3}}, {DType::kFloat32, {1, 4}}});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("Mul: cannot broadcast shapes [?, 3] and [1, 4] (node 'inf')"),
-            std::string::npos)
+  EXPECT_NE(
+      r.status().message().find("Mul: cannot broadcast shapes [?, 3] and [1, 4] (node 'inf')"),
+      std::string::npos)
       << r.status().message();
 }
 

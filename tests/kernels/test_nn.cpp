@@ -569,7 +569,7 @@ TEST(NnBatchNorm, Inference) {
                            F32({-1, 1, 0, 2}, {1, 2, 1, 2})));
   // Default epsilon 1e-5.
   EXPECT_TRUE(tensors_near(run1("BatchNormalization", {x, scale, bias, mean, F32({1, 4}, {2})}),
-                           F32({-1, 1, 0, 2}, {1, 2, 1, 2}), 1e-4));
+                           F32({-1, 1, 0, 2}, {1, 2, 1, 2}), 1e-4, 1e-5));
 }
 
 TEST(NnBatchNorm, RankTwoMixedTypesFloat16) {
@@ -603,12 +603,15 @@ TEST(NnBatchNorm, Errors) {
 // ---- InstanceNormalization ----
 
 TEST(NnInstanceNorm, PerPlane) {
-  // Plane (0, 0): [1, 3] -> mean 2, var 1 -> [-1, 1] * 2. Plane (0, 1): constant -> bias 5.
+  // Plane (0, 0): [1, 3] -> mean 2, var 1 -> [-1, 1] * 2. Plane (0, 1): [4, 2] -> [1, -1] + 5.
   // Plane (1, 0): [0, 4] -> mean 2, var 4 -> [-1, 1] * 2. Plane (1, 1): [1, 3] -> [-1, 1] + 5.
   auto y = run1("InstanceNormalization",
-                {F32({1, 3, 2, 2, 0, 4, 1, 3}, {2, 2, 2}), F32({2, 1}, {2}), F32({0, 5}, {2})},
+                {F32({1, 3, 4, 2, 0, 4, 1, 3}, {2, 2, 2}), F32({2, 1}, {2}), F32({0, 5}, {2})},
                 {{"epsilon", 0.0f}});
-  EXPECT_TRUE(tensors_near(y, F32({-2, 2, 5, 5, -2, 2, 4, 6}, {2, 2, 2})));
+  EXPECT_TRUE(tensors_near(y, F32({-2, 2, 6, 4, -2, 2, 4, 6}, {2, 2, 2})));
+  // A constant plane normalizes to 0 (epsilon keeps it finite), leaving the bias.
+  y = run1("InstanceNormalization", {F32({7, 7}, {1, 1, 2}), F32({3}, {1}), F32({-1}, {1})});
+  EXPECT_TRUE(tensors_near(y, F32({-1, -1}, {1, 1, 2})));
   // Default epsilon: variance 1 + 1e-5.
   y = run1("InstanceNormalization",
            {F64({1, 3, 1, 3}, {1, 1, 2, 2}), F64({1}, {1}), F64({0}, {1})});

@@ -35,11 +35,10 @@ constexpr TypeSet kPReluTypes = kFloatTypes | bit(DType::kInt32) | bit(DType::kI
 
 // "float16, bfloat16, float32, float64".
 std::string type_set_names(TypeSet set) {
-  static const DType kOrder[] = {DType::kFloat16, DType::kBFloat16, DType::kFloat32,
-                                 DType::kFloat64, DType::kInt8,     DType::kInt16,
-                                 DType::kInt32,   DType::kInt64,    DType::kUInt8,
-                                 DType::kUInt16,  DType::kUInt32,   DType::kUInt64,
-                                 DType::kBool};
+  static const DType kOrder[] = {
+      DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64, DType::kInt8,
+      DType::kInt16,   DType::kInt32,    DType::kInt64,   DType::kUInt8,   DType::kUInt16,
+      DType::kUInt32,  DType::kUInt64,   DType::kBool};
   std::string out;
   for (DType t : kOrder) {
     if (!(set & bit(t))) continue;
@@ -348,9 +347,8 @@ void register_elementwise_ops(OpRegistry& r) {
   r.add(unary_schema("Abs", kNumericTypes));
   r.add(unary_schema("Sign", kNumericTypes));
   r.add(unary_schema("Erf", kNumericTypes));
-  for (const char* op : {"Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Sin",
-                         "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh",
-                         "Atanh"})
+  for (const char* op : {"Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Sin", "Cos",
+                         "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"})
     r.add(unary_schema(op, kFloatTypes));
   r.add(unary_schema("IsNaN", kFloatTypes, OutType::kBool));
   r.add(isinf_schema());

@@ -98,23 +98,31 @@ constexpr bool kIsInt = std::is_integral_v<T> && !std::is_same_v<T, bool>;
 // Two's-complement wrapping add/sub/mul for integers (no signed-overflow UB); plain for floats.
 template <typename T>
 T wrap_add(T a, T b) {
-  if constexpr (kIsInt<T>) return static_cast<T>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
-  else return a + b;
+  if constexpr (kIsInt<T>)
+    return static_cast<T>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+  else
+    return a + b;
 }
 template <typename T>
 T wrap_sub(T a, T b) {
-  if constexpr (kIsInt<T>) return static_cast<T>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
-  else return a - b;
+  if constexpr (kIsInt<T>)
+    return static_cast<T>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+  else
+    return a - b;
 }
 template <typename T>
 T wrap_mul(T a, T b) {
-  if constexpr (kIsInt<T>) return static_cast<T>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
-  else return a * b;
+  if constexpr (kIsInt<T>)
+    return static_cast<T>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+  else
+    return a * b;
 }
 template <typename T>
 T wrap_neg(T a) {
-  if constexpr (kIsInt<T>) return static_cast<T>(uint64_t{0} - static_cast<uint64_t>(a));
-  else return -a;
+  if constexpr (kIsInt<T>)
+    return static_cast<T>(uint64_t{0} - static_cast<uint64_t>(a));
+  else
+    return -a;
 }
 
 // Integer division truncating toward zero (C, and ONNX's reference); b != 0. The one
@@ -238,9 +246,12 @@ KernelFn arith_kernel(Arith op) {
     return dispatch_numeric(ctx.input(0).dtype, [&](auto tag) -> Status {
       using T = typename decltype(tag)::type;
       switch (op) {
-        case Arith::kAdd: return binary_loop<T, T>(ctx, wrap_add<T>);
-        case Arith::kSub: return binary_loop<T, T>(ctx, wrap_sub<T>);
-        case Arith::kMul: return binary_loop<T, T>(ctx, wrap_mul<T>);
+        case Arith::kAdd:
+          return binary_loop<T, T>(ctx, wrap_add<T>);
+        case Arith::kSub:
+          return binary_loop<T, T>(ctx, wrap_sub<T>);
+        case Arith::kMul:
+          return binary_loop<T, T>(ctx, wrap_mul<T>);
         case Arith::kDiv:
           if constexpr (kIsInt<T>) {
             TD_RETURN_IF_ERROR(check_no_zero_divisor<T>(ctx));
@@ -289,8 +300,8 @@ T int_pow(T base, int64_t e) {
 
 Status pow_kernel(KernelContext& ctx) {
   const DType base_type = ctx.input(0).dtype;
-  if (base_type != DType::kFloat32 && base_type != DType::kFloat64 &&
-      base_type != DType::kInt32 && base_type != DType::kInt64)
+  if (base_type != DType::kFloat32 && base_type != DType::kFloat64 && base_type != DType::kInt32 &&
+      base_type != DType::kInt64)
     return ctx.unimplemented("base dtype {} is not supported", dtype_name(base_type));
   return dispatch_numeric(base_type, [&](auto base_tag) -> Status {
     using T = typename decltype(base_tag)::type;
@@ -307,7 +318,8 @@ Status pow_kernel(KernelContext& ctx) {
           const E e = b[bo.it.offset(1)];
           if constexpr (kIsInt<T> && kIsInt<E>) {
             // uint64 exponents beyond int64 only matter for bases 0, 1, -1: clamp keeps parity.
-            const int64_t ei = std::is_same_v<E, uint64_t> && static_cast<uint64_t>(e) > static_cast<uint64_t>(INT64_MAX)
+            const int64_t ei = std::is_same_v<E, uint64_t> &&
+                                       static_cast<uint64_t>(e) > static_cast<uint64_t>(INT64_MAX)
                                    ? INT64_MAX - 1 + static_cast<int64_t>(e & 1)
                                    : static_cast<int64_t>(e);
             out[i] = int_pow(x, ei);
@@ -334,9 +346,12 @@ KernelFn bitwise_kernel(Bitwise op) {
       if constexpr (kIsInt<T>) {
         constexpr uint64_t kBits = sizeof(T) * 8;
         switch (op) {
-          case Bitwise::kAnd: return binary_loop<T, T>(ctx, [](T a, T b) { return T(a & b); });
-          case Bitwise::kOr: return binary_loop<T, T>(ctx, [](T a, T b) { return T(a | b); });
-          case Bitwise::kXor: return binary_loop<T, T>(ctx, [](T a, T b) { return T(a ^ b); });
+          case Bitwise::kAnd:
+            return binary_loop<T, T>(ctx, [](T a, T b) { return T(a & b); });
+          case Bitwise::kOr:
+            return binary_loop<T, T>(ctx, [](T a, T b) { return T(a | b); });
+          case Bitwise::kXor:
+            return binary_loop<T, T>(ctx, [](T a, T b) { return T(a ^ b); });
           // Shifts by the width or more give 0 (C++ would be undefined).
           case Bitwise::kShiftLeft:
             return binary_loop<T, T>(ctx, [](T a, T b) {
@@ -384,9 +399,12 @@ KernelFn compare_kernel(Compare op) {
     return dispatch_all(ctx.input(0).dtype, [&](auto tag) -> Status {
       using T = typename decltype(tag)::type;
       switch (op) {
-        case Compare::kEqual: return binary_loop<T, bool>(ctx, [](T a, T b) { return a == b; });
-        case Compare::kLess: return binary_loop<T, bool>(ctx, [](T a, T b) { return a < b; });
-        case Compare::kGreater: return binary_loop<T, bool>(ctx, [](T a, T b) { return a > b; });
+        case Compare::kEqual:
+          return binary_loop<T, bool>(ctx, [](T a, T b) { return a == b; });
+        case Compare::kLess:
+          return binary_loop<T, bool>(ctx, [](T a, T b) { return a < b; });
+        case Compare::kGreater:
+          return binary_loop<T, bool>(ctx, [](T a, T b) { return a > b; });
         case Compare::kLessOrEqual:
           return binary_loop<T, bool>(ctx, [](T a, T b) { return a <= b; });
         case Compare::kGreaterOrEqual:
@@ -404,9 +422,12 @@ KernelFn logic_kernel(Logic op) {
     if (ctx.input(0).dtype != DType::kBool)
       return ctx.unimplemented("dtype {} is not bool", dtype_name(ctx.input(0).dtype));
     switch (op) {
-      case Logic::kAnd: return binary_loop<bool, bool>(ctx, [](bool a, bool b) { return a && b; });
-      case Logic::kOr: return binary_loop<bool, bool>(ctx, [](bool a, bool b) { return a || b; });
-      case Logic::kXor: return binary_loop<bool, bool>(ctx, [](bool a, bool b) { return a != b; });
+      case Logic::kAnd:
+        return binary_loop<bool, bool>(ctx, [](bool a, bool b) { return a && b; });
+      case Logic::kOr:
+        return binary_loop<bool, bool>(ctx, [](bool a, bool b) { return a || b; });
+      case Logic::kXor:
+        return binary_loop<bool, bool>(ctx, [](bool a, bool b) { return a != b; });
     }
     return OkStatus();
   };
@@ -451,9 +472,12 @@ KernelFn variadic_kernel(Variadic op) {
         T acc = ctx.input(0).as<T>()[bo.it.offset(0)];
         for (size_t k = 1; k < k_inputs; ++k) {
           const T v = ctx.input(static_cast<int>(k)).as<T>()[bo.it.offset(k)];
-          if (op == Variadic::kMin) acc = nan_min(acc, v);
-          else if (op == Variadic::kMax) acc = nan_max(acc, v);
-          else acc = wrap_add(acc, v);
+          if (op == Variadic::kMin)
+            acc = nan_min(acc, v);
+          else if (op == Variadic::kMax)
+            acc = nan_max(acc, v);
+          else
+            acc = wrap_add(acc, v);
         }
         if constexpr (std::is_floating_point_v<T>) {
           if (op == Variadic::kMean) acc = acc / static_cast<T>(k_inputs);
@@ -462,7 +486,8 @@ KernelFn variadic_kernel(Variadic op) {
       }
       return OkStatus();
     };
-    if (op == Variadic::kSum || op == Variadic::kMean) return dispatch_float(ctx.input(0).dtype, body);
+    if (op == Variadic::kSum || op == Variadic::kMean)
+      return dispatch_float(ctx.input(0).dtype, body);
     return dispatch_numeric(ctx.input(0).dtype, body);
   };
 }
@@ -480,9 +505,12 @@ Status abs_kernel(KernelContext& ctx) {
   return dispatch_numeric(ctx.input(0).dtype, [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
     return unary_loop<T, T>(ctx, [](T x) -> T {
-      if constexpr (std::is_floating_point_v<T>) return std::fabs(x);
-      else if constexpr (std::is_signed_v<T>) return x < 0 ? wrap_neg(x) : x;  // |min| wraps
-      else return x;
+      if constexpr (std::is_floating_point_v<T>)
+        return std::fabs(x);
+      else if constexpr (std::is_signed_v<T>)
+        return x < 0 ? wrap_neg(x) : x;  // |min| wraps
+      else
+        return x;
     });
   });
 }
@@ -527,9 +555,8 @@ Status isinf_kernel(KernelContext& ctx) {
   TD_ASSIGN_OR_RETURN(int64_t pos, ctx.attr_int("detect_positive", 1));
   return dispatch_float(ctx.input(0).dtype, [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
-    return unary_loop<T, bool>(ctx, [&](T x) {
-      return std::isinf(x) && ((x > 0 && pos != 0) || (x < 0 && neg != 0));
-    });
+    return unary_loop<T, bool>(
+        ctx, [&](T x) { return std::isinf(x) && ((x > 0 && pos != 0) || (x < 0 && neg != 0)); });
   });
 }
 
@@ -694,9 +721,8 @@ void register_reference_elementwise_kernels(KernelRegistry& r) {
   add("Tanh", float_kernel([](double x) { return std::tanh(x); }));
   add("Softplus", float_kernel(softplus));
   add("Softsign", float_kernel([](double x) { return x / (1.0 + std::fabs(x)); }));
-  add("HardSwish", float_kernel([](double x) {
-        return x * std::max(0.0, std::min(1.0, x / 6.0 + 0.5));
-      }));
+  add("HardSwish",
+      float_kernel([](double x) { return x * std::max(0.0, std::min(1.0, x / 6.0 + 0.5)); }));
   using Fn = std::function<double(double)>;
   add("LeakyRelu", float_attr_kernel([](const KernelContext& ctx) -> Result<Fn> {
         TD_ASSIGN_OR_RETURN(const double alpha, ctx.attr_float("alpha", 0.01f));
@@ -707,8 +733,10 @@ void register_reference_elementwise_kernels(KernelRegistry& r) {
         return Fn([alpha](double x) { return x < 0 ? alpha * (std::exp(x) - 1.0) : x; });
       }));
   add("Selu", float_attr_kernel([](const KernelContext& ctx) -> Result<Fn> {
-        TD_ASSIGN_OR_RETURN(const double alpha, ctx.attr_float("alpha", 1.67326319217681884765625f));
-        TD_ASSIGN_OR_RETURN(const double gamma, ctx.attr_float("gamma", 1.05070102214813232421875f));
+        TD_ASSIGN_OR_RETURN(const double alpha,
+                            ctx.attr_float("alpha", 1.67326319217681884765625f));
+        TD_ASSIGN_OR_RETURN(const double gamma,
+                            ctx.attr_float("gamma", 1.05070102214813232421875f));
         return Fn([alpha, gamma](double x) {
           return x > 0 ? gamma * x : gamma * (alpha * std::exp(x) - alpha);
         });
@@ -722,7 +750,8 @@ void register_reference_elementwise_kernels(KernelRegistry& r) {
   add("HardSigmoid", float_attr_kernel([](const KernelContext& ctx) -> Result<Fn> {
         TD_ASSIGN_OR_RETURN(const double alpha, ctx.attr_float("alpha", 0.2f));
         TD_ASSIGN_OR_RETURN(const double beta, ctx.attr_float("beta", 0.5f));
-        return Fn([alpha, beta](double x) { return std::max(0.0, std::min(1.0, alpha * x + beta)); });
+        return Fn(
+            [alpha, beta](double x) { return std::max(0.0, std::min(1.0, alpha * x + beta)); });
       }));
   add("ThresholdedRelu", float_attr_kernel([](const KernelContext& ctx) -> Result<Fn> {
         TD_ASSIGN_OR_RETURN(const double alpha, ctx.attr_float("alpha", 1.0f));

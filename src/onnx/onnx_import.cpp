@@ -1,0 +1,544 @@
+#include "onnx/onnx_import.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <onnx/onnx_pb.h>
+
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/errors.h"
+#include "core/graph_utils.h"
+#include "core/op_registry.h"
+
+namespace tensord::onnx {
+namespace {
+
+namespace pb = ::onnx;
+
+constexpr int64_t kMinOpset = 7;
+constexpr int64_t kMaxOpset = 17;
+
+Result<std::string> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return errors::NotFound("cannot open '{}'", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) return errors::DataLoss("error reading '{}'", path);
+  return ss.str();
+}
+
+template <typename Msg>
+bool parse_proto(Msg& msg, const std::string& bytes) {
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                            static_cast<int>(std::min<size_t>(bytes.size(), INT_MAX)));
+  in.SetTotalBytesLimit(INT_MAX);
+  return msg.ParseFromCodedStream(&in) && in.ConsumedEntireMessage();
+}
+
+// Context for one import: the file name for messages and where external data lives.
+struct Importer {
+  std::string what;
+  std::string base_dir;
+  int64_t opset = 0;
+  int node_counter = 0;
+
+  Status err(const std::string& msg) const {
+    return Status(StatusCode::kInvalidArgument, what + ": " + msg);
+  }
+
+  Result<Shape> dims_of(const pb::TensorProto& t) const {
+    Shape s;
+    for (int64_t d : t.dims()) {
+      if (d < 0) return err(fmt::format("tensor '{}' has a negative dimension {}", t.name(), d));
+      s.push_back(d);
+    }
+    return s;
+  }
+
+  Result<std::string> external_bytes(const pb::TensorProto& t, int64_t expected) const {
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const auto& kv : t.external_data()) {
+      try {
+        if (kv.key() == "location") location = kv.value();
+        else if (kv.key() == "offset") offset = std::stoll(kv.value());
+        else if (kv.key() == "length") length = std::stoll(kv.value());
+      } catch (...) {
+        return err(fmt::format("tensor '{}': bad external_data value '{}' for '{}'", t.name(),
+                               kv.value(), kv.key()));
+      }
+    }
+    if (location.empty())
+      return err(fmt::format("tensor '{}' has external data without a location", t.name()));
+    if (base_dir.empty())
+      return err(fmt::format("tensor '{}' uses external data '{}', which needs the model's folder",
+                             t.name(), location));
+    // Like ONNX Runtime: the data file must be inside the model's folder.
+    std::filesystem::path rel(location);
+    if (rel.is_absolute() || location.find("..") != std::string::npos)
+      return err(fmt::format("tensor '{}': external data path '{}' must be relative to the model "
+                             "folder, without '..'", t.name(), location));
+    const std::string path = (std::filesystem::path(base_dir) / rel).string();
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return err(fmt::format("tensor '{}': cannot open external data file '{}'", t.name(), path));
+    if (offset < 0) return err(fmt::format("tensor '{}': negative external data offset", t.name()));
+    if (length < 0) length = expected;
+    if (length != expected)
+      return err(fmt::format("tensor '{}': external data length {} disagrees with its shape ({} bytes)",
+                             t.name(), length, expected));
+    f.seekg(0, std::ios::end);
+    const int64_t file_size = static_cast<int64_t>(f.tellg());
+    if (offset + length > file_size)
+      return err(fmt::format("tensor '{}': external data [{}, {}) is past the end of '{}' ({} bytes)",
+                             t.name(), offset, offset + length, path, file_size));
+    std::string data(static_cast<size_t>(length), '\0');
+    f.seekg(offset);
+    f.read(data.data(), length);
+    if (!f) return err(fmt::format("tensor '{}': short read from '{}'", t.name(), path));
+    return data;
+  }
+
+  Result<HostTensor> tensor(const pb::TensorProto& t) const {
+    if (t.data_type() == pb::TensorProto::STRING)
+      return Status(StatusCode::kUnimplemented,
+                    what + ": tensor '" + t.name() + "' is a string tensor (out of scope)");
+    if (!dtype_is_valid(t.data_type()))
+      return err(fmt::format("tensor '{}' has unsupported data type {}", t.name(), t.data_type()));
+    const DType dtype = static_cast<DType>(t.data_type());
+    TD_ASSIGN_OR_RETURN(Shape shape, dims_of(t));
+    auto size = checked_byte_size(dtype, shape);
+    if (!size.ok()) return err(fmt::format("tensor '{}': {}", t.name(), size.status().message()));
+    if (*size > (int64_t{1} << 40))
+      return err(fmt::format("tensor '{}' of shape {} is absurdly large ({} bytes)", t.name(),
+                             shape_to_string(shape), *size));
+    const int64_t n = shape_numel(shape);
+    const size_t esize = dtype_size(dtype);
+    if (t.data_location() == pb::TensorProto::EXTERNAL) {
+      TD_ASSIGN_OR_RETURN(std::string bytes, external_bytes(t, *size));
+      return HostTensor::from_bytes(dtype, shape, bytes.data(), bytes.size());
+    }
+    if (t.has_raw_data()) {
+      if (static_cast<int64_t>(t.raw_data().size()) != *size)
+        return err(fmt::format("tensor '{}': raw_data has {} bytes, shape {} of {} needs {}",
+                               t.name(), t.raw_data().size(), shape_to_string(shape),
+                               dtype_name(dtype), *size));
+      return HostTensor::from_bytes(dtype, shape, t.raw_data().data(), t.raw_data().size());
+    }
+    HostTensor out(dtype, shape);
+    auto count_error = [&](int64_t got) {
+      return err(fmt::format("tensor '{}' has {} values, shape {} needs {}", t.name(), got,
+                             shape_to_string(shape), n));
+    };
+    unsigned char* dst = static_cast<unsigned char*>(out.mutable_data());
+    switch (dtype) {
+      case DType::kFloat32:
+        if (t.float_data_size() != n) return count_error(t.float_data_size());
+        if (n) std::memcpy(dst, t.float_data().data(), static_cast<size_t>(n) * 4);
+        break;
+      case DType::kFloat64:
+        if (t.double_data_size() != n) return count_error(t.double_data_size());
+        if (n) std::memcpy(dst, t.double_data().data(), static_cast<size_t>(n) * 8);
+        break;
+      case DType::kInt64:
+        if (t.int64_data_size() != n) return count_error(t.int64_data_size());
+        if (n) std::memcpy(dst, t.int64_data().data(), static_cast<size_t>(n) * 8);
+        break;
+      case DType::kUInt32:
+      case DType::kUInt64:
+        if (t.uint64_data_size() != n) return count_error(t.uint64_data_size());
+        for (int64_t i = 0; i < n; ++i) {
+          const uint64_t v = t.uint64_data(static_cast<int>(i));
+          if (dtype == DType::kUInt32) reinterpret_cast<uint32_t*>(dst)[i] = static_cast<uint32_t>(v);
+          else reinterpret_cast<uint64_t*>(dst)[i] = v;
+        }
+        break;
+      default:  // int32, int16, int8, uint16, uint8, bool, float16, bfloat16: in int32_data
+        if (t.int32_data_size() != n) return count_error(t.int32_data_size());
+        for (int64_t i = 0; i < n; ++i) {
+          const int32_t v = t.int32_data(static_cast<int>(i));
+          switch (esize) {
+            case 1: dst[i] = static_cast<unsigned char>(v); break;
+            case 2: reinterpret_cast<uint16_t*>(dst)[i] = static_cast<uint16_t>(v); break;
+            case 4: reinterpret_cast<int32_t*>(dst)[i] = v; break;
+          }
+        }
+        if (dtype == DType::kBool)
+          for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] != 0;
+        break;
+    }
+    return out;
+  }
+
+  Result<TensorType> value_type(const pb::ValueInfoProto& v) const {
+    if (!v.has_type()) return TensorType{};
+    const auto& type = v.type();
+    if (type.value_case() != pb::TypeProto::kTensorType)
+      return Status(StatusCode::kUnimplemented,
+                    what + ": value '" + v.name() + "' is not a tensor (sequence/map/optional "
+                    "types are out of scope)");
+    const auto& tt = type.tensor_type();
+    TensorType out;
+    if (tt.elem_type() == pb::TensorProto::STRING)
+      return Status(StatusCode::kUnimplemented,
+                    what + ": value '" + v.name() + "' is a string tensor (out of scope)");
+    if (tt.elem_type() != 0) {
+      if (!dtype_is_valid(tt.elem_type()))
+        return err(fmt::format("value '{}' has unsupported element type {}", v.name(), tt.elem_type()));
+      out.dtype = static_cast<DType>(tt.elem_type());
+    }
+    if (tt.has_shape()) {
+      for (const auto& d : tt.shape().dim()) {
+        if (d.has_dim_value()) {
+          if (d.dim_value() < 0)
+            return err(fmt::format("value '{}' has a negative dimension {}", v.name(), d.dim_value()));
+          out.shape.push_back(d.dim_value());
+        } else {
+          out.shape.push_back(-1);
+        }
+      }
+    }
+    return out;
+  }
+
+  Result<Attribute> attribute(const pb::AttributeProto& a, const std::string& node_label) {
+    using A = pb::AttributeProto;
+    switch (a.type()) {
+      case A::FLOAT: return Attribute(a.f());
+      case A::INT: return Attribute(static_cast<int64_t>(a.i()));
+      case A::STRING: return Attribute(a.s());
+      case A::FLOATS: return Attribute(std::vector<float>(a.floats().begin(), a.floats().end()));
+      case A::INTS: return Attribute(std::vector<int64_t>(a.ints().begin(), a.ints().end()));
+      case A::STRINGS: return Attribute(std::vector<std::string>(a.strings().begin(), a.strings().end()));
+      case A::TENSOR: {
+        TD_ASSIGN_OR_RETURN(HostTensor t, tensor(a.t()));
+        return Attribute(std::move(t));
+      }
+      case A::GRAPH: {
+        TD_ASSIGN_OR_RETURN(Graph g, graph(a.g(), /*subgraph=*/true));
+        return Attribute(std::make_shared<const Graph>(std::move(g)));
+      }
+      default:
+        return Status(StatusCode::kUnimplemented,
+                      fmt::format("{}: {} attribute '{}' has unsupported type {}", what,
+                                  node_label, a.name(), static_cast<int>(a.type())));
+    }
+  }
+
+  std::string fresh_name(const std::string& base) { return base + "__td" + std::to_string(node_counter++); }
+
+  // Adds an int64 initializer and returns its name.
+  std::string add_ints(Graph& g, const std::string& base, const std::vector<int64_t>& v) {
+    std::string name = fresh_name(base);
+    g.initializers.emplace(name, HostTensor::from_vector(v, {static_cast<int64_t>(v.size())}));
+    return name;
+  }
+  std::string add_scalar(Graph& g, const std::string& base, float v) {
+    std::string name = fresh_name(base);
+    g.initializers.emplace(name, HostTensor::scalar<float>(v));
+    return name;
+  }
+
+  // Moves attribute `attr` (ints) to input position `pos` as an int64 initializer.
+  void attr_to_input(Graph& g, Node& n, const std::string& attr, size_t pos) {
+    auto it = n.attrs.find(attr);
+    std::string name;
+    if (it != n.attrs.end()) {
+      std::vector<int64_t> v;
+      if (const auto* ints = it->second.get_if<std::vector<int64_t>>()) v = *ints;
+      else if (const auto* i = it->second.get_if<int64_t>()) v = {*i};
+      name = add_ints(g, n.name + "_" + attr, v);
+      n.attrs.erase(it);
+    }
+    if (n.inputs.size() <= pos) n.inputs.resize(pos + 1);
+    n.inputs[pos] = name;
+    while (!n.inputs.empty() && n.inputs.back().empty()) n.inputs.pop_back();
+  }
+
+  // Rewrites `n` (declared under `opset`) into its opset-17 form; may append helper nodes.
+  Status normalize(Graph& g, Node& n, std::vector<Node>& extra) {
+    const std::string& op = n.op;
+    if (op == "Clip" && opset < 11) {
+      const float lo = n.attrs.count("min") ? *n.attrs["min"].get_if<float>() : -3.4028235e38f;
+      const float hi = n.attrs.count("max") ? *n.attrs["max"].get_if<float>() : 3.4028235e38f;
+      n.attrs.erase("min");
+      n.attrs.erase("max");
+      n.inputs.resize(1);
+      n.inputs.push_back(add_scalar(g, n.name + "_min", lo));
+      n.inputs.push_back(add_scalar(g, n.name + "_max", hi));
+    } else if (op == "Slice" && opset < 10) {
+      attr_to_input(g, n, "starts", 1);
+      attr_to_input(g, n, "ends", 2);
+      if (n.attrs.count("axes")) attr_to_input(g, n, "axes", 3);
+    } else if (op == "Reshape" && opset < 5) {
+      attr_to_input(g, n, "shape", 1);
+    } else if ((op == "ReduceSum" && opset < 13) || ((op == "Squeeze" || op == "Unsqueeze") && opset < 13)) {
+      if (n.attrs.count("axes")) attr_to_input(g, n, "axes", 1);
+    } else if (op == "Split" && opset < 13) {
+      if (n.attrs.count("split")) attr_to_input(g, n, "split", 1);
+    } else if (op == "TopK" && opset < 10) {
+      attr_to_input(g, n, "k", 1);
+    } else if (op == "Pad" && opset < 11) {
+      attr_to_input(g, n, "pads", 1);
+      float value = 0;
+      if (n.attrs.count("value")) {
+        value = *n.attrs["value"].get_if<float>();
+        n.attrs.erase("value");
+      }
+      n.inputs.push_back(add_scalar(g, n.name + "_value", value));
+    } else if (op == "Dropout" && opset < 12) {
+      if (n.attrs.count("ratio")) {
+        float r = *n.attrs["ratio"].get_if<float>();
+        n.attrs.erase("ratio");
+        n.inputs.resize(1);
+        n.inputs.push_back(add_scalar(g, n.name + "_ratio", r));
+      }
+      n.attrs.erase("is_test");
+    } else if (op == "BatchNormalization" && opset < 9) {
+      n.attrs.erase("spatial");
+      n.attrs.erase("is_test");
+    } else if (op == "Gemm" && opset < 7) {
+      n.attrs.erase("broadcast");
+    } else if (op == "Upsample") {
+      // Upsample (opset 7-9) is Resize with scales.
+      std::string mode = "nearest";
+      if (n.attrs.count("mode")) mode = *n.attrs["mode"].get_if<std::string>();
+      std::vector<float> scales;
+      if (n.attrs.count("scales")) scales = *n.attrs["scales"].get_if<std::vector<float>>();
+      n.op = "Resize";
+      n.attrs.clear();
+      n.attrs["mode"] = mode == "bilinear" ? std::string("linear") : mode;
+      if (mode == "nearest") {
+        n.attrs["nearest_mode"] = std::string("floor");
+        n.attrs["coordinate_transformation_mode"] = std::string("asymmetric");
+      } else {
+        n.attrs["coordinate_transformation_mode"] = std::string("asymmetric");
+      }
+      std::string scales_name;
+      if (!scales.empty()) {
+        scales_name = fresh_name(n.name + "_scales");
+        g.initializers.emplace(scales_name, HostTensor::from_vector(scales, {static_cast<int64_t>(scales.size())}));
+      } else if (n.inputs.size() > 1) {
+        scales_name = n.inputs[1];
+      }
+      n.inputs = {n.inputs[0], "", scales_name};
+    } else if (op == "Resize" && opset < 11) {
+      // opset 10: (X, scales) -> opset 11+: (X, roi, scales)
+      if (n.inputs.size() >= 2) n.inputs = {n.inputs[0], "", n.inputs[1]};
+      std::string mode = n.attrs.count("mode") ? *n.attrs["mode"].get_if<std::string>() : "nearest";
+      n.attrs["coordinate_transformation_mode"] = std::string("asymmetric");
+      if (mode == "nearest") n.attrs["nearest_mode"] = std::string("floor");
+    } else if ((op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") && opset < 13) {
+      // Before 13: coerce to 2-D at `axis` (default 1), normalise rows, restore the shape.
+      int64_t axis = 1;
+      if (n.attrs.count("axis")) axis = *n.attrs["axis"].get_if<int64_t>();
+      const std::string x = n.inputs.at(0), y = n.outputs.at(0);
+      const std::string flat = fresh_name(y + "_flat"), soft = fresh_name(y + "_2d"),
+                        shape = fresh_name(y + "_shape");
+      Node flatten;
+      flatten.name = fresh_name(n.name + "_flatten");
+      flatten.op = "Flatten";
+      flatten.inputs = {x};
+      flatten.outputs = {flat};
+      flatten.attrs["axis"] = axis;
+      Node shape_node;
+      shape_node.name = fresh_name(n.name + "_shape");
+      shape_node.op = "Shape";
+      shape_node.inputs = {x};
+      shape_node.outputs = {shape};
+      Node reshape;
+      reshape.name = fresh_name(n.name + "_reshape");
+      reshape.op = "Reshape";
+      reshape.inputs = {soft, shape};
+      reshape.outputs = {y};
+      n.inputs = {flat};
+      n.outputs = {soft};
+      n.attrs["axis"] = int64_t{1};
+      extra.push_back(std::move(flatten));
+      extra.push_back(std::move(shape_node));
+      extra.push_back(std::move(reshape));
+    }
+    return OkStatus();
+  }
+
+  Result<Graph> graph(const pb::GraphProto& gp, bool subgraph) {
+    Graph g;
+    g.name = gp.name();
+    std::set<std::string> initializer_names;
+    for (const auto& t : gp.initializer()) {
+      if (t.name().empty()) return err("an initializer has no name");
+      TD_ASSIGN_OR_RETURN(HostTensor value, tensor(t));
+      if (!g.initializers.emplace(t.name(), std::move(value)).second)
+        return err(fmt::format("initializer '{}' is defined twice", t.name()));
+      initializer_names.insert(t.name());
+    }
+    if (gp.sparse_initializer_size() > 0)
+      return Status(StatusCode::kUnimplemented, what + ": sparse initializers are not supported");
+    for (const auto& in : gp.input()) {
+      if (initializer_names.count(in.name())) continue;  // IR < 4: initializers listed as inputs
+      TD_ASSIGN_OR_RETURN(TensorType t, value_type(in));
+      g.inputs.push_back({in.name(), t});
+    }
+    for (const auto& out : gp.output()) {
+      TD_ASSIGN_OR_RETURN(TensorType t, value_type(out));
+      g.outputs.push_back({out.name(), t});
+    }
+    for (const auto& np : gp.node()) {
+      Node n;
+      n.name = np.name().empty() ? fmt::format("{}_{}", np.op_type(), node_counter++) : np.name();
+      n.op = np.op_type();
+      n.domain = np.domain() == "ai.onnx" ? "" : np.domain();
+      n.inputs.assign(np.input().begin(), np.input().end());
+      n.outputs.assign(np.output().begin(), np.output().end());
+      for (const auto& a : np.attribute()) {
+        if (!a.ref_attr_name().empty())
+          return Status(StatusCode::kUnimplemented,
+                        fmt::format("{}: {} uses a function attribute reference", what, n.label()));
+        TD_ASSIGN_OR_RETURN(Attribute attr, attribute(a, n.label()));
+        n.attrs[a.name()] = std::move(attr);
+      }
+      std::vector<Node> extra;
+      TD_RETURN_IF_ERROR(normalize(g, n, extra));
+      g.nodes.push_back(std::move(n));
+      for (auto& e : extra) g.nodes.push_back(std::move(e));
+    }
+    if (!subgraph) {
+      auto order = topological_order(g);
+      if (!order.ok()) return err(order.status().message());
+    }
+    return g;
+  }
+};
+
+Status check_ops(const Graph& g, const std::string& what) {
+  std::map<std::string, int> unknown;
+  std::function<void(const Graph&)> walk = [&](const Graph& graph) {
+    for (const Node& n : graph.nodes) {
+      std::string key = n.domain.empty() ? n.op : n.domain + "." + n.op;
+      if (!n.domain.empty() || !OpRegistry::global().find(n.op)) unknown[key]++;
+      for (const auto& [name, a] : n.attrs)
+        if (const auto* sub = a.get_if<std::shared_ptr<const Graph>>())
+          if (*sub) walk(**sub);
+    }
+  };
+  walk(g);
+  if (unknown.empty()) return OkStatus();
+  std::string list;
+  for (const auto& [op, count] : unknown)
+    list += fmt::format("{}{} ({} node{})", list.empty() ? "" : ", ", op, count, count > 1 ? "s" : "");
+  return Status(StatusCode::kUnimplemented, fmt::format("{}: unsupported ops: {}", what, list));
+}
+
+}  // namespace
+
+Result<Model> import_bytes(const std::string& bytes, const std::string& what,
+                           const std::string& base_dir, const ImportOptions& options) {
+  pb::ModelProto mp;
+  if (bytes.empty()) return errors::InvalidArgument("{}: empty file, not an ONNX model", what);
+  if (!parse_proto(mp, bytes))
+    return errors::InvalidArgument("{}: not a valid ONNX model (protobuf parse failed: corrupt or "
+                                   "truncated file)", what);
+  if (!mp.has_graph())
+    return errors::InvalidArgument("{}: not an ONNX model (no graph)", what);
+  Importer imp;
+  imp.what = what;
+  imp.base_dir = base_dir;
+  for (const auto& o : mp.opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") imp.opset = o.version();
+  }
+  if (imp.opset == 0 && mp.opset_import_size() == 0) imp.opset = 1;
+  if (imp.opset == 0)
+    return errors::InvalidArgument("{}: the model imports no ai.onnx opset", what);
+  if (imp.opset < kMinOpset || imp.opset > kMaxOpset)
+    return errors::Unimplemented("{}: opset {} is not supported (supported: {} to {})", what,
+                                 imp.opset, kMinOpset, kMaxOpset);
+  Model model;
+  model.opset = imp.opset;
+  model.ir_version = mp.ir_version();
+  model.producer = mp.producer_name() + (mp.producer_version().empty() ? "" : " " + mp.producer_version());
+  TD_ASSIGN_OR_RETURN(model.graph, imp.graph(mp.graph(), /*subgraph=*/false));
+  if (options.check_ops) TD_RETURN_IF_ERROR(check_ops(model.graph, what));
+  return model;
+}
+
+Result<Model> import_file(const std::string& path, const ImportOptions& options) {
+  TD_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  TD_ASSIGN_OR_RETURN(Model m, import_bytes(bytes, path, dir.empty() ? "." : dir, options));
+  m.path = path;
+  return m;
+}
+
+Result<HostTensor> parse_tensor(const std::string& bytes, const std::string& what) {
+  pb::TensorProto t;
+  if (!parse_proto(t, bytes))
+    return errors::InvalidArgument("{}: not a valid onnx.TensorProto", what);
+  Importer imp;
+  imp.what = what;
+  return imp.tensor(t);
+}
+
+Result<HostTensor> read_tensor_file(const std::string& path) {
+  TD_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+  return parse_tensor(bytes, path);
+}
+
+std::string serialize_tensor(const HostTensor& tensor, const std::string& name) {
+  pb::TensorProto t;
+  t.set_name(name);
+  t.set_data_type(static_cast<int32_t>(tensor.dtype()));
+  for (int64_t d : tensor.shape()) t.add_dims(d);
+  t.set_raw_data(tensor.data(), tensor.nbytes());
+  return t.SerializeAsString();
+}
+
+std::string out_of_scope_reason(const std::string& model_bytes) {
+  pb::ModelProto mp;
+  if (!parse_proto(mp, model_bytes)) return "";
+  for (const auto& o : mp.opset_import())
+    if (o.domain() == "ai.onnx.preview.training") return "training ops are out of scope";
+  auto type_reason = [](const pb::TypeProto& t) -> std::string {
+    switch (t.value_case()) {
+      case pb::TypeProto::kSequenceType: return "sequence types are out of scope";
+      case pb::TypeProto::kMapType: return "map types are out of scope";
+      case pb::TypeProto::kOptionalType: return "optional types are out of scope";
+      case pb::TypeProto::kSparseTensorType: return "sparse tensors are out of scope";
+      case pb::TypeProto::kTensorType:
+        if (t.tensor_type().elem_type() == pb::TensorProto::STRING) return "string tensors are out of scope";
+        if (t.tensor_type().elem_type() == pb::TensorProto::COMPLEX64 ||
+            t.tensor_type().elem_type() == pb::TensorProto::COMPLEX128)
+          return "complex tensors are out of scope";
+        return "";
+      default: return "";
+    }
+  };
+  std::function<std::string(const pb::GraphProto&)> walk = [&](const pb::GraphProto& g) -> std::string {
+    for (const auto& v : g.input()) if (auto r = type_reason(v.type()); !r.empty()) return r;
+    for (const auto& v : g.output()) if (auto r = type_reason(v.type()); !r.empty()) return r;
+    for (const auto& v : g.value_info()) if (auto r = type_reason(v.type()); !r.empty()) return r;
+    static const std::set<std::string> kOutOfScope = {
+        "StringNormalizer", "RegexFullMatch", "StringConcat", "StringSplit", "TfIdfVectorizer",
+        "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
+        "SequenceLength", "SequenceMap", "SplitToSequence", "ConcatFromSequence", "Optional",
+        "OptionalGetElement", "OptionalHasElement", "Gradient", "Adagrad", "Adam", "Momentum"};
+    for (const auto& n : g.node()) {
+      if (kOutOfScope.count(n.op_type())) return n.op_type() + " is out of scope (strings, sequences, optional and training ops)";
+      if (n.domain() == "ai.onnx.preview.training") return "training ops are out of scope";
+      for (const auto& a : n.attribute()) {
+        if (a.type() == pb::AttributeProto::GRAPH) {
+          if (auto r = walk(a.g()); !r.empty()) return r;
+        }
+        if (a.type() == pb::AttributeProto::TENSOR && a.t().data_type() == pb::TensorProto::STRING)
+          return "string tensors are out of scope";
+      }
+    }
+    return "";
+  };
+  return walk(mp.graph());
+}
+
+}  // namespace tensord::onnx

@@ -1,0 +1,232 @@
+// Tier 1: ONNX import, including every kind of bad file, with models built in the test.
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "onnx/onnx_import.h"
+
+namespace tensord {
+namespace {
+
+namespace pb = ::onnx;
+
+pb::ModelProto base_model(int64_t opset = 13) {
+  pb::ModelProto m;
+  m.set_ir_version(7);
+  m.set_producer_name("test");
+  auto* o = m.add_opset_import();
+  o->set_domain("");
+  o->set_version(opset);
+  auto* g = m.mutable_graph();
+  g->set_name("g");
+  auto* in = g->add_input();
+  in->set_name("x");
+  auto* tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(pb::TensorProto::FLOAT);
+  tt->mutable_shape()->add_dim()->set_dim_param("N");
+  tt->mutable_shape()->add_dim()->set_dim_value(3);
+  g->add_output()->set_name("y");
+  return m;
+}
+
+pb::NodeProto* add_node(pb::ModelProto& m, const std::string& op, std::vector<std::string> in,
+                        std::vector<std::string> out, const std::string& name = "") {
+  auto* n = m.mutable_graph()->add_node();
+  n->set_op_type(op);
+  n->set_name(name);
+  for (auto& s : in) n->add_input(s);
+  for (auto& s : out) n->add_output(s);
+  return n;
+}
+
+Result<onnx::Model> import(const pb::ModelProto& m) {
+  return onnx::import_bytes(m.SerializeAsString(), "model.onnx");
+}
+
+TEST(OnnxImport, SimpleModel) {
+  auto m = base_model();
+  auto* w = m.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(pb::TensorProto::FLOAT);
+  w->add_dims(3);
+  for (float v : {1.f, 2.f, 3.f}) w->add_float_data(v);
+  add_node(m, "Add", {"x", "w"}, {"s"}, "add");
+  add_node(m, "Relu", {"s"}, {"y"}, "relu");
+  auto r = import(m);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->opset, 13);
+  ASSERT_EQ(r->graph.inputs.size(), 1u);
+  EXPECT_EQ(r->graph.inputs[0].type, (TensorType{DType::kFloat32, {-1, 3}}));
+  EXPECT_EQ(r->graph.nodes.size(), 2u);
+  ASSERT_EQ(r->graph.initializers.count("w"), 1u);
+  EXPECT_EQ(r->graph.initializers.at("w").data<float>()[2], 3.f);
+}
+
+TEST(OnnxImport, CorruptTruncatedAndEmptyFiles) {
+  auto m = base_model();
+  add_node(m, "Relu", {"x"}, {"y"});
+  const std::string bytes = m.SerializeAsString();
+  for (const std::string& bad : {std::string(), std::string("\x89PNG\r\n\x1a\n garbage", 16),
+                                 bytes.substr(0, bytes.size() / 2)}) {
+    auto r = onnx::import_bytes(bad, "broken.onnx");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("broken.onnx"), std::string::npos) << r.status().message();
+  }
+  auto missing = onnx::import_file("/nonexistent/model.onnx");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+TEST(OnnxImport, CyclesAndDanglingNamesNameTheNode) {
+  auto cyc = base_model();
+  add_node(cyc, "Relu", {"b"}, {"a"}, "first");
+  add_node(cyc, "Relu", {"a"}, {"b"}, "second");
+  add_node(cyc, "Relu", {"b"}, {"y"}, "third");
+  auto r = import(cyc);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("cycle"), std::string::npos) << r.status().message();
+
+  auto dangling = base_model();
+  add_node(dangling, "Add", {"x", "ghost"}, {"y"}, "adder");
+  r = import(dangling);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'ghost'"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("adder"), std::string::npos) << r.status().message();
+}
+
+TEST(OnnxImport, InitializerSizeMustMatchShape) {
+  auto m = base_model();
+  auto* w = m.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(pb::TensorProto::FLOAT);
+  w->add_dims(4);
+  w->set_raw_data(std::string(12, '\0'));  // 3 floats for a shape of 4
+  add_node(m, "Add", {"x", "w"}, {"y"});
+  auto r = import(m);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'w'"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("12 bytes"), std::string::npos) << r.status().message();
+
+  auto absurd = base_model();
+  auto* big = absurd.mutable_graph()->add_initializer();
+  big->set_name("big");
+  big->set_data_type(pb::TensorProto::FLOAT);
+  big->add_dims(1LL << 40);
+  big->add_dims(1LL << 40);
+  add_node(absurd, "Add", {"x", "big"}, {"y"});
+  r = import(absurd);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'big'"), std::string::npos) << r.status().message();
+
+  auto negative = base_model();
+  auto* neg = negative.mutable_graph()->add_initializer();
+  neg->set_name("neg");
+  neg->set_data_type(pb::TensorProto::FLOAT);
+  neg->add_dims(-5);
+  add_node(negative, "Add", {"x", "neg"}, {"y"});
+  EXPECT_FALSE(import(negative).ok());
+}
+
+TEST(OnnxImport, UnsupportedOpsetAndOpsAreReportedAtOnce) {
+  auto old = base_model(3);
+  add_node(old, "Relu", {"x"}, {"y"});
+  auto r = import(old);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(r.status().message().find("opset 3"), std::string::npos);
+
+  auto m = base_model();
+  add_node(m, "FancyOp", {"x"}, {"a"});
+  add_node(m, "FancyOp", {"a"}, {"b"});
+  add_node(m, "OtherOp", {"b"}, {"y"});
+  r = import(m);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(r.status().message().find("FancyOp (2 nodes)"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("OtherOp (1 node)"), std::string::npos) << r.status().message();
+}
+
+TEST(OnnxImport, OldOpsetFormsBecomeOpset17Forms) {
+  auto m = base_model(6 + 1);  // opset 7: Clip min/max and Slice starts/ends are attributes
+  auto* clip = add_node(m, "Clip", {"x"}, {"c"}, "clip");
+  auto* a = clip->add_attribute();
+  a->set_name("min");
+  a->set_type(pb::AttributeProto::FLOAT);
+  a->set_f(-1.f);
+  auto* slice = add_node(m, "Slice", {"c"}, {"y"}, "slice");
+  auto* s = slice->add_attribute();
+  s->set_name("starts");
+  s->set_type(pb::AttributeProto::INTS);
+  s->add_ints(1);
+  auto* e = slice->add_attribute();
+  e->set_name("ends");
+  e->set_type(pb::AttributeProto::INTS);
+  e->add_ints(3);
+  auto r = import(m);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const Node& c = r->graph.nodes[0];
+  EXPECT_TRUE(c.attrs.empty());
+  ASSERT_EQ(c.inputs.size(), 3u);
+  EXPECT_EQ(r->graph.initializers.at(c.inputs[1]).data<float>()[0], -1.f);
+  const Node& sl = r->graph.nodes[1];
+  ASSERT_EQ(sl.inputs.size(), 3u);
+  EXPECT_EQ(r->graph.initializers.at(sl.inputs[1]).data<int64_t>()[0], 1);
+  EXPECT_EQ(r->graph.initializers.at(sl.inputs[2]).data<int64_t>()[0], 3);
+}
+
+TEST(OnnxImport, ExternalDataStaysInsideTheModelFolder) {
+  const auto dir = std::filesystem::temp_directory_path() / "tensord_ext_test";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream f(dir / "weights.bin", std::ios::binary);
+    float v[3] = {4, 5, 6};
+    f.write(reinterpret_cast<const char*>(v), sizeof v);
+  }
+  auto make = [&](const std::string& location, int64_t dims) {
+    auto m = base_model();
+    auto* w = m.mutable_graph()->add_initializer();
+    w->set_name("w");
+    w->set_data_type(pb::TensorProto::FLOAT);
+    w->add_dims(dims);
+    w->set_data_location(pb::TensorProto::EXTERNAL);
+    auto* kv = w->add_external_data();
+    kv->set_key("location");
+    kv->set_value(location);
+    add_node(m, "Add", {"x", "w"}, {"y"});
+    return m.SerializeAsString();
+  };
+  auto ok = onnx::import_bytes(make("weights.bin", 3), "m.onnx", dir.string());
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(ok->graph.initializers.at("w").data<float>()[1], 5.f);
+  EXPECT_FALSE(onnx::import_bytes(make("../etc/passwd", 3), "m.onnx", dir.string()).ok());
+  EXPECT_FALSE(onnx::import_bytes(make("/etc/passwd", 3), "m.onnx", dir.string()).ok());
+  auto short_file = onnx::import_bytes(make("weights.bin", 4), "m.onnx", dir.string());
+  ASSERT_FALSE(short_file.ok());
+  EXPECT_NE(short_file.status().message().find("past the end"), std::string::npos)
+      << short_file.status().message();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(OnnxImport, TensorFilesRoundTrip) {
+  HostTensor t = HostTensor::from_vector<int64_t>({1, -2, 3}, {3});
+  auto back = onnx::parse_tensor(onnx::serialize_tensor(t, "t"), "t.pb");
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->to_double_vector(), (std::vector<double>{1, -2, 3}));
+  EXPECT_FALSE(onnx::parse_tensor("\xff\xff\xff", "bad.pb").ok());
+}
+
+TEST(OnnxImport, OutOfScopeReasons) {
+  auto m = base_model();
+  add_node(m, "SequenceConstruct", {"x"}, {"y"});
+  EXPECT_NE(onnx::out_of_scope_reason(m.SerializeAsString()).find("SequenceConstruct"),
+            std::string::npos);
+  auto plain = base_model();
+  add_node(plain, "Relu", {"x"}, {"y"});
+  EXPECT_EQ(onnx::out_of_scope_reason(plain.SerializeAsString()), "");
+}
+
+}  // namespace
+}  // namespace tensord
