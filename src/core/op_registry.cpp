@@ -40,6 +40,11 @@ const OpRegistry& OpRegistry::global() {
     register_nn_ops(*r);
     register_shape_ops(*r);
     register_reduction_ops(*r);
+    register_rnn_ops(*r);
+    register_image_ops(*r);
+    register_quant_ops(*r);
+    register_math_ops(*r);
+    register_control_ops(*r);
     return r;
   }();
   return *registry;

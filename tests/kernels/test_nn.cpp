@@ -37,13 +37,13 @@ HostTensor run1(const std::string& op, const std::vector<HostTensor>& inputs,
                                       std::initializer_list<std::string> parts) {
   if (r.ok()) return ::testing::AssertionFailure() << "expected an error, got success";
   if (r.status().code() != code)
-    return ::testing::AssertionFailure() << "code " << status_code_name(r.status().code())
-                                         << " != " << status_code_name(code) << ": "
-                                         << r.status().message();
+    return ::testing::AssertionFailure()
+           << "code " << status_code_name(r.status().code()) << " != " << status_code_name(code)
+           << ": " << r.status().message();
   for (const auto& p : parts)
     if (r.status().message().find(p) == std::string::npos)
-      return ::testing::AssertionFailure() << "message '" << r.status().message()
-                                           << "' lacks '" << p << "'";
+      return ::testing::AssertionFailure()
+             << "message '" << r.status().message() << "' lacks '" << p << "'";
   return ::testing::AssertionSuccess();
 }
 
@@ -62,8 +62,9 @@ TEST(NnMatMul, OneDPromotion) {
   EXPECT_TRUE(
       tensors_near(run1("MatMul", {F32({1, 2, 3}, {3}), F32({4, 5, 6}, {3})}), F32({32}, {})));
   // 1-D times a batch of matrices: [3] x [2, 3, 1] -> [2, 1].
-  EXPECT_TRUE(tensors_near(run1("MatMul", {F32({1, 2, 3}, {3}), F32({1, 0, 0, 0, 0, 1}, {2, 3, 1})}),
-                           F32({1, 3}, {2, 1})));
+  EXPECT_TRUE(
+      tensors_near(run1("MatMul", {F32({1, 2, 3}, {3}), F32({1, 0, 0, 0, 0, 1}, {2, 3, 1})}),
+                   F32({1, 3}, {2, 1})));
 }
 
 TEST(NnMatMul, BatchBroadcast) {
@@ -96,9 +97,9 @@ TEST(NnMatMul, Errors) {
   EXPECT_TRUE(fails_with(run_op("MatMul", {F32({}, {2, 3}), F32({}, {4, 5})}),
                          StatusCode::kInvalidArgument,
                          {"MatMul: inner dimensions differ: [2, 3] x [4, 5]", "test_MatMul"}));
-  EXPECT_TRUE(fails_with(run_op("MatMul", {F32({}, {2, 2, 3}), F32({}, {3, 3, 2})}),
-                         StatusCode::kInvalidArgument,
-                         {"MatMul", "batch dimensions do not broadcast", "[2, 2, 3]", "[3, 3, 2]"}));
+  EXPECT_TRUE(fails_with(
+      run_op("MatMul", {F32({}, {2, 2, 3}), F32({}, {3, 3, 2})}), StatusCode::kInvalidArgument,
+      {"MatMul", "batch dimensions do not broadcast", "[2, 2, 3]", "[3, 3, 2]"}));
   EXPECT_TRUE(fails_with(run_op("MatMul", {F32({1}, {}), F32({1}, {1})}),
                          StatusCode::kInvalidArgument, {"MatMul", "rank >= 1"}));
   EXPECT_TRUE(fails_with(run_op("MatMul", {F32({1, 2}, {1, 2}), I64({1, 2}, {2, 1})}),
@@ -118,10 +119,10 @@ TEST(NnGemm, DefaultNoBias) {
 TEST(NnGemm, AllAttributes) {
   // A = [[1,2,3],[4,5,6]] stored transposed, B = [[7,8],[9,10],[11,12]] stored transposed.
   // 0.5 * A @ B = [[29, 32], [69.5, 77]]; + 2 * [1, 2] broadcast over rows.
-  auto y = run1("Gemm",
-                {F32({1, 4, 2, 5, 3, 6}, {3, 2}), F32({7, 9, 11, 8, 10, 12}, {2, 3}),
-                 F32({1, 2}, {2})},
-                {{"transA", 1}, {"transB", 1}, {"alpha", 0.5f}, {"beta", 2.0f}});
+  auto y =
+      run1("Gemm",
+           {F32({1, 4, 2, 5, 3, 6}, {3, 2}), F32({7, 9, 11, 8, 10, 12}, {2, 3}), F32({1, 2}, {2})},
+           {{"transA", 1}, {"transB", 1}, {"alpha", 0.5f}, {"beta", 2.0f}});
   EXPECT_TRUE(tensors_near(y, F32({31, 36, 71.5, 81}, {2, 2})));
 }
 
@@ -170,10 +171,10 @@ TEST(NnConv, OneDPadsStridesDilationsBias) {
   // Zero padding: the last window sees x3 - 0.
   EXPECT_TRUE(tensors_near(run1("Conv", {x, w, b}, {{"pads", std::vector<int64_t>{1, 1}}}),
                            F32({8, 8, 8, 8, 14}, {1, 1, 5})));
-  EXPECT_TRUE(tensors_near(run1("Conv", {x, w, b},
-                                {{"pads", std::vector<int64_t>{1, 1}},
-                                 {"strides", std::vector<int64_t>{2}}}),
-                           F32({8, 8, 14}, {1, 1, 3})));
+  EXPECT_TRUE(tensors_near(
+      run1("Conv", {x, w, b},
+           {{"pads", std::vector<int64_t>{1, 1}}, {"strides", std::vector<int64_t>{2}}}),
+      F32({8, 8, 14}, {1, 1, 3})));
   // Dilation 2: one window x0 - x4.
   EXPECT_TRUE(tensors_near(run1("Conv", {x, w, b}, {{"dilations", std::vector<int64_t>{2}}}),
                            F32({6}, {1, 1, 1})));
@@ -194,9 +195,9 @@ TEST(NnConv, AutoPad) {
   EXPECT_TRUE(tensors_near(run1("Conv", {x, w}, {{"auto_pad", "VALID"}, {"strides", s2}}),
                            F32({-2}, {1, 1, 1})));
   // Explicit pads are ignored under auto_pad.
-  EXPECT_TRUE(tensors_near(run1("Conv", {x, w},
-                                {{"auto_pad", "VALID"}, {"pads", std::vector<int64_t>{1, 1}}}),
-                           F32({-2, -2}, {1, 1, 2})));
+  EXPECT_TRUE(tensors_near(
+      run1("Conv", {x, w}, {{"auto_pad", "VALID"}, {"pads", std::vector<int64_t>{1, 1}}}),
+      F32({-2, -2}, {1, 1, 2})));
 }
 
 TEST(NnConv, TwoDChannelsAndBias) {
@@ -213,8 +214,9 @@ TEST(NnConv, TwoDPaddedStrided) {
   // 3x3 input 1..9, 2x2 ones kernel, pads 1 on every side, stride 2: 2x2 output of window sums.
   const HostTensor x = F32({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3});
   const HostTensor w = F32({1, 1, 1, 1}, {1, 1, 2, 2});
-  auto y = run1("Conv", {x, w},
-                {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"strides", std::vector<int64_t>{2, 2}}});
+  auto y =
+      run1("Conv", {x, w},
+           {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"strides", std::vector<int64_t>{2, 2}}});
   // Windows start at (-1,-1), (-1,1), (1,-1), (1,1).
   EXPECT_TRUE(tensors_near(y, F32({1, 5, 11, 28}, {1, 1, 2, 2})));
 }
@@ -225,8 +227,8 @@ TEST(NnConv, Groups) {
   EXPECT_TRUE(tensors_near(y, F32({2, 4, 6, 8, 15, 18, 21, 24}, {1, 2, 2, 2})));
   // Two output channels per group (4 in all): group 0 sees channel 0 only.
   y = run1("Conv", {x, F32({1, -1, 10, 0}, {4, 1, 1, 1}), F32({0, 0, 0, 1}, {4})}, {{"group", 2}});
-  EXPECT_TRUE(tensors_near(y, F32({1, 2, 3, 4, -1, -2, -3, -4, 50, 60, 70, 80, 1, 1, 1, 1},
-                                  {1, 4, 2, 2})));
+  EXPECT_TRUE(
+      tensors_near(y, F32({1, 2, 3, 4, -1, -2, -3, -4, 50, 60, 70, 80, 1, 1, 1, 1}, {1, 4, 2, 2})));
 }
 
 TEST(NnConv, ThreeDAndBatch) {
@@ -251,21 +253,20 @@ TEST(NnConv, Errors) {
   auto r = run_op("Conv", {F32({}, {1, 3, 5, 5}), F32({}, {2, 4, 3, 3})});
   EXPECT_TRUE(fails_with(r, StatusCode::kInvalidArgument,
                          {"Conv: input has 3 channels, weight expects 4 (node 'test_Conv')"}));
-  EXPECT_TRUE(fails_with(run_op("Conv", {F32({}, {1, 4, 5, 5}), F32({}, {3, 2, 3, 3})},
-                                {{"group", 2}}),
-                         StatusCode::kInvalidArgument,
-                         {"Conv", "3 output channels, not divisible by group 2"}));
+  EXPECT_TRUE(fails_with(
+      run_op("Conv", {F32({}, {1, 4, 5, 5}), F32({}, {3, 2, 3, 3})}, {{"group", 2}}),
+      StatusCode::kInvalidArgument, {"Conv", "3 output channels, not divisible by group 2"}));
   EXPECT_TRUE(fails_with(run_op("Conv", {F32({}, {1, 1, 5, 5}), F32({}, {1, 1, 3, 3})},
                                 {{"kernel_shape", std::vector<int64_t>{2, 2}}}),
                          StatusCode::kInvalidArgument, {"Conv", "kernel_shape [2, 2]", "[3, 3]"}));
   EXPECT_TRUE(fails_with(run_op("Conv", {F32({}, {1, 1, 5}), F32({}, {2, 1, 3}), F32({}, {3})}),
                          StatusCode::kInvalidArgument, {"Conv", "bias has shape [3]", "[2]"}));
-  EXPECT_TRUE(fails_with(run_op("Conv", {F32({}, {1, 1, 5}), F32({}, {1, 1, 3})},
-                                {{"pads", std::vector<int64_t>{1}}}),
-                         StatusCode::kInvalidArgument, {"Conv", "'pads' has 1 values [1]", "2"}));
-  EXPECT_TRUE(fails_with(run_op("Conv", {F32({}, {1, 1, 5}), F32({}, {1, 1, 3})},
-                                {{"auto_pad", "SAME"}}),
-                         StatusCode::kInvalidArgument, {"Conv", "auto_pad", "'SAME'"}));
+  EXPECT_TRUE(fails_with(
+      run_op("Conv", {F32({}, {1, 1, 5}), F32({}, {1, 1, 3})}, {{"pads", std::vector<int64_t>{1}}}),
+      StatusCode::kInvalidArgument, {"Conv", "'pads' has 1 values [1]", "2"}));
+  EXPECT_TRUE(
+      fails_with(run_op("Conv", {F32({}, {1, 1, 5}), F32({}, {1, 1, 3})}, {{"auto_pad", "SAME"}}),
+                 StatusCode::kInvalidArgument, {"Conv", "auto_pad", "'SAME'"}));
   EXPECT_TRUE(fails_with(run_op("Conv", {F32({}, {1, 1, 2}), F32({}, {1, 1, 3})}),
                          StatusCode::kInvalidArgument,
                          {"Conv", "input size 2", "dilated kernel size 3"}));
@@ -293,13 +294,13 @@ TEST(NnConvTranspose, OneD) {
       run1("ConvTranspose", {x, w}, {{"strides", s2}, {"pads", std::vector<int64_t>{1, 1}}}),
       F32({1, 3, 2, 5, 3}, {1, 1, 5})));
   // output_padding adds one (zero) element at the end.
-  EXPECT_TRUE(tensors_near(run1("ConvTranspose", {x, w},
-                                {{"strides", s2}, {"output_padding", std::vector<int64_t>{1}}}),
-                           F32({1, 1, 3, 2, 5, 3, 3, 0}, {1, 1, 8})));
+  EXPECT_TRUE(tensors_near(
+      run1("ConvTranspose", {x, w}, {{"strides", s2}, {"output_padding", std::vector<int64_t>{1}}}),
+      F32({1, 1, 3, 2, 5, 3, 3, 0}, {1, 1, 8})));
   // Dilation 2 with a 2-tap kernel: x0 at 0 and 2, x1 at 1 and 3, x2 at 2 and 4.
-  EXPECT_TRUE(tensors_near(run1("ConvTranspose", {x, F32({1, 1}, {1, 1, 2})},
-                                {{"dilations", std::vector<int64_t>{2}}}),
-                           F32({1, 2, 4, 2, 3}, {1, 1, 5})));
+  EXPECT_TRUE(tensors_near(
+      run1("ConvTranspose", {x, F32({1, 1}, {1, 1, 2})}, {{"dilations", std::vector<int64_t>{2}}}),
+      F32({1, 2, 4, 2, 3}, {1, 1, 5})));
 }
 
 TEST(NnConvTranspose, OutputShapeAndAutoPad) {
@@ -319,20 +320,20 @@ TEST(NnConvTranspose, OutputShapeAndAutoPad) {
                                 {{"strides", s2}, {"output_shape", std::vector<int64_t>{1, 1, 6}}}),
                            F32({1, 3, 2, 5, 3, 3}, {1, 1, 6})));
   // SAME: output = 3 * 2 = 6; SAME_UPPER crops the end, SAME_LOWER the beginning.
-  EXPECT_TRUE(tensors_near(
-      run1("ConvTranspose", {x, w}, {{"strides", s2}, {"auto_pad", "SAME_UPPER"}}),
-      F32({1, 1, 3, 2, 5, 3}, {1, 1, 6})));
-  EXPECT_TRUE(tensors_near(
-      run1("ConvTranspose", {x, w}, {{"strides", s2}, {"auto_pad", "SAME_LOWER"}}),
-      F32({1, 3, 2, 5, 3, 3}, {1, 1, 6})));
+  EXPECT_TRUE(
+      tensors_near(run1("ConvTranspose", {x, w}, {{"strides", s2}, {"auto_pad", "SAME_UPPER"}}),
+                   F32({1, 1, 3, 2, 5, 3}, {1, 1, 6})));
+  EXPECT_TRUE(
+      tensors_near(run1("ConvTranspose", {x, w}, {{"strides", s2}, {"auto_pad", "SAME_LOWER"}}),
+                   F32({1, 3, 2, 5, 3, 3}, {1, 1, 6})));
 }
 
 TEST(NnConvTranspose, GroupsBiasAndRanks) {
   // Group 2, one output channel per group: y0 = 1 * w0, y1 = 2 * w1, plus bias [1, -1].
-  auto y = run1("ConvTranspose",
-                {F32({1, 2}, {1, 2, 1, 1}), F32({1, 2, 3, 4, 5, 6, 7, 8}, {2, 1, 2, 2}),
-                 F32({1, -1}, {2})},
-                {{"group", 2}});
+  auto y = run1(
+      "ConvTranspose",
+      {F32({1, 2}, {1, 2, 1, 1}), F32({1, 2, 3, 4, 5, 6, 7, 8}, {2, 1, 2, 2}), F32({1, -1}, {2})},
+      {{"group", 2}});
   EXPECT_TRUE(tensors_near(y, F32({2, 3, 4, 5, 9, 11, 13, 15}, {1, 2, 2, 2})));
   // Two output channels from one input channel.
   y = run1("ConvTranspose", {F32({2}, {1, 1, 1, 1}), F32({3, 4}, {1, 2, 1, 1})});
@@ -355,9 +356,9 @@ TEST(NnConvTranspose, Errors) {
   EXPECT_TRUE(fails_with(run_op("ConvTranspose", {F32({}, {1, 1, 2}), F32({}, {1, 1, 2})},
                                 {{"pads", std::vector<int64_t>{2, 2}}}),
                          StatusCode::kInvalidArgument, {"ConvTranspose", "pads 2+2", "3"}));
-  EXPECT_TRUE(fails_with(run_op("ConvTranspose", {F32({}, {1, 1, 3}), F32({}, {1, 1, 3}),
-                                                  F32({}, {2})}),
-                         StatusCode::kInvalidArgument, {"ConvTranspose", "bias has shape [2]"}));
+  EXPECT_TRUE(
+      fails_with(run_op("ConvTranspose", {F32({}, {1, 1, 3}), F32({}, {1, 1, 3}), F32({}, {2})}),
+                 StatusCode::kInvalidArgument, {"ConvTranspose", "bias has shape [2]"}));
 }
 
 // ---- MaxPool ----
@@ -402,10 +403,10 @@ TEST(NnMaxPool, CeilModeAndPads) {
                                  {"ceil_mode", 1}}),
                            F32({1, 5}, {1, 1, 2})));
   // Padding never wins over negative values.
-  EXPECT_TRUE(tensors_near(run1("MaxPool", {F32({-3, -1}, {1, 1, 2})},
-                                {{"kernel_shape", std::vector<int64_t>{2}},
-                                 {"pads", std::vector<int64_t>{1, 1}}}),
-                           F32({-3, -1, -1}, {1, 1, 3})));
+  EXPECT_TRUE(tensors_near(
+      run1("MaxPool", {F32({-3, -1}, {1, 1, 2})},
+           {{"kernel_shape", std::vector<int64_t>{2}}, {"pads", std::vector<int64_t>{1, 1}}}),
+      F32({-3, -1, -1}, {1, 1, 3})));
 }
 
 TEST(NnMaxPool, DilationsAndAutoPad) {
@@ -416,10 +417,12 @@ TEST(NnMaxPool, DilationsAndAutoPad) {
                            F32({11, 12, 15, 16}, {1, 1, 2, 2})));
   const HostTensor x1 = F32({4, 1, 3, 2}, {1, 1, 4});
   const std::vector<int64_t> k2 = {2};
-  EXPECT_TRUE(tensors_near(run1("MaxPool", {x1}, {{"kernel_shape", k2}, {"auto_pad", "SAME_UPPER"}}),
-                           F32({4, 3, 3, 2}, {1, 1, 4})));
-  EXPECT_TRUE(tensors_near(run1("MaxPool", {x1}, {{"kernel_shape", k2}, {"auto_pad", "SAME_LOWER"}}),
-                           F32({4, 4, 3, 3}, {1, 1, 4})));
+  EXPECT_TRUE(
+      tensors_near(run1("MaxPool", {x1}, {{"kernel_shape", k2}, {"auto_pad", "SAME_UPPER"}}),
+                   F32({4, 3, 3, 2}, {1, 1, 4})));
+  EXPECT_TRUE(
+      tensors_near(run1("MaxPool", {x1}, {{"kernel_shape", k2}, {"auto_pad", "SAME_LOWER"}}),
+                   F32({4, 4, 3, 3}, {1, 1, 4})));
   EXPECT_TRUE(tensors_near(
       run1("MaxPool", {x1},
            {{"kernel_shape", k2}, {"auto_pad", "VALID"}, {"strides", std::vector<int64_t>{2}}}),
@@ -449,29 +452,32 @@ TEST(NnMaxPool, Errors) {
   EXPECT_TRUE(fails_with(run_op("MaxPool", {x}), StatusCode::kInvalidArgument,
                          {"MaxPool", "'kernel_shape' is required"}));
   EXPECT_TRUE(fails_with(run_op("MaxPool", {x}, {{"kernel_shape", std::vector<int64_t>{2}}}),
-                         StatusCode::kInvalidArgument, {"MaxPool", "kernel_shape [2]", "2 spatial"}));
-  EXPECT_TRUE(fails_with(run_op("MaxPool", {x}, {{"kernel_shape", std::vector<int64_t>{2, 2}},
-                                                 {"storage_order", 2}}),
-                         StatusCode::kInvalidArgument, {"MaxPool", "storage_order", "2"}));
-  EXPECT_TRUE(fails_with(run_op("MaxPool", {x}, {{"kernel_shape", std::vector<int64_t>{2, 2}},
-                                                 {"pads", std::vector<int64_t>{0, -1, 0, 0}}}),
+                         StatusCode::kInvalidArgument,
+                         {"MaxPool", "kernel_shape [2]", "2 spatial"}));
+  EXPECT_TRUE(fails_with(
+      run_op("MaxPool", {x}, {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"storage_order", 2}}),
+      StatusCode::kInvalidArgument, {"MaxPool", "storage_order", "2"}));
+  EXPECT_TRUE(fails_with(run_op("MaxPool", {x},
+                                {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                                 {"pads", std::vector<int64_t>{0, -1, 0, 0}}}),
                          StatusCode::kInvalidArgument, {"MaxPool", "'pads'", "[0, -1, 0, 0]"}));
   EXPECT_TRUE(fails_with(run_op("MaxPool", {x}, {{"kernel_shape", std::vector<int64_t>{5, 5}}}),
                          StatusCode::kInvalidArgument, {"MaxPool", "input size 4", "5"}));
-  EXPECT_TRUE(fails_with(run_op("MaxPool", {F32({}, {4, 4})},
-                                {{"kernel_shape", std::vector<int64_t>{2}}}),
-                         StatusCode::kInvalidArgument, {"MaxPool", "rank >= 3", "[4, 4]"}));
-  EXPECT_TRUE(fails_with(run_op("MaxPool", {I64({1, 2}, {1, 1, 2})},
-                                {{"kernel_shape", std::vector<int64_t>{2}}}),
-                         StatusCode::kInvalidArgument, {"MaxPool", "int64"}));
+  EXPECT_TRUE(
+      fails_with(run_op("MaxPool", {F32({}, {4, 4})}, {{"kernel_shape", std::vector<int64_t>{2}}}),
+                 StatusCode::kInvalidArgument, {"MaxPool", "rank >= 3", "[4, 4]"}));
+  EXPECT_TRUE(fails_with(
+      run_op("MaxPool", {I64({1, 2}, {1, 1, 2})}, {{"kernel_shape", std::vector<int64_t>{2}}}),
+      StatusCode::kInvalidArgument, {"MaxPool", "int64"}));
 }
 
 // ---- AveragePool, LpPool ----
 
 TEST(NnAveragePool, OneDPadsCountIncludePad) {
   const std::vector<int64_t> k2 = {2};
-  EXPECT_TRUE(tensors_near(run1("AveragePool", {F32({1, 2, 3, 4}, {1, 1, 4})}, {{"kernel_shape", k2}}),
-                           F32({1.5, 2.5, 3.5}, {1, 1, 3})));
+  EXPECT_TRUE(
+      tensors_near(run1("AveragePool", {F32({1, 2, 3, 4}, {1, 1, 4})}, {{"kernel_shape", k2}}),
+                   F32({1.5, 2.5, 3.5}, {1, 1, 3})));
   const HostTensor x = F32({3, 6, 9}, {1, 1, 3});
   AttributeMap attrs = {{"kernel_shape", k2}, {"pads", std::vector<int64_t>{1, 1}}};
   EXPECT_TRUE(tensors_near(run1("AveragePool", {x}, attrs), F32({3, 4.5, 7.5, 9}, {1, 1, 4})));
@@ -501,16 +507,17 @@ TEST(NnAveragePool, TwoDSameUpper) {
 
 TEST(NnAveragePool, StridesThreeDAndFloat64) {
   const HostTensor x = F32({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, {1, 1, 4, 4});
-  EXPECT_TRUE(tensors_near(run1("AveragePool", {x},
-                                {{"kernel_shape", std::vector<int64_t>{2, 2}},
-                                 {"strides", std::vector<int64_t>{2, 2}}}),
-                           F32({3.5, 5.5, 11.5, 13.5}, {1, 1, 2, 2})));
+  EXPECT_TRUE(tensors_near(
+      run1("AveragePool", {x},
+           {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}}),
+      F32({3.5, 5.5, 11.5, 13.5}, {1, 1, 2, 2})));
   EXPECT_TRUE(tensors_near(run1("AveragePool", {F64({1, 2, 3, 4, 5, 6, 7, 8}, {1, 1, 2, 2, 2})},
                                 {{"kernel_shape", std::vector<int64_t>{2, 2, 2}}}),
                            F64({4.5}, {1, 1, 1, 1, 1})));
-  EXPECT_TRUE(fails_with(run_op("AveragePool", {x}, {{"kernel_shape", std::vector<int64_t>{2, 2}},
-                                                     {"count_include_pad", 3}}),
-                         StatusCode::kInvalidArgument, {"AveragePool", "count_include_pad", "3"}));
+  EXPECT_TRUE(
+      fails_with(run_op("AveragePool", {x},
+                        {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"count_include_pad", 3}}),
+                 StatusCode::kInvalidArgument, {"AveragePool", "count_include_pad", "3"}));
 }
 
 TEST(NnLpPool, Norms) {
@@ -548,7 +555,8 @@ TEST(NnGlobalPool, AverageMaxLp) {
 
 TEST(NnGlobalPool, Errors) {
   EXPECT_TRUE(fails_with(run_op("GlobalAveragePool", {F32({1, 2}, {1, 2})}),
-                         StatusCode::kInvalidArgument, {"GlobalAveragePool", "rank >= 3", "[1, 2]"}));
+                         StatusCode::kInvalidArgument,
+                         {"GlobalAveragePool", "rank >= 3", "[1, 2]"}));
   EXPECT_TRUE(fails_with(run_op("GlobalMaxPool", {I64({1}, {1, 1, 1})}),
                          StatusCode::kInvalidArgument, {"GlobalMaxPool", "int64"}));
 }
@@ -564,9 +572,10 @@ TEST(NnBatchNorm, Inference) {
       run1("BatchNormalization", {x, scale, bias, mean, F32({1, 4}, {2})}, {{"epsilon", 0.0f}}),
       F32({-1, 1, 0, 2}, {1, 2, 1, 2})));
   // epsilon is added to the variance: 0.75 + 0.25 = 1, 3.75 + 0.25 = 4.
-  EXPECT_TRUE(tensors_near(run1("BatchNormalization", {x, scale, bias, mean, F32({0.75, 3.75}, {2})},
-                                {{"epsilon", 0.25f}, {"momentum", 0.5f}}),
-                           F32({-1, 1, 0, 2}, {1, 2, 1, 2})));
+  EXPECT_TRUE(
+      tensors_near(run1("BatchNormalization", {x, scale, bias, mean, F32({0.75, 3.75}, {2})},
+                        {{"epsilon", 0.25f}, {"momentum", 0.5f}}),
+                   F32({-1, 1, 0, 2}, {1, 2, 1, 2})));
   // Default epsilon 1e-5.
   EXPECT_TRUE(tensors_near(run1("BatchNormalization", {x, scale, bias, mean, F32({1, 4}, {2})}),
                            F32({-1, 1, 0, 2}, {1, 2, 1, 2}), 1e-4, 1e-5));
@@ -596,8 +605,8 @@ TEST(NnBatchNorm, Errors) {
   EXPECT_TRUE(fails_with(run_op("BatchNormalization", {x, F32({1, 1, 1}, {3}), p, p, p}),
                          StatusCode::kInvalidArgument,
                          {"BatchNormalization", "input 1 (scale)", "[2]", "[3]"}));
-  EXPECT_TRUE(fails_with(run_op("BatchNormalization", {x, p, p, p}),
-                         StatusCode::kInvalidArgument, {"BatchNormalization", "expects 5 inputs, got 4"}));
+  EXPECT_TRUE(fails_with(run_op("BatchNormalization", {x, p, p, p}), StatusCode::kInvalidArgument,
+                         {"BatchNormalization", "expects 5 inputs, got 4"}));
 }
 
 // ---- InstanceNormalization ----
@@ -620,12 +629,12 @@ TEST(NnInstanceNorm, PerPlane) {
 }
 
 TEST(NnInstanceNorm, Errors) {
-  EXPECT_TRUE(fails_with(run_op("InstanceNormalization",
-                                {F32({}, {1, 2, 2}), F32({}, {3}), F32({}, {2})}),
-                         StatusCode::kInvalidArgument,
-                         {"InstanceNormalization", "input 1 (scale)", "[2]", "[3]"}));
-  EXPECT_TRUE(fails_with(run_op("InstanceNormalization", {F32({}, {1, 2}), F32({}, {2}), F32({}, {2})}),
-                         StatusCode::kInvalidArgument, {"InstanceNormalization", "rank >= 3"}));
+  EXPECT_TRUE(fails_with(
+      run_op("InstanceNormalization", {F32({}, {1, 2, 2}), F32({}, {3}), F32({}, {2})}),
+      StatusCode::kInvalidArgument, {"InstanceNormalization", "input 1 (scale)", "[2]", "[3]"}));
+  EXPECT_TRUE(
+      fails_with(run_op("InstanceNormalization", {F32({}, {1, 2}), F32({}, {2}), F32({}, {2})}),
+                 StatusCode::kInvalidArgument, {"InstanceNormalization", "rank >= 3"}));
 }
 
 // ---- LRN ----
@@ -633,13 +642,13 @@ TEST(NnInstanceNorm, Errors) {
 TEST(NnLrn, Windows) {
   const HostTensor x = F32({1, 2, 3}, {1, 3, 1, 1});
   // size 3: channel windows {0,1}, {0,1,2}, {1,2}; alpha / size = 1, beta 1, bias 1.
-  EXPECT_TRUE(tensors_near(
-      run1("LRN", {x}, {{"size", 3}, {"alpha", 3.0f}, {"beta", 1.0f}, {"bias", 1.0f}}),
-      F32({1.0f / 6, 2.0f / 15, 3.0f / 14}, {1, 3, 1, 1})));
+  EXPECT_TRUE(
+      tensors_near(run1("LRN", {x}, {{"size", 3}, {"alpha", 3.0f}, {"beta", 1.0f}, {"bias", 1.0f}}),
+                   F32({1.0f / 6, 2.0f / 15, 3.0f / 14}, {1, 3, 1, 1})));
   // size 2: windows {c, c+1}: {0,1}, {1,2}, {2}; alpha / size = 1, beta 0.5, bias 0.
-  EXPECT_TRUE(tensors_near(
-      run1("LRN", {x}, {{"size", 2}, {"alpha", 2.0f}, {"beta", 0.5f}, {"bias", 0.0f}}),
-      F32({0.4472136f, 0.5547002f, 1}, {1, 3, 1, 1})));
+  EXPECT_TRUE(
+      tensors_near(run1("LRN", {x}, {{"size", 2}, {"alpha", 2.0f}, {"beta", 0.5f}, {"bias", 0.0f}}),
+                   F32({0.4472136f, 0.5547002f, 1}, {1, 3, 1, 1})));
   // Defaults: alpha 1e-4, beta 0.75, bias 1: 2 / (1 + 1e-4 * 4)^0.75.
   EXPECT_TRUE(tensors_near(run1("LRN", {F32({2}, {1, 1, 1, 1})}, {{"size", 1}}),
                            F32({1.9994002f}, {1, 1, 1, 1})));
@@ -657,9 +666,9 @@ TEST(NnLrn, Errors) {
 TEST(NnLayerNorm, LastAxisWithStats) {
   // Row 0: [1, 3], mean 2, std 1. Row 1: [2, 6], mean 4, std 2. Both normalize to [-1, 1];
   // then * [1, 2] + [0, 1].
-  auto r = run_op("LayerNormalization",
-                  {F32({1, 3, 2, 6}, {2, 2}), F32({1, 2}, {2}), F32({0, 1}, {2})},
-                  {{"epsilon", 0.0f}}, 3);
+  auto r =
+      run_op("LayerNormalization", {F32({1, 3, 2, 6}, {2, 2}), F32({1, 2}, {2}), F32({0, 1}, {2})},
+             {{"epsilon", 0.0f}}, 3);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_TRUE(tensors_near((*r)[0], F32({-1, 3, -1, 3}, {2, 2})));
   EXPECT_TRUE(tensors_near((*r)[1], F32({2, 4}, {2, 1})));
@@ -671,7 +680,8 @@ TEST(NnLayerNorm, AxisZeroAndNegativeAxes) {
   auto r = run_op("LayerNormalization", {F32({1, 3, 5, 7}, {2, 2}), F32({1, 1, 1, 1}, {2, 2})},
                   {{"axis", 0}, {"epsilon", 0.0f}}, 3);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_TRUE(tensors_near((*r)[0], F32({-1.3416408f, -0.4472136f, 0.4472136f, 1.3416408f}, {2, 2})));
+  EXPECT_TRUE(
+      tensors_near((*r)[0], F32({-1.3416408f, -0.4472136f, 0.4472136f, 1.3416408f}, {2, 2})));
   EXPECT_TRUE(tensors_near((*r)[1], F32({4}, {1, 1})));
   EXPECT_TRUE(tensors_near((*r)[2], F32({0.4472136f}, {1, 1})));
   // [2, 2, 2] with axis -2 (= 1): each batch of four normalized together; Scale [2] broadcasts
@@ -691,7 +701,8 @@ TEST(NnLayerNorm, DtypesAndDefaultEpsilon) {
   EXPECT_TRUE(tensors_near((*r)[0], F64({-v, v}, {1, 2})));
   EXPECT_TRUE(tensors_near((*r)[1], F32({2}, {1, 1})));
   EXPECT_TRUE(tensors_near((*r)[2], F32({static_cast<float>(v)}, {1, 1})));
-  r = run_op("LayerNormalization", {F32({1, 3}, {1, 2}), F32({1, 1}, {2})}, {{"stash_type", 11}}, 2);
+  r = run_op("LayerNormalization", {F32({1, 3}, {1, 2}), F32({1, 1}, {2})}, {{"stash_type", 11}},
+             2);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ((*r)[1].dtype(), DType::kFloat64);
   auto y = run1("LayerNormalization", {F16({1, 3}, {1, 2}), F16({2, 2}, {2})}, {{"epsilon", 0.0f}});
@@ -716,8 +727,8 @@ TEST(NnSoftmax, DefaultAxis) {
   EXPECT_TRUE(tensors_near(run1("Softmax", {F32({1, 2, 3}, {1, 3})}),
                            F32({0.0900306f, 0.2447285f, 0.6652410f}, {1, 3})));
   // Large inputs are stable (max subtracted).
-  EXPECT_TRUE(tensors_near(run1("Softmax", {F32({1000, 1001}, {2})}),
-                           F32({0.2689414f, 0.7310586f}, {2})));
+  EXPECT_TRUE(
+      tensors_near(run1("Softmax", {F32({1000, 1001}, {2})}), F32({0.2689414f, 0.7310586f}, {2})));
 }
 
 TEST(NnSoftmax, ExplicitAndNegativeAxes) {
@@ -789,11 +800,14 @@ TEST(NnDropout, TrainingIsSeededLikeNumPy) {
 TEST(NnDropout, Errors) {
   const HostTensor x = F32({1, 2}, {2});
   EXPECT_TRUE(fails_with(run_op("Dropout", {x, F32({1}, {}), Bool({true}, {})}),
-                         StatusCode::kInvalidArgument, {"Dropout", "ratio must be in [0, 1)", "1"}));
+                         StatusCode::kInvalidArgument,
+                         {"Dropout", "ratio must be in [0, 1)", "1"}));
   EXPECT_TRUE(fails_with(run_op("Dropout", {x, F32({0.1f, 0.2f}, {2})}),
-                         StatusCode::kInvalidArgument, {"Dropout", "ratio must be a scalar", "[2]"}));
+                         StatusCode::kInvalidArgument,
+                         {"Dropout", "ratio must be a scalar", "[2]"}));
   EXPECT_TRUE(fails_with(run_op("Dropout", {x, F32({0.1f}, {}), I64({1}, {})}),
-                         StatusCode::kInvalidArgument, {"Dropout", "training_mode", "int64", "bool"}));
+                         StatusCode::kInvalidArgument,
+                         {"Dropout", "training_mode", "int64", "bool"}));
   EXPECT_TRUE(fails_with(run_op("Dropout", {x}, {{"ratio", 0.5f}}), StatusCode::kInvalidArgument,
                          {"Dropout", "unknown attribute 'ratio'"}));
 }
@@ -814,15 +828,17 @@ Result<std::vector<TensorType>> infer(const std::string& op, std::vector<TensorT
 }
 
 TEST(NnInference, UnknownDimsPropagate) {
-  auto r = infer("Conv", {{DType::kFloat32, {-1, 3, -1, 8}}, {DType::kFloat32, {4, 3, 3, 3}}},
-                 {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"strides", std::vector<int64_t>{2, 2}}});
+  auto r =
+      infer("Conv", {{DType::kFloat32, {-1, 3, -1, 8}}, {DType::kFloat32, {4, 3, 3, 3}}},
+            {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"strides", std::vector<int64_t>{2, 2}}});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ((*r)[0], (TensorType{DType::kFloat32, {-1, 4, -1, 4}}));
   r = infer("MatMul", {{DType::kFloat32, {-1, 5, 3}}, {DType::kFloat32, {3, -1}}});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ((*r)[0], (TensorType{DType::kFloat32, {-1, 5, -1}}));
   r = infer("MaxPool", {{DType::kFloat16, {2, 3, -1, 9}}},
-            {{"kernel_shape", std::vector<int64_t>{3, 3}}, {"ceil_mode", 1},
+            {{"kernel_shape", std::vector<int64_t>{3, 3}},
+             {"ceil_mode", 1},
              {"strides", std::vector<int64_t>{2, 2}}},
             2);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -832,7 +848,8 @@ TEST(NnInference, UnknownDimsPropagate) {
             {{"group", 2}, {"output_shape", std::vector<int64_t>{10}}});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ((*r)[0], (TensorType{DType::kFloat32, {1, 6, 10}}));
-  r = infer("Gemm", {{DType::kFloat64, {-1, 4}}, {DType::kFloat64, {4, 7}}, {DType::kFloat64, {7}}});
+  r = infer("Gemm",
+            {{DType::kFloat64, {-1, 4}}, {DType::kFloat64, {4, 7}}, {DType::kFloat64, {7}}});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ((*r)[0], (TensorType{DType::kFloat64, {-1, 7}}));
   r = infer("LayerNormalization", {{DType::kFloat32, {-1, 6, 8}}, {DType::kFloat32, {8}}},

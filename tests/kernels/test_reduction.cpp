@@ -10,7 +10,9 @@ template <typename T>
 HostTensor make(std::vector<T> v, Shape s) {
   return HostTensor::from_vector<T>(v, std::move(s));
 }
-HostTensor I32(std::vector<int32_t> v, Shape s) { return make<int32_t>(std::move(v), std::move(s)); }
+HostTensor I32(std::vector<int32_t> v, Shape s) {
+  return make<int32_t>(std::move(v), std::move(s));
+}
 HostTensor F16(std::vector<float> v, Shape s) {
   HostTensor t(DType::kFloat16, std::move(s));
   for (size_t i = 0; i < v.size(); ++i) t.mutable_data<uint16_t>()[i] = float_to_half(v[i]);
@@ -47,7 +49,8 @@ HostTensor run1(const std::string& op, const std::vector<HostTensor>& in, Attrib
   auto av = a.to_double_vector(), ev = e.to_double_vector();
   for (size_t i = 0; i < av.size(); ++i) {
     const bool ok = std::isnan(ev[i]) ? std::isnan(av[i]) : av[i] == ev[i];
-    if (!ok) return ::testing::AssertionFailure() << "element " << i << ": " << av[i] << " != " << ev[i];
+    if (!ok)
+      return ::testing::AssertionFailure() << "element " << i << ": " << av[i] << " != " << ev[i];
   }
   return ::testing::AssertionSuccess();
 }
@@ -67,8 +70,8 @@ AttributeMap axes(std::vector<int64_t> a, int64_t keepdims = 1) {
 // ---------------- ReduceSum (axes input) ----------------
 
 TEST(ReduceSum, AxesInputAndKeepdims) {
-  EXPECT_TRUE(tensors_near(run1("ReduceSum", {kA, I64({1}, {1})}),
-                           F32({25, 3, 70, 3, 115, 3}, {3, 1, 2})));
+  EXPECT_TRUE(
+      tensors_near(run1("ReduceSum", {kA, I64({1}, {1})}), F32({25, 3, 70, 3, 115, 3}, {3, 1, 2})));
   EXPECT_TRUE(tensors_near(run1("ReduceSum", {kA, I64({-2}, {1})}, {{"keepdims", 0}}),
                            F32({25, 3, 70, 3, 115, 3}, {3, 2})));
   EXPECT_TRUE(tensors_near(run1("ReduceSum", {kA, I64({0, 2}, {2})}), F32({93, 126}, {1, 2, 1})));
@@ -77,7 +80,8 @@ TEST(ReduceSum, AxesInputAndKeepdims) {
 TEST(ReduceSum, DefaultAxesReduceEverything) {
   EXPECT_TRUE(tensors_near(run1("ReduceSum", {kA}), F32({219}, {1, 1, 1})));
   EXPECT_TRUE(tensors_near(run1("ReduceSum", {kA}, {{"keepdims", 0}}), F32({219}, {})));
-  EXPECT_TRUE(tensors_near(run1("ReduceSum", {kA, I64({}, {0})}, {{"keepdims", 0}}), F32({219}, {})));
+  EXPECT_TRUE(
+      tensors_near(run1("ReduceSum", {kA, I64({}, {0})}, {{"keepdims", 0}}), F32({219}, {})));
   EXPECT_TRUE(tensors_near(run1("ReduceSum", {kA, none()}), F32({219}, {1, 1, 1})));
 }
 
@@ -91,10 +95,11 @@ TEST(ReduceSum, NoopWithEmptyAxes) {
 }
 
 TEST(ReduceSum, IntegersFloat16Double) {
-  EXPECT_TRUE(tensors_near(run1("ReduceSum", {I32({1, 2, 3, 4}, {2, 2}), I64({1}, {1})},
-                                {{"keepdims", 0}}),
-                           I32({3, 7}, {2})));
-  EXPECT_TRUE(tensors_near(run1("ReduceSum", {I64({-5, 3}, {2})}, {{"keepdims", 0}}), I64({-2}, {})));
+  EXPECT_TRUE(
+      tensors_near(run1("ReduceSum", {I32({1, 2, 3, 4}, {2, 2}), I64({1}, {1})}, {{"keepdims", 0}}),
+                   I32({3, 7}, {2})));
+  EXPECT_TRUE(
+      tensors_near(run1("ReduceSum", {I64({-5, 3}, {2})}, {{"keepdims", 0}}), I64({-2}, {})));
   EXPECT_TRUE(tensors_near(run1("ReduceSum", {F16({0.5f, 0.25f, 1.f}, {3})}, {{"keepdims", 0}}),
                            F16({1.75f}, {})));
   EXPECT_TRUE(tensors_near(run1("ReduceSum", {make<double>({0.1, 0.2}, {2})}),
@@ -103,7 +108,8 @@ TEST(ReduceSum, IntegersFloat16Double) {
 
 TEST(ReduceSum, BadInputs) {
   EXPECT_TRUE(fails(run_op("ReduceSum", {kA, I32({1}, {1})}), {"ReduceSum", "int64", "int32"}));
-  EXPECT_TRUE(fails(run_op("ReduceSum", {kA}, axes({1})), {"ReduceSum", "unknown attribute 'axes'"}));
+  EXPECT_TRUE(
+      fails(run_op("ReduceSum", {kA}, axes({1})), {"ReduceSum", "unknown attribute 'axes'"}));
   EXPECT_TRUE(fails(run_op("ReduceSum", {kA, I64({3}, {1})}), {"ReduceSum", "axis 3", "rank 3"}));
   EXPECT_TRUE(fails(run_op("ReduceSum", {kA, I64({1, -2}, {2})}), {"ReduceSum", "repeated"}));
   // keepdims 0 over the only axis: the output [] is known before the axes value, so the
@@ -128,19 +134,19 @@ TEST(ReduceMean, Values) {
 }
 
 TEST(ReduceMax, ValuesAndNaN) {
-  EXPECT_TRUE(tensors_near(run1("ReduceMax", {kA}, axes({1}, 0)),
-                           F32({20, 2, 40, 2, 60, 2}, {3, 2})));
+  EXPECT_TRUE(
+      tensors_near(run1("ReduceMax", {kA}, axes({1}, 0)), F32({20, 2, 40, 2, 60, 2}, {3, 2})));
   EXPECT_TRUE(tensors_near(run1("ReduceMax", {kA}, {{"keepdims", 0}}), F32({60}, {})));
-  EXPECT_TRUE(tensors_near(run1("ReduceMax", {make<int8_t>({-5, -3, -9}, {3})}),
-                           make<int8_t>({-3}, {1})));
+  EXPECT_TRUE(
+      tensors_near(run1("ReduceMax", {make<int8_t>({-5, -3, -9}, {3})}), make<int8_t>({-3}, {1})));
   EXPECT_TRUE(exactly(run1("ReduceMax", {F32({1, kNaN, 3}, {3})}), F32({kNaN}, {1})));
-  EXPECT_TRUE(tensors_near(run1("ReduceMax", {F16({-1.5f, -0.5f}, {2})}, axes({-1})),
-                           F16({-0.5f}, {1})));
+  EXPECT_TRUE(
+      tensors_near(run1("ReduceMax", {F16({-1.5f, -0.5f}, {2})}, axes({-1})), F16({-0.5f}, {1})));
 }
 
 TEST(ReduceMin, ValuesAndNaN) {
-  EXPECT_TRUE(tensors_near(run1("ReduceMin", {kA}, axes({1}, 0)),
-                           F32({5, 1, 30, 1, 55, 1}, {3, 2})));
+  EXPECT_TRUE(
+      tensors_near(run1("ReduceMin", {kA}, axes({1}, 0)), F32({5, 1, 30, 1, 55, 1}, {3, 2})));
   EXPECT_TRUE(tensors_near(run1("ReduceMin", {kA}), F32({1}, {1, 1, 1})));
   EXPECT_TRUE(tensors_near(run1("ReduceMin", {make<uint8_t>({200, 7, 255}, {3})}, axes({0}, 0)),
                            make<uint8_t>({7}, {})));
@@ -148,15 +154,15 @@ TEST(ReduceMin, ValuesAndNaN) {
 }
 
 TEST(ReduceProd, Values) {
-  EXPECT_TRUE(tensors_near(run1("ReduceProd", {kB}, axes({1})),
-                           F32({3, 8, 35, 48, 99, 120}, {3, 1, 2})));
+  EXPECT_TRUE(
+      tensors_near(run1("ReduceProd", {kB}, axes({1})), F32({3, 8, 35, 48, 99, 120}, {3, 1, 2})));
   EXPECT_TRUE(tensors_near(run1("ReduceProd", {kB}, {{"keepdims", 0}}), F32({479001600}, {})));
   EXPECT_TRUE(tensors_near(run1("ReduceProd", {I32({2, -3, 4}, {3})}), I32({-24}, {1})));
 }
 
 TEST(ReduceL1L2, Values) {
-  EXPECT_TRUE(tensors_near(run1("ReduceL1", {kB}, axes({2})),
-                           F32({3, 7, 11, 15, 19, 23}, {3, 2, 1})));
+  EXPECT_TRUE(
+      tensors_near(run1("ReduceL1", {kB}, axes({2})), F32({3, 7, 11, 15, 19, 23}, {3, 2, 1})));
   EXPECT_TRUE(tensors_near(run1("ReduceL1", {I32({-2, 3}, {2})}), I32({5}, {1})));
   EXPECT_TRUE(tensors_near(
       run1("ReduceL2", {kB}, axes({-1})),
@@ -166,8 +172,8 @@ TEST(ReduceL1L2, Values) {
 
 TEST(ReduceLogSum, Values) {
   HostTensor x = F32({1, 2, 3, 4}, {2, 2});
-  EXPECT_TRUE(tensors_near(run1("ReduceLogSum", {x}, axes({1}, 0)),
-                           F32({1.09861229f, 1.94591015f}, {2})));
+  EXPECT_TRUE(
+      tensors_near(run1("ReduceLogSum", {x}, axes({1}, 0)), F32({1.09861229f, 1.94591015f}, {2})));
   EXPECT_TRUE(tensors_near(run1("ReduceLogSum", {x}), F32({2.30258509f}, {1, 1})));
 }
 
@@ -177,8 +183,8 @@ TEST(ReduceLogSumExp, ValuesAndStability) {
   // exp(1000) overflows float and double: the max must be subtracted first.
   EXPECT_TRUE(tensors_near(run1("ReduceLogSumExp", {F32({1000, 1000}, {2})}, axes({0}, 0)),
                            F32({1000.69314718f}, {})));
-  EXPECT_TRUE(exactly(run1("ReduceLogSumExp", {F32({-kInf, -kInf}, {2})}, axes({0}, 0)),
-                      F32({-kInf}, {})));
+  EXPECT_TRUE(
+      exactly(run1("ReduceLogSumExp", {F32({-kInf, -kInf}, {2})}, axes({0}, 0)), F32({-kInf}, {})));
 }
 
 TEST(ReduceSumSquare, Values) {
@@ -229,13 +235,13 @@ TEST(ReduceArgMax, AxesKeepdims) {
 TEST(ReduceArgMax, SelectLastIndex) {
   HostTensor x = F32({2, 2, 3, 10}, {2, 2});
   EXPECT_TRUE(tensors_near(run1("ArgMax", {x}, {{"axis", 1}, {"keepdims", 0}}), I64({0, 1}, {2})));
-  EXPECT_TRUE(tensors_near(
-      run1("ArgMax", {x}, {{"axis", 1}, {"keepdims", 0}, {"select_last_index", 1}}),
-      I64({1, 1}, {2})));
+  EXPECT_TRUE(
+      tensors_near(run1("ArgMax", {x}, {{"axis", 1}, {"keepdims", 0}, {"select_last_index", 1}}),
+                   I64({1, 1}, {2})));
   HostTensor y = I32({-1, -5, 7, 7}, {4});
   EXPECT_TRUE(tensors_near(run1("ArgMax", {y}, {{"keepdims", 0}}), I64({2}, {})));
-  EXPECT_TRUE(tensors_near(run1("ArgMax", {y}, {{"keepdims", 0}, {"select_last_index", 1}}),
-                           I64({3}, {})));
+  EXPECT_TRUE(
+      tensors_near(run1("ArgMax", {y}, {{"keepdims", 0}, {"select_last_index", 1}}), I64({3}, {})));
 }
 
 TEST(ReduceArgMax, NaNAndFloat16) {
@@ -248,8 +254,8 @@ TEST(ReduceArgMin, Values) {
                            I64({1, 0}, {2, 1})));
   HostTensor t = F32({2, 1, 1}, {3});
   EXPECT_TRUE(tensors_near(run1("ArgMin", {t}, {{"keepdims", 0}}), I64({1}, {})));
-  EXPECT_TRUE(tensors_near(run1("ArgMin", {t}, {{"keepdims", 0}, {"select_last_index", 1}}),
-                           I64({2}, {})));
+  EXPECT_TRUE(
+      tensors_near(run1("ArgMin", {t}, {{"keepdims", 0}, {"select_last_index", 1}}), I64({2}, {})));
   EXPECT_TRUE(tensors_near(run1("ArgMin", {make<uint64_t>({9, 3, 5}, {1, 3})}, {{"axis", -1}}),
                            I64({1}, {1, 1})));
 }

@@ -12,7 +12,9 @@ template <typename T>
 HostTensor make(std::vector<T> v, Shape s) {
   return HostTensor::from_vector<T>(v, std::move(s));
 }
-HostTensor I32(std::vector<int32_t> v, Shape s) { return make<int32_t>(std::move(v), std::move(s)); }
+HostTensor I32(std::vector<int32_t> v, Shape s) {
+  return make<int32_t>(std::move(v), std::move(s));
+}
 HostTensor Bool(std::vector<bool> v, Shape s) {
   HostTensor t(DType::kBool, std::move(s));
   for (size_t i = 0; i < v.size(); ++i) t.mutable_data<bool>()[i] = v[i];
@@ -76,8 +78,8 @@ TEST(ShapeConstant, ScalarAndListAttributes) {
   EXPECT_TRUE(tensors_near(run1("Constant", {}, {{"value_floats", std::vector<float>{1, -2}}}),
                            F32({1, -2}, {2})));
   EXPECT_TRUE(tensors_near(run1("Constant", {}, {{"value_int", int64_t{7}}}), I64({7}, {})));
-  EXPECT_TRUE(tensors_near(
-      run1("Constant", {}, {{"value_ints", std::vector<int64_t>{3, -1, 5}}}), I64({3, -1, 5}, {3})));
+  EXPECT_TRUE(tensors_near(run1("Constant", {}, {{"value_ints", std::vector<int64_t>{3, -1, 5}}}),
+                           I64({3, -1, 5}, {3})));
 }
 
 TEST(ShapeConstant, Float16AndBoolKeepTheirBytes) {
@@ -191,8 +193,8 @@ TEST(ShapeUnsqueeze, InsertsAxes) {
   EXPECT_TRUE(tensors_near(run1("Unsqueeze", {x, I64({0, 3}, {2})}), F32(iota_f(6), {1, 3, 2, 1})));
   EXPECT_TRUE(tensors_near(run1("Unsqueeze", {x, I64({3, 0}, {2})}), F32(iota_f(6), {1, 3, 2, 1})));
   EXPECT_TRUE(tensors_near(run1("Unsqueeze", {x, I64({-1}, {1})}), F32(iota_f(6), {3, 2, 1})));
-  EXPECT_TRUE(tensors_near(run1("Unsqueeze", {x, I64({1, 2, 4}, {3})}),
-                           F32(iota_f(6), {3, 1, 1, 2, 1})));
+  EXPECT_TRUE(
+      tensors_near(run1("Unsqueeze", {x, I64({1, 2, 4}, {3})}), F32(iota_f(6), {3, 1, 1, 2, 1})));
   EXPECT_TRUE(tensors_near(run1("Unsqueeze", {F32({4}, {}), I64({0}, {1})}), F32({4}, {1})));
 }
 
@@ -212,9 +214,9 @@ TEST(ShapeTranspose, DefaultReverses) {
 
 TEST(ShapeTranspose, Perms) {
   // in[i][j][k] = 4i + 2j + k; out[a][b][c] = in[b][a][c].
-  EXPECT_TRUE(tensors_near(run1("Transpose", {F32(iota_f(8), {2, 2, 2})},
-                                {{"perm", std::vector<int64_t>{1, 0, 2}}}),
-                           F32({0, 1, 4, 5, 2, 3, 6, 7}, {2, 2, 2})));
+  EXPECT_TRUE(tensors_near(
+      run1("Transpose", {F32(iota_f(8), {2, 2, 2})}, {{"perm", std::vector<int64_t>{1, 0, 2}}}),
+      F32({0, 1, 4, 5, 2, 3, 6, 7}, {2, 2, 2})));
   // in shape [2, 1, 3], in[i][0][k] = 3i + k; perm (2, 0, 1): out[k][i][0] = 3i + k.
   EXPECT_TRUE(tensors_near(run1("Transpose", {I64({0, 1, 2, 3, 4, 5}, {2, 1, 3})},
                                 {{"perm", std::vector<int64_t>{2, 0, 1}}}),
@@ -239,18 +241,18 @@ TEST(ShapeTranspose, BadPerm) {
 // ---------------- Concat, Split ----------------
 
 TEST(ShapeConcat, Axes) {
-  EXPECT_TRUE(tensors_near(
-      run1("Concat", {F32({1, 2, 3, 4}, {2, 2}), F32({5, 6}, {1, 2})}, {{"axis", 0}}),
-      F32({1, 2, 3, 4, 5, 6}, {3, 2})));
-  EXPECT_TRUE(tensors_near(
-      run1("Concat", {F32({1, 2}, {2, 1}), F32({3, 4, 5, 6}, {2, 2})}, {{"axis", -1}}),
-      F32({1, 3, 4, 2, 5, 6}, {2, 3})));
-  EXPECT_TRUE(tensors_near(
-      run1("Concat", {I64({1}, {1}), I64({}, {0}), I64({2, 3}, {2})}, {{"axis", 0}}),
-      I64({1, 2, 3}, {3})));
-  EXPECT_TRUE(same_bits(
-      run1("Concat", {Bool({true}, {1, 1}), Bool({false}, {1, 1})}, {{"axis", 1}}),
-      Bool({true, false}, {1, 2})));
+  EXPECT_TRUE(
+      tensors_near(run1("Concat", {F32({1, 2, 3, 4}, {2, 2}), F32({5, 6}, {1, 2})}, {{"axis", 0}}),
+                   F32({1, 2, 3, 4, 5, 6}, {3, 2})));
+  EXPECT_TRUE(
+      tensors_near(run1("Concat", {F32({1, 2}, {2, 1}), F32({3, 4, 5, 6}, {2, 2})}, {{"axis", -1}}),
+                   F32({1, 3, 4, 2, 5, 6}, {2, 3})));
+  EXPECT_TRUE(
+      tensors_near(run1("Concat", {I64({1}, {1}), I64({}, {0}), I64({2, 3}, {2})}, {{"axis", 0}}),
+                   I64({1, 2, 3}, {3})));
+  EXPECT_TRUE(
+      same_bits(run1("Concat", {Bool({true}, {1, 1}), Bool({false}, {1, 1})}, {{"axis", 1}}),
+                Bool({true, false}, {1, 2})));
 }
 
 TEST(ShapeConcat, BadInputs) {
@@ -289,8 +291,8 @@ TEST(ShapeSplit, GivenSizesIncludingZero) {
 }
 
 TEST(ShapeSplit, BadSplits) {
-  EXPECT_TRUE(fails(run_op("Split", {F32(iota_f(5), {5})}, {}, 2),
-                    {"Split", "size 5", "2 equal parts"}));
+  EXPECT_TRUE(
+      fails(run_op("Split", {F32(iota_f(5), {5})}, {}, 2), {"Split", "size 5", "2 equal parts"}));
   EXPECT_TRUE(fails(run_op("Split", {F32(iota_f(5), {5}), I64({2, 2}, {2})}, {}, 2),
                     {"Split", "[2, 2]", "sums to 4", "size 5"}));
   EXPECT_TRUE(fails(run_op("Split", {F32(iota_f(5), {5}), I64({2, 3}, {2})}, {}, 3),
@@ -304,10 +306,9 @@ TEST(ShapeSplit, BadSplits) {
 const HostTensor kSliceIn = F32({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4});
 
 TEST(ShapeSlice, StartsEndsAxesSteps) {
-  EXPECT_TRUE(tensors_near(
-      run1("Slice", {kSliceIn, I64({1, 0}, {2}), I64({2, 3}, {2}), I64({0, 1}, {2}),
-                     I64({1, 2}, {2})}),
-      F32({5, 7}, {1, 2})));
+  EXPECT_TRUE(tensors_near(run1("Slice", {kSliceIn, I64({1, 0}, {2}), I64({2, 3}, {2}),
+                                          I64({0, 1}, {2}), I64({1, 2}, {2})}),
+                           F32({5, 7}, {1, 2})));
 }
 
 TEST(ShapeSlice, DefaultAxesAndSteps) {
@@ -317,53 +318,47 @@ TEST(ShapeSlice, DefaultAxesAndSteps) {
 }
 
 TEST(ShapeSlice, NegativeAxesAndInt32) {
-  EXPECT_TRUE(tensors_near(
-      run1("Slice", {kSliceIn, I32({1}, {1}), I32({3}, {1}), I32({-1}, {1})}),
-      F32({2, 3, 6, 7}, {2, 2})));
+  EXPECT_TRUE(tensors_near(run1("Slice", {kSliceIn, I32({1}, {1}), I32({3}, {1}), I32({-1}, {1})}),
+                           F32({2, 3, 6, 7}, {2, 2})));
 }
 
 TEST(ShapeSlice, NegativeSteps) {
   const int64_t kMin = std::numeric_limits<int64_t>::min();
-  EXPECT_TRUE(tensors_near(
-      run1("Slice", {F32({1, 2, 3, 4}, {4}), I64({-1}, {1}), I64({kMin}, {1}), none(),
-                     I64({-1}, {1})}),
-      F32({4, 3, 2, 1}, {4})));
+  EXPECT_TRUE(tensors_near(run1("Slice", {F32({1, 2, 3, 4}, {4}), I64({-1}, {1}), I64({kMin}, {1}),
+                                          none(), I64({-1}, {1})}),
+                           F32({4, 3, 2, 1}, {4})));
   // starts 20 -> 1 and 10 -> 3 (clamped to dim - 1); ends 0 exclusive.
-  EXPECT_TRUE(tensors_near(
-      run1("Slice", {kSliceIn, I64({20, 10}, {2}), I64({0, 0}, {2}), I64({0, 1}, {2}),
-                     I64({-1, -3}, {2})}),
-      F32({8}, {1, 1})));
-  EXPECT_TRUE(tensors_near(
-      run1("Slice", {F32({1, 2, 3, 4, 5}, {5}), I64({4}, {1}), I64({0}, {1}), none(),
-                     I64({-2}, {1})}),
-      F32({5, 3}, {2})));
+  EXPECT_TRUE(tensors_near(run1("Slice", {kSliceIn, I64({20, 10}, {2}), I64({0, 0}, {2}),
+                                          I64({0, 1}, {2}), I64({-1, -3}, {2})}),
+                           F32({8}, {1, 1})));
+  EXPECT_TRUE(tensors_near(run1("Slice", {F32({1, 2, 3, 4, 5}, {5}), I64({4}, {1}), I64({0}, {1}),
+                                          none(), I64({-2}, {1})}),
+                           F32({5, 3}, {2})));
 }
 
 TEST(ShapeSlice, OutOfBoundsGivesEmpty) {
-  EXPECT_TRUE(tensors_near(
-      run1("Slice", {kSliceIn, I64({1000}, {1}), I64({1001}, {1}), I64({1}, {1})}),
-      F32({}, {2, 0})));
-  EXPECT_TRUE(tensors_near(
-      run1("Slice", {kSliceIn, I64({3}, {1}), I64({1}, {1}), I64({1}, {1})}),
-      F32({}, {2, 0})));
+  EXPECT_TRUE(
+      tensors_near(run1("Slice", {kSliceIn, I64({1000}, {1}), I64({1001}, {1}), I64({1}, {1})}),
+                   F32({}, {2, 0})));
+  EXPECT_TRUE(tensors_near(run1("Slice", {kSliceIn, I64({3}, {1}), I64({1}, {1}), I64({1}, {1})}),
+                           F32({}, {2, 0})));
 }
 
 TEST(ShapeSlice, Float16AndBool) {
   EXPECT_TRUE(same_bits(run1("Slice", {F16({0.1f, 0.2f, 0.3f}, {3}), I64({1}, {1}), I64({3}, {1})}),
                         F16({0.2f, 0.3f}, {2})));
-  EXPECT_TRUE(same_bits(
-      run1("Slice", {Bool({true, false, true}, {3}), I64({2}, {1}), I64({-4}, {1}), none(),
-                     I64({-2}, {1})}),
-      Bool({true, true}, {2})));
+  EXPECT_TRUE(same_bits(run1("Slice", {Bool({true, false, true}, {3}), I64({2}, {1}),
+                                       I64({-4}, {1}), none(), I64({-2}, {1})}),
+                        Bool({true, true}, {2})));
 }
 
 TEST(ShapeSlice, BadInputs) {
-  EXPECT_TRUE(fails(run_op("Slice", {kSliceIn, I64({0}, {1}), I64({1}, {1}), I64({0}, {1}),
-                                     I64({0}, {1})}),
-                    {"Slice", "steps", "0"}));
-  EXPECT_TRUE(fails(run_op("Slice", {kSliceIn, I64({0, 0}, {2}), I64({1, 1}, {2}),
-                                     I64({1, -1}, {2})}),
-                    {"Slice", "repeated"}));
+  EXPECT_TRUE(
+      fails(run_op("Slice", {kSliceIn, I64({0}, {1}), I64({1}, {1}), I64({0}, {1}), I64({0}, {1})}),
+            {"Slice", "steps", "0"}));
+  EXPECT_TRUE(
+      fails(run_op("Slice", {kSliceIn, I64({0, 0}, {2}), I64({1, 1}, {2}), I64({1, -1}, {2})}),
+            {"Slice", "repeated"}));
   EXPECT_TRUE(fails(run_op("Slice", {kSliceIn, I64({0, 0}, {2}), I64({1}, {1})}),
                     {"Slice", "same length"}));
   EXPECT_TRUE(fails(run_op("Slice", {kSliceIn, I64({0}, {1}), I64({1}, {1}), I64({2}, {1})}),
@@ -373,9 +368,9 @@ TEST(ShapeSlice, BadInputs) {
 // ---------------- Gather, GatherElements, GatherND ----------------
 
 TEST(ShapeGather, Axis0MatrixIndices) {
-  EXPECT_TRUE(tensors_near(
-      run1("Gather", {F32({1, 2, 3, 4, 5, 6}, {3, 2}), I64({0, 1, 1, 2}, {2, 2})}),
-      F32({1, 2, 3, 4, 3, 4, 5, 6}, {2, 2, 2})));
+  EXPECT_TRUE(
+      tensors_near(run1("Gather", {F32({1, 2, 3, 4, 5, 6}, {3, 2}), I64({0, 1, 1, 2}, {2, 2})}),
+                   F32({1, 2, 3, 4, 3, 4, 5, 6}, {2, 2, 2})));
 }
 
 TEST(ShapeGather, Axis1NegativeInt32Indices) {
@@ -393,8 +388,8 @@ TEST(ShapeGather, ScalarIndexDropsTheAxis) {
 TEST(ShapeGather, BadIndices) {
   EXPECT_TRUE(fails(run_op("Gather", {F32(iota_f(6), {3, 2}), I64({3}, {1})}),
                     {"Gather", "index 3", "size 3"}));
-  EXPECT_TRUE(fails(run_op("Gather", {F32(iota_f(6), {3, 2}), I64({-4}, {1})}),
-                    {"Gather", "index -4"}));
+  EXPECT_TRUE(
+      fails(run_op("Gather", {F32(iota_f(6), {3, 2}), I64({-4}, {1})}), {"Gather", "index -4"}));
   EXPECT_TRUE(fails(run_op("Gather", {F32(iota_f(6), {3, 2}), F32({0}, {1})}),
                     {"Gather", "int32 or int64", "float32"}));
   EXPECT_TRUE(fails(run_op("Gather", {F32(iota_f(6), {3, 2}), I64({0}, {1})}, {{"axis", 2}}),
@@ -403,8 +398,7 @@ TEST(ShapeGather, BadIndices) {
 
 TEST(ShapeGatherElements, Axes) {
   EXPECT_TRUE(tensors_near(
-      run1("GatherElements", {F32({1, 2, 3, 4}, {2, 2}), I64({0, 0, 1, 0}, {2, 2})},
-           {{"axis", 1}}),
+      run1("GatherElements", {F32({1, 2, 3, 4}, {2, 2}), I64({0, 0, 1, 0}, {2, 2})}, {{"axis", 1}}),
       F32({1, 1, 4, 3}, {2, 2})));
   HostTensor d = F32({1, 2, 3, 4, 5, 6, 7, 8, 9}, {3, 3});
   EXPECT_TRUE(tensors_near(run1("GatherElements", {d, I64({1, 2, 0, 2, 0, 0}, {2, 3})}),
@@ -413,18 +407,17 @@ TEST(ShapeGatherElements, Axes) {
                            F32({7, 5, 3, 4, 2, 3}, {2, 3})));
   EXPECT_TRUE(fails(run_op("GatherElements", {d, I64({3, 0, 0}, {1, 3})}),
                     {"GatherElements", "index 3", "size 3"}));
-  EXPECT_TRUE(fails(run_op("GatherElements", {d, I64({0, 0, 0}, {3})}),
-                    {"GatherElements", "same rank"}));
+  EXPECT_TRUE(
+      fails(run_op("GatherElements", {d, I64({0, 0, 0}, {3})}), {"GatherElements", "same rank"}));
 }
 
 TEST(ShapeGatherND, Examples) {
   HostTensor d2 = I32({0, 1, 2, 3}, {2, 2});
   EXPECT_TRUE(tensors_near(run1("GatherND", {d2, I64({0, 0, 1, 1}, {2, 2})}), I32({0, 3}, {2})));
-  EXPECT_TRUE(tensors_near(run1("GatherND", {d2, I64({1, 0}, {2, 1})}),
-                           I32({2, 3, 0, 1}, {2, 2})));
+  EXPECT_TRUE(tensors_near(run1("GatherND", {d2, I64({1, 0}, {2, 1})}), I32({2, 3, 0, 1}, {2, 2})));
   HostTensor d3 = F32(iota_f(8), {2, 2, 2});
-  EXPECT_TRUE(tensors_near(run1("GatherND", {d3, I64({0, 1, 1, 0}, {2, 2})}),
-                           F32({2, 3, 4, 5}, {2, 2})));
+  EXPECT_TRUE(
+      tensors_near(run1("GatherND", {d3, I64({0, 1, 1, 0}, {2, 2})}), F32({2, 3, 4, 5}, {2, 2})));
   EXPECT_TRUE(tensors_near(run1("GatherND", {d3, I64({0, 0, 1, 1, 0, 1}, {2, 1, 3})}),
                            F32({1, 5}, {2, 1})));
   // batch_dims 1: batch 0 takes row 1 of d3[0], batch 1 takes row 0 of d3[1].
@@ -435,8 +428,8 @@ TEST(ShapeGatherND, Examples) {
 
 TEST(ShapeGatherND, BadInputs) {
   HostTensor d = F32(iota_f(8), {2, 2, 2});
-  EXPECT_TRUE(fails(run_op("GatherND", {d, I64({0, 0, 0, 0}, {1, 4})}),
-                    {"GatherND", "is 4", "[1, 3]"}));
+  EXPECT_TRUE(
+      fails(run_op("GatherND", {d, I64({0, 0, 0, 0}, {1, 4})}), {"GatherND", "is 4", "[1, 3]"}));
   EXPECT_TRUE(fails(run_op("GatherND", {d, I64({0}, {1, 1})}, {{"batch_dims", 2}}),
                     {"GatherND", "batch_dims 2"}));
   EXPECT_TRUE(fails(run_op("GatherND", {d, I64({2}, {1, 1})}), {"GatherND", "index 2"}));
@@ -472,9 +465,9 @@ TEST(ShapeScatterElements, Axis1NegativeIndicesAndReductions) {
 
 TEST(ShapeScatterElements, BadInputs) {
   HostTensor d = F32({1, 2, 3}, {3});
-  EXPECT_TRUE(fails(run_op("ScatterElements", {d, I64({0}, {1}), F32({1}, {1})},
-                           {{"reduction", "max"}}),
-                    {"ScatterElements", "'max'"}));
+  EXPECT_TRUE(
+      fails(run_op("ScatterElements", {d, I64({0}, {1}), F32({1}, {1})}, {{"reduction", "max"}}),
+            {"ScatterElements", "'max'"}));
   EXPECT_TRUE(fails(run_op("ScatterElements", {d, I64({3}, {1}), F32({1}, {1})}),
                     {"ScatterElements", "index 3", "size 3"}));
   EXPECT_TRUE(fails(run_op("ScatterElements", {d, I64({0, 1}, {2}), F32({1}, {1})}),
@@ -482,19 +475,19 @@ TEST(ShapeScatterElements, BadInputs) {
 }
 
 TEST(ShapeScatterND, Examples) {
-  EXPECT_TRUE(tensors_near(
-      run1("ScatterND", {F32({1, 2, 3, 4, 5, 6, 7, 8}, {8}), I64({4, 3, 1, 7}, {4, 1}),
-                         F32({9, 10, 11, 12}, {4})}),
-      F32({1, 11, 3, 10, 9, 6, 7, 12}, {8})));
+  EXPECT_TRUE(
+      tensors_near(run1("ScatterND", {F32({1, 2, 3, 4, 5, 6, 7, 8}, {8}), I64({4, 3, 1, 7}, {4, 1}),
+                                      F32({9, 10, 11, 12}, {4})}),
+                   F32({1, 11, 3, 10, 9, 6, 7, 12}, {8})));
   HostTensor d = F32({1, 2, 3, 4}, {2, 2});
   EXPECT_TRUE(tensors_near(run1("ScatterND", {d, I64({-1}, {1, 1}), F32({9, 9}, {1, 2})}),
                            F32({1, 2, 9, 9}, {2, 2})));
   EXPECT_TRUE(tensors_near(run1("ScatterND", {d, I64({0, 0}, {2, 1}), F32({1, 1, 2, 2}, {2, 2})},
                                 {{"reduction", "add"}}),
                            F32({4, 5, 3, 4}, {2, 2})));
-  EXPECT_TRUE(tensors_near(run1("ScatterND", {d, I64({0, 1, 1, 0}, {2, 2}), F32({5, 6}, {2})},
-                                {{"reduction", "mul"}}),
-                           F32({1, 10, 18, 4}, {2, 2})));
+  EXPECT_TRUE(tensors_near(
+      run1("ScatterND", {d, I64({0, 1, 1, 0}, {2, 2}), F32({5, 6}, {2})}, {{"reduction", "mul"}}),
+      F32({1, 10, 18, 4}, {2, 2})));
 }
 
 TEST(ShapeScatterND, BadInputs) {
@@ -545,10 +538,10 @@ TEST(ShapeExpand, Broadcasts) {
 
 TEST(ShapeTile, Repeats) {
   HostTensor x = I32({1, 2, 3, 4}, {2, 2});
-  EXPECT_TRUE(tensors_near(run1("Tile", {x, I64({2, 1}, {2})}),
-                           I32({1, 2, 3, 4, 1, 2, 3, 4}, {4, 2})));
-  EXPECT_TRUE(tensors_near(run1("Tile", {x, I64({1, 2}, {2})}),
-                           I32({1, 2, 1, 2, 3, 4, 3, 4}, {2, 4})));
+  EXPECT_TRUE(
+      tensors_near(run1("Tile", {x, I64({2, 1}, {2})}), I32({1, 2, 3, 4, 1, 2, 3, 4}, {4, 2})));
+  EXPECT_TRUE(
+      tensors_near(run1("Tile", {x, I64({1, 2}, {2})}), I32({1, 2, 1, 2, 3, 4, 3, 4}, {2, 4})));
   EXPECT_TRUE(tensors_near(run1("Tile", {x, I64({0, 1}, {2})}), I32({}, {0, 2})));
   EXPECT_TRUE(fails(run_op("Tile", {x, I64({2}, {1})}), {"Tile", "1 entries", "rank 2"}));
   EXPECT_TRUE(fails(run_op("Tile", {x, I64({2, -1}, {2})}), {"Tile", "[2, -1]", "negative"}));
@@ -590,16 +583,16 @@ TEST(ShapePad, ReflectAndEdge) {
 TEST(ShapePad, NegativePadsCropAndAxesInput) {
   EXPECT_TRUE(tensors_near(run1("Pad", {F32({1, 2, 3, 4}, {4}), I64({-1, 1}, {2})}),
                            F32({2, 3, 4, 0}, {4})));
-  EXPECT_TRUE(tensors_near(run1("Pad", {F32({1, 2, 3, 4}, {2, 2}), I64({1, 1}, {2}), none(),
-                                        I64({-1}, {1})}),
-                           F32({0, 1, 2, 0, 0, 3, 4, 0}, {2, 4})));
+  EXPECT_TRUE(tensors_near(
+      run1("Pad", {F32({1, 2, 3, 4}, {2, 2}), I64({1, 1}, {2}), none(), I64({-1}, {1})}),
+      F32({0, 1, 2, 0, 0, 3, 4, 0}, {2, 4})));
 }
 
 TEST(ShapePad, BadInputs) {
   HostTensor x = F32({1, 2, 3, 4}, {2, 2});
   EXPECT_TRUE(fails(run_op("Pad", {x, I64({1, 1}, {2})}), {"Pad", "2 entries", "expected 4"}));
-  EXPECT_TRUE(fails(run_op("Pad", {x, I64({0, 0, 0, 0}, {4})}, {{"mode", "wrap"}}),
-                    {"Pad", "'wrap'"}));
+  EXPECT_TRUE(
+      fails(run_op("Pad", {x, I64({0, 0, 0, 0}, {4})}, {{"mode", "wrap"}}), {"Pad", "'wrap'"}));
   EXPECT_TRUE(fails(run_op("Pad", {x, I64({-3, 0, 0, 0}, {4})}), {"Pad", "negative"}));
   EXPECT_TRUE(fails(run_op("Pad", {F32({}, {0}), I64({1, 1}, {2})}, {{"mode", "edge"}}),
                     {"Pad", "'edge'", "no elements"}));
@@ -612,8 +605,8 @@ TEST(ShapePad, BadInputs) {
 TEST(ShapeConstantOfShape, Values) {
   EXPECT_TRUE(tensors_near(run1("ConstantOfShape", {I64({2, 3}, {2})}),
                            F32(std::vector<float>(6, 0.f), {2, 3})));
-  EXPECT_TRUE(tensors_near(
-      run1("ConstantOfShape", {I64({3}, {1})}, {{"value", I32({5}, {1})}}), I32({5, 5, 5}, {3})));
+  EXPECT_TRUE(tensors_near(run1("ConstantOfShape", {I64({3}, {1})}, {{"value", I32({5}, {1})}}),
+                           I32({5, 5, 5}, {3})));
   EXPECT_TRUE(tensors_near(run1("ConstantOfShape", {I64({0}, {1})}, {{"value", I32({5}, {1})}}),
                            I32({}, {0})));
   EXPECT_TRUE(tensors_near(run1("ConstantOfShape", {I64({}, {0})}, {{"value", F32({2}, {1})}}),
@@ -627,14 +620,14 @@ TEST(ShapeConstantOfShape, Values) {
 }
 
 TEST(ShapeRange, Values) {
-  EXPECT_TRUE(tensors_near(run1("Range", {F32({1}, {}), F32({5}, {}), F32({2}, {})}),
-                           F32({1, 3}, {2})));
-  EXPECT_TRUE(tensors_near(run1("Range", {I32({10}, {}), I32({4}, {}), I32({-3}, {})}),
-                           I32({10, 7}, {2})));
+  EXPECT_TRUE(
+      tensors_near(run1("Range", {F32({1}, {}), F32({5}, {}), F32({2}, {})}), F32({1, 3}, {2})));
+  EXPECT_TRUE(
+      tensors_near(run1("Range", {I32({10}, {}), I32({4}, {}), I32({-3}, {})}), I32({10, 7}, {2})));
   EXPECT_TRUE(tensors_near(run1("Range", {I64({0}, {}), I64({10}, {}), I64({3}, {})}),
                            I64({0, 3, 6, 9}, {4})));
-  EXPECT_TRUE(tensors_near(run1("Range", {I64({5}, {}), I64({1}, {}), I64({1}, {})}),
-                           I64({}, {0})));
+  EXPECT_TRUE(
+      tensors_near(run1("Range", {I64({5}, {}), I64({1}, {}), I64({1}, {})}), I64({}, {0})));
   EXPECT_TRUE(tensors_near(
       run1("Range", {make<double>({0.5}, {}), make<double>({2}, {}), make<double>({0.5}, {})}),
       make<double>({0.5, 1.0, 1.5}, {3})));
@@ -652,9 +645,8 @@ TEST(ShapeOneHot, Axes) {
   HostTensor values = F32({0, 1}, {2});
   EXPECT_TRUE(tensors_near(run1("OneHot", {I64({0, 2, -1, 5}, {4}), I64({3}, {}), values}),
                            F32({1, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0}, {4, 3})));
-  EXPECT_TRUE(tensors_near(
-      run1("OneHot", {I64({1, 0}, {2}), I64({3}, {1}), values}, {{"axis", 0}}),
-      F32({0, 1, 1, 0, 0, 0}, {3, 2})));
+  EXPECT_TRUE(tensors_near(run1("OneHot", {I64({1, 0}, {2}), I64({3}, {1}), values}, {{"axis", 0}}),
+                           F32({0, 1, 1, 0, 0, 0}, {3, 2})));
   EXPECT_TRUE(tensors_near(
       run1("OneHot", {F32({1, 2}, {2}), F32({3}, {}), I32({2, 5}, {2})}, {{"axis", -2}}),
       I32({2, 2, 5, 2, 2, 5}, {3, 2})));
@@ -667,8 +659,8 @@ TEST(ShapeOneHot, Axes) {
 }
 
 TEST(ShapeNonZero, Indices) {
-  EXPECT_TRUE(tensors_near(run1("NonZero", {F32({1, 0, 1, 1}, {2, 2})}),
-                           I64({0, 1, 1, 0, 0, 1}, {2, 3})));
+  EXPECT_TRUE(
+      tensors_near(run1("NonZero", {F32({1, 0, 1, 1}, {2, 2})}), I64({0, 1, 1, 0, 0, 1}, {2, 3})));
   EXPECT_TRUE(tensors_near(run1("NonZero", {Bool({false, true, false}, {3})}), I64({1}, {1, 1})));
   EXPECT_TRUE(tensors_near(run1("NonZero", {I32({0, 0, 0, 0}, {2, 2})}), I64({}, {2, 0})));
   EXPECT_TRUE(tensors_near(run1("NonZero", {F16({0, -2.f}, {2})}), I64({1}, {1, 1})));
@@ -684,17 +676,17 @@ TEST(ShapeTrilu, UpperLowerAndK) {
   EXPECT_TRUE(tensors_near(run1("Trilu", {kMat3}), F32({1, 2, 3, 0, 5, 6, 0, 0, 9}, {3, 3})));
   EXPECT_TRUE(tensors_near(run1("Trilu", {kMat3}, {{"upper", 0}}),
                            F32({1, 0, 0, 4, 5, 0, 7, 8, 9}, {3, 3})));
-  EXPECT_TRUE(tensors_near(run1("Trilu", {kMat3, I64({1}, {})}),
-                           F32({0, 2, 3, 0, 0, 6, 0, 0, 0}, {3, 3})));
+  EXPECT_TRUE(
+      tensors_near(run1("Trilu", {kMat3, I64({1}, {})}), F32({0, 2, 3, 0, 0, 6, 0, 0, 0}, {3, 3})));
   EXPECT_TRUE(tensors_near(run1("Trilu", {kMat3, I64({-1}, {})}, {{"upper", 0}}),
                            F32({0, 0, 0, 4, 0, 0, 7, 8, 0}, {3, 3})));
   EXPECT_TRUE(tensors_near(run1("Trilu", {kMat3, I64({-7}, {})}), kMat3));
   EXPECT_TRUE(tensors_near(run1("Trilu", {F32(iota_f(6, 1), {2, 3}), I64({5}, {})}, {{"upper", 0}}),
                            F32(iota_f(6, 1), {2, 3})));
   // Batched, bool.
-  EXPECT_TRUE(same_bits(run1("Trilu", {Bool({true, true, true, true, true, true, true, true},
-                                            {2, 2, 2})}),
-                        Bool({true, true, false, true, true, true, false, true}, {2, 2, 2})));
+  EXPECT_TRUE(
+      same_bits(run1("Trilu", {Bool({true, true, true, true, true, true, true, true}, {2, 2, 2})}),
+                Bool({true, true, false, true, true, true, false, true}, {2, 2, 2})));
   EXPECT_TRUE(fails(run_op("Trilu", {F32({1, 2}, {2})}), {"Trilu", "rank >= 2", "[2]"}));
 }
 
@@ -702,10 +694,10 @@ TEST(ShapeCumSum, Modes) {
   HostTensor x = F32({1, 2, 3, 4, 5}, {5});
   HostTensor axis = I32({0}, {});
   EXPECT_TRUE(tensors_near(run1("CumSum", {x, axis}), F32({1, 3, 6, 10, 15}, {5})));
-  EXPECT_TRUE(tensors_near(run1("CumSum", {x, axis}, {{"exclusive", 1}}),
-                           F32({0, 1, 3, 6, 10}, {5})));
-  EXPECT_TRUE(tensors_near(run1("CumSum", {x, axis}, {{"reverse", 1}}),
-                           F32({15, 14, 12, 9, 5}, {5})));
+  EXPECT_TRUE(
+      tensors_near(run1("CumSum", {x, axis}, {{"exclusive", 1}}), F32({0, 1, 3, 6, 10}, {5})));
+  EXPECT_TRUE(
+      tensors_near(run1("CumSum", {x, axis}, {{"reverse", 1}}), F32({15, 14, 12, 9, 5}, {5})));
   EXPECT_TRUE(tensors_near(run1("CumSum", {x, axis}, {{"reverse", 1}, {"exclusive", 1}}),
                            F32({14, 12, 9, 5, 0}, {5})));
 }
@@ -714,8 +706,8 @@ TEST(ShapeCumSum, AxesAndInts) {
   HostTensor m = F32({1, 2, 3, 4, 5, 6}, {2, 3});
   EXPECT_TRUE(tensors_near(run1("CumSum", {m, I64({1}, {})}), F32({1, 3, 6, 4, 9, 15}, {2, 3})));
   EXPECT_TRUE(tensors_near(run1("CumSum", {m, I64({-2}, {})}), F32({1, 2, 3, 5, 7, 9}, {2, 3})));
-  EXPECT_TRUE(tensors_near(run1("CumSum", {I32({-1, 5, -7}, {3}), I64({0}, {})}),
-                           I32({-1, 4, -3}, {3})));
+  EXPECT_TRUE(
+      tensors_near(run1("CumSum", {I32({-1, 5, -7}, {3}), I64({0}, {})}), I32({-1, 4, -3}, {3})));
   EXPECT_TRUE(fails(run_op("CumSum", {m, I64({2}, {})}), {"CumSum", "axis 2", "rank 2"}));
   EXPECT_TRUE(fails(run_op("CumSum", {m, F32({0}, {})}), {"CumSum", "int32 or int64"}));
 }
@@ -748,8 +740,8 @@ TEST(ShapeTopK, TiesTakeTheLowerIndexFirst) {
 }
 
 TEST(ShapeTopK, BadK) {
-  EXPECT_TRUE(fails(run_op("TopK", {F32({1, 2}, {2}), I64({3}, {1})}, {}, 2),
-                    {"TopK", "K 3", "size 2"}));
+  EXPECT_TRUE(
+      fails(run_op("TopK", {F32({1, 2}, {2}), I64({3}, {1})}, {}, 2), {"TopK", "K 3", "size 2"}));
   EXPECT_TRUE(fails(run_op("TopK", {F32({1, 2}, {2}), I64({-1}, {1})}, {}, 2), {"TopK", "K -1"}));
   EXPECT_TRUE(fails(run_op("TopK", {F32({1, 2}, {2}), I32({1}, {1})}, {}, 2),
                     {"TopK", "K must be int64", "int32"}));
@@ -758,19 +750,17 @@ TEST(ShapeTopK, BadK) {
 // ---------------- DepthToSpace, SpaceToDepth, EyeLike ----------------
 
 // x = 0..47 in [1, 8, 2, 3], blocksize 2 (ONNX's examples).
-const std::vector<float> kD2sDcr = {0,  12, 1,  13, 2,  14, 24, 36, 25, 37, 26, 38,
-                                    3,  15, 4,  16, 5,  17, 27, 39, 28, 40, 29, 41,
-                                    6,  18, 7,  19, 8,  20, 30, 42, 31, 43, 32, 44,
-                                    9,  21, 10, 22, 11, 23, 33, 45, 34, 46, 35, 47};
-const std::vector<float> kD2sCrd = {0,  6,  1,  7,  2,  8,  12, 18, 13, 19, 14, 20,
-                                    3,  9,  4,  10, 5,  11, 15, 21, 16, 22, 17, 23,
-                                    24, 30, 25, 31, 26, 32, 36, 42, 37, 43, 38, 44,
-                                    27, 33, 28, 34, 29, 35, 39, 45, 40, 46, 41, 47};
+const std::vector<float> kD2sDcr = {0,  12, 1,  13, 2,  14, 24, 36, 25, 37, 26, 38, 3,  15, 4,  16,
+                                    5,  17, 27, 39, 28, 40, 29, 41, 6,  18, 7,  19, 8,  20, 30, 42,
+                                    31, 43, 32, 44, 9,  21, 10, 22, 11, 23, 33, 45, 34, 46, 35, 47};
+const std::vector<float> kD2sCrd = {0,  6,  1,  7,  2,  8,  12, 18, 13, 19, 14, 20, 3,  9,  4,  10,
+                                    5,  11, 15, 21, 16, 22, 17, 23, 24, 30, 25, 31, 26, 32, 36, 42,
+                                    37, 43, 38, 44, 27, 33, 28, 34, 29, 35, 39, 45, 40, 46, 41, 47};
 
 TEST(ShapeDepthToSpace, DcrAndCrd) {
   HostTensor x = F32(iota_f(48), {1, 8, 2, 3});
-  EXPECT_TRUE(tensors_near(run1("DepthToSpace", {x}, {{"blocksize", 2}}),
-                           F32(kD2sDcr, {1, 2, 4, 6})));
+  EXPECT_TRUE(
+      tensors_near(run1("DepthToSpace", {x}, {{"blocksize", 2}}), F32(kD2sDcr, {1, 2, 4, 6})));
   EXPECT_TRUE(tensors_near(run1("DepthToSpace", {x}, {{"blocksize", 2}, {"mode", "CRD"}}),
                            F32(kD2sCrd, {1, 2, 4, 6})));
   EXPECT_TRUE(fails(run_op("DepthToSpace", {F32(iota_f(6), {1, 6, 1, 1})}, {{"blocksize", 2}}),
@@ -781,9 +771,8 @@ TEST(ShapeDepthToSpace, DcrAndCrd) {
 }
 
 TEST(ShapeSpaceToDepth, InvertsDcr) {
-  EXPECT_TRUE(tensors_near(
-      run1("SpaceToDepth", {F32(kD2sDcr, {1, 2, 4, 6})}, {{"blocksize", 2}}),
-      F32(iota_f(48), {1, 8, 2, 3})));
+  EXPECT_TRUE(tensors_near(run1("SpaceToDepth", {F32(kD2sDcr, {1, 2, 4, 6})}, {{"blocksize", 2}}),
+                           F32(iota_f(48), {1, 8, 2, 3})));
   // [1, 1, 2, 2] -> [1, 4, 1, 1]: channel (bh * 2 + bw).
   EXPECT_TRUE(same_bits(run1("SpaceToDepth", {F16({1, 2, 3, 4}, {1, 1, 2, 2})}, {{"blocksize", 2}}),
                         F16({1, 2, 3, 4}, {1, 4, 1, 1})));
@@ -793,14 +782,16 @@ TEST(ShapeSpaceToDepth, InvertsDcr) {
 
 TEST(ShapeEyeLike, DiagonalsAndDtype) {
   HostTensor x(DType::kFloat32, {3, 4});
-  EXPECT_TRUE(tensors_near(run1("EyeLike", {x}),
-                           F32({1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0}, {3, 4})));
+  EXPECT_TRUE(
+      tensors_near(run1("EyeLike", {x}), F32({1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0}, {3, 4})));
   EXPECT_TRUE(tensors_near(run1("EyeLike", {x}, {{"k", 1}}),
                            F32({0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1}, {3, 4})));
   EXPECT_TRUE(tensors_near(run1("EyeLike", {x}, {{"k", -1}, {"dtype", 6}}),
                            I32({0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0}, {3, 4})));
-  EXPECT_TRUE(tensors_near(run1("EyeLike", {I64({0, 0, 0, 0}, {2, 2})}), I64({1, 0, 0, 1}, {2, 2})));
-  EXPECT_TRUE(tensors_near(run1("EyeLike", {x}, {{"k", 9}}), F32(std::vector<float>(12, 0), {3, 4})));
+  EXPECT_TRUE(
+      tensors_near(run1("EyeLike", {I64({0, 0, 0, 0}, {2, 2})}), I64({1, 0, 0, 1}, {2, 2})));
+  EXPECT_TRUE(
+      tensors_near(run1("EyeLike", {x}, {{"k", 9}}), F32(std::vector<float>(12, 0), {3, 4})));
   EXPECT_TRUE(tensors_near(run1("EyeLike", {x}, {{"dtype", 10}}),
                            F16({1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0}, {3, 4})));
   EXPECT_TRUE(fails(run_op("EyeLike", {F32({1}, {1})}), {"EyeLike", "rank 2", "[1]"}));
@@ -824,13 +815,16 @@ TEST(ShapeInference, UnknownValuesLeaveDimsUnknown) {
   EXPECT_EQ(out[0].shape, (Shape{-1, -1, -1}));
   Node slice{"s", "Slice", "", {"x", "a", "b"}, {"y"}, {}};
   ASSERT_TRUE(infer(slice, {{DType::kFloat32, {4, 5}}, {DType::kInt64, {1}}, {DType::kInt64, {1}}},
-                    {}, &out).ok());
+                    {}, &out)
+                  .ok());
   EXPECT_EQ(out[0].shape, (Shape{-1, 5}));
   Node concat{"c", "Concat", "", {"a", "b"}, {"y"}, {{"axis", 1}}};
-  ASSERT_TRUE(infer(concat, {{DType::kFloat32, {-1, 2}}, {DType::kFloat32, {4, -1}}}, {}, &out).ok());
+  ASSERT_TRUE(
+      infer(concat, {{DType::kFloat32, {-1, 2}}, {DType::kFloat32, {4, -1}}}, {}, &out).ok());
   EXPECT_EQ(out[0].shape, (Shape{4, -1}));
   Node gather{"g", "Gather", "", {"a", "i"}, {"y"}, {{"axis", 1}}};
-  ASSERT_TRUE(infer(gather, {{DType::kFloat16, {-1, 7, 3}}, {DType::kInt64, {2, 2}}}, {}, &out).ok());
+  ASSERT_TRUE(
+      infer(gather, {{DType::kFloat16, {-1, 7, 3}}, {DType::kInt64, {2, 2}}}, {}, &out).ok());
   EXPECT_EQ(out[0], (TensorType{DType::kFloat16, {-1, 2, 2, 3}}));
 }
 
@@ -844,7 +838,8 @@ TEST(ShapeInference, KnownValuesGiveShapes) {
   HostTensor shape = I64({0, -1}, {2});
   TensorView sv = shape.view();
   ASSERT_TRUE(infer(Node{"r", "Reshape", "", {"x", "s"}, {"y"}, {}},
-                    {{DType::kFloat32, {-1, 3, 4}}, shape.type()}, {nullptr, &sv}, &out).ok());
+                    {{DType::kFloat32, {-1, 3, 4}}, shape.type()}, {nullptr, &sv}, &out)
+                  .ok());
   EXPECT_EQ(out[0].shape, (Shape{-1, -1}));
 }
 

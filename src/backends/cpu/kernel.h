@@ -95,5 +95,10 @@ void register_reference_elementwise_kernels(KernelRegistry& r);
 void register_reference_nn_kernels(KernelRegistry& r);
 void register_reference_shape_kernels(KernelRegistry& r);
 void register_reference_reduction_kernels(KernelRegistry& r);
+void register_reference_rnn_kernels(KernelRegistry& r);
+void register_reference_image_kernels(KernelRegistry& r);
+void register_reference_quant_kernels(KernelRegistry& r);
+void register_reference_math_kernels(KernelRegistry& r);
+void register_reference_control_kernels(KernelRegistry& r);
 
 }  // namespace tensord::cpu

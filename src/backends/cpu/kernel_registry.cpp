@@ -32,6 +32,11 @@ const KernelRegistry& KernelRegistry::global() {
     register_reference_nn_kernels(*r);
     register_reference_shape_kernels(*r);
     register_reference_reduction_kernels(*r);
+    register_reference_rnn_kernels(*r);
+    register_reference_image_kernels(*r);
+    register_reference_quant_kernels(*r);
+    register_reference_math_kernels(*r);
+    register_reference_control_kernels(*r);
     return r;
   }();
   return *registry;

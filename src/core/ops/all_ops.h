@@ -10,5 +10,10 @@ void register_nn_ops(OpRegistry& r);           // MatMul, Gemm, Conv, pools, Bat
 void register_shape_ops(OpRegistry& r);        // Reshape, Transpose, Concat, Slice, Gather,
                                                // Flatten, Squeeze, Unsqueeze, Constant, Identity
 void register_reduction_ops(OpRegistry& r);    // Reduce*, ArgMax, ArgMin
+void register_rnn_ops(OpRegistry& r);          // RNN, GRU, LSTM
+void register_image_ops(OpRegistry& r);        // Resize, GridSample, RoiAlign, MaxUnpool, NMS ...
+void register_quant_ops(OpRegistry& r);        // QuantizeLinear, QLinear*, *Integer
+void register_math_ops(OpRegistry& r);         // Einsum, Det, Unique, DFT, windows, ...
+void register_control_ops(OpRegistry& r);      // If, Loop, Scan
 
 }  // namespace tensord

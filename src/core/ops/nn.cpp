@@ -5,8 +5,8 @@
 // The sliding-window geometry (pads from auto_pad, output sizes with ceil_mode) is computed in
 // one place, nn::window_geometry / nn::conv_transpose_geometry below, which the cpu kernels
 // call too, so inference and kernels cannot disagree.
+#include <algorithm>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,8 +40,7 @@ Result<std::string> read_auto_pad(const NodeAttrs& a) {
   TD_ASSIGN_OR_RETURN(std::string auto_pad, a.attr_string("auto_pad", "NOTSET"));
   if (auto_pad != "NOTSET" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER" &&
       auto_pad != "VALID")
-    return a.error("auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got '{}'",
-                   auto_pad);
+    return a.error("auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got '{}'", auto_pad);
   return auto_pad;
 }
 
@@ -52,8 +51,8 @@ Result<std::string> read_auto_pad(const NodeAttrs& a) {
 // kernel sizes (either may hold -1 = unknown, giving -1 output sizes). Outputs: strides and
 // dilations (n values), pads (2n values: all begins, then all ends, as ONNX orders them;
 // computed from auto_pad when it is SAME_*), and the spatial output sizes.
-Status window_geometry(const NodeAttrs& a, const Shape& in_spatial, const Shape& kernel,
-                       bool pool, std::vector<int64_t>* strides, std::vector<int64_t>* dilations,
+Status window_geometry(const NodeAttrs& a, const Shape& in_spatial, const Shape& kernel, bool pool,
+                       std::vector<int64_t>* strides, std::vector<int64_t>* dilations,
                        std::vector<int64_t>* pads, Shape* out_spatial) {
   const size_t n = in_spatial.size();
   if (kernel.size() != n)
@@ -67,7 +66,8 @@ Status window_geometry(const NodeAttrs& a, const Shape& in_spatial, const Shape&
   int64_t ceil_mode = 0;
   if (pool) {
     TD_ASSIGN_OR_RETURN(ceil_mode, a.attr_int("ceil_mode", 0));
-    if (ceil_mode != 0 && ceil_mode != 1) return a.error("ceil_mode must be 0 or 1, got {}", ceil_mode);
+    if (ceil_mode != 0 && ceil_mode != 1)
+      return a.error("ceil_mode must be 0 or 1, got {}", ceil_mode);
   }
   TD_ASSIGN_OR_RETURN(*pads, a.attr_ints("pads", std::vector<int64_t>(2 * n, 0)));
   if (auto_pad != "NOTSET") {
@@ -130,7 +130,8 @@ Status conv_transpose_geometry(const NodeAttrs& a, const Shape& in_spatial, cons
   TD_ASSIGN_OR_RETURN(std::vector<int64_t> output_shape, a.attr_ints("output_shape", {}));
   const bool has_output_shape = a.has_attr("output_shape");
   if (has_output_shape) {
-    if (output_shape.size() == n + 2) output_shape.erase(output_shape.begin(), output_shape.begin() + 2);
+    if (output_shape.size() == n + 2)
+      output_shape.erase(output_shape.begin(), output_shape.begin() + 2);
     if (output_shape.size() != n)
       return a.error("'output_shape' has {} values {}, expected {} (one per spatial axis)",
                      output_shape.size(), output_shape, n);
@@ -183,8 +184,8 @@ Status conv_transpose_geometry(const NodeAttrs& a, const Shape& in_spatial, cons
     }
     const int64_t out = full - pb - pe;
     if (out < 0)
-      return a.error("spatial axis {}: pads {}+{} exceed the transposed output size {}", i, pb,
-                     pe, full);
+      return a.error("spatial axis {}: pads {}+{} exceed the transposed output size {}", i, pb, pe,
+                     full);
     (*out_spatial)[i] = out;
   }
   return OkStatus();
@@ -200,20 +201,20 @@ using TypeSet = uint32_t;
 
 constexpr TypeSet bit(DType t) { return TypeSet{1} << static_cast<int>(t); }
 
+// Conv, pools, normalizations, Softmax, Dropout. Opset 17 lists bfloat16 for only some of
+// these; accepting it everywhere is harmless, as the executor widens it like float16.
 constexpr TypeSet kFloatTypes =
     bit(DType::kFloat16) | bit(DType::kBFloat16) | bit(DType::kFloat32) | bit(DType::kFloat64);
-// Conv, pools, normalizations (opset 17 lists no bfloat16 for most; accepting it is harmless
-// since the executor widens it like float16).
+// MatMul and Gemm (T of opset 13).
 constexpr TypeSet kMatMulTypes = kFloatTypes | bit(DType::kInt32) | bit(DType::kInt64) |
                                  bit(DType::kUInt32) | bit(DType::kUInt64);
 constexpr TypeSet kMaxPoolTypes = kFloatTypes | bit(DType::kInt8) | bit(DType::kUInt8);
 
 std::string type_set_names(TypeSet set) {
-  static const DType kOrder[] = {DType::kFloat16, DType::kBFloat16, DType::kFloat32,
-                                 DType::kFloat64, DType::kInt8,     DType::kInt16,
-                                 DType::kInt32,   DType::kInt64,    DType::kUInt8,
-                                 DType::kUInt16,  DType::kUInt32,   DType::kUInt64,
-                                 DType::kBool};
+  static const DType kOrder[] = {
+      DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64, DType::kInt8,
+      DType::kInt16,   DType::kInt32,    DType::kInt64,   DType::kUInt8,   DType::kUInt16,
+      DType::kUInt32,  DType::kUInt64,   DType::kBool};
   std::string out;
   for (DType t : kOrder) {
     if (!(set & bit(t))) continue;
@@ -234,8 +235,8 @@ Status check_type(const InferenceContext& ctx, int i, const char* what, TypeSet 
 Status check_same_type(const InferenceContext& ctx, int i, const char* what_i, int j,
                        const char* what_j) {
   if (ctx.input_dtype(i) == ctx.input_dtype(j)) return OkStatus();
-  return ctx.error("input {} ({}) has dtype {} but input {} ({}) has dtype {}; they must match",
-                   j, what_j, dtype_name(ctx.input_dtype(j)), i, what_i,
+  return ctx.error("input {} ({}) has dtype {} but input {} ({}) has dtype {}; they must match", j,
+                   what_j, dtype_name(ctx.input_dtype(j)), i, what_i,
                    dtype_name(ctx.input_dtype(i)));
 }
 
@@ -251,12 +252,11 @@ bool dims_conflict(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
 
 // A per-channel parameter (BatchNormalization/InstanceNormalization scale, bias, mean, var):
 // a 1-D tensor of `channels` values.
-Status check_channel_param(const InferenceContext& ctx, int i, const char* what,
-                           int64_t channels) {
+Status check_channel_param(const InferenceContext& ctx, int i, const char* what, int64_t channels) {
   const Shape& s = ctx.input_shape(i);
   if (s.size() != 1 || dims_conflict(s[0], channels))
-    return ctx.error("input {} ({}) must have shape [{}] (one value per channel), got {}", i,
-                     what, channels < 0 ? std::string("C") : std::to_string(channels),
+    return ctx.error("input {} ({}) must have shape [{}] (one value per channel), got {}", i, what,
+                     channels < 0 ? std::string("C") : std::to_string(channels),
                      shape_to_string(s));
   return OkStatus();
 }
@@ -502,8 +502,7 @@ OpSchema pool_schema(const std::string& name, PoolKind kind) {
     if (kind == PoolKind::kMax) {
       TD_ASSIGN_OR_RETURN(int64_t order, ctx.attr_int("storage_order", 0));
       if (order != 0 && order != 1)
-        return ctx.error("storage_order must be 0 (row major) or 1 (column major), got {}",
-                         order);
+        return ctx.error("storage_order must be 0 (row major) or 1 (column major), got {}", order);
     } else if (kind == PoolKind::kAverage) {
       TD_ASSIGN_OR_RETURN(int64_t cip, ctx.attr_int("count_include_pad", 0));
       if (cip != 0 && cip != 1) return ctx.error("count_include_pad must be 0 or 1, got {}", cip);
@@ -573,9 +572,10 @@ OpSchema batch_norm_schema() {
           "training_mode=1 (batch statistics, running mean/var outputs) is not supported; "
           "only inference mode (training_mode=0) is");
     if (ctx.num_outputs() > 1)
-      return ctx.error("has {} outputs, but running_mean and running_var exist only with "
-                       "training_mode=1; inference mode has the one output Y",
-                       ctx.num_outputs());
+      return ctx.error(
+          "has {} outputs, but running_mean and running_var exist only with "
+          "training_mode=1; inference mode has the one output Y",
+          ctx.num_outputs());
     const int64_t c = ctx.input_shape(0)[1];
     const char* names[] = {"scale", "B", "input_mean", "input_var"};
     for (int i = 1; i <= 4; ++i) TD_RETURN_IF_ERROR(check_channel_param(ctx, i, names[i - 1], c));
@@ -648,11 +648,11 @@ OpSchema layer_norm_schema() {
     TD_ASSIGN_OR_RETURN(float epsilon, ctx.attr_float("epsilon", 1e-5f));
     if (epsilon < 0) return ctx.error("epsilon must be >= 0, got {}", epsilon);
     TD_ASSIGN_OR_RETURN(int64_t stash, ctx.attr_int("stash_type", 1));
-    if (!dtype_is_valid(static_cast<int32_t>(stash)) ||
-        !dtype_is_float(static_cast<DType>(stash)))
-      return ctx.error("stash_type must be a float dtype (1 float32, 10 float16, 11 float64, "
-                       "16 bfloat16), got {}",
-                       stash);
+    if (!dtype_is_valid(static_cast<int32_t>(stash)) || !dtype_is_float(static_cast<DType>(stash)))
+      return ctx.error(
+          "stash_type must be a float dtype (1 float32, 10 float16, 11 float64, "
+          "16 bfloat16), got {}",
+          stash);
     for (int i = 1; i <= 2; ++i) {
       if (!ctx.has_input(i)) continue;
       const Shape& p = ctx.input_shape(i);

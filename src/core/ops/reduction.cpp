@@ -13,8 +13,10 @@ bool is_numeric(DType t) { return dtype_is_float(t) || dtype_is_integer(t); }
 Shape reduced_shape(const Shape& in, const std::vector<bool>& reduce, bool keepdims) {
   Shape out;
   for (size_t i = 0; i < in.size(); ++i) {
-    if (!reduce[i]) out.push_back(in[i]);
-    else if (keepdims) out.push_back(1);
+    if (!reduce[i])
+      out.push_back(in[i]);
+    else if (keepdims)
+      out.push_back(1);
   }
   return out;
 }
@@ -96,9 +98,9 @@ Status infer_arg(InferenceContext& ctx) {
 }  // namespace
 
 void register_reduction_ops(OpRegistry& r) {
-  const char* attr_form[] = {"ReduceMean",      "ReduceMax",       "ReduceMin",
-                             "ReduceProd",      "ReduceL1",        "ReduceL2",
-                             "ReduceLogSum",    "ReduceLogSumExp", "ReduceSumSquare"};
+  const char* attr_form[] = {"ReduceMean",   "ReduceMax",       "ReduceMin",
+                             "ReduceProd",   "ReduceL1",        "ReduceL2",
+                             "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"};
   for (const char* name : attr_form) {
     OpSchema s;
     s.name = name;

@@ -87,29 +87,42 @@ std::optional<double> scalar_value(const InferenceContext& ctx, int i) {
   const TensorView* v = ctx.input_value(i);
   if (!v || v->numel() < 1) return std::nullopt;
   switch (v->dtype) {
-    case DType::kFloat32: return v->as<float>()[0];
-    case DType::kFloat64: return v->as<double>()[0];
-    case DType::kFloat16: return half_to_float(v->as<uint16_t>()[0]);
-    case DType::kBFloat16: return bfloat16_to_float(v->as<uint16_t>()[0]);
-    case DType::kInt8: return v->as<int8_t>()[0];
-    case DType::kUInt8: return v->as<uint8_t>()[0];
-    case DType::kInt16: return v->as<int16_t>()[0];
-    case DType::kUInt16: return v->as<uint16_t>()[0];
-    case DType::kInt32: return v->as<int32_t>()[0];
-    case DType::kUInt32: return v->as<uint32_t>()[0];
-    case DType::kInt64: return static_cast<double>(v->as<int64_t>()[0]);
-    case DType::kUInt64: return static_cast<double>(v->as<uint64_t>()[0]);
-    case DType::kBool: return v->as<bool>()[0] ? 1.0 : 0.0;
-    default: return std::nullopt;
+    case DType::kFloat32:
+      return v->as<float>()[0];
+    case DType::kFloat64:
+      return v->as<double>()[0];
+    case DType::kFloat16:
+      return half_to_float(v->as<uint16_t>()[0]);
+    case DType::kBFloat16:
+      return bfloat16_to_float(v->as<uint16_t>()[0]);
+    case DType::kInt8:
+      return v->as<int8_t>()[0];
+    case DType::kUInt8:
+      return v->as<uint8_t>()[0];
+    case DType::kInt16:
+      return v->as<int16_t>()[0];
+    case DType::kUInt16:
+      return v->as<uint16_t>()[0];
+    case DType::kInt32:
+      return v->as<int32_t>()[0];
+    case DType::kUInt32:
+      return v->as<uint32_t>()[0];
+    case DType::kInt64:
+      return static_cast<double>(v->as<int64_t>()[0]);
+    case DType::kUInt64:
+      return static_cast<double>(v->as<uint64_t>()[0]);
+    case DType::kBool:
+      return v->as<bool>()[0] ? 1.0 : 0.0;
+    default:
+      return std::nullopt;
   }
 }
 
 // ---- Constant, Identity ----
 
 Status infer_constant(InferenceContext& ctx) {
-  static const char* kNames[] = {"value",        "value_float",   "value_floats",
-                                 "value_int",    "value_ints",    "value_string",
-                                 "value_strings", "sparse_value"};
+  static const char* kNames[] = {"value",      "value_float",  "value_floats",  "value_int",
+                                 "value_ints", "value_string", "value_strings", "sparse_value"};
   std::vector<std::string> present;
   for (const char* n : kNames)
     if (ctx.has_attr(n)) present.emplace_back(n);
@@ -193,9 +206,10 @@ Status infer_reshape(InferenceContext& ctx) {
     } else {
       const int64_t total = shape_numel(in);
       if (known == 0)
-        return ctx.error("cannot infer the -1 in shape {} for input {}: the other dimensions "
-                         "multiply to 0",
-                         s, shape_to_string(in));
+        return ctx.error(
+            "cannot infer the -1 in shape {} for input {}: the other dimensions "
+            "multiply to 0",
+            s, shape_to_string(in));
       if (total % known != 0)
         return ctx.error("cannot reshape input {} ({} elements) to {}", shape_to_string(in), total,
                          s);
@@ -203,8 +217,7 @@ Status infer_reshape(InferenceContext& ctx) {
     }
   } else if (in_static && shape_is_static(out) && shape_numel(in) != shape_numel(out)) {
     return ctx.error("cannot reshape input {} ({} elements) to {} ({} elements)",
-                     shape_to_string(in), shape_numel(in), shape_to_string(out),
-                     shape_numel(out));
+                     shape_to_string(in), shape_numel(in), shape_to_string(out), shape_numel(out));
   }
   ctx.set_output(0, ctx.input_dtype(0), out);
   return OkStatus();
@@ -215,8 +228,8 @@ Status infer_flatten(InferenceContext& ctx) {
   const int64_t rank = static_cast<int64_t>(in.size());
   TD_ASSIGN_OR_RETURN(int64_t axis, ctx.attr_int("axis", 1));
   if (axis < -rank || axis > rank)
-    return ctx.error("axis {} is out of range for rank {} (must be in [{}, {}])", axis, rank,
-                     -rank, rank);
+    return ctx.error("axis {} is out of range for rank {} (must be in [{}, {}])", axis, rank, -rank,
+                     rank);
   if (axis < 0) axis += rank;
   const size_t a = static_cast<size_t>(axis);
   ctx.set_output(0, ctx.input_dtype(0),
@@ -329,9 +342,10 @@ Status infer_concat(InferenceContext& ctx) {
       if (static_cast<int64_t>(d) == axis) {
         out[d] = (out[d] < 0 || s[d] < 0) ? -1 : out[d] + s[d];
       } else if (out[d] >= 0 && s[d] >= 0 && out[d] != s[d]) {
-        return ctx.error("input {} has shape {} which differs from input 0 {} on axis {} "
-                         "(concatenating on axis {})",
-                         i, shape_to_string(s), shape_to_string(first), d, axis);
+        return ctx.error(
+            "input {} has shape {} which differs from input 0 {} on axis {} "
+            "(concatenating on axis {})",
+            i, shape_to_string(s), shape_to_string(first), d, axis);
       } else if (out[d] < 0) {
         out[d] = s[d];
       }
@@ -366,8 +380,8 @@ Status infer_split(InferenceContext& ctx) {
           sum += v;
         }
         if (dim >= 0 && sum != dim)
-          return ctx.error("split {} sums to {} but axis {} of input {} has size {}", *split,
-                           sum, axis, shape_to_string(in), dim);
+          return ctx.error("split {} sums to {} but axis {} of input {} has size {}", *split, sum,
+                           axis, shape_to_string(in), dim);
         sizes = *split;
       }
     }
@@ -421,9 +435,10 @@ Status infer_slice(InferenceContext& ctx) {
     const int64_t len = vector_length(ctx, i);
     if (len >= 0) {
       if (n >= 0 && len != n)
-        return ctx.error("starts, ends, axes and steps must have the same length, got {} ({}) "
-                         "and {}",
-                         len, names[i], n);
+        return ctx.error(
+            "starts, ends, axes and steps must have the same length, got {} ({}) "
+            "and {}",
+            len, names[i], n);
       n = len;
     }
   }
@@ -441,8 +456,8 @@ Status infer_slice(InferenceContext& ctx) {
       return OkStatus();
     }
     if (n > rank)
-      return ctx.error("starts has {} entries but the input {} has rank {}", n,
-                       shape_to_string(in), rank);
+      return ctx.error("starts has {} entries but the input {} has rank {}", n, shape_to_string(in),
+                       rank);
     for (int64_t i = 0; i < n; ++i) axes.push_back(i);
   }
   if (vals[4])
@@ -523,12 +538,13 @@ Status infer_gather_nd(InferenceContext& ctx) {
                        shape_to_string(data), shape_to_string(idx));
   }
   const int64_t k = idx.back();
-  if (k < 0) return ctx.unimplemented("the last dimension of indices {} is unknown",
-                                      shape_to_string(idx));
+  if (k < 0)
+    return ctx.unimplemented("the last dimension of indices {} is unknown", shape_to_string(idx));
   if (k < 1 || k > r - b)
-    return ctx.error("the last dimension of indices {} is {}, must be in [1, {}] for data {} "
-                     "with batch_dims {}",
-                     shape_to_string(idx), k, r - b, shape_to_string(data), b);
+    return ctx.error(
+        "the last dimension of indices {} is {}, must be in [1, {}] for data {} "
+        "with batch_dims {}",
+        shape_to_string(idx), k, r - b, shape_to_string(data), b);
   Shape out(idx.begin(), idx.end() - 1);
   out.insert(out.end(), data.begin() + b + k, data.end());
   ctx.set_output(0, ctx.input_dtype(0), out);
@@ -564,8 +580,8 @@ Status infer_scatter_elements(InferenceContext& ctx) {
   for (int64_t d = 0; d < rank; ++d) {
     const size_t k = static_cast<size_t>(d);
     if (idx[k] >= 0 && upd[k] >= 0 && idx[k] != upd[k])
-      return ctx.error("indices {} and updates {} must have the same shape",
-                       shape_to_string(idx), shape_to_string(upd));
+      return ctx.error("indices {} and updates {} must have the same shape", shape_to_string(idx),
+                       shape_to_string(upd));
     if (d != axis && idx[k] >= 0 && data[k] >= 0 && idx[k] > data[k])
       return ctx.error("indices {} is larger than data {} on axis {}", shape_to_string(idx),
                        shape_to_string(data), d);
@@ -714,8 +730,8 @@ Status infer_pad(InferenceContext& ctx) {
                        shape_to_string(in), d);
     const int64_t kept = in[a] + std::min<int64_t>(begin, 0) + std::min<int64_t>(end, 0);
     if (mode != "constant" && kept <= 0 && (begin > 0 || end > 0))
-      return ctx.error("mode '{}' cannot pad axis {} of input {}: no elements remain to copy",
-                       mode, a, shape_to_string(in));
+      return ctx.error("mode '{}' cannot pad axis {} of input {}: no elements remain to copy", mode,
+                       a, shape_to_string(in));
     out[a] = d;
   }
   ctx.set_output(0, ctx.input_dtype(0), out);
@@ -769,7 +785,8 @@ Status infer_range(InferenceContext& ctx) {
       TD_ASSIGN_OR_RETURN(IntsOpt s, ctx.input_ints(0));
       TD_ASSIGN_OR_RETURN(IntsOpt l, ctx.input_ints(1));
       TD_ASSIGN_OR_RETURN(IntsOpt d, ctx.input_ints(2));
-      if (s->empty() || l->empty() || d->empty()) return ctx.error("start, limit and delta must each hold one value");
+      if (s->empty() || l->empty() || d->empty())
+        return ctx.error("start, limit and delta must each hold one value");
       const int64_t start = (*s)[0], limit = (*l)[0], delta = (*d)[0];
       if (delta == 0) return ctx.error("delta must not be 0");
       // ceil((limit - start) / delta) in 128 bits: no overflow for any int64 values.
@@ -923,14 +940,14 @@ Status infer_space_to_depth(InferenceContext& ctx) {
 
 Status infer_eye_like(InferenceContext& ctx) {
   const Shape& in = ctx.input_shape(0);
-  if (in.size() != 2)
-    return ctx.error("input must have rank 2, got shape {}", shape_to_string(in));
+  if (in.size() != 2) return ctx.error("input must have rank 2, got shape {}", shape_to_string(in));
   TD_RETURN_IF_ERROR(ctx.attr_int("k", 0).status());
   DType dtype = ctx.input_dtype(0);
   if (ctx.has_attr("dtype")) {
     TD_ASSIGN_OR_RETURN(int64_t dt, ctx.attr_int("dtype", 0));
     if (dt < INT32_MIN || dt > INT32_MAX || !dtype_is_valid(static_cast<int32_t>(dt)) ||
-        dt == static_cast<int64_t>(DType::kUndefined) || dt == static_cast<int64_t>(DType::kBFloat16))
+        dt == static_cast<int64_t>(DType::kUndefined) ||
+        dt == static_cast<int64_t>(DType::kBFloat16))
       return ctx.error("dtype {} is not a supported output type", dt);
     dtype = static_cast<DType>(dt);
   }

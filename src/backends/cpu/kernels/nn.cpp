@@ -19,8 +19,8 @@
 namespace tensord {
 namespace nn {
 // Defined in src/core/ops/nn.cpp (see the comments there).
-Status window_geometry(const NodeAttrs& a, const Shape& in_spatial, const Shape& kernel,
-                       bool pool, std::vector<int64_t>* strides, std::vector<int64_t>* dilations,
+Status window_geometry(const NodeAttrs& a, const Shape& in_spatial, const Shape& kernel, bool pool,
+                       std::vector<int64_t>* strides, std::vector<int64_t>* dilations,
                        std::vector<int64_t>* pads, Shape* out_spatial);
 Status conv_transpose_geometry(const NodeAttrs& a, const Shape& in_spatial, const Shape& kernel,
                                std::vector<int64_t>* strides, std::vector<int64_t>* dilations,
@@ -237,7 +237,8 @@ Status conv_typed(KernelContext& ctx, const ConvGeometry& g) {
           bool inside = true;
           for (size_t d = 0; d < nd; ++d) {
             const int64_t pos = out_idx[static_cast<size_t>(o) * nd + d] * g.strides[d] -
-                                g.pads[d] + k_idx[static_cast<size_t>(kf) * nd + d] * g.dilations[d];
+                                g.pads[d] +
+                                k_idx[static_cast<size_t>(kf) * nd + d] * g.dilations[d];
             if (pos < 0 || pos >= g.in_spatial[d]) {
               inside = false;
               break;
@@ -392,8 +393,8 @@ Status pool_typed(KernelContext& ctx, PoolKind kind, const ConvGeometry& g) {
         int64_t row = 0, col = 0;
         bool inside = true, in_padded = true;
         for (size_t d = 0; d < nd; ++d) {
-          const int64_t pos = out_idx[static_cast<size_t>(o) * nd + d] * g.strides[d] -
-                              g.pads[d] + k_idx[static_cast<size_t>(kf) * nd + d] * g.dilations[d];
+          const int64_t pos = out_idx[static_cast<size_t>(o) * nd + d] * g.strides[d] - g.pads[d] +
+                              k_idx[static_cast<size_t>(kf) * nd + d] * g.dilations[d];
           if (pos < 0 || pos >= g.in_spatial[d]) inside = false;
           // The padded extent is [-pad_begin, size + pad_end); ceil_mode may reach past it.
           if (pos < -g.pads[d] || pos >= g.in_spatial[d] + g.pads[d + nd]) in_padded = false;
@@ -477,9 +478,9 @@ Status global_pool_typed(KernelContext& ctx, PoolKind kind) {
       const double v = static_cast<double>(xp[i]);
       sum += kind == PoolKind::kAverage ? v : std::pow(std::abs(v), static_cast<double>(p));
     }
-    y[plane] = static_cast<T>(kind == PoolKind::kAverage
-                                  ? sum / static_cast<double>(size)
-                                  : std::pow(sum, 1.0 / static_cast<double>(p)));
+    y[plane] =
+        static_cast<T>(kind == PoolKind::kAverage ? sum / static_cast<double>(size)
+                                                  : std::pow(sum, 1.0 / static_cast<double>(p)));
   }
   return OkStatus();
 }
@@ -511,8 +512,8 @@ Status batch_norm_typed(KernelContext& ctx) {
       const double inv = 1.0 / std::sqrt(var[k] + static_cast<double>(epsilon));
       const int64_t base = (nb * c + ch) * size;
       for (int64_t i = 0; i < size; ++i)
-        y[base + i] = static_cast<T>((static_cast<double>(x[base + i]) - mean[k]) * inv * scale[k] +
-                                     bias[k]);
+        y[base + i] =
+            static_cast<T>((static_cast<double>(x[base + i]) - mean[k]) * inv * scale[k] + bias[k]);
     }
   }
   return OkStatus();
@@ -591,10 +592,9 @@ Status lrn_typed(KernelContext& ctx) {
           sq += v * v;
         }
         const int64_t f = (nb * c + ch) * spatial + i;
-        const double denom =
-            std::pow(static_cast<double>(bias) +
-                         static_cast<double>(alpha) / static_cast<double>(size) * sq,
-                     static_cast<double>(beta));
+        const double denom = std::pow(
+            static_cast<double>(bias) + static_cast<double>(alpha) / static_cast<double>(size) * sq,
+            static_cast<double>(beta));
         y[f] = static_cast<T>(static_cast<double>(x[f]) / denom);
       }
     }
@@ -613,7 +613,8 @@ Status layer_norm_typed(KernelContext& ctx) {
   TD_ASSIGN_OR_RETURN(float epsilon, ctx.attr_float("epsilon", 1e-5f));
   TD_ASSIGN_OR_RETURN(int64_t axis_attr, ctx.attr_int("axis", -1));
   const TensorView& xv = ctx.input(0);
-  TD_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(axis_attr, static_cast<int64_t>(xv.shape.size())));
+  TD_ASSIGN_OR_RETURN(int64_t axis,
+                      normalize_axis(axis_attr, static_cast<int64_t>(xv.shape.size())));
   const int64_t outer = product(xv.shape, 0, static_cast<size_t>(axis));
   const int64_t inner = product(xv.shape, static_cast<size_t>(axis), xv.shape.size());
   const std::vector<double> scale = to_doubles(ctx.input(1));
@@ -644,7 +645,8 @@ Status layer_norm_typed(KernelContext& ctx) {
     inv_stds[static_cast<size_t>(r)] = inv;
     for (int64_t i = 0; i < inner; ++i) {
       const size_t f = static_cast<size_t>(base + i);
-      double v = (static_cast<double>(x[f]) - mean) * inv * scale[static_cast<size_t>(scale_map[f])];
+      double v =
+          (static_cast<double>(x[f]) - mean) * inv * scale[static_cast<size_t>(scale_map[f])];
       if (!bias.empty()) v += bias[static_cast<size_t>(bias_map[f])];
       y[f] = static_cast<T>(v);
     }
@@ -674,7 +676,8 @@ template <typename T>
 Status softmax_typed(KernelContext& ctx, SoftmaxKind kind) {
   TD_ASSIGN_OR_RETURN(int64_t axis_attr, ctx.attr_int("axis", -1));
   const TensorView& xv = ctx.input(0);
-  TD_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(axis_attr, static_cast<int64_t>(xv.shape.size())));
+  TD_ASSIGN_OR_RETURN(int64_t axis,
+                      normalize_axis(axis_attr, static_cast<int64_t>(xv.shape.size())));
   const int64_t outer = product(xv.shape, 0, static_cast<size_t>(axis));
   const int64_t n = xv.shape[static_cast<size_t>(axis)];
   const int64_t inner = product(xv.shape, static_cast<size_t>(axis) + 1, xv.shape.size());
@@ -776,7 +779,9 @@ Status dropout_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_reference_nn_kernels(KernelRegistry& r) {
-  auto add = [&r](const char* op, KernelFn fn) { r.add(KernelDef{op, "reference", nullptr, std::move(fn)}); };
+  auto add = [&r](const char* op, KernelFn fn) {
+    r.add(KernelDef{op, "reference", nullptr, std::move(fn)});
+  };
   add("MatMul", matmul_kernel);
   add("Gemm", gemm_kernel);
   add("Conv", conv_kernel);
@@ -784,7 +789,8 @@ void register_reference_nn_kernels(KernelRegistry& r) {
   add("MaxPool", [](KernelContext& c) { return pool_kernel(c, PoolKind::kMax); });
   add("AveragePool", [](KernelContext& c) { return pool_kernel(c, PoolKind::kAverage); });
   add("LpPool", [](KernelContext& c) { return pool_kernel(c, PoolKind::kLp); });
-  add("GlobalAveragePool", [](KernelContext& c) { return global_pool_kernel(c, PoolKind::kAverage); });
+  add("GlobalAveragePool",
+      [](KernelContext& c) { return global_pool_kernel(c, PoolKind::kAverage); });
   add("GlobalMaxPool", [](KernelContext& c) { return global_pool_kernel(c, PoolKind::kMax); });
   add("GlobalLpPool", [](KernelContext& c) { return global_pool_kernel(c, PoolKind::kLp); });
   add("BatchNormalization", batch_norm_kernel);

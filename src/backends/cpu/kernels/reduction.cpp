@@ -55,7 +55,8 @@ T from_double(double v) {
     if (std::isnan(v)) return T(0);
     if (v <= static_cast<double>(std::numeric_limits<T>::lowest()))
       return std::numeric_limits<T>::lowest();
-    if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+    if (v >= static_cast<double>(std::numeric_limits<T>::max()))
+      return std::numeric_limits<T>::max();
     return static_cast<T>(v);
   }
 }
@@ -67,8 +68,10 @@ uint64_t wrap(T v) {
 
 template <typename T>
 bool is_negative(T v) {
-  if constexpr (std::is_signed_v<T>) return v < 0;
-  else return false;
+  if constexpr (std::is_signed_v<T>)
+    return v < 0;
+  else
+    return false;
 }
 
 template <typename T>
@@ -100,10 +103,14 @@ T reduce_values(Reduce op, const std::vector<T>& v) {
         double acc = op == Reduce::kProd ? 1.0 : 0.0;
         for (T x : v) {
           const double d = x;
-          if (op == Reduce::kProd) acc *= d;
-          else if (op == Reduce::kSumSquare) acc += d * d;
-          else if (op == Reduce::kL1) acc += std::abs(d);
-          else acc += d;
+          if (op == Reduce::kProd)
+            acc *= d;
+          else if (op == Reduce::kSumSquare)
+            acc += d * d;
+          else if (op == Reduce::kL1)
+            acc += std::abs(d);
+          else
+            acc += d;
         }
         if (op == Reduce::kMean) acc = n ? acc / static_cast<double>(n) : std::nan("");
         return static_cast<T>(acc);
@@ -111,10 +118,14 @@ T reduce_values(Reduce op, const std::vector<T>& v) {
         uint64_t acc = op == Reduce::kProd ? 1 : 0;
         for (T x : v) {
           const uint64_t u = wrap(x);
-          if (op == Reduce::kProd) acc *= u;
-          else if (op == Reduce::kSumSquare) acc += u * u;
-          else if (op == Reduce::kL1) acc += is_negative(x) ? 0 - u : u;
-          else acc += u;
+          if (op == Reduce::kProd)
+            acc *= u;
+          else if (op == Reduce::kSumSquare)
+            acc += u * u;
+          else if (op == Reduce::kL1)
+            acc += is_negative(x) ? 0 - u : u;
+          else
+            acc += u;
         }
         if (op == Reduce::kMean) {
           if (n == 0) return T(0);
@@ -244,9 +255,12 @@ Status arg_kernel(KernelContext& ctx, bool is_max) {
           bool take;
           if constexpr (std::is_floating_point_v<T>) {
             // The first (or last) NaN wins, as numpy's argmax/argmin.
-            if (std::isnan(bv)) take = last && std::isnan(v);
-            else if (std::isnan(v)) take = true;
-            else take = is_max ? (last ? v >= bv : v > bv) : (last ? v <= bv : v < bv);
+            if (std::isnan(bv))
+              take = last && std::isnan(v);
+            else if (std::isnan(v))
+              take = true;
+            else
+              take = is_max ? (last ? v >= bv : v > bv) : (last ? v <= bv : v < bv);
           } else {
             take = is_max ? (last ? v >= bv : v > bv) : (last ? v <= bv : v < bv);
           }
@@ -264,16 +278,19 @@ Status arg_kernel(KernelContext& ctx, bool is_max) {
 }  // namespace
 
 void register_reference_reduction_kernels(KernelRegistry& r) {
-  const std::pair<const char*, Reduce> ops[] = {
-      {"ReduceSum", Reduce::kSum},         {"ReduceMean", Reduce::kMean},
-      {"ReduceMax", Reduce::kMax},         {"ReduceMin", Reduce::kMin},
-      {"ReduceProd", Reduce::kProd},       {"ReduceL1", Reduce::kL1},
-      {"ReduceL2", Reduce::kL2},           {"ReduceLogSum", Reduce::kLogSum},
-      {"ReduceLogSumExp", Reduce::kLogSumExp}, {"ReduceSumSquare", Reduce::kSumSquare}};
+  const std::pair<const char*, Reduce> ops[] = {{"ReduceSum", Reduce::kSum},
+                                                {"ReduceMean", Reduce::kMean},
+                                                {"ReduceMax", Reduce::kMax},
+                                                {"ReduceMin", Reduce::kMin},
+                                                {"ReduceProd", Reduce::kProd},
+                                                {"ReduceL1", Reduce::kL1},
+                                                {"ReduceL2", Reduce::kL2},
+                                                {"ReduceLogSum", Reduce::kLogSum},
+                                                {"ReduceLogSumExp", Reduce::kLogSumExp},
+                                                {"ReduceSumSquare", Reduce::kSumSquare}};
   for (const auto& [name, op] : ops) {
     const bool from_input = op == Reduce::kSum;
-    r.add(KernelDef{name, "reference", nullptr,
-                    [op = op, from_input](KernelContext& ctx) {
+    r.add(KernelDef{name, "reference", nullptr, [op = op, from_input](KernelContext& ctx) {
                       return reduce_kernel(ctx, op, from_input);
                     }});
   }

@@ -34,15 +34,33 @@ std::vector<int64_t> read_ints(const TensorView& v) {
   std::vector<int64_t> out(static_cast<size_t>(v.numel()));
   for (size_t i = 0; i < out.size(); ++i) {
     switch (v.dtype) {
-      case DType::kInt32: out[i] = v.as<int32_t>()[i]; break;
-      case DType::kInt64: out[i] = v.as<int64_t>()[i]; break;
-      case DType::kInt16: out[i] = v.as<int16_t>()[i]; break;
-      case DType::kInt8: out[i] = v.as<int8_t>()[i]; break;
-      case DType::kUInt8: out[i] = v.as<uint8_t>()[i]; break;
-      case DType::kUInt16: out[i] = v.as<uint16_t>()[i]; break;
-      case DType::kUInt32: out[i] = v.as<uint32_t>()[i]; break;
-      case DType::kUInt64: out[i] = static_cast<int64_t>(v.as<uint64_t>()[i]); break;
-      default: out[i] = 0; break;
+      case DType::kInt32:
+        out[i] = v.as<int32_t>()[i];
+        break;
+      case DType::kInt64:
+        out[i] = v.as<int64_t>()[i];
+        break;
+      case DType::kInt16:
+        out[i] = v.as<int16_t>()[i];
+        break;
+      case DType::kInt8:
+        out[i] = v.as<int8_t>()[i];
+        break;
+      case DType::kUInt8:
+        out[i] = v.as<uint8_t>()[i];
+        break;
+      case DType::kUInt16:
+        out[i] = v.as<uint16_t>()[i];
+        break;
+      case DType::kUInt32:
+        out[i] = v.as<uint32_t>()[i];
+        break;
+      case DType::kUInt64:
+        out[i] = static_cast<int64_t>(v.as<uint64_t>()[i]);
+        break;
+      default:
+        out[i] = 0;
+        break;
     }
   }
   return out;
@@ -51,18 +69,30 @@ std::vector<int64_t> read_ints(const TensorView& v) {
 // Element i of a numeric tensor as double (indices and depth of OneHot may be floats).
 double read_double(const TensorView& v, int64_t i) {
   switch (v.dtype) {
-    case DType::kFloat32: return v.as<float>()[i];
-    case DType::kFloat64: return v.as<double>()[i];
-    case DType::kInt8: return v.as<int8_t>()[i];
-    case DType::kUInt8: return v.as<uint8_t>()[i];
-    case DType::kInt16: return v.as<int16_t>()[i];
-    case DType::kUInt16: return v.as<uint16_t>()[i];
-    case DType::kInt32: return v.as<int32_t>()[i];
-    case DType::kUInt32: return v.as<uint32_t>()[i];
-    case DType::kInt64: return static_cast<double>(v.as<int64_t>()[i]);
-    case DType::kUInt64: return static_cast<double>(v.as<uint64_t>()[i]);
-    case DType::kBool: return v.as<bool>()[i] ? 1 : 0;
-    default: return 0;
+    case DType::kFloat32:
+      return v.as<float>()[i];
+    case DType::kFloat64:
+      return v.as<double>()[i];
+    case DType::kInt8:
+      return v.as<int8_t>()[i];
+    case DType::kUInt8:
+      return v.as<uint8_t>()[i];
+    case DType::kInt16:
+      return v.as<int16_t>()[i];
+    case DType::kUInt16:
+      return v.as<uint16_t>()[i];
+    case DType::kInt32:
+      return v.as<int32_t>()[i];
+    case DType::kUInt32:
+      return v.as<uint32_t>()[i];
+    case DType::kInt64:
+      return static_cast<double>(v.as<int64_t>()[i]);
+    case DType::kUInt64:
+      return static_cast<double>(v.as<uint64_t>()[i]);
+    case DType::kBool:
+      return v.as<bool>()[i] ? 1 : 0;
+    default:
+      return 0;
   }
 }
 
@@ -72,8 +102,7 @@ int64_t read_index(const TensorView& v, int64_t i) {
 }
 
 // Normalises a data-dependent index into [0, size); error names it.
-Result<int64_t> checked_index(const KernelContext& ctx, int64_t index, int64_t size,
-                              int64_t axis) {
+Result<int64_t> checked_index(const KernelContext& ctx, int64_t index, int64_t size, int64_t axis) {
   if (index < -size || index >= size)
     return ctx.error("index {} is out of range for axis {} of size {}", index, axis, size);
   return index < 0 ? index + size : index;
@@ -249,8 +278,7 @@ Status slice_kernel(KernelContext& ctx) {
     for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
   }
   steps = ctx.has_input(4) ? read_ints(ctx.input(4)) : std::vector<int64_t>(starts.size(), 1);
-  if (ends.size() != starts.size() || axes.size() != starts.size() ||
-      steps.size() != starts.size())
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
     return ctx.error("starts, ends, axes and steps must have the same length");
   const auto in_strides = strides_of(in);
   std::vector<int64_t> strides = in_strides;
@@ -450,7 +478,8 @@ Status shape_kernel(KernelContext& ctx) {
   TD_ASSIGN_OR_RETURN(int64_t start, ctx.attr_int("start", 0));
   if (start < 0) start += rank;
   start = std::clamp<int64_t>(start, 0, rank);
-  for (int64_t i = 0; i < out.numel(); ++i) out.as<int64_t>()[i] = in[static_cast<size_t>(start + i)];
+  for (int64_t i = 0; i < out.numel(); ++i)
+    out.as<int64_t>()[i] = in[static_cast<size_t>(start + i)];
   return OkStatus();
 }
 
@@ -468,8 +497,7 @@ Status expand_kernel(KernelContext& ctx) {
   const auto in_strides = strides_of(in);
   std::vector<int64_t> strides(out.size(), 0);
   const size_t lead = out.size() - in.size();
-  for (size_t i = 0; i < in.size(); ++i)
-    strides[lead + i] = in[i] == 1 ? 0 : in_strides[i];
+  for (size_t i = 0; i < in.size(); ++i) strides[lead + i] = in[i] == 1 ? 0 : in_strides[i];
   return strided_copy_kernel(ctx, strides, 0);
 }
 
@@ -633,9 +661,9 @@ Status non_zero_kernel(KernelContext& ctx) {
     for (int64_t i = 0; i < in.numel(); ++i)
       if (src[i] != T(0)) hits.push_back(i);
     const int64_t n = static_cast<int64_t>(hits.size());
-    TD_ASSIGN_OR_RETURN(MutableTensorView out,
-                        ctx.allocate_output(0, DType::kInt64,
-                                            {static_cast<int64_t>(shape.size()), n}));
+    TD_ASSIGN_OR_RETURN(
+        MutableTensorView out,
+        ctx.allocate_output(0, DType::kInt64, {static_cast<int64_t>(shape.size()), n}));
     int64_t* dst = out.as<int64_t>();
     for (size_t d = 0; d < shape.size(); ++d)
       for (int64_t j = 0; j < n; ++j)
