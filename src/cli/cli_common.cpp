@@ -39,8 +39,7 @@ Result<ClientAndDevice> open_client(const std::string& device) {
     if (d.name == device) found = true;
   }
   if (devices->empty())
-    return Status(StatusCode::kFailedPrecondition,
-                  "no devices available (check TENSORD_DEVICES)");
+    return Status(StatusCode::kFailedPrecondition, "no devices available (check TENSORD_DEVICES)");
   if (device.empty()) {
     out.device = out.client->default_device();
   } else if (!found) {
@@ -72,21 +71,34 @@ Result<HostTensor> read_tensor_any(const std::string& path) {
 std::string format_element(const HostTensor& t, int64_t i) {
   const void* p = t.data();
   switch (t.dtype()) {
-    case DType::kFloat32: return shortest(static_cast<const float*>(p)[i]);
-    case DType::kFloat64: return shortest(static_cast<const double*>(p)[i]);
-    case DType::kFloat16: return shortest(half_to_float(static_cast<const uint16_t*>(p)[i]));
+    case DType::kFloat32:
+      return shortest(static_cast<const float*>(p)[i]);
+    case DType::kFloat64:
+      return shortest(static_cast<const double*>(p)[i]);
+    case DType::kFloat16:
+      return shortest(half_to_float(static_cast<const uint16_t*>(p)[i]));
     case DType::kBFloat16:
       return shortest(bfloat16_to_float(static_cast<const uint16_t*>(p)[i]));
-    case DType::kInt8: return std::to_string(static_cast<const int8_t*>(p)[i]);
-    case DType::kUInt8: return std::to_string(static_cast<const uint8_t*>(p)[i]);
-    case DType::kInt16: return std::to_string(static_cast<const int16_t*>(p)[i]);
-    case DType::kUInt16: return std::to_string(static_cast<const uint16_t*>(p)[i]);
-    case DType::kInt32: return std::to_string(static_cast<const int32_t*>(p)[i]);
-    case DType::kUInt32: return std::to_string(static_cast<const uint32_t*>(p)[i]);
-    case DType::kInt64: return std::to_string(static_cast<const int64_t*>(p)[i]);
-    case DType::kUInt64: return std::to_string(static_cast<const uint64_t*>(p)[i]);
-    case DType::kBool: return static_cast<const uint8_t*>(p)[i] ? "true" : "false";
-    default: return "?";
+    case DType::kInt8:
+      return std::to_string(static_cast<const int8_t*>(p)[i]);
+    case DType::kUInt8:
+      return std::to_string(static_cast<const uint8_t*>(p)[i]);
+    case DType::kInt16:
+      return std::to_string(static_cast<const int16_t*>(p)[i]);
+    case DType::kUInt16:
+      return std::to_string(static_cast<const uint16_t*>(p)[i]);
+    case DType::kInt32:
+      return std::to_string(static_cast<const int32_t*>(p)[i]);
+    case DType::kUInt32:
+      return std::to_string(static_cast<const uint32_t*>(p)[i]);
+    case DType::kInt64:
+      return std::to_string(static_cast<const int64_t*>(p)[i]);
+    case DType::kUInt64:
+      return std::to_string(static_cast<const uint64_t*>(p)[i]);
+    case DType::kBool:
+      return static_cast<const uint8_t*>(p)[i] ? "true" : "false";
+    default:
+      return "?";
   }
 }
 

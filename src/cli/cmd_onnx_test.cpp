@@ -43,9 +43,12 @@ enum class Verdict { kPassed, kFailed, kSkipped };
 
 const char* verdict_name(Verdict v) {
   switch (v) {
-    case Verdict::kPassed: return "passed";
-    case Verdict::kFailed: return "failed";
-    case Verdict::kSkipped: return "skipped";
+    case Verdict::kPassed:
+      return "passed";
+    case Verdict::kFailed:
+      return "failed";
+    case Verdict::kSkipped:
+      return "skipped";
   }
   return "?";
 }
@@ -56,9 +59,16 @@ struct Outcome {
   std::string skip_group;  // skips are counted by this (the reason without file names)
 };
 
-Outcome failed(std::string reason) { return {Verdict::kFailed, std::move(reason), ""}; }
+// Reasons are printed one per line: a multi-line Status message becomes one line.
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+Outcome failed(std::string reason) { return {Verdict::kFailed, one_line(std::move(reason)), ""}; }
 Outcome skipped(std::string reason, std::string group) {
-  return {Verdict::kSkipped, std::move(reason), std::move(group)};
+  return {Verdict::kSkipped, one_line(std::move(reason)), one_line(std::move(group))};
 }
 
 // --- crash reporting -------------------------------------------------------------------------
@@ -104,7 +114,8 @@ int64_t numbered(const std::string& name, const std::string& prefix, const std::
   if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
       name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
     return -1;
-  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  const std::string digits =
+      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
   if (digits.empty() || digits.size() > 9 ||
       !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
     return -1;
@@ -127,7 +138,8 @@ Result<std::vector<TestCase>> collect_tests(const std::vector<std::string>& dirs
       for (const auto& entry : fs::directory_iterator(dir, ec))
         if (entry.is_directory(ec) && is_test_dir(entry.path()))
           found.push_back({entry.path().filename().string(), entry.path()});
-      if (ec) return Status(StatusCode::kInvalidArgument, "cannot list '" + d + "': " + ec.message());
+      if (ec)
+        return Status(StatusCode::kInvalidArgument, "cannot list '" + d + "': " + ec.message());
       std::sort(found.begin(), found.end(),
                 [](const TestCase& a, const TestCase& b) { return a.name < b.name; });
     }
@@ -149,7 +161,8 @@ Result<std::vector<fs::path>> numbered_files(const fs::path& dir, const std::str
     const int64_t k = numbered(entry.path().filename().string(), prefix, ".pb");
     if (k >= 0) by_index[k] = entry.path();
   }
-  if (ec) return Status(StatusCode::kNotFound, "cannot list '" + dir.string() + "': " + ec.message());
+  if (ec)
+    return Status(StatusCode::kNotFound, "cannot list '" + dir.string() + "': " + ec.message());
   std::vector<fs::path> out;
   for (const auto& [k, p] : by_index) {
     if (k != static_cast<int64_t>(out.size()))
@@ -335,7 +348,8 @@ class Runner {
       return failed("execute returned " + std::to_string(outs->size()) + " outputs, expected " +
                     std::to_string(expected.size()));
     for (size_t i = 0; i < outs->size(); ++i) {
-      const std::string which = "output " + std::to_string(i) + " ('" + graph.outputs[i].name + "')";
+      const std::string which =
+          "output " + std::to_string(i) + " ('" + graph.outputs[i].name + "')";
       auto actual = client_.read((*outs)[i]);
       if (!actual.ok()) return failed(which + ": " + actual.status().message());
       if (std::string why = compare(*actual, expected[i]); !why.empty())
@@ -371,6 +385,7 @@ int cmd_onnx_test(const OnnxTestOptions& options) {
     print_error(cd.status().message());
     return cd.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
   }
+  if (tests->empty()) print_error("no test matches --filter '" + options.filter + "'");
   install_crash_reporter();
 
   Runner runner(*cd->client, cd->device);
@@ -393,7 +408,8 @@ int cmd_onnx_test(const OnnxTestOptions& options) {
       case Verdict::kSkipped:
         ++skipped_count;
         ++skip_groups[o.skip_group];
-        if (options.verbose && !options.json) std::cout << "SKIP " << test.name << ": " << o.reason << "\n";
+        if (options.verbose && !options.json)
+          std::cout << "SKIP " << test.name << ": " << o.reason << "\n";
         break;
     }
     if (options.json)
@@ -410,26 +426,27 @@ int cmd_onnx_test(const OnnxTestOptions& options) {
   std::ostringstream summary;
   summary << passed << " passed, " << failed_count << " failed, " << skipped_count << " skipped";
   if (options.json) {
-    nlohmann::json out = {{"device", cd->device},
-                          {"passed", passed},
-                          {"failed", failed_count},
-                          {"skipped", skipped_count},
-                          {"seconds", seconds},
-                          {"skip_reasons", skip_groups},
+    nlohmann::json out = {{"device", cd->device},   {"passed", passed},
+                          {"failed", failed_count}, {"skipped", skipped_count},
+                          {"seconds", seconds},     {"skip_reasons", skip_groups},
                           {"tests", json_tests}};
-    std::cout << out.dump(2) << "\n";
+    // Reasons may quote bytes from a model (node names): never let bad UTF-8 throw.
+    std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     std::cerr << summary.str() << "\n";  // stdout stays one JSON document
   } else {
     if (!skip_groups.empty()) {
       std::vector<std::pair<int, std::string>> groups;
       for (const auto& [reason, count] : skip_groups) groups.emplace_back(count, reason);
-      std::sort(groups.begin(), groups.end(),
-                [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+      std::sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+      });
       std::cout << "skipped, by reason:\n";
-      for (const auto& [count, reason] : groups) std::cout << "  " << count << "  " << reason << "\n";
+      for (const auto& [count, reason] : groups)
+        std::cout << "  " << count << "  " << reason << "\n";
     }
     std::ostringstream timing;
-    timing.precision(3);
+    timing.setf(std::ios::fixed);
+    timing.precision(2);
     timing << "(" << tests->size() << " tests on " << cd->device << " in " << seconds << " s)";
     std::cout << timing.str() << "\n" << summary.str() << "\n";
   }

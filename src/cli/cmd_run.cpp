@@ -73,11 +73,13 @@ Result<std::vector<BoundInput>> bind_inputs(const Graph& graph, const RunOptions
     bool known = false;
     for (const auto& in : graph.inputs) known |= in.name == name;
     if (!known)
-      return Status(StatusCode::kInvalidArgument, "--input '" + spec + "': the model has no input '" +
-                                                      name + "' (its inputs: " + declared_names + ")");
+      return Status(StatusCode::kInvalidArgument, "--input '" + spec +
+                                                      "': the model has no input '" + name +
+                                                      "' (its inputs: " + declared_names + ")");
     if (file_of.count(name))
       return Status(StatusCode::kInvalidArgument, "input '" + name + "' is given twice (" +
-                                                      file_of[name] + " and " + spec.substr(eq + 1) + ")");
+                                                      file_of[name] + " and " +
+                                                      spec.substr(eq + 1) + ")");
     file_of[name] = spec.substr(eq + 1);
   }
   // Positional files fill the inputs not named, in graph-input order.
@@ -219,7 +221,8 @@ int run(const RunOptions& options) {
       continue;
     }
     std::string base = file_name_for(name);
-    for (int k = 1; used_files.count(base); ++k) base = file_name_for(name) + "_" + std::to_string(k);
+    for (int k = 1; used_files.count(base); ++k)
+      base = file_name_for(name) + "_" + std::to_string(k);
     used_files.insert(base);
     const std::string path = (std::filesystem::path(options.output_dir) / (base + ".npy")).string();
     if (Status s = write_npy(path, *value); !s.ok()) {

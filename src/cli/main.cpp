@@ -53,7 +53,7 @@ int cmd_devices(bool json) {
                      {"backend_version", d.backend_version},
                      {"threads", d.threads}});
     }
-    std::cout << out.dump(2) << "\n";
+    std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     for (const auto& d : devices) {
       std::cout << d.name << "  " << d.model << " (" << d.vendor << ")  memory "
@@ -74,8 +74,8 @@ int cmd_devices(bool json) {
 
 int run_main(int argc, char** argv) {
   CLI::App app{"tensord: a tensor compute broker (devices, ONNX models, NumPy-like API)"};
-  app.set_version_flag("--version", std::string("tensord ") + tensord::kVersion +
-                                        " (protocol " + std::to_string(tensord::kProtocolVersion) + ")");
+  app.set_version_flag("--version", std::string("tensord ") + tensord::kVersion + " (protocol " +
+                                        std::to_string(tensord::kProtocolVersion) + ")");
   app.require_subcommand(1);
 
   auto* devices = app.add_subcommand("devices", "List the devices tensord may use");

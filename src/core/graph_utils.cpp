@@ -5,6 +5,35 @@
 
 namespace tensord {
 
+std::vector<std::string> implicit_inputs(const Node& node) {
+  std::set<std::string> refs;
+  for (const auto& [name, a] : node.attrs) {
+    if (const auto* g = a.get_if<std::shared_ptr<const Graph>>()) {
+      if (!*g) continue;
+      for (auto& r : outer_references(**g)) refs.insert(std::move(r));
+    }
+  }
+  return {refs.begin(), refs.end()};
+}
+
+std::vector<std::string> outer_references(const Graph& graph) {
+  std::set<std::string> defined;
+  for (const auto& in : graph.inputs) defined.insert(in.name);
+  for (const auto& [name, t] : graph.initializers) defined.insert(name);
+  for (const auto& n : graph.nodes)
+    for (const auto& out : n.outputs) defined.insert(out);
+  std::set<std::string> refs;
+  for (const auto& n : graph.nodes) {
+    for (const auto& in : n.inputs)
+      if (!in.empty() && !defined.count(in)) refs.insert(in);
+    for (const auto& r : implicit_inputs(n))
+      if (!defined.count(r)) refs.insert(r);
+  }
+  for (const auto& out : graph.outputs)
+    if (!defined.count(out.name)) refs.insert(out.name);
+  return {refs.begin(), refs.end()};
+}
+
 Result<std::vector<size_t>> topological_order(const Graph& graph) {
   // Who produces each value: -1 for graph inputs and initializers.
   std::unordered_map<std::string, int64_t> producer;
@@ -34,7 +63,9 @@ Result<std::vector<size_t>> topological_order(const Graph& graph) {
   std::vector<std::vector<size_t>> consumers(n);
   for (size_t i = 0; i < n; ++i) {
     std::set<int64_t> deps;
-    for (const auto& in : graph.nodes[i].inputs) {
+    std::vector<std::string> reads = graph.nodes[i].inputs;
+    for (auto& r : implicit_inputs(graph.nodes[i])) reads.push_back(std::move(r));
+    for (const auto& in : reads) {
       if (in.empty()) continue;
       auto it = producer.find(in);
       if (it == producer.end())

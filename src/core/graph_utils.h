@@ -10,6 +10,12 @@
 
 namespace tensord {
 
+// Names a graph reads but does not define (its inputs, initializers and node outputs), looking
+// into nested subgraphs too: the values a subgraph takes from its enclosing scopes. Sorted.
+std::vector<std::string> outer_references(const Graph& graph);
+// The outer references of every subgraph attribute of `node`. Sorted, unique.
+std::vector<std::string> implicit_inputs(const Node& node);
+
 // Node indices in an order where every node comes after the producers of its inputs.
 // Errors: a cycle (names a node on it), an input name no node/initializer/graph input
 // produces (names the node and the value), a value produced twice, a graph output nobody

@@ -20,7 +20,9 @@ namespace {
 
 namespace pb = ::onnx;
 
-constexpr int64_t kMinOpset = 7;
+// Older opsets are accepted too: ops whose form changed are normalised below, and legacy
+// attributes nobody normalises (consumed_inputs, broadcast) are reported as unknown.
+constexpr int64_t kMinOpset = 1;
 constexpr int64_t kMaxOpset = 17;
 
 Result<std::string> read_file(const std::string& path) {
@@ -262,6 +264,18 @@ struct Importer {
   // Rewrites `n` (declared under `opset`) into its opset-17 form; may append helper nodes.
   Status normalize(Graph& g, Node& n, std::vector<Node>& extra) {
     const std::string& op = n.op;
+    // Opset < 6: a memory-reuse hint with no effect on results.
+    if (opset < 6) n.attrs.erase("consumed_inputs");
+    if (opset < 7 && n.attrs.count("broadcast")) {
+      // Legacy broadcasting: without `axis` it is NumPy's trailing alignment.
+      if (n.attrs.count("axis") && (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" ||
+                                    op == "Pow" || op == "And" || op == "Or" || op == "Xor" ||
+                                    op == "Equal" || op == "Greater" || op == "Less"))
+        return Status(StatusCode::kUnimplemented,
+                      fmt::format("{}: {} uses opset-{} broadcasting with an axis", what,
+                                  n.label(), opset));
+      n.attrs.erase("broadcast");
+    }
     if (op == "Clip" && opset < 11) {
       const float lo = n.attrs.count("min") ? *n.attrs["min"].get_if<float>() : -3.4028235e38f;
       const float hi = n.attrs.count("max") ? *n.attrs["max"].get_if<float>() : 3.4028235e38f;

@@ -8,7 +8,7 @@
 //
 // Errors name the file and the node: truncated or corrupt files, wrong magic, cycles,
 // dangling value names, initializers whose bytes disagree with their shape, absurd dims,
-// unsupported opsets. Every unsupported op is reported at once, by name, at load time.
+// unsupported opsets (newer than 17). Every unsupported op is reported at once, by name, at load time.
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <new>
 #include <thread>
 #include <unordered_map>
@@ -77,6 +78,7 @@ struct Step {
   const Node* node = nullptr;
   std::vector<int> inputs;   // value ids, -1 for omitted optional inputs
   std::vector<int> outputs;  // value ids, -1 for omitted optional outputs
+  std::vector<int> implicit;  // values its subgraphs read from this scope
   const KernelDef* kernel = nullptr;
   Status error;                           // compile-time failure: poisons the outputs
   std::vector<TensorType> output_types;   // from compile-time inference
@@ -90,6 +92,7 @@ class CpuExecutable final : public Executable {
                                                     const CompileOptions& options) {
     auto exe = std::unique_ptr<CpuExecutable>(new CpuExecutable());
     exe->graph_ = graph;  // own a copy: nodes are referenced by the steps
+    exe->options_ = options;
     const Graph& g = exe->graph_;
     TD_ASSIGN_OR_RETURN(GraphTypes types, infer_graph(OpRegistry::global(), g, input_types));
     auto id_of = [&](const std::string& name) {
@@ -112,6 +115,7 @@ class CpuExecutable final : public Executable {
           in_types.push_back(t.ok() ? *t : TensorType{});
         }
       }
+      for (const auto& name : implicit_inputs(node)) step.implicit.push_back(id_of(name));
       for (const auto& out : node.outputs) {
         step.outputs.push_back(out.empty() ? -1 : id_of(out));
         if (out.empty()) {
@@ -139,9 +143,11 @@ class CpuExecutable final : public Executable {
     }
     // Last use of every value, so intermediates are freed as soon as possible.
     exe->last_use_.assign(exe->values_count_, -1);
-    for (size_t s = 0; s < exe->steps_.size(); ++s)
+    for (size_t s = 0; s < exe->steps_.size(); ++s) {
       for (int id : exe->steps_[s].inputs)
         if (id >= 0) exe->last_use_[static_cast<size_t>(id)] = static_cast<int>(s);
+      for (int id : exe->steps_[s].implicit) exe->last_use_[static_cast<size_t>(id)] = static_cast<int>(s);
+    }
     for (int id : exe->output_ids_) exe->last_use_[static_cast<size_t>(id)] = INT32_MAX;
     return std::unique_ptr<Executable>(std::move(exe));
   }
@@ -157,10 +163,12 @@ class CpuExecutable final : public Executable {
     for (const auto& [id, t] : constants_) values[static_cast<size_t>(id)] = wrap_constant(t);
     for (size_t s = 0; s < steps_.size(); ++s) {
       run_step(steps_[s], values, allocator);
-      for (int id : steps_[s].inputs) {
+      auto free_if_last = [&](int id) {
         if (id >= 0 && last_use_[static_cast<size_t>(id)] == static_cast<int>(s))
           values[static_cast<size_t>(id)] = errors::Internal("value freed");
-      }
+      };
+      for (int id : steps_[s].inputs) free_if_last(id);
+      for (int id : steps_[s].implicit) free_if_last(id);
     }
     std::vector<Result<DeviceTensor>> outs;
     outs.reserve(output_ids_.size());
@@ -219,6 +227,10 @@ class CpuExecutable final : public Executable {
       in_views[k] = TensorView{v->dtype, v->shape, v->buffer->ptr};
       in_types[k] = v->type();
     }
+    for (int id : step.implicit) {
+      const auto& v = values[static_cast<size_t>(id)];
+      if (!v.ok()) return poison(step, v.status(), values);
+    }
     std::vector<TensorType> out_types = step.output_types;
     if (!step.static_outputs) {  // data-dependent shapes: infer again with the values
       std::vector<const TensorView*> value_ptrs;
@@ -263,6 +275,12 @@ class CpuExecutable final : public Executable {
       return MutableTensorView{dtype, shape, buf->ptr};
     };
     KernelContext ctx(node, in_views, out_types, allocate);
+    if (!step.implicit.empty() || node.op == "If" || node.op == "Loop" || node.op == "Scan") {
+      ctx.set_subgraph_runner([this, &values, &allocator](const Graph& sub,
+                                                          const std::vector<TensorView>& inputs) {
+        return run_subgraph(sub, inputs, values, allocator);
+      });
+    }
     Status s = step.kernel->run(ctx);
     if (!s.ok()) {
       if (s.message().rfind(node.op + ":", 0) != 0) s = ctx.wrap(s);
@@ -290,7 +308,61 @@ class CpuExecutable final : public Executable {
     }
   }
 
+  // Runs a subgraph attribute: compiled (once per input types) as a closed graph whose extra
+  // inputs are the values it reads from this scope.
+  Result<std::vector<HostTensor>> run_subgraph(const Graph& sub,
+                                               const std::vector<TensorView>& inputs,
+                                               std::vector<Result<DeviceTensor>>& values,
+                                               Allocator& allocator) {
+    if (inputs.size() != sub.inputs.size())
+      return errors::InvalidArgument("subgraph '{}' takes {} inputs, got {}", sub.name,
+                                     sub.inputs.size(), inputs.size());
+    const std::vector<std::string> refs = outer_references(sub);
+    std::vector<Result<DeviceTensor>> bound;
+    std::vector<TensorType> types;
+    auto wrap = [](const TensorView& v) {
+      auto* buf = new Buffer{nullptr, const_cast<void*>(v.data),
+                             static_cast<size_t>(v.nbytes())};
+      return DeviceTensor{v.dtype, v.shape, std::shared_ptr<Buffer>(buf)};
+    };
+    for (const auto& v : inputs) {
+      bound.push_back(wrap(v));
+      types.push_back(v.type());
+    }
+    for (const auto& name : refs) {
+      auto it = ids_.find(name);
+      if (it == ids_.end())
+        return errors::InvalidArgument("subgraph '{}' reads '{}', which is not defined", sub.name, name);
+      const auto& v = values[static_cast<size_t>(it->second)];
+      if (!v.ok()) return v.status();
+      bound.push_back(*v);
+      types.push_back(v->type());
+    }
+    std::string key = fmt::format("{}", static_cast<const void*>(&sub));
+    for (const auto& t : types) key += "|" + t.to_string();
+    auto it = subgraph_cache_.find(key);
+    if (it == subgraph_cache_.end()) {
+      Graph closed = sub;
+      for (const auto& name : refs) closed.inputs.push_back({name, {}});
+      for (auto& in : closed.inputs) in.type = TensorType{};  // bound by the actual values
+      TD_ASSIGN_OR_RETURN(auto exe, create(closed, types, options_));
+      it = subgraph_cache_.emplace(key, std::shared_ptr<Executable>(std::move(exe))).first;
+    }
+    auto outs = it->second->run(bound, allocator);
+    std::vector<HostTensor> result;
+    for (auto& o : outs) {
+      if (!o.ok()) return o.status();
+      TD_ASSIGN_OR_RETURN(HostTensor h, HostTensor::from_bytes(o->dtype, o->shape, o->buffer->ptr,
+                                                               static_cast<size_t>(shape_numel(o->shape)) *
+                                                                   dtype_size(o->dtype)));
+      result.push_back(std::move(h));
+    }
+    return result;
+  }
+
   Graph graph_;
+  CompileOptions options_;
+  std::map<std::string, std::shared_ptr<Executable>> subgraph_cache_;
   std::unordered_map<std::string, int> ids_;
   size_t values_count_ = 0;
   std::vector<int> input_ids_;

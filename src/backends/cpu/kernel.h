@@ -54,12 +54,24 @@ class KernelContext : public NodeAttrs {
   bool output_allocated(int i) const { return allocated_.at(i); }
   const MutableTensorView& allocated_output(int i) const { return outputs_.at(i); }
 
+  // Runs a subgraph attribute (If/Loop/Scan bodies) with `inputs` bound to its graph inputs;
+  // values it reads from enclosing scopes are supplied by the executor. Returns its outputs.
+  using SubgraphFn = std::function<Result<std::vector<HostTensor>>(
+      const Graph& graph, const std::vector<TensorView>& inputs)>;
+  void set_subgraph_runner(SubgraphFn fn) { run_subgraph_ = std::move(fn); }
+  Result<std::vector<HostTensor>> run_subgraph(const Graph& graph,
+                                               const std::vector<TensorView>& inputs) {
+    if (!run_subgraph_) return error("subgraphs cannot run here");
+    return run_subgraph_(graph, inputs);
+  }
+
  private:
   std::vector<TensorView> inputs_;
   std::vector<TensorType> output_types_;
   AllocateFn allocate_;
   std::vector<MutableTensorView> outputs_;
   std::vector<bool> allocated_;
+  SubgraphFn run_subgraph_;
 };
 
 using KernelFn = std::function<Status(KernelContext&)>;

@@ -419,12 +419,13 @@ template <typename T>
 void combine(T& dst, T v, const std::string& reduction) {
   if constexpr (std::is_same_v<T, bool>) {
     dst = v;  // inference rejects add/mul on bool
-  } else if (reduction == "add") {
-    dst = static_cast<T>(dst + v);
-  } else if (reduction == "mul") {
-    dst = static_cast<T>(dst * v);
-  } else {
+  } else if (reduction == "none") {
     dst = v;
+  } else if constexpr (std::is_integral_v<T>) {  // wraps around, no signed overflow
+    const uint64_t a = static_cast<uint64_t>(dst), b = static_cast<uint64_t>(v);
+    dst = static_cast<T>(reduction == "add" ? a + b : a * b);
+  } else {
+    dst = reduction == "add" ? dst + v : dst * v;
   }
 }
 

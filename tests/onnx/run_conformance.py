@@ -1,0 +1,197 @@
+"""ONNX conformance: `tensord onnx-test` over ../shared/onnx-node-tests (node/ and simple/) on
+every present device, checked against tests/onnx/expected_failures.txt.
+
+Fails on a failure that is not listed, and on a listed test that no longer fails (delete its
+line: the list only shrinks). Exits 77 (CTest's skip code here) when the test data is absent.
+
+    run_conformance.py TENSORD [--tests DIR] [--expected FILE]
+    run_conformance.py TENSORD --update     # rewrite the expected-failures file from a real run
+
+expected_failures.txt: one `test_name  # reason` per line, `#` comments and blank lines allowed;
+`test_name@kind  # reason` limits an entry to devices of one kind (`@opencl`).
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+DEFAULT_TESTS = os.path.join(os.path.dirname(REPO), "shared", "onnx-node-tests")
+DEFAULT_EXPECTED = os.path.join(HERE, "expected_failures.txt")
+SUBDIRS = ("node", "simple")
+SKIP = 77
+
+
+def shown(path):
+    """A path as the user should see it: relative to the repository when inside it."""
+    rel = os.path.relpath(path, REPO)
+    return path if rel.startswith("..") else rel
+
+
+def clean_env():
+    env = dict(os.environ)
+    env.pop("TENSORD_DEVICE", None)
+    env.pop("TENSORD_ADDRESS", None)  # conformance of this build's engine, not some broker's
+    return env
+
+
+def present_devices(exe):
+    r = subprocess.run([exe, "devices", "--json"], capture_output=True, text=True, env=clean_env(),
+                       timeout=120)
+    if r.returncode != 0:
+        sys.exit(f"`tensord devices --json` failed ({r.returncode}): {r.stderr.strip()}")
+    return [(d["name"], d["kind"]) for d in json.loads(r.stdout)]
+
+
+def run_device(exe, dirs, device):
+    """{test name: (status, reason)} for one device."""
+    cmd = [exe, "onnx-test", *dirs, "--device", device, "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=clean_env(), timeout=1200)
+    if r.returncode not in (0, 1):
+        sys.exit(f"{' '.join(cmd)}: exit status {r.returncode}\n{r.stderr[-4000:]}")
+    try:
+        report = json.loads(r.stdout)
+    except json.JSONDecodeError as e:
+        sys.exit(f"{' '.join(cmd)}: output is not JSON ({e})\n{r.stderr[-4000:]}")
+    summary = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+    print(f"{device}: {summary} in {report.get('seconds', 0):.1f} s")
+    return {t["name"]: (t["status"], t["reason"]) for t in report["tests"]}
+
+
+def read_expected(path):
+    """{test name: kind or None} from the expected-failures file."""
+    entries = {}
+    if not os.path.exists(path):
+        return entries
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            entry = line.split("#", 1)[0].strip()
+            if not entry:
+                continue
+            if not re.fullmatch(r"[A-Za-z0-9_.\-]+(@[a-z0-9_]+)?", entry):
+                sys.exit(f"{path}:{lineno}: cannot read entry {entry!r} (want `test_name  # reason`)")
+            name, _, kind = entry.partition("@")
+            entries[name] = kind or None
+    return entries
+
+
+def check(exe, dirs, expected_path):
+    expected = read_expected(expected_path)
+    devices = present_devices(exe)
+    if not devices:
+        print("no devices present (TENSORD_DEVICES filters out everything?)")
+        return SKIP
+    problems = []
+    seen = set()
+    for device, kind in devices:
+        results = run_device(exe, dirs, device)
+        seen.update(results)
+        for name, (status, reason) in sorted(results.items()):
+            listed = name in expected and expected[name] in (None, kind)
+            if status == "failed" and not listed:
+                problems.append(f"NEW FAILURE on {device}: {name}: {reason}")
+            elif status != "failed" and listed:
+                problems.append(
+                    f"NOW {status.upper()} on {device}: {name}: delete its line from "
+                    f"{shown(expected_path)} (the list only shrinks)")
+    for name in sorted(set(expected) - seen):
+        problems.append(f"STALE ENTRY: {name} is listed in {shown(expected_path)} "
+                        "but no such test exists: delete its line")
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"{len(problems)} problem(s) against {shown(expected_path)}")
+        return 1
+    print(f"conformance ok: every failure is a listed one ({len(expected)} listed)")
+    return 0
+
+
+# --- --update: regenerate the list, grouped by the op each test exercises --------------------
+
+ALIASES = {"sce": "SoftmaxCrossEntropyLoss", "nllloss": "NegativeLogLikelihoodLoss"}
+
+
+def tested_op(test_dir, name):
+    """The op a test exercises, from its name (test_<op>_<case>, op in lower case with or
+    without underscores), else its model's only op."""
+    try:
+        import onnx
+        by_key = {s.name.lower(): s.name for s in onnx.defs.get_all_schemas()}
+        by_key.update(ALIASES)
+        tokens = (name[len("test_"):] if name.startswith("test_") else name).split("_")
+        for k in range(len(tokens), 0, -1):
+            key = "".join(tokens[:k]).lower()
+            if key in by_key:
+                return by_key[key]
+        model = onnx.load(os.path.join(test_dir, "model.onnx"), load_external_data=False)
+        ops = {n.op_type for n in model.graph.node}
+        return ops.pop() if len(ops) == 1 else "(several ops)"
+    except Exception:  # noqa: BLE001 - grouping is cosmetic
+        return "(unknown op)"
+
+
+def update(exe, dirs, expected_path):
+    devices = present_devices(exe)
+    failing = {}  # name -> {kind: reason}
+    kinds = sorted({k for _, k in devices})
+    dir_of = {}
+    for device, kind in devices:
+        for name, (status, reason) in run_device(exe, dirs, device).items():
+            if status == "failed":
+                failing.setdefault(name, {})[kind] = reason
+    for d in dirs:
+        for name in os.listdir(d):
+            dir_of.setdefault(name, os.path.join(d, name))
+    groups = {}
+    for name, by_kind in failing.items():
+        groups.setdefault(tested_op(dir_of.get(name, ""), name), []).append(name)
+    lines = [
+        "# Known failures of `tensord onnx-test` on ../shared/onnx-node-tests (node/ and simple/).",
+        "# Generated from a real run by `tests/onnx/run_conformance.py build/tensord --update`,",
+        "# grouped by the op each test exercises. The list only shrinks: when a listed test starts",
+        "# passing, the onnx_conformance CTest test fails until its line is deleted.",
+        "# Format: `test_name  # reason`; `test_name@kind` limits an entry to one device kind.",
+    ]
+    for op in sorted(groups, key=str.lower):
+        lines += ["", f"# --- {op} ---"]
+        for name in sorted(groups[op]):
+            by_kind = failing[name]
+            if set(by_kind) == set(kinds):
+                entries = [(name, next(iter(by_kind.values())))]
+            else:
+                entries = [(f"{name}@{k}", r) for k, r in sorted(by_kind.items())]
+            for entry, reason in entries:
+                reason = " ".join(reason.split())
+                if len(reason) > 160:
+                    reason = reason[:157] + "..."
+                lines.append(f"{entry}  # {reason}")
+    with open(expected_path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"wrote {len(failing)} entries in {len(groups)} groups to {expected_path}")
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("tensord", help="the tensord executable")
+    ap.add_argument("--tests", default=os.environ.get("TENSORD_ONNX_TESTS", DEFAULT_TESTS),
+                    help="folder holding node/ and simple/ (default: <repo>/../shared/onnx-node-tests)")
+    ap.add_argument("--expected", default=DEFAULT_EXPECTED, help="the expected-failures file")
+    ap.add_argument("--update", action="store_true", help="rewrite the expected-failures file")
+    args = ap.parse_args()
+
+    dirs = [os.path.join(args.tests, d) for d in SUBDIRS if os.path.isdir(os.path.join(args.tests, d))]
+    if not dirs:
+        print(f"SKIP: no ONNX node tests at {args.tests} (expected {', '.join(SUBDIRS)} there; "
+              "set TENSORD_ONNX_TESTS or --tests to point elsewhere)")
+        return SKIP
+    if args.update:
+        return update(args.tensord, dirs, args.expected)
+    return check(args.tensord, dirs, args.expected)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
