@@ -45,6 +45,7 @@ const OpRegistry& OpRegistry::global() {
     register_quant_ops(*r);
     register_math_ops(*r);
     register_control_ops(*r);
+    register_loss_ops(*r);
     return r;
   }();
   return *registry;

@@ -317,6 +317,8 @@ struct Importer {
       n.attrs.erase("is_test");
     } else if (op == "Gemm" && opset < 7) {
       n.attrs.erase("broadcast");
+    } else if (op == "Scatter") {
+      n.op = "ScatterElements";  // deprecated alias (opset 9-10)
     } else if (op == "Upsample") {
       // Upsample (opset 7-9) is Resize with scales.
       std::string mode = "nearest";

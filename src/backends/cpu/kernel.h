@@ -112,5 +112,6 @@ void register_reference_image_kernels(KernelRegistry& r);
 void register_reference_quant_kernels(KernelRegistry& r);
 void register_reference_math_kernels(KernelRegistry& r);
 void register_reference_control_kernels(KernelRegistry& r);
+void register_reference_loss_kernels(KernelRegistry& r);
 
 }  // namespace tensord::cpu

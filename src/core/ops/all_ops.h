@@ -15,5 +15,7 @@ void register_image_ops(OpRegistry& r);        // Resize, GridSample, RoiAlign, 
 void register_quant_ops(OpRegistry& r);        // QuantizeLinear, QLinear*, *Integer
 void register_math_ops(OpRegistry& r);         // Einsum, Det, Unique, DFT, windows, ...
 void register_control_ops(OpRegistry& r);      // If, Loop, Scan
+void register_loss_ops(OpRegistry& r);         // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss,
+                                               // MeanVarianceNormalization
 
 }  // namespace tensord

@@ -342,6 +342,9 @@ OpSchema max_unpool_schema() {
           if ((*shape)[i] < 0 || (i < 2 && dims_conflict((*shape)[i], x[i])))
             return ctx.error("output_shape {} must be >= 0 and keep N and C of X {}", *shape,
                              shape_to_string(x));
+          if (out[i] >= 0 && (*shape)[i] < out[i])
+            return ctx.error("output_shape {} is smaller than the unpooled shape {}", *shape,
+                             shape_to_string(out));
         }
         out = *shape;
       } else {

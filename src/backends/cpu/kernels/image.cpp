@@ -604,21 +604,48 @@ Status max_roi_pool_kernel(KernelContext& ctx) {
 
 // ---- MaxUnpool ----
 
+// As ONNX's reference does: X is scattered at the flat indices I into a tensor of the shape
+// MaxPool's geometry gives ((in - 1) * stride + kernel - pads per spatial axis), which then
+// becomes the top-left corner of a zero tensor of output_shape when that is given.
 Status max_unpool_kernel(KernelContext& ctx) {
   const TensorView& xv = ctx.input(0);
   const TensorView& iv = ctx.input(1);
+  const size_t rank = xv.shape.size(), n = rank - 2;
+  TD_ASSIGN_OR_RETURN(std::vector<int64_t> kernel, ctx.attr_ints("kernel_shape", {}));
+  TD_ASSIGN_OR_RETURN(std::vector<int64_t> strides,
+                      ctx.attr_ints("strides", std::vector<int64_t>(n, 1)));
+  TD_ASSIGN_OR_RETURN(std::vector<int64_t> pads,
+                      ctx.attr_ints("pads", std::vector<int64_t>(2 * n, 0)));
+  Shape inferred = xv.shape;
+  for (size_t i = 0; i < n; ++i)
+    inferred[i + 2] = (xv.shape[i + 2] - 1) * strides[i] + kernel[i] - pads[i] - pads[i + n];
   TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
-  const int64_t total = out.numel();
+  for (size_t d = 0; d < rank; ++d)
+    if (out.shape[d] < inferred[d])
+      return ctx.error("output_shape {} is smaller than the unpooled shape {}",
+                       shape_to_string(out.shape), shape_to_string(inferred));
+  const int64_t inferred_total = shape_numel(inferred);
   return dispatch_float(xv.dtype, [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
-    T* dst = out.as<T>();
-    std::fill(dst, dst + total, T{0});
+    std::vector<T> full(static_cast<size_t>(inferred_total), T{0});
     const int64_t* ind = iv.as<int64_t>();
     for (int64_t i = 0; i < xv.numel(); ++i) {
-      if (ind[i] < 0 || ind[i] >= total)
-        return ctx.error("index I[{}] = {} is outside the output of {} elements {}", i, ind[i],
-                         total, shape_to_string(out.shape));
-      dst[ind[i]] = xv.as<T>()[i];
+      if (ind[i] < 0 || ind[i] >= inferred_total)
+        return ctx.error("index I[{}] = {} is outside the unpooled tensor of {} elements {}", i,
+                         ind[i], inferred_total, shape_to_string(inferred));
+      full[static_cast<size_t>(ind[i])] = xv.as<T>()[i];
+    }
+    T* dst = out.as<T>();
+    std::fill(dst, dst + out.numel(), T{0});
+    std::vector<int64_t> coord(rank, 0);
+    for (int64_t f = 0; f < inferred_total; ++f) {
+      int64_t at = 0;
+      for (size_t d = 0; d < rank; ++d) at = at * out.shape[d] + coord[d];
+      dst[at] = full[static_cast<size_t>(f)];
+      for (size_t d = rank; d-- > 0;) {
+        if (++coord[d] < inferred[d]) break;
+        coord[d] = 0;
+      }
     }
     return OkStatus();
   });
