@@ -9,7 +9,7 @@ PACKAGES=(
   # libraries
   libfmt-dev libspdlog-dev libcli11-dev nlohmann-json3-dev libprotobuf-dev protobuf-compiler libonnx-dev
   # tests
-  libgtest-dev libgmock-dev python3 python3-numpy python3-onnx
+  libgtest-dev libgmock-dev python3 python3-numpy python3-torch python3-torchvision python3-onnx
 )
 
 missing=()

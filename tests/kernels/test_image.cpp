@@ -1,7 +1,9 @@
 // Reference kernels and schemas of the image ops (Resize, GridSample, RoiAlign, MaxRoiPool,
 // MaxUnpool, NonMaxSuppression), against hand-computed values. Comments give the source
 // coordinates and weights each expected number comes from.
+#include <cmath>
 #include <initializer_list>
+#include <limits>
 #include <string>
 
 #include "core/op_registry.h"
@@ -67,8 +69,7 @@ TEST(ImageResize, NearestHalfPixelDefaults) {
   // half_pixel, round_prefer_floor, scale 2: x_ori = (x + 0.5) / 2 - 0.5 = -0.25, 0.25, 0.75,
   // 1.25 -> 0, 0, 1, 1 (-0.25 rounds up to 0; 0.75 up to 1).
   auto y = resize_scales(F32({1, 2, 3, 4}, {1, 1, 2, 2}), {1, 1, 2, 2}, {});
-  EXPECT_TRUE(tensors_near(
-      y, F32({1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}, {1, 1, 4, 4})));
+  EXPECT_TRUE(tensors_near(y, F32({1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}, {1, 1, 4, 4})));
 }
 
 TEST(ImageResize, NearestModes) {
@@ -96,8 +97,8 @@ TEST(ImageResize, NearestAnyDtype) {
   AttributeMap a{{"coordinate_transformation_mode", "asymmetric"}, {"nearest_mode", "floor"}};
   EXPECT_TRUE(tensors_near(resize_scales(Bool({true, false}, {2}), {2}, a),
                            Bool({true, true, false, false}, {4})));
-  EXPECT_TRUE(tensors_near(resize_scales(U8({7, 250}, {1, 2}), {1, 2}, a),
-                           U8({7, 7, 250, 250}, {1, 4})));
+  EXPECT_TRUE(
+      tensors_near(resize_scales(U8({7, 250}, {1, 2}), {1, 2}, a), U8({7, 7, 250, 250}, {1, 4})));
   // int64 values beyond 2^53 survive exactly.
   EXPECT_TRUE(tensors_near(resize_sizes(I64({(int64_t{1} << 60) + 1}, {1}), {2}, a),
                            I64({(int64_t{1} << 60) + 1, (int64_t{1} << 60) + 1}, {2})));
@@ -125,16 +126,16 @@ TEST(ImageResize, LinearCoordinateModes) {
   // tf_half_pixel_for_nn (opset 11): x_ori = (x + 0.5) / 2 = 0.25, 0.75 on [1, 2] -> 1.25, 1.75.
   AttributeMap tf = lin;
   tf["coordinate_transformation_mode"] = "tf_half_pixel_for_nn";
-  EXPECT_TRUE(tensors_near(resize_scales(F32({1, 2}, {2}), {2}, tf),
-                           F32({1.25f, 1.75f, 2, 2}, {4})));
+  EXPECT_TRUE(
+      tensors_near(resize_scales(F32({1, 2}, {2}), {2}, tf), F32({1.25f, 1.75f, 2, 2}, {4})));
 }
 
 TEST(ImageResize, LinearTwoAxesAsymmetric) {
   // x_ori = x / 2 on both axes: 0, 0.5, 1, 1.5 (1.5 mixes pixel 1 with itself at the edge).
   auto y = resize_scales(F32({1, 2, 3, 4}, {2, 2}), {2, 2},
                          {{"mode", "linear"}, {"coordinate_transformation_mode", "asymmetric"}});
-  EXPECT_TRUE(tensors_near(
-      y, F32({1, 1.5f, 2, 2, 2, 2.5f, 3, 3, 3, 3.5f, 4, 4, 3, 3.5f, 4, 4}, {4, 4})));
+  EXPECT_TRUE(
+      tensors_near(y, F32({1, 1.5f, 2, 2, 2, 2.5f, 3, 3, 3, 3.5f, 4, 4, 3, 3.5f, 4, 4}, {4, 4})));
 }
 
 TEST(ImageResize, LinearIntegerAndFloat16AndDouble) {
@@ -191,9 +192,8 @@ TEST(ImageResize, TfCropAndResize) {
   EXPECT_TRUE(tensors_near(run1("Resize", {x, F32({0.5f, 1.5f}, {2}), kNone, I64({3}, {1})}, a),
                            F32({3, 5, 10}, {3})));
   // 2-D: axis 1 samples 0 and 2 of a 2-wide input; 2 is outside, whatever axis 0 does.
-  auto y = run1("Resize", {F32({1, 2, 3, 4}, {2, 2}), F32({0, 0, 1, 2}, {4}), kNone,
-                           I64({2, 2}, {2})},
-                a);
+  auto y = run1("Resize",
+                {F32({1, 2, 3, 4}, {2, 2}), F32({0, 0, 1, 2}, {4}), kNone, I64({2, 2}, {2})}, a);
   EXPECT_TRUE(tensors_near(y, F32({1, 10, 3, 10}, {2, 2})));
   // Nearest mode extrapolates too.
   a["mode"] = "nearest";
@@ -227,8 +227,8 @@ TEST(ImageResize, BadInputs) {
                          {"Resize:", "one of scales (input 2) and sizes (input 3) must be given"}));
   EXPECT_TRUE(fails_with(run_op("Resize", {x, kNone, F32({2, 2}, {2})}),
                          StatusCode::kInvalidArgument, {"Resize:", "scales", "[2]", "rank 1"}));
-  EXPECT_TRUE(fails_with(run_op("Resize", {x, kNone, F32({-2}, {1})}),
-                         StatusCode::kInvalidArgument, {"Resize:", "scales must be > 0", "-2"}));
+  EXPECT_TRUE(fails_with(run_op("Resize", {x, kNone, F32({-2}, {1})}), StatusCode::kInvalidArgument,
+                         {"Resize:", "scales must be > 0", "-2"}));
   EXPECT_TRUE(fails_with(run_op("Resize", {x, kNone, kNone, I32({2}, {1})}),
                          StatusCode::kInvalidArgument, {"Resize:", "sizes", "int32"}));
   EXPECT_TRUE(fails_with(run_op("Resize", {x, kNone, F32({2}, {1})}, {{"mode", "area"}}),
@@ -239,9 +239,9 @@ TEST(ImageResize, BadInputs) {
   EXPECT_TRUE(fails_with(run_op("Resize", {x, F32({0, 1, 2}, {3}), F32({2}, {1})},
                                 {{"coordinate_transformation_mode", "tf_crop_and_resize"}}),
                          StatusCode::kInvalidArgument, {"Resize:", "roi", "2 values", "[3]"}));
-  EXPECT_TRUE(fails_with(run_op("Resize", {Bool({true}, {1}), kNone, F32({2}, {1})},
-                                {{"mode", "linear"}}),
-                         StatusCode::kInvalidArgument, {"Resize:", "'linear'", "bool"}));
+  EXPECT_TRUE(
+      fails_with(run_op("Resize", {Bool({true}, {1}), kNone, F32({2}, {1})}, {{"mode", "linear"}}),
+                 StatusCode::kInvalidArgument, {"Resize:", "'linear'", "bool"}));
   EXPECT_TRUE(fails_with(run_op("Resize", {F32({}, {0}), kNone, kNone, I64({2}, {1})}),
                          StatusCode::kInvalidArgument, {"Resize:", "axis 0 of size 0"}));
   EXPECT_TRUE(fails_with(run_op("Resize", {x, kNone, F32({2}, {1})}, {{"exclude_outside", 2}}),
@@ -263,16 +263,16 @@ TEST(ImageGridSample, Bilinear) {
   // (0, 0) -> (0.5, 0.5): the mean 2.5. (-1, -1) -> (-0.5, -0.5): zeros padding keeps a
   // quarter of pixel (0, 0); border clamps to (0, 0); reflection mirrors -1 onto 0.
   // (0.5, -1) -> x = 1, y = -0.5: zeros 0.5 * 2.
-  EXPECT_TRUE(tensors_near(grid_sample({0, 0, -1, -1, 0.5f, -1}, {}),
-                           F32({2.5f, 0.25f, 1}, {1, 1, 1, 3})));
+  EXPECT_TRUE(
+      tensors_near(grid_sample({0, 0, -1, -1, 0.5f, -1}, {}), F32({2.5f, 0.25f, 1}, {1, 1, 1, 3})));
   EXPECT_TRUE(tensors_near(grid_sample({0, 0, -1, -1, 0.5f, -1}, {{"padding_mode", "border"}}),
                            F32({2.5f, 1, 2}, {1, 1, 1, 3})));
   EXPECT_TRUE(tensors_near(grid_sample({0, 0, -1, -1, 0.5f, -1}, {{"padding_mode", "reflection"}}),
                            F32({2.5f, 1, 2}, {1, 1, 1, 3})));
   // Far outside: x = -3 + 0.5 = -2.5 reflects about -0.5 and 1.5 to 1.5 (y = 0.5 -> mean of
   // rows): pixel column 1 weight .5 and the mirrored 2 -> 1 weight .5: (2 + 4) / 2 = 3.
-  EXPECT_TRUE(tensors_near(grid_sample({-3, 0}, {{"padding_mode", "reflection"}}),
-                           F32({3}, {1, 1, 1, 1})));
+  EXPECT_TRUE(
+      tensors_near(grid_sample({-3, 0}, {{"padding_mode", "reflection"}}), F32({3}, {1, 1, 1, 1})));
 }
 
 TEST(ImageGridSample, AlignCorners) {
@@ -284,18 +284,20 @@ TEST(ImageGridSample, AlignCorners) {
 TEST(ImageGridSample, Nearest) {
   // (0, 0) -> (0.5, 0.5) rounds half to even: (0, 0) -> 1. (0.5, 0) -> x 1, y 0.5 -> 0: 2.
   // (-0.2, 0.1) -> x 0.3 -> 0, y 0.6 -> 1: 3. (-1.5, 0) -> x -1 -> zero padding.
-  EXPECT_TRUE(tensors_near(grid_sample({0, 0, 0.5f, 0, -0.2f, 0.1f, -1.5f, 0}, {{"mode", "nearest"}}),
-                           F32({1, 2, 3, 0}, {1, 1, 1, 4})));
-  EXPECT_TRUE(tensors_near(grid_sample({-1.5f, 0}, {{"mode", "nearest"}, {"padding_mode", "border"}}),
-                           F32({1}, {1, 1, 1, 1})));
+  EXPECT_TRUE(
+      tensors_near(grid_sample({0, 0, 0.5f, 0, -0.2f, 0.1f, -1.5f, 0}, {{"mode", "nearest"}}),
+                   F32({1, 2, 3, 0}, {1, 1, 1, 4})));
+  EXPECT_TRUE(
+      tensors_near(grid_sample({-1.5f, 0}, {{"mode", "nearest"}, {"padding_mode", "border"}}),
+                   F32({1}, {1, 1, 1, 1})));
 }
 
 TEST(ImageGridSample, Bicubic) {
   // (0, 0) -> (0.5, 0.5): weights -0.09375, 0.59375, 0.59375, -0.09375 per axis on pixels
   // -1..2. Zeros padding keeps the inner 2x2: 0.59375^2 * (1+2+3+4) = 3.525390625; border
   // padding folds the outer weights onto the edge pixels: 0.5 each -> 2.5.
-  EXPECT_TRUE(tensors_near(grid_sample({0, 0}, {{"mode", "bicubic"}}),
-                           F32({3.525390625f}, {1, 1, 1, 1})));
+  EXPECT_TRUE(
+      tensors_near(grid_sample({0, 0}, {{"mode", "bicubic"}}), F32({3.525390625f}, {1, 1, 1, 1})));
   EXPECT_TRUE(tensors_near(grid_sample({0, 0}, {{"mode", "bicubic"}, {"padding_mode", "border"}}),
                            F32({2.5f}, {1, 1, 1, 1})));
   // The opset-20 name "cubic" is accepted too.
@@ -305,11 +307,29 @@ TEST(ImageGridSample, Bicubic) {
 
 TEST(ImageGridSample, BatchesChannelsAndShape) {
   // N = 2, C = 2 (channel 1 = 10 x channel 0; batch 1 = batch 0 + 100), output 1 x 2.
-  const HostTensor x = F32({1, 2, 3, 4, 10, 20, 30, 40, 101, 102, 103, 104, 110, 120, 130, 140},
-                           {2, 2, 2, 2});
+  const HostTensor x =
+      F32({1, 2, 3, 4, 10, 20, 30, 40, 101, 102, 103, 104, 110, 120, 130, 140}, {2, 2, 2, 2});
   const HostTensor grid = F32({-1, -1, 1, 1, 0, 0, 1, -1}, {2, 1, 2, 2});
   auto y = run1("GridSample", {x, grid}, {{"align_corners", 1}});
   EXPECT_TRUE(tensors_near(y, F32({1, 4, 10, 40, 102.5f, 102, 125, 120}, {2, 2, 1, 2})));
+}
+
+TEST(ImageGridSample, NonFiniteAndFarGridValues) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // NaN samples nothing; 1e30 is far in the zero padding; border clamps it to column 1
+  // (y = 0 -> row mean 3); reflection lands somewhere inside (finite, no crash).
+  EXPECT_TRUE(tensors_near(grid_sample({nan, 0, 1e30f, 0}, {}), F32({0, 0}, {1, 1, 1, 2})));
+  EXPECT_TRUE(
+      tensors_near(grid_sample({1e30f, 0}, {{"padding_mode", "border"}}), F32({3}, {1, 1, 1, 1})));
+  for (const char* mode : {"bilinear", "nearest", "bicubic"}) {
+    auto y = grid_sample({-1e30f, 1e30f}, {{"padding_mode", "reflection"}, {"mode", mode}});
+    ASSERT_EQ(y.numel(), 1);
+    EXPECT_TRUE(std::isfinite(y.data<float>()[0])) << mode;
+  }
+  // An empty spatial map samples nothing.
+  auto y = run1("GridSample", {F32({}, {1, 1, 0, 2}), F32({0, 0}, {1, 1, 1, 2})},
+                {{"padding_mode", "reflection"}});
+  EXPECT_TRUE(tensors_near(y, F32({0}, {1, 1, 1, 1})));
 }
 
 TEST(ImageGridSample, Float64AndBadInputs) {
@@ -319,9 +339,9 @@ TEST(ImageGridSample, Float64AndBadInputs) {
                          StatusCode::kInvalidArgument, {"GridSample:", "grid", "[1, 1, 1, 3]"}));
   EXPECT_TRUE(fails_with(run_op("GridSample", {kGridX, F32({0, 0, 0, 0}, {2, 1, 1, 2})}),
                          StatusCode::kInvalidArgument, {"GridSample:", "grid", "N = 1"}));
-  EXPECT_TRUE(fails_with(run_op("GridSample", {kGridX, F32({0, 0}, {1, 1, 1, 2})},
-                                {{"padding_mode", "wrap"}}),
-                         StatusCode::kInvalidArgument, {"GridSample:", "padding_mode", "'wrap'"}));
+  EXPECT_TRUE(fails_with(
+      run_op("GridSample", {kGridX, F32({0, 0}, {1, 1, 1, 2})}, {{"padding_mode", "wrap"}}),
+      StatusCode::kInvalidArgument, {"GridSample:", "padding_mode", "'wrap'"}));
   EXPECT_TRUE(fails_with(run_op("GridSample", {kGridX, I64({0, 0}, {1, 1, 1, 2})}),
                          StatusCode::kInvalidArgument, {"GridSample:", "grid", "int64"}));
 }
@@ -374,15 +394,23 @@ TEST(ImageRoiAlign, MaxModeBatchIndicesAndOutside) {
 }
 
 TEST(ImageRoiAlign, BadInputs) {
+  EXPECT_TRUE(
+      fails_with(run_op("RoiAlign", {ramp4x4(), F32({0, 0, INFINITY, 3}, {1, 4}), I64({0}, {1})}),
+                 StatusCode::kInvalidArgument, {"RoiAlign:", "rois[0]", "non-finite"}));
+  EXPECT_TRUE(
+      fails_with(run_op("RoiAlign", {ramp4x4(), F32({0, 0, 1e9f, 1e9f}, {1, 4}), I64({0}, {1})}),
+                 StatusCode::kInvalidArgument, {"RoiAlign:", "samples per output bin"}));
   EXPECT_TRUE(fails_with(run_op("RoiAlign", {ramp4x4(), F32({0, 0, 3, 3}, {1, 4}), I64({1}, {1})}),
-                         StatusCode::kInvalidArgument, {"RoiAlign:", "batch_indices", "1", "[0, 1)"}));
+                         StatusCode::kInvalidArgument,
+                         {"RoiAlign:", "batch_indices", "1", "[0, 1)"}));
   EXPECT_TRUE(fails_with(run_op("RoiAlign", {ramp4x4(), F32({0, 0, 3}, {1, 3}), I64({0}, {1})}),
                          StatusCode::kInvalidArgument, {"RoiAlign:", "rois", "[1, 3]"}));
-  EXPECT_TRUE(fails_with(run_op("RoiAlign", {ramp4x4(), F32({0, 0, 3, 3}, {1, 4}), I64({0, 0}, {2})}),
-                         StatusCode::kInvalidArgument, {"RoiAlign:", "batch_indices", "[2]"}));
-  EXPECT_TRUE(fails_with(run_op("RoiAlign", {ramp4x4(), F32({0, 0, 3, 3}, {1, 4}), I64({0}, {1})},
-                                {{"mode", "min"}}),
-                         StatusCode::kInvalidArgument, {"RoiAlign:", "mode", "'min'"}));
+  EXPECT_TRUE(
+      fails_with(run_op("RoiAlign", {ramp4x4(), F32({0, 0, 3, 3}, {1, 4}), I64({0, 0}, {2})}),
+                 StatusCode::kInvalidArgument, {"RoiAlign:", "batch_indices", "[2]"}));
+  EXPECT_TRUE(fails_with(
+      run_op("RoiAlign", {ramp4x4(), F32({0, 0, 3, 3}, {1, 4}), I64({0}, {1})}, {{"mode", "min"}}),
+      StatusCode::kInvalidArgument, {"RoiAlign:", "mode", "'min'"}));
   EXPECT_TRUE(fails_with(run_op("RoiAlign", {ramp4x4(), F32({0, 0, 3, 3}, {1, 4}), I64({0}, {1})},
                                 {{"output_height", 0}}),
                          StatusCode::kInvalidArgument, {"RoiAlign:", "output_height", "0"}));
@@ -406,6 +434,9 @@ TEST(ImageMaxRoiPool, Bins) {
 }
 
 TEST(ImageMaxRoiPool, BadInputs) {
+  EXPECT_TRUE(fails_with(run_op("MaxRoiPool", {ramp4x4(), F32({0, 0, 0, NAN, 3}, {1, 5})},
+                                {{"pooled_shape", std::vector<int64_t>{1, 1}}}),
+                         StatusCode::kInvalidArgument, {"MaxRoiPool:", "rois[0]", "non-finite"}));
   EXPECT_TRUE(fails_with(run_op("MaxRoiPool", {ramp4x4(), F32({0, 0, 0, 3, 3}, {1, 5})}),
                          StatusCode::kInvalidArgument, {"MaxRoiPool:", "'pooled_shape'"}));
   EXPECT_TRUE(fails_with(run_op("MaxRoiPool", {ramp4x4(), F32({3, 0, 0, 3, 3}, {1, 5})},
@@ -427,9 +458,9 @@ TEST(ImageMaxUnpool, ScatterAndOutputShape) {
   EXPECT_TRUE(tensors_near(y, F32({0, 0, 0, 0, 0, 5, 0, 6, 0, 0, 0, 0, 0, 7, 0, 8}, {1, 1, 4, 4})));
   // output_shape 5x5: the 4x4 result is its top-left corner (ONNX's reference).
   y = run1("MaxUnpool", {x, ind, I64({1, 1, 5, 5}, {4})}, a);
-  EXPECT_TRUE(tensors_near(y, F32({0, 0, 0, 0, 0, 0, 5, 0, 6, 0, 0, 0, 0, 0, 0,
-                                   0, 7, 0, 8, 0, 0, 0, 0, 0, 0},
-                                  {1, 1, 5, 5})));
+  EXPECT_TRUE(tensors_near(
+      y, F32({0, 0, 0, 0, 0, 0, 5, 0, 6, 0, 0, 0, 0, 0, 0, 0, 7, 0, 8, 0, 0, 0, 0, 0, 0},
+             {1, 1, 5, 5})));
   // 1-D with pads: (2 - 1) * 2 + 2 - 1 = 3 wide.
   y = run1("MaxUnpool", {F64({1.5, 2.5}, {1, 1, 2}), I64({0, 2}, {1, 1, 2})},
            {{"kernel_shape", std::vector<int64_t>{2}},
@@ -489,26 +520,32 @@ TEST(ImageNms, ClassesBatchesFlippedAndCenterFormat) {
   const HostTensor flipped = F32({1, 1, 0, 0, 1, 1.5f, 0, 0.5f, 1, 1, 0, 0}, {1, 3, 4});
   EXPECT_TRUE(tensors_near(nms(flipped, kScores, 3, 0.5f), I64({0, 0, 0, 0, 0, 1}, {2, 3})));
   // Center format [xc, yc, w, h] for the same boxes.
-  const HostTensor centers =
-      F32({0.5f, 0.5f, 1, 1, 1, 0.5f, 1, 1, 0.5f, 0.5f, 1, 1}, {1, 3, 4});
+  const HostTensor centers = F32({0.5f, 0.5f, 1, 1, 1, 0.5f, 1, 1, 0.5f, 0.5f, 1, 1}, {1, 3, 4});
   EXPECT_TRUE(tensors_near(nms(centers, kScores, 3, 0.5f, -1, {{"center_point_box", 1}}),
                            I64({0, 0, 0, 0, 0, 1}, {2, 3})));
   // Two batches; equal scores keep the lower index first.
-  const HostTensor boxes2 = F32({0, 0, 1, 1, 0, 0.5f, 1, 1.5f, 0, 0, 1, 1,
-                                 0, 0, 1, 1, 5, 5, 6, 6, 0, 0, 1, 1},
-                                {2, 3, 4});
+  const HostTensor boxes2 = F32(
+      {0, 0, 1, 1, 0, 0.5f, 1, 1.5f, 0, 0, 1, 1, 0, 0, 1, 1, 5, 5, 6, 6, 0, 0, 1, 1}, {2, 3, 4});
   const HostTensor s2 = F32({0.9f, 0.7f, 0.8f, 0.5f, 0.5f, 0.5f}, {2, 1, 3});
-  EXPECT_TRUE(tensors_near(nms(boxes2, s2, 3, 0.5f),
-                           I64({0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 0, 1}, {4, 3})));
+  EXPECT_TRUE(
+      tensors_near(nms(boxes2, s2, 3, 0.5f), I64({0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 0, 1}, {4, 3})));
+}
+
+TEST(ImageNms, NanScoresAreNeverSelected) {
+  const HostTensor scores = F32({NAN, 0.7f, 0.8f}, {1, 1, 3});
+  EXPECT_TRUE(tensors_near(nms(kBoxes, scores, 3, 0.5f), I64({0, 0, 2, 0, 0, 1}, {2, 3})));
 }
 
 TEST(ImageNms, BadInputs) {
-  EXPECT_TRUE(fails_with(run_op("NonMaxSuppression", {kBoxes, kScores, I64({3}, {1}), F32({1.5f}, {1})}),
-                         StatusCode::kInvalidArgument, {"NonMaxSuppression:", "iou_threshold", "1.5"}));
+  EXPECT_TRUE(
+      fails_with(run_op("NonMaxSuppression", {kBoxes, kScores, I64({3}, {1}), F32({1.5f}, {1})}),
+                 StatusCode::kInvalidArgument, {"NonMaxSuppression:", "iou_threshold", "1.5"}));
   EXPECT_TRUE(fails_with(run_op("NonMaxSuppression", {F32({0, 0, 1}, {1, 1, 3}), kScores}),
-                         StatusCode::kInvalidArgument, {"NonMaxSuppression:", "boxes", "[1, 1, 3]"}));
+                         StatusCode::kInvalidArgument,
+                         {"NonMaxSuppression:", "boxes", "[1, 1, 3]"}));
   EXPECT_TRUE(fails_with(run_op("NonMaxSuppression", {kBoxes, F32({0.9f, 0.7f}, {1, 1, 2})}),
-                         StatusCode::kInvalidArgument, {"NonMaxSuppression:", "scores", "[1, 1, 2]"}));
+                         StatusCode::kInvalidArgument,
+                         {"NonMaxSuppression:", "scores", "[1, 1, 2]"}));
   EXPECT_TRUE(fails_with(run_op("NonMaxSuppression", {kBoxes, kScores, I64({3, 4}, {2})}),
                          StatusCode::kInvalidArgument,
                          {"NonMaxSuppression:", "max_output_boxes_per_class", "[2]"}));

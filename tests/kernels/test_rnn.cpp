@@ -51,10 +51,10 @@ const HostTensor kNone;  // an omitted optional input
 //   reverse: h(t2) = 6+1 = 7, h(t1) = 4+3.5+1 = 8.5, h(t0) = 2+4.25+1 = 7.25
 
 TEST(RnnRnn, ForwardRelu) {
-  auto out = run_ok("RNN",
-                    {F32({1, 2, 3}, {3, 1, 1}), F32({2}, {1, 1, 1}), F32({0.5f}, {1, 1, 1}),
-                     F32({1, 0}, {1, 2})},
-                    {{"hidden_size", 1}, {"activations", std::vector<std::string>{"Relu"}}}, 2);
+  auto out = run_ok(
+      "RNN",
+      {F32({1, 2, 3}, {3, 1, 1}), F32({2}, {1, 1, 1}), F32({0.5f}, {1, 1, 1}), F32({1, 0}, {1, 2})},
+      {{"hidden_size", 1}, {"activations", std::vector<std::string>{"Relu"}}}, 2);
   EXPECT_TRUE(tensors_near(out[0], F32({3, 6.5f, 10.25f}, {3, 1, 1, 1})));
   EXPECT_TRUE(tensors_near(out[1], F32({10.25f}, {1, 1, 1})));
 }
@@ -68,13 +68,13 @@ TEST(RnnRnn, DefaultTanhAndNoBias) {
 }
 
 TEST(RnnRnn, ReverseAndBidirectional) {
-  auto out = run_ok("RNN",
-                    {F32({1, 2, 3}, {3, 1, 1}), F32({2}, {1, 1, 1}), F32({0.5f}, {1, 1, 1}),
-                     F32({1, 0}, {1, 2})},
-                    {{"hidden_size", 1},
-                     {"direction", "reverse"},
-                     {"activations", std::vector<std::string>{"Relu"}}},
-                    2);
+  auto out = run_ok(
+      "RNN",
+      {F32({1, 2, 3}, {3, 1, 1}), F32({2}, {1, 1, 1}), F32({0.5f}, {1, 1, 1}), F32({1, 0}, {1, 2})},
+      {{"hidden_size", 1},
+       {"direction", "reverse"},
+       {"activations", std::vector<std::string>{"Relu"}}},
+      2);
   EXPECT_TRUE(tensors_near(out[0], F32({7.25f, 8.5f, 7}, {3, 1, 1, 1})));
   EXPECT_TRUE(tensors_near(out[1], F32({7.25f}, {1, 1, 1})));
 
@@ -114,14 +114,11 @@ TEST(RnnRnn, SequenceLensAndInitialH) {
 
 TEST(RnnRnn, Layout1) {
   // Same data as SequenceLensAndInitialH, batch-major: X [batch, seq, input].
-  auto out = run_ok("RNN",
-                    {F32({1, 2, 3, 1, 2, 9}, {2, 3, 1}), F32({2}, {1, 1, 1}),
-                     F32({0.5f}, {1, 1, 1}), F32({1, 0}, {1, 2}), I32({3, 2}, {2}),
-                     F32({0, 0}, {2, 1, 1})},
-                    {{"hidden_size", 1},
-                     {"layout", 1},
-                     {"activations", std::vector<std::string>{"Relu"}}},
-                    2);
+  auto out = run_ok(
+      "RNN",
+      {F32({1, 2, 3, 1, 2, 9}, {2, 3, 1}), F32({2}, {1, 1, 1}), F32({0.5f}, {1, 1, 1}),
+       F32({1, 0}, {1, 2}), I32({3, 2}, {2}), F32({0, 0}, {2, 1, 1})},
+      {{"hidden_size", 1}, {"layout", 1}, {"activations", std::vector<std::string>{"Relu"}}}, 2);
   EXPECT_TRUE(tensors_near(out[0], F32({3, 6.5f, 10.25f, 3, 6.5f, 0}, {2, 3, 1, 1})));
   EXPECT_TRUE(tensors_near(out[1], F32({10.25f, 6.5f}, {2, 1, 1})));
 }
@@ -129,11 +126,9 @@ TEST(RnnRnn, Layout1) {
 TEST(RnnRnn, ClipAndActivationParameters) {
   const HostTensor w = F32({2}, {1, 1, 1}), r = F32({0.5f}, {1, 1, 1}), b = F32({1, 0}, {1, 2});
   // clip 2.5 bounds every pre-activation (3, 2+1.25+1, 6+1.25+1) before Relu.
-  auto out = run_ok("RNN", {F32({1, 2, 3}, {3, 1, 1}), w, r, b},
-                    {{"hidden_size", 1},
-                     {"clip", 2.5f},
-                     {"activations", std::vector<std::string>{"Relu"}}},
-                    2);
+  auto out = run_ok(
+      "RNN", {F32({1, 2, 3}, {3, 1, 1}), w, r, b},
+      {{"hidden_size", 1}, {"clip", 2.5f}, {"activations", std::vector<std::string>{"Relu"}}}, 2);
   EXPECT_TRUE(tensors_near(out[0], F32({2.5f, 2.5f, 2.5f}, {3, 1, 1, 1})));
   // LeakyRelu(alpha 0.1): pre = 2*(-1) + 1 = -1 -> -0.1.
   out = run_ok("RNN", {F32({-1}, {1, 1, 1}), w, r, b},
@@ -173,15 +168,15 @@ TEST(RnnRnn, ClipAndActivationParameters) {
 }
 
 TEST(RnnRnn, Float64AndFloat16) {
-  auto out = run_ok("RNN",
-                    {F64({1, 2, 3}, {3, 1, 1}), F64({2}, {1, 1, 1}), F64({0.5}, {1, 1, 1}),
-                     F64({1, 0}, {1, 2})},
-                    {{"activations", std::vector<std::string>{"Relu"}}}, 2);
+  auto out = run_ok(
+      "RNN",
+      {F64({1, 2, 3}, {3, 1, 1}), F64({2}, {1, 1, 1}), F64({0.5}, {1, 1, 1}), F64({1, 0}, {1, 2})},
+      {{"activations", std::vector<std::string>{"Relu"}}}, 2);
   EXPECT_TRUE(tensors_near(out[0], F64({3, 6.5, 10.25}, {3, 1, 1, 1})));
-  out = run_ok("RNN",
-               {F16({1, 2, 3}, {3, 1, 1}), F16({2}, {1, 1, 1}), F16({0.5f}, {1, 1, 1}),
-                F16({1, 0}, {1, 2})},
-               {{"activations", std::vector<std::string>{"Relu"}}}, 2);
+  out = run_ok(
+      "RNN",
+      {F16({1, 2, 3}, {3, 1, 1}), F16({2}, {1, 1, 1}), F16({0.5f}, {1, 1, 1}), F16({1, 0}, {1, 2})},
+      {{"activations", std::vector<std::string>{"Relu"}}}, 2);
   EXPECT_TRUE(tensors_near(out[1], F16({10.25f}, {1, 1, 1})));
 }
 
@@ -215,21 +210,18 @@ TEST(RnnRnn, InferenceWithUnknownDims) {
   n.inputs = {"x", "w", "r"};
   n.outputs = {"y", "yh"};
   n.attrs = {{"hidden_size", 4}, {"direction", "bidirectional"}};
-  InferenceContext ctx(n,
-                       {{DType::kFloat32, {-1, -1, 3}},
-                        {DType::kFloat32, {2, 4, 3}},
-                        {DType::kFloat32, {2, 4, 4}}},
-                       {});
+  InferenceContext ctx(
+      n,
+      {{DType::kFloat32, {-1, -1, 3}}, {DType::kFloat32, {2, 4, 3}}, {DType::kFloat32, {2, 4, 4}}},
+      {});
   ASSERT_TRUE(infer_node(OpRegistry::global(), ctx).ok());
   EXPECT_EQ(ctx.output_types()[0], (TensorType{DType::kFloat32, {-1, 2, -1, 4}}));
   EXPECT_EQ(ctx.output_types()[1], (TensorType{DType::kFloat32, {2, -1, 4}}));
   // hidden_size inferred from R when the attribute is absent.
   n.attrs = {};
-  InferenceContext ctx2(n,
-                        {{DType::kFloat32, {5, 2, 3}},
-                         {DType::kFloat32, {1, 6, 3}},
-                         {DType::kFloat32, {1, 6, 6}}},
-                        {});
+  InferenceContext ctx2(
+      n, {{DType::kFloat32, {5, 2, 3}}, {DType::kFloat32, {1, 6, 3}}, {DType::kFloat32, {1, 6, 6}}},
+      {});
   ASSERT_TRUE(infer_node(OpRegistry::global(), ctx2).ok());
   EXPECT_EQ(ctx2.output_types()[0], (TensorType{DType::kFloat32, {5, 1, 2, 6}}));
 }
@@ -243,16 +235,16 @@ TEST(RnnRnn, BadInputs) {
                          StatusCode::kInvalidArgument, {"RNN:", "rank 3", "[3, 1]"}));
   EXPECT_TRUE(fails_with(run_op("RNN", {x, w, r}, {{"direction", "sideways"}}, 2),
                          StatusCode::kInvalidArgument, {"RNN:", "'sideways'"}));
-  EXPECT_TRUE(fails_with(
-      run_op("RNN", {x, w, r}, {{"activations", std::vector<std::string>{"Swish"}}}, 2),
-      StatusCode::kInvalidArgument, {"RNN:", "unknown activation 'Swish'"}));
+  EXPECT_TRUE(
+      fails_with(run_op("RNN", {x, w, r}, {{"activations", std::vector<std::string>{"Swish"}}}, 2),
+                 StatusCode::kInvalidArgument, {"RNN:", "unknown activation 'Swish'"}));
   EXPECT_TRUE(fails_with(
       run_op("RNN", {x, w, r}, {{"activations", std::vector<std::string>{"Relu", "Tanh"}}}, 2),
       StatusCode::kInvalidArgument, {"RNN:", "'activations' has 2 values", "expected 1"}));
   EXPECT_TRUE(fails_with(run_op("RNN", {x, w, r}, {{"clip", -1.f}}, 2),
                          StatusCode::kInvalidArgument, {"RNN:", "clip must be > 0, got -1"}));
-  EXPECT_TRUE(fails_with(run_op("RNN", {x, w, r}, {{"layout", 2}}, 2),
-                         StatusCode::kInvalidArgument, {"RNN:", "layout", "got 2"}));
+  EXPECT_TRUE(fails_with(run_op("RNN", {x, w, r}, {{"layout", 2}}, 2), StatusCode::kInvalidArgument,
+                         {"RNN:", "layout", "got 2"}));
   EXPECT_TRUE(fails_with(run_op("RNN", {x, w, r}, {{"hidden_size", 3}}, 2),
                          StatusCode::kInvalidArgument, {"RNN:", "W", "[1, 3, 1]"}));
   EXPECT_TRUE(fails_with(run_op("RNN", {x, w, r, F32({1, 0, 0}, {1, 3})}, {}, 2),
@@ -325,18 +317,18 @@ TEST(RnnGru, BidirectionalSharesOneActivationList) {
 
 TEST(RnnGru, BadInputs) {
   const HostTensor x = F32({2}, {1, 1, 1});
-  EXPECT_TRUE(fails_with(
-      run_op("GRU", {x, F32({1, 1, 1, 1}, {1, 4, 1}), F32({1, 1, 1, 1}, {1, 4, 1})},
-             {{"hidden_size", 1}}, 2),
-      StatusCode::kInvalidArgument, {"GRU:", "W", "[1, 3, 1]", "[1, 4, 1]"}));
-  EXPECT_TRUE(fails_with(
-      run_op("GRU", {x, F32({1, 1, 1}, {1, 3, 1}), F32({1, 1, 1}, {1, 3, 1})},
-             {{"linear_before_reset", 2}}, 2),
-      StatusCode::kInvalidArgument, {"GRU:", "linear_before_reset must be 0 or 1, got 2"}));
-  EXPECT_TRUE(fails_with(
-      run_op("GRU", {x, F32({1, 1, 1}, {1, 3, 1}), F32({1, 1, 1}, {1, 3, 1})},
-             {{"activations", std::vector<std::string>{"Tanh"}}}, 2),
-      StatusCode::kInvalidArgument, {"GRU:", "'activations' has 1 values [Tanh], expected 2"}));
+  EXPECT_TRUE(
+      fails_with(run_op("GRU", {x, F32({1, 1, 1, 1}, {1, 4, 1}), F32({1, 1, 1, 1}, {1, 4, 1})},
+                        {{"hidden_size", 1}}, 2),
+                 StatusCode::kInvalidArgument, {"GRU:", "W", "[1, 3, 1]", "[1, 4, 1]"}));
+  EXPECT_TRUE(fails_with(run_op("GRU", {x, F32({1, 1, 1}, {1, 3, 1}), F32({1, 1, 1}, {1, 3, 1})},
+                                {{"linear_before_reset", 2}}, 2),
+                         StatusCode::kInvalidArgument,
+                         {"GRU:", "linear_before_reset must be 0 or 1, got 2"}));
+  EXPECT_TRUE(fails_with(run_op("GRU", {x, F32({1, 1, 1}, {1, 3, 1}), F32({1, 1, 1}, {1, 3, 1})},
+                                {{"activations", std::vector<std::string>{"Tanh"}}}, 2),
+                         StatusCode::kInvalidArgument,
+                         {"GRU:", "'activations' has 1 values [Tanh], expected 2"}));
 }
 
 // ---- LSTM ----
@@ -402,10 +394,9 @@ TEST(RnnLstm, PyTorchExportForm) {
                                 F32({0, 0}, {1, 2, 1}),
                                 F32({0, 1}, {1, 2, 1})};
   auto out = run_ok("LSTM", in, {{"hidden_size", 1}}, 3);
-  EXPECT_TRUE(tensors_near(out[0],
-                           F32({0.18169974219452625f, 0.3534092045709028f, 0.258118401869521f,
-                                0.33786005045587647f},
-                               {2, 1, 2, 1})));
+  EXPECT_TRUE(tensors_near(out[0], F32({0.18169974219452625f, 0.3534092045709028f,
+                                        0.258118401869521f, 0.33786005045587647f},
+                                       {2, 1, 2, 1})));
   EXPECT_TRUE(tensors_near(out[1], F32({0.258118401869521f, 0.33786005045587647f}, {1, 2, 1})));
   EXPECT_TRUE(tensors_near(out[2], F32({0.5711956169668236f, 0.8211956169668236f}, {1, 2, 1})));
 
@@ -413,7 +404,8 @@ TEST(RnnLstm, PyTorchExportForm) {
   in[4] = I32({2, 1}, {2});
   out = run_ok("LSTM", in, {{"hidden_size", 1}}, 3);
   EXPECT_TRUE(tensors_near(
-      out[0], F32({0.18169974219452625f, 0.3534092045709028f, 0.258118401869521f, 0}, {2, 1, 2, 1})));
+      out[0],
+      F32({0.18169974219452625f, 0.3534092045709028f, 0.258118401869521f, 0}, {2, 1, 2, 1})));
   EXPECT_TRUE(tensors_near(out[1], F32({0.258118401869521f, 0.3534092045709028f}, {1, 2, 1})));
   EXPECT_TRUE(tensors_near(out[2], F32({0.5711956169668236f, 0.8807970779778824f}, {1, 2, 1})));
 
@@ -423,11 +415,11 @@ TEST(RnnLstm, PyTorchExportForm) {
                        F64({0, 0, 0, 0}, {1, 4, 1}), F64({0, 0, 0, 1, 0, 0, 0, 0}, {1, 8}), kNone,
                        F64({0, 0}, {2, 1, 1}), F64({0, 1}, {2, 1, 1})},
                       {{"hidden_size", 1}, {"layout", 1}}, 3);
-  EXPECT_TRUE(tensors_near(out64[0],
-                           F64({0.18169974219452625, 0.258118401869521, 0.3534092045709028,
-                                0.33786005045587647},
-                               {2, 2, 1, 1}),
-                           1e-12, 1e-14));
+  EXPECT_TRUE(tensors_near(
+      out64[0],
+      F64({0.18169974219452625, 0.258118401869521, 0.3534092045709028, 0.33786005045587647},
+          {2, 2, 1, 1}),
+      1e-12, 1e-14));
   EXPECT_TRUE(
       tensors_near(out64[2], F64({0.5711956169668236, 0.8211956169668236}, {2, 1, 1}), 1e-12));
 }

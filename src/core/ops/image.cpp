@@ -81,17 +81,21 @@ OpSchema resize_schema() {
   s.name = "Resize";
   s.min_inputs = 1;
   s.max_inputs = 4;
-  s.attributes = {"coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
-                  "extrapolation_value", "mode", "nearest_mode"};
+  s.attributes = {"coordinate_transformation_mode",
+                  "cubic_coeff_a",
+                  "exclude_outside",
+                  "extrapolation_value",
+                  "mode",
+                  "nearest_mode"};
   s.doc = "resizes every axis by scales or to sizes (nearest, linear or cubic interpolation)";
   s.infer = [](InferenceContext& ctx) -> Status {
     const DType dt = ctx.input_dtype(0);
-    TD_ASSIGN_OR_RETURN(std::string mode, one_of(ctx, "mode", "nearest", {"nearest", "linear", "cubic"}));
-    TD_ASSIGN_OR_RETURN(
-        std::string ctm,
-        one_of(ctx, "coordinate_transformation_mode", "half_pixel",
-               {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
-                "tf_crop_and_resize", "tf_half_pixel_for_nn"}));
+    TD_ASSIGN_OR_RETURN(std::string mode,
+                        one_of(ctx, "mode", "nearest", {"nearest", "linear", "cubic"}));
+    TD_ASSIGN_OR_RETURN(std::string ctm,
+                        one_of(ctx, "coordinate_transformation_mode", "half_pixel",
+                               {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+                                "tf_crop_and_resize", "tf_half_pixel_for_nn"}));
     TD_RETURN_IF_ERROR(one_of(ctx, "nearest_mode", "round_prefer_floor",
                               {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"})
                            .status());
@@ -106,8 +110,9 @@ OpSchema resize_schema() {
     auto check_1d = [&](int i, const char* what, int64_t len) -> Status {
       const Shape& sh = ctx.input_shape(i);
       if (sh.size() != 1 || dims_conflict(sh[0], len))
-        return ctx.error("input {} ({}) must be 1-D with {} values (for input rank {}), got shape {}",
-                         i, what, len, rank, shape_to_string(sh));
+        return ctx.error(
+            "input {} ({}) must be 1-D with {} values (for input rank {}), got shape {}", i, what,
+            len, rank, shape_to_string(sh));
       return OkStatus();
     };
     const bool has_roi = given_non_empty(ctx, 1);
@@ -211,8 +216,12 @@ OpSchema roi_align_schema() {
   OpSchema s;
   s.name = "RoiAlign";
   s.min_inputs = s.max_inputs = 3;
-  s.attributes = {"coordinate_transformation_mode", "mode", "output_height", "output_width",
-                  "sampling_ratio", "spatial_scale"};
+  s.attributes = {"coordinate_transformation_mode",
+                  "mode",
+                  "output_height",
+                  "output_width",
+                  "sampling_ratio",
+                  "spatial_scale"};
   s.doc = "bilinear region-of-interest pooling (avg or max) to output_height x output_width";
   s.infer = [](InferenceContext& ctx) -> Status {
     TD_RETURN_IF_ERROR(one_of(ctx, "coordinate_transformation_mode", "half_pixel",
@@ -246,8 +255,7 @@ OpSchema roi_align_schema() {
     if (idx && x[0] >= 0)
       for (int64_t v : *idx)
         if (v < 0 || v >= x[0])
-          return ctx.error("batch_indices must be in [0, {}) (the batch size), got {}", x[0],
-                           *idx);
+          return ctx.error("batch_indices must be in [0, {}) (the batch size), got {}", x[0], *idx);
     ctx.set_output(0, ctx.input_dtype(0), {rois[0] >= 0 ? rois[0] : bi[0], x[1], oh, ow});
     return OkStatus();
   };
@@ -261,8 +269,7 @@ OpSchema max_roi_pool_schema() {
   s.attributes = {"pooled_shape", "spatial_scale"};
   s.doc = "max pooling of each region of interest (batch, x1, y1, x2, y2) to pooled_shape";
   s.infer = [](InferenceContext& ctx) -> Status {
-    if (!ctx.has_attr("pooled_shape"))
-      return ctx.error("attribute 'pooled_shape' is required");
+    if (!ctx.has_attr("pooled_shape")) return ctx.error("attribute 'pooled_shape' is required");
     TD_ASSIGN_OR_RETURN(std::vector<int64_t> pooled, ctx.attr_ints("pooled_shape", {}));
     if (pooled.size() != 2 || pooled[0] <= 0 || pooled[1] <= 0)
       return ctx.error("pooled_shape must be 2 values > 0 (height, width), got {}", pooled);

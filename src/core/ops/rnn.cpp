@@ -36,11 +36,11 @@ struct ActivationInfo {
 };
 
 constexpr ActivationInfo kActivations[] = {
-    {"relu", false, false, 0.f, 0.f},      {"tanh", false, false, 0.f, 0.f},
-    {"sigmoid", false, false, 0.f, 0.f},   {"affine", true, true, 1.f, 0.f},
+    {"relu", false, false, 0.f, 0.f},       {"tanh", false, false, 0.f, 0.f},
+    {"sigmoid", false, false, 0.f, 0.f},    {"affine", true, true, 1.f, 0.f},
     {"leakyrelu", true, false, 0.01f, 0.f}, {"thresholdedrelu", true, false, 1.f, 0.f},
-    {"scaledtanh", true, true, 1.f, 1.f},  {"hardsigmoid", true, true, 0.2f, 0.5f},
-    {"elu", true, false, 1.f, 0.f},        {"softsign", false, false, 0.f, 0.f},
+    {"scaledtanh", true, true, 1.f, 1.f},   {"hardsigmoid", true, true, 0.2f, 0.5f},
+    {"elu", true, false, 1.f, 0.f},         {"softsign", false, false, 0.f, 0.f},
     {"softplus", false, false, 0.f, 0.f},
 };
 
@@ -73,15 +73,17 @@ Status resolve_activations(const NodeAttrs& a, const std::vector<std::string>& d
     }
   }
   if (given.empty()) {
-    for (int64_t d = 0; d < num_directions; ++d) given.insert(given.end(), defaults.begin(), defaults.end());
+    for (int64_t d = 0; d < num_directions; ++d)
+      given.insert(given.end(), defaults.begin(), defaults.end());
   } else if (given.size() == per_dir && num_directions == 2) {
     const std::vector<std::string> one = given;
     given.insert(given.end(), one.begin(), one.end());
   }
   if (given.size() != total)
-    return a.error("'activations' has {} values [{}], expected {} ({} per direction x {} "
-                   "direction(s))",
-                   given.size(), fmt::join(given, ", "), total, per_dir, num_directions);
+    return a.error(
+        "'activations' has {} values [{}], expected {} ({} per direction x {} "
+        "direction(s))",
+        given.size(), fmt::join(given, ", "), total, per_dir, num_directions);
   TD_ASSIGN_OR_RETURN(std::vector<float> alpha_list, a.attr_floats("activation_alpha", {}));
   TD_ASSIGN_OR_RETURN(std::vector<float> beta_list, a.attr_floats("activation_beta", {}));
   size_t next_alpha = 0, next_beta = 0;
@@ -118,9 +120,12 @@ int gates_of(RnnKind k) { return k == RnnKind::kRnn ? 1 : k == RnnKind::kGru ? 3
 
 std::vector<std::string> default_activations(RnnKind k) {
   switch (k) {
-    case RnnKind::kRnn: return {"Tanh"};
-    case RnnKind::kGru: return {"Sigmoid", "Tanh"};
-    case RnnKind::kLstm: return {"Sigmoid", "Tanh", "Tanh"};
+    case RnnKind::kRnn:
+      return {"Tanh"};
+    case RnnKind::kGru:
+      return {"Sigmoid", "Tanh"};
+    case RnnKind::kLstm:
+      return {"Sigmoid", "Tanh", "Tanh"};
   }
   return {};
 }
@@ -157,7 +162,8 @@ Status rnn_infer(InferenceContext& ctx, RnnKind kind) {
   if (!is_float_type(dt))
     return ctx.error("input 0 (X) has dtype {}, expected float16, bfloat16, float32 or float64",
                      dtype_name(dt));
-  static const char* kNames[] = {"X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"};
+  static const char* kNames[] = {"X",         "W",         "R", "B", "sequence_lens",
+                                 "initial_h", "initial_c", "P"};
   for (int i = 1; i < ctx.num_inputs(); ++i) {
     if (i == 4 || !ctx.has_input(i)) continue;
     if (ctx.input_dtype(i) != dt)
@@ -212,11 +218,9 @@ Status rnn_infer(InferenceContext& ctx, RnnKind kind) {
     hidden = known({r[2], r[1] >= 0 ? r[1] / gates : -1, w[1] >= 0 ? w[1] / gates : -1});
   }
   const int64_t gh = hidden >= 0 ? gates * hidden : -1;
-  const std::string gate_doc =
-      fmt::format("[num_directions, {}*hidden_size, input_size]", gates);
+  const std::string gate_doc = fmt::format("[num_directions, {}*hidden_size, input_size]", gates);
   TD_RETURN_IF_ERROR(check_shape(ctx, 1, "W", {num_dir, gh, input_size}, gate_doc.c_str()));
-  const std::string rdoc =
-      fmt::format("[num_directions, {}*hidden_size, hidden_size]", gates);
+  const std::string rdoc = fmt::format("[num_directions, {}*hidden_size, hidden_size]", gates);
   TD_RETURN_IF_ERROR(check_shape(ctx, 2, "R", {num_dir, gh, hidden}, rdoc.c_str()));
   if (ctx.has_input(3)) {
     const std::string bdoc = fmt::format("[num_directions, {}*hidden_size]", 2 * gates);
@@ -246,8 +250,8 @@ Status rnn_infer(InferenceContext& ctx, RnnKind kind) {
       TD_RETURN_IF_ERROR(check_shape(ctx, 7, "P", {num_dir, hidden >= 0 ? 3 * hidden : -1},
                                      "[num_directions, 3*hidden_size]"));
   }
-  ctx.set_output(0, dt,
-                 layout == 0 ? Shape{seq, num_dir, batch, hidden} : Shape{batch, seq, num_dir, hidden});
+  ctx.set_output(
+      0, dt, layout == 0 ? Shape{seq, num_dir, batch, hidden} : Shape{batch, seq, num_dir, hidden});
   ctx.set_output(1, dt, state);
   if (kind == RnnKind::kLstm) ctx.set_output(2, dt, state);
   return OkStatus();

@@ -72,10 +72,10 @@ enum class ResizeMode { kNearest, kLinear, kCubic };
 // How one output coordinate along one axis reads the input: n taps (indices, possibly outside
 // [0, in) and then clamped to the edge, with weights), or the extrapolation value.
 struct AxisTaps {
-  int n = 0;                    // taps per output coordinate
-  std::vector<int64_t> index;   // out * n
-  std::vector<double> weight;   // out * n
-  std::vector<char> outside;    // out: tf_crop_and_resize point outside the input
+  int n = 0;                   // taps per output coordinate
+  std::vector<int64_t> index;  // out * n
+  std::vector<double> weight;  // out * n
+  std::vector<char> outside;   // out: tf_crop_and_resize point outside the input
 };
 
 struct ResizeParams {
@@ -121,7 +121,8 @@ AxisTaps axis_taps(const ResizeParams& p, int64_t in, int64_t out, double scale,
   t.weight.resize(static_cast<size_t>(out * n));
   t.outside.assign(static_cast<size_t>(out), 0);
   for (int64_t o = 0; o < out; ++o) {
-    const double x_ori = source_coordinate(p, static_cast<double>(o), in, scale, roi_start, roi_end);
+    const double x_ori =
+        source_coordinate(p, static_cast<double>(o), in, scale, roi_start, roi_end);
     if (std::isnan(x_ori)) {
       t.outside[static_cast<size_t>(o)] = 1;
       continue;
@@ -183,7 +184,7 @@ AxisTaps axis_taps(const ResizeParams& p, int64_t in, int64_t out, double scale,
 Status resize_kernel(KernelContext& ctx) {
   ResizeParams p;
   TD_ASSIGN_OR_RETURN(std::string mode, ctx.attr_string("mode", "nearest"));
-  p.mode = mode == "linear" ? ResizeMode::kLinear
+  p.mode = mode == "linear"  ? ResizeMode::kLinear
            : mode == "cubic" ? ResizeMode::kCubic
                              : ResizeMode::kNearest;
   TD_ASSIGN_OR_RETURN(p.ctm, ctx.attr_string("coordinate_transformation_mode", "half_pixel"));
@@ -229,10 +230,9 @@ Status resize_kernel(KernelContext& ctx) {
       pick[d].resize(static_cast<size_t>(out_shape[d]));
       for (int64_t o = 0; o < out_shape[d]; ++o) {
         const size_t at = static_cast<size_t>(o * 2);
-        pick[d][static_cast<size_t>(o)] =
-            taps[d].outside[static_cast<size_t>(o)] ? -1
-            : taps[d].weight[at] != 0               ? taps[d].index[at]
-                                                    : taps[d].index[at + 1];
+        pick[d][static_cast<size_t>(o)] = taps[d].outside[static_cast<size_t>(o)] ? -1
+                                          : taps[d].weight[at] != 0 ? taps[d].index[at]
+                                                                    : taps[d].index[at + 1];
       }
     }
     return dispatch_all(xv.dtype, [&](auto tag) -> Status {
@@ -301,19 +301,13 @@ enum class GridPadding { kZeros, kBorder, kReflection };
 double reflect(double x, double lo, double hi) {
   const double range = hi - lo;
   if (range <= 0) return lo;  // a single pixel (PyTorch returns 0 here)
-  if (x < lo) {
-    const double dx = lo - x;
-    const int64_t n = static_cast<int64_t>(dx / range);
-    const double r = dx - static_cast<double>(n) * range;
-    return n % 2 == 0 ? lo + r : hi - r;
-  }
-  if (x > hi) {
-    const double dx = x - hi;
-    const int64_t n = static_cast<int64_t>(dx / range);
-    const double r = dx - static_cast<double>(n) * range;
-    return n % 2 == 0 ? hi - r : lo + r;
-  }
-  return x;
+  if (x >= lo && x <= hi) return x;
+  const double dx = x < lo ? lo - x : x - hi;
+  // In floating point (not int64) so that absurd coordinates cannot overflow.
+  const bool even = std::fmod(std::floor(dx / range), 2.0) == 0;
+  const double r = std::fmod(dx, range);
+  if (x < lo) return even ? lo + r : hi - r;
+  return even ? hi - r : lo + r;
 }
 
 void cubic_coeffs(double x, double c[4]) {
@@ -346,7 +340,7 @@ Status grid_sample_kernel(KernelContext& ctx) {
   const std::vector<double> x = to_doubles(xv);
   const std::vector<double> grid = float_values(gv);
   std::vector<double> y(static_cast<size_t>(out.numel()), 0.0);
-  if (y.empty()) return store_doubles(out, y);
+  if (y.empty() || in_spatial == 0) return store_doubles(out, y);  // nothing to sample
 
   std::vector<double> lo(ns), hi(ns);
   for (size_t i = 0; i < ns; ++i) {
@@ -365,16 +359,28 @@ Status grid_sample_kernel(KernelContext& ctx) {
         const double nc = g[ns - 1 - i];
         const double len = static_cast<double>(dims[i]);
         double c = align_corners ? (nc + 1) / 2.0 * (len - 1) : ((nc + 1) * len - 1) / 2.0;
+        if (!std::isfinite(c)) {  // NaN or infinite grid values sample nothing
+          for (int k = 0; k < 4; ++k) {
+            idx[i * 4 + static_cast<size_t>(k)] = -1;
+            w[i * 4 + static_cast<size_t>(k)] = 0;
+          }
+          continue;
+        }
+        // Far outside, every tap is in the zero padding; bound c so indices stay small.
+        if (padding == GridPadding::kZeros) c = std::min(std::max(c, -8.0), len + 8);
         if (mode == GridMode::kNearest)
           c = ns == 3 ? std::round(c) : std::nearbyint(c);  // PyTorch: 3-D round, else rint
         if (c < lo[i] || c > hi[i]) {
-          if (padding == GridPadding::kBorder) c = std::min(std::max(c, 0.0), len - 1);
-          else if (padding == GridPadding::kReflection) c = reflect(c, lo[i], hi[i]);
+          if (padding == GridPadding::kBorder)
+            c = std::min(std::max(c, 0.0), len - 1);
+          else if (padding == GridPadding::kReflection)
+            c = reflect(c, lo[i], hi[i]);
         }
         // Reads at integer position k along axis i, after padding.
         auto place = [&](int64_t k) -> int64_t {
           if (padding == GridPadding::kZeros) return k >= 0 && k < dims[i] ? k : -1;
-          if (padding == GridPadding::kBorder) return std::min(std::max<int64_t>(k, 0), dims[i] - 1);
+          if (padding == GridPadding::kBorder)
+            return std::min(std::max<int64_t>(k, 0), dims[i] - 1);
           if (k >= 0 && k < dims[i]) return k;
           return static_cast<int64_t>(reflect(static_cast<double>(k), lo[i], hi[i]));
         };
@@ -464,6 +470,10 @@ Status roi_align_kernel(KernelContext& ctx) {
       return ctx.error("batch_indices[{}] = {} is outside [0, {}) (the batch size)", r, b, batch);
     const double offset = half_pixel ? 0.5 : 0.0;
     const double* roi = rois.data() + r * 4;
+    for (int k = 0; k < 4; ++k)
+      if (!std::isfinite(roi[k]))
+        return ctx.error("rois[{}] has a non-finite coordinate: [{}, {}, {}, {}]", r, roi[0],
+                         roi[1], roi[2], roi[3]);
     const double start_w = roi[0] * spatial_scale - offset;
     const double start_h = roi[1] * spatial_scale - offset;
     const double end_w = roi[2] * spatial_scale - offset;
@@ -475,10 +485,20 @@ Status roi_align_kernel(KernelContext& ctx) {
     }
     const double bin_h = roi_h / static_cast<double>(pooled_h);
     const double bin_w = roi_w / static_cast<double>(pooled_w);
+    // Samples per bin: sampling_ratio, or adaptive (ceil of the bin size).
+    const double adaptive_h = std::ceil(roi_h / static_cast<double>(pooled_h));
+    const double adaptive_w = std::ceil(roi_w / static_cast<double>(pooled_w));
+    const double samples_per_bin =
+        (sampling_ratio > 0 ? static_cast<double>(sampling_ratio) : std::max(adaptive_h, 0.0)) *
+        (sampling_ratio > 0 ? static_cast<double>(sampling_ratio) : std::max(adaptive_w, 0.0));
+    if (samples_per_bin > static_cast<double>(int64_t{1} << 24))
+      return ctx.error(
+          "rois[{}] = [{}, {}, {}, {}] would take {} samples per output bin (limit 2^24)", r,
+          roi[0], roi[1], roi[2], roi[3], samples_per_bin);
     const int64_t grid_h =
-        sampling_ratio > 0 ? sampling_ratio : static_cast<int64_t>(std::ceil(roi_h / pooled_h));
+        sampling_ratio > 0 ? sampling_ratio : static_cast<int64_t>(std::max(adaptive_h, -1.0));
     const int64_t grid_w =
-        sampling_ratio > 0 ? sampling_ratio : static_cast<int64_t>(std::ceil(roi_w / pooled_w));
+        sampling_ratio > 0 ? sampling_ratio : static_cast<int64_t>(std::max(adaptive_w, -1.0));
     const double count = static_cast<double>(std::max<int64_t>(grid_h * grid_w, 1));
     for (int64_t ph = 0; ph < pooled_h; ++ph) {
       for (int64_t pw = 0; pw < pooled_w; ++pw) {
@@ -492,8 +512,9 @@ Status roi_align_kernel(KernelContext& ctx) {
                         (static_cast<double>(ix) + 0.5) * bin_w / static_cast<double>(grid_w);
             double yv = yy;
             Sample s{{0, 0, 0, 0}, {0, 0, 0, 0}};
-            if (yv < -1.0 || yv > static_cast<double>(height) || xx < -1.0 ||
-                xx > static_cast<double>(width)) {
+            if (!(yv >= -1.0 && yv <= static_cast<double>(height) && xx >= -1.0 &&
+                  xx <= static_cast<double>(width)) ||
+                height == 0 || width == 0) {
               samples.push_back(s);  // outside the feature map: contributes 0
               continue;
             }
@@ -533,8 +554,8 @@ Status roi_align_kernel(KernelContext& ctx) {
               v = first ? m : std::max(v, m);
               first = false;
             } else {
-              v += s.w[0] * plane[s.pos[0]] + s.w[1] * plane[s.pos[1]] +
-                   s.w[2] * plane[s.pos[2]] + s.w[3] * plane[s.pos[3]];
+              v += s.w[0] * plane[s.pos[0]] + s.w[1] * plane[s.pos[1]] + s.w[2] * plane[s.pos[2]] +
+                   s.w[3] * plane[s.pos[3]];
             }
           }
           if (!max_mode) v /= count;
@@ -563,10 +584,14 @@ Status max_roi_pool_kernel(KernelContext& ctx) {
   std::vector<double> y(static_cast<size_t>(out.numel()), 0.0);
   for (int64_t r = 0; r < num_rois; ++r) {
     const double* roi = rois.data() + r * 5;
-    const int64_t b = static_cast<int64_t>(roi[0]);
-    if (!(roi[0] >= 0) || b >= batch)
+    if (!(roi[0] >= 0 && roi[0] < static_cast<double>(batch)))
       return ctx.error("rois[{}] has batch index {}, outside [0, {}) (the batch size)", r, roi[0],
                        batch);
+    const int64_t b = static_cast<int64_t>(roi[0]);
+    for (int k = 1; k < 5; ++k)
+      if (!(std::abs(roi[k] * spatial_scale) < 1e15))
+        return ctx.error("rois[{}] has a non-finite or absurd coordinate: [{}, {}, {}, {}, {}]", r,
+                         roi[0], roi[1], roi[2], roi[3], roi[4]);
     const int64_t start_w = static_cast<int64_t>(std::round(roi[1] * spatial_scale));
     const int64_t start_h = static_cast<int64_t>(std::round(roi[2] * spatial_scale));
     const int64_t end_w = static_cast<int64_t>(std::round(roi[3] * spatial_scale));
@@ -579,15 +604,18 @@ Status max_roi_pool_kernel(KernelContext& ctx) {
       const double* plane = x.data() + (b * channels + c) * height * width;
       for (int64_t ph = 0; ph < ph_n; ++ph) {
         for (int64_t pw = 0; pw < pw_n; ++pw) {
-          auto clamp = [](int64_t v, int64_t hi) { return std::min(std::max<int64_t>(v, 0), hi); };
-          const int64_t hs =
-              clamp(static_cast<int64_t>(std::floor(static_cast<double>(ph) * bin_h)) + start_h, height);
+          // Bin edges (in double: huge rois must not overflow), clamped to the map.
+          auto edge = [](double v, double offset, int64_t hi) {
+            return static_cast<int64_t>(
+                std::min(std::max(v + offset, 0.0), static_cast<double>(hi)));
+          };
+          const double dph = static_cast<double>(ph), dpw = static_cast<double>(pw);
+          const int64_t hs = edge(std::floor(dph * bin_h), static_cast<double>(start_h), height);
           const int64_t he =
-              clamp(static_cast<int64_t>(std::ceil(static_cast<double>(ph + 1) * bin_h)) + start_h, height);
-          const int64_t ws =
-              clamp(static_cast<int64_t>(std::floor(static_cast<double>(pw) * bin_w)) + start_w, width);
+              edge(std::ceil((dph + 1) * bin_h), static_cast<double>(start_h), height);
+          const int64_t ws = edge(std::floor(dpw * bin_w), static_cast<double>(start_w), width);
           const int64_t we =
-              clamp(static_cast<int64_t>(std::ceil(static_cast<double>(pw + 1) * bin_w)) + start_w, width);
+              edge(std::ceil((dpw + 1) * bin_w), static_cast<double>(start_w), width);
           double m = 0;  // an empty bin gives 0
           if (he > hs && we > ws) {
             m = -std::numeric_limits<double>::infinity();
@@ -696,8 +724,8 @@ Status nms_kernel(KernelContext& ctx) {
   int64_t max_out = 0;
   if (ctx.has_input(2) && ctx.input(2).numel() > 0) {
     const TensorView& m = ctx.input(2);
-    max_out = m.dtype == DType::kInt64 ? m.as<int64_t>()[0]
-                                       : static_cast<int64_t>(to_doubles(m).at(0));
+    max_out =
+        m.dtype == DType::kInt64 ? m.as<int64_t>()[0] : static_cast<int64_t>(to_doubles(m).at(0));
     max_out = std::max<int64_t>(max_out, 0);
   }
   double iou_threshold = 0;
@@ -718,7 +746,8 @@ Status nms_kernel(KernelContext& ctx) {
       const double* sc = scores.data() + (b * num_classes + c) * num_boxes;
       std::vector<int64_t> candidates;
       for (int64_t i = 0; i < num_boxes; ++i)
-        if (!has_score_threshold || sc[i] > score_threshold) candidates.push_back(i);
+        if (!std::isnan(sc[i]) && (!has_score_threshold || sc[i] > score_threshold))
+          candidates.push_back(i);  // NaN scores cannot be ranked: never selected
       // Highest score first; equal scores by lower index.
       std::stable_sort(candidates.begin(), candidates.end(),
                        [&](int64_t i, int64_t j) { return sc[i] > sc[j]; });
@@ -740,8 +769,7 @@ Status nms_kernel(KernelContext& ctx) {
   }
   const int64_t n = static_cast<int64_t>(selected.size() / 3);
   TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.allocate_output(0, DType::kInt64, {n, 3}));
-  if (!selected.empty())
-    std::memcpy(out.data, selected.data(), selected.size() * sizeof(int64_t));
+  if (!selected.empty()) std::memcpy(out.data, selected.data(), selected.size() * sizeof(int64_t));
   return OkStatus();
 }
 

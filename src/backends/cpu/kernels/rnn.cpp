@@ -30,8 +30,17 @@ namespace {
 enum class RnnKind { kRnn, kGru, kLstm };
 
 enum class ActKind {
-  kRelu, kTanh, kSigmoid, kAffine, kLeakyRelu, kThresholdedRelu, kScaledTanh, kHardSigmoid,
-  kElu, kSoftsign, kSoftplus
+  kRelu,
+  kTanh,
+  kSigmoid,
+  kAffine,
+  kLeakyRelu,
+  kThresholdedRelu,
+  kScaledTanh,
+  kHardSigmoid,
+  kElu,
+  kSoftsign,
+  kSoftplus
 };
 
 struct Activation {
@@ -41,17 +50,28 @@ struct Activation {
 
   double operator()(double x) const {
     switch (kind) {
-      case ActKind::kRelu: return x > 0 ? x : 0;
-      case ActKind::kTanh: return std::tanh(x);
-      case ActKind::kSigmoid: return 1.0 / (1.0 + std::exp(-x));
-      case ActKind::kAffine: return alpha * x + beta;
-      case ActKind::kLeakyRelu: return x >= 0 ? x : alpha * x;
-      case ActKind::kThresholdedRelu: return x > alpha ? x : 0;
-      case ActKind::kScaledTanh: return alpha * std::tanh(beta * x);
-      case ActKind::kHardSigmoid: return std::max(0.0, std::min(1.0, alpha * x + beta));
-      case ActKind::kElu: return x >= 0 ? x : alpha * (std::exp(x) - 1);
-      case ActKind::kSoftsign: return x / (1 + std::abs(x));
-      case ActKind::kSoftplus: return std::log1p(std::exp(x));
+      case ActKind::kRelu:
+        return x > 0 ? x : 0;
+      case ActKind::kTanh:
+        return std::tanh(x);
+      case ActKind::kSigmoid:
+        return 1.0 / (1.0 + std::exp(-x));
+      case ActKind::kAffine:
+        return alpha * x + beta;
+      case ActKind::kLeakyRelu:
+        return x >= 0 ? x : alpha * x;
+      case ActKind::kThresholdedRelu:
+        return x > alpha ? x : 0;
+      case ActKind::kScaledTanh:
+        return alpha * std::tanh(beta * x);
+      case ActKind::kHardSigmoid:
+        return std::max(0.0, std::min(1.0, alpha * x + beta));
+      case ActKind::kElu:
+        return x >= 0 ? x : alpha * (std::exp(x) - 1);
+      case ActKind::kSoftsign:
+        return x / (1 + std::abs(x));
+      case ActKind::kSoftplus:
+        return std::log1p(std::exp(x));
     }
     return x;
   }
@@ -118,7 +138,8 @@ Status rnn_kernel(KernelContext& ctx, RnnKind kind) {
   std::vector<float> alphas, betas;
   TD_RETURN_IF_ERROR(rnn::resolve_activations(ctx, defaults, num_dir, &names, &alphas, &betas));
   std::vector<Activation> acts;
-  for (size_t i = 0; i < names.size(); ++i) acts.push_back({act_kind(names[i]), alphas[i], betas[i]});
+  for (size_t i = 0; i < names.size(); ++i)
+    acts.push_back({act_kind(names[i]), alphas[i], betas[i]});
 
   const TensorView& xv = ctx.input(0);
   const int64_t seq = layout == 0 ? xv.shape[0] : xv.shape[1];
