@@ -37,8 +37,8 @@ HostTensor run1(const std::string& op, const std::vector<HostTensor>& inputs,
 ::testing::AssertionResult fails(const Outputs& r, std::initializer_list<std::string> parts) {
   if (r.ok()) return ::testing::AssertionFailure() << "expected an error, got success";
   if (r.status().code() != StatusCode::kInvalidArgument)
-    return ::testing::AssertionFailure() << "code " << status_code_name(r.status().code()) << ": "
-                                         << r.status().message();
+    return ::testing::AssertionFailure()
+           << "code " << status_code_name(r.status().code()) << ": " << r.status().message();
   for (const auto& p : parts)
     if (r.status().message().find(p) == std::string::npos)
       return ::testing::AssertionFailure()
@@ -72,23 +72,23 @@ TEST(MathEinsum, TraceAndDiagonal) {
   const HostTensor x = F32({1, 2, 3, 4}, {2, 2});
   EXPECT_TRUE(tensors_near(run1("Einsum", {x}, eq("ii")), F32({5}, {})));
   EXPECT_TRUE(tensors_near(run1("Einsum", {x}, eq("ii->i")), F32({1, 4}, {2})));
-  EXPECT_TRUE(tensors_near(run1("Einsum", {F32({1, 2, 3, 4, 5, 6, 7, 8}, {2, 2, 2})},
-                                eq("...ii ->...i")),
-                           F32({1, 4, 5, 8}, {2, 2})));
+  EXPECT_TRUE(
+      tensors_near(run1("Einsum", {F32({1, 2, 3, 4, 5, 6, 7, 8}, {2, 2, 2})}, eq("...ii ->...i")),
+                   F32({1, 4, 5, 8}, {2, 2})));
 }
 
 TEST(MathEinsum, EllipsisBroadcasting) {
-  EXPECT_TRUE(tensors_near(run1("Einsum", {F32({1, 2, 3, 4, 5, 6}, {2, 3}), F32({1, 0, -1}, {3})},
-                                eq("...j,j->...")),
-                           F32({-2, -2}, {2})));
+  EXPECT_TRUE(tensors_near(
+      run1("Einsum", {F32({1, 2, 3, 4, 5, 6}, {2, 3}), F32({1, 0, -1}, {3})}, eq("...j,j->...")),
+      F32({-2, -2}, {2})));
   // Ellipses of different ranks align to the right and broadcast.
-  EXPECT_TRUE(tensors_near(run1("Einsum", {F32({1, 2, 3, 4}, {2, 2}), F32({10, 100}, {2})},
-                                eq("...,...->...")),
-                           F32({10, 200, 30, 400}, {2, 2})));
+  EXPECT_TRUE(tensors_near(
+      run1("Einsum", {F32({1, 2, 3, 4}, {2, 2}), F32({10, 100}, {2})}, eq("...,...->...")),
+      F32({10, 200, 30, 400}, {2, 2})));
   // Batch matmul with a broadcast batch dim, implicit output ("...ik").
-  EXPECT_TRUE(tensors_near(run1("Einsum", {F32({1, 2, 3, 4}, {2, 1, 2}), F32({1, 1}, {1, 2, 1})},
-                                eq("...ij,...jk")),
-                           F32({3, 7}, {2, 1, 1})));
+  EXPECT_TRUE(tensors_near(
+      run1("Einsum", {F32({1, 2, 3, 4}, {2, 1, 2}), F32({1, 1}, {1, 2, 1})}, eq("...ij,...jk")),
+      F32({3, 7}, {2, 1, 1})));
 }
 
 TEST(MathEinsum, UppercaseLabelsAndIntegers) {
@@ -113,8 +113,8 @@ TEST(MathEinsum, BadEquations) {
   const HostTensor x = F32({1, 2, 3, 4, 5, 6}, {2, 3});
   EXPECT_TRUE(fails(run_op("Einsum", {x}, eq("ij,jk->ik")),
                     {"Einsum", "'ij,jk->ik'", "2 input terms but there are 1 inputs"}));
-  EXPECT_TRUE(fails(run_op("Einsum", {x}, eq("ijk->i")),
-                    {"Einsum", "term 'ijk' has 3 labels", "rank 2"}));
+  EXPECT_TRUE(
+      fails(run_op("Einsum", {x}, eq("ijk->i")), {"Einsum", "term 'ijk' has 3 labels", "rank 2"}));
   EXPECT_TRUE(fails(run_op("Einsum", {x, F32({1, 2, 3, 4, 5, 6, 7, 8}, {4, 2})}, eq("ij,jk")),
                     {"Einsum", "label 'j' has size 4", "[4, 2]", "but 3"}));
   EXPECT_TRUE(fails(run_op("Einsum", {x}, eq("ij->k")),
@@ -144,8 +144,7 @@ TEST(MathDet, ThreeByThreeFloat64AndFloat16) {
 }
 
 TEST(MathDet, BadInputs) {
-  EXPECT_TRUE(fails(run_op("Det", {F32({1, 2, 3, 4, 5, 6}, {2, 3})}),
-                    {"Det", "square", "[2, 3]"}));
+  EXPECT_TRUE(fails(run_op("Det", {F32({1, 2, 3, 4, 5, 6}, {2, 3})}), {"Det", "square", "[2, 3]"}));
   EXPECT_TRUE(fails(run_op("Det", {F32({1, 2}, {2})}), {"Det", "rank >= 2", "[2]"}));
   EXPECT_TRUE(fails(run_op("Det", {I64({1, 2, 3, 4}, {2, 2})}), {"Det", "int64"}));
 }
@@ -228,8 +227,8 @@ TEST(MathUnique, OneOutputIntegersAndNaN) {
 }
 
 TEST(MathUnique, BadInputs) {
-  EXPECT_TRUE(fails(run_op("Unique", {F32({1, 2}, {2})}, {{"axis", 1}}),
-                    {"Unique", "axis 1", "[2]"}));
+  EXPECT_TRUE(
+      fails(run_op("Unique", {F32({1, 2}, {2})}, {{"axis", 1}}), {"Unique", "axis 1", "[2]"}));
   EXPECT_TRUE(fails(run_op("Unique", {F32({1, 2}, {2})}, {{"sorted", 2}}),
                     {"Unique", "sorted must be 0 or 1, got 2"}));
 }
@@ -237,18 +236,17 @@ TEST(MathUnique, BadInputs) {
 // ---------------- ReverseSequence ----------------
 
 TEST(MathReverseSequence, BatchAxis0) {
-  auto y = run1("ReverseSequence",
-                {F32({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {4, 4}),
-                 I64({1, 2, 3, 4}, {4})},
-                {{"batch_axis", 0}, {"time_axis", 1}});
-  EXPECT_TRUE(tensors_near(
-      y, F32({0, 1, 2, 3, 5, 4, 6, 7, 10, 9, 8, 11, 15, 14, 13, 12}, {4, 4})));
+  auto y = run1(
+      "ReverseSequence",
+      {F32({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {4, 4}), I64({1, 2, 3, 4}, {4})},
+      {{"batch_axis", 0}, {"time_axis", 1}});
+  EXPECT_TRUE(tensors_near(y, F32({0, 1, 2, 3, 5, 4, 6, 7, 10, 9, 8, 11, 15, 14, 13, 12}, {4, 4})));
 }
 
 TEST(MathReverseSequence, DefaultTimeMajorWithInnerDims) {
   // x [time 3, batch 2, 2]; batch 0 reverses 3 steps, batch 1 reverses 0.
-  auto y = run1("ReverseSequence", {I64({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {3, 2, 2}),
-                                    I64({3, 0}, {2})});
+  auto y = run1("ReverseSequence",
+                {I64({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {3, 2, 2}), I64({3, 0}, {2})});
   EXPECT_TRUE(tensors_near(y, I64({9, 10, 3, 4, 5, 6, 7, 8, 1, 2, 11, 12}, {3, 2, 2})));
 }
 
@@ -256,9 +254,9 @@ TEST(MathReverseSequence, BadInputs) {
   const HostTensor x = F32({1, 2, 3, 4}, {2, 2});
   EXPECT_TRUE(fails(run_op("ReverseSequence", {x, I64({1, 5}, {2})}),
                     {"ReverseSequence", "sequence_lens[1] is 5", "[0, 2]"}));
-  EXPECT_TRUE(fails(run_op("ReverseSequence", {x, I64({1, 1}, {2})},
-                           {{"batch_axis", 0}, {"time_axis", 0}}),
-                    {"ReverseSequence", "got 0 and 0"}));
+  EXPECT_TRUE(
+      fails(run_op("ReverseSequence", {x, I64({1, 1}, {2})}, {{"batch_axis", 0}, {"time_axis", 0}}),
+            {"ReverseSequence", "got 0 and 0"}));
   EXPECT_TRUE(fails(run_op("ReverseSequence", {x, I64({1, 1, 1}, {3})}),
                     {"ReverseSequence", "sequence_lens has shape [3], expected [2]"}));
   EXPECT_TRUE(fails(run_op("ReverseSequence", {x, I32({1, 1}, {2})}),
@@ -274,16 +272,16 @@ TEST(MathShrink, HardSoftAndInt8) {
                            F32({-0.5f, 0, 0, 0, 0.5f}, {5})));
   // Defaults: lambd 0.5, bias 0.
   EXPECT_TRUE(tensors_near(run1("Shrink", {F32({-0.5f, 0.6f}, {2})}), F32({0, 0.6f}, {2})));
-  EXPECT_TRUE(tensors_near(run1("Shrink", {I8({-3, -1, 0, 2, 5}, {5})},
-                                {{"lambd", 1.5f}, {"bias", 1.0f}}),
-                           I8({-2, 0, 0, 1, 4}, {5})));
+  EXPECT_TRUE(
+      tensors_near(run1("Shrink", {I8({-3, -1, 0, 2, 5}, {5})}, {{"lambd", 1.5f}, {"bias", 1.0f}}),
+                   I8({-2, 0, 0, 1, 4}, {5})));
   EXPECT_TRUE(fails(run_op("Shrink", {Bool({true}, {1})}), {"Shrink", "bool"}));
 }
 
 TEST(MathMish, Values) {
   // mish(1) = tanh(ln(1 + e)) = 0.86509839; mish(-1) = -tanh(ln(1 + 1/e)) = -0.30340147.
-  EXPECT_TRUE(tensors_near(run1("Mish", {F32({0, 1, -1}, {3})}),
-                           F32({0, 0.86509839f, -0.30340147f}, {3})));
+  EXPECT_TRUE(
+      tensors_near(run1("Mish", {F32({0, 1, -1}, {3})}), F32({0, 0.86509839f, -0.30340147f}, {3})));
   EXPECT_TRUE(tensors_near(run1("Mish", {F64({100, -100}, {2})}), F64({100, 0}, {2}), 1e-9, 1e-12));
   EXPECT_TRUE(fails(run_op("Mish", {I32({1}, {1})}), {"Mish", "int32"}));
 }
@@ -300,8 +298,8 @@ TEST(MathWindow, HammingAndBlackman) {
   // Hamming: 25/46 - 21/46 cos(2 pi n / N).
   EXPECT_TRUE(tensors_near(run1("HammingWindow", {I64({4}, {})}),
                            F32({0.08695652f, 0.54347826f, 1, 0.54347826f}, {4})));
-  EXPECT_TRUE(tensors_near(run1("BlackmanWindow", {I64({4}, {})}),
-                           F32({0, 0.34f, 1, 0.34f}, {4}), 1e-5, 1e-6));
+  EXPECT_TRUE(tensors_near(run1("BlackmanWindow", {I64({4}, {})}), F32({0, 0.34f, 1, 0.34f}, {4}),
+                           1e-5, 1e-6));
   EXPECT_TRUE(tensors_near(run1("BlackmanWindow", {I64({3}, {})}, {{"periodic", 0}}),
                            F32({0, 1, 0}, {3}), 1e-5, 1e-6));
 }
@@ -312,13 +310,15 @@ TEST(MathWindow, OutputDatatypesAndEdgeSizes) {
   EXPECT_TRUE(tensors_near(run1("HannWindow", {I64({2}, {})}, {{"output_datatype", 10}}),
                            F16({0, 1}, {2})));
   EXPECT_TRUE(tensors_near(run1("HannWindow", {I64({0}, {})}), F32({}, {0})));
-  EXPECT_TRUE(tensors_near(run1("HammingWindow", {I64({1}, {})}, {{"periodic", 0}}),
-                           F32({1}, {1})));
+  EXPECT_TRUE(
+      tensors_near(run1("HammingWindow", {I64({1}, {})}, {{"periodic", 0}}), F32({1}, {1})));
 }
 
 TEST(MathWindow, BadInputs) {
-  EXPECT_TRUE(fails(run_op("HannWindow", {I64({-1}, {})}), {"HannWindow", "size must be >= 0, got -1"}));
-  EXPECT_TRUE(fails(run_op("HannWindow", {F32({4}, {})}), {"HannWindow", "float32", "int32 or int64"}));
+  EXPECT_TRUE(
+      fails(run_op("HannWindow", {I64({-1}, {})}), {"HannWindow", "size must be >= 0, got -1"}));
+  EXPECT_TRUE(
+      fails(run_op("HannWindow", {F32({4}, {})}), {"HannWindow", "float32", "int32 or int64"}));
   EXPECT_TRUE(fails(run_op("HannWindow", {I64({4}, {})}, {{"output_datatype", 9}}),
                     {"HannWindow", "'output_datatype' is 9"}));
   EXPECT_TRUE(fails(run_op("HannWindow", {I64({4}, {})}, {{"periodic", 3}}),
@@ -330,8 +330,8 @@ TEST(MathWindow, BadInputs) {
 TEST(MathDFT, RealInputFullAndOnesided) {
   // DFT of [1, 2, 3, 4]: [10, -2+2i, -2, -2-2i].
   const HostTensor x = F32({1, 2, 3, 4}, {1, 4, 1});
-  EXPECT_TRUE(tensors_near(run1("DFT", {x}), F32({10, 0, -2, 2, -2, 0, -2, -2}, {1, 4, 2}),
-                           1e-5, 1e-5));
+  EXPECT_TRUE(
+      tensors_near(run1("DFT", {x}), F32({10, 0, -2, 2, -2, 0, -2, -2}, {1, 4, 2}), 1e-5, 1e-5));
   EXPECT_TRUE(tensors_near(run1("DFT", {x}, {{"onesided", 1}}),
                            F32({10, 0, -2, 2, -2, 0}, {1, 3, 2}), 1e-5, 1e-5));
   EXPECT_TRUE(tensors_near(run1("DFT", {x}, {{"axis", -2}}),
@@ -408,8 +408,8 @@ TEST(MathMelWeightMatrix, EightBinsOf16PointDft) {
   std::vector<float> want(9 * 8, 0.0f);
   const int ones[][2] = {{0, 0}, {0, 1}, {1, 2}, {1, 3}, {2, 4}, {3, 5}, {4, 6}, {5, 7}};
   for (const auto& rc : ones) want[static_cast<size_t>(rc[0] * 8 + rc[1])] = 1;
-  auto y = run1("MelWeightMatrix", {I32({8}, {}), I32({16}, {}), I32({8192}, {}), F32({0}, {}),
-                                    F32({4096}, {})});
+  auto y = run1("MelWeightMatrix",
+                {I32({8}, {}), I32({16}, {}), I32({8192}, {}), F32({0}, {}), F32({4096}, {})});
   EXPECT_TRUE(tensors_near(y, F32(want, {9, 8})));
   y = run1("MelWeightMatrix",
            {I64({8}, {}), I64({16}, {}), I64({8192}, {}), F32({0}, {}), F32({4096}, {})},
@@ -421,8 +421,8 @@ TEST(MathMelWeightMatrix, RisingAndFallingSlopes) {
   // One mel bin over [0, 4000] Hz of a 64-point DFT at 8000 Hz. The mel scale puts its edges
   // at 0, 620.7 and 1791.7 Hz (0, 1/3 and 2/3 of 2146.1 mel), i.e. DFT bins floor(65 f / 8000)
   // = 0, 5 and 14: the triangle rises over bins 0..5 and falls over 5..14.
-  auto y = run1("MelWeightMatrix", {I64({1}, {}), I64({64}, {}), I64({8000}, {}), F32({0}, {}),
-                                    F32({4000}, {})});
+  auto y = run1("MelWeightMatrix",
+                {I64({1}, {}), I64({64}, {}), I64({8000}, {}), F32({0}, {}), F32({4000}, {})});
   ASSERT_EQ(y.shape(), (Shape{33, 1}));
   const float* v = y.data<float>();
   EXPECT_FLOAT_EQ(v[0], 0.0f);
@@ -455,9 +455,8 @@ TEST(MathRandom, SeededUniformMatchesNumpyRandomState) {
   // numpy.random.RandomState(0).rand(3).
   auto y = run1("RandomUniform", {},
                 {{"seed", 0.0f}, {"dtype", 11}, {"shape", std::vector<int64_t>{3}}});
-  EXPECT_TRUE(tensors_near(y, F64({0.5488135039273248, 0.7151893663724195, 0.6027633760716439},
-                                  {3}),
-                           0, 0));
+  EXPECT_TRUE(tensors_near(
+      y, F64({0.5488135039273248, 0.7151893663724195, 0.6027633760716439}, {3}), 0, 0));
   y = run1("RandomUniform", {},
            {{"seed", 0.0f}, {"low", 2.0f}, {"high", 4.0f}, {"shape", std::vector<int64_t>{1, 2}}});
   EXPECT_TRUE(tensors_near(y, F32({3.0976270f, 3.4303787f}, {1, 2})));
@@ -465,10 +464,9 @@ TEST(MathRandom, SeededUniformMatchesNumpyRandomState) {
 
 TEST(MathRandom, SeededNormalMatchesNumpyRandomState) {
   // numpy.random.RandomState(0).randn(3).
-  auto y = run1("RandomNormal", {},
-                {{"seed", 0.0f}, {"dtype", 11}, {"shape", std::vector<int64_t>{3}}});
-  EXPECT_TRUE(tensors_near(y, F64({1.764052345967664, 0.4001572083672233, 0.9787379841057392},
-                                  {3}),
+  auto y =
+      run1("RandomNormal", {}, {{"seed", 0.0f}, {"dtype", 11}, {"shape", std::vector<int64_t>{3}}});
+  EXPECT_TRUE(tensors_near(y, F64({1.764052345967664, 0.4001572083672233, 0.9787379841057392}, {3}),
                            1e-15, 0));
   y = run1("RandomNormalLike", {I32({0, 0}, {2})},
            {{"seed", 0.0f}, {"mean", 1.0f}, {"scale", 2.0f}, {"dtype", 1}});
@@ -494,8 +492,8 @@ TEST(MathRandom, UnseededShapesTypesAndRange) {
 }
 
 TEST(MathRandom, BadInputs) {
-  EXPECT_TRUE(fails(run_op("RandomUniform", {}, {{"dtype", 1}}),
-                    {"RandomUniform", "'shape' is required"}));
+  EXPECT_TRUE(
+      fails(run_op("RandomUniform", {}, {{"dtype", 1}}), {"RandomUniform", "'shape' is required"}));
   EXPECT_TRUE(fails(run_op("RandomUniform", {}, {{"shape", std::vector<int64_t>{2}}, {"dtype", 6}}),
                     {"RandomUniform", "'dtype' is 6"}));
   EXPECT_TRUE(fails(run_op("RandomUniform", {},
@@ -523,8 +521,8 @@ TEST(MathBernoulli, UnseededFrequencyAndDtypes) {
   double mean = 0;
   for (double v : y.to_double_vector()) mean += v / 4000;
   EXPECT_NEAR(mean, 0.3, 0.05);
-  EXPECT_TRUE(fails(run_op("Bernoulli", {F32({0.5f, 1.5f}, {2})}),
-                    {"Bernoulli", "[0, 1], got 1.5 at 1"}));
+  EXPECT_TRUE(
+      fails(run_op("Bernoulli", {F32({0.5f, 1.5f}, {2})}), {"Bernoulli", "[0, 1], got 1.5 at 1"}));
   EXPECT_TRUE(fails(run_op("Bernoulli", {I32({1}, {1})}), {"Bernoulli", "int32"}));
 }
 

@@ -272,7 +272,11 @@ TEST(NnConv, Errors) {
                          {"Conv", "input size 2", "dilated kernel size 3"}));
   EXPECT_TRUE(fails_with(run_op("Conv", {F32({}, {1, 1, 5}), F32({}, {1, 1, 3})},
                                 {{"strides", std::vector<int64_t>{0}}}),
-                         StatusCode::kInvalidArgument, {"Conv", "'strides'", ">= 1", "[0]"}));
+                         StatusCode::kInvalidArgument,
+                         {"Conv", "'strides' values must be in [1, 2147483647], got [0]"}));
+  EXPECT_TRUE(fails_with(run_op("Conv", {F32({}, {1, 1, 5}), F32({}, {1, 1, 3})},
+                                {{"dilations", std::vector<int64_t>{int64_t{1} << 40}}}),
+                         StatusCode::kInvalidArgument, {"Conv", "'dilations'", "1099511627776"}));
   EXPECT_TRUE(fails_with(run_op("Conv", {F32({}, {1, 1, 5}), F32({}, {1, 1, 1, 3})}),
                          StatusCode::kInvalidArgument, {"Conv", "weight has shape [1, 1, 1, 3]"}));
   EXPECT_TRUE(fails_with(run_op("Conv", {I64({}, {1, 1, 5}), I64({}, {1, 1, 3})}),
@@ -469,6 +473,23 @@ TEST(NnMaxPool, Errors) {
   EXPECT_TRUE(fails_with(
       run_op("MaxPool", {I64({1, 2}, {1, 1, 2})}, {{"kernel_shape", std::vector<int64_t>{2}}}),
       StatusCode::kInvalidArgument, {"MaxPool", "int64"}));
+}
+
+TEST(NnMaxPool, HugeWindowOnlyVisitsTheInput) {
+  // A 2^31-1 tap window with as much padding: the first window lies entirely in the begin
+  // padding (0, index -1), the second starts at the input. Only in-bounds taps are visited.
+  const int64_t big = 2147483647;
+  AttributeMap attrs = {{"kernel_shape", std::vector<int64_t>{big}},
+                        {"strides", std::vector<int64_t>{big}},
+                        {"pads", std::vector<int64_t>{big, big}}};
+  auto r = run_op("MaxPool", {F32({1, 4, 3, 2}, {1, 1, 4})}, attrs, 2);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(tensors_near((*r)[0], F32({0, 4}, {1, 1, 2})));
+  EXPECT_TRUE(tensors_near((*r)[1], I64({-1, 1}, {1, 1, 2})));
+  // Average including padding divides by every tap in the padded extent.
+  attrs["count_include_pad"] = 1;
+  EXPECT_TRUE(tensors_near(run1("AveragePool", {F64({1, 4, 3, 2}, {1, 1, 4})}, attrs),
+                           F64({0, 10.0 / 2147483647.0}, {1, 1, 2}), 1e-9, 0));
 }
 
 // ---- AveragePool, LpPool ----

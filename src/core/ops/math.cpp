@@ -49,8 +49,8 @@ Status parse_einsum(const std::string& equation, const std::vector<Shape>& shape
     size_t start = 0;
     for (;;) {
       const size_t comma = lhs.find(',', start);
-      terms.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos
-                                                                   : comma - start));
+      terms.push_back(
+          lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
@@ -149,8 +149,8 @@ Status parse_einsum(const std::string& equation, const std::vector<Shape>& shape
         return errors::InvalidArgument("equation '{}': output label '{}' is not in any input",
                                        equation, std::string(1, c));
       if (std::count(output_labels->begin(), output_labels->end(), l) > 0)
-        return errors::InvalidArgument("equation '{}': output label '{}' appears twice",
-                                       equation, std::string(1, c));
+        return errors::InvalidArgument("equation '{}': output label '{}' appears twice", equation,
+                                       std::string(1, c));
       output_labels->push_back(l);
     }
   } else {
@@ -173,8 +173,8 @@ bool is_numeric(DType t) { return dtype_is_float(t) || dtype_is_integer(t); }
 
 Status expect_float(const InferenceContext& ctx, int i, const char* what) {
   if (dtype_is_float(ctx.input_dtype(i))) return OkStatus();
-  return ctx.error("input {} ({}) has dtype {}, expected float16, bfloat16, float32 or float64",
-                   i, what, dtype_name(ctx.input_dtype(i)));
+  return ctx.error("input {} ({}) has dtype {}, expected float16, bfloat16, float32 or float64", i,
+                   what, dtype_name(ctx.input_dtype(i)));
 }
 
 Status expect_numeric(const InferenceContext& ctx, int i, const char* what) {
@@ -200,8 +200,7 @@ Status expect_scalar(const InferenceContext& ctx, int i, const char* what) {
 Result<std::optional<int64_t>> scalar_int(const InferenceContext& ctx, int i) {
   TD_ASSIGN_OR_RETURN(auto v, ctx.input_ints(i));
   if (!v) return std::optional<int64_t>();
-  if (v->size() != 1)
-    return ctx.error("input {} must hold one value, got {}", i, v->size());
+  if (v->size() != 1) return ctx.error("input {} must hold one value, got {}", i, v->size());
   return std::optional<int64_t>((*v)[0]);
 }
 
@@ -332,8 +331,7 @@ OpSchema unique_schema() {
     const Shape& x = ctx.input_shape(0);
     const DType t = ctx.input_dtype(0);
     if (!is_numeric(t) && t != DType::kBool)
-      return ctx.error("input 0 (X) has dtype {}, expected a numeric or bool type",
-                       dtype_name(t));
+      return ctx.error("input 0 (X) has dtype {}, expected a numeric or bool type", dtype_name(t));
     TD_ASSIGN_OR_RETURN(int64_t sorted, ctx.attr_int("sorted", 1));
     if (sorted != 0 && sorted != 1) return ctx.error("sorted must be 0 or 1, got {}", sorted);
     Shape y = {-1};
@@ -463,9 +461,10 @@ OpSchema dft_schema() {
     TD_ASSIGN_OR_RETURN(int64_t axis, ctx.attr_int("axis", 1));
     // Accepted range [-r, -2] U [0, r-2]: the last dim holds the real/imaginary parts.
     if (axis < -rank || axis > rank - 2 || axis == -1)
-      return ctx.error("axis {} is out of range for input of shape {} (valid: [{}, -2] or "
-                       "[0, {}])",
-                       axis, shape_to_string(x), -rank, rank - 2);
+      return ctx.error(
+          "axis {} is out of range for input of shape {} (valid: [{}, -2] or "
+          "[0, {}])",
+          axis, shape_to_string(x), -rank, rank - 2);
     if (axis < 0) axis += rank;
     TD_ASSIGN_OR_RETURN(int64_t inverse, ctx.attr_int("inverse", 0));
     TD_ASSIGN_OR_RETURN(int64_t onesided, ctx.attr_int("onesided", 0));
@@ -530,8 +529,7 @@ OpSchema stft_schema() {
       frame_length = len ? *len : frame_length;
       known_length = true;
     }
-    if (!known_length)
-      return ctx.error("needs a window or a frame_length to know the frame size");
+    if (!known_length) return ctx.error("needs a window or a frame_length to know the frame size");
     if (frame_length == 0) return ctx.error("the window must not be empty");
     int64_t frames = -1;
     if (x[1] >= 0 && frame_length >= 0) {
@@ -559,8 +557,8 @@ OpSchema mel_weight_matrix_schema() {
     TD_RETURN_IF_ERROR(expect_int(ctx, 2, "sample_rate"));
     TD_RETURN_IF_ERROR(expect_float(ctx, 3, "lower_edge_hertz"));
     TD_RETURN_IF_ERROR(expect_float(ctx, 4, "upper_edge_hertz"));
-    static const char* kNames[] = {"num_mel_bins", "dft_length", "sample_rate",
-                                   "lower_edge_hertz", "upper_edge_hertz"};
+    static const char* kNames[] = {"num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz",
+                                   "upper_edge_hertz"};
     for (int i = 0; i < 5; ++i) TD_RETURN_IF_ERROR(expect_scalar(ctx, i, kNames[i]));
     TD_ASSIGN_OR_RETURN(DType out, dtype_attr(ctx, "output_datatype", DType::kFloat32,
                                               is_numeric_dtype, "the numeric types"));
@@ -578,9 +576,7 @@ OpSchema mel_weight_matrix_schema() {
 
 // ---- random generators ----
 
-Status check_seed(const InferenceContext& ctx) {
-  return ctx.attr_float("seed", 0.0f).status();
-}
+Status check_seed(const InferenceContext& ctx) { return ctx.attr_float("seed", 0.0f).status(); }
 
 OpSchema random_schema(const char* name, bool like, bool normal) {
   OpSchema s;
@@ -609,9 +605,10 @@ OpSchema random_schema(const char* name, bool like, bool normal) {
     if (like) {
       DType dflt = ctx.input_dtype(0);
       if (!ctx.has_attr("dtype") && !dtype_is_float(dflt))
-        return ctx.error("input has dtype {}; without a 'dtype' attribute the output must have "
-                         "the input's dtype, which must be a float type",
-                         dtype_name(dflt));
+        return ctx.error(
+            "input has dtype {}; without a 'dtype' attribute the output must have "
+            "the input's dtype, which must be a float type",
+            dtype_name(dflt));
       if (!dtype_is_float(dflt)) dflt = DType::kFloat32;
       TD_ASSIGN_OR_RETURN(DType out, dtype_attr(ctx, "dtype", dflt, is_float_dtype,
                                                 "float16, bfloat16, float32, float64"));
@@ -624,8 +621,7 @@ OpSchema random_schema(const char* name, bool like, bool normal) {
     TD_ASSIGN_OR_RETURN(std::vector<int64_t> shape, ctx.attr_ints("shape"));
     for (int64_t d : shape)
       if (d < 0) return ctx.error("shape {} has a negative dim", shape);
-    if (!checked_byte_size(out, shape).ok())
-      return ctx.error("shape {} is too large", shape);
+    if (!checked_byte_size(out, shape).ok()) return ctx.error("shape {} is too large", shape);
     ctx.set_output(0, out, shape);
     return OkStatus();
   };
@@ -641,9 +637,9 @@ OpSchema bernoulli_schema() {
   s.infer = [](InferenceContext& ctx) -> Status {
     TD_RETURN_IF_ERROR(expect_float(ctx, 0, "input"));
     TD_RETURN_IF_ERROR(check_seed(ctx));
-    TD_ASSIGN_OR_RETURN(DType out, dtype_attr(ctx, "dtype", ctx.input_dtype(0),
-                                              is_numeric_or_bool_dtype,
-                                              "the numeric types and bool"));
+    TD_ASSIGN_OR_RETURN(DType out,
+                        dtype_attr(ctx, "dtype", ctx.input_dtype(0), is_numeric_or_bool_dtype,
+                                   "the numeric types and bool"));
     ctx.set_output(0, out, ctx.input_shape(0));
     return OkStatus();
   };

@@ -22,9 +22,18 @@ namespace tensord {
 namespace nn {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+// Geometry arithmetic is done in 128 bits and every result checked against kMaxSize, so that
+// absurd attribute values are errors, never int64 overflow.
+using Wide = __int128;
+constexpr int64_t kMaxSize = int64_t{1} << 62;
+// Largest stride, dilation, pad, output_padding or pooling kernel size (int32's range, as in
+// every framework that exports these models).
+constexpr int64_t kMaxWindowAttr = (int64_t{1} << 31) - 1;
 
-// Reads an ints attribute that must have exactly `n` values (when present), each >= `min`.
+Wide ceil_div(Wide a, Wide b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+// Reads an ints attribute that must have exactly `n` values (when present), each in
+// [min, kMaxWindowAttr].
 Status read_spatial_ints(const NodeAttrs& a, const std::string& name, size_t n, int64_t dflt,
                          int64_t min, std::vector<int64_t>* out) {
   TD_ASSIGN_OR_RETURN(*out, a.attr_ints(name, std::vector<int64_t>(n, dflt)));
@@ -32,7 +41,30 @@ Status read_spatial_ints(const NodeAttrs& a, const std::string& name, size_t n, 
     return a.error("'{}' has {} values {}, expected {} (one per spatial axis)", name, out->size(),
                    *out, n);
   for (int64_t v : *out)
-    if (v < min) return a.error("'{}' values must be >= {}, got {}", name, min, *out);
+    if (v < min || v > kMaxWindowAttr)
+      return a.error("'{}' values must be in [{}, {}], got {}", name, min, kMaxWindowAttr, *out);
+  return OkStatus();
+}
+
+// Reads 'pads' (2n values in [0, kMaxWindowAttr]).
+Status read_pads(const NodeAttrs& a, size_t n, std::vector<int64_t>* pads) {
+  TD_ASSIGN_OR_RETURN(*pads, a.attr_ints("pads", std::vector<int64_t>(2 * n, 0)));
+  if (pads->size() != 2 * n)
+    return a.error("'pads' has {} values {}, expected {} (begin and end per spatial axis)",
+                   pads->size(), *pads, 2 * n);
+  for (int64_t p : *pads)
+    if (p < 0 || p > kMaxWindowAttr)
+      return a.error("'pads' values must be in [0, {}], got {}", kMaxWindowAttr, *pads);
+  return OkStatus();
+}
+
+Status check_kernel(const NodeAttrs& a, const Shape& in_spatial, const Shape& kernel) {
+  if (kernel.size() != in_spatial.size())
+    return a.error("kernel has {} spatial dims {}, input has {} {}", kernel.size(),
+                   shape_to_string(kernel), in_spatial.size(), shape_to_string(in_spatial));
+  for (int64_t k : kernel)
+    if (k == 0 || k < -1 || k > kMaxSize)
+      return a.error("kernel sizes must be >= 1, got {}", shape_to_string(kernel));
   return OkStatus();
 }
 
@@ -43,6 +75,8 @@ Result<std::string> read_auto_pad(const NodeAttrs& a) {
     return a.error("auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got '{}'", auto_pad);
   return auto_pad;
 }
+
+bool too_large(Wide v) { return v > kMaxSize || v < -kMaxSize; }
 
 }  // namespace
 
@@ -55,11 +89,7 @@ Status window_geometry(const NodeAttrs& a, const Shape& in_spatial, const Shape&
                        std::vector<int64_t>* strides, std::vector<int64_t>* dilations,
                        std::vector<int64_t>* pads, Shape* out_spatial) {
   const size_t n = in_spatial.size();
-  if (kernel.size() != n)
-    return a.error("kernel has {} spatial dims {}, input has {} {}", kernel.size(),
-                   shape_to_string(kernel), n, shape_to_string(in_spatial));
-  for (int64_t k : kernel)
-    if (k == 0 || k < -1) return a.error("kernel sizes must be >= 1, got {}", kernel);
+  TD_RETURN_IF_ERROR(check_kernel(a, in_spatial, kernel));
   TD_ASSIGN_OR_RETURN(std::string auto_pad, read_auto_pad(a));
   TD_RETURN_IF_ERROR(read_spatial_ints(a, "strides", n, 1, 1, strides));
   TD_RETURN_IF_ERROR(read_spatial_ints(a, "dilations", n, 1, 1, dilations));
@@ -69,59 +99,56 @@ Status window_geometry(const NodeAttrs& a, const Shape& in_spatial, const Shape&
     if (ceil_mode != 0 && ceil_mode != 1)
       return a.error("ceil_mode must be 0 or 1, got {}", ceil_mode);
   }
-  TD_ASSIGN_OR_RETURN(*pads, a.attr_ints("pads", std::vector<int64_t>(2 * n, 0)));
-  if (auto_pad != "NOTSET") {
+  if (auto_pad == "NOTSET")
+    TD_RETURN_IF_ERROR(read_pads(a, n, pads));
+  else
     pads->assign(2 * n, 0);  // explicit pads are not used with auto_pad
-  } else {
-    if (pads->size() != 2 * n)
-      return a.error("'pads' has {} values {}, expected {} (begin and end per spatial axis)",
-                     pads->size(), *pads, 2 * n);
-    for (int64_t p : *pads)
-      if (p < 0) return a.error("'pads' values must be >= 0, got {}", *pads);
-  }
   out_spatial->assign(n, -1);
   for (size_t i = 0; i < n; ++i) {
     const int64_t in = in_spatial[i];
-    const int64_t s = (*strides)[i];
+    const Wide s = (*strides)[i];
     if (in < 0 || kernel[i] < 0) continue;  // unknown until run time
-    const int64_t eff = (kernel[i] - 1) * (*dilations)[i] + 1;
-    int64_t& pb = (*pads)[i];
-    int64_t& pe = (*pads)[i + n];
+    const Wide eff = Wide{kernel[i] - 1} * (*dilations)[i] + 1;
+    Wide pb = (*pads)[i], pe = (*pads)[i + n], out;
     if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      const int64_t out = ceil_div(in, s);
-      const int64_t total = std::max<int64_t>(0, (out - 1) * s + eff - in);
+      out = ceil_div(in, s);
+      Wide total = (out - 1) * s + eff - in;
+      if (total < 0) total = 0;
       // SAME_UPPER puts the odd unit of padding at the end, SAME_LOWER at the beginning.
       pb = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
       pe = total - pb;
-      (*out_spatial)[i] = out;
-      continue;
+    } else {
+      const Wide span = Wide{in} + pb + pe - eff;
+      if (span < 0) {
+        if (too_large(eff))
+          return a.error("spatial axis {}: the dilated kernel size is too large", i);
+        return a.error(
+            "spatial axis {}: input size {} with pads {}+{} is smaller than the dilated kernel "
+            "size {}",
+            i, in, (*pads)[i], (*pads)[i + n], static_cast<int64_t>(eff));
+      }
+      out = ceil_mode ? ceil_div(span, s) + 1 : span / s + 1;
+      // With ceil_mode, a last window that would start inside the end padding is dropped.
+      if (ceil_mode && (out - 1) * s >= in + pb) --out;
     }
-    const int64_t span = in + pb + pe - eff;
-    if (span < 0)
-      return a.error(
-          "spatial axis {}: input size {} with pads {}+{} is smaller than the dilated kernel "
-          "size {}",
-          i, in, pb, pe, eff);
-    int64_t out = ceil_mode ? ceil_div(span, s) + 1 : span / s + 1;
-    // With ceil_mode, a last window that would start inside the end padding is dropped.
-    if (ceil_mode && (out - 1) * s >= in + pb) --out;
-    (*out_spatial)[i] = out;
+    if (too_large(out) || too_large(pb) || too_large(pe) || too_large(eff))
+      return a.error("spatial axis {}: the output size or padding is too large", i);
+    (*pads)[i] = static_cast<int64_t>(pb);
+    (*pads)[i + n] = static_cast<int64_t>(pe);
+    (*out_spatial)[i] = static_cast<int64_t>(out);
   }
   return OkStatus();
 }
 
 // Geometry of ConvTranspose: strides, dilations, pads (2n, begins then ends; these crop the
-// full transposed output) and the spatial output sizes. Honors output_padding, output_shape
-// (n values, or n + 2 with batch and channels) and auto_pad.
+// full transposed output, and a negative end pad extends it with zeros) and the spatial output
+// sizes. Honors output_padding, output_shape (n values, or n + 2 with batch and channels) and
+// auto_pad.
 Status conv_transpose_geometry(const NodeAttrs& a, const Shape& in_spatial, const Shape& kernel,
                                std::vector<int64_t>* strides, std::vector<int64_t>* dilations,
                                std::vector<int64_t>* pads, Shape* out_spatial) {
   const size_t n = in_spatial.size();
-  if (kernel.size() != n)
-    return a.error("kernel has {} spatial dims {}, input has {} {}", kernel.size(),
-                   shape_to_string(kernel), n, shape_to_string(in_spatial));
-  for (int64_t k : kernel)
-    if (k == 0 || k < -1) return a.error("kernel sizes must be >= 1, got {}", kernel);
+  TD_RETURN_IF_ERROR(check_kernel(a, in_spatial, kernel));
   TD_ASSIGN_OR_RETURN(std::string auto_pad, read_auto_pad(a));
   TD_RETURN_IF_ERROR(read_spatial_ints(a, "strides", n, 1, 1, strides));
   TD_RETURN_IF_ERROR(read_spatial_ints(a, "dilations", n, 1, 1, dilations));
@@ -136,38 +163,35 @@ Status conv_transpose_geometry(const NodeAttrs& a, const Shape& in_spatial, cons
       return a.error("'output_shape' has {} values {}, expected {} (one per spatial axis)",
                      output_shape.size(), output_shape, n);
     for (int64_t v : output_shape)
-      if (v < 0) return a.error("'output_shape' values must be >= 0, got {}", output_shape);
+      if (v < 0 || v > kMaxSize)
+        return a.error("'output_shape' values must be >= 0, got {}", output_shape);
   }
   const bool explicit_pads = a.has_attr("pads") && auto_pad == "NOTSET";
-  TD_ASSIGN_OR_RETURN(*pads, a.attr_ints("pads", std::vector<int64_t>(2 * n, 0)));
-  if (auto_pad != "NOTSET") pads->assign(2 * n, 0);
-  if (pads->size() != 2 * n)
-    return a.error("'pads' has {} values {}, expected {} (begin and end per spatial axis)",
-                   pads->size(), *pads, 2 * n);
-  for (int64_t p : *pads)
-    if (p < 0) return a.error("'pads' values must be >= 0, got {}", *pads);
+  if (auto_pad == "NOTSET")
+    TD_RETURN_IF_ERROR(read_pads(a, n, pads));
+  else
+    pads->assign(2 * n, 0);
 
   out_spatial->assign(n, -1);
   for (size_t i = 0; i < n; ++i) {
     const int64_t in = in_spatial[i];
-    const int64_t s = (*strides)[i];
-    int64_t& pb = (*pads)[i];
-    int64_t& pe = (*pads)[i + n];
     if (has_output_shape) (*out_spatial)[i] = output_shape[i];
     if (in < 0 || kernel[i] < 0) continue;  // unknown until run time
-    const int64_t eff = (kernel[i] - 1) * (*dilations)[i] + 1;
-    const int64_t full = s * (in - 1) + output_padding[i] + eff;  // before any cropping
-    int64_t target = -1;
+    const Wide eff = Wide{kernel[i] - 1} * (*dilations)[i] + 1;
+    // The full result, before any cropping (in >= 1 for a non-empty input).
+    const Wide full = Wide{(*strides)[i]} * (in > 0 ? in - 1 : 0) + output_padding[i] + eff;
+    Wide pb = (*pads)[i], pe = (*pads)[i + n], out;
+    Wide target = -1;
     if (has_output_shape) {
       target = output_shape[i];
     } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      target = in * s;
+      target = Wide{in} * (*strides)[i];
     }
     if (target >= 0) {
       if (has_output_shape && explicit_pads) {
         pe = full - target - pb;  // the given begin pads, the rest cropped (or added) at the end
       } else {
-        const int64_t total = full - target;
+        const Wide total = full - target;
         if (total < 0) {  // output larger than the full result: zeros are added at the end
           pb = 0;
           pe = total;
@@ -179,14 +203,18 @@ Status conv_transpose_geometry(const NodeAttrs& a, const Shape& in_spatial, cons
           pb = total - pe;
         }
       }
-      (*out_spatial)[i] = target;
-      continue;
+      out = target;
+    } else {
+      out = full - pb - pe;
+      if (out < 0 && !too_large(full))
+        return a.error("spatial axis {}: pads {}+{} exceed the transposed output size {}", i,
+                       (*pads)[i], (*pads)[i + n], static_cast<int64_t>(full));
     }
-    const int64_t out = full - pb - pe;
-    if (out < 0)
-      return a.error("spatial axis {}: pads {}+{} exceed the transposed output size {}", i, pb, pe,
-                     full);
-    (*out_spatial)[i] = out;
+    if (too_large(out) || too_large(pb) || too_large(pe) || too_large(full))
+      return a.error("spatial axis {}: the output size or padding is too large", i);
+    (*pads)[i] = static_cast<int64_t>(pb);
+    (*pads)[i + n] = static_cast<int64_t>(pe);
+    (*out_spatial)[i] = static_cast<int64_t>(out);
   }
   return OkStatus();
 }

@@ -83,8 +83,7 @@ Status check_linear_params(InferenceContext& ctx, const char* scale_name, const 
       return ctx.error("axis {} is out of range for input of shape {}", axis, shape_to_string(x));
     if (dims_conflict(x[static_cast<size_t>(*a)], scale[0]))
       return ctx.error("{} has {} values but input axis {} has size {} (input shape {})",
-                       scale_name, scale[0], axis, x[static_cast<size_t>(*a)],
-                       shape_to_string(x));
+                       scale_name, scale[0], axis, x[static_cast<size_t>(*a)], shape_to_string(x));
   }
   return OkStatus();
 }
@@ -99,9 +98,10 @@ OpSchema quantize_linear_schema() {
   s.infer = [](InferenceContext& ctx) -> Status {
     const DType xt = ctx.input_dtype(0);
     if (!is_float(xt) && xt != DType::kInt32)
-      return ctx.error("input 0 (x) has dtype {}, expected float32, float16, bfloat16, float64 "
-                       "or int32",
-                       dtype_name(xt));
+      return ctx.error(
+          "input 0 (x) has dtype {}, expected float32, float16, bfloat16, float64 "
+          "or int32",
+          dtype_name(xt));
     TD_RETURN_IF_ERROR(expect_float(ctx, 1, "y_scale"));
     DType out = DType::kUInt8;
     if (ctx.has_input(2)) {
@@ -253,9 +253,9 @@ OpSchema qlinear_matmul_schema() {
     for (int i : {6, 7}) {
       auto b = broadcast_shapes(ctx.input_shape(i), out);
       if (!b.ok() || b->size() != out.size())
-        return ctx.error("input {} ({}) has shape {}, which does not broadcast to the output {}",
-                         i, i == 6 ? "y_scale" : "y_zero_point",
-                         shape_to_string(ctx.input_shape(i)), shape_to_string(out));
+        return ctx.error("input {} ({}) has shape {}, which does not broadcast to the output {}", i,
+                         i == 6 ? "y_scale" : "y_zero_point", shape_to_string(ctx.input_shape(i)),
+                         shape_to_string(out));
     }
     ctx.set_output(0, ctx.input_dtype(7), std::move(out));
     return OkStatus();
@@ -306,8 +306,8 @@ Result<Shape> conv_shape(const InferenceContext& ctx, int ix, int iw) {
   return out;
 }
 
-const std::set<std::string> kConvAttrs = {"auto_pad", "dilations", "group",
-                                          "kernel_shape", "pads", "strides"};
+const std::set<std::string> kConvAttrs = {"auto_pad",     "dilations", "group",
+                                          "kernel_shape", "pads",      "strides"};
 
 OpSchema conv_integer_schema() {
   OpSchema s;
@@ -360,7 +360,8 @@ OpSchema qlinear_conv_schema() {
     TD_RETURN_IF_ERROR(expect_scalar(ctx, 7, "y_zero_point"));
     if (ctx.has_input(8)) {
       if (ctx.input_dtype(8) != DType::kInt32)
-        return ctx.error("input 8 (B) has dtype {}, expected int32", dtype_name(ctx.input_dtype(8)));
+        return ctx.error("input 8 (B) has dtype {}, expected int32",
+                         dtype_name(ctx.input_dtype(8)));
       const Shape& b = ctx.input_shape(8);
       if (b.size() != 1 || dims_conflict(b[0], m))
         return ctx.error("bias has shape {}, expected [{}] (one per output channel)",

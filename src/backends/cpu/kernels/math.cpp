@@ -50,9 +50,8 @@ Status store_doubles(const MutableTensorView& dst, const std::vector<double>& va
       if constexpr (std::is_floating_point_v<T>)
         dst.as<T>()[i] = static_cast<T>(values[i]);
       else
-        dst.as<T>()[i] = std::isfinite(values[i])
-                             ? static_cast<T>(static_cast<int64_t>(values[i]))
-                             : T(0);
+        dst.as<T>()[i] =
+            std::isfinite(values[i]) ? static_cast<T>(static_cast<int64_t>(values[i])) : T(0);
     }
     return OkStatus();
   });
@@ -83,8 +82,8 @@ Status einsum_typed(KernelContext& ctx, const std::vector<std::vector<int>>& in_
   // Loop labels: the output's, then the summed ones.
   std::vector<int> loop = out_labels;
   for (size_t l = 0; l < sizes.size(); ++l)
-    if (sizes[l] != -2 && std::find(out_labels.begin(), out_labels.end(), static_cast<int>(l)) ==
-                              out_labels.end())
+    if (sizes[l] != -2 &&
+        std::find(out_labels.begin(), out_labels.end(), static_cast<int>(l)) == out_labels.end())
       loop.push_back(static_cast<int>(l));
   std::vector<int64_t> loop_sizes;
   for (int l : loop) loop_sizes.push_back(sizes[static_cast<size_t>(l)]);
@@ -217,7 +216,8 @@ Status compress_kernel(KernelContext& ctx) {
     out_shape = x.shape;
     out_shape[ax] = k;
   }
-  TD_ASSIGN_OR_RETURN(MutableTensorView y, ctx.allocate_output(0, ctx.output_type(0).dtype, out_shape));
+  TD_ASSIGN_OR_RETURN(MutableTensorView y,
+                      ctx.allocate_output(0, ctx.output_type(0).dtype, out_shape));
   const size_t es = dtype_size(x.dtype);
   const auto* src = static_cast<const unsigned char*>(x.data);
   auto* dst = static_cast<unsigned char*>(y.data);
@@ -296,8 +296,7 @@ Status unique_typed(KernelContext& ctx) {
     out_first[static_cast<size_t>(rank[g])] = first[g];
     out_counts[static_cast<size_t>(rank[g])] = counts[g];
   }
-  for (size_t j = 0; j < inverse.size(); ++j)
-    inverse[j] = rank[static_cast<size_t>(group_of[j])];
+  for (size_t j = 0; j < inverse.size(); ++j) inverse[j] = rank[static_cast<size_t>(group_of[j])];
 
   const int64_t nu = static_cast<int64_t>(u);
   Shape y_shape = {nu};
@@ -305,11 +304,13 @@ Status unique_typed(KernelContext& ctx) {
     y_shape = x.shape;
     y_shape[ax] = nu;
   }
-  TD_ASSIGN_OR_RETURN(MutableTensorView y, ctx.allocate_output(0, ctx.output_type(0).dtype, y_shape));
+  TD_ASSIGN_OR_RETURN(MutableTensorView y,
+                      ctx.allocate_output(0, ctx.output_type(0).dtype, y_shape));
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t g = 0; g < nu; ++g)
       for (int64_t i = 0; i < inner; ++i)
-        y.as<T>()[(o * nu + g) * inner + i] = data[(o * n + out_first[static_cast<size_t>(g)]) * inner + i];
+        y.as<T>()[(o * nu + g) * inner + i] =
+            data[(o * n + out_first[static_cast<size_t>(g)]) * inner + i];
   auto write = [&](int i, const std::vector<int64_t>& v) -> Status {
     if (!wants_output(ctx, i)) return OkStatus();
     TD_ASSIGN_OR_RETURN(MutableTensorView t,
@@ -372,9 +373,12 @@ Status shrink_kernel(KernelContext& ctx) {
   TD_ASSIGN_OR_RETURN(float lambd, ctx.attr_float("lambd", 0.5f));
   std::vector<double> v = to_doubles(ctx.input(0));
   for (double& e : v) {
-    if (e < -lambd) e += bias;
-    else if (e > lambd) e -= bias;
-    else e = 0;
+    if (e < -lambd)
+      e += bias;
+    else if (e > lambd)
+      e -= bias;
+    else
+      e = 0;
   }
   TD_ASSIGN_OR_RETURN(MutableTensorView y, ctx.output(0));
   return store_doubles(y, v);
@@ -401,7 +405,9 @@ Status window_kernel(KernelContext& ctx, WindowKind kind) {
   for (int64_t i = 0; i < size; ++i) {
     const double a = denom > 0 ? 2 * kPi * static_cast<double>(i) / denom : 0;
     switch (kind) {
-      case WindowKind::kHann: w[static_cast<size_t>(i)] = 0.5 - 0.5 * std::cos(a); break;
+      case WindowKind::kHann:
+        w[static_cast<size_t>(i)] = 0.5 - 0.5 * std::cos(a);
+        break;
       case WindowKind::kHamming:
         w[static_cast<size_t>(i)] = 25.0 / 46.0 - 21.0 / 46.0 * std::cos(a);
         break;
@@ -411,7 +417,8 @@ Status window_kernel(KernelContext& ctx, WindowKind kind) {
     }
     if (denom <= 0) w[static_cast<size_t>(i)] = 1;
   }
-  TD_ASSIGN_OR_RETURN(MutableTensorView y, ctx.allocate_output(0, ctx.output_type(0).dtype, {size}));
+  TD_ASSIGN_OR_RETURN(MutableTensorView y,
+                      ctx.allocate_output(0, ctx.output_type(0).dtype, {size}));
   return store_doubles(y, w);
 }
 
@@ -425,8 +432,8 @@ std::complex<double> twiddle(int64_t k, int64_t t, int64_t n, double sign) {
 
 // Direct DFT of `in` (zero-padded or truncated to n) returning the first `out_len` bins;
 // inverse uses e^(+i...) and divides by n.
-std::vector<std::complex<double>> direct_dft(const std::vector<std::complex<double>>& in,
-                                             int64_t n, int64_t out_len, bool inverse) {
+std::vector<std::complex<double>> direct_dft(const std::vector<std::complex<double>>& in, int64_t n,
+                                             int64_t out_len, bool inverse) {
   std::vector<std::complex<double>> out(static_cast<size_t>(out_len));
   const int64_t used = std::min<int64_t>(n, static_cast<int64_t>(in.size()));
   for (int64_t k = 0; k < out_len; ++k) {
@@ -481,8 +488,8 @@ Status stft_kernel(KernelContext& ctx) {
   const int64_t batch = x.shape[0], length = x.shape[1], comps = x.shape[2];
   std::vector<double> window;
   if (ctx.has_input(2)) window = to_doubles(ctx.input(2));
-  const int64_t frame_length = ctx.has_input(3) ? scalar_int(ctx.input(3))
-                                                : static_cast<int64_t>(window.size());
+  const int64_t frame_length =
+      ctx.has_input(3) ? scalar_int(ctx.input(3)) : static_cast<int64_t>(window.size());
   if (window.empty()) window.assign(static_cast<size_t>(frame_length), 1.0);
   if (static_cast<int64_t>(window.size()) != frame_length)
     return ctx.error("frame_length is {} but the window has {} values", frame_length,
@@ -527,8 +534,7 @@ Status mel_weight_matrix_kernel(KernelContext& ctx) {
     return ctx.error("num_mel_bins ({}), dft_length ({}) and sample_rate ({}) must be >= 1",
                      num_mel_bins, dft_length, sample_rate);
   if (!(lower >= 0 && lower <= upper))
-    return ctx.error("need 0 <= lower_edge_hertz <= upper_edge_hertz, got {} and {}", lower,
-                     upper);
+    return ctx.error("need 0 <= lower_edge_hertz <= upper_edge_hertz, got {} and {}", lower, upper);
   const int64_t spec_bins = dft_length / 2 + 1;
   // Mel edges in float32 and bin frequencies in float64, as ONNX's reference computes them.
   const float low_mel = 2595.0f * std::log10(1.0f + static_cast<float>(lower) / 700.0f);
@@ -542,9 +548,10 @@ Status mel_weight_matrix_kernel(KernelContext& ctx) {
         std::floor(static_cast<double>(dft_length + 1) * hz / static_cast<double>(sample_rate)));
   }
   if (edges.back() >= spec_bins)
-    return ctx.error("upper_edge_hertz {} maps to frequency bin {}, beyond the {} bins of a "
-                     "{}-point DFT at sample rate {}",
-                     upper, edges.back(), spec_bins, dft_length, sample_rate);
+    return ctx.error(
+        "upper_edge_hertz {} maps to frequency bin {}, beyond the {} bins of a "
+        "{}-point DFT at sample rate {}",
+        upper, edges.back(), spec_bins, dft_length, sample_rate);
   std::vector<double> out(static_cast<size_t>(spec_bins * num_mel_bins), 0.0);
   auto at = [&](int64_t j, int64_t i) -> double& {
     return out[static_cast<size_t>(j * num_mel_bins + i)];

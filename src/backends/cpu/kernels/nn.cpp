@@ -87,6 +87,18 @@ std::vector<int64_t> index_table(const Shape& shape) {
   return table;
 }
 
+// Advances a row-major multi-index within `shape` (wrapping to all zeros after the last).
+void next_index(std::vector<int64_t>& idx, const Shape& shape) {
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (++idx[d] < shape[d]) return;
+    idx[d] = 0;
+  }
+}
+
+// Floor and ceiling of a / b for b > 0.
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
 // For each flat index of `out`, the flat index of `in` that broadcasts to it (in is right-
 // aligned with out; its dims are 1 or equal).
 std::vector<int64_t> broadcast_map(const Shape& in, const Shape& out) {
@@ -121,9 +133,10 @@ Status matmul_typed(KernelContext& ctx) {
   const int64_t m = a[a.size() - 2], k = a[a.size() - 1], n = b[b.size() - 1];
   const Shape batch_a(a.begin(), a.end() - 2), batch_b(b.begin(), b.end() - 2);
   TD_ASSIGN_OR_RETURN(Shape batch, broadcast_shapes(batch_a, batch_b));
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  if (out.numel() == 0) return OkStatus();
   const std::vector<int64_t> map_a = broadcast_map(batch_a, batch);
   const std::vector<int64_t> map_b = broadcast_map(batch_b, batch);
-  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
   const T* pa = av.as<T>();
   const T* pb = bv.as<T>();
   T* py = out.as<T>();
@@ -220,24 +233,24 @@ Status conv_typed(KernelContext& ctx, const ConvGeometry& g) {
   const int64_t k_size = shape_numel(g.kernel);
   const int64_t cg = g.in_channels / g.group;   // input channels per group
   const int64_t mg = g.out_channels / g.group;  // output channels per group
-  const std::vector<int64_t> out_idx = index_table(g.out_spatial);
-  const std::vector<int64_t> k_idx = index_table(g.kernel);
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  if (out.numel() == 0) return OkStatus();
+  const std::vector<int64_t> k_idx = index_table(g.kernel);  // as large as the weight
   const T* x = ctx.input(0).as<T>();
   const T* w = ctx.input(1).as<T>();
   const T* bias = ctx.has_input(2) ? ctx.input(2).as<T>() : nullptr;
-  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
   T* y = out.as<T>();
+  std::vector<int64_t> oi(nd, 0);  // multi-index of output position o
   for (int64_t nb = 0; nb < g.batch; ++nb) {
     for (int64_t m = 0; m < g.out_channels; ++m) {
       const int64_t grp = m / mg;
-      for (int64_t o = 0; o < out_size; ++o) {
+      for (int64_t o = 0; o < out_size; ++o, next_index(oi, g.out_spatial)) {
         double acc = bias ? static_cast<double>(bias[m]) : 0.0;
         for (int64_t kf = 0; kf < k_size; ++kf) {
           int64_t in_flat = 0;
           bool inside = true;
           for (size_t d = 0; d < nd; ++d) {
-            const int64_t pos = out_idx[static_cast<size_t>(o) * nd + d] * g.strides[d] -
-                                g.pads[d] +
+            const int64_t pos = oi[d] * g.strides[d] - g.pads[d] +
                                 k_idx[static_cast<size_t>(kf) * nd + d] * g.dilations[d];
             if (pos < 0 || pos >= g.in_spatial[d]) {
               inside = false;
@@ -284,18 +297,24 @@ Status conv_transpose_typed(KernelContext& ctx, const ConvGeometry& g) {
   const int64_t k_size = shape_numel(g.kernel);
   const int64_t cg = g.in_channels / g.group;   // input channels per group
   const int64_t mg = g.out_channels / g.group;  // output channels per group
-  const std::vector<int64_t> in_idx = index_table(g.in_spatial);
-  const std::vector<int64_t> k_idx = index_table(g.kernel);
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  if (out.numel() == 0) return OkStatus();
+  const std::vector<int64_t> in_idx = index_table(g.in_spatial);  // as large as the input
+  const std::vector<int64_t> k_idx = index_table(g.kernel);       // as large as the weight
   const T* x = ctx.input(0).as<T>();
   const T* w = ctx.input(1).as<T>();
   const T* bias = ctx.has_input(2) ? ctx.input(2).as<T>() : nullptr;
-  std::vector<double> acc(static_cast<size_t>(g.batch * g.out_channels * out_size), 0.0);
+  T* y = out.as<T>();
+  for (int64_t nb = 0; nb < g.batch; ++nb)
+    for (int64_t m = 0; m < g.out_channels; ++m)
+      std::fill(y + (nb * g.out_channels + m) * out_size,
+                y + (nb * g.out_channels + m + 1) * out_size, bias ? bias[m] : T(0));
   // Scatter: every input element adds x * w into the outputs its kernel window covers.
   for (int64_t nb = 0; nb < g.batch; ++nb) {
     for (int64_t c = 0; c < g.in_channels; ++c) {
       const int64_t grp = c / cg;
       for (int64_t i = 0; i < in_size; ++i) {
-        const double xv = static_cast<double>(x[(nb * g.in_channels + c) * in_size + i]);
+        const T xv = x[(nb * g.in_channels + c) * in_size + i];
         for (int64_t kf = 0; kf < k_size; ++kf) {
           int64_t out_flat = 0;
           bool inside = true;
@@ -312,21 +331,13 @@ Status conv_transpose_typed(KernelContext& ctx, const ConvGeometry& g) {
           if (!inside) continue;
           for (int64_t j = 0; j < mg; ++j) {
             const int64_t m = grp * mg + j;
-            acc[static_cast<size_t>((nb * g.out_channels + m) * out_size + out_flat)] +=
-                xv * static_cast<double>(w[(c * mg + j) * k_size + kf]);
+            y[(nb * g.out_channels + m) * out_size + out_flat] +=
+                xv * w[(c * mg + j) * k_size + kf];
           }
         }
       }
     }
   }
-  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
-  T* y = out.as<T>();
-  for (int64_t nb = 0; nb < g.batch; ++nb)
-    for (int64_t m = 0; m < g.out_channels; ++m)
-      for (int64_t o = 0; o < out_size; ++o) {
-        const size_t f = static_cast<size_t>((nb * g.out_channels + m) * out_size + o);
-        y[f] = static_cast<T>(acc[f] + (bias ? static_cast<double>(bias[m]) : 0.0));
-      }
   return OkStatus();
 }
 
@@ -356,9 +367,6 @@ Status pool_typed(KernelContext& ctx, PoolKind kind, const ConvGeometry& g) {
   const size_t nd = g.in_spatial.size();
   const int64_t in_size = shape_numel(g.in_spatial);
   const int64_t out_size = shape_numel(g.out_spatial);
-  const int64_t k_size = shape_numel(g.kernel);
-  const std::vector<int64_t> out_idx = index_table(g.out_spatial);
-  const std::vector<int64_t> k_idx = index_table(g.kernel);
   int64_t count_include_pad = 0, p = 2, storage_order = 0;
   if (kind == PoolKind::kAverage) {
     TD_ASSIGN_OR_RETURN(count_include_pad, ctx.attr_int("count_include_pad", 0));
@@ -369,10 +377,6 @@ Status pool_typed(KernelContext& ctx, PoolKind kind, const ConvGeometry& g) {
   if (kind == PoolKind::kMax) {
     TD_ASSIGN_OR_RETURN(storage_order, ctx.attr_int("storage_order", 0));
   }
-  // Column-major strides of the spatial axes (storage_order=1 indices).
-  std::vector<int64_t> col_strides(nd, 1);
-  for (size_t d = 1; d < nd; ++d) col_strides[d] = col_strides[d - 1] * g.in_spatial[d - 1];
-  const T* x = ctx.input(0).as<T>();
   TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
   T* y = out.as<T>();
   int64_t* indices = nullptr;
@@ -380,31 +384,47 @@ Status pool_typed(KernelContext& ctx, PoolKind kind, const ConvGeometry& g) {
     TD_ASSIGN_OR_RETURN(MutableTensorView iv, ctx.output(1));
     indices = iv.as<int64_t>();
   }
+  if (out.numel() == 0) return OkStatus();
+  // Column-major strides of the spatial axes (storage_order=1 indices).
+  std::vector<int64_t> col_strides(nd, 1);
+  for (size_t d = 1; d < nd; ++d) col_strides[d] = col_strides[d - 1] * g.in_spatial[d - 1];
+  const T* x = ctx.input(0).as<T>();
   const int64_t planes = g.batch * g.in_channels;
-  for (int64_t plane = 0; plane < planes; ++plane) {
-    const T* xp = x + plane * in_size;
-    for (int64_t o = 0; o < out_size; ++o) {
+  std::vector<int64_t> oi(nd, 0), start(nd), lo(nd), hi(nd), j(nd);
+  for (int64_t o = 0; o < out_size; ++o, next_index(oi, g.out_spatial)) {
+    // Per axis, the kernel taps [lo, hi) that land inside the input, and (for
+    // count_include_pad) how many land inside the padded extent [-pad_begin, size + pad_end),
+    // which ceil_mode windows may overhang.
+    double count_padded = 1;
+    bool empty = false;
+    for (size_t d = 0; d < nd; ++d) {
+      const int64_t dil = g.dilations[d], k = g.kernel[d], in = g.in_spatial[d];
+      start[d] = oi[d] * g.strides[d] - g.pads[d];
+      lo[d] = std::max<int64_t>(0, ceil_div(-start[d], dil));
+      hi[d] = std::min<int64_t>(k, floor_div(in - 1 - start[d], dil) + 1);
+      const int64_t plo = std::max<int64_t>(0, ceil_div(-g.pads[d] - start[d], dil));
+      const int64_t phi =
+          std::min<int64_t>(k, floor_div(in + g.pads[d + nd] - 1 - start[d], dil) + 1);
+      count_padded *= static_cast<double>(std::max<int64_t>(0, phi - plo));
+      if (lo[d] >= hi[d]) empty = true;
+    }
+    for (int64_t plane = 0; plane < planes; ++plane) {
+      const T* xp = x + plane * in_size;
       bool found = false;
       T best = T(0);
       int64_t best_index = -1;
-      double sum = 0.0;
-      int64_t count_inside = 0, count_padded = 0;
-      for (int64_t kf = 0; kf < k_size; ++kf) {
+      double sum = 0.0, count_inside = 0;
+      // Row-major walk over the in-bounds taps (the order decides ties: the first max wins).
+      j = lo;
+      while (!empty) {
         int64_t row = 0, col = 0;
-        bool inside = true, in_padded = true;
         for (size_t d = 0; d < nd; ++d) {
-          const int64_t pos = out_idx[static_cast<size_t>(o) * nd + d] * g.strides[d] - g.pads[d] +
-                              k_idx[static_cast<size_t>(kf) * nd + d] * g.dilations[d];
-          if (pos < 0 || pos >= g.in_spatial[d]) inside = false;
-          // The padded extent is [-pad_begin, size + pad_end); ceil_mode may reach past it.
-          if (pos < -g.pads[d] || pos >= g.in_spatial[d] + g.pads[d + nd]) in_padded = false;
+          const int64_t pos = start[d] + j[d] * g.dilations[d];
           row = row * g.in_spatial[d] + pos;
           col += pos * col_strides[d];
         }
-        if (in_padded) ++count_padded;
-        if (!inside) continue;
-        ++count_inside;
         const T v = xp[row];
+        count_inside += 1;
         if (kind == PoolKind::kMax) {
           if (!found || v > best) {
             best = v;
@@ -416,14 +436,19 @@ Status pool_typed(KernelContext& ctx, PoolKind kind, const ConvGeometry& g) {
         } else {
           sum += std::pow(std::abs(static_cast<double>(v)), static_cast<double>(p));
         }
+        size_t d = nd;
+        while (d-- > 0) {
+          if (++j[d] < hi[d]) break;
+          j[d] = lo[d];
+        }
+        if (d == static_cast<size_t>(-1)) break;  // every axis wrapped: done
       }
       const int64_t f = plane * out_size + o;
       if (kind == PoolKind::kMax) {
         y[f] = best;
         if (indices) indices[f] = best_index < 0 ? -1 : plane * in_size + best_index;
       } else if (kind == PoolKind::kAverage) {
-        const int64_t count = count_include_pad ? count_padded : count_inside;
-        y[f] = static_cast<T>(sum / static_cast<double>(count));
+        y[f] = static_cast<T>(sum / (count_include_pad ? count_padded : count_inside));
       } else {
         y[f] = static_cast<T>(std::pow(sum, 1.0 / static_cast<double>(p)));
       }

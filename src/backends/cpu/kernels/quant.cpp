@@ -123,8 +123,7 @@ Result<ParamIndex> param_index(KernelContext& ctx, const char* scale_name) {
   ParamIndex p;
   const int64_t n = scale.numel();
   if (ctx.has_input(2) && ctx.input(2).numel() != n)
-    return ctx.error("zero point has {} values but {} has {}", ctx.input(2).numel(), scale_name,
-                     n);
+    return ctx.error("zero point has {} values but {} has {}", ctx.input(2).numel(), scale_name, n);
   if (n == 1) return p;
   TD_ASSIGN_OR_RETURN(int64_t axis, ctx.attr_int("axis", 1));
   auto a = normalize_axis(axis, static_cast<int64_t>(x.shape.size()));
@@ -157,9 +156,9 @@ Status quantize_linear_kernel(KernelContext& ctx) {
   const bool in_float = x.dtype == DType::kFloat32 && scale.dtype == DType::kFloat32;
   for (int64_t i = 0; i < x.numel(); ++i) {
     const size_t k = static_cast<size_t>(pi(i));
-    const double q = in_float ? static_cast<double>(static_cast<float>(xs[i]) /
-                                                    static_cast<float>(ss[k]))
-                              : xs[i] / ss[k];
+    const double q =
+        in_float ? static_cast<double>(static_cast<float>(xs[i]) / static_cast<float>(ss[k]))
+                 : xs[i] / ss[k];
     double v = std::rint(q);
     if (!std::isnan(v)) v += zps[k];
     TD_RETURN_IF_ERROR(store_quantized(y, i, saturate_round(v, lo, hi)));
@@ -218,8 +217,8 @@ Status dynamic_quantize_linear_kernel(KernelContext& ctx) {
 
 // Operands of a numpy.matmul with 1-D operands promoted to matrices and batch dims mapped.
 struct MatMulSetup {
-  Shape a, b;            // promoted shapes: [..., M, K] and [..., K, N]
-  Shape batch;           // broadcast batch shape of the output
+  Shape a, b;                             // promoted shapes: [..., M, K] and [..., K, N]
+  Shape batch;                            // broadcast batch shape of the output
   std::vector<int64_t> a_batch, b_batch;  // for each output batch, the operands' batch index
   int64_t m = 0, k = 0, n = 0;
 };
@@ -409,8 +408,10 @@ std::vector<int64_t> integer_conv(const ConvSetup& s, const std::vector<int32_t>
       int64_t in_off = 0;
       for (size_t d = 0; d < nsp && in_off >= 0; ++d) {
         const int64_t pos = oi[d] * s.strides[d] - s.pads[d] + ki[d] * s.dilations[d];
-        if (pos < 0 || pos >= in_sp[d]) in_off = -1;
-        else in_off = in_off * in_sp[d] + pos;
+        if (pos < 0 || pos >= in_sp[d])
+          in_off = -1;
+        else
+          in_off = in_off * in_sp[d] + pos;
       }
       if (in_off < 0) continue;
       for (int64_t nb = 0; nb < batch; ++nb) {
@@ -419,8 +420,9 @@ std::vector<int64_t> integer_conv(const ConvSetup& s, const std::vector<int32_t>
           int64_t acc = 0;
           for (int64_t c = 0; c < c_per_group; ++c) {
             const int64_t ic = g * c_per_group + c;
-            acc += static_cast<int64_t>(x[static_cast<size_t>((nb * c_in + ic) * in_size + in_off)]) *
-                   w[static_cast<size_t>((oc * c_per_group + c) * k_size + kf)];
+            acc +=
+                static_cast<int64_t>(x[static_cast<size_t>((nb * c_in + ic) * in_size + in_off)]) *
+                w[static_cast<size_t>((oc * c_per_group + c) * k_size + kf)];
           }
           out[static_cast<size_t>((nb * m + oc) * out_size + o)] += acc;
         }
@@ -447,8 +449,8 @@ Status subtract_conv_zero_points(KernelContext& ctx, int ix, int ixzp, int iw, i
     const TensorView& zp = ctx.input(iwzp);
     const int64_t m = ctx.input(iw).shape[0];
     if (zp.numel() != 1 && zp.numel() != m)
-      return ctx.error("input {} (w_zero_point) has {} values, expected 1 or {}", iwzp,
-                       zp.numel(), m);
+      return ctx.error("input {} (w_zero_point) has {} values, expected 1 or {}", iwzp, zp.numel(),
+                       m);
     const std::vector<int32_t> z = to_int32s(zp);
     const int64_t per = m > 0 ? static_cast<int64_t>(w->size()) / m : 0;
     for (size_t i = 0; i < w->size(); ++i)
