@@ -1,5 +1,7 @@
 #include "core/graph_utils.h"
 
+#include <algorithm>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -105,8 +107,50 @@ Result<std::vector<size_t>> topological_order(const Graph& graph) {
   return order;
 }
 
+namespace {
+
+// Ops never folded: their results are not a function of their inputs.
+bool is_nondeterministic(const std::string& op) {
+  return op == "RandomNormal" || op == "RandomUniform" || op == "RandomNormalLike" ||
+         op == "RandomUniformLike" || op == "Bernoulli" || op == "Multinomial" ||
+         op == "Dropout";
+}
+
+bool has_subgraph(const Node& n) {
+  for (const auto& [k, a] : n.attrs)
+    if (a.kind() == Attribute::Kind::kGraph) return true;
+  return false;
+}
+
+// Shape(x) and Size(x) are known once x's shape is, whatever its values.
+std::optional<HostTensor> fold_shape_op(const Node& node, const TensorType& in) {
+  if (!shape_is_static(in.shape)) return std::nullopt;
+  if (node.op == "Size") return HostTensor::scalar<int64_t>(shape_numel(in.shape));
+  if (node.op != "Shape") return std::nullopt;
+  const int64_t rank = static_cast<int64_t>(in.shape.size());
+  int64_t start = 0, end = rank;
+  auto get = [&](const char* name, int64_t& v) {
+    auto it = node.attrs.find(name);
+    if (it != node.attrs.end())
+      if (const int64_t* i = it->second.get_if<int64_t>()) v = *i;
+  };
+  get("start", start);
+  get("end", end);
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  end = std::clamp<int64_t>(end, 0, rank);
+  std::vector<int64_t> dims(in.shape.begin() + start, in.shape.begin() + std::max(start, end));
+  return HostTensor::from_vector(dims, {static_cast<int64_t>(dims.size())});
+}
+
+constexpr int64_t kFoldLimit = 1 << 16;  // elements: fold shape arithmetic, not weights math
+
+}  // namespace
+
 Result<GraphTypes> infer_graph(const OpRegistry& registry, const Graph& graph,
-                               const std::vector<TensorType>& input_types) {
+                               const std::vector<TensorType>& input_types,
+                               const ConstantEvaluator& evaluator) {
   if (input_types.size() != graph.inputs.size())
     return errors::InvalidArgument("graph '{}' takes {} inputs, got {}", graph.name,
                                    graph.inputs.size(), input_types.size());
@@ -133,6 +177,32 @@ Result<GraphTypes> infer_graph(const OpRegistry& registry, const Graph& graph,
     result.values.emplace(name, t.type());
     result.constants.emplace(name, t);
   }
+  // Records the node's outputs as constants when they can be computed now.
+  auto fold = [&](const Node& node, const InferenceContext& ctx,
+                  const std::vector<TensorView>& inputs) {
+    if (node.outputs.empty() || node.outputs[0].empty() || result.constants.count(node.outputs[0]))
+      return;
+    if ((node.op == "Shape" || node.op == "Size") && ctx.num_inputs() == 1) {
+      if (auto t = fold_shape_op(node, ctx.input_type(0))) result.constants.emplace(node.outputs[0], *t);
+      return;
+    }
+    if (!evaluator || is_nondeterministic(node.op) || has_subgraph(node)) return;
+    int64_t elems = 0;
+    for (int i = 0; i < ctx.num_inputs(); ++i) {
+      if (!ctx.has_input(i)) continue;
+      if (!ctx.input_value(i)) return;
+      elems += shape_numel(ctx.input_shape(i));
+    }
+    for (const auto& t : ctx.output_types()) {
+      if (!shape_is_static(t.shape)) return;
+      elems += shape_numel(t.shape);
+    }
+    if (elems > kFoldLimit) return;
+    auto outs = evaluator(node, inputs);
+    if (!outs.ok() || outs->size() != node.outputs.size()) return;  // left to run time
+    for (size_t k = 0; k < node.outputs.size(); ++k)
+      if (!node.outputs[k].empty()) result.constants.emplace(node.outputs[k], std::move((*outs)[k]));
+  };
   for (size_t idx : result.order) {
     const Node& node = graph.nodes[idx];
     std::vector<TensorType> types;
@@ -174,6 +244,7 @@ Result<GraphTypes> infer_graph(const OpRegistry& registry, const Graph& graph,
             if (const HostTensor* t = it->second.get_if<HostTensor>())
               result.constants.emplace(node.outputs[0], *t);
         }
+        fold(node, ctx, value_storage);
         continue;
       }
     }

@@ -1,6 +1,7 @@
 // Whole-graph checks and inference shared by every backend's compile step.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -32,11 +33,20 @@ struct GraphTypes {
   std::vector<size_t> order;  // topological order used
 };
 
+// Computes a node whose inputs are all known constants (a backend's reference kernels);
+// lets infer_graph fold shape computations (Shape -> Gather -> Concat -> Reshape ...) at
+// compile time, when the input types are concrete.
+using ConstantEvaluator = std::function<Result<std::vector<HostTensor>>(
+    const Node& node, const std::vector<TensorView>& inputs)>;
+
 // Runs schema inference over the graph. Structural errors (cycles, dangling names, arity of
 // graph inputs) fail the whole call; a node whose inference fails poisons only its
-// downstream values.
+// downstream values. Shape and Size of inputs with static shapes are always folded into
+// constants; with an evaluator, so is every small deterministic node whose inputs are all
+// constants (constant folding of initializer-only subgraphs).
 Result<GraphTypes> infer_graph(const OpRegistry& registry, const Graph& graph,
-                               const std::vector<TensorType>& input_types);
+                               const std::vector<TensorType>& input_types,
+                               const ConstantEvaluator& evaluator = nullptr);
 
 }  // namespace tensord
 

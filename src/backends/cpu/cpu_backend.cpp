@@ -85,16 +85,35 @@ struct Step {
   bool static_outputs = true;             // all output shapes known at compile time
 };
 
+// Plain heap memory for compile-time constant folding (not accounted to any device).
+class MallocAllocator final : public Allocator {
+ public:
+  Result<std::shared_ptr<Buffer>> allocate(size_t bytes) override {
+    void* p = std::malloc(std::max<size_t>(bytes, 1));
+    if (!p) return errors::ResourceExhausted("out of host memory allocating {} bytes", bytes);
+    return std::shared_ptr<Buffer>(new Buffer{nullptr, p, bytes}, [](Buffer* b) {
+      std::free(b->ptr);
+      delete b;
+    });
+  }
+};
+
 class CpuExecutable final : public Executable {
  public:
   static Result<std::unique_ptr<Executable>> create(const Graph& graph,
                                                     const std::vector<TensorType>& input_types,
-                                                    const CompileOptions& options) {
+                                                    const CompileOptions& options,
+                                                    bool fold_constants = true) {
     auto exe = std::unique_ptr<CpuExecutable>(new CpuExecutable());
     exe->graph_ = graph;  // own a copy: nodes are referenced by the steps
     exe->options_ = options;
     const Graph& g = exe->graph_;
-    TD_ASSIGN_OR_RETURN(GraphTypes types, infer_graph(OpRegistry::global(), g, input_types));
+    ConstantEvaluator evaluator;
+    if (fold_constants) evaluator = [](const Node& node, const std::vector<TensorView>& inputs) {
+      return evaluate_node(node, inputs);
+    };
+    TD_ASSIGN_OR_RETURN(GraphTypes types,
+                        infer_graph(OpRegistry::global(), g, input_types, evaluator));
     auto id_of = [&](const std::string& name) {
       auto [it, inserted] = exe->ids_.emplace(name, static_cast<int>(exe->ids_.size()));
       return it->second;
@@ -103,6 +122,15 @@ class CpuExecutable final : public Executable {
     for (const auto& [name, t] : g.initializers) exe->constants_.emplace_back(id_of(name), t);
     for (size_t idx : types.order) {
       const Node& node = g.nodes[idx];
+      // Folded at compile time: its outputs are constants of the executable.
+      bool folded = !node.outputs.empty();
+      for (const auto& out : node.outputs)
+        if (!out.empty() && !types.constants.count(out)) folded = false;
+      if (folded) {
+        for (const auto& out : node.outputs)
+          if (!out.empty()) exe->constants_.emplace_back(id_of(out), types.constants.at(out));
+        continue;
+      }
       Step step;
       step.node = &node;
       std::vector<TensorType> in_types;
@@ -153,6 +181,42 @@ class CpuExecutable final : public Executable {
   }
 
   const std::vector<Result<TensorType>>& output_types() const override { return output_types_; }
+
+  // Runs one node on constant inputs (compile-time folding).
+  static Result<std::vector<HostTensor>> evaluate_node(const Node& node,
+                                                       const std::vector<TensorView>& inputs) {
+    Graph g;
+    Node n = node;
+    std::vector<Result<DeviceTensor>> bound;
+    std::vector<TensorType> types;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (n.inputs[i].empty()) continue;
+      n.inputs[i] = "in" + std::to_string(i);
+      g.inputs.push_back({n.inputs[i], {}});
+      const TensorView& v = inputs[i];
+      auto* buf = new Buffer{nullptr, const_cast<void*>(v.data), static_cast<size_t>(v.nbytes())};
+      bound.push_back(DeviceTensor{v.dtype, v.shape, std::shared_ptr<Buffer>(buf)});
+      types.push_back(v.type());
+    }
+    for (const auto& out : n.outputs)
+      if (!out.empty()) g.outputs.push_back({out, {}});
+    g.nodes.push_back(std::move(n));
+    TD_ASSIGN_OR_RETURN(auto exe, create(g, types, CompileOptions{false}, /*fold_constants=*/false));
+    MallocAllocator alloc;
+    std::vector<HostTensor> result;
+    for (auto& o : exe->run(bound, alloc)) {
+      if (!o.ok()) return o.status();
+      TD_ASSIGN_OR_RETURN(HostTensor h, HostTensor::from_bytes(o->dtype, o->shape, o->buffer->ptr,
+                                                               static_cast<size_t>(shape_numel(o->shape)) *
+                                                                   dtype_size(o->dtype)));
+      result.push_back(std::move(h));
+    }
+    // Omitted optional outputs are not graph outputs: re-align with node.outputs.
+    std::vector<HostTensor> aligned;
+    size_t k = 0;
+    for (const auto& out : node.outputs) aligned.push_back(out.empty() ? HostTensor() : result.at(k++));
+    return aligned;
+  }
 
   std::vector<Result<DeviceTensor>> run(const std::vector<Result<DeviceTensor>>& inputs,
                                         Allocator& allocator) override {

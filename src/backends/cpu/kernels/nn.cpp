@@ -2,12 +2,13 @@
 // BatchNormalization (inference), InstanceNormalization, LRN, LayerNormalization,
 // Softmax/LogSoftmax/Hardmax and Dropout.
 //
-// Simple N-d loops over flat indices, accumulating floats in double. Window geometry (pads,
-// output sizes) comes from the same functions the schemas use.
+// Simple N-d loops over flat indices, accumulating floats in double (ConvTranspose scatters
+// straight into the output). Window geometry (pads, output sizes) comes from the same functions
+// the schemas use. Scratch memory is sized by the data (inputs, weights, outputs), never by
+// attribute values alone.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <random>
 #include <type_traits>
 #include <vector>
