@@ -615,11 +615,21 @@ TEST(NnBatchNorm, RankTwoMixedTypesFloat16) {
   EXPECT_TRUE(tensors_near(y, F16({-0.5, 1.5}, {1, 1, 2}), 1e-3));
 }
 
+TEST(NnBatchNorm, TrainingModeUsesBatchStatistics) {
+  // Channel 0 holds [1, 3] (mean 2, var 1), channel 1 holds [2, 4] (mean 3, var 1).
+  const HostTensor x = F32({1, 3, 2, 4}, {1, 2, 1, 2});
+  const HostTensor one = F32({1, 1}, {2}), zero = F32({0, 0}, {2});
+  auto r = run_op("BatchNormalization", {x, one, zero, one, one},
+                  {{"training_mode", 1}, {"epsilon", 0.0f}, {"momentum", 0.9f}}, 3);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(tensors_near((*r)[0], F32({-1, 1, -1, 1}, {1, 2, 1, 2})));
+  EXPECT_TRUE(tensors_near((*r)[1], F32({1.1f, 1.2f}, {2})));  // 1*0.9 + [2, 3]*0.1
+  EXPECT_TRUE(tensors_near((*r)[2], F32({1, 1}, {2})));
+}
+
 TEST(NnBatchNorm, Errors) {
   const HostTensor x = F32({1, 3, 2, 4}, {1, 2, 1, 2});
   const HostTensor p = F32({1, 1}, {2});
-  EXPECT_TRUE(fails_with(run_op("BatchNormalization", {x, p, p, p, p}, {{"training_mode", 1}}),
-                         StatusCode::kUnimplemented, {"BatchNormalization", "training_mode=1"}));
   EXPECT_TRUE(fails_with(run_op("BatchNormalization", {x, p, p, p, p}, {}, 3),
                          StatusCode::kInvalidArgument,
                          {"BatchNormalization", "3 outputs", "training_mode=1"}));

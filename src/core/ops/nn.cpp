@@ -580,7 +580,7 @@ OpSchema batch_norm_schema() {
   s.min_inputs = s.max_inputs = 5;
   s.max_outputs = 3;
   s.attributes = {"epsilon", "momentum", "training_mode"};
-  s.doc = "inference-mode batch normalization with per-channel scale, bias, mean and variance";
+  s.doc = "batch normalization: running statistics (inference) or batch statistics (training_mode=1)";
   s.infer = [](InferenceContext& ctx) -> Status {
     TD_RETURN_IF_ERROR(check_type(ctx, 0, "X", kFloatTypes));
     TD_RETURN_IF_ERROR(check_type(ctx, 1, "scale", kFloatTypes));
@@ -595,11 +595,7 @@ OpSchema batch_norm_schema() {
     TD_ASSIGN_OR_RETURN(int64_t training, ctx.attr_int("training_mode", 0));
     if (training != 0 && training != 1)
       return ctx.error("training_mode must be 0 or 1, got {}", training);
-    if (training)
-      return ctx.unimplemented(
-          "training_mode=1 (batch statistics, running mean/var outputs) is not supported; "
-          "only inference mode (training_mode=0) is");
-    if (ctx.num_outputs() > 1)
+    if (!training && ctx.num_outputs() > 1)
       return ctx.error(
           "has {} outputs, but running_mean and running_var exist only with "
           "training_mode=1; inference mode has the one output Y",
@@ -608,6 +604,8 @@ OpSchema batch_norm_schema() {
     const char* names[] = {"scale", "B", "input_mean", "input_var"};
     for (int i = 1; i <= 4; ++i) TD_RETURN_IF_ERROR(check_channel_param(ctx, i, names[i - 1], c));
     ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
+    // Training mode: batch statistics normalise Y; running_mean/var are updated with momentum.
+    for (int i = 1; i < ctx.num_outputs(); ++i) ctx.set_output(i, ctx.input_dtype(3), {c});
     return OkStatus();
   };
   return s;

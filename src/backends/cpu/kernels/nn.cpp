@@ -525,11 +525,48 @@ Status batch_norm_typed(KernelContext& ctx) {
   const TensorView& xv = ctx.input(0);
   const std::vector<double> scale = to_doubles(ctx.input(1));
   const std::vector<double> bias = to_doubles(ctx.input(2));
-  const std::vector<double> mean = to_doubles(ctx.input(3));
-  const std::vector<double> var = to_doubles(ctx.input(4));
+  std::vector<double> mean = to_doubles(ctx.input(3));
+  std::vector<double> var = to_doubles(ctx.input(4));
   const int64_t n = xv.shape[0], c = xv.shape[1];
   const int64_t size = product(xv.shape, 2, xv.shape.size());
   const T* x = xv.as<T>();
+  TD_ASSIGN_OR_RETURN(int64_t training, ctx.attr_int("training_mode", 0));
+  if (training) {
+    // Batch statistics (population variance), as ONNX's reference; running stats updated.
+    TD_ASSIGN_OR_RETURN(float momentum, ctx.attr_float("momentum", 0.9f));
+    const double count = static_cast<double>(n * size);
+    std::vector<double> bmean(static_cast<size_t>(c), 0.0), bvar(static_cast<size_t>(c), 0.0);
+    for (int64_t ch = 0; ch < c; ++ch) {
+      double s = 0.0;
+      for (int64_t nb = 0; nb < n; ++nb)
+        for (int64_t i = 0; i < size; ++i) s += static_cast<double>(x[(nb * c + ch) * size + i]);
+      const double m = s / count;
+      double v = 0.0;
+      for (int64_t nb = 0; nb < n; ++nb)
+        for (int64_t i = 0; i < size; ++i) {
+          const double d = static_cast<double>(x[(nb * c + ch) * size + i]) - m;
+          v += d * d;
+        }
+      bmean[static_cast<size_t>(ch)] = m;
+      bvar[static_cast<size_t>(ch)] = v / count;
+    }
+    for (int o = 1; o < ctx.num_outputs(); ++o) {
+      if (!ctx.output_type(o).defined()) continue;
+      TD_ASSIGN_OR_RETURN(MutableTensorView r, ctx.output(o));
+      const std::vector<double>& running = o == 1 ? mean : var;
+      const std::vector<double>& batch = o == 1 ? bmean : bvar;
+      TD_RETURN_IF_ERROR(dispatch_float(r.dtype, [&](auto tag) -> Status {
+        using R = typename decltype(tag)::type;
+        for (int64_t ch = 0; ch < c; ++ch) {
+          const size_t k = static_cast<size_t>(ch);
+          r.as<R>()[ch] = static_cast<R>(running[k] * momentum + batch[k] * (1.0 - momentum));
+        }
+        return OkStatus();
+      }));
+    }
+    mean = std::move(bmean);
+    var = std::move(bvar);
+  }
   TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
   T* y = out.as<T>();
   for (int64_t nb = 0; nb < n; ++nb) {
@@ -546,9 +583,6 @@ Status batch_norm_typed(KernelContext& ctx) {
 }
 
 Status batch_norm_kernel(KernelContext& ctx) {
-  TD_ASSIGN_OR_RETURN(int64_t training, ctx.attr_int("training_mode", 0));
-  if (training)
-    return ctx.unimplemented("training_mode=1 is not supported; only inference mode is");
   return dispatch_float(ctx.input(0).dtype, [&](auto tag) -> Status {
     return batch_norm_typed<typename decltype(tag)::type>(ctx);
   });
