@@ -1,5 +1,7 @@
 #include "core/op_registry.h"
 
+#include <cassert>
+
 #include "core/ops/all_ops.h"
 
 namespace tensord {
@@ -20,6 +22,7 @@ Result<std::optional<std::vector<int64_t>>> InferenceContext::input_ints(int i) 
       case DType::kUInt16: out.push_back(v->as<uint16_t>()[k]); break;
       case DType::kUInt32: out.push_back(v->as<uint32_t>()[k]); break;
       case DType::kUInt64: out.push_back(static_cast<int64_t>(v->as<uint64_t>()[k])); break;
+      case DType::kBool: out.push_back(v->as<bool>()[k] ? 1 : 0); break;
       default:
         return error("input {} must be an integer tensor, got {}", i, dtype_name(v->dtype));
     }
@@ -53,7 +56,9 @@ const OpRegistry& OpRegistry::global() {
 
 void OpRegistry::add(OpSchema schema) {
   std::string name = schema.name;
-  schemas_[name] = std::move(schema);
+  const bool inserted = schemas_.emplace(name, std::move(schema)).second;
+  assert(inserted && "two op families registered the same op");
+  (void)inserted;
 }
 
 const OpSchema* OpRegistry::find(const std::string& op) const {

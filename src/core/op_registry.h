@@ -42,7 +42,7 @@ class InferenceContext : public NodeAttrs {
   const TensorView* input_value(int i) const {
     return i < num_inputs() ? input_values_[i] : nullptr;
   }
-  // The input's value as int64s (any integer dtype). nullopt when the value is unknown;
+  // The input's value as int64s (any integer dtype or bool). nullopt when the value is unknown;
   // an error when it is not an integer tensor.
   Result<std::optional<std::vector<int64_t>>> input_ints(int i) const;
 

@@ -48,6 +48,11 @@ class KernelContext : public NodeAttrs {
   Result<MutableTensorView> output(int i);
   // Allocates output i with an explicit type (data-dependent shapes, e.g. NonZero).
   Result<MutableTensorView> allocate_output(int i, DType dtype, const Shape& shape);
+  // Whether the node wants output i (an omitted optional output has an empty name and an
+  // undefined type; a kernel must not produce it).
+  bool wants_output(int i) const {
+    return i < num_outputs() && output_types_[static_cast<size_t>(i)].defined();
+  }
   // Type inference gave output i (dims may be -1 for data-dependent shapes).
   const TensorType& output_type(int i) const { return output_types_.at(i); }
   // Whether output i has been allocated (the executor checks every output was produced).

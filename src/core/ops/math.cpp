@@ -13,6 +13,7 @@
 
 #include "core/op_registry.h"
 #include "core/ops/all_ops.h"
+#include "core/ops/op_helpers.h"
 
 namespace tensord {
 

@@ -12,6 +12,7 @@
 
 #include "core/op_registry.h"
 #include "core/ops/all_ops.h"
+#include "core/ops/op_helpers.h"
 
 namespace tensord {
 

@@ -18,14 +18,9 @@
 #include "backends/cpu/dispatch.h"
 #include "backends/cpu/kernel.h"
 #include "core/op_registry.h"
+#include "core/ops/op_helpers.h"
 
 namespace tensord {
-namespace math {
-// Defined in src/core/ops/math.cpp (see the comments there).
-Status parse_einsum(const std::string& equation, const std::vector<Shape>& shapes,
-                    std::vector<std::vector<int>>* input_labels, std::vector<int>* output_labels,
-                    std::vector<int64_t>* label_sizes);
-}  // namespace math
 
 namespace cpu {
 namespace {

@@ -16,17 +16,9 @@
 #include "backends/cpu/dispatch.h"
 #include "backends/cpu/kernel.h"
 #include "core/op_registry.h"
+#include "core/ops/op_helpers.h"
 
 namespace tensord {
-namespace nn {
-// Defined in src/core/ops/nn.cpp (see the comments there).
-Status window_geometry(const NodeAttrs& a, const Shape& in_spatial, const Shape& kernel, bool pool,
-                       std::vector<int64_t>* strides, std::vector<int64_t>* dilations,
-                       std::vector<int64_t>* pads, Shape* out_spatial);
-Status conv_transpose_geometry(const NodeAttrs& a, const Shape& in_spatial, const Shape& kernel,
-                               std::vector<int64_t>* strides, std::vector<int64_t>* dilations,
-                               std::vector<int64_t>* pads, Shape* out_spatial);
-}  // namespace nn
 
 namespace cpu {
 namespace {

@@ -1,0 +1,44 @@
+// Helpers shared between op schemas (src/core/ops) and the kernels of every backend, so
+// the geometry a schema infers and the geometry a kernel computes are one piece of code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/node_attrs.h"
+#include "tensord/tensor.h"
+
+namespace tensord {
+namespace nn {
+
+// Sliding-window geometry of Conv (pool=false) and MaxPool/AveragePool/LpPool (pool=true,
+// which also reads ceil_mode). `in_spatial` and `kernel` are the spatial input sizes and the
+// kernel sizes (either may hold -1 = unknown, giving -1 output sizes). Outputs: strides and
+// dilations (n values), pads (2n values: all begins, then all ends, as ONNX orders them;
+// computed from auto_pad when it is SAME_*), and the spatial output sizes.
+// Defined in src/core/ops/nn.cpp.
+Status window_geometry(const NodeAttrs& a, const Shape& in_spatial, const Shape& kernel, bool pool,
+                       std::vector<int64_t>* strides, std::vector<int64_t>* dilations,
+                       std::vector<int64_t>* pads, Shape* out_spatial);
+
+// Geometry of ConvTranspose: strides, dilations, pads (2n, begins then ends; these crop the
+// full transposed output, and a negative end pad extends it with zeros) and the spatial
+// output sizes. Honors output_padding, output_shape and auto_pad. Defined in nn.cpp.
+Status conv_transpose_geometry(const NodeAttrs& a, const Shape& in_spatial, const Shape& kernel,
+                               std::vector<int64_t>* strides, std::vector<int64_t>* dilations,
+                               std::vector<int64_t>* pads, Shape* out_spatial);
+
+}  // namespace nn
+
+namespace math {
+
+// Parses an Einsum `equation` for inputs of the given shapes (dims may be -1 = unknown).
+// Labels: 'A'..'Z' are 0..25, 'a'..'z' 26..51, '...' dims 52, 53, ... aligned right.
+// input_labels[i][d]: label of axis d of input i; output_labels: the output's labels;
+// label_sizes[l]: broadcast size of label l (-1 unknown, -2 unused). Defined in math.cpp.
+Status parse_einsum(const std::string& equation, const std::vector<Shape>& shapes,
+                    std::vector<std::vector<int>>* input_labels, std::vector<int>* output_labels,
+                    std::vector<int64_t>* label_sizes);
+
+}  // namespace math
+}  // namespace tensord
