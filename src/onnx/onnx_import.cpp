@@ -13,6 +13,7 @@
 
 #include "core/errors.h"
 #include "core/graph_utils.h"
+#include "core/node_attrs.h"
 #include "core/op_registry.h"
 
 namespace tensord::onnx {
@@ -263,7 +264,9 @@ struct Importer {
 
   // Rewrites `n` (declared under `opset`) into its opset-17 form; may append helper nodes.
   Status normalize(Graph& g, Node& n, std::vector<Node>& extra) {
-    const std::string& op = n.op;
+    const std::string op = n.op;
+    const Node original = n;  // attribute reads see the node as written in the file
+    const NodeAttrs attrs(original);
     // Opset < 6: a memory-reuse hint with no effect on results.
     if (opset < 6) n.attrs.erase("consumed_inputs");
     if (opset < 7 && n.attrs.count("broadcast")) {
@@ -277,8 +280,8 @@ struct Importer {
       n.attrs.erase("broadcast");
     }
     if (op == "Clip" && opset < 11) {
-      const float lo = n.attrs.count("min") ? *n.attrs["min"].get_if<float>() : -3.4028235e38f;
-      const float hi = n.attrs.count("max") ? *n.attrs["max"].get_if<float>() : 3.4028235e38f;
+      TD_ASSIGN_OR_RETURN(const float lo, attrs.attr_float("min", -3.4028235e38f));
+      TD_ASSIGN_OR_RETURN(const float hi, attrs.attr_float("max", 3.4028235e38f));
       n.attrs.erase("min");
       n.attrs.erase("max");
       n.inputs.resize(1);
@@ -300,13 +303,13 @@ struct Importer {
       attr_to_input(g, n, "pads", 1);
       float value = 0;
       if (n.attrs.count("value")) {
-        value = *n.attrs["value"].get_if<float>();
+        TD_ASSIGN_OR_RETURN(value, attrs.attr_float("value", 0.0f));
         n.attrs.erase("value");
       }
       n.inputs.push_back(add_scalar(g, n.name + "_value", value));
     } else if (op == "Dropout" && opset < 12) {
       if (n.attrs.count("ratio")) {
-        float r = *n.attrs["ratio"].get_if<float>();
+        TD_ASSIGN_OR_RETURN(const float r, attrs.attr_float("ratio", 0.5f));
         n.attrs.erase("ratio");
         n.inputs.resize(1);
         n.inputs.push_back(add_scalar(g, n.name + "_ratio", r));
@@ -322,9 +325,9 @@ struct Importer {
     } else if (op == "Upsample") {
       // Upsample (opset 7-9) is Resize with scales.
       std::string mode = "nearest";
-      if (n.attrs.count("mode")) mode = *n.attrs["mode"].get_if<std::string>();
+      TD_ASSIGN_OR_RETURN(mode, attrs.attr_string("mode", "nearest"));
       std::vector<float> scales;
-      if (n.attrs.count("scales")) scales = *n.attrs["scales"].get_if<std::vector<float>>();
+      TD_ASSIGN_OR_RETURN(scales, attrs.attr_floats("scales"));
       n.op = "Resize";
       n.attrs.clear();
       n.attrs["mode"] = mode == "bilinear" ? std::string("linear") : mode;
@@ -345,13 +348,13 @@ struct Importer {
     } else if (op == "Resize" && opset < 11) {
       // opset 10: (X, scales) -> opset 11+: (X, roi, scales)
       if (n.inputs.size() >= 2) n.inputs = {n.inputs[0], "", n.inputs[1]};
-      std::string mode = n.attrs.count("mode") ? *n.attrs["mode"].get_if<std::string>() : "nearest";
+      TD_ASSIGN_OR_RETURN(const std::string mode, attrs.attr_string("mode", "nearest"));
       n.attrs["coordinate_transformation_mode"] = std::string("asymmetric");
       if (mode == "nearest") n.attrs["nearest_mode"] = std::string("floor");
     } else if ((op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") && opset < 13) {
       // Before 13: coerce to 2-D at `axis` (default 1), normalise rows, restore the shape.
       int64_t axis = 1;
-      if (n.attrs.count("axis")) axis = *n.attrs["axis"].get_if<int64_t>();
+      TD_ASSIGN_OR_RETURN(axis, attrs.attr_int("axis", 1));
       const std::string x = n.inputs.at(0), y = n.outputs.at(0);
       const std::string flat = fresh_name(y + "_flat"), soft = fresh_name(y + "_2d"),
                         shape = fresh_name(y + "_shape");

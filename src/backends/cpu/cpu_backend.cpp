@@ -303,6 +303,9 @@ class CpuExecutable final : public Executable {
       Status s = infer_node(OpRegistry::global(), ictx);
       if (!s.ok()) return poison(step, s, values);
       out_types = ictx.output_types();
+      out_types.resize(node.outputs.size());
+      for (size_t k = 0; k < node.outputs.size(); ++k)
+        if (node.outputs[k].empty()) out_types[k] = TensorType{};  // omitted optional output
     }
     // Widen float16/bfloat16 around kernels that lack native code for them.
     const bool widen_io = !step.kernel->native_low_precision &&
