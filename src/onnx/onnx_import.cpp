@@ -267,6 +267,12 @@ struct Importer {
     const std::string op = n.op;
     const Node original = n;  // attribute reads see the node as written in the file
     const NodeAttrs attrs(original);
+    // Rewrites below read input 0 / output 0: a malformed node is reported, not indexed.
+    const bool rewrites_io = op == "Upsample" || (op == "Resize" && opset < 11) ||
+                             ((op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") && opset < 13);
+    if (rewrites_io && (n.inputs.empty() || n.inputs[0].empty() || n.outputs.empty() ||
+                        n.outputs[0].empty()))
+      return err(fmt::format("{} needs an input and an output", n.label()));
     // Opset < 6: a memory-reuse hint with no effect on results.
     if (opset < 6) n.attrs.erase("consumed_inputs");
     if (opset < 7 && n.attrs.count("broadcast")) {
