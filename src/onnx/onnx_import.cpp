@@ -132,6 +132,18 @@ struct Importer {
                                dtype_name(dtype), *size));
       return HostTensor::from_bytes(dtype, shape, t.raw_data().data(), t.raw_data().size());
     }
+    // Check the element count before allocating: the dims of a hostile file can be huge.
+    int64_t have = 0;
+    switch (dtype) {
+      case DType::kFloat32: have = t.float_data_size(); break;
+      case DType::kFloat64: have = t.double_data_size(); break;
+      case DType::kInt64: have = t.int64_data_size(); break;
+      case DType::kUInt32: case DType::kUInt64: have = t.uint64_data_size(); break;
+      default: have = t.int32_data_size(); break;
+    }
+    if (have != n)
+      return err(fmt::format("tensor '{}' has {} values, shape {} needs {}", t.name(), have,
+                             shape_to_string(shape), n));
     HostTensor out(dtype, shape);
     auto count_error = [&](int64_t got) {
       return err(fmt::format("tensor '{}' has {} values, shape {} needs {}", t.name(), got,
