@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_common.h"
+#include "cli/cmd_serve.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "tensord/client.h"
@@ -82,6 +83,19 @@ int run_main(int argc, char** argv) {
   bool json = false;
   devices->add_flag("--json", json, "Print one JSON array");
 
+  tensord::cli::ServeOptions serve_opts;
+  auto* serve = app.add_subcommand("serve", "Serve this machine's devices over gRPC (the broker)");
+  serve
+      ->add_option("--listen,-l", serve_opts.listen,
+                   "HOST:PORT (port 0: any free port) or unix:PATH")
+      ->required();
+  serve->add_option("--session-memory-limit", serve_opts.session_memory_limit,
+                    "Bytes one session may hold (0: unlimited)");
+  serve->add_option("--lease-seconds", serve_opts.lease_seconds,
+                    "Free a session's tensors when no call names it for this long");
+  serve->add_option("--drain-seconds", serve_opts.drain_seconds,
+                    "On SIGTERM/SIGINT, how long in-flight calls may finish");
+
 #ifdef TENSORD_CLI_HAVE_ONNX
   tensord::cli::RunOptions run_opts;
   auto* run = app.add_subcommand("run", "Run an ONNX model on tensors from .npy/.pb files");
@@ -117,6 +131,7 @@ int run_main(int argc, char** argv) {
     return kExitUsage;
   }
   if (devices->parsed()) return cmd_devices(json);
+  if (serve->parsed()) return tensord::cli::cmd_serve(serve_opts);
 #ifdef TENSORD_CLI_HAVE_ONNX
   if (run->parsed()) return tensord::cli::cmd_run(run_opts);
   if (onnx_test->parsed()) return tensord::cli::cmd_onnx_test(test_opts);

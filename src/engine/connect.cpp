@@ -1,6 +1,6 @@
 #include <cstdlib>
 
-#include "core/errors.h"
+#include "rpc/remote_client.h"
 #include "tensord/client.h"
 
 namespace tensord {
@@ -10,11 +10,9 @@ Result<std::unique_ptr<Client>> connect(const std::string& address) {
   if (addr.empty())
     if (const char* env = std::getenv("TENSORD_ADDRESS")) addr = env;
   if (addr.empty()) return make_local_client();
-  // The gRPC RemoteClient is not part of this build yet (see the broker issue).
-  return errors::Unimplemented(
-      "cannot connect to broker '{}': this build of tensord has no remote client yet; unset "
-      "TENSORD_ADDRESS to use the embedded engine",
-      addr);
+  // A broker: HOST:PORT or unix:PATH (see src/rpc/remote_client.h).
+  TD_ASSIGN_OR_RETURN(auto remote, rpc::RemoteClient::connect(addr));
+  return std::unique_ptr<Client>(std::move(remote));
 }
 
 }  // namespace tensord

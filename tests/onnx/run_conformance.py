@@ -117,6 +117,7 @@ NOTES = {
             "rounds to nearest even",
     "CastLike": "ONNX 1.12's generator wrote 'like' as shape [1] while the model declares [3, 4]; "
                 "the engine refuses inputs that contradict the declared shape",
+    "Scan": "opset-8 Scan (batched, with sequence_lens) is not implemented; opset 9+ Scan is",
 }
 
 ALIASES = {"sce": "SoftmaxCrossEntropyLoss", "nllloss": "NegativeLogLikelihoodLoss"}

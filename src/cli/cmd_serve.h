@@ -1,0 +1,21 @@
+// `tensord serve`: the broker (an Engine behind the gRPC service of proto/tensord.proto).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tensord::cli {
+
+struct ServeOptions {
+  std::string listen;                // "HOST:PORT" (port 0 = any free port) or "unix:PATH"
+  int64_t session_memory_limit = 0;  // bytes per session; 0 = unlimited
+  double lease_seconds = 30;         // a session no call names for this long is freed
+  double drain_seconds = 30;         // on SIGTERM/SIGINT: how long in-flight calls may finish
+};
+
+// Serves until SIGTERM or SIGINT, then stops taking calls, lets in-flight ones finish (up to
+// drain_seconds) and returns 0. Prints "tensord serving on ADDR" on stdout once clients can
+// connect (ADDR with the chosen port when port 0 was asked for).
+int cmd_serve(const ServeOptions& options);
+
+}  // namespace tensord::cli

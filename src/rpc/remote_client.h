@@ -1,0 +1,77 @@
+// RemoteClient: the Client interface over a broker (`tensord serve`) reached by gRPC.
+//
+// The header is lean on purpose (no gRPC or protobuf headers): `connect()` in the tensord
+// library includes it.
+//
+// Lifetime: connect() does the handshake (checks the protocol version) and opens a session;
+// a background thread renews the session's lease while the client lives; the destructor
+// closes the session (the broker frees its tensors).
+//
+// Failures: a broker that is down or goes away answers UNAVAILABLE, quickly — calls never wait
+// for a connection (wait_for_ready is off), calls that do not wait on device work carry a
+// deadline, and keepalive pings find a silent peer on the long ones (read(), wait()). Errors
+// raised by the broker arrive with their code and message unchanged.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tensord/client.h"
+
+namespace tensord::rpc {
+
+struct RemoteClientOptions {
+  // Deadline of the handshake and session opening.
+  std::chrono::milliseconds connect_timeout{5000};
+  // Deadline of every call that does not wait on device work (all but read() and wait()).
+  std::chrono::milliseconds call_timeout{60000};
+  // Bytes the session may hold on the broker; 0 = the broker's limit.
+  int64_t memory_limit = 0;
+  // Bulk transfer chunk size; 0 = the default (2 MiB). Uploads up to one chunk go in one
+  // unary call, larger ones are streamed.
+  int64_t chunk_bytes = 0;
+};
+
+class RemoteClient final : public Client {
+ public:
+  // `address`: "HOST:PORT" or "unix:PATH". UNAVAILABLE if no broker answers there within
+  // options.connect_timeout; FAILED_PRECONDITION if it speaks another protocol version.
+  static Result<std::unique_ptr<RemoteClient>> connect(const std::string& address,
+                                                       const RemoteClientOptions& options = {});
+  ~RemoteClient() override;
+
+  Result<std::vector<DeviceInfo>> devices() override;
+  std::string default_device() override;
+  Result<TensorHandle> upload(const TensorView& src, const std::string& device) override;
+  Result<HostTensor> read(TensorHandle h) override;
+  Status wait(TensorHandle h) override;
+  Result<TensorInfo> info(TensorHandle h) override;
+  Result<std::vector<TensorHandle>> execute(const Graph& graph,
+                                            const std::vector<TensorHandle>& inputs,
+                                            const std::string& device) override;
+  Result<TensorHandle> copy(TensorHandle h, const std::string& device) override;
+  Status release(TensorHandle h) override;
+  ClientStats stats() override;
+
+  const std::string& address() const;
+  // The broker's session id (sent as the "tensord-session" metadata).
+  uint64_t session() const;
+  std::string server_version() const;
+  // gRPC calls made by this client so far (a stream counts once; heartbeats are not
+  // counted). Tests use it to check that a lazy chain costs one round trip.
+  int64_t rpc_count() const;
+  // One bare unary round trip carrying `payload_bytes` each way (for benchmarks).
+  Status echo(int64_t payload_bytes);
+
+  struct Impl;
+
+ private:
+  explicit RemoteClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tensord::rpc

@@ -1,0 +1,539 @@
+#include "rpc/server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include "core/errors.h"
+#include "rpc/wire.h"
+#include "tensord.grpc.pb.h"
+#include "tensord/version.h"
+
+namespace tensord::rpc {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct SessionState {
+  SessionId engine_session = 0;
+  int64_t memory_limit = 0;
+  Clock::time_point last_seen;
+  int in_flight = 0;
+};
+
+class Service final : public v1::Tensord::Service {
+ public:
+  Service(std::shared_ptr<Engine> engine, const RpcServerOptions& options)
+      : engine_(std::move(engine)), options_(options), rng_(std::random_device{}()) {
+    reaper_ = std::thread([this] { reap_loop(); });
+  }
+
+  ~Service() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    reaper_.join();
+    close_all();
+  }
+
+  int64_t session_count() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int64_t>(sessions_.size());
+  }
+
+  void close_all() {
+    std::unordered_map<uint64_t, SessionState> dead;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      dead.swap(sessions_);
+    }
+    for (auto& [id, s] : dead) (void)engine_->close_session(s.engine_session);
+  }
+
+  // ---------------------------------------------------------------- no session needed
+
+  grpc::Status Handshake(grpc::ServerContext* ctx, const v1::HandshakeRequest* req,
+                         v1::HandshakeResponse* resp) override {
+    resp->set_server_version(kVersion);
+    resp->set_protocol_version(kProtocolVersion);
+    for (const auto& d : engine_->devices()) to_proto(d, resp->add_devices());
+    auto dd = engine_->default_device();
+    if (dd.ok()) resp->set_default_device(*dd);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListDevices(grpc::ServerContext* ctx, const v1::ListDevicesRequest* req,
+                           v1::ListDevicesResponse* resp) override {
+    for (const auto& d : engine_->devices()) to_proto(d, resp->add_devices());
+    auto dd = engine_->default_device();
+    if (dd.ok()) resp->set_default_device(*dd);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Echo(grpc::ServerContext* ctx, const v1::EchoMessage* req,
+                    v1::EchoMessage* resp) override {
+    *resp = *req;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status OpenSession(grpc::ServerContext* ctx, const v1::OpenSessionRequest* req,
+                           v1::OpenSessionResponse* resp) override {
+    if (req->memory_limit() < 0)
+      return fail(ctx, errors::InvalidArgument("OpenSession: negative memory limit {}",
+                                               req->memory_limit()));
+    int64_t limit = options_.session_memory_limit;
+    if (req->memory_limit() > 0)
+      limit = limit ? std::min(limit, req->memory_limit()) : req->memory_limit();
+    SessionState s;
+    s.engine_session = engine_->open_session(limit);
+    s.memory_limit = limit;
+    s.last_seen = Clock::now();
+    uint64_t id = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      do {
+        id = rng_();
+      } while (id == 0 || sessions_.count(id));
+      sessions_.emplace(id, s);
+    }
+    resp->set_session(id);
+    resp->set_lease_ms(options_.lease.count());
+    resp->set_memory_limit(limit);
+    return grpc::Status::OK;
+  }
+
+  // ---------------------------------------------------------------- in a session
+
+  grpc::Status CloseSession(grpc::ServerContext* ctx, const v1::CloseSessionRequest* req,
+                            v1::CloseSessionResponse* resp) override {
+    auto id = session_id(ctx);
+    if (!id.ok()) return fail(ctx, id.status());
+    SessionState dead;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = sessions_.find(*id);
+      if (it == sessions_.end()) return fail(ctx, unknown_session(*id));
+      dead = it->second;
+      sessions_.erase(it);
+    }
+    return fail(ctx, engine_->close_session(dead.engine_session));
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    resp->set_lease_ms(options_.lease.count());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Upload(grpc::ServerContext* ctx, grpc::ServerReader<v1::UploadChunk>* reader,
+                      v1::UploadResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    v1::UploadChunk chunk;
+    if (!reader->Read(&chunk))
+      return fail(ctx, errors::InvalidArgument("upload: the stream ended before its header"));
+    if (!chunk.has_header())
+      return fail(ctx, errors::InvalidArgument(
+                           "upload: the first message must carry the header (dtype, shape, "
+                           "device, total_bytes)"));
+    const v1::UploadHeader header = chunk.header();
+    auto size = check_header(g, header);
+    if (!size.ok()) return fail(ctx, size.status());
+    std::unique_ptr<unsigned char[]> staging(
+        new (std::nothrow) unsigned char[std::max<int64_t>(*size, 1)]);
+    if (!staging)
+      return fail(ctx, errors::ResourceExhausted(
+                           "upload: cannot stage {} bytes in the broker's host memory", *size));
+    int64_t received = 0;
+    int64_t messages = 0;
+    do {
+      ++messages;
+      if (messages > 1 && chunk.has_header())
+        return fail(ctx,
+                    errors::InvalidArgument("upload: message {} repeats the header", messages));
+      const std::string& data = chunk.data();
+      if (static_cast<int64_t>(data.size()) > *size - received)
+        return fail(ctx, errors::InvalidArgument(
+                             "upload: the header declares {} bytes, but the stream carries more "
+                             "({} after message {})",
+                             *size, received + static_cast<int64_t>(data.size()), messages));
+      if (!data.empty()) std::memcpy(staging.get() + received, data.data(), data.size());
+      received += static_cast<int64_t>(data.size());
+    } while (reader->Read(&chunk));
+    if (ctx->IsCancelled())
+      return fail(ctx, Status(StatusCode::kCancelled, "upload: the client cancelled the stream"));
+    if (received != *size)
+      return fail(ctx, errors::InvalidArgument(
+                           "upload: the header declares {} bytes, but the stream carried {}", *size,
+                           received));
+    return finish_upload(ctx, g, header, staging.get(), resp);
+  }
+
+  grpc::Status UploadInline(grpc::ServerContext* ctx, const v1::UploadChunk* req,
+                            v1::UploadResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    if (!req->has_header())
+      return fail(ctx, errors::InvalidArgument("upload: the message carries no header"));
+    auto size = check_header(g, req->header());
+    if (!size.ok()) return fail(ctx, size.status());
+    if (static_cast<int64_t>(req->data().size()) != *size)
+      return fail(ctx, errors::InvalidArgument(
+                           "upload: the header declares {} bytes, but the message carries {}",
+                           *size, req->data().size()));
+    return finish_upload(ctx, g, req->header(), req->data().data(), resp);
+  }
+
+  grpc::Status Read(grpc::ServerContext* ctx, const v1::ReadRequest* req,
+                    grpc::ServerWriter<v1::ReadChunk>* writer) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    auto t = engine_->read(g.engine_session(), req->handle());
+    if (!t.ok()) return fail(ctx, t.status());
+    int64_t chunk = req->chunk_bytes() > 0 ? req->chunk_bytes() : options_.chunk_bytes;
+    chunk = std::clamp<int64_t>(chunk, 64 << 10, 64 << 20);
+    const auto* bytes = static_cast<const char*>(t->data());
+    const int64_t total = static_cast<int64_t>(t->nbytes());
+    v1::ReadChunk msg;
+    auto* h = msg.mutable_header();
+    h->set_dtype(static_cast<int32_t>(t->dtype()));
+    h->mutable_shape()->Assign(t->shape().begin(), t->shape().end());
+    h->set_total_bytes(total);
+    int64_t off = 0;
+    do {
+      const int64_t n = std::min(chunk, total - off);
+      msg.set_data(bytes + off, static_cast<size_t>(n));
+      off += n;
+      if (!writer->Write(msg))
+        return fail(ctx, Status(StatusCode::kCancelled, "read: the client went away"));
+      msg.clear_header();
+    } while (off < total);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Wait(grpc::ServerContext* ctx, const v1::HandleRequest* req,
+                    v1::WaitResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    return fail(ctx, engine_->wait(g.engine_session(), req->handle()));
+  }
+
+  grpc::Status Info(grpc::ServerContext* ctx, const v1::HandleRequest* req,
+                    v1::InfoResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    auto info = engine_->info(g.engine_session(), req->handle());
+    if (!info.ok()) return fail(ctx, info.status());
+    to_proto(info->type, resp->mutable_type());
+    resp->set_device(info->device);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Execute(grpc::ServerContext* ctx, const v1::ExecuteRequest* req,
+                       v1::ExecuteResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    auto graph = from_proto(req->graph());
+    if (!graph.ok()) return fail(ctx, graph.status().with_context("execute"));
+    std::vector<TensorHandle> inputs(req->inputs().begin(), req->inputs().end());
+    auto out = engine_->execute(g.engine_session(), *graph, inputs, req->device());
+    if (!out.ok()) return fail(ctx, out.status());
+    resp->mutable_outputs()->Assign(out->begin(), out->end());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Copy(grpc::ServerContext* ctx, const v1::CopyRequest* req,
+                    v1::CopyResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    auto h = engine_->copy(g.engine_session(), req->handle(), req->device());
+    if (!h.ok()) return fail(ctx, h.status());
+    resp->set_handle(*h);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Release(grpc::ServerContext* ctx, const v1::HandleRequest* req,
+                       v1::ReleaseResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    return fail(ctx, engine_->release(g.engine_session(), req->handle()));
+  }
+
+ private:
+  // Marks the session busy for the duration of one call (the reaper skips busy sessions) and
+  // renews its lease at both ends of the call.
+  class Guard {
+   public:
+    Guard(Service* service, grpc::ServerContext* ctx) : service_(service) {
+      auto id = service->session_id(ctx);
+      if (!id.ok()) {
+        status_ = id.status();
+        return;
+      }
+      std::lock_guard<std::mutex> lock(service->mu_);
+      auto it = service->sessions_.find(*id);
+      if (it == service->sessions_.end()) {
+        status_ = service->unknown_session(*id);
+        return;
+      }
+      it->second.in_flight++;
+      it->second.last_seen = Clock::now();
+      id_ = *id;
+      engine_session_ = it->second.engine_session;
+      memory_limit_ = it->second.memory_limit;
+    }
+    ~Guard() {
+      if (!id_) return;
+      std::lock_guard<std::mutex> lock(service_->mu_);
+      auto it = service_->sessions_.find(id_);
+      if (it == service_->sessions_.end()) return;  // closed meanwhile
+      it->second.in_flight--;
+      it->second.last_seen = Clock::now();
+    }
+    bool ok() const { return status_.ok(); }
+    const Status& status() const { return status_; }
+    SessionId engine_session() const { return engine_session_; }
+    int64_t memory_limit() const { return memory_limit_; }
+
+   private:
+    Service* service_;
+    Status status_;
+    uint64_t id_ = 0;
+    SessionId engine_session_ = 0;
+    int64_t memory_limit_ = 0;
+  };
+
+  // Errors the broker raises are marked, so a client can tell them from transport failures.
+  static grpc::Status fail(grpc::ServerContext* ctx, const Status& s) {
+    if (s.ok()) return grpc::Status::OK;
+    ctx->AddTrailingMetadata(kErrorKey, "1");
+    return to_grpc(s);
+  }
+
+  Result<uint64_t> session_id(grpc::ServerContext* ctx) const {
+    const auto& md = ctx->client_metadata();
+    auto it = md.find(kSessionKey);
+    if (it == md.end())
+      return errors::InvalidArgument(
+          "no session: the call needs the metadata '{}' with the id OpenSession returned",
+          kSessionKey);
+    const std::string text(it->second.data(), it->second.size());
+    uint64_t id = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+    if (ec != std::errc() || end != text.data() + text.size() || id == 0)
+      return errors::InvalidArgument("invalid session id '{}' in the metadata '{}'", text,
+                                     kSessionKey);
+    return id;
+  }
+
+  Status unknown_session(uint64_t id) const {
+    return errors::NotFound(
+        "session {} does not exist (closed, or no call renewed its lease of {} ms)", id,
+        options_.lease.count());
+  }
+
+  // Validates an upload header: dtype, shape, declared size, and whether the bytes can fit
+  // (device memory, session limit) before any are received. Returns the byte size.
+  Result<int64_t> check_header(const Guard& g, const v1::UploadHeader& h) {
+    TD_ASSIGN_OR_RETURN(int64_t size, checked_wire_size(h.dtype(), h.shape(), "upload"));
+    if (h.total_bytes() != size)
+      return errors::InvalidArgument(
+          "upload: the header declares {} bytes, but {}{} takes {} bytes", h.total_bytes(),
+          dtype_name(static_cast<DType>(h.dtype())),
+          shape_to_string(Shape(h.shape().begin(), h.shape().end())), size);
+    if (g.memory_limit() > 0) {
+      const int64_t held = engine_->session_bytes(g.engine_session());
+      if (size > g.memory_limit() - held)
+        return errors::ResourceExhausted(
+            "session memory limit exceeded: uploading {} bytes would bring the session to {} "
+            "bytes (limit {})",
+            size, held + size, g.memory_limit());
+    }
+    std::string device = h.device();
+    if (device.empty()) {
+      auto dd = engine_->default_device();
+      if (dd.ok()) device = *dd;
+    }
+    for (const auto& d : engine_->devices()) {
+      if (d.name != device) continue;
+      if (size > d.memory_bytes - d.memory_in_use)
+        return errors::ResourceExhausted(
+            "upload: {} bytes do not fit on {} ({} of {} bytes in use)", size, d.name,
+            d.memory_in_use, d.memory_bytes);
+    }
+    return size;  // an unknown device is the engine's to report
+  }
+
+  grpc::Status finish_upload(grpc::ServerContext* ctx, const Guard& g, const v1::UploadHeader& h,
+                             const void* data, v1::UploadResponse* resp) {
+    TensorView view{static_cast<DType>(h.dtype()), Shape(h.shape().begin(), h.shape().end()), data};
+    auto handle = engine_->upload(g.engine_session(), view, h.device());
+    if (!handle.ok()) return fail(ctx, handle.status());
+    resp->set_handle(*handle);
+    return grpc::Status::OK;
+  }
+
+  void reap_loop() {
+    const auto period = std::clamp<std::chrono::milliseconds>(
+        options_.lease / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_) {
+      cv_.wait_for(lock, period);
+      if (stopping_) break;
+      const auto now = Clock::now();
+      std::vector<SessionId> expired;
+      for (auto it = sessions_.begin(); it != sessions_.end();) {
+        if (it->second.in_flight == 0 && now - it->second.last_seen > options_.lease) {
+          expired.push_back(it->second.engine_session);
+          it = sessions_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      lock.unlock();
+      for (SessionId s : expired) (void)engine_->close_session(s);
+      lock.lock();
+    }
+  }
+
+  std::shared_ptr<Engine> engine_;
+  RpcServerOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::unordered_map<uint64_t, SessionState> sessions_;
+  std::mt19937_64 rng_;
+  std::thread reaper_;
+};
+
+// True when a process accepts connections on the unix socket at `path`. gRPC unlinks an
+// existing socket file before binding, which would silently take a live broker's address.
+bool unix_socket_is_served(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) return false;
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool served = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return served;
+}
+
+}  // namespace
+
+struct RpcServer::Impl {
+  std::unique_ptr<Service> service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+  std::mutex shutdown_mu;
+  std::condition_variable shutdown_cv;
+  bool shutdown_started = false;
+  bool shutdown_done = false;
+};
+
+RpcServer::RpcServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+RpcServer::~RpcServer() {
+  shutdown(std::chrono::milliseconds(0));
+  wait();
+}
+
+Result<std::unique_ptr<RpcServer>> RpcServer::start(std::shared_ptr<Engine> engine,
+                                                    const RpcServerOptions& options) {
+  if (!engine) return errors::InvalidArgument("RpcServer: no engine");
+  if (options.listen.empty()) return errors::InvalidArgument("RpcServer: no listen address");
+  if (options.lease.count() <= 0)
+    return errors::InvalidArgument("RpcServer: the session lease must be positive, got {} ms",
+                                   options.lease.count());
+  if (options.session_memory_limit < 0)
+    return errors::InvalidArgument("RpcServer: negative session memory limit {}",
+                                   options.session_memory_limit);
+  const bool is_unix = options.listen.rfind("unix:", 0) == 0;
+  if (!is_unix && options.listen.find(':') == std::string::npos)
+    return errors::InvalidArgument("listen address '{}' is neither HOST:PORT nor unix:PATH",
+                                   options.listen);
+
+  if (is_unix && unix_socket_is_served(options.listen.substr(5)))
+    return errors::Unavailable("cannot listen on '{}': another process is serving there",
+                               options.listen);
+  keep_grpc_initialized();
+  auto impl = std::make_unique<Impl>();
+  impl->service = std::make_unique<Service>(std::move(engine), options);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(impl->service.get());
+  // gRPC sets SO_REUSEPORT by default: a second broker on the same port would then start and
+  // share the connections with the first. Refuse a taken port instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Let clients keep idle connections checked with pings (see RemoteClient), and find dead
+  // clients ourselves.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  // Bulk transfers: a large initial stream window so a chunked upload is not stalled by
+  // HTTP/2 flow control before BDP probing has grown the window.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 4 << 20);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
+  // The sync server's pollers notice a shutdown only when their completion-queue wait times
+  // out (10 s by default), which made SIGTERM take up to 10 s.
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC, 100);
+  impl->server = builder.BuildAndStart();
+  if (!impl->server || (!is_unix && port == 0))
+    return errors::Unavailable("cannot listen on '{}' (address in use, or not a local address?)",
+                               options.listen);
+  if (is_unix) {
+    impl->address = options.listen;
+  } else {
+    impl->address = options.listen.substr(0, options.listen.rfind(':') + 1) + std::to_string(port);
+  }
+  return std::unique_ptr<RpcServer>(new RpcServer(std::move(impl)));
+}
+
+const std::string& RpcServer::address() const { return impl_->address; }
+
+void RpcServer::shutdown(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->shutdown_mu);
+    if (impl_->shutdown_started) return;
+    impl_->shutdown_started = true;
+  }
+  impl_->server->Shutdown(std::chrono::system_clock::now() + grace);
+  impl_->server->Wait();
+  impl_->service->close_all();
+  {
+    std::lock_guard<std::mutex> lock(impl_->shutdown_mu);
+    impl_->shutdown_done = true;
+  }
+  impl_->shutdown_cv.notify_all();
+}
+
+void RpcServer::wait() {
+  std::unique_lock<std::mutex> lock(impl_->shutdown_mu);
+  impl_->shutdown_cv.wait(lock, [&] { return impl_->shutdown_done; });
+}
+
+int64_t RpcServer::session_count() const { return impl_->service->session_count(); }
+
+}  // namespace tensord::rpc

@@ -1,0 +1,251 @@
+#include "rpc/wire.h"
+
+#include <grpc/grpc.h>
+
+#include <mutex>
+#include <utility>
+
+#include "core/errors.h"
+
+namespace tensord::rpc {
+
+void keep_grpc_initialized() {
+  static std::once_flag once;
+  std::call_once(once, [] { grpc_init(); });
+}
+
+grpc::Status to_grpc(const Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
+}
+
+Status from_grpc(const grpc::Status& s) {
+  if (s.ok()) return OkStatus();
+  const int code = static_cast<int>(s.error_code());
+  // Codes outside gRPC's range cannot come from a conforming peer; keep the number visible.
+  if (code < 0 || code > static_cast<int>(StatusCode::kUnauthenticated))
+    return Status(StatusCode::kUnknown,
+                  "status code " + std::to_string(code) + ": " + s.error_message());
+  return Status(static_cast<StatusCode>(code), s.error_message());
+}
+
+void to_proto(const DeviceInfo& src, v1::Device* dst) {
+  dst->set_name(src.name);
+  dst->set_kind(src.kind);
+  dst->set_index(src.index);
+  dst->set_vendor(src.vendor);
+  dst->set_model(src.model);
+  dst->set_memory_bytes(src.memory_bytes);
+  dst->set_memory_in_use(src.memory_in_use);
+  dst->set_backend(src.backend);
+  dst->set_backend_version(src.backend_version);
+  dst->set_threads(src.threads);
+}
+
+DeviceInfo from_proto(const v1::Device& src) {
+  DeviceInfo d;
+  d.name = src.name();
+  d.kind = src.kind();
+  d.index = src.index();
+  d.vendor = src.vendor();
+  d.model = src.model();
+  d.memory_bytes = src.memory_bytes();
+  d.memory_in_use = src.memory_in_use();
+  d.backend = src.backend();
+  d.backend_version = src.backend_version();
+  d.threads = src.threads();
+  return d;
+}
+
+void to_proto(const TensorType& src, v1::TensorType* dst) {
+  dst->set_dtype(static_cast<int32_t>(src.dtype));
+  dst->mutable_shape()->Assign(src.shape.begin(), src.shape.end());
+}
+
+Result<TensorType> from_proto(const v1::TensorType& src) {
+  TensorType t;
+  if (src.dtype() != 0 && !dtype_is_valid(src.dtype()))
+    return errors::InvalidArgument("invalid dtype {}", src.dtype());
+  t.dtype = static_cast<DType>(src.dtype());
+  for (int64_t d : src.shape()) {
+    if (d < -1) return errors::InvalidArgument("invalid dimension {} in a tensor type", d);
+    t.shape.push_back(d);
+  }
+  return t;
+}
+
+Result<int64_t> checked_wire_size(int32_t dtype,
+                                  const google::protobuf::RepeatedField<int64_t>& shape,
+                                  const char* what) {
+  if (!dtype_is_valid(dtype)) return errors::InvalidArgument("{}: invalid dtype {}", what, dtype);
+  Shape s(shape.begin(), shape.end());
+  auto size = checked_byte_size(static_cast<DType>(dtype), s);
+  if (!size.ok()) return size.status().with_context(what);
+  return size;
+}
+
+void to_proto(const HostTensor& src, v1::Tensor* dst) {
+  dst->set_dtype(static_cast<int32_t>(src.dtype()));
+  dst->mutable_shape()->Assign(src.shape().begin(), src.shape().end());
+  if (src.nbytes()) dst->set_data(src.data(), src.nbytes());
+}
+
+Result<HostTensor> from_proto(const v1::Tensor& src) {
+  if (src.dtype() == 0 && src.shape().empty() && src.data().empty()) return HostTensor();
+  TD_ASSIGN_OR_RETURN(int64_t size, checked_wire_size(src.dtype(), src.shape(), "tensor"));
+  if (static_cast<size_t>(size) != src.data().size())
+    return errors::InvalidArgument("tensor {}{} needs {} bytes, the message carries {}",
+                                   dtype_name(static_cast<DType>(src.dtype())),
+                                   shape_to_string(Shape(src.shape().begin(), src.shape().end())),
+                                   size, src.data().size());
+  return HostTensor::from_bytes(static_cast<DType>(src.dtype()),
+                                Shape(src.shape().begin(), src.shape().end()), src.data().data(),
+                                src.data().size());
+}
+
+namespace {
+
+void attr_to_proto(const Attribute& src, v1::Attribute* dst) {
+  const auto& v = src.value();
+  switch (src.kind()) {
+    case Attribute::Kind::kInt:
+      dst->set_i(std::get<int64_t>(v));
+      break;
+    case Attribute::Kind::kFloat:
+      dst->set_f(std::get<float>(v));
+      break;
+    case Attribute::Kind::kString:
+      dst->set_s(std::get<std::string>(v));
+      break;
+    case Attribute::Kind::kInts: {
+      const auto& xs = std::get<std::vector<int64_t>>(v);
+      dst->mutable_ints()->mutable_values()->Assign(xs.begin(), xs.end());
+      break;
+    }
+    case Attribute::Kind::kFloats: {
+      const auto& xs = std::get<std::vector<float>>(v);
+      dst->mutable_floats()->mutable_values()->Assign(xs.begin(), xs.end());
+      break;
+    }
+    case Attribute::Kind::kStrings:
+      for (const auto& s : std::get<std::vector<std::string>>(v))
+        dst->mutable_strings()->add_values(s);
+      break;
+    case Attribute::Kind::kTensor:
+      to_proto(std::get<HostTensor>(v), dst->mutable_tensor());
+      break;
+    case Attribute::Kind::kGraph: {
+      const auto& g = std::get<std::shared_ptr<const Graph>>(v);
+      if (g) {
+        to_proto(*g, dst->mutable_graph());
+      } else {
+        dst->mutable_graph();  // a null subgraph travels as an empty one
+      }
+      break;
+    }
+  }
+}
+
+Result<Attribute> attr_from_proto(const v1::Attribute& src, const std::string& where) {
+  switch (src.value_case()) {
+    case v1::Attribute::kI:
+      return Attribute(src.i());
+    case v1::Attribute::kF:
+      return Attribute(src.f());
+    case v1::Attribute::kS:
+      return Attribute(src.s());
+    case v1::Attribute::kInts:
+      return Attribute(
+          std::vector<int64_t>(src.ints().values().begin(), src.ints().values().end()));
+    case v1::Attribute::kFloats:
+      return Attribute(
+          std::vector<float>(src.floats().values().begin(), src.floats().values().end()));
+    case v1::Attribute::kStrings:
+      return Attribute(
+          std::vector<std::string>(src.strings().values().begin(), src.strings().values().end()));
+    case v1::Attribute::kTensor: {
+      auto t = from_proto(src.tensor());
+      if (!t.ok()) return t.status().with_context(where);
+      return Attribute(std::move(t).value());
+    }
+    case v1::Attribute::kGraph: {
+      auto g = from_proto(src.graph());
+      if (!g.ok()) return g.status().with_context(where);
+      return Attribute(std::shared_ptr<const Graph>(std::make_shared<Graph>(std::move(g).value())));
+    }
+    case v1::Attribute::VALUE_NOT_SET:
+      break;
+  }
+  return errors::InvalidArgument("{}: the attribute has no value", where);
+}
+
+Result<ValueInfo> value_info_from_proto(const v1::ValueInfo& src, const char* what) {
+  auto t = from_proto(src.type());
+  if (!t.ok()) return t.status().with_context(fmt::format("graph {} '{}'", what, src.name()));
+  return ValueInfo{src.name(), std::move(t).value()};
+}
+
+}  // namespace
+
+void to_proto(const Graph& src, v1::Graph* dst) {
+  dst->set_name(src.name);
+  for (const auto& v : src.inputs) {
+    auto* p = dst->add_inputs();
+    p->set_name(v.name);
+    to_proto(v.type, p->mutable_type());
+  }
+  for (const auto& v : src.outputs) {
+    auto* p = dst->add_outputs();
+    p->set_name(v.name);
+    to_proto(v.type, p->mutable_type());
+  }
+  for (const auto& n : src.nodes) {
+    auto* p = dst->add_nodes();
+    p->set_name(n.name);
+    p->set_op(n.op);
+    p->set_domain(n.domain);
+    for (const auto& i : n.inputs) p->add_inputs(i);
+    for (const auto& o : n.outputs) p->add_outputs(o);
+    auto* attrs = p->mutable_attrs();
+    for (const auto& [name, a] : n.attrs) attr_to_proto(a, &(*attrs)[name]);
+  }
+  auto* inits = dst->mutable_initializers();
+  for (const auto& [name, t] : src.initializers) to_proto(t, &(*inits)[name]);
+}
+
+Result<Graph> from_proto(const v1::Graph& src) {
+  Graph g;
+  g.name = src.name();
+  for (const auto& v : src.inputs()) {
+    TD_ASSIGN_OR_RETURN(auto vi, value_info_from_proto(v, "input"));
+    g.inputs.push_back(std::move(vi));
+  }
+  for (const auto& v : src.outputs()) {
+    TD_ASSIGN_OR_RETURN(auto vi, value_info_from_proto(v, "output"));
+    g.outputs.push_back(std::move(vi));
+  }
+  g.nodes.reserve(static_cast<size_t>(src.nodes_size()));
+  for (const auto& p : src.nodes()) {
+    Node n;
+    n.name = p.name();
+    n.op = p.op();
+    n.domain = p.domain();
+    n.inputs.assign(p.inputs().begin(), p.inputs().end());
+    n.outputs.assign(p.outputs().begin(), p.outputs().end());
+    const std::string label = n.label();
+    for (const auto& [name, a] : p.attrs()) {
+      TD_ASSIGN_OR_RETURN(auto attr,
+                          attr_from_proto(a, fmt::format("{}: attribute '{}'", label, name)));
+      n.attrs.emplace(name, std::move(attr));
+    }
+    g.nodes.push_back(std::move(n));
+  }
+  for (const auto& [name, t] : src.initializers()) {
+    auto v = from_proto(t);
+    if (!v.ok()) return v.status().with_context(fmt::format("initializer '{}'", name));
+    g.initializers.emplace(name, std::move(v).value());
+  }
+  return g;
+}
+
+}  // namespace tensord::rpc

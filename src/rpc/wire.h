@@ -1,0 +1,59 @@
+// Conversions between tensord's types and the tensord.v1 wire messages, and between Status and
+// grpc::Status. Internal to src/rpc (it includes the generated protobuf headers).
+//
+// Everything read from the wire is untrusted: the from_proto functions validate dtypes, shapes
+// and byte counts and return INVALID_ARGUMENT naming the offending value; they never assert.
+#pragma once
+
+#include <grpcpp/support/status.h>
+
+#include <cstdint>
+#include <string>
+
+#include "tensord.pb.h"
+#include "tensord/client.h"
+#include "tensord/device.h"
+#include "tensord/graph.h"
+#include "tensord/status.h"
+
+namespace tensord::rpc {
+
+// Metadata keys (see proto/tensord.proto).
+inline constexpr const char* kSessionKey = "tensord-session";
+inline constexpr const char* kErrorKey = "tensord-error";
+
+// Bulk bytes travel in chunks of this size (Upload, Read). Large enough that per-message
+// overhead vanishes, small enough to pipeline through HTTP/2 flow control.
+inline constexpr int64_t kDefaultChunkBytes = 2 << 20;
+// The largest single message either side accepts: graphs carry their initializers inline, so
+// a model's weights arrive in one Execute message (protobuf's own limit is 2 GiB).
+inline constexpr int kMaxMessageBytes = 1 << 30;
+
+// Initialises gRPC for the rest of the process (once; never shut down). Without a lasting
+// reference, destroying the last channel or server runs grpc_shutdown(), which joins gRPC's
+// executor threads and can block for up to 10 s while they sit in a poll.
+void keep_grpc_initialized();
+
+// Same numbers on both sides (tensord::StatusCode is gRPC's numbering); messages unchanged.
+grpc::Status to_grpc(const Status& s);
+Status from_grpc(const grpc::Status& s);
+
+void to_proto(const DeviceInfo& src, v1::Device* dst);
+DeviceInfo from_proto(const v1::Device& src);
+
+void to_proto(const TensorType& src, v1::TensorType* dst);
+// dtype 0 is allowed (unknown); otherwise the dtype must be valid and dims >= -1.
+Result<TensorType> from_proto(const v1::TensorType& src);
+
+// Checks a dtype number and a shape read from the wire; returns the byte size.
+Result<int64_t> checked_wire_size(int32_t dtype,
+                                  const google::protobuf::RepeatedField<int64_t>& shape,
+                                  const char* what);
+
+void to_proto(const HostTensor& src, v1::Tensor* dst);
+Result<HostTensor> from_proto(const v1::Tensor& src);
+
+void to_proto(const Graph& src, v1::Graph* dst);
+Result<Graph> from_proto(const v1::Graph& src);
+
+}  // namespace tensord::rpc

@@ -1,0 +1,51 @@
+// A real `tensord serve` process for tests: started with a listen address of the test's own
+// (a unix socket in a fresh temp folder, or 127.0.0.1:0), ready once it prints its
+// "tensord serving on ADDR" line, killed when the object goes (and by the kernel if the test
+// process dies first: PR_SET_PDEATHSIG).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensord/status.h"
+
+namespace tensord::testing {
+
+struct BrokerOptions {
+  std::vector<std::string> args;  // extra `tensord serve` flags
+  bool tcp = false;               // 127.0.0.1:0 instead of a unix socket
+  int cpu_devices = 2;            // TENSORD_CPU_DEVICES of the broker
+  std::chrono::milliseconds ready_timeout{20000};
+};
+
+class BrokerProcess {
+ public:
+  // Starts the broker and waits for its ready line. The binary is TENSORD_CLI_PATH.
+  static Result<std::unique_ptr<BrokerProcess>> start(const BrokerOptions& options = {});
+  ~BrokerProcess();  // SIGKILL if still running, reap, remove the temp folder
+
+  const std::string& address() const { return address_; }
+  pid_t pid() const { return pid_; }
+  void signal(int sig);
+  // Waits up to `timeout` for the process to exit. Returns its exit status, 128+signal if a
+  // signal ended it, or -1 on timeout.
+  int wait_exit(std::chrono::milliseconds timeout);
+
+ private:
+  BrokerProcess() = default;
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  int exit_status_ = -1;
+  std::string dir_;
+  std::string address_;
+};
+
+// The broker shared by the tests of one test process, started on first use and stopped at
+// exit (SIGTERM, then a clean exit is expected). Fails the calling test if it cannot start.
+BrokerProcess* shared_broker();
+
+}  // namespace tensord::testing

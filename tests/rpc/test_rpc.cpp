@@ -1,0 +1,640 @@
+// The broker's own tests: the wire conversions, and faults against real `tensord serve`
+// processes — bad handles and sessions, uploads whose declared size disagrees with the bytes
+// sent, clients that vanish mid-upload, leases that lapse, brokers that die or are stopped.
+// After each fault the broker keeps serving and its memory returns to the baseline.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "broker_process.h"
+#include "rpc/remote_client.h"
+#include "rpc/wire.h"
+#include "tensord.grpc.pb.h"
+#include "tensord/version.h"
+
+namespace tensord {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+using testing::BrokerOptions;
+using testing::BrokerProcess;
+
+HostTensor f32(std::vector<float> v, Shape s) { return HostTensor::from_vector(v, std::move(s)); }
+
+Node node(std::string name, std::string op, std::vector<std::string> in,
+          std::vector<std::string> out, AttributeMap attrs = {}) {
+  Node n;
+  n.name = std::move(name);
+  n.op = std::move(op);
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+double seconds_since(steady_clock::time_point t0) {
+  return std::chrono::duration<double>(steady_clock::now() - t0).count();
+}
+
+// ---------------------------------------------------------------- wire conversions
+
+bool same_tensor(const HostTensor& a, const HostTensor& b) {
+  return a.type() == b.type() && a.nbytes() == b.nbytes() &&
+         (a.nbytes() == 0 || std::memcmp(a.data(), b.data(), a.nbytes()) == 0);
+}
+
+void expect_same_graph(const Graph& a, const Graph& b) {
+  EXPECT_EQ(a.name, b.name);
+  ASSERT_EQ(a.inputs.size(), b.inputs.size());
+  for (size_t i = 0; i < a.inputs.size(); ++i) {
+    EXPECT_EQ(a.inputs[i].name, b.inputs[i].name);
+    EXPECT_EQ(a.inputs[i].type, b.inputs[i].type);
+  }
+  ASSERT_EQ(a.outputs.size(), b.outputs.size());
+  ASSERT_EQ(a.nodes.size(), b.nodes.size());
+  for (size_t i = 0; i < a.nodes.size(); ++i) {
+    const Node &x = a.nodes[i], &y = b.nodes[i];
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.op, y.op);
+    EXPECT_EQ(x.domain, y.domain);
+    EXPECT_EQ(x.inputs, y.inputs);
+    EXPECT_EQ(x.outputs, y.outputs);
+    ASSERT_EQ(x.attrs.size(), y.attrs.size());
+    for (const auto& [name, attr] : x.attrs) {
+      auto it = y.attrs.find(name);
+      ASSERT_NE(it, y.attrs.end()) << name;
+      ASSERT_EQ(attr.kind(), it->second.kind()) << name;
+      if (attr.kind() == Attribute::Kind::kTensor) {
+        EXPECT_TRUE(same_tensor(*attr.get_if<HostTensor>(), *it->second.get_if<HostTensor>()));
+      } else if (attr.kind() == Attribute::Kind::kGraph) {
+        expect_same_graph(**attr.get_if<std::shared_ptr<const Graph>>(),
+                          **it->second.get_if<std::shared_ptr<const Graph>>());
+      } else if (attr.kind() == Attribute::Kind::kInt) {
+        EXPECT_EQ(*attr.get_if<int64_t>(), *it->second.get_if<int64_t>());
+      } else if (attr.kind() == Attribute::Kind::kFloat) {
+        EXPECT_EQ(*attr.get_if<float>(), *it->second.get_if<float>());
+      } else if (attr.kind() == Attribute::Kind::kString) {
+        EXPECT_EQ(*attr.get_if<std::string>(), *it->second.get_if<std::string>());
+      } else if (attr.kind() == Attribute::Kind::kInts) {
+        EXPECT_EQ(*attr.get_if<std::vector<int64_t>>(), *it->second.get_if<std::vector<int64_t>>());
+      } else if (attr.kind() == Attribute::Kind::kFloats) {
+        EXPECT_EQ(*attr.get_if<std::vector<float>>(), *it->second.get_if<std::vector<float>>());
+      } else {
+        EXPECT_EQ(*attr.get_if<std::vector<std::string>>(),
+                  *it->second.get_if<std::vector<std::string>>());
+      }
+    }
+  }
+  ASSERT_EQ(a.initializers.size(), b.initializers.size());
+  for (const auto& [name, t] : a.initializers) {
+    ASSERT_TRUE(b.initializers.count(name)) << name;
+    EXPECT_TRUE(same_tensor(t, b.initializers.at(name))) << name;
+  }
+}
+
+TEST(Wire, GraphRoundTripKeepsEveryAttributeKind) {
+  auto body = std::make_shared<Graph>();
+  body->name = "body";
+  body->nodes = {node("inner", "Identity", {"x"}, {"y"})};
+  body->outputs = {{"y", {DType::kFloat16, {-1, 2}}}};
+  Graph g;
+  g.name = "all";
+  g.inputs = {{"x", {DType::kInt64, {2, -1}}}, {"u", {}}};
+  g.outputs = {{"y", {}}};
+  std::string raw("\xff\x00\x01", 3);  // ONNX strings are bytes, not UTF-8
+  g.nodes = {node("n", "Custom", {"x", ""}, {"y"},
+                  {{"i", int64_t{-7}},
+                   {"f", 2.5f},
+                   {"s", raw},
+                   {"ints", std::vector<int64_t>{1, -2, 3}},
+                   {"floats", std::vector<float>{0.5f, -1}},
+                   {"strings", std::vector<std::string>{"a", raw, ""}},
+                   {"t", HostTensor::from_vector<int32_t>({1, 2, 3}, {3})},
+                   {"empty_t", HostTensor()},
+                   {"g", std::shared_ptr<const Graph>(body)}})};
+  g.nodes[0].domain = "com.example";
+  g.initializers["w"] = HostTensor::from_vector<double>({1, 2}, {2, 1});
+  g.initializers["z"] = HostTensor(DType::kBFloat16, {0});
+  v1::Graph p;
+  rpc::to_proto(g, &p);
+  std::string bytes;
+  ASSERT_TRUE(p.SerializeToString(&bytes));
+  v1::Graph q;
+  ASSERT_TRUE(q.ParseFromString(bytes));
+  auto back = rpc::from_proto(q);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  expect_same_graph(g, *back);
+}
+
+TEST(Wire, MalformedGraphsAreInvalidArgumentNamingTheValue) {
+  v1::Graph p;
+  auto* n = p.add_nodes();
+  n->set_name("conv1");
+  n->set_op("Conv");
+  (*n->mutable_attrs())["strides"];  // no value
+  auto r = rpc::from_proto(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("strides"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("conv1"), std::string::npos) << r.status().message();
+
+  v1::Graph q;
+  auto& t = (*q.mutable_initializers())["w"];
+  t.set_dtype(1);
+  t.add_shape(4);
+  t.set_data(std::string(12, '\0'));  // float32[4] is 16 bytes
+  r = rpc::from_proto(q);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("'w'"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("16"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("12"), std::string::npos) << r.status().message();
+
+  t.set_dtype(99);
+  EXPECT_NE(rpc::from_proto(q).status().message().find("99"), std::string::npos);
+  t.set_dtype(1);
+  t.set_shape(0, -4);
+  EXPECT_EQ(rpc::from_proto(q).status().code(), StatusCode::kInvalidArgument);
+
+  v1::Graph v;
+  v.add_inputs()->mutable_type()->set_dtype(8);  // 8 is ONNX's string: not a tensord dtype
+  EXPECT_EQ(rpc::from_proto(v).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Wire, StatusCodesMapOneToOne) {
+  for (int c = 0; c <= 16; ++c) {
+    Status s(static_cast<StatusCode>(c), c ? "message " + std::to_string(c) : "");
+    grpc::Status g = rpc::to_grpc(s);
+    EXPECT_EQ(static_cast<int>(g.error_code()), c);
+    EXPECT_EQ(rpc::from_grpc(g), s);
+  }
+}
+
+// ---------------------------------------------------------------- raw protocol faults
+
+// A raw stub on the broker, for what RemoteClient never sends.
+class RawBroker {
+ public:
+  explicit RawBroker(const std::string& address) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+    stub_ = v1::Tensord::NewStub(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  }
+  uint64_t open_session() {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(5000));
+    v1::OpenSessionRequest req;
+    v1::OpenSessionResponse resp;
+    grpc::Status s = stub_->OpenSession(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.session();
+  }
+  void prepare(grpc::ClientContext& ctx, uint64_t session) {
+    ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(10000));
+    if (session) ctx.AddMetadata(rpc::kSessionKey, std::to_string(session));
+  }
+  int64_t in_use(const std::string& device) {
+    grpc::ClientContext ctx;
+    prepare(ctx, 0);
+    v1::ListDevicesRequest req;
+    v1::ListDevicesResponse resp;
+    EXPECT_TRUE(stub_->ListDevices(&ctx, req, &resp).ok());
+    for (const auto& d : resp.devices())
+      if (d.name() == device) return d.memory_in_use();
+    return -1;
+  }
+  int64_t in_use_settled(const std::string& device, int64_t expect) {
+    int64_t v = in_use(device);
+    for (int i = 0; i < 300 && v != expect; ++i) {
+      std::this_thread::sleep_for(milliseconds(10));
+      v = in_use(device);
+    }
+    return v;
+  }
+  // Streams `chunks` after a header declaring `declared` bytes of float32[shape].
+  grpc::Status upload(uint64_t session, Shape shape, int64_t declared,
+                      const std::vector<std::string>& chunks, bool header_first = true,
+                      uint64_t* handle = nullptr) {
+    grpc::ClientContext ctx;
+    prepare(ctx, session);
+    v1::UploadResponse resp;
+    auto w = stub_->Upload(&ctx, &resp);
+    v1::UploadChunk header;
+    header.mutable_header()->set_dtype(1);
+    header.mutable_header()->mutable_shape()->Assign(shape.begin(), shape.end());
+    header.mutable_header()->set_total_bytes(declared);
+    if (header_first) w->Write(header);
+    for (const auto& c : chunks) {
+      v1::UploadChunk m;
+      m.set_data(c);
+      if (!w->Write(m)) break;
+    }
+    w->WritesDone();
+    grpc::Status s = w->Finish();
+    if (handle) *handle = resp.handle();
+    return s;
+  }
+  v1::Tensord::Stub& stub() { return *stub_; }
+
+ private:
+  std::unique_ptr<v1::Tensord::Stub> stub_;
+};
+
+class BrokerFaults : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    broker_ = testing::shared_broker();
+    ASSERT_NE(broker_, nullptr);
+    raw_ = std::make_unique<RawBroker>(broker_->address());
+    base_ = raw_->in_use("cpu:0");
+  }
+  // The broker still serves: a normal client uploads and reads back.
+  void expect_still_serving() {
+    auto c = rpc::RemoteClient::connect(broker_->address());
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    HostTensor t = f32({1, 2, 3}, {3});
+    auto h = (*c)->upload(t.view(), "");
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    auto back = (*c)->read(*h);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_EQ(back->to_double_vector(), (std::vector<double>{1, 2, 3}));
+  }
+
+  BrokerProcess* broker_ = nullptr;
+  std::unique_ptr<RawBroker> raw_;
+  int64_t base_ = 0;
+};
+
+TEST_F(BrokerFaults, HandshakeReportsVersionsAndDevices) {
+  grpc::ClientContext ctx;
+  raw_->prepare(ctx, 0);
+  v1::HandshakeRequest req;
+  req.set_protocol_version(kProtocolVersion);
+  v1::HandshakeResponse resp;
+  ASSERT_TRUE(raw_->stub().Handshake(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.protocol_version(), kProtocolVersion);
+  EXPECT_EQ(resp.server_version(), kVersion);
+  ASSERT_EQ(resp.devices_size(), 2);
+  EXPECT_EQ(resp.default_device(), "cpu:0");
+}
+
+TEST_F(BrokerFaults, CallsWithoutAValidSessionAreRefused) {
+  {
+    grpc::ClientContext ctx;
+    raw_->prepare(ctx, 0);
+    v1::HandleRequest req;
+    req.set_handle(1);
+    v1::InfoResponse resp;
+    grpc::Status s = raw_->stub().Info(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find(rpc::kSessionKey), std::string::npos) << s.error_message();
+  }
+  for (const char* bad : {"abc", "0", "12x", "18446744073709551616"}) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata(rpc::kSessionKey, bad);
+    v1::HeartbeatRequest req;
+    v1::HeartbeatResponse resp;
+    grpc::Status s = raw_->stub().Heartbeat(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+  }
+  grpc::ClientContext ctx;
+  raw_->prepare(ctx, 12345);  // well formed, never issued
+  v1::HeartbeatRequest req;
+  v1::HeartbeatResponse resp;
+  grpc::Status s = raw_->stub().Heartbeat(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(s.error_message().find("12345"), std::string::npos) << s.error_message();
+}
+
+TEST_F(BrokerFaults, UnknownAndForeignHandlesAreNotFound) {
+  auto a = rpc::RemoteClient::connect(broker_->address());
+  auto b = rpc::RemoteClient::connect(broker_->address());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE((*a)->session(), (*b)->session());
+  HostTensor t = f32({1, 2}, {2});
+  auto h = (*a)->upload(t.view(), "");
+  ASSERT_TRUE(h.ok());
+  for (TensorHandle bad : {TensorHandle{0}, TensorHandle{987654321}, *h}) {
+    auto r = (*b)->read(bad);
+    EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << bad;
+    EXPECT_NE(r.status().message().find(std::to_string(bad)), std::string::npos)
+        << r.status().message();
+    EXPECT_EQ((*b)->wait(bad).code(), StatusCode::kNotFound);
+  }
+  EXPECT_TRUE((*a)->read(*h).ok());
+  (*a).reset();
+  EXPECT_EQ(raw_->in_use_settled("cpu:0", base_), base_);
+}
+
+TEST_F(BrokerFaults, DeclaredUploadSizeMustMatchTheBytesSent) {
+  const uint64_t s = raw_->open_session();
+  // float32[4] is 16 bytes.
+  struct Case {
+    const char* what;
+    int64_t declared;
+    std::vector<std::string> chunks;
+    bool header_first;
+    const char* expect;  // in the message
+  } cases[] = {
+      {"fewer bytes than declared", 16, {std::string(8, 'a')}, true, "carried 8"},
+      {"more bytes than declared", 16, {std::string(10, 'a'), std::string(10, 'b')}, true, "16"},
+      {"declared size disagrees with the shape", 12, {std::string(12, 'a')}, true, "12"},
+      {"data before the header", 16, {std::string(16, 'a')}, false, "header"},
+      {"no bytes at all", 16, {}, true, "carried 0"},
+  };
+  for (const auto& c : cases) {
+    grpc::Status st = raw_->upload(s, {4}, c.declared, c.chunks, c.header_first);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.what;
+    EXPECT_NE(st.error_message().find(c.expect), std::string::npos)
+        << c.what << ": " << st.error_message();
+  }
+  // A repeated header.
+  {
+    grpc::ClientContext ctx;
+    raw_->prepare(ctx, s);
+    v1::UploadResponse resp;
+    auto w = raw_->stub().Upload(&ctx, &resp);
+    v1::UploadChunk m;
+    m.mutable_header()->set_dtype(1);
+    m.mutable_header()->add_shape(4);
+    m.mutable_header()->set_total_bytes(16);
+    m.set_data(std::string(8, 'x'));
+    w->Write(m);
+    w->Write(m);
+    w->WritesDone();
+    grpc::Status st = w->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("repeats the header"), std::string::npos)
+        << st.error_message();
+  }
+  // The inline form checks the same.
+  {
+    grpc::ClientContext ctx;
+    raw_->prepare(ctx, s);
+    v1::UploadChunk m;
+    m.mutable_header()->set_dtype(1);
+    m.mutable_header()->add_shape(4);
+    m.mutable_header()->set_total_bytes(16);
+    m.set_data(std::string(20, 'x'));
+    v1::UploadResponse resp;
+    grpc::Status st = raw_->stub().UploadInline(&ctx, m, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("20"), std::string::npos) << st.error_message();
+  }
+  // A correct one in the same session works; the failures left nothing behind.
+  uint64_t h = 0;
+  ASSERT_TRUE(raw_->upload(s, {4}, 16, {std::string(6, 'a'), std::string(10, 'b')}, true, &h).ok());
+  EXPECT_NE(h, 0u);
+  EXPECT_EQ(raw_->in_use("cpu:0") - base_, 16);
+  grpc::ClientContext ctx;
+  raw_->prepare(ctx, s);
+  v1::CloseSessionRequest creq;
+  v1::CloseSessionResponse cresp;
+  EXPECT_TRUE(raw_->stub().CloseSession(&ctx, creq, &cresp).ok());
+  EXPECT_EQ(raw_->in_use_settled("cpu:0", base_), base_);
+  expect_still_serving();
+}
+
+TEST_F(BrokerFaults, ClientVanishingMidUploadLeavesNothingBehind) {
+  const uint64_t s = raw_->open_session();
+  {
+    grpc::ClientContext ctx;
+    raw_->prepare(ctx, s);
+    v1::UploadResponse resp;
+    auto w = raw_->stub().Upload(&ctx, &resp);
+    v1::UploadChunk m;
+    m.mutable_header()->set_dtype(1);
+    m.mutable_header()->add_shape(16 << 20);  // 64 MiB declared
+    m.mutable_header()->set_total_bytes(64 << 20);
+    m.set_data(std::string(1 << 20, 'a'));
+    ASSERT_TRUE(w->Write(m));
+    m.clear_header();
+    ASSERT_TRUE(w->Write(m));
+    ctx.TryCancel();
+    grpc::Status st = w->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::CANCELLED);
+  }
+  EXPECT_EQ(raw_->in_use_settled("cpu:0", base_), base_);
+  expect_still_serving();
+}
+
+TEST_F(BrokerFaults, OversizedUploadIsRefusedBeforeItsBytesTravel) {
+  const uint64_t s = raw_->open_session();
+  grpc::ClientContext ctx;
+  raw_->prepare(ctx, s);
+  v1::UploadChunk m;
+  m.mutable_header()->set_dtype(1);
+  m.mutable_header()->add_shape(1LL << 50);
+  m.mutable_header()->set_total_bytes(4LL << 50);
+  v1::UploadResponse resp;
+  auto w = raw_->stub().Upload(&ctx, &resp);
+  w->Write(m);
+  w->WritesDone();
+  grpc::Status st = w->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(st.error_message().find("cpu:0"), std::string::npos) << st.error_message();
+  EXPECT_EQ(raw_->in_use("cpu:0"), base_);
+}
+
+TEST_F(BrokerFaults, MalformedGraphIsInvalidArgument) {
+  auto c = rpc::RemoteClient::connect(broker_->address());
+  ASSERT_TRUE(c.ok());
+  grpc::ClientContext ctx;
+  raw_->prepare(ctx, (*c)->session());
+  v1::ExecuteRequest req;
+  auto* n = req.mutable_graph()->add_nodes();
+  n->set_name("bad");
+  n->set_op("Relu");
+  (*n->mutable_attrs())["x"];
+  v1::ExecuteResponse resp;
+  grpc::Status st = raw_->stub().Execute(&ctx, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("'bad'"), std::string::npos) << st.error_message();
+  expect_still_serving();
+}
+
+// ---------------------------------------------------------------- brokers of their own
+
+Result<std::unique_ptr<BrokerProcess>> start_broker(std::vector<std::string> args,
+                                                    bool tcp = false) {
+  BrokerOptions o;
+  o.args = std::move(args);
+  o.tcp = tcp;
+  return BrokerProcess::start(o);
+}
+
+// A graph that keeps a device busy for a while on the reference kernels: `k` chained
+// 384x384 matrix products.
+Graph slow_graph(int k) {
+  Graph g;
+  g.inputs = {{"x0", {DType::kFloat32, {384, 384}}}};
+  for (int i = 0; i < k; ++i)
+    g.nodes.push_back(node("mm" + std::to_string(i), "MatMul",
+                           {"x" + std::to_string(i), "x" + std::to_string(i)},
+                           {"x" + std::to_string(i + 1)}));
+  g.nodes.push_back(node("scale", "Mul", {"x" + std::to_string(k), "tiny"}, {"y"}));
+  g.initializers["tiny"] = HostTensor::scalar<float>(0.0f);
+  g.outputs = {{"y", {}}};
+  return g;
+}
+
+TEST(BrokerProcesses, TcpOnAFreePortAndTheEnvironmentAddress) {
+  auto b = start_broker({}, /*tcp=*/true);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_EQ((*b)->address().rfind("127.0.0.1:", 0), 0u) << (*b)->address();
+  EXPECT_NE((*b)->address(), "127.0.0.1:0");
+  setenv("TENSORD_ADDRESS", (*b)->address().c_str(), 1);
+  auto c = connect();
+  unsetenv("TENSORD_ADDRESS");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  ASSERT_NE(dynamic_cast<rpc::RemoteClient*>(c->get()), nullptr);
+  HostTensor t = f32({4, 5}, {2});
+  auto h = (*c)->upload(t.view(), "cpu:1");
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  EXPECT_EQ((*c)->read(*h)->to_double_vector(), (std::vector<double>{4, 5}));
+  EXPECT_TRUE(static_cast<rpc::RemoteClient*>(c->get())->echo(1000).ok());
+}
+
+TEST(BrokerProcesses, DeadAddressesAreUnavailableQuickly) {
+  // A unix socket that nobody serves, and a TCP port that was just free.
+  int port = 0;
+  {
+    auto b = start_broker({}, /*tcp=*/true);
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    port = std::stoi((*b)->address().substr((*b)->address().rfind(':') + 1));
+  }
+  for (const std::string& addr :
+       {std::string("unix:/nonexistent/tensord.sock"), "127.0.0.1:" + std::to_string(port)}) {
+    const auto t0 = steady_clock::now();
+    auto c = rpc::RemoteClient::connect(addr);
+    ASSERT_FALSE(c.ok()) << addr;
+    EXPECT_EQ(c.status().code(), StatusCode::kUnavailable) << c.status().to_string();
+    EXPECT_NE(c.status().message().find(addr), std::string::npos) << c.status().message();
+    EXPECT_LT(seconds_since(t0), 3.0) << addr;
+  }
+}
+
+TEST(BrokerProcesses, KilledBrokerIsUnavailableQuicklyNotAHang) {
+  auto b = start_broker({});
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  auto c = rpc::RemoteClient::connect((*b)->address());
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  HostTensor x(DType::kFloat32, {384, 384});
+  auto hx = (*c)->upload(x.view(), "");
+  ASSERT_TRUE(hx.ok());
+  auto out = (*c)->execute(slow_graph(400), {*hx}, "");
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  // A read blocked on the computation when the broker dies.
+  auto pending = std::async(std::launch::async, [&] { return (*c)->read((*out)[0]); });
+  std::this_thread::sleep_for(milliseconds(200));
+  (*b)->signal(SIGKILL);
+  const auto t0 = steady_clock::now();
+  ASSERT_EQ(pending.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "read() still blocked 10 s after the broker died";
+  auto r = pending.get();
+  EXPECT_LT(seconds_since(t0), 5.0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().to_string();
+  // Every later call fails at once.
+  const auto t1 = steady_clock::now();
+  EXPECT_EQ((*c)->info(*hx).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ((*c)->upload(x.view(), "").status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ((*c)->devices().status().code(), StatusCode::kUnavailable);
+  EXPECT_LT(seconds_since(t1), 3.0);
+  const auto t2 = steady_clock::now();
+  c->reset();  // closing the session must not hang either
+  EXPECT_LT(seconds_since(t2), 3.0);
+}
+
+TEST(BrokerProcesses, SigtermLetsInFlightCallsFinishThenExitsZero) {
+  auto b = start_broker({});
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  auto c = rpc::RemoteClient::connect((*b)->address());
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  HostTensor x(DType::kFloat32, {384, 384});
+  auto hx = (*c)->upload(x.view(), "");
+  ASSERT_TRUE(hx.ok());
+  auto out = (*c)->execute(slow_graph(6), {*hx}, "");
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  auto pending = std::async(std::launch::async, [&] { return (*c)->read((*out)[0]); });
+  std::this_thread::sleep_for(milliseconds(100));
+  (*b)->signal(SIGTERM);
+  ASSERT_EQ(pending.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  auto r = pending.get();
+  ASSERT_TRUE(r.ok()) << "the in-flight read did not finish: " << r.status().to_string();
+  EXPECT_EQ(r->shape(), (Shape{384, 384}));
+  EXPECT_EQ((*b)->wait_exit(milliseconds(15000)), 0);
+  EXPECT_EQ((*c)->info(*hx).status().code(), StatusCode::kUnavailable);  // refused now
+}
+
+TEST(BrokerProcesses, LapsedLeaseFreesTheSessionButHeartbeatsKeepItAlive) {
+  auto b = start_broker({"--lease-seconds", "0.3"});
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  RawBroker raw((*b)->address());
+  const int64_t base = raw.in_use("cpu:0");
+  // A session nobody renews.
+  const uint64_t s = raw.open_session();
+  uint64_t h = 0;
+  ASSERT_TRUE(raw.upload(s, {1000}, 4000, {std::string(4000, 'a')}, true, &h).ok());
+  EXPECT_EQ(raw.in_use("cpu:0") - base, 4000);
+  // A client whose heartbeat thread renews its lease.
+  auto c = rpc::RemoteClient::connect((*b)->address());
+  ASSERT_TRUE(c.ok());
+  HostTensor t = f32({7}, {1});
+  auto kept = (*c)->upload(t.view(), "cpu:1");
+  ASSERT_TRUE(kept.ok());
+
+  std::this_thread::sleep_for(milliseconds(1200));
+  EXPECT_EQ(raw.in_use("cpu:0"), base);
+  grpc::ClientContext ctx;
+  raw.prepare(ctx, s);
+  v1::HandleRequest req;
+  req.set_handle(h);
+  v1::InfoResponse resp;
+  grpc::Status st = raw.stub().Info(&ctx, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(st.error_message().find("lease"), std::string::npos) << st.error_message();
+  auto v = (*c)->read(*kept);
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  EXPECT_EQ(v->to_double_vector(), (std::vector<double>{7}));
+}
+
+TEST(BrokerProcesses, SessionMemoryLimitFlag) {
+  auto b = start_broker({"--session-memory-limit", "64"});
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  auto c = rpc::RemoteClient::connect((*b)->address());
+  ASSERT_TRUE(c.ok());
+  HostTensor small = f32(std::vector<float>(8, 1.0f), {8});  // 32 bytes
+  ASSERT_TRUE((*c)->upload(small.view(), "").ok());
+  ASSERT_TRUE((*c)->upload(small.view(), "").ok());
+  auto third = (*c)->upload(small.view(), "");
+  EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(third.status().message().find("session memory limit"), std::string::npos)
+      << third.status().message();
+  // A client asking for more than the broker allows still gets the broker's limit.
+  rpc::RemoteClientOptions o;
+  o.memory_limit = 1 << 20;
+  auto d = rpc::RemoteClient::connect((*b)->address(), o);
+  ASSERT_TRUE(d.ok());
+  HostTensor big = f32(std::vector<float>(100, 1.0f), {100});
+  EXPECT_EQ((*d)->upload(big.view(), "").status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST(BrokerProcesses, BadServeFlagsAreUsageErrors) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"--lease-seconds", "0"},
+                                        std::vector<std::string>{"--session-memory-limit", "-5"}}) {
+    auto b = start_broker(args);
+    ASSERT_FALSE(b.ok());
+    EXPECT_NE(b.status().message().find("status 2"), std::string::npos) << b.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace tensord
