@@ -1,5 +1,8 @@
-// Tier 2: the engine through LocalClient — placement, async execution, error propagation,
-// copies, accounting, sessions.
+// Tier 2: engine-level behaviour seen through the Engine object — device filters, metrics
+// (executable cache, peer vs staged copies, implicit moves), per-session byte counters.
+// Everything a Client can observe (results, errors, sessions, quotas) lives in the one
+// Client suite, tests/rpc/test_client_suite.cpp, which runs on an embedded engine and on a
+// real broker process.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -94,32 +97,6 @@ TEST(Engine, UploadReadRoundTripAndAccounting) {
   EXPECT_EQ(c.read(*h).status().code(), StatusCode::kNotFound);
 }
 
-TEST(Engine, BadUploadsAreErrors) {
-  auto e = make_engine();
-  LocalClient c(e);
-  HostTensor t = f32({1, 2}, {2});
-  auto unknown = c.upload(t.view(), "cuda:0");
-  ASSERT_FALSE(unknown.ok());
-  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(unknown.status().message().find("cuda:0"), std::string::npos);
-  EXPECT_NE(unknown.status().message().find("cpu:0"), std::string::npos);  // lists what exists
-
-  // Larger than the device: RESOURCE_EXHAUSTED naming the device, not a crash.
-  TensorView huge{DType::kFloat32, {1LL << 20, 1LL << 20, 1LL << 10}, t.data()};
-  auto big = c.upload(huge, "cpu:0");
-  ASSERT_FALSE(big.ok());
-  EXPECT_EQ(big.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(big.status().message().find("cpu:0"), std::string::npos);
-  EXPECT_EQ(e->devices()[0].memory_in_use, 0);
-
-  TensorView overflow{DType::kFloat32, {1LL << 40, 1LL << 40}, t.data()};
-  EXPECT_EQ(c.upload(overflow, "").status().code(), StatusCode::kInvalidArgument);
-  TensorView negative{DType::kFloat32, {-1}, t.data()};
-  EXPECT_EQ(c.upload(negative, "").status().code(), StatusCode::kInvalidArgument);
-  TensorView bad_dtype{static_cast<DType>(42), {2}, t.data()};
-  EXPECT_EQ(c.upload(bad_dtype, "").status().code(), StatusCode::kInvalidArgument);
-}
-
 TEST(Engine, FilteredOutDeviceIsNotUsable) {
   auto e = make_engine(true, "cpu:0");
   LocalClient c(e);
@@ -140,30 +117,6 @@ TEST(Engine, SessionQuotaIsResourceExhausted) {
   EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(third.status().message().find("session memory limit"), std::string::npos);
   EXPECT_EQ(e->session_bytes(c.session()), 64);
-}
-
-TEST(Engine, SessionsCannotSeeEachOthersHandles) {
-  auto e = make_engine();
-  LocalClient a(e), b(e);
-  HostTensor t = f32({1, 2}, {2});
-  auto h = a.upload(t.view(), "");
-  ASSERT_TRUE(h.ok());
-  auto r = b.read(*h);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(b.release(*h).code(), StatusCode::kNotFound);
-  EXPECT_TRUE(a.read(*h).ok());  // untouched
-}
-
-TEST(Engine, ClosingASessionFreesItsTensors) {
-  auto e = make_engine();
-  {
-    LocalClient c(e);
-    HostTensor t = f32(std::vector<float>(1000, 2.0f), {1000});
-    ASSERT_TRUE(c.upload(t.view(), "").ok());
-    EXPECT_EQ(e->devices()[0].memory_in_use, 4000);
-  }
-  EXPECT_EQ(e->devices()[0].memory_in_use, 0);
 }
 
 TEST(Engine, ExecuteRunsAsyncAndCachesExecutables) {
@@ -190,73 +143,6 @@ TEST(Engine, ExecuteRunsAsyncAndCachesExecutables) {
   EXPECT_EQ(m.compiles, 1);
   EXPECT_EQ(m.cache_hits, 2);
   EXPECT_EQ(m.executes, 3);
-}
-
-TEST(Engine, ErrorLandsOnlyOnDependentOutputs) {
-  auto e = make_engine();
-  LocalClient c(e);
-  Graph g;
-  g.inputs = {{"a", {}}, {"b", {}}};
-  // 'mm' fails (inner dims 3 vs 2); 'good' does not depend on it.
-  g.nodes = {node("mm", "MatMul", {"a", "b"}, {"p"}), node("after", "Relu", {"p"}, {"q"}),
-             node("good", "Neg", {"a"}, {"n"})};
-  g.outputs = {{"q", {}}, {"n", {}}};
-  HostTensor a = f32({1, 2, 3, 4, 5, 6}, {2, 3}), b = f32({1, 2, 3, 4}, {2, 2});
-  auto ha = c.upload(a.view(), ""), hb = c.upload(b.view(), "");
-  auto out = c.execute(g, {*ha, *hb}, "");
-  ASSERT_TRUE(out.ok()) << out.status().to_string();
-  Status bad = c.wait((*out)[0]);
-  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.message().find("MatMul"), std::string::npos) << bad.message();
-  EXPECT_NE(bad.message().find("'mm'"), std::string::npos) << bad.message();
-  EXPECT_EQ(c.read((*out)[0]).status(), bad);
-  auto n = c.read((*out)[1]);
-  ASSERT_TRUE(n.ok()) << n.status().to_string();
-  EXPECT_EQ(n->to_double_vector(), (std::vector<double>{-1, -2, -3, -4, -5, -6}));
-}
-
-TEST(Engine, UnknownOpAndBadAttributeNameTheNode) {
-  auto e = make_engine();
-  LocalClient c(e);
-  HostTensor a = f32({1, 2}, {2});
-  auto ha = c.upload(a.view(), "");
-  Graph g;
-  g.inputs = {{"a", {}}};
-  g.nodes = {node("weird", "FrobnicateOp", {"a"}, {"y"})};
-  g.outputs = {{"y", {}}};
-  auto out = c.execute(g, {*ha}, "");
-  ASSERT_TRUE(out.ok());
-  Status s = c.wait((*out)[0]);
-  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(s.message().find("FrobnicateOp"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("'weird'"), std::string::npos) << s.message();
-
-  g.nodes = {node("sm", "Softmax", {"a"}, {"y"}, {{"axis", int64_t{5}}})};
-  out = c.execute(g, {*ha}, "");
-  ASSERT_TRUE(out.ok());
-  s = c.wait((*out)[0]);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("Softmax"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("5"), std::string::npos) << s.message();
-}
-
-TEST(Engine, StructuralGraphErrorsFailTheCall) {
-  auto e = make_engine();
-  LocalClient c(e);
-  HostTensor a = f32({1, 2}, {2});
-  auto ha = c.upload(a.view(), "");
-  Graph g;
-  g.inputs = {{"a", {}}};
-  g.nodes = {node("x", "Relu", {"y"}, {"x1"}), node("y", "Relu", {"x1"}, {"y"})};
-  g.outputs = {{"y", {}}};
-  auto out = c.execute(g, {*ha}, "");
-  ASSERT_FALSE(out.ok());
-  EXPECT_NE(out.status().message().find("cycle"), std::string::npos);
-  // Wrong number of inputs.
-  g.nodes = {node("r", "Relu", {"a"}, {"y"})};
-  EXPECT_EQ(c.execute(g, {}, "").status().code(), StatusCode::kInvalidArgument);
-  // A handle that does not exist.
-  EXPECT_EQ(c.execute(g, {999999}, "").status().code(), StatusCode::kNotFound);
 }
 
 void copy_between_devices(bool peer) {
@@ -301,28 +187,6 @@ TEST(Engine, ExecuteMovesInputsToTheTargetDevice) {
   EXPECT_EQ(c.info((*out1)[0])->device, "cpu:1");
   EXPECT_EQ(c.read((*out1)[0])->to_double_vector(), (std::vector<double>{11, 22}));
   EXPECT_EQ(e->metrics().implicit_moves, 2);
-}
-
-TEST(Engine, ErrorsPropagateThroughLaterExecutes) {
-  auto e = make_engine();
-  LocalClient c(e);
-  HostTensor a = f32({1, 2, 3}, {3}), b = f32({1, 2}, {2});
-  auto ha = c.upload(a.view(), ""), hb = c.upload(b.view(), "");
-  Graph g;
-  g.inputs = {{"a", {}}, {"b", {}}};
-  g.nodes = {node("bad_add", "Add", {"a", "b"}, {"y"})};
-  g.outputs = {{"y", {}}};
-  auto out = c.execute(g, {*ha, *hb}, "");
-  ASSERT_TRUE(out.ok());
-  Graph g2;
-  g2.inputs = {{"x", {}}};
-  g2.nodes = {node("r", "Relu", {"x"}, {"y"})};
-  g2.outputs = {{"y", {}}};
-  auto out2 = c.execute(g2, {(*out)[0]}, "");
-  ASSERT_TRUE(out2.ok());
-  Status s = c.wait((*out2)[0]);
-  EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("bad_add"), std::string::npos) << s.message();
 }
 
 }  // namespace
