@@ -51,9 +51,57 @@ inline Result<std::vector<HostTensor>> run_op(const std::string& op,
   return result;
 }
 
-// Convenience constructors.
+using Outputs = Result<std::vector<HostTensor>>;
+
+// Runs `op` and returns output `i`; a failed run is a test failure (and an empty tensor).
+inline HostTensor run1(const std::string& op, const std::vector<HostTensor>& inputs,
+                       AttributeMap attrs = {}, int num_outputs = 1, int i = 0) {
+  auto r = run_op(op, inputs, std::move(attrs), num_outputs);
+  if (!r.ok()) {
+    ADD_FAILURE() << op << " failed: " << r.status().to_string();
+    return HostTensor();
+  }
+  return (*r)[static_cast<size_t>(i)];
+}
+
+// The run failed with `code` and a message containing every one of `parts`.
+inline ::testing::AssertionResult fails_with(const Outputs& r, StatusCode code,
+                                             const std::vector<std::string>& parts) {
+  if (r.ok()) return ::testing::AssertionFailure() << "expected an error, got success";
+  if (r.status().code() != code)
+    return ::testing::AssertionFailure()
+           << "code " << status_code_name(r.status().code()) << " != " << status_code_name(code)
+           << ": " << r.status().message();
+  for (const auto& p : parts)
+    if (r.status().message().find(p) == std::string::npos)
+      return ::testing::AssertionFailure()
+             << "message '" << r.status().message() << "' lacks '" << p << "'";
+  return ::testing::AssertionSuccess();
+}
+inline ::testing::AssertionResult fails(const Outputs& r, const std::vector<std::string>& parts,
+                                        StatusCode code = StatusCode::kInvalidArgument) {
+  return fails_with(r, code, parts);
+}
+
+// Convenience constructors (shared by every kernel test file).
 inline HostTensor F32(std::vector<float> v, Shape s) { return HostTensor::from_vector(v, std::move(s)); }
+inline HostTensor F64(std::vector<double> v, Shape s) { return HostTensor::from_vector(v, std::move(s)); }
 inline HostTensor I64(std::vector<int64_t> v, Shape s) { return HostTensor::from_vector(v, std::move(s)); }
+inline HostTensor I32(std::vector<int32_t> v, Shape s) { return HostTensor::from_vector(v, std::move(s)); }
+inline HostTensor I8(std::vector<int8_t> v, Shape s) { return HostTensor::from_vector(v, std::move(s)); }
+inline HostTensor U8(std::vector<uint8_t> v, Shape s) { return HostTensor::from_vector(v, std::move(s)); }
+inline HostTensor Bool(std::vector<bool> v, Shape s) {
+  HostTensor t(DType::kBool, std::move(s));
+  for (size_t i = 0; i < v.size() && i < static_cast<size_t>(t.numel()); ++i) t.mutable_data<bool>()[i] = v[i];
+  return t;
+}
+// float16 tensor from float values (rounded to nearest even).
+inline HostTensor F16(const std::vector<float>& v, Shape s) {
+  HostTensor t(DType::kFloat16, std::move(s));
+  for (size_t i = 0; i < v.size() && i < static_cast<size_t>(t.numel()); ++i)
+    t.mutable_data<uint16_t>()[i] = float_to_half(v[i]);
+  return t;
+}
 
 // Element-wise comparison with tolerance atol + rtol*|expected| (floats) or exact (others);
 // checks dtype and shape too.

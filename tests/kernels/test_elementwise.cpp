@@ -18,11 +18,6 @@ template <typename T>
 HostTensor T_(std::vector<T> v, Shape s) {
   return HostTensor::from_vector<T>(v, std::move(s));
 }
-HostTensor F64(std::vector<double> v, Shape s) { return T_<double>(std::move(v), std::move(s)); }
-HostTensor I32(std::vector<int32_t> v, Shape s) { return T_<int32_t>(std::move(v), std::move(s)); }
-HostTensor I8(std::vector<int8_t> v, Shape s) { return T_<int8_t>(std::move(v), std::move(s)); }
-HostTensor U8(std::vector<uint8_t> v, Shape s) { return T_<uint8_t>(std::move(v), std::move(s)); }
-HostTensor B(std::vector<bool> v, Shape s) { return T_<bool>(std::move(v), std::move(s)); }
 
 // A float16 or bfloat16 tensor from raw bits.
 HostTensor bits16(DType dtype, std::vector<uint16_t> bits, Shape s) {
@@ -30,22 +25,9 @@ HostTensor bits16(DType dtype, std::vector<uint16_t> bits, Shape s) {
   for (size_t i = 0; i < bits.size(); ++i) t.mutable_data<uint16_t>()[i] = bits[i];
   return t;
 }
-HostTensor F16(std::vector<float> v, Shape s) {
-  std::vector<uint16_t> bits;
-  for (float f : v) bits.push_back(float_to_half(f));
-  return bits16(DType::kFloat16, std::move(bits), std::move(s));
-}
 template <typename T>
 std::vector<T> values(const HostTensor& t) {
   return std::vector<T>(t.data<T>(), t.data<T>() + t.numel());
-}
-
-// Runs a one-output op; an error fails the test and returns an empty tensor.
-HostTensor run1(const std::string& op, const std::vector<HostTensor>& inputs,
-                AttributeMap attrs = {}) {
-  auto r = run_op(op, inputs, std::move(attrs));
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? (*r)[0] : HostTensor();
 }
 
 // Expects the op to fail with `code`, the message naming the op and each of `parts`.
@@ -119,7 +101,7 @@ TEST(ElementwiseAdd, DtypeMismatchIsError) {
 }
 
 TEST(ElementwiseAdd, BoolIsError) {
-  expect_error("Add", {B({true}, {1}), B({true}, {1})}, {}, {"bool"});
+  expect_error("Add", {Bool({true}, {1}), Bool({true}, {1})}, {}, {"bool"});
 }
 
 TEST(ElementwiseAdd, UnknownAttributeIsError) {
@@ -312,49 +294,49 @@ TEST(ElementwiseBitwise, FloatIsError) {
 TEST(ElementwiseCompare, FloatsWithNaN) {
   auto a = F32({1, 2, kNaN, 4}, {4});
   auto b = F32({2, 2, 1, kNaN}, {4});
-  EXPECT_TRUE(tensors_near(run1("Less", {a, b}), B({true, false, false, false}, {4})));
-  EXPECT_TRUE(tensors_near(run1("Greater", {a, b}), B({false, false, false, false}, {4})));
-  EXPECT_TRUE(tensors_near(run1("LessOrEqual", {a, b}), B({true, true, false, false}, {4})));
-  EXPECT_TRUE(tensors_near(run1("GreaterOrEqual", {a, b}), B({false, true, false, false}, {4})));
-  EXPECT_TRUE(tensors_near(run1("Equal", {a, b}), B({false, true, false, false}, {4})));
+  EXPECT_TRUE(tensors_near(run1("Less", {a, b}), Bool({true, false, false, false}, {4})));
+  EXPECT_TRUE(tensors_near(run1("Greater", {a, b}), Bool({false, false, false, false}, {4})));
+  EXPECT_TRUE(tensors_near(run1("LessOrEqual", {a, b}), Bool({true, true, false, false}, {4})));
+  EXPECT_TRUE(tensors_near(run1("GreaterOrEqual", {a, b}), Bool({false, true, false, false}, {4})));
+  EXPECT_TRUE(tensors_near(run1("Equal", {a, b}), Bool({false, true, false, false}, {4})));
 }
 
 TEST(ElementwiseCompare, Broadcast) {
   EXPECT_TRUE(tensors_near(run1("Equal", {I64({1, 2, 3, 4}, {2, 2}), I64({2}, {1})}),
-                           B({false, true, false, false}, {2, 2})));
+                           Bool({false, true, false, false}, {2, 2})));
   EXPECT_TRUE(tensors_near(run1("Greater", {I32({1, 5}, {2, 1}), I32({0, 3, 6}, {3})}),
-                           B({true, false, false, true, true, false}, {2, 3})));
+                           Bool({true, false, false, true, true, false}, {2, 3})));
   EXPECT_TRUE(
-      tensors_near(run1("Less", {U8({0, 200}, {2}), U8({100}, {})}), B({true, false}, {2})));
+      tensors_near(run1("Less", {U8({0, 200}, {2}), U8({100}, {})}), Bool({true, false}, {2})));
 }
 
 TEST(ElementwiseCompare, EqualBoolAndFloat16) {
   EXPECT_TRUE(
-      tensors_near(run1("Equal", {B({true, false, true}, {3}), B({true, true, false}, {3})}),
-                   B({true, false, false}, {3})));
+      tensors_near(run1("Equal", {Bool({true, false, true}, {3}), Bool({true, true, false}, {3})}),
+                   Bool({true, false, false}, {3})));
   EXPECT_TRUE(tensors_near(run1("Equal", {F16({0.5f, 1}, {2}), F16({0.5f, 2}, {2})}),
-                           B({true, false}, {2})));
+                           Bool({true, false}, {2})));
 }
 
 TEST(ElementwiseCompare, LessOnBoolIsError) {
-  expect_error("Less", {B({true}, {1}), B({false}, {1})}, {}, {"bool"});
+  expect_error("Less", {Bool({true}, {1}), Bool({false}, {1})}, {}, {"bool"});
 }
 
 TEST(ElementwiseLogic, TruthTables) {
-  auto a = B({true, true, false, false}, {4});
-  auto b = B({true, false, true, false}, {4});
-  EXPECT_TRUE(tensors_near(run1("And", {a, b}), B({true, false, false, false}, {4})));
-  EXPECT_TRUE(tensors_near(run1("Or", {a, b}), B({true, true, true, false}, {4})));
-  EXPECT_TRUE(tensors_near(run1("Xor", {a, b}), B({false, true, true, false}, {4})));
-  EXPECT_TRUE(tensors_near(run1("Not", {a}), B({false, false, true, true}, {4})));
+  auto a = Bool({true, true, false, false}, {4});
+  auto b = Bool({true, false, true, false}, {4});
+  EXPECT_TRUE(tensors_near(run1("And", {a, b}), Bool({true, false, false, false}, {4})));
+  EXPECT_TRUE(tensors_near(run1("Or", {a, b}), Bool({true, true, true, false}, {4})));
+  EXPECT_TRUE(tensors_near(run1("Xor", {a, b}), Bool({false, true, true, false}, {4})));
+  EXPECT_TRUE(tensors_near(run1("Not", {a}), Bool({false, false, true, true}, {4})));
 }
 
 TEST(ElementwiseLogic, Broadcast) {
   EXPECT_TRUE(
-      tensors_near(run1("And", {B({true, false, true, true}, {2, 2}), B({true, false}, {2})}),
-                   B({true, false, true, false}, {2, 2})));
-  EXPECT_TRUE(tensors_near(run1("Or", {B({false, true}, {2, 1}), B({false, true, false}, {3})}),
-                           B({false, true, false, true, true, true}, {2, 3})));
+      tensors_near(run1("And", {Bool({true, false, true, true}, {2, 2}), Bool({true, false}, {2})}),
+                   Bool({true, false, true, false}, {2, 2})));
+  EXPECT_TRUE(tensors_near(run1("Or", {Bool({false, true}, {2, 1}), Bool({false, true, false}, {3})}),
+                           Bool({false, true, false, true, true, true}, {2, 3})));
 }
 
 TEST(ElementwiseLogic, NonBoolIsError) {
@@ -487,13 +469,13 @@ TEST(ElementwiseUnary, Erf) {
 
 TEST(ElementwiseUnary, IsNaNIsInf) {
   auto x = F32({-kInf, -1, kInf, kNaN, 0}, {5});
-  EXPECT_TRUE(tensors_near(run1("IsNaN", {x}), B({false, false, false, true, false}, {5})));
-  EXPECT_TRUE(tensors_near(run1("IsInf", {x}), B({true, false, true, false, false}, {5})));
+  EXPECT_TRUE(tensors_near(run1("IsNaN", {x}), Bool({false, false, false, true, false}, {5})));
+  EXPECT_TRUE(tensors_near(run1("IsInf", {x}), Bool({true, false, true, false, false}, {5})));
   EXPECT_TRUE(tensors_near(run1("IsInf", {x}, {{"detect_negative", 0}}),
-                           B({false, false, true, false, false}, {5})));
+                           Bool({false, false, true, false, false}, {5})));
   EXPECT_TRUE(tensors_near(run1("IsInf", {x}, {{"detect_positive", 0}}),
-                           B({true, false, false, false, false}, {5})));
-  EXPECT_TRUE(tensors_near(run1("IsNaN", {F64({1, std::nan("")}, {2})}), B({false, true}, {2})));
+                           Bool({true, false, false, false, false}, {5})));
+  EXPECT_TRUE(tensors_near(run1("IsNaN", {F64({1, std::nan("")}, {2})}), Bool({false, true}, {2})));
 }
 
 TEST(ElementwiseUnary, Float16) {
@@ -625,7 +607,7 @@ TEST(ElementwiseClip, Errors) {
 // ---- Where ----
 
 TEST(ElementwiseWhere, Example) {
-  EXPECT_TRUE(tensors_near(run1("Where", {B({true, false, true, true}, {2, 2}),
+  EXPECT_TRUE(tensors_near(run1("Where", {Bool({true, false, true, true}, {2, 2}),
                                           F32({1, 2, 3, 4}, {2, 2}), F32({9, 8, 7, 6}, {2, 2})}),
                            F32({1, 8, 3, 4}, {2, 2})));
 }
@@ -633,26 +615,26 @@ TEST(ElementwiseWhere, Example) {
 TEST(ElementwiseWhere, ThreeWayBroadcast) {
   // cond [2,1], X [1,3], Y scalar -> [2,3].
   EXPECT_TRUE(
-      tensors_near(run1("Where", {B({true, false}, {2, 1}), I64({1, 2, 3}, {1, 3}), I64({-1}, {})}),
+      tensors_near(run1("Where", {Bool({true, false}, {2, 1}), I64({1, 2, 3}, {1, 3}), I64({-1}, {})}),
                    I64({1, 2, 3, -1, -1, -1}, {2, 3})));
   EXPECT_TRUE(
-      tensors_near(run1("Where", {B({false, true, false}, {3}), I64({5}, {}), I64({7, 8}, {2, 1})}),
+      tensors_near(run1("Where", {Bool({false, true, false}, {3}), I64({5}, {}), I64({7, 8}, {2, 1})}),
                    I64({7, 5, 7, 8, 5, 8}, {2, 3})));
 }
 
 TEST(ElementwiseWhere, Float16AndBoolValues) {
-  auto y = run1("Where", {B({true, false}, {2}), bits16(DType::kFloat16, {0x3C00, 0x3C01}, {2}),
+  auto y = run1("Where", {Bool({true, false}, {2}), bits16(DType::kFloat16, {0x3C00, 0x3C01}, {2}),
                           bits16(DType::kFloat16, {0x7E00, 0x4000}, {2})});
   EXPECT_EQ(y.dtype(), DType::kFloat16);
   EXPECT_EQ(values<uint16_t>(y), (std::vector<uint16_t>{0x3C00, 0x4000}));
-  EXPECT_TRUE(tensors_near(run1("Where", {B({true, false}, {2}), B({true}, {}), B({false}, {})}),
-                           B({true, false}, {2})));
+  EXPECT_TRUE(tensors_near(run1("Where", {Bool({true, false}, {2}), Bool({true}, {}), Bool({false}, {})}),
+                           Bool({true, false}, {2})));
 }
 
 TEST(ElementwiseWhere, Errors) {
   expect_error("Where", {F32({1}, {1}), F32({1}, {1}), F32({1}, {1})}, {}, {"float32", "bool"});
-  expect_error("Where", {B({true}, {1}), F32({1}, {1}), I64({1}, {1})}, {}, {"int64", "float32"});
-  expect_error("Where", {B({true, false}, {2}), F32({1, 2, 3}, {3}), F32({1}, {1})}, {},
+  expect_error("Where", {Bool({true}, {1}), F32({1}, {1}), I64({1}, {1})}, {}, {"int64", "float32"});
+  expect_error("Where", {Bool({true, false}, {2}), F32({1, 2, 3}, {3}), F32({1}, {1})}, {},
                {"[2]", "[3]"});
 }
 
@@ -680,11 +662,11 @@ TEST(ElementwiseCast, IntegerToInteger) {
 
 TEST(ElementwiseCast, BoolBothWays) {
   EXPECT_TRUE(
-      tensors_near(run1("Cast", {B({true, false}, {2})}, to(DType::kFloat32)), F32({1, 0}, {2})));
+      tensors_near(run1("Cast", {Bool({true, false}, {2})}, to(DType::kFloat32)), F32({1, 0}, {2})));
   EXPECT_TRUE(tensors_near(run1("Cast", {F32({0, -0.0f, 0.5f, kNaN}, {4})}, to(DType::kBool)),
-                           B({false, false, true, true}, {4})));
+                           Bool({false, false, true, true}, {4})));
   EXPECT_TRUE(
-      tensors_near(run1("Cast", {I64({0, -3}, {2})}, to(DType::kBool)), B({false, true}, {2})));
+      tensors_near(run1("Cast", {I64({0, -3}, {2})}, to(DType::kBool)), Bool({false, true}, {2})));
 }
 
 TEST(ElementwiseCast, ToFloat16RoundsToNearestEven) {

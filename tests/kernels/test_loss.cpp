@@ -7,18 +7,6 @@
 namespace tensord::testing {
 namespace {
 
-HostTensor F64(std::vector<double> v, Shape s) {
-  return HostTensor::from_vector<double>(v, std::move(s));
-}
-HostTensor I32(std::vector<int32_t> v, Shape s) {
-  return HostTensor::from_vector<int32_t>(v, std::move(s));
-}
-HostTensor F16(std::vector<float> v, Shape s) {
-  HostTensor t(DType::kFloat16, std::move(s));
-  for (size_t i = 0; i < v.size(); ++i) t.mutable_data<uint16_t>()[i] = float_to_half(v[i]);
-  return t;
-}
-
 std::vector<HostTensor> run(const std::string& op, const std::vector<HostTensor>& in,
                             AttributeMap attrs = {}, int num_outputs = 1) {
   auto r = run_op(op, in, std::move(attrs), num_outputs);
@@ -27,22 +15,6 @@ std::vector<HostTensor> run(const std::string& op, const std::vector<HostTensor>
     return std::vector<HostTensor>(static_cast<size_t>(num_outputs));
   }
   return *r;
-}
-HostTensor run1(const std::string& op, const std::vector<HostTensor>& in, AttributeMap attrs = {}) {
-  return run(op, in, std::move(attrs)).at(0);
-}
-
-::testing::AssertionResult fails(const Result<std::vector<HostTensor>>& r,
-                                 std::vector<std::string> parts,
-                                 StatusCode code = StatusCode::kInvalidArgument) {
-  if (r.ok()) return ::testing::AssertionFailure() << "succeeded, expected an error";
-  if (r.status().code() != code)
-    return ::testing::AssertionFailure() << "wrong code: " << r.status().to_string();
-  for (const auto& p : parts)
-    if (r.status().message().find(p) == std::string::npos)
-      return ::testing::AssertionFailure()
-             << "message '" << r.status().message() << "' lacks '" << p << "'";
-  return ::testing::AssertionSuccess();
 }
 
 const char kNll[] = "NegativeLogLikelihoodLoss";

@@ -8,38 +8,6 @@
 namespace tensord::testing {
 namespace {
 
-using Outputs = Result<std::vector<HostTensor>>;
-
-HostTensor U8(std::vector<uint8_t> v, Shape s) { return HostTensor::from_vector(v, std::move(s)); }
-HostTensor I8(std::vector<int8_t> v, Shape s) { return HostTensor::from_vector(v, std::move(s)); }
-HostTensor I32(std::vector<int32_t> v, Shape s) { return HostTensor::from_vector(v, std::move(s)); }
-HostTensor F16(const std::vector<float>& v, Shape s) {
-  HostTensor t(DType::kFloat16, std::move(s));
-  for (size_t i = 0; i < v.size(); ++i) t.mutable_data<uint16_t>()[i] = float_to_half(v[i]);
-  return t;
-}
-
-HostTensor run1(const std::string& op, const std::vector<HostTensor>& inputs,
-                AttributeMap attrs = {}, int num_outputs = 1, int i = 0) {
-  auto r = run_op(op, inputs, std::move(attrs), num_outputs);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  if (!r.ok()) return HostTensor();
-  return (*r)[static_cast<size_t>(i)];
-}
-
-// The run failed with INVALID_ARGUMENT and a message containing every part.
-::testing::AssertionResult fails(const Outputs& r, std::initializer_list<std::string> parts) {
-  if (r.ok()) return ::testing::AssertionFailure() << "expected an error, got success";
-  if (r.status().code() != StatusCode::kInvalidArgument)
-    return ::testing::AssertionFailure()
-           << "code " << status_code_name(r.status().code()) << ": " << r.status().message();
-  for (const auto& p : parts)
-    if (r.status().message().find(p) == std::string::npos)
-      return ::testing::AssertionFailure()
-             << "message '" << r.status().message() << "' lacks '" << p << "'";
-  return ::testing::AssertionSuccess();
-}
-
 // ---------------- QuantizeLinear ----------------
 
 TEST(QuantQuantizeLinear, PerTensorUint8Saturates) {

@@ -10,37 +10,7 @@ template <typename T>
 HostTensor make(std::vector<T> v, Shape s) {
   return HostTensor::from_vector<T>(v, std::move(s));
 }
-HostTensor I32(std::vector<int32_t> v, Shape s) {
-  return make<int32_t>(std::move(v), std::move(s));
-}
-HostTensor F16(std::vector<float> v, Shape s) {
-  HostTensor t(DType::kFloat16, std::move(s));
-  for (size_t i = 0; i < v.size(); ++i) t.mutable_data<uint16_t>()[i] = float_to_half(v[i]);
-  return t;
-}
 HostTensor none() { return HostTensor(); }
-
-HostTensor run1(const std::string& op, const std::vector<HostTensor>& in, AttributeMap attrs = {}) {
-  auto r = run_op(op, in, std::move(attrs));
-  if (!r.ok()) {
-    ADD_FAILURE() << op << " failed: " << r.status().to_string();
-    return HostTensor();
-  }
-  return r->at(0);
-}
-
-::testing::AssertionResult fails(const Result<std::vector<HostTensor>>& r,
-                                 std::vector<std::string> parts,
-                                 StatusCode code = StatusCode::kInvalidArgument) {
-  if (r.ok()) return ::testing::AssertionFailure() << "succeeded, expected an error";
-  if (r.status().code() != code)
-    return ::testing::AssertionFailure() << "wrong code: " << r.status().to_string();
-  for (const auto& p : parts)
-    if (r.status().message().find(p) == std::string::npos)
-      return ::testing::AssertionFailure()
-             << "message '" << r.status().message() << "' lacks '" << p << "'";
-  return ::testing::AssertionSuccess();
-}
 
 // Exact comparison that also accepts matching infinities and NaNs.
 ::testing::AssertionResult exactly(const HostTensor& a, const HostTensor& e) {

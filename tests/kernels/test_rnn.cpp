@@ -11,36 +11,12 @@
 namespace tensord::testing {
 namespace {
 
-using Outputs = Result<std::vector<HostTensor>>;
-
-HostTensor F64(std::vector<double> v, Shape s) { return HostTensor::from_vector(v, std::move(s)); }
-HostTensor I32(std::vector<int32_t> v, Shape s) { return HostTensor::from_vector(v, std::move(s)); }
-HostTensor F16(const std::vector<float>& v, Shape s) {
-  HostTensor t(DType::kFloat16, std::move(s));
-  for (size_t i = 0; i < v.size(); ++i) t.mutable_data<uint16_t>()[i] = float_to_half(v[i]);
-  return t;
-}
-
 std::vector<HostTensor> run_ok(const std::string& op, const std::vector<HostTensor>& inputs,
                                AttributeMap attrs, int num_outputs) {
   auto r = run_op(op, inputs, std::move(attrs), num_outputs);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   if (!r.ok()) return std::vector<HostTensor>(static_cast<size_t>(num_outputs));
   return *r;
-}
-
-::testing::AssertionResult fails_with(const Outputs& r, StatusCode code,
-                                      std::initializer_list<std::string> parts) {
-  if (r.ok()) return ::testing::AssertionFailure() << "expected an error, got success";
-  if (r.status().code() != code)
-    return ::testing::AssertionFailure()
-           << "code " << status_code_name(r.status().code()) << " != " << status_code_name(code)
-           << ": " << r.status().message();
-  for (const auto& p : parts)
-    if (r.status().message().find(p) == std::string::npos)
-      return ::testing::AssertionFailure()
-             << "message '" << r.status().message() << "' lacks '" << p << "'";
-  return ::testing::AssertionSuccess();
 }
 
 const HostTensor kNone;  // an omitted optional input

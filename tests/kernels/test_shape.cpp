@@ -12,44 +12,8 @@ template <typename T>
 HostTensor make(std::vector<T> v, Shape s) {
   return HostTensor::from_vector<T>(v, std::move(s));
 }
-HostTensor I32(std::vector<int32_t> v, Shape s) {
-  return make<int32_t>(std::move(v), std::move(s));
-}
-HostTensor Bool(std::vector<bool> v, Shape s) {
-  HostTensor t(DType::kBool, std::move(s));
-  for (size_t i = 0; i < v.size(); ++i) t.mutable_data<bool>()[i] = v[i];
-  return t;
-}
-HostTensor F16(std::vector<float> v, Shape s) {
-  HostTensor t(DType::kFloat16, std::move(s));
-  for (size_t i = 0; i < v.size(); ++i) t.mutable_data<uint16_t>()[i] = float_to_half(v[i]);
-  return t;
-}
 // An input left out (optional).
 HostTensor none() { return HostTensor(); }
-
-HostTensor run1(const std::string& op, const std::vector<HostTensor>& in, AttributeMap attrs = {}) {
-  auto r = run_op(op, in, std::move(attrs));
-  if (!r.ok()) {
-    ADD_FAILURE() << op << " failed: " << r.status().to_string();
-    return HostTensor();
-  }
-  return r->at(0);
-}
-
-// The op fails with `code` and a message containing every one of `parts`.
-::testing::AssertionResult fails(const Result<std::vector<HostTensor>>& r,
-                                 std::vector<std::string> parts,
-                                 StatusCode code = StatusCode::kInvalidArgument) {
-  if (r.ok()) return ::testing::AssertionFailure() << "succeeded, expected an error";
-  if (r.status().code() != code)
-    return ::testing::AssertionFailure() << "wrong code: " << r.status().to_string();
-  for (const auto& p : parts)
-    if (r.status().message().find(p) == std::string::npos)
-      return ::testing::AssertionFailure()
-             << "message '" << r.status().message() << "' lacks '" << p << "'";
-  return ::testing::AssertionSuccess();
-}
 
 // Float16 tensors compared bit for bit (data movement must not change them).
 ::testing::AssertionResult same_bits(const HostTensor& a, const HostTensor& b) {
