@@ -1,6 +1,7 @@
 #include "core/op_registry.h"
 
 #include <cassert>
+#include <exception>
 
 #include "core/ops/all_ops.h"
 
@@ -98,7 +99,11 @@ Status infer_node(const OpRegistry& registry, InferenceContext& ctx) {
   for (const auto& [name, value] : node.attrs) {
     if (!schema->attributes.count(name)) return ctx.error("unknown attribute '{}'", name);
   }
-  TD_RETURN_IF_ERROR(schema->infer(ctx));
+  try {
+    TD_RETURN_IF_ERROR(schema->infer(ctx));
+  } catch (const std::exception& e) {  // an inference bug must not take the process down
+    return ctx.make_error(StatusCode::kInternal, fmt::format("shape inference threw: {}", e.what()));
+  }
   for (int i = 0; i < n_out; ++i) {
     if (node.outputs[static_cast<size_t>(i)].empty()) continue;
     if (static_cast<size_t>(i) >= ctx.output_types().size() ||

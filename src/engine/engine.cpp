@@ -579,11 +579,17 @@ Result<std::vector<TensorHandle>> Engine::execute(SessionId session, const Graph
   DeviceSlot* slot = impl_->slots[target].get();
   Impl* impl = impl_.get();
   slot->queue->push([impl, slot, exe, in = std::move(in), promises, counter] {
-    std::vector<Result<DeviceTensor>> values;
-    values.reserve(in.size());
-    for (const auto& e : in) values.push_back(e->value.get());
-    EngineAllocator alloc(slot, counter);
-    auto outs = exe->run(values, alloc);
+    std::vector<Result<DeviceTensor>> outs;
+    try {
+      std::vector<Result<DeviceTensor>> values;
+      values.reserve(in.size());
+      for (const auto& e : in) values.push_back(e->value.get());
+      EngineAllocator alloc(slot, counter);
+      outs = exe->run(values, alloc);
+    } catch (const std::exception& e) {  // e.g. bad_alloc: an error on every output, no abort
+      outs.assign(promises.size(),
+                  errors::Internal("{}: execution failed: {}", slot->name(), e.what()));
+    }
     for (size_t i = 0; i < promises.size(); ++i) {
       if (i < outs.size()) {
         if (!outs[i].ok()) impl->m.node_errors++;

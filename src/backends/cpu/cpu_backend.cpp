@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <exception>
 #include <map>
 #include <new>
 #include <thread>
@@ -348,7 +349,13 @@ class CpuExecutable final : public Executable {
         return run_subgraph(sub, inputs, values, allocator);
       });
     }
-    Status s = step.kernel->run(ctx);
+    Status s;
+    try {
+      s = step.kernel->run(ctx);
+    } catch (const std::exception& e) {  // a kernel bug must not take the process down
+      s = ctx.make_error(StatusCode::kInternal,
+                         fmt::format("kernel '{}' threw: {}", step.kernel->name, e.what()));
+    }
     if (!s.ok()) {
       if (s.message().rfind(node.op + ":", 0) != 0) s = ctx.wrap(s);
       return poison(step, s, values);
