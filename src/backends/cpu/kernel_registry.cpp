@@ -28,6 +28,7 @@ const KernelRegistry& KernelRegistry::global() {
   static const KernelRegistry* registry = [] {
     auto* r = new KernelRegistry();
     // Fast kernels register first (when a family has them); reference kernels last.
+    register_onednn_kernels(*r);
     register_reference_elementwise_kernels(*r);
     register_reference_nn_kernels(*r);
     register_reference_shape_kernels(*r);

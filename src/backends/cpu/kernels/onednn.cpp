@@ -1,0 +1,329 @@
+// Fast float32 kernels through oneDNN (Debian libdnnl-dev, 2.x API): MatMul, Gemm, Conv 2-D,
+// MaxPool/AveragePool 2-D.
+//
+// Memory stays in the plain layouts the executor uses (NCHW, OIHW, row-major); no reorders to
+// blocked formats yet. Each call builds its primitive; oneDNN's primitive cache makes repeats
+// cheap. `accepts` refuses what these kernels do not cover, so the reference kernel takes it.
+// Shapes known only at run time that turn out unsupported, and problems oneDNN itself rejects,
+// are handed to the op's reference kernel (last in its list) from inside the run function.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <dnnl.hpp>
+
+#include "backends/cpu/kernel.h"
+#include "core/ops/op_helpers.h"
+
+namespace tensord::cpu {
+namespace {
+
+using dnnl::memory;
+using DT = memory::data_type;
+using Tag = memory::format_tag;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// One stream per thread: a oneDNN stream is not meant for concurrent callers.
+dnnl::stream& cpu_stream() {
+  thread_local dnnl::stream stream(cpu_engine());
+  return stream;
+}
+
+Status refuse(const std::string& why) { return Status(StatusCode::kUnimplemented, why); }
+
+bool all_float32(const std::vector<TensorType>& in) {
+  for (const TensorType& t : in)
+    if (t.defined() && t.dtype != DType::kFloat32) return false;
+  return true;
+}
+
+// The reference kernel of `op` (always last in its list).
+Status run_reference(const std::string& op, KernelContext& ctx) {
+  return KernelRegistry::global().find(op).back().run(ctx);
+}
+
+memory wrap(const memory::desc& md, const void* data) {
+  return memory(md, cpu_engine(), const_cast<void*>(data));
+}
+
+memory::dims row_major_strides(const memory::dims& d) {
+  memory::dims s(d.size(), 1);
+  for (size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * std::max<int64_t>(d[i], 1);
+  return s;
+}
+
+memory::desc plain_f32(const memory::dims& d) {
+  return memory::desc(d, DT::f32, row_major_strides(d));
+}
+
+// Runs `body`; a problem oneDNN rejects (dnnl::error) goes to the reference kernel instead.
+template <typename F>
+Status with_fallback(const std::string& op, KernelContext& ctx, F&& body) {
+  try {
+    return body();
+  } catch (const dnnl::error&) {
+    return run_reference(op, ctx);
+  }
+}
+
+void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& args) {
+  p.execute(cpu_stream(), args);
+  cpu_stream().wait();
+}
+
+// ---- MatMul ----
+
+// Supported: both operands rank >= 2 with equal (known) batch dims, or a rank-2 B (A's batch
+// dims fold into its rows). 1-D operands and broadcast batch dims go to the reference.
+Status matmul_shapes_ok(const Shape& a, const Shape& b) {
+  if (a.size() < 2 || b.size() < 2) return refuse("MatMul: oneDNN kernel needs rank >= 2");
+  if (a.size() > 12 || b.size() > 12) return refuse("MatMul: oneDNN kernel needs rank <= 12");
+  if (b.size() == 2) return OkStatus();
+  if (a.size() != b.size()) return refuse("MatMul: oneDNN kernel does not broadcast batch dims");
+  for (size_t i = 0; i + 2 < a.size(); ++i)
+    if (a[i] != b[i] || a[i] < 0)
+      return refuse("MatMul: oneDNN kernel does not broadcast batch dims");
+  return OkStatus();
+}
+
+Status matmul_accepts(const Node&, const std::vector<TensorType>& in) {
+  if (in.size() < 2 || !all_float32(in)) return refuse("MatMul: oneDNN kernel is float32 only");
+  return matmul_shapes_ok(in[0].shape, in[1].shape);
+}
+
+Status matmul_run(KernelContext& ctx) {
+  const TensorView& av = ctx.input(0);
+  const TensorView& bv = ctx.input(1);
+  if (!matmul_shapes_ok(av.shape, bv.shape).ok()) return run_reference("MatMul", ctx);
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  if (out.numel() == 0) return OkStatus();
+  const int64_t k = av.shape.back();
+  if (k == 0) {  // empty reduction
+    for (int64_t i = 0; i < out.numel(); ++i) out.as<float>()[i] = 0.0f;
+    return OkStatus();
+  }
+  memory::dims a_dims = av.shape, b_dims = bv.shape, c_dims = out.shape;
+  if (b_dims.size() == 2) {
+    a_dims = {av.numel() / k, k};
+    c_dims = {a_dims[0], b_dims[1]};
+  }
+  return with_fallback("MatMul", ctx, [&]() -> Status {
+    const memory::desc amd = plain_f32(a_dims), bmd = plain_f32(b_dims), cmd = plain_f32(c_dims);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, cmd), cpu_engine());
+    execute(dnnl::matmul(pd), {{DNNL_ARG_SRC, wrap(amd, av.data)},
+                               {DNNL_ARG_WEIGHTS, wrap(bmd, bv.data)},
+                               {DNNL_ARG_DST, wrap(cmd, out.data)}});
+    return OkStatus();
+  });
+}
+
+// ---- Gemm ----
+
+// C's broadcast form: none, a scalar (one element), a row [N] / [1, N], or a full [M, N].
+enum class BiasKind { kNone, kScalar, kRow, kFull, kUnsupported };
+
+BiasKind gemm_bias_kind(const Shape& c, int64_t m, int64_t n) {
+  int64_t numel = 1;
+  for (int64_t d : c) {
+    if (d < 0) return BiasKind::kUnsupported;
+    numel *= d;
+  }
+  if (c.size() <= 2 && numel == 1) return BiasKind::kScalar;
+  if (c.size() == 1 && c[0] == n) return BiasKind::kRow;
+  if (c.size() == 2 && c[0] == 1 && c[1] == n) return BiasKind::kRow;
+  if (c.size() == 2 && c[0] == m && c[1] == n) return BiasKind::kFull;
+  return BiasKind::kUnsupported;
+}
+
+Status gemm_accepts(const Node& node, const std::vector<TensorType>& in) {
+  if (in.size() < 2 || !all_float32(in)) return refuse("Gemm: oneDNN kernel is float32 only");
+  if (in[0].shape.size() != 2 || in[1].shape.size() != 2)
+    return refuse("Gemm: oneDNN kernel needs 2-D A and B");
+  if (in.size() > 2 && in[2].defined()) {
+    NodeAttrs a(node);
+    TD_ASSIGN_OR_RETURN(int64_t trans_a, a.attr_int("transA", 0));
+    TD_ASSIGN_OR_RETURN(int64_t trans_b, a.attr_int("transB", 0));
+    const int64_t m = in[0].shape[trans_a ? 1 : 0];
+    const int64_t n = in[1].shape[trans_b ? 0 : 1];
+    if (m >= 0 && n >= 0 && gemm_bias_kind(in[2].shape, m, n) == BiasKind::kUnsupported)
+      return refuse("Gemm: oneDNN kernel takes C of shape [N], [M, N] or a scalar");
+  }
+  return OkStatus();
+}
+
+Status gemm_run(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(float alpha, ctx.attr_float("alpha", 1.0f));
+  TD_ASSIGN_OR_RETURN(float beta, ctx.attr_float("beta", 1.0f));
+  TD_ASSIGN_OR_RETURN(int64_t trans_a, ctx.attr_int("transA", 0));
+  TD_ASSIGN_OR_RETURN(int64_t trans_b, ctx.attr_int("transB", 0));
+  const TensorView& av = ctx.input(0);
+  const TensorView& bv = ctx.input(1);
+  const int64_t m = trans_a ? av.shape[1] : av.shape[0];
+  const int64_t k = trans_a ? av.shape[0] : av.shape[1];
+  const int64_t n = trans_b ? bv.shape[0] : bv.shape[1];
+  BiasKind bias = BiasKind::kNone;
+  if (ctx.has_input(2)) bias = gemm_bias_kind(ctx.input(2).shape, m, n);
+  if (bias == BiasKind::kUnsupported || k == 0) return run_reference("Gemm", ctx);
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  if (out.numel() == 0) return OkStatus();
+  float* y = out.as<float>();
+  // alpha = beta = 1 with a row or full C: C is oneDNN's bias. Otherwise beta * C is written
+  // into Y first and accumulated with a sum post-op (Y = alpha * A·B + Y).
+  const bool as_bias = alpha == 1.0f && beta == 1.0f &&
+                       (bias == BiasKind::kRow || bias == BiasKind::kFull);
+  const bool prefill = bias != BiasKind::kNone && !as_bias && beta != 0.0f;
+  if (prefill) {
+    const float* c = ctx.input(2).as<float>();
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        y[i * n + j] = beta * (bias == BiasKind::kScalar ? c[0]
+                               : bias == BiasKind::kRow  ? c[j]
+                                                         : c[i * n + j]);
+  }
+  return with_fallback("Gemm", ctx, [&]() -> Status {
+    const memory::desc amd({m, k}, DT::f32, trans_a ? memory::dims{1, m} : memory::dims{k, 1});
+    const memory::desc bmd({k, n}, DT::f32, trans_b ? memory::dims{1, k} : memory::dims{n, 1});
+    const memory::desc cmd = plain_f32({m, n});
+    dnnl::primitive_attr attr;
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (prefill) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(amd, av.data)},
+                                            {DNNL_ARG_WEIGHTS, wrap(bmd, bv.data)},
+                                            {DNNL_ARG_DST, wrap(cmd, y)}};
+    if (as_bias) {
+      const memory::desc biasmd = plain_f32({bias == BiasKind::kRow ? 1 : m, n});
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, biasmd, cmd), attr,
+                                      cpu_engine());
+      args[DNNL_ARG_BIAS] = wrap(biasmd, ctx.input(2).data);
+      execute(dnnl::matmul(pd), args);
+    } else {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, cmd), attr, cpu_engine());
+      execute(dnnl::matmul(pd), args);
+    }
+    return OkStatus();
+  });
+}
+
+// ---- Conv ----
+
+Status conv_accepts(const Node&, const std::vector<TensorType>& in) {
+  if (in.size() < 2 || !all_float32(in)) return refuse("Conv: oneDNN kernel is float32 only");
+  if (in[0].shape.size() != 4 || in[1].shape.size() != 4)
+    return refuse("Conv: oneDNN kernel is 2-D only");
+  return OkStatus();
+}
+
+Status conv_run(KernelContext& ctx) {
+  const TensorView& x = ctx.input(0);
+  const TensorView& w = ctx.input(1);
+  TD_ASSIGN_OR_RETURN(int64_t group, ctx.attr_int("group", 1));
+  const Shape in_spatial(x.shape.begin() + 2, x.shape.end());
+  const Shape kernel(w.shape.begin() + 2, w.shape.end());
+  std::vector<int64_t> strides, dilations, pads;
+  Shape out_spatial;
+  TD_RETURN_IF_ERROR(nn::window_geometry(ctx, in_spatial, kernel, false, &strides, &dilations,
+                                         &pads, &out_spatial));
+  for (int64_t p : pads)
+    if (p < 0) return run_reference("Conv", ctx);
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  if (out.numel() == 0) return OkStatus();
+  const int64_t oc = w.shape[0];
+  return with_fallback("Conv", ctx, [&]() -> Status {
+    const memory::desc src_md(x.shape, DT::f32, Tag::nchw);
+    const memory::desc dst_md(out.shape, DT::f32, Tag::nchw);
+    const memory::desc wei_md =
+        group == 1 ? memory::desc(w.shape, DT::f32, Tag::oihw)
+                   : memory::desc({group, oc / group, w.shape[1], w.shape[2], w.shape[3]},
+                                  DT::f32, Tag::goihw);
+    const bool has_bias = ctx.has_input(2);
+    const memory::desc bias_md = has_bias ? memory::desc({oc}, DT::f32, Tag::x) : memory::desc();
+    const memory::dims dnnl_strides = {strides[0], strides[1]};
+    const memory::dims dnnl_dilates = {dilations[0] - 1, dilations[1] - 1};
+    const memory::dims pad_l = {pads[0], pads[1]}, pad_r = {pads[2], pads[3]};
+    dnnl::convolution_forward::desc desc =
+        has_bias ? dnnl::convolution_forward::desc(
+                       dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                       src_md, wei_md, bias_md, dst_md, dnnl_strides, dnnl_dilates, pad_l, pad_r)
+                 : dnnl::convolution_forward::desc(
+                       dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                       src_md, wei_md, dst_md, dnnl_strides, dnnl_dilates, pad_l, pad_r);
+    dnnl::convolution_forward::primitive_desc pd(desc, cpu_engine());
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(src_md, x.data)},
+                                            {DNNL_ARG_WEIGHTS, wrap(wei_md, w.data)},
+                                            {DNNL_ARG_DST, wrap(dst_md, out.data)}};
+    if (has_bias) args[DNNL_ARG_BIAS] = wrap(bias_md, ctx.input(2).data);
+    execute(dnnl::convolution_forward(pd), args);
+    return OkStatus();
+  });
+}
+
+// ---- MaxPool, AveragePool ----
+
+Status pool_accepts(const Node& node, const std::vector<TensorType>& in) {
+  if (in.empty() || !all_float32(in)) return refuse(node.op + ": oneDNN kernel is float32 only");
+  if (in[0].shape.size() != 4) return refuse(node.op + ": oneDNN kernel is 2-D only");
+  NodeAttrs a(node);
+  TD_ASSIGN_OR_RETURN(int64_t ceil_mode, a.attr_int("ceil_mode", 0));
+  if (ceil_mode != 0) return refuse(node.op + ": oneDNN kernel has no ceil_mode");
+  if (node.outputs.size() > 1 && !node.outputs[1].empty())
+    return refuse(node.op + ": oneDNN kernel has no Indices output");
+  return OkStatus();
+}
+
+Status pool_run(KernelContext& ctx, bool max) {
+  const std::string op = max ? "MaxPool" : "AveragePool";
+  const TensorView& x = ctx.input(0);
+  TD_ASSIGN_OR_RETURN(std::vector<int64_t> kernel, ctx.attr_ints("kernel_shape"));
+  TD_ASSIGN_OR_RETURN(int64_t count_include_pad, ctx.attr_int("count_include_pad", 0));
+  const Shape in_spatial(x.shape.begin() + 2, x.shape.end());
+  std::vector<int64_t> strides, dilations, pads;
+  Shape out_spatial;
+  TD_RETURN_IF_ERROR(nn::window_geometry(ctx, in_spatial, kernel, true, &strides, &dilations,
+                                         &pads, &out_spatial));
+  bool simple = kernel.size() == 2;
+  for (size_t d = 0; simple && d < 2; ++d)
+    simple = pads[d] >= 0 && pads[d + 2] >= 0 && pads[d] < kernel[d] && pads[d + 2] < kernel[d];
+  if (!simple) return run_reference(op, ctx);
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  if (out.numel() == 0) return OkStatus();
+  return with_fallback(op, ctx, [&]() -> Status {
+    const memory::desc src_md(x.shape, DT::f32, Tag::nchw);
+    const memory::desc dst_md(out.shape, DT::f32, Tag::nchw);
+    const dnnl::algorithm alg = max                 ? dnnl::algorithm::pooling_max
+                                : count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                                    : dnnl::algorithm::pooling_avg_exclude_padding;
+    dnnl::pooling_v2_forward::desc desc(
+        dnnl::prop_kind::forward_inference, alg, src_md, dst_md, {strides[0], strides[1]},
+        {kernel[0], kernel[1]}, {dilations[0] - 1, dilations[1] - 1}, {pads[0], pads[1]},
+        {pads[2], pads[3]});
+    dnnl::pooling_v2_forward::primitive_desc pd(desc, cpu_engine());
+    execute(dnnl::pooling_v2_forward(pd),
+            {{DNNL_ARG_SRC, wrap(src_md, x.data)}, {DNNL_ARG_DST, wrap(dst_md, out.data)}});
+    return OkStatus();
+  });
+}
+
+}  // namespace
+
+void register_onednn_kernels(KernelRegistry& r) {
+  auto add = [&r](const char* op, AcceptsFn accepts, KernelFn fn) {
+    r.add(KernelDef{op, "onednn", std::move(accepts), std::move(fn), false});
+  };
+  add("MatMul", matmul_accepts, matmul_run);
+  add("Gemm", gemm_accepts, gemm_run);
+  add("Conv", conv_accepts, conv_run);
+  add("MaxPool", pool_accepts, [](KernelContext& c) { return pool_run(c, true); });
+  add("AveragePool", pool_accepts, [](KernelContext& c) { return pool_run(c, false); });
+}
+
+}  // namespace tensord::cpu

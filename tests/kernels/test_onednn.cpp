@@ -1,0 +1,172 @@
+// The oneDNN kernels (CompileOptions{fuse=true}) against the reference kernels (fuse=false) on
+// random Conv, MatMul, Gemm and pooling problems.
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernel.h"
+#include "kernels/op_test_util.h"
+
+namespace tensord::testing {
+namespace {
+
+HostTensor random_f32(const Shape& shape, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  HostTensor t(DType::kFloat32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = dist(rng);
+  return t;
+}
+
+Graph one_node_graph(const std::string& op, const std::vector<HostTensor>& inputs,
+                     AttributeMap attrs, std::vector<HostTensor>* bound) {
+  Graph g;
+  Node n;
+  n.name = "test_" + op;
+  n.op = op;
+  n.attrs = std::move(attrs);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].empty()) {
+      n.inputs.push_back("");
+      continue;
+    }
+    const std::string name = "x" + std::to_string(i);
+    n.inputs.push_back(name);
+    g.inputs.push_back({name, inputs[i].type()});
+    bound->push_back(inputs[i]);
+  }
+  n.outputs.push_back("y0");
+  g.outputs.push_back({"y0", {}});
+  g.nodes.push_back(n);
+  return g;
+}
+
+// Runs the node with fast kernels and with reference kernels only; checks the oneDNN kernel
+// is the one the fast run picks, and that both agree.
+void expect_fast_matches_reference(const std::string& op, const std::vector<HostTensor>& inputs,
+                                   AttributeMap attrs = {}) {
+  std::vector<HostTensor> bound;
+  const Graph g = one_node_graph(op, inputs, std::move(attrs), &bound);
+  const auto& kernels = cpu::KernelRegistry::global().find(op);
+  ASSERT_FALSE(kernels.empty());
+  ASSERT_EQ(kernels.front().name, "onednn") << op;
+  std::vector<TensorType> types;
+  for (const auto& t : inputs) types.push_back(t.empty() ? TensorType{} : t.type());
+  const Status accepted = kernels.front().accepts(g.nodes[0], types);
+  EXPECT_TRUE(accepted.ok()) << op << ": " << accepted.to_string();
+
+  auto fast = cpu::run_graph_on_host(g, bound, CompileOptions{true});
+  auto ref = cpu::run_graph_on_host(g, bound, CompileOptions{false});
+  ASSERT_TRUE(fast.ok()) << fast.status().to_string();
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  ASSERT_TRUE((*fast)[0].ok()) << (*fast)[0].status().to_string();
+  ASSERT_TRUE((*ref)[0].ok()) << (*ref)[0].status().to_string();
+  EXPECT_TRUE(tensors_near(*(*fast)[0], *(*ref)[0], 1e-4, 1e-5)) << op;
+}
+
+struct ConvCase {
+  int64_t n, c, h, w, m, kh, kw, group;
+  std::vector<int64_t> strides, pads, dilations;
+  std::string auto_pad;
+  bool bias;
+};
+
+TEST(OneDnn, ConvMatchesReference) {
+  std::mt19937 rng(1234);
+  const std::vector<ConvCase> cases = {
+      {1, 3, 8, 8, 4, 3, 3, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, "", false},
+      {2, 4, 9, 7, 6, 3, 3, 1, {2, 2}, {1, 1, 1, 1}, {1, 1}, "", true},
+      {1, 4, 10, 10, 8, 3, 3, 2, {1, 1}, {1, 2, 0, 1}, {2, 2}, "", true},
+      {1, 8, 7, 7, 8, 3, 3, 8, {1, 1}, {1, 1, 1, 1}, {1, 1}, "", true},   // depthwise
+      {2, 6, 12, 11, 6, 5, 3, 6, {2, 1}, {2, 1, 2, 1}, {1, 2}, "", false},  // depthwise, strided
+      {1, 5, 9, 9, 7, 1, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, "", true},   // pointwise
+      {1, 3, 11, 13, 4, 4, 2, 1, {3, 2}, {}, {1, 1}, "SAME_UPPER", true},
+      {1, 3, 11, 13, 4, 3, 4, 1, {2, 3}, {}, {1, 1}, "SAME_LOWER", false},
+      {3, 12, 6, 6, 9, 2, 2, 3, {1, 2}, {0, 1, 1, 0}, {3, 1}, "", true},
+  };
+  for (const ConvCase& k : cases) {
+    SCOPED_TRACE("conv case c=" + std::to_string(k.c) + " group=" + std::to_string(k.group));
+    std::vector<HostTensor> inputs = {random_f32({k.n, k.c, k.h, k.w}, rng),
+                                      random_f32({k.m, k.c / k.group, k.kh, k.kw}, rng)};
+    if (k.bias) inputs.push_back(random_f32({k.m}, rng));
+    AttributeMap attrs = {{"group", k.group}, {"strides", k.strides}, {"dilations", k.dilations}};
+    if (!k.pads.empty()) attrs["pads"] = k.pads;
+    if (!k.auto_pad.empty()) attrs["auto_pad"] = k.auto_pad;
+    expect_fast_matches_reference("Conv", inputs, attrs);
+  }
+}
+
+TEST(OneDnn, MatMulMatchesReference) {
+  std::mt19937 rng(99);
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{3, 5}, {5, 4}},          {{1, 64}, {64, 10}},        {{17, 33}, {33, 9}},
+      {{2, 3, 5}, {2, 5, 4}},    {{2, 3, 4, 6}, {2, 3, 6, 5}}, {{4, 7, 8}, {8, 3}},
+      {{2, 2, 3, 8}, {8, 16}},
+  };
+  for (const auto& [a, b] : cases) {
+    SCOPED_TRACE("matmul " + shape_to_string(a) + " x " + shape_to_string(b));
+    expect_fast_matches_reference("MatMul", {random_f32(a, rng), random_f32(b, rng)});
+  }
+}
+
+TEST(OneDnn, MatMulRefusesBroadcastAndOtherDtypes) {
+  const auto& k = cpu::KernelRegistry::global().find("MatMul").front();
+  Node n;
+  n.op = "MatMul";
+  EXPECT_FALSE(k.accepts(n, {{DType::kFloat32, {2, 3, 4}}, {DType::kFloat32, {1, 4, 5}}}).ok());
+  EXPECT_FALSE(k.accepts(n, {{DType::kFloat32, {3, 4}}, {DType::kFloat32, {2, 4, 5}}}).ok());
+  EXPECT_FALSE(k.accepts(n, {{DType::kFloat32, {4}}, {DType::kFloat32, {4, 5}}}).ok());
+  EXPECT_FALSE(k.accepts(n, {{DType::kFloat64, {3, 4}}, {DType::kFloat64, {4, 5}}}).ok());
+  EXPECT_FALSE(k.accepts(n, {{DType::kInt32, {3, 4}}, {DType::kInt32, {4, 5}}}).ok());
+}
+
+TEST(OneDnn, GemmMatchesReference) {
+  std::mt19937 rng(7);
+  struct GemmCase {
+    int64_t m, k, n, trans_a, trans_b;
+    float alpha, beta;
+    Shape c;  // empty vector with has_c=false: no C
+    bool has_c;
+  };
+  const std::vector<GemmCase> cases = {
+      {3, 5, 4, 0, 0, 1.0f, 1.0f, {}, false},
+      {3, 5, 4, 0, 0, 1.0f, 1.0f, {4}, true},
+      {3, 5, 4, 1, 0, 1.0f, 1.0f, {3, 4}, true},
+      {6, 7, 2, 0, 1, 0.5f, 1.0f, {2}, true},
+      {6, 7, 2, 1, 1, 2.0f, -0.75f, {6, 2}, true},
+      {4, 9, 5, 0, 1, 1.0f, 0.25f, {}, true},  // scalar C
+      {4, 9, 5, 0, 0, 1.5f, 2.0f, {1, 1}, true},
+      {1, 2048, 10, 0, 1, 1.0f, 1.0f, {1, 10}, true},
+  };
+  for (const GemmCase& g : cases) {
+    SCOPED_TRACE("gemm m=" + std::to_string(g.m) + " k=" + std::to_string(g.k) +
+                 " n=" + std::to_string(g.n));
+    std::vector<HostTensor> inputs = {
+        random_f32(g.trans_a ? Shape{g.k, g.m} : Shape{g.m, g.k}, rng),
+        random_f32(g.trans_b ? Shape{g.n, g.k} : Shape{g.k, g.n}, rng)};
+    if (g.has_c) inputs.push_back(random_f32(g.c, rng));
+    expect_fast_matches_reference("Gemm", inputs,
+                                  {{"alpha", g.alpha}, {"beta", g.beta}, {"transA", g.trans_a},
+                                   {"transB", g.trans_b}});
+  }
+}
+
+TEST(OneDnn, PoolsMatchReference) {
+  std::mt19937 rng(5);
+  const HostTensor x = random_f32({2, 3, 9, 10}, rng);
+  const std::vector<int64_t> k3 = {3, 3}, k2 = {2, 2}, s2 = {2, 2}, s1 = {1, 1};
+  for (const char* op : {"MaxPool", "AveragePool"}) {
+    SCOPED_TRACE(op);
+    expect_fast_matches_reference(op, {x}, {{"kernel_shape", k3}, {"strides", s2}});
+    expect_fast_matches_reference(
+        op, {x}, {{"kernel_shape", k3}, {"strides", s2}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+    expect_fast_matches_reference(op, {x}, {{"kernel_shape", k2}, {"strides", s1},
+                                            {"auto_pad", "SAME_UPPER"}});
+  }
+  expect_fast_matches_reference("AveragePool", {x},
+                                {{"kernel_shape", k3},
+                                 {"count_include_pad", int64_t{1}},
+                                 {"pads", std::vector<int64_t>{1, 0, 1, 2}}});
+}
+
+}  // namespace
+}  // namespace tensord::testing
