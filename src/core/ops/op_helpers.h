@@ -28,6 +28,30 @@ Status conv_transpose_geometry(const NodeAttrs& a, const Shape& in_spatial, cons
                                std::vector<int64_t>* strides, std::vector<int64_t>* dilations,
                                std::vector<int64_t>* pads, Shape* out_spatial);
 
+// Gemm's attributes and problem sizes: Y[m, n] = alpha * A'[m, k] * B'[k, n] + beta * C.
+struct GemmParams {
+  float alpha = 1.0f, beta = 1.0f;
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, k = 0, n = 0;
+};
+inline Result<GemmParams> gemm_params(const NodeAttrs& a, const Shape& a_shape,
+                                      const Shape& b_shape) {
+  GemmParams p;
+  TD_ASSIGN_OR_RETURN(p.alpha, a.attr_float("alpha", 1.0f));
+  TD_ASSIGN_OR_RETURN(p.beta, a.attr_float("beta", 1.0f));
+  TD_ASSIGN_OR_RETURN(int64_t ta, a.attr_int("transA", 0));
+  TD_ASSIGN_OR_RETURN(int64_t tb, a.attr_int("transB", 0));
+  if (a_shape.size() != 2 || b_shape.size() != 2)
+    return a.error("A and B must be 2-D, got {} and {}", shape_to_string(a_shape),
+                   shape_to_string(b_shape));
+  p.trans_a = ta != 0;
+  p.trans_b = tb != 0;
+  p.m = p.trans_a ? a_shape[1] : a_shape[0];
+  p.k = p.trans_a ? a_shape[0] : a_shape[1];
+  p.n = p.trans_b ? b_shape[0] : b_shape[1];
+  return p;
+}
+
 }  // namespace nn
 
 namespace math {

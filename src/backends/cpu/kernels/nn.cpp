@@ -157,15 +157,12 @@ Status matmul_kernel(KernelContext& ctx) {
 
 template <typename T>
 Status gemm_typed(KernelContext& ctx) {
-  TD_ASSIGN_OR_RETURN(float alpha, ctx.attr_float("alpha", 1.0f));
-  TD_ASSIGN_OR_RETURN(float beta, ctx.attr_float("beta", 1.0f));
-  TD_ASSIGN_OR_RETURN(int64_t trans_a, ctx.attr_int("transA", 0));
-  TD_ASSIGN_OR_RETURN(int64_t trans_b, ctx.attr_int("transB", 0));
   const TensorView& av = ctx.input(0);
   const TensorView& bv = ctx.input(1);
-  const int64_t m = trans_a ? av.shape[1] : av.shape[0];
-  const int64_t k = trans_a ? av.shape[0] : av.shape[1];
-  const int64_t n = trans_b ? bv.shape[0] : bv.shape[1];
+  TD_ASSIGN_OR_RETURN(const nn::GemmParams g, nn::gemm_params(ctx, av.shape, bv.shape));
+  const float alpha = g.alpha, beta = g.beta;
+  const bool trans_a = g.trans_a, trans_b = g.trans_b;
+  const int64_t m = g.m, k = g.k, n = g.n;
   const T* pa = av.as<T>();
   const T* pb = bv.as<T>();
   const T* pc = nullptr;
