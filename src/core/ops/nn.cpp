@@ -279,6 +279,23 @@ Status check_min_rank(const InferenceContext& ctx, int i, const char* what, size
 // Two dims that must agree when both are known.
 bool dims_conflict(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
 
+// Spatial kernel dims of weight `w` (dims 2..), checked against a kernel_shape attribute.
+Result<Shape> kernel_dims(const NodeAttrs& ctx, const Shape& w) {
+  Shape kernel(w.begin() + 2, w.end());
+  if (!ctx.has_attr("kernel_shape")) return kernel;
+  TD_ASSIGN_OR_RETURN(std::vector<int64_t> ks, ctx.attr_ints("kernel_shape"));
+  if (ks.size() != kernel.size())
+    return ctx.error("kernel_shape {} does not match the weight's spatial dims {}", ks,
+                     shape_to_string(kernel));
+  for (size_t i = 0; i < ks.size(); ++i) {
+    if (dims_conflict(ks[i], kernel[i]))
+      return ctx.error("kernel_shape {} does not match the weight's spatial dims {}", ks,
+                       shape_to_string(kernel));
+    kernel[i] = ks[i];
+  }
+  return kernel;
+}
+
 // A per-channel parameter (BatchNormalization/InstanceNormalization scale, bias, mean, var):
 // a 1-D tensor of `channels` values.
 Status check_channel_param(const InferenceContext& ctx, int i, const char* what, int64_t channels) {
@@ -387,46 +404,15 @@ OpSchema conv_schema() {
     TD_RETURN_IF_ERROR(check_type(ctx, 0, "X", kFloatTypes));
     TD_RETURN_IF_ERROR(check_same_type(ctx, 0, "X", 1, "W"));
     TD_RETURN_IF_ERROR(check_min_rank(ctx, 0, "X", 3));
-    const Shape& x = ctx.input_shape(0);
     const Shape& w = ctx.input_shape(1);
-    if (w.size() != x.size())
-      return ctx.error("weight has shape {}, expected rank {} like the input {}",
-                       shape_to_string(w), x.size(), shape_to_string(x));
-    TD_ASSIGN_OR_RETURN(int64_t group, ctx.attr_int("group", 1));
-    if (group < 1) return ctx.error("group must be >= 1, got {}", group);
-    const int64_t c = x[1], m = w[0];
-    if (c >= 0 && c % group != 0)
-      return ctx.error("input has {} channels, not divisible by group {}", c, group);
-    if (w[1] >= 0 && dims_conflict(c, w[1] * group))
-      return ctx.error("input has {} channels, weight expects {}", c, w[1] * group);
-    if (m >= 0 && m % group != 0)
-      return ctx.error("weight has {} output channels, not divisible by group {}", m, group);
-    Shape kernel(w.begin() + 2, w.end());
-    if (ctx.has_attr("kernel_shape")) {
-      TD_ASSIGN_OR_RETURN(std::vector<int64_t> ks, ctx.attr_ints("kernel_shape"));
-      if (ks.size() != kernel.size())
-        return ctx.error("kernel_shape {} does not match the weight's spatial dims {}", ks,
-                         shape_to_string(kernel));
-      for (size_t i = 0; i < ks.size(); ++i) {
-        if (dims_conflict(ks[i], kernel[i]))
-          return ctx.error("kernel_shape {} does not match the weight's spatial dims {}", ks,
-                           shape_to_string(kernel));
-        kernel[i] = ks[i];
-      }
-    }
+    TD_ASSIGN_OR_RETURN(Shape out, nn::conv_output_shape(ctx, ctx.input_shape(0), w));
     if (ctx.has_input(2)) {
       TD_RETURN_IF_ERROR(check_same_type(ctx, 0, "X", 2, "B"));
       const Shape& b = ctx.input_shape(2);
-      if (b.size() != 1 || dims_conflict(b[0], m))
+      if (b.size() != 1 || dims_conflict(b[0], w[0]))
         return ctx.error("bias has shape {}, expected [{}] (one per output channel)",
-                         shape_to_string(b), m);
+                         shape_to_string(b), w[0]);
     }
-    std::vector<int64_t> strides, dilations, pads;
-    Shape out_spatial;
-    TD_RETURN_IF_ERROR(nn::window_geometry(ctx, Shape(x.begin() + 2, x.end()), kernel, false,
-                                           &strides, &dilations, &pads, &out_spatial));
-    Shape out = {x[0], m};
-    out.insert(out.end(), out_spatial.begin(), out_spatial.end());
     ctx.set_output(0, ctx.input_dtype(0), std::move(out));
     return OkStatus();
   };
@@ -458,19 +444,7 @@ OpSchema conv_transpose_schema() {
     if (c >= 0 && c % group != 0)
       return ctx.error("input has {} channels, not divisible by group {}", c, group);
     const int64_t m = w[1] < 0 ? -1 : w[1] * group;
-    Shape kernel(w.begin() + 2, w.end());
-    if (ctx.has_attr("kernel_shape")) {
-      TD_ASSIGN_OR_RETURN(std::vector<int64_t> ks, ctx.attr_ints("kernel_shape"));
-      if (ks.size() != kernel.size())
-        return ctx.error("kernel_shape {} does not match the weight's spatial dims {}", ks,
-                         shape_to_string(kernel));
-      for (size_t i = 0; i < ks.size(); ++i) {
-        if (dims_conflict(ks[i], kernel[i]))
-          return ctx.error("kernel_shape {} does not match the weight's spatial dims {}", ks,
-                           shape_to_string(kernel));
-        kernel[i] = ks[i];
-      }
-    }
+    TD_ASSIGN_OR_RETURN(Shape kernel, kernel_dims(ctx, w));
     if (ctx.has_input(2)) {
       TD_RETURN_IF_ERROR(check_same_type(ctx, 0, "X", 2, "B"));
       const Shape& b = ctx.input_shape(2);
@@ -748,6 +722,37 @@ OpSchema dropout_schema() {
 }
 
 }  // namespace
+
+namespace nn {
+
+// Declared in op_helpers.h.
+Result<Shape> conv_output_shape(const NodeAttrs& ctx, const Shape& x, const Shape& w) {
+  if (x.size() < 3)
+    return ctx.error("X must have rank >= 3 (N, C, spatial...), got shape {}",
+                     shape_to_string(x));
+  if (w.size() != x.size())
+    return ctx.error("weight has shape {}, expected rank {} like the input {}", shape_to_string(w),
+                     x.size(), shape_to_string(x));
+  TD_ASSIGN_OR_RETURN(int64_t group, ctx.attr_int("group", 1));
+  if (group < 1) return ctx.error("group must be >= 1, got {}", group);
+  const int64_t c = x[1], m = w[0];
+  if (c >= 0 && c % group != 0)
+    return ctx.error("input has {} channels, not divisible by group {}", c, group);
+  if (w[1] >= 0 && dims_conflict(c, w[1] * group))
+    return ctx.error("input has {} channels, weight expects {}", c, w[1] * group);
+  if (m >= 0 && m % group != 0)
+    return ctx.error("weight has {} output channels, not divisible by group {}", m, group);
+  TD_ASSIGN_OR_RETURN(Shape kernel, kernel_dims(ctx, w));
+  std::vector<int64_t> strides, dilations, pads;
+  Shape out_spatial;
+  TD_RETURN_IF_ERROR(nn::window_geometry(ctx, Shape(x.begin() + 2, x.end()), kernel, false,
+                                         &strides, &dilations, &pads, &out_spatial));
+  Shape out = {x[0], m};
+  out.insert(out.end(), out_spatial.begin(), out_spatial.end());
+  return out;
+}
+
+}  // namespace nn
 
 void register_nn_ops(OpRegistry& r) {
   r.add(matmul_schema());

@@ -28,6 +28,11 @@ Status conv_transpose_geometry(const NodeAttrs& a, const Shape& in_spatial, cons
                                std::vector<int64_t>* strides, std::vector<int64_t>* dilations,
                                std::vector<int64_t>* pads, Shape* out_spatial);
 
+// Output shape [N, M, spatial...] of a convolution of x by weight w (Conv, ConvInteger,
+// QLinearConv): checks ranks, groups, channels and kernel_shape, then the window geometry.
+// Defined in nn.cpp.
+Result<Shape> conv_output_shape(const NodeAttrs& a, const Shape& x, const Shape& w);
+
 // Gemm's attributes and problem sizes: Y[m, n] = alpha * A'[m, k] * B'[k, n] + beta * C.
 struct GemmParams {
   float alpha = 1.0f, beta = 1.0f;

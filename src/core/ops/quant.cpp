@@ -260,45 +260,9 @@ OpSchema qlinear_matmul_schema() {
 
 // ---- ConvInteger, QLinearConv ----
 
-// Output shape of a convolution of x (input ix) by w (input iw), checking channels and groups.
+// Output shape of a convolution of input ix by input iw (channels, groups, geometry checked).
 Result<Shape> conv_shape(const InferenceContext& ctx, int ix, int iw) {
-  const Shape& x = ctx.input_shape(ix);
-  const Shape& w = ctx.input_shape(iw);
-  if (x.size() < 3)
-    return ctx.error("input {} (x) must have rank >= 3 (N, C, spatial...), got shape {}", ix,
-                     shape_to_string(x));
-  if (w.size() != x.size())
-    return ctx.error("weight has shape {}, expected rank {} like the input {}", shape_to_string(w),
-                     x.size(), shape_to_string(x));
-  TD_ASSIGN_OR_RETURN(int64_t group, ctx.attr_int("group", 1));
-  if (group < 1) return ctx.error("group must be >= 1, got {}", group);
-  const int64_t c = x[1], m = w[0];
-  if (c >= 0 && c % group != 0)
-    return ctx.error("input has {} channels, not divisible by group {}", c, group);
-  if (w[1] >= 0 && dims_conflict(c, w[1] * group))
-    return ctx.error("input has {} channels, weight expects {}", c, w[1] * group);
-  if (m >= 0 && m % group != 0)
-    return ctx.error("weight has {} output channels, not divisible by group {}", m, group);
-  Shape kernel(w.begin() + 2, w.end());
-  if (ctx.has_attr("kernel_shape")) {
-    TD_ASSIGN_OR_RETURN(std::vector<int64_t> ks, ctx.attr_ints("kernel_shape"));
-    if (ks.size() != kernel.size())
-      return ctx.error("kernel_shape {} does not match the weight's spatial dims {}", ks,
-                       shape_to_string(kernel));
-    for (size_t i = 0; i < ks.size(); ++i) {
-      if (dims_conflict(ks[i], kernel[i]))
-        return ctx.error("kernel_shape {} does not match the weight's spatial dims {}", ks,
-                         shape_to_string(kernel));
-      kernel[i] = ks[i];
-    }
-  }
-  std::vector<int64_t> strides, dilations, pads;
-  Shape out_spatial;
-  TD_RETURN_IF_ERROR(nn::window_geometry(ctx, Shape(x.begin() + 2, x.end()), kernel, false,
-                                         &strides, &dilations, &pads, &out_spatial));
-  Shape out = {x[0], m};
-  out.insert(out.end(), out_spatial.begin(), out_spatial.end());
-  return out;
+  return nn::conv_output_shape(ctx, ctx.input_shape(ix), ctx.input_shape(iw));
 }
 
 const std::set<std::string> kConvAttrs = {"auto_pad",     "dilations", "group",
