@@ -4,6 +4,7 @@
 // runtime error, message on stderr); 2 bad usage or bad input (unknown flag, unreadable file).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -33,13 +34,32 @@ std::string human_bytes(int64_t n) {
   return buf;
 }
 
-int cmd_devices(bool json) {
-  auto engine = tensord::Engine::shared();
-  if (!engine.ok()) {
-    std::cerr << "tensord: " << engine.status().to_string() << "\n";
-    return kExitFailure;
+int cmd_devices(bool json, std::string address) {
+  if (address.empty())
+    if (const char* env = std::getenv("TENSORD_ADDRESS")) address = env;
+  std::shared_ptr<tensord::Engine> local;
+  std::vector<tensord::DeviceInfo> devices;
+  if (address.empty()) {  // the embedded engine: it also knows what the filter removed
+    auto engine = tensord::Engine::shared();
+    if (!engine.ok()) {
+      std::cerr << "tensord: " << engine.status().to_string() << "\n";
+      return kExitFailure;
+    }
+    local = *engine;
+    devices = local->devices();
+  } else {  // a broker's devices, through the same Client interface every tool uses
+    auto client = tensord::connect(address);
+    if (!client.ok()) {
+      std::cerr << "tensord: " << client.status().to_string() << "\n";
+      return kExitFailure;
+    }
+    auto listed = (*client)->devices();
+    if (!listed.ok()) {
+      std::cerr << "tensord: " << listed.status().to_string() << "\n";
+      return kExitFailure;
+    }
+    devices = std::move(listed).value();
   }
-  const auto devices = (*engine)->devices();
   if (json) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& d : devices) {
@@ -63,12 +83,14 @@ int cmd_devices(bool json) {
       std::cout << "  backend " << d.backend_version << "\n";
     }
   }
-  if (devices.empty()) {
-    const auto& gone = (*engine)->filtered_out();
+  if (devices.empty() && local) {
+    const auto& gone = local->filtered_out();
     std::string names;
     for (const auto& n : gone) names += (names.empty() ? "" : ", ") + n;
-    std::cerr << "tensord: no devices available: TENSORD_DEVICES='" << (*engine)->device_filter()
+    std::cerr << "tensord: no devices available: TENSORD_DEVICES='" << local->device_filter()
               << "' filters out every device" << (names.empty() ? "" : " (" + names + ")") << "\n";
+  } else if (devices.empty()) {
+    std::cerr << "tensord: the broker at " << address << " has no devices\n";
   }
   return kExitOk;
 }
@@ -82,6 +104,9 @@ int run_main(int argc, char** argv) {
   auto* devices = app.add_subcommand("devices", "List the devices tensord may use");
   bool json = false;
   devices->add_flag("--json", json, "Print one JSON array");
+  std::string devices_address;
+  devices->add_option("--address", devices_address,
+                      "List a broker's devices (HOST:PORT or unix:PATH; default TENSORD_ADDRESS)");
 
   tensord::cli::ServeOptions serve_opts;
   auto* serve = app.add_subcommand("serve", "Serve this machine's devices over gRPC (the broker)");
@@ -130,7 +155,7 @@ int run_main(int argc, char** argv) {
     app.exit(e);
     return kExitUsage;
   }
-  if (devices->parsed()) return cmd_devices(json);
+  if (devices->parsed()) return cmd_devices(json, devices_address);
   if (serve->parsed()) return tensord::cli::cmd_serve(serve_opts);
 #ifdef TENSORD_CLI_HAVE_ONNX
   if (run->parsed()) return tensord::cli::cmd_run(run_opts);

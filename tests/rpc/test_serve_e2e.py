@@ -105,6 +105,16 @@ def main():
                 b = np.load(os.path.join(tmp, "remote", "Y.npy"))
                 np.testing.assert_array_equal(a, b)
 
+            # `tensord devices` lists the broker's devices (flag or TENSORD_ADDRESS).
+            import json
+            for r in (run([exe, "devices", "--json", "--address", sock]),
+                      run([exe, "devices", "--json"], env=clean_env(TENSORD_ADDRESS=sock))):
+                assert r.returncode == 0, r.stderr
+                names = [d["name"] for d in json.loads(r.stdout)]
+                assert "cpu:0" in names, names
+            dead = run([exe, "devices", "--address", f"unix:{tmp}/nobody.sock"], timeout=30)
+            assert dead.returncode == 1 and "UNAVAILABLE" in dead.stderr, dead
+
             # The same address cannot be served twice.
             r = run([exe, "serve", "--listen", sock], timeout=30)
             assert r.returncode == 1, (r.returncode, r.stderr)
