@@ -39,6 +39,7 @@ bool dtype_is_valid(int32_t value);
 bool dtype_is_float(DType t);    // float16, bfloat16, float32, float64
 bool dtype_is_integer(DType t);  // signed and unsigned integers (not bool)
 bool dtype_is_signed(DType t);   // floats and signed integers
+bool dtype_is_numeric(DType t);  // floats and integers (not bool)
 
 // Maps a C++ element type to its DType.
 template <typename T>

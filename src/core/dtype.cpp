@@ -72,6 +72,8 @@ bool dtype_is_integer(DType t) {
   }
 }
 
+bool dtype_is_numeric(DType t) { return dtype_is_float(t) || dtype_is_integer(t); }
+
 bool dtype_is_signed(DType t) {
   return dtype_is_float(t) || t == DType::kInt8 || t == DType::kInt16 || t == DType::kInt32 ||
          t == DType::kInt64;

@@ -9,22 +9,16 @@
 
 #include "core/op_registry.h"
 #include "core/ops/all_ops.h"
+#include "core/ops/op_helpers.h"
 
 namespace tensord {
 namespace {
 
-bool is_float_type(DType t) {
-  return t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat32 ||
-         t == DType::kFloat64;
-}
 
-bool is_numeric(DType t) { return dtype_is_float(t) || dtype_is_integer(t); }
 
-// Two dims that must agree when both are known.
-bool dims_conflict(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
 
 Status check_float(const InferenceContext& ctx, int i, const char* what) {
-  if (is_float_type(ctx.input_dtype(i))) return OkStatus();
+  if (dtype_is_float(ctx.input_dtype(i))) return OkStatus();
   return ctx.error("input {} ({}) has dtype {}, expected float16, bfloat16, float32 or float64", i,
                    what, dtype_name(ctx.input_dtype(i)));
 }
@@ -102,7 +96,7 @@ OpSchema resize_schema() {
     TD_RETURN_IF_ERROR(check_flag(ctx, "exclude_outside"));
     TD_RETURN_IF_ERROR(ctx.attr_float("cubic_coeff_a", -0.75f).status());
     TD_RETURN_IF_ERROR(ctx.attr_float("extrapolation_value", 0.f).status());
-    if (mode != "nearest" && !is_numeric(dt))
+    if (mode != "nearest" && !dtype_is_numeric(dt))
       return ctx.error("mode '{}' needs a numeric input, got {}", mode, dtype_name(dt));
     const Shape& x = ctx.input_shape(0);
     const int64_t rank = static_cast<int64_t>(x.size());
@@ -188,7 +182,7 @@ OpSchema grid_sample_schema() {
     TD_RETURN_IF_ERROR(
         one_of(ctx, "padding_mode", "zeros", {"zeros", "border", "reflection"}).status());
     const DType dt = ctx.input_dtype(0);
-    if (!is_numeric(dt))
+    if (!dtype_is_numeric(dt))
       return ctx.error("input 0 (X) has dtype {}, expected a numeric type", dtype_name(dt));
     TD_RETURN_IF_ERROR(check_float(ctx, 1, "grid"));
     const Shape& x = ctx.input_shape(0);

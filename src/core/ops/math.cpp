@@ -168,9 +168,7 @@ Status parse_einsum(const std::string& equation, const std::vector<Shape>& shape
 
 namespace {
 
-bool dims_conflict(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
 
-bool is_numeric(DType t) { return dtype_is_float(t) || dtype_is_integer(t); }
 
 Status expect_float(const InferenceContext& ctx, int i, const char* what) {
   if (dtype_is_float(ctx.input_dtype(i))) return OkStatus();
@@ -179,7 +177,7 @@ Status expect_float(const InferenceContext& ctx, int i, const char* what) {
 }
 
 Status expect_numeric(const InferenceContext& ctx, int i, const char* what) {
-  if (is_numeric(ctx.input_dtype(i))) return OkStatus();
+  if (dtype_is_numeric(ctx.input_dtype(i))) return OkStatus();
   return ctx.error("input {} ({}) has dtype {}, expected a numeric type", i, what,
                    dtype_name(ctx.input_dtype(i)));
 }
@@ -215,9 +213,7 @@ Result<DType> dtype_attr(const InferenceContext& ctx, const char* name, DType df
   return static_cast<DType>(v);
 }
 
-bool is_float_dtype(DType t) { return dtype_is_float(t); }
-bool is_numeric_dtype(DType t) { return is_numeric(t); }
-bool is_numeric_or_bool_dtype(DType t) { return is_numeric(t) || t == DType::kBool; }
+bool is_numeric_or_bool_dtype(DType t) { return dtype_is_numeric(t) || t == DType::kBool; }
 
 // ---- Einsum ----
 
@@ -331,7 +327,7 @@ OpSchema unique_schema() {
   s.infer = [](InferenceContext& ctx) -> Status {
     const Shape& x = ctx.input_shape(0);
     const DType t = ctx.input_dtype(0);
-    if (!is_numeric(t) && t != DType::kBool)
+    if (!dtype_is_numeric(t) && t != DType::kBool)
       return ctx.error("input 0 (X) has dtype {}, expected a numeric or bool type", dtype_name(t));
     TD_ASSIGN_OR_RETURN(int64_t sorted, ctx.attr_int("sorted", 1));
     if (sorted != 0 && sorted != 1) return ctx.error("sorted must be 0 or 1, got {}", sorted);
@@ -428,7 +424,7 @@ OpSchema window_schema(const char* name) {
     TD_RETURN_IF_ERROR(expect_int(ctx, 0, "size"));
     TD_RETURN_IF_ERROR(expect_scalar(ctx, 0, "size"));
     TD_ASSIGN_OR_RETURN(DType out, dtype_attr(ctx, "output_datatype", DType::kFloat32,
-                                              is_numeric_dtype, "the numeric types"));
+                                              dtype_is_numeric, "the numeric types"));
     TD_ASSIGN_OR_RETURN(int64_t periodic, ctx.attr_int("periodic", 1));
     if (periodic != 0 && periodic != 1)
       return ctx.error("periodic must be 0 or 1, got {}", periodic);
@@ -562,7 +558,7 @@ OpSchema mel_weight_matrix_schema() {
                                    "upper_edge_hertz"};
     for (int i = 0; i < 5; ++i) TD_RETURN_IF_ERROR(expect_scalar(ctx, i, kNames[i]));
     TD_ASSIGN_OR_RETURN(DType out, dtype_attr(ctx, "output_datatype", DType::kFloat32,
-                                              is_numeric_dtype, "the numeric types"));
+                                              dtype_is_numeric, "the numeric types"));
     TD_ASSIGN_OR_RETURN(std::optional<int64_t> bins, scalar_int(ctx, 0));
     TD_ASSIGN_OR_RETURN(std::optional<int64_t> dft, scalar_int(ctx, 1));
     TD_ASSIGN_OR_RETURN(std::optional<int64_t> rate, scalar_int(ctx, 2));
@@ -611,12 +607,12 @@ OpSchema random_schema(const char* name, bool like, bool normal) {
             "the input's dtype, which must be a float type",
             dtype_name(dflt));
       if (!dtype_is_float(dflt)) dflt = DType::kFloat32;
-      TD_ASSIGN_OR_RETURN(DType out, dtype_attr(ctx, "dtype", dflt, is_float_dtype,
+      TD_ASSIGN_OR_RETURN(DType out, dtype_attr(ctx, "dtype", dflt, dtype_is_float,
                                                 "float16, bfloat16, float32, float64"));
       ctx.set_output(0, out, ctx.input_shape(0));
       return OkStatus();
     }
-    TD_ASSIGN_OR_RETURN(DType out, dtype_attr(ctx, "dtype", DType::kFloat32, is_float_dtype,
+    TD_ASSIGN_OR_RETURN(DType out, dtype_attr(ctx, "dtype", DType::kFloat32, dtype_is_float,
                                               "float16, bfloat16, float32, float64"));
     if (!ctx.has_attr("shape")) return ctx.error("attribute 'shape' is required");
     TD_ASSIGN_OR_RETURN(std::vector<int64_t> shape, ctx.attr_ints("shape"));

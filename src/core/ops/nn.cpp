@@ -277,7 +277,6 @@ Status check_min_rank(const InferenceContext& ctx, int i, const char* what, size
 }
 
 // Two dims that must agree when both are known.
-bool dims_conflict(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
 
 // Spatial kernel dims of weight `w` (dims 2..), checked against a kernel_shape attribute.
 Result<Shape> kernel_dims(const NodeAttrs& ctx, const Shape& w) {

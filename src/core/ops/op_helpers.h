@@ -9,6 +9,10 @@
 #include "tensord/tensor.h"
 
 namespace tensord {
+
+// Two dims that must agree when both are known (-1 = unknown agrees with anything).
+inline bool dims_conflict(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
+
 namespace nn {
 
 // Sliding-window geometry of Conv (pool=false) and MaxPool/AveragePool/LpPool (pool=true,

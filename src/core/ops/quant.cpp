@@ -16,13 +16,11 @@ namespace tensord {
 
 namespace {
 
-bool is_float(DType t) { return dtype_is_float(t); }
 bool is_quant(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
 
-bool dims_conflict(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
 
 Status expect_float(const InferenceContext& ctx, int i, const char* what) {
-  if (is_float(ctx.input_dtype(i))) return OkStatus();
+  if (dtype_is_float(ctx.input_dtype(i))) return OkStatus();
   return ctx.error("input {} ({}) has dtype {}, expected a float type", i, what,
                    dtype_name(ctx.input_dtype(i)));
 }
@@ -92,7 +90,7 @@ OpSchema quantize_linear_schema() {
   s.doc = "y = saturate(round_half_even(x / y_scale) + y_zero_point), per tensor or per axis";
   s.infer = [](InferenceContext& ctx) -> Status {
     const DType xt = ctx.input_dtype(0);
-    if (!is_float(xt) && xt != DType::kInt32)
+    if (!dtype_is_float(xt) && xt != DType::kInt32)
       return ctx.error(
           "input 0 (x) has dtype {}, expected float32, float16, bfloat16, float64 "
           "or int32",

@@ -8,7 +8,6 @@
 namespace tensord {
 namespace {
 
-bool is_numeric(DType t) { return dtype_is_float(t) || dtype_is_integer(t); }
 
 Shape reduced_shape(const Shape& in, const std::vector<bool>& reduce, bool keepdims) {
   Shape out;
@@ -24,7 +23,7 @@ Shape reduced_shape(const Shape& in, const std::vector<bool>& reduce, bool keepd
 // Shared by every Reduce*: `axes_from_input` selects ReduceSum's opset-13 form.
 Status infer_reduce(InferenceContext& ctx, bool axes_from_input) {
   const DType dtype = ctx.input_dtype(0);
-  if (!is_numeric(dtype)) return ctx.error("data must be numeric, got {}", dtype_name(dtype));
+  if (!dtype_is_numeric(dtype)) return ctx.error("data must be numeric, got {}", dtype_name(dtype));
   const Shape& in = ctx.input_shape(0);
   const int64_t rank = static_cast<int64_t>(in.size());
   TD_ASSIGN_OR_RETURN(int64_t keepdims, ctx.attr_int("keepdims", 1));
@@ -76,7 +75,7 @@ Status infer_reduce(InferenceContext& ctx, bool axes_from_input) {
 
 Status infer_arg(InferenceContext& ctx) {
   const DType dtype = ctx.input_dtype(0);
-  if (!is_numeric(dtype)) return ctx.error("data must be numeric, got {}", dtype_name(dtype));
+  if (!dtype_is_numeric(dtype)) return ctx.error("data must be numeric, got {}", dtype_name(dtype));
   const Shape& in = ctx.input_shape(0);
   const int64_t rank = static_cast<int64_t>(in.size());
   if (rank == 0) return ctx.error("data must have rank >= 1, got a scalar");

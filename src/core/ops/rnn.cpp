@@ -15,6 +15,7 @@
 
 #include "core/op_registry.h"
 #include "core/ops/all_ops.h"
+#include "core/ops/op_helpers.h"
 
 namespace tensord {
 namespace rnn {
@@ -130,13 +131,7 @@ std::vector<std::string> default_activations(RnnKind k) {
   return {};
 }
 
-bool is_float_type(DType t) {
-  return t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat32 ||
-         t == DType::kFloat64;
-}
 
-// Two dims that must agree when both are known.
-bool dims_conflict(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
 
 // Checks input i has exactly `expected` (rank and each dim; -1 entries match anything).
 Status check_shape(const InferenceContext& ctx, int i, const char* what, const Shape& expected,
@@ -159,7 +154,7 @@ int64_t known(std::initializer_list<int64_t> dims) {
 Status rnn_infer(InferenceContext& ctx, RnnKind kind) {
   const int gates = gates_of(kind);
   const DType dt = ctx.input_dtype(0);
-  if (!is_float_type(dt))
+  if (!dtype_is_float(dt))
     return ctx.error("input 0 (X) has dtype {}, expected float16, bfloat16, float32 or float64",
                      dtype_name(dt));
   static const char* kNames[] = {"X",         "W",         "R", "B", "sequence_lens",

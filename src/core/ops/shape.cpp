@@ -21,7 +21,6 @@ bool is_index_type(DType t) { return t == DType::kInt32 || t == DType::kInt64; }
 // Every dtype a tensor may have (all of them, bool included).
 bool is_any_type(DType t) { return t != DType::kUndefined && dtype_size(t) != 0; }
 
-bool is_numeric(DType t) { return dtype_is_float(t) || dtype_is_integer(t); }
 
 // Input i must be a 1-D integer tensor (int64, or int32 too when `int32_ok`).
 Status require_int_vector(const InferenceContext& ctx, int i, const char* what, bool int32_ok) {
@@ -811,9 +810,9 @@ Status infer_range(InferenceContext& ctx) {
 
 Status infer_one_hot(InferenceContext& ctx) {
   const Shape& idx = ctx.input_shape(0);
-  if (!is_numeric(ctx.input_dtype(0)))
+  if (!dtype_is_numeric(ctx.input_dtype(0)))
     return ctx.error("indices must be numeric, got {}", dtype_name(ctx.input_dtype(0)));
-  if (!is_numeric(ctx.input_dtype(1)))
+  if (!dtype_is_numeric(ctx.input_dtype(1)))
     return ctx.error("depth must be numeric, got {}", dtype_name(ctx.input_dtype(1)));
   TD_RETURN_IF_ERROR(require_scalar(ctx, 1, "depth", /*allow_1d=*/true));
   const Shape& values = ctx.input_shape(2);
@@ -856,7 +855,7 @@ Status infer_trilu(InferenceContext& ctx) {
 
 Status infer_cum_sum(InferenceContext& ctx) {
   const Shape& in = ctx.input_shape(0);
-  if (!is_numeric(ctx.input_dtype(0)))
+  if (!dtype_is_numeric(ctx.input_dtype(0)))
     return ctx.error("x must be numeric, got {}", dtype_name(ctx.input_dtype(0)));
   if (!is_index_type(ctx.input_dtype(1)))
     return ctx.error("axis must be int32 or int64, got {}", dtype_name(ctx.input_dtype(1)));
@@ -874,7 +873,7 @@ Status infer_cum_sum(InferenceContext& ctx) {
 
 Status infer_top_k(InferenceContext& ctx) {
   const Shape& in = ctx.input_shape(0);
-  if (!is_numeric(ctx.input_dtype(0)))
+  if (!dtype_is_numeric(ctx.input_dtype(0)))
     return ctx.error("X must be numeric, got {}", dtype_name(ctx.input_dtype(0)));
   if (ctx.input_dtype(1) != DType::kInt64)
     return ctx.error("K must be int64, got {}", dtype_name(ctx.input_dtype(1)));
