@@ -22,6 +22,8 @@ namespace tensord {
 
 // A tensor held by the engine, in this client's session. 0 is never a valid handle.
 using TensorHandle = uint64_t;
+// A graph loaded once into this client's session (load()), run many times. 0 is never valid.
+using ModelHandle = uint64_t;
 
 struct TensorInfo {
   TensorType type;  // dims may be -1 until the value is computed (data-dependent shapes)
@@ -33,6 +35,7 @@ struct ClientStats {
   int64_t uploads = 0;
   int64_t downloads = 0;
   int64_t copies = 0;
+  int64_t runs = 0;  // run() calls on loaded models
 };
 
 class Client {
@@ -60,6 +63,17 @@ class Client {
   virtual Result<TensorHandle> copy(TensorHandle h, const std::string& device) = 0;
   // Drops the handle; the bytes are freed when nothing else uses them.
   virtual Status release(TensorHandle h) = 0;
+
+  // Loads a graph (an imported ONNX model, a zoo network) into this session once, for
+  // `device` ("" = the default device): its initializers are kept by the engine (or the
+  // broker), and each run() neither sends nor re-hashes the graph. Compiled on first run per
+  // input types, then cached. The model is freed by unload() or when the session ends.
+  virtual Result<ModelHandle> load(const Graph& graph, const std::string& device) = 0;
+  // Runs a loaded model like execute(): inputs bound to graph.inputs in order, one handle per
+  // graph output returned at once (inputs on other devices are moved to the model's device).
+  virtual Result<std::vector<TensorHandle>> run(ModelHandle model,
+                                                const std::vector<TensorHandle>& inputs) = 0;
+  virtual Status unload(ModelHandle model) = 0;
 
   virtual ClientStats stats() = 0;
 };

@@ -14,6 +14,7 @@ struct DeviceInfo {
   std::string model;    // "AMD EPYC 7B13", "NVIDIA H200", ...
   int64_t memory_bytes = 0;  // total memory the engine may allocate on it
   int64_t memory_in_use = 0;  // bytes currently held by tensors on it
+  int64_t memory_peak = 0;    // the most bytes held at once since the engine started
   std::string backend;  // backend name, e.g. "cpu-reference"
   std::string backend_version;
   int threads = 0;      // compute threads (cpu), 0 if not meaningful

@@ -60,6 +60,9 @@ class Executable {
   // exactly the outputs that depend on it (naming the node and op); the others are values.
   virtual std::vector<Result<DeviceTensor>> run(const std::vector<Result<DeviceTensor>>& inputs,
                                                 Allocator& allocator) = 0;
+  // What the compiler made of the graph, one line per step (kernels, fused regions, notes),
+  // for logs, profiles and tests. Optional.
+  virtual std::string describe() const { return ""; }
 };
 
 class Device {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <future>
 #include <list>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -102,8 +103,20 @@ struct TensorEntry {
   ValueFuture value;
 };
 
+// A graph loaded once into a session: its signature is computed once, and its executables
+// (one per input types) live as long as the model.
+struct LoadedModel {
+  Graph graph;
+  size_t device = 0;
+  CompileOptions options;
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<Executable>> executables;  // by input types
+};
+
+
 struct Session {
   std::unordered_map<TensorHandle, std::shared_ptr<TensorEntry>> tensors;
+  std::unordered_map<ModelHandle, std::shared_ptr<LoadedModel>> models;
   std::shared_ptr<SessionCounter> counter;
 };
 
@@ -409,6 +422,7 @@ std::vector<DeviceInfo> Engine::devices() const {
   for (const auto& s : impl_->slots) {
     DeviceInfo info = s->device->info();
     info.memory_in_use = s->in_use.load();
+    info.memory_peak = s->peak.load();
     out.push_back(std::move(info));
   }
   return out;
@@ -508,77 +522,90 @@ Result<TensorInfo> Engine::info(SessionId session, TensorHandle h) {
   return info;
 }
 
-Result<std::vector<TensorHandle>> Engine::execute(SessionId session, const Graph& graph,
-                                                  const std::vector<TensorHandle>& inputs,
-                                                  const std::string& device,
-                                                  const CompileOptions& options) {
-  if (inputs.size() != graph.inputs.size())
-    return errors::InvalidArgument("execute: graph '{}' takes {} inputs, got {}", graph.name,
-                                   graph.inputs.size(), inputs.size());
-  TD_ASSIGN_OR_RETURN(auto counter, impl_->counter(session));
+// Inputs of an execute/run, resolved: entries on the executing device and their types.
+struct Engine::Launch {
+  size_t target = 0;
   std::vector<std::shared_ptr<TensorEntry>> in;
+  std::vector<TensorType> types;
+  std::shared_ptr<SessionCounter> counter;
+  Status input_error;  // an input whose value failed (data-dependent shape): poisons every output
+};
+
+Result<Engine::Launch> Engine::prepare(SessionId session, const std::vector<TensorHandle>& inputs,
+                                       const std::string& device, bool device_fixed,
+                                       size_t fixed_device) {
+  Launch l;
+  TD_ASSIGN_OR_RETURN(l.counter, impl_->counter(session));
   for (TensorHandle h : inputs) {
     TD_ASSIGN_OR_RETURN(auto e, impl_->find_tensor(session, h));
-    in.push_back(std::move(e));
+    l.in.push_back(std::move(e));
   }
-  size_t target;
-  if (!device.empty() || in.empty()) {
-    TD_ASSIGN_OR_RETURN(target, impl_->find_device(device));
+  if (device_fixed) {
+    l.target = fixed_device;
+  } else if (!device.empty() || l.in.empty()) {
+    TD_ASSIGN_OR_RETURN(l.target, impl_->find_device(device));
   } else {
-    target = in.front()->device;
+    l.target = l.in.front()->device;
   }
   // Inputs living elsewhere are moved to the executing device.
-  for (auto& e : in) {
-    if (e->device == target) continue;
+  for (auto& e : l.in) {
+    if (e->device == l.target) continue;
     auto moved = std::make_shared<TensorEntry>();
     moved->type = e->type;
-    moved->device = target;
-    moved->value = impl_->transfer(e, target, counter);
+    moved->device = l.target;
+    moved->value = impl_->transfer(e, l.target, l.counter);
     impl_->m.implicit_moves++;
     e = std::move(moved);
   }
-  std::vector<TensorType> types;
-  for (auto& e : in) {
+  for (auto& e : l.in) {
     if (shape_is_static(e->type.shape) && e->type.defined()) {
-      types.push_back(e->type);
+      l.types.push_back(e->type);
       continue;
     }
     // A data-dependent shape: the executable is specialised on it, so wait for the value.
     const auto& v = e->value.get();
     if (!v.ok()) {
-      // An input that failed: every output carries its error (nothing can be compiled).
-      std::vector<TensorHandle> handles;
-      for (size_t i = 0; i < graph.outputs.size(); ++i) {
-        auto entry = std::make_shared<TensorEntry>();
-        entry->device = target;
-        entry->value = ready_future(v.status());
-        TD_ASSIGN_OR_RETURN(TensorHandle h, impl_->add(session, std::move(entry)));
-        handles.push_back(h);
-      }
-      impl_->m.executes++;
-      return handles;
+      l.input_error = v.status();
+      break;
     }
-    types.push_back(v->type());
+    l.types.push_back(v->type());
   }
-  TD_ASSIGN_OR_RETURN(auto exe, impl_->get_executable(target, graph, types, options));
-  impl_->m.executes++;
+  return l;
+}
 
+Result<std::vector<TensorHandle>> Engine::submit(SessionId session, Launch launch,
+                                                 size_t num_outputs,
+                                                 const std::shared_ptr<Executable>& exe) {
+  impl_->m.executes++;
+  if (!launch.input_error.ok()) {
+    // An input that failed: every output carries its error (nothing can be compiled).
+    std::vector<TensorHandle> handles;
+    for (size_t i = 0; i < num_outputs; ++i) {
+      auto entry = std::make_shared<TensorEntry>();
+      entry->device = launch.target;
+      entry->value = ready_future(launch.input_error);
+      TD_ASSIGN_OR_RETURN(TensorHandle h, impl_->add(session, std::move(entry)));
+      handles.push_back(h);
+    }
+    return handles;
+  }
   std::vector<std::shared_ptr<std::promise<Result<DeviceTensor>>>> promises;
   std::vector<TensorHandle> handles;
   const auto& out_types = exe->output_types();
   for (size_t i = 0; i < out_types.size(); ++i) {
     auto entry = std::make_shared<TensorEntry>();
     entry->type = out_types[i].ok() ? *out_types[i] : TensorType{};
-    entry->device = target;
+    entry->device = launch.target;
     auto p = std::make_shared<std::promise<Result<DeviceTensor>>>();
     entry->value = p->get_future().share();
     promises.push_back(std::move(p));
     TD_ASSIGN_OR_RETURN(TensorHandle h, impl_->add(session, std::move(entry)));
     handles.push_back(h);
   }
-  DeviceSlot* slot = impl_->slots[target].get();
+  DeviceSlot* slot = impl_->slots[launch.target].get();
   Impl* impl = impl_.get();
-  slot->queue->push([impl, slot, exe, in = std::move(in), promises, counter] {
+  slot->queue->push([impl, slot, exe, in = std::move(launch.in), promises,
+                     counter = std::move(launch.counter)] {
     std::vector<Result<DeviceTensor>> outs;
     try {
       std::vector<Result<DeviceTensor>> values;
@@ -601,6 +628,87 @@ Result<std::vector<TensorHandle>> Engine::execute(SessionId session, const Graph
     }
   });
   return handles;
+}
+
+Result<std::vector<TensorHandle>> Engine::execute(SessionId session, const Graph& graph,
+                                                  const std::vector<TensorHandle>& inputs,
+                                                  const std::string& device,
+                                                  const CompileOptions& options) {
+  if (inputs.size() != graph.inputs.size())
+    return errors::InvalidArgument("execute: graph '{}' takes {} inputs, got {}", graph.name,
+                                   graph.inputs.size(), inputs.size());
+  TD_ASSIGN_OR_RETURN(Launch launch, prepare(session, inputs, device, false, 0));
+  std::shared_ptr<Executable> exe;
+  if (launch.input_error.ok()) {
+    TD_ASSIGN_OR_RETURN(exe, impl_->get_executable(launch.target, graph, launch.types, options));
+  }
+  return submit(session, std::move(launch), graph.outputs.size(), exe);
+}
+
+Result<ModelHandle> Engine::load(SessionId session, const Graph& graph, const std::string& device,
+                                 const CompileOptions& options) {
+  TD_ASSIGN_OR_RETURN(size_t target, impl_->find_device(device));
+  TD_RETURN_IF_ERROR(topological_order(graph).status());  // cycles, dangling names
+  auto model = std::make_shared<LoadedModel>();
+  model->graph = graph;
+  model->device = target;
+  model->options = options;
+  const ModelHandle h = impl_->next_handle.fetch_add(1);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto s = impl_->sessions.find(session);
+  if (s == impl_->sessions.end()) return errors::NotFound("session {} does not exist", session);
+  s->second.models.emplace(h, std::move(model));
+  return h;
+}
+
+Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle model,
+                                              const std::vector<TensorHandle>& inputs) {
+  std::shared_ptr<LoadedModel> m;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto s = impl_->sessions.find(session);
+    if (s == impl_->sessions.end()) return errors::NotFound("session {} does not exist", session);
+    auto it = s->second.models.find(model);
+    if (it == s->second.models.end())
+      return errors::NotFound("model handle {} does not exist in this session", model);
+    m = it->second;
+  }
+  const Graph& graph = m->graph;
+  if (inputs.size() != graph.inputs.size())
+    return errors::InvalidArgument("run: model '{}' takes {} inputs, got {}", graph.name,
+                                   graph.inputs.size(), inputs.size());
+  TD_ASSIGN_OR_RETURN(Launch launch, prepare(session, inputs, "", true, m->device));
+  std::shared_ptr<Executable> exe;
+  if (launch.input_error.ok()) {
+    std::string key;
+    for (const auto& t : launch.types) key += t.to_string() + ";";
+    std::lock_guard<std::mutex> lock(m->mu);  // one compile per input types
+    auto it = m->executables.find(key);
+    if (it != m->executables.end()) {
+      impl_->m.cache_hits++;
+      exe = it->second;
+    } else {
+      TD_ASSIGN_OR_RETURN(auto compiled,
+                          impl_->slots[m->device]->device->compile(graph, launch.types, m->options));
+      impl_->m.compiles++;
+      exe = std::shared_ptr<Executable>(std::move(compiled));
+      m->executables.emplace(key, exe);
+    }
+  }
+  return submit(session, std::move(launch), graph.outputs.size(), exe);
+}
+
+Status Engine::unload(SessionId session, ModelHandle model) {
+  std::shared_ptr<LoadedModel> dead;  // freed outside the lock
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto s = impl_->sessions.find(session);
+  if (s == impl_->sessions.end()) return errors::NotFound("session {} does not exist", session);
+  auto it = s->second.models.find(model);
+  if (it == s->second.models.end())
+    return errors::NotFound("model handle {} does not exist in this session", model);
+  dead = std::move(it->second);
+  s->second.models.erase(it);
+  return OkStatus();
 }
 
 Result<TensorHandle> Engine::copy(SessionId session, TensorHandle h, const std::string& device) {

@@ -80,6 +80,13 @@ class Engine {
   Result<TensorHandle> copy(SessionId session, TensorHandle h, const std::string& device);
   Status release(SessionId session, TensorHandle h);
 
+  // See Client::load / run / unload. A loaded model belongs to its session.
+  Result<ModelHandle> load(SessionId session, const Graph& graph, const std::string& device,
+                           const CompileOptions& options = {});
+  Result<std::vector<TensorHandle>> run(SessionId session, ModelHandle model,
+                                        const std::vector<TensorHandle>& inputs);
+  Status unload(SessionId session, ModelHandle model);
+
   EngineMetrics metrics() const;
   // Bytes held by the session's tensors (as allocated by the engine on its behalf).
   int64_t session_bytes(SessionId session) const;
@@ -87,6 +94,11 @@ class Engine {
   struct Impl;  // defined in engine.cpp
 
  private:
+  struct Launch;
+  Result<Launch> prepare(SessionId session, const std::vector<TensorHandle>& inputs,
+                         const std::string& device, bool device_fixed, size_t fixed_device);
+  Result<std::vector<TensorHandle>> submit(SessionId session, Launch launch, size_t num_outputs,
+                                           const std::shared_ptr<Executable>& exe);
   explicit Engine(std::unique_ptr<Impl> impl, EngineOptions options,
                   std::vector<std::string> filtered_out);
   std::unique_ptr<Impl> impl_;

@@ -42,8 +42,21 @@ Result<TensorHandle> LocalClient::copy(TensorHandle h, const std::string& device
 
 Status LocalClient::release(TensorHandle h) { return engine_->release(session_, h); }
 
+Result<ModelHandle> LocalClient::load(const Graph& graph, const std::string& device) {
+  return engine_->load(session_, graph, device);
+}
+
+Result<std::vector<TensorHandle>> LocalClient::run(ModelHandle model,
+                                                   const std::vector<TensorHandle>& inputs) {
+  runs_++;
+  return engine_->run(session_, model, inputs);
+}
+
+Status LocalClient::unload(ModelHandle model) { return engine_->unload(session_, model); }
+
 ClientStats LocalClient::stats() {
-  return ClientStats{executes_.load(), uploads_.load(), downloads_.load(), copies_.load()};
+  return ClientStats{executes_.load(), uploads_.load(), downloads_.load(), copies_.load(),
+                     runs_.load()};
 }
 
 Result<std::unique_ptr<Client>> make_local_client(const LocalClientOptions& options) {

@@ -25,6 +25,10 @@ class LocalClient final : public Client {
                                             const std::string& device) override;
   Result<TensorHandle> copy(TensorHandle h, const std::string& device) override;
   Status release(TensorHandle h) override;
+  Result<ModelHandle> load(const Graph& graph, const std::string& device) override;
+  Result<std::vector<TensorHandle>> run(ModelHandle model,
+                                        const std::vector<TensorHandle>& inputs) override;
+  Status unload(ModelHandle model) override;
   ClientStats stats() override;
 
   Engine& engine() { return *engine_; }
@@ -33,7 +37,7 @@ class LocalClient final : public Client {
  private:
   std::shared_ptr<Engine> engine_;
   SessionId session_;
-  std::atomic<int64_t> executes_{0}, uploads_{0}, downloads_{0}, copies_{0};
+  std::atomic<int64_t> executes_{0}, uploads_{0}, downloads_{0}, copies_{0}, runs_{0};
 };
 
 }  // namespace tensord

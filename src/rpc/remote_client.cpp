@@ -363,4 +363,14 @@ Status RemoteClient::echo(int64_t payload_bytes) {
   return impl_->finish(ctx, impl_->stub->Echo(&ctx, req, &resp), "echo");
 }
 
+Result<ModelHandle> RemoteClient::load(const Graph&, const std::string&) {
+  return errors::Unimplemented("load: not yet supported through a broker");
+}
+Result<std::vector<TensorHandle>> RemoteClient::run(ModelHandle, const std::vector<TensorHandle>&) {
+  return errors::Unimplemented("run: not yet supported through a broker");
+}
+Status RemoteClient::unload(ModelHandle) {
+  return errors::Unimplemented("unload: not yet supported through a broker");
+}
+
 }  // namespace tensord::rpc

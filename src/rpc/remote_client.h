@@ -55,6 +55,10 @@ class RemoteClient final : public Client {
                                             const std::string& device) override;
   Result<TensorHandle> copy(TensorHandle h, const std::string& device) override;
   Status release(TensorHandle h) override;
+  Result<ModelHandle> load(const Graph& graph, const std::string& device) override;
+  Result<std::vector<TensorHandle>> run(ModelHandle model,
+                                        const std::vector<TensorHandle>& inputs) override;
+  Status unload(ModelHandle model) override;
   ClientStats stats() override;
 
   const std::string& address() const;

@@ -189,5 +189,69 @@ TEST(Engine, ExecuteMovesInputsToTheTargetDevice) {
   EXPECT_EQ(e->metrics().implicit_moves, 2);
 }
 
+// A loaded model compiles once per input types, runs on its own device (inputs elsewhere are
+// moved), belongs to its session, and its bytes and executables go with unload().
+TEST(Engine, LoadedModelCompilesOnceAndIsSessionOwned) {
+  auto e = make_engine();
+  const SessionId s = e->open_session();
+  Graph g;
+  g.inputs = {{"x", {}}};
+  g.outputs = {{"y", {}}};
+  g.initializers.emplace("w", f32({10, 20}, {2}));
+  g.nodes.push_back(node("add", "Add", {"x", "w"}, {"y"}));
+  auto model = e->load(s, g, "cpu:1");
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const auto before = e->metrics();
+  for (float k : {1.0f, 2.0f, 3.0f}) {
+    auto x = e->upload(s, f32({k, k}, {2}).view(), "cpu:0");
+    ASSERT_TRUE(x.ok());
+    auto y = e->run(s, *model, {*x});
+    ASSERT_TRUE(y.ok()) << y.status().to_string();
+    auto info = e->info(s, (*y)[0]);
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->device, "cpu:1");
+    auto v = e->read(s, (*y)[0]);
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(v->data<float>()[0], 10 + k);
+    EXPECT_EQ(v->data<float>()[1], 20 + k);
+  }
+  const auto after = e->metrics();
+  EXPECT_EQ(after.compiles - before.compiles, 1);
+  EXPECT_EQ(after.cache_hits - before.cache_hits, 2);
+  EXPECT_EQ(after.implicit_moves - before.implicit_moves, 3);
+
+  // Wrong input count, another session, unload, a stale handle.
+  EXPECT_EQ(e->run(s, *model, {}).status().code(), StatusCode::kInvalidArgument);
+  const SessionId other = e->open_session();
+  auto foreign = e->run(other, *model, {});
+  EXPECT_EQ(foreign.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(foreign.status().message().find("model handle"), std::string::npos);
+  EXPECT_TRUE(e->unload(s, *model).ok());
+  EXPECT_EQ(e->unload(s, *model).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(e->close_session(other).ok());
+  EXPECT_TRUE(e->close_session(s).ok());
+
+  // A graph with a cycle is refused at load.
+  Graph bad = g;
+  bad.nodes[0].inputs = {"y", "w"};
+  const SessionId s2 = e->open_session();
+  EXPECT_FALSE(e->load(s2, bad, "").ok());
+  EXPECT_EQ(e->load(s2, g, "cpu:7").status().code(), StatusCode::kNotFound);
+}
+
+TEST(Engine, PeakMemoryIsAHighWaterMark) {
+  auto e = make_engine();
+  const SessionId s = e->open_session();
+  const int64_t base = e->devices()[0].memory_peak;
+  HostTensor big(DType::kFloat32, {1 << 20});
+  auto h = e->upload(s, big.view(), "cpu:0");
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(e->wait(s, *h).ok());
+  EXPECT_GE(e->devices()[0].memory_peak, base + (4 << 20));
+  EXPECT_TRUE(e->release(s, *h).ok());
+  EXPECT_EQ(e->devices()[0].memory_in_use, 0);
+  EXPECT_GE(e->devices()[0].memory_peak, 4 << 20);  // the peak stays
+}
+
 }  // namespace
 }  // namespace tensord

@@ -246,5 +246,38 @@ INSTANTIATE_TEST_SUITE_P(Models, ZooRun,
                          ::testing::Values("mobilenet", "mobilenet_v2", "resnet50", "imdb_lstm"),
                          [](const auto& info) { return info.param; });
 
+// The graph compiler (oneDNN regions: BN folding, post-op fusion, blocked layouts, arena
+// memory plan) changes no result: each model with fusion on matches the reference kernels
+// with fusion off (rtol 1e-3, as the issue asks against PyTorch).
+class ZooFusion : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ZooFusion, FusedMatchesReference) {
+  const std::string name = GetParam();
+  const int64_t batch = name == "imdb_lstm" ? 4 : 2;
+  const Graph g = build_ok(name, batch);
+  Result<HostTensor> x = sample_input(name, batch);
+  ASSERT_TRUE(x.ok()) << x.status().to_string();
+  auto fused = cpu::run_graph_on_host(g, {*x}, CompileOptions{/*fuse=*/true});
+  auto ref = cpu::run_graph_on_host(g, {*x}, CompileOptions{/*fuse=*/false});
+  ASSERT_TRUE(fused.ok() && ref.ok());
+  ASSERT_TRUE((*fused)[0].ok()) << (*fused)[0].status().to_string();
+  ASSERT_TRUE((*ref)[0].ok()) << (*ref)[0].status().to_string();
+  const HostTensor& a = *(*fused)[0];
+  const HostTensor& b = *(*ref)[0];
+  ASSERT_EQ(a.type(), b.type());
+  double scale = 0;
+  for (int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, std::fabs(double(b.data<float>()[i])));
+  int64_t bad = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double d = std::fabs(double(a.data<float>()[i]) - b.data<float>()[i]);
+    if (!(d <= 1e-3 * std::fabs(double(b.data<float>()[i])) + 1e-4 * scale)) ++bad;
+  }
+  EXPECT_EQ(bad, 0) << name << ": " << bad << " of " << a.numel() << " outputs differ";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ZooFusion,
+                         ::testing::Values("mobilenet", "mobilenet_v2", "resnet50", "imdb_lstm"),
+                         [](const auto& info) { return info.param; });
+
 }  // namespace
 }  // namespace tensord::models

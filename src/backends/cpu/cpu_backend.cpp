@@ -3,8 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <unordered_set>
 #include <fstream>
 #include <exception>
 #include <map>
@@ -13,6 +18,7 @@
 #include <unordered_map>
 
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/onednn_region.h"
 #include "core/graph_utils.h"
 #include "tensord/version.h"
 
@@ -84,6 +90,7 @@ struct Step {
   Status error;                           // compile-time failure: poisons the outputs
   std::vector<TensorType> output_types;   // from compile-time inference
   bool static_outputs = true;             // all output shapes known at compile time
+  std::shared_ptr<RegionKernel> region;   // a oneDNN region standing for several nodes
 };
 
 // Plain heap memory for compile-time constant folding (not accounted to any device).
@@ -108,6 +115,7 @@ class CpuExecutable final : public Executable {
     auto exe = std::unique_ptr<CpuExecutable>(new CpuExecutable());
     exe->graph_ = graph;  // own a copy: nodes are referenced by the steps
     exe->options_ = options;
+    if (fold_constants && std::getenv("TENSORD_PROFILE")) exe->profile_ = std::make_unique<Profile>();
     const Graph& g = exe->graph_;
     ConstantEvaluator evaluator;
     if (fold_constants) evaluator = [](const Node& node, const std::vector<TensorView>& inputs) {
@@ -164,6 +172,7 @@ class CpuExecutable final : public Executable {
       }
       exe->steps_.push_back(std::move(step));
     }
+    if (options.fuse && fold_constants) exe->form_regions(types);
     exe->values_count_ = exe->ids_.size();
     for (const auto& out : g.outputs) {
       const int id = exe->ids_.at(out.name);
@@ -182,6 +191,36 @@ class CpuExecutable final : public Executable {
   }
 
   const std::vector<Result<TensorType>>& output_types() const override { return output_types_; }
+
+  std::string describe() const override {
+    std::string out;
+    for (const Step& st : steps_) {
+      if (st.region) {
+        out += "OneDnnRegion " + st.node->name + "\n";
+      } else {
+        out += fmt::format("{} '{}' [{}]\n", st.node->op, st.node->name,
+                           st.kernel ? st.kernel->name : st.error.message());
+      }
+    }
+    for (const auto& n : notes_) out += "note: " + n + "\n";
+    return out;
+  }
+
+  ~CpuExecutable() override {
+    if (!profile_ || profile_->by_kernel.empty()) return;
+    std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(
+        profile_->by_kernel.begin(), profile_->by_kernel.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    double total = 0;
+    for (const auto& r : rows) total += r.second.first;
+    std::string out = fmt::format("tensord profile: {} steps, {:.3f} ms in kernels\n", steps_.size(),
+                                  total * 1e3);
+    for (const auto& [name, v] : rows)
+      out += fmt::format("  {:>10.3f} ms {:>5.1f}% {:>8} calls  {}\n", v.first * 1e3,
+                         total > 0 ? 100 * v.first / total : 0.0, v.second, name);
+    std::fputs(out.c_str(), stderr);
+  }
 
   // Runs one node on constant inputs (compile-time folding).
   static Result<std::vector<HostTensor>> evaluate_node(const Node& node,
@@ -227,7 +266,19 @@ class CpuExecutable final : public Executable {
       values[static_cast<size_t>(input_ids_[i])] = inputs[i];
     for (const auto& [id, t] : constants_) values[static_cast<size_t>(id)] = wrap_constant(t);
     for (size_t s = 0; s < steps_.size(); ++s) {
-      run_step(steps_[s], values, allocator);
+      if (profile_) {
+        const auto t0 = std::chrono::steady_clock::now();
+        run_step(steps_[s], values, allocator);
+        const auto t1 = std::chrono::steady_clock::now();
+        const Step& st = steps_[s];
+        auto& p = profile_->by_kernel[st.region ? st.node->name
+                                                : st.node->op + " [" +
+                                                      (st.kernel ? st.kernel->name : "-") + "]"];
+        p.first += std::chrono::duration<double>(t1 - t0).count();
+        p.second++;
+      } else {
+        run_step(steps_[s], values, allocator);
+      }
       auto free_if_last = [&](int id) {
         if (id >= 0 && last_use_[static_cast<size_t>(id)] == static_cast<int>(s))
           values[static_cast<size_t>(id)] = errors::Internal("value freed");
@@ -243,6 +294,84 @@ class CpuExecutable final : public Executable {
 
  private:
   CpuExecutable() = default;
+
+  // The graph compiler's oneDNN regions (convolutional parts): each replaces its nodes' steps
+  // by one step; the steps are then put back in dependency order.
+  void form_regions(const GraphTypes& types) {
+    RegionGraph rg;
+    for (const Step& st : steps_) rg.nodes.push_back(st.node);
+    rg.type_of = [&types](const std::string& name) -> const TensorType* {
+      auto it = types.values.find(name);
+      return it != types.values.end() && it->second.ok() ? &*it->second : nullptr;
+    };
+    rg.constant = [&types](const std::string& name) -> const HostTensor* {
+      auto it = types.constants.find(name);
+      return it != types.constants.end() ? &it->second : nullptr;
+    };
+    std::unordered_set<std::string> graph_outputs;
+    for (const auto& o : graph_.outputs) graph_outputs.insert(o.name);
+    rg.is_graph_output = [&graph_outputs](const std::string& name) {
+      return graph_outputs.count(name) > 0;
+    };
+    std::vector<Region> regions = build_onednn_regions(rg, &notes_);
+    if (regions.empty()) return;
+    std::vector<bool> replaced(steps_.size(), false);
+    std::vector<Step> steps;
+    for (auto& r : regions) {
+      for (size_t m : r.members) replaced[m] = true;
+      Node& node = region_nodes_.emplace_back();
+      node.op = "OneDnnRegion";
+      node.name = fmt::format("onednn_region{} [{}]", region_nodes_.size() - 1, r.kernel->describe());
+      node.inputs = r.inputs;
+      node.outputs = r.outputs;
+      Step st;
+      st.node = &node;
+      for (const auto& in : r.inputs) st.inputs.push_back(ids_.at(in));
+      for (const auto& out : r.outputs) {
+        st.outputs.push_back(ids_.at(out));
+        st.output_types.push_back(*types.values.at(out));
+      }
+      st.region = std::move(r.kernel);
+      steps.push_back(std::move(st));
+    }
+    for (size_t i = 0; i < steps_.size(); ++i)
+      if (!replaced[i]) steps.push_back(std::move(steps_[i]));
+    // Dependency order (Kahn): a step runs once every value it reads is produced.
+    std::unordered_map<int, size_t> producer;
+    for (size_t i = 0; i < steps.size(); ++i)
+      for (int id : steps[i].outputs)
+        if (id >= 0) producer[id] = i;
+    std::vector<std::vector<size_t>> users(steps.size());
+    std::vector<int> pending(steps.size(), 0);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      std::unordered_set<size_t> deps;
+      for (const auto* ids : {&steps[i].inputs, &steps[i].implicit})
+        for (int id : *ids) {
+          auto p = producer.find(id);
+          if (id >= 0 && p != producer.end() && p->second != i) deps.insert(p->second);
+        }
+      pending[i] = static_cast<int>(deps.size());
+      for (size_t d : deps) users[d].push_back(i);
+    }
+    std::vector<size_t> ready, order;
+    // Keep the original relative order where possible: regions first only when ready.
+    for (size_t i = 0; i < steps.size(); ++i)
+      if (pending[i] == 0) ready.push_back(i);
+    while (!ready.empty()) {
+      std::sort(ready.begin(), ready.end(), std::greater<size_t>());
+      const size_t i = ready.back();
+      ready.pop_back();
+      order.push_back(i);
+      for (size_t u : users[i])
+        if (--pending[u] == 0) ready.push_back(u);
+    }
+    if (order.size() != steps.size()) {  // cannot happen with an acyclic partition
+      notes_.push_back("oneDNN regions dropped: they would form a cycle");
+      return;
+    }
+    steps_.clear();
+    for (size_t i : order) steps_.push_back(std::move(steps[i]));
+  }
 
   const KernelDef* pick_kernel(const Node& node, const std::vector<TensorType>& in_types,
                                const CompileOptions& options, Status* error) const {
@@ -278,8 +407,34 @@ class CpuExecutable final : public Executable {
       if (id >= 0) values[static_cast<size_t>(id)] = s;
   }
 
+  void run_region(const Step& step, std::vector<Result<DeviceTensor>>& values,
+                  Allocator& allocator) {
+    std::vector<TensorView> in(step.inputs.size());
+    for (size_t k = 0; k < step.inputs.size(); ++k) {
+      const auto& v = values[static_cast<size_t>(step.inputs[k])];
+      if (!v.ok()) return poison(step, v.status(), values);
+      in[k] = TensorView{v->dtype, v->shape, v->buffer->ptr};
+    }
+    std::vector<DeviceTensor> produced(step.outputs.size());
+    std::vector<MutableTensorView> out(step.outputs.size());
+    for (size_t k = 0; k < step.outputs.size(); ++k) {
+      const TensorType& t = step.output_types[k];
+      auto bytes = checked_byte_size(t.dtype, t.shape);
+      auto buf = bytes.ok() ? allocator.allocate(static_cast<size_t>(*bytes))
+                            : Result<std::shared_ptr<Buffer>>(bytes.status());
+      if (!buf.ok()) return poison(step, Status(buf.status().code(), step.node->name + ": " + buf.status().message()), values);
+      produced[k] = DeviceTensor{t.dtype, t.shape, *buf};
+      out[k] = MutableTensorView{t.dtype, t.shape, (*buf)->ptr};
+    }
+    Status s = step.region->run(in, out, allocator);
+    if (!s.ok()) return poison(step, Status(s.code(), step.node->name + ": " + s.message()), values);
+    for (size_t k = 0; k < step.outputs.size(); ++k)
+      values[static_cast<size_t>(step.outputs[k])] = produced[k];
+  }
+
   void run_step(const Step& step, std::vector<Result<DeviceTensor>>& values,
                 Allocator& allocator) {
+    if (step.region) return run_region(step, values, allocator);
     const Node& node = *step.node;
     if (!step.error.ok()) return poison(step, step.error, values);
     std::vector<TensorView> in_views(step.inputs.size());
@@ -434,6 +589,13 @@ class CpuExecutable final : public Executable {
     return result;
   }
 
+  // TENSORD_PROFILE=1: time per op and kernel, printed to stderr when the executable goes.
+  struct Profile {
+    std::map<std::string, std::pair<double, int64_t>> by_kernel;  // seconds, calls
+  };
+  std::unique_ptr<Profile> profile_;
+  std::deque<Node> region_nodes_;    // the nodes region steps point to
+  std::vector<std::string> notes_;   // why the graph compiler left something alone
   Graph graph_;
   CompileOptions options_;
   std::map<std::string, std::shared_ptr<Executable>> subgraph_cache_;
@@ -535,6 +697,13 @@ class HostAllocator final : public Allocator {
 }  // namespace
 
 std::unique_ptr<Backend> create_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+Result<std::string> describe_compiled(const Graph& graph, const std::vector<TensorType>& types,
+                                      const CompileOptions& options) {
+  CpuDevice device(0);
+  TD_ASSIGN_OR_RETURN(auto exe, device.compile(graph, types, options));
+  return exe->describe();
+}
 
 Result<std::vector<Result<HostTensor>>> run_graph_on_host(const Graph& graph,
                                                           const std::vector<HostTensor>& inputs,

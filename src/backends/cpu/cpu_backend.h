@@ -21,4 +21,8 @@ Result<std::vector<Result<HostTensor>>> run_graph_on_host(const Graph& graph,
                                                           const std::vector<HostTensor>& inputs,
                                                           const CompileOptions& options = {});
 
+// What the cpu compiler makes of `graph` (Executable::describe): one line per step.
+Result<std::string> describe_compiled(const Graph& graph, const std::vector<TensorType>& types,
+                                      const CompileOptions& options = {});
+
 }  // namespace tensord::cpu

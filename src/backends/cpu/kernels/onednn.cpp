@@ -6,7 +6,11 @@
 // cheap. `accepts` refuses what these kernels do not cover, so the reference kernel takes it.
 // Shapes known only at run time that turn out unsupported, and problems oneDNN itself rejects,
 // are handed to the op's reference kernel (last in its list) from inside the run function.
+#include <omp.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <thread>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -15,6 +19,7 @@
 #include <dnnl.hpp>
 
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/onednn_common.h"
 #include "core/ops/op_helpers.h"
 
 namespace tensord::cpu {
@@ -23,17 +28,6 @@ namespace {
 using dnnl::memory;
 using DT = memory::data_type;
 using Tag = memory::format_tag;
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-// One stream per thread: a oneDNN stream is not meant for concurrent callers.
-dnnl::stream& cpu_stream() {
-  thread_local dnnl::stream stream(cpu_engine());
-  return stream;
-}
 
 Status refuse(const std::string& why) { return Status(StatusCode::kUnimplemented, why); }
 
@@ -311,6 +305,31 @@ Status pool_run(KernelContext& ctx, bool max) {
 }
 
 }  // namespace
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+int compute_threads() {
+  static const int n = [] {
+    if (const char* env = std::getenv("TENSORD_NUM_THREADS")) {
+      const int v = std::atoi(env);
+      if (v >= 1 && v <= 1024) return v;
+    }
+    const unsigned hw = std::thread::hardware_concurrency();
+    return hw > 0 ? static_cast<int>(hw) : 1;
+  }();
+  return n;
+}
+
+dnnl::stream& cpu_stream() {
+  thread_local dnnl::stream stream = [] {
+    omp_set_num_threads(compute_threads());  // oneDNN's OpenMP pool of this calling thread
+    return dnnl::stream(cpu_engine());
+  }();
+  return stream;
+}
 
 void register_onednn_kernels(KernelRegistry& r) {
   auto add = [&r](const char* op, AcceptsFn accepts, KernelFn fn) {

@@ -1,0 +1,816 @@
+#include "backends/cpu/onednn_region.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "backends/cpu/onednn_common.h"
+#include "core/errors.h"
+#include "core/graph_utils.h"
+#include "core/node_attrs.h"
+#include "core/ops/op_helpers.h"
+
+namespace tensord::cpu {
+namespace {
+
+using dnnl::memory;
+using DT = memory::data_type;
+using Tag = memory::format_tag;
+using Alg = dnnl::algorithm;
+
+constexpr size_t kAlign = 64;
+
+// ---- what a region may contain ----
+
+struct Eltwise {
+  Alg alg;
+  float alpha = 0, beta = 0;
+};
+
+bool is_unary_eltwise(const std::string& op) {
+  static const std::set<std::string> ops = {"Relu",  "LeakyRelu", "Clip",     "Sigmoid",
+                                            "Tanh",  "Elu",       "HardSwish", "HardSigmoid",
+                                            "Softplus", "Exp",    "Abs",       "Sqrt", "Neg"};
+  return ops.count(op) > 0;
+}
+
+bool is_binary(const std::string& op) {
+  static const std::set<std::string> ops = {"Add", "Sub", "Mul", "Div", "Max", "Min"};
+  return ops.count(op) > 0;
+}
+
+bool is_commutative(const std::string& op) { return op != "Sub" && op != "Div"; }
+
+Alg binary_alg(const std::string& op) {
+  if (op == "Add") return Alg::binary_add;
+  if (op == "Sub") return Alg::binary_sub;
+  if (op == "Mul") return Alg::binary_mul;
+  if (op == "Div") return Alg::binary_div;
+  if (op == "Max") return Alg::binary_max;
+  return Alg::binary_min;
+}
+
+bool is_f32_4d_static(const TensorType* t) {
+  return t && t->dtype == DType::kFloat32 && t->shape.size() == 4 && shape_is_static(t->shape);
+}
+
+float scalar_of(const HostTensor& t) { return t.data<float>()[0]; }
+
+// The oneDNN eltwise steps of a unary op (HardSigmoid needs two), or an error.
+Result<std::vector<Eltwise>> eltwise_steps(const Node& node, const RegionGraph& g) {
+  NodeAttrs a(node);
+  const std::string& op = node.op;
+  if (op == "Relu") return std::vector<Eltwise>{{Alg::eltwise_relu, 0, 0}};
+  if (op == "LeakyRelu") {
+    TD_ASSIGN_OR_RETURN(float alpha, a.attr_float("alpha", 0.01f));
+    return std::vector<Eltwise>{{Alg::eltwise_relu, alpha, 0}};
+  }
+  if (op == "Clip") {
+    float lo = -FLT_MAX, hi = FLT_MAX;
+    for (size_t i = 1; i < node.inputs.size() && i < 3; ++i) {
+      if (node.inputs[i].empty()) continue;
+      const HostTensor* c = g.constant(node.inputs[i]);
+      if (!c || c->dtype() != DType::kFloat32 || c->numel() != 1)
+        return errors::Unimplemented("Clip bounds must be float32 constants");
+      (i == 1 ? lo : hi) = scalar_of(*c);
+    }
+    return std::vector<Eltwise>{{Alg::eltwise_clip, lo, hi}};
+  }
+  if (op == "Sigmoid") return std::vector<Eltwise>{{Alg::eltwise_logistic, 0, 0}};
+  if (op == "Tanh") return std::vector<Eltwise>{{Alg::eltwise_tanh, 0, 0}};
+  if (op == "Elu") {
+    TD_ASSIGN_OR_RETURN(float alpha, a.attr_float("alpha", 1.0f));
+    return std::vector<Eltwise>{{Alg::eltwise_elu, alpha, 0}};
+  }
+  if (op == "HardSwish") return std::vector<Eltwise>{{Alg::eltwise_hardswish, 1.0f / 6, 0.5f}};
+  if (op == "HardSigmoid") {
+    TD_ASSIGN_OR_RETURN(float alpha, a.attr_float("alpha", 0.2f));
+    TD_ASSIGN_OR_RETURN(float beta, a.attr_float("beta", 0.5f));
+    return std::vector<Eltwise>{{Alg::eltwise_linear, alpha, beta}, {Alg::eltwise_clip, 0, 1}};
+  }
+  if (op == "Softplus") return std::vector<Eltwise>{{Alg::eltwise_soft_relu, 0, 0}};
+  if (op == "Exp") return std::vector<Eltwise>{{Alg::eltwise_exp, 0, 0}};
+  if (op == "Abs") return std::vector<Eltwise>{{Alg::eltwise_abs, 0, 0}};
+  if (op == "Sqrt") return std::vector<Eltwise>{{Alg::eltwise_sqrt, 0, 0}};
+  if (op == "Neg") return std::vector<Eltwise>{{Alg::eltwise_linear, -1, 0}};
+  return errors::Unimplemented("{} is not an element-wise activation", op);
+}
+
+Shape padded4(const Shape& s) {
+  Shape out(4 - std::min<size_t>(4, s.size()), 1);
+  out.insert(out.end(), s.begin(), s.end());
+  return out;
+}
+
+// Whether `b` broadcasts to the 4-D `a` (numpy rules, b's rank <= 4).
+bool broadcasts_to(const Shape& b, const Shape& a) {
+  if (b.size() > 4) return false;
+  const Shape p = padded4(b);
+  for (size_t i = 0; i < 4; ++i)
+    if (p[i] != a[i] && p[i] != 1) return false;
+  return true;
+}
+
+// Node-level eligibility (the BatchNormalization rule needs the region and is checked there).
+bool eligible(const Node& node, const RegionGraph& g) {
+  if (!node.domain.empty() && node.domain != "ai.onnx") return false;
+  const std::string& op = node.op;
+  auto type = [&](size_t i) -> const TensorType* {
+    return i < node.inputs.size() && !node.inputs[i].empty() ? g.type_of(node.inputs[i]) : nullptr;
+  };
+  if (node.outputs.empty() || node.outputs[0].empty()) return false;
+  const TensorType* out = g.type_of(node.outputs[0]);
+  if (!is_f32_4d_static(out)) return false;
+  for (size_t i = 1; i < node.outputs.size(); ++i)
+    if (!node.outputs[i].empty()) return false;  // extra outputs (pool Indices, BN training)
+  NodeAttrs a(node);
+  if (op == "Conv") {
+    if (node.inputs.size() < 2 || !is_f32_4d_static(type(0))) return false;
+    const HostTensor* w = g.constant(node.inputs[1]);
+    if (!w || w->dtype() != DType::kFloat32 || w->shape().size() != 4) return false;
+    if (node.inputs.size() > 2 && !node.inputs[2].empty()) {
+      const HostTensor* b = g.constant(node.inputs[2]);
+      if (!b || b->dtype() != DType::kFloat32) return false;
+    }
+    return true;
+  }
+  if (op == "MaxPool" || op == "AveragePool") {
+    if (!is_f32_4d_static(type(0))) return false;
+    auto k = a.attr_ints("kernel_shape");
+    if (!k.ok() || k->size() != 2) return false;
+    auto order = a.attr_int("storage_order", 0);
+    if (!order.ok() || *order != 0) return false;
+    auto ceil = a.attr_int("ceil_mode", 0);
+    auto incl = a.attr_int("count_include_pad", 0);
+    if (!ceil.ok() || !incl.ok() || (*ceil && *incl)) return false;
+    return true;
+  }
+  if (op == "GlobalAveragePool" || op == "GlobalMaxPool") return is_f32_4d_static(type(0));
+  if (is_unary_eltwise(op)) return is_f32_4d_static(type(0)) && eltwise_steps(node, g).ok();
+  if (is_binary(op)) {
+    if (node.inputs.size() != 2) return false;
+    const TensorType* x = type(0);
+    const TensorType* y = type(1);
+    if (!x || !y || x->dtype != DType::kFloat32 || y->dtype != DType::kFloat32) return false;
+    if (!shape_is_static(x->shape) || !shape_is_static(y->shape)) return false;
+    if (x->shape == out->shape) return broadcasts_to(y->shape, out->shape);
+    return is_commutative(op) && y->shape == out->shape && broadcasts_to(x->shape, out->shape);
+  }
+  if (op == "Concat") {
+    auto axis = a.attr_int("axis", 0);
+    if (!axis.ok() || (*axis != 1 && *axis != -3)) return false;
+    for (size_t i = 0; i < node.inputs.size(); ++i)
+      if (!is_f32_4d_static(type(i))) return false;
+    return !node.inputs.empty();
+  }
+  if (op == "BatchNormalization") {
+    if (!is_f32_4d_static(type(0)) || node.inputs.size() != 5) return false;
+    for (size_t i = 1; i < 5; ++i) {
+      const HostTensor* c = g.constant(node.inputs[i]);
+      if (!c || c->dtype() != DType::kFloat32 || c->shape().size() != 1) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+// ---- the compiled region ----
+
+class DnnlRegion final : public RegionKernel {
+ public:
+  enum class SlotKind { kInput, kOutput, kArena, kOwned };
+  struct Slot {
+    memory::desc md;
+    SlotKind kind = SlotKind::kArena;
+    int index = -1;    // input/output index, or storage id (arena)
+    memory mem;        // persistent; its handle is set per run (inputs, outputs, arena)
+  };
+  struct Storage {
+    size_t bytes = 0;
+    int first = 0, last = 0;  // op indices
+    size_t offset = 0;
+  };
+  struct Op {
+    dnnl::primitive prim;
+    std::unordered_map<int, int> arg_slots;  // DNNL_ARG_* -> slot
+    std::unordered_map<int, memory> args;    // bound once (persistent memory objects)
+    std::string kind;
+  };
+
+  Status run(const std::vector<TensorView>& inputs, const std::vector<MutableTensorView>& outputs,
+             Allocator& allocator) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_ptr<Buffer> arena;
+    if (arena_bytes_ > 0) {
+      TD_ASSIGN_OR_RETURN(arena, allocator.allocate(static_cast<size_t>(arena_bytes_)));
+    }
+    char* base = arena ? static_cast<char*>(arena->ptr) : nullptr;
+    for (Slot& s : slots_) {
+      switch (s.kind) {
+        case SlotKind::kInput:
+          s.mem.set_data_handle(const_cast<void*>(inputs.at(static_cast<size_t>(s.index)).data));
+          break;
+        case SlotKind::kOutput:
+          s.mem.set_data_handle(outputs.at(static_cast<size_t>(s.index)).data);
+          break;
+        case SlotKind::kArena:
+          s.mem.set_data_handle(base + storages_[static_cast<size_t>(s.index)].offset);
+          break;
+        case SlotKind::kOwned:
+          break;
+      }
+    }
+    try {
+      dnnl::stream& stream = cpu_stream();
+      for (Op& op : ops_) op.prim.execute(stream, op.args);
+      stream.wait();
+    } catch (const dnnl::error& e) {
+      return errors::Internal("oneDNN region failed: {}", e.what());
+    }
+    return OkStatus();
+  }
+
+  int64_t arena_bytes() const override { return arena_bytes_; }
+  int64_t weight_bytes() const override { return weight_bytes_; }
+  std::string describe() const override {
+    std::map<std::string, int> counts;
+    for (const Op& op : ops_) counts[op.kind]++;
+    std::string s = fmt::format("{} nodes as {} primitives (", nodes_, ops_.size());
+    bool first = true;
+    for (const auto& [k, n] : counts) {
+      s += fmt::format("{}{} {}", first ? "" : ", ", n, k);
+      first = false;
+    }
+    return s + fmt::format("), {} fused post-ops, arena {} bytes", fused_, arena_bytes_);
+  }
+
+  // Built by RegionCompiler.
+  std::vector<Slot> slots_;
+  std::vector<Storage> storages_;
+  std::vector<Op> ops_;
+  int64_t arena_bytes_ = 0;
+  int64_t weight_bytes_ = 0;
+  int nodes_ = 0;
+  int fused_ = 0;
+  std::mutex mu_;  // slots' memory handles are per run
+};
+
+memory::dims dims_of(const Shape& s) { return memory::dims(s.begin(), s.end()); }
+
+memory::desc plain(const Shape& s) { return memory::desc(dims_of(s), DT::f32, Tag::abcd); }
+
+class RegionCompiler {
+ public:
+  RegionCompiler(const RegionGraph& g, const Region& r) : g_(g), r_(r) {}
+
+  Result<std::unique_ptr<RegionKernel>> compile() {
+    out_ = std::make_unique<DnnlRegion>();
+    out_->nodes_ = static_cast<int>(r_.members.size());
+    // Uses of each value inside the region (member positions), for fusion decisions.
+    for (size_t m = 0; m < r_.members.size(); ++m) {
+      const Node& n = *g_.nodes[r_.members[m]];
+      for (const auto& in : n.inputs)
+        if (!in.empty()) uses_[in].push_back(m);
+      for (const auto& o : n.outputs)
+        if (!o.empty()) producer_[o] = m;
+    }
+    for (const auto& o : r_.outputs) region_outputs_.insert(o);
+    for (size_t i = 0; i < r_.inputs.size(); ++i) {
+      const TensorType* t = g_.type_of(r_.inputs[i]);
+      if (!t || t->dtype != DType::kFloat32)
+        return errors::Unimplemented("region input '{}' is not float32", r_.inputs[i]);
+      if (!shape_is_static(t->shape) || t->shape.size() > 4)
+        return errors::Unimplemented("region input '{}' has no static rank <= 4 shape", r_.inputs[i]);
+      value_slot_[r_.inputs[i]] = add_slot(plain(padded4(t->shape)), DnnlRegion::SlotKind::kInput,
+                                           static_cast<int>(i));
+    }
+    for (size_t m = 0; m < r_.members.size(); ++m) {
+      if (fused_members_.count(m)) continue;
+      TD_RETURN_IF_ERROR(compile_node(m));
+    }
+    for (size_t i = 0; i < r_.outputs.size(); ++i) {
+      const TensorType* t = g_.type_of(r_.outputs[i]);
+      const int dst = add_slot(plain(t->shape), DnnlRegion::SlotKind::kOutput, static_cast<int>(i));
+      auto it = value_slot_.find(r_.outputs[i]);
+      if (it == value_slot_.end())
+        return errors::Internal("region output '{}' was not produced", r_.outputs[i]);
+      add_reorder(it->second, dst);
+    }
+    plan_memory();
+    return std::unique_ptr<RegionKernel>(std::move(out_));
+  }
+
+ private:
+  using SlotKind = DnnlRegion::SlotKind;
+
+  int add_slot(const memory::desc& md, SlotKind kind, int index) {
+    DnnlRegion::Slot s;
+    s.md = md;
+    s.kind = kind;
+    s.index = index;
+    s.mem = memory(md, cpu_engine(), DNNL_MEMORY_NONE);
+    out_->slots_.push_back(std::move(s));
+    return static_cast<int>(out_->slots_.size() - 1);
+  }
+
+  // A new intermediate in the arena, first written by the next op.
+  int add_arena(const memory::desc& md) {
+    DnnlRegion::Storage st;
+    st.bytes = (md.get_size() + kAlign - 1) / kAlign * kAlign;
+    st.first = st.last = static_cast<int>(out_->ops_.size());
+    out_->storages_.push_back(st);
+    return add_slot(md, SlotKind::kArena, static_cast<int>(out_->storages_.size() - 1));
+  }
+
+  // A slot sharing `storage_of`'s arena bytes (in-place accumulation).
+  int alias_arena(int storage_of, const memory::desc& md) {
+    return add_slot(md, SlotKind::kArena, out_->slots_[static_cast<size_t>(storage_of)].index);
+  }
+
+  int add_owned(const memory::desc& md, const void* data) {
+    const int s = add_slot(md, SlotKind::kOwned, -1);
+    memory owned(md, cpu_engine());
+    std::memcpy(owned.get_data_handle(), data, md.get_size());
+    out_->slots_[static_cast<size_t>(s)].mem = owned;
+    out_->weight_bytes_ += static_cast<int64_t>(md.get_size());
+    return s;
+  }
+
+  // Weights reordered once, now, into the layout their primitive wants.
+  int add_weights(const memory::desc& plain_md, const void* data, const memory::desc& want) {
+    memory src(plain_md, cpu_engine(), const_cast<void*>(data));
+    memory dst(want, cpu_engine());
+    dnnl::reorder(src, dst).execute(cpu_stream(), src, dst);
+    cpu_stream().wait();
+    const int s = add_slot(want, SlotKind::kOwned, -1);
+    out_->slots_[static_cast<size_t>(s)].mem = dst;
+    out_->weight_bytes_ += static_cast<int64_t>(want.get_size());
+    return s;
+  }
+
+  void touch(int slot) {
+    const auto& s = out_->slots_[static_cast<size_t>(slot)];
+    if (s.kind != SlotKind::kArena) return;
+    auto& st = out_->storages_[static_cast<size_t>(s.index)];
+    st.last = std::max(st.last, static_cast<int>(out_->ops_.size()));
+    st.first = std::min(st.first, static_cast<int>(out_->ops_.size()));
+  }
+
+  void add_op(dnnl::primitive prim, std::unordered_map<int, int> arg_slots, std::string kind) {
+    DnnlRegion::Op op;
+    op.prim = std::move(prim);
+    for (const auto& [arg, slot] : arg_slots) {
+      touch(slot);
+      op.args.emplace(arg, out_->slots_[static_cast<size_t>(slot)].mem);
+    }
+    op.arg_slots = std::move(arg_slots);
+    op.kind = std::move(kind);
+    out_->ops_.push_back(std::move(op));
+  }
+
+  void add_reorder(int src, int dst) {
+    const auto& s = out_->slots_;
+    dnnl::reorder::primitive_desc pd(cpu_engine(), s[static_cast<size_t>(src)].md, cpu_engine(),
+                                     s[static_cast<size_t>(dst)].md);
+    add_op(dnnl::reorder(pd), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}, "reorder");
+  }
+
+  // The slot holding value `name` in layout `want` (reordered once and remembered).
+  Result<int> value_in(const std::string& name, const memory::desc& want) {
+    TD_ASSIGN_OR_RETURN(int slot, value(name));
+    if (out_->slots_[static_cast<size_t>(slot)].md == want) return slot;
+    for (int s : reordered_[name])
+      if (out_->slots_[static_cast<size_t>(s)].md == want) return s;
+    const int dst = add_arena(want);
+    add_reorder(slot, dst);
+    reordered_[name].push_back(dst);
+    return dst;
+  }
+
+  // The slot of a value: produced in the region, a region input, or a constant.
+  Result<int> value(const std::string& name) {
+    auto it = value_slot_.find(name);
+    if (it != value_slot_.end()) return it->second;
+    const HostTensor* c = g_.constant(name);
+    if (c && c->dtype() == DType::kFloat32 && c->shape().size() <= 4) {
+      const int s = add_owned(plain(padded4(c->shape())), c->data());
+      value_slot_[name] = s;
+      return s;
+    }
+    return errors::Internal("value '{}' is not available in the region", name);
+  }
+
+  const TensorType& type(const std::string& name) { return *g_.type_of(name); }
+
+  // The single member consuming `v`, if `v` is used exactly once, inside the region only.
+  std::optional<size_t> sole_consumer(const std::string& v) {
+    if (region_outputs_.count(v)) return std::nullopt;
+    auto it = uses_.find(v);
+    if (it == uses_.end() || it->second.size() != 1) return std::nullopt;
+    return it->second[0];
+  }
+
+  Status compile_node(size_t m) {
+    const Node& node = *g_.nodes[r_.members[m]];
+    const std::string& op = node.op;
+    if (op == "Conv") return compile_conv(m);
+    if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
+        op == "GlobalMaxPool")
+      return compile_pool(node);
+    if (is_unary_eltwise(op)) return compile_eltwise(node);
+    if (is_binary(op)) return compile_binary(node);
+    if (op == "Concat") return compile_concat(node);
+    return errors::Unimplemented("{} ('{}') cannot run in a oneDNN region (only after a Conv)", op,
+                                 node.name);
+  }
+
+  Status compile_conv(size_t m) {
+    const Node& node = *g_.nodes[r_.members[m]];
+    NodeAttrs a(node);
+    const Shape& xs = type(node.inputs[0]).shape;
+    HostTensor w = *g_.constant(node.inputs[1]);
+    const Shape ws = w.shape();
+    const int64_t oc = ws[0];
+    TD_ASSIGN_OR_RETURN(int64_t group, a.attr_int("group", 1));
+    std::vector<float> weights(w.data<float>(), w.data<float>() + w.numel());
+    std::vector<float> bias(static_cast<size_t>(oc), 0.0f);
+    bool has_bias = false;
+    if (node.inputs.size() > 2 && !node.inputs[2].empty()) {
+      const HostTensor* b = g_.constant(node.inputs[2]);
+      if (b->numel() != oc) return errors::InvalidArgument("Conv bias has {} values for {} channels", b->numel(), oc);
+      std::copy(b->data<float>(), b->data<float>() + oc, bias.begin());
+      has_bias = true;
+    }
+    const Shape in_spatial(xs.begin() + 2, xs.end());
+    const Shape kernel(ws.begin() + 2, ws.end());
+    std::vector<int64_t> strides, dilations, pads;
+    Shape out_spatial;
+    TD_RETURN_IF_ERROR(nn::window_geometry(a, in_spatial, kernel, false, &strides, &dilations,
+                                           &pads, &out_spatial));
+    for (int64_t p : pads)
+      if (p < 0) return errors::Unimplemented("Conv with negative pads");
+
+    std::string v = node.outputs[0];
+    // BatchNormalization after the Conv: folded into weights and bias.
+    if (auto c = sole_consumer(v)) {
+      const Node& bn = *g_.nodes[r_.members[*c]];
+      if (bn.op == "BatchNormalization" && bn.inputs[0] == v) {
+        NodeAttrs ba(bn);
+        TD_ASSIGN_OR_RETURN(float eps, ba.attr_float("epsilon", 1e-5f));
+        const float* scale = g_.constant(bn.inputs[1])->data<float>();
+        const float* shift = g_.constant(bn.inputs[2])->data<float>();
+        const float* mean = g_.constant(bn.inputs[3])->data<float>();
+        const float* var = g_.constant(bn.inputs[4])->data<float>();
+        for (size_t i = 1; i < 5; ++i)
+          if (g_.constant(bn.inputs[i])->numel() != oc)
+            return errors::InvalidArgument("BatchNormalization parameters do not match {} channels", oc);
+        const int64_t per_oc = w.numel() / oc;
+        for (int64_t o = 0; o < oc; ++o) {
+          const float s = scale[o] / std::sqrt(var[o] + eps);
+          for (int64_t k = 0; k < per_oc; ++k) weights[static_cast<size_t>(o * per_oc + k)] *= s;
+          bias[static_cast<size_t>(o)] = (bias[static_cast<size_t>(o)] - mean[o]) * s + shift[o];
+        }
+        has_bias = true;
+        fused_members_.insert(*c);
+        out_->fused_++;
+        v = bn.outputs[0];
+      }
+    }
+    // Post-ops: activations and one residual Add, in graph order.
+    dnnl::post_ops post;
+    std::string residual;
+    for (int guard = 0; guard < 4; ++guard) {
+      auto c = sole_consumer(v);
+      if (!c) break;
+      const Node& next = *g_.nodes[r_.members[*c]];
+      if (is_unary_eltwise(next.op) && next.inputs[0] == v) {
+        TD_ASSIGN_OR_RETURN(auto steps, eltwise_steps(next, g_));
+        for (const auto& e : steps) post.append_eltwise(1.0f, e.alg, e.alpha, e.beta);
+      } else if (next.op == "Add" && residual.empty() && next.inputs.size() == 2) {
+        const std::string& other = next.inputs[0] == v ? next.inputs[1] : next.inputs[0];
+        if (other == v || type(other).shape != type(v).shape) break;
+        // The residual must exist before the Conv runs.
+        auto p = producer_.find(other);
+        if (p != producer_.end() && p->second > m) break;
+        residual = other;
+        post.append_sum(1.0f);
+      } else {
+        break;
+      }
+      fused_members_.insert(*c);
+      out_->fused_++;
+      v = next.outputs[0];
+    }
+
+    const Shape& ys = type(v).shape;
+    memory::dims wdims = dims_of(ws);
+    if (group > 1) wdims = {group, oc / group, ws[1], ws[2], ws[3]};
+    const memory::desc src_any(dims_of(xs), DT::f32, Tag::any);
+    const memory::desc wei_any(wdims, DT::f32, Tag::any);
+    const memory::desc bias_md({oc}, DT::f32, Tag::a);
+    const memory::desc dst_any(dims_of(ys), DT::f32, Tag::any);
+    const memory::dims st = {strides[0], strides[1]};
+    const memory::dims dl = {dilations[0] - 1, dilations[1] - 1};
+    const memory::dims pl = {pads[0], pads[1]}, pr = {pads[2], pads[3]};
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(post);
+    auto desc = has_bias ? dnnl::convolution_forward::desc(
+                               dnnl::prop_kind::forward_inference, Alg::convolution_direct,
+                               src_any, wei_any, bias_md, dst_any, st, dl, pl, pr)
+                         : dnnl::convolution_forward::desc(
+                               dnnl::prop_kind::forward_inference, Alg::convolution_direct,
+                               src_any, wei_any, dst_any, st, dl, pl, pr);
+    dnnl::convolution_forward::primitive_desc pd(desc, attr, cpu_engine());
+
+    TD_ASSIGN_OR_RETURN(int src, value_in(node.inputs[0], pd.src_desc()));
+    const memory::desc wplain(wdims, DT::f32, group > 1 ? Tag::goihw : Tag::oihw);
+    const int wei = add_weights(wplain, weights.data(), pd.weights_desc());
+    int dst;
+    if (!residual.empty()) {
+      // Accumulate into the residual's bytes when nothing reads it afterwards; else a copy.
+      TD_ASSIGN_OR_RETURN(int rs, value(residual));
+      const auto& rslot = out_->slots_[static_cast<size_t>(rs)];
+      const auto& ruses = uses_[residual];
+      const bool last_use = !region_outputs_.count(residual) &&
+                            std::all_of(ruses.begin(), ruses.end(), [&](size_t u) {
+                              return fused_members_.count(u) || u <= m;
+                            });
+      if (rslot.kind == SlotKind::kArena && rslot.md == pd.dst_desc() && last_use) {
+        dst = alias_arena(rs, pd.dst_desc());
+      } else {
+        dst = add_arena(pd.dst_desc());
+        add_reorder(rs, dst);
+      }
+    } else {
+      dst = add_arena(pd.dst_desc());
+    }
+    std::unordered_map<int, int> args = {
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
+    if (has_bias) args[DNNL_ARG_BIAS] = add_owned(bias_md, bias.data());
+    add_op(dnnl::convolution_forward(pd), std::move(args), "conv");
+    value_slot_[v] = dst;
+    return OkStatus();
+  }
+
+  Status compile_pool(const Node& node) {
+    NodeAttrs a(node);
+    const Shape& xs = type(node.inputs[0]).shape;
+    const Shape& ys = type(node.outputs[0]).shape;
+    const bool global = node.op.rfind("Global", 0) == 0;
+    const bool max = node.op.find("Max") != std::string::npos;
+    memory::dims kernel, strides = {1, 1}, dil = {0, 0}, pl = {0, 0}, pr = {0, 0};
+    Alg alg = max ? Alg::pooling_max : Alg::pooling_avg_exclude_padding;
+    if (global) {
+      kernel = {xs[2], xs[3]};
+    } else {
+      TD_ASSIGN_OR_RETURN(std::vector<int64_t> k, a.attr_ints("kernel_shape"));
+      std::vector<int64_t> st, dl, pads;
+      Shape out_spatial;
+      TD_RETURN_IF_ERROR(nn::window_geometry(a, Shape(xs.begin() + 2, xs.end()), k, true, &st,
+                                             &dl, &pads, &out_spatial));
+      TD_ASSIGN_OR_RETURN(int64_t incl, a.attr_int("count_include_pad", 0));
+      if (!max && incl) alg = Alg::pooling_avg_include_padding;
+      kernel = {k[0], k[1]};
+      strides = {st[0], st[1]};
+      dil = {dl[0] - 1, dl[1] - 1};
+      pl = {pads[0], pads[1]};
+      for (size_t d = 0; d < 2; ++d) {
+        // ceil_mode: extend the end padding so oneDNN's floor division gives ONNX's size.
+        const int64_t eff = (k[d] - 1) * dl[d] + 1;
+        const int64_t need = (ys[2 + d] - 1) * st[d] + eff - xs[2 + d] - pads[d];
+        pr[d] = std::max(pads[d + 2], need);
+        if (pads[d] < 0 || pr[d] < 0 || pads[d] >= eff || pr[d] >= eff)
+          return errors::Unimplemented("{}: padding not supported by oneDNN", node.op);
+      }
+    }
+    TD_ASSIGN_OR_RETURN(int src, value(node.inputs[0]));
+    const memory::desc src_md = out_->slots_[static_cast<size_t>(src)].md;
+    const memory::desc dst_any(dims_of(ys), DT::f32, Tag::any);
+    dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, alg, src_md, dst_any,
+                                        strides, kernel, dil, pl, pr);
+    dnnl::pooling_v2_forward::primitive_desc pd(desc, cpu_engine());
+    TD_ASSIGN_OR_RETURN(src, value_in(node.inputs[0], pd.src_desc()));
+    const int dst = add_arena(pd.dst_desc());
+    add_op(dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, "pool");
+    value_slot_[node.outputs[0]] = dst;
+    return OkStatus();
+  }
+
+  Status compile_eltwise(const Node& node) {
+    TD_ASSIGN_OR_RETURN(auto steps, eltwise_steps(node, g_));
+    TD_ASSIGN_OR_RETURN(int src, value(node.inputs[0]));
+    const memory::desc md = out_->slots_[static_cast<size_t>(src)].md;
+    dnnl::primitive_attr attr;
+    dnnl::post_ops post;
+    for (size_t i = 1; i < steps.size(); ++i)
+      post.append_eltwise(1.0f, steps[i].alg, steps[i].alpha, steps[i].beta);
+    attr.set_post_ops(post);
+    dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference, steps[0].alg, md,
+                                     steps[0].alpha, steps[0].beta);
+    dnnl::eltwise_forward::primitive_desc pd(desc, attr, cpu_engine());
+    const int dst = add_arena(pd.dst_desc());
+    add_op(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, "eltwise");
+    value_slot_[node.outputs[0]] = dst;
+    return OkStatus();
+  }
+
+  Status compile_binary(const Node& node) {
+    const Shape& ys = type(node.outputs[0]).shape;
+    std::string full = node.inputs[0], other = node.inputs[1];
+    if (type(full).shape != ys) std::swap(full, other);  // commutative (checked by eligible)
+    TD_ASSIGN_OR_RETURN(int s0, value(full));
+    const memory::desc md0 = out_->slots_[static_cast<size_t>(s0)].md;
+    int s1;
+    memory::desc md1;
+    if (type(other).shape == ys) {
+      TD_ASSIGN_OR_RETURN(s1, value_in(other, md0));
+      md1 = md0;
+    } else {
+      md1 = plain(padded4(type(other).shape));
+      TD_ASSIGN_OR_RETURN(s1, value_in(other, md1));
+    }
+    dnnl::binary::desc desc(binary_alg(node.op), md0, md1, md0);
+    dnnl::binary::primitive_desc pd(desc, cpu_engine());
+    const int dst = add_arena(pd.dst_desc());
+    add_op(dnnl::binary(pd), {{DNNL_ARG_SRC_0, s0}, {DNNL_ARG_SRC_1, s1}, {DNNL_ARG_DST, dst}},
+           "binary");
+    value_slot_[node.outputs[0]] = dst;
+    return OkStatus();
+  }
+
+  Status compile_concat(const Node& node) {
+    std::vector<memory::desc> srcs;
+    std::vector<int> slots;
+    for (const auto& in : node.inputs) {
+      TD_ASSIGN_OR_RETURN(int s, value(in));
+      slots.push_back(s);
+      srcs.push_back(out_->slots_[static_cast<size_t>(s)].md);
+    }
+    dnnl::concat::primitive_desc pd(1, srcs, cpu_engine());
+    const int dst = add_arena(pd.dst_desc());
+    std::unordered_map<int, int> args = {{DNNL_ARG_DST, dst}};
+    for (size_t i = 0; i < slots.size(); ++i)
+      args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i)] = slots[i];
+    add_op(dnnl::concat(pd), std::move(args), "concat");
+    value_slot_[node.outputs[0]] = dst;
+    return OkStatus();
+  }
+
+  // Offsets in one arena: largest first, lowest offset not overlapping any placed storage
+  // whose lifetime intersects.
+  void plan_memory() {
+    auto& st = out_->storages_;
+    std::vector<size_t> order(st.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return st[a].bytes > st[b].bytes; });
+    std::vector<size_t> placed;
+    size_t peak = 0;
+    for (size_t i : order) {
+      std::vector<std::pair<size_t, size_t>> busy;  // [begin, end) of conflicting storages
+      for (size_t j : placed)
+        if (st[j].first <= st[i].last && st[i].first <= st[j].last)
+          busy.emplace_back(st[j].offset, st[j].offset + st[j].bytes);
+      std::sort(busy.begin(), busy.end());
+      size_t off = 0;
+      for (const auto& [b, e] : busy) {
+        if (off + st[i].bytes <= b) break;
+        off = std::max(off, e);
+      }
+      st[i].offset = off;
+      peak = std::max(peak, off + st[i].bytes);
+      placed.push_back(i);
+    }
+    out_->arena_bytes_ = static_cast<int64_t>(peak);
+  }
+
+  const RegionGraph& g_;
+  const Region& r_;
+  std::unique_ptr<DnnlRegion> out_;
+  std::unordered_map<std::string, std::vector<size_t>> uses_;
+  std::unordered_map<std::string, size_t> producer_;
+  std::unordered_set<std::string> region_outputs_;
+  std::unordered_map<std::string, int> value_slot_;
+  std::unordered_map<std::string, std::vector<int>> reordered_;  // other layouts of a value
+  std::set<size_t> fused_members_;
+};
+
+// ---- partitioning ----
+
+std::vector<Region> partition(const RegionGraph& g) {
+  const size_t n = g.nodes.size();
+  std::unordered_map<std::string, size_t> producer;
+  for (size_t i = 0; i < n; ++i)
+    for (const auto& o : g.nodes[i]->outputs)
+      if (!o.empty()) producer[o] = i;
+  std::unordered_map<std::string, std::vector<size_t>> consumers;
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<std::string> reads = g.nodes[i]->inputs;
+    for (const auto& v : implicit_inputs(*g.nodes[i])) reads.push_back(v);
+    for (const auto& v : reads)
+      if (!v.empty()) consumers[v].push_back(i);
+  }
+  std::vector<int> region_of(n, -1);
+  std::vector<std::vector<size_t>> groups;
+  int open = -1;
+  std::unordered_set<std::string> tainted;  // outside values that depend on the open region
+  auto in_open = [&](const std::string& v) {
+    auto p = producer.find(v);
+    return p != producer.end() && region_of[p->second] == open && open >= 0;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const Node& node = *g.nodes[i];
+    std::vector<std::string> reads = node.inputs;
+    for (const auto& v : implicit_inputs(node)) reads.push_back(v);
+    bool ok = eligible(node, g);
+    if (ok && node.op == "BatchNormalization") {
+      // Only folded into the Conv producing its input, in the same region.
+      auto p = producer.find(node.inputs[0]);
+      ok = p != producer.end() && g.nodes[p->second]->op == "Conv" && open >= 0 &&
+           region_of[p->second] == open && consumers[node.inputs[0]].size() == 1 &&
+           !g.is_graph_output(node.inputs[0]);
+    }
+    if (ok) {
+      bool joins = open >= 0;
+      for (const auto& v : reads)
+        if (!v.empty() && tainted.count(v)) joins = false;
+      if (!joins) {
+        groups.emplace_back();
+        open = static_cast<int>(groups.size() - 1);
+        tainted.clear();
+      }
+      region_of[i] = open;
+      groups[static_cast<size_t>(open)].push_back(i);
+      continue;
+    }
+    bool depends = false;
+    for (const auto& v : reads)
+      if (!v.empty() && (tainted.count(v) || in_open(v))) depends = true;
+    if (depends)
+      for (const auto& o : node.outputs)
+        if (!o.empty()) tainted.insert(o);
+  }
+  // Regions worth compiling have a Conv; inputs and outputs from the members' edges.
+  std::vector<Region> regions;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const auto& members = groups[gi];
+    bool has_conv = false;
+    for (size_t i : members) has_conv |= g.nodes[i]->op == "Conv";
+    if (!has_conv) continue;
+    Region r;
+    r.members = members;
+    std::unordered_set<std::string> seen;
+    for (size_t i : members) {
+      for (const auto& v : g.nodes[i]->inputs) {
+        if (v.empty() || seen.count(v) || g.constant(v)) continue;
+        auto p = producer.find(v);
+        if (p != producer.end() && region_of[p->second] == static_cast<int>(gi)) continue;
+        seen.insert(v);
+        r.inputs.push_back(v);
+      }
+    }
+    for (size_t i : members) {
+      for (const auto& o : g.nodes[i]->outputs) {
+        if (o.empty()) continue;
+        bool out = g.is_graph_output(o);
+        for (size_t c : consumers[o])
+          if (region_of[c] != static_cast<int>(gi)) out = true;
+        if (out) r.outputs.push_back(o);
+      }
+    }
+    regions.push_back(std::move(r));
+  }
+  return regions;
+}
+
+}  // namespace
+
+std::vector<Region> build_onednn_regions(const RegionGraph& g, std::vector<std::string>* notes) {
+  std::vector<Region> regions = partition(g);
+  std::vector<Region> compiled;
+  for (auto& r : regions) {
+    if (r.outputs.empty()) continue;  // nothing leaves it: dead code, let the executor skip it
+    Result<std::unique_ptr<RegionKernel>> k = errors::Internal("not compiled");
+    try {
+      RegionCompiler compiler(g, r);
+      k = compiler.compile();
+    } catch (const dnnl::error& e) {
+      k = errors::Unimplemented("oneDNN refused the region: {}", e.what());
+    }
+    if (!k.ok()) {
+      if (notes) notes->push_back(k.status().message());
+      continue;
+    }
+    r.kernel = std::move(*k);
+    compiled.push_back(std::move(r));
+  }
+  return compiled;
+}
+
+}  // namespace tensord::cpu

@@ -1,0 +1,224 @@
+// The cpu graph compiler (src/backends/cpu/onednn_region.cpp): which nodes become oneDNN
+// regions, and that every fusion gives the reference kernels' results (fusion off).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "tensord/graph.h"
+
+namespace tensord {
+namespace {
+
+HostTensor random(Shape shape, uint32_t seed, float lo = -1, float hi = 1) {
+  HostTensor t(DType::kFloat32, std::move(shape));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = d(rng);
+  return t;
+}
+
+struct G {
+  Graph g;
+  int counter = 0;
+  std::string in(const std::string& name, Shape s) {
+    g.inputs.push_back({name, {DType::kFloat32, s}});
+    return name;
+  }
+  std::string constant(HostTensor t) {
+    std::string name = "c" + std::to_string(counter++);
+    g.initializers.emplace(name, std::move(t));
+    return name;
+  }
+  std::string op(const std::string& type, std::vector<std::string> inputs, AttributeMap attrs = {}) {
+    Node n;
+    n.op = type;
+    n.name = type + std::to_string(counter++);
+    n.inputs = std::move(inputs);
+    n.outputs = {n.name + "_out"};
+    n.attrs = std::move(attrs);
+    g.nodes.push_back(n);
+    return n.outputs[0];
+  }
+  std::string conv(const std::string& x, int64_t cin, int64_t cout, int64_t k, int64_t stride = 1,
+                   int64_t group = 1, bool bias = true) {
+    std::vector<std::string> ins = {x, constant(random({cout, cin / group, k, k}, counter + 7, -0.5f, 0.5f))};
+    if (bias) ins.push_back(constant(random({cout}, counter + 11)));
+    const int64_t p = k / 2;
+    return op("Conv", ins,
+              {{"kernel_shape", std::vector<int64_t>{k, k}},
+               {"strides", std::vector<int64_t>{stride, stride}},
+               {"pads", std::vector<int64_t>{p, p, p, p}},
+               {"group", group}});
+  }
+  std::string bn(const std::string& x, int64_t c) {
+    return op("BatchNormalization",
+              {x, constant(random({c}, counter + 1, 0.5f, 1.5f)), constant(random({c}, counter + 2)),
+               constant(random({c}, counter + 3)), constant(random({c}, counter + 4, 0.5f, 2.0f))},
+              {{"epsilon", 1e-5f}});
+  }
+  void out(const std::string& v) { g.outputs.push_back({v, {}}); }
+};
+
+// Runs with fusion on and off; every output must agree. Returns the compiled plan.
+std::string check(const Graph& g, const std::vector<HostTensor>& inputs) {
+  std::vector<TensorType> types;
+  for (const auto& t : inputs) types.push_back(t.type());
+  auto plan = cpu::describe_compiled(g, types, CompileOptions{true});
+  EXPECT_TRUE(plan.ok()) << plan.status().to_string();
+  auto fused = cpu::run_graph_on_host(g, inputs, CompileOptions{true});
+  auto ref = cpu::run_graph_on_host(g, inputs, CompileOptions{false});
+  EXPECT_TRUE(fused.ok() && ref.ok());
+  if (!fused.ok() || !ref.ok()) return "";
+  EXPECT_EQ(fused->size(), ref->size());
+  for (size_t o = 0; o < fused->size() && o < ref->size(); ++o) {
+    EXPECT_TRUE((*fused)[o].ok()) << (*fused)[o].status().to_string();
+    EXPECT_TRUE((*ref)[o].ok()) << (*ref)[o].status().to_string();
+    if (!(*fused)[o].ok() || !(*ref)[o].ok()) continue;
+    const HostTensor& a = *(*fused)[o];
+    const HostTensor& b = *(*ref)[o];
+    EXPECT_EQ(a.type(), b.type()) << "output " << o;
+    if (a.type() != b.type()) continue;
+    int64_t bad = 0;
+    double worst = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      const double x = a.data<float>()[i], y = b.data<float>()[i];
+      const double d = std::fabs(x - y);
+      worst = std::max(worst, d);
+      if (!(d <= 1e-4 + 1e-4 * std::fabs(y))) ++bad;
+    }
+    EXPECT_EQ(bad, 0) << "output " << o << ": " << bad << " of " << a.numel()
+                      << " differ, worst " << worst << "\n" << *plan;
+  }
+  if (std::getenv("SHOW_PLAN")) std::cerr << *plan;
+  return plan.ok() ? *plan : "";
+}
+
+int count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+TEST(GraphCompiler, ConvBatchNormReluIsOneRegionWithFoldedBn) {
+  G b;
+  auto x = b.in("x", {2, 8, 12, 12});
+  auto y = b.op("Relu", {b.bn(b.conv(x, 8, 16, 3), 16)});
+  b.out(y);
+  const std::string plan = check(b.g, {random({2, 8, 12, 12}, 1)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_NE(plan.find("3 nodes as"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("1 conv"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("2 fused post-ops"), std::string::npos) << plan;
+}
+
+TEST(GraphCompiler, ResidualBlockAccumulatesInPlace) {
+  // ResNet basic block: relu(bn(conv(relu(bn(conv(x))))) + x), then a second block.
+  G b;
+  auto x = b.in("x", {1, 16, 10, 10});
+  auto stem = b.op("Relu", {b.conv(x, 16, 16, 3)});
+  auto h = b.op("Relu", {b.bn(b.conv(stem, 16, 16, 3), 16)});
+  auto y = b.op("Relu", {b.op("Add", {b.bn(b.conv(h, 16, 16, 3), 16), stem})});
+  auto y2 = b.op("Relu", {b.op("Add", {y, b.conv(y, 16, 16, 1)})});  // residual first
+  b.out(y2);
+  const std::string plan = check(b.g, {random({1, 16, 10, 10}, 2)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_NE(plan.find("4 conv"), std::string::npos) << plan;
+}
+
+TEST(GraphCompiler, ResidualStillNeededIsCopiedNotOverwritten) {
+  G b;
+  auto x = b.in("x", {1, 8, 6, 6});
+  auto a = b.conv(x, 8, 8, 3);
+  auto s = b.op("Add", {b.conv(a, 8, 8, 3), a});  // a is also used below
+  auto t = b.op("Mul", {s, a});
+  b.out(t);
+  check(b.g, {random({1, 8, 6, 6}, 3)});
+}
+
+TEST(GraphCompiler, InvertedResidualWithDepthwiseAndRelu6) {
+  // MobileNetV2 block: 1x1 expand, ReLU6, 3x3 depthwise, ReLU6, 1x1 project, + x.
+  G b;
+  auto x = b.in("x", {1, 16, 14, 14});
+  auto lo = b.constant(HostTensor::scalar(0.0f));
+  auto hi = b.constant(HostTensor::scalar(6.0f));
+  auto e = b.op("Clip", {b.bn(b.conv(x, 16, 96, 1, 1, 1, false), 96), lo, hi});
+  auto d = b.op("Clip", {b.bn(b.conv(e, 96, 96, 3, 1, 96, false), 96), lo, hi});
+  auto p = b.bn(b.conv(d, 96, 16, 1, 1, 1, false), 16);
+  auto y = b.op("Add", {x, p});
+  auto g = b.op("GlobalAveragePool", {y});
+  b.out(g);
+  const std::string plan = check(b.g, {random({1, 16, 14, 14}, 4)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_NE(plan.find("3 conv"), std::string::npos) << plan;
+}
+
+TEST(GraphCompiler, PoolingConcatBinaryAndActivations) {
+  G b;
+  auto x = b.in("x", {2, 4, 15, 15});
+  auto c = b.conv(x, 4, 8, 3, 2);  // 8x8
+  auto mp = b.op("MaxPool", {c}, {{"kernel_shape", std::vector<int64_t>{3, 3}},
+                                  {"strides", std::vector<int64_t>{2, 2}},
+                                  {"ceil_mode", int64_t{1}}});
+  auto ap = b.op("AveragePool", {c}, {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                                      {"strides", std::vector<int64_t>{2, 2}},
+                                      {"pads", std::vector<int64_t>{0, 0, 1, 1}}});
+  auto cat = b.op("Concat", {mp, b.op("Sigmoid", {ap})}, {{"axis", int64_t{1}}});
+  auto scale = b.constant(random({1, 16, 1, 1}, 9));
+  auto mul = b.op("Mul", {scale, cat});  // broadcast operand first
+  auto hs = b.op("HardSwish", {b.op("HardSigmoid", {mul})});
+  auto lr = b.op("LeakyRelu", {b.conv(hs, 16, 8, 3)}, {{"alpha", 0.2f}});
+  auto gm = b.op("GlobalMaxPool", {lr});
+  b.out(gm);
+  b.out(cat);  // used inside and outside the region
+  const std::string plan = check(b.g, {random({2, 4, 15, 15}, 5)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+}
+
+TEST(GraphCompiler, OutsideNodeBetweenRegionNodesDoesNotMakeACycle) {
+  // conv -> Softmax (not in regions, axis 1 over 4-D) -> Add with conv output -> conv.
+  G b;
+  auto x = b.in("x", {1, 4, 6, 6});
+  auto c = b.conv(x, 4, 4, 3);
+  auto sm = b.op("Softmax", {c}, {{"axis", int64_t{1}}});
+  auto s = b.op("Add", {c, sm});
+  auto y = b.conv(s, 4, 4, 3);
+  b.out(y);
+  const std::string plan = check(b.g, {random({1, 4, 6, 6}, 6)});
+  EXPECT_NE(plan.find("Softmax"), std::string::npos) << plan;
+}
+
+TEST(GraphCompiler, NoRegionWithoutConvOrForOtherTypes) {
+  G b;
+  auto x = b.in("x", {1, 4, 6, 6});
+  b.out(b.op("Relu", {b.op("Add", {x, x})}));
+  std::string plan = check(b.g, {random({1, 4, 6, 6}, 7)});
+  EXPECT_EQ(plan.find("OneDnnRegion"), std::string::npos) << plan;
+
+  // Runtime weights (a graph input, not a constant) keep the per-node kernels.
+  G w;
+  auto xi = w.in("x", {1, 4, 6, 6});
+  auto wi = w.in("w", {4, 4, 3, 3});
+  w.out(w.op("Conv", {xi, wi}, {{"kernel_shape", std::vector<int64_t>{3, 3}}}));
+  plan = check(w.g, {random({1, 4, 6, 6}, 8), random({4, 4, 3, 3}, 9)});
+  EXPECT_EQ(plan.find("OneDnnRegion"), std::string::npos) << plan;
+}
+
+TEST(GraphCompiler, FusionOffUsesReferenceKernelsOnly) {
+  G b;
+  auto x = b.in("x", {1, 4, 6, 6});
+  b.out(b.op("Relu", {b.conv(x, 4, 4, 3)}));
+  auto plan = cpu::describe_compiled(b.g, {{DType::kFloat32, {1, 4, 6, 6}}}, CompileOptions{false});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->find("OneDnnRegion"), std::string::npos) << *plan;
+  EXPECT_NE(plan->find("Conv 'Conv"), std::string::npos) << *plan;
+  EXPECT_NE(plan->find("[reference]"), std::string::npos) << *plan;
+}
+
+}  // namespace
+}  // namespace tensord
