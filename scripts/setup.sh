@@ -11,6 +11,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libdnnl-dev
   # tests
   libgtest-dev libgmock-dev python3 python3-numpy python3-torch python3-torchvision python3-onnx
+  # benchmarks: Google Benchmark (bench/micro.cpp), GNU time (peak RSS in bench/compare.py)
+  libbenchmark-dev time
 )
 
 missing=()
@@ -20,8 +22,49 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+# The Node.js client's tests: nodejs and npm, unless both are on PATH already (NodeSource's
+# nodejs bundles npm and conflicts with Debian's npm package).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  for p in nodejs npm; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$p")
+    fi
+  done
+fi
+
+# Its npm dependencies, from clients/node/package-lock.json (again only when the lock changed).
+# A failure is a warning: the node_client test then skips and says why.
+npm_deps() {
+  local dir
+  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/clients/node"
+  [ -f "$dir/package-lock.json" ] || return 0
+  if [ ! -f "$dir/node_modules/.package-lock.json" ] ||
+     [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
+    echo "setup: npm ci in clients/node"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error) ||
+      echo "setup: warning: npm ci failed in clients/node; the node_client test will skip"
+  fi
+}
+
+# The ONNX Runtime peer of `tensord bench --vs` and bench/compare.py (bench/package-lock.json).
+# onnxruntime-node ships its CPU binaries; ONNXRUNTIME_NODE_INSTALL=skip stops its install script
+# from downloading anything else. A failure is a warning: the peer then reports itself unavailable.
+bench_npm_deps() {
+  local dir
+  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/bench"
+  [ -f "$dir/package-lock.json" ] || return 0
+  if [ ! -f "$dir/node_modules/.package-lock.json" ] ||
+     [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
+    echo "setup: npm ci in bench"
+    (cd "$dir" && ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund --loglevel=error) ||
+      echo "setup: warning: npm ci failed in bench; the onnxruntime peer will say it is unavailable"
+  fi
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} packages present"
+  npm_deps
+  bench_npm_deps
   exit 0
 fi
 
@@ -31,3 +74,5 @@ echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+npm_deps
+bench_npm_deps

@@ -4,9 +4,12 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "cli/cli_common.h"
 #include "engine/engine.h"
@@ -33,6 +36,26 @@ int cmd_serve(const ServeOptions& options) {
     return kExitUsage;
   }
 
+  std::string token;
+  if (!options.token_file.empty()) {
+    std::ifstream in(options.token_file, std::ios::binary);
+    if (!in) {
+      serve_error("--token-file: cannot read '" + options.token_file + "'");
+      return kExitUsage;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    token = ss.str();
+    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back())))
+      token.pop_back();
+    if (token.empty() || token.find_first_of(" \t\r\n") != std::string::npos) {
+      serve_error("--token-file: '" + options.token_file +
+                  "' must hold one token (no spaces), got " +
+                  (token.empty() ? std::string("nothing") : std::string("whitespace inside")));
+      return kExitUsage;
+    }
+  }
+
   // Block the stop signals before any thread starts (engine queues, gRPC pollers inherit the
   // mask), so that only the sigwait below receives them.
   sigset_t stop_signals;
@@ -49,6 +72,7 @@ int cmd_serve(const ServeOptions& options) {
   rpc::RpcServerOptions ro;
   ro.listen = options.listen;
   ro.session_memory_limit = options.session_memory_limit;
+  ro.token = token;
   ro.lease =
       std::chrono::milliseconds(std::max<int64_t>(1, std::llround(options.lease_seconds * 1000.0)));
   auto server = rpc::RpcServer::start(*engine, ro);
@@ -64,7 +88,7 @@ int cmd_serve(const ServeOptions& options) {
             << (options.session_memory_limit
                     ? std::to_string(options.session_memory_limit) + " bytes"
                     : std::string("none"))
-            << "\n";
+            << "; " << (token.empty() ? "no token" : "token required") << "\n";
   std::cout << "tensord serving on " << (*server)->address() << std::endl;
 
   int sig = 0;

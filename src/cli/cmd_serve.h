@@ -11,6 +11,7 @@ struct ServeOptions {
   int64_t session_memory_limit = 0;  // bytes per session; 0 = unlimited
   double lease_seconds = 30;         // a session no call names for this long is freed
   double drain_seconds = 30;         // on SIGTERM/SIGINT: how long in-flight calls may finish
+  std::string token_file;            // "" = no token; else every call must carry its token
 };
 
 // Serves until SIGTERM or SIGINT, then stops taking calls, lets in-flight ones finish (up to

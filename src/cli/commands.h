@@ -2,8 +2,14 @@
 // status (see cli_common.h) and prints its own errors; none throws.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
+
+namespace CLI {
+class App;
+}
 
 namespace tensord::cli {
 
@@ -30,5 +36,32 @@ struct OnnxTestOptions {
 // `tensord onnx-test`: runs ONNX backend node tests (model.onnx + test_data_set_N/*.pb) and
 // compares with the expected outputs. Ends with "N passed, N failed, N skipped".
 int cmd_onnx_test(const OnnxTestOptions& options);
+
+struct BenchOptions {
+  std::string network;            // a zoo network ("" with --model or --all)
+  std::string model;              // --model FILE.onnx
+  std::string data;               // --data DIR: an ONNX test_data_set_N folder
+  int64_t examples = -1;          // -1: 1024 (kAllExamples with --all)
+  int64_t batch_size = -1;        // -1: 1, or the --data set's batch
+  int64_t warmup = 32;            // untimed examples before the timed run
+  std::string device;             // "" = TENSORD_DEVICE, else the best device present
+  std::string address;            // "" = TENSORD_ADDRESS, else the embedded engine
+  std::vector<std::string> vs;    // peers: "onnxruntime", "torch"
+  bool json = false;              // one JSON object on stdout
+  std::string logdir;             // TensorBoard event file folder ("" = none)
+  bool all = false;               // every zoo network at batch 1 and 8, one table
+  std::string export_path;        // write the network as ONNX to this file and stop
+  std::string outputs;            // write the last batch's outputs as DIR/<name>.npy
+};
+
+// `tensord bench`: plaidbench's measurements (compile, execution, per example, correctness
+// against --data or the cpu reference kernels), optionally beside peer runtimes.
+int cmd_bench(const BenchOptions& options);
+// Declares bench's positional and options on `bench`, bound to `options`.
+void add_bench_options(CLI::App& bench, BenchOptions& options);
+
+// `tensord bench transfer` (cmd_bench_transfer.cpp): adds the subcommand under `bench` and
+// returns what main() calls when it was parsed (the exit status).
+std::function<int()> add_bench_transfer_command(CLI::App& bench);
 
 }  // namespace tensord::cli

@@ -120,6 +120,8 @@ int run_main(int argc, char** argv) {
                     "Free a session's tensors when no call names it for this long");
   serve->add_option("--drain-seconds", serve_opts.drain_seconds,
                     "On SIGTERM/SIGINT, how long in-flight calls may finish");
+  serve->add_option("--token-file", serve_opts.token_file,
+                    "Require the bearer token in this file on every call (clients: TENSORD_TOKEN)");
 
 #ifdef TENSORD_CLI_HAVE_ONNX
   tensord::cli::RunOptions run_opts;
@@ -143,6 +145,13 @@ int run_main(int argc, char** argv) {
   onnx_test->add_option("--filter", test_opts.filter, "Only tests whose name matches this glob");
   onnx_test->add_flag("--json", test_opts.json, "Print one JSON object with every test's result");
   onnx_test->add_flag("--verbose,-v", test_opts.verbose, "Also print passes and skips");
+
+  tensord::cli::BenchOptions bench_opts;
+  auto* bench = app.add_subcommand(
+      "bench", "Benchmark a zoo network or an ONNX model (plaidbench's compile / execution / "
+               "per-example times and correctness), optionally beside onnxruntime and torch");
+  tensord::cli::add_bench_options(*bench, bench_opts);
+  auto bench_transfer = tensord::cli::add_bench_transfer_command(*bench);
 #endif
 
   try {
@@ -160,6 +169,9 @@ int run_main(int argc, char** argv) {
 #ifdef TENSORD_CLI_HAVE_ONNX
   if (run->parsed()) return tensord::cli::cmd_run(run_opts);
   if (onnx_test->parsed()) return tensord::cli::cmd_onnx_test(test_opts);
+  if (bench->parsed())
+    return bench->get_subcommands().empty() ? tensord::cli::cmd_bench(bench_opts)
+                                            : bench_transfer();
 #endif
   return kExitUsage;
 }

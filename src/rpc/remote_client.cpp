@@ -1,13 +1,20 @@
 #include "rpc/remote_client.h"
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <unordered_map>
 
 #include "core/errors.h"
 #include "rpc/wire.h"
@@ -20,6 +27,81 @@ namespace {
 using std::chrono::milliseconds;
 constexpr milliseconds kNoDeadline{0};
 constexpr milliseconds kCloseTimeout{2000};
+// Values answered inline and kept for the read() that usually follows (per client).
+constexpr int64_t kInlineCacheBytes = 64 << 20;
+// Shared-memory regions kept for reuse (their pages stay mapped: no fault on the next use).
+constexpr size_t kIdleRegions = 4;
+constexpr int64_t kMinRegionBytes = 16 << 20;
+
+std::string own_boot_id() {
+  std::string id;
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof buf, f)) id = buf;
+    std::fclose(f);
+  }
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  return id;
+}
+
+// A unix socket, or a loopback address: the broker can only be on this host.
+bool local_address(const std::string& a) {
+  if (a.rfind("unix:", 0) == 0) return true;
+  std::string host = a.substr(0, a.rfind(':'));
+  if (host.rfind("ipv4:", 0) == 0) host = host.substr(5);
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]" || host == "::1";
+}
+
+// One memfd region of this process, mapped here and registered with the broker.
+struct ShmRegion {
+  int fd = -1;
+  unsigned char* base = nullptr;
+  int64_t size = 0;
+  uint64_t id = 0;  // the broker's region id
+  ~ShmRegion() {
+    if (base) munmap(base, static_cast<size_t>(size));
+    if (fd >= 0) close(fd);
+  }
+};
+
+struct Cached {
+  Status status;
+  HostTensor value;
+  std::string device;
+};
+
+// Keeps the session attached to a call the broker watches: when this process dies or the
+// connection drops, the call ends and the broker frees the session.
+class AttachCall final : public grpc::ClientReadReactor<v1::AttachEvent> {
+ public:
+  void OnReadDone(bool ok) override {
+    if (ok) StartRead(&event_);
+  }
+  void OnDone(const grpc::Status&) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    cv_.notify_all();
+  }
+  void start(v1::Tensord::Stub* stub) {
+    stub->async()->Attach(&ctx, &req_, this);
+    StartRead(&event_);
+    StartCall();
+  }
+  // Cancels the call; true once gRPC is done with this object.
+  bool cancel_and_wait(milliseconds timeout) {
+    ctx.TryCancel();
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return done_; });
+  }
+  grpc::ClientContext ctx;
+
+ private:
+  v1::AttachRequest req_;
+  v1::AttachEvent event_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
 }  // namespace
 
 struct RemoteClient::Impl {
@@ -37,7 +119,22 @@ struct RemoteClient::Impl {
   std::string default_device;
   std::vector<DeviceInfo> devices_at_connect;
 
-  std::atomic<int64_t> rpcs{0}, executes{0}, uploads{0}, downloads{0}, copies{0};
+  std::atomic<int64_t> rpcs{0}, executes{0}, uploads{0}, downloads{0}, copies{0}, runs{0};
+  std::string token;
+  AttachCall* attach = nullptr;
+
+  // Shared memory: mode "auto"/"grpc"/"shm"; state 1 = in use, 0 = not tried yet (auto),
+  // -1 = off (grpc, another host, or the broker could not map a region).
+  std::string mode = "auto";
+  std::atomic<int> shm_state{-1};
+  std::mutex shm_mu;
+  std::vector<std::unique_ptr<ShmRegion>> shm_idle;
+  std::atomic<int64_t> shm_serial{0};
+
+  std::mutex cache_mu;
+  std::unordered_map<TensorHandle, Cached> cache;
+  std::deque<TensorHandle> cache_order;
+  int64_t cache_bytes = 0;
 
   std::mutex hb_mu;
   std::condition_variable hb_cv;
@@ -50,7 +147,130 @@ struct RemoteClient::Impl {
     ctx.set_wait_for_ready(false);
     if (timeout.count() > 0) ctx.set_deadline(std::chrono::system_clock::now() + timeout);
     if (session) ctx.AddMetadata(kSessionKey, session_text);
+    if (!token.empty()) ctx.AddMetadata(kAuthKey, "Bearer " + token);
     if (count) rpcs++;
+  }
+
+  // ---- values answered inline
+
+  void remember(const google::protobuf::RepeatedField<uint64_t>& outputs,
+                const google::protobuf::RepeatedPtrField<v1::InlineValue>& values) {
+    for (const auto& v : values) {
+      if (v.index() < 0 || v.index() >= outputs.size()) continue;
+      Cached c;
+      c.device = v.device();
+      if (v.code() != 0) {
+        c.status = Status(static_cast<StatusCode>(v.code()), v.message());
+      } else {
+        auto t = from_proto(v.value());
+        if (!t.ok()) continue;  // a malformed value is simply read again
+        c.value = std::move(t).value();
+      }
+      const TensorHandle h = outputs[v.index()];
+      std::lock_guard<std::mutex> lock(cache_mu);
+      cache_bytes += static_cast<int64_t>(c.value.nbytes());
+      cache[h] = std::move(c);
+      cache_order.push_back(h);
+      while (cache_bytes > kInlineCacheBytes && !cache_order.empty()) {
+        auto it = cache.find(cache_order.front());
+        cache_order.pop_front();
+        if (it == cache.end()) continue;
+        cache_bytes -= static_cast<int64_t>(it->second.value.nbytes());
+        cache.erase(it);
+      }
+    }
+  }
+  std::optional<Cached> cached(TensorHandle h) {
+    std::lock_guard<std::mutex> lock(cache_mu);
+    auto it = cache.find(h);
+    if (it == cache.end()) return std::nullopt;
+    return it->second;
+  }
+  void forget(TensorHandle h) {
+    std::lock_guard<std::mutex> lock(cache_mu);
+    auto it = cache.find(h);
+    if (it == cache.end()) return;
+    cache_bytes -= static_cast<int64_t>(it->second.value.nbytes());
+    cache.erase(it);  // its entry in cache_order is skipped when it comes up
+  }
+
+  // ---- shared memory
+
+  bool use_shm(int64_t bytes) const {
+    return shm_state.load() >= 0 && bytes >= options.shm_min_bytes;
+  }
+
+  // A registered region of at least `bytes`: an idle one, else a new memfd.
+  Result<std::unique_ptr<ShmRegion>> shm_acquire(int64_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(shm_mu);
+      for (auto it = shm_idle.begin(); it != shm_idle.end(); ++it) {
+        if ((*it)->size >= bytes) {
+          auto r = std::move(*it);
+          shm_idle.erase(it);
+          return r;
+        }
+      }
+    }
+    const int64_t size =
+        std::max(kMinRegionBytes, (bytes + (1 << 20) - 1) & ~int64_t{(1 << 20) - 1});
+    auto r = std::make_unique<ShmRegion>();
+    const std::string name =
+        "tensord-" + std::to_string(getpid()) + "-" + std::to_string(shm_serial++);
+    r->fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (r->fd < 0)
+      return errors::Unavailable("shared memory: memfd_create failed: {}", std::strerror(errno));
+    if (ftruncate(r->fd, size) != 0)
+      return errors::ResourceExhausted("shared memory: cannot size a region to {} bytes: {}", size,
+                                       std::strerror(errno));
+    // Sealed against shrinking: the broker can never fault on a page we took away.
+    if (fcntl(r->fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
+      return errors::Unavailable("shared memory: cannot seal the region: {}", std::strerror(errno));
+    void* base =
+        mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+    if (base == MAP_FAILED)
+      return errors::ResourceExhausted("shared memory: cannot map {} bytes: {}", size,
+                                       std::strerror(errno));
+    r->base = static_cast<unsigned char*>(base);
+    r->size = size;
+    grpc::ClientContext ctx;
+    prepare(ctx, options.call_timeout);
+    v1::RegisterRegionRequest req;
+    req.set_path("/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(r->fd));
+    req.set_bytes(size);
+    v1::RegisterRegionResponse resp;
+    TD_RETURN_IF_ERROR(finish(ctx, stub->RegisterRegion(&ctx, req, &resp), "registering a region"));
+    r->id = resp.region();
+    return r;
+  }
+
+  void shm_release(std::unique_ptr<ShmRegion> r) {
+    std::unique_ptr<ShmRegion> dead;
+    {
+      std::lock_guard<std::mutex> lock(shm_mu);
+      if (shm_idle.size() < kIdleRegions) {
+        shm_idle.push_back(std::move(r));
+        return;
+      }
+      dead = std::move(r);
+    }
+    grpc::ClientContext ctx;
+    prepare(ctx, options.call_timeout, /*count=*/false);
+    v1::RegionRequest req;
+    req.set_region(dead->id);
+    v1::UnregisterRegionResponse resp;
+    (void)stub->UnregisterRegion(&ctx, req, &resp);
+  }
+
+  // The first region decides, in "auto", whether shared memory works with this broker.
+  Result<std::unique_ptr<ShmRegion>> shm_get(int64_t bytes) {
+    auto r = shm_acquire(bytes);
+    if (r.ok()) {
+      shm_state = 1;
+    } else if (mode == "auto" && shm_state.load() == 0) {
+      shm_state = -1;  // e.g. the broker runs as another user: streams from now on
+    }
+    return r;
   }
 
   // Errors the broker raised come back unchanged; transport failures say which broker and
@@ -100,6 +320,11 @@ RemoteClient::~RemoteClient() {
     v1::CloseSessionResponse resp;
     (void)impl_->stub->CloseSession(&ctx, req, &resp);  // the lease frees it otherwise
   }
+  if (impl_->attach) {
+    // gRPC still holds the reactor until OnDone; should it not come, leaking it is the safe
+    // choice.
+    if (impl_->attach->cancel_and_wait(kCloseTimeout)) delete impl_->attach;
+  }
 }
 
 Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& address,
@@ -109,6 +334,16 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
   auto impl = std::make_unique<Impl>();
   impl->address = address;
   impl->options = options;
+  impl->token = options.token;
+  if (impl->token.empty())
+    if (const char* t = std::getenv("TENSORD_TOKEN")) impl->token = t;
+  impl->mode = options.transport;
+  if (impl->mode.empty())
+    if (const char* t = std::getenv("TENSORD_TRANSPORT")) impl->mode = t;
+  if (impl->mode.empty()) impl->mode = "auto";
+  if (impl->mode != "auto" && impl->mode != "grpc" && impl->mode != "shm")
+    return errors::InvalidArgument("transport '{}' (TENSORD_TRANSPORT) is not auto, grpc or shm",
+                                   impl->mode);
   if (options.chunk_bytes > 0)
     impl->chunk_bytes = std::clamp<int64_t>(options.chunk_bytes, 4 << 10, 64 << 20);
 
@@ -147,6 +382,14 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
           address, resp.protocol_version(), resp.server_version(), kProtocolVersion, kVersion);
     impl->server_version = resp.server_version();
     impl->default_device = resp.default_device();
+    const bool same_host = resp.shared_memory() && !resp.host_id().empty() &&
+                           resp.host_id() == own_boot_id() && local_address(address);
+    if (impl->mode == "shm" && !same_host)
+      return errors::FailedPrecondition(
+          "transport 'shm' (TENSORD_TRANSPORT): the broker '{}' is not on this host (or offers "
+          "no shared memory); use 'auto' or 'grpc'",
+          address);
+    if (impl->mode != "grpc" && same_host) impl->shm_state = 0;
     for (const auto& d : resp.devices()) impl->devices_at_connect.push_back(from_proto(d));
   }
   {
@@ -162,7 +405,15 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
     impl->memory_limit = resp.memory_limit();
     if (resp.lease_ms() > 0) impl->lease = milliseconds(resp.lease_ms());
   }
+  if (impl->mode == "shm") {  // forced: fail now, not on the first transfer
+    auto r = impl->shm_get(0);
+    if (!r.ok()) return r.status().with_context("transport 'shm'");
+    impl->shm_release(std::move(r).value());
+  }
   Impl* raw = impl.get();
+  raw->attach = new AttachCall();
+  raw->prepare(raw->attach->ctx, kNoDeadline, /*count=*/false);
+  raw->attach->start(raw->stub.get());
   raw->heartbeat = std::thread([raw] { raw->heartbeat_loop(); });
   return std::unique_ptr<RemoteClient>(new RemoteClient(std::move(impl)));
 }
@@ -205,6 +456,23 @@ Result<TensorHandle> RemoteClient::upload(const TensorView& src, const std::stri
   }
 
   v1::UploadResponse resp;
+  if (!header_only && impl_->use_shm(*size)) {
+    auto region = impl_->shm_get(*size);
+    if (region.ok()) {
+      if (*size) std::memcpy((*region)->base, src.data, static_cast<size_t>(*size));
+      v1::UploadRegionRequest req;
+      *req.mutable_header() = *header;
+      req.set_region((*region)->id);
+      req.set_offset(0);
+      grpc::ClientContext ctx;
+      impl_->prepare(ctx, impl_->options.call_timeout);
+      Status st = impl_->finish(ctx, impl_->stub->UploadRegion(&ctx, req, &resp), "upload");
+      impl_->shm_release(std::move(region).value());
+      TD_RETURN_IF_ERROR(st);
+      return resp.handle();
+    }
+    if (impl_->mode == "shm") return region.status();
+  }
   if (header_only || *size <= impl_->chunk_bytes) {
     if (!header_only && *size > 0) msg.set_data(src.data, static_cast<size_t>(*size));
     grpc::ClientContext ctx;
@@ -233,6 +501,50 @@ Result<TensorHandle> RemoteClient::upload(const TensorView& src, const std::stri
 
 Result<HostTensor> RemoteClient::read(TensorHandle h) {
   impl_->downloads++;
+  if (auto c = impl_->cached(h)) {
+    if (!c->status.ok()) return c->status;
+    return c->value;
+  }
+  if (impl_->use_shm(impl_->options.shm_min_bytes)) {
+    auto region = impl_->shm_get(0);
+    if (region.ok()) {
+      for (int attempt = 0; attempt < 2; ++attempt) {
+        grpc::ClientContext ctx;
+        impl_->prepare(ctx, kNoDeadline);
+        v1::ReadRegionRequest req;
+        req.set_handle(h);
+        req.set_region((*region)->id);
+        req.set_max_bytes((*region)->size);
+        v1::ReadRegionResponse resp;
+        Status st = impl_->finish(ctx, impl_->stub->ReadRegion(&ctx, req, &resp), "read");
+        if (!st.ok()) {
+          impl_->shm_release(std::move(region).value());
+          return st;
+        }
+        const auto& hd = resp.header();
+        auto size = checked_wire_size(hd.dtype(), hd.shape(), "read");
+        if (!size.ok() || *size != hd.total_bytes()) {
+          impl_->shm_release(std::move(region).value());
+          return errors::Internal("read: the broker's answer declares {} bytes for {}",
+                                  hd.total_bytes(), size.ok() ? "another size" : "a bad type");
+        }
+        if (resp.written()) {
+          HostTensor out(static_cast<DType>(hd.dtype()),
+                         Shape(hd.shape().begin(), hd.shape().end()));
+          if (*size) std::memcpy(out.mutable_data(), (*region)->base, static_cast<size_t>(*size));
+          impl_->shm_release(std::move(region).value());
+          return out;
+        }
+        // Too large for this region: one with room enough, then again.
+        impl_->shm_release(std::move(region).value());
+        region = impl_->shm_get(*size);
+        if (!region.ok()) return region.status();
+      }
+      impl_->shm_release(std::move(region).value());
+      return errors::Internal("read: the broker's value of handle {} did not fit twice", h);
+    }
+    if (impl_->mode == "shm") return region.status();
+  }
   grpc::ClientContext ctx;
   impl_->prepare(ctx, kNoDeadline);  // waits for the value to be computed
   v1::ReadRequest req;
@@ -286,6 +598,7 @@ Result<HostTensor> RemoteClient::read(TensorHandle h) {
 }
 
 Status RemoteClient::wait(TensorHandle h) {
+  if (auto c = impl_->cached(h)) return c->status;
   grpc::ClientContext ctx;
   impl_->prepare(ctx, kNoDeadline);
   v1::HandleRequest req;
@@ -295,6 +608,7 @@ Status RemoteClient::wait(TensorHandle h) {
 }
 
 Result<TensorInfo> RemoteClient::info(TensorHandle h) {
+  if (auto c = impl_->cached(h); c && c->status.ok()) return TensorInfo{c->value.type(), c->device};
   grpc::ClientContext ctx;
   impl_->prepare(ctx, impl_->options.call_timeout);
   v1::HandleRequest req;
@@ -314,10 +628,12 @@ Result<std::vector<TensorHandle>> RemoteClient::execute(const Graph& graph,
   to_proto(graph, req.mutable_graph());
   req.mutable_inputs()->Assign(inputs.begin(), inputs.end());
   req.set_device(device);
+  req.set_inline_max_bytes(impl_->options.inline_max_bytes);
   grpc::ClientContext ctx;
   impl_->prepare(ctx, impl_->options.call_timeout);
   v1::ExecuteResponse resp;
   TD_RETURN_IF_ERROR(impl_->finish(ctx, impl_->stub->Execute(&ctx, req, &resp), "execute"));
+  impl_->remember(resp.outputs(), resp.values());
   return std::vector<TensorHandle>(resp.outputs().begin(), resp.outputs().end());
 }
 
@@ -334,6 +650,7 @@ Result<TensorHandle> RemoteClient::copy(TensorHandle h, const std::string& devic
 }
 
 Status RemoteClient::release(TensorHandle h) {
+  impl_->forget(h);
   grpc::ClientContext ctx;
   impl_->prepare(ctx, impl_->options.call_timeout);
   v1::HandleRequest req;
@@ -342,9 +659,79 @@ Status RemoteClient::release(TensorHandle h) {
   return impl_->finish(ctx, impl_->stub->Release(&ctx, req, &resp), "release");
 }
 
+Result<ModelHandle> RemoteClient::load(const Graph& graph, const std::string& device) {
+  v1::LoadModelRequest req;
+  to_proto(graph, req.mutable_graph());
+  req.set_device(device);
+  v1::LoadModelResponse resp;
+  const size_t graph_bytes = req.graph().ByteSizeLong();
+  if (static_cast<int64_t>(graph_bytes) <= impl_->chunk_bytes) {
+    grpc::ClientContext ctx;
+    impl_->prepare(ctx, impl_->options.call_timeout);
+    TD_RETURN_IF_ERROR(
+        impl_->finish(ctx, impl_->stub->LoadModelInline(&ctx, req, &resp), "loading a model"));
+    return resp.model();
+  }
+  // Large (a model's weights): the serialized graph in stream chunks.
+  if (graph_bytes > static_cast<size_t>(INT32_MAX))
+    return errors::InvalidArgument("load: the graph takes {} bytes, over protobuf's 2 GiB limit",
+                                   graph_bytes);
+  std::string bytes;
+  if (!req.graph().SerializeToString(&bytes))
+    return errors::Internal("load: cannot serialize the graph");
+  req.Clear();
+  grpc::ClientContext ctx;
+  impl_->prepare(ctx, kNoDeadline);
+  auto writer = impl_->stub->LoadModel(&ctx, &resp);
+  v1::LoadModelChunk msg;
+  msg.mutable_header()->set_device(device);
+  msg.mutable_header()->set_graph_bytes(static_cast<int64_t>(bytes.size()));
+  const int64_t total = static_cast<int64_t>(bytes.size());
+  for (int64_t off = 0; off < total;) {
+    const int64_t n = std::min(impl_->chunk_bytes, total - off);
+    msg.set_data(bytes.data() + off, static_cast<size_t>(n));
+    off += n;
+    if (!writer->Write(msg)) break;
+    msg.clear_header();
+  }
+  writer->WritesDone();
+  TD_RETURN_IF_ERROR(impl_->finish(ctx, writer->Finish(), "loading a model"));
+  return resp.model();
+}
+
+Result<std::vector<TensorHandle>> RemoteClient::run(ModelHandle model,
+                                                    const std::vector<TensorHandle>& inputs) {
+  impl_->runs++;
+  v1::RunModelRequest req;
+  req.set_model(model);
+  req.mutable_inputs()->Assign(inputs.begin(), inputs.end());
+  req.set_inline_max_bytes(impl_->options.inline_max_bytes);
+  grpc::ClientContext ctx;
+  impl_->prepare(ctx, impl_->options.call_timeout);
+  v1::RunModelResponse resp;
+  TD_RETURN_IF_ERROR(impl_->finish(ctx, impl_->stub->RunModel(&ctx, req, &resp), "run"));
+  impl_->remember(resp.outputs(), resp.values());
+  return std::vector<TensorHandle>(resp.outputs().begin(), resp.outputs().end());
+}
+
+Status RemoteClient::unload(ModelHandle model) {
+  grpc::ClientContext ctx;
+  impl_->prepare(ctx, impl_->options.call_timeout);
+  v1::ModelRequest req;
+  req.set_model(model);
+  v1::UnloadModelResponse resp;
+  return impl_->finish(ctx, impl_->stub->UnloadModel(&ctx, req, &resp), "unload");
+}
+
 ClientStats RemoteClient::stats() {
-  return ClientStats{impl_->executes.load(), impl_->uploads.load(), impl_->downloads.load(),
-                     impl_->copies.load()};
+  ClientStats s{impl_->executes.load(), impl_->uploads.load(), impl_->downloads.load(),
+                impl_->copies.load()};
+  s.runs = impl_->runs.load();
+  return s;
+}
+
+std::string RemoteClient::transport() const {
+  return impl_->shm_state.load() >= 0 ? "shm" : "grpc";
 }
 
 const std::string& RemoteClient::address() const { return impl_->address; }
@@ -361,16 +748,6 @@ Status RemoteClient::echo(int64_t payload_bytes) {
   grpc::ClientContext ctx;
   impl_->prepare(ctx, impl_->options.call_timeout);
   return impl_->finish(ctx, impl_->stub->Echo(&ctx, req, &resp), "echo");
-}
-
-Result<ModelHandle> RemoteClient::load(const Graph&, const std::string&) {
-  return errors::Unimplemented("load: not yet supported through a broker");
-}
-Result<std::vector<TensorHandle>> RemoteClient::run(ModelHandle, const std::vector<TensorHandle>&) {
-  return errors::Unimplemented("run: not yet supported through a broker");
-}
-Status RemoteClient::unload(ModelHandle) {
-  return errors::Unimplemented("unload: not yet supported through a broker");
 }
 
 }  // namespace tensord::rpc

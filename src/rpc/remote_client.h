@@ -3,9 +3,15 @@
 // The header is lean on purpose (no gRPC or protobuf headers): `connect()` in the tensord
 // library includes it.
 //
-// Lifetime: connect() does the handshake (checks the protocol version) and opens a session;
-// a background thread renews the session's lease while the client lives; the destructor
-// closes the session (the broker frees its tensors).
+// Lifetime: connect() does the handshake (checks the protocol version), opens a session and
+// attaches it to a long-lived call (the broker frees the session when that call ends: this
+// process died or its connection dropped); a background thread renews the session's lease
+// while the client lives; the destructor closes the session (the broker frees its tensors).
+//
+// Data path: small values travel inline (an execute() answer carries its small outputs);
+// large ones in 2 MiB stream chunks, or, when the broker runs on the same host (same boot id,
+// unix socket or loopback address), through shared memory: memfd regions sealed against
+// shrinking, which the broker maps (TENSORD_TRANSPORT=grpc|shm overrides the choice).
 //
 // Failures: a broker that is down or goes away answers UNAVAILABLE, quickly — calls never wait
 // for a connection (wait_for_ready is off), calls that do not wait on device work carry a
@@ -34,6 +40,17 @@ struct RemoteClientOptions {
   // Bulk transfer chunk size; 0 = the default (2 MiB). Uploads up to one chunk go in one
   // unary call, larger ones are streamed.
   int64_t chunk_bytes = 0;
+  // Outputs of execute()/run() up to this many bytes (all together) come back in the same
+  // answer, so reading them costs no further round trip; 0 = off. execute() then returns when
+  // those small outputs are computed.
+  int64_t inline_max_bytes = 256 << 10;
+  // Bearer token for a broker started with --token-file; empty = TENSORD_TOKEN.
+  std::string token;
+  // "auto" (shared memory when the broker runs on this host, else gRPC streams), "grpc", or
+  // "shm" (shared memory or fail); empty = TENSORD_TRANSPORT, else "auto".
+  std::string transport;
+  // Transfers at least this large go through shared memory when it is in use.
+  int64_t shm_min_bytes = 64 << 10;
 };
 
 class RemoteClient final : public Client {
@@ -70,6 +87,10 @@ class RemoteClient final : public Client {
   int64_t rpc_count() const;
   // One bare unary round trip carrying `payload_bytes` each way (for benchmarks).
   Status echo(int64_t payload_bytes);
+  // Whether bulk transfers go through shared memory now ("shm") or gRPC streams ("grpc").
+  // In "auto", shared memory is tried on the first large transfer and dropped if the broker
+  // cannot map the client's region.
+  std::string transport() const;
 
   struct Impl;
 

@@ -1,7 +1,10 @@
 #include "rpc/server.h"
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -12,6 +15,7 @@
 #include <mutex>
 #include <new>
 #include <random>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -25,14 +29,85 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A client's shared-memory region, mapped into the broker. Held by shared_ptr so that a
+// transfer in progress keeps it mapped through a concurrent UnregisterRegion or session end.
+struct Region {
+  int fd = -1;
+  unsigned char* base = nullptr;
+  int64_t size = 0;
+  bool sealed = false;  // F_SEAL_SHRINK: the file can never become shorter than the mapping
+  std::string path;
+  ~Region() {
+    if (base) munmap(base, static_cast<size_t>(size));
+    if (fd >= 0) close(fd);
+  }
+  // The bytes [offset, offset + n) of the region, or why not. An unsealed file may have been
+  // truncated by its owner since it was mapped: touching pages past its end would raise SIGBUS,
+  // so its current size is checked first.
+  Result<unsigned char*> span(int64_t offset, int64_t n, const char* what) const {
+    if (offset < 0 || n < 0 || offset > size || n > size - offset)
+      return errors::OutOfRange(
+          "{}: bytes [{}, {}) are outside shared-memory region '{}' of {} bytes", what, offset,
+          offset + n, path, size);
+    if (!sealed) {
+      struct stat st {};
+      if (fstat(fd, &st) != 0 || st.st_size < offset + n)
+        return errors::FailedPrecondition(
+            "{}: shared-memory region '{}' is now {} bytes, too small for bytes [{}, {})", what,
+            path, static_cast<int64_t>(st.st_size), offset, offset + n);
+    }
+    return base + offset;
+  }
+};
+
 struct SessionState {
   SessionId engine_session = 0;
   int64_t memory_limit = 0;
   Clock::time_point last_seen;
   int in_flight = 0;
+  std::unordered_map<uint64_t, std::shared_ptr<Region>> regions;
+  uint64_t next_region = 1;
 };
 
-class Service final : public v1::Tensord::Service {
+constexpr int kMaxRegionsPerSession = 256;
+constexpr int64_t kMaxGraphBytes = (int64_t{2} << 30) - 1;  // protobuf's message limit
+
+// This machine's boot id: equal ids mean the same running kernel, hence shared memory works.
+std::string boot_id() {
+  std::string id;
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof buf, f)) id = buf;
+    std::fclose(f);
+  }
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  return id;
+}
+
+class Service;
+
+// Attach: holds the session for as long as the client's call lives (callback API: no thread
+// is held while it waits).
+class AttachReactor final : public grpc::ServerWriteReactor<v1::AttachEvent> {
+ public:
+  AttachReactor(Service* service, uint64_t session);
+  void OnWriteDone(bool ok) override {}
+  void OnCancel() override;
+  void OnDone() override;
+  // The broker is stopping: end the call without closing the session (close_all does that
+  // once the calls in flight have finished).
+  void end_for_shutdown();
+
+ private:
+  void finish_once(const grpc::Status& s);
+  Service* service_;
+  uint64_t session_;
+  v1::AttachEvent event_;
+  std::mutex mu_;
+  bool finished_ = false;
+};
+
+class Service final : public v1::Tensord::WithCallbackMethod_Attach<v1::Tensord::Service> {
  public:
   Service(std::shared_ptr<Engine> engine, const RpcServerOptions& options)
       : engine_(std::move(engine)), options_(options), rng_(std::random_device{}()) {
@@ -63,20 +138,75 @@ class Service final : public v1::Tensord::Service {
     for (auto& [id, s] : dead) (void)engine_->close_session(s.engine_session);
   }
 
+  // A session whose Attach call ended (the client went away): freed at once.
+  void drop_session(uint64_t id) {
+    SessionState dead;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = sessions_.find(id);
+      if (it == sessions_.end()) return;
+      dead = std::move(it->second);
+      sessions_.erase(it);
+    }
+    (void)engine_->close_session(dead.engine_session);
+  }
+
+  void attach_done(AttachReactor* r) {
+    std::lock_guard<std::recursive_mutex> lock(attach_mu_);
+    attached_.erase(r);
+  }
+
+  // Ends every Attach call (before the server's shutdown, which would otherwise wait for them
+  // for the whole grace period).
+  void end_attachments() {
+    // Recursive, and over a copy: should gRPC run a reactor's OnDone inline in Finish, it
+    // comes back here on this thread. Reactors are deleted only after attach_done, which
+    // waits for this lock, so every pointer in the copy stays valid.
+    std::lock_guard<std::recursive_mutex> lock(attach_mu_);
+    attach_closed_ = true;
+    const std::vector<AttachReactor*> live(attached_.begin(), attached_.end());
+    for (AttachReactor* r : live) r->end_for_shutdown();
+  }
+
+  // Every call but Handshake-less probes carries the token when the broker requires one.
+  Status check_token(grpc::ServerContextBase* ctx) const {
+    if (options_.token.empty()) return OkStatus();
+    const auto& md = ctx->client_metadata();
+    auto it = md.find(kAuthKey);
+    if (it == md.end())
+      return Status(StatusCode::kUnauthenticated,
+                    "this broker requires a token: set TENSORD_TOKEN (sent as the metadata "
+                    "'authorization: Bearer <token>')");
+    const std::string got(it->second.data(), it->second.size());
+    const std::string want = "Bearer " + options_.token;
+    unsigned char diff = got.size() == want.size() ? 0 : 1;
+    for (size_t i = 0; i < got.size() && i < want.size(); ++i)
+      diff |= static_cast<unsigned char>(got[i] ^ want[i]);
+    if (diff)
+      return Status(StatusCode::kUnauthenticated,
+                    "wrong token: the broker refused the 'authorization' metadata (check "
+                    "TENSORD_TOKEN against the broker's --token-file)");
+    return OkStatus();
+  }
+
   // ---------------------------------------------------------------- no session needed
 
   grpc::Status Handshake(grpc::ServerContext* ctx, const v1::HandshakeRequest* req,
                          v1::HandshakeResponse* resp) override {
+    if (Status a = check_token(ctx); !a.ok()) return fail(ctx, a);
     resp->set_server_version(kVersion);
     resp->set_protocol_version(kProtocolVersion);
     for (const auto& d : engine_->devices()) to_proto(d, resp->add_devices());
     auto dd = engine_->default_device();
     if (dd.ok()) resp->set_default_device(*dd);
+    resp->set_host_id(host_id_);
+    resp->set_shared_memory(true);
     return grpc::Status::OK;
   }
 
   grpc::Status ListDevices(grpc::ServerContext* ctx, const v1::ListDevicesRequest* req,
                            v1::ListDevicesResponse* resp) override {
+    if (Status a = check_token(ctx); !a.ok()) return fail(ctx, a);
     for (const auto& d : engine_->devices()) to_proto(d, resp->add_devices());
     auto dd = engine_->default_device();
     if (dd.ok()) resp->set_default_device(*dd);
@@ -85,12 +215,16 @@ class Service final : public v1::Tensord::Service {
 
   grpc::Status Echo(grpc::ServerContext* ctx, const v1::EchoMessage* req,
                     v1::EchoMessage* resp) override {
+    if (!options_.token.empty()) {
+      if (Status a = check_token(ctx); !a.ok()) return fail(ctx, a);
+    }
     *resp = *req;
     return grpc::Status::OK;
   }
 
   grpc::Status OpenSession(grpc::ServerContext* ctx, const v1::OpenSessionRequest* req,
                            v1::OpenSessionResponse* resp) override {
+    if (Status a = check_token(ctx); !a.ok()) return fail(ctx, a);
     if (req->memory_limit() < 0)
       return fail(ctx, errors::InvalidArgument("OpenSession: negative memory limit {}",
                                                req->memory_limit()));
@@ -107,7 +241,7 @@ class Service final : public v1::Tensord::Service {
       do {
         id = rng_();
       } while (id == 0 || sessions_.count(id));
-      sessions_.emplace(id, s);
+      sessions_.emplace(id, std::move(s));
     }
     resp->set_session(id);
     resp->set_lease_ms(options_.lease.count());
@@ -119,6 +253,7 @@ class Service final : public v1::Tensord::Service {
 
   grpc::Status CloseSession(grpc::ServerContext* ctx, const v1::CloseSessionRequest* req,
                             v1::CloseSessionResponse* resp) override {
+    if (Status a = check_token(ctx); !a.ok()) return fail(ctx, a);
     auto id = session_id(ctx);
     if (!id.ok()) return fail(ctx, id.status());
     SessionState dead;
@@ -126,7 +261,7 @@ class Service final : public v1::Tensord::Service {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = sessions_.find(*id);
       if (it == sessions_.end()) return fail(ctx, unknown_session(*id));
-      dead = it->second;
+      dead = std::move(it->second);
       sessions_.erase(it);
     }
     return fail(ctx, engine_->close_session(dead.engine_session));
@@ -254,6 +389,201 @@ class Service final : public v1::Tensord::Service {
     auto out = engine_->execute(g.engine_session(), *graph, inputs, req->device());
     if (!out.ok()) return fail(ctx, out.status());
     resp->mutable_outputs()->Assign(out->begin(), out->end());
+    add_inline_values(g, *out, req->inline_max_bytes(), resp->mutable_values());
+    return grpc::Status::OK;
+  }
+
+  // ---------------------------------------------------------------- loaded models
+
+  grpc::Status LoadModel(grpc::ServerContext* ctx, grpc::ServerReader<v1::LoadModelChunk>* reader,
+                         v1::LoadModelResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    v1::LoadModelChunk chunk;
+    if (!reader->Read(&chunk) || !chunk.has_header())
+      return fail(ctx, errors::InvalidArgument(
+                           "load model: the first message must carry the header (device, "
+                           "graph_bytes)"));
+    const v1::LoadModelHeader header = chunk.header();
+    const int64_t total = header.graph_bytes();
+    if (total < 0 || total > kMaxGraphBytes)
+      return fail(ctx, errors::InvalidArgument(
+                           "load model: graph_bytes {} is outside [0, {}] (protobuf's limit)",
+                           total, kMaxGraphBytes));
+    std::string bytes;
+    try {
+      bytes.reserve(static_cast<size_t>(total));
+    } catch (const std::bad_alloc&) {
+      return fail(ctx, errors::ResourceExhausted(
+                           "load model: cannot stage {} bytes in the broker's host memory", total));
+    }
+    int64_t messages = 0;
+    do {
+      ++messages;
+      if (messages > 1 && chunk.has_header())
+        return fail(ctx,
+                    errors::InvalidArgument("load model: message {} repeats the header", messages));
+      if (static_cast<int64_t>(chunk.data().size()) > total - static_cast<int64_t>(bytes.size()))
+        return fail(ctx, errors::InvalidArgument(
+                             "load model: the header declares {} bytes, but the stream carries "
+                             "more (after message {})",
+                             total, messages));
+      bytes += chunk.data();
+    } while (reader->Read(&chunk));
+    if (ctx->IsCancelled())
+      return fail(ctx, Status(StatusCode::kCancelled, "load model: the client cancelled"));
+    if (static_cast<int64_t>(bytes.size()) != total)
+      return fail(ctx, errors::InvalidArgument(
+                           "load model: the header declares {} bytes, but the stream carried {}",
+                           total, bytes.size()));
+    v1::Graph proto;
+    if (!proto.ParseFromString(bytes))
+      return fail(
+          ctx, errors::InvalidArgument(
+                   "load model: the {} bytes sent are not a serialized tensord.v1.Graph", total));
+    bytes.clear();
+    bytes.shrink_to_fit();
+    return finish_load(ctx, g, proto, header.device(), resp);
+  }
+
+  grpc::Status LoadModelInline(grpc::ServerContext* ctx, const v1::LoadModelRequest* req,
+                               v1::LoadModelResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    return finish_load(ctx, g, req->graph(), req->device(), resp);
+  }
+
+  grpc::Status RunModel(grpc::ServerContext* ctx, const v1::RunModelRequest* req,
+                        v1::RunModelResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    std::vector<TensorHandle> inputs(req->inputs().begin(), req->inputs().end());
+    auto out = engine_->run(g.engine_session(), req->model(), inputs);
+    if (!out.ok()) return fail(ctx, out.status());
+    resp->mutable_outputs()->Assign(out->begin(), out->end());
+    add_inline_values(g, *out, req->inline_max_bytes(), resp->mutable_values());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status UnloadModel(grpc::ServerContext* ctx, const v1::ModelRequest* req,
+                           v1::UnloadModelResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    return fail(ctx, engine_->unload(g.engine_session(), req->model()));
+  }
+
+  // ---------------------------------------------------------------- connection-bound sessions
+
+  grpc::ServerWriteReactor<v1::AttachEvent>* Attach(grpc::CallbackServerContext* ctx,
+                                                    const v1::AttachRequest* req) override {
+    Status st = check_token(ctx);
+    Result<uint64_t> id = st.ok() ? session_id(ctx) : Result<uint64_t>(st);
+    if (id.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!sessions_.count(*id)) id = unknown_session(*id);
+    }
+    if (!id.ok()) {
+      auto* r = new RejectReactor();
+      ctx->AddTrailingMetadata(kErrorKey, "1");
+      r->Finish(to_grpc(id.status()));
+      return r;
+    }
+    std::lock_guard<std::recursive_mutex> lock(attach_mu_);
+    if (attach_closed_) {
+      auto* r = new RejectReactor();
+      r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the broker is shutting down"));
+      return r;
+    }
+    auto* r = new AttachReactor(this, *id);
+    attached_.insert(r);
+    return r;
+  }
+
+  // ---------------------------------------------------------------- shared memory
+
+  grpc::Status RegisterRegion(grpc::ServerContext* ctx, const v1::RegisterRegionRequest* req,
+                              v1::RegisterRegionResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    auto region = open_region(req->path(), req->bytes());
+    if (!region.ok()) return fail(ctx, region.status());
+    std::lock_guard<std::mutex> lock(mu_);
+    SessionState* s = g.state_locked();
+    if (!s) return fail(ctx, errors::NotFound("the session ended during RegisterRegion"));
+    if (s->regions.size() >= kMaxRegionsPerSession)
+      return fail(
+          ctx, errors::ResourceExhausted("a session may register at most {} shared-memory regions",
+                                         kMaxRegionsPerSession));
+    const uint64_t id = s->next_region++;
+    s->regions.emplace(id, std::move(region).value());
+    resp->set_region(id);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status UnregisterRegion(grpc::ServerContext* ctx, const v1::RegionRequest* req,
+                                v1::UnregisterRegionResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    std::shared_ptr<Region> dead;  // unmapped outside the lock
+    std::lock_guard<std::mutex> lock(mu_);
+    SessionState* s = g.state_locked();
+    auto it = s ? s->regions.find(req->region()) : decltype(s->regions.end()){};
+    if (!s || it == s->regions.end())
+      return fail(ctx, errors::NotFound("shared-memory region {} is not registered in this session",
+                                        req->region()));
+    dead = std::move(it->second);
+    s->regions.erase(it);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status UploadRegion(grpc::ServerContext* ctx, const v1::UploadRegionRequest* req,
+                            v1::UploadResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    auto size = check_header(g, req->header());
+    if (!size.ok()) return fail(ctx, size.status());
+    auto region = find_region(g, req->region());
+    if (!region.ok()) return fail(ctx, region.status());
+    auto ptr = (*region)->span(req->offset(), *size, "upload");
+    if (!ptr.ok()) return fail(ctx, ptr.status());
+    return finish_upload(ctx, g, req->header(), *ptr, resp);
+  }
+
+  grpc::Status ReadRegion(grpc::ServerContext* ctx, const v1::ReadRegionRequest* req,
+                          v1::ReadRegionResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    auto region = find_region(g, req->region());
+    if (!region.ok()) return fail(ctx, region.status());
+    if (req->offset() < 0 || req->offset() > (*region)->size || req->max_bytes() < 0)
+      return fail(ctx, errors::OutOfRange(
+                           "read: offset {} (max_bytes {}) is outside shared-memory region '{}' "
+                           "of {} bytes",
+                           req->offset(), req->max_bytes(), (*region)->path, (*region)->size));
+    const int64_t room = req->max_bytes() > 0
+                             ? std::min(req->max_bytes(), (*region)->size - req->offset())
+                             : (*region)->size - req->offset();
+    // A statically known size that does not fit is answered before the value is read.
+    auto info = engine_->info(g.engine_session(), req->handle());
+    if (!info.ok()) return fail(ctx, info.status());
+    auto known = checked_byte_size(info->type.dtype, info->type.shape);
+    auto* h = resp->mutable_header();
+    if (known.ok() && *known > room) {
+      h->set_dtype(static_cast<int32_t>(info->type.dtype));
+      h->mutable_shape()->Assign(info->type.shape.begin(), info->type.shape.end());
+      h->set_total_bytes(*known);
+      return grpc::Status::OK;  // written = false: the client retries with room enough
+    }
+    auto t = engine_->read(g.engine_session(), req->handle());
+    if (!t.ok()) return fail(ctx, t.status());
+    h->set_dtype(static_cast<int32_t>(t->dtype()));
+    h->mutable_shape()->Assign(t->shape().begin(), t->shape().end());
+    h->set_total_bytes(static_cast<int64_t>(t->nbytes()));
+    if (static_cast<int64_t>(t->nbytes()) > room) return grpc::Status::OK;
+    auto ptr = (*region)->span(req->offset(), static_cast<int64_t>(t->nbytes()), "read");
+    if (!ptr.ok()) return fail(ctx, ptr.status());
+    if (t->nbytes()) std::memcpy(*ptr, t->data(), t->nbytes());
+    resp->set_written(true);
     return grpc::Status::OK;
   }
 
@@ -280,6 +610,10 @@ class Service final : public v1::Tensord::Service {
   class Guard {
    public:
     Guard(Service* service, grpc::ServerContext* ctx) : service_(service) {
+      if (Status a = service->check_token(ctx); !a.ok()) {
+        status_ = a;
+        return;
+      }
       auto id = service->session_id(ctx);
       if (!id.ok()) {
         status_ = id.status();
@@ -309,6 +643,11 @@ class Service final : public v1::Tensord::Service {
     const Status& status() const { return status_; }
     SessionId engine_session() const { return engine_session_; }
     int64_t memory_limit() const { return memory_limit_; }
+    // The session's state; the caller holds service->mu_. Null once the session has ended.
+    SessionState* state_locked() const {
+      auto it = service_->sessions_.find(id_);
+      return it == service_->sessions_.end() ? nullptr : &it->second;
+    }
 
    private:
     Service* service_;
@@ -325,7 +664,7 @@ class Service final : public v1::Tensord::Service {
     return to_grpc(s);
   }
 
-  Result<uint64_t> session_id(grpc::ServerContext* ctx) const {
+  Result<uint64_t> session_id(grpc::ServerContextBase* ctx) const {
     const auto& md = ctx->client_metadata();
     auto it = md.find(kSessionKey);
     if (it == md.end())
@@ -388,6 +727,119 @@ class Service final : public v1::Tensord::Service {
     return grpc::Status::OK;
   }
 
+  // Values of small outputs, for the answer (see ExecuteRequest.inline_max_bytes): outputs
+  // whose size is known before they run and fits the budget are waited for and sent along.
+  void add_inline_values(const Guard& g, const std::vector<TensorHandle>& outputs,
+                         int64_t max_bytes,
+                         google::protobuf::RepeatedPtrField<v1::InlineValue>* dst) {
+    if (max_bytes <= 0) return;
+    int64_t budget = std::min<int64_t>(max_bytes, kMaxInlineBytes);
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      auto info = engine_->info(g.engine_session(), outputs[i]);
+      v1::InlineValue v;
+      v.set_index(static_cast<int32_t>(i));
+      if (!info.ok()) {
+        v.set_code(static_cast<int32_t>(info.status().code()));
+        v.set_message(info.status().message());
+        *dst->Add() = std::move(v);
+        continue;
+      }
+      auto size = checked_byte_size(info->type.dtype, info->type.shape);
+      if (!size.ok() || *size > budget) continue;  // data-dependent or too large: by handle
+      auto t = engine_->read(g.engine_session(), outputs[i]);
+      v.set_device(info->device);
+      if (!t.ok()) {
+        v.set_code(static_cast<int32_t>(t.status().code()));
+        v.set_message(t.status().message());
+      } else {
+        budget -= *size;
+        to_proto(*t, v.mutable_value());
+      }
+      *dst->Add() = std::move(v);
+    }
+  }
+
+  grpc::Status finish_load(grpc::ServerContext* ctx, const Guard& g, const v1::Graph& proto,
+                           const std::string& device, v1::LoadModelResponse* resp) {
+    auto graph = from_proto(proto);
+    if (!graph.ok()) return fail(ctx, graph.status().with_context("load model"));
+    auto model = engine_->load(g.engine_session(), *graph, device);
+    if (!model.ok()) return fail(ctx, model.status());
+    resp->set_model(*model);
+    return grpc::Status::OK;
+  }
+
+  Result<std::shared_ptr<Region>> find_region(const Guard& g, uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    SessionState* s = g.state_locked();
+    if (s) {
+      auto it = s->regions.find(id);
+      if (it != s->regions.end()) return it->second;
+    }
+    return errors::NotFound(
+        "shared-memory region {} is not registered in this session (RegisterRegion first)", id);
+  }
+
+  // Maps a client's region: "/tensord-*" (POSIX shm) or "/proc/<pid>/fd/<n>" naming a memfd
+  // called "tensord-*". Anything else is refused: a client must not make the broker open, and
+  // then write into, other files it can reach.
+  Result<std::shared_ptr<Region>> open_region(const std::string& path, int64_t bytes) {
+    if (bytes <= 0 || bytes > (int64_t{1} << 40))
+      return errors::InvalidArgument("RegisterRegion: region size {} is not in (0, 1 TiB]", bytes);
+    auto r = std::make_shared<Region>();
+    r->path = path;
+    if (path.rfind("/proc/", 0) == 0) {
+      int pid = 0, fdn = 0;
+      char tail = 0;
+      if (std::sscanf(path.c_str(), "/proc/%d/fd/%d%c", &pid, &fdn, &tail) != 2 || pid <= 0 ||
+          fdn < 0)
+        return errors::InvalidArgument("RegisterRegion: '{}' is not of the form /proc/<pid>/fd/<n>",
+                                       path);
+      char link[256] = {};
+      const ssize_t n = readlink(path.c_str(), link, sizeof link - 1);
+      if (n < 0)
+        return errors::NotFound(
+            "RegisterRegion: cannot open '{}': {} (another user's process, "
+            "or the descriptor is closed)",
+            path, std::strerror(errno));
+      if (std::string(link, static_cast<size_t>(n)).rfind("/memfd:tensord-", 0) != 0)
+        return errors::PermissionDenied(
+            "RegisterRegion: '{}' is not a memfd named tensord-* (it is '{}')", path,
+            std::string(link, static_cast<size_t>(n)));
+      r->fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+      if (r->fd < 0)
+        return errors::NotFound("RegisterRegion: cannot open '{}': {}", path, std::strerror(errno));
+      const int seals = fcntl(r->fd, F_GET_SEALS);
+      r->sealed = seals >= 0 && (seals & F_SEAL_SHRINK);
+    } else if (path.rfind("/tensord-", 0) == 0 && path.find('/', 1) == std::string::npos &&
+               path.size() < 256) {
+      r->fd = shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
+      if (r->fd < 0)
+        return errors::NotFound("RegisterRegion: cannot open shared memory '{}': {}", path,
+                                std::strerror(errno));
+    } else {
+      return errors::InvalidArgument(
+          "RegisterRegion: '{}' is neither a POSIX shared-memory name '/tensord-*' nor "
+          "'/proc/<pid>/fd/<n>'",
+          path);
+    }
+    struct stat st {};
+    if (fstat(r->fd, &st) != 0 || !S_ISREG(st.st_mode))
+      return errors::InvalidArgument("RegisterRegion: '{}' is not a shared-memory file", path);
+    if (st.st_size < bytes)
+      return errors::InvalidArgument(
+          "RegisterRegion: region '{}' is {} bytes, smaller than the {} bytes declared", path,
+          static_cast<int64_t>(st.st_size), bytes);
+    void* base =
+        mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+    if (base == MAP_FAILED)
+      return errors::ResourceExhausted("RegisterRegion: cannot map {} bytes of '{}': {}", bytes,
+                                       path, std::strerror(errno));
+    r->base = static_cast<unsigned char*>(base);
+    r->size = bytes;
+    return r;
+  }
+
   void reap_loop() {
     const auto period = std::clamp<std::chrono::milliseconds>(
         options_.lease / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
@@ -419,7 +871,44 @@ class Service final : public v1::Tensord::Service {
   std::unordered_map<uint64_t, SessionState> sessions_;
   std::mt19937_64 rng_;
   std::thread reaper_;
+  const std::string host_id_ = boot_id();
+
+  std::recursive_mutex attach_mu_;
+  std::set<AttachReactor*> attached_;
+  bool attach_closed_ = false;
+
+  class RejectReactor final : public grpc::ServerWriteReactor<v1::AttachEvent> {
+    void OnDone() override { delete this; }
+  };
 };
+
+AttachReactor::AttachReactor(Service* service, uint64_t session)
+    : service_(service), session_(session) {
+  event_.set_session(session);
+  StartWrite(&event_);
+}
+
+void AttachReactor::finish_once(const grpc::Status& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (finished_) return;
+  finished_ = true;
+  Finish(s);
+}
+
+void AttachReactor::OnCancel() {
+  // The client cancelled, died, or its connection dropped: free its session now.
+  service_->drop_session(session_);
+  finish_once(grpc::Status::CANCELLED);
+}
+
+void AttachReactor::end_for_shutdown() {
+  finish_once(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the broker is shutting down"));
+}
+
+void AttachReactor::OnDone() {
+  service_->attach_done(this);
+  delete this;
+}
 
 // True when a process accepts connections on the unix socket at `path`. gRPC unlinks an
 // existing socket file before binding, which would silently take a live broker's address.
@@ -519,6 +1008,7 @@ void RpcServer::shutdown(std::chrono::milliseconds grace) {
     if (impl_->shutdown_started) return;
     impl_->shutdown_started = true;
   }
+  impl_->service->end_attachments();
   impl_->server->Shutdown(std::chrono::system_clock::now() + grace);
   impl_->server->Wait();
   impl_->service->close_all();

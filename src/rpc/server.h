@@ -3,7 +3,9 @@
 //
 // Sessions: each OpenSession opens an Engine session (with the per-session memory limit) and
 // returns an unguessable id; calls name it in the "tensord-session" metadata. A session is
-// freed on CloseSession, or when no call has named it for `lease` and none is in flight.
+// freed on CloseSession, when the client's Attach call ends (its process died, its connection
+// dropped), or when no call has named it for `lease` and none is in flight. Sessions may
+// register shared-memory regions (same host) and move tensors through them.
 //
 // Threading: gRPC's synchronous server, one thread per in-flight call (blocking reads of
 // values still being computed are fine). Every method here is thread-safe.
@@ -28,6 +30,9 @@ struct RpcServerOptions {
   std::chrono::milliseconds lease{30000};
   // Size of the chunks Read streams (clients may ask for another size per call).
   int64_t chunk_bytes = 2 << 20;
+  // When not empty, every call must carry "authorization: Bearer <token>" (UNAUTHENTICATED
+  // otherwise).
+  std::string token;
 };
 
 class RpcServer {

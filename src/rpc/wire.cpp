@@ -40,6 +40,7 @@ void to_proto(const DeviceInfo& src, v1::Device* dst) {
   dst->set_backend(src.backend);
   dst->set_backend_version(src.backend_version);
   dst->set_threads(src.threads);
+  dst->set_memory_peak(src.memory_peak);
 }
 
 DeviceInfo from_proto(const v1::Device& src) {
@@ -54,6 +55,7 @@ DeviceInfo from_proto(const v1::Device& src) {
   d.backend = src.backend();
   d.backend_version = src.backend_version();
   d.threads = src.threads();
+  d.memory_peak = src.memory_peak();
   return d;
 }
 

@@ -29,6 +29,11 @@ inline constexpr int64_t kDefaultChunkBytes = 2 << 20;
 // a model's weights arrive in one Execute message (protobuf's own limit is 2 GiB).
 inline constexpr int kMaxMessageBytes = 1 << 30;
 
+// The most bytes of output values one Execute/RunModel answer carries inline.
+inline constexpr int64_t kMaxInlineBytes = 64 << 20;
+// Metadata key of the bearer token ("authorization: Bearer <token>").
+inline constexpr const char* kAuthKey = "authorization";
+
 // Initialises gRPC for the rest of the process (once; never shut down). Without a lasting
 // reference, destroying the last channel or server runs grpc_shutdown(), which joins gRPC's
 // executor threads and can block for up to 10 s while they sit in a poll.

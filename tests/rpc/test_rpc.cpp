@@ -2,12 +2,19 @@
 // processes — bad handles and sessions, uploads whose declared size disagrees with the bytes
 // sent, clients that vanish mid-upload, leases that lapse, brokers that die or are stopped.
 // After each fault the broker keeps serving and its memory returns to the baseline.
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -16,6 +23,8 @@
 #include "rpc/wire.h"
 #include "tensord.grpc.pb.h"
 #include "tensord/version.h"
+
+extern char** environ;
 
 namespace tensord {
 namespace {
@@ -460,6 +469,209 @@ TEST_F(BrokerFaults, MalformedGraphIsInvalidArgument) {
   expect_still_serving();
 }
 
+// A POSIX shared-memory object of this test, removed when the object goes.
+struct TestShm {
+  explicit TestShm(int64_t bytes) {
+    name = "/tensord-test-" + std::to_string(getpid()) + "-" + std::to_string(serial++);
+    fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    EXPECT_GE(fd, 0) << std::strerror(errno);
+    EXPECT_EQ(ftruncate(fd, bytes), 0);
+  }
+  ~TestShm() {
+    close(fd);
+    shm_unlink(name.c_str());
+  }
+  std::string name;
+  int fd = -1;
+  static inline int serial = 0;
+};
+
+grpc::Status register_region(RawBroker& raw, uint64_t s, const std::string& path, int64_t bytes,
+                             uint64_t* region = nullptr) {
+  grpc::ClientContext ctx;
+  raw.prepare(ctx, s);
+  v1::RegisterRegionRequest req;
+  req.set_path(path);
+  req.set_bytes(bytes);
+  v1::RegisterRegionResponse resp;
+  grpc::Status st = raw.stub().RegisterRegion(&ctx, req, &resp);
+  if (region) *region = resp.region();
+  return st;
+}
+
+grpc::Status upload_region(RawBroker& raw, uint64_t s, uint64_t region, int64_t offset,
+                           int64_t floats, uint64_t* handle = nullptr) {
+  grpc::ClientContext ctx;
+  raw.prepare(ctx, s);
+  v1::UploadRegionRequest req;
+  req.mutable_header()->set_dtype(1);
+  req.mutable_header()->add_shape(floats);
+  req.mutable_header()->set_total_bytes(floats * 4);
+  req.set_region(region);
+  req.set_offset(offset);
+  v1::UploadResponse resp;
+  grpc::Status st = raw.stub().UploadRegion(&ctx, req, &resp);
+  if (handle) *handle = resp.handle();
+  return st;
+}
+
+TEST_F(BrokerFaults, SharedMemoryRegionFaultsAreClearErrors) {
+  const uint64_t s = raw_->open_session();
+  struct Case {
+    std::string path;
+    int64_t bytes;
+    grpc::StatusCode code;
+    const char* expect;
+  } cases[] = {
+      {"/etc/passwd", 4096, grpc::StatusCode::INVALID_ARGUMENT, "neither"},
+      {"/tensord-no-such-region-" + std::to_string(getpid()), 4096, grpc::StatusCode::NOT_FOUND,
+       "no-such-region"},
+      {"/proc/" + std::to_string(getpid()) + "/fd/0", 4096, grpc::StatusCode::PERMISSION_DENIED,
+       "not a memfd"},
+      {"/proc/1/fd/x", 4096, grpc::StatusCode::INVALID_ARGUMENT, "/proc/<pid>/fd/<n>"},
+      {"/tensord-x", 0, grpc::StatusCode::INVALID_ARGUMENT, "size 0"},
+  };
+  for (const auto& c : cases) {
+    grpc::Status st = register_region(*raw_, s, c.path, c.bytes);
+    EXPECT_EQ(st.error_code(), c.code) << c.path << ": " << st.error_message();
+    EXPECT_NE(st.error_message().find(c.expect), std::string::npos)
+        << c.path << ": " << st.error_message();
+  }
+  TestShm shm(1 << 16);
+  // Declared larger than it is.
+  grpc::Status big = register_region(*raw_, s, shm.name, 1 << 20);
+  EXPECT_EQ(big.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(big.error_message().find("smaller"), std::string::npos) << big.error_message();
+
+  uint64_t region = 0;
+  ASSERT_TRUE(register_region(*raw_, s, shm.name, 1 << 16, &region).ok());
+  // Out of range, and a region that is not registered.
+  grpc::Status oor = upload_region(*raw_, s, region, (1 << 16) - 8, 4);
+  EXPECT_EQ(oor.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_NE(oor.error_message().find(shm.name), std::string::npos) << oor.error_message();
+  EXPECT_EQ(upload_region(*raw_, s, region, -4, 1).error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_EQ(upload_region(*raw_, s, region + 99, 0, 4).error_code(), grpc::StatusCode::NOT_FOUND);
+  // A region of another session.
+  const uint64_t s2 = raw_->open_session();
+  EXPECT_EQ(upload_region(*raw_, s2, region, 0, 4).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // A good upload and a read back through the region; a read with too little room says so.
+  float* mem =
+      static_cast<float*>(mmap(nullptr, 1 << 16, PROT_READ | PROT_WRITE, MAP_SHARED, shm.fd, 0));
+  ASSERT_NE(mem, MAP_FAILED);
+  for (int i = 0; i < 4; ++i) mem[i] = static_cast<float>(i + 1);
+  uint64_t h = 0;
+  ASSERT_TRUE(upload_region(*raw_, s, region, 0, 4, &h).ok());
+  EXPECT_EQ(raw_->in_use("cpu:0") - base_, 16);
+  {
+    grpc::ClientContext ctx;
+    raw_->prepare(ctx, s);
+    v1::ReadRegionRequest req;
+    req.set_handle(h);
+    req.set_region(region);
+    req.set_offset(64);
+    v1::ReadRegionResponse resp;
+    ASSERT_TRUE(raw_->stub().ReadRegion(&ctx, req, &resp).ok());
+    EXPECT_TRUE(resp.written());
+    EXPECT_EQ(mem[16 + 3], 4.0f);
+  }
+  {
+    grpc::ClientContext ctx;
+    raw_->prepare(ctx, s);
+    v1::ReadRegionRequest req;
+    req.set_handle(h);
+    req.set_region(region);
+    req.set_max_bytes(8);
+    v1::ReadRegionResponse resp;
+    ASSERT_TRUE(raw_->stub().ReadRegion(&ctx, req, &resp).ok());
+    EXPECT_FALSE(resp.written());
+    EXPECT_EQ(resp.header().total_bytes(), 16);
+  }
+  // The owner shrinks the (unsealed) region under the broker: refused, no SIGBUS.
+  ASSERT_EQ(ftruncate(shm.fd, 0), 0);
+  grpc::Status shrunk = upload_region(*raw_, s, region, 0, 4);
+  EXPECT_EQ(shrunk.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(shrunk.error_message().find("now 0 bytes"), std::string::npos)
+      << shrunk.error_message();
+  munmap(mem, 1 << 16);
+  {
+    grpc::ClientContext ctx;
+    raw_->prepare(ctx, s);
+    v1::RegionRequest req;
+    req.set_region(region);
+    v1::UnregisterRegionResponse resp;
+    EXPECT_TRUE(raw_->stub().UnregisterRegion(&ctx, req, &resp).ok());
+  }
+  EXPECT_EQ(upload_region(*raw_, s, region, 0, 4).error_code(), grpc::StatusCode::NOT_FOUND);
+  for (uint64_t sess : {s, s2}) {
+    grpc::ClientContext ctx;
+    raw_->prepare(ctx, sess);
+    v1::CloseSessionRequest creq;
+    v1::CloseSessionResponse cresp;
+    EXPECT_TRUE(raw_->stub().CloseSession(&ctx, creq, &cresp).ok());
+  }
+  EXPECT_EQ(raw_->in_use_settled("cpu:0", base_), base_);
+  expect_still_serving();
+}
+
+TEST_F(BrokerFaults, TransportChoiceAndOverride) {
+  rpc::RemoteClientOptions o;
+  o.transport = "shm";
+  auto shm = rpc::RemoteClient::connect(broker_->address(), o);
+  ASSERT_TRUE(shm.ok()) << shm.status().to_string();
+  EXPECT_EQ((*shm)->transport(), "shm");
+  std::vector<float> v(300000);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
+  HostTensor t = f32(v, {300000});
+  auto h = (*shm)->upload(t.view(), "");
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  auto back = (*shm)->read(*h);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(std::memcmp(back->data(), t.data(), t.nbytes()), 0);
+  o.transport = "grpc";
+  auto g = rpc::RemoteClient::connect(broker_->address(), o);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ((*g)->transport(), "grpc");
+  o.transport = "carrier-pigeon";
+  auto bad = rpc::RemoteClient::connect(broker_->address(), o);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("carrier-pigeon"), std::string::npos);
+  shm->reset();
+  EXPECT_EQ(raw_->in_use_settled("cpu:0", base_), base_);
+}
+
+TEST_F(BrokerFaults, KilledClientProcessIsFreedAtOnceNotAtLeaseEnd) {
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&fa, out[0]);
+  std::string path = TENSORD_TEST_CLIENT_PATH, addr = broker_->address();
+  char* argv[] = {path.data(), addr.data(), nullptr};
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, path.c_str(), &fa, nullptr, argv, environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  close(out[1]);
+  std::string line;
+  char ch;
+  while (read(out[0], &ch, 1) == 1 && ch != '\n') line += ch;
+  close(out[0]);
+  ASSERT_EQ(line.rfind("ready ", 0), 0u) << "client process said '" << line << "'";
+  EXPECT_EQ(raw_->in_use("cpu:0") - base_, 4000);  // its live tensor (the upload is staged)
+  kill(pid, SIGKILL);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  // The shared broker's lease is 30 s: only the dropped connection frees the session this soon.
+  EXPECT_EQ(raw_->in_use_settled("cpu:0", base_), base_);
+  grpc::ClientContext ctx;
+  raw_->prepare(ctx, std::stoull(line.substr(6)));
+  v1::HeartbeatRequest req;
+  v1::HeartbeatResponse resp;
+  EXPECT_EQ(raw_->stub().Heartbeat(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  expect_still_serving();
+}
+
 // ---------------------------------------------------------------- brokers of their own
 
 Result<std::unique_ptr<BrokerProcess>> start_broker(std::vector<std::string> args,
@@ -625,6 +837,46 @@ TEST(BrokerProcesses, SessionMemoryLimitFlag) {
   ASSERT_TRUE(d.ok());
   HostTensor big = f32(std::vector<float>(100, 1.0f), {100});
   EXPECT_EQ((*d)->upload(big.view(), "").status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST(BrokerProcesses, TokenIsRequiredWhenConfigured) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("tensord-token-" + std::to_string(getpid())))
+          .string();
+  std::filesystem::create_directories(dir);
+  const std::string file = dir + "/token";
+  std::ofstream(file) << "s3cret-token\n";
+  auto b = start_broker({"--token-file", file});
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  unsetenv("TENSORD_TOKEN");
+  auto none = rpc::RemoteClient::connect((*b)->address());
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kUnauthenticated) << none.status().to_string();
+  EXPECT_NE(none.status().message().find("TENSORD_TOKEN"), std::string::npos);
+  rpc::RemoteClientOptions o;
+  o.token = "guess";
+  auto wrong = rpc::RemoteClient::connect((*b)->address(), o);
+  EXPECT_EQ(wrong.status().code(), StatusCode::kUnauthenticated);
+  EXPECT_NE(wrong.status().message().find("wrong token"), std::string::npos);
+  setenv("TENSORD_TOKEN", "s3cret-token", 1);
+  auto good = rpc::RemoteClient::connect((*b)->address());
+  unsetenv("TENSORD_TOKEN");
+  ASSERT_TRUE(good.ok()) << good.status().to_string();
+  HostTensor t = f32({1, 2}, {2});
+  auto h = (*good)->upload(t.view(), "");
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  EXPECT_EQ((*good)->read(*h)->to_double_vector(), (std::vector<double>{1, 2}));
+  // A raw call with a session but no token.
+  RawBroker raw((*b)->address());
+  grpc::ClientContext ctx;
+  raw.prepare(ctx, (*good)->session());
+  v1::HeartbeatRequest req;
+  v1::HeartbeatResponse resp;
+  EXPECT_EQ(raw.stub().Heartbeat(&ctx, req, &resp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  auto missing = start_broker({"--token-file", dir + "/nope"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("status 2"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(BrokerProcesses, BadServeFlagsAreUsageErrors) {

@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/elementwise_fusion.h"
 #include "backends/cpu/onednn_region.h"
 #include "core/graph_utils.h"
 #include "tensord/version.h"
@@ -90,7 +91,7 @@ struct Step {
   Status error;                           // compile-time failure: poisons the outputs
   std::vector<TensorType> output_types;   // from compile-time inference
   bool static_outputs = true;             // all output shapes known at compile time
-  std::shared_ptr<RegionKernel> region;   // a oneDNN region standing for several nodes
+  std::shared_ptr<FusedKernel> region;    // a fused step standing for several nodes
 };
 
 // Plain heap memory for compile-time constant folding (not accounted to any device).
@@ -196,7 +197,7 @@ class CpuExecutable final : public Executable {
     std::string out;
     for (const Step& st : steps_) {
       if (st.region) {
-        out += "OneDnnRegion " + st.node->name + "\n";
+        out += st.node->name + "\n";
       } else {
         out += fmt::format("{} '{}' [{}]\n", st.node->op, st.node->name,
                            st.kernel ? st.kernel->name : st.error.message());
@@ -298,7 +299,7 @@ class CpuExecutable final : public Executable {
   // The graph compiler's oneDNN regions (convolutional parts): each replaces its nodes' steps
   // by one step; the steps are then put back in dependency order.
   void form_regions(const GraphTypes& types) {
-    RegionGraph rg;
+    FusionGraph rg;
     for (const Step& st : steps_) rg.nodes.push_back(st.node);
     rg.type_of = [&types](const std::string& name) -> const TensorType* {
       auto it = types.values.find(name);
@@ -313,15 +314,22 @@ class CpuExecutable final : public Executable {
     rg.is_graph_output = [&graph_outputs](const std::string& name) {
       return graph_outputs.count(name) > 0;
     };
-    std::vector<Region> regions = build_onednn_regions(rg, &notes_);
+    std::vector<FusedGroup> regions = build_onednn_regions(rg, &notes_);
+    if (!std::getenv("TENSORD_NO_ELEMENTWISE_FUSION")) {
+      // Element-wise programs over what the regions left.
+      std::vector<bool> taken(steps_.size(), false);
+      for (const auto& r : regions)
+        for (size_t m : r.members) taken[m] = true;
+      for (auto& p : build_elementwise_programs(rg, taken)) regions.push_back(std::move(p));
+    }
     if (regions.empty()) return;
     std::vector<bool> replaced(steps_.size(), false);
     std::vector<Step> steps;
     for (auto& r : regions) {
       for (size_t m : r.members) replaced[m] = true;
       Node& node = region_nodes_.emplace_back();
-      node.op = "OneDnnRegion";
-      node.name = fmt::format("onednn_region{} [{}]", region_nodes_.size() - 1, r.kernel->describe());
+      node.op = "Fused";
+      node.name = fmt::format("fused{} [{}]", region_nodes_.size() - 1, r.kernel->describe());
       node.inputs = r.inputs;
       node.outputs = r.outputs;
       Step st;

@@ -64,7 +64,7 @@ bool is_f32_4d_static(const TensorType* t) {
 float scalar_of(const HostTensor& t) { return t.data<float>()[0]; }
 
 // The oneDNN eltwise steps of a unary op (HardSigmoid needs two), or an error.
-Result<std::vector<Eltwise>> eltwise_steps(const Node& node, const RegionGraph& g) {
+Result<std::vector<Eltwise>> eltwise_steps(const Node& node, const FusionGraph& g) {
   NodeAttrs a(node);
   const std::string& op = node.op;
   if (op == "Relu") return std::vector<Eltwise>{{Alg::eltwise_relu, 0, 0}};
@@ -119,7 +119,7 @@ bool broadcasts_to(const Shape& b, const Shape& a) {
 }
 
 // Node-level eligibility (the BatchNormalization rule needs the region and is checked there).
-bool eligible(const Node& node, const RegionGraph& g) {
+bool eligible(const Node& node, const FusionGraph& g) {
   if (!node.domain.empty() && node.domain != "ai.onnx") return false;
   const std::string& op = node.op;
   auto type = [&](size_t i) -> const TensorType* {
@@ -183,7 +183,7 @@ bool eligible(const Node& node, const RegionGraph& g) {
 
 // ---- the compiled region ----
 
-class DnnlRegion final : public RegionKernel {
+class DnnlRegion final : public FusedKernel {
  public:
   enum class SlotKind { kInput, kOutput, kArena, kOwned };
   struct Slot {
@@ -242,7 +242,7 @@ class DnnlRegion final : public RegionKernel {
   std::string describe() const override {
     std::map<std::string, int> counts;
     for (const Op& op : ops_) counts[op.kind]++;
-    std::string s = fmt::format("{} nodes as {} primitives (", nodes_, ops_.size());
+    std::string s = fmt::format("OneDnnRegion: {} nodes as {} primitives (", nodes_, ops_.size());
     bool first = true;
     for (const auto& [k, n] : counts) {
       s += fmt::format("{}{} {}", first ? "" : ", ", n, k);
@@ -268,9 +268,9 @@ memory::desc plain(const Shape& s) { return memory::desc(dims_of(s), DT::f32, Ta
 
 class RegionCompiler {
  public:
-  RegionCompiler(const RegionGraph& g, const Region& r) : g_(g), r_(r) {}
+  RegionCompiler(const FusionGraph& g, const FusedGroup& r) : g_(g), r_(r) {}
 
-  Result<std::unique_ptr<RegionKernel>> compile() {
+  Result<std::unique_ptr<FusedKernel>> compile() {
     out_ = std::make_unique<DnnlRegion>();
     out_->nodes_ = static_cast<int>(r_.members.size());
     // Uses of each value inside the region (member positions), for fusion decisions.
@@ -304,7 +304,7 @@ class RegionCompiler {
       add_reorder(it->second, dst);
     }
     plan_memory();
-    return std::unique_ptr<RegionKernel>(std::move(out_));
+    return std::unique_ptr<FusedKernel>(std::move(out_));
   }
 
  private:
@@ -472,10 +472,15 @@ class RegionCompiler {
           if (g_.constant(bn.inputs[i])->numel() != oc)
             return errors::InvalidArgument("BatchNormalization parameters do not match {} channels", oc);
         const int64_t per_oc = w.numel() / oc;
+        // In double, so each folded weight is rounded once.
         for (int64_t o = 0; o < oc; ++o) {
-          const float s = scale[o] / std::sqrt(var[o] + eps);
-          for (int64_t k = 0; k < per_oc; ++k) weights[static_cast<size_t>(o * per_oc + k)] *= s;
-          bias[static_cast<size_t>(o)] = (bias[static_cast<size_t>(o)] - mean[o]) * s + shift[o];
+          const double s = double(scale[o]) / std::sqrt(double(var[o]) + double(eps));
+          for (int64_t k = 0; k < per_oc; ++k) {
+            float& wk = weights[static_cast<size_t>(o * per_oc + k)];
+            wk = static_cast<float>(double(wk) * s);
+          }
+          float& bo = bias[static_cast<size_t>(o)];
+          bo = static_cast<float>((double(bo) - mean[o]) * s + shift[o]);
         }
         has_bias = true;
         fused_members_.insert(*c);
@@ -690,8 +695,8 @@ class RegionCompiler {
     out_->arena_bytes_ = static_cast<int64_t>(peak);
   }
 
-  const RegionGraph& g_;
-  const Region& r_;
+  const FusionGraph& g_;
+  const FusedGroup& r_;
   std::unique_ptr<DnnlRegion> out_;
   std::unordered_map<std::string, std::vector<size_t>> uses_;
   std::unordered_map<std::string, size_t> producer_;
@@ -703,100 +708,46 @@ class RegionCompiler {
 
 // ---- partitioning ----
 
-std::vector<Region> partition(const RegionGraph& g) {
-  const size_t n = g.nodes.size();
-  std::unordered_map<std::string, size_t> producer;
-  for (size_t i = 0; i < n; ++i)
-    for (const auto& o : g.nodes[i]->outputs)
-      if (!o.empty()) producer[o] = i;
-  std::unordered_map<std::string, std::vector<size_t>> consumers;
-  for (size_t i = 0; i < n; ++i) {
-    std::vector<std::string> reads = g.nodes[i]->inputs;
-    for (const auto& v : implicit_inputs(*g.nodes[i])) reads.push_back(v);
-    for (const auto& v : reads)
-      if (!v.empty()) consumers[v].push_back(i);
+std::string region_key(const FusionGraph& g, size_t i, const std::vector<int>& group_of,
+                       const std::unordered_map<std::string, size_t>& producer,
+                       const std::unordered_map<std::string, int>& uses) {
+  const Node& node = *g.nodes[i];
+  if (!eligible(node, g)) return "";
+  if (node.op == "BatchNormalization") {
+    // Only folded into the Conv producing its input (its only consumer), in a region.
+    auto p = producer.find(node.inputs[0]);
+    auto u = uses.find(node.inputs[0]);
+    if (p == producer.end() || g.nodes[p->second]->op != "Conv" || group_of[p->second] < 0 ||
+        u == uses.end() || u->second != 1 || g.is_graph_output(node.inputs[0]))
+      return "";
   }
-  std::vector<int> region_of(n, -1);
-  std::vector<std::vector<size_t>> groups;
-  int open = -1;
-  std::unordered_set<std::string> tainted;  // outside values that depend on the open region
-  auto in_open = [&](const std::string& v) {
-    auto p = producer.find(v);
-    return p != producer.end() && region_of[p->second] == open && open >= 0;
-  };
-  for (size_t i = 0; i < n; ++i) {
-    const Node& node = *g.nodes[i];
-    std::vector<std::string> reads = node.inputs;
-    for (const auto& v : implicit_inputs(node)) reads.push_back(v);
-    bool ok = eligible(node, g);
-    if (ok && node.op == "BatchNormalization") {
-      // Only folded into the Conv producing its input, in the same region.
-      auto p = producer.find(node.inputs[0]);
-      ok = p != producer.end() && g.nodes[p->second]->op == "Conv" && open >= 0 &&
-           region_of[p->second] == open && consumers[node.inputs[0]].size() == 1 &&
-           !g.is_graph_output(node.inputs[0]);
-    }
-    if (ok) {
-      bool joins = open >= 0;
-      for (const auto& v : reads)
-        if (!v.empty() && tainted.count(v)) joins = false;
-      if (!joins) {
-        groups.emplace_back();
-        open = static_cast<int>(groups.size() - 1);
-        tainted.clear();
-      }
-      region_of[i] = open;
-      groups[static_cast<size_t>(open)].push_back(i);
-      continue;
-    }
-    bool depends = false;
-    for (const auto& v : reads)
-      if (!v.empty() && (tainted.count(v) || in_open(v))) depends = true;
-    if (depends)
-      for (const auto& o : node.outputs)
-        if (!o.empty()) tainted.insert(o);
-  }
-  // Regions worth compiling have a Conv; inputs and outputs from the members' edges.
-  std::vector<Region> regions;
-  for (size_t gi = 0; gi < groups.size(); ++gi) {
-    const auto& members = groups[gi];
-    bool has_conv = false;
-    for (size_t i : members) has_conv |= g.nodes[i]->op == "Conv";
-    if (!has_conv) continue;
-    Region r;
-    r.members = members;
-    std::unordered_set<std::string> seen;
-    for (size_t i : members) {
-      for (const auto& v : g.nodes[i]->inputs) {
-        if (v.empty() || seen.count(v) || g.constant(v)) continue;
-        auto p = producer.find(v);
-        if (p != producer.end() && region_of[p->second] == static_cast<int>(gi)) continue;
-        seen.insert(v);
-        r.inputs.push_back(v);
-      }
-    }
-    for (size_t i : members) {
-      for (const auto& o : g.nodes[i]->outputs) {
-        if (o.empty()) continue;
-        bool out = g.is_graph_output(o);
-        for (size_t c : consumers[o])
-          if (region_of[c] != static_cast<int>(gi)) out = true;
-        if (out) r.outputs.push_back(o);
-      }
-    }
-    regions.push_back(std::move(r));
-  }
-  return regions;
+  return "onednn";
 }
 
 }  // namespace
 
-std::vector<Region> build_onednn_regions(const RegionGraph& g, std::vector<std::string>* notes) {
-  std::vector<Region> regions = partition(g);
-  std::vector<Region> compiled;
+std::vector<FusedGroup> build_onednn_regions(const FusionGraph& g,
+                                             std::vector<std::string>* notes) {
+  std::unordered_map<std::string, size_t> producer;
+  std::unordered_map<std::string, int> uses;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (const auto& o : g.nodes[i]->outputs)
+      if (!o.empty()) producer[o] = i;
+    for (const auto& v : g.nodes[i]->inputs)
+      if (!v.empty()) uses[v]++;
+    for (const auto& v : implicit_inputs(*g.nodes[i])) uses[v]++;
+  }
+  std::vector<FusedGroup> regions =
+      partition_graph(g, [&](size_t i, const std::vector<int>& group_of) {
+        return region_key(g, i, group_of, producer, uses);
+      });
+  std::vector<FusedGroup> compiled;
   for (auto& r : regions) {
+    bool has_conv = false;
+    for (size_t m : r.members) has_conv |= g.nodes[m]->op == "Conv";
+    if (!has_conv) continue;  // blocked layouts only pay off around convolutions
     if (r.outputs.empty()) continue;  // nothing leaves it: dead code, let the executor skip it
-    Result<std::unique_ptr<RegionKernel>> k = errors::Internal("not compiled");
+    Result<std::unique_ptr<FusedKernel>> k = errors::Internal("not compiled");
     try {
       RegionCompiler compiler(g, r);
       k = compiler.compile();

@@ -18,54 +18,16 @@
 // (poisoning, accounting, the reference kernels) is unchanged.
 #pragma once
 
-#include <cstdint>
-#include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "backends/cpu/kernel.h"
-#include "engine/backend.h"
+#include "backends/cpu/fusion.h"
 
 namespace tensord::cpu {
 
-// What the partitioner may know about the graph being compiled.
-struct RegionGraph {
-  // Runnable nodes in topological order (nodes folded to constants are not listed).
-  std::vector<const Node*> nodes;
-  // The inferred type of a value, or nullptr when unknown or failed.
-  std::function<const TensorType*(const std::string&)> type_of;
-  // A value known at compile time (initializer or folded constant), or nullptr.
-  std::function<const HostTensor*(const std::string&)> constant;
-  // Whether a value is a graph output (it must then leave the region in plain layout).
-  std::function<bool(const std::string&)> is_graph_output;
-};
-
-// A compiled region: plain inputs in, plain outputs out.
-class RegionKernel {
- public:
-  virtual ~RegionKernel() = default;
-  // `inputs` / `outputs` follow Region::inputs / Region::outputs; outputs are allocated by
-  // the caller with the inferred types. Scratch memory comes from `allocator`.
-  virtual Status run(const std::vector<TensorView>& inputs,
-                     const std::vector<MutableTensorView>& outputs, Allocator& allocator) = 0;
-  // Bytes of the intermediate arena (the static memory plan's peak) and of reordered weights.
-  virtual int64_t arena_bytes() const = 0;
-  virtual int64_t weight_bytes() const = 0;
-  // "27 ops (17 Conv, 10 fused post-ops), 3 reorders" — for profiles and logs.
-  virtual std::string describe() const = 0;
-};
-
-struct Region {
-  std::vector<size_t> members;       // indices into RegionGraph::nodes, topological order
-  std::vector<std::string> inputs;   // non-constant values read from outside, in first-use order
-  std::vector<std::string> outputs;  // values used outside the region or graph outputs
-  std::unique_ptr<RegionKernel> kernel;
-};
-
 // Finds the regions of `g` and compiles each. A region oneDNN cannot compile is dropped (its
 // nodes keep their per-node kernels); the reason goes to `notes` when given.
-std::vector<Region> build_onednn_regions(const RegionGraph& g,
-                                         std::vector<std::string>* notes = nullptr);
+std::vector<FusedGroup> build_onednn_regions(const FusionGraph& g,
+                                             std::vector<std::string>* notes = nullptr);
 
 }  // namespace tensord::cpu

@@ -1,0 +1,462 @@
+"""tensord next to ONNX Runtime and PyTorch on the same ONNX files, side by side.
+
+usage: /usr/bin/python3 bench/compare.py [--models mobilenet_v2,resnet50] [--batches 1,8]
+           [--examples N] [--warmup W] [--threads T] [--tensord PATH] [--cache DIR]
+           [--no-memory] [--json | --markdown]
+
+For each model and batch size: exports torchvision's model with torch.onnx.export (opset 13;
+seeded weights, BatchNorm statistics made non-trivial so folding them matters) into the cache
+folder with an input and PyTorch's eager output as an ONNX test_data_set_0, then runs on that
+file and input
+  - tensord:      `tensord bench --model FILE --data DIR --batch-size B --examples N --json`
+  - ONNX Runtime: bench/peers/onnxruntime.js (onnxruntime-node, graph optimisation 'all')
+  - PyTorch:      bench/peers/torch.py (jit freeze + optimize_for_inference)
+with the same threads, and prints ms/example and the ratio tensord / ONNX Runtime, plus the
+machine. The peers' outputs are checked against PyTorch's eager output. With the memory check
+on (default), a MobileNetV2 batch-1 run of tensord and of ONNX Runtime is repeated under
+`/usr/bin/time -v` and the peak RSS ratio printed.
+
+A part that is missing (no tensord binary or no `bench` command yet, no node_modules, no
+PyTorch) is reported as such in its column; the rest still runs.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+ORT_PEER = os.path.join(HERE, "peers", "onnxruntime.js")
+TORCH_PEER = os.path.join(HERE, "peers", "torch.py")
+MODELS = ("mobilenet_v2", "resnet50")
+
+
+# ---- the machine ----
+
+def machine():
+    model, flags = "unknown CPU", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and model == "unknown CPU":
+                    model = " ".join(value.split())
+                elif key == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE"
+    return {"cpu": model, "cores": os.cpu_count() or 1, "isa": isa}
+
+
+def machine_line(m):
+    return f"{m['cpu']}, {m['cores']} cores, {m['isa']}"
+
+
+# ---- the models: torchvision -> ONNX (opset 13) + a test_data_set ----
+
+def save_pb(path, array):
+    from onnx import numpy_helper
+    with open(path, "wb") as f:
+        f.write(numpy_helper.from_array(array).SerializeToString())
+
+
+def export(cache, name, batch):
+    """cache/NAME_bB/{model.onnx, input.npy, test_data_set_0/{input_0,output_0}.pb}."""
+    folder = os.path.join(cache, f"{name}_b{batch}")
+    model_path = os.path.join(folder, "model.onnx")
+    data = os.path.join(folder, "test_data_set_0")
+    input_npy = os.path.join(folder, "input.npy")
+    expected_npy = os.path.join(folder, "expected.npy")
+    done = [model_path, input_npy, expected_npy, os.path.join(data, "output_0.pb")]
+    if all(os.path.exists(p) for p in done):
+        return folder
+    import torch
+    import torchvision
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)()
+    # BatchNorm like a trained network's: random scale and shift, running statistics measured
+    # on a calibration batch (so activations stay O(1) through the depth and folding BatchNorm
+    # into the convolutions really changes their weights).
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.weight.copy_(0.5 + torch.rand(m.num_features, generator=g))
+                m.bias.copy_(0.1 * torch.randn(m.num_features, generator=g))
+                m.reset_running_stats()
+                m.momentum = None  # cumulative average: exactly the calibration batch's
+        model.train()
+        model(torch.randn(8, 3, 224, 224, generator=g))
+    model.eval()
+    x = np.random.default_rng(batch).standard_normal((batch, 3, 224, 224)).astype(np.float32)
+    with torch.no_grad():
+        y = model(torch.from_numpy(x)).numpy()
+    tmp = tempfile.mkdtemp(dir=cache)
+    try:
+        torch.onnx.export(model, torch.from_numpy(x), os.path.join(tmp, "model.onnx"),
+                          opset_version=13, input_names=["input"], output_names=["output"])
+        os.makedirs(os.path.join(tmp, "test_data_set_0"))
+        save_pb(os.path.join(tmp, "test_data_set_0", "input_0.pb"), x)
+        save_pb(os.path.join(tmp, "test_data_set_0", "output_0.pb"), y)
+        np.save(os.path.join(tmp, "input.npy"), x)
+        np.save(os.path.join(tmp, "expected.npy"), y)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+# ---- running the three ----
+
+def last_json_line(text):
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return None
+
+
+def run_json(cmd, timeout):
+    """Runs cmd; returns (json or None, error string or None)."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError as e:
+        return None, f"cannot start {cmd[0]}: {e.strerror}"
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout} s"
+    doc = last_json_line(p.stdout)
+    # `tensord bench` exits 1 on a correctness FAIL but still prints its figures.
+    if doc is None or (p.returncode != 0 and "per_example_s" not in doc):
+        err = (p.stderr.strip().splitlines() or p.stdout.strip().splitlines() or ["no output"])
+        return None, f"exit {p.returncode}: {err[-1][:300]}"
+    if p.returncode != 0:
+        doc["exit_code"] = p.returncode
+    return doc, None
+
+
+def find_tensord(explicit):
+    if explicit:
+        return explicit if os.path.exists(explicit) else None
+    for d in ("build", "build-bench", "build-peers"):
+        p = os.path.join(ROOT, d, "tensord")
+        if os.path.exists(p):
+            return p
+    return shutil.which("tensord")
+
+
+def has_bench_command(tensord):
+    try:
+        p = subprocess.run([tensord, "bench", "--help"], capture_output=True, text=True,
+                           timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return p.returncode == 0 and "--model" in p.stdout
+
+
+def peer_args(folder, a, batch, out):
+    return ["--model", os.path.join(folder, "model.onnx"),
+            "--input", "input=" + os.path.join(folder, "input.npy"),
+            "--examples", str(a.examples * batch if a.per_batch else a.examples),
+            "--batch-size", str(batch), "--warmup", str(a.warmup), "--threads", str(a.threads),
+            "--outputs", out]
+
+
+def vs_eager(out_path, expected):
+    """An output against PyTorch eager's: `match` is the tests' criterion (rtol 1e-3, atol 1e-4
+    of the output's scale, as tests/models/test_zoo_vs_torch.py); plaidbench_fail_ratio is
+    plaidbench's element-wise check (|ref - out| <= 1e-6 + 5e-4 |ref|), which fp32 networks from
+    different libraries seldom pass exactly on elements near zero."""
+    try:
+        y = np.load(out_path)
+    except (OSError, ValueError) as e:
+        return {"match": False, "error": f"unreadable output ({e})"}
+    if y.shape != expected.shape:
+        return {"match": False, "error": f"shape {list(y.shape)} != {list(expected.shape)}"}
+    y, ref = y.astype(np.float64), expected.astype(np.float64)
+    scale = max(float(np.abs(ref).max()), 1e-30)
+    diff = np.abs(ref - y)
+    plaid_bad = ~(diff <= 1e-6 + 5e-4 * np.abs(ref))  # NaN compares False: counted as bad
+    return {"match": bool(np.allclose(y, ref, rtol=1e-3, atol=1e-4 * scale)),
+            "max_abs_error": float(np.nanmax(diff)) if np.isfinite(diff).any() else None,
+            "max_error_of_scale": float(np.nanmax(diff)) / scale,
+            "plaidbench_fail_ratio": float(plaid_bad.mean())}
+
+
+def first_npy(folder):
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".npy")) \
+        if os.path.isdir(folder) else []
+    return os.path.join(folder, "output.npy" if "output.npy" in names else names[0]) \
+        if names else None
+
+
+def run_tensord(tensord, folder, a, batch, expected):
+    if not tensord:
+        return {"available": False, "reason": "no tensord binary (build it, or pass --tensord)"}
+    if not has_bench_command(tensord):
+        return {"available": False, "reason": f"{tensord} has no `bench` command yet"}
+    examples = a.examples * batch if a.per_batch else a.examples
+    out = tempfile.mkdtemp(prefix="tensord-", dir=a.cache)
+    try:
+        cmd = [tensord, "bench", "--model", os.path.join(folder, "model.onnx"),
+               "--data", os.path.join(folder, "test_data_set_0"), "--batch-size", str(batch),
+               "--examples", str(examples), "--warmup", str(a.warmup), "--json",
+               "--outputs", out]
+        doc, err = run_json(cmd, a.timeout)
+        if doc is None:
+            return {"available": False, "reason": f"tensord bench failed: {err}"}
+        doc["available"] = True
+        path = first_npy(out)
+        if path:
+            doc["vs_torch_eager"] = vs_eager(path, expected)
+        return doc
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def run_peer(kind, folder, a, batch, expected):
+    out = tempfile.mkdtemp(prefix=f"{kind}-", dir=a.cache)
+    try:
+        if kind == "onnxruntime":
+            node = shutil.which("node")
+            if not node:
+                return {"available": False, "reason": "node is not installed"}
+            cmd = [node, ORT_PEER]
+        else:
+            cmd = ["/usr/bin/python3", TORCH_PEER]
+            name = os.path.basename(folder).rsplit("_b", 1)[0]
+            cmd += ["--network", name]
+        doc, err = run_json(cmd + peer_args(folder, a, batch, out), a.timeout)
+        if doc is None:
+            return {"available": False, "reason": f"{kind} peer failed: {err}"}
+        if doc.get("available") and doc.get("outputs"):
+            doc["vs_torch_eager"] = vs_eager(next(iter(doc["outputs"].values())), expected)
+            del doc["outputs"]  # the temp folder goes away
+        return doc
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+# ---- peak memory ----
+
+def max_rss_kib(cmd, timeout):
+    time_bin = "/usr/bin/time"
+    if not os.path.exists(time_bin):
+        return None, "/usr/bin/time is not installed (apt install time)"
+    try:
+        p = subprocess.run([time_bin, "-v"] + cmd, capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout} s"
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
+    doc = last_json_line(p.stdout)
+    # A run that completed (its JSON has the timings) counts even when it exits 1, as
+    # `tensord bench` does on a correctness FAIL.
+    completed = p.returncode == 0 or (doc is not None and "per_example_s" in doc)
+    if not completed or not m:
+        lines = [ln for ln in p.stderr.splitlines()
+                 if ln and not ln.startswith("\t") and not ln.startswith("Command exited")]
+        return None, f"exit {p.returncode}: {(lines or ['no output'])[-1][:300]}"
+    if doc is not None and doc.get("available") is False:
+        return None, doc.get("reason", "not available")
+    return int(m.group(1)), None
+
+
+def memory(tensord, a):
+    folder = export(a.cache, "mobilenet_v2", 1)
+    model = os.path.join(folder, "model.onnx")
+    n = str(min(a.examples, 32))
+    res = {"model": "mobilenet_v2", "batch": 1, "examples": int(n)}
+    if tensord and has_bench_command(tensord):
+        kib, err = max_rss_kib([tensord, "bench", "--model", model, "--data",
+                                os.path.join(folder, "test_data_set_0"), "--batch-size", "1",
+                                "--examples", n, "--warmup", "1", "--json"], a.timeout)
+        res["tensord_max_rss_kib"], res["tensord_error"] = kib, err
+    else:
+        res["tensord_error"] = "no tensord with a `bench` command"
+    node = shutil.which("node")
+    if node:
+        kib, err = max_rss_kib([node, ORT_PEER, "--model", model, "--input",
+                                "input=" + os.path.join(folder, "input.npy"), "--examples", n,
+                                "--warmup", "1", "--threads", str(a.threads)], a.timeout)
+        res["onnxruntime_max_rss_kib"], res["onnxruntime_error"] = kib, err
+    else:
+        res["onnxruntime_error"] = "node is not installed"
+    t, o = res.get("tensord_max_rss_kib"), res.get("onnxruntime_max_rss_kib")
+    res["ratio"] = t / o if t and o else None
+    return res
+
+
+# ---- output ----
+
+def ms(doc):
+    if not doc or not doc.get("available"):
+        return None
+    return 1e3 * doc["per_example_s"]
+
+
+def rows_of(results):
+    rows = []
+    for r in results:
+        t, o, p = ms(r["tensord"]), ms(r["onnxruntime"]), ms(r["torch"])
+        rows.append({"model": r["model"], "batch": r["batch"], "tensord_ms": t, "onnxruntime_ms": o,
+                     "torch_ms": p, "ratio_vs_onnxruntime": t / o if t and o else None})
+    return rows
+
+
+def fmt(v, spec):
+    return "n/a" if v is None else format(v, spec)
+
+
+def print_table(results, mem, m, markdown):
+    rows = rows_of(results)
+    mach = machine_line(m)
+    head = ["model", "batch", "tensord ms/ex", "ONNX Runtime", "PyTorch", "tensord/ORT", "machine"]
+    body = [[r["model"], str(r["batch"]), fmt(r["tensord_ms"], ".2f"),
+             fmt(r["onnxruntime_ms"], ".2f"), fmt(r["torch_ms"], ".2f"),
+             fmt(r["ratio_vs_onnxruntime"], ".2f") + ("x" if r["ratio_vs_onnxruntime"] else ""),
+             mach] for r in rows]
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "|".join("---" if i in (0, 6) else "---:" for i in range(len(head))) + "|")
+        for b in body:
+            print("| " + " | ".join(b) + " |")
+    else:
+        widths = [max(len(x[i]) for x in [head] + body) for i in range(len(head) - 1)]
+        print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+        for b in body:
+            print("  ".join(c.ljust(w) for c, w in zip(b, widths)))
+        print(f"machine: {mach}")
+    for r in results:
+        for kind in ("tensord", "onnxruntime", "torch"):
+            d = r[kind]
+            if not d.get("available"):
+                print(f"{'- ' if markdown else ''}{r['model']} b{r['batch']} {kind}: "
+                      f"{d.get('reason', 'not available')}")
+            elif d.get("note"):
+                print(f"{'- ' if markdown else ''}{r['model']} b{r['batch']} {kind}: {d['note']}")
+        checks = []
+        for kind in ("tensord", "onnxruntime", "torch"):
+            c = r[kind].get("vs_torch_eager")
+            if isinstance(c, dict):
+                detail = c.get("error") or (
+                    f"max error {fmt(c.get('max_error_of_scale'), '.1e')} of the scale, "
+                    f"plaidbench fail_ratio {fmt(c.get('plaidbench_fail_ratio'), '.2g')}")
+                checks.append(f"{kind} {'match' if c.get('match') else 'DIFFER'} ({detail})")
+        if checks:
+            print(f"{'- ' if markdown else '  '}{r['model']} b{r['batch']} outputs vs PyTorch "
+                  "eager: " + ", ".join(checks))
+    if mem:
+        t, o = mem.get("tensord_max_rss_kib"), mem.get("onnxruntime_max_rss_kib")
+        line = (f"peak RSS, MobileNetV2 batch 1 ({mem['examples']} examples, /usr/bin/time -v): "
+                f"tensord {fmt(t and t / 1024, '.0f')} MiB, ONNX Runtime (node) "
+                f"{fmt(o and o / 1024, '.0f')} MiB, ratio {fmt(mem['ratio'], '.2f')}")
+        print(("\n" if markdown else "") + line)
+        for k in ("tensord_error", "onnxruntime_error"):
+            if mem.get(k):
+                print(f"  {k.split('_')[0]}: {mem[k]}")
+
+
+def parse_list(text, conv=str):
+    return [conv(x) for x in text.split(",") if x.strip()]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default=",".join(MODELS), help="comma list (mobilenet_v2,resnet50)")
+    p.add_argument("--batches", default="1,8", help="comma list of batch sizes (default 1,8)")
+    p.add_argument("--examples", type=int, default=64,
+                   help="timed examples per run (default 64; plaidbench uses 1024)")
+    p.add_argument("--per-batch", action="store_true",
+                   help="--examples counts batches, not examples")
+    p.add_argument("--warmup", type=int, default=8, help="untimed examples (default 8)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--tensord", default="", help="the tensord binary (default: build/tensord)")
+    p.add_argument("--cache", default=os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "tensord-bench"),
+        help="where exported models are kept")
+    p.add_argument("--peers", default="onnxruntime,torch", help="comma list, or '' for none")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-RSS runs")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per run")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    out.add_argument("--markdown", action="store_true", help="a Markdown table (the README's)")
+    a = p.parse_args()
+
+    models = parse_list(a.models)
+    for mname in models:
+        if mname not in MODELS:
+            p.error(f"unknown model '{mname}' (known: {', '.join(MODELS)})")
+    try:
+        batches = parse_list(a.batches, int)
+    except ValueError:
+        p.error(f"--batches must be a comma list of integers, got '{a.batches}'")
+    if not batches or any(b < 1 for b in batches) or a.examples < 1 or a.warmup < 0:
+        p.error("batch sizes and --examples must be >= 1, --warmup >= 0")
+    if not a.per_batch:
+        bad = [b for b in batches if a.examples % b]
+        if bad:
+            p.error(f"--examples {a.examples} is not divisible by batch size {bad[0]}")
+    peers = parse_list(a.peers)
+    for peer in peers:
+        if peer not in ("onnxruntime", "torch"):
+            p.error(f"unknown peer '{peer}' (known: onnxruntime, torch)")
+    try:
+        import torch  # noqa: F401
+        import torchvision  # noqa: F401
+        import onnx  # noqa: F401
+    except ImportError as e:
+        sys.exit(f"compare.py: exporting the models needs PyTorch, torchvision and onnx ({e}); "
+                 "run scripts/setup.sh")
+    os.makedirs(a.cache, exist_ok=True)
+
+    tensord = find_tensord(a.tensord)
+    if a.tensord and not tensord:
+        sys.exit(f"compare.py: --tensord {a.tensord}: no such file")
+    log = sys.stderr
+    m = machine()
+    results = []
+    for mname in models:
+        for batch in batches:
+            print(f"[{mname} batch {batch}] exporting ...", file=log, flush=True)
+            folder = export(a.cache, mname, batch)
+            expected = np.load(os.path.join(folder, "expected.npy"))
+            r = {"model": mname, "batch": batch}
+            t0 = time.time()
+            r["tensord"] = run_tensord(tensord, folder, a, batch, expected)
+            for peer in ("onnxruntime", "torch"):
+                r[peer] = (run_peer(peer, folder, a, batch, expected) if peer in peers
+                           else {"available": False, "reason": "not requested"})
+            summary = ", ".join(f"{k} {fmt(ms(r[k]), '.2f')} ms"
+                                for k in ("tensord", "onnxruntime", "torch"))
+            print(f"[{mname} batch {batch}] {summary} ({time.time() - t0:.0f} s)", file=log,
+                  flush=True)
+            results.append(r)
+    mem = None
+    if not a.no_memory:
+        print("[memory] mobilenet_v2 batch 1 under /usr/bin/time -v ...", file=log, flush=True)
+        mem = memory(tensord, a)
+
+    if a.json:
+        print(json.dumps({"machine": m, "threads": a.threads, "examples": a.examples,
+                          "warmup": a.warmup, "rows": rows_of(results), "runs": results,
+                          "memory": mem}))
+    else:
+        print_table(results, mem, m, a.markdown)
+
+
+if __name__ == "__main__":
+    main()

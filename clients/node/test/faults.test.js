@@ -1,0 +1,98 @@
+'use strict';
+// Faults with real processes: no broker at the address, a broker killed under a connected
+// client (every call then rejects with UNAVAILABLE instead of hanging), the session memory
+// limit (RESOURCE_EXHAUSTED), a lapsed lease. The per-test timeouts only guard against hangs.
+
+const { test } = require('node:test');
+const assert = require('node:assert/strict');
+const os = require('os');
+const path = require('path');
+const td = require('..');
+const { startBroker, rejectsWith } = require('./helpers');
+
+test('no broker at the address: UNAVAILABLE naming it', { timeout: 15000 }, async () => {
+  const address = `unix:${path.join(os.tmpdir(), `tensord-node-nobody-${process.pid}.sock`)}`;
+  const err = await rejectsWith(td.connect(address), 'UNAVAILABLE');
+  assert.ok(err.message.includes(address), err.message);
+  await rejectsWith(td.connect('127.0.0.1:1'), 'UNAVAILABLE', /127\.0\.0\.1:1/);
+  await rejectsWith(td.connect(''), 'INVALID_ARGUMENT', /no broker address/);
+});
+
+test('broker killed: calls reject with UNAVAILABLE, close() does not hang', { timeout: 20000 }, async () => {
+  const broker = await startBroker();
+  const c = await td.connect(broker.address);
+  const a = await c.upload(new Float32Array([1, 2, 3]));
+  assert.deepEqual(Array.from((await c.read(a)).data), [1, 2, 3]);
+  await broker.kill();  // SIGKILL: no goodbye
+  await rejectsWith(c.read(a), 'UNAVAILABLE', /is unavailable/);
+  await rejectsWith(c.upload(new Float32Array([4])), 'UNAVAILABLE');
+  await rejectsWith(c.upload(new Float32Array(1 << 20)), 'UNAVAILABLE');  // streamed
+  await rejectsWith(c.add(a, a), 'UNAVAILABLE');
+  await rejectsWith(c.devices(), 'UNAVAILABLE');
+  await rejectsWith(c.loadOnnx(path.join(__dirname, 'fixtures', 'mlp', 'model.onnx')), 'UNAVAILABLE');
+  await c.close();
+});
+
+test('session memory limit: RESOURCE_EXHAUSTED, the session keeps working', { timeout: 20000 }, async () => {
+  const broker = await startBroker(['--session-memory-limit', '4096']);
+  try {
+    const c = await td.connect(broker.address);
+    assert.equal(c.memoryLimit, 4096);
+    const a = await c.upload(new Float32Array(512));  // 2048 bytes
+    await rejectsWith(c.upload(new Float32Array(1024)), 'RESOURCE_EXHAUSTED', /memory limit/);
+    await a.release();
+    const b = await c.upload(new Float32Array(1024));  // fits now
+    assert.equal((await b.read()).data.length, 1024);
+    // A client may ask for less than the broker's limit, not more.
+    const small = await td.connect(broker.address, { memoryLimit: 100 });
+    assert.equal(small.memoryLimit, 100);
+    await rejectsWith(small.upload(new Float32Array(26)), 'RESOURCE_EXHAUSTED');
+    await small.close();
+    await c.close();
+  } finally {
+    assert.equal(await broker.stop(), 0);
+  }
+});
+
+test('a lapsed lease: the session is gone (NOT_FOUND), heartbeats keep a live one', { timeout: 20000 }, async () => {
+  const broker = await startBroker(['--lease-seconds', '1']);
+  try {
+    const live = await td.connect(broker.address);  // heartbeats every ~333 ms
+    const h = await live.upload(new Float32Array([5]));
+    const dead = await td.connect(broker.address);
+    clearInterval(dead._heartbeat);  // this one stops beating
+    const d = await dead.upload(new Float32Array([6]));
+    await new Promise((r) => setTimeout(r, 2500));
+    await rejectsWith(dead.read(d), 'NOT_FOUND', /session/);
+    assert.deepEqual(Array.from((await live.read(h)).data), [5]);
+    await dead.close();
+    await live.close();
+  } finally {
+    assert.equal(await broker.stop(), 0);
+  }
+});
+
+test('attach: a client process killed mid-session has its memory freed at once', { timeout: 30000 }, async () => {
+  const { spawn } = require('child_process');
+  const broker = await startBroker(['--lease-seconds', '600']);  // only Attach can free it soon
+  try {
+    const c = await td.connect(broker.address);
+    const inUse = async () => (await c.devices()).find((d) => d.name === 'cpu:0').memoryInUse;
+    const baseline = await inUse();
+    const child = spawn(process.execPath, ['-e', `
+      const td = require(${JSON.stringify(path.join(__dirname, '..'))});
+      td.connect(${JSON.stringify(broker.address)}, { attach: true })
+        .then((c) => c.upload(new Float32Array(1 << 18)))
+        .then(() => console.log('uploaded'));`], { stdio: ['ignore', 'pipe', 'inherit'] });
+    await new Promise((resolve, reject) => {
+      child.stdout.on('data', (d) => { if (String(d).includes('uploaded')) resolve(); });
+      child.on('exit', (code) => reject(new Error(`client exited with ${code} before uploading`)));
+    });
+    assert.ok(await inUse() >= baseline + (1 << 20), 'the child\'s megabyte is held');
+    child.kill('SIGKILL');
+    while (await inUse() !== baseline) await new Promise((r) => setTimeout(r, 50));
+    await c.close();
+  } finally {
+    assert.equal(await broker.stop(), 0);
+  }
+});

@@ -1,0 +1,316 @@
+#include "backends/cpu/elementwise_fusion.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <unordered_map>
+
+#include "backends/cpu/onednn_common.h"
+#include "core/errors.h"
+#include "core/node_attrs.h"
+
+namespace tensord::cpu {
+namespace {
+
+constexpr int64_t kBlock = 512;      // values per block: every register stays in L1
+constexpr int kMaxRegisters = 24;
+constexpr int64_t kParallelMin = 1 << 15;  // below this, threads cost more than they save
+
+enum class Op : uint8_t {
+  kAdd, kSub, kMul, kDiv, kMax, kMin,                              // binary
+  kRelu, kNeg, kAbs, kSqrt, kExp, kLog, kTanh, kSigmoid, kReciprocal, kFloor, kCeil,
+  kLeakyRelu, kElu, kHardSigmoid, kHardSwish, kSoftplus, kClip, kErf  // unary
+};
+
+const std::map<std::string, Op>& op_table() {
+  static const std::map<std::string, Op> t = {
+      {"Add", Op::kAdd},         {"Sub", Op::kSub},           {"Mul", Op::kMul},
+      {"Div", Op::kDiv},         {"Max", Op::kMax},           {"Min", Op::kMin},
+      {"Relu", Op::kRelu},       {"Neg", Op::kNeg},           {"Abs", Op::kAbs},
+      {"Sqrt", Op::kSqrt},       {"Exp", Op::kExp},           {"Log", Op::kLog},
+      {"Tanh", Op::kTanh},       {"Sigmoid", Op::kSigmoid},   {"Reciprocal", Op::kReciprocal},
+      {"Floor", Op::kFloor},     {"Ceil", Op::kCeil},         {"LeakyRelu", Op::kLeakyRelu},
+      {"Elu", Op::kElu},         {"HardSigmoid", Op::kHardSigmoid},
+      {"HardSwish", Op::kHardSwish}, {"Softplus", Op::kSoftplus}, {"Clip", Op::kClip},
+      {"Erf", Op::kErf}};
+  return t;
+}
+
+bool is_binary(Op op) { return op <= Op::kMin; }
+
+// An operand: a register, a group input (full or one value), or a constant scalar.
+struct Operand {
+  enum Kind : uint8_t { kReg, kInput, kInputScalar, kScalar } kind = kScalar;
+  int index = 0;
+  float value = 0;
+};
+
+struct Instr {
+  Op op;
+  int dst = 0;
+  Operand a, b;
+  float alpha = 0, beta = 0;
+};
+
+float sigmoidf(float x) {
+  if (x >= 0) return 1.0f / (1.0f + std::exp(-x));
+  const float e = std::exp(x);
+  return e / (1.0f + e);
+}
+
+class ElementwiseProgram final : public FusedKernel {
+ public:
+  std::vector<Instr> code;
+  std::vector<std::pair<int, int>> stores;  // (register, output index)
+  int registers = 0;
+  int64_t numel = 0;
+  std::string summary;
+
+  Status run(const std::vector<TensorView>& inputs, const std::vector<MutableTensorView>& outputs,
+             Allocator&) override {
+    std::vector<const float*> in(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) in[i] = inputs[i].as<float>();
+    std::vector<float*> out(outputs.size());
+    for (size_t i = 0; i < outputs.size(); ++i) out[i] = outputs[i].as<float>();
+    const int64_t blocks = (numel + kBlock - 1) / kBlock;
+    if (numel >= kParallelMin && compute_threads() > 1) {
+#pragma omp parallel for num_threads(compute_threads()) schedule(static)
+      for (int64_t b = 0; b < blocks; ++b) run_block(b, in, out);
+    } else {
+      for (int64_t b = 0; b < blocks; ++b) run_block(b, in, out);
+    }
+    return OkStatus();
+  }
+
+  int64_t arena_bytes() const override { return 0; }
+  int64_t weight_bytes() const override { return 0; }
+  std::string describe() const override { return summary; }
+
+ private:
+  void run_block(int64_t block, const std::vector<const float*>& in,
+                 const std::vector<float*>& out) const {
+    alignas(64) float regs[kMaxRegisters][kBlock];
+    const int64_t start = block * kBlock;
+    const int64_t n = std::min(kBlock, numel - start);
+    alignas(64) float sa[kBlock], sb[kBlock];
+    auto src = [&](const Operand& o, float* scratch) -> const float* {
+      switch (o.kind) {
+        case Operand::kReg: return regs[o.index];
+        case Operand::kInput: return in[static_cast<size_t>(o.index)] + start;
+        case Operand::kInputScalar: std::fill(scratch, scratch + n, in[static_cast<size_t>(o.index)][0]); return scratch;
+        case Operand::kScalar: std::fill(scratch, scratch + n, o.value); return scratch;
+      }
+      return scratch;
+    };
+    for (const Instr& ins : code) {
+      float* d = regs[ins.dst];
+      const float* a = src(ins.a, sa);
+      const float* b = is_binary(ins.op) ? src(ins.b, sb) : nullptr;
+      const float al = ins.alpha, be = ins.beta;
+      switch (ins.op) {
+        case Op::kAdd: for (int64_t i = 0; i < n; ++i) d[i] = a[i] + b[i]; break;
+        case Op::kSub: for (int64_t i = 0; i < n; ++i) d[i] = a[i] - b[i]; break;
+        case Op::kMul: for (int64_t i = 0; i < n; ++i) d[i] = a[i] * b[i]; break;
+        case Op::kDiv: for (int64_t i = 0; i < n; ++i) d[i] = a[i] / b[i]; break;
+        case Op::kMax:
+          for (int64_t i = 0; i < n; ++i)
+            d[i] = (a[i] != a[i] || b[i] != b[i]) ? std::numeric_limits<float>::quiet_NaN()
+                                                  : (b[i] > a[i] ? b[i] : a[i]);
+          break;
+        case Op::kMin:
+          for (int64_t i = 0; i < n; ++i)
+            d[i] = (a[i] != a[i] || b[i] != b[i]) ? std::numeric_limits<float>::quiet_NaN()
+                                                  : (b[i] < a[i] ? b[i] : a[i]);
+          break;
+        case Op::kRelu: for (int64_t i = 0; i < n; ++i) d[i] = a[i] < 0.0f ? 0.0f : a[i]; break;
+        case Op::kNeg: for (int64_t i = 0; i < n; ++i) d[i] = -a[i]; break;
+        case Op::kAbs: for (int64_t i = 0; i < n; ++i) d[i] = std::fabs(a[i]); break;
+        case Op::kSqrt: for (int64_t i = 0; i < n; ++i) d[i] = std::sqrt(a[i]); break;
+        case Op::kExp: for (int64_t i = 0; i < n; ++i) d[i] = std::exp(a[i]); break;
+        case Op::kLog: for (int64_t i = 0; i < n; ++i) d[i] = std::log(a[i]); break;
+        case Op::kTanh: for (int64_t i = 0; i < n; ++i) d[i] = std::tanh(a[i]); break;
+        case Op::kSigmoid: for (int64_t i = 0; i < n; ++i) d[i] = sigmoidf(a[i]); break;
+        case Op::kReciprocal: for (int64_t i = 0; i < n; ++i) d[i] = 1.0f / a[i]; break;
+        case Op::kFloor: for (int64_t i = 0; i < n; ++i) d[i] = std::floor(a[i]); break;
+        case Op::kCeil: for (int64_t i = 0; i < n; ++i) d[i] = std::ceil(a[i]); break;
+        case Op::kLeakyRelu: for (int64_t i = 0; i < n; ++i) d[i] = a[i] < 0 ? al * a[i] : a[i]; break;
+        case Op::kElu:
+          for (int64_t i = 0; i < n; ++i) d[i] = a[i] < 0 ? al * (std::exp(a[i]) - 1.0f) : a[i];
+          break;
+        case Op::kHardSigmoid:
+          for (int64_t i = 0; i < n; ++i) d[i] = std::max(0.0f, std::min(1.0f, al * a[i] + be));
+          break;
+        case Op::kHardSwish:
+          for (int64_t i = 0; i < n; ++i)
+            d[i] = a[i] * std::max(0.0f, std::min(1.0f, a[i] / 6.0f + 0.5f));
+          break;
+        case Op::kSoftplus:
+          for (int64_t i = 0; i < n; ++i)
+            d[i] = a[i] > 0 ? a[i] + std::log1p(std::exp(-a[i])) : std::log1p(std::exp(a[i]));
+          break;
+        case Op::kClip:
+          for (int64_t i = 0; i < n; ++i) {
+            const float y = a[i] < al ? al : a[i];
+            d[i] = y > be ? be : y;
+          }
+          break;
+        case Op::kErf: for (int64_t i = 0; i < n; ++i) d[i] = std::erf(a[i]); break;
+      }
+    }
+    for (const auto& [reg, o] : stores) std::copy(regs[reg], regs[reg] + n, out[static_cast<size_t>(o)] + start);
+  }
+};
+
+bool is_scalar_type(const TensorType* t) { return t && shape_is_static(t->shape) && shape_numel(t->shape) == 1; }
+
+// The shape key of an eligible node ("" = not eligible).
+std::string node_key(const FusionGraph& g, const Node& node) {
+  if (!node.domain.empty() && node.domain != "ai.onnx") return "";
+  auto it = op_table().find(node.op);
+  if (it == op_table().end() || node.outputs.size() != 1 || node.outputs[0].empty()) return "";
+  const TensorType* out = g.type_of(node.outputs[0]);
+  if (!out || out->dtype != DType::kFloat32 || !shape_is_static(out->shape) ||
+      shape_numel(out->shape) == 0)
+    return "";
+  const size_t arity = is_binary(it->second) ? 2 : 1;
+  if (it->second == Op::kClip) {
+    if (node.inputs.empty() || node.inputs.size() > 3) return "";
+    for (size_t i = 1; i < node.inputs.size(); ++i) {
+      if (node.inputs[i].empty()) continue;
+      const HostTensor* c = g.constant(node.inputs[i]);
+      if (!c || c->dtype() != DType::kFloat32 || c->numel() != 1) return "";  // runtime bounds
+    }
+  } else if (node.inputs.size() != arity) {
+    return "";
+  }
+  for (size_t i = 0; i < std::min(node.inputs.size(), arity); ++i) {
+    const TensorType* t = node.inputs[i].empty() ? nullptr : g.type_of(node.inputs[i]);
+    if (!t || t->dtype != DType::kFloat32) return "";
+    if (t->shape != out->shape && !is_scalar_type(t)) return "";
+  }
+  return "ew:" + shape_to_string(out->shape);
+}
+
+Result<std::unique_ptr<FusedKernel>> compile_program(const FusionGraph& g, const FusedGroup& grp) {
+  auto prog = std::make_unique<ElementwiseProgram>();
+  const TensorType* out_type = g.type_of(g.nodes[grp.members.back()]->outputs[0]);
+  prog->numel = shape_numel(out_type->shape);
+  std::unordered_map<std::string, int> input_index;
+  for (size_t i = 0; i < grp.inputs.size(); ++i) input_index[grp.inputs[i]] = static_cast<int>(i);
+  // Last use of each value inside the group, to reuse registers.
+  std::unordered_map<std::string, size_t> last_use;
+  for (size_t m = 0; m < grp.members.size(); ++m)
+    for (const auto& v : g.nodes[grp.members[m]]->inputs) last_use[v] = m;
+  std::unordered_map<std::string, int> outputs;
+  for (size_t i = 0; i < grp.outputs.size(); ++i) outputs[grp.outputs[i]] = static_cast<int>(i);
+  std::unordered_map<std::string, int> reg_of;
+  std::vector<int> free_regs;
+  int next_reg = 0;
+  std::map<std::string, int> op_counts;
+  auto operand = [&](const std::string& v) -> Result<Operand> {
+    Operand o;
+    if (auto r = reg_of.find(v); r != reg_of.end()) {
+      o.kind = Operand::kReg;
+      o.index = r->second;
+      return o;
+    }
+    if (const HostTensor* c = g.constant(v)) {
+      if (c->numel() != 1) return errors::Unimplemented("constant '{}' is not a scalar", v);
+      o.kind = Operand::kScalar;
+      o.value = c->data<float>()[0];
+      return o;
+    }
+    auto in = input_index.find(v);
+    if (in == input_index.end()) return errors::Internal("'{}' is not an input of the program", v);
+    o.kind = is_scalar_type(g.type_of(v)) && prog->numel != 1 ? Operand::kInputScalar : Operand::kInput;
+    o.index = in->second;
+    return o;
+  };
+  for (size_t m = 0; m < grp.members.size(); ++m) {
+    const Node& node = *g.nodes[grp.members[m]];
+    NodeAttrs attrs(node);
+    Instr ins;
+    ins.op = op_table().at(node.op);
+    op_counts[node.op]++;
+    TD_ASSIGN_OR_RETURN(ins.a, operand(node.inputs[0]));
+    if (is_binary(ins.op)) {
+      TD_ASSIGN_OR_RETURN(ins.b, operand(node.inputs[1]));
+    }
+    switch (ins.op) {
+      case Op::kLeakyRelu: {
+        TD_ASSIGN_OR_RETURN(ins.alpha, attrs.attr_float("alpha", 0.01f));
+        break;
+      }
+      case Op::kElu: {
+        TD_ASSIGN_OR_RETURN(ins.alpha, attrs.attr_float("alpha", 1.0f));
+        break;
+      }
+      case Op::kHardSigmoid: {
+        TD_ASSIGN_OR_RETURN(ins.alpha, attrs.attr_float("alpha", 0.2f));
+        TD_ASSIGN_OR_RETURN(ins.beta, attrs.attr_float("beta", 0.5f));
+        break;
+      }
+      case Op::kClip: {
+        ins.alpha = -std::numeric_limits<float>::infinity();
+        ins.beta = std::numeric_limits<float>::infinity();
+        if (node.inputs.size() > 1 && !node.inputs[1].empty())
+          ins.alpha = g.constant(node.inputs[1])->data<float>()[0];
+        if (node.inputs.size() > 2 && !node.inputs[2].empty())
+          ins.beta = g.constant(node.inputs[2])->data<float>()[0];
+        break;
+      }
+      default:
+        break;
+    }
+    // Registers whose value is dead after this node are free for its result.
+    for (const auto& v : node.inputs) {
+      auto r = reg_of.find(v);
+      if (r != reg_of.end() && last_use[v] == m && !outputs.count(v)) {
+        free_regs.push_back(r->second);
+        reg_of.erase(r);
+      }
+    }
+    if (!free_regs.empty()) {
+      ins.dst = free_regs.back();
+      free_regs.pop_back();
+    } else {
+      ins.dst = next_reg++;
+    }
+    if (next_reg > kMaxRegisters) return errors::Unimplemented("element-wise program too wide");
+    reg_of[node.outputs[0]] = ins.dst;
+    prog->code.push_back(ins);
+    if (auto o = outputs.find(node.outputs[0]); o != outputs.end()) {
+      prog->stores.emplace_back(ins.dst, o->second);
+      // A stored register must survive until the block ends: never freed (see above).
+    }
+  }
+  prog->registers = next_reg;
+  std::string ops;
+  for (const auto& [op, n] : op_counts) ops += fmt::format("{}{} {}", ops.empty() ? "" : ", ", n, op);
+  prog->summary = fmt::format("ElementwiseProgram: {} ops ({}) over {} values, {} outputs",
+                              prog->code.size(), ops, prog->numel, prog->stores.size());
+  return std::unique_ptr<FusedKernel>(std::move(prog));
+}
+
+}  // namespace
+
+std::vector<FusedGroup> build_elementwise_programs(const FusionGraph& g,
+                                                   const std::vector<bool>& taken) {
+  std::vector<FusedGroup> groups = partition_graph(g, [&](size_t i, const std::vector<int>&) {
+    return taken[i] ? std::string() : node_key(g, *g.nodes[i]);
+  });
+  std::vector<FusedGroup> compiled;
+  for (auto& grp : groups) {
+    if (grp.outputs.empty()) continue;
+    auto k = compile_program(g, grp);
+    if (!k.ok()) continue;  // the nodes keep their own kernels
+    grp.kernel = std::move(*k);
+    compiled.push_back(std::move(grp));
+  }
+  return compiled;
+}
+
+}  // namespace tensord::cpu

@@ -1,0 +1,19 @@
+// Element-wise programs: a connected group of float32 element-wise nodes over one shape
+// (Add, Mul, Relu, Sigmoid, Clip ... with same-shape or one-element operands) is compiled
+// into one pass over memory: the data is read once, every op runs on a block of a few
+// hundred values held in cache, and only the values needed outside the group are written.
+// Large tensors are split across the compute threads.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backends/cpu/fusion.h"
+
+namespace tensord::cpu {
+
+// Groups and compiles the element-wise nodes of `g` not already `taken` (by oneDNN regions).
+std::vector<FusedGroup> build_elementwise_programs(const FusionGraph& g,
+                                                   const std::vector<bool>& taken);
+
+}  // namespace tensord::cpu

@@ -1,0 +1,50 @@
+// Peer runtimes for `tensord bench --vs`: small scripts under bench/peers/ run as
+// subprocesses on the same ONNX model and input tensors. Protocol (each script):
+//   --model FILE.onnx --input NAME=FILE.npy ... --examples N --batch-size B --warmup W
+//   --threads T --outputs DIR   (torch.py also takes --network NAME for a zoo network)
+// prints ONE JSON line on stdout: {"peer", "version", "available": true, "threads",
+// "compile_s", "execution_s", "per_example_s", "examples", "batch_size",
+// "outputs": {name: DIR/name.npy}} or {"peer", "available": false, "reason"}; a non-zero exit
+// (message on stderr) is a real failure.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tensord/status.h"
+
+namespace tensord::cli {
+
+// The peers --vs accepts, in the order they run.
+const std::vector<std::string>& known_peers();
+
+// The folder holding the peer scripts: TENSORD_BENCH_PEERS, else <source dir>/bench/peers
+// (compiled in), else bench/peers next to or above the executable.
+std::string peers_dir();
+
+struct PeerRequest {
+  std::string model;                                        // .onnx file
+  std::vector<std::pair<std::string, std::string>> inputs;  // name -> .npy file
+  std::string network;                                      // zoo name, "" for a --model file
+  int64_t examples = 0, batch_size = 1, warmup = 0;
+  int threads = 0;  // 0: the peer's default
+  std::string outputs_dir;
+};
+
+struct PeerResult {
+  std::string peer;
+  bool available = false;
+  std::string reason;   // why not available, or the failure
+  bool failed = false;  // the peer ran and failed (non-zero exit / bad JSON)
+  std::string version;
+  int threads = 0;
+  double compile_s = 0, execution_s = 0, per_example_s = 0;
+  std::map<std::string, std::string> outputs;  // output name -> .npy
+};
+
+// Runs one peer script; never throws. A missing script or interpreter is "not available".
+PeerResult run_peer(const std::string& peer, const PeerRequest& request);
+
+}  // namespace tensord::cli

@@ -1,0 +1,216 @@
+#include "cli/bench_report.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "core/errors.h"
+
+namespace tensord::cli {
+
+Correctness compare_outputs(const std::vector<HostTensor>& reference,
+                            const std::vector<HostTensor>& outputs) {
+  Correctness c;
+  if (reference.size() != outputs.size()) {
+    c.pass = false;
+    c.problem =
+        fmt::format("{} outputs but the reference has {}", outputs.size(), reference.size());
+  }
+  const size_t n = std::min(reference.size(), outputs.size());
+  for (size_t k = 0; k < n; ++k) {
+    const HostTensor& r = reference[k];
+    const HostTensor& o = outputs[k];
+    if (r.shape() != o.shape()) {
+      c.pass = false;
+      c.elements += std::max(r.numel(), o.numel());
+      c.failed += std::max(r.numel(), o.numel());
+      if (c.problem.empty())
+        c.problem = fmt::format("output {}: shape {} but the reference has {}", k,
+                                shape_to_string(o.shape()), shape_to_string(r.shape()));
+      continue;
+    }
+    const std::vector<double> rv = r.to_double_vector();
+    const std::vector<double> ov = o.to_double_vector();
+    for (size_t i = 0; i < rv.size() && i < ov.size(); ++i) {
+      ++c.elements;
+      const double ref = rv[i], out = ov[i];
+      if (!std::isfinite(ref) || !std::isfinite(out)) {
+        ++c.nonfinite;
+        ++c.failed;
+        continue;
+      }
+      const double diff = std::abs(ref - out);
+      c.max_abs_error = std::max(c.max_abs_error, diff);
+      c.max_error = std::max(c.max_error, diff / (kAtol / kRtol + std::abs(out)));
+      if (!(diff <= kAtol + kRtol * std::abs(ref))) ++c.failed;
+    }
+  }
+  if (c.failed > 0) c.pass = false;
+  c.fail_ratio = c.elements ? static_cast<double>(c.failed) / static_cast<double>(c.elements)
+                            : (c.pass ? 0.0 : 1.0);
+  return c;
+}
+
+std::string correctness_line(const Correctness& c) {
+  std::string line =
+      fmt::format("{}, max_error {:.1e}, max_abs_error {:.1e}, fail_ratio {:.3g}",
+                  c.pass ? "PASS" : "FAIL", c.max_error, c.max_abs_error, c.fail_ratio);
+  if (c.nonfinite) line += fmt::format(" ({} NaN/Inf elements)", c.nonfinite);
+  if (!c.problem.empty()) line += " (" + c.problem + ")";
+  return line;
+}
+
+namespace {
+
+std::array<uint32_t, 256> make_crc_table() {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+
+// Protobuf wire format, just what Event / Summary need.
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+void put_tag(std::string& out, int field, int wire_type) {
+  put_varint(out, (static_cast<uint64_t>(field) << 3) | static_cast<uint64_t>(wire_type));
+}
+template <typename T>
+void put_fixed(std::string& out, T v) {  // little-endian hosts only (x86-64, aarch64)
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  out.append(b, sizeof(T));
+}
+void put_bytes(std::string& out, int field, const std::string& bytes) {
+  put_tag(out, field, 2);
+  put_varint(out, bytes.size());
+  out += bytes;
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// tensorflow.Event: wall_time = 1 (double), step = 2 (int64), file_version = 3 (string),
+// summary = 5 (Summary). Summary: value = 1 (repeated Value). Value: tag = 1 (string),
+// simple_value = 2 (float).
+std::string event_proto(int64_t step, const std::string& file_version, const std::string& tag,
+                        float value) {
+  std::string ev;
+  put_tag(ev, 1, 1);
+  put_fixed<double>(ev, now_seconds());
+  if (step != 0) {
+    put_tag(ev, 2, 0);
+    put_varint(ev, static_cast<uint64_t>(step));
+  }
+  if (!file_version.empty()) put_bytes(ev, 3, file_version);
+  if (!tag.empty()) {
+    std::string v;
+    put_bytes(v, 1, tag);
+    put_tag(v, 2, 5);
+    put_fixed<float>(v, value);
+    std::string summary;
+    put_bytes(summary, 1, v);
+    put_bytes(ev, 5, summary);
+  }
+  return ev;
+}
+
+}  // namespace
+
+uint32_t crc32c(const void* data, size_t n) {
+  static const std::array<uint32_t, 256> table = make_crc_table();
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+uint32_t masked_crc32c(const void* data, size_t n) {
+  const uint32_t c = crc32c(data, n);
+  return ((c >> 15) | (c << 17)) + 0xA282EAD8u;
+}
+
+Result<EventWriter> EventWriter::open(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir))
+    return errors::InvalidArgument("cannot create the log folder '{}'{}", dir,
+                                   ec ? ": " + ec.message() : "");
+  char host[256] = "localhost";
+  gethostname(host, sizeof host - 1);
+  const std::string path =
+      (std::filesystem::path(dir) /
+       fmt::format("events.out.tfevents.{}.{}.tensord", static_cast<int64_t>(now_seconds()), host))
+          .string();
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return errors::InvalidArgument("cannot write '{}': {}", path, std::strerror(errno));
+  EventWriter w(f, path);
+  TD_RETURN_IF_ERROR(w.write_record(event_proto(0, "brain.Event:2", "", 0)));
+  return w;
+}
+
+EventWriter::EventWriter(EventWriter&& other) noexcept
+    : file_(other.file_), path_(std::move(other.path_)) {
+  other.file_ = nullptr;
+}
+
+EventWriter::~EventWriter() {
+  if (file_) std::fclose(file_);
+}
+
+Status EventWriter::add_scalar(const std::string& tag, double value, int64_t step) {
+  return write_record(event_proto(step, "", tag, static_cast<float>(value)));
+}
+
+Status EventWriter::write_record(const std::string& data) {
+  std::string rec;
+  const uint64_t len = data.size();
+  put_fixed<uint64_t>(rec, len);
+  put_fixed<uint32_t>(rec, masked_crc32c(rec.data(), 8));
+  rec += data;
+  put_fixed<uint32_t>(rec, masked_crc32c(data.data(), data.size()));
+  if (std::fwrite(rec.data(), 1, rec.size(), file_) != rec.size() || std::fflush(file_) != 0)
+    return errors::DataLoss("error writing '{}'", path_);
+  return OkStatus();
+}
+
+ProgressBar::ProgressBar(std::string label, int64_t total)
+    : label_(std::move(label)), total_(total), enabled_(isatty(STDERR_FILENO) == 1) {
+  if (enabled_) draw(0);
+}
+
+ProgressBar::~ProgressBar() {
+  if (enabled_) std::fprintf(stderr, "\r\033[K");
+}
+
+void ProgressBar::update(int64_t done) {
+  if (!enabled_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (done < total_ && now - last_ < std::chrono::milliseconds(100)) return;
+  last_ = now;
+  draw(done);
+}
+
+void ProgressBar::draw(int64_t done) {
+  constexpr int kWidth = 30;
+  const int filled = total_ > 0 ? static_cast<int>(kWidth * done / total_) : kWidth;
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.resize(kWidth, '.');
+  std::fprintf(stderr, "\r%s [%s] %lld/%lld examples\033[K", label_.c_str(), bar.c_str(),
+               static_cast<long long>(done), static_cast<long long>(total_));
+  std::fflush(stderr);
+}
+
+}  // namespace tensord::cli

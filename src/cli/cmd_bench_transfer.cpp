@@ -1,0 +1,356 @@
+// `tensord bench transfer`: how fast bytes move between a client and a broker, on each path
+// (gRPC streams, same-host shared memory), next to what the machine itself does in the same
+// run (raw loopback TCP, memcpy), and the round trip of one tiny evaluated Add next to a bare
+// gRPC echo on the same channel.
+//
+// Without --address it starts a broker in this process on a temp unix socket (the engine from
+// the environment), so the figures are real client<->broker transfers either way.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "core/errors.h"
+#include "engine/engine.h"
+#include "rpc/remote_client.h"
+#include "rpc/server.h"
+
+namespace tensord::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct TransferOptions {
+  std::string address;
+  int64_t size = 256 << 20;
+  int iterations = 3;
+  int small_iterations = 2000;
+  bool json = false;
+};
+
+double seconds(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Best of `n` runs of f() (seconds).
+template <typename F>
+double best_of(int n, F&& f) {
+  double best = 1e30;
+  for (int i = 0; i < n; ++i) best = std::min(best, f());
+  return best;
+}
+
+double memcpy_gbps(int64_t size, int iterations) {
+  std::vector<unsigned char> a(static_cast<size_t>(size), 1), b(static_cast<size_t>(size), 2);
+  const double t = best_of(iterations, [&] {
+    const auto t0 = Clock::now();
+    std::memcpy(b.data(), a.data(), a.size());
+    return seconds(t0);
+  });
+  return static_cast<double>(size) / t / 1e9;
+}
+
+// One TCP connection over 127.0.0.1: `size` bytes written in 4 MiB pieces by one thread and
+// read by another. Returns GB/s, or a negative value when sockets are not available.
+double tcp_gbps(int64_t size, int iterations) {
+  const int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (ls < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (bind(ls, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(ls, 1) != 0 ||
+      getsockname(ls, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(ls);
+    return -1;
+  }
+  const int cs = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (cs < 0 || connect(cs, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(ls);
+    if (cs >= 0) close(cs);
+    return -1;
+  }
+  const int ss = accept(ls, nullptr, nullptr);
+  close(ls);
+  if (ss < 0) {
+    close(cs);
+    return -1;
+  }
+  const size_t piece = 4 << 20;
+  std::vector<unsigned char> src(piece, 7), dst(piece);
+  const double t = best_of(iterations, [&] {
+    const auto t0 = Clock::now();
+    std::thread writer([&] {
+      int64_t left = size;
+      while (left > 0) {
+        const ssize_t n = write(cs, src.data(), std::min<int64_t>(left, piece));
+        if (n <= 0) return;
+        left -= n;
+      }
+    });
+    int64_t got = 0;
+    while (got < size) {
+      const ssize_t n = read(ss, dst.data(), piece);
+      if (n <= 0) break;
+      got += n;
+    }
+    writer.join();
+    return seconds(t0);
+  });
+  close(cs);
+  close(ss);
+  return static_cast<double>(size) / t / 1e9;
+}
+
+struct PathFigures {
+  std::string path;
+  double upload_gbps = 0, download_gbps = 0;
+  std::string error;
+};
+
+PathFigures measure_path(const std::string& address, const std::string& transport,
+                         const HostTensor& data, int iterations) {
+  PathFigures f;
+  f.path = transport == "grpc" ? "grpc-stream" : "shm";
+  rpc::RemoteClientOptions o;
+  o.transport = transport;
+  auto c = rpc::RemoteClient::connect(address, o);
+  if (!c.ok()) {
+    f.error = c.status().to_string();
+    return f;
+  }
+  const double bytes = static_cast<double>(data.nbytes());
+  Status failed;
+  TensorHandle kept = 0;
+  // One untimed round first: the regions and the broker's staging are then warm, as in use.
+  for (int round = 0; round < 2 && failed.ok(); ++round) {
+    const int n = round == 0 ? 1 : iterations;
+    double up = best_of(n, [&] {
+      const auto t0 = Clock::now();
+      auto h = (*c)->upload(data.view(), "");
+      const double t = seconds(t0);
+      if (!h.ok()) {
+        failed = h.status();
+        return 1e30;
+      }
+      if (kept) (void)(*c)->release(kept);
+      kept = *h;
+      return t;
+    });
+    if (!failed.ok()) break;
+    double down = best_of(n, [&] {
+      const auto t0 = Clock::now();
+      auto t = (*c)->read(kept);
+      const double s = seconds(t0);
+      if (!t.ok()) failed = t.status();
+      return s;
+    });
+    f.upload_gbps = bytes / up / 1e9;
+    f.download_gbps = bytes / down / 1e9;
+  }
+  if (!failed.ok()) f.error = failed.to_string();
+  if (kept) (void)(*c)->release(kept);
+  return f;
+}
+
+struct RoundTrip {
+  double add_us = 0, echo_us = 0;
+  std::string error;
+};
+
+RoundTrip measure_round_trip(const std::string& address, int iterations) {
+  RoundTrip r;
+  auto c = rpc::RemoteClient::connect(address);
+  if (!c.ok()) {
+    r.error = c.status().to_string();
+    return r;
+  }
+  HostTensor a = HostTensor::from_vector<float>({1, 2, 3, 4}, {4});
+  auto ha = (*c)->upload(a.view(), ""), hb = (*c)->upload(a.view(), "");
+  if (!ha.ok() || !hb.ok()) {
+    r.error = (ha.ok() ? hb.status() : ha.status()).to_string();
+    return r;
+  }
+  Graph g;
+  g.name = "tiny_add";
+  g.inputs = {{"a", {DType::kFloat32, {4}}}, {"b", {DType::kFloat32, {4}}}};
+  Node add;
+  add.name = "add";
+  add.op = "Add";
+  add.inputs = {"a", "b"};
+  add.outputs = {"y"};
+  g.nodes = {add};
+  g.outputs = {{"y", {}}};
+  // Outputs are released after the timed part: a release is a call of its own.
+  std::vector<TensorHandle> outputs;
+  auto one_add = [&]() -> Status {
+    TD_ASSIGN_OR_RETURN(auto out, (*c)->execute(g, {*ha, *hb}, ""));
+    outputs.push_back(out[0]);
+    TD_ASSIGN_OR_RETURN(auto y, (*c)->read(out[0]));
+    if (y.data<float>()[3] != 8.0f) return errors::Internal("tiny Add: wrong value");
+    return OkStatus();
+  };
+  // Interleaved in blocks, so both see the same machine state; warm-up first.
+  for (int i = 0; i < 50; ++i) {
+    if (Status s = one_add(); !s.ok()) {
+      r.error = s.to_string();
+      return r;
+    }
+    (void)(*c)->echo(0);
+  }
+  double add_total = 0, echo_total = 0;
+  const int block = 100;
+  for (int done = 0; done < iterations; done += block) {
+    const int n = std::min(block, iterations - done);
+    auto t0 = Clock::now();
+    for (int i = 0; i < n; ++i) (void)one_add();
+    add_total += seconds(t0);
+    t0 = Clock::now();
+    for (int i = 0; i < n; ++i) (void)(*c)->echo(0);
+    echo_total += seconds(t0);
+    for (TensorHandle h : outputs) (void)(*c)->release(h);
+    outputs.clear();
+  }
+  r.add_us = add_total / iterations * 1e6;
+  r.echo_us = echo_total / iterations * 1e6;
+  return r;
+}
+
+int run_transfer(const TransferOptions& options) {
+  if (options.size < 4 || options.size > (int64_t{16} << 30)) {
+    print_error("bench transfer: --size must be in [4, 16 GiB], got " +
+                std::to_string(options.size));
+    return kExitUsage;
+  }
+  if (options.iterations < 1 || options.small_iterations < 1) {
+    print_error("bench transfer: --iterations and --round-trips must be >= 1");
+    return kExitUsage;
+  }
+  std::string address = options.address;
+  if (address.empty())
+    if (const char* env = std::getenv("TENSORD_ADDRESS")) address = env;
+  std::unique_ptr<rpc::RpcServer> server;
+  std::string dir;
+  if (address.empty()) {  // a broker of our own, in this process
+    auto engine = Engine::create(EngineOptions::from_env());
+    if (!engine.ok()) {
+      print_error(engine.status().to_string());
+      return kExitFailure;
+    }
+    std::string tmpl = (std::filesystem::temp_directory_path() / "tensord-bench.XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) {
+      print_error("bench transfer: cannot make a temp folder");
+      return kExitFailure;
+    }
+    dir = tmpl;
+    rpc::RpcServerOptions ro;
+    ro.listen = "unix:" + dir + "/broker.sock";
+    auto s = rpc::RpcServer::start(std::shared_ptr<Engine>(std::move(engine).value()), ro);
+    if (!s.ok()) {
+      print_error(s.status().to_string());
+      std::filesystem::remove_all(dir);
+      return kExitFailure;
+    }
+    server = std::move(s).value();
+    address = server->address();
+  }
+
+  const int64_t floats = options.size / 4;
+  HostTensor data(DType::kFloat32, {floats});
+  auto* p = data.mutable_data<float>();
+  for (int64_t i = 0; i < floats; ++i) p[i] = static_cast<float>(i & 1023);
+  const int64_t bytes = floats * 4;
+
+  const double mem = memcpy_gbps(bytes, options.iterations);
+  const double tcp = tcp_gbps(bytes, options.iterations);
+  std::vector<PathFigures> paths = {measure_path(address, "grpc", data, options.iterations),
+                                    measure_path(address, "shm", data, options.iterations)};
+  const RoundTrip rt = measure_round_trip(address, options.small_iterations);
+
+  if (server) {
+    server->shutdown(std::chrono::milliseconds(1000));
+    server.reset();
+    std::filesystem::remove_all(dir);
+  }
+
+  if (options.json) {
+    nlohmann::json j;
+    j["address"] = options.address.empty() ? "in-process broker (" + address + ")" : address;
+    j["bytes"] = bytes;
+    j["memcpy_gbps"] = mem;
+    j["tcp_loopback_gbps"] = tcp;
+    for (const auto& f : paths) {
+      nlohmann::json pj = {{"upload_gbps", f.upload_gbps}, {"download_gbps", f.download_gbps}};
+      if (!f.error.empty()) pj["error"] = f.error;
+      j["paths"][f.path] = pj;
+    }
+    j["tiny_add_round_trip_us"] = rt.add_us;
+    j["echo_round_trip_us"] = rt.echo_us;
+    if (rt.echo_us > 0) j["tiny_add_vs_echo"] = rt.add_us / rt.echo_us;
+    if (!rt.error.empty()) j["round_trip_error"] = rt.error;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("broker: %s\n",
+                options.address.empty() ? ("in-process, " + address).c_str() : address.c_str());
+    std::printf("transfer of %.1f MiB (best of %d)\n", bytes / 1048576.0, options.iterations);
+    std::printf("  %-22s %8.2f GB/s\n", "memcpy", mem);
+    if (tcp > 0)
+      std::printf("  %-22s %8.2f GB/s\n", "raw loopback TCP", tcp);
+    else
+      std::printf("  %-22s %8s\n", "raw loopback TCP", "n/a");
+    for (const auto& f : paths) {
+      if (!f.error.empty()) {
+        std::printf("  %-22s unavailable: %s\n", f.path.c_str(), f.error.c_str());
+        continue;
+      }
+      std::printf("  %-22s upload %8.2f GB/s   download %8.2f GB/s\n", f.path.c_str(),
+                  f.upload_gbps, f.download_gbps);
+    }
+    if (tcp > 0 && paths[0].error.empty())
+      std::printf("  grpc-stream upload / TCP: %.0f%%\n", 100 * paths[0].upload_gbps / tcp);
+    if (paths[1].error.empty())
+      std::printf("  shm upload / memcpy:      %.0f%%\n", 100 * paths[1].upload_gbps / mem);
+    if (rt.error.empty())
+      std::printf(
+          "round trip (mean of %d): tiny Add evaluated %.1f us, gRPC echo %.1f us (%.2fx)\n",
+          options.small_iterations, rt.add_us, rt.echo_us, rt.add_us / rt.echo_us);
+    else
+      std::printf("round trip: %s\n", rt.error.c_str());
+  }
+  bool ok = rt.error.empty() && paths[0].error.empty();
+  return ok ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+std::function<int()> add_bench_transfer_command(CLI::App& bench) {
+  auto options = std::make_shared<TransferOptions>();
+  auto* cmd = bench.add_subcommand(
+      "transfer",
+      "Client<->broker transfer speed per path (gRPC stream, shared memory), small-op round "
+      "trip vs a bare gRPC echo, loopback TCP and memcpy");
+  cmd->add_option("--address", options->address,
+                  "Broker to measure (default TENSORD_ADDRESS, else one started in this process)");
+  cmd->add_option("--size", options->size, "Bytes per transfer (default 256 MiB)");
+  cmd->add_option("--iterations", options->iterations, "Transfers per figure, best kept");
+  cmd->add_option("--round-trips", options->small_iterations, "Round trips to average");
+  cmd->add_flag("--json", options->json, "Print one JSON object");
+  return [options] { return run_transfer(*options); };
+}
+
+}  // namespace tensord::cli

@@ -1,0 +1,47 @@
+// A client process for the broker tests to kill: connects to the broker named by argv[1],
+// uploads a tensor it keeps, starts a 64 MiB streamed upload on its session and stops halfway,
+// prints "ready <session>" and waits to be killed.
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "rpc/remote_client.h"
+#include "rpc/wire.h"
+#include "tensord.grpc.pb.h"
+
+int main(int argc, char** argv) {
+  using namespace tensord;
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s ADDRESS\n", argv[0]);
+    return 2;
+  }
+  auto c = rpc::RemoteClient::connect(argv[1]);
+  if (!c.ok()) {
+    std::fprintf(stderr, "connect: %s\n", c.status().to_string().c_str());
+    return 1;
+  }
+  HostTensor kept = HostTensor::from_vector<float>(std::vector<float>(1000, 1.0f), {1000});
+  if (!(*c)->upload(kept.view(), "").ok()) return 1;
+
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  auto stub = v1::Tensord::NewStub(
+      grpc::CreateCustomChannel(argv[1], grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata(rpc::kSessionKey, std::to_string((*c)->session()));
+  v1::UploadResponse resp;
+  auto w = stub->Upload(&ctx, &resp);
+  v1::UploadChunk m;
+  m.mutable_header()->set_dtype(1);
+  m.mutable_header()->add_shape(16 << 20);
+  m.mutable_header()->set_total_bytes(64 << 20);
+  m.set_data(std::string(1 << 20, 'a'));
+  if (!w->Write(m)) return 1;
+  m.clear_header();
+  if (!w->Write(m)) return 1;
+  std::printf("ready %llu\n", static_cast<unsigned long long>((*c)->session()));
+  std::fflush(stdout);
+  while (true) pause();
+}
