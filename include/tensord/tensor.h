@@ -49,6 +49,9 @@ struct TensorView {
 
 // An owning, immutable-by-convention tensor in host memory (initializers, attribute values,
 // downloads). Copies share the bytes.
+// "6.3 MiB", "512 B": a byte count for people.
+std::string format_bytes(int64_t bytes);
+
 class HostTensor {
  public:
   HostTensor() = default;

@@ -62,17 +62,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-std::string human_bytes(int64_t n) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(n);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return u ? fmt::format("{:.1f} {}", v, units[u]) : fmt::format("{} B", n);
-}
-
 // ---- the workload: graph, one batch of inputs, expected outputs ----
 
 struct Workload {
@@ -693,7 +682,7 @@ std::string peer_summary(const BenchResult& r, const PeerOutcome& p) {
 void print_human(const BenchResult& r) {
   std::cout << fmt::format("compile {:.2f} s, execution {:.2f} s, {:.2f} ms per example\n",
                            r.compile_s, r.execution_s, r.per_example_s * 1e3);
-  std::cout << "peak device memory " << human_bytes(r.peak_device_bytes) << "\n";
+  std::cout << "peak device memory " << tensord::format_bytes(r.peak_device_bytes) << "\n";
   std::cout << "Correctness: " << correctness_line(r.correctness) << " (against "
             << (r.reference == "data" ? "the --data outputs" : "the cpu reference kernels")
             << ")\n";

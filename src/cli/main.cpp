@@ -21,19 +21,6 @@ using tensord::cli::kExitFailure;
 using tensord::cli::kExitOk;
 using tensord::cli::kExitUsage;
 
-std::string human_bytes(int64_t n) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(n);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", v, units[u]);
-  return buf;
-}
-
 int cmd_devices(bool json, std::string address) {
   if (address.empty())
     if (const char* env = std::getenv("TENSORD_ADDRESS")) address = env;
@@ -78,7 +65,7 @@ int cmd_devices(bool json, std::string address) {
   } else {
     for (const auto& d : devices) {
       std::cout << d.name << "  " << d.model << " (" << d.vendor << ")  memory "
-                << human_bytes(d.memory_bytes);
+                << tensord::format_bytes(d.memory_bytes);
       if (d.threads) std::cout << "  threads " << d.threads;
       std::cout << "  backend " << d.backend_version << "\n";
     }

@@ -117,4 +117,15 @@ std::vector<double> HostTensor::to_double_vector() const {
   return out;
 }
 
+std::string format_bytes(int64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 6) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
 }  // namespace tensord

@@ -168,5 +168,95 @@ TEST(OneDnn, PoolsMatchReference) {
                                  {"pads", std::vector<int64_t>{1, 0, 1, 2}}});
 }
 
+// The fast LSTM (SGEMMs + vectorised gates) against the reference on Y, Y_h and Y_c.
+struct LstmCase {
+  int64_t seq, batch, input, hidden;
+  std::string direction;
+  int64_t layout;
+  bool bias, lens, initial, peepholes;
+};
+
+TEST(OneDnn, LstmMatchesReference) {
+  std::mt19937 rng(7);
+  const std::vector<LstmCase> cases = {
+      {5, 1, 3, 4, "forward", 0, false, false, false, false},
+      {6, 3, 4, 5, "reverse", 0, true, true, true, false},
+      {4, 2, 3, 6, "bidirectional", 0, true, true, true, true},
+      {7, 3, 5, 4, "bidirectional", 1, true, false, true, true},
+      {80, 2, 16, 32, "forward", 0, true, false, false, false},  // imdb_lstm-like
+  };
+  for (const LstmCase& k : cases) {
+    SCOPED_TRACE("lstm " + k.direction + " layout " + std::to_string(k.layout));
+    const int64_t dirs = k.direction == "bidirectional" ? 2 : 1;
+    Graph g;
+    Node n;
+    n.name = "lstm";
+    n.op = "LSTM";
+    n.attrs = {{"hidden_size", k.hidden}, {"direction", k.direction}, {"layout", k.layout}};
+    std::vector<HostTensor> bound;
+    auto add = [&](const std::string& name, HostTensor t) {
+      n.inputs.push_back(name);
+      g.inputs.push_back({name, t.type()});
+      bound.push_back(std::move(t));
+    };
+    add("x", random_f32(k.layout == 0 ? Shape{k.seq, k.batch, k.input} : Shape{k.batch, k.seq, k.input}, rng));
+    add("w", random_f32({dirs, 4 * k.hidden, k.input}, rng));
+    add("r", random_f32({dirs, 4 * k.hidden, k.hidden}, rng));
+    if (k.bias) add("b", random_f32({dirs, 8 * k.hidden}, rng)); else n.inputs.push_back("");
+    if (k.lens) {
+      std::vector<int32_t> lens;
+      for (int64_t b = 0; b < k.batch; ++b) lens.push_back(static_cast<int32_t>((k.seq - b) % (k.seq + 1)));
+      lens.back() = 0;  // an empty sequence
+      add("lens", HostTensor::from_vector(lens, {k.batch}));
+    } else {
+      n.inputs.push_back("");
+    }
+    const Shape state = k.layout == 0 ? Shape{dirs, k.batch, k.hidden} : Shape{k.batch, dirs, k.hidden};
+    if (k.initial) {
+      add("h0", random_f32(state, rng));
+      add("c0", random_f32(state, rng));
+    } else {
+      n.inputs.push_back("");
+      n.inputs.push_back("");
+    }
+    if (k.peepholes) add("p", random_f32({dirs, 3 * k.hidden}, rng));
+    n.outputs = {"y", "yh", "yc"};
+    g.outputs = {{"y", {}}, {"yh", {}}, {"yc", {}}};
+    g.nodes.push_back(n);
+    std::vector<TensorType> types;
+    for (size_t i = 0; i < n.inputs.size(); ++i) types.emplace_back();
+    size_t bi = 0;
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (!n.inputs[i].empty()) types[i] = bound[bi++].type();
+    const auto& kernels = cpu::KernelRegistry::global().find("LSTM");
+    ASSERT_EQ(kernels.front().name, "onednn");
+    EXPECT_TRUE(kernels.front().accepts(n, types).ok());
+    auto fast = cpu::run_graph_on_host(g, bound, CompileOptions{true});
+    auto ref = cpu::run_graph_on_host(g, bound, CompileOptions{false});
+    ASSERT_TRUE(fast.ok() && ref.ok());
+    for (size_t o = 0; o < 3; ++o) {
+      ASSERT_TRUE((*fast)[o].ok()) << (*fast)[o].status().to_string();
+      ASSERT_TRUE((*ref)[o].ok()) << (*ref)[o].status().to_string();
+      EXPECT_TRUE(tensors_near(*(*fast)[o], *(*ref)[o], 1e-4, 1e-5)) << "output " << o;
+    }
+  }
+  // What the fast kernel leaves to the reference, and says why.
+  Node clip;
+  clip.op = "LSTM";
+  clip.attrs = {{"clip", 3.0f}};
+  const std::vector<TensorType> f32 = {{DType::kFloat32, {2, 1, 3}}, {DType::kFloat32, {1, 8, 3}},
+                                       {DType::kFloat32, {1, 8, 2}}};
+  const auto& fast = cpu::KernelRegistry::global().find("LSTM").front();
+  EXPECT_NE(fast.accepts(clip, f32).message().find("clip"), std::string::npos);
+  Node acts;
+  acts.op = "LSTM";
+  acts.attrs = {{"activations", std::vector<std::string>{"Relu", "Tanh", "Tanh"}}};
+  EXPECT_NE(fast.accepts(acts, f32).message().find("default activations"), std::string::npos);
+  Node f64;
+  f64.op = "LSTM";
+  EXPECT_FALSE(fast.accepts(f64, {{DType::kFloat64, {2, 1, 3}}, {DType::kFloat64, {1, 8, 3}},
+                                  {DType::kFloat64, {1, 8, 2}}}).ok());
+}
+
 }  // namespace
 }  // namespace tensord::testing

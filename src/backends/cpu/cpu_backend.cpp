@@ -19,6 +19,7 @@
 
 #include "backends/cpu/kernel.h"
 #include "backends/cpu/elementwise_fusion.h"
+#include "backends/cpu/onednn_common.h"
 #include "backends/cpu/onednn_region.h"
 #include "core/graph_utils.h"
 #include "tensord/version.h"
@@ -627,8 +628,9 @@ class CpuDevice final : public Device {
     info_.model = cpu_model_name();
     info_.memory_bytes = physical_memory();
     info_.backend = "cpu";
-    info_.backend_version = std::string("tensord ") + kVersion + " (reference kernels)";
-    info_.threads = static_cast<int>(std::thread::hardware_concurrency());
+    info_.backend_version =
+        std::string("tensord ") + kVersion + " (" + onednn_version() + ", reference kernels)";
+    info_.threads = compute_threads();
   }
 
   const DeviceInfo& info() const override { return info_; }

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "backends/cpu/onednn_common.h"
+#include "backends/cpu/vec_math.h"
 #include "core/errors.h"
 #include "core/node_attrs.h"
 
@@ -55,10 +56,61 @@ struct Instr {
   float alpha = 0, beta = 0;
 };
 
-float sigmoidf(float x) {
-  if (x >= 0) return 1.0f / (1.0f + std::exp(-x));
-  const float e = std::exp(x);
-  return e / (1.0f + e);
+// One instruction over a block. Compiled for AVX-512, AVX2 and baseline x86-64 (the loader
+// picks one); exp and sigmoid use the vectorisable vec_math.h forms.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void execute(
+    const Instr& ins, float* d, const float* a, const float* b, int64_t n) {
+  // d may be a or b (registers are reused in place): same-index loops only, no __restrict.
+  const float al = ins.alpha, be = ins.beta;
+  switch (ins.op) {
+    case Op::kAdd: for (int64_t i = 0; i < n; ++i) d[i] = a[i] + b[i]; break;
+    case Op::kSub: for (int64_t i = 0; i < n; ++i) d[i] = a[i] - b[i]; break;
+    case Op::kMul: for (int64_t i = 0; i < n; ++i) d[i] = a[i] * b[i]; break;
+    case Op::kDiv: for (int64_t i = 0; i < n; ++i) d[i] = a[i] / b[i]; break;
+    case Op::kMax:
+      for (int64_t i = 0; i < n; ++i)
+        d[i] = (a[i] != a[i] || b[i] != b[i]) ? std::numeric_limits<float>::quiet_NaN()
+                                              : (b[i] > a[i] ? b[i] : a[i]);
+      break;
+    case Op::kMin:
+      for (int64_t i = 0; i < n; ++i)
+        d[i] = (a[i] != a[i] || b[i] != b[i]) ? std::numeric_limits<float>::quiet_NaN()
+                                              : (b[i] < a[i] ? b[i] : a[i]);
+      break;
+    case Op::kRelu: for (int64_t i = 0; i < n; ++i) d[i] = a[i] < 0.0f ? 0.0f : a[i]; break;
+    case Op::kNeg: for (int64_t i = 0; i < n; ++i) d[i] = -a[i]; break;
+    case Op::kAbs: for (int64_t i = 0; i < n; ++i) d[i] = std::fabs(a[i]); break;
+    case Op::kSqrt: for (int64_t i = 0; i < n; ++i) d[i] = std::sqrt(a[i]); break;
+    case Op::kExp: for (int64_t i = 0; i < n; ++i) d[i] = vec::exp(a[i]); break;
+    case Op::kLog: for (int64_t i = 0; i < n; ++i) d[i] = std::log(a[i]); break;
+    case Op::kTanh: for (int64_t i = 0; i < n; ++i) d[i] = std::tanh(a[i]); break;
+    case Op::kSigmoid: for (int64_t i = 0; i < n; ++i) d[i] = vec::sigmoid(a[i]); break;
+    case Op::kReciprocal: for (int64_t i = 0; i < n; ++i) d[i] = 1.0f / a[i]; break;
+    case Op::kFloor: for (int64_t i = 0; i < n; ++i) d[i] = std::floor(a[i]); break;
+    case Op::kCeil: for (int64_t i = 0; i < n; ++i) d[i] = std::ceil(a[i]); break;
+    case Op::kLeakyRelu: for (int64_t i = 0; i < n; ++i) d[i] = a[i] < 0 ? al * a[i] : a[i]; break;
+    case Op::kElu:
+      for (int64_t i = 0; i < n; ++i) d[i] = a[i] < 0 ? al * (std::exp(a[i]) - 1.0f) : a[i];
+      break;
+    case Op::kHardSigmoid:
+      for (int64_t i = 0; i < n; ++i) d[i] = std::max(0.0f, std::min(1.0f, al * a[i] + be));
+      break;
+    case Op::kHardSwish:
+      for (int64_t i = 0; i < n; ++i)
+        d[i] = a[i] * std::max(0.0f, std::min(1.0f, a[i] / 6.0f + 0.5f));
+      break;
+    case Op::kSoftplus:
+      for (int64_t i = 0; i < n; ++i)
+        d[i] = a[i] > 0 ? a[i] + std::log1p(std::exp(-a[i])) : std::log1p(std::exp(a[i]));
+      break;
+    case Op::kClip:
+      for (int64_t i = 0; i < n; ++i) {
+        const float y = a[i] < al ? al : a[i];
+        d[i] = y > be ? be : y;
+      }
+      break;
+    case Op::kErf: for (int64_t i = 0; i < n; ++i) d[i] = std::erf(a[i]); break;
+  }
 }
 
 class ElementwiseProgram final : public FusedKernel {
@@ -105,61 +157,8 @@ class ElementwiseProgram final : public FusedKernel {
       }
       return scratch;
     };
-    for (const Instr& ins : code) {
-      float* d = regs[ins.dst];
-      const float* a = src(ins.a, sa);
-      const float* b = is_binary(ins.op) ? src(ins.b, sb) : nullptr;
-      const float al = ins.alpha, be = ins.beta;
-      switch (ins.op) {
-        case Op::kAdd: for (int64_t i = 0; i < n; ++i) d[i] = a[i] + b[i]; break;
-        case Op::kSub: for (int64_t i = 0; i < n; ++i) d[i] = a[i] - b[i]; break;
-        case Op::kMul: for (int64_t i = 0; i < n; ++i) d[i] = a[i] * b[i]; break;
-        case Op::kDiv: for (int64_t i = 0; i < n; ++i) d[i] = a[i] / b[i]; break;
-        case Op::kMax:
-          for (int64_t i = 0; i < n; ++i)
-            d[i] = (a[i] != a[i] || b[i] != b[i]) ? std::numeric_limits<float>::quiet_NaN()
-                                                  : (b[i] > a[i] ? b[i] : a[i]);
-          break;
-        case Op::kMin:
-          for (int64_t i = 0; i < n; ++i)
-            d[i] = (a[i] != a[i] || b[i] != b[i]) ? std::numeric_limits<float>::quiet_NaN()
-                                                  : (b[i] < a[i] ? b[i] : a[i]);
-          break;
-        case Op::kRelu: for (int64_t i = 0; i < n; ++i) d[i] = a[i] < 0.0f ? 0.0f : a[i]; break;
-        case Op::kNeg: for (int64_t i = 0; i < n; ++i) d[i] = -a[i]; break;
-        case Op::kAbs: for (int64_t i = 0; i < n; ++i) d[i] = std::fabs(a[i]); break;
-        case Op::kSqrt: for (int64_t i = 0; i < n; ++i) d[i] = std::sqrt(a[i]); break;
-        case Op::kExp: for (int64_t i = 0; i < n; ++i) d[i] = std::exp(a[i]); break;
-        case Op::kLog: for (int64_t i = 0; i < n; ++i) d[i] = std::log(a[i]); break;
-        case Op::kTanh: for (int64_t i = 0; i < n; ++i) d[i] = std::tanh(a[i]); break;
-        case Op::kSigmoid: for (int64_t i = 0; i < n; ++i) d[i] = sigmoidf(a[i]); break;
-        case Op::kReciprocal: for (int64_t i = 0; i < n; ++i) d[i] = 1.0f / a[i]; break;
-        case Op::kFloor: for (int64_t i = 0; i < n; ++i) d[i] = std::floor(a[i]); break;
-        case Op::kCeil: for (int64_t i = 0; i < n; ++i) d[i] = std::ceil(a[i]); break;
-        case Op::kLeakyRelu: for (int64_t i = 0; i < n; ++i) d[i] = a[i] < 0 ? al * a[i] : a[i]; break;
-        case Op::kElu:
-          for (int64_t i = 0; i < n; ++i) d[i] = a[i] < 0 ? al * (std::exp(a[i]) - 1.0f) : a[i];
-          break;
-        case Op::kHardSigmoid:
-          for (int64_t i = 0; i < n; ++i) d[i] = std::max(0.0f, std::min(1.0f, al * a[i] + be));
-          break;
-        case Op::kHardSwish:
-          for (int64_t i = 0; i < n; ++i)
-            d[i] = a[i] * std::max(0.0f, std::min(1.0f, a[i] / 6.0f + 0.5f));
-          break;
-        case Op::kSoftplus:
-          for (int64_t i = 0; i < n; ++i)
-            d[i] = a[i] > 0 ? a[i] + std::log1p(std::exp(-a[i])) : std::log1p(std::exp(a[i]));
-          break;
-        case Op::kClip:
-          for (int64_t i = 0; i < n; ++i) {
-            const float y = a[i] < al ? al : a[i];
-            d[i] = y > be ? be : y;
-          }
-          break;
-        case Op::kErf: for (int64_t i = 0; i < n; ++i) d[i] = std::erf(a[i]); break;
-      }
-    }
+    for (const Instr& ins : code)
+      execute(ins, regs[ins.dst], src(ins.a, sa), is_binary(ins.op) ? src(ins.b, sb) : nullptr, n);
     for (const auto& [reg, o] : stores) std::copy(regs[reg], regs[reg] + n, out[static_cast<size_t>(o)] + start);
   }
 };

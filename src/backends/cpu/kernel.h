@@ -110,6 +110,8 @@ class KernelRegistry {
 // Reference kernel families, one file each under kernels/; listed in kernel_registry.cpp.
 // oneDNN kernels (kernels/onednn.cpp); registered first, ahead of the reference kernels.
 void register_onednn_kernels(KernelRegistry& r);
+// The fast LSTM (kernels/onednn_rnn.cpp): SGEMMs through oneDNN plus vectorised gate math.
+void register_onednn_rnn_kernels(KernelRegistry& r);
 void register_reference_elementwise_kernels(KernelRegistry& r);
 void register_reference_nn_kernels(KernelRegistry& r);
 void register_reference_shape_kernels(KernelRegistry& r);

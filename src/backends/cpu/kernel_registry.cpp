@@ -29,6 +29,7 @@ const KernelRegistry& KernelRegistry::global() {
     auto* r = new KernelRegistry();
     // Fast kernels register first (when a family has them); reference kernels last.
     register_onednn_kernels(*r);
+    register_onednn_rnn_kernels(*r);
     register_reference_elementwise_kernels(*r);
     register_reference_nn_kernels(*r);
     register_reference_shape_kernels(*r);

@@ -2,6 +2,8 @@
 // the thread count (TENSORD_NUM_THREADS, default: the machine's cores).
 #pragma once
 
+#include <string>
+
 #include <dnnl.hpp>
 
 namespace tensord::cpu {
@@ -12,5 +14,7 @@ dnnl::engine& cpu_engine();
 dnnl::stream& cpu_stream();
 // TENSORD_NUM_THREADS when set to 1..1024, else the number of cores.
 int compute_threads();
+// "oneDNN 2.6.3" (the library linked at run time).
+std::string onednn_version();
 
 }  // namespace tensord::cpu

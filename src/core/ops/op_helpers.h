@@ -74,4 +74,12 @@ Status parse_einsum(const std::string& equation, const std::vector<Shape>& shape
                     std::vector<int64_t>* label_sizes);
 
 }  // namespace math
+
+namespace rnn {
+// The activations of an RNN/GRU/LSTM node: `defaults.size()` functions per direction, from
+// the 'activations' attribute or the defaults, with their alphas and betas. In rnn.cpp.
+Status resolve_activations(const NodeAttrs& a, const std::vector<std::string>& defaults,
+                           int64_t num_directions, std::vector<std::string>* names,
+                           std::vector<float>* alphas, std::vector<float>* betas);
+}  // namespace rnn
 }  // namespace tensord

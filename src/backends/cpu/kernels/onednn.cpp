@@ -311,6 +311,12 @@ dnnl::engine& cpu_engine() {
   return engine;
 }
 
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch);
+}
+
 int compute_threads() {
   static const int n = [] {
     if (const char* env = std::getenv("TENSORD_NUM_THREADS")) {

@@ -15,15 +15,9 @@
 #include "backends/cpu/dispatch.h"
 #include "backends/cpu/kernel.h"
 #include "core/op_registry.h"
+#include "core/ops/op_helpers.h"
 
 namespace tensord {
-namespace rnn {
-// Defined in src/core/ops/rnn.cpp (see the comments there).
-Status resolve_activations(const NodeAttrs& a, const std::vector<std::string>& defaults,
-                           int64_t num_directions, std::vector<std::string>* names,
-                           std::vector<float>* alphas, std::vector<float>* betas);
-}  // namespace rnn
-
 namespace cpu {
 namespace {
 

@@ -1,0 +1,205 @@
+// Fast float32 LSTM: the input projection of every time step is one SGEMM (oneDNN's
+// dnnl_sgemm), the recurrent projection one SGEMM per step over the whole batch, and the gate
+// math a vectorisable loop. Covers ONNX LSTM with default activations, no clip, no
+// input_forget, both layouts, all directions, sequence_lens, initial states and peepholes;
+// anything else goes to the reference kernel (`accepts` says why).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <dnnl.h>
+
+#include "backends/cpu/kernel.h"
+#include "backends/cpu/vec_math.h"
+#include "core/ops/op_helpers.h"
+
+namespace tensord {
+namespace cpu {
+namespace {
+
+constexpr int64_t kSmallBatch = 4;
+
+Status refuse(const std::string& why) { return Status(StatusCode::kUnimplemented, why); }
+
+Status lstm_accepts(const Node& node, const std::vector<TensorType>& in) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!in[i].defined() || i == 4) continue;  // sequence_lens is an integer tensor
+    if (in[i].dtype != DType::kFloat32) return refuse("LSTM: the fast kernel is float32 only");
+  }
+  if (in.size() < 3) return refuse("LSTM: needs X, W and R");
+  NodeAttrs a(node);
+  if (a.has_attr("clip")) return refuse("LSTM: the fast kernel has no clip");
+  TD_ASSIGN_OR_RETURN(int64_t input_forget, a.attr_int("input_forget", 0));
+  if (input_forget) return refuse("LSTM: the fast kernel has no input_forget");
+  if (a.has_attr("activations")) {
+    TD_ASSIGN_OR_RETURN(std::string direction, a.attr_string("direction", "forward"));
+    std::vector<std::string> acts;
+    std::vector<float> alphas, betas;
+    TD_RETURN_IF_ERROR(rnn::resolve_activations(a, {"sigmoid", "tanh", "tanh"},
+                                                direction == "bidirectional" ? 2 : 1, &acts,
+                                                &alphas, &betas));
+    for (size_t i = 0; i < acts.size(); ++i) {
+      std::string s = acts[i];
+      std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+      if (s != (i % 3 == 0 ? "sigmoid" : "tanh"))
+        return refuse("LSTM: the fast kernel takes the default activations only");
+    }
+  }
+  return OkStatus();
+}
+
+// out[0:n] = v[0:k] . m[k][n] (row-major m): axpy form, vectorised without reassociation.
+// Compiled for AVX-512, AVX2 and baseline x86-64; the loader picks one (GCC target_clones).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void vec_times_matrix(
+    const float* __restrict v, const float* __restrict m, int64_t k, int64_t n,
+    float* __restrict out) {
+  for (int64_t j = 0; j < n; ++j) out[j] = 0.0f;
+  for (int64_t i = 0; i < k; ++i) {
+    const float vi = v[i];
+    const float* __restrict row = m + i * n;
+    for (int64_t j = 0; j < n; ++j) out[j] += vi * row[j];
+  }
+}
+
+// One LSTM step of one batch entry: gates i, o, f, c at offsets 0, H, 2H, 3H of gx + gr;
+// peepholes i, o, f (or null). Updates c and h in place. Vectorised (vec_math.h).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void lstm_cell(
+    const float* __restrict gx, const float* __restrict gr, const float* __restrict peep,
+    float* __restrict c, float* __restrict h, int64_t hidden) {
+  const float* pi = peep;
+  const float* po = peep ? peep + hidden : nullptr;
+  const float* pf = peep ? peep + 2 * hidden : nullptr;
+  for (int64_t j = 0; j < hidden; ++j) {
+    const float c_prev = c[j];
+    const float ig = vec::sigmoid(gx[j] + gr[j] + (pi ? pi[j] * c_prev : 0.0f));
+    const float fg =
+        vec::sigmoid(gx[2 * hidden + j] + gr[2 * hidden + j] + (pf ? pf[j] * c_prev : 0.0f));
+    const float cg = vec::tanh(gx[3 * hidden + j] + gr[3 * hidden + j]);
+    const float c_new = fg * c_prev + ig * cg;
+    const float og = vec::sigmoid(gx[hidden + j] + gr[hidden + j] + (po ? po[j] * c_new : 0.0f));
+    c[j] = c_new;
+    h[j] = og * vec::tanh(c_new);
+  }
+}
+
+Status lstm_run(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(std::string direction, ctx.attr_string("direction", "forward"));
+  TD_ASSIGN_OR_RETURN(int64_t layout, ctx.attr_int("layout", 0));
+  const int64_t num_dir = direction == "bidirectional" ? 2 : 1;
+  const TensorView& xv = ctx.input(0);
+  const int64_t seq = layout == 0 ? xv.shape[0] : xv.shape[1];
+  const int64_t batch = layout == 0 ? xv.shape[1] : xv.shape[0];
+  const int64_t in_size = xv.shape[2];
+  const int64_t hidden = ctx.input(2).shape[2];
+  const int64_t gh = 4 * hidden;
+  const float* x = xv.as<float>();
+  const float* w = ctx.input(1).as<float>();
+  const float* r = ctx.input(2).as<float>();
+  const float* b = ctx.has_input(3) ? ctx.input(3).as<float>() : nullptr;
+  std::vector<int64_t> lens(static_cast<size_t>(batch), seq);
+  if (ctx.has_input(4)) {
+    const TensorView& sv = ctx.input(4);
+    for (int64_t i = 0; i < batch; ++i) {
+      const int64_t v = sv.dtype == DType::kInt64 ? sv.as<int64_t>()[i] : sv.as<int32_t>()[i];
+      if (v < 0 || v > seq)
+        return ctx.error("sequence_lens[{}] = {} is outside [0, {}] (seq_length)", i, v, seq);
+      lens[static_cast<size_t>(i)] = v;
+    }
+  }
+  const float* h0 = ctx.has_input(5) ? ctx.input(5).as<float>() : nullptr;
+  const float* c0 = ctx.has_input(6) ? ctx.input(6).as<float>() : nullptr;
+  const float* peep = ctx.has_input(7) ? ctx.input(7).as<float>() : nullptr;
+  auto x_row = [&](int64_t t, int64_t bi) { return layout == 0 ? t * batch + bi : bi * seq + t; };
+  auto y_at = [&](int64_t t, int64_t d, int64_t bi) {
+    return (layout == 0 ? (t * num_dir + d) * batch + bi : (bi * seq + t) * num_dir + d) * hidden;
+  };
+  auto state_at = [&](int64_t d, int64_t bi) {
+    return (layout == 0 ? d * batch + bi : bi * num_dir + d) * hidden;
+  };
+  const size_t state_n = static_cast<size_t>(num_dir * batch * hidden);
+  std::vector<float> y(static_cast<size_t>(seq) * state_n, 0.0f), yh(state_n, 0.0f), yc(state_n, 0.0f);
+  const int64_t rows = seq * batch;
+  std::vector<float> gx(static_cast<size_t>(rows * gh)), gr(static_cast<size_t>(batch * gh));
+  std::vector<float> h(static_cast<size_t>(batch * hidden)), c(h.size());
+  for (int64_t d = 0; d < num_dir; ++d) {
+    const bool reverse = direction == "reverse" || d == 1;
+    const float* wd = w + d * gh * in_size;
+    const float* rd = r + d * gh * hidden;
+    const float* pd = peep ? peep + d * 3 * hidden : nullptr;
+    // gx = X W^T (+ Wb + Rb) for every row of X at once.
+    if (dnnl_sgemm('N', 'T', rows, gh, in_size, 1.0f, x, in_size, wd, in_size, 0.0f, gx.data(),
+                   gh) != dnnl_success)
+      return ctx.error("dnnl_sgemm failed on the input projection");
+    if (b) {
+      const float* wb = b + d * 2 * gh;
+      const float* rb = wb + gh;
+      for (int64_t i = 0; i < rows; ++i) {
+        float* row = gx.data() + i * gh;
+        for (int64_t g = 0; g < gh; ++g) row[g] += wb[g] + rb[g];
+      }
+    }
+    for (int64_t bi = 0; bi < batch; ++bi) {
+      const int64_t s0 = state_at(d, bi);
+      for (int64_t j = 0; j < hidden; ++j) {
+        h[static_cast<size_t>(bi * hidden + j)] = h0 ? h0[s0 + j] : 0.0f;
+        c[static_cast<size_t>(bi * hidden + j)] = c0 ? c0[s0 + j] : 0.0f;
+      }
+    }
+    // Small batches: a library call per step costs more than the math, so the recurrent
+    // projection is a vectorised axpy loop over R^T (transposed once per direction).
+    const bool small = batch <= kSmallBatch;
+    std::vector<float> rt;
+    if (small) {
+      rt.resize(static_cast<size_t>(hidden * gh));
+      for (int64_t g = 0; g < gh; ++g)
+        for (int64_t k = 0; k < hidden; ++k) rt[static_cast<size_t>(k * gh + g)] = rd[g * hidden + k];
+    }
+    const int64_t max_len = *std::max_element(lens.begin(), lens.end());
+    for (int64_t step = 0; step < max_len; ++step) {
+      // gr = H_{t-1} R^T for the whole batch.
+      if (small) {
+        for (int64_t bi = 0; bi < batch; ++bi)
+          vec_times_matrix(h.data() + bi * hidden, rt.data(), hidden, gh, gr.data() + bi * gh);
+      } else if (dnnl_sgemm('N', 'T', batch, gh, hidden, 1.0f, h.data(), hidden, rd, hidden, 0.0f,
+                            gr.data(), gh) != dnnl_success) {
+        return ctx.error("dnnl_sgemm failed on the recurrent projection");
+      }
+      for (int64_t bi = 0; bi < batch; ++bi) {
+        const int64_t len = lens[static_cast<size_t>(bi)];
+        if (step >= len) continue;  // this entry's sequence has ended: its state is final
+        const int64_t t = reverse ? len - 1 - step : step;
+        const float* gxr = gx.data() + x_row(t, bi) * gh;
+        const float* grr = gr.data() + bi * gh;
+        float* hb = h.data() + bi * hidden;
+        lstm_cell(gxr, grr, pd, c.data() + bi * hidden, hb, hidden);
+        std::copy(hb, hb + hidden, y.begin() + y_at(t, d, bi));
+      }
+    }
+    for (int64_t bi = 0; bi < batch; ++bi) {
+      if (lens[static_cast<size_t>(bi)] == 0) continue;  // Y_h, Y_c stay 0
+      const int64_t s0 = state_at(d, bi);
+      std::copy_n(h.begin() + bi * hidden, hidden, yh.begin() + s0);
+      std::copy_n(c.begin() + bi * hidden, hidden, yc.begin() + s0);
+    }
+  }
+  const std::vector<float>* results[3] = {&y, &yh, &yc};
+  for (int i = 0; i < 3; ++i) {
+    if (!ctx.wants_output(i)) continue;
+    TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(i));
+    if (static_cast<size_t>(out.numel()) != results[i]->size())
+      return ctx.error("output {} has {} values, computed {}", i, out.numel(), results[i]->size());
+    std::copy(results[i]->begin(), results[i]->end(), out.as<float>());
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+void register_onednn_rnn_kernels(KernelRegistry& r) {
+  r.add(KernelDef{"LSTM", "onednn", lstm_accepts, lstm_run, false});
+}
+
+}  // namespace cpu
+}  // namespace tensord
