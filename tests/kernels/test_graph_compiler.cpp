@@ -221,6 +221,25 @@ TEST(GraphCompiler, FusionOffUsesReferenceKernelsOnly) {
   EXPECT_NE(plan->find("[reference]"), std::string::npos) << *plan;
 }
 
+TEST(GraphCompiler, ClassifierHeadIsAnInnerProductOnTheBlockedTensor) {
+  // conv -> GlobalAveragePool -> Flatten -> Gemm(transB=1, bias) and MatMul(B constant);
+  // the flattened value is also a graph output (materialised in plain layout).
+  G b;
+  auto x = b.in("x", {2, 8, 9, 9});
+  auto pooled = b.op("GlobalAveragePool", {b.op("Relu", {b.conv(x, 8, 32, 3)})});
+  auto flat = b.op("Flatten", {pooled}, {{"axis", int64_t{1}}});
+  auto logits = b.op("Gemm", {flat, b.constant(random({10, 32}, 21)), b.constant(random({10}, 22))},
+                     {{"transB", int64_t{1}}});
+  auto proj = b.op("MatMul", {flat, b.constant(random({32, 5}, 23))});
+  b.out(logits);
+  b.out(proj);
+  b.out(flat);
+  const std::string plan = check(b.g, {random({2, 8, 9, 9}, 20)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_NE(plan.find("2 inner_product"), std::string::npos) << plan;
+  EXPECT_EQ(plan.find("Gemm '"), std::string::npos) << plan;
+}
+
 TEST(GraphCompiler, ElementwiseChainIsOneProgram) {
   // A chain of ten element-wise ops with scalars, a runtime one-element input, an
   // intermediate that is also a graph output, and every supported activation.

@@ -118,6 +118,58 @@ bool broadcasts_to(const Shape& b, const Shape& a) {
   return true;
 }
 
+// A Gemm or MatMul that is an inner product: A [M, K] (float32, static), constant weights,
+// alpha = beta = 1, no transA, an optional constant bias of N values.
+struct DenseParams {
+  std::vector<float> weights;  // [N, K], row-major (oneDNN's inner-product "oi")
+  std::vector<float> bias;     // [N] or empty
+  int64_t n = 0, k = 0;
+};
+
+Result<DenseParams> dense_params(const Node& node, const FusionGraph& g) {
+  if (node.inputs.size() < 2) return errors::Unimplemented("needs two inputs");
+  const TensorType* a = g.type_of(node.inputs[0]);
+  const TensorType* out = node.outputs.empty() ? nullptr : g.type_of(node.outputs[0]);
+  const HostTensor* b = g.constant(node.inputs[1]);
+  if (!a || a->dtype != DType::kFloat32 || a->shape.size() != 2 || !shape_is_static(a->shape) ||
+      !out || out->shape.size() != 2)
+    return errors::Unimplemented("A must be a static 2-D float32 tensor");
+  if (!b || b->dtype() != DType::kFloat32 || b->shape().size() != 2)
+    return errors::Unimplemented("B must be a constant 2-D float32 tensor");
+  NodeAttrs at(node);
+  bool trans_b = false;
+  if (node.op == "Gemm") {
+    TD_ASSIGN_OR_RETURN(float alpha, at.attr_float("alpha", 1.0f));
+    TD_ASSIGN_OR_RETURN(float beta, at.attr_float("beta", 1.0f));
+    TD_ASSIGN_OR_RETURN(int64_t ta, at.attr_int("transA", 0));
+    TD_ASSIGN_OR_RETURN(int64_t tb, at.attr_int("transB", 0));
+    if (alpha != 1.0f || ta) return errors::Unimplemented("alpha != 1 or transA");
+    if (node.inputs.size() > 2 && !node.inputs[2].empty() && beta != 1.0f)
+      return errors::Unimplemented("beta != 1");
+    trans_b = tb != 0;
+  } else if (node.inputs.size() != 2) {
+    return errors::Unimplemented("MatMul takes two inputs");
+  }
+  DenseParams p;
+  const Shape& bs = b->shape();
+  p.k = trans_b ? bs[1] : bs[0];
+  p.n = trans_b ? bs[0] : bs[1];
+  if (p.k != a->shape[1]) return errors::Unimplemented("K mismatch");
+  p.weights.resize(static_cast<size_t>(p.n * p.k));
+  const float* w = b->data<float>();
+  for (int64_t i = 0; i < p.n; ++i)
+    for (int64_t j = 0; j < p.k; ++j)
+      p.weights[static_cast<size_t>(i * p.k + j)] = trans_b ? w[i * p.k + j] : w[j * p.n + i];
+  if (node.op == "Gemm" && node.inputs.size() > 2 && !node.inputs[2].empty()) {
+    const HostTensor* c = g.constant(node.inputs[2]);
+    if (!c || c->dtype() != DType::kFloat32 || c->numel() != p.n ||
+        (c->shape().size() == 2 && c->shape()[0] != 1) || c->shape().size() > 2)
+      return errors::Unimplemented("C must be a constant [N] or [1, N]");
+    p.bias.assign(c->data<float>(), c->data<float>() + p.n);
+  }
+  return p;
+}
+
 // Node-level eligibility (the BatchNormalization rule needs the region and is checked there).
 bool eligible(const Node& node, const FusionGraph& g) {
   if (!node.domain.empty() && node.domain != "ai.onnx") return false;
@@ -127,10 +179,16 @@ bool eligible(const Node& node, const FusionGraph& g) {
   };
   if (node.outputs.empty() || node.outputs[0].empty()) return false;
   const TensorType* out = g.type_of(node.outputs[0]);
-  if (!is_f32_4d_static(out)) return false;
   for (size_t i = 1; i < node.outputs.size(); ++i)
     if (!node.outputs[i].empty()) return false;  // extra outputs (pool Indices, BN training)
   NodeAttrs a(node);
+  // The classifier head: Flatten of a 4-D value, then Gemm/MatMul by constant weights.
+  if (op == "Flatten") {
+    auto axis = a.attr_int("axis", 1);
+    return axis.ok() && *axis == 1 && is_f32_4d_static(type(0));
+  }
+  if (op == "Gemm" || op == "MatMul") return dense_params(node, g).ok();
+  if (!is_f32_4d_static(out)) return false;
   if (op == "Conv") {
     if (node.inputs.size() < 2 || !is_f32_4d_static(type(0))) return false;
     const HostTensor* w = g.constant(node.inputs[1]);
@@ -264,7 +322,12 @@ class DnnlRegion final : public FusedKernel {
 
 memory::dims dims_of(const Shape& s) { return memory::dims(s.begin(), s.end()); }
 
-memory::desc plain(const Shape& s) { return memory::desc(dims_of(s), DT::f32, Tag::abcd); }
+// Row-major float32 of any rank.
+memory::desc plain(const Shape& s) {
+  memory::dims strides(s.size(), 1);
+  for (size_t i = s.size(); i-- > 1;) strides[i - 1] = strides[i] * std::max<int64_t>(s[i], 1);
+  return memory::desc(dims_of(s), DT::f32, strides);
+}
 
 class RegionCompiler {
  public:
@@ -297,11 +360,10 @@ class RegionCompiler {
     }
     for (size_t i = 0; i < r_.outputs.size(); ++i) {
       const TensorType* t = g_.type_of(r_.outputs[i]);
+      auto src = value(r_.outputs[i]);
+      if (!src.ok()) return errors::Internal("region output '{}' was not produced", r_.outputs[i]);
       const int dst = add_slot(plain(t->shape), DnnlRegion::SlotKind::kOutput, static_cast<int>(i));
-      auto it = value_slot_.find(r_.outputs[i]);
-      if (it == value_slot_.end())
-        return errors::Internal("region output '{}' was not produced", r_.outputs[i]);
-      add_reorder(it->second, dst);
+      add_reorder(*src, dst);
     }
     plan_memory();
     return std::unique_ptr<FusedKernel>(std::move(out_));
@@ -398,6 +460,20 @@ class RegionCompiler {
   Result<int> value(const std::string& name) {
     auto it = value_slot_.find(name);
     if (it != value_slot_.end()) return it->second;
+    if (auto f = flattened_.find(name); f != flattened_.end()) {
+      // A Flatten read by something other than an inner product: the 4-D value in plain
+      // layout, viewed as 2-D.
+      const Shape& xs = type(f->second).shape;
+      TD_ASSIGN_OR_RETURN(int plain4, value_in(f->second, plain(xs)));
+      if (out_->slots_[static_cast<size_t>(plain4)].kind != SlotKind::kArena) {
+        const int copy = add_arena(plain(xs));
+        add_reorder(plain4, copy);
+        plain4 = copy;
+      }
+      const int s = alias_arena(plain4, plain(type(name).shape));
+      value_slot_[name] = s;
+      return s;
+    }
     const HostTensor* c = g_.constant(name);
     if (c && c->dtype() == DType::kFloat32 && c->shape().size() <= 4) {
       const int s = add_owned(plain(padded4(c->shape())), c->data());
@@ -427,6 +503,11 @@ class RegionCompiler {
     if (is_unary_eltwise(op)) return compile_eltwise(node);
     if (is_binary(op)) return compile_binary(node);
     if (op == "Concat") return compile_concat(node);
+    if (op == "Flatten") {
+      flattened_[node.outputs[0]] = node.inputs[0];  // a view: materialised only if needed
+      return OkStatus();
+    }
+    if (op == "Gemm" || op == "MatMul") return compile_dense(node);
     return errors::Unimplemented("{} ('{}') cannot run in a oneDNN region (only after a Conv)", op,
                                  node.name);
   }
@@ -561,6 +642,45 @@ class RegionCompiler {
     if (has_bias) args[DNNL_ARG_BIAS] = add_owned(bias_md, bias.data());
     add_op(dnnl::convolution_forward(pd), std::move(args), "conv");
     value_slot_[v] = dst;
+    return OkStatus();
+  }
+
+  // Gemm/MatMul by constant weights as a oneDNN inner product; fed by a Flatten of a 4-D value,
+  // it reads that value in its own layout (weights viewed as [N, C, H, W]).
+  Status compile_dense(const Node& node) {
+    TD_ASSIGN_OR_RETURN(DenseParams p, dense_params(node, g_));
+    const std::string& a = node.inputs[0];
+    auto flat = flattened_.find(a);
+    memory::dims src_dims, wei_dims;
+    std::string src_value = a;
+    if (flat != flattened_.end()) {
+      const Shape& xs = type(flat->second).shape;
+      src_value = flat->second;
+      src_dims = dims_of(xs);
+      wei_dims = {p.n, xs[1], xs[2], xs[3]};
+    } else {
+      src_dims = dims_of(type(a).shape);
+      wei_dims = {p.n, p.k};
+    }
+    const memory::desc src_any(src_dims, DT::f32, Tag::any);
+    const memory::desc wei_any(wei_dims, DT::f32, Tag::any);
+    const memory::desc dst_any(dims_of(type(node.outputs[0]).shape), DT::f32, Tag::any);
+    const memory::desc bias_md({p.n}, DT::f32, Tag::a);
+    const bool has_bias = !p.bias.empty();
+    auto desc = has_bias ? dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_inference,
+                                                             src_any, wei_any, bias_md, dst_any)
+                         : dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_inference,
+                                                             src_any, wei_any, dst_any);
+    dnnl::inner_product_forward::primitive_desc pd(desc, cpu_engine());
+    TD_ASSIGN_OR_RETURN(int src, value_in(src_value, pd.src_desc()));
+    const memory::desc wplain(wei_dims, DT::f32, wei_dims.size() == 4 ? Tag::abcd : Tag::ab);
+    const int wei = add_weights(wplain, p.weights.data(), pd.weights_desc());
+    const int dst = add_arena(pd.dst_desc());
+    std::unordered_map<int, int> args = {
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
+    if (has_bias) args[DNNL_ARG_BIAS] = add_owned(bias_md, p.bias.data());
+    add_op(dnnl::inner_product_forward(pd), std::move(args), "inner_product");
+    value_slot_[node.outputs[0]] = dst;
     return OkStatus();
   }
 
@@ -704,6 +824,7 @@ class RegionCompiler {
   std::unordered_map<std::string, int> value_slot_;
   std::unordered_map<std::string, std::vector<int>> reordered_;  // other layouts of a value
   std::set<size_t> fused_members_;
+  std::unordered_map<std::string, std::string> flattened_;  // Flatten output -> its 4-D input
 };
 
 // ---- partitioning ----
