@@ -168,8 +168,16 @@ PathFigures measure_path(const std::string& address, const std::string& transpor
   return f;
 }
 
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 struct RoundTrip {
   double add_us = 0, echo_us = 0;
+  double add_cpu_us = 0, echo_cpu_us = 0;  // this process's CPU time per call (both sides
+                                           // when the broker runs in this process)
   std::string error;
 };
 
@@ -213,21 +221,27 @@ RoundTrip measure_round_trip(const std::string& address, int iterations) {
     }
     (void)(*c)->echo(0);
   }
-  double add_total = 0, echo_total = 0;
+  double add_total = 0, echo_total = 0, add_cpu = 0, echo_cpu = 0;
   const int block = 100;
   for (int done = 0; done < iterations; done += block) {
     const int n = std::min(block, iterations - done);
     auto t0 = Clock::now();
+    double c0 = cpu_seconds();
     for (int i = 0; i < n; ++i) (void)one_add();
     add_total += seconds(t0);
+    add_cpu += cpu_seconds() - c0;
     t0 = Clock::now();
+    c0 = cpu_seconds();
     for (int i = 0; i < n; ++i) (void)(*c)->echo(0);
     echo_total += seconds(t0);
+    echo_cpu += cpu_seconds() - c0;
     for (TensorHandle h : outputs) (void)(*c)->release(h);
     outputs.clear();
   }
   r.add_us = add_total / iterations * 1e6;
   r.echo_us = echo_total / iterations * 1e6;
+  r.add_cpu_us = add_cpu / iterations * 1e6;
+  r.echo_cpu_us = echo_cpu / iterations * 1e6;
   return r;
 }
 
@@ -301,6 +315,8 @@ int run_transfer(const TransferOptions& options) {
     }
     j["tiny_add_round_trip_us"] = rt.add_us;
     j["echo_round_trip_us"] = rt.echo_us;
+    j["tiny_add_cpu_us"] = rt.add_cpu_us;
+    j["echo_cpu_us"] = rt.echo_cpu_us;
     if (rt.echo_us > 0) j["tiny_add_vs_echo"] = rt.add_us / rt.echo_us;
     if (!rt.error.empty()) j["round_trip_error"] = rt.error;
     std::cout << j.dump(2) << "\n";
@@ -329,6 +345,9 @@ int run_transfer(const TransferOptions& options) {
       std::printf(
           "round trip (mean of %d): tiny Add evaluated %.1f us, gRPC echo %.1f us (%.2fx)\n",
           options.small_iterations, rt.add_us, rt.echo_us, rt.add_us / rt.echo_us);
+    if (rt.error.empty())
+      std::printf("  CPU time per call in this process: tiny Add %.1f us, echo %.1f us\n",
+                  rt.add_cpu_us, rt.echo_cpu_us);
     else
       std::printf("round trip: %s\n", rt.error.c_str());
   }

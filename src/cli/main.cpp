@@ -3,6 +3,8 @@
 // Exit status (scripts may rely on it): 0 success; 1 the operation failed (a device or
 // runtime error, message on stderr); 2 bad usage or bad input (unknown flag, unreadable file).
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -166,6 +168,14 @@ int run_main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A broker shares its cores between compute and gRPC I/O threads: compute threads that
+  // busy-wait after each kernel (OpenMP's default) starve the I/O threads on small machines
+  // (runs 20-70x slower were measured on 2 cores). OpenMP reads its wait policy only at process
+  // start, so `serve` re-executes itself once with OMP_WAIT_POLICY=passive unless it is set.
+  if (argc > 1 && std::string(argv[1]) == "serve" && !std::getenv("OMP_WAIT_POLICY")) {
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    execv("/proc/self/exe", argv);  // returns only on failure: then serve as we are
+  }
   // No exception escapes: anything thrown below (allocation failure, a library's surprise) is
   // reported as a failure with its message.
   try {

@@ -20,6 +20,9 @@
 namespace tensord {
 namespace {
 
+// execute/run with run_here_if_idle run on the caller's thread only when the outputs fit this.
+constexpr int64_t kRunHereMaxOutputBytes = 256 << 10;
+
 std::string human_bytes(int64_t n) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double v = static_cast<double>(n);
@@ -51,6 +54,24 @@ class WorkQueue {
     }
     cv_.notify_one();
   }
+  // Runs `task` on the calling thread when nothing is queued or running (then true), keeping
+  // the queue's order: the queue thread takes no task meanwhile. Else false, nothing done.
+  bool run_here_if_idle(const std::function<void()>& task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (busy_ || stop_ || !tasks_.empty()) return false;
+      busy_ = true;
+    }
+    task();
+    bool pushed = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+      pushed = !tasks_.empty() || stop_;
+    }
+    if (pushed) cv_.notify_one();  // the queue thread waits for them (an idle one sleeps on)
+    return true;
+  }
 
  private:
   void loop() {
@@ -58,12 +79,15 @@ class WorkQueue {
       std::function<void()> task;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
+        cv_.wait(lock, [this] { return (stop_ && !busy_) || (!tasks_.empty() && !busy_); });
         if (tasks_.empty()) return;  // stop_ and drained
         task = std::move(tasks_.front());
         tasks_.pop_front();
+        busy_ = true;
       }
       task();
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
     }
   }
 
@@ -71,6 +95,7 @@ class WorkQueue {
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
   bool stop_ = false;
+  bool busy_ = false;  // a task is running (on the queue thread or run_here_if_idle's caller)
   std::thread thread_;
 };
 
@@ -111,6 +136,12 @@ struct LoadedModel {
   CompileOptions options;
   std::mutex mu;
   std::map<std::string, std::shared_ptr<Executable>> executables;  // by input types
+  // The initializers' bytes, counted against the session's quota while the model lives.
+  std::shared_ptr<SessionCounter> counter;
+  int64_t counted = 0;
+  ~LoadedModel() {
+    if (counter) counter->bytes.fetch_sub(counted);
+  }
 };
 
 
@@ -128,9 +159,44 @@ class EngineAllocator final : public Allocator {
 
   Result<std::shared_ptr<Buffer>> allocate(size_t bytes) override {
     const int64_t n = static_cast<int64_t>(bytes);
+    TD_RETURN_IF_ERROR(reserve(n, /*check_capacity=*/true));
+    auto p = slot_->device->allocate(bytes);
+    if (!p.ok()) {
+      unreserve(n);
+      return p.status();
+    }
+    DeviceSlot* slot = slot_;
+    auto counter = counter_;
+    return std::shared_ptr<Buffer>(new Buffer{slot->device.get(), *p, bytes},
+                                   [slot, counter](Buffer* b) {
+                                     slot->device->free(b->ptr, b->size);
+                                     slot->in_use.fetch_sub(static_cast<int64_t>(b->size));
+                                     if (counter) counter->bytes.fetch_sub(static_cast<int64_t>(b->size));
+                                     delete b;
+                                   });
+  }
+
+  // A buffer over memory the engine does not own (see Engine::upload_external): accounted
+  // like allocate() (the bytes exist already, so only the session quota applies), never freed
+  // by the device; `keepalive` is dropped with the buffer.
+  Result<std::shared_ptr<Buffer>> adopt(void* ptr, size_t bytes, std::shared_ptr<void> keepalive) {
+    TD_RETURN_IF_ERROR(reserve(static_cast<int64_t>(bytes), /*check_capacity=*/false));
+    DeviceSlot* slot = slot_;
+    auto counter = counter_;
+    return std::shared_ptr<Buffer>(new Buffer{slot->device.get(), ptr, bytes},
+                                   [slot, counter, keepalive = std::move(keepalive)](Buffer* b) {
+                                     slot->in_use.fetch_sub(static_cast<int64_t>(b->size));
+                                     if (counter) counter->bytes.fetch_sub(static_cast<int64_t>(b->size));
+                                     delete b;
+                                   });
+  }
+
+ private:
+  // Counts n bytes against the device (its capacity when asked) and the session's quota.
+  Status reserve(int64_t n, bool check_capacity) {
     const int64_t capacity = slot_->device->info().memory_bytes;
     const int64_t used = slot_->in_use.fetch_add(n) + n;
-    if (capacity > 0 && used > capacity) {
+    if (check_capacity && capacity > 0 && used > capacity) {
       slot_->in_use.fetch_sub(n);
       return errors::ResourceExhausted("{}: cannot allocate {} ({} bytes): {} of {} in use",
                                        slot_->name(), human_bytes(n), n, human_bytes(used - n),
@@ -147,27 +213,18 @@ class EngineAllocator final : public Allocator {
             human_bytes(n), slot_->name(), human_bytes(s), human_bytes(counter_->limit));
       }
     }
-    auto p = slot_->device->allocate(bytes);
-    if (!p.ok()) {
-      slot_->in_use.fetch_sub(n);
-      if (counter_) counter_->bytes.fetch_sub(n);
-      return p.status();
-    }
+    update_peak(used);
+    return OkStatus();
+  }
+  void unreserve(int64_t n) {
+    slot_->in_use.fetch_sub(n);
+    if (counter_) counter_->bytes.fetch_sub(n);
+  }
+  void update_peak(int64_t used) {
     int64_t peak = slot_->peak.load();
     while (used > peak && !slot_->peak.compare_exchange_weak(peak, used)) {
     }
-    DeviceSlot* slot = slot_;
-    auto counter = counter_;
-    return std::shared_ptr<Buffer>(new Buffer{slot->device.get(), *p, bytes},
-                                   [slot, counter](Buffer* b) {
-                                     slot->device->free(b->ptr, b->size);
-                                     slot->in_use.fetch_sub(static_cast<int64_t>(b->size));
-                                     if (counter) counter->bytes.fetch_sub(static_cast<int64_t>(b->size));
-                                     delete b;
-                                   });
   }
-
- private:
   DeviceSlot* slot_;
   std::shared_ptr<SessionCounter> counter_;
 };
@@ -493,6 +550,52 @@ Result<TensorHandle> Engine::upload(SessionId session, const TensorView& src,
   return impl_->add(session, std::move(entry));
 }
 
+Result<TensorHandle> Engine::upload_external(SessionId session, const TensorView& src,
+                                             const std::string& device,
+                                             std::shared_ptr<void> keepalive) {
+  if (!dtype_is_valid(static_cast<int32_t>(src.dtype)))
+    return errors::InvalidArgument("upload: invalid dtype {}", static_cast<int>(src.dtype));
+  TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(src.dtype, src.shape));
+  if (bytes > 0 && !src.data) return errors::InvalidArgument("upload: no data for {} bytes", bytes);
+  TD_ASSIGN_OR_RETURN(size_t d, impl_->find_device(device));
+  DeviceSlot* slot = impl_->slots[d].get();
+  // Only host memory can be adopted; kernels get the same alignment as the cpu allocator's.
+  if (bytes == 0 || slot->device->info().kind != "cpu" ||
+      reinterpret_cast<uintptr_t>(src.data) % 64 != 0)
+    return upload(session, src, device);
+  TD_ASSIGN_OR_RETURN(auto counter, impl_->counter(session));
+  EngineAllocator alloc(slot, counter);
+  TD_ASSIGN_OR_RETURN(auto buf, alloc.adopt(const_cast<void*>(src.data), static_cast<size_t>(bytes),
+                                            std::move(keepalive)));
+  auto entry = std::make_shared<TensorEntry>();
+  entry->type = {src.dtype, src.shape};
+  entry->device = d;
+  entry->value = ready_future(DeviceTensor{src.dtype, src.shape, std::move(buf)});
+  impl_->m.uploads++;
+  return impl_->add(session, std::move(entry));
+}
+
+Result<TensorType> Engine::read_into(SessionId session, TensorHandle h, void* dst, size_t room) {
+  TD_ASSIGN_OR_RETURN(auto entry, impl_->find_tensor(session, h));
+  const Result<DeviceTensor>& v = entry->value.get();
+  if (!v.ok()) return v.status();
+  TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(v->dtype, v->shape));
+  if (bytes == 0 || static_cast<size_t>(bytes) > room) return v->type();
+  if (!dst) return errors::InvalidArgument("read_into: no destination for {} bytes", bytes);
+  DeviceSlot* slot = impl_->slots[entry->device].get();
+  impl_->m.reads++;
+  if (void* p = slot->device->host_pointer(*v->buffer)) {
+    std::memcpy(dst, p, static_cast<size_t>(bytes));
+    return v->type();
+  }
+  std::promise<Status> p;
+  auto f = p.get_future();
+  slot->queue->push(
+      [&] { p.set_value(slot->device->read(*v->buffer, 0, dst, static_cast<size_t>(bytes))); });
+  TD_RETURN_IF_ERROR(f.get());
+  return v->type();
+}
+
 Result<HostTensor> Engine::read(SessionId session, TensorHandle h) {
   TD_ASSIGN_OR_RETURN(auto entry, impl_->find_tensor(session, h));
   const Result<DeviceTensor>& v = entry->value.get();
@@ -575,7 +678,8 @@ Result<Engine::Launch> Engine::prepare(SessionId session, const std::vector<Tens
 
 Result<std::vector<TensorHandle>> Engine::submit(SessionId session, Launch launch,
                                                  size_t num_outputs,
-                                                 const std::shared_ptr<Executable>& exe) {
+                                                 const std::shared_ptr<Executable>& exe,
+                                                 bool here_if_idle) {
   impl_->m.executes++;
   if (!launch.input_error.ok()) {
     // An input that failed: every output carries its error (nothing can be compiled).
@@ -604,8 +708,8 @@ Result<std::vector<TensorHandle>> Engine::submit(SessionId session, Launch launc
   }
   DeviceSlot* slot = impl_->slots[launch.target].get();
   Impl* impl = impl_.get();
-  slot->queue->push([impl, slot, exe, in = std::move(launch.in), promises,
-                     counter = std::move(launch.counter)] {
+  std::function<void()> task = [impl, slot, exe, in = std::move(launch.in), promises,
+                                counter = std::move(launch.counter)] {
     std::vector<Result<DeviceTensor>> outs;
     try {
       std::vector<Result<DeviceTensor>> values;
@@ -626,14 +730,27 @@ Result<std::vector<TensorHandle>> Engine::submit(SessionId session, Launch launc
                                                 outs.size(), promises.size()));
       }
     }
-  });
+  };
+  // Only small results are worth running here: the caller waits for them; a graph with large
+  // (or data-dependent) outputs may run long and execute() must stay asynchronous for it.
+  if (here_if_idle) {
+    int64_t out_bytes = 0;
+    for (const auto& t : out_types) {
+      auto n = t.ok() && shape_is_static(t->shape) ? checked_byte_size(t->dtype, t->shape)
+                                                   : Result<int64_t>(errors::Internal("unknown"));
+      out_bytes = n.ok() ? out_bytes + *n : INT64_MAX / 2;
+    }
+    if (out_bytes > kRunHereMaxOutputBytes) here_if_idle = false;
+  }
+  if (!here_if_idle || !slot->queue->run_here_if_idle(task)) slot->queue->push(std::move(task));
   return handles;
 }
 
 Result<std::vector<TensorHandle>> Engine::execute(SessionId session, const Graph& graph,
                                                   const std::vector<TensorHandle>& inputs,
                                                   const std::string& device,
-                                                  const CompileOptions& options) {
+                                                  const CompileOptions& options,
+                                                  bool run_here_if_idle) {
   if (inputs.size() != graph.inputs.size())
     return errors::InvalidArgument("execute: graph '{}' takes {} inputs, got {}", graph.name,
                                    graph.inputs.size(), inputs.size());
@@ -642,14 +759,28 @@ Result<std::vector<TensorHandle>> Engine::execute(SessionId session, const Graph
   if (launch.input_error.ok()) {
     TD_ASSIGN_OR_RETURN(exe, impl_->get_executable(launch.target, graph, launch.types, options));
   }
-  return submit(session, std::move(launch), graph.outputs.size(), exe);
+  return submit(session, std::move(launch), graph.outputs.size(), exe, run_here_if_idle);
 }
 
 Result<ModelHandle> Engine::load(SessionId session, const Graph& graph, const std::string& device,
                                  const CompileOptions& options) {
   TD_ASSIGN_OR_RETURN(size_t target, impl_->find_device(device));
   TD_RETURN_IF_ERROR(topological_order(graph).status());  // cycles, dangling names
+  TD_ASSIGN_OR_RETURN(auto counter, impl_->counter(session));
+  // The initializers stay with the model: they count against the session's quota.
+  int64_t bytes = 0;
+  for (const auto& [name, t] : graph.initializers) bytes += static_cast<int64_t>(t.nbytes());
+  const int64_t held = counter->bytes.fetch_add(bytes) + bytes;
+  if (counter->limit > 0 && held > counter->limit) {
+    counter->bytes.fetch_sub(bytes);
+    return errors::ResourceExhausted(
+        "session memory limit exceeded: loading '{}' ({} of initializers) would bring the session "
+        "to {} of its {} limit",
+        graph.name, human_bytes(bytes), human_bytes(held), human_bytes(counter->limit));
+  }
   auto model = std::make_shared<LoadedModel>();
+  model->counter = counter;
+  model->counted = bytes;
   model->graph = graph;
   model->device = target;
   model->options = options;
@@ -662,7 +793,8 @@ Result<ModelHandle> Engine::load(SessionId session, const Graph& graph, const st
 }
 
 Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle model,
-                                              const std::vector<TensorHandle>& inputs) {
+                                              const std::vector<TensorHandle>& inputs,
+                                              bool run_here_if_idle) {
   std::shared_ptr<LoadedModel> m;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -695,7 +827,7 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
       m->executables.emplace(key, exe);
     }
   }
-  return submit(session, std::move(launch), graph.outputs.size(), exe);
+  return submit(session, std::move(launch), graph.outputs.size(), exe, run_here_if_idle);
 }
 
 Status Engine::unload(SessionId session, ModelHandle model) {

@@ -70,13 +70,32 @@ class Engine {
   // Copies host bytes to a new tensor on `device` ("" = default).
   Result<TensorHandle> upload(SessionId session, const TensorView& src, const std::string& device);
   Result<HostTensor> read(SessionId session, TensorHandle h);
+  // Zero-copy upload: a tensor whose bytes ARE `src.data` (no copy), on a device whose memory
+  // is host memory (kind "cpu"); other devices, and data not 64-byte aligned, get a copy as
+  // with upload(). The bytes are counted against the session and the device like an
+  // allocation of their size (RESOURCE_EXHAUSTED past either limit). `keepalive` is held until
+  // the tensor and every value sharing its bytes (same-device copies, queued work) are gone;
+  // its deleter is how the owner learns that the memory is free again.
+  // Contract: the caller must not change or unmap the bytes while the engine holds
+  // `keepalive` — kernels read them at any time until then, and tensors are immutable.
+  Result<TensorHandle> upload_external(SessionId session, const TensorView& src,
+                                       const std::string& device, std::shared_ptr<void> keepalive);
+  // Blocks until the tensor is ready, then copies its bytes to `dst` when they fit in `room`
+  // (nothing is written otherwise). Returns the value's type: its byte size tells the caller
+  // whether it was written. Saves read()'s HostTensor when the bytes have a place to go.
+  Result<TensorType> read_into(SessionId session, TensorHandle h, void* dst, size_t room);
   Status wait(SessionId session, TensorHandle h);
   Result<TensorInfo> info(SessionId session, TensorHandle h);
-  // See Client::execute.
+  // See Client::execute. With `run_here_if_idle`, when the device's queue is idle (nothing
+  // queued or running) and the outputs are small (256 KiB in all, sizes known at compile time),
+  // the graph runs on the calling thread before execute() returns — for a caller about to wait
+  // for the outputs anyway (the broker answering small results inline), it saves two thread
+  // hand-offs; otherwise it is queued as usual. Order is kept either way.
   Result<std::vector<TensorHandle>> execute(SessionId session, const Graph& graph,
                                             const std::vector<TensorHandle>& inputs,
                                             const std::string& device,
-                                            const CompileOptions& options = {});
+                                            const CompileOptions& options = {},
+                                            bool run_here_if_idle = false);
   Result<TensorHandle> copy(SessionId session, TensorHandle h, const std::string& device);
   Status release(SessionId session, TensorHandle h);
 
@@ -84,7 +103,8 @@ class Engine {
   Result<ModelHandle> load(SessionId session, const Graph& graph, const std::string& device,
                            const CompileOptions& options = {});
   Result<std::vector<TensorHandle>> run(SessionId session, ModelHandle model,
-                                        const std::vector<TensorHandle>& inputs);
+                                        const std::vector<TensorHandle>& inputs,
+                                        bool run_here_if_idle = false);
   Status unload(SessionId session, ModelHandle model);
 
   EngineMetrics metrics() const;
@@ -98,7 +118,8 @@ class Engine {
   Result<Launch> prepare(SessionId session, const std::vector<TensorHandle>& inputs,
                          const std::string& device, bool device_fixed, size_t fixed_device);
   Result<std::vector<TensorHandle>> submit(SessionId session, Launch launch, size_t num_outputs,
-                                           const std::shared_ptr<Executable>& exe);
+                                           const std::shared_ptr<Executable>& exe,
+                                           bool here_if_idle = false);
   explicit Engine(std::unique_ptr<Impl> impl, EngineOptions options,
                   std::vector<std::string> filtered_out);
   std::unique_ptr<Impl> impl_;

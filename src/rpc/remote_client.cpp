@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/rpc_method.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -32,6 +33,46 @@ constexpr int64_t kInlineCacheBytes = 64 << 20;
 // Shared-memory regions kept for reuse (their pages stay mapped: no fault on the next use).
 constexpr size_t kIdleRegions = 4;
 constexpr int64_t kMinRegionBytes = 16 << 20;
+// Uploads at least this large lend their region to the broker (it computes on the bytes where
+// they are) instead of having them copied; at most this many regions are lent at once.
+constexpr int64_t kLendMinBytes = 4 << 20;
+constexpr size_t kMaxLentRegions = 64;
+
+// Counts the slices gRPC holds over a caller's memory (zero-copy sends): the caller's bytes
+// must stay valid until the last one is released, which can be after the call's status came
+// back (a chunk still queued for the socket when the broker answered an error).
+class SliceTracker {
+ public:
+  grpc::Slice wrap(const void* data, size_t n) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++live_;
+    }
+    return grpc::Slice(const_cast<void*>(data), n, &SliceTracker::unref, this);
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return live_ == 0; });
+  }
+
+ private:
+  static void unref(void* p) {
+    auto* t = static_cast<SliceTracker*>(p);
+    std::lock_guard<std::mutex> lock(t->mu_);
+    if (--t->live_ == 0) t->cv_.notify_all();
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t live_ = 0;
+};
+
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
 
 std::string own_boot_id() {
   std::string id;
@@ -110,6 +151,8 @@ struct RemoteClient::Impl {
   int64_t chunk_bytes = kDefaultChunkBytes;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Tensord::Stub> stub;
+  // Upload as raw messages (serialized here, the data never copied; see upload()).
+  std::unique_ptr<grpc::internal::RpcMethod> raw_upload;
 
   uint64_t session = 0;
   std::string session_text;
@@ -129,6 +172,7 @@ struct RemoteClient::Impl {
   std::atomic<int> shm_state{-1};
   std::mutex shm_mu;
   std::vector<std::unique_ptr<ShmRegion>> shm_idle;
+  std::vector<std::unique_ptr<ShmRegion>> shm_lent;  // not to be written: tensors use them
   std::atomic<int64_t> shm_serial{0};
 
   std::mutex cache_mu;
@@ -201,19 +245,59 @@ struct RemoteClient::Impl {
   }
 
   // A registered region of at least `bytes`: an idle one, else a new memfd.
-  Result<std::unique_ptr<ShmRegion>> shm_acquire(int64_t bytes) {
+  std::unique_ptr<ShmRegion> take_idle(int64_t bytes) {
+    std::lock_guard<std::mutex> lock(shm_mu);
+    auto best = shm_idle.end();
+    for (auto it = shm_idle.begin(); it != shm_idle.end(); ++it)
+      if ((*it)->size >= bytes && (best == shm_idle.end() || (*it)->size < (*best)->size))
+        best = it;
+    if (best == shm_idle.end()) return nullptr;
+    auto r = std::move(*best);
+    shm_idle.erase(best);
+    return r;
+  }
+
+  // Asks the broker which lent regions are free again and makes them idle.
+  void reclaim() {
+    v1::ReclaimRegionsRequest req;
     {
       std::lock_guard<std::mutex> lock(shm_mu);
-      for (auto it = shm_idle.begin(); it != shm_idle.end(); ++it) {
-        if ((*it)->size >= bytes) {
-          auto r = std::move(*it);
-          shm_idle.erase(it);
-          return r;
+      if (shm_lent.empty()) return;
+      for (const auto& r : shm_lent) req.add_regions(r->id);
+    }
+    grpc::ClientContext ctx;
+    prepare(ctx, options.call_timeout, /*count=*/false);
+    v1::ReclaimRegionsResponse resp;
+    if (!stub->ReclaimRegions(&ctx, req, &resp).ok()) return;
+    std::vector<std::unique_ptr<ShmRegion>> extra;
+    {
+      std::lock_guard<std::mutex> lock(shm_mu);
+      for (uint64_t id : resp.free()) {
+        for (auto it = shm_lent.begin(); it != shm_lent.end(); ++it) {
+          if ((*it)->id != id) continue;
+          shm_idle.push_back(std::move(*it));
+          shm_lent.erase(it);
+          break;
         }
       }
+      // Keep the largest idle ones.
+      std::sort(shm_idle.begin(), shm_idle.end(),
+                [](const auto& a, const auto& b) { return a->size > b->size; });
+      while (shm_idle.size() > kIdleRegions) {
+        extra.push_back(std::move(shm_idle.back()));
+        shm_idle.pop_back();
+      }
     }
-    const int64_t size =
-        std::max(kMinRegionBytes, (bytes + (1 << 20) - 1) & ~int64_t{(1 << 20) - 1});
+    for (auto& r : extra) unregister(std::move(r));
+  }
+
+  Result<std::unique_ptr<ShmRegion>> shm_acquire(int64_t bytes, bool lend = false) {
+    if (auto r = take_idle(bytes)) return r;
+    reclaim();
+    if (auto r = take_idle(bytes)) return r;
+    // A lent region is sized to its tensor: it stays with the tensor.
+    const int64_t size = std::max(lend ? int64_t{1} << 20 : kMinRegionBytes,
+                                  (bytes + (1 << 20) - 1) & ~int64_t{(1 << 20) - 1});
     auto r = std::make_unique<ShmRegion>();
     const std::string name =
         "tensord-" + std::to_string(getpid()) + "-" + std::to_string(shm_serial++);
@@ -244,16 +328,28 @@ struct RemoteClient::Impl {
     return r;
   }
 
+  // A region lent to the broker: not written again until reclaim() finds it free.
+  void shm_lend(std::unique_ptr<ShmRegion> r) {
+    std::lock_guard<std::mutex> lock(shm_mu);
+    shm_lent.push_back(std::move(r));
+  }
+  bool may_lend() {
+    std::lock_guard<std::mutex> lock(shm_mu);
+    return shm_lent.size() < kMaxLentRegions;
+  }
+
   void shm_release(std::unique_ptr<ShmRegion> r) {
-    std::unique_ptr<ShmRegion> dead;
     {
       std::lock_guard<std::mutex> lock(shm_mu);
       if (shm_idle.size() < kIdleRegions) {
         shm_idle.push_back(std::move(r));
         return;
       }
-      dead = std::move(r);
     }
+    unregister(std::move(r));
+  }
+
+  void unregister(std::unique_ptr<ShmRegion> dead) {
     grpc::ClientContext ctx;
     prepare(ctx, options.call_timeout, /*count=*/false);
     v1::RegionRequest req;
@@ -263,8 +359,8 @@ struct RemoteClient::Impl {
   }
 
   // The first region decides, in "auto", whether shared memory works with this broker.
-  Result<std::unique_ptr<ShmRegion>> shm_get(int64_t bytes) {
-    auto r = shm_acquire(bytes);
+  Result<std::unique_ptr<ShmRegion>> shm_get(int64_t bytes, bool lend = false) {
+    auto r = shm_acquire(bytes, lend);
     if (r.ok()) {
       shm_state = 1;
     } else if (mode == "auto" && shm_state.load() == 0) {
@@ -366,6 +462,8 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
   args.SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
   impl->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   impl->stub = v1::Tensord::NewStub(impl->channel);
+  impl->raw_upload = std::make_unique<grpc::internal::RpcMethod>(
+      "/tensord.v1.Tensord/Upload", grpc::internal::RpcMethod::CLIENT_STREAMING, impl->channel);
 
   {
     grpc::ClientContext ctx;
@@ -457,17 +555,24 @@ Result<TensorHandle> RemoteClient::upload(const TensorView& src, const std::stri
 
   v1::UploadResponse resp;
   if (!header_only && impl_->use_shm(*size)) {
-    auto region = impl_->shm_get(*size);
+    // Large floating-point tensors lend their region: the broker computes on it in place.
+    const bool lend = *size >= kLendMinBytes && dtype_is_float(src.dtype) && impl_->may_lend();
+    auto region = impl_->shm_get(*size, lend);
     if (region.ok()) {
       if (*size) std::memcpy((*region)->base, src.data, static_cast<size_t>(*size));
       v1::UploadRegionRequest req;
       *req.mutable_header() = *header;
       req.set_region((*region)->id);
       req.set_offset(0);
+      req.set_lend(lend);
       grpc::ClientContext ctx;
       impl_->prepare(ctx, impl_->options.call_timeout);
       Status st = impl_->finish(ctx, impl_->stub->UploadRegion(&ctx, req, &resp), "upload");
-      impl_->shm_release(std::move(region).value());
+      if (lend) {
+        impl_->shm_lend(std::move(region).value());  // the broker says when it is free again
+      } else {
+        impl_->shm_release(std::move(region).value());
+      }
       TD_RETURN_IF_ERROR(st);
       return resp.handle();
     }
@@ -482,20 +587,41 @@ Result<TensorHandle> RemoteClient::upload(const TensorView& src, const std::stri
   }
 
   // Streamed: no deadline (the time grows with the size); keepalive finds a dead broker.
+  // Each UploadChunk is serialized here as two slices: its few bytes of framing (and the
+  // header, first), then the caller's bytes themselves, which gRPC writes to the socket
+  // without a copy.
   grpc::ClientContext ctx;
   impl_->prepare(ctx, kNoDeadline);
-  auto writer = impl_->stub->Upload(&ctx, &resp);
+  grpc::ByteBuffer answer;
+  SliceTracker tracker;
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+          impl_->channel.get(), *impl_->raw_upload, &ctx, &answer));
   const auto* bytes = static_cast<const char*>(src.data);
   const int64_t total = *size;
+  const std::string header_bytes = header->SerializeAsString();
   for (int64_t off = 0; off < total;) {
     const int64_t n = std::min(impl_->chunk_bytes, total - off);
-    msg.set_data(bytes + off, static_cast<size_t>(n));
+    std::string framing;
+    if (off == 0) {
+      framing.push_back(0x0A);  // field 1 (header), length-delimited
+      put_varint(framing, header_bytes.size());
+      framing += header_bytes;
+    }
+    framing.push_back(0x12);  // field 2 (data), length-delimited
+    put_varint(framing, static_cast<uint64_t>(n));
+    grpc::Slice slices[2] = {grpc::Slice(framing), tracker.wrap(bytes + off, static_cast<size_t>(n))};
+    grpc::ByteBuffer chunk(slices, 2);
     off += n;
-    if (!writer->Write(msg)) break;  // the broker ended the call: Finish says why
-    msg.clear_header();
+    if (!writer->Write(chunk)) break;  // the broker ended the call: Finish says why
   }
   writer->WritesDone();
-  TD_RETURN_IF_ERROR(impl_->finish(ctx, writer->Finish(), "upload"));
+  const grpc::Status status = writer->Finish();
+  writer.reset();
+  tracker.wait();  // gRPC is done with the caller's bytes
+  TD_RETURN_IF_ERROR(impl_->finish(ctx, status, "upload"));
+  if (!grpc::SerializationTraits<v1::UploadResponse>::Deserialize(&answer, &resp).ok())
+    return errors::Internal("upload: the broker's answer is not an UploadResponse");
   return resp.handle();
 }
 

@@ -11,7 +11,10 @@
 // Data path: small values travel inline (an execute() answer carries its small outputs);
 // large ones in 2 MiB stream chunks, or, when the broker runs on the same host (same boot id,
 // unix socket or loopback address), through shared memory: memfd regions sealed against
-// shrinking, which the broker maps (TENSORD_TRANSPORT=grpc|shm overrides the choice).
+// shrinking, which the broker maps (TENSORD_TRANSPORT=grpc|shm overrides the choice). Large
+// floating-point uploads lend their region to the broker, which computes on it in place; the
+// region is not written again until the broker reports it free (ReclaimRegions). Streamed
+// chunks are sent straight from the caller's memory (no copy on this side).
 //
 // Failures: a broker that is down or goes away answers UNAVAILABLE, quickly — calls never wait
 // for a connection (wait_for_ready is off), calls that do not wait on device work carry a

@@ -1,7 +1,10 @@
 #include "rpc/server.h"
 
 #include <fcntl.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -37,6 +40,8 @@ struct Region {
   int64_t size = 0;
   bool sealed = false;  // F_SEAL_SHRINK: the file can never become shorter than the mapping
   std::string path;
+  // Tensors computing on the region's bytes where they are (UploadRegionRequest.lend).
+  std::atomic<int64_t> lent{0};
   ~Region() {
     if (base) munmap(base, static_cast<size_t>(size));
     if (fd >= 0) close(fd);
@@ -70,6 +75,102 @@ struct SessionState {
 };
 
 constexpr int kMaxRegionsPerSession = 256;
+
+// Host memory for streamed uploads. A streamed tensor is received straight into one of these
+// blocks, which then becomes the tensor's storage (Engine::upload_external: no second copy);
+// when the tensor goes, the block comes back here, its pages still mapped, so the next upload
+// of a similar size writes to warm memory instead of faulting in fresh pages (which costs more
+// than the copy itself). Idle blocks are bounded in bytes and dropped after a while unused,
+// like a caching allocator's.
+class HostPool {
+ public:
+  static constexpr size_t kMinPooled = 1 << 20;
+  explicit HostPool(size_t max_idle_bytes)
+      : state_(std::make_shared<State>()) { state_->max_idle = max_idle_bytes; }
+
+  // At least `bytes` (64-byte aligned), or null when the host is out of memory.
+  std::shared_ptr<unsigned char> get(size_t bytes) {
+    const size_t want = std::max<size_t>((bytes + 63) & ~size_t{63}, 64);
+    unsigned char* p = nullptr;
+    size_t size = want;
+    if (want >= kMinPooled) {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      auto& idle = state_->idle;
+      auto best = idle.end();
+      for (auto it = idle.begin(); it != idle.end(); ++it)
+        if (it->size >= want && it->size <= want + want / 4 &&
+            (best == idle.end() || it->size < best->size))
+          best = it;
+      if (best != idle.end()) {
+        p = best->p;
+        size = best->size;
+        state_->idle_bytes -= best->size;
+        idle.erase(best);
+      }
+    }
+    if (!p) p = static_cast<unsigned char*>(std::aligned_alloc(64, want));
+    if (!p) return nullptr;
+    auto state = state_;
+    return std::shared_ptr<unsigned char>(p, [state, size](unsigned char* q) {
+      if (size >= kMinPooled) {
+        std::lock_guard<std::mutex> lock(state->mu);
+        if (state->idle_bytes + size <= state->max_idle) {
+          state->idle.push_back({q, size, Clock::now()});
+          state->idle_bytes += size;
+          return;
+        }
+      }
+      std::free(q);
+    });
+  }
+
+  // Frees blocks idle since before `cutoff`.
+  void trim(Clock::time_point cutoff) {
+    std::vector<unsigned char*> dead;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      auto& idle = state_->idle;
+      for (auto it = idle.begin(); it != idle.end();) {
+        if (it->since < cutoff) {
+          dead.push_back(it->p);
+          state_->idle_bytes -= it->size;
+          it = idle.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (unsigned char* p : dead) std::free(p);
+  }
+
+ private:
+  struct Block {
+    unsigned char* p;
+    size_t size;
+    Clock::time_point since;
+  };
+  struct State {
+    std::mutex mu;
+    std::vector<Block> idle;
+    size_t idle_bytes = 0;
+    size_t max_idle = 0;
+    ~State() {
+      for (auto& b : idle) std::free(b.p);
+    }
+  };
+  std::shared_ptr<State> state_;  // shared with the blocks' deleters: tensors may outlive us
+};
+
+size_t host_pool_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const size_t phys = pages > 0 && page > 0 ? static_cast<size_t>(pages) * page : 0;
+  return std::min<size_t>(size_t{1} << 30, phys / 8);
+}
+
+// Whether the broker may compute on bytes a client can still write (lent regions): only
+// values no kernel reads as an index, a size or a shape, so that a client breaking its promise
+// can spoil its own results but never make the broker read or write out of bounds.
+bool may_compute_in_place(DType t) { return dtype_is_float(t); }
 constexpr int64_t kMaxGraphBytes = (int64_t{2} << 30) - 1;  // protobuf's message limit
 
 // This machine's boot id: equal ids mean the same running kernel, hence shared memory works.
@@ -107,7 +208,9 @@ class AttachReactor final : public grpc::ServerWriteReactor<v1::AttachEvent> {
   bool finished_ = false;
 };
 
-class Service final : public v1::Tensord::WithCallbackMethod_Attach<v1::Tensord::Service> {
+class Service final
+    : public v1::Tensord::WithRawCallbackMethod_Upload<
+          v1::Tensord::WithCallbackMethod_Attach<v1::Tensord::Service>> {
  public:
   Service(std::shared_ptr<Engine> engine, const RpcServerOptions& options)
       : engine_(std::move(engine)), options_(options), rng_(std::random_device{}()) {
@@ -275,48 +378,10 @@ class Service final : public v1::Tensord::WithCallbackMethod_Attach<v1::Tensord:
     return grpc::Status::OK;
   }
 
-  grpc::Status Upload(grpc::ServerContext* ctx, grpc::ServerReader<v1::UploadChunk>* reader,
-                      v1::UploadResponse* resp) override {
-    Guard g(this, ctx);
-    if (!g.ok()) return fail(ctx, g.status());
-    v1::UploadChunk chunk;
-    if (!reader->Read(&chunk))
-      return fail(ctx, errors::InvalidArgument("upload: the stream ended before its header"));
-    if (!chunk.has_header())
-      return fail(ctx, errors::InvalidArgument(
-                           "upload: the first message must carry the header (dtype, shape, "
-                           "device, total_bytes)"));
-    const v1::UploadHeader header = chunk.header();
-    auto size = check_header(g, header);
-    if (!size.ok()) return fail(ctx, size.status());
-    std::unique_ptr<unsigned char[]> staging(
-        new (std::nothrow) unsigned char[std::max<int64_t>(*size, 1)]);
-    if (!staging)
-      return fail(ctx, errors::ResourceExhausted(
-                           "upload: cannot stage {} bytes in the broker's host memory", *size));
-    int64_t received = 0;
-    int64_t messages = 0;
-    do {
-      ++messages;
-      if (messages > 1 && chunk.has_header())
-        return fail(ctx,
-                    errors::InvalidArgument("upload: message {} repeats the header", messages));
-      const std::string& data = chunk.data();
-      if (static_cast<int64_t>(data.size()) > *size - received)
-        return fail(ctx, errors::InvalidArgument(
-                             "upload: the header declares {} bytes, but the stream carries more "
-                             "({} after message {})",
-                             *size, received + static_cast<int64_t>(data.size()), messages));
-      if (!data.empty()) std::memcpy(staging.get() + received, data.data(), data.size());
-      received += static_cast<int64_t>(data.size());
-    } while (reader->Read(&chunk));
-    if (ctx->IsCancelled())
-      return fail(ctx, Status(StatusCode::kCancelled, "upload: the client cancelled the stream"));
-    if (received != *size)
-      return fail(ctx, errors::InvalidArgument(
-                           "upload: the header declares {} bytes, but the stream carried {}", *size,
-                           received));
-    return finish_upload(ctx, g, header, staging.get(), resp);
+  // Upload: raw bytes in, straight into a pooled block that becomes the tensor (UploadReactor).
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Upload(grpc::CallbackServerContext* ctx,
+                                                     grpc::ByteBuffer* response) override {
+    return new UploadReactor(this, ctx, response);
   }
 
   grpc::Status UploadInline(grpc::ServerContext* ctx, const v1::UploadChunk* req,
@@ -386,7 +451,9 @@ class Service final : public v1::Tensord::WithCallbackMethod_Attach<v1::Tensord:
     auto graph = from_proto(req->graph());
     if (!graph.ok()) return fail(ctx, graph.status().with_context("execute"));
     std::vector<TensorHandle> inputs(req->inputs().begin(), req->inputs().end());
-    auto out = engine_->execute(g.engine_session(), *graph, inputs, req->device());
+    // Small results are waited for below: run here when the device is idle (no hand-off).
+    auto out = engine_->execute(g.engine_session(), *graph, inputs, req->device(), {},
+                                req->inline_max_bytes() > 0);
     if (!out.ok()) return fail(ctx, out.status());
     resp->mutable_outputs()->Assign(out->begin(), out->end());
     add_inline_values(g, *out, req->inline_max_bytes(), resp->mutable_values());
@@ -458,6 +525,9 @@ class Service final : public v1::Tensord::WithCallbackMethod_Attach<v1::Tensord:
     Guard g(this, ctx);
     if (!g.ok()) return fail(ctx, g.status());
     std::vector<TensorHandle> inputs(req->inputs().begin(), req->inputs().end());
+    // Queued on the device's thread even when the answer waits for the outputs: a model's
+    // kernels keep their thread (oneDNN and OpenMP state live per thread), and its run dwarfs
+    // the hand-off.
     auto out = engine_->run(g.engine_session(), req->model(), inputs);
     if (!out.ok()) return fail(ctx, out.status());
     resp->mutable_outputs()->Assign(out->begin(), out->end());
@@ -546,7 +616,38 @@ class Service final : public v1::Tensord::WithCallbackMethod_Attach<v1::Tensord:
     if (!region.ok()) return fail(ctx, region.status());
     auto ptr = (*region)->span(req->offset(), *size, "upload");
     if (!ptr.ok()) return fail(ctx, ptr.status());
-    return finish_upload(ctx, g, req->header(), *ptr, resp);
+    const auto& h = req->header();
+    const DType dtype = static_cast<DType>(h.dtype());
+    if (req->lend() && (*region)->sealed && may_compute_in_place(dtype)) {
+      // Lent: the tensor is the region's bytes (a cpu device computes on them where they
+      // are); the region counts as in use until the last tensor over it goes.
+      struct Pin {
+        std::shared_ptr<Region> region;
+        ~Pin() { region->lent.fetch_sub(1); }
+      };
+      (*region)->lent.fetch_add(1);
+      auto pin = std::make_shared<Pin>();
+      pin->region = *region;
+      TensorView view{dtype, Shape(h.shape().begin(), h.shape().end()), *ptr};
+      auto handle = engine_->upload_external(g.engine_session(), view, h.device(), std::move(pin));
+      if (!handle.ok()) return fail(ctx, handle.status());
+      resp->set_handle(*handle);
+      return grpc::Status::OK;
+    }
+    return finish_upload(ctx, g, h, *ptr, resp);
+  }
+
+  grpc::Status ReclaimRegions(grpc::ServerContext* ctx, const v1::ReclaimRegionsRequest* req,
+                              v1::ReclaimRegionsResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    std::lock_guard<std::mutex> lock(mu_);
+    SessionState* s = g.state_locked();
+    for (uint64_t id : req->regions()) {
+      auto it = s ? s->regions.find(id) : decltype(s->regions.end()){};
+      if (!s || it == s->regions.end() || it->second->lent.load() == 0) resp->add_free(id);
+    }
+    return grpc::Status::OK;
   }
 
   grpc::Status ReadRegion(grpc::ServerContext* ctx, const v1::ReadRegionRequest* req,
@@ -574,16 +675,20 @@ class Service final : public v1::Tensord::WithCallbackMethod_Attach<v1::Tensord:
       h->set_total_bytes(*known);
       return grpc::Status::OK;  // written = false: the client retries with room enough
     }
-    auto t = engine_->read(g.engine_session(), req->handle());
-    if (!t.ok()) return fail(ctx, t.status());
-    h->set_dtype(static_cast<int32_t>(t->dtype()));
-    h->mutable_shape()->Assign(t->shape().begin(), t->shape().end());
-    h->set_total_bytes(static_cast<int64_t>(t->nbytes()));
-    if (static_cast<int64_t>(t->nbytes()) > room) return grpc::Status::OK;
-    auto ptr = (*region)->span(req->offset(), static_cast<int64_t>(t->nbytes()), "read");
+    // Straight into the region (no host copy in between). The span is checked first, against
+    // the room the value can take; a data-dependent size is checked again once known.
+    const int64_t span_bytes = known.ok() ? *known : room;
+    auto ptr = (*region)->span(req->offset(), span_bytes, "read");
     if (!ptr.ok()) return fail(ctx, ptr.status());
-    if (t->nbytes()) std::memcpy(*ptr, t->data(), t->nbytes());
-    resp->set_written(true);
+    auto t = engine_->read_into(g.engine_session(), req->handle(), *ptr,
+                                static_cast<size_t>(span_bytes));
+    if (!t.ok()) return fail(ctx, t.status());
+    auto bytes = checked_byte_size(t->dtype, t->shape);
+    if (!bytes.ok()) return fail(ctx, bytes.status());
+    h->set_dtype(static_cast<int32_t>(t->dtype));
+    h->mutable_shape()->Assign(t->shape.begin(), t->shape.end());
+    h->set_total_bytes(*bytes);
+    resp->set_written(*bytes <= span_bytes);
     return grpc::Status::OK;
   }
 
@@ -609,7 +714,7 @@ class Service final : public v1::Tensord::WithCallbackMethod_Attach<v1::Tensord:
   // renews its lease at both ends of the call.
   class Guard {
    public:
-    Guard(Service* service, grpc::ServerContext* ctx) : service_(service) {
+    Guard(Service* service, grpc::ServerContextBase* ctx) : service_(service) {
       if (Status a = service->check_token(ctx); !a.ok()) {
         status_ = a;
         return;
@@ -658,7 +763,7 @@ class Service final : public v1::Tensord::WithCallbackMethod_Attach<v1::Tensord:
   };
 
   // Errors the broker raises are marked, so a client can tell them from transport failures.
-  static grpc::Status fail(grpc::ServerContext* ctx, const Status& s) {
+  static grpc::Status fail(grpc::ServerContextBase* ctx, const Status& s) {
     if (s.ok()) return grpc::Status::OK;
     ctx->AddTrailingMetadata(kErrorKey, "1");
     return to_grpc(s);
@@ -679,6 +784,141 @@ class Service final : public v1::Tensord::WithCallbackMethod_Attach<v1::Tensord:
                                      kSessionKey);
     return id;
   }
+
+  // A streamed upload (client streaming, raw messages): the header's size is checked before a
+  // byte is taken, then each chunk's data is copied once, from gRPC's receive buffers straight
+  // into a pooled block that becomes the tensor (no staging copy, no second allocation).
+  // Messages are tensord.v1.UploadChunk, parsed here field by field for that reason.
+  class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+   public:
+    UploadReactor(Service* service, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response)
+        : service_(service), ctx_(ctx), response_(response), guard_(service, ctx) {
+      if (!guard_.ok()) {
+        end(guard_.status());
+        return;
+      }
+      StartRead(&message_);
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) {  // the client finished sending (or went away)
+        end(complete());
+        return;
+      }
+      Status s = take(message_);
+      message_.Clear();
+      if (!s.ok()) {
+        end(s);
+        return;
+      }
+      StartRead(&message_);
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    using WFL = google::protobuf::internal::WireFormatLite;
+
+    // One UploadChunk: its header (first message only) and data, in whatever field order.
+    Status take(grpc::ByteBuffer& message) {
+      ++messages_;
+      grpc::ProtoBufferReader reader(&message);
+      google::protobuf::io::CodedInputStream in(&reader);
+      std::string early;  // data that came before the header in the first message
+      bool header_here = false;
+      for (uint32_t tag = in.ReadTag(); tag != 0; tag = in.ReadTag()) {
+        const int field = WFL::GetTagFieldNumber(tag);
+        const bool delimited = WFL::GetTagWireType(tag) == WFL::WIRETYPE_LENGTH_DELIMITED;
+        uint32_t len = 0;
+        if ((field == 1 || field == 2) && (!delimited || !in.ReadVarint32(&len)))
+          return malformed();
+        if (field == 1) {
+          if (messages_ > 1)
+            return errors::InvalidArgument("upload: message {} repeats the header", messages_);
+          std::string bytes;
+          if (!in.ReadString(&bytes, static_cast<int>(len)) || !header_.ParseFromString(bytes))
+            return malformed();
+          header_here = true;
+          TD_RETURN_IF_ERROR(start());
+          if (!early.empty()) TD_RETURN_IF_ERROR(append(early.data(), early.size()));
+        } else if (field == 2) {
+          if (!block_) {  // the header has not come yet
+            if (messages_ > 1 || !early.empty()) return malformed();
+            if (!in.ReadString(&early, static_cast<int>(len))) return malformed();
+            continue;
+          }
+          TD_RETURN_IF_ERROR(check_room(len));
+          if (!in.ReadRaw(block_.get() + received_, static_cast<int>(len))) return malformed();
+          received_ += len;
+        } else if (!WFL::SkipField(&in, tag)) {
+          return malformed();
+        }
+      }
+      if (!in.ConsumedEntireMessage()) return malformed();
+      if (messages_ == 1 && !header_here)
+        return errors::InvalidArgument(
+            "upload: the first message must carry the header (dtype, shape, device, "
+            "total_bytes)");
+      return OkStatus();
+    }
+    Status malformed() const {
+      return errors::InvalidArgument("upload: message {} is not a tensord.v1.UploadChunk",
+                                     messages_);
+    }
+    Status check_room(uint64_t n) const {
+      if (static_cast<int64_t>(n) > size_ - received_)
+        return errors::InvalidArgument(
+            "upload: the header declares {} bytes, but the stream carries more ({} after "
+            "message {})",
+            size_, received_ + static_cast<int64_t>(n), messages_);
+      return OkStatus();
+    }
+    Status append(const void* data, size_t n) {
+      TD_RETURN_IF_ERROR(check_room(n));
+      std::memcpy(block_.get() + received_, data, n);
+      received_ += static_cast<int64_t>(n);
+      return OkStatus();
+    }
+    Status start() {
+      TD_ASSIGN_OR_RETURN(size_, service_->check_header(guard_, header_));
+      block_ = service_->pool_.get(static_cast<size_t>(size_));
+      if (!block_)
+        return errors::ResourceExhausted(
+            "upload: cannot hold {} bytes in the broker's host memory", size_);
+      return OkStatus();
+    }
+    Status complete() {
+      if (ctx_->IsCancelled())
+        return Status(StatusCode::kCancelled, "upload: the client cancelled the stream");
+      if (messages_ == 0)
+        return errors::InvalidArgument("upload: the stream ended before its header");
+      if (received_ != size_)
+        return errors::InvalidArgument(
+            "upload: the header declares {} bytes, but the stream carried {}", size_, received_);
+      TensorView view{static_cast<DType>(header_.dtype()),
+                      Shape(header_.shape().begin(), header_.shape().end()), block_.get()};
+      TD_ASSIGN_OR_RETURN(TensorHandle h, service_->engine_->upload_external(
+                                              guard_.engine_session(), view, header_.device(),
+                                              std::shared_ptr<void>(block_)));
+      v1::UploadResponse resp;
+      resp.set_handle(h);
+      std::string bytes = resp.SerializeAsString();
+      grpc::Slice slice(bytes);
+      *response_ = grpc::ByteBuffer(&slice, 1);
+      return OkStatus();
+    }
+    void end(const Status& s) {
+      block_.reset();  // an error frees the block now, not when gRPC is done with the call
+      Finish(fail(ctx_, s));
+    }
+
+    Service* service_;
+    grpc::CallbackServerContext* ctx_;
+    grpc::ByteBuffer* response_;
+    Guard guard_;
+    grpc::ByteBuffer message_;
+    v1::UploadHeader header_;
+    std::shared_ptr<unsigned char> block_;
+    int64_t size_ = 0, received_ = 0, messages_ = 0;
+  };
 
   Status unknown_session(uint64_t id) const {
     return errors::NotFound(
@@ -746,14 +986,21 @@ class Service final : public v1::Tensord::WithCallbackMethod_Attach<v1::Tensord:
       }
       auto size = checked_byte_size(info->type.dtype, info->type.shape);
       if (!size.ok() || *size > budget) continue;  // data-dependent or too large: by handle
-      auto t = engine_->read(g.engine_session(), outputs[i]);
+      // Read straight into the answer's bytes (no HostTensor in between).
+      std::string* data = v.mutable_value()->mutable_data();
+      data->resize(static_cast<size_t>(*size));
+      auto t = engine_->read_into(g.engine_session(), outputs[i], data->data(), data->size());
       v.set_device(info->device);
       if (!t.ok()) {
+        v.clear_value();
         v.set_code(static_cast<int32_t>(t.status().code()));
         v.set_message(t.status().message());
+      } else if (auto n = checked_byte_size(t->dtype, t->shape); !n.ok() || *n != *size) {
+        continue;  // not the size inferred before it ran: read by handle
       } else {
         budget -= *size;
-        to_proto(*t, v.mutable_value());
+        v.mutable_value()->set_dtype(static_cast<int32_t>(t->dtype));
+        v.mutable_value()->mutable_shape()->Assign(t->shape.begin(), t->shape.end());
       }
       *dst->Add() = std::move(v);
     }
@@ -859,12 +1106,14 @@ class Service final : public v1::Tensord::WithCallbackMethod_Attach<v1::Tensord:
       }
       lock.unlock();
       for (SessionId s : expired) (void)engine_->close_session(s);
+      pool_.trim(now - std::chrono::seconds(10));
       lock.lock();
     }
   }
 
   std::shared_ptr<Engine> engine_;
   RpcServerOptions options_;
+  HostPool pool_{host_pool_bytes()};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;

@@ -741,7 +741,7 @@ TEST(BrokerProcesses, KilledBrokerIsUnavailableQuicklyNotAHang) {
   HostTensor x(DType::kFloat32, {384, 384});
   auto hx = (*c)->upload(x.view(), "");
   ASSERT_TRUE(hx.ok());
-  auto out = (*c)->execute(slow_graph(400), {*hx}, "");
+  auto out = (*c)->execute(slow_graph(3000), {*hx}, "");  // seconds of work: still running at the kill
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   // A read blocked on the computation when the broker dies.
   auto pending = std::async(std::launch::async, [&] { return (*c)->read((*out)[0]); });

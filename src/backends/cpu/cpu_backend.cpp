@@ -13,6 +13,7 @@
 #include <fstream>
 #include <exception>
 #include <map>
+#include <mutex>
 #include <new>
 #include <thread>
 #include <unordered_map>
@@ -315,7 +316,8 @@ class CpuExecutable final : public Executable {
     rg.is_graph_output = [&graph_outputs](const std::string& name) {
       return graph_outputs.count(name) > 0;
     };
-    std::vector<FusedGroup> regions = build_onednn_regions(rg, &notes_);
+    std::vector<FusedGroup> regions;
+    if (!std::getenv("TENSORD_NO_ONEDNN_REGIONS")) regions = build_onednn_regions(rg, &notes_);
     if (!std::getenv("TENSORD_NO_ELEMENTWISE_FUSION")) {
       // Element-wise programs over what the regions left.
       std::vector<bool> taken(steps_.size(), false);
@@ -635,15 +637,44 @@ class CpuDevice final : public Device {
 
   const DeviceInfo& info() const override { return info_; }
 
+  ~CpuDevice() override {
+    for (auto& [size, blocks] : cache_)
+      for (void* p : blocks) std::free(p);
+  }
+
+  // Large blocks are kept when freed and handed out again for the same rounded size (a model
+  // run allocates the same sizes every time; fresh pages would cost a page fault per 4 KiB on
+  // every run). The cache holds at most kMaxCachedBytes.
   Result<void*> allocate(size_t bytes) override {
-    const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+    const size_t rounded = rounded_size(bytes);
+    if (rounded >= kMinCachedBlock) {
+      std::lock_guard<std::mutex> lock(cache_mu_);
+      auto it = cache_.find(rounded);
+      if (it != cache_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached_bytes_ -= rounded;
+        return p;
+      }
+    }
     void* p = std::aligned_alloc(kAlignment, rounded);
     if (!p)
       return errors::ResourceExhausted("{}: out of host memory allocating {} bytes", info_.name,
                                        bytes);
     return p;
   }
-  void free(void* ptr, size_t) override { std::free(ptr); }
+  void free(void* ptr, size_t bytes) override {
+    const size_t rounded = rounded_size(bytes);
+    if (rounded >= kMinCachedBlock) {
+      std::lock_guard<std::mutex> lock(cache_mu_);
+      if (cached_bytes_ + rounded <= kMaxCachedBytes) {
+        cache_[rounded].push_back(ptr);
+        cached_bytes_ += rounded;
+        return;
+      }
+    }
+    std::free(ptr);
+  }
   Status write(const Buffer& dst, size_t offset, const void* src, size_t bytes) override {
     if (offset + bytes > dst.size) return errors::OutOfRange("{}: write past the end of a buffer", info_.name);
     if (bytes) std::memcpy(static_cast<char*>(dst.ptr) + offset, src, bytes);
@@ -668,7 +699,18 @@ class CpuDevice final : public Device {
   void* host_pointer(const Buffer& buffer) override { return buffer.ptr; }
 
  private:
+  static constexpr size_t kMinCachedBlock = 64 << 10;   // smaller blocks: malloc's own bins
+  static constexpr size_t kMaxCachedBytes = 512 << 20;
+  static size_t rounded_size(size_t bytes) {
+    const size_t b = std::max<size_t>(bytes, 1);
+    const size_t unit = b >= kMinCachedBlock ? 4096 : kAlignment;
+    return (b + unit - 1) / unit * unit;
+  }
+
   DeviceInfo info_;
+  std::mutex cache_mu_;
+  std::unordered_map<size_t, std::vector<void*>> cache_;  // free blocks by rounded size
+  size_t cached_bytes_ = 0;
 };
 
 class CpuBackend final : public Backend {

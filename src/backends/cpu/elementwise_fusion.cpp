@@ -59,9 +59,20 @@ struct Instr {
 // One instruction over a block. Compiled for AVX-512, AVX2 and baseline x86-64 (the loader
 // picks one); exp and sigmoid use the vectorisable vec_math.h forms.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void execute(
-    const Instr& ins, float* d, const float* a, const float* b, int64_t n) {
+    const Instr& ins, float* d, const float* a, const float* b, int64_t n, const float* bscalar) {
   // d may be a or b (registers are reused in place): same-index loops only, no __restrict.
+  // bscalar: b is one value (a constant or a one-element input), not an array.
   const float al = ins.alpha, be = ins.beta;
+  if (bscalar) {
+    const float s = *bscalar;
+    switch (ins.op) {
+      case Op::kAdd: for (int64_t i = 0; i < n; ++i) d[i] = a[i] + s; return;
+      case Op::kSub: for (int64_t i = 0; i < n; ++i) d[i] = a[i] - s; return;
+      case Op::kMul: for (int64_t i = 0; i < n; ++i) d[i] = a[i] * s; return;
+      case Op::kDiv: for (int64_t i = 0; i < n; ++i) d[i] = a[i] / s; return;
+      default: break;  // Max/Min: the general loops below, on a filled b
+    }
+  }
   switch (ins.op) {
     case Op::kAdd: for (int64_t i = 0; i < n; ++i) d[i] = a[i] + b[i]; break;
     case Op::kSub: for (int64_t i = 0; i < n; ++i) d[i] = a[i] - b[i]; break;
@@ -157,8 +168,20 @@ class ElementwiseProgram final : public FusedKernel {
       }
       return scratch;
     };
-    for (const Instr& ins : code)
-      execute(ins, regs[ins.dst], src(ins.a, sa), is_binary(ins.op) ? src(ins.b, sb) : nullptr, n);
+    for (const Instr& ins : code) {
+      const float* bs = nullptr;
+      const float* b = nullptr;
+      if (is_binary(ins.op)) {
+        if (ins.b.kind == Operand::kScalar && ins.op <= Op::kDiv) {
+          bs = &ins.b.value;
+        } else if (ins.b.kind == Operand::kInputScalar && ins.op <= Op::kDiv) {
+          bs = in[static_cast<size_t>(ins.b.index)];
+        } else {
+          b = src(ins.b, sb);
+        }
+      }
+      execute(ins, regs[ins.dst], src(ins.a, sa), b, n, bs);
+    }
     for (const auto& [reg, o] : stores) std::copy(regs[reg], regs[reg] + n, out[static_cast<size_t>(o)] + start);
   }
 };

@@ -1,0 +1,268 @@
+// The broker's fast data paths: the engine's zero-copy upload (upload_external), read_into,
+// the quota on loaded models' initializers, and regions lent to the broker (shared memory the
+// broker computes on in place) — values stay right, memory is accounted and comes back.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "broker_process.h"
+#include "engine/engine.h"
+#include "rpc/remote_client.h"
+
+namespace tensord {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::unique_ptr<Engine> cpu_engine() {
+  EngineOptions o;
+  o.device_filter = "cpu:0";
+  auto e = Engine::create(o);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
+// y = x + w, with w an initializer of `n` floats (all 1).
+Graph add_initializer_graph(int64_t n) {
+  Graph g;
+  g.name = "add_w";
+  g.inputs = {{"x", {DType::kFloat32, {n}}}};
+  g.initializers.emplace("w", HostTensor::from_vector(std::vector<float>(n, 1.0f), {n}));
+  Node add;
+  add.name = "add";
+  add.op = "Add";
+  add.inputs = {"x", "w"};
+  add.outputs = {"y"};
+  g.nodes = {add};
+  g.outputs = {{"y", {}}};
+  return g;
+}
+
+// Aligned host memory whose release is observable (the keepalive given to the engine).
+struct External {
+  explicit External(size_t floats) {
+    data = static_cast<float*>(std::aligned_alloc(64, floats * 4));
+    for (size_t i = 0; i < floats; ++i) data[i] = static_cast<float>(i);
+  }
+  ~External() { std::free(data); }
+  std::shared_ptr<void> keepalive() {
+    held.store(true);
+    return std::shared_ptr<void>(nullptr, [this](void*) { held.store(false); });
+  }
+  float* data = nullptr;
+  std::atomic<bool> held{false};
+};
+
+TEST(EngineTransfer, UploadExternalComputesOnTheCallersBytesAndLetsThemGoLast) {
+  auto engine = cpu_engine();
+  ASSERT_NE(engine, nullptr);
+  const SessionId s = engine->open_session();
+  External ext(1024);
+  auto h = engine->upload_external(s, {DType::kFloat32, {1024}, ext.data}, "", ext.keepalive());
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  EXPECT_TRUE(ext.held.load());
+  EXPECT_EQ(engine->session_bytes(s), 4096);  // counted like an allocation
+  EXPECT_EQ(engine->devices()[0].memory_in_use, 4096);
+
+  // No copy was made: the tensor reads what the memory holds.
+  auto back = engine->read(s, *h);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->data<float>()[1000], 1000.0f);
+
+  // A same-device copy shares the bytes: releasing the first handle keeps them.
+  auto c = engine->copy(s, *h, "cpu:0");
+  ASSERT_TRUE(c.ok());
+  auto y = engine->execute(s, add_initializer_graph(1024), {*c}, "");
+  ASSERT_TRUE(y.ok());
+  ASSERT_TRUE(engine->release(s, *h).ok());
+  EXPECT_TRUE(ext.held.load());
+  float out[1024];
+  auto t = engine->read_into(s, (*y)[0], out, sizeof out);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->shape, (Shape{1024}));
+  EXPECT_EQ(out[7], 8.0f);
+  ASSERT_TRUE(engine->release(s, *c).ok());
+  EXPECT_FALSE(ext.held.load());  // the last user went: the owner may reuse the memory
+  ASSERT_TRUE(engine->close_session(s).ok());
+  EXPECT_EQ(engine->devices()[0].memory_in_use, 0);
+}
+
+TEST(EngineTransfer, UploadExternalCopiesWhatItCannotAdoptAndRefusesPastTheQuota) {
+  auto engine = cpu_engine();
+  ASSERT_NE(engine, nullptr);
+  const SessionId s = engine->open_session(/*memory_limit=*/4096);
+  External ext(2048);
+  // Not 64-byte aligned: copied, the caller's memory is free at once.
+  auto h = engine->upload_external(s, {DType::kFloat32, {4}, ext.data + 1}, "", ext.keepalive());
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  EXPECT_FALSE(ext.held.load());
+  ext.data[1] = -5;
+  auto back = engine->read(s, *h);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->data<float>()[0], 1.0f);
+  // More than the session may hold: RESOURCE_EXHAUSTED, nothing kept.
+  auto big = engine->upload_external(s, {DType::kFloat32, {2048}, ext.data}, "", ext.keepalive());
+  EXPECT_EQ(big.status().code(), StatusCode::kResourceExhausted) << big.status().to_string();
+  EXPECT_NE(big.status().message().find("limit"), std::string::npos);
+  EXPECT_FALSE(ext.held.load());
+  EXPECT_EQ(engine->session_bytes(s), 16);
+}
+
+TEST(EngineTransfer, ReadIntoWritesOnlyWhenTheValueFits) {
+  auto engine = cpu_engine();
+  ASSERT_NE(engine, nullptr);
+  const SessionId s = engine->open_session();
+  const std::vector<float> v = {1, 2, 3, 4};
+  auto h = engine->upload(s, {DType::kFloat32, {4}, v.data()}, "");
+  ASSERT_TRUE(h.ok());
+  float small[2] = {-1, -1};
+  auto t = engine->read_into(s, *h, small, sizeof small);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->shape, (Shape{4}));  // the caller learns the size it needs
+  EXPECT_EQ(small[0], -1.0f);       // and nothing was written
+  float room[4] = {};
+  ASSERT_TRUE(engine->read_into(s, *h, room, sizeof room).ok());
+  EXPECT_EQ(room[3], 4.0f);
+  EXPECT_EQ(engine->read_into(s, 424242, room, sizeof room).status().code(),
+            StatusCode::kNotFound);
+}
+
+TEST(EngineTransfer, LoadedModelInitializersCountAgainstTheSessionQuota) {
+  auto engine = cpu_engine();
+  ASSERT_NE(engine, nullptr);
+  const SessionId s = engine->open_session(/*memory_limit=*/1 << 20);
+  // 2 MiB of initializers do not fit in a 1 MiB session.
+  auto refused = engine->load(s, add_initializer_graph(512 << 10), "");
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted)
+      << refused.status().to_string();
+  EXPECT_NE(refused.status().message().find("add_w"), std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(engine->session_bytes(s), 0);
+  // 512 KiB do, and are held while the model is loaded.
+  auto m = engine->load(s, add_initializer_graph(128 << 10), "");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(engine->session_bytes(s), 512 << 10);
+  // The model's weights and a tensor share the quota.
+  std::vector<float> x(160 << 10, 1.0f);
+  auto over = engine->upload(s, {DType::kFloat32, {160 << 10}, x.data()}, "");
+  EXPECT_EQ(over.status().code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(engine->unload(s, *m).ok());
+  EXPECT_EQ(engine->session_bytes(s), 0);
+  // Closing the session lets a loaded model's bytes go too.
+  auto m2 = engine->load(s, add_initializer_graph(1024), "");
+  ASSERT_TRUE(m2.ok());
+  EXPECT_EQ(engine->session_bytes(s), 4096);
+  ASSERT_TRUE(engine->close_session(s).ok());
+}
+
+// ---------------------------------------------------------------- against a real broker
+
+int64_t cpu0_in_use(rpc::RemoteClient& c) {
+  auto d = c.devices();
+  if (!d.ok()) return -1;
+  for (const auto& x : *d)
+    if (x.name == "cpu:0") return x.memory_in_use;
+  return -1;
+}
+
+HostTensor ramp(int64_t n, float offset) {
+  HostTensor t(DType::kFloat32, {n});
+  float* p = t.mutable_data<float>();
+  for (int64_t i = 0; i < n; ++i) p[i] = offset + static_cast<float>(i % 1000);
+  return t;
+}
+
+TEST(LentRegions, ValuesStayRightWhileTheirRegionsAreLentAndReused) {
+  auto* broker = testing::shared_broker();
+  ASSERT_NE(broker, nullptr);
+  rpc::RemoteClientOptions o;
+  o.transport = "shm";
+  auto c = rpc::RemoteClient::connect(broker->address(), o);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const int64_t base = cpu0_in_use(**c);
+  const int64_t n = 2 << 20;  // 8 MiB of float32: lent, not copied
+  std::vector<TensorHandle> live;
+  for (int i = 0; i < 3; ++i) {
+    HostTensor t = ramp(n, static_cast<float>(i * 10000));
+    auto h = (*c)->upload(t.view(), "");
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    live.push_back(*h);
+  }
+  EXPECT_EQ(cpu0_in_use(**c) - base, 3 * n * 4);
+  // Every tensor kept its own bytes: a lent region is not written while a tensor uses it.
+  for (int i = 0; i < 3; ++i) {
+    auto back = (*c)->read(live[i]);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_EQ(back->data<float>()[n - 1], static_cast<float>(i * 10000 + (n - 1) % 1000)) << i;
+  }
+  // Computing on a lent region works like on any tensor.
+  Graph g;
+  g.name = "double";
+  g.inputs = {{"x", {DType::kFloat32, {n}}}};
+  Node add;
+  add.name = "add";
+  add.op = "Add";
+  add.inputs = {"x", "x"};
+  add.outputs = {"y"};
+  g.nodes = {add};
+  g.outputs = {{"y", {}}};
+  auto y = (*c)->execute(g, {live[1]}, "");
+  ASSERT_TRUE(y.ok());
+  auto yv = (*c)->read((*y)[0]);
+  ASSERT_TRUE(yv.ok());
+  EXPECT_EQ(yv->data<float>()[5], 2 * (10000.0f + 5));
+  ASSERT_TRUE((*c)->release((*y)[0]).ok());
+  // Released regions come back and are written again; the tensors still alive are untouched.
+  ASSERT_TRUE((*c)->release(live[0]).ok());
+  ASSERT_TRUE((*c)->release(live[2]).ok());
+  for (int i = 0; i < 4; ++i) {
+    HostTensor t = ramp(n, 50000.0f + i);
+    auto h = (*c)->upload(t.view(), "");
+    ASSERT_TRUE(h.ok());
+    auto back = (*c)->read(*h);
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(back->data<float>()[3], 50003.0f + i);
+    ASSERT_TRUE((*c)->release(*h).ok());
+  }
+  auto still = (*c)->read(live[1]);
+  ASSERT_TRUE(still.ok());
+  EXPECT_EQ(still->data<float>()[999], 10999.0f);
+  ASSERT_TRUE((*c)->release(live[1]).ok());
+  int64_t now = cpu0_in_use(**c);
+  for (int i = 0; i < 300 && now != base; ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+    now = cpu0_in_use(**c);
+  }
+  EXPECT_EQ(now, base);
+}
+
+TEST(LentRegions, StreamedUploadsLandInTheTensorAndAreFreedWithIt) {
+  auto* broker = testing::shared_broker();
+  ASSERT_NE(broker, nullptr);
+  rpc::RemoteClientOptions o;
+  o.transport = "grpc";
+  o.chunk_bytes = 64 << 10;  // many chunks, each framed and parsed by hand on both sides
+  auto c = rpc::RemoteClient::connect(broker->address(), o);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const int64_t base = cpu0_in_use(**c);
+  for (int64_t n : {int64_t{(64 << 10) / 4 + 3}, int64_t{3 << 20}}) {
+    HostTensor t = ramp(n, 7.0f);
+    auto h = (*c)->upload(t.view(), "");
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    auto back = (*c)->read(*h);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    ASSERT_EQ(back->nbytes(), t.nbytes());
+    EXPECT_EQ(std::memcmp(back->data(), t.data(), t.nbytes()), 0) << n;
+    ASSERT_TRUE((*c)->release(*h).ok());
+  }
+  EXPECT_EQ(cpu0_in_use(**c), base);
+}
+
+}  // namespace
+}  // namespace tensord
