@@ -301,6 +301,17 @@ def memory(tensord, a):
 
 # ---- output ----
 
+def median_run(docs):
+    """The run with the median time per example (the first unavailable one if any failed)."""
+    ok = [d for d in docs if d.get("available")]
+    if len(ok) < len(docs):
+        return next(d for d in docs if not d.get("available"))
+    ok.sort(key=lambda d: d["per_example_s"])
+    doc = dict(ok[len(ok) // 2])
+    doc["rounds_ms"] = [round(1e3 * d["per_example_s"], 3) for d in docs]
+    return doc
+
+
 def ms(doc):
     if not doc or not doc.get("available"):
         return None
@@ -383,6 +394,8 @@ def main():
     p.add_argument("--per-batch", action="store_true",
                    help="--examples counts batches, not examples")
     p.add_argument("--warmup", type=int, default=8, help="untimed examples (default 8)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="interleaved runs of each (default 3); the median is reported")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--tensord", default="", help="the tensord binary (default: build/tensord)")
     p.add_argument("--cache", default=os.path.join(
@@ -404,8 +417,8 @@ def main():
         batches = parse_list(a.batches, int)
     except ValueError:
         p.error(f"--batches must be a comma list of integers, got '{a.batches}'")
-    if not batches or any(b < 1 for b in batches) or a.examples < 1 or a.warmup < 0:
-        p.error("batch sizes and --examples must be >= 1, --warmup >= 0")
+    if not batches or any(b < 1 for b in batches) or a.examples < 1 or a.warmup < 0 or a.rounds < 1:
+        p.error("batch sizes, --examples and --rounds must be >= 1, --warmup >= 0")
     if not a.per_batch:
         bad = [b for b in batches if a.examples % b]
         if bad:
@@ -436,10 +449,16 @@ def main():
             expected = np.load(os.path.join(folder, "expected.npy"))
             r = {"model": mname, "batch": batch}
             t0 = time.time()
-            r["tensord"] = run_tensord(tensord, folder, a, batch, expected)
-            for peer in ("onnxruntime", "torch"):
-                r[peer] = (run_peer(peer, folder, a, batch, expected) if peer in peers
-                           else {"available": False, "reason": "not requested"})
+            # Rounds interleave the three, so a slow spell of a shared machine hits them all;
+            # each keeps its median run (all times in rounds_ms).
+            runs = {"tensord": [], "onnxruntime": [], "torch": []}
+            for _ in range(a.rounds):
+                runs["tensord"].append(run_tensord(tensord, folder, a, batch, expected))
+                for peer in ("onnxruntime", "torch"):
+                    runs[peer].append(run_peer(peer, folder, a, batch, expected) if peer in peers
+                                      else {"available": False, "reason": "not requested"})
+            for kind, docs in runs.items():
+                r[kind] = median_run(docs)
             summary = ", ".join(f"{k} {fmt(ms(r[k]), '.2f')} ms"
                                 for k in ("tensord", "onnxruntime", "torch"))
             print(f"[{mname} batch {batch}] {summary} ({time.time() - t0:.0f} s)", file=log,

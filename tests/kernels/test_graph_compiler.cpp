@@ -132,6 +132,21 @@ TEST(GraphCompiler, ResidualBlockAccumulatesInPlace) {
   EXPECT_NE(plan.find("4 conv"), std::string::npos) << plan;
 }
 
+TEST(GraphCompiler, LargerBatchesOfPlainConvolutionsUseNChw16c) {
+  // Batch 4, channels in multiples of 16 (the first layer's 3 may differ): nChw16c. The same
+  // network at batch 1 keeps oneDNN's choice; both agree with the reference.
+  for (int64_t batch : {4, 1}) {
+    G b;
+    auto x = b.in("x", {batch, 3, 12, 12});
+    auto c1 = b.op("Relu", {b.bn(b.conv(x, 3, 16, 3, 2), 16)});
+    auto y = b.op("Relu", {b.op("Add", {b.conv(b.op("Relu", {b.conv(c1, 16, 32, 3)}), 32, 16, 1), c1})});
+    b.out(b.op("GlobalAveragePool", {y}));
+    const std::string plan = check(b.g, {random({batch, 3, 12, 12}, 30)});
+    EXPECT_NE(plan.find(batch == 4 ? "nChw16c activations" : "oneDNN-chosen activations"),
+              std::string::npos) << plan;
+  }
+}
+
 TEST(GraphCompiler, ResidualStillNeededIsCopiedNotOverwritten) {
   G b;
   auto x = b.in("x", {1, 8, 6, 6});

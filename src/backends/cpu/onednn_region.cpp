@@ -306,7 +306,8 @@ class DnnlRegion final : public FusedKernel {
       s += fmt::format("{}{} {}", first ? "" : ", ", n, k);
       first = false;
     }
-    return s + fmt::format("), {} fused post-ops, arena {} bytes", fused_, arena_bytes_);
+    return s + fmt::format("), {} fused post-ops, {} activations, arena {} bytes", fused_,
+                           blocked16_ ? "nChw16c" : "oneDNN-chosen", arena_bytes_);
   }
 
   // Built by RegionCompiler.
@@ -317,6 +318,7 @@ class DnnlRegion final : public FusedKernel {
   int64_t weight_bytes_ = 0;
   int nodes_ = 0;
   int fused_ = 0;
+  bool blocked16_ = false;
   std::mutex mu_;  // slots' memory handles are per run
 };
 
@@ -354,6 +356,8 @@ class RegionCompiler {
       value_slot_[r_.inputs[i]] = add_slot(plain(padded4(t->shape)), DnnlRegion::SlotKind::kInput,
                                            static_cast<int>(i));
     }
+    blocked16_ = choose_layout();
+    out_->blocked16_ = blocked16_;
     for (size_t m = 0; m < r_.members.size(); ++m) {
       if (fused_members_.count(m)) continue;
       TD_RETURN_IF_ERROR(compile_node(m));
@@ -485,6 +489,31 @@ class RegionCompiler {
 
   const TensorType& type(const std::string& name) { return *g_.type_of(name); }
 
+  // Layout of the convolutions' activations. oneDNN's own choice ("any": channels-last with
+  // brgemm kernels on AVX-512) is best for small batches and for networks with depthwise or
+  // odd channel counts (MobileNetV2: measured 10-15% faster than nChw16c); nChw16c with the
+  // direct JIT kernels is faster for batches of 4+ of plain convolutions with channels in
+  // multiples of 16 (ResNet-50 batch 8: 15-20% faster, interleaved runs on 2 cores).
+  // TENSORD_CONV_LAYOUT=any|blocked16 overrides.
+  bool choose_layout() {
+    if (const char* e = std::getenv("TENSORD_CONV_LAYOUT")) {
+      if (std::string(e) == "any") return false;
+      if (std::string(e) == "blocked16") return true;
+    }
+    bool any_conv = false;
+    for (size_t m : r_.members) {
+      const Node& n = *g_.nodes[m];
+      if (n.op != "Conv") continue;
+      any_conv = true;
+      const Shape& xs = type(n.inputs[0]).shape;
+      const Shape& ws = g_.constant(n.inputs[1])->shape();
+      auto group = NodeAttrs(n).attr_int("group", 1);
+      if (!group.ok() || *group != 1 || xs[0] < 4) return false;
+      if (ws[0] % 16 != 0 || (xs[1] % 16 != 0 && xs[1] >= 16)) return false;
+    }
+    return any_conv;
+  }
+
   // The single member consuming `v`, if `v` is used exactly once, inside the region only.
   std::optional<size_t> sole_consumer(const std::string& v) {
     if (region_outputs_.count(v)) return std::nullopt;
@@ -598,10 +627,14 @@ class RegionCompiler {
     const Shape& ys = type(v).shape;
     memory::dims wdims = dims_of(ws);
     if (group > 1) wdims = {group, oc / group, ws[1], ws[2], ws[3]};
-    const memory::desc src_any(dims_of(xs), DT::f32, Tag::any);
+    // Activations: oneDNN's choice, or nChw16c when the region is "blocked16" (see
+    // choose_layout); a first layer with fewer than 16 channels reads its input as is.
+    const Tag src_tag = blocked16_ && xs[1] % 16 == 0 ? Tag::aBcd16b : Tag::any;
+    const Tag dst_tag = blocked16_ ? Tag::aBcd16b : Tag::any;
+    const memory::desc src_any(dims_of(xs), DT::f32, src_tag);
     const memory::desc wei_any(wdims, DT::f32, Tag::any);
     const memory::desc bias_md({oc}, DT::f32, Tag::a);
-    const memory::desc dst_any(dims_of(ys), DT::f32, Tag::any);
+    const memory::desc dst_any(dims_of(ys), DT::f32, dst_tag);
     const memory::dims st = {strides[0], strides[1]};
     const memory::dims dl = {dilations[0] - 1, dilations[1] - 1};
     const memory::dims pl = {pads[0], pads[1]}, pr = {pads[2], pads[3]};
@@ -825,6 +858,7 @@ class RegionCompiler {
   std::unordered_map<std::string, std::vector<int>> reordered_;  // other layouts of a value
   std::set<size_t> fused_members_;
   std::unordered_map<std::string, std::string> flattened_;  // Flatten output -> its 4-D input
+  bool blocked16_ = false;  // convolutions keep activations in nChw16c (choose_layout)
 };
 
 // ---- partitioning ----
