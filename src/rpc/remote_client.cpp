@@ -145,6 +145,9 @@ class AttachCall final : public grpc::ClientReadReactor<v1::AttachEvent> {
 };
 }  // namespace
 
+// Deferred releases are sent on their own once this many wait.
+constexpr size_t kMaxPendingReleases = 64;
+
 struct RemoteClient::Impl {
   std::string address;
   RemoteClientOptions options;
@@ -174,6 +177,9 @@ struct RemoteClient::Impl {
   std::vector<std::unique_ptr<ShmRegion>> shm_idle;
   std::vector<std::unique_ptr<ShmRegion>> shm_lent;  // not to be written: tensors use them
   std::atomic<int64_t> shm_serial{0};
+
+  std::mutex release_mu;
+  std::vector<TensorHandle> pending_releases;  // sent with the next Execute/RunModel
 
   std::mutex cache_mu;
   std::unordered_map<TensorHandle, Cached> cache;
@@ -230,12 +236,32 @@ struct RemoteClient::Impl {
     if (it == cache.end()) return std::nullopt;
     return it->second;
   }
-  void forget(TensorHandle h) {
+  // Drops h from the cache; true when it was there (the broker answered it inline, so it is a
+  // live handle of this session).
+  bool forget(TensorHandle h) {
     std::lock_guard<std::mutex> lock(cache_mu);
     auto it = cache.find(h);
-    if (it == cache.end()) return;
+    if (it == cache.end()) return false;
     cache_bytes -= static_cast<int64_t>(it->second.value.nbytes());
     cache.erase(it);  // its entry in cache_order is skipped when it comes up
+    return true;
+  }
+
+  // ---- deferred releases: handles known to be live are released with the next
+  // Execute/RunModel; any other call sends them first (so what it observes is current).
+  std::vector<TensorHandle> take_releases() {
+    std::lock_guard<std::mutex> lock(release_mu);
+    return std::exchange(pending_releases, {});
+  }
+  void flush_releases() {
+    for (TensorHandle h : take_releases()) {
+      grpc::ClientContext ctx;
+      prepare(ctx, options.call_timeout);
+      v1::HandleRequest req;
+      req.set_handle(h);
+      v1::ReleaseResponse resp;
+      (void)stub->Release(&ctx, req, &resp);  // it was live; a failure here changes nothing
+    }
   }
 
   // ---- shared memory
@@ -517,6 +543,7 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
 }
 
 Result<std::vector<DeviceInfo>> RemoteClient::devices() {
+  impl_->flush_releases();
   grpc::ClientContext ctx;
   impl_->prepare(ctx, impl_->options.call_timeout);
   v1::ListDevicesRequest req;
@@ -531,6 +558,7 @@ Result<std::vector<DeviceInfo>> RemoteClient::devices() {
 std::string RemoteClient::default_device() { return impl_->default_device; }
 
 Result<TensorHandle> RemoteClient::upload(const TensorView& src, const std::string& device) {
+  impl_->flush_releases();
   impl_->uploads++;
   v1::UploadChunk msg;
   auto* header = msg.mutable_header();
@@ -631,6 +659,7 @@ Result<HostTensor> RemoteClient::read(TensorHandle h) {
     if (!c->status.ok()) return c->status;
     return c->value;
   }
+  impl_->flush_releases();
   if (impl_->use_shm(impl_->options.shm_min_bytes)) {
     auto region = impl_->shm_get(0);
     if (region.ok()) {
@@ -725,6 +754,7 @@ Result<HostTensor> RemoteClient::read(TensorHandle h) {
 
 Status RemoteClient::wait(TensorHandle h) {
   if (auto c = impl_->cached(h)) return c->status;
+  impl_->flush_releases();
   grpc::ClientContext ctx;
   impl_->prepare(ctx, kNoDeadline);
   v1::HandleRequest req;
@@ -735,6 +765,7 @@ Status RemoteClient::wait(TensorHandle h) {
 
 Result<TensorInfo> RemoteClient::info(TensorHandle h) {
   if (auto c = impl_->cached(h); c && c->status.ok()) return TensorInfo{c->value.type(), c->device};
+  impl_->flush_releases();
   grpc::ClientContext ctx;
   impl_->prepare(ctx, impl_->options.call_timeout);
   v1::HandleRequest req;
@@ -755,6 +786,8 @@ Result<std::vector<TensorHandle>> RemoteClient::execute(const Graph& graph,
   req.mutable_inputs()->Assign(inputs.begin(), inputs.end());
   req.set_device(device);
   req.set_inline_max_bytes(impl_->options.inline_max_bytes);
+  const auto released = impl_->take_releases();
+  req.mutable_release()->Assign(released.begin(), released.end());
   grpc::ClientContext ctx;
   impl_->prepare(ctx, impl_->options.call_timeout);
   v1::ExecuteResponse resp;
@@ -764,6 +797,7 @@ Result<std::vector<TensorHandle>> RemoteClient::execute(const Graph& graph,
 }
 
 Result<TensorHandle> RemoteClient::copy(TensorHandle h, const std::string& device) {
+  impl_->flush_releases();
   impl_->copies++;
   grpc::ClientContext ctx;
   impl_->prepare(ctx, impl_->options.call_timeout);
@@ -776,7 +810,17 @@ Result<TensorHandle> RemoteClient::copy(TensorHandle h, const std::string& devic
 }
 
 Status RemoteClient::release(TensorHandle h) {
-  impl_->forget(h);
+  if (impl_->forget(h)) {  // a live handle answered inline: released with the next run
+    bool flush = false;
+    {
+      std::lock_guard<std::mutex> lock(impl_->release_mu);
+      impl_->pending_releases.push_back(h);
+      flush = impl_->pending_releases.size() >= kMaxPendingReleases;
+    }
+    if (flush) impl_->flush_releases();
+    return OkStatus();
+  }
+  impl_->flush_releases();
   grpc::ClientContext ctx;
   impl_->prepare(ctx, impl_->options.call_timeout);
   v1::HandleRequest req;
@@ -786,6 +830,7 @@ Status RemoteClient::release(TensorHandle h) {
 }
 
 Result<ModelHandle> RemoteClient::load(const Graph& graph, const std::string& device) {
+  impl_->flush_releases();
   v1::LoadModelRequest req;
   to_proto(graph, req.mutable_graph());
   req.set_device(device);
@@ -832,6 +877,8 @@ Result<std::vector<TensorHandle>> RemoteClient::run(ModelHandle model,
   req.set_model(model);
   req.mutable_inputs()->Assign(inputs.begin(), inputs.end());
   req.set_inline_max_bytes(impl_->options.inline_max_bytes);
+  const auto released = impl_->take_releases();
+  req.mutable_release()->Assign(released.begin(), released.end());
   grpc::ClientContext ctx;
   impl_->prepare(ctx, impl_->options.call_timeout);
   v1::RunModelResponse resp;
@@ -841,6 +888,7 @@ Result<std::vector<TensorHandle>> RemoteClient::run(ModelHandle model,
 }
 
 Status RemoteClient::unload(ModelHandle model) {
+  impl_->flush_releases();
   grpc::ClientContext ctx;
   impl_->prepare(ctx, impl_->options.call_timeout);
   v1::ModelRequest req;

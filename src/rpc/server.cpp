@@ -450,6 +450,8 @@ class Service final
     if (!g.ok()) return fail(ctx, g.status());
     auto graph = from_proto(req->graph());
     if (!graph.ok()) return fail(ctx, graph.status().with_context("execute"));
+    for (uint64_t h : req->release())  // released by the client since its last call
+      (void)engine_->release(g.engine_session(), h);
     std::vector<TensorHandle> inputs(req->inputs().begin(), req->inputs().end());
     // Small results are waited for below: run here when the device is idle (no hand-off).
     auto out = engine_->execute(g.engine_session(), *graph, inputs, req->device(), {},
@@ -524,6 +526,8 @@ class Service final
                         v1::RunModelResponse* resp) override {
     Guard g(this, ctx);
     if (!g.ok()) return fail(ctx, g.status());
+    for (uint64_t h : req->release())  // released by the client since its last call
+      (void)engine_->release(g.engine_session(), h);
     std::vector<TensorHandle> inputs(req->inputs().begin(), req->inputs().end());
     // Queued on the device's thread even when the answer waits for the outputs: a model's
     // kernels keep their thread (oneDNN and OpenMP state live per thread), and its run dwarfs

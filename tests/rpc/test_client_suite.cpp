@@ -501,6 +501,35 @@ Graph affine_model(int64_t n, int64_t m, float w_value) {
   return g;
 }
 
+// A run loop (run, read the small result, release it) is one round trip per run through a
+// broker: the result comes with the answer and the release travels with the next run. Any
+// other call sends pending releases first, so memory is back to the baseline when looked at.
+TEST_P(ClientSuite, RunLoopIsOneRoundTripPerRunAndReleasesArriveInOrder) {
+  auto model = client_->load(affine_model(4, 3, 0.5f), "cpu:0");
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto hx = client_->upload(f32({1, 2, 3, 4}, {1, 4}).view(), "cpu:0");
+  ASSERT_TRUE(hx.ok());
+  auto* remote = dynamic_cast<rpc::RemoteClient*>(client_.get());
+  const int64_t before = remote ? remote->rpc_count() : 0;
+  std::vector<TensorHandle> released;
+  for (int i = 0; i < 10; ++i) {
+    auto out = client_->run(*model, {*hx});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    auto y = client_->read((*out)[0]);
+    ASSERT_TRUE(y.ok()) << y.status().to_string();
+    EXPECT_EQ(y->shape(), (Shape{1, 3}));
+    EXPECT_TRUE(client_->release((*out)[0]).ok());
+    released.push_back((*out)[0]);
+  }
+  if (remote) EXPECT_EQ(remote->rpc_count() - before, 10);
+  // A released handle is gone, whether or not its release has travelled yet.
+  EXPECT_EQ(client_->info(released.back()).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(client_->read(released.front()).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(client_->release(*hx).ok());
+  EXPECT_TRUE(client_->unload(*model).ok());
+  EXPECT_EQ(in_use_settled("cpu:0", base0_), base0_);
+}
+
 TEST_P(ClientSuite, LoadedModelRunsManyTimesAndIsSessionOwned) {
   auto model = client_->load(affine_model(4, 3, 0.5f), "cpu:1");
   ASSERT_TRUE(model.ok()) << model.status().to_string();
