@@ -1,6 +1,7 @@
 #include "core/graph_utils.h"
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -259,22 +260,28 @@ Result<GraphTypes> infer_graph(const OpRegistry& registry, const Graph& graph,
 namespace tensord {
 namespace {
 
-uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
+// A 64-bit content hash, eight bytes a step (a model's initializers are hashed on every
+// execute() of its graph: byte-at-a-time FNV-1a cost ~15 ms per 14 MB), then the tail bytes.
+uint64_t content_hash(const void* data, size_t n, uint64_t h) {
   const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ull;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
   }
-  return h;
+  for (; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h ^ (h >> 32) ^ n;
 }
 
 void append_tensor(std::string& s, const HostTensor& t) {
   s += t.type().to_string();
   s += '#';
   // Two different hashes of the contents make an accidental collision negligible.
-  s += std::to_string(fnv1a(t.data(), t.nbytes()));
+  s += std::to_string(content_hash(t.data(), t.nbytes(), 1469598103934665603ull));
   s += '/';
-  s += std::to_string(fnv1a(t.data(), t.nbytes(), 0x9e3779b97f4a7c15ull));
+  s += std::to_string(content_hash(t.data(), t.nbytes(), 0xC2B2AE3D27D4EB4Full));
 }
 
 void append_attr(std::string& s, const Attribute& a) {
