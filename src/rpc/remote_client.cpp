@@ -148,6 +148,9 @@ class AttachCall final : public grpc::ClientReadReactor<v1::AttachEvent> {
 // Deferred releases are sent on their own once this many wait.
 constexpr size_t kMaxPendingReleases = 64;
 
+// Uploads this large go over RemoteClientOptions::upload_streams concurrent streams.
+constexpr int64_t kParallelUploadMinBytes = 64 << 20;
+
 struct RemoteClient::Impl {
   std::string address;
   RemoteClientOptions options;
@@ -245,6 +248,39 @@ struct RemoteClient::Impl {
     cache_bytes -= static_cast<int64_t>(it->second.value.nbytes());
     cache.erase(it);  // its entry in cache_order is skipped when it comes up
     return true;
+  }
+
+  // One Upload stream: `prefix` (the header, or a part's upload id and offset) then the bytes,
+  // in chunks sent straight from the caller's memory (gRPC is done with them on return).
+  Status stream_upload(const std::string& prefix, const char* bytes, int64_t total,
+                       v1::UploadResponse* resp) {
+    grpc::ClientContext ctx;
+    prepare(ctx, kNoDeadline);
+    grpc::ByteBuffer answer;
+    SliceTracker tracker;
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel.get(), *raw_upload,
+                                                                      &ctx, &answer));
+    int64_t off = 0;
+    do {
+      const int64_t n = std::min(chunk_bytes, total - off);
+      std::string framing = off == 0 ? prefix : std::string();
+      framing.push_back(0x12);  // field 2 (data), length-delimited
+      put_varint(framing, static_cast<uint64_t>(n));
+      grpc::Slice slices[2] = {grpc::Slice(framing),
+                               tracker.wrap(bytes + off, static_cast<size_t>(n))};
+      grpc::ByteBuffer chunk(slices, 2);
+      off += n;
+      if (!writer->Write(chunk)) break;  // the broker ended the call: Finish says why
+    } while (off < total);
+    writer->WritesDone();
+    const grpc::Status status = writer->Finish();
+    writer.reset();
+    tracker.wait();  // gRPC is done with the caller's bytes
+    TD_RETURN_IF_ERROR(finish(ctx, status, "upload"));
+    if (!grpc::SerializationTraits<v1::UploadResponse>::Deserialize(&answer, resp).ok())
+      return errors::Internal("upload: the broker's answer is not an UploadResponse");
+    return OkStatus();
   }
 
   // ---- deferred releases: handles known to be live are released with the next
@@ -462,6 +498,13 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
   impl->mode = options.transport;
   if (impl->mode.empty())
     if (const char* t = std::getenv("TENSORD_TRANSPORT")) impl->mode = t;
+  if (const char* n = std::getenv("TENSORD_UPLOAD_STREAMS")) {
+    const int v = std::atoi(n);
+    if (v >= 1 && v <= 16) impl->options.upload_streams = v;
+  }
+  if (impl->options.upload_streams <= 0)
+    impl->options.upload_streams =
+        std::clamp<int64_t>(static_cast<int64_t>(std::thread::hardware_concurrency()) / 2, 1, 4);
   if (impl->mode.empty()) impl->mode = "auto";
   if (impl->mode != "auto" && impl->mode != "grpc" && impl->mode != "shm")
     return errors::InvalidArgument("transport '{}' (TENSORD_TRANSPORT) is not auto, grpc or shm",
@@ -618,38 +661,50 @@ Result<TensorHandle> RemoteClient::upload(const TensorView& src, const std::stri
   // Each UploadChunk is serialized here as two slices: its few bytes of framing (and the
   // header, first), then the caller's bytes themselves, which gRPC writes to the socket
   // without a copy.
-  grpc::ClientContext ctx;
-  impl_->prepare(ctx, kNoDeadline);
-  grpc::ByteBuffer answer;
-  SliceTracker tracker;
-  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-          impl_->channel.get(), *impl_->raw_upload, &ctx, &answer));
   const auto* bytes = static_cast<const char*>(src.data);
   const int64_t total = *size;
-  const std::string header_bytes = header->SerializeAsString();
-  for (int64_t off = 0; off < total;) {
-    const int64_t n = std::min(impl_->chunk_bytes, total - off);
-    std::string framing;
-    if (off == 0) {
-      framing.push_back(0x0A);  // field 1 (header), length-delimited
-      put_varint(framing, header_bytes.size());
-      framing += header_bytes;
+  if (total >= kParallelUploadMinBytes && impl_->options.upload_streams > 1) {
+    // Parts over concurrent streams, one core each (one HTTP/2 stream is one thread's work).
+    grpc::ClientContext bctx;
+    impl_->prepare(bctx, impl_->options.call_timeout);
+    v1::BeginUploadResponse begun;
+    Status st = impl_->finish(bctx, impl_->stub->BeginUpload(&bctx, *header, &begun), "upload");
+    if (st.ok()) {
+      const int64_t k = impl_->options.upload_streams;
+      const int64_t part = (total / k + 63) / 64 * 64;
+      std::vector<Status> results(static_cast<size_t>(k));
+      std::vector<std::thread> threads;
+      for (int64_t i = 0; i < k; ++i) {
+        const int64_t off = std::min(total, i * part);
+        const int64_t len = std::min(part, total - off);
+        threads.emplace_back([&, i, off, len] {
+          std::string prefix;
+          prefix.push_back(0x18);  // field 3 (part_of), varint
+          put_varint(prefix, begun.upload());
+          prefix.push_back(0x20);  // field 4 (offset), varint
+          put_varint(prefix, static_cast<uint64_t>(off));
+          v1::UploadResponse ignored;
+          results[static_cast<size_t>(i)] = impl_->stream_upload(prefix, bytes + off, len, &ignored);
+        });
+      }
+      for (auto& t : threads) t.join();
+      grpc::ClientContext fctx;
+      impl_->prepare(fctx, impl_->options.call_timeout);
+      v1::FinishUploadRequest freq;
+      freq.set_upload(begun.upload());
+      Status fin = impl_->finish(fctx, impl_->stub->FinishUpload(&fctx, freq, &resp), "upload");
+      for (const Status& r : results) TD_RETURN_IF_ERROR(r);  // a part's own error first
+      TD_RETURN_IF_ERROR(fin);
+      return resp.handle();
     }
-    framing.push_back(0x12);  // field 2 (data), length-delimited
-    put_varint(framing, static_cast<uint64_t>(n));
-    grpc::Slice slices[2] = {grpc::Slice(framing), tracker.wrap(bytes + off, static_cast<size_t>(n))};
-    grpc::ByteBuffer chunk(slices, 2);
-    off += n;
-    if (!writer->Write(chunk)) break;  // the broker ended the call: Finish says why
+    if (st.code() != StatusCode::kUnimplemented) return st;  // an older broker: one stream
   }
-  writer->WritesDone();
-  const grpc::Status status = writer->Finish();
-  writer.reset();
-  tracker.wait();  // gRPC is done with the caller's bytes
-  TD_RETURN_IF_ERROR(impl_->finish(ctx, status, "upload"));
-  if (!grpc::SerializationTraits<v1::UploadResponse>::Deserialize(&answer, &resp).ok())
-    return errors::Internal("upload: the broker's answer is not an UploadResponse");
+  std::string prefix;
+  const std::string header_bytes = header->SerializeAsString();
+  prefix.push_back(0x0A);  // field 1 (header), length-delimited
+  put_varint(prefix, header_bytes.size());
+  prefix += header_bytes;
+  TD_RETURN_IF_ERROR(impl_->stream_upload(prefix, bytes, total, &resp));
   return resp.handle();
 }
 

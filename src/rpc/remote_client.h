@@ -47,6 +47,9 @@ struct RemoteClientOptions {
   // answer, so reading them costs no further round trip; 0 = off. execute() then returns when
   // those small outputs are computed.
   int64_t inline_max_bytes = 256 << 10;
+  // Concurrent streams for one large (>= 64 MiB) gRPC upload (each needs a core on both
+  // sides); 0 = half the cores, at most 4 (TENSORD_UPLOAD_STREAMS overrides); 1 = one stream.
+  int64_t upload_streams = 0;
   // Bearer token for a broker started with --token-file; empty = TENSORD_TOKEN.
   std::string token;
   // "auto" (shared memory when the broker runs on this host, else gRPC streams), "grpc", or

@@ -65,6 +65,15 @@ struct Region {
   }
 };
 
+// A parallel upload in progress (BeginUpload .. FinishUpload): the bytes, and the parts received.
+struct PendingUpload {
+  v1::UploadHeader header;
+  int64_t size = 0;
+  std::shared_ptr<unsigned char> block;
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int64_t>> parts;  // [begin, end) of each finished part
+};
+
 struct SessionState {
   SessionId engine_session = 0;
   int64_t memory_limit = 0;
@@ -72,7 +81,11 @@ struct SessionState {
   int in_flight = 0;
   std::unordered_map<uint64_t, std::shared_ptr<Region>> regions;
   uint64_t next_region = 1;
+  std::unordered_map<uint64_t, std::shared_ptr<PendingUpload>> uploads;
+  uint64_t next_upload = 1;
 };
+
+constexpr size_t kMaxPendingUploads = 8;
 
 constexpr int kMaxRegionsPerSession = 256;
 
@@ -382,6 +395,69 @@ class Service final
   grpc::ServerReadReactor<grpc::ByteBuffer>* Upload(grpc::CallbackServerContext* ctx,
                                                      grpc::ByteBuffer* response) override {
     return new UploadReactor(this, ctx, response);
+  }
+
+  grpc::Status BeginUpload(grpc::ServerContext* ctx, const v1::UploadHeader* req,
+                           v1::BeginUploadResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    auto size = check_header(g, *req);
+    if (!size.ok()) return fail(ctx, size.status().with_context("upload"));
+    auto pending = std::make_shared<PendingUpload>();
+    pending->header = *req;
+    pending->size = *size;
+    pending->block = pool_.get(static_cast<size_t>(*size));
+    if (!pending->block)
+      return fail(ctx, errors::ResourceExhausted(
+                           "upload: cannot hold {} bytes in the broker's host memory", *size));
+    std::lock_guard<std::mutex> lock(mu_);
+    SessionState* s = g.state_locked();
+    if (!s) return fail(ctx, errors::NotFound("the session ended during BeginUpload"));
+    if (s->uploads.size() >= kMaxPendingUploads)
+      return fail(ctx, errors::ResourceExhausted(
+                           "upload: a session may have at most {} parallel uploads in progress",
+                           kMaxPendingUploads));
+    const uint64_t id = s->next_upload++;
+    s->uploads.emplace(id, std::move(pending));
+    resp->set_upload(id);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status FinishUpload(grpc::ServerContext* ctx, const v1::FinishUploadRequest* req,
+                            v1::UploadResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    std::shared_ptr<PendingUpload> p;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      SessionState* s = g.state_locked();
+      auto it = s ? s->uploads.find(req->upload()) : decltype(s->uploads)::iterator{};
+      if (!s || it == s->uploads.end())
+        return fail(ctx, errors::NotFound("upload {} does not exist in this session",
+                                          req->upload()));
+      p = std::move(it->second);
+      s->uploads.erase(it);  // finished or failed: either way it is over
+    }
+    std::lock_guard<std::mutex> lock(p->mu);
+    std::sort(p->parts.begin(), p->parts.end());
+    int64_t covered = 0;
+    for (const auto& [b, e] : p->parts) {
+      if (b != covered)
+        return fail(ctx, errors::InvalidArgument(
+                             "upload {}: bytes [{}, {}) {}", req->upload(), std::min(b, covered),
+                             std::max(b, covered), b > covered ? "never arrived" : "arrived twice"));
+      covered = e;
+    }
+    if (covered != p->size)
+      return fail(ctx, errors::InvalidArgument("upload {}: bytes [{}, {}) never arrived",
+                                               req->upload(), covered, p->size));
+    TensorView view{static_cast<DType>(p->header.dtype()),
+                    Shape(p->header.shape().begin(), p->header.shape().end()), p->block.get()};
+    auto h = engine_->upload_external(g.engine_session(), view, p->header.device(),
+                                      std::shared_ptr<void>(p->block));
+    if (!h.ok()) return fail(ctx, h.status());
+    resp->set_handle(*h);
+    return grpc::Status::OK;
   }
 
   grpc::Status UploadInline(grpc::ServerContext* ctx, const v1::UploadChunk* req,
@@ -834,7 +910,16 @@ class Service final
         uint32_t len = 0;
         if ((field == 1 || field == 2) && (!delimited || !in.ReadVarint32(&len)))
           return malformed();
+        if (field == 3 || field == 4) {  // part_of, offset: first message, before any data
+          uint64_t v = 0;
+          if (WFL::GetTagWireType(tag) != WFL::WIRETYPE_VARINT || !in.ReadVarint64(&v) ||
+              messages_ > 1 || block_ || header_here)
+            return malformed();
+          (field == 3 ? part_of_ : part_offset_) = v;
+          continue;
+        }
         if (field == 1) {
+          if (part_of_ != 0) return malformed();
           if (messages_ > 1)
             return errors::InvalidArgument("upload: message {} repeats the header", messages_);
           std::string bytes;
@@ -844,6 +929,7 @@ class Service final
           TD_RETURN_IF_ERROR(start());
           if (!early.empty()) TD_RETURN_IF_ERROR(append(early.data(), early.size()));
         } else if (field == 2) {
+          if (!block_ && part_of_ != 0) TD_RETURN_IF_ERROR(attach_part());
           if (!block_) {  // the header has not come yet
             if (messages_ > 1 || !early.empty()) return malformed();
             if (!in.ReadString(&early, static_cast<int>(len))) return malformed();
@@ -857,7 +943,12 @@ class Service final
         }
       }
       if (!in.ConsumedEntireMessage()) return malformed();
-      if (messages_ == 1 && !header_here)
+      if (messages_ == 1 && !header_here && part_of_ != 0 && !block_) {
+        // part_of came after the data (protobuf writes fields in number order).
+        TD_RETURN_IF_ERROR(attach_part());
+        if (!early.empty()) TD_RETURN_IF_ERROR(append(early.data(), early.size()));
+      }
+      if (messages_ == 1 && !header_here && part_of_ == 0)
         return errors::InvalidArgument(
             "upload: the first message must carry the header (dtype, shape, device, "
             "total_bytes)");
@@ -889,11 +980,38 @@ class Service final
             "upload: cannot hold {} bytes in the broker's host memory", size_);
       return OkStatus();
     }
+    // The first message of a part: the pending upload's bytes, from its offset.
+    Status attach_part() {
+      std::lock_guard<std::mutex> lock(service_->mu_);
+      SessionState* s = guard_.state_locked();
+      auto it = s ? s->uploads.find(part_of_) : decltype(s->uploads)::iterator{};
+      if (!s || it == s->uploads.end())
+        return errors::NotFound("upload {} does not exist in this session", part_of_);
+      pending_ = it->second;
+      if (part_offset_ > static_cast<uint64_t>(pending_->size))
+        return errors::InvalidArgument("upload {}: offset {} is past its {} bytes", part_of_,
+                                       part_offset_, pending_->size);
+      block_ = pending_->block;
+      size_ = pending_->size;
+      received_ = static_cast<int64_t>(part_offset_);
+      return OkStatus();
+    }
     Status complete() {
       if (ctx_->IsCancelled())
         return Status(StatusCode::kCancelled, "upload: the client cancelled the stream");
       if (messages_ == 0)
         return errors::InvalidArgument("upload: the stream ended before its header");
+      if (pending_) {  // a part: recorded; FinishUpload checks the whole
+        {
+          std::lock_guard<std::mutex> lock(pending_->mu);
+          pending_->parts.emplace_back(static_cast<int64_t>(part_offset_), received_);
+        }
+        v1::UploadResponse resp;
+        std::string bytes = resp.SerializeAsString();
+        grpc::Slice slice(bytes);
+        *response_ = grpc::ByteBuffer(&slice, 1);
+        return OkStatus();
+      }
       if (received_ != size_)
         return errors::InvalidArgument(
             "upload: the header declares {} bytes, but the stream carried {}", size_, received_);
@@ -922,6 +1040,8 @@ class Service final
     v1::UploadHeader header_;
     std::shared_ptr<unsigned char> block_;
     int64_t size_ = 0, received_ = 0, messages_ = 0;
+    uint64_t part_of_ = 0, part_offset_ = 0;       // a part of a parallel upload
+    std::shared_ptr<PendingUpload> pending_;
   };
 
   Status unknown_session(uint64_t id) const {

@@ -281,6 +281,124 @@ class BrokerFaults : public ::testing::Test {
   int64_t base_ = 0;
 };
 
+// Parallel uploads (BeginUpload, parts on concurrent streams, FinishUpload): parts land at
+// their offsets in any order; a missing, repeated or foreign part is a clear error at the
+// finish; the reserved bytes go away with the upload either way.
+TEST_F(BrokerFaults, ParallelUploadPartsAreCheckedAtTheFinish) {
+  const uint64_t session = raw_->open_session();
+  auto begin = [&](int64_t n) {
+    grpc::ClientContext ctx;
+    raw_->prepare(ctx, session);
+    v1::UploadHeader h;
+    h.set_dtype(1);
+    h.add_shape(n);
+    h.set_total_bytes(n * 4);
+    v1::BeginUploadResponse resp;
+    grpc::Status st = raw_->stub().BeginUpload(&ctx, h, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp.upload();
+  };
+  auto part = [&](uint64_t s, uint64_t upload, int64_t offset, const std::vector<float>& v) {
+    grpc::ClientContext ctx;
+    raw_->prepare(ctx, s);
+    v1::UploadResponse resp;
+    auto w = raw_->stub().Upload(&ctx, &resp);
+    v1::UploadChunk m;
+    m.set_part_of(upload);
+    m.set_offset(offset);
+    m.set_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4));
+    w->Write(m);
+    w->WritesDone();
+    return w->Finish();
+  };
+  auto finish = [&](uint64_t upload, uint64_t* handle) {
+    grpc::ClientContext ctx;
+    raw_->prepare(ctx, session);
+    v1::FinishUploadRequest req;
+    req.set_upload(upload);
+    v1::UploadResponse resp;
+    grpc::Status st = raw_->stub().FinishUpload(&ctx, req, &resp);
+    if (handle) *handle = resp.handle();
+    return st;
+  };
+  // Two parts, the second first: the tensor reads back whole.
+  uint64_t up = begin(4);
+  ASSERT_TRUE(part(session, up, 8, {3, 4}).ok());
+  ASSERT_TRUE(part(session, up, 0, {1, 2}).ok());
+  uint64_t handle = 0;
+  grpc::Status st = finish(up, &handle);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  {
+    grpc::ClientContext ctx;
+    raw_->prepare(ctx, session);
+    v1::ReadRequest req;
+    req.set_handle(handle);
+    auto r = raw_->stub().Read(&ctx, req);
+    v1::ReadChunk chunk;
+    std::string bytes;
+    while (r->Read(&chunk)) bytes += chunk.data();
+    ASSERT_TRUE(r->Finish().ok());
+    ASSERT_EQ(bytes.size(), 16u);
+    std::vector<float> back(4);
+    std::memcpy(back.data(), bytes.data(), 16);
+    EXPECT_EQ(back, (std::vector<float>{1, 2, 3, 4}));
+  }
+  // A missing part, a part sent twice, an offset past the end, another session's upload, an
+  // unknown upload: each named in the error.
+  up = begin(4);
+  ASSERT_TRUE(part(session, up, 0, {1, 2}).ok());
+  st = finish(up, nullptr);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("never arrived"), std::string::npos) << st.error_message();
+  up = begin(2);
+  ASSERT_TRUE(part(session, up, 0, {1, 2}).ok());
+  ASSERT_TRUE(part(session, up, 0, {1, 2}).ok());
+  st = finish(up, nullptr);
+  EXPECT_NE(st.error_message().find("arrived twice"), std::string::npos) << st.error_message();
+  up = begin(2);
+  st = part(session, up, 4, {1, 2});  // bytes 4..12 of an 8-byte tensor
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  st = part(session, up, 64, {1});
+  EXPECT_NE(st.error_message().find("past"), std::string::npos) << st.error_message();
+  const uint64_t other = raw_->open_session();
+  st = part(other, up, 0, {1, 2});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
+  EXPECT_EQ(finish(up + 1000, nullptr).error_code(), grpc::StatusCode::NOT_FOUND);
+  // Finished or failed, nothing of them stays but the one good tensor.
+  EXPECT_TRUE(finish(up, nullptr).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  {
+    grpc::ClientContext ctx;
+    raw_->prepare(ctx, session);
+    v1::HandleRequest req;
+    req.set_handle(handle);
+    v1::ReleaseResponse resp;
+    EXPECT_TRUE(raw_->stub().Release(&ctx, req, &resp).ok());
+  }
+  EXPECT_EQ(raw_->in_use_settled("cpu:0", base_), base_);
+  expect_still_serving();
+}
+
+// Through RemoteClient: a 72 MiB upload goes over two streams and reads back intact.
+TEST_F(BrokerFaults, LargeGrpcUploadOverTwoStreamsIsIntact) {
+  rpc::RemoteClientOptions o;
+  o.transport = "grpc";
+  o.upload_streams = 2;
+  auto c = rpc::RemoteClient::connect(broker_->address(), o);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const int64_t n = (72 << 20) / 4 + 5;  // not a multiple of the part size
+  HostTensor t(DType::kFloat32, {n});
+  for (int64_t i = 0; i < n; ++i) t.mutable_data<float>()[i] = static_cast<float>(i % 1000003);
+  auto h = (*c)->upload(t.view(), "");
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  auto back = (*c)->read(*h);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  ASSERT_EQ(back->numel(), n);
+  EXPECT_EQ(std::memcmp(back->data(), t.data(), static_cast<size_t>(n) * 4), 0);
+  EXPECT_TRUE((*c)->release(*h).ok());
+  c->reset();
+  EXPECT_EQ(raw_->in_use_settled("cpu:0", base_), base_);
+}
+
 TEST_F(BrokerFaults, HandshakeReportsVersionsAndDevices) {
   grpc::ClientContext ctx;
   raw_->prepare(ctx, 0);
