@@ -23,17 +23,6 @@ namespace {
 // execute/run with run_here_if_idle run on the caller's thread only when the outputs fit this.
 constexpr int64_t kRunHereMaxOutputBytes = 256 << 10;
 
-std::string human_bytes(int64_t n) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double v = static_cast<double>(n);
-  int u = 0;
-  while (v >= 1024 && u < 6) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.1f} {}", v, units[u]);
-}
-
 // One thread running a device's tasks in submission order. A task may block on the result of
 // an earlier-submitted task (on any queue), never on a later one, so queues cannot deadlock.
 class WorkQueue {
@@ -199,8 +188,8 @@ class EngineAllocator final : public Allocator {
     if (check_capacity && capacity > 0 && used > capacity) {
       slot_->in_use.fetch_sub(n);
       return errors::ResourceExhausted("{}: cannot allocate {} ({} bytes): {} of {} in use",
-                                       slot_->name(), human_bytes(n), n, human_bytes(used - n),
-                                       human_bytes(capacity));
+                                       slot_->name(), format_bytes(n), n, format_bytes(used - n),
+                                       format_bytes(capacity));
     }
     if (counter_) {
       const int64_t s = counter_->bytes.fetch_add(n) + n;
@@ -210,7 +199,7 @@ class EngineAllocator final : public Allocator {
         return errors::ResourceExhausted(
             "session memory limit exceeded: allocating {} on {} would bring the session to {} "
             "of its {} limit",
-            human_bytes(n), slot_->name(), human_bytes(s), human_bytes(counter_->limit));
+            format_bytes(n), slot_->name(), format_bytes(s), format_bytes(counter_->limit));
       }
     }
     update_peak(used);
@@ -776,7 +765,7 @@ Result<ModelHandle> Engine::load(SessionId session, const Graph& graph, const st
     return errors::ResourceExhausted(
         "session memory limit exceeded: loading '{}' ({} of initializers) would bring the session "
         "to {} of its {} limit",
-        graph.name, human_bytes(bytes), human_bytes(held), human_bytes(counter->limit));
+        graph.name, format_bytes(bytes), format_bytes(held), format_bytes(counter->limit));
   }
   auto model = std::make_shared<LoadedModel>();
   model->counter = counter;

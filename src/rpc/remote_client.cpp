@@ -74,17 +74,6 @@ void put_varint(std::string& out, uint64_t v) {
   out.push_back(static_cast<char>(v));
 }
 
-std::string own_boot_id() {
-  std::string id;
-  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
-    char buf[64] = {};
-    if (std::fgets(buf, sizeof buf, f)) id = buf;
-    std::fclose(f);
-  }
-  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
-  return id;
-}
-
 // A unix socket, or a loopback address: the broker can only be on this host.
 bool local_address(const std::string& a) {
   if (a.rfind("unix:", 0) == 0) return true;
@@ -550,7 +539,7 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
     impl->server_version = resp.server_version();
     impl->default_device = resp.default_device();
     const bool same_host = resp.shared_memory() && !resp.host_id().empty() &&
-                           resp.host_id() == own_boot_id() && local_address(address);
+                           resp.host_id() == host_boot_id() && local_address(address);
     if (impl->mode == "shm" && !same_host)
       return errors::FailedPrecondition(
           "transport 'shm' (TENSORD_TRANSPORT): the broker '{}' is not on this host (or offers "

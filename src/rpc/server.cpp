@@ -186,18 +186,6 @@ size_t host_pool_bytes() {
 bool may_compute_in_place(DType t) { return dtype_is_float(t); }
 constexpr int64_t kMaxGraphBytes = (int64_t{2} << 30) - 1;  // protobuf's message limit
 
-// This machine's boot id: equal ids mean the same running kernel, hence shared memory works.
-std::string boot_id() {
-  std::string id;
-  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
-    char buf[64] = {};
-    if (std::fgets(buf, sizeof buf, f)) id = buf;
-    std::fclose(f);
-  }
-  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
-  return id;
-}
-
 class Service;
 
 // Attach: holds the session for as long as the client's call lives (callback API: no thread
@@ -1244,7 +1232,7 @@ class Service final
   std::unordered_map<uint64_t, SessionState> sessions_;
   std::mt19937_64 rng_;
   std::thread reaper_;
-  const std::string host_id_ = boot_id();
+  const std::string host_id_ = host_boot_id();
 
   std::recursive_mutex attach_mu_;
   std::set<AttachReactor*> attached_;

@@ -1,5 +1,7 @@
 #include "rpc/wire.h"
 
+#include <cstdio>
+
 #include <grpc/grpc.h>
 
 #include <mutex>
@@ -248,6 +250,17 @@ Result<Graph> from_proto(const v1::Graph& src) {
     g.initializers.emplace(name, std::move(v).value());
   }
   return g;
+}
+
+std::string host_boot_id() {
+  std::string id;
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof buf, f)) id = buf;
+    std::fclose(f);
+  }
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  return id;
 }
 
 }  // namespace tensord::rpc

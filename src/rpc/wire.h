@@ -39,6 +39,10 @@ inline constexpr const char* kAuthKey = "authorization";
 // executor threads and can block for up to 10 s while they sit in a poll.
 void keep_grpc_initialized();
 
+// This machine's boot id ("" if unknown): equal ids on client and broker mean the same running
+// kernel, so shared memory between them works.
+std::string host_boot_id();
+
 // Same numbers on both sides (tensord::StatusCode is gRPC's numbering); messages unchanged.
 grpc::Status to_grpc(const Status& s);
 Status from_grpc(const grpc::Status& s);

@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <queue>
 #include <thread>
 #include <unordered_map>
 
@@ -364,17 +365,17 @@ class CpuExecutable final : public Executable {
       pending[i] = static_cast<int>(deps.size());
       for (size_t d : deps) users[d].push_back(i);
     }
-    std::vector<size_t> ready, order;
-    // Keep the original relative order where possible: regions first only when ready.
+    // Lowest index first among the ready steps: regions lead, the rest keep their order.
+    std::priority_queue<size_t, std::vector<size_t>, std::greater<size_t>> ready;
+    std::vector<size_t> order;
     for (size_t i = 0; i < steps.size(); ++i)
-      if (pending[i] == 0) ready.push_back(i);
+      if (pending[i] == 0) ready.push(i);
     while (!ready.empty()) {
-      std::sort(ready.begin(), ready.end(), std::greater<size_t>());
-      const size_t i = ready.back();
-      ready.pop_back();
+      const size_t i = ready.top();
+      ready.pop();
       order.push_back(i);
       for (size_t u : users[i])
-        if (--pending[u] == 0) ready.push_back(u);
+        if (--pending[u] == 0) ready.push(u);
     }
     if (order.size() != steps.size()) {  // cannot happen with an acyclic partition
       notes_.push_back("oneDNN regions dropped: they would form a cycle");

@@ -107,6 +107,11 @@ class KernelRegistry {
   std::map<std::string, std::vector<KernelDef>> kernels_;
 };
 
+// RNN/GRU/LSTM input 4 (sequence_lens, int32 or int64) checked against [0, seq], or seq for
+// every batch entry when absent (kernels/rnn.cpp; shared by the fast LSTM).
+Result<std::vector<int64_t>> rnn_sequence_lengths(const KernelContext& ctx, int64_t batch,
+                                                  int64_t seq);
+
 // Reference kernel families, one file each under kernels/; listed in kernel_registry.cpp.
 // oneDNN kernels (kernels/onednn.cpp); registered first, ahead of the reference kernels.
 void register_onednn_kernels(KernelRegistry& r);

@@ -98,16 +98,7 @@ Status lstm_run(KernelContext& ctx) {
   const float* w = ctx.input(1).as<float>();
   const float* r = ctx.input(2).as<float>();
   const float* b = ctx.has_input(3) ? ctx.input(3).as<float>() : nullptr;
-  std::vector<int64_t> lens(static_cast<size_t>(batch), seq);
-  if (ctx.has_input(4)) {
-    const TensorView& sv = ctx.input(4);
-    for (int64_t i = 0; i < batch; ++i) {
-      const int64_t v = sv.dtype == DType::kInt64 ? sv.as<int64_t>()[i] : sv.as<int32_t>()[i];
-      if (v < 0 || v > seq)
-        return ctx.error("sequence_lens[{}] = {} is outside [0, {}] (seq_length)", i, v, seq);
-      lens[static_cast<size_t>(i)] = v;
-    }
-  }
+  TD_ASSIGN_OR_RETURN(const std::vector<int64_t> lens, rnn_sequence_lengths(ctx, batch, seq));
   const float* h0 = ctx.has_input(5) ? ctx.input(5).as<float>() : nullptr;
   const float* c0 = ctx.has_input(6) ? ctx.input(6).as<float>() : nullptr;
   const float* peep = ctx.has_input(7) ? ctx.input(7).as<float>() : nullptr;

@@ -112,6 +112,24 @@ bool wants_output(const KernelContext& ctx, int i) {
   return i < ctx.num_outputs() && ctx.output_type(i).defined();
 }
 
+}  // namespace
+
+Result<std::vector<int64_t>> rnn_sequence_lengths(const KernelContext& ctx, int64_t batch,
+                                                  int64_t seq) {
+  std::vector<int64_t> lens(static_cast<size_t>(batch), seq);
+  if (!ctx.has_input(4)) return lens;
+  const TensorView& sv = ctx.input(4);
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t v = sv.dtype == DType::kInt64 ? sv.as<int64_t>()[i] : sv.as<int32_t>()[i];
+    if (v < 0 || v > seq)
+      return ctx.error("sequence_lens[{}] = {} is outside [0, {}] (seq_length)", i, v, seq);
+    lens[static_cast<size_t>(i)] = v;
+  }
+  return lens;
+}
+
+namespace {
+
 Status rnn_kernel(KernelContext& ctx, RnnKind kind) {
   const int gates = kind == RnnKind::kRnn ? 1 : kind == RnnKind::kGru ? 3 : 4;
   const std::vector<std::string> defaults =
@@ -147,16 +165,7 @@ Status rnn_kernel(KernelContext& ctx, RnnKind kind) {
   const std::vector<double> r = to_doubles(ctx.input(2));
   std::vector<double> b(static_cast<size_t>(num_dir * 2 * gh), 0.0);
   if (ctx.has_input(3)) b = to_doubles(ctx.input(3));
-  std::vector<int64_t> lens(static_cast<size_t>(batch), seq);
-  if (ctx.has_input(4)) {
-    const TensorView& sv = ctx.input(4);
-    for (int64_t i = 0; i < batch; ++i) {
-      const int64_t v = sv.dtype == DType::kInt64 ? sv.as<int64_t>()[i] : sv.as<int32_t>()[i];
-      if (v < 0 || v > seq)
-        return ctx.error("sequence_lens[{}] = {} is outside [0, {}] (seq_length)", i, v, seq);
-      lens[static_cast<size_t>(i)] = v;
-    }
-  }
+  TD_ASSIGN_OR_RETURN(const std::vector<int64_t> lens, rnn_sequence_lengths(ctx, batch, seq));
   const int64_t state_n = num_dir * batch * hidden;
   std::vector<double> h0(static_cast<size_t>(state_n), 0.0), c0(h0);
   if (ctx.has_input(5)) h0 = to_doubles(ctx.input(5));
