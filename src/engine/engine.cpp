@@ -262,9 +262,10 @@ class EngineAllocator final : public Allocator {
     const int64_t used = slot_->in_use.fetch_add(n) + n;
     if (check_capacity && capacity > 0 && used > capacity) {
       slot_->in_use.fetch_sub(n);
-      return errors::ResourceExhausted("{}: cannot allocate {} ({} bytes): {} of {} in use",
-                                       slot_->name(), format_bytes(n), n, format_bytes(used - n),
-                                       format_bytes(capacity));
+      // The device's use is not named: it is other tenants' business.
+      return errors::ResourceExhausted("{}: cannot allocate {} ({} bytes): the device is full "
+                                       "(capacity {})",
+                                       slot_->name(), format_bytes(n), n, format_bytes(capacity));
     }
     if (counter_) {
       Status st = counter_->charge(n, fmt::format("allocating {} on {}", format_bytes(n),
