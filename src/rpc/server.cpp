@@ -1189,15 +1189,17 @@ class Service final
       if (const size_t d = name.rfind(" (deleted)"); d != std::string::npos) name.resize(d);
       r->name = name.empty() ? "memfd" : name;
     }
-    struct stat st {};
+    // Seals first, then the size: once F_SEAL_SHRINK is seen, the size read after it can
+    // only grow, so the whole mapping stays backed.
     struct statfs fs {};
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || fstatfs(fd, &fs) != 0 ||
-        fs.f_type != TMPFS_MAGIC)
+    const int seals = fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC ? fcntl(fd, F_GET_SEALS)
+                                                                       : -1;
+    struct stat st {};
+    if (seals < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
       return errors::FailedPrecondition(
           "RegisterRegion: the descriptor is not a memfd (create the region with "
           "memfd_create(MFD_ALLOW_SEALING), without MFD_HUGETLB)");
-    const int seals = fcntl(fd, F_GET_SEALS);
-    if (seals < 0 || !(seals & F_SEAL_SHRINK))
+    if (!(seals & F_SEAL_SHRINK))
       return errors::FailedPrecondition(
           "RegisterRegion: region '{}' is not sealed against shrinking: seal it with "
           "F_SEAL_SHRINK (fcntl F_ADD_SEALS; memfd_create with MFD_ALLOW_SEALING), so that it "

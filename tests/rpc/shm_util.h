@@ -25,7 +25,9 @@ struct TestMemfd {
     fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     EXPECT_GE(fd, 0) << std::strerror(errno);
     EXPECT_EQ(ftruncate(fd, bytes), 0) << std::strerror(errno);
-    if (seals) EXPECT_EQ(fcntl(fd, F_ADD_SEALS, seals), 0) << std::strerror(errno);
+    if (seals) {
+      EXPECT_EQ(fcntl(fd, F_ADD_SEALS, seals), 0) << std::strerror(errno);
+    }
     size = bytes;
   }
   ~TestMemfd() {
