@@ -216,7 +216,7 @@ struct RegionChannel::State {
       auto now = Clock::now();
       p.clear();
       p.push_back({wake_fd, POLLIN, 0});
-      p.push_back({listen_fd, static_cast<short>(conns.size() < kMaxConnections ? POLLIN : 0), 0});
+      p.push_back({listen_fd, POLLIN, 0});
       auto wait = std::chrono::milliseconds(1000);
       for (const auto& c : conns) {
         p.push_back({c.fd, POLLIN, 0});
@@ -242,9 +242,20 @@ struct RegionChannel::State {
       }
       conns.swap(keep);
       if (p[1].revents & POLLIN) {
-        while (conns.size() < kMaxConnections) {
+        // Always accepted; past the limit the oldest connection goes. A client sends at once
+        // after connecting, so connections held open without a message (a local process
+        // need not have a token to connect) cannot keep real clients out.
+        for (int i = 0; i < 64; ++i) {
           const int c = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
           if (c < 0) break;
+          if (serve(c)) {  // its message is already there
+            close(c);
+            continue;
+          }
+          if (conns.size() >= kMaxConnections) {
+            close(conns.front().fd);
+            conns.erase(conns.begin());
+          }
           conns.push_back({c, now + kConnectionTimeout});
         }
       }

@@ -435,5 +435,35 @@ TEST_F(SecurityShm, TicketsAreBoundedPerSession) {
   expect_alive();
 }
 
+// Anyone on the host can connect to the abstract socket (no token needed for that): idle
+// connections held open do not keep a real client from registering.
+TEST_F(SecurityShm, IdleConnectionsOnTheRegionSocketDoNotBlockRegistration) {
+  std::vector<int> idle;
+  for (int i = 0; i < 200; ++i) {
+    const int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    ASSERT_GE(s, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path + 1, socket_.data() + 1, socket_.size() - 1);
+    const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + socket_.size());
+    if (connect(s, reinterpret_cast<sockaddr*>(&addr), len) != 0) {  // backlog full: fine
+      close(s);
+      continue;
+    }
+    idle.push_back(s);
+  }
+  EXPECT_GT(idle.size(), 64u);
+  const uint64_t s = open_session();
+  TestMemfd m(1 << 16, F_SEAL_SHRINK);
+  uint64_t region = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  grpc::Status st = testing::register_fd(*stub_, s, socket_, m.fd, 1 << 16, &region);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  // Not after the idle ones time out (2 s): at once.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(1000));
+  expect_alive();
+  for (int fd : idle) close(fd);
+}
+
 }  // namespace
 }  // namespace tensord
