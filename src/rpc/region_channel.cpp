@@ -51,8 +51,7 @@ Result<std::string> random_hex(size_t bytes) {
   while (got < bytes) {
     const ssize_t n = getrandom(raw + got, bytes - got, 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      return errors::Unavailable("the OS random source failed: {}", std::strerror(errno));
+    if (n <= 0) return errors::Unavailable("the OS random source failed: {}", std::strerror(errno));
     got += static_cast<size_t>(n);
   }
   static constexpr char kHex[] = "0123456789abcdef";
@@ -111,8 +110,7 @@ Status send_region_fd(const std::string& socket_name, std::string_view ticket, i
                                n < 0 ? std::strerror(errno) : "closed");
   const std::string answer(reply, static_cast<size_t>(n));
   if (answer == "ok") return OkStatus();
-  return errors::FailedPrecondition("region socket: the broker refused the descriptor: {}",
-                                    answer);
+  return errors::FailedPrecondition("region socket: the broker refused the descriptor: {}", answer);
 }
 
 struct RegionChannel::State {
@@ -188,8 +186,8 @@ struct RegionChannel::State {
     } else if (m.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) {
       answer = "the message is too long or carries too many descriptors";
     } else if (fds.size() != 1) {
-      answer = "expected one descriptor (SCM_RIGHTS) with the ticket, got " +
-               std::to_string(fds.size());
+      answer =
+          "expected one descriptor (SCM_RIGHTS) with the ticket, got " + std::to_string(fds.size());
     } else {
       const std::string ticket(buf, static_cast<size_t>(n));
       std::lock_guard<std::mutex> lock(mu);
@@ -205,7 +203,8 @@ struct RegionChannel::State {
       }
     }
     for (int f : fds) close(f);
-    if (!answer.empty()) (void)send(conn, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (!answer.empty())
+      (void)send(conn, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     return true;
   }
 
@@ -220,8 +219,9 @@ struct RegionChannel::State {
       auto wait = std::chrono::milliseconds(1000);
       for (const auto& c : conns) {
         p.push_back({c.fd, POLLIN, 0});
-        wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                  c.deadline - now) + std::chrono::milliseconds(1));
+        wait =
+            std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(c.deadline - now) +
+                               std::chrono::milliseconds(1));
       }
       const int r = poll(p.data(), p.size(), static_cast<int>(std::max<int64_t>(wait.count(), 0)));
       if (r < 0 && errno != EINTR) break;

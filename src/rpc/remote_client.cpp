@@ -381,8 +381,9 @@ struct RemoteClient::Impl {
       TD_RETURN_IF_ERROR(
           finish(ctx, stub->RegionTicket(&ctx, req, &ticket), "asking for a region ticket"));
     }
-    TD_RETURN_IF_ERROR(send_region_fd(region_socket, ticket.ticket(), r->fd,
-                                      std::min<milliseconds>(options.call_timeout, milliseconds(10000))));
+    TD_RETURN_IF_ERROR(
+        send_region_fd(region_socket, ticket.ticket(), r->fd,
+                       std::min<milliseconds>(options.call_timeout, milliseconds(10000))));
     grpc::ClientContext ctx;
     prepare(ctx, options.call_timeout);
     v1::RegisterRegionRequest req;

@@ -674,8 +674,8 @@ class Service final
     if (!region_channel_)
       return fail(ctx, errors::Unimplemented("this broker offers no shared memory"));
     if (req->bytes() <= 0 || req->bytes() > (int64_t{1} << 40))
-      return fail(ctx, errors::InvalidArgument("RegisterRegion: region size {} is not in (0, 1 TiB]",
-                                               req->bytes()));
+      return fail(ctx, errors::InvalidArgument(
+                           "RegisterRegion: region size {} is not in (0, 1 TiB]", req->bytes()));
     auto fd = region_channel_->redeem(g.id(), req->ticket());
     if (!fd.ok()) return fail(ctx, fd.status());
     auto region = open_region(*fd, req->bytes());
@@ -1192,8 +1192,8 @@ class Service final
     // Seals first, then the size: once F_SEAL_SHRINK is seen, the size read after it can
     // only grow, so the whole mapping stays backed.
     struct statfs fs {};
-    const int seals = fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC ? fcntl(fd, F_GET_SEALS)
-                                                                       : -1;
+    const int seals =
+        fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC ? fcntl(fd, F_GET_SEALS) : -1;
     struct stat st {};
     if (seals < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
       return errors::FailedPrecondition(

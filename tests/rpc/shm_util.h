@@ -63,8 +63,7 @@ inline std::string region_socket(v1::Tensord::Stub& stub) {
   return resp.region_socket();
 }
 
-inline grpc::Status region_ticket(v1::Tensord::Stub& stub, uint64_t session,
-                                  std::string* ticket) {
+inline grpc::Status region_ticket(v1::Tensord::Stub& stub, uint64_t session, std::string* ticket) {
   grpc::ClientContext ctx;
   prepare_call(ctx, session);
   v1::RegionTicketRequest req;

@@ -19,9 +19,9 @@
 #include <thread>
 
 #include "broker_process.h"
-#include "shm_util.h"
 #include "rpc/remote_client.h"
 #include "rpc/wire.h"
+#include "shm_util.h"
 #include "tensord.grpc.pb.h"
 #include "tensord/version.h"
 
@@ -618,8 +618,8 @@ TEST_F(BrokerFaults, SharedMemoryRegionFaultsAreClearErrors) {
   } cases[] = {
       {"/etc/passwd", "", 4096, grpc::StatusCode::INVALID_ARGUMENT, "not registered by path"},
       {"/tensord-x", "", 4096, grpc::StatusCode::INVALID_ARGUMENT, "not registered by path"},
-      {"/proc/" + std::to_string(getpid()) + "/fd/0", "", 4096,
-       grpc::StatusCode::INVALID_ARGUMENT, "not registered by path"},
+      {"/proc/" + std::to_string(getpid()) + "/fd/0", "", 4096, grpc::StatusCode::INVALID_ARGUMENT,
+       "not registered by path"},
       {"", "", 0, grpc::StatusCode::INVALID_ARGUMENT, "size 0"},
       {"", "0123", 4096, grpc::StatusCode::NOT_FOUND, "no pending region ticket '0123'"},
   };

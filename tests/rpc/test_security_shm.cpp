@@ -316,8 +316,8 @@ TEST_F(SecurityShm, PathsIntoProcAreRefusedUnopenedAndRevealNothing) {
   for (const auto& p : paths) {
     uint64_t region = 0;
     grpc::Status st = testing::register_ticket(*stub_, b, "", 1 << 16, &region, p);
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << p << ": "
-                                                                   << st.error_message();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << p << ": " << st.error_message();
     EXPECT_EQ(region, 0u);
     expect_no_link_target(st.error_message());
     // One answer for every path: whether it exists, and what it is, stays unknown.
@@ -383,8 +383,7 @@ TEST_F(SecurityShm, AnotherSessionCannotRedeemATicketOrNameARegion) {
     v1::RegionRequest req;
     req.set_region(id);
     v1::UnregisterRegionResponse uresp;
-    EXPECT_EQ(stub_->UnregisterRegion(&ctx, req, &uresp).error_code(),
-              grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(stub_->UnregisterRegion(&ctx, req, &uresp).error_code(), grpc::StatusCode::NOT_FOUND);
   }
   // B reads A's handle into its own region: refused, and nothing of A's arrives there.
   {
