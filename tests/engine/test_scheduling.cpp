@@ -97,7 +97,9 @@ double small_op_ms(Engine& e, SessionId session) {
   EXPECT_TRUE(out.ok()) << out.status().to_string();
   auto r = e.read(session, out->at(0));
   EXPECT_TRUE(r.ok()) << r.status().to_string();
-  if (r.ok()) EXPECT_EQ(r->to_vector<float>(), (std::vector<float>{11, 22, 33, 44}));
+  if (r.ok()) {
+    EXPECT_EQ(r->to_double_vector(), (std::vector<double>{11, 22, 33, 44}));
+  }
   return ms_since(t0);
 }
 
@@ -228,7 +230,7 @@ TEST(Scheduling, ASecondLongGraphRunInlineIsPreemptedSoAThirdSessionStillGetsIn)
   ASSERT_TRUE(e->close_session(a).ok());
   auto r = e->read(b, yb);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_EQ(r->to_vector<float>(), std::vector<float>{1e6f});
+  EXPECT_EQ(r->to_double_vector(), std::vector<double>{1e6});
   (void)ya;
   ASSERT_TRUE(e->close_session(b).ok());
   ASSERT_TRUE(e->close_session(c).ok());
@@ -251,10 +253,10 @@ TEST(Scheduling, OrderWithinASessionIsKeptAndSessionsTakeTurns) {
   EXPECT_LT(small_op_ms(*e, b), 2000.0);
   auto r = e->read(a, last);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_EQ(r->to_vector<float>(), (std::vector<float>{51, 102, 153, 204}));
+  EXPECT_EQ(r->to_double_vector(), (std::vector<double>{51, 102, 153, 204}));
   auto ry = e->read(a, y);
   ASSERT_TRUE(ry.ok()) << ry.status().to_string();
-  EXPECT_EQ(ry->to_vector<float>(), std::vector<float>{3e5f});
+  EXPECT_EQ(ry->to_double_vector(), std::vector<double>{3e5});
 }
 
 TEST(Scheduling, WorkAcrossTwoDevicesOfManySessionsCompletes) {
@@ -274,7 +276,7 @@ TEST(Scheduling, WorkAcrossTwoDevicesOfManySessionsCompletes) {
         last = q->at(0);
       }
       auto r = e->read(s, last);
-      if (r.ok() && r->to_vector<float>() == std::vector<float>{41, 82, 123, 164}) good++;
+      if (r.ok() && r->to_double_vector() == std::vector<double>{41, 82, 123, 164}) good++;
       (void)e->close_session(s);
     });
   }
