@@ -33,8 +33,7 @@ struct WorkTokens {
   bool cancelled() const { return (session && session->cancelled()) || (call && call->cancelled()); }
   Status check() const {
     if (session && session->cancelled()) return session->cancelled_status();
-    if (call && call->cancelled()) return call->cancelled_status();
-    return OkStatus();
+    return call ? call->work_status() : OkStatus();
   }
 };
 
@@ -684,6 +683,26 @@ Status CancelToken::cancelled_status() const {
   if (!cancelled()) return OkStatus();
   std::lock_guard<std::mutex> lock(mu_);
   return why_;
+}
+
+void CancelToken::disarm() {
+  std::lock_guard<std::mutex> lock(poll_mu_);
+  armed_.store(false, std::memory_order_release);
+}
+
+Status CancelToken::work_status() {
+  if (cancelled()) return cancelled_status();
+  if (!armed_.load(std::memory_order_acquire)) return OkStatus();
+  Status s = check();  // the deadline
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          Clock::now().time_since_epoch()).count();
+  if (s.ok() && poll && now >= next_poll_ns_.load(std::memory_order_relaxed)) {
+    next_poll_ns_.store(now + 10'000'000, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(poll_mu_);
+    if (armed_.load(std::memory_order_acquire)) s = poll();
+  }
+  if (!s.ok()) cancel(s);
+  return cancelled_status();
 }
 
 Status CancelToken::check() const {

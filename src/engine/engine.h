@@ -53,15 +53,29 @@ class CancelToken {
   // For work: OK, or why it was cancelled (the deadline is not looked at).
   Status cancelled_status() const;
   bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
-  // Optional, for waits made with this token (called on the waiting thread, every few ms):
-  // an error stops the wait and fires the token, e.g. "the client went away". Set it before
-  // the token is shared; the function must stay valid while waits use the token.
+  // Optional, for waits made with this token (called on the waiting thread, every few ms),
+  // and for work while the token is armed: an error stops the wait and fires the token, e.g.
+  // "the client went away". Set it before the token is shared; it must stay valid while
+  // waits use the token and until disarm() returns.
   std::function<Status()> poll;
+
+  // Armed: work submitted with the token also stops at its deadline or a failing poll (the
+  // call that submitted it has not answered yet, so nobody else can want its results; e.g.
+  // the broker running a small graph on the calling thread). disarm() when the call answers:
+  // from then on only cancel() stops the work. disarm() waits for a poll in progress.
+  void arm() { armed_.store(true, std::memory_order_release); }
+  void disarm();
+  // For work: OK, or why it must stop (cancelled; armed: also deadline passed, poll failed
+  // — then the token fires). Polls at most every 10 ms.
+  Status work_status();
 
  private:
   std::atomic<bool> cancelled_{false};
+  std::atomic<bool> armed_{false};
   std::atomic<int64_t> deadline_ns_{INT64_MAX};
+  std::atomic<int64_t> next_poll_ns_{0};
   mutable std::mutex mu_;
+  std::mutex poll_mu_;  // held while poll runs for work (disarm waits for it)
   Status why_;
 };
 
@@ -149,8 +163,8 @@ class Engine {
   // for the outputs anyway (the broker answering small results inline), it saves two thread
   // hand-offs; otherwise it is queued as usual. Order is kept either way.
   // `call` (optional): the work stops (its outputs fail with the token's status) once the
-  // token is cancelled; its deadline alone does not stop the work, which outlives the call
-  // (see the broker's Execute for why).
+  // token is cancelled, or while it is armed, at its deadline or a failing poll (see
+  // CancelToken::arm and the broker's Execute for why the deadline counts only then).
   Result<std::vector<TensorHandle>> execute(SessionId session, const Graph& graph,
                                             const std::vector<TensorHandle>& inputs,
                                             const std::string& device,

@@ -520,11 +520,15 @@ class Service final
     for (uint64_t h : req->release())  // released by the client since its last call
       (void)engine_->release(g.engine_session(), h);
     std::vector<TensorHandle> inputs(req->inputs().begin(), req->inputs().end());
-    // The work outlives the call (the client consumes its outputs in later calls), so the
-    // call's deadline does not bound the work; but if the call fails (deadline passed or the
-    // client went away while it waited for inline values) the client never learns the output
-    // handles, so the work is cancelled and its outputs released (call_token, finish_submit).
+    // Deadline semantics: the work outlives the call (the client consumes its outputs in
+    // later calls), so once the call has answered, its deadline no longer bounds the work
+    // (only closing the session does). Until it answers — waiting for inline values, or
+    // running the graph on this thread — the work stops at the call's deadline or when the
+    // client goes away: the client never learns the output handles then, so nobody can want
+    // the results; they are released (call_token, finish_submit).
     auto call = call_token(ctx);
+    call->arm();  // until the answer: the work stops at the deadline too
+    Disarm disarm{call.get()};
     // Small results are waited for below: run here when the device is idle (no hand-off).
     auto out = engine_->execute(g.engine_session(), *graph, inputs, req->device(), {},
                                 req->inline_max_bytes() > 0, call);
@@ -604,6 +608,8 @@ class Service final
     // kernels keep their thread (oneDNN and OpenMP state live per thread), and its run dwarfs
     // the hand-off.
     auto call = call_token(ctx);  // as in Execute
+    call->arm();
+    Disarm disarm{call.get()};
     auto out = engine_->run(g.engine_session(), req->model(), inputs, false, call);
     if (!out.ok()) return fail(ctx, out.status());
     return finish_submit(ctx, g, *call, *out, req->inline_max_bytes(), resp->mutable_outputs(),
@@ -1088,6 +1094,12 @@ class Service final
 
   // Values of small outputs, for the answer (see ExecuteRequest.inline_max_bytes): outputs
   // whose size is known before they run and fits the budget are waited for and sent along.
+  // Disarms a call's token when the handler returns (its poll reads the call's context).
+  struct Disarm {
+    CancelToken* token;
+    ~Disarm() { token->disarm(); }
+  };
+
   // A call's token (Engine waits give up when it fires; work submitted with it stops): the
   // client's gRPC deadline, if any, and a poll of "the client cancelled or went away".
   static std::shared_ptr<CancelToken> call_token(grpc::ServerContext* ctx) {

@@ -203,12 +203,12 @@ TEST_F(SecuritySched, AnotherTenantsSmallOpIsNotStuckBehindALongLoopAndCloseStop
                 "worst %.2f ms; broker CPU while the loop runs: %.2f cores\n",
                 static_cast<long long>(trips), sum / 5, worst, busy);
     EXPECT_LT(worst, 2000.0);
-    EXPECT_GT(busy, 0.5) << "the loop should be running";
+    EXPECT_GT(busy, 0.15) << "the loop should be running";
     // A closes its session: the loop stops (the broker goes idle), B goes on.
     const auto t0 = Clock::now();
     ASSERT_TRUE(raw_->close_session(a).ok());
     double load = 0;
-    EXPECT_TRUE(load_drops(broker_->pid(), 0.2, milliseconds(3000), &load))
+    EXPECT_TRUE(load_drops(broker_->pid(), 0.05, milliseconds(3000), &load))
         << "broker still at " << load << " cores after A closed its session";
     std::printf("[ measure  ] idle %.0f ms after A closed (load %.2f cores)\n", ms_since(t0), load);
     EXPECT_LT(raw_->small_op_ms(b), 1000.0);
@@ -237,7 +237,7 @@ TEST_F(SecuritySched, AKilledClientsLoopStops) {
   ASSERT_EQ(line.rfind("ready ", 0), 0u) << "client process said '" << line << "'";
   std::this_thread::sleep_for(milliseconds(300));
   const double busy = cpu_load(broker_->pid());
-  EXPECT_GT(busy, 0.5) << "the client's loop should be running";
+  EXPECT_GT(busy, 0.15) << "the client's loop should be running";
   const uint64_t b = raw_->open_session();
   const double during = raw_->small_op_ms(b);
   EXPECT_LT(during, 2000.0);
@@ -246,7 +246,7 @@ TEST_F(SecuritySched, AKilledClientsLoopStops) {
   waitpid(pid, &st, 0);
   const auto t0 = Clock::now();
   double load = 0;
-  EXPECT_TRUE(load_drops(broker_->pid(), 0.2, milliseconds(5000), &load))
+  EXPECT_TRUE(load_drops(broker_->pid(), 0.05, milliseconds(5000), &load))
       << "broker still at " << load << " cores after the client died";
   std::printf("[ measure  ] killed client: B's op during its loop %.2f ms; broker idle %.0f ms "
               "after the kill (load %.2f cores, %.2f before)\n",
@@ -273,9 +273,10 @@ TEST_F(SecuritySched, ACallsDeadlineCancelsTheWorkItWaitedFor) {
   grpc::Status s = raw_->execute(a, testing::long_loop_graph(), {m, c, x}, 1024, milliseconds(300), &resp);
   const double call_ms = ms_since(t0);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_GT(call_ms, 250.0);
   EXPECT_LT(call_ms, 2000.0);
   double load = 0;
-  EXPECT_TRUE(load_drops(broker_->pid(), 0.2, milliseconds(3000), &load))
+  EXPECT_TRUE(load_drops(broker_->pid(), 0.05, milliseconds(3000), &load))
       << "broker still at " << load << " cores after the call's deadline";
   std::printf("[ measure  ] Execute with a 300 ms deadline ended after %.0f ms; broker idle "
               "%.0f ms after the call began (load %.2f cores)\n",
@@ -287,11 +288,14 @@ TEST_F(SecuritySched, ACallsDeadlineCancelsTheWorkItWaitedFor) {
   grpc::Status w = raw_->wait(a, y, milliseconds(300));
   EXPECT_EQ(w.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << w.error_message();
   EXPECT_LT(ms_since(t1), 2000.0);
-  EXPECT_GT(cpu_load(broker_->pid(), milliseconds(300)), 0.5) << "a Wait's deadline stopped the work";
-  // The session still works; closing it stops the loop.
-  EXPECT_LT(raw_->small_op_ms(a), 2000.0);
+  EXPECT_GT(cpu_load(broker_->pid(), milliseconds(300)), 0.15) << "a Wait's deadline stopped the work";
+  // Another session is served meanwhile (A's own next op would wait for A's loop: order
+  // within a session is kept); closing A stops the loop.
+  const uint64_t b = raw_->open_session();
+  EXPECT_LT(raw_->small_op_ms(b), 2000.0);
+  EXPECT_TRUE(raw_->close_session(b).ok());
   ASSERT_TRUE(raw_->close_session(a).ok());
-  EXPECT_TRUE(load_drops(broker_->pid(), 0.2, milliseconds(3000), &load))
+  EXPECT_TRUE(load_drops(broker_->pid(), 0.05, milliseconds(3000), &load))
       << "broker still at " << load << " cores after the session closed";
   expect_still_serving();
 }
