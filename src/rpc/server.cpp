@@ -474,7 +474,8 @@ class Service final
                     grpc::ServerWriter<v1::ReadChunk>* writer) override {
     Guard g(this, ctx);
     if (!g.ok()) return fail(ctx, g.status());
-    auto t = engine_->read(g.engine_session(), req->handle());
+    auto call = call_token(ctx);
+    auto t = engine_->read(g.engine_session(), req->handle(), call.get());
     if (!t.ok()) return fail(ctx, t.status());
     int64_t chunk = req->chunk_bytes() > 0 ? req->chunk_bytes() : options_.chunk_bytes;
     chunk = std::clamp<int64_t>(chunk, 64 << 10, 64 << 20);
@@ -501,14 +502,16 @@ class Service final
                     v1::WaitResponse* resp) override {
     Guard g(this, ctx);
     if (!g.ok()) return fail(ctx, g.status());
-    return fail(ctx, engine_->wait(g.engine_session(), req->handle()));
+    auto call = call_token(ctx);
+    return fail(ctx, engine_->wait(g.engine_session(), req->handle(), call.get()));
   }
 
   grpc::Status Info(grpc::ServerContext* ctx, const v1::HandleRequest* req,
                     v1::InfoResponse* resp) override {
     Guard g(this, ctx);
     if (!g.ok()) return fail(ctx, g.status());
-    auto info = engine_->info(g.engine_session(), req->handle());
+    auto call = call_token(ctx);
+    auto info = engine_->info(g.engine_session(), req->handle(), call.get());
     if (!info.ok()) return fail(ctx, info.status());
     to_proto(info->type, resp->mutable_type());
     resp->set_device(info->device);
@@ -524,13 +527,21 @@ class Service final
     for (uint64_t h : req->release())  // released by the client since its last call
       (void)engine_->release(g.engine_session(), h);
     std::vector<TensorHandle> inputs(req->inputs().begin(), req->inputs().end());
+    // Deadline semantics: the work outlives the call (the client consumes its outputs in
+    // later calls), so once the call has answered, its deadline no longer bounds the work
+    // (only closing the session does). Until it answers — waiting for inline values, or
+    // running the graph on this thread — the work stops at the call's deadline or when the
+    // client goes away: the client never learns the output handles then, so nobody can want
+    // the results; they are released (call_token, finish_submit).
+    auto call = call_token(ctx);
+    call->arm();  // until the answer: the work stops at the deadline too
+    Disarm disarm{call.get()};
     // Small results are waited for below: run here when the device is idle (no hand-off).
     auto out = engine_->execute(g.engine_session(), *graph, inputs, req->device(), {},
-                                req->inline_max_bytes() > 0);
+                                req->inline_max_bytes() > 0, call);
     if (!out.ok()) return fail(ctx, out.status());
-    resp->mutable_outputs()->Assign(out->begin(), out->end());
-    add_inline_values(g, *out, req->inline_max_bytes(), resp->mutable_values());
-    return grpc::Status::OK;
+    return finish_submit(ctx, g, *call, *out, req->inline_max_bytes(), resp->mutable_outputs(),
+                         resp->mutable_values());
   }
 
   // ---------------------------------------------------------------- loaded models
@@ -603,11 +614,13 @@ class Service final
     // Queued on the device's thread even when the answer waits for the outputs: a model's
     // kernels keep their thread (oneDNN and OpenMP state live per thread), and its run dwarfs
     // the hand-off.
-    auto out = engine_->run(g.engine_session(), req->model(), inputs);
+    auto call = call_token(ctx);  // as in Execute
+    call->arm();
+    Disarm disarm{call.get()};
+    auto out = engine_->run(g.engine_session(), req->model(), inputs, false, call);
     if (!out.ok()) return fail(ctx, out.status());
-    resp->mutable_outputs()->Assign(out->begin(), out->end());
-    add_inline_values(g, *out, req->inline_max_bytes(), resp->mutable_values());
-    return grpc::Status::OK;
+    return finish_submit(ctx, g, *call, *out, req->inline_max_bytes(), resp->mutable_outputs(),
+                         resp->mutable_values());
   }
 
   grpc::Status UnloadModel(grpc::ServerContext* ctx, const v1::ModelRequest* req,
@@ -1118,13 +1131,55 @@ class Service final
 
   // Values of small outputs, for the answer (see ExecuteRequest.inline_max_bytes): outputs
   // whose size is known before they run and fits the budget are waited for and sent along.
+  // Disarms a call's token when the handler returns (its poll reads the call's context).
+  struct Disarm {
+    CancelToken* token;
+    ~Disarm() { token->disarm(); }
+  };
+
+  // A call's token (Engine waits give up when it fires; work submitted with it stops): the
+  // client's gRPC deadline, if any, and a poll of "the client cancelled or went away".
+  static std::shared_ptr<CancelToken> call_token(grpc::ServerContext* ctx) {
+    auto token = std::make_shared<CancelToken>();
+    const auto deadline = ctx->deadline();
+    const auto now = std::chrono::system_clock::now();
+    if (deadline < now + std::chrono::hours(24 * 365))
+      token->set_deadline(Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::max(deadline - now, decltype(deadline - now){0})));
+    // Only waits made in this call poll it (on this thread), never the work.
+    token->poll = [ctx] {
+      return ctx->IsCancelled() ? Status(StatusCode::kCancelled,
+                                         "cancelled: the client cancelled the call or went away")
+                                : OkStatus();
+    };
+    return token;
+  }
+
+  // The answer of Execute / RunModel: the output handles and the small values inline. When
+  // the call gave up while waiting for them (its token fired: deadline, client gone), its work
+  // is cancelled and the outputs released, since the client will never see their handles.
+  grpc::Status finish_submit(grpc::ServerContext* ctx, const Guard& g, CancelToken& call,
+                             const std::vector<TensorHandle>& out, int64_t inline_max_bytes,
+                             google::protobuf::RepeatedField<uint64_t>* outputs,
+                             google::protobuf::RepeatedPtrField<v1::InlineValue>* values) {
+    outputs->Assign(out.begin(), out.end());
+    add_inline_values(g, out, inline_max_bytes, values, &call);
+    if (Status s = call.cancelled_status(); !s.ok()) {
+      for (TensorHandle h : out) (void)engine_->release(g.engine_session(), h);
+      return fail(ctx, s);
+    }
+    return grpc::Status::OK;
+  }
+
   void add_inline_values(const Guard& g, const std::vector<TensorHandle>& outputs,
                          int64_t max_bytes,
-                         google::protobuf::RepeatedPtrField<v1::InlineValue>* dst) {
+                         google::protobuf::RepeatedPtrField<v1::InlineValue>* dst,
+                         CancelToken* call = nullptr) {
     if (max_bytes <= 0) return;
     int64_t budget = std::min<int64_t>(max_bytes, kMaxInlineBytes);
     for (size_t i = 0; i < outputs.size(); ++i) {
-      auto info = engine_->info(g.engine_session(), outputs[i]);
+      if (call && call->cancelled()) return;  // the call gave up: see finish_submit
+      auto info = engine_->info(g.engine_session(), outputs[i], call);
       v1::InlineValue v;
       v.set_index(static_cast<int32_t>(i));
       if (!info.ok()) {
@@ -1138,7 +1193,8 @@ class Service final
       // Read straight into the answer's bytes (no HostTensor in between).
       std::string* data = v.mutable_value()->mutable_data();
       data->resize(static_cast<size_t>(*size));
-      auto t = engine_->read_into(g.engine_session(), outputs[i], data->data(), data->size());
+      auto t = engine_->read_into(g.engine_session(), outputs[i], data->data(), data->size(),
+                                  call);
       v.set_device(info->device);
       if (!t.ok()) {
         v.clear_value();
