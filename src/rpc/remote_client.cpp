@@ -8,6 +8,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <fstream>
+#include <sstream>
+#include <tuple>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -82,6 +86,65 @@ bool local_address(const std::string& a) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]" || host == "::1";
 }
 
+// A token as configured, trimmed of surrounding whitespace (a token file read into the
+// variable keeps its newline); anything but printable ASCII inside is refused here: gRPC
+// would abort the process on such a header value.
+Result<std::string> clean_token(const std::string& raw, const char* from) {
+  size_t b = 0, e = raw.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(raw[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(raw[e - 1]))) --e;
+  for (size_t i = b; i < e; ++i) {
+    const auto c = static_cast<unsigned char>(raw[i]);
+    if (c < 0x21 || c > 0x7e)
+      return errors::InvalidArgument(
+          "{}: the token has {} at position {}; tokens are printable ASCII without spaces",
+          from, c == ' ' ? std::string("a space") : fmt::format("byte 0x{:02x}", c), i - b);
+  }
+  return raw.substr(b, e - b);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The channel's credentials: TLS when a CA, client certificate or TENSORD_TLS asks for it
+// (RemoteClientOptions first, then TENSORD_TLS_CA, TENSORD_TLS_CERT, TENSORD_TLS_KEY), else
+// plain HTTP/2.
+Result<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(
+    const RemoteClientOptions& o) {
+  const auto pick = [](const std::string& v, const char* env) {
+    if (!v.empty()) return v;
+    const char* e = std::getenv(env);
+    return std::string(e ? e : "");
+  };
+  const std::string ca = pick(o.tls_ca_file, "TENSORD_TLS_CA");
+  const std::string cert = pick(o.tls_cert_file, "TENSORD_TLS_CERT");
+  const std::string key = pick(o.tls_key_file, "TENSORD_TLS_KEY");
+  const std::string flag = pick("", "TENSORD_TLS");
+  const bool tls = o.tls || !ca.empty() || !cert.empty() || (!flag.empty() && flag != "0");
+  if (!tls) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  for (auto [name, path, dst] :
+       {std::tuple<const char*, const std::string*, std::string*>{"TLS CA (TENSORD_TLS_CA)", &ca,
+                                                                  &ssl.pem_root_certs},
+        {"TLS client certificate (TENSORD_TLS_CERT)", &cert, &ssl.pem_cert_chain},
+        {"TLS client key (TENSORD_TLS_KEY)", &key, &ssl.pem_private_key}}) {
+    if (path->empty()) continue;
+    *dst = read_file(*path);
+    if (dst->find("-----BEGIN ") == std::string::npos)
+      return errors::InvalidArgument("{}: cannot read a PEM file at '{}'", name, *path);
+  }
+  if (ssl.pem_cert_chain.empty() != ssl.pem_private_key.empty())
+    return errors::InvalidArgument(
+        "a TLS client certificate needs its key and the other way round (TENSORD_TLS_CERT, "
+        "TENSORD_TLS_KEY)");
+  return grpc::SslCredentials(ssl);
+}
+
 // One memfd region of this process, mapped here and registered with the broker.
 struct ShmRegion {
   int fd = -1;
@@ -149,8 +212,7 @@ struct RemoteClient::Impl {
   // Upload as raw messages (serialized here, the data never copied; see upload()).
   std::unique_ptr<grpc::internal::RpcMethod> raw_upload;
 
-  uint64_t session = 0;
-  std::string session_text;
+  std::string session;  // OpenSessionResponse.session_id: the "tensord-session" metadata
   int64_t memory_limit = 0;
   milliseconds lease{30000};
   std::string server_version;
@@ -188,7 +250,7 @@ struct RemoteClient::Impl {
   void prepare(grpc::ClientContext& ctx, milliseconds timeout, bool count = true) {
     ctx.set_wait_for_ready(false);
     if (timeout.count() > 0) ctx.set_deadline(std::chrono::system_clock::now() + timeout);
-    if (session) ctx.AddMetadata(kSessionKey, session_text);
+    if (!session.empty()) ctx.AddMetadata(kSessionKey, session);
     if (!token.empty()) ctx.AddMetadata(kAuthKey, "Bearer " + token);
     if (count) rpcs++;
   }
@@ -460,7 +522,7 @@ RemoteClient::~RemoteClient() {
     impl_->hb_cv.notify_all();
     impl_->heartbeat.join();
   }
-  if (impl_->session) {
+  if (!impl_->session.empty()) {
     grpc::ClientContext ctx;
     impl_->prepare(ctx, kCloseTimeout, /*count=*/false);
     v1::CloseSessionRequest req;
@@ -481,9 +543,16 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
   auto impl = std::make_unique<Impl>();
   impl->address = address;
   impl->options = options;
-  impl->token = options.token;
-  if (impl->token.empty())
-    if (const char* t = std::getenv("TENSORD_TOKEN")) impl->token = t;
+  {
+    const char* from = "RemoteClientOptions.token";
+    std::string token = options.token;
+    if (token.empty())
+      if (const char* t = std::getenv("TENSORD_TOKEN")) {
+        token = t;
+        from = "TENSORD_TOKEN";
+      }
+    TD_ASSIGN_OR_RETURN(impl->token, clean_token(token, from));
+  }
   impl->mode = options.transport;
   if (impl->mode.empty())
     if (const char* t = std::getenv("TENSORD_TRANSPORT")) impl->mode = t;
@@ -518,7 +587,8 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
   args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 4 << 20);
   args.SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
-  impl->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  TD_ASSIGN_OR_RETURN(auto creds, channel_credentials(options));
+  impl->channel = grpc::CreateCustomChannel(address, creds, args);
   impl->stub = v1::Tensord::NewStub(impl->channel);
   impl->raw_upload = std::make_unique<grpc::internal::RpcMethod>(
       "/tensord.v1.Tensord/Upload", grpc::internal::RpcMethod::CLIENT_STREAMING, impl->channel);
@@ -556,8 +626,10 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
     v1::OpenSessionResponse resp;
     TD_RETURN_IF_ERROR(
         impl->finish(ctx, impl->stub->OpenSession(&ctx, req, &resp), "opening a session"));
-    impl->session = resp.session();
-    impl->session_text = std::to_string(resp.session());
+    if (resp.session_id().empty())
+      return errors::FailedPrecondition(
+          "broker '{}' answered OpenSession without a session_id (an older tensord?)", address);
+    impl->session = resp.session_id();
     impl->memory_limit = resp.memory_limit();
     if (resp.lease_ms() > 0) impl->lease = milliseconds(resp.lease_ms());
   }
@@ -953,7 +1025,7 @@ std::string RemoteClient::transport() const {
 }
 
 const std::string& RemoteClient::address() const { return impl_->address; }
-uint64_t RemoteClient::session() const { return impl_->session; }
+const std::string& RemoteClient::session() const { return impl_->session; }
 std::string RemoteClient::server_version() const { return impl_->server_version; }
 int64_t RemoteClient::rpc_count() const { return impl_->rpcs.load(); }
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "tensord/status.h"
@@ -31,9 +32,42 @@ struct RpcServerOptions {
   // Size of the chunks Read streams (clients may ask for another size per call).
   int64_t chunk_bytes = 2 << 20;
   // When not empty, every call must carry "authorization: Bearer <token>" (UNAUTHENTICATED
-  // otherwise).
+  // otherwise): one tenant, named "default". Kept for callers with a single token; `tenants`
+  // is the general form (both may be given).
   std::string token;
+  // Tenants: each token names one (`tensord serve --token-file`). A session belongs to the
+  // tenant whose token opened it; another tenant's calls cannot see it (NOT_FOUND, as for an
+  // id that never existed). Without any token every caller is the same tenant ("").
+  struct Tenant {
+    std::string name;
+    std::string token;
+  };
+  std::vector<Tenant> tenants;
+  // A listener on a non-loopback address (0.0.0.0, [::], a LAN address) needs a token or this
+  // flag (`--insecure`); RpcServer::start refuses otherwise.
+  bool insecure = false;
+  // TLS (PEM contents, not paths): with cert and key the broker speaks TLS only; with a client
+  // CA as well it requires and verifies client certificates (mutual TLS).
+  std::string tls_cert_pem, tls_key_pem, tls_client_ca_pem;
+
+  // ---- limits (0 = the default shown)
+  // The largest message a call may carry (bulk data is chunked by the streaming calls).
+  int64_t max_message_bytes = 64 << 20;
+  // Sessions open at once: all tenants together, and per tenant.
+  int64_t max_sessions = 4096;
+  int64_t max_sessions_per_tenant = 256;
+  // Calls in flight at once naming one session (streams included, Attach excluded).
+  int64_t max_calls_per_session = 64;
+  // The largest serialized graph LoadModel takes (checked on its header, before a byte).
+  int64_t max_model_bytes = (int64_t{2} << 30) - 1;
+  // gRPC's threads (one per in-flight synchronous call) and memory for its buffers.
+  int64_t max_threads = 256;
+  int64_t grpc_memory_bytes = int64_t{2} << 30;
 };
+
+// The listen address is on this host only: a loopback address (127.0.0.0/8, ::1, localhost)
+// or a unix socket.
+bool is_loopback_listen(const std::string& listen);
 
 class RpcServer {
  public:
