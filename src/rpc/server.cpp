@@ -142,7 +142,7 @@ class Tenants {
       const std::string& want = list_[k].header;
       unsigned char diff = got.size() == want.size() ? 0 : 1;
       for (size_t i = 0; i < want.size(); ++i)
-        diff |= static_cast<unsigned char>(want[i] ^ (i < got.size() ? got[i] : 0));
+        diff |= static_cast<unsigned char>(want[i] ^ (i < got.size() ? got.data()[i] : 0));
       if (diff == 0) match = k;
     }
     if (match == list_.size())

@@ -228,7 +228,7 @@ class RawBroker {
     return v;
   }
   // Streams `chunks` after a header declaring `declared` bytes of float32[shape].
-  grpc::Status upload(uint64_t session, Shape shape, int64_t declared,
+  grpc::Status upload(const std::string& session, Shape shape, int64_t declared,
                       const std::vector<std::string>& chunks, bool header_first = true,
                       uint64_t* handle = nullptr) {
     grpc::ClientContext ctx;
@@ -298,7 +298,7 @@ TEST_F(BrokerFaults, ParallelUploadPartsAreCheckedAtTheFinish) {
     EXPECT_TRUE(st.ok()) << st.error_message();
     return resp.upload();
   };
-  auto part = [&](uint64_t s, uint64_t upload, int64_t offset, const std::vector<float>& v) {
+  auto part = [&](const std::string& s, uint64_t upload, int64_t offset, const std::vector<float>& v) {
     grpc::ClientContext ctx;
     raw_->prepare(ctx, s);
     v1::UploadResponse resp;
@@ -605,7 +605,7 @@ struct TestShm {
   static inline int serial = 0;
 };
 
-grpc::Status register_region(RawBroker& raw, uint64_t s, const std::string& path, int64_t bytes,
+grpc::Status register_region(RawBroker& raw, const std::string& s, const std::string& path, int64_t bytes,
                              uint64_t* region = nullptr) {
   grpc::ClientContext ctx;
   raw.prepare(ctx, s);
@@ -618,7 +618,7 @@ grpc::Status register_region(RawBroker& raw, uint64_t s, const std::string& path
   return st;
 }
 
-grpc::Status upload_region(RawBroker& raw, uint64_t s, uint64_t region, int64_t offset,
+grpc::Status upload_region(RawBroker& raw, const std::string& s, uint64_t region, int64_t offset,
                            int64_t floats, uint64_t* handle = nullptr) {
   grpc::ClientContext ctx;
   raw.prepare(ctx, s);
