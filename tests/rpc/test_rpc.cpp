@@ -722,7 +722,7 @@ TEST_F(BrokerFaults, SharedMemoryRegionFaultsAreClearErrors) {
     EXPECT_TRUE(raw_->stub().UnregisterRegion(&ctx, req, &resp).ok());
   }
   EXPECT_EQ(upload_region(*raw_, s, region, 0, 4).error_code(), grpc::StatusCode::NOT_FOUND);
-  for (uint64_t sess : {s, s2}) {
+  for (const std::string& sess : {s, s2}) {
     grpc::ClientContext ctx;
     raw_->prepare(ctx, sess);
     v1::CloseSessionRequest creq;
