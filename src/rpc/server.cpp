@@ -114,9 +114,6 @@ Result<std::string> new_session_id() {
   return id;
 }
 
-// Auth-context property holding the tenant a call's token names (set by TokenProcessor).
-constexpr const char* kTenantProperty = "tensord-tenant";
-
 // The broker's tokens, each naming a tenant. The token a call presents is compared with every
 // token, in time independent of where they differ (and of which one matches).
 class Tenants {
@@ -162,6 +159,9 @@ class Tenants {
 // Checks the token while the call's headers are read, before gRPC takes its message: a call
 // with a wrong token is refused without its (possibly huge) message being buffered. gRPC runs
 // it only for secure server credentials (TLS, or "local" ones for loopback and unix sockets).
+// It only refuses: the auth context gRPC hands it belongs to the connection, shared by every
+// call on it (whatever their tokens), so the methods find the call's tenant from its own
+// metadata again.
 class TokenProcessor final : public grpc::AuthMetadataProcessor {
  public:
   explicit TokenProcessor(std::shared_ptr<const Tenants> tenants) : tenants_(std::move(tenants)) {}
@@ -171,9 +171,6 @@ class TokenProcessor final : public grpc::AuthMetadataProcessor {
     auto tenant = tenants_->authenticate(md);
     if (!tenant.ok())
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, tenant.status().message());
-    context->AddProperty(kTenantProperty, *tenant);
-    consumed->emplace(kAuthKey, std::string(md.find(kAuthKey)->second.data(),
-                                            md.find(kAuthKey)->second.size()));
     return grpc::Status::OK;
   }
 
@@ -307,8 +304,8 @@ class Service final
     : public v1::Tensord::WithRawCallbackMethod_Upload<
           v1::Tensord::WithCallbackMethod_Attach<v1::Tensord::Service>> {
  public:
-  // `auth_in_filter`: a TokenProcessor checks tokens before calls get here (and records the
-  // tenant in each call's auth context); otherwise every method checks the token itself.
+  // `auth_in_filter`: a TokenProcessor refused wrong tokens before calls got here (each method
+  // still finds its tenant from the token, and checks it).
   Service(std::shared_ptr<Engine> engine, const RpcServerOptions& options,
           std::shared_ptr<const Tenants> tenants, bool auth_in_filter)
       : engine_(std::move(engine)),
@@ -375,16 +372,6 @@ class Service final
   // The tenant of the call: its token's (UNAUTHENTICATED when the broker requires a token and
   // the call has none or a wrong one), "" when the broker requires none.
   Result<std::string> tenant_of(grpc::ServerContextBase* ctx) const {
-    if (!tenants_->required()) return std::string();
-    if (auth_in_filter_) {
-      // Set by TokenProcessor, which refused the call already if its token was wrong.
-      auto auth = ctx->auth_context();
-      if (auth) {
-        auto v = auth->FindPropertyValues(kTenantProperty);
-        if (v.size() == 1) return std::string(v[0].data(), v[0].size());
-      }
-      return Status(StatusCode::kUnauthenticated, "the call carries no authenticated tenant");
-    }
     return tenants_->authenticate(ctx->client_metadata());
   }
   Status check_token(grpc::ServerContextBase* ctx) const { return tenant_of(ctx).status(); }
@@ -681,8 +668,8 @@ class Service final
     // session's memory (the staging buffer counts against it while the graph arrives).
     if (options_.max_model_bytes > 0 && total > options_.max_model_bytes)
       return fail(ctx, errors::ResourceExhausted(
-                           "load model: the graph takes {} bytes, over the broker's limit of {} "
-                           "(tensord serve --max-model-bytes)",
+                           "load model: the graph takes {} bytes, over the broker's limit "
+                           "(tensord serve --max-model-bytes {})",
                            total, options_.max_model_bytes));
     if (Status c = g.charge(total, "load model"); !c.ok()) return fail(ctx, c);
     struct Uncharge {
