@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <unordered_map>
 
 namespace tensord {
@@ -275,13 +276,28 @@ uint64_t content_hash(const void* data, size_t n, uint64_t h) {
   return h ^ (h >> 32) ^ n;
 }
 
-void append_tensor(std::string& s, const HostTensor& t) {
-  s += t.type().to_string();
+// Every variable-length piece of the signature is written as <length>:<bytes> and every list
+// as <count>#, so no choice of names, attribute strings or nesting can make two different
+// graphs produce the same string (names may contain any byte, ';' and '=' included: a key
+// built by joining them could be forged by a client to hit another graph's executable).
+void put(std::string& s, std::string_view text) {
+  s += std::to_string(text.size());
+  s += ':';
+  s += text;
+}
+
+void put_count(std::string& s, size_t n) {
+  s += std::to_string(n);
   s += '#';
+}
+
+void append_tensor(std::string& s, const HostTensor& t) {
+  put(s, t.type().to_string());
   // Two different hashes of the contents make an accidental collision negligible.
   s += std::to_string(content_hash(t.data(), t.nbytes(), 1469598103934665603ull));
   s += '/';
   s += std::to_string(content_hash(t.data(), t.nbytes(), 0xC2B2AE3D27D4EB4Full));
+  s += ';';
 }
 
 void append_attr(std::string& s, const Attribute& a) {
@@ -289,15 +305,15 @@ void append_attr(std::string& s, const Attribute& a) {
       [&](const auto& v) {
         using V = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<V, int64_t> || std::is_same_v<V, float>) {
-          s += fmt::format("{}", v);
+          put(s, fmt::format("{}", v));
         } else if constexpr (std::is_same_v<V, std::string>) {
-          s += fmt::format("'{}'", v);
+          put(s, v);
         } else if constexpr (std::is_same_v<V, HostTensor>) {
           append_tensor(s, v);
         } else if constexpr (std::is_same_v<V, std::shared_ptr<const Graph>>) {
-          if (v) s += "{" + graph_signature(*v, {}) + "}";
+          put(s, v ? graph_signature(*v, {}) : std::string("null"));
         } else {
-          s += fmt::format("[{}]", fmt::join(v, ","));
+          put(s, fmt::format("{}", fmt::join(v, ",")));
         }
       },
       a.value());
@@ -309,35 +325,37 @@ std::string graph_signature(const Graph& graph, const std::vector<TensorType>& i
   std::string s;
   s.reserve(256 + graph.nodes.size() * 64);
   s += "in:";
+  put_count(s, graph.inputs.size());
   for (size_t i = 0; i < graph.inputs.size(); ++i) {
-    s += graph.inputs[i].name;
-    s += '=';
-    s += i < input_types.size() ? input_types[i].to_string() : graph.inputs[i].type.to_string();
-    s += ';';
+    put(s, graph.inputs[i].name);
+    put(s, i < input_types.size() ? input_types[i].to_string() : graph.inputs[i].type.to_string());
   }
-  s += "|init:";
+  s += "init:";
+  put_count(s, graph.initializers.size());
   for (const auto& [name, t] : graph.initializers) {
-    s += name;
-    s += '=';
+    put(s, name);
     append_tensor(s, t);
-    s += ';';
   }
-  s += "|nodes:";
+  s += "nodes:";
+  put_count(s, graph.nodes.size());
   for (const Node& n : graph.nodes) {
-    s += n.name + ':' + n.domain + ':' + n.op + '(';
-    for (const auto& in : n.inputs) s += in + ',';
-    s += ")->(";
-    for (const auto& out : n.outputs) s += out + ',';
-    s += "){";
+    put(s, n.name);
+    put(s, n.domain);
+    put(s, n.op);
+    put_count(s, n.inputs.size());
+    for (const auto& in : n.inputs) put(s, in);
+    put_count(s, n.outputs.size());
+    for (const auto& out : n.outputs) put(s, out);
+    put_count(s, n.attrs.size());
     for (const auto& [k, v] : n.attrs) {
-      s += k + '=' + Attribute::kind_name(v.kind()) + ':';
+      put(s, k);
+      put(s, Attribute::kind_name(v.kind()));
       append_attr(s, v);
-      s += ';';
     }
-    s += "};";
   }
-  s += "|out:";
-  for (const auto& o : graph.outputs) s += o.name + ';';
+  s += "out:";
+  put_count(s, graph.outputs.size());
+  for (const auto& o : graph.outputs) put(s, o.name);
   return s;
 }
 

@@ -10,6 +10,7 @@
 #include <future>
 #include <list>
 #include <map>
+#include <string_view>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -22,6 +23,9 @@ namespace {
 
 // execute/run with run_here_if_idle run on the caller's thread only when the outputs fit this.
 constexpr int64_t kRunHereMaxOutputBytes = 256 << 10;
+
+// Compiled forms (one per distinct input types) one loaded model may keep.
+constexpr size_t kMaxExecutablesPerModel = 64;
 
 // One thread running a device's tasks in submission order. A task may block on the result of
 // an earlier-submitted task (on any queue), never on a later one, so queues cannot deadlock.
@@ -96,9 +100,44 @@ struct DeviceSlot {
   const std::string& name() const { return device->info().name; }
 };
 
+// Bytes held on behalf of a session, and of its tenant: every session of one tenant charges
+// the tenant's counter too, so a tenant cannot hold N times its quota by opening N sessions.
+// Executables compiled for a tenant and the initializers of its models are charged there.
 struct SessionCounter {
   std::atomic<int64_t> bytes{0};
   int64_t limit = 0;
+  std::shared_ptr<SessionCounter> tenant;  // null: the session belongs to no tenant
+  std::string tenant_name;                 // set on tenant counters
+  int sessions = 0;                        // tenant counters: open sessions (under Impl::mu)
+
+  // Adds n bytes to this counter and its tenant's. When a limit would be passed nothing is
+  // added and the error says which limit, with `what` ("allocating 4 MiB on cpu:0") in it.
+  Status charge(int64_t n, const std::string& what) {
+    const int64_t s = bytes.fetch_add(n) + n;
+    if (limit > 0 && n > 0 && s > limit) {
+      bytes.fetch_sub(n);
+      const char* whose = tenant_name.empty() ? "session" : "tenant";
+      return errors::ResourceExhausted("{} memory limit exceeded: {} would bring the {} to {} of "
+                                       "its {} limit",
+                                       whose, what, whose, format_bytes(s), format_bytes(limit));
+    }
+    if (tenant) {
+      const int64_t t = tenant->bytes.fetch_add(n) + n;
+      if (tenant->limit > 0 && n > 0 && t > tenant->limit) {
+        tenant->bytes.fetch_sub(n);
+        bytes.fetch_sub(n);
+        return errors::ResourceExhausted(
+            "tenant memory limit exceeded: {} would bring the tenant's sessions, models and "
+            "compiled graphs to {} of its {} limit",
+            what, format_bytes(t), format_bytes(tenant->limit));
+      }
+    }
+    return OkStatus();
+  }
+  void uncharge(int64_t n) {
+    bytes.fetch_sub(n);
+    if (tenant) tenant->bytes.fetch_sub(n);
+  }
 };
 
 using ValueFuture = std::shared_future<Result<DeviceTensor>>;
@@ -129,10 +168,46 @@ struct LoadedModel {
   std::shared_ptr<SessionCounter> counter;
   int64_t counted = 0;
   ~LoadedModel() {
-    if (counter) counter->bytes.fetch_sub(counted);
+    if (counter) counter->uncharge(counted);
   }
 };
 
+
+// A compiled executable in the engine's cache: the key is the full canonical signature (no
+// hash of it), and the input types it was compiled for are checked again on every hit.
+// Its estimated bytes are charged to the tenant that compiled it while it stays cached.
+struct CacheEntry {
+  std::string key;
+  std::shared_ptr<Executable> exe;
+  std::vector<TensorType> types;
+  size_t num_inputs = 0;
+  int64_t bytes = 0;
+  std::shared_ptr<SessionCounter> tenant;  // charged `bytes`; null: nobody's (embedded use)
+  CacheEntry() = default;
+  CacheEntry(const CacheEntry&) = delete;
+  CacheEntry& operator=(const CacheEntry&) = delete;
+  ~CacheEntry() {
+    if (tenant) tenant->uncharge(bytes);
+  }
+};
+
+// What a compiled graph holds, estimated from the graph: its constants (initializers and
+// tensor attributes, also in subgraphs) plus a fixed cost per node for kernels and plans.
+int64_t estimate_executable_bytes(const Graph& graph, int depth = 0) {
+  int64_t bytes = 4096;
+  for (const auto& [name, t] : graph.initializers) bytes += static_cast<int64_t>(t.nbytes());
+  for (const Node& n : graph.nodes) {
+    bytes += 512;
+    for (const auto& [k, a] : n.attrs) {
+      if (const auto* t = std::get_if<HostTensor>(&a.value())) {
+        bytes += static_cast<int64_t>(t->nbytes());
+      } else if (const auto* g = std::get_if<std::shared_ptr<const Graph>>(&a.value())) {
+        if (*g && depth < 64) bytes += estimate_executable_bytes(**g, depth + 1);
+      }
+    }
+  }
+  return bytes;
+}
 
 struct Session {
   std::unordered_map<TensorHandle, std::shared_ptr<TensorEntry>> tensors;
@@ -160,7 +235,7 @@ class EngineAllocator final : public Allocator {
                                    [slot, counter](Buffer* b) {
                                      slot->device->free(b->ptr, b->size);
                                      slot->in_use.fetch_sub(static_cast<int64_t>(b->size));
-                                     if (counter) counter->bytes.fetch_sub(static_cast<int64_t>(b->size));
+                                     if (counter) counter->uncharge(static_cast<int64_t>(b->size));
                                      delete b;
                                    });
   }
@@ -175,7 +250,7 @@ class EngineAllocator final : public Allocator {
     return std::shared_ptr<Buffer>(new Buffer{slot->device.get(), ptr, bytes},
                                    [slot, counter, keepalive = std::move(keepalive)](Buffer* b) {
                                      slot->in_use.fetch_sub(static_cast<int64_t>(b->size));
-                                     if (counter) counter->bytes.fetch_sub(static_cast<int64_t>(b->size));
+                                     if (counter) counter->uncharge(static_cast<int64_t>(b->size));
                                      delete b;
                                    });
   }
@@ -187,19 +262,17 @@ class EngineAllocator final : public Allocator {
     const int64_t used = slot_->in_use.fetch_add(n) + n;
     if (check_capacity && capacity > 0 && used > capacity) {
       slot_->in_use.fetch_sub(n);
-      return errors::ResourceExhausted("{}: cannot allocate {} ({} bytes): {} of {} in use",
-                                       slot_->name(), format_bytes(n), n, format_bytes(used - n),
-                                       format_bytes(capacity));
+      // The device's use is not named: it is other tenants' business.
+      return errors::ResourceExhausted("{}: cannot allocate {} ({} bytes): the device is full "
+                                       "(capacity {})",
+                                       slot_->name(), format_bytes(n), n, format_bytes(capacity));
     }
     if (counter_) {
-      const int64_t s = counter_->bytes.fetch_add(n) + n;
-      if (counter_->limit > 0 && s > counter_->limit) {
-        counter_->bytes.fetch_sub(n);
+      Status st = counter_->charge(n, fmt::format("allocating {} on {}", format_bytes(n),
+                                                  slot_->name()));
+      if (!st.ok()) {
         slot_->in_use.fetch_sub(n);
-        return errors::ResourceExhausted(
-            "session memory limit exceeded: allocating {} on {} would bring the session to {} "
-            "of its {} limit",
-            format_bytes(n), slot_->name(), format_bytes(s), format_bytes(counter_->limit));
+        return st;
       }
     }
     update_peak(used);
@@ -207,7 +280,7 @@ class EngineAllocator final : public Allocator {
   }
   void unreserve(int64_t n) {
     slot_->in_use.fetch_sub(n);
-    if (counter_) counter_->bytes.fetch_sub(n);
+    if (counter_) counter_->uncharge(n);
   }
   void update_peak(int64_t used) {
     int64_t peak = slot_->peak.load();
@@ -243,10 +316,14 @@ struct Engine::Impl {
   std::atomic<uint64_t> next_handle{1};
   std::atomic<uint64_t> next_session{1};
 
+  std::unordered_map<std::string, std::shared_ptr<SessionCounter>> tenants;  // under mu
+
   std::mutex cache_mu;
   size_t cache_capacity = 512;
-  std::list<std::pair<std::string, std::shared_ptr<Executable>>> lru;
-  std::unordered_map<std::string, decltype(lru)::iterator> cache;
+  int64_t cache_max_bytes = int64_t{1} << 30;
+  int64_t cache_bytes = 0;
+  std::list<std::unique_ptr<CacheEntry>> lru;
+  std::unordered_map<std::string_view, decltype(lru)::iterator> cache;  // views of entries' keys
 
   struct Counters {
     std::atomic<int64_t> executes{0}, compiles{0}, cache_hits{0}, uploads{0}, reads{0},
@@ -257,8 +334,8 @@ struct Engine::Impl {
     // Finish queued work first (it may still hold buffers), then free tensors, then devices.
     for (auto& s : slots) s->queue.reset();
     sessions.clear();
-    lru.clear();
     cache.clear();
+    lru.clear();
   }
 
   Result<size_t> find_device(const std::string& name) const {
@@ -349,18 +426,52 @@ struct Engine::Impl {
     return out;
   }
 
+  // Drops the least recently used entry; the caller holds cache_mu. Returns it, to be
+  // destroyed outside the lock.
+  std::unique_ptr<CacheEntry> evict_lru_locked(decltype(lru)::iterator it) {
+    std::unique_ptr<CacheEntry> dead = std::move(*it);
+    cache.erase(dead->key);
+    cache_bytes -= dead->bytes;
+    lru.erase(it);
+    return dead;
+  }
+
+  // Every cached executable of `tenant` (its last session closed).
+  void purge_tenant(const std::shared_ptr<SessionCounter>& tenant) {
+    std::vector<std::unique_ptr<CacheEntry>> dead;
+    std::lock_guard<std::mutex> lock(cache_mu);
+    for (auto it = lru.begin(); it != lru.end();) {
+      auto next = std::next(it);
+      if ((*it)->tenant == tenant) dead.push_back(evict_lru_locked(it));
+      it = next;
+    }
+  }
+
+  // The executable of `graph` for `types` on `device`, compiled or from the cache. The cache
+  // is per tenant: a tenant never runs, or learns the existence of, another tenant's
+  // executables; and the key is the graph's canonical signature itself, so a hit is the same
+  // graph. The stored input types are checked against the request on every hit.
   Result<std::shared_ptr<Executable>> get_executable(size_t device, const Graph& graph,
                                                      const std::vector<TensorType>& types,
-                                                     const CompileOptions& options) {
-    std::string key = slots[device]->name() + (options.fuse ? "|fuse|" : "|ref|") +
-                      graph_signature(graph, types);
+                                                     const CompileOptions& options,
+                                                     const std::shared_ptr<SessionCounter>& counter) {
+    const std::shared_ptr<SessionCounter> tenant = counter ? counter->tenant : nullptr;
+    std::string key = slots[device]->name() + (options.fuse ? "|fuse|" : "|ref|");
+    const std::string tenant_name = tenant ? tenant->tenant_name : std::string();
+    key += std::to_string(tenant_name.size()) + ":" + tenant_name + "|";
+    key += graph_signature(graph, types);
     {
       std::lock_guard<std::mutex> lock(cache_mu);
       auto it = cache.find(key);
       if (it != cache.end()) {
+        const CacheEntry& e = **it->second;
+        if (e.num_inputs != graph.inputs.size() || e.types != types || e.tenant != tenant)
+          return errors::Internal(
+              "executable cache: the entry for this graph was compiled for other inputs "
+              "(refusing to run it)");
         lru.splice(lru.begin(), lru, it->second);
         m.cache_hits++;
-        return it->second->second;
+        return e.exe;
       }
     }
     // Compile outside the lock; a concurrent compile of the same key is harmless.
@@ -368,15 +479,35 @@ struct Engine::Impl {
                         slots[device]->device->compile(graph, types, options));
     m.compiles++;
     std::shared_ptr<Executable> shared(std::move(exe));
+    auto entry = std::make_unique<CacheEntry>();
+    entry->exe = shared;
+    entry->types = types;
+    entry->num_inputs = graph.inputs.size();
+    entry->bytes = estimate_executable_bytes(graph);
+    if (entry->bytes > cache_max_bytes) return shared;  // runs, but is not kept
+    std::vector<std::unique_ptr<CacheEntry>> dead;  // destroyed after the lock is released
     std::lock_guard<std::mutex> lock(cache_mu);
-    if (!cache.count(key)) {
-      lru.emplace_front(key, shared);
-      cache.emplace(std::move(key), lru.begin());
-      while (lru.size() > cache_capacity) {
-        cache.erase(lru.back().first);
-        lru.pop_back();
+    if (cache.count(key)) return shared;
+    if (tenant) {
+      // Charged to the tenant: its oldest executables make room, else this one is not kept.
+      for (;;) {
+        if (tenant->charge(entry->bytes, "caching a compiled graph").ok()) {
+          entry->tenant = tenant;
+          break;
+        }
+        auto victim = lru.end();
+        for (auto it = lru.begin(); it != lru.end(); ++it)
+          if ((*it)->tenant == tenant) victim = it;
+        if (victim == lru.end()) return shared;
+        dead.push_back(evict_lru_locked(victim));
       }
     }
+    entry->key = std::move(key);
+    cache_bytes += entry->bytes;
+    lru.push_front(std::move(entry));
+    cache.emplace(lru.front()->key, lru.begin());
+    while (!lru.empty() && (lru.size() > cache_capacity || cache_bytes > cache_max_bytes))
+      dead.push_back(evict_lru_locked(std::prev(lru.end())));
     return shared;
   }
 };
@@ -417,6 +548,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->peer_copy = options.peer_copy;
   impl->cache_capacity = std::max<size_t>(options.executable_cache_size, 1);
+  impl->cache_max_bytes = std::max<int64_t>(options.executable_cache_bytes, 0);
   std::vector<std::string> filtered_out;
   for (auto& backend : create_backends()) {
     for (auto& device : backend->enumerate()) {
@@ -480,24 +612,54 @@ Result<std::string> Engine::default_device() const {
 }
 
 SessionId Engine::open_session(int64_t memory_limit) {
+  SessionOptions o;
+  o.memory_limit = memory_limit;
+  return open_session(o);
+}
+
+SessionId Engine::open_session(const SessionOptions& options) {
   const SessionId id = impl_->next_session.fetch_add(1);
   Session s;
   s.counter = std::make_shared<SessionCounter>();
-  s.counter->limit = memory_limit;
+  s.counter->limit = options.memory_limit;
   std::lock_guard<std::mutex> lock(impl_->mu);
+  if (!options.tenant.empty()) {
+    auto& t = impl_->tenants[options.tenant];
+    if (!t) {
+      t = std::make_shared<SessionCounter>();
+      t->tenant_name = options.tenant;
+    }
+    t->limit = options.tenant_memory_limit;  // the latest session's setting
+    t->sessions++;
+    s.counter->tenant = t;
+  }
   impl_->sessions.emplace(id, std::move(s));
   return id;
 }
 
+int64_t Engine::tenant_bytes(const std::string& tenant) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = impl_->tenants.find(tenant);
+  return it == impl_->tenants.end() ? 0 : it->second->bytes.load();
+}
+
 Status Engine::close_session(SessionId session) {
   Session dead;  // destroyed outside the lock
+  std::shared_ptr<SessionCounter> last_of_tenant;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     auto it = impl_->sessions.find(session);
     if (it == impl_->sessions.end()) return errors::NotFound("session {} does not exist", session);
     dead = std::move(it->second);
     impl_->sessions.erase(it);
+    if (const auto& t = dead.counter->tenant; t && --t->sessions == 0) {
+      impl_->tenants.erase(t->tenant_name);
+      last_of_tenant = t;
+    }
   }
+  // The tenant's last session: its compiled graphs go too (they are charged to it, and
+  // nothing may stay on the broker on behalf of a tenant that has gone).
+  if (last_of_tenant) impl_->purge_tenant(last_of_tenant);
   return OkStatus();
 }
 
@@ -746,7 +908,8 @@ Result<std::vector<TensorHandle>> Engine::execute(SessionId session, const Graph
   TD_ASSIGN_OR_RETURN(Launch launch, prepare(session, inputs, device, false, 0));
   std::shared_ptr<Executable> exe;
   if (launch.input_error.ok()) {
-    TD_ASSIGN_OR_RETURN(exe, impl_->get_executable(launch.target, graph, launch.types, options));
+    TD_ASSIGN_OR_RETURN(exe, impl_->get_executable(launch.target, graph, launch.types, options,
+                                                   launch.counter));
   }
   return submit(session, std::move(launch), graph.outputs.size(), exe, run_here_if_idle);
 }
@@ -759,14 +922,8 @@ Result<ModelHandle> Engine::load(SessionId session, const Graph& graph, const st
   // The initializers stay with the model: they count against the session's quota.
   int64_t bytes = 0;
   for (const auto& [name, t] : graph.initializers) bytes += static_cast<int64_t>(t.nbytes());
-  const int64_t held = counter->bytes.fetch_add(bytes) + bytes;
-  if (counter->limit > 0 && held > counter->limit) {
-    counter->bytes.fetch_sub(bytes);
-    return errors::ResourceExhausted(
-        "session memory limit exceeded: loading '{}' ({} of initializers) would bring the session "
-        "to {} of its {} limit",
-        graph.name, format_bytes(bytes), format_bytes(held), format_bytes(counter->limit));
-  }
+  TD_RETURN_IF_ERROR(counter->charge(
+      bytes, fmt::format("loading '{}' ({} of initializers)", graph.name, format_bytes(bytes))));
   auto model = std::make_shared<LoadedModel>();
   model->counter = counter;
   model->counted = bytes;
@@ -809,10 +966,24 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
       impl_->m.cache_hits++;
       exe = it->second;
     } else {
-      TD_ASSIGN_OR_RETURN(auto compiled,
-                          impl_->slots[m->device]->device->compile(graph, launch.types, m->options));
+      // Each compiled form lives as long as the model and is charged with it.
+      if (m->executables.size() >= kMaxExecutablesPerModel)
+        return errors::ResourceExhausted(
+            "run: model '{}' has been compiled for {} different input types already (the "
+            "limit); unload and load it again",
+            graph.name, m->executables.size());
+      const int64_t bytes = estimate_executable_bytes(graph);
+      TD_RETURN_IF_ERROR(m->counter->charge(
+          bytes, fmt::format("compiling model '{}' for new input types", graph.name)));
+      m->counted += bytes;
+      auto compiled = impl_->slots[m->device]->device->compile(graph, launch.types, m->options);
+      if (!compiled.ok()) {
+        m->counter->uncharge(bytes);
+        m->counted -= bytes;
+        return compiled.status();
+      }
       impl_->m.compiles++;
-      exe = std::shared_ptr<Executable>(std::move(compiled));
+      exe = std::shared_ptr<Executable>(std::move(compiled).value());
       m->executables.emplace(key, exe);
     }
   }

@@ -19,6 +19,12 @@ namespace tensord {
 
 using SessionId = uint64_t;
 
+struct SessionOptions {
+  int64_t memory_limit = 0;         // bytes for this session; 0 = unlimited
+  std::string tenant;               // who opened it (a broker's token); "" = no tenant
+  int64_t tenant_memory_limit = 0;  // bytes for all of the tenant's sessions; 0 = unlimited
+};
+
 struct EngineOptions {
   // Device filter: comma list of globs over device names or kinds ("cpu:0,opencl:*", "cuda"),
   // or "none". Empty: all devices. (TENSORD_DEVICES; see from_env.)
@@ -27,8 +33,10 @@ struct EngineOptions {
   std::string default_device;
   // Allow direct device-to-device copies (Device::copy_from); false forces host staging.
   bool peer_copy = true;
-  // Compiled executables kept (least recently used are dropped first).
+  // Compiled executables kept (least recently used are dropped first), by count and by their
+  // estimated bytes (constants + a per-node cost).
   size_t executable_cache_size = 512;
+  int64_t executable_cache_bytes = int64_t{1} << 30;
 
   // Options from TENSORD_DEVICES / TENSORD_DEVICE.
   static EngineOptions from_env();
@@ -64,6 +72,14 @@ class Engine {
 
   // Sessions own tensor handles. memory_limit 0 = unlimited.
   SessionId open_session(int64_t memory_limit = 0);
+  // A session of a tenant: every session of one tenant also charges the tenant's counter
+  // (limit `tenant_memory_limit`, 0 = unlimited; the latest open_session sets it), and the
+  // tenant pays for the executables compiled for it, which no other tenant can hit. When a
+  // tenant's last session closes its cached executables are dropped. An empty tenant is the
+  // embedding process itself (shared cache, kept).
+  SessionId open_session(const SessionOptions& options);
+  // Bytes held for a tenant (its sessions' tensors and models, its cached executables).
+  int64_t tenant_bytes(const std::string& tenant) const;
   // Frees every tensor of the session (work already queued still completes).
   Status close_session(SessionId session);
 

@@ -5,6 +5,7 @@
 
 #include <climits>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -87,7 +88,23 @@ struct Importer {
       return err(fmt::format("tensor '{}': external data path '{}' must be relative to the model "
                              "folder, without '..'", t.name(), location));
     const std::string path = (std::filesystem::path(base_dir) / rel).string();
-    std::ifstream f(path, std::ios::binary);
+    // The file's real path must be inside the folder's real path too: a symlink in the folder
+    // must not lead the importer (or a broker importing for a client) to files elsewhere.
+    std::error_code ec_dir, ec_file;
+    const auto real_dir = std::filesystem::canonical(base_dir, ec_dir);
+    const auto real_file = std::filesystem::canonical(path, ec_file);
+    if (ec_dir || ec_file)
+      return err(fmt::format("tensor '{}': cannot open external data file '{}'", t.name(), path));
+    const auto [dir_end, file_it] =
+        std::mismatch(real_dir.begin(), real_dir.end(), real_file.begin(), real_file.end());
+    if (dir_end != real_dir.end() || file_it == real_file.end())
+      return err(fmt::format("tensor '{}': external data file '{}' resolves to a path outside the "
+                             "model folder (through a symbolic link); refused",
+                             t.name(), location));
+    if (!std::filesystem::is_regular_file(real_file))
+      return err(fmt::format("tensor '{}': external data '{}' is not a regular file", t.name(),
+                             location));
+    std::ifstream f(real_file, std::ios::binary);
     if (!f) return err(fmt::format("tensor '{}': cannot open external data file '{}'", t.name(), path));
     if (offset < 0) return err(fmt::format("tensor '{}': negative external data offset", t.name()));
     if (length < 0) length = expected;
@@ -96,7 +113,7 @@ struct Importer {
                              t.name(), length, expected));
     f.seekg(0, std::ios::end);
     const int64_t file_size = static_cast<int64_t>(f.tellg());
-    if (offset + length > file_size)
+    if (offset > file_size || length > file_size - offset)
       return err(fmt::format("tensor '{}': external data [{}, {}) is past the end of '{}' ({} bytes)",
                              t.name(), offset, offset + length, path, file_size));
     std::string data(static_cast<size_t>(length), '\0');

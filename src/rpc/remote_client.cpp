@@ -492,6 +492,11 @@ struct RemoteClient::Impl {
     if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded)
       return errors::Unavailable("broker '{}' is unavailable ({} failed: {})", address, what,
                                  s.error_message());
+    if (st.code() == StatusCode::kInternal && s.error_message().empty())
+      return Status(st.code(),
+                    fmt::format("broker '{}': {} failed: the broker could not decode the request "
+                                "(malformed, or nested deeper than protobuf's limit of 100)",
+                                address, what));
     return Status(st.code(),
                   fmt::format("broker '{}': {} failed: {}", address, what, s.error_message()));
   }
@@ -897,6 +902,7 @@ Result<std::vector<TensorHandle>> RemoteClient::execute(const Graph& graph,
                                                         const std::vector<TensorHandle>& inputs,
                                                         const std::string& device) {
   impl_->executes++;
+  TD_RETURN_IF_ERROR(check_graph_limits(graph));
   v1::ExecuteRequest req;
   to_proto(graph, req.mutable_graph());
   req.mutable_inputs()->Assign(inputs.begin(), inputs.end());
@@ -946,6 +952,7 @@ Status RemoteClient::release(TensorHandle h) {
 }
 
 Result<ModelHandle> RemoteClient::load(const Graph& graph, const std::string& device) {
+  TD_RETURN_IF_ERROR(check_graph_limits(graph));
   impl_->flush_releases();
   v1::LoadModelRequest req;
   to_proto(graph, req.mutable_graph());

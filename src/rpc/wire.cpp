@@ -150,7 +150,16 @@ void attr_to_proto(const Attribute& src, v1::Attribute* dst) {
   }
 }
 
-Result<Attribute> attr_from_proto(const v1::Attribute& src, const std::string& where) {
+// What a graph from the wire may hold in all, counted over its subgraphs as it is read.
+struct GraphBudget {
+  GraphLimits limits;
+  int64_t nodes = 0;
+};
+
+Result<Graph> graph_from_proto(const v1::Graph& src, GraphBudget& budget, int depth);
+
+Result<Attribute> attr_from_proto(const v1::Attribute& src, const std::string& where,
+                                  GraphBudget& budget, int depth) {
   switch (src.value_case()) {
     case v1::Attribute::kI:
       return Attribute(src.i());
@@ -173,7 +182,7 @@ Result<Attribute> attr_from_proto(const v1::Attribute& src, const std::string& w
       return Attribute(std::move(t).value());
     }
     case v1::Attribute::kGraph: {
-      auto g = from_proto(src.graph());
+      auto g = graph_from_proto(src.graph(), budget, depth + 1);
       if (!g.ok()) return g.status().with_context(where);
       return Attribute(std::shared_ptr<const Graph>(std::make_shared<Graph>(std::move(g).value())));
     }
@@ -217,7 +226,23 @@ void to_proto(const Graph& src, v1::Graph* dst) {
   for (const auto& [name, t] : src.initializers) to_proto(t, &(*inits)[name]);
 }
 
-Result<Graph> from_proto(const v1::Graph& src) {
+Result<Graph> from_proto(const v1::Graph& src, const GraphLimits& limits) {
+  GraphBudget budget{limits};
+  return graph_from_proto(src, budget, 0);
+}
+
+namespace {
+
+Result<Graph> graph_from_proto(const v1::Graph& src, GraphBudget& budget, int depth) {
+  if (depth > budget.limits.max_depth)
+    return errors::InvalidArgument(
+        "graph: subgraphs (If/Loop/Scan bodies) are nested more than {} deep (the broker's limit)",
+        budget.limits.max_depth);
+  budget.nodes += src.nodes_size();
+  if (budget.nodes > budget.limits.max_nodes)
+    return errors::InvalidArgument(
+        "graph: more than {} nodes in all, subgraphs included (the broker's limit)",
+        budget.limits.max_nodes);
   Graph g;
   g.name = src.name();
   for (const auto& v : src.inputs()) {
@@ -239,7 +264,8 @@ Result<Graph> from_proto(const v1::Graph& src) {
     const std::string label = n.label();
     for (const auto& [name, a] : p.attrs()) {
       TD_ASSIGN_OR_RETURN(auto attr,
-                          attr_from_proto(a, fmt::format("{}: attribute '{}'", label, name)));
+                          attr_from_proto(a, fmt::format("{}: attribute '{}'", label, name),
+                                          budget, depth));
       n.attrs.emplace(name, std::move(attr));
     }
     g.nodes.push_back(std::move(n));
@@ -250,6 +276,32 @@ Result<Graph> from_proto(const v1::Graph& src) {
     g.initializers.emplace(name, std::move(v).value());
   }
   return g;
+}
+
+}  // namespace
+
+namespace {
+Status check_graph_limits(const Graph& g, const GraphLimits& limits, int depth, int64_t& nodes) {
+  if (depth > limits.max_depth)
+    return errors::InvalidArgument(
+        "graph: subgraphs (If/Loop/Scan bodies) are nested more than {} deep (the broker's limit)",
+        limits.max_depth);
+  nodes += static_cast<int64_t>(g.nodes.size());
+  if (nodes > limits.max_nodes)
+    return errors::InvalidArgument(
+        "graph: more than {} nodes in all, subgraphs included (the broker's limit)",
+        limits.max_nodes);
+  for (const Node& n : g.nodes)
+    for (const auto& [k, a] : n.attrs)
+      if (const auto* sub = std::get_if<std::shared_ptr<const Graph>>(&a.value()); sub && *sub)
+        TD_RETURN_IF_ERROR(check_graph_limits(**sub, limits, depth + 1, nodes));
+  return OkStatus();
+}
+}  // namespace
+
+Status check_graph_limits(const Graph& graph, const GraphLimits& limits) {
+  int64_t nodes = 0;
+  return check_graph_limits(graph, limits, 0, nodes);
 }
 
 std::string host_boot_id() {

@@ -62,7 +62,17 @@ Result<int64_t> checked_wire_size(int32_t dtype,
 void to_proto(const HostTensor& src, v1::Tensor* dst);
 Result<HostTensor> from_proto(const v1::Tensor& src);
 
+// Bounds on a graph read from the wire (a client's graph is compiled by the broker: its
+// size and nesting cost the broker's time and memory). INVALID_ARGUMENT past either.
+struct GraphLimits {
+  int64_t max_nodes = 100000;  // nodes in all, subgraphs included
+  int max_depth = 16;          // If/Loop/Scan bodies inside bodies
+};
+
 void to_proto(const Graph& src, v1::Graph* dst);
-Result<Graph> from_proto(const v1::Graph& src);
+Result<Graph> from_proto(const v1::Graph& src, const GraphLimits& limits = {});
+// The same limits, checked by a client before it sends a graph (a graph nested deeper than
+// protobuf's recursion limit could not even be decoded by the broker: a bare INTERNAL).
+Status check_graph_limits(const Graph& graph, const GraphLimits& limits = {});
 
 }  // namespace tensord::rpc

@@ -158,6 +158,39 @@ def main(exe):
         r = run(exe, "run", j("unsupported.onnx"), j("x2.npy"))
         expect_status(r, 2, "NoSuchOp")
 
+        # Issue 15, attack 10: external data through a symlink inside the model folder that
+        # points outside it (here /etc/passwd) is refused by name; the file's bytes never
+        # reach the model. A symlink that stays inside the folder is fine.
+        ext_dir = j("ext")
+        os.mkdir(ext_dir)
+        w_ext = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4), "W")
+        w_ext.ClearField("raw_data")
+        w_ext.data_location = TensorProto.EXTERNAL
+        for k, v in (("location", "weights.bin"), ("offset", "0"), ("length", "48")):
+            e = w_ext.external_data.add()
+            e.key, e.value = k, v
+        g = helper.make_graph(
+            [helper.make_node("MatMul", ["X", "W"], ["Y"], name="matmul")], "ext",
+            [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 3])],
+            [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 4])], [w_ext])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        onnx.save(m, os.path.join(ext_dir, "model.onnx"))
+        np.save(j("x13.npy"), np.ones((1, 3), np.float32))
+        assert os.path.getsize("/etc/passwd") >= 48
+        os.symlink("/etc/passwd", os.path.join(ext_dir, "weights.bin"))
+        r = run(exe, "run", os.path.join(ext_dir, "model.onnx"), j("x13.npy"))
+        expect_status(r, 2, "weights.bin", "outside the model folder")
+        assert "root" not in r.stdout and "root" not in r.stderr, r.stdout + r.stderr
+        os.remove(os.path.join(ext_dir, "weights.bin"))
+        np.arange(12, dtype=np.float32).tofile(os.path.join(ext_dir, "real.bin"))
+        os.symlink("real.bin", os.path.join(ext_dir, "weights.bin"))
+        out_dir = j("ext_out")
+        r = run(exe, "run", os.path.join(ext_dir, "model.onnx"), j("x13.npy"), "--output", out_dir)
+        assert r.returncode == 0, r.stderr
+        y = np.load(os.path.join(out_dir, "Y.npy"))
+        np.testing.assert_allclose(y, np.ones((1, 3), np.float32) @ np.arange(12, dtype=np.float32).reshape(3, 4))
+
         # Unknown device: bad usage, the available devices are listed.
         r = run(exe, "run", model, j("x.npy"), j("b.npy"), "--device", "nosuch:7")
         expect_status(r, 2, "nosuch:7", "cpu:0")

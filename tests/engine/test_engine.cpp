@@ -5,7 +5,9 @@
 // real broker process.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "engine/engine.h"
 #include "engine/local_client.h"
@@ -251,6 +253,103 @@ TEST(Engine, PeakMemoryIsAHighWaterMark) {
   EXPECT_TRUE(e->release(s, *h).ok());
   EXPECT_EQ(e->devices()[0].memory_in_use, 0);
   EXPECT_GE(e->devices()[0].memory_peak, 4 << 20);  // the peak stays
+}
+
+// Issue 15, attack 6: all sessions of one tenant share its limit; compiled graphs are charged
+// to the tenant that caused them, never shared with another tenant, and go with its last
+// session.
+TEST(Engine, TenantsShareOneLimitAndOwnTheirExecutables) {
+  auto e = make_engine();
+  SessionOptions a;
+  a.tenant = "alice";
+  a.memory_limit = 8 << 20;
+  a.tenant_memory_limit = 6 << 20;
+  const SessionId a1 = e->open_session(a), a2 = e->open_session(a);
+  HostTensor big(DType::kFloat32, {1 << 20});  // 4 MiB
+  auto h1 = e->upload(a1, big.view(), "cpu:0");
+  ASSERT_TRUE(h1.ok()) << h1.status().to_string();
+  // A second session of the same tenant cannot hold another 4 MiB: the tenant has 6.
+  auto h2 = e->upload(a2, big.view(), "cpu:0");
+  ASSERT_FALSE(h2.ok());
+  EXPECT_EQ(h2.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(h2.status().message().find("tenant memory limit"), std::string::npos)
+      << h2.status().message();
+  EXPECT_GE(e->tenant_bytes("alice"), 4 << 20);
+
+  // The same graph compiled for two tenants: two compiles, each charged to its tenant.
+  Graph g;
+  g.inputs = {{"x", {}}};
+  g.outputs = {{"y", {}}};
+  g.initializers.emplace("w", f32({10, 20}, {2}));
+  g.nodes.push_back(node("add", "Add", {"x", "w"}, {"y"}));
+  SessionOptions b;
+  b.tenant = "bob";
+  const SessionId b1 = e->open_session(b);
+  const auto before = e->metrics();
+  for (SessionId s : {a1, b1, a2}) {
+    auto x = e->upload(s, f32({1, 2}, {2}).view(), "cpu:0");
+    ASSERT_TRUE(x.ok());
+    auto y = e->execute(s, g, {*x}, "");
+    ASSERT_TRUE(y.ok()) << y.status().to_string();
+    auto v = e->read(s, (*y)[0]);
+    ASSERT_TRUE(v.ok()) << v.status().to_string();
+    EXPECT_EQ(v->data<float>()[1], 22);
+  }
+  const auto after = e->metrics();
+  EXPECT_EQ(after.compiles - before.compiles, 2);  // alice once, bob once
+  EXPECT_EQ(after.cache_hits - before.cache_hits, 1);  // alice's second session
+  EXPECT_GT(e->tenant_bytes("bob"), 0);
+
+  // Bob's last session closes: nothing is left on his behalf.
+  EXPECT_TRUE(e->close_session(b1).ok());
+  EXPECT_EQ(e->tenant_bytes("bob"), 0);
+  EXPECT_TRUE(e->close_session(a1).ok());
+  EXPECT_TRUE(e->close_session(a2).ok());
+  EXPECT_EQ(e->tenant_bytes("alice"), 0);
+  // A new bob compiles again (his cache went with him).
+  const SessionId b2 = e->open_session(b);
+  auto x = e->upload(b2, f32({1, 2}, {2}).view(), "cpu:0");
+  ASSERT_TRUE(x.ok());
+  const auto c0 = e->metrics().compiles;
+  ASSERT_TRUE(e->execute(b2, g, {*x}, "").ok());
+  EXPECT_EQ(e->metrics().compiles - c0, 1);
+  EXPECT_TRUE(e->close_session(b2).ok());
+}
+
+// The executable cache is bounded in bytes too: a graph whose constants exceed the bound runs
+// but is not kept, and the bytes held by the cache never pass it.
+TEST(Engine, ExecutableCacheIsBoundedInBytes) {
+  setenv("TENSORD_CPU_DEVICES", "1", 1);
+  EngineOptions o;
+  o.executable_cache_bytes = 1 << 20;
+  auto created = Engine::create(o);
+  unsetenv("TENSORD_CPU_DEVICES");
+  ASSERT_TRUE(created.ok());
+  auto& e = *created;
+  SessionOptions so;
+  so.tenant = "t";
+  const SessionId s = e->open_session(so);
+  Graph g;
+  g.inputs = {{"x", {}}};
+  g.outputs = {{"y", {}}};
+  g.initializers.emplace("w", HostTensor(DType::kFloat32, {1 << 19}));  // 2 MiB of constants
+  g.nodes.push_back(node("add", "Add", {"x", "w"}, {"y"}));
+  HostTensor x(DType::kFloat32, {1 << 19});
+  auto xh = e->upload(s, x.view(), "");
+  ASSERT_TRUE(xh.ok());
+  const auto c0 = e->metrics().compiles;
+  for (int i = 0; i < 2; ++i) {
+    auto y = e->execute(s, g, {*xh}, "");
+    ASSERT_TRUE(y.ok()) << y.status().to_string();
+    ASSERT_TRUE(e->wait(s, (*y)[0]).ok());
+    ASSERT_TRUE(e->release(s, (*y)[0]).ok());
+  }
+  EXPECT_EQ(e->metrics().compiles - c0, 2);  // never cached
+  ASSERT_TRUE(e->release(s, *xh).ok());
+  // The queue thread drops a finished task's buffers just after publishing its outputs.
+  for (int i = 0; i < 200 && e->tenant_bytes("t") != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(e->tenant_bytes("t"), 0);
 }
 
 }  // namespace

@@ -219,6 +219,48 @@ TEST(GraphUtils, SignatureSeesEverythingThatMatters) {
   EXPECT_NE(graph_signature(init1, t2), graph_signature(init2, t2));
 }
 
+// Issue 15, attack 2: names are free text, so a one-input graph whose input is named
+// "x=float32[N];y" must not produce the key of a two-input graph (x, y) — nor may any
+// other re-arrangement of separators in names, ops or attribute strings.
+TEST(GraphUtils, SignatureCannotBeForgedWithSeparatorsInNames) {
+  auto add_graph = [](std::vector<std::string> inputs) {
+    Graph g;
+    for (auto& n : inputs) g.inputs.push_back({n, {}});
+    Node n;
+    n.name = "add";
+    n.op = "Add";
+    n.inputs = {inputs.front(), inputs.back()};
+    n.outputs = {"z"};
+    g.nodes = {n};
+    g.outputs = {{"z", {}}};
+    return g;
+  };
+  const TensorType big{DType::kFloat32, {1 << 26}};
+  const std::string two = graph_signature(add_graph({"x", "y"}), {big, big});
+  // Every way of spelling the two-input key's text into one input's name.
+  const std::string forged_name = "x=" + big.to_string() + ";y";
+  EXPECT_NE(two, graph_signature(add_graph({forged_name}), {big}));
+  EXPECT_NE(two, graph_signature(add_graph({forged_name}), {{DType::kFloat32, {1}}}));
+  // Node fields that run into one another.
+  Graph a = add_graph({"x", "y"}), b = add_graph({"x", "y"});
+  a.nodes[0].name = "n:";
+  a.nodes[0].domain = "";
+  b.nodes[0].name = "n";
+  b.nodes[0].domain = ":";
+  EXPECT_NE(graph_signature(a, {big, big}), graph_signature(b, {big, big}));
+  // Attribute strings holding separators.
+  Graph c = add_graph({"x", "y"}), d = add_graph({"x", "y"});
+  c.nodes[0].attrs["k"] = std::string("a';k=string:'b");
+  d.nodes[0].attrs["k"] = std::string("a");
+  d.nodes[0].attrs["k';k=string:'b"] = std::string("");
+  EXPECT_NE(graph_signature(c, {big, big}), graph_signature(d, {big, big}));
+  // Lists of node inputs/outputs: ("a,b") vs ("a","b").
+  Graph e = add_graph({"x", "y"}), f = add_graph({"x", "y"});
+  e.nodes[0].outputs = {"p,q"};
+  f.nodes[0].outputs = {"p", "q"};
+  EXPECT_NE(graph_signature(e, {big, big}), graph_signature(f, {big, big}));
+}
+
 TEST(OpRegistry, ArityAndAttributeChecks) {
   Node n;
   n.name = "r";

@@ -145,6 +145,14 @@ class Importer {
       throw this.err(`tensor '${name}': cannot open external data file '${file}'`);
     }
     try {
+      // The real path must stay inside the model folder: a symlink there must not lead the
+      // loader to files elsewhere (it would send their bytes to the broker).
+      const realBase = fs.realpathSync(this.baseDir);
+      const realFile = fs.realpathSync(file);
+      if (!realFile.startsWith(realBase + path.sep)) {
+        throw this.err(`tensor '${name}': external data file '${location}' resolves to a path outside the model folder (through a symbolic link); refused`);
+      }
+      if (!fs.fstatSync(fd).isFile()) throw this.err(`tensor '${name}': external data '${location}' is not a regular file`);
       const fileSize = fs.fstatSync(fd).size;
       if (offset + length > fileSize) {
         throw this.err(`tensor '${name}': external data [${offset}, ${offset + length}) is past the end of '${file}' (${fileSize} bytes)`);

@@ -189,3 +189,26 @@ test('bad models: rejected with a clear code and message', async () => {
   const bytes = fs.readFileSync(path.join(FIXTURES, 'mlp', 'model.onnx'));
   await rejectsWith(c.loadOnnx(bytes.subarray(0, bytes.length >> 1)), 'INVALID_ARGUMENT');
 });
+
+// Issue 15, attack 10: external data through a symlink in the model folder that leads outside
+// it (/etc/passwd) is refused by name before a byte is read; a symlink inside the folder works.
+test('external data through a symlink leaving the model folder is refused', async () => {
+  const os = require('os');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tensord-ext-'));
+  try {
+    fs.copyFileSync(path.join(FIXTURES, 'external_data', 'model.onnx'), path.join(dir, 'model.onnx'));
+    fs.symlinkSync('/etc/passwd', path.join(dir, 'weights.bin'));
+    await rejectsWith(c.loadOnnx(path.join(dir, 'model.onnx')), 'INVALID_ARGUMENT',
+                      /weights\.bin.*outside the model folder/);
+    fs.unlinkSync(path.join(dir, 'weights.bin'));
+    fs.writeFileSync(path.join(dir, 'real.bin'), Buffer.from(new Float32Array([...Array(12).keys()]).buffer));
+    fs.symlinkSync('real.bin', path.join(dir, 'weights.bin'));
+    const model = await c.loadOnnx(path.join(dir, 'model.onnx'));
+    const x = await c.upload(new Float32Array([1, 1, 1]), [1, 3]);
+    const [y] = await model.run([x]);
+    const v = await c.read(y);
+    assert.deepEqual(Array.from(v.data), [12, 15, 18, 21]);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -792,6 +792,9 @@ Status infer_range(InferenceContext& ctx) {
       const __int128 span = static_cast<__int128>(limit) - start;
       __int128 q = span / delta;
       if ((span % delta != 0) && ((span < 0) == (delta < 0))) ++q;
+      if (q > static_cast<__int128>(int64_t{1} << 53))
+        return ctx.error("start {}, limit {} and delta {} give too many elements", start, limit,
+                         delta);
       n = q > 0 ? static_cast<int64_t>(q) : 0;
     } else {
       const double start = *scalar_value(ctx, 0), limit = *scalar_value(ctx, 1),
