@@ -126,6 +126,7 @@ int cmd_serve(const ServeOptions& options) {
   for (auto [flag, v] : {std::pair<const char*, int64_t>{"--max-message-bytes",
                                                           options.max_message_bytes},
                          {"--max-sessions", options.max_sessions},
+                         {"--tenant-memory-limit", options.tenant_memory_limit},
                          {"--max-sessions-per-tenant", options.max_sessions_per_tenant},
                          {"--max-calls-per-session", options.max_calls_per_session},
                          {"--max-model-bytes", options.max_model_bytes},
@@ -158,6 +159,7 @@ int cmd_serve(const ServeOptions& options) {
   rpc::RpcServerOptions ro;
   ro.listen = options.listen;
   ro.session_memory_limit = options.session_memory_limit;
+  ro.tenant_memory_limit = options.tenant_memory_limit;
   ro.tenants = tenants;
   ro.insecure = options.insecure;
   ro.tls_cert_pem = tls_cert;

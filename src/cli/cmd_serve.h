@@ -9,6 +9,7 @@ namespace tensord::cli {
 struct ServeOptions {
   std::string listen;                // "HOST:PORT" (port 0 = any free port) or "unix:PATH"
   int64_t session_memory_limit = 0;  // bytes per session; 0 = unlimited
+  int64_t tenant_memory_limit = 0;   // bytes per tenant (all its sessions); 0 = unlimited
   double lease_seconds = 30;         // a session no call names for this long is freed
   double drain_seconds = 30;         // on SIGTERM/SIGINT: how long in-flight calls may finish
   std::string token_file;            // "" = no token; else tenants and their tokens (see README)

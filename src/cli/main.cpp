@@ -122,6 +122,8 @@ int run_main(int argc, char** argv) {
   serve->add_option("--tls-key", serve_opts.tls_key, "The PEM private key of --tls-cert");
   serve->add_option("--tls-ca", serve_opts.tls_ca,
                     "Require client certificates signed by this PEM CA (mutual TLS)");
+  serve->add_option("--tenant-memory-limit", serve_opts.tenant_memory_limit,
+                    "Bytes all sessions of one tenant (token) may hold together (0: unlimited)");
   serve->add_option("--max-message-bytes", serve_opts.max_message_bytes,
                     "Largest message one call may carry (default 64 MiB)");
   serve->add_option("--max-sessions", serve_opts.max_sessions,

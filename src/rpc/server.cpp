@@ -422,7 +422,11 @@ class Service final
       if (Status room = session_room_locked(*tenant); !room.ok()) return fail(ctx, room);
     }
     SessionState s;
-    s.engine_session = engine_->open_session(limit);
+    SessionOptions so;
+    so.memory_limit = limit;
+    so.tenant = *tenant;
+    so.tenant_memory_limit = options_.tenant_memory_limit;
+    s.engine_session = engine_->open_session(so);
     s.memory_limit = limit;
     s.tenant = *tenant;
     s.last_seen = Clock::now();
@@ -978,6 +982,18 @@ class Service final
               "session memory limit exceeded: {} of {} bytes would bring the session to {} "
               "bytes, {} of them still arriving (limit {})",
               what, bytes, held + bytes, s->pending_bytes + bytes, memory_limit_);
+      }
+      const int64_t tenant_limit = service_->options_.tenant_memory_limit;
+      if (tenant_limit > 0 && !s->tenant.empty()) {
+        int64_t pending = 0;  // all of the tenant's sessions
+        for (const auto& [id, other] : service_->sessions_)
+          if (other.tenant == s->tenant) pending += other.pending_bytes;
+        const int64_t held = service_->engine_->tenant_bytes(s->tenant) + pending;
+        if (bytes > tenant_limit - held)
+          return errors::ResourceExhausted(
+              "tenant memory limit exceeded: {} of {} bytes would bring the tenant's sessions to "
+              "{} bytes, {} of them still arriving (tensord serve --tenant-memory-limit {})",
+              what, bytes, held + bytes, pending + bytes, tenant_limit);
       }
       s->pending_bytes += bytes;
       return OkStatus();
@@ -1542,6 +1558,13 @@ Result<std::unique_ptr<RpcServer>> RpcServer::start(std::shared_ptr<Engine> engi
   if (options.session_memory_limit < 0)
     return errors::InvalidArgument("RpcServer: negative session memory limit {}",
                                    options.session_memory_limit);
+  if (options.tenant_memory_limit < 0)
+    return errors::InvalidArgument("RpcServer: negative tenant memory limit {}",
+                                   options.tenant_memory_limit);
+  if (options.tenant_memory_limit > 0 && options.token.empty() && options.tenants.empty())
+    return errors::InvalidArgument(
+        "a tenant memory limit needs tenants: give --token-file (without tokens every caller "
+        "is the same anonymous user; --session-memory-limit and --max-sessions bound them)");
   const bool is_unix = options.listen.rfind("unix:", 0) == 0;
   if (!is_unix && options.listen.find(':') == std::string::npos)
     return errors::InvalidArgument("listen address '{}' is neither HOST:PORT nor unix:PATH",

@@ -27,6 +27,10 @@ struct RpcServerOptions {
   std::string listen;
   // Bytes one session may hold on the broker; 0 = unlimited.
   int64_t session_memory_limit = 0;
+  // Bytes all sessions of one tenant may hold together (tensors, models, uploads arriving, the
+  // executables compiled for it); 0 = unlimited. Needs tokens: without any, callers are no
+  // tenant (the engine's shared cache).
+  int64_t tenant_memory_limit = 0;
   // A session that no call names for this long is closed and its tensors freed.
   std::chrono::milliseconds lease{30000};
   // Size of the chunks Read streams (clients may ask for another size per call).

@@ -337,6 +337,52 @@ TEST(SecurityAuth, SessionsPerTenantAndInTotalAreLimited) {
   expect_alive((*b)->address(), "bob-token-4567");
 }
 
+// Ten sessions do not hold ten times a tenant's quota; uploads still arriving count too.
+TEST(SecurityAuth, TenantMemoryLimitCoversAllItsSessions) {
+  TempDir dir;
+  auto b = start({"--token-file", dir.write("tokens", kTokens), "--tenant-memory-limit",
+                  std::to_string(1 << 20)});
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  const std::vector<float> v(150 << 10, 1.0f);  // 600 KiB
+  HostTensor t = HostTensor::from_vector<float>(v, {static_cast<int64_t>(v.size())});
+  rpc::RemoteClientOptions ao;
+  ao.token = "alice-token-0123";
+  auto a1 = rpc::RemoteClient::connect((*b)->address(), ao);
+  auto a2 = rpc::RemoteClient::connect((*b)->address(), ao);
+  ASSERT_TRUE(a1.ok() && a2.ok());
+  ASSERT_TRUE((*a1)->upload(t.view(), "").ok());
+  auto second = (*a2)->upload(t.view(), "");
+  EXPECT_EQ(second.status().code(), StatusCode::kResourceExhausted) << second.status().to_string();
+  EXPECT_NE(second.status().message().find("tenant memory limit"), std::string::npos)
+      << second.status().to_string();
+  // A pending parallel upload of alice's is charged to her tenant as well.
+  Raw raw((*b)->address());
+  {
+    grpc::ClientContext ctx;
+    Raw::prepare(ctx, "alice-token-0123", (*a2)->session());
+    v1::UploadHeader h;
+    h.set_dtype(1);
+    h.add_shape(150 << 10);
+    h.set_total_bytes(600 << 10);
+    v1::BeginUploadResponse resp;
+    grpc::Status s = raw.stub().BeginUpload(&ctx, h, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    EXPECT_NE(s.error_message().find("--tenant-memory-limit 1048576"), std::string::npos)
+        << s.error_message();
+  }
+  // Bob has his own quota.
+  rpc::RemoteClientOptions bo;
+  bo.token = "bob-token-4567";
+  auto bob = rpc::RemoteClient::connect((*b)->address(), bo);
+  ASSERT_TRUE(bob.ok());
+  EXPECT_TRUE((*bob)->upload(t.view(), "").ok());
+  // Without tokens there are no tenants: the flag is a usage error.
+  auto [st, out] = shell(std::string("timeout 20 ") + TENSORD_CLI_PATH +
+                         " serve --listen 127.0.0.1:0 --tenant-memory-limit 1000");
+  EXPECT_EQ(st, 2) << out;
+  EXPECT_NE(out.find("--token-file"), std::string::npos) << out;
+}
+
 TEST(SecurityAuth, PendingUploadBytesAreChargedToTheSession) {
   auto b = start({"--session-memory-limit", std::to_string(64 << 20)});
   ASSERT_TRUE(b.ok()) << b.status().to_string();
