@@ -145,6 +145,16 @@ Result<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(
   return grpc::SslCredentials(ssl);
 }
 
+bool creds_are_tls(const RemoteClientOptions& o) {
+  const auto set = [](const char* env) {
+    const char* e = std::getenv(env);
+    return e && *e;
+  };
+  const char* flag = std::getenv("TENSORD_TLS");
+  return o.tls || !o.tls_ca_file.empty() || !o.tls_cert_file.empty() || set("TENSORD_TLS_CA") ||
+         set("TENSORD_TLS_CERT") || (flag && *flag && std::string(flag) != "0");
+}
+
 // One memfd region of this process, mapped here and registered with the broker.
 struct ShmRegion {
   int fd = -1;
@@ -593,6 +603,7 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
   args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 4 << 20);
   args.SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
   TD_ASSIGN_OR_RETURN(auto creds, channel_credentials(options));
+  const bool tls_on = creds_are_tls(options);
   impl->channel = grpc::CreateCustomChannel(address, creds, args);
   impl->stub = v1::Tensord::NewStub(impl->channel);
   impl->raw_upload = std::make_unique<grpc::internal::RpcMethod>(
@@ -605,7 +616,19 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
     req.set_protocol_version(kProtocolVersion);
     req.set_client_version(kVersion);
     v1::HandshakeResponse resp;
-    TD_RETURN_IF_ERROR(impl->finish(ctx, impl->stub->Handshake(&ctx, req, &resp), "handshake"));
+    if (Status hs = impl->finish(ctx, impl->stub->Handshake(&ctx, req, &resp), "handshake");
+        !hs.ok()) {
+      // A TLS mismatch looks like any unreachable broker: say what to check.
+      const std::string& m = hs.message();
+      if (hs.code() == StatusCode::kUnavailable && m.find("Ssl handshake") != std::string::npos)
+        return Status(hs.code(), m + "; TLS: the CA (TENSORD_TLS_CA) must have signed the broker's "
+                                     "certificate, which must name the host dialled, and a broker "
+                                     "with --tls-ca needs TENSORD_TLS_CERT/TENSORD_TLS_KEY");
+      if (hs.code() == StatusCode::kUnavailable && !tls_on &&
+          m.find("Socket closed") != std::string::npos)
+        return Status(hs.code(), m + "; if the broker serves TLS (--tls-cert), set TENSORD_TLS_CA");
+      return hs;
+    }
     if (resp.protocol_version() != kProtocolVersion)
       return errors::FailedPrecondition(
           "broker '{}' speaks protocol version {} (tensord {}), this client speaks {} (tensord "

@@ -623,11 +623,15 @@ TEST(SecurityAuth, TlsAndMutualTlsRoundTrip) {
     plain.connect_timeout = milliseconds(3000);
     auto p = rpc::RemoteClient::connect((*b)->address(), plain);
     EXPECT_EQ(p.status().code(), StatusCode::kUnavailable) << p.status().to_string();
+    EXPECT_NE(p.status().message().find("TENSORD_TLS_CA"), std::string::npos)
+        << p.status().to_string();
     rpc::RemoteClientOptions other = plain;
     other.tls_ca_file = d + "other.pem";
     auto x = rpc::RemoteClient::connect((*b)->address(), other);
     EXPECT_EQ(x.status().code(), StatusCode::kUnavailable) << x.status().to_string();
     EXPECT_NE(x.status().message().find((*b)->address()), std::string::npos);
+    EXPECT_NE(x.status().message().find("certificate verify failed"), std::string::npos)
+        << x.status().to_string();
     expect_alive((*b)->address(), "alice-token-0123",
                  grpc::SslCredentials(grpc::SslCredentialsOptions{read_pem(d + "ca.pem"), "", ""}));
   }
