@@ -217,6 +217,7 @@ struct RemoteClient::Impl {
   std::string address;
   RemoteClientOptions options;
   int64_t chunk_bytes = kDefaultChunkBytes;
+  int64_t max_message = kMaxMessageBytes;  // the broker's (HandshakeResponse.max_message_bytes)
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Tensord::Stub> stub;
   // Upload as raw messages (serialized here, the data never copied; see upload()).
@@ -635,6 +636,12 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
           "{})",
           address, resp.protocol_version(), resp.server_version(), kProtocolVersion, kVersion);
     impl->server_version = resp.server_version();
+    if (resp.max_message_bytes() > 0) {
+      // Inline uploads and stream chunks stay well inside the broker's message limit.
+      impl->max_message = resp.max_message_bytes();
+      impl->chunk_bytes = std::max<int64_t>(
+          4 << 10, std::min(impl->chunk_bytes, impl->max_message / 2));
+    }
     impl->default_device = resp.default_device();
     const bool same_host = resp.shared_memory() && !resp.host_id().empty() &&
                            resp.host_id() == host_boot_id() && local_address(address);
@@ -936,6 +943,12 @@ Result<std::vector<TensorHandle>> RemoteClient::execute(const Graph& graph,
   grpc::ClientContext ctx;
   impl_->prepare(ctx, impl_->options.call_timeout);
   v1::ExecuteResponse resp;
+  if (const size_t n = req.ByteSizeLong(); static_cast<int64_t>(n) > impl_->max_message)
+    return errors::ResourceExhausted(
+        "execute: the request takes {} bytes (the graph's initializers travel in it), over the "
+        "broker's message limit of {} (tensord serve --max-message-bytes); load() a graph with "
+        "large initializers once (streamed) and run() it",
+        n, impl_->max_message);
   TD_RETURN_IF_ERROR(impl_->finish(ctx, impl_->stub->Execute(&ctx, req, &resp), "execute"));
   impl_->remember(resp.outputs(), resp.values());
   return std::vector<TensorHandle>(resp.outputs().begin(), resp.outputs().end());

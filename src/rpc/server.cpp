@@ -388,6 +388,8 @@ class Service final
     if (dd.ok()) resp->set_default_device(*dd);
     resp->set_host_id(host_id_);
     resp->set_shared_memory(true);
+    resp->set_max_message_bytes(options_.max_message_bytes > 0 ? options_.max_message_bytes
+                                                               : kMaxMessageBytes);
     return grpc::Status::OK;
   }
 

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -543,6 +544,47 @@ TEST(SecurityAuth, HeldStreamsAreBoundedPerSessionAndInThreads) {
   EXPECT_EQ(other, 0);
   held.clear();
   std::this_thread::sleep_for(milliseconds(500));
+  expect_alive((*b)->address(), "");
+}
+
+// A small message limit: clients learn it at the handshake, chunk below it, and say clearly
+// when a graph's inline initializers cannot fit.
+TEST(SecurityAuth, ClientsKeepInsideTheBrokersMessageLimit) {
+  auto b = start({"--max-message-bytes", std::to_string(1 << 20)});
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  rpc::RemoteClientOptions o;
+  o.transport = "grpc";
+  o.chunk_bytes = 8 << 20;  // asks for more than the broker takes
+  auto c = rpc::RemoteClient::connect((*b)->address(), o);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  std::vector<float> big(768 << 10);  // 3 MiB
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 1000);
+  HostTensor t = HostTensor::from_vector<float>(big, {static_cast<int64_t>(big.size())});
+  auto h = (*c)->upload(t.view(), "");
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  auto back = (*c)->read(*h);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(std::memcmp(back->data(), t.data(), t.nbytes()), 0);
+  Graph g;
+  g.inputs = {{"x", {DType::kFloat32, {static_cast<int64_t>(big.size())}}}};
+  g.initializers["w"] = t;
+  Node n;
+  n.op = "Add";
+  n.inputs = {"x", "w"};
+  n.outputs = {"y"};
+  g.nodes = {n};
+  g.outputs = {{"y", {}}};
+  auto e = (*c)->execute(g, {*h}, "");
+  EXPECT_EQ(e.status().code(), StatusCode::kResourceExhausted) << e.status().to_string();
+  EXPECT_NE(e.status().message().find("--max-message-bytes"), std::string::npos)
+      << e.status().to_string();
+  auto m = (*c)->load(g, "");  // streamed in chunks
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto out = (*c)->run(*m, {*h});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  auto y = (*c)->read((*out)[0]);
+  ASSERT_TRUE(y.ok()) << y.status().to_string();
+  EXPECT_EQ(static_cast<const float*>(y->data())[999], 1998.0f);
   expect_alive((*b)->address(), "");
 }
 

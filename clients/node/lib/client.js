@@ -193,6 +193,11 @@ class Client {
         `${hs.server_version}), this client speaks ${PROTOCOL_VERSION}`, { local: true });
     }
     this.serverVersion = hs.server_version;
+    // Inline uploads and stream chunks stay well inside the broker's message limit.
+    const maxMessage = Number(hs.max_message_bytes || 0);
+    if (maxMessage > 0) {
+      this._opts.chunkBytes = Math.max(4 << 10, Math.min(this._opts.chunkBytes, Math.floor(maxMessage / 2)));
+    }
     this.defaultDevice = hs.default_device;
     const s = await this._unary('OpenSession', { memory_limit: String(this._opts.memoryLimit || 0) },
                                 'opening a session', this._opts.connectTimeoutMs);
