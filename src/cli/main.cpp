@@ -135,7 +135,7 @@ int run_main(int argc, char** argv) {
   serve->add_option("--max-model-bytes", serve_opts.max_model_bytes,
                     "Largest serialized graph LoadModel takes (default 2 GiB - 1)");
   serve->add_option("--max-threads", serve_opts.max_threads,
-                    "gRPC threads, one per in-flight call (default 256)");
+                    "gRPC threads, one per in-flight call; more calls wait (default 256)");
   serve->add_option("--grpc-memory-bytes", serve_opts.grpc_memory_bytes,
                     "Memory gRPC may take for its buffers (default 2 GiB)");
 

@@ -8,7 +8,13 @@
 // register shared-memory regions (same host) and move tensors through them.
 //
 // Threading: gRPC's synchronous server, one thread per in-flight call (blocking reads of
-// values still being computed are fine). Every method here is thread-safe.
+// values still being computed are fine), at most max_threads. Every method here is thread-safe.
+//
+// Security: tenants are tokens (RpcServerOptions::tenants); session ids are 128 random bits
+// bound to the tenant that opened them. On loopback, unix-socket and TLS listeners a wrong
+// token is refused while the call's headers are read, before its message is taken in (gRPC
+// "local" or TLS credentials with an AuthMetadataProcessor); elsewhere in each method. A
+// non-loopback listener needs a token or `insecure`.
 #pragma once
 
 #include <chrono>
