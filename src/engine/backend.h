@@ -47,6 +47,44 @@ struct CompileOptions {
   bool fuse = true;  // allow fusion / fast kernels (false: reference kernels only)
 };
 
+// Cooperative scheduling: the engine runs every piece of work under a RunContext, current on
+// the device's queue thread while that work runs. Executors call run_checkpoint() between
+// steps, and kernels that iterate over a subgraph (Loop, Scan) between iterations. It returns
+// CANCELLED or DEADLINE_EXCEEDED when the work's session was closed or its call gave up (the
+// executor then stops and fails its remaining outputs with that status; ABORTED when the
+// engine preempted the run to redo it later), and it may run other sessions' queued work
+// inline before returning (time slicing), so a long graph does not hold the device.
+// Call it only between kernels: never from inside a parallel region or with a lock held.
+// Outside engine work (compile-time folding, run_graph_on_host) it is a no-op.
+class RunContext {
+ public:
+  virtual ~RunContext() = default;
+  virtual Status checkpoint() = 0;
+};
+
+namespace detail {
+inline thread_local RunContext* current_run_context = nullptr;
+}  // namespace detail
+
+inline Status run_checkpoint() {
+  RunContext* c = detail::current_run_context;
+  return c ? c->checkpoint() : OkStatus();
+}
+
+// Makes `context` current on this thread for the scope (restores the previous one after).
+class ScopedRunContext {
+ public:
+  explicit ScopedRunContext(RunContext* context) : prev_(detail::current_run_context) {
+    detail::current_run_context = context;
+  }
+  ~ScopedRunContext() { detail::current_run_context = prev_; }
+  ScopedRunContext(const ScopedRunContext&) = delete;
+  ScopedRunContext& operator=(const ScopedRunContext&) = delete;
+
+ private:
+  RunContext* prev_;
+};
+
 // A graph compiled for one device and one set of input types.
 class Executable {
  public:

@@ -12,6 +12,7 @@
 #include <map>
 #include <string_view>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -27,11 +28,68 @@ constexpr int64_t kRunHereMaxOutputBytes = 256 << 10;
 // Compiled forms (one per distinct input types) one loaded model may keep.
 constexpr size_t kMaxExecutablesPerModel = 64;
 
-// One thread running a device's tasks in submission order. A task may block on the result of
-// an earlier-submitted task (on any queue), never on a later one, so queues cannot deadlock.
+using Clock = std::chrono::steady_clock;
+
+// What stops a piece of queued work: its session closing, the call that submitted it giving up.
+struct WorkTokens {
+  std::shared_ptr<CancelToken> session;
+  std::shared_ptr<CancelToken> call;  // optional
+  bool cancelled() const { return (session && session->cancelled()) || (call && call->cancelled()); }
+  Status check() const {
+    if (session && session->cancelled()) return session->cancelled_status();
+    return call ? call->work_status() : OkStatus();
+  }
+};
+
+// Counters the queues keep (Engine::metrics).
+struct QueueStats {
+  std::atomic<int64_t> cancelled{0}, nested{0}, preempted{0}, busy_us{0};
+};
+
+class WorkQueue;
+struct Task;
+
+// The RunContext of one task while it runs (see RunContext in backend.h).
+struct Frame final : RunContext {
+  WorkQueue* queue = nullptr;
+  Task* task = nullptr;
+  bool nested = false;         // run inline inside another session's task
+  Clock::time_point slice_start;
+  bool preempted = false;      // a nested run stopped at its budget: to be redone later
+  Status cancelled() const;
+  Status checkpoint() override;
+};
+
+// One piece of work on a device queue.
+struct Task {
+  SessionId session = 0;
+  WorkTokens tokens;
+  // Whether everything it reads is ready (null: always). Only ready (or cancelled) tasks run
+  // inline or ahead of older ones, so they never block on other queues (see WorkQueue).
+  std::function<bool()> ready;
+  // Does the work, or (frame.cancelled() not OK) just fails its outputs with that status.
+  // Returns false when the run was preempted (frame.preempted): it then set nothing and runs
+  // again later.
+  std::function<bool(Frame&)> fn;
+  uint64_t seq = 0;
+  bool long_running = false;  // preempted once: runs only in its own turn from now on
+  bool eligible() const { return tokens.cancelled() || !ready || ready(); }
+};
+
+// One thread running a device's tasks: per-session FIFOs served round-robin (order within a
+// session is kept; sessions share no tensors, so their order is free), with time slicing: a
+// task that has run past the slice while other sessions have work queued runs that work
+// inline at its next checkpoint (one level deep, another session's only), then resumes.
+//
+// Deadlock freedom: a task may block on the result of an older task of its session on
+// another queue. Out of order (round-robin, inline) only tasks whose inputs are ready run, and
+// they never block; when no queued task is ready, the oldest one runs (and may block on older
+// work elsewhere). A chain of blocked queues thus always points at older and older work, so
+// it ends at a queue that makes progress, as with the plain FIFO before.
 class WorkQueue {
  public:
-  explicit WorkQueue() : thread_([this] { loop(); }) {}
+  WorkQueue(std::chrono::microseconds slice, QueueStats* stats)
+      : slice_(slice), stats_(stats), thread_([this] { loop(); }) {}
   ~WorkQueue() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -40,57 +98,189 @@ class WorkQueue {
     cv_.notify_all();
     thread_.join();
   }
-  void push(std::function<void()> task) {
+  void push(Task task) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      tasks_.push_back(std::move(task));
+      task.seq = next_seq_++;
+      enqueue_locked(std::move(task), /*front=*/false);
     }
     cv_.notify_one();
   }
-  // Runs `task` on the calling thread when nothing is queued or running (then true), keeping
-  // the queue's order: the queue thread takes no task meanwhile. Else false, nothing done.
-  bool run_here_if_idle(const std::function<void()>& task) {
+  // Runs `task` on the calling thread when nothing is queued or running and its inputs are
+  // ready (then true), keeping the queue's order: the queue thread takes no task meanwhile.
+  // Else false, nothing done.
+  bool run_here_if_idle(Task& task) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (busy_ || stop_ || !tasks_.empty()) return false;
+      if (busy_ || stop_ || !fifos_.empty() || !task.eligible()) return false;
       busy_ = true;
+      running_ = task.session;
+      update_flag_locked();
     }
-    task();
+    run_top(task);
     bool pushed = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;
-      pushed = !tasks_.empty() || stop_;
+      pushed = !fifos_.empty() || stop_;
+      update_flag_locked();
     }
     if (pushed) cv_.notify_one();  // the queue thread waits for them (an idle one sleeps on)
     return true;
   }
 
+  // Frame::checkpoint of a top-level task: run other sessions' queued work once its slice is
+  // used up.
+  void maybe_yield(Frame& f) {
+    if (!others_waiting_.load(std::memory_order_relaxed)) return;
+    const auto now = Clock::now();
+    if (now - f.slice_start < slice_) return;
+    run_others(f.task->session);
+    f.slice_start = Clock::now();
+  }
+  std::chrono::microseconds slice() const { return slice_; }
+
  private:
+  void enqueue_locked(Task task, bool front) {
+    auto [it, inserted] = fifos_.try_emplace(task.session);
+    if (inserted) rr_.push_back(task.session);
+    if (front)
+      it->second.push_front(std::move(task));
+    else
+      it->second.push_back(std::move(task));
+    update_flag_locked();
+  }
+  // Whether a session other than the running one has queued work (read without the lock by
+  // checkpoints, so that most of them cost one atomic load).
+  void update_flag_locked() {
+    const size_t others = fifos_.size() - (busy_ && fifos_.count(running_) ? 1 : 0);
+    others_waiting_.store(others > 0, std::memory_order_relaxed);
+  }
+  // Takes the next task: the first session in round-robin order (other than `exclude`) whose
+  // front task is eligible (and, inline, not known to run long); else, unless `inline_only`,
+  // the oldest front task. False when none.
+  bool pick_locked(std::optional<SessionId> exclude, bool inline_only, Task* out) {
+    auto take = [&](std::deque<SessionId>::iterator rit) {
+      const SessionId s = *rit;
+      auto fit = fifos_.find(s);
+      *out = std::move(fit->second.front());
+      fit->second.pop_front();
+      rr_.erase(rit);
+      if (fit->second.empty())
+        fifos_.erase(fit);
+      else
+        rr_.push_back(s);  // it had its turn
+      return true;
+    };
+    for (auto rit = rr_.begin(); rit != rr_.end(); ++rit) {
+      if (exclude && *rit == *exclude) continue;
+      const Task& t = fifos_.at(*rit).front();
+      if (inline_only && t.long_running && !t.tokens.cancelled()) continue;
+      if (t.eligible()) return take(rit);
+    }
+    if (inline_only || rr_.empty()) return false;
+    auto oldest = rr_.begin();
+    for (auto rit = rr_.begin(); rit != rr_.end(); ++rit)
+      if (fifos_.at(*rit).front().seq < fifos_.at(*oldest).front().seq) oldest = rit;
+    return take(oldest);
+  }
+
   void loop() {
     for (;;) {
-      std::function<void()> task;
+      Task task;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return (stop_ && !busy_) || (!tasks_.empty() && !busy_); });
-        if (tasks_.empty()) return;  // stop_ and drained
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
+        cv_.wait(lock, [this] { return (stop_ && !busy_) || (!fifos_.empty() && !busy_); });
+        if (fifos_.empty()) return;  // stop_ and drained
+        pick_locked(std::nullopt, false, &task);
         busy_ = true;
+        running_ = task.session;
+        update_flag_locked();
       }
-      task();
+      run_top(task);
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;
+      update_flag_locked();
     }
   }
 
+  void run_top(Task& task) {
+    const auto t0 = Clock::now();
+    Frame f;
+    f.queue = this;
+    f.task = &task;
+    f.slice_start = t0;
+    {
+      ScopedRunContext scope(&f);
+      task.fn(f);  // top-level runs are never preempted
+    }
+    if (task.tokens.cancelled()) stats_->cancelled++;
+    stats_->busy_us += std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+  }
+
+  // Runs other sessions' eligible tasks inline, round-robin, for about one slice (each task
+  // started gets a full slice; one past it is preempted and redone later in its own turn).
+  void run_others(SessionId running) {
+    const auto burst_end = Clock::now() + slice_;
+    while (Clock::now() < burst_end) {
+      Task task;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!pick_locked(running, /*inline_only=*/true, &task)) return;
+        update_flag_locked();
+      }
+      Frame f;
+      f.queue = this;
+      f.task = &task;
+      f.nested = true;
+      f.slice_start = Clock::now();
+      bool done;
+      {
+        ScopedRunContext scope(&f);
+        done = task.fn(f);
+      }
+      stats_->nested++;
+      if (done) {
+        if (task.tokens.cancelled()) stats_->cancelled++;
+        continue;
+      }
+      stats_->preempted++;
+      task.long_running = true;
+      std::lock_guard<std::mutex> lock(mu_);
+      enqueue_locked(std::move(task), /*front=*/true);  // keeps its place in its session
+    }
+  }
+
+  const std::chrono::microseconds slice_;
+  QueueStats* stats_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
+  std::unordered_map<SessionId, std::deque<Task>> fifos_;  // non-empty ones only
+  std::deque<SessionId> rr_;                                // the sessions of fifos_, in turn
+  uint64_t next_seq_ = 0;
   bool stop_ = false;
   bool busy_ = false;  // a task is running (on the queue thread or run_here_if_idle's caller)
+  SessionId running_ = 0;
+  std::atomic<bool> others_waiting_{false};
   std::thread thread_;
 };
+
+Status Frame::cancelled() const { return task->tokens.check(); }
+
+Status Frame::checkpoint() {
+  if (Status s = task->tokens.check(); !s.ok()) return s;
+  if (nested) {
+    if (Clock::now() - slice_start >= queue->slice()) {
+      preempted = true;
+      return Status(StatusCode::kAborted,
+                    "preempted: ran past its time slice inside another session's work; it runs "
+                    "again in its own turn");
+    }
+    return OkStatus();
+  }
+  queue->maybe_yield(*this);
+  return task->tokens.check();
+}
 
 struct DeviceSlot {
   std::unique_ptr<Device> device;
@@ -213,7 +403,59 @@ struct Session {
   std::unordered_map<TensorHandle, std::shared_ptr<TensorEntry>> tensors;
   std::unordered_map<ModelHandle, std::shared_ptr<LoadedModel>> models;
   std::shared_ptr<SessionCounter> counter;
+  std::shared_ptr<CancelToken> token = std::make_shared<CancelToken>();  // fired by close
 };
+
+// What work of a session is queued with.
+struct SessionRef {
+  SessionId id = 0;
+  std::shared_ptr<SessionCounter> counter;
+  std::shared_ptr<CancelToken> token;
+};
+
+// A task of `ref`'s session that always completes (never preempted): uploads, reads, copies.
+template <class Ready, class Fn>
+Task make_task(const SessionRef& ref, Ready ready, Fn fn) {
+  Task t;
+  t.session = ref.id;
+  t.tokens.session = ref.token;
+  if constexpr (!std::is_same_v<Ready, std::nullptr_t>) t.ready = std::move(ready);
+  t.fn = [fn = std::move(fn)](Frame& f) mutable {
+    fn(f);
+    return true;
+  };
+  return t;
+}
+
+bool is_ready(const ValueFuture& f) {
+  return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+// Waits for `f`, giving up when the session closes or `call` fires (its deadline, its poll),
+// with that status. Without either, a plain wait.
+template <class Future>
+Status wait_ready(const Future& f, const CancelToken* session, CancelToken* call) {
+  using namespace std::chrono;
+  if (f.wait_for(seconds(0)) == std::future_status::ready) return OkStatus();
+  if (!session && !call) {
+    f.wait();
+    return OkStatus();
+  }
+  // Cancellation is noticed within a poll period; readiness at once.
+  constexpr auto kPoll = milliseconds(10);
+  for (;;) {
+    if (f.wait_for(kPoll) == std::future_status::ready) return OkStatus();
+    if (session && session->cancelled()) return session->cancelled_status();
+    if (call) {
+      Status s = call->check();
+      if (s.ok() && call->poll) s = call->poll();
+      if (!s.ok()) {
+        call->cancel(s);  // whatever the call submitted stops too
+        return s;
+      }
+    }
+  }
+}
 
 // Allocations for one session on one device: accounted to both, refused past either limit.
 class EngineAllocator final : public Allocator {
@@ -329,9 +571,13 @@ struct Engine::Impl {
     std::atomic<int64_t> executes{0}, compiles{0}, cache_hits{0}, uploads{0}, reads{0},
         copies_same{0}, copies_peer{0}, copies_staged{0}, implicit_moves{0}, node_errors{0};
   } m;
+  QueueStats queue_stats;
 
   ~Impl() {
     // Finish queued work first (it may still hold buffers), then free tensors, then devices.
+    // Work of sessions still open is cancelled: an endless loop must not hang the shutdown.
+    for (auto& [id, s] : sessions)
+      s.token->cancel(Status(StatusCode::kCancelled, "cancelled: the engine is shutting down"));
     for (auto& s : slots) s->queue.reset();
     sessions.clear();
     cache.clear();
@@ -366,6 +612,25 @@ struct Engine::Impl {
     return s->second.counter;
   }
 
+  Result<SessionRef> ref(SessionId session) const {
+    std::lock_guard<std::mutex> lock(mu);
+    auto s = sessions.find(session);
+    if (s == sessions.end()) return errors::NotFound("session {} does not exist", session);
+    return SessionRef{session, s->second.counter, s->second.token};
+  }
+
+  // A tensor and its session's token (for waits that stop when the session closes).
+  Result<std::pair<std::shared_ptr<TensorEntry>, std::shared_ptr<CancelToken>>> find_for_wait(
+      SessionId session, TensorHandle h) const {
+    std::lock_guard<std::mutex> lock(mu);
+    auto s = sessions.find(session);
+    if (s == sessions.end()) return errors::NotFound("session {} does not exist", session);
+    auto t = s->second.tensors.find(h);
+    if (t == s->second.tensors.end())
+      return errors::NotFound("tensor handle {} does not exist in this session", h);
+    return std::make_pair(t->second, s->second.token);
+  }
+
   Result<TensorHandle> add(SessionId session, std::shared_ptr<TensorEntry> e) {
     std::lock_guard<std::mutex> lock(mu);
     auto s = sessions.find(session);
@@ -377,15 +642,17 @@ struct Engine::Impl {
 
   // Moves `src`'s value to device `dst` (after it is ready): direct when both devices are of
   // one backend kind and peer copies are allowed, else staged through host memory.
-  ValueFuture transfer(const std::shared_ptr<TensorEntry>& src, size_t dst,
-                       std::shared_ptr<SessionCounter> session_counter) {
+  ValueFuture transfer(const std::shared_ptr<TensorEntry>& src, size_t dst, const SessionRef& ref) {
+    std::shared_ptr<SessionCounter> session_counter = ref.counter;
     DeviceSlot* src_slot = slots[src->device].get();
     DeviceSlot* dst_slot = slots[dst].get();
     auto promise = std::make_shared<std::promise<Result<DeviceTensor>>>();
     ValueFuture out = promise->get_future().share();
     const bool peer = peer_copy && src_slot->device->info().kind == dst_slot->device->info().kind;
     if (peer) {
-      dst_slot->queue->push([this, src, src_slot, dst_slot, promise, session_counter] {
+      dst_slot->queue->push(make_task(ref, [src] { return is_ready(src->value); },
+                                      [this, src, src_slot, dst_slot, promise, session_counter](Frame& f) {
+        if (Status c = f.cancelled(); !c.ok()) return promise->set_value(c);
         const Result<DeviceTensor>& v = src->value.get();
         if (!v.ok()) return promise->set_value(v.status());
         EngineAllocator alloc(dst_slot, session_counter);
@@ -401,18 +668,23 @@ struct Engine::Impl {
         }
         m.copies_peer++;
         promise->set_value(DeviceTensor{v->dtype, v->shape, *buf});
-      });
+      }));
       return out;
     }
     // Staged: read on the source's queue, write on the destination's.
     auto host = std::make_shared<std::promise<Result<HostTensor>>>();
     std::shared_future<Result<HostTensor>> host_future = host->get_future().share();
-    src_slot->queue->push([src, src_slot, host] {
+    src_slot->queue->push(make_task(ref, [src] { return is_ready(src->value); },
+                                    [src, src_slot, host](Frame& f) {
+      if (Status c = f.cancelled(); !c.ok()) return host->set_value(c);
       const Result<DeviceTensor>& v = src->value.get();
       if (!v.ok()) return host->set_value(v.status());
       host->set_value(read_to_host(*src_slot, *v));
-    });
-    dst_slot->queue->push([this, dst_slot, host_future, promise, session_counter] {
+    }));
+    dst_slot->queue->push(make_task(ref, [host_future] {
+      return host_future.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    }, [this, dst_slot, host_future, promise, session_counter](Frame& f) {
+      if (Status c = f.cancelled(); !c.ok()) return promise->set_value(c);
       const Result<HostTensor>& h = host_future.get();
       if (!h.ok()) return promise->set_value(h.status());
       EngineAllocator alloc(dst_slot, session_counter);
@@ -422,7 +694,7 @@ struct Engine::Impl {
       if (!s.ok()) return promise->set_value(s);
       m.copies_staged++;
       promise->set_value(DeviceTensor{h->dtype(), h->shape(), *buf});
-    });
+    }));
     return out;
   }
 
@@ -516,7 +788,61 @@ EngineOptions EngineOptions::from_env() {
   EngineOptions o;
   if (const char* d = std::getenv("TENSORD_DEVICES")) o.device_filter = d;
   if (const char* d = std::getenv("TENSORD_DEVICE")) o.default_device = d;
+  if (const char* t = std::getenv("TENSORD_TIME_SLICE_MS")) {
+    const double ms = std::atof(t);
+    if (ms > 0) o.time_slice = std::chrono::microseconds(static_cast<int64_t>(ms * 1000));
+  }
   return o;
+}
+
+void CancelToken::cancel(Status why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (cancelled_.load(std::memory_order_relaxed)) return;
+  why_ = why.ok() ? Status(StatusCode::kCancelled, "cancelled") : std::move(why);
+  cancelled_.store(true, std::memory_order_release);
+}
+
+void CancelToken::set_deadline(Clock::time_point deadline) {
+  deadline_ns_.store(deadline == Clock::time_point::max()
+                         ? INT64_MAX
+                         : std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               deadline.time_since_epoch()).count(),
+                     std::memory_order_relaxed);
+}
+
+Status CancelToken::cancelled_status() const {
+  if (!cancelled()) return OkStatus();
+  std::lock_guard<std::mutex> lock(mu_);
+  return why_;
+}
+
+void CancelToken::disarm() {
+  std::lock_guard<std::mutex> lock(poll_mu_);
+  armed_.store(false, std::memory_order_release);
+}
+
+Status CancelToken::work_status() {
+  if (cancelled()) return cancelled_status();
+  if (!armed_.load(std::memory_order_acquire)) return OkStatus();
+  Status s = check();  // the deadline
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          Clock::now().time_since_epoch()).count();
+  if (s.ok() && poll && now >= next_poll_ns_.load(std::memory_order_relaxed)) {
+    next_poll_ns_.store(now + 10'000'000, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(poll_mu_);
+    if (armed_.load(std::memory_order_acquire)) s = poll();
+  }
+  if (!s.ok()) cancel(s);
+  return cancelled_status();
+}
+
+Status CancelToken::check() const {
+  if (cancelled()) return cancelled_status();
+  const int64_t d = deadline_ns_.load(std::memory_order_relaxed);
+  if (d != INT64_MAX &&
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count() >= d)
+    return Status(StatusCode::kDeadlineExceeded, "deadline exceeded: the call's deadline passed");
+  return OkStatus();
 }
 
 bool device_matches_filter(const std::string& name, const std::string& kind,
@@ -559,7 +885,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
       }
       auto slot = std::make_unique<DeviceSlot>();
       slot->device = std::move(device);
-      slot->queue = std::make_unique<WorkQueue>();
+      slot->queue = std::make_unique<WorkQueue>(
+          std::max(options.time_slice, std::chrono::microseconds(100)), &impl->queue_stats);
       impl->slots.push_back(std::move(slot));
     }
   }
@@ -657,6 +984,9 @@ Status Engine::close_session(SessionId session) {
       last_of_tenant = t;
     }
   }
+  // Its queued work is dropped when its turn comes (at once: cancelled work is always
+  // eligible), its running work stops at the next step boundary.
+  dead.token->cancel(Status(StatusCode::kCancelled, "cancelled: the session was closed"));
   // The tenant's last session: its compiled graphs go too (they are charged to it, and
   // nothing may stay on the broker on behalf of a tenant that has gone).
   if (last_of_tenant) impl_->purge_tenant(last_of_tenant);
@@ -675,9 +1005,9 @@ Result<TensorHandle> Engine::upload(SessionId session, const TensorView& src,
   TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(src.dtype, src.shape));
   if (bytes > 0 && !src.data) return errors::InvalidArgument("upload: no data for {} bytes", bytes);
   TD_ASSIGN_OR_RETURN(size_t d, impl_->find_device(device));
-  TD_ASSIGN_OR_RETURN(auto counter, impl_->counter(session));
+  TD_ASSIGN_OR_RETURN(SessionRef ref, impl_->ref(session));
   DeviceSlot* slot = impl_->slots[d].get();
-  EngineAllocator alloc(slot, counter);
+  EngineAllocator alloc(slot, ref.counter);
   TD_ASSIGN_OR_RETURN(auto buf, alloc.allocate(static_cast<size_t>(bytes)));
   auto entry = std::make_shared<TensorEntry>();
   entry->type = {src.dtype, src.shape};
@@ -691,11 +1021,12 @@ Result<TensorHandle> Engine::upload(SessionId session, const TensorView& src,
     if (!host.ok()) return host.status();
     auto promise = std::make_shared<std::promise<Result<DeviceTensor>>>();
     entry->value = promise->get_future().share();
-    slot->queue->push([slot, buf, h = std::move(host).value(), promise] {
+    slot->queue->push(make_task(ref, nullptr, [slot, buf, h = std::move(host).value(), promise](Frame& f) {
+      if (Status c = f.cancelled(); !c.ok()) return promise->set_value(c);
       Status s = slot->device->write(*buf, 0, h.data(), h.nbytes());
       if (!s.ok()) return promise->set_value(s);
       promise->set_value(DeviceTensor{h.dtype(), h.shape(), buf});
-    });
+    }));
   }
   impl_->m.uploads++;
   return impl_->add(session, std::move(entry));
@@ -726,8 +1057,11 @@ Result<TensorHandle> Engine::upload_external(SessionId session, const TensorView
   return impl_->add(session, std::move(entry));
 }
 
-Result<TensorType> Engine::read_into(SessionId session, TensorHandle h, void* dst, size_t room) {
-  TD_ASSIGN_OR_RETURN(auto entry, impl_->find_tensor(session, h));
+Result<TensorType> Engine::read_into(SessionId session, TensorHandle h, void* dst, size_t room,
+                                     CancelToken* call) {
+  TD_ASSIGN_OR_RETURN(auto found, impl_->find_for_wait(session, h));
+  auto& [entry, token] = found;
+  TD_RETURN_IF_ERROR(wait_ready(entry->value, token.get(), call));
   const Result<DeviceTensor>& v = entry->value.get();
   if (!v.ok()) return v.status();
   TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(v->dtype, v->shape));
@@ -739,36 +1073,66 @@ Result<TensorType> Engine::read_into(SessionId session, TensorHandle h, void* ds
     std::memcpy(dst, p, static_cast<size_t>(bytes));
     return v->type();
   }
-  std::promise<Status> p;
-  auto f = p.get_future();
-  slot->queue->push(
-      [&] { p.set_value(slot->device->read(*v->buffer, 0, dst, static_cast<size_t>(bytes))); });
+  // The queued read writes to `dst` unless this wait gave up first (then it must not).
+  struct Target {
+    std::mutex mu;
+    void* dst;
+    bool abandoned = false;
+  };
+  auto target = std::make_shared<Target>();
+  target->dst = dst;
+  auto p = std::make_shared<std::promise<Status>>();
+  auto f = p->get_future().share();
+  TD_ASSIGN_OR_RETURN(SessionRef ref, impl_->ref(session));
+  DeviceTensor value = *v;
+  slot->queue->push(make_task(ref, nullptr, [slot, value, bytes, target, p](Frame& fr) {
+    if (Status c = fr.cancelled(); !c.ok()) return p->set_value(c);
+    std::lock_guard<std::mutex> lock(target->mu);
+    if (target->abandoned) return p->set_value(OkStatus());
+    p->set_value(slot->device->read(*value.buffer, 0, target->dst, static_cast<size_t>(bytes)));
+  }));
+  if (Status w = wait_ready(f, token.get(), call); !w.ok()) {
+    std::lock_guard<std::mutex> lock(target->mu);
+    target->abandoned = true;
+    return w;
+  }
   TD_RETURN_IF_ERROR(f.get());
   return v->type();
 }
 
-Result<HostTensor> Engine::read(SessionId session, TensorHandle h) {
-  TD_ASSIGN_OR_RETURN(auto entry, impl_->find_tensor(session, h));
+Result<HostTensor> Engine::read(SessionId session, TensorHandle h, CancelToken* call) {
+  TD_ASSIGN_OR_RETURN(auto found, impl_->find_for_wait(session, h));
+  auto& [entry, token] = found;
+  TD_RETURN_IF_ERROR(wait_ready(entry->value, token.get(), call));
   const Result<DeviceTensor>& v = entry->value.get();
   if (!v.ok()) return v.status();
   DeviceSlot* slot = impl_->slots[entry->device].get();
   impl_->m.reads++;
   if (slot->device->host_pointer(*v->buffer)) return read_to_host(*slot, *v);
-  std::promise<Result<HostTensor>> p;
-  auto f = p.get_future();
-  slot->queue->push([&] { p.set_value(read_to_host(*slot, *v)); });
+  auto p = std::make_shared<std::promise<Result<HostTensor>>>();
+  auto f = p->get_future().share();
+  TD_ASSIGN_OR_RETURN(SessionRef ref, impl_->ref(session));
+  DeviceTensor value = *v;
+  slot->queue->push(make_task(ref, nullptr, [slot, value, p](Frame& fr) {
+    if (Status c = fr.cancelled(); !c.ok()) return p->set_value(c);
+    p->set_value(read_to_host(*slot, value));
+  }));
+  TD_RETURN_IF_ERROR(wait_ready(f, token.get(), call));
   return f.get();
 }
 
-Status Engine::wait(SessionId session, TensorHandle h) {
-  TD_ASSIGN_OR_RETURN(auto entry, impl_->find_tensor(session, h));
-  return entry->value.get().status();
+Status Engine::wait(SessionId session, TensorHandle h, CancelToken* call) {
+  TD_ASSIGN_OR_RETURN(auto found, impl_->find_for_wait(session, h));
+  TD_RETURN_IF_ERROR(wait_ready(found.first->value, found.second.get(), call));
+  return found.first->value.get().status();
 }
 
-Result<TensorInfo> Engine::info(SessionId session, TensorHandle h) {
-  TD_ASSIGN_OR_RETURN(auto entry, impl_->find_tensor(session, h));
+Result<TensorInfo> Engine::info(SessionId session, TensorHandle h, CancelToken* call) {
+  TD_ASSIGN_OR_RETURN(auto found, impl_->find_for_wait(session, h));
+  const auto& entry = found.first;
   TensorInfo info{entry->type, impl_->slots[entry->device]->name()};
   if (!info.type.defined()) {  // its node failed at compile time: report why
+    TD_RETURN_IF_ERROR(wait_ready(entry->value, found.second.get(), call));
     const auto& v = entry->value.get();
     if (!v.ok()) return v.status();
     info.type = v->type();
@@ -781,15 +1145,15 @@ struct Engine::Launch {
   size_t target = 0;
   std::vector<std::shared_ptr<TensorEntry>> in;
   std::vector<TensorType> types;
-  std::shared_ptr<SessionCounter> counter;
+  SessionRef ref;
   Status input_error;  // an input whose value failed (data-dependent shape): poisons every output
 };
 
 Result<Engine::Launch> Engine::prepare(SessionId session, const std::vector<TensorHandle>& inputs,
                                        const std::string& device, bool device_fixed,
-                                       size_t fixed_device) {
+                                       size_t fixed_device, CancelToken* call) {
   Launch l;
-  TD_ASSIGN_OR_RETURN(l.counter, impl_->counter(session));
+  TD_ASSIGN_OR_RETURN(l.ref, impl_->ref(session));
   for (TensorHandle h : inputs) {
     TD_ASSIGN_OR_RETURN(auto e, impl_->find_tensor(session, h));
     l.in.push_back(std::move(e));
@@ -807,7 +1171,7 @@ Result<Engine::Launch> Engine::prepare(SessionId session, const std::vector<Tens
     auto moved = std::make_shared<TensorEntry>();
     moved->type = e->type;
     moved->device = l.target;
-    moved->value = impl_->transfer(e, l.target, l.counter);
+    moved->value = impl_->transfer(e, l.target, l.ref);
     impl_->m.implicit_moves++;
     e = std::move(moved);
   }
@@ -817,6 +1181,7 @@ Result<Engine::Launch> Engine::prepare(SessionId session, const std::vector<Tens
       continue;
     }
     // A data-dependent shape: the executable is specialised on it, so wait for the value.
+    TD_RETURN_IF_ERROR(wait_ready(e->value, l.ref.token.get(), call));
     const auto& v = e->value.get();
     if (!v.ok()) {
       l.input_error = v.status();
@@ -830,7 +1195,8 @@ Result<Engine::Launch> Engine::prepare(SessionId session, const std::vector<Tens
 Result<std::vector<TensorHandle>> Engine::submit(SessionId session, Launch launch,
                                                  size_t num_outputs,
                                                  const std::shared_ptr<Executable>& exe,
-                                                 bool here_if_idle) {
+                                                 bool here_if_idle,
+                                                 std::shared_ptr<CancelToken> call) {
   impl_->m.executes++;
   if (!launch.input_error.ok()) {
     // An input that failed: every output carries its error (nothing can be compiled).
@@ -859,18 +1225,34 @@ Result<std::vector<TensorHandle>> Engine::submit(SessionId session, Launch launc
   }
   DeviceSlot* slot = impl_->slots[launch.target].get();
   Impl* impl = impl_.get();
-  std::function<void()> task = [impl, slot, exe, in = std::move(launch.in), promises,
-                                counter = std::move(launch.counter)] {
+  Task task;
+  task.session = session;
+  task.tokens.session = launch.ref.token;
+  task.tokens.call = std::move(call);
+  task.ready = [in = launch.in] {
+    for (const auto& e : in)
+      if (!is_ready(e->value)) return false;
+    return true;
+  };
+  task.fn = [impl, slot, exe, in = std::move(launch.in), promises,
+             counter = std::move(launch.ref.counter)](Frame& f) {
     std::vector<Result<DeviceTensor>> outs;
-    try {
-      std::vector<Result<DeviceTensor>> values;
-      values.reserve(in.size());
-      for (const auto& e : in) values.push_back(e->value.get());
-      EngineAllocator alloc(slot, counter);
-      outs = exe->run(values, alloc);
-    } catch (const std::exception& e) {  // e.g. bad_alloc: an error on every output, no abort
-      outs.assign(promises.size(),
-                  errors::Internal("{}: execution failed: {}", slot->name(), e.what()));
+    if (Status c = f.cancelled(); !c.ok()) {
+      outs.assign(promises.size(), c);  // dropped before it ran
+    } else {
+      try {
+        std::vector<Result<DeviceTensor>> values;
+        values.reserve(in.size());
+        for (const auto& e : in) values.push_back(e->value.get());
+        EngineAllocator alloc(slot, counter);
+        outs = exe->run(values, alloc);
+      } catch (const std::exception& e) {  // e.g. bad_alloc: an error on every output, no abort
+        outs.assign(promises.size(),
+                    errors::Internal("{}: execution failed: {}", slot->name(), e.what()));
+      }
+      if (f.preempted) return false;  // run again later from the start: nothing was set
+      // Stopped part way: every output says why, not the step it stopped at.
+      if (Status c = f.cancelled(); !c.ok()) outs.assign(promises.size(), c);
     }
     for (size_t i = 0; i < promises.size(); ++i) {
       if (i < outs.size()) {
@@ -881,6 +1263,7 @@ Result<std::vector<TensorHandle>> Engine::submit(SessionId session, Launch launc
                                                 outs.size(), promises.size()));
       }
     }
+    return true;
   };
   // Only small results are worth running here: the caller waits for them; a graph with large
   // (or data-dependent) outputs may run long and execute() must stay asynchronous for it.
@@ -901,17 +1284,19 @@ Result<std::vector<TensorHandle>> Engine::execute(SessionId session, const Graph
                                                   const std::vector<TensorHandle>& inputs,
                                                   const std::string& device,
                                                   const CompileOptions& options,
-                                                  bool run_here_if_idle) {
+                                                  bool run_here_if_idle,
+                                                  std::shared_ptr<CancelToken> call) {
   if (inputs.size() != graph.inputs.size())
     return errors::InvalidArgument("execute: graph '{}' takes {} inputs, got {}", graph.name,
                                    graph.inputs.size(), inputs.size());
-  TD_ASSIGN_OR_RETURN(Launch launch, prepare(session, inputs, device, false, 0));
+  TD_ASSIGN_OR_RETURN(Launch launch, prepare(session, inputs, device, false, 0, call.get()));
   std::shared_ptr<Executable> exe;
   if (launch.input_error.ok()) {
     TD_ASSIGN_OR_RETURN(exe, impl_->get_executable(launch.target, graph, launch.types, options,
-                                                   launch.counter));
+                                                   launch.ref.counter));
   }
-  return submit(session, std::move(launch), graph.outputs.size(), exe, run_here_if_idle);
+  return submit(session, std::move(launch), graph.outputs.size(), exe, run_here_if_idle,
+                std::move(call));
 }
 
 Result<ModelHandle> Engine::load(SessionId session, const Graph& graph, const std::string& device,
@@ -940,7 +1325,8 @@ Result<ModelHandle> Engine::load(SessionId session, const Graph& graph, const st
 
 Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle model,
                                               const std::vector<TensorHandle>& inputs,
-                                              bool run_here_if_idle) {
+                                              bool run_here_if_idle,
+                                              std::shared_ptr<CancelToken> call) {
   std::shared_ptr<LoadedModel> m;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -955,7 +1341,7 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
   if (inputs.size() != graph.inputs.size())
     return errors::InvalidArgument("run: model '{}' takes {} inputs, got {}", graph.name,
                                    graph.inputs.size(), inputs.size());
-  TD_ASSIGN_OR_RETURN(Launch launch, prepare(session, inputs, "", true, m->device));
+  TD_ASSIGN_OR_RETURN(Launch launch, prepare(session, inputs, "", true, m->device, call.get()));
   std::shared_ptr<Executable> exe;
   if (launch.input_error.ok()) {
     std::string key;
@@ -987,7 +1373,8 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
       m->executables.emplace(key, exe);
     }
   }
-  return submit(session, std::move(launch), graph.outputs.size(), exe, run_here_if_idle);
+  return submit(session, std::move(launch), graph.outputs.size(), exe, run_here_if_idle,
+                std::move(call));
 }
 
 Status Engine::unload(SessionId session, ModelHandle model) {
@@ -1010,11 +1397,11 @@ Result<TensorHandle> Engine::copy(SessionId session, TensorHandle h, const std::
     impl_->m.copies_same++;
     return impl_->add(session, src);
   }
-  TD_ASSIGN_OR_RETURN(auto counter, impl_->counter(session));
+  TD_ASSIGN_OR_RETURN(SessionRef ref, impl_->ref(session));
   auto entry = std::make_shared<TensorEntry>();
   entry->type = src->type;
   entry->device = dst;
-  entry->value = impl_->transfer(src, dst, counter);
+  entry->value = impl_->transfer(src, dst, ref);
   return impl_->add(session, std::move(entry));
 }
 
@@ -1044,6 +1431,11 @@ EngineMetrics Engine::metrics() const {
   out.copies_staged = m.copies_staged;
   out.implicit_moves = m.implicit_moves;
   out.node_errors = m.node_errors;
+  const auto& q = impl_->queue_stats;
+  out.tasks_cancelled = q.cancelled;
+  out.tasks_nested = q.nested;
+  out.tasks_preempted = q.preempted;
+  out.busy_us = q.busy_us;
   return out;
 }
 

@@ -2,12 +2,29 @@
 // executables; places work, moves bytes between devices, and runs graphs asynchronously.
 //
 // Threading: every public method is thread-safe. Each device has one queue thread that runs
-// that device's uploads, reads, copies and executables in submission order; the caller gets
-// handles at once and blocks only in read()/wait() (or info() on a data-dependent shape).
+// that device's uploads, reads, copies and executables: in submission order within a session,
+// round-robin between sessions (sessions share no tensors, so their work is independent); the
+// caller gets handles at once and blocks only in read()/wait() (or info() on a data-dependent
+// shape).
+//
+// Fairness: a graph that has run longer than EngineOptions::time_slice while other sessions
+// have work queued on its device lets that work run inline on the same thread at its next
+// step boundary (or Loop/Scan iteration), then resumes. So another session's small op waits
+// at most about one time slice + one step of the running graph + its own run time. A task run
+// that way that itself exceeds the slice is stopped and redone later in its own turn (work is
+// pure: inputs immutable, outputs set only at the end). A single kernel is not preemptible:
+// one huge MatMul holds the device until it returns.
+//
+// Cancellation: closing a session cancels its queued work (dropped, its outputs CANCELLED)
+// and its running work (stopped at the next step boundary or loop iteration). A call can pass
+// a CancelToken: waits give up when it fires, and work it submitted is stopped.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +42,49 @@ struct SessionOptions {
   int64_t tenant_memory_limit = 0;  // bytes for all of the tenant's sessions; 0 = unlimited
 };
 
+// Why work or a wait should stop: cancelled explicitly, or past a deadline (steady clock).
+// Thread-safe; cheap to check (an atomic load, and a clock read while a deadline is set).
+class CancelToken {
+ public:
+  using Clock = std::chrono::steady_clock;
+  CancelToken() = default;
+  explicit CancelToken(Clock::time_point deadline) { set_deadline(deadline); }
+  // Fires the token with `why` (CANCELLED, DEADLINE_EXCEEDED ...); the first reason stays.
+  void cancel(Status why);
+  // DEADLINE_EXCEEDED from `deadline` on (time_point::max(): none).
+  void set_deadline(Clock::time_point deadline);
+  void clear_deadline() { set_deadline(Clock::time_point::max()); }
+  // For waits: OK, why it was cancelled, or DEADLINE_EXCEEDED once the deadline passed.
+  Status check() const;
+  // For work: OK, or why it was cancelled (the deadline is not looked at).
+  Status cancelled_status() const;
+  bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
+  // Optional, for waits made with this token (called on the waiting thread, every few ms),
+  // and for work while the token is armed: an error stops the wait and fires the token, e.g.
+  // "the client went away". Set it before the token is shared; it must stay valid while
+  // waits use the token and until disarm() returns.
+  std::function<Status()> poll;
+
+  // Armed: work submitted with the token also stops at its deadline or a failing poll (the
+  // call that submitted it has not answered yet, so nobody else can want its results; e.g.
+  // the broker running a small graph on the calling thread). disarm() when the call answers:
+  // from then on only cancel() stops the work. disarm() waits for a poll in progress.
+  void arm() { armed_.store(true, std::memory_order_release); }
+  void disarm();
+  // For work: OK, or why it must stop (cancelled; armed: also deadline passed, poll failed
+  // — then the token fires). Polls at most every 10 ms.
+  Status work_status();
+
+ private:
+  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> armed_{false};
+  std::atomic<int64_t> deadline_ns_{INT64_MAX};
+  std::atomic<int64_t> next_poll_ns_{0};
+  mutable std::mutex mu_;
+  std::mutex poll_mu_;  // held while poll runs for work (disarm waits for it)
+  Status why_;
+};
+
 struct EngineOptions {
   // Device filter: comma list of globs over device names or kinds ("cpu:0,opencl:*", "cuda"),
   // or "none". Empty: all devices. (TENSORD_DEVICES; see from_env.)
@@ -37,6 +97,9 @@ struct EngineOptions {
   // estimated bytes (constants + a per-node cost).
   size_t executable_cache_size = 512;
   int64_t executable_cache_bytes = int64_t{1} << 30;
+  // Time slice: how long a graph runs before other sessions' queued work on its device runs
+  // inline at its next step boundary (TENSORD_TIME_SLICE_MS). See "Fairness" above.
+  std::chrono::microseconds time_slice{20000};
 
   // Options from TENSORD_DEVICES / TENSORD_DEVICE.
   static EngineOptions from_env();
@@ -53,6 +116,10 @@ struct EngineMetrics {
   int64_t copies_staged = 0;    // through host memory
   int64_t implicit_moves = 0;   // inputs moved to the executing device by execute()
   int64_t node_errors = 0;      // graph outputs that ended in an error
+  int64_t tasks_cancelled = 0;  // work dropped or stopped (session closed, call gave up)
+  int64_t tasks_nested = 0;     // work run inline inside another session's graph (time slice)
+  int64_t tasks_preempted = 0;  // inline work stopped for exceeding its slice, redone later
+  int64_t busy_us = 0;          // time the device queues spent running work (all devices)
 };
 
 class Engine {
@@ -80,12 +147,15 @@ class Engine {
   SessionId open_session(const SessionOptions& options);
   // Bytes held for a tenant (its sessions' tensors and models, its cached executables).
   int64_t tenant_bytes(const std::string& tenant) const;
-  // Frees every tensor of the session (work already queued still completes).
+  // Frees every tensor of the session and cancels its work: queued work is dropped and
+  // running work stops at its next step boundary, their outputs CANCELLED.
   Status close_session(SessionId session);
 
   // Copies host bytes to a new tensor on `device` ("" = default).
   Result<TensorHandle> upload(SessionId session, const TensorView& src, const std::string& device);
-  Result<HostTensor> read(SessionId session, TensorHandle h);
+  // Waits (read, read_into, wait, info) give up when `call` fires (its deadline passes, its
+  // poll fails) or the session is closed, with that status.
+  Result<HostTensor> read(SessionId session, TensorHandle h, CancelToken* call = nullptr);
   // Zero-copy upload: a tensor whose bytes ARE `src.data` (no copy), on a device whose memory
   // is host memory (kind "cpu"); other devices, and data not 64-byte aligned, get a copy as
   // with upload(). The bytes are counted against the session and the device like an
@@ -99,19 +169,24 @@ class Engine {
   // Blocks until the tensor is ready, then copies its bytes to `dst` when they fit in `room`
   // (nothing is written otherwise). Returns the value's type: its byte size tells the caller
   // whether it was written. Saves read()'s HostTensor when the bytes have a place to go.
-  Result<TensorType> read_into(SessionId session, TensorHandle h, void* dst, size_t room);
-  Status wait(SessionId session, TensorHandle h);
-  Result<TensorInfo> info(SessionId session, TensorHandle h);
+  Result<TensorType> read_into(SessionId session, TensorHandle h, void* dst, size_t room,
+                               CancelToken* call = nullptr);
+  Status wait(SessionId session, TensorHandle h, CancelToken* call = nullptr);
+  Result<TensorInfo> info(SessionId session, TensorHandle h, CancelToken* call = nullptr);
   // See Client::execute. With `run_here_if_idle`, when the device's queue is idle (nothing
   // queued or running) and the outputs are small (256 KiB in all, sizes known at compile time),
   // the graph runs on the calling thread before execute() returns — for a caller about to wait
   // for the outputs anyway (the broker answering small results inline), it saves two thread
   // hand-offs; otherwise it is queued as usual. Order is kept either way.
+  // `call` (optional): the work stops (its outputs fail with the token's status) once the
+  // token is cancelled, or while it is armed, at its deadline or a failing poll (see
+  // CancelToken::arm and the broker's Execute for why the deadline counts only then).
   Result<std::vector<TensorHandle>> execute(SessionId session, const Graph& graph,
                                             const std::vector<TensorHandle>& inputs,
                                             const std::string& device,
                                             const CompileOptions& options = {},
-                                            bool run_here_if_idle = false);
+                                            bool run_here_if_idle = false,
+                                            std::shared_ptr<CancelToken> call = nullptr);
   Result<TensorHandle> copy(SessionId session, TensorHandle h, const std::string& device);
   Status release(SessionId session, TensorHandle h);
 
@@ -120,7 +195,8 @@ class Engine {
                            const CompileOptions& options = {});
   Result<std::vector<TensorHandle>> run(SessionId session, ModelHandle model,
                                         const std::vector<TensorHandle>& inputs,
-                                        bool run_here_if_idle = false);
+                                        bool run_here_if_idle = false,
+                                        std::shared_ptr<CancelToken> call = nullptr);
   Status unload(SessionId session, ModelHandle model);
 
   EngineMetrics metrics() const;
@@ -132,10 +208,11 @@ class Engine {
  private:
   struct Launch;
   Result<Launch> prepare(SessionId session, const std::vector<TensorHandle>& inputs,
-                         const std::string& device, bool device_fixed, size_t fixed_device);
+                         const std::string& device, bool device_fixed, size_t fixed_device,
+                         CancelToken* call);
   Result<std::vector<TensorHandle>> submit(SessionId session, Launch launch, size_t num_outputs,
                                            const std::shared_ptr<Executable>& exe,
-                                           bool here_if_idle = false);
+                                           bool here_if_idle, std::shared_ptr<CancelToken> call);
   explicit Engine(std::unique_ptr<Impl> impl, EngineOptions options,
                   std::vector<std::string> filtered_out);
   std::unique_ptr<Impl> impl_;

@@ -22,6 +22,7 @@
 #include <unordered_map>
 
 #include "core/errors.h"
+#include "rpc/region_channel.h"
 #include "rpc/wire.h"
 #include "tensord.grpc.pb.h"
 #include "tensord/version.h"
@@ -242,6 +243,7 @@ struct RemoteClient::Impl {
   std::vector<std::unique_ptr<ShmRegion>> shm_idle;
   std::vector<std::unique_ptr<ShmRegion>> shm_lent;  // not to be written: tensors use them
   std::atomic<int64_t> shm_serial{0};
+  std::string region_socket;  // where the memfds go (HandshakeResponse.region_socket)
 
   std::mutex release_mu;
   std::vector<TensorHandle> pending_releases;  // sent with the next Execute/RunModel
@@ -431,8 +433,9 @@ struct RemoteClient::Impl {
     if (ftruncate(r->fd, size) != 0)
       return errors::ResourceExhausted("shared memory: cannot size a region to {} bytes: {}", size,
                                        std::strerror(errno));
-    // Sealed against shrinking: the broker can never fault on a page we took away.
-    if (fcntl(r->fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
+    // Sealed against shrinking (the broker refuses it otherwise): it can never fault on a
+    // page we took away. Against growing too: its size is all the broker maps.
+    if (fcntl(r->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0)
       return errors::Unavailable("shared memory: cannot seal the region: {}", std::strerror(errno));
     void* base =
         mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
@@ -441,10 +444,23 @@ struct RemoteClient::Impl {
                                        std::strerror(errno));
     r->base = static_cast<unsigned char*>(base);
     r->size = size;
+    // Registered by descriptor: a ticket of this session, the memfd sent with it on the
+    // region socket (SCM_RIGHTS), then RegisterRegion naming the ticket.
+    v1::RegionTicketResponse ticket;
+    {
+      grpc::ClientContext ctx;
+      prepare(ctx, options.call_timeout);
+      v1::RegionTicketRequest req;
+      TD_RETURN_IF_ERROR(
+          finish(ctx, stub->RegionTicket(&ctx, req, &ticket), "asking for a region ticket"));
+    }
+    TD_RETURN_IF_ERROR(
+        send_region_fd(region_socket, ticket.ticket(), r->fd,
+                       std::min<milliseconds>(options.call_timeout, milliseconds(10000))));
     grpc::ClientContext ctx;
     prepare(ctx, options.call_timeout);
     v1::RegisterRegionRequest req;
-    req.set_path("/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(r->fd));
+    req.set_ticket(ticket.ticket());
     req.set_bytes(size);
     v1::RegisterRegionResponse resp;
     TD_RETURN_IF_ERROR(finish(ctx, stub->RegisterRegion(&ctx, req, &resp), "registering a region"));
@@ -643,8 +659,10 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
           4 << 10, std::min(impl->chunk_bytes, impl->max_message / 2));
     }
     impl->default_device = resp.default_device();
-    const bool same_host = resp.shared_memory() && !resp.host_id().empty() &&
-                           resp.host_id() == host_boot_id() && local_address(address);
+    const bool same_host = resp.shared_memory() && !resp.region_socket().empty() &&
+                           !resp.host_id().empty() && resp.host_id() == host_boot_id() &&
+                           local_address(address);
+    impl->region_socket = resp.region_socket();
     if (impl->mode == "shm" && !same_host)
       return errors::FailedPrecondition(
           "transport 'shm' (TENSORD_TRANSPORT): the broker '{}' is not on this host (or offers "

@@ -11,7 +11,8 @@
 // Data path: small values travel inline (an execute() answer carries its small outputs);
 // large ones in 2 MiB stream chunks, or, when the broker runs on the same host (same boot id,
 // unix socket or loopback address), through shared memory: memfd regions sealed against
-// shrinking, which the broker maps (TENSORD_TRANSPORT=grpc|shm overrides the choice). Large
+// shrinking, handed to the broker as descriptors (SCM_RIGHTS on its region socket, with a
+// one-time ticket of the session), which it maps (TENSORD_TRANSPORT=grpc|shm overrides). Large
 // floating-point uploads lend their region to the broker, which computes on it in place; the
 // region is not written again until the broker reports it free (ReclaimRegions). Streamed
 // chunks are sent straight from the caller's memory (no copy on this side).

@@ -8,10 +8,12 @@
 #include <grpcpp/security/auth_metadata_processor.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/support/proto_buffer_reader.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -27,6 +29,7 @@
 #include <utility>
 
 #include "core/errors.h"
+#include "rpc/region_channel.h"
 #include "rpc/wire.h"
 #include "tensord.grpc.pb.h"
 #include "tensord/version.h"
@@ -38,33 +41,36 @@ using Clock = std::chrono::steady_clock;
 
 // A client's shared-memory region, mapped into the broker. Held by shared_ptr so that a
 // transfer in progress keeps it mapped through a concurrent UnregisterRegion or session end.
+//
+// Threat model. A region is registered only by the client handing the broker its own
+// descriptor (SCM_RIGHTS on the region socket, redeemed with a one-time ticket that belongs to
+// the session: rpc/region_channel.h), never by a path, so a session can map nothing but
+// memory it holds itself: not another session's region, not the broker's own descriptors, not
+// a file. The descriptor must be a memfd (tmpfs; not hugetlbfs, whose faults can fail) sealed
+// with F_SEAL_SHRINK, checked on the descriptor the broker holds: seals are never removed,
+// so the file can never become shorter than the mapping and no copy in or out can SIGBUS,
+// whatever the client does to its file meanwhile (ftruncate fails with EPERM).
+// What a client can still do with its own region: write it at any time, including while the
+// broker copies from it (it gets torn values in its own tensor) or computes on it in place
+// (a lent region: only float dtypes are computed in place, so no kernel reads an index, a size
+// or a shape from client-writable memory; the client spoils only its own results). A region
+// id means something only in the session that registered it (others get NOT_FOUND).
 struct Region {
-  int fd = -1;
   unsigned char* base = nullptr;
   int64_t size = 0;
-  bool sealed = false;  // F_SEAL_SHRINK: the file can never become shorter than the mapping
-  std::string path;
+  std::string name;  // the memfd's name (the client's choice), for messages to its session
   // Tensors computing on the region's bytes where they are (UploadRegionRequest.lend).
   std::atomic<int64_t> lent{0};
   ~Region() {
     if (base) munmap(base, static_cast<size_t>(size));
-    if (fd >= 0) close(fd);
   }
-  // The bytes [offset, offset + n) of the region, or why not. An unsealed file may have been
-  // truncated by its owner since it was mapped: touching pages past its end would raise SIGBUS,
-  // so its current size is checked first.
+  // The bytes [offset, offset + n) of the region, or why not. The file is sealed against
+  // shrinking: the whole mapping stays backed, so the bounds are all there is to check.
   Result<unsigned char*> span(int64_t offset, int64_t n, const char* what) const {
     if (offset < 0 || n < 0 || offset > size || n > size - offset)
       return errors::OutOfRange(
           "{}: bytes [{}, {}) are outside shared-memory region '{}' of {} bytes", what, offset,
-          offset + n, path, size);
-    if (!sealed) {
-      struct stat st {};
-      if (fstat(fd, &st) != 0 || st.st_size < offset + n)
-        return errors::FailedPrecondition(
-            "{}: shared-memory region '{}' is now {} bytes, too small for bytes [{}, {})", what,
-            path, static_cast<int64_t>(st.st_size), offset, offset + n);
-    }
+          offset + n, name, size);
     return base + offset;
   }
 };
@@ -387,7 +393,8 @@ class Service final
     auto dd = engine_->default_device();
     if (dd.ok()) resp->set_default_device(*dd);
     resp->set_host_id(host_id_);
-    resp->set_shared_memory(true);
+    resp->set_shared_memory(region_channel_ != nullptr);
+    if (region_channel_) resp->set_region_socket(region_channel_->name());
     resp->set_max_message_bytes(options_.max_message_bytes > 0 ? options_.max_message_bytes
                                                                : kMaxMessageBytes);
     return grpc::Status::OK;
@@ -594,7 +601,8 @@ class Service final
                     grpc::ServerWriter<v1::ReadChunk>* writer) override {
     Guard g(this, ctx);
     if (!g.ok()) return fail(ctx, g.status());
-    auto t = engine_->read(g.engine_session(), req->handle());
+    auto call = call_token(ctx);
+    auto t = engine_->read(g.engine_session(), req->handle(), call.get());
     if (!t.ok()) return fail(ctx, t.status());
     int64_t chunk = req->chunk_bytes() > 0 ? req->chunk_bytes() : options_.chunk_bytes;
     chunk = std::clamp<int64_t>(chunk, 64 << 10, 64 << 20);
@@ -621,14 +629,16 @@ class Service final
                     v1::WaitResponse* resp) override {
     Guard g(this, ctx);
     if (!g.ok()) return fail(ctx, g.status());
-    return fail(ctx, engine_->wait(g.engine_session(), req->handle()));
+    auto call = call_token(ctx);
+    return fail(ctx, engine_->wait(g.engine_session(), req->handle(), call.get()));
   }
 
   grpc::Status Info(grpc::ServerContext* ctx, const v1::HandleRequest* req,
                     v1::InfoResponse* resp) override {
     Guard g(this, ctx);
     if (!g.ok()) return fail(ctx, g.status());
-    auto info = engine_->info(g.engine_session(), req->handle());
+    auto call = call_token(ctx);
+    auto info = engine_->info(g.engine_session(), req->handle(), call.get());
     if (!info.ok()) return fail(ctx, info.status());
     to_proto(info->type, resp->mutable_type());
     resp->set_device(info->device);
@@ -644,13 +654,21 @@ class Service final
     for (uint64_t h : req->release())  // released by the client since its last call
       (void)engine_->release(g.engine_session(), h);
     std::vector<TensorHandle> inputs(req->inputs().begin(), req->inputs().end());
+    // Deadline semantics: the work outlives the call (the client consumes its outputs in
+    // later calls), so once the call has answered, its deadline no longer bounds the work
+    // (only closing the session does). Until it answers — waiting for inline values, or
+    // running the graph on this thread — the work stops at the call's deadline or when the
+    // client goes away: the client never learns the output handles then, so nobody can want
+    // the results; they are released (call_token, finish_submit).
+    auto call = call_token(ctx);
+    call->arm();  // until the answer: the work stops at the deadline too
+    Disarm disarm{call.get()};
     // Small results are waited for below: run here when the device is idle (no hand-off).
     auto out = engine_->execute(g.engine_session(), *graph, inputs, req->device(), {},
-                                req->inline_max_bytes() > 0);
+                                req->inline_max_bytes() > 0, call);
     if (!out.ok()) return fail(ctx, out.status());
-    resp->mutable_outputs()->Assign(out->begin(), out->end());
-    add_inline_values(g, *out, req->inline_max_bytes(), resp->mutable_values());
-    return grpc::Status::OK;
+    return finish_submit(ctx, g, *call, *out, req->inline_max_bytes(), resp->mutable_outputs(),
+                         resp->mutable_values());
   }
 
   // ---------------------------------------------------------------- loaded models
@@ -736,11 +754,13 @@ class Service final
     // Queued on the device's thread even when the answer waits for the outputs: a model's
     // kernels keep their thread (oneDNN and OpenMP state live per thread), and its run dwarfs
     // the hand-off.
-    auto out = engine_->run(g.engine_session(), req->model(), inputs);
+    auto call = call_token(ctx);  // as in Execute
+    call->arm();
+    Disarm disarm{call.get()};
+    auto out = engine_->run(g.engine_session(), req->model(), inputs, false, call);
     if (!out.ok()) return fail(ctx, out.status());
-    resp->mutable_outputs()->Assign(out->begin(), out->end());
-    add_inline_values(g, *out, req->inline_max_bytes(), resp->mutable_values());
-    return grpc::Status::OK;
+    return finish_submit(ctx, g, *call, *out, req->inline_max_bytes(), resp->mutable_outputs(),
+                         resp->mutable_values());
   }
 
   grpc::Status UnloadModel(grpc::ServerContext* ctx, const v1::ModelRequest* req,
@@ -779,11 +799,40 @@ class Service final
 
   // ---------------------------------------------------------------- shared memory
 
+  grpc::Status RegionTicket(grpc::ServerContext* ctx, const v1::RegionTicketRequest* req,
+                            v1::RegionTicketResponse* resp) override {
+    Guard g(this, ctx);
+    if (!g.ok()) return fail(ctx, g.status());
+    if (!region_channel_)
+      return fail(ctx, errors::Unimplemented("this broker offers no shared memory"));
+    auto ticket = region_channel_->issue(g.engine_session());
+    if (!ticket.ok()) return fail(ctx, ticket.status());
+    resp->set_ticket(*ticket);
+    resp->set_ttl_ms(std::chrono::milliseconds(RegionChannel::kTicketTtl).count());
+    return grpc::Status::OK;
+  }
+
   grpc::Status RegisterRegion(grpc::ServerContext* ctx, const v1::RegisterRegionRequest* req,
                               v1::RegisterRegionResponse* resp) override {
     Guard g(this, ctx);
     if (!g.ok()) return fail(ctx, g.status());
-    auto region = open_region(req->path(), req->bytes());
+    // Paths are refused without being looked at: nothing is opened, so the answer says
+    // nothing about what a path (a /proc/<pid>/fd/<n> of the broker or of another client)
+    // points to.
+    if (!req->path().empty())
+      return fail(ctx, errors::InvalidArgument(
+                           "RegisterRegion: regions are not registered by path; pass the memfd "
+                           "on the broker's region socket with a ticket (RegionTicket) and name "
+                           "the ticket"));
+    if (!region_channel_)
+      return fail(ctx, errors::Unimplemented("this broker offers no shared memory"));
+    if (req->bytes() <= 0 || req->bytes() > (int64_t{1} << 40))
+      return fail(ctx, errors::InvalidArgument(
+                           "RegisterRegion: region size {} is not in (0, 1 TiB]", req->bytes()));
+    auto fd = region_channel_->redeem(g.engine_session(), req->ticket());
+    if (!fd.ok()) return fail(ctx, fd.status());
+    auto region = open_region(*fd, req->bytes());
+    close(*fd);  // mapped (or refused): the mapping does not need the descriptor
     if (!region.ok()) return fail(ctx, region.status());
     std::lock_guard<std::mutex> lock(mu_);
     SessionState* s = g.state_locked();
@@ -826,7 +875,7 @@ class Service final
     if (!ptr.ok()) return fail(ctx, ptr.status());
     const auto& h = req->header();
     const DType dtype = static_cast<DType>(h.dtype());
-    if (req->lend() && (*region)->sealed && may_compute_in_place(dtype)) {
+    if (req->lend() && may_compute_in_place(dtype)) {
       // Lent: the tensor is the region's bytes (a cpu device computes on them where they
       // are); the region counts as in use until the last tensor over it goes.
       struct Pin {
@@ -868,7 +917,7 @@ class Service final
       return fail(ctx, errors::OutOfRange(
                            "read: offset {} (max_bytes {}) is outside shared-memory region '{}' "
                            "of {} bytes",
-                           req->offset(), req->max_bytes(), (*region)->path, (*region)->size));
+                           req->offset(), req->max_bytes(), (*region)->name, (*region)->size));
     const int64_t room = req->max_bytes() > 0
                              ? std::min(req->max_bytes(), (*region)->size - req->offset())
                              : (*region)->size - req->offset();
@@ -1005,6 +1054,7 @@ class Service final
       std::lock_guard<std::mutex> lock(service_->mu_);
       if (SessionState* s = state_locked()) s->pending_bytes -= bytes;
     }
+    const std::string& id() const { return id_; }
     // The session's state; the caller holds service->mu_. Null once the session has ended.
     SessionState* state_locked() const {
       auto it = service_->sessions_.find(id_);
@@ -1311,13 +1361,55 @@ class Service final
 
   // Values of small outputs, for the answer (see ExecuteRequest.inline_max_bytes): outputs
   // whose size is known before they run and fits the budget are waited for and sent along.
+  // Disarms a call's token when the handler returns (its poll reads the call's context).
+  struct Disarm {
+    CancelToken* token;
+    ~Disarm() { token->disarm(); }
+  };
+
+  // A call's token (Engine waits give up when it fires; work submitted with it stops): the
+  // client's gRPC deadline, if any, and a poll of "the client cancelled or went away".
+  static std::shared_ptr<CancelToken> call_token(grpc::ServerContext* ctx) {
+    auto token = std::make_shared<CancelToken>();
+    const auto deadline = ctx->deadline();
+    const auto now = std::chrono::system_clock::now();
+    if (deadline < now + std::chrono::hours(24 * 365))
+      token->set_deadline(Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::max(deadline - now, decltype(deadline - now){0})));
+    // Only waits made in this call poll it (on this thread), never the work.
+    token->poll = [ctx] {
+      return ctx->IsCancelled() ? Status(StatusCode::kCancelled,
+                                         "cancelled: the client cancelled the call or went away")
+                                : OkStatus();
+    };
+    return token;
+  }
+
+  // The answer of Execute / RunModel: the output handles and the small values inline. When
+  // the call gave up while waiting for them (its token fired: deadline, client gone), its work
+  // is cancelled and the outputs released, since the client will never see their handles.
+  grpc::Status finish_submit(grpc::ServerContext* ctx, const Guard& g, CancelToken& call,
+                             const std::vector<TensorHandle>& out, int64_t inline_max_bytes,
+                             google::protobuf::RepeatedField<uint64_t>* outputs,
+                             google::protobuf::RepeatedPtrField<v1::InlineValue>* values) {
+    outputs->Assign(out.begin(), out.end());
+    add_inline_values(g, out, inline_max_bytes, values, &call);
+    if (Status s = call.cancelled_status(); !s.ok()) {
+      for (TensorHandle h : out) (void)engine_->release(g.engine_session(), h);
+      return fail(ctx, s);
+    }
+    return grpc::Status::OK;
+  }
+
   void add_inline_values(const Guard& g, const std::vector<TensorHandle>& outputs,
                          int64_t max_bytes,
-                         google::protobuf::RepeatedPtrField<v1::InlineValue>* dst) {
+                         google::protobuf::RepeatedPtrField<v1::InlineValue>* dst,
+                         CancelToken* call = nullptr) {
     if (max_bytes <= 0) return;
     int64_t budget = std::min<int64_t>(max_bytes, kMaxInlineBytes);
     for (size_t i = 0; i < outputs.size(); ++i) {
-      auto info = engine_->info(g.engine_session(), outputs[i]);
+      if (call && call->cancelled()) return;  // the call gave up: see finish_submit
+      auto info = engine_->info(g.engine_session(), outputs[i], call);
       v1::InlineValue v;
       v.set_index(static_cast<int32_t>(i));
       if (!info.ok()) {
@@ -1331,7 +1423,8 @@ class Service final
       // Read straight into the answer's bytes (no HostTensor in between).
       std::string* data = v.mutable_value()->mutable_data();
       data->resize(static_cast<size_t>(*size));
-      auto t = engine_->read_into(g.engine_session(), outputs[i], data->data(), data->size());
+      auto t = engine_->read_into(g.engine_session(), outputs[i], data->data(), data->size(),
+                                  call);
       v.set_device(info->device);
       if (!t.ok()) {
         v.clear_value();
@@ -1369,61 +1462,49 @@ class Service final
         "shared-memory region {} is not registered in this session (RegisterRegion first)", id);
   }
 
-  // Maps a client's region: "/tensord-*" (POSIX shm) or "/proc/<pid>/fd/<n>" naming a memfd
-  // called "tensord-*". Anything else is refused: a client must not make the broker open, and
-  // then write into, other files it can reach.
-  Result<std::shared_ptr<Region>> open_region(const std::string& path, int64_t bytes) {
-    if (bytes <= 0 || bytes > (int64_t{1} << 40))
-      return errors::InvalidArgument("RegisterRegion: region size {} is not in (0, 1 TiB]", bytes);
+  // Maps a client's region from the descriptor it passed (see Region): a memfd on tmpfs,
+  // sealed against shrinking, at least `bytes` long. The caller keeps the descriptor.
+  Result<std::shared_ptr<Region>> open_region(int fd, int64_t bytes) {
     auto r = std::make_shared<Region>();
-    r->path = path;
-    if (path.rfind("/proc/", 0) == 0) {
-      int pid = 0, fdn = 0;
-      char tail = 0;
-      if (std::sscanf(path.c_str(), "/proc/%d/fd/%d%c", &pid, &fdn, &tail) != 2 || pid <= 0 ||
-          fdn < 0)
-        return errors::InvalidArgument("RegisterRegion: '{}' is not of the form /proc/<pid>/fd/<n>",
-                                       path);
-      char link[256] = {};
-      const ssize_t n = readlink(path.c_str(), link, sizeof link - 1);
-      if (n < 0)
-        return errors::NotFound(
-            "RegisterRegion: cannot open '{}': {} (another user's process, "
-            "or the descriptor is closed)",
-            path, std::strerror(errno));
-      if (std::string(link, static_cast<size_t>(n)).rfind("/memfd:tensord-", 0) != 0)
-        return errors::PermissionDenied(
-            "RegisterRegion: '{}' is not a memfd named tensord-* (it is '{}')", path,
-            std::string(link, static_cast<size_t>(n)));
-      r->fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-      if (r->fd < 0)
-        return errors::NotFound("RegisterRegion: cannot open '{}': {}", path, std::strerror(errno));
-      const int seals = fcntl(r->fd, F_GET_SEALS);
-      r->sealed = seals >= 0 && (seals & F_SEAL_SHRINK);
-    } else if (path.rfind("/tensord-", 0) == 0 && path.find('/', 1) == std::string::npos &&
-               path.size() < 256) {
-      r->fd = shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
-      if (r->fd < 0)
-        return errors::NotFound("RegisterRegion: cannot open shared memory '{}': {}", path,
-                                std::strerror(errno));
-    } else {
-      return errors::InvalidArgument(
-          "RegisterRegion: '{}' is neither a POSIX shared-memory name '/tensord-*' nor "
-          "'/proc/<pid>/fd/<n>'",
-          path);
+    {
+      char link[320] = {};
+      const std::string self = "/proc/self/fd/" + std::to_string(fd);
+      const ssize_t n = readlink(self.c_str(), link, sizeof link - 1);
+      std::string name = n > 0 ? std::string(link, static_cast<size_t>(n)) : "";
+      if (name.rfind("/memfd:", 0) == 0) name = name.substr(7);
+      if (const size_t d = name.rfind(" (deleted)"); d != std::string::npos) name.resize(d);
+      r->name = name.empty() ? "memfd" : name;
     }
+    // Seals first, then the size: once F_SEAL_SHRINK is seen, the size read after it can
+    // only grow, so the whole mapping stays backed.
+    struct statfs fs {};
+    const int seals =
+        fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC ? fcntl(fd, F_GET_SEALS) : -1;
     struct stat st {};
-    if (fstat(r->fd, &st) != 0 || !S_ISREG(st.st_mode))
-      return errors::InvalidArgument("RegisterRegion: '{}' is not a shared-memory file", path);
+    if (seals < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+      return errors::FailedPrecondition(
+          "RegisterRegion: the descriptor is not a memfd (create the region with "
+          "memfd_create(MFD_ALLOW_SEALING), without MFD_HUGETLB)");
+    if (!(seals & F_SEAL_SHRINK))
+      return errors::FailedPrecondition(
+          "RegisterRegion: region '{}' is not sealed against shrinking: seal it with "
+          "F_SEAL_SHRINK (fcntl F_ADD_SEALS; memfd_create with MFD_ALLOW_SEALING), so that it "
+          "can never become shorter than the broker's mapping",
+          r->name);
+    if (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE))
+      return errors::FailedPrecondition(
+          "RegisterRegion: region '{}' is sealed against writing (F_SEAL_WRITE or "
+          "F_SEAL_FUTURE_WRITE): the broker writes read results into it",
+          r->name);
     if (st.st_size < bytes)
       return errors::InvalidArgument(
-          "RegisterRegion: region '{}' is {} bytes, smaller than the {} bytes declared", path,
+          "RegisterRegion: region '{}' is {} bytes, smaller than the {} bytes declared", r->name,
           static_cast<int64_t>(st.st_size), bytes);
     void* base =
-        mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+        mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED)
-      return errors::ResourceExhausted("RegisterRegion: cannot map {} bytes of '{}': {}", bytes,
-                                       path, std::strerror(errno));
+      return errors::ResourceExhausted("RegisterRegion: cannot map {} bytes of region '{}': {}",
+                                       bytes, r->name, std::strerror(errno));
     r->base = static_cast<unsigned char*>(base);
     r->size = bytes;
     return r;
@@ -1464,6 +1545,11 @@ class Service final
   bool auth_in_filter_ = false;
   std::thread reaper_;
   const std::string host_id_ = host_boot_id();
+  // The region socket (shared memory); null when it could not be opened: no shared memory.
+  const std::unique_ptr<RegionChannel> region_channel_ = [] {
+    auto c = RegionChannel::open();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }();
 
   std::recursive_mutex attach_mu_;
   std::set<AttachReactor*> attached_;

@@ -1,6 +1,8 @@
 // A client process for the broker tests to kill: connects to the broker named by argv[1],
 // uploads a tensor it keeps, starts a 64 MiB streamed upload on its session and stops halfway,
 // prints "ready <session>" and waits to be killed.
+// With a second argument "loop": starts an endless Loop (tests/rpc/sched_graphs.h) through
+// the client API instead, prints "ready <session>" and waits in that call to be killed.
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -8,19 +10,31 @@
 #include <string>
 
 #include "rpc/remote_client.h"
+#include "sched_graphs.h"
 #include "rpc/wire.h"
 #include "tensord.grpc.pb.h"
 
 int main(int argc, char** argv) {
   using namespace tensord;
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s ADDRESS\n", argv[0]);
+  if (argc != 2 && !(argc == 3 && std::string(argv[2]) == "loop")) {
+    std::fprintf(stderr, "usage: %s ADDRESS [loop]\n", argv[0]);
     return 2;
   }
   auto c = rpc::RemoteClient::connect(argv[1]);
   if (!c.ok()) {
     std::fprintf(stderr, "connect: %s\n", c.status().to_string().c_str());
     return 1;
+  }
+  if (argc == 3) {
+    auto m = (*c)->upload(HostTensor::scalar<int64_t>(INT64_MAX).view(), "");
+    auto cond = (*c)->upload(HostTensor::scalar<bool>(true).view(), "");
+    auto x = (*c)->upload(HostTensor::from_vector<float>({0.0f}, {1}).view(), "");
+    if (!m.ok() || !cond.ok() || !x.ok()) return 1;
+    std::printf("ready %s\n", (*c)->session().c_str());
+    std::fflush(stdout);
+    auto y = (*c)->execute(testing::long_loop_graph(), {*m, *cond, *x}, "");
+    if (y.ok()) (void)(*c)->read(y->at(0));  // never returns: the loop does not end
+    while (true) pause();
   }
   HostTensor kept = HostTensor::from_vector<float>(std::vector<float>(1000, 1.0f), {1000});
   if (!(*c)->upload(kept.view(), "").ok()) return 1;

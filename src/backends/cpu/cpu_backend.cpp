@@ -270,6 +270,9 @@ class CpuExecutable final : public Executable {
       values[static_cast<size_t>(input_ids_[i])] = inputs[i];
     for (const auto& [id, t] : constants_) values[static_cast<size_t>(id)] = wrap_constant(t);
     for (size_t s = 0; s < steps_.size(); ++s) {
+      // Cancelled, past its deadline or preempted: stop here, every output gets the reason.
+      if (Status c = run_checkpoint(); !c.ok())
+        return std::vector<Result<DeviceTensor>>(output_ids_.size(), Result<DeviceTensor>(c));
       if (profile_) {
         const auto t0 = std::chrono::steady_clock::now();
         run_step(steps_[s], values, allocator);

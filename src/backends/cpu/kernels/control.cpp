@@ -4,6 +4,7 @@
 
 #include "backends/cpu/dispatch.h"
 #include "backends/cpu/kernel.h"
+#include "engine/backend.h"
 
 namespace tensord::cpu {
 namespace {
@@ -98,6 +99,7 @@ Status loop_kernel(KernelContext& ctx) {
   std::vector<std::vector<HostTensor>> scans(static_cast<size_t>(std::max(n_scan, 0)));
   constexpr int64_t kMaxIterationsWithoutM = int64_t{1} << 31;  // a runaway guard
   for (int64_t i = 0; i < max_trips && cond; ++i) {
+    TD_RETURN_IF_ERROR(run_checkpoint());  // a body of no steps still stops when cancelled
     if (!ctx.has_input(0) && i >= kMaxIterationsWithoutM)
       return ctx.error("loop without a trip count ran {} iterations; giving up", i);
     HostTensor iter = HostTensor::scalar<int64_t>(i);
@@ -160,6 +162,7 @@ Status scan_kernel(KernelContext& ctx) {
   }
   std::vector<std::vector<HostTensor>> scans(static_cast<size_t>(k_out));
   for (int64_t t = 0; t < steps; ++t) {
+    TD_RETURN_IF_ERROR(run_checkpoint());
     std::vector<HostTensor> slices;
     for (int64_t j = 0; j < m; ++j) {
       const int64_t idx = in_dirs[static_cast<size_t>(j)] ? steps - 1 - t : t;
