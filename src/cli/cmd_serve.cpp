@@ -2,10 +2,15 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <tuple>
+#include <vector>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -19,6 +24,64 @@ namespace tensord::cli {
 namespace {
 // cli_common.cpp is only built with the ONNX importer; serve does not need it.
 void serve_error(const std::string& message) { std::cerr << "tensord: " << message << "\n"; }
+
+// --token-file: one tenant a line, "NAME:TOKEN" or a bare "TOKEN" (its tenant is then
+// "line-N"); blank lines and lines starting with '#' are skipped, surrounding whitespace
+// trimmed. Tokens are printable ASCII without spaces, each used once; several lines may name
+// the same tenant (two tokens while one is being replaced). The file must not be readable or
+// writable by group or others, like ssh's keys.
+Result<std::vector<rpc::RpcServerOptions::Tenant>> read_token_file(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0)
+    return Status(StatusCode::kInvalidArgument,
+                  "cannot read '" + path + "': " + std::strerror(errno));
+  if (st.st_mode & 077) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return Status(StatusCode::kInvalidArgument,
+                  "'" + path + "' is accessible by group or others (mode " + mode +
+                      "): tokens are secrets; run chmod 600 '" + path + "'");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status(StatusCode::kInvalidArgument, "cannot read '" + path + "'");
+  std::vector<rpc::RpcServerOptions::Tenant> out;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    const auto at = [&](const std::string& why) {
+      return Status(StatusCode::kInvalidArgument,
+                    "'" + path + "' line " + std::to_string(n) + ": " + why);
+    };
+    size_t b = 0, e = line.size();
+    while (b < e && std::isspace(static_cast<unsigned char>(line[b]))) ++b;
+    while (e > b && std::isspace(static_cast<unsigned char>(line[e - 1]))) --e;
+    line = line.substr(b, e - b);
+    if (line.empty() || line[0] == '#') continue;
+    rpc::RpcServerOptions::Tenant t;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) {
+      t.name = "line-" + std::to_string(n);
+      t.token = line;
+    } else {
+      t.name = line.substr(0, colon);
+      t.token = line.substr(colon + 1);
+      if (t.name.empty() || t.name.size() > 64) return at("a tenant name has 1 to 64 characters");
+      for (char c : t.name)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.' &&
+            c != '@')
+          return at("tenant names use letters, digits and - _ . @ only (NAME:TOKEN)");
+    }
+    if (t.token.empty()) return at("no token after the tenant name");
+    for (char c : t.token)
+      if (c < 0x21 || c > 0x7e) return at("a token is printable ASCII without spaces");
+    for (const auto& o : out)
+      if (o.token == t.token) return at("this token is already on an earlier line");
+    out.push_back(std::move(t));
+  }
+  if (out.empty())
+    return Status(StatusCode::kInvalidArgument,
+                  "'" + path + "' holds no token (one a line: NAME:TOKEN or TOKEN)");
+  return out;
+}
 }  // namespace
 
 int cmd_serve(const ServeOptions& options) {
@@ -36,24 +99,48 @@ int cmd_serve(const ServeOptions& options) {
     return kExitUsage;
   }
 
-  std::string token;
+  std::vector<rpc::RpcServerOptions::Tenant> tenants;
   if (!options.token_file.empty()) {
-    std::ifstream in(options.token_file, std::ios::binary);
-    if (!in) {
-      serve_error("--token-file: cannot read '" + options.token_file + "'");
+    auto t = read_token_file(options.token_file);
+    if (!t.ok()) {
+      serve_error("--token-file: " + t.status().message());
       return kExitUsage;
     }
+    tenants = std::move(t).value();
+  }
+  std::string tls_cert, tls_key, tls_ca;
+  for (auto [flag, path, dst] : {std::tuple<const char*, const std::string*, std::string*>{
+                                     "--tls-cert", &options.tls_cert, &tls_cert},
+                                 {"--tls-key", &options.tls_key, &tls_key},
+                                 {"--tls-ca", &options.tls_ca, &tls_ca}}) {
+    if (path->empty()) continue;
+    std::ifstream in(*path, std::ios::binary);
     std::stringstream ss;
-    ss << in.rdbuf();
-    token = ss.str();
-    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back())))
-      token.pop_back();
-    if (token.empty() || token.find_first_of(" \t\r\n") != std::string::npos) {
-      serve_error("--token-file: '" + options.token_file +
-                  "' must hold one token (no spaces), got " +
-                  (token.empty() ? std::string("nothing") : std::string("whitespace inside")));
+    if (in) ss << in.rdbuf();
+    *dst = ss.str();
+    if (!in || dst->find("-----BEGIN ") == std::string::npos) {
+      serve_error(std::string(flag) + ": cannot read a PEM file at '" + *path + "'");
       return kExitUsage;
     }
+  }
+  for (auto [flag, v] : {std::pair<const char*, int64_t>{"--max-message-bytes",
+                                                          options.max_message_bytes},
+                         {"--max-sessions", options.max_sessions},
+                         {"--tenant-memory-limit", options.tenant_memory_limit},
+                         {"--max-sessions-per-tenant", options.max_sessions_per_tenant},
+                         {"--max-calls-per-session", options.max_calls_per_session},
+                         {"--max-model-bytes", options.max_model_bytes},
+                         {"--max-threads", options.max_threads},
+                         {"--grpc-memory-bytes", options.grpc_memory_bytes}}) {
+    if (v < 0) {
+      serve_error(std::string(flag) + " must be >= 0 (0: the default), got " + std::to_string(v));
+      return kExitUsage;
+    }
+  }
+  if (options.max_message_bytes > (1 << 30)) {
+    serve_error("--max-message-bytes must be at most 1 GiB (1073741824), got " +
+                std::to_string(options.max_message_bytes));
+    return kExitUsage;
   }
 
   // Block the stop signals before any thread starts (engine queues, gRPC pollers inherit the
@@ -72,7 +159,19 @@ int cmd_serve(const ServeOptions& options) {
   rpc::RpcServerOptions ro;
   ro.listen = options.listen;
   ro.session_memory_limit = options.session_memory_limit;
-  ro.token = token;
+  ro.tenant_memory_limit = options.tenant_memory_limit;
+  ro.tenants = tenants;
+  ro.insecure = options.insecure;
+  ro.tls_cert_pem = tls_cert;
+  ro.tls_key_pem = tls_key;
+  ro.tls_client_ca_pem = tls_ca;
+  ro.max_message_bytes = options.max_message_bytes;
+  ro.max_sessions = options.max_sessions;
+  ro.max_sessions_per_tenant = options.max_sessions_per_tenant;
+  ro.max_calls_per_session = options.max_calls_per_session;
+  ro.max_model_bytes = options.max_model_bytes;
+  ro.max_threads = options.max_threads;
+  ro.grpc_memory_bytes = options.grpc_memory_bytes;
   ro.lease =
       std::chrono::milliseconds(std::max<int64_t>(1, std::llround(options.lease_seconds * 1000.0)));
   auto server = rpc::RpcServer::start(*engine, ro);
@@ -88,7 +187,14 @@ int cmd_serve(const ServeOptions& options) {
             << (options.session_memory_limit
                     ? std::to_string(options.session_memory_limit) + " bytes"
                     : std::string("none"))
-            << "; " << (token.empty() ? "no token" : "token required") << "\n";
+            << "; "
+            << (tenants.empty() ? std::string("no token")
+                                : std::to_string(tenants.size()) + " token(s) required")
+            << "; " << (tls_cert.empty() ? "no TLS" : tls_ca.empty() ? "TLS" : "mutual TLS")
+            << "\n";
+  if (!tenants.empty() && tls_cert.empty() && !rpc::is_loopback_listen(options.listen))
+    std::cerr << "tensord: warning: tokens travel in cleartext on " << options.listen
+              << " (not a loopback address): give --tls-cert and --tls-key\n";
   std::cout << "tensord serving on " << (*server)->address() << std::endl;
 
   int sig = 0;

@@ -9,9 +9,21 @@ namespace tensord::cli {
 struct ServeOptions {
   std::string listen;                // "HOST:PORT" (port 0 = any free port) or "unix:PATH"
   int64_t session_memory_limit = 0;  // bytes per session; 0 = unlimited
+  int64_t tenant_memory_limit = 0;   // bytes per tenant (all its sessions); 0 = unlimited
   double lease_seconds = 30;         // a session no call names for this long is freed
   double drain_seconds = 30;         // on SIGTERM/SIGINT: how long in-flight calls may finish
-  std::string token_file;            // "" = no token; else every call must carry its token
+  std::string token_file;            // "" = no token; else tenants and their tokens (see README)
+  bool insecure = false;             // allow a non-loopback listener without a token
+  std::string tls_cert, tls_key;     // PEM files: serve TLS only
+  std::string tls_ca;                // PEM file: require client certificates it signed (mTLS)
+  // Limits (see RpcServerOptions).
+  int64_t max_message_bytes = 64 << 20;
+  int64_t max_sessions = 4096;
+  int64_t max_sessions_per_tenant = 256;
+  int64_t max_calls_per_session = 64;
+  int64_t max_model_bytes = (int64_t{2} << 30) - 1;
+  int64_t max_threads = 256;
+  int64_t grpc_memory_bytes = int64_t{2} << 30;
 };
 
 // Serves until SIGTERM or SIGINT, then stops taking calls, lets in-flight ones finish (up to

@@ -40,7 +40,8 @@ int cmd_devices(bool json, std::string address) {
     auto client = tensord::connect(address);
     if (!client.ok()) {
       std::cerr << "tensord: " << client.status().to_string() << "\n";
-      return kExitFailure;
+      return client.status().code() == tensord::StatusCode::kInvalidArgument ? kExitUsage
+                                                                              : kExitFailure;
     }
     auto listed = (*client)->devices();
     if (!listed.ok()) {
@@ -96,6 +97,9 @@ int run_main(int argc, char** argv) {
   std::string devices_address;
   devices->add_option("--address", devices_address,
                       "List a broker's devices (HOST:PORT or unix:PATH; default TENSORD_ADDRESS)");
+  // TLS to a broker (same as TENSORD_TLS_CA, which every client reads).
+  std::string tls_ca;
+  devices->add_option("--tls-ca", tls_ca, "Speak TLS to the broker, verified with this PEM CA");
 
   tensord::cli::ServeOptions serve_opts;
   auto* serve = app.add_subcommand("serve", "Serve this machine's devices over gRPC (the broker)");
@@ -110,7 +114,30 @@ int run_main(int argc, char** argv) {
   serve->add_option("--drain-seconds", serve_opts.drain_seconds,
                     "On SIGTERM/SIGINT, how long in-flight calls may finish");
   serve->add_option("--token-file", serve_opts.token_file,
-                    "Require the bearer token in this file on every call (clients: TENSORD_TOKEN)");
+                    "Tenants and their tokens, one a line (NAME:TOKEN or TOKEN; mode 600): every "
+                    "call must carry one (clients: TENSORD_TOKEN)");
+  serve->add_flag("--insecure", serve_opts.insecure,
+                  "Allow a non-loopback --listen address without --token-file");
+  serve->add_option("--tls-cert", serve_opts.tls_cert, "Serve TLS with this PEM certificate");
+  serve->add_option("--tls-key", serve_opts.tls_key, "The PEM private key of --tls-cert");
+  serve->add_option("--tls-ca", serve_opts.tls_ca,
+                    "Require client certificates signed by this PEM CA (mutual TLS)");
+  serve->add_option("--tenant-memory-limit", serve_opts.tenant_memory_limit,
+                    "Bytes all sessions of one tenant (token) may hold together (0: unlimited)");
+  serve->add_option("--max-message-bytes", serve_opts.max_message_bytes,
+                    "Largest message one call may carry (default 64 MiB)");
+  serve->add_option("--max-sessions", serve_opts.max_sessions,
+                    "Sessions open at once, all tenants (default 4096)");
+  serve->add_option("--max-sessions-per-tenant", serve_opts.max_sessions_per_tenant,
+                    "Sessions one tenant may hold open (default 256)");
+  serve->add_option("--max-calls-per-session", serve_opts.max_calls_per_session,
+                    "Calls and streams in flight at once per session (default 64)");
+  serve->add_option("--max-model-bytes", serve_opts.max_model_bytes,
+                    "Largest serialized graph LoadModel takes (default 2 GiB - 1)");
+  serve->add_option("--max-threads", serve_opts.max_threads,
+                    "gRPC threads, one per in-flight call; more calls wait (default 256)");
+  serve->add_option("--grpc-memory-bytes", serve_opts.grpc_memory_bytes,
+                    "Memory gRPC may take for its buffers (default 2 GiB)");
 
 #ifdef TENSORD_CLI_HAVE_ONNX
   tensord::cli::RunOptions run_opts;
@@ -140,6 +167,7 @@ int run_main(int argc, char** argv) {
       "bench", "Benchmark a zoo network or an ONNX model (plaidbench's compile / execution / "
                "per-example times and correctness), optionally beside onnxruntime and torch");
   tensord::cli::add_bench_options(*bench, bench_opts);
+  bench->add_option("--tls-ca", tls_ca, "Speak TLS to the broker, verified with this PEM CA");
   auto bench_transfer = tensord::cli::add_bench_transfer_command(*bench);
 #endif
 
@@ -153,6 +181,7 @@ int run_main(int argc, char** argv) {
     app.exit(e);
     return kExitUsage;
   }
+  if (!tls_ca.empty()) setenv("TENSORD_TLS_CA", tls_ca.c_str(), 1);
   if (devices->parsed()) return cmd_devices(json, devices_address);
   if (serve->parsed()) return tensord::cli::cmd_serve(serve_opts);
 #ifdef TENSORD_CLI_HAVE_ONNX

@@ -8,6 +8,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <fstream>
+#include <sstream>
+#include <tuple>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -83,6 +87,75 @@ bool local_address(const std::string& a) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]" || host == "::1";
 }
 
+// A token as configured, trimmed of surrounding whitespace (a token file read into the
+// variable keeps its newline); anything but printable ASCII inside is refused here: gRPC
+// would abort the process on such a header value.
+Result<std::string> clean_token(const std::string& raw, const char* from) {
+  size_t b = 0, e = raw.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(raw[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(raw[e - 1]))) --e;
+  for (size_t i = b; i < e; ++i) {
+    const auto c = static_cast<unsigned char>(raw[i]);
+    if (c < 0x21 || c > 0x7e)
+      return errors::InvalidArgument(
+          "{}: the token has {} at position {}; tokens are printable ASCII without spaces",
+          from, c == ' ' ? std::string("a space") : fmt::format("byte 0x{:02x}", c), i - b);
+  }
+  return raw.substr(b, e - b);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The channel's credentials: TLS when a CA, client certificate or TENSORD_TLS asks for it
+// (RemoteClientOptions first, then TENSORD_TLS_CA, TENSORD_TLS_CERT, TENSORD_TLS_KEY), else
+// plain HTTP/2.
+Result<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(
+    const RemoteClientOptions& o) {
+  const auto pick = [](const std::string& v, const char* env) {
+    if (!v.empty()) return v;
+    const char* e = std::getenv(env);
+    return std::string(e ? e : "");
+  };
+  const std::string ca = pick(o.tls_ca_file, "TENSORD_TLS_CA");
+  const std::string cert = pick(o.tls_cert_file, "TENSORD_TLS_CERT");
+  const std::string key = pick(o.tls_key_file, "TENSORD_TLS_KEY");
+  const std::string flag = pick("", "TENSORD_TLS");
+  const bool tls = o.tls || !ca.empty() || !cert.empty() || (!flag.empty() && flag != "0");
+  if (!tls) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  for (auto [name, path, dst] :
+       {std::tuple<const char*, const std::string*, std::string*>{"TLS CA (TENSORD_TLS_CA)", &ca,
+                                                                  &ssl.pem_root_certs},
+        {"TLS client certificate (TENSORD_TLS_CERT)", &cert, &ssl.pem_cert_chain},
+        {"TLS client key (TENSORD_TLS_KEY)", &key, &ssl.pem_private_key}}) {
+    if (path->empty()) continue;
+    *dst = read_file(*path);
+    if (dst->find("-----BEGIN ") == std::string::npos)
+      return errors::InvalidArgument("{}: cannot read a PEM file at '{}'", name, *path);
+  }
+  if (ssl.pem_cert_chain.empty() != ssl.pem_private_key.empty())
+    return errors::InvalidArgument(
+        "a TLS client certificate needs its key and the other way round (TENSORD_TLS_CERT, "
+        "TENSORD_TLS_KEY)");
+  return grpc::SslCredentials(ssl);
+}
+
+bool creds_are_tls(const RemoteClientOptions& o) {
+  const auto set = [](const char* env) {
+    const char* e = std::getenv(env);
+    return e && *e;
+  };
+  const char* flag = std::getenv("TENSORD_TLS");
+  return o.tls || !o.tls_ca_file.empty() || !o.tls_cert_file.empty() || set("TENSORD_TLS_CA") ||
+         set("TENSORD_TLS_CERT") || (flag && *flag && std::string(flag) != "0");
+}
+
 // One memfd region of this process, mapped here and registered with the broker.
 struct ShmRegion {
   int fd = -1;
@@ -145,13 +218,13 @@ struct RemoteClient::Impl {
   std::string address;
   RemoteClientOptions options;
   int64_t chunk_bytes = kDefaultChunkBytes;
+  int64_t max_message = kMaxMessageBytes;  // the broker's (HandshakeResponse.max_message_bytes)
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Tensord::Stub> stub;
   // Upload as raw messages (serialized here, the data never copied; see upload()).
   std::unique_ptr<grpc::internal::RpcMethod> raw_upload;
 
-  uint64_t session = 0;
-  std::string session_text;
+  std::string session;  // OpenSessionResponse.session_id: the "tensord-session" metadata
   int64_t memory_limit = 0;
   milliseconds lease{30000};
   std::string server_version;
@@ -190,7 +263,7 @@ struct RemoteClient::Impl {
   void prepare(grpc::ClientContext& ctx, milliseconds timeout, bool count = true) {
     ctx.set_wait_for_ready(false);
     if (timeout.count() > 0) ctx.set_deadline(std::chrono::system_clock::now() + timeout);
-    if (session) ctx.AddMetadata(kSessionKey, session_text);
+    if (!session.empty()) ctx.AddMetadata(kSessionKey, session);
     if (!token.empty()) ctx.AddMetadata(kAuthKey, "Bearer " + token);
     if (count) rpcs++;
   }
@@ -481,7 +554,7 @@ RemoteClient::~RemoteClient() {
     impl_->hb_cv.notify_all();
     impl_->heartbeat.join();
   }
-  if (impl_->session) {
+  if (!impl_->session.empty()) {
     grpc::ClientContext ctx;
     impl_->prepare(ctx, kCloseTimeout, /*count=*/false);
     v1::CloseSessionRequest req;
@@ -502,9 +575,16 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
   auto impl = std::make_unique<Impl>();
   impl->address = address;
   impl->options = options;
-  impl->token = options.token;
-  if (impl->token.empty())
-    if (const char* t = std::getenv("TENSORD_TOKEN")) impl->token = t;
+  {
+    const char* from = "RemoteClientOptions.token";
+    std::string token = options.token;
+    if (token.empty())
+      if (const char* t = std::getenv("TENSORD_TOKEN")) {
+        token = t;
+        from = "TENSORD_TOKEN";
+      }
+    TD_ASSIGN_OR_RETURN(impl->token, clean_token(token, from));
+  }
   impl->mode = options.transport;
   if (impl->mode.empty())
     if (const char* t = std::getenv("TENSORD_TRANSPORT")) impl->mode = t;
@@ -539,7 +619,9 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
   args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 4 << 20);
   args.SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
-  impl->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  TD_ASSIGN_OR_RETURN(auto creds, channel_credentials(options));
+  const bool tls_on = creds_are_tls(options);
+  impl->channel = grpc::CreateCustomChannel(address, creds, args);
   impl->stub = v1::Tensord::NewStub(impl->channel);
   impl->raw_upload = std::make_unique<grpc::internal::RpcMethod>(
       "/tensord.v1.Tensord/Upload", grpc::internal::RpcMethod::CLIENT_STREAMING, impl->channel);
@@ -551,13 +633,31 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
     req.set_protocol_version(kProtocolVersion);
     req.set_client_version(kVersion);
     v1::HandshakeResponse resp;
-    TD_RETURN_IF_ERROR(impl->finish(ctx, impl->stub->Handshake(&ctx, req, &resp), "handshake"));
+    if (Status hs = impl->finish(ctx, impl->stub->Handshake(&ctx, req, &resp), "handshake");
+        !hs.ok()) {
+      // A TLS mismatch looks like any unreachable broker: say what to check.
+      const std::string& m = hs.message();
+      if (hs.code() == StatusCode::kUnavailable && m.find("Ssl handshake") != std::string::npos)
+        return Status(hs.code(), m + "; TLS: the CA (TENSORD_TLS_CA) must have signed the broker's "
+                                     "certificate, which must name the host dialled, and a broker "
+                                     "with --tls-ca needs TENSORD_TLS_CERT/TENSORD_TLS_KEY");
+      if (hs.code() == StatusCode::kUnavailable && !tls_on &&
+          m.find("Socket closed") != std::string::npos)
+        return Status(hs.code(), m + "; if the broker serves TLS (--tls-cert), set TENSORD_TLS_CA");
+      return hs;
+    }
     if (resp.protocol_version() != kProtocolVersion)
       return errors::FailedPrecondition(
           "broker '{}' speaks protocol version {} (tensord {}), this client speaks {} (tensord "
           "{})",
           address, resp.protocol_version(), resp.server_version(), kProtocolVersion, kVersion);
     impl->server_version = resp.server_version();
+    if (resp.max_message_bytes() > 0) {
+      // Inline uploads and stream chunks stay well inside the broker's message limit.
+      impl->max_message = resp.max_message_bytes();
+      impl->chunk_bytes = std::max<int64_t>(
+          4 << 10, std::min(impl->chunk_bytes, impl->max_message / 2));
+    }
     impl->default_device = resp.default_device();
     const bool same_host = resp.shared_memory() && !resp.region_socket().empty() &&
                            !resp.host_id().empty() && resp.host_id() == host_boot_id() &&
@@ -579,8 +679,10 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
     v1::OpenSessionResponse resp;
     TD_RETURN_IF_ERROR(
         impl->finish(ctx, impl->stub->OpenSession(&ctx, req, &resp), "opening a session"));
-    impl->session = resp.session();
-    impl->session_text = std::to_string(resp.session());
+    if (resp.session_id().empty())
+      return errors::FailedPrecondition(
+          "broker '{}' answered OpenSession without a session_id (an older tensord?)", address);
+    impl->session = resp.session_id();
     impl->memory_limit = resp.memory_limit();
     if (resp.lease_ms() > 0) impl->lease = milliseconds(resp.lease_ms());
   }
@@ -859,6 +961,12 @@ Result<std::vector<TensorHandle>> RemoteClient::execute(const Graph& graph,
   grpc::ClientContext ctx;
   impl_->prepare(ctx, impl_->options.call_timeout);
   v1::ExecuteResponse resp;
+  if (const size_t n = req.ByteSizeLong(); static_cast<int64_t>(n) > impl_->max_message)
+    return errors::ResourceExhausted(
+        "execute: the request takes {} bytes (the graph's initializers travel in it), over the "
+        "broker's message limit of {} (tensord serve --max-message-bytes); load() a graph with "
+        "large initializers once (streamed) and run() it",
+        n, impl_->max_message);
   TD_RETURN_IF_ERROR(impl_->finish(ctx, impl_->stub->Execute(&ctx, req, &resp), "execute"));
   impl_->remember(resp.outputs(), resp.values());
   return std::vector<TensorHandle>(resp.outputs().begin(), resp.outputs().end());
@@ -978,7 +1086,7 @@ std::string RemoteClient::transport() const {
 }
 
 const std::string& RemoteClient::address() const { return impl_->address; }
-uint64_t RemoteClient::session() const { return impl_->session; }
+const std::string& RemoteClient::session() const { return impl_->session; }
 std::string RemoteClient::server_version() const { return impl_->server_version; }
 int64_t RemoteClient::rpc_count() const { return impl_->rpcs.load(); }
 

@@ -51,8 +51,15 @@ struct RemoteClientOptions {
   // Concurrent streams for one large (>= 64 MiB) gRPC upload (each needs a core on both
   // sides); 0 = half the cores, at most 4 (TENSORD_UPLOAD_STREAMS overrides); 1 = one stream.
   int64_t upload_streams = 0;
-  // Bearer token for a broker started with --token-file; empty = TENSORD_TOKEN.
+  // Bearer token for a broker started with --token-file; empty = TENSORD_TOKEN. Surrounding
+  // whitespace is trimmed; any other byte outside printable ASCII is INVALID_ARGUMENT.
   std::string token;
+  // TLS: on when any of these is set (else TENSORD_TLS_CA, TENSORD_TLS_CERT/TENSORD_TLS_KEY, or
+  // TENSORD_TLS=1 for the system's CAs). The CA verifies the broker's certificate (whose name
+  // must match the address's host); the certificate and key are this client's, for a broker
+  // with --tls-ca (mutual TLS).
+  bool tls = false;
+  std::string tls_ca_file, tls_cert_file, tls_key_file;
   // "auto" (shared memory when the broker runs on this host, else gRPC streams), "grpc", or
   // "shm" (shared memory or fail); empty = TENSORD_TRANSPORT, else "auto".
   std::string transport;
@@ -86,8 +93,8 @@ class RemoteClient final : public Client {
   ClientStats stats() override;
 
   const std::string& address() const;
-  // The broker's session id (sent as the "tensord-session" metadata).
-  uint64_t session() const;
+  // The broker's session id, 32 hex characters (sent as the "tensord-session" metadata).
+  const std::string& session() const;
   std::string server_version() const;
   // gRPC calls made by this client so far (a stream counts once; heartbeats are not
   // counted). Tests use it to check that a lazy chain costs one round trip.

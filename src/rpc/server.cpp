@@ -4,9 +4,13 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/resource_quota.h>
+#include <grpcpp/security/auth_metadata_processor.h>
+#include <grpcpp/security/server_credentials.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -19,10 +23,10 @@
 #include <cstring>
 #include <mutex>
 #include <new>
-#include <random>
 #include <set>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "core/errors.h"
 #include "rpc/region_channel.h"
@@ -83,6 +87,8 @@ struct PendingUpload {
 struct SessionState {
   SessionId engine_session = 0;
   int64_t memory_limit = 0;
+  std::string tenant;         // whose token opened it; only that tenant's calls find it
+  int64_t pending_bytes = 0;  // upload blocks being filled and staged models, not yet tensors
   Clock::time_point last_seen;
   int in_flight = 0;
   std::unordered_map<uint64_t, std::shared_ptr<Region>> regions;
@@ -92,6 +98,91 @@ struct SessionState {
 };
 
 constexpr size_t kMaxPendingUploads = 8;
+
+// A new session id: 128 bits from the kernel's CSPRNG, as 32 lowercase hex characters.
+Result<std::string> new_session_id() {
+  unsigned char b[16];
+  size_t got = 0;
+  while (got < sizeof b) {
+    const ssize_t n = getrandom(b + got, sizeof b - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errors::Internal("OpenSession: getrandom failed: {}", std::strerror(errno));
+    }
+    got += static_cast<size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(32, '0');
+  for (size_t i = 0; i < sizeof b; ++i) {
+    id[2 * i] = kHex[b[i] >> 4];
+    id[2 * i + 1] = kHex[b[i] & 15];
+  }
+  return id;
+}
+
+// The broker's tokens, each naming a tenant. The token a call presents is compared with every
+// token, in time independent of where they differ (and of which one matches).
+class Tenants {
+ public:
+  explicit Tenants(const RpcServerOptions& o) {
+    if (!o.token.empty()) list_.push_back({"default", "Bearer " + o.token});
+    for (const auto& t : o.tenants) list_.push_back({t.name, "Bearer " + t.token});
+  }
+  bool required() const { return !list_.empty(); }
+
+  // The tenant whose token the metadata carries ("" when no token is required).
+  Result<std::string> authenticate(
+      const std::multimap<grpc::string_ref, grpc::string_ref>& md) const {
+    if (list_.empty()) return std::string();
+    auto it = md.find(kAuthKey);
+    if (it == md.end())
+      return Status(StatusCode::kUnauthenticated,
+                    "this broker requires a token: set TENSORD_TOKEN (sent as the metadata "
+                    "'authorization: Bearer <token>')");
+    const grpc::string_ref got = it->second;
+    size_t match = list_.size();
+    for (size_t k = 0; k < list_.size(); ++k) {
+      const std::string& want = list_[k].header;
+      unsigned char diff = got.size() == want.size() ? 0 : 1;
+      for (size_t i = 0; i < want.size(); ++i)
+        diff |= static_cast<unsigned char>(want[i] ^ (i < got.size() ? got.data()[i] : 0));
+      if (diff == 0) match = k;
+    }
+    if (match == list_.size())
+      return Status(StatusCode::kUnauthenticated,
+                    "wrong token: the broker refused the 'authorization' metadata (check "
+                    "TENSORD_TOKEN against the broker's --token-file)");
+    return list_[match].name;
+  }
+
+ private:
+  struct Entry {
+    std::string name, header;
+  };
+  std::vector<Entry> list_;
+};
+
+// Checks the token while the call's headers are read, before gRPC takes its message: a call
+// with a wrong token is refused without its (possibly huge) message being buffered. gRPC runs
+// it only for secure server credentials (TLS, or "local" ones for loopback and unix sockets).
+// It only refuses: the auth context gRPC hands it belongs to the connection, shared by every
+// call on it (whatever their tokens), so the methods find the call's tenant from its own
+// metadata again.
+class TokenProcessor final : public grpc::AuthMetadataProcessor {
+ public:
+  explicit TokenProcessor(std::shared_ptr<const Tenants> tenants) : tenants_(std::move(tenants)) {}
+  bool IsBlocking() const override { return false; }  // a comparison in memory
+  grpc::Status Process(const InputMetadata& md, grpc::AuthContext* context,
+                       OutputMetadata* consumed, OutputMetadata* response) override {
+    auto tenant = tenants_->authenticate(md);
+    if (!tenant.ok())
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, tenant.status().message());
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::shared_ptr<const Tenants> tenants_;
+};
 
 constexpr int kMaxRegionsPerSession = 256;
 
@@ -198,7 +289,7 @@ class Service;
 // is held while it waits).
 class AttachReactor final : public grpc::ServerWriteReactor<v1::AttachEvent> {
  public:
-  AttachReactor(Service* service, uint64_t session);
+  AttachReactor(Service* service, std::string session);
   void OnWriteDone(bool ok) override {}
   void OnCancel() override;
   void OnDone() override;
@@ -209,7 +300,7 @@ class AttachReactor final : public grpc::ServerWriteReactor<v1::AttachEvent> {
  private:
   void finish_once(const grpc::Status& s);
   Service* service_;
-  uint64_t session_;
+  std::string session_;
   v1::AttachEvent event_;
   std::mutex mu_;
   bool finished_ = false;
@@ -219,8 +310,14 @@ class Service final
     : public v1::Tensord::WithRawCallbackMethod_Upload<
           v1::Tensord::WithCallbackMethod_Attach<v1::Tensord::Service>> {
  public:
-  Service(std::shared_ptr<Engine> engine, const RpcServerOptions& options)
-      : engine_(std::move(engine)), options_(options), rng_(std::random_device{}()) {
+  // `auth_in_filter`: a TokenProcessor refused wrong tokens before calls got here (each method
+  // still finds its tenant from the token, and checks it).
+  Service(std::shared_ptr<Engine> engine, const RpcServerOptions& options,
+          std::shared_ptr<const Tenants> tenants, bool auth_in_filter)
+      : engine_(std::move(engine)),
+        options_(options),
+        tenants_(std::move(tenants)),
+        auth_in_filter_(auth_in_filter) {
     reaper_ = std::thread([this] { reap_loop(); });
   }
 
@@ -240,7 +337,7 @@ class Service final
   }
 
   void close_all() {
-    std::unordered_map<uint64_t, SessionState> dead;
+    std::unordered_map<std::string, SessionState> dead;
     {
       std::lock_guard<std::mutex> lock(mu_);
       dead.swap(sessions_);
@@ -249,7 +346,7 @@ class Service final
   }
 
   // A session whose Attach call ended (the client went away): freed at once.
-  void drop_session(uint64_t id) {
+  void drop_session(const std::string& id) {
     SessionState dead;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -278,26 +375,12 @@ class Service final
     for (AttachReactor* r : live) r->end_for_shutdown();
   }
 
-  // Every call but Handshake-less probes carries the token when the broker requires one.
-  Status check_token(grpc::ServerContextBase* ctx) const {
-    if (options_.token.empty()) return OkStatus();
-    const auto& md = ctx->client_metadata();
-    auto it = md.find(kAuthKey);
-    if (it == md.end())
-      return Status(StatusCode::kUnauthenticated,
-                    "this broker requires a token: set TENSORD_TOKEN (sent as the metadata "
-                    "'authorization: Bearer <token>')");
-    const std::string got(it->second.data(), it->second.size());
-    const std::string want = "Bearer " + options_.token;
-    unsigned char diff = got.size() == want.size() ? 0 : 1;
-    for (size_t i = 0; i < got.size() && i < want.size(); ++i)
-      diff |= static_cast<unsigned char>(got[i] ^ want[i]);
-    if (diff)
-      return Status(StatusCode::kUnauthenticated,
-                    "wrong token: the broker refused the 'authorization' metadata (check "
-                    "TENSORD_TOKEN against the broker's --token-file)");
-    return OkStatus();
+  // The tenant of the call: its token's (UNAUTHENTICATED when the broker requires a token and
+  // the call has none or a wrong one), "" when the broker requires none.
+  Result<std::string> tenant_of(grpc::ServerContextBase* ctx) const {
+    return tenants_->authenticate(ctx->client_metadata());
   }
+  Status check_token(grpc::ServerContextBase* ctx) const { return tenant_of(ctx).status(); }
 
   // ---------------------------------------------------------------- no session needed
 
@@ -312,6 +395,8 @@ class Service final
     resp->set_host_id(host_id_);
     resp->set_shared_memory(region_channel_ != nullptr);
     if (region_channel_) resp->set_region_socket(region_channel_->name());
+    resp->set_max_message_bytes(options_.max_message_bytes > 0 ? options_.max_message_bytes
+                                                               : kMaxMessageBytes);
     return grpc::Status::OK;
   }
 
@@ -326,35 +411,55 @@ class Service final
 
   grpc::Status Echo(grpc::ServerContext* ctx, const v1::EchoMessage* req,
                     v1::EchoMessage* resp) override {
-    if (!options_.token.empty()) {
-      if (Status a = check_token(ctx); !a.ok()) return fail(ctx, a);
-    }
+    if (Status a = check_token(ctx); !a.ok()) return fail(ctx, a);
     *resp = *req;
     return grpc::Status::OK;
   }
 
   grpc::Status OpenSession(grpc::ServerContext* ctx, const v1::OpenSessionRequest* req,
                            v1::OpenSessionResponse* resp) override {
-    if (Status a = check_token(ctx); !a.ok()) return fail(ctx, a);
+    auto tenant = tenant_of(ctx);
+    if (!tenant.ok()) return fail(ctx, tenant.status());
     if (req->memory_limit() < 0)
       return fail(ctx, errors::InvalidArgument("OpenSession: negative memory limit {}",
                                                req->memory_limit()));
     int64_t limit = options_.session_memory_limit;
     if (req->memory_limit() > 0)
       limit = limit ? std::min(limit, req->memory_limit()) : req->memory_limit();
-    SessionState s;
-    s.engine_session = engine_->open_session(limit);
-    s.memory_limit = limit;
-    s.last_seen = Clock::now();
-    uint64_t id = 0;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      do {
-        id = rng_();
-      } while (id == 0 || sessions_.count(id));
+      std::lock_guard<std::mutex> lock(mu_);  // refused before an engine session is made
+      if (Status room = session_room_locked(*tenant); !room.ok()) return fail(ctx, room);
+    }
+    SessionState s;
+    SessionOptions so;
+    so.memory_limit = limit;
+    so.tenant = *tenant;
+    so.tenant_memory_limit = options_.tenant_memory_limit;
+    s.engine_session = engine_->open_session(so);
+    s.memory_limit = limit;
+    s.tenant = *tenant;
+    s.last_seen = Clock::now();
+    std::string id;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      Status room = session_room_locked(*tenant);  // again: others may have opened meanwhile
+      while (room.ok()) {
+        auto fresh = new_session_id();
+        if (!fresh.ok()) {
+          room = fresh.status();
+          break;
+        }
+        id = std::move(fresh).value();
+        if (!sessions_.count(id)) break;
+      }
+      if (!room.ok()) {
+        lock.unlock();
+        (void)engine_->close_session(s.engine_session);
+        return fail(ctx, room);
+      }
       sessions_.emplace(id, std::move(s));
     }
-    resp->set_session(id);
+    resp->set_session_id(id);
     resp->set_lease_ms(options_.lease.count());
     resp->set_memory_limit(limit);
     return grpc::Status::OK;
@@ -364,14 +469,15 @@ class Service final
 
   grpc::Status CloseSession(grpc::ServerContext* ctx, const v1::CloseSessionRequest* req,
                             v1::CloseSessionResponse* resp) override {
-    if (Status a = check_token(ctx); !a.ok()) return fail(ctx, a);
+    auto tenant = tenant_of(ctx);
+    if (!tenant.ok()) return fail(ctx, tenant.status());
     auto id = session_id(ctx);
     if (!id.ok()) return fail(ctx, id.status());
     SessionState dead;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = sessions_.find(*id);
-      if (it == sessions_.end()) return fail(ctx, unknown_session(*id));
+      auto it = find_session_locked(*id, *tenant);
+      if (it == sessions_.end()) return fail(ctx, unknown_session());
       dead = std::move(it->second);
       sessions_.erase(it);
     }
@@ -398,20 +504,35 @@ class Service final
     if (!g.ok()) return fail(ctx, g.status());
     auto size = check_header(g, *req);
     if (!size.ok()) return fail(ctx, size.status().with_context("upload"));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      SessionState* s = g.state_locked();
+      if (!s) return fail(ctx, errors::NotFound("the session ended during BeginUpload"));
+      if (s->uploads.size() >= kMaxPendingUploads)
+        return fail(ctx, errors::ResourceExhausted(
+                             "upload: a session may have at most {} parallel uploads in progress",
+                             kMaxPendingUploads));
+    }
+    // Charged to the session until FinishUpload (or the session's end) settles it.
+    if (Status c = g.charge(*size, "upload"); !c.ok()) return fail(ctx, c);
     auto pending = std::make_shared<PendingUpload>();
     pending->header = *req;
     pending->size = *size;
     pending->block = pool_.get(static_cast<size_t>(*size));
-    if (!pending->block)
+    if (!pending->block) {
+      g.uncharge(*size);
       return fail(ctx, errors::ResourceExhausted(
                            "upload: cannot hold {} bytes in the broker's host memory", *size));
+    }
     std::lock_guard<std::mutex> lock(mu_);
     SessionState* s = g.state_locked();
     if (!s) return fail(ctx, errors::NotFound("the session ended during BeginUpload"));
-    if (s->uploads.size() >= kMaxPendingUploads)
+    if (s->uploads.size() >= kMaxPendingUploads) {
+      s->pending_bytes -= *size;
       return fail(ctx, errors::ResourceExhausted(
                            "upload: a session may have at most {} parallel uploads in progress",
                            kMaxPendingUploads));
+    }
     const uint64_t id = s->next_upload++;
     s->uploads.emplace(id, std::move(pending));
     resp->set_upload(id);
@@ -433,6 +554,12 @@ class Service final
       p = std::move(it->second);
       s->uploads.erase(it);  // finished or failed: either way it is over
     }
+    // Its bytes stop counting as pending when this call ends (they are the tensor's then).
+    struct Uncharge {
+      const Guard& g;
+      int64_t n;
+      ~Uncharge() { g.uncharge(n); }
+    } uncharge{g, p->size};
     std::lock_guard<std::mutex> lock(p->mu);
     std::sort(p->parts.begin(), p->parts.end());
     int64_t covered = 0;
@@ -561,6 +688,19 @@ class Service final
       return fail(ctx, errors::InvalidArgument(
                            "load model: graph_bytes {} is outside [0, {}] (protobuf's limit)",
                            total, kMaxGraphBytes));
+    // Refused on the header, before a byte is staged: the broker's model size limit, and the
+    // session's memory (the staging buffer counts against it while the graph arrives).
+    if (options_.max_model_bytes > 0 && total > options_.max_model_bytes)
+      return fail(ctx, errors::ResourceExhausted(
+                           "load model: the graph takes {} bytes, over the broker's limit "
+                           "(tensord serve --max-model-bytes {})",
+                           total, options_.max_model_bytes));
+    if (Status c = g.charge(total, "load model"); !c.ok()) return fail(ctx, c);
+    struct Uncharge {
+      const Guard& g;
+      int64_t n;
+      ~Uncharge() { g.uncharge(n); }
+    } uncharge{g, total};
     std::string bytes;
     try {
       bytes.reserve(static_cast<size_t>(total));
@@ -634,11 +774,11 @@ class Service final
 
   grpc::ServerWriteReactor<v1::AttachEvent>* Attach(grpc::CallbackServerContext* ctx,
                                                     const v1::AttachRequest* req) override {
-    Status st = check_token(ctx);
-    Result<uint64_t> id = st.ok() ? session_id(ctx) : Result<uint64_t>(st);
+    auto tenant = tenant_of(ctx);
+    Result<std::string> id = tenant.ok() ? session_id(ctx) : Result<std::string>(tenant.status());
     if (id.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!sessions_.count(*id)) id = unknown_session(*id);
+      if (find_session_locked(*id, *tenant) == sessions_.end()) id = unknown_session();
     }
     if (!id.ok()) {
       auto* r = new RejectReactor();
@@ -665,7 +805,7 @@ class Service final
     if (!g.ok()) return fail(ctx, g.status());
     if (!region_channel_)
       return fail(ctx, errors::Unimplemented("this broker offers no shared memory"));
-    auto ticket = region_channel_->issue(g.id());
+    auto ticket = region_channel_->issue(g.engine_session());
     if (!ticket.ok()) return fail(ctx, ticket.status());
     resp->set_ticket(*ticket);
     resp->set_ttl_ms(std::chrono::milliseconds(RegionChannel::kTicketTtl).count());
@@ -689,7 +829,7 @@ class Service final
     if (req->bytes() <= 0 || req->bytes() > (int64_t{1} << 40))
       return fail(ctx, errors::InvalidArgument(
                            "RegisterRegion: region size {} is not in (0, 1 TiB]", req->bytes()));
-    auto fd = region_channel_->redeem(g.id(), req->ticket());
+    auto fd = region_channel_->redeem(g.engine_session(), req->ticket());
     if (!fd.ok()) return fail(ctx, fd.status());
     auto region = open_region(*fd, req->bytes());
     close(*fd);  // mapped (or refused): the mapping does not need the descriptor
@@ -832,8 +972,9 @@ class Service final
   class Guard {
    public:
     Guard(Service* service, grpc::ServerContextBase* ctx) : service_(service) {
-      if (Status a = service->check_token(ctx); !a.ok()) {
-        status_ = a;
+      auto tenant = service->tenant_of(ctx);
+      if (!tenant.ok()) {
+        status_ = tenant.status();
         return;
       }
       auto id = service->session_id(ctx);
@@ -842,9 +983,17 @@ class Service final
         return;
       }
       std::lock_guard<std::mutex> lock(service->mu_);
-      auto it = service->sessions_.find(*id);
+      auto it = service->find_session_locked(*id, *tenant);
       if (it == service->sessions_.end()) {
-        status_ = service->unknown_session(*id);
+        status_ = service->unknown_session();
+        return;
+      }
+      const int64_t max_calls = service->options_.max_calls_per_session;
+      if (max_calls > 0 && it->second.in_flight >= max_calls) {
+        status_ = errors::ResourceExhausted(
+            "the session has {} calls in flight, its limit (tensord serve "
+            "--max-calls-per-session {})",
+            it->second.in_flight, max_calls);
         return;
       }
       it->second.in_flight++;
@@ -854,7 +1003,7 @@ class Service final
       memory_limit_ = it->second.memory_limit;
     }
     ~Guard() {
-      if (!id_) return;
+      if (id_.empty()) return;
       std::lock_guard<std::mutex> lock(service_->mu_);
       auto it = service_->sessions_.find(id_);
       if (it == service_->sessions_.end()) return;  // closed meanwhile
@@ -865,7 +1014,47 @@ class Service final
     const Status& status() const { return status_; }
     SessionId engine_session() const { return engine_session_; }
     int64_t memory_limit() const { return memory_limit_; }
-    uint64_t id() const { return id_; }
+    // Bytes of the session's uploads and model loads in progress.
+    int64_t pending_bytes() const {
+      std::lock_guard<std::mutex> lock(service_->mu_);
+      SessionState* s = state_locked();
+      return s ? s->pending_bytes : 0;
+    }
+    // Charges `bytes` being received (an upload block, a model's staging buffer) to the
+    // session until uncharge(): refused when they would take it past its memory limit.
+    Status charge(int64_t bytes, const char* what) const {
+      std::lock_guard<std::mutex> lock(service_->mu_);
+      SessionState* s = state_locked();
+      if (!s) return errors::NotFound("the session ended during {}", what);
+      if (memory_limit_ > 0) {
+        const int64_t held = service_->engine_->session_bytes(engine_session_) + s->pending_bytes;
+        if (bytes > memory_limit_ - held)
+          return errors::ResourceExhausted(
+              "session memory limit exceeded: {} of {} bytes would bring the session to {} "
+              "bytes, {} of them still arriving (limit {})",
+              what, bytes, held + bytes, s->pending_bytes + bytes, memory_limit_);
+      }
+      const int64_t tenant_limit = service_->options_.tenant_memory_limit;
+      if (tenant_limit > 0 && !s->tenant.empty()) {
+        int64_t pending = 0;  // all of the tenant's sessions
+        for (const auto& [id, other] : service_->sessions_)
+          if (other.tenant == s->tenant) pending += other.pending_bytes;
+        const int64_t held = service_->engine_->tenant_bytes(s->tenant) + pending;
+        if (bytes > tenant_limit - held)
+          return errors::ResourceExhausted(
+              "tenant memory limit exceeded: {} of {} bytes would bring the tenant's sessions to "
+              "{} bytes, {} of them still arriving (tensord serve --tenant-memory-limit {})",
+              what, bytes, held + bytes, pending + bytes, tenant_limit);
+      }
+      s->pending_bytes += bytes;
+      return OkStatus();
+    }
+    void uncharge(int64_t bytes) const {
+      if (bytes == 0) return;
+      std::lock_guard<std::mutex> lock(service_->mu_);
+      if (SessionState* s = state_locked()) s->pending_bytes -= bytes;
+    }
+    const std::string& id() const { return id_; }
     // The session's state; the caller holds service->mu_. Null once the session has ended.
     SessionState* state_locked() const {
       auto it = service_->sessions_.find(id_);
@@ -875,7 +1064,7 @@ class Service final
    private:
     Service* service_;
     Status status_;
-    uint64_t id_ = 0;
+    std::string id_;
     SessionId engine_session_ = 0;
     int64_t memory_limit_ = 0;
   };
@@ -887,20 +1076,53 @@ class Service final
     return to_grpc(s);
   }
 
-  Result<uint64_t> session_id(grpc::ServerContextBase* ctx) const {
+  // The session id the call names: 32 lowercase hex characters (OpenSessionResponse.session_id).
+  Result<std::string> session_id(grpc::ServerContextBase* ctx) const {
     const auto& md = ctx->client_metadata();
     auto it = md.find(kSessionKey);
     if (it == md.end())
       return errors::InvalidArgument(
           "no session: the call needs the metadata '{}' with the id OpenSession returned",
           kSessionKey);
-    const std::string text(it->second.data(), it->second.size());
-    uint64_t id = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
-    if (ec != std::errc() || end != text.data() + text.size() || id == 0)
-      return errors::InvalidArgument("invalid session id '{}' in the metadata '{}'", text,
-                                     kSessionKey);
-    return id;
+    std::string text(it->second.data(), it->second.size());
+    bool hex = text.size() == 32;
+    for (char c : text) hex = hex && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+    if (!hex) {
+      if (text.size() > 40) text = text.substr(0, 40) + "...";
+      return errors::InvalidArgument(
+          "invalid session id '{}' in the metadata '{}': expected the 32 hex characters "
+          "OpenSession returned (session_id)",
+          text, kSessionKey);
+    }
+    return text;
+  }
+
+  // The session `id` if it exists and belongs to `tenant`, else sessions_.end(): a session of
+  // another tenant is not found, exactly like one that never existed. Caller holds mu_.
+  std::unordered_map<std::string, SessionState>::iterator find_session_locked(
+      const std::string& id, const std::string& tenant) {
+    auto it = sessions_.find(id);
+    if (it == sessions_.end() || it->second.tenant != tenant) return sessions_.end();
+    return it;
+  }
+
+  // Whether `tenant` may open one more session (the broker's and the tenant's session limits).
+  // Caller holds mu_.
+  Status session_room_locked(const std::string& tenant) const {
+    if (options_.max_sessions > 0 && static_cast<int64_t>(sessions_.size()) >= options_.max_sessions)
+      return errors::ResourceExhausted(
+          "OpenSession: the broker holds its limit of {} sessions (tensord serve --max-sessions)",
+          options_.max_sessions);
+    if (options_.max_sessions_per_tenant > 0) {
+      int64_t mine = 0;
+      for (const auto& [id, s] : sessions_) mine += s.tenant == tenant;
+      if (mine >= options_.max_sessions_per_tenant)
+        return errors::ResourceExhausted(
+            "OpenSession: this tenant has {} sessions open, its limit (tensord serve "
+            "--max-sessions-per-tenant {}); close some first",
+            mine, options_.max_sessions_per_tenant);
+    }
+    return OkStatus();
   }
 
   // A streamed upload (client streaming, raw messages): the header's size is checked before a
@@ -931,6 +1153,7 @@ class Service final
       StartRead(&message_);
     }
     void OnDone() override { delete this; }
+    ~UploadReactor() override { guard_.uncharge(std::exchange(charged_, 0)); }
 
    private:
     using WFL = google::protobuf::internal::WireFormatLite;
@@ -1012,6 +1235,9 @@ class Service final
     }
     Status start() {
       TD_ASSIGN_OR_RETURN(size_, service_->check_header(guard_, header_));
+      // Charged to the session while it arrives (the engine counts it once it is a tensor).
+      TD_RETURN_IF_ERROR(guard_.charge(size_, "upload"));
+      charged_ = size_;
       block_ = service_->pool_.get(static_cast<size_t>(size_));
       if (!block_)
         return errors::ResourceExhausted(
@@ -1067,6 +1293,7 @@ class Service final
     }
     void end(const Status& s) {
       block_.reset();  // an error frees the block now, not when gRPC is done with the call
+      guard_.uncharge(std::exchange(charged_, 0));
       Finish(fail(ctx_, s));
     }
 
@@ -1078,14 +1305,17 @@ class Service final
     v1::UploadHeader header_;
     std::shared_ptr<unsigned char> block_;
     int64_t size_ = 0, received_ = 0, messages_ = 0;
+    int64_t charged_ = 0;  // bytes charged to the session's pending uploads
     uint64_t part_of_ = 0, part_offset_ = 0;       // a part of a parallel upload
     std::shared_ptr<PendingUpload> pending_;
   };
 
-  Status unknown_session(uint64_t id) const {
+  // The same for every session the caller cannot use (never existed, ended, another tenant's).
+  Status unknown_session() const {
     return errors::NotFound(
-        "session {} does not exist (closed, or no call renewed its lease of {} ms)", id,
-        options_.lease.count());
+        "the session named in the metadata '{}' does not exist (closed, or no call renewed its "
+        "lease of {} ms)",
+        kSessionKey, options_.lease.count());
   }
 
   // Validates an upload header: dtype, shape, declared size, and whether the bytes can fit
@@ -1098,7 +1328,7 @@ class Service final
           dtype_name(static_cast<DType>(h.dtype())),
           shape_to_string(Shape(h.shape().begin(), h.shape().end())), size);
     if (g.memory_limit() > 0) {
-      const int64_t held = engine_->session_bytes(g.engine_session());
+      const int64_t held = engine_->session_bytes(g.engine_session()) + g.pending_bytes();
       if (size > g.memory_limit() - held)
         return errors::ResourceExhausted(
             "session memory limit exceeded: uploading {} bytes would bring the session to {} "
@@ -1310,8 +1540,9 @@ class Service final
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
-  std::unordered_map<uint64_t, SessionState> sessions_;
-  std::mt19937_64 rng_;
+  std::unordered_map<std::string, SessionState> sessions_;
+  std::shared_ptr<const Tenants> tenants_;
+  bool auth_in_filter_ = false;
   std::thread reaper_;
   const std::string host_id_ = host_boot_id();
   // The region socket (shared memory); null when it could not be opened: no shared memory.
@@ -1329,9 +1560,9 @@ class Service final
   };
 };
 
-AttachReactor::AttachReactor(Service* service, uint64_t session)
-    : service_(service), session_(session) {
-  event_.set_session(session);
+AttachReactor::AttachReactor(Service* service, std::string session)
+    : service_(service), session_(std::move(session)) {
+  event_.set_session_id(session_);
   StartWrite(&event_);
 }
 
@@ -1373,6 +1604,21 @@ bool unix_socket_is_served(const std::string& path) {
 
 }  // namespace
 
+bool is_loopback_listen(const std::string& listen) {
+  if (listen.rfind("unix:", 0) == 0 || listen.rfind("unix-abstract:", 0) == 0) return true;
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  if (host == "localhost" || host == "::1" || host == "0:0:0:0:0:0:0:1") return true;
+  // 127.0.0.0/8, dotted quad only.
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  char tail = 0;
+  return std::sscanf(host.c_str(), "%u.%u.%u.%u%c", &a, &b, &c, &d, &tail) == 4 && a == 127 &&
+         b < 256 && c < 256 && d < 256;
+}
+
 struct RpcServer::Impl {
   std::unique_ptr<Service> service;
   std::unique_ptr<grpc::Server> server;
@@ -1400,25 +1646,92 @@ Result<std::unique_ptr<RpcServer>> RpcServer::start(std::shared_ptr<Engine> engi
   if (options.session_memory_limit < 0)
     return errors::InvalidArgument("RpcServer: negative session memory limit {}",
                                    options.session_memory_limit);
+  if (options.tenant_memory_limit < 0)
+    return errors::InvalidArgument("RpcServer: negative tenant memory limit {}",
+                                   options.tenant_memory_limit);
+  if (options.tenant_memory_limit > 0 && options.token.empty() && options.tenants.empty())
+    return errors::InvalidArgument(
+        "a tenant memory limit needs tenants: give --token-file (without tokens every caller "
+        "is the same anonymous user; --session-memory-limit and --max-sessions bound them)");
   const bool is_unix = options.listen.rfind("unix:", 0) == 0;
   if (!is_unix && options.listen.find(':') == std::string::npos)
     return errors::InvalidArgument("listen address '{}' is neither HOST:PORT nor unix:PATH",
                                    options.listen);
+  for (const auto& [name, v] : {std::pair<const char*, int64_t>{"max_message_bytes",
+                                                                 options.max_message_bytes},
+                                {"max_sessions", options.max_sessions},
+                                {"max_sessions_per_tenant", options.max_sessions_per_tenant},
+                                {"max_calls_per_session", options.max_calls_per_session},
+                                {"max_model_bytes", options.max_model_bytes},
+                                {"max_threads", options.max_threads},
+                                {"grpc_memory_bytes", options.grpc_memory_bytes}})
+    if (v < 0) return errors::InvalidArgument("RpcServer: negative {} {}", name, v);
+  if (options.max_message_bytes > kMaxMessageBytes)
+    return errors::InvalidArgument("RpcServer: max_message_bytes {} is over {}",
+                                   options.max_message_bytes, kMaxMessageBytes);
+  auto tenants = std::make_shared<const Tenants>(options);
+  const bool tls = !options.tls_cert_pem.empty() || !options.tls_key_pem.empty();
+  if (tls && (options.tls_cert_pem.empty() || options.tls_key_pem.empty()))
+    return errors::InvalidArgument("TLS needs both a certificate and its key (--tls-cert, --tls-key)");
+  if (!tls && !options.tls_client_ca_pem.empty())
+    return errors::InvalidArgument(
+        "a client CA (--tls-ca) needs TLS itself: give --tls-cert and --tls-key too");
+  const bool loopback = is_loopback_listen(options.listen);
+  if (!loopback && !tenants->required() && !options.insecure)
+    return errors::InvalidArgument(
+        "refusing to listen on '{}' without a token: it is not a loopback address, so anyone "
+        "who can reach it could use this broker. Give --token-file (and --tls-cert/--tls-key), "
+        "or --insecure to serve it open anyway",
+        options.listen);
 
   if (is_unix && unix_socket_is_served(options.listen.substr(5)))
     return errors::Unavailable("cannot listen on '{}': another process is serving there",
                                options.listen);
   keep_grpc_initialized();
+  // Credentials. Tokens are checked by a TokenProcessor, before a call's message is read,
+  // wherever gRPC runs one: TLS, and "local" credentials (no handshake on the wire: plain
+  // HTTP/2 as with insecure ones, but only for loopback peers or unix sockets). A plain
+  // listener on another address can only check them in the methods, after the message came
+  // (bounded by max_message_bytes).
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  bool auth_in_filter = false;
+  if (tls) {
+    grpc::SslServerCredentialsOptions ssl(
+        options.tls_client_ca_pem.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = options.tls_client_ca_pem;
+    ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
+    creds = grpc::SslServerCredentials(ssl);
+    auth_in_filter = true;
+  } else if (loopback) {
+    creds = grpc::experimental::LocalServerCredentials(is_unix ? UDS : LOCAL_TCP);
+    auth_in_filter = true;
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+  if (!creds) return errors::InvalidArgument("cannot make the server's credentials (bad PEM?)");
+  if (auth_in_filter && tenants->required())
+    creds->SetAuthMetadataProcessor(std::make_shared<TokenProcessor>(tenants));
+  else
+    auth_in_filter = false;
+
   auto impl = std::make_unique<Impl>();
-  impl->service = std::make_unique<Service>(std::move(engine), options);
+  impl->service = std::make_unique<Service>(std::move(engine), options, tenants, auth_in_filter);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.listen, creds, &port);
   builder.RegisterService(impl->service.get());
+  // Threads (one per in-flight synchronous call) and gRPC's buffers are bounded: held-open
+  // streams get RESOURCE_EXHAUSTED past the thread limit instead of a thread each.
+  grpc::ResourceQuota quota("tensord-serve");
+  if (options.max_threads > 0) quota.SetMaxThreads(static_cast<int>(options.max_threads));
+  if (options.grpc_memory_bytes > 0) quota.Resize(static_cast<size_t>(options.grpc_memory_bytes));
+  builder.SetResourceQuota(quota);
   // gRPC sets SO_REUSEPORT by default: a second broker on the same port would then start and
   // share the connections with the first. Refuse a taken port instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(
+      options.max_message_bytes > 0 ? options.max_message_bytes : kMaxMessageBytes));
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // Let clients keep idle connections checked with pings (see RemoteClient), and find dead
   // clients ourselves.

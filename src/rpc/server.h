@@ -8,13 +8,20 @@
 // register shared-memory regions (same host) and move tensors through them.
 //
 // Threading: gRPC's synchronous server, one thread per in-flight call (blocking reads of
-// values still being computed are fine). Every method here is thread-safe.
+// values still being computed are fine), at most max_threads. Every method here is thread-safe.
+//
+// Security: tenants are tokens (RpcServerOptions::tenants); session ids are 128 random bits
+// bound to the tenant that opened them. On loopback, unix-socket and TLS listeners a wrong
+// token is refused while the call's headers are read, before its message is taken in (gRPC
+// "local" or TLS credentials with an AuthMetadataProcessor); elsewhere in each method. A
+// non-loopback listener needs a token or `insecure`.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "tensord/status.h"
@@ -26,14 +33,51 @@ struct RpcServerOptions {
   std::string listen;
   // Bytes one session may hold on the broker; 0 = unlimited.
   int64_t session_memory_limit = 0;
+  // Bytes all sessions of one tenant may hold together (tensors, models, uploads arriving, the
+  // executables compiled for it); 0 = unlimited. Needs tokens: without any, callers are no
+  // tenant (the engine's shared cache).
+  int64_t tenant_memory_limit = 0;
   // A session that no call names for this long is closed and its tensors freed.
   std::chrono::milliseconds lease{30000};
   // Size of the chunks Read streams (clients may ask for another size per call).
   int64_t chunk_bytes = 2 << 20;
   // When not empty, every call must carry "authorization: Bearer <token>" (UNAUTHENTICATED
-  // otherwise).
+  // otherwise): one tenant, named "default". Kept for callers with a single token; `tenants`
+  // is the general form (both may be given).
   std::string token;
+  // Tenants: each token names one (`tensord serve --token-file`). A session belongs to the
+  // tenant whose token opened it; another tenant's calls cannot see it (NOT_FOUND, as for an
+  // id that never existed). Without any token every caller is the same tenant ("").
+  struct Tenant {
+    std::string name;
+    std::string token;
+  };
+  std::vector<Tenant> tenants;
+  // A listener on a non-loopback address (0.0.0.0, [::], a LAN address) needs a token or this
+  // flag (`--insecure`); RpcServer::start refuses otherwise.
+  bool insecure = false;
+  // TLS (PEM contents, not paths): with cert and key the broker speaks TLS only; with a client
+  // CA as well it requires and verifies client certificates (mutual TLS).
+  std::string tls_cert_pem, tls_key_pem, tls_client_ca_pem;
+
+  // ---- limits (0 = the default shown)
+  // The largest message a call may carry (bulk data is chunked by the streaming calls).
+  int64_t max_message_bytes = 64 << 20;
+  // Sessions open at once: all tenants together, and per tenant.
+  int64_t max_sessions = 4096;
+  int64_t max_sessions_per_tenant = 256;
+  // Calls in flight at once naming one session (streams included, Attach excluded).
+  int64_t max_calls_per_session = 64;
+  // The largest serialized graph LoadModel takes (checked on its header, before a byte).
+  int64_t max_model_bytes = (int64_t{2} << 30) - 1;
+  // gRPC's threads (one per in-flight synchronous call) and memory for its buffers.
+  int64_t max_threads = 256;
+  int64_t grpc_memory_bytes = int64_t{2} << 30;
 };
+
+// The listen address is on this host only: a loopback address (127.0.0.0/8, ::1, localhost)
+// or a unix socket.
+bool is_loopback_listen(const std::string& listen);
 
 class RpcServer {
  public:

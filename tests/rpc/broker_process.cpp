@@ -28,7 +28,9 @@ Result<std::unique_ptr<BrokerProcess>> BrokerProcess::start(const BrokerOptions&
   if (!mkdtemp(tmpl.data()))
     return Status(StatusCode::kInternal, std::string("mkdtemp: ") + std::strerror(errno));
   p->dir_ = tmpl;
-  const std::string listen = options.tcp ? "127.0.0.1:0" : "unix:" + p->dir_ + "/broker.sock";
+  const std::string listen = !options.listen.empty() ? options.listen
+                             : options.tcp           ? "127.0.0.1:0"
+                                                     : "unix:" + p->dir_ + "/broker.sock";
 
   // Everything the child needs is built before fork: only async-signal-safe calls after it.
   std::vector<std::string> args = {TENSORD_CLI_PATH, "serve", "--listen", listen};

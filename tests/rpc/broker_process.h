@@ -18,6 +18,7 @@ namespace tensord::testing {
 struct BrokerOptions {
   std::vector<std::string> args;  // extra `tensord serve` flags
   bool tcp = false;               // 127.0.0.1:0 instead of a unix socket
+  std::string listen;             // another --listen address (overrides tcp)
   int cpu_devices = 2;            // TENSORD_CPU_DEVICES of the broker
   std::chrono::milliseconds ready_timeout{20000};
 };

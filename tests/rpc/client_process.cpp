@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
     auto cond = (*c)->upload(HostTensor::scalar<bool>(true).view(), "");
     auto x = (*c)->upload(HostTensor::from_vector<float>({0.0f}, {1}).view(), "");
     if (!m.ok() || !cond.ok() || !x.ok()) return 1;
-    std::printf("ready %llu\n", static_cast<unsigned long long>((*c)->session()));
+    std::printf("ready %s\n", (*c)->session().c_str());
     std::fflush(stdout);
     auto y = (*c)->execute(testing::long_loop_graph(), {*m, *cond, *x}, "");
     if (y.ok()) (void)(*c)->read(y->at(0));  // never returns: the loop does not end
@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   auto stub = v1::Tensord::NewStub(
       grpc::CreateCustomChannel(argv[1], grpc::InsecureChannelCredentials(), args));
   grpc::ClientContext ctx;
-  ctx.AddMetadata(rpc::kSessionKey, std::to_string((*c)->session()));
+  ctx.AddMetadata(rpc::kSessionKey, (*c)->session());
   v1::UploadResponse resp;
   auto w = stub->Upload(&ctx, &resp);
   v1::UploadChunk m;
@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   if (!w->Write(m)) return 1;
   m.clear_header();
   if (!w->Write(m)) return 1;
-  std::printf("ready %llu\n", static_cast<unsigned long long>((*c)->session()));
+  std::printf("ready %s\n", (*c)->session().c_str());
   std::fflush(stdout);
   while (true) pause();
 }

@@ -47,15 +47,15 @@ struct TestMemfd {
   unsigned char* mem = nullptr;
 };
 
-inline void prepare_call(grpc::ClientContext& ctx, uint64_t session) {
+inline void prepare_call(grpc::ClientContext& ctx, const std::string& session) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  if (session) ctx.AddMetadata(rpc::kSessionKey, std::to_string(session));
+  if (!session.empty()) ctx.AddMetadata(rpc::kSessionKey, session);
 }
 
 // The broker's region socket, from its Handshake ("" if it offers none).
 inline std::string region_socket(v1::Tensord::Stub& stub) {
   grpc::ClientContext ctx;
-  prepare_call(ctx, 0);
+  prepare_call(ctx, "");
   v1::HandshakeRequest req;
   v1::HandshakeResponse resp;
   grpc::Status st = stub.Handshake(&ctx, req, &resp);
@@ -63,7 +63,7 @@ inline std::string region_socket(v1::Tensord::Stub& stub) {
   return resp.region_socket();
 }
 
-inline grpc::Status region_ticket(v1::Tensord::Stub& stub, uint64_t session, std::string* ticket) {
+inline grpc::Status region_ticket(v1::Tensord::Stub& stub, const std::string& session, std::string* ticket) {
   grpc::ClientContext ctx;
   prepare_call(ctx, session);
   v1::RegionTicketRequest req;
@@ -73,7 +73,7 @@ inline grpc::Status region_ticket(v1::Tensord::Stub& stub, uint64_t session, std
   return st;
 }
 
-inline grpc::Status register_ticket(v1::Tensord::Stub& stub, uint64_t session,
+inline grpc::Status register_ticket(v1::Tensord::Stub& stub, const std::string& session,
                                     const std::string& ticket, int64_t bytes,
                                     uint64_t* region = nullptr, const std::string& path = "") {
   grpc::ClientContext ctx;
@@ -90,7 +90,7 @@ inline grpc::Status register_ticket(v1::Tensord::Stub& stub, uint64_t session,
 
 // The whole registration of `fd`; a refusal on the region socket comes back as
 // FAILED_PRECONDITION with the broker's words.
-inline grpc::Status register_fd(v1::Tensord::Stub& stub, uint64_t session,
+inline grpc::Status register_fd(v1::Tensord::Stub& stub, const std::string& session,
                                 const std::string& socket, int fd, int64_t bytes,
                                 uint64_t* region = nullptr) {
   std::string ticket;

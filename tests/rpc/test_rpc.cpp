@@ -197,22 +197,22 @@ class RawBroker {
     stub_ = v1::Tensord::NewStub(
         grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
   }
-  uint64_t open_session() {
+  std::string open_session() {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(5000));
     v1::OpenSessionRequest req;
     v1::OpenSessionResponse resp;
     grpc::Status s = stub_->OpenSession(&ctx, req, &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp.session();
+    return resp.session_id();
   }
-  void prepare(grpc::ClientContext& ctx, uint64_t session) {
+  void prepare(grpc::ClientContext& ctx, const std::string& session) {
     ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(10000));
-    if (session) ctx.AddMetadata(rpc::kSessionKey, std::to_string(session));
+    if (!session.empty()) ctx.AddMetadata(rpc::kSessionKey, session);
   }
   int64_t in_use(const std::string& device) {
     grpc::ClientContext ctx;
-    prepare(ctx, 0);
+    prepare(ctx, "");
     v1::ListDevicesRequest req;
     v1::ListDevicesResponse resp;
     EXPECT_TRUE(stub_->ListDevices(&ctx, req, &resp).ok());
@@ -229,7 +229,7 @@ class RawBroker {
     return v;
   }
   // Streams `chunks` after a header declaring `declared` bytes of float32[shape].
-  grpc::Status upload(uint64_t session, Shape shape, int64_t declared,
+  grpc::Status upload(const std::string& session, Shape shape, int64_t declared,
                       const std::vector<std::string>& chunks, bool header_first = true,
                       uint64_t* handle = nullptr) {
     grpc::ClientContext ctx;
@@ -286,7 +286,7 @@ class BrokerFaults : public ::testing::Test {
 // their offsets in any order; a missing, repeated or foreign part is a clear error at the
 // finish; the reserved bytes go away with the upload either way.
 TEST_F(BrokerFaults, ParallelUploadPartsAreCheckedAtTheFinish) {
-  const uint64_t session = raw_->open_session();
+  const std::string session = raw_->open_session();
   auto begin = [&](int64_t n) {
     grpc::ClientContext ctx;
     raw_->prepare(ctx, session);
@@ -299,7 +299,7 @@ TEST_F(BrokerFaults, ParallelUploadPartsAreCheckedAtTheFinish) {
     EXPECT_TRUE(st.ok()) << st.error_message();
     return resp.upload();
   };
-  auto part = [&](uint64_t s, uint64_t upload, int64_t offset, const std::vector<float>& v) {
+  auto part = [&](const std::string& s, uint64_t upload, int64_t offset, const std::vector<float>& v) {
     grpc::ClientContext ctx;
     raw_->prepare(ctx, s);
     v1::UploadResponse resp;
@@ -361,7 +361,7 @@ TEST_F(BrokerFaults, ParallelUploadPartsAreCheckedAtTheFinish) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
   st = part(session, up, 64, {1});
   EXPECT_NE(st.error_message().find("past"), std::string::npos) << st.error_message();
-  const uint64_t other = raw_->open_session();
+  const std::string other = raw_->open_session();
   st = part(other, up, 0, {1, 2});
   EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
   EXPECT_EQ(finish(up + 1000, nullptr).error_code(), grpc::StatusCode::NOT_FOUND);
@@ -402,7 +402,7 @@ TEST_F(BrokerFaults, LargeGrpcUploadOverTwoStreamsIsIntact) {
 
 TEST_F(BrokerFaults, HandshakeReportsVersionsAndDevices) {
   grpc::ClientContext ctx;
-  raw_->prepare(ctx, 0);
+  raw_->prepare(ctx, "");
   v1::HandshakeRequest req;
   req.set_protocol_version(kProtocolVersion);
   v1::HandshakeResponse resp;
@@ -416,7 +416,7 @@ TEST_F(BrokerFaults, HandshakeReportsVersionsAndDevices) {
 TEST_F(BrokerFaults, CallsWithoutAValidSessionAreRefused) {
   {
     grpc::ClientContext ctx;
-    raw_->prepare(ctx, 0);
+    raw_->prepare(ctx, "");
     v1::HandleRequest req;
     req.set_handle(1);
     v1::InfoResponse resp;
@@ -424,7 +424,8 @@ TEST_F(BrokerFaults, CallsWithoutAValidSessionAreRefused) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_NE(s.error_message().find(rpc::kSessionKey), std::string::npos) << s.error_message();
   }
-  for (const char* bad : {"abc", "0", "12x", "18446744073709551616"}) {
+  for (const char* bad : {"abc", "0", "12x", "18446744073709551616",
+                          "0123456789ABCDEF0123456789abcdef", "0123456789abcdef0123456789abcde"}) {
     grpc::ClientContext ctx;
     ctx.AddMetadata(rpc::kSessionKey, bad);
     v1::HeartbeatRequest req;
@@ -433,12 +434,12 @@ TEST_F(BrokerFaults, CallsWithoutAValidSessionAreRefused) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
   }
   grpc::ClientContext ctx;
-  raw_->prepare(ctx, 12345);  // well formed, never issued
+  raw_->prepare(ctx, "0123456789abcdef0123456789abcdef");  // well formed, never issued
   v1::HeartbeatRequest req;
   v1::HeartbeatResponse resp;
   grpc::Status s = raw_->stub().Heartbeat(&ctx, req, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_NE(s.error_message().find("12345"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("does not exist"), std::string::npos) << s.error_message();
 }
 
 TEST_F(BrokerFaults, UnknownAndForeignHandlesAreNotFound) {
@@ -462,7 +463,7 @@ TEST_F(BrokerFaults, UnknownAndForeignHandlesAreNotFound) {
 }
 
 TEST_F(BrokerFaults, DeclaredUploadSizeMustMatchTheBytesSent) {
-  const uint64_t s = raw_->open_session();
+  const std::string s = raw_->open_session();
   // float32[4] is 16 bytes.
   struct Case {
     const char* what;
@@ -531,7 +532,7 @@ TEST_F(BrokerFaults, DeclaredUploadSizeMustMatchTheBytesSent) {
 }
 
 TEST_F(BrokerFaults, ClientVanishingMidUploadLeavesNothingBehind) {
-  const uint64_t s = raw_->open_session();
+  const std::string s = raw_->open_session();
   {
     grpc::ClientContext ctx;
     raw_->prepare(ctx, s);
@@ -554,7 +555,7 @@ TEST_F(BrokerFaults, ClientVanishingMidUploadLeavesNothingBehind) {
 }
 
 TEST_F(BrokerFaults, OversizedUploadIsRefusedBeforeItsBytesTravel) {
-  const uint64_t s = raw_->open_session();
+  const std::string s = raw_->open_session();
   grpc::ClientContext ctx;
   raw_->prepare(ctx, s);
   v1::UploadChunk m;
@@ -588,7 +589,7 @@ TEST_F(BrokerFaults, MalformedGraphIsInvalidArgument) {
   expect_still_serving();
 }
 
-grpc::Status upload_region(RawBroker& raw, uint64_t s, uint64_t region, int64_t offset,
+grpc::Status upload_region(RawBroker& raw, const std::string& s, uint64_t region, int64_t offset,
                            int64_t floats, uint64_t* handle = nullptr) {
   grpc::ClientContext ctx;
   raw.prepare(ctx, s);
@@ -606,7 +607,7 @@ grpc::Status upload_region(RawBroker& raw, uint64_t s, uint64_t region, int64_t 
 
 TEST_F(BrokerFaults, SharedMemoryRegionFaultsAreClearErrors) {
   using testing::TestMemfd;
-  const uint64_t s = raw_->open_session();
+  const std::string s = raw_->open_session();
   const std::string socket = testing::region_socket(raw_->stub());
   ASSERT_EQ(socket.rfind("@tensord-fd-", 0), 0u) << socket;
   // Paths are refused, whatever they name; a size out of range; a ticket never issued.
@@ -653,7 +654,7 @@ TEST_F(BrokerFaults, SharedMemoryRegionFaultsAreClearErrors) {
   EXPECT_EQ(upload_region(*raw_, s, region, -4, 1).error_code(), grpc::StatusCode::OUT_OF_RANGE);
   EXPECT_EQ(upload_region(*raw_, s, region + 99, 0, 4).error_code(), grpc::StatusCode::NOT_FOUND);
   // A region of another session.
-  const uint64_t s2 = raw_->open_session();
+  const std::string s2 = raw_->open_session();
   EXPECT_EQ(upload_region(*raw_, s2, region, 0, 4).error_code(), grpc::StatusCode::NOT_FOUND);
 
   // A good upload and a read back through the region; a read with too little room says so.
@@ -700,7 +701,7 @@ TEST_F(BrokerFaults, SharedMemoryRegionFaultsAreClearErrors) {
     EXPECT_TRUE(raw_->stub().UnregisterRegion(&ctx, req, &resp).ok());
   }
   EXPECT_EQ(upload_region(*raw_, s, region, 0, 4).error_code(), grpc::StatusCode::NOT_FOUND);
-  for (uint64_t sess : {s, s2}) {
+  for (const std::string& sess : {s, s2}) {
     grpc::ClientContext ctx;
     raw_->prepare(ctx, sess);
     v1::CloseSessionRequest creq;
@@ -762,7 +763,7 @@ TEST_F(BrokerFaults, KilledClientProcessIsFreedAtOnceNotAtLeaseEnd) {
   // The shared broker's lease is 30 s: only the dropped connection frees the session this soon.
   EXPECT_EQ(raw_->in_use_settled("cpu:0", base_), base_);
   grpc::ClientContext ctx;
-  raw_->prepare(ctx, std::stoull(line.substr(6)));
+  raw_->prepare(ctx, line.substr(6));
   v1::HeartbeatRequest req;
   v1::HeartbeatResponse resp;
   EXPECT_EQ(raw_->stub().Heartbeat(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
@@ -889,7 +890,7 @@ TEST(BrokerProcesses, LapsedLeaseFreesTheSessionButHeartbeatsKeepItAlive) {
   RawBroker raw((*b)->address());
   const int64_t base = raw.in_use("cpu:0");
   // A session nobody renews.
-  const uint64_t s = raw.open_session();
+  const std::string s = raw.open_session();
   uint64_t h = 0;
   ASSERT_TRUE(raw.upload(s, {1000}, 4000, {std::string(4000, 'a')}, true, &h).ok());
   EXPECT_EQ(raw.in_use("cpu:0") - base, 4000);
@@ -943,6 +944,8 @@ TEST(BrokerProcesses, TokenIsRequiredWhenConfigured) {
   std::filesystem::create_directories(dir);
   const std::string file = dir + "/token";
   std::ofstream(file) << "s3cret-token\n";
+  std::filesystem::permissions(file, std::filesystem::perms::owner_read |
+                                         std::filesystem::perms::owner_write);
   auto b = start_broker({"--token-file", file});
   ASSERT_TRUE(b.ok()) << b.status().to_string();
   unsetenv("TENSORD_TOKEN");

@@ -78,27 +78,27 @@ class Raw {
     stub_ = v1::Tensord::NewStub(
         grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
   }
-  uint64_t open_session() {
+  std::string open_session() {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(5000));
     v1::OpenSessionRequest req;
     v1::OpenSessionResponse resp;
     grpc::Status s = stub_->OpenSession(&ctx, req, &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp.session();
+    return resp.session_id();
   }
-  grpc::Status close_session(uint64_t session) {
+  grpc::Status close_session(const std::string& session) {
     grpc::ClientContext ctx;
     prepare(ctx, session, milliseconds(5000));
     v1::CloseSessionRequest req;
     v1::CloseSessionResponse resp;
     return stub_->CloseSession(&ctx, req, &resp);
   }
-  void prepare(grpc::ClientContext& ctx, uint64_t session, milliseconds timeout) {
+  void prepare(grpc::ClientContext& ctx, const std::string& session, milliseconds timeout) {
     ctx.set_deadline(std::chrono::system_clock::now() + timeout);
-    if (session) ctx.AddMetadata(rpc::kSessionKey, std::to_string(session));
+    if (!session.empty()) ctx.AddMetadata(rpc::kSessionKey, session);
   }
-  uint64_t upload(uint64_t session, const HostTensor& t) {
+  uint64_t upload(const std::string& session, const HostTensor& t) {
     grpc::ClientContext ctx;
     prepare(ctx, session, milliseconds(5000));
     v1::UploadChunk req;
@@ -111,7 +111,7 @@ class Raw {
     EXPECT_TRUE(s.ok()) << s.error_message();
     return resp.handle();
   }
-  grpc::Status execute(uint64_t session, const Graph& g, const std::vector<uint64_t>& inputs,
+  grpc::Status execute(const std::string& session, const Graph& g, const std::vector<uint64_t>& inputs,
                        int64_t inline_max_bytes, milliseconds timeout, v1::ExecuteResponse* resp) {
     grpc::ClientContext ctx;
     prepare(ctx, session, timeout);
@@ -122,7 +122,7 @@ class Raw {
     return stub_->Execute(&ctx, req, resp);
   }
   // Starts an endless (or `trips`) Loop in `session` without waiting for it: its output.
-  uint64_t start_loop(uint64_t session, int64_t trips) {
+  uint64_t start_loop(const std::string& session, int64_t trips) {
     const uint64_t m = upload(session, HostTensor::scalar<int64_t>(trips));
     const uint64_t c = upload(session, HostTensor::scalar<bool>(true));
     const uint64_t x = upload(session, HostTensor::from_vector<float>({0.0f}, {1}));
@@ -132,7 +132,7 @@ class Raw {
     return resp.outputs_size() ? resp.outputs(0) : 0;
   }
   // A small Add answered inline; returns how long it took (ms), checking the values.
-  double small_op_ms(uint64_t session) {
+  double small_op_ms(const std::string& session) {
     const auto t0 = Clock::now();
     const uint64_t a = upload(session, HostTensor::from_vector<float>({1, 2, 3, 4}, {4}));
     const uint64_t b = upload(session, HostTensor::from_vector<float>({10, 20, 30, 40}, {4}));
@@ -155,7 +155,7 @@ class Raw {
                                   v1::HeartbeatResponse* resp) {
     return stub_->Heartbeat(&ctx, req, resp).error_code();
   }
-  grpc::Status wait(uint64_t session, uint64_t handle, milliseconds timeout) {
+  grpc::Status wait(const std::string& session, uint64_t handle, milliseconds timeout) {
     grpc::ClientContext ctx;
     prepare(ctx, session, timeout);
     v1::HandleRequest req;
@@ -178,7 +178,7 @@ class SecuritySched : public ::testing::Test {
     raw_ = std::make_unique<Raw>(broker_->address());
   }
   void expect_still_serving() {
-    const uint64_t s = raw_->open_session();
+    const std::string s = raw_->open_session();
     EXPECT_LT(raw_->small_op_ms(s), 2000.0);
     EXPECT_TRUE(raw_->close_session(s).ok());
   }
@@ -188,8 +188,8 @@ class SecuritySched : public ::testing::Test {
 
 TEST_F(SecuritySched, AnotherTenantsSmallOpIsNotStuckBehindALongLoopAndCloseStopsIt) {
   for (int64_t trips : {int64_t{10'000'000}, INT64_MAX}) {
-    const uint64_t a = raw_->open_session();
-    const uint64_t b = raw_->open_session();
+    const std::string a = raw_->open_session();
+    const std::string b = raw_->open_session();
     raw_->start_loop(a, trips);
     std::this_thread::sleep_for(milliseconds(200));
     double worst = 0, sum = 0;
@@ -238,7 +238,7 @@ TEST_F(SecuritySched, AKilledClientsLoopStops) {
   std::this_thread::sleep_for(milliseconds(300));
   const double busy = cpu_load(broker_->pid());
   EXPECT_GT(busy, 0.15) << "the client's loop should be running";
-  const uint64_t b = raw_->open_session();
+  const std::string b = raw_->open_session();
   const double during = raw_->small_op_ms(b);
   EXPECT_LT(during, 2000.0);
   kill(pid, SIGKILL);
@@ -253,7 +253,7 @@ TEST_F(SecuritySched, AKilledClientsLoopStops) {
               during, ms_since(t0), load, busy);
   // Its session is gone.
   grpc::ClientContext ctx;
-  raw_->prepare(ctx, std::stoull(line.substr(6)), milliseconds(5000));
+  raw_->prepare(ctx, line.substr(6), milliseconds(5000));
   v1::HeartbeatRequest req;
   v1::HeartbeatResponse resp;
   EXPECT_EQ(raw_->stub_heartbeat(ctx, req, &resp), grpc::StatusCode::NOT_FOUND);
@@ -262,7 +262,7 @@ TEST_F(SecuritySched, AKilledClientsLoopStops) {
 }
 
 TEST_F(SecuritySched, ACallsDeadlineCancelsTheWorkItWaitedFor) {
-  const uint64_t a = raw_->open_session();
+  const std::string a = raw_->open_session();
   const uint64_t m = raw_->upload(a, HostTensor::scalar<int64_t>(INT64_MAX));
   const uint64_t c = raw_->upload(a, HostTensor::scalar<bool>(true));
   const uint64_t x = raw_->upload(a, HostTensor::from_vector<float>({0.0f}, {1}));
@@ -291,7 +291,7 @@ TEST_F(SecuritySched, ACallsDeadlineCancelsTheWorkItWaitedFor) {
   EXPECT_GT(cpu_load(broker_->pid(), milliseconds(300)), 0.15) << "a Wait's deadline stopped the work";
   // Another session is served meanwhile (A's own next op would wait for A's loop: order
   // within a session is kept); closing A stops the loop.
-  const uint64_t b = raw_->open_session();
+  const std::string b = raw_->open_session();
   EXPECT_LT(raw_->small_op_ms(b), 2000.0);
   EXPECT_TRUE(raw_->close_session(b).ok());
   ASSERT_TRUE(raw_->close_session(a).ok());

@@ -56,17 +56,17 @@ class SecurityShm : public ::testing::Test {
     ASSERT_EQ(socket_.rfind("@tensord-fd-", 0), 0u) << socket_;
   }
 
-  uint64_t open_session() {
+  std::string open_session() {
     grpc::ClientContext ctx;
-    testing::prepare_call(ctx, 0);
+    testing::prepare_call(ctx, "");
     v1::OpenSessionRequest req;
     v1::OpenSessionResponse resp;
     grpc::Status st = stub_->OpenSession(&ctx, req, &resp);
     EXPECT_TRUE(st.ok()) << st.error_message();
-    return resp.session();
+    return resp.session_id();
   }
 
-  grpc::Status upload_region(uint64_t s, uint64_t region, int64_t offset, int64_t floats,
+  grpc::Status upload_region(const std::string& s, uint64_t region, int64_t offset, int64_t floats,
                              uint64_t* handle = nullptr, bool lend = false) {
     grpc::ClientContext ctx;
     testing::prepare_call(ctx, s);
@@ -83,7 +83,7 @@ class SecurityShm : public ::testing::Test {
     return st;
   }
 
-  grpc::Status read_region(uint64_t s, uint64_t handle, uint64_t region, int64_t offset,
+  grpc::Status read_region(const std::string& s, uint64_t handle, uint64_t region, int64_t offset,
                            v1::ReadRegionResponse* resp) {
     grpc::ClientContext ctx;
     testing::prepare_call(ctx, s);
@@ -155,7 +155,7 @@ std::string send_raw(const std::string& socket, const std::string& payload,
 // ------------------------------------------------------------------------------ attack 1
 
 TEST_F(SecurityShm, UnsealedOrForeignDescriptorsAreRefusedAtRegistration) {
-  const uint64_t s = open_session();
+  const std::string s = open_session();
   // An unsealed memfd (the shape of the old attack: truncate it later), and one sealed only
   // against growing.
   for (int seals : {0, F_SEAL_GROW}) {
@@ -218,7 +218,7 @@ TEST_F(SecurityShm, UnsealedOrForeignDescriptorsAreRefusedAtRegistration) {
 }
 
 TEST_F(SecurityShm, TruncatingASealedRegionFailsAndNeverKillsTheBroker) {
-  const uint64_t s = open_session();
+  const std::string s = open_session();
   constexpr int64_t kBytes = 2 << 20;
   TestMemfd m(kBytes, F_SEAL_SHRINK);
   uint64_t region = 0;
@@ -301,7 +301,7 @@ void expect_no_link_target(const std::string& message) {
 
 TEST_F(SecurityShm, PathsIntoProcAreRefusedUnopenedAndRevealNothing) {
   // Session A (this process) has a registered region; session B attacks.
-  const uint64_t a = open_session(), b = open_session();
+  const std::string a = open_session(), b = open_session();
   TestMemfd mine(1 << 16, F_SEAL_SHRINK, "tensord-victim");
   uint64_t region_a = 0;
   ASSERT_TRUE(testing::register_fd(*stub_, a, socket_, mine.fd, 1 << 16, &region_a).ok());
@@ -333,7 +333,7 @@ TEST_F(SecurityShm, PathsIntoProcAreRefusedUnopenedAndRevealNothing) {
 }
 
 TEST_F(SecurityShm, AnotherSessionCannotRedeemATicketOrNameARegion) {
-  const uint64_t a = open_session(), b = open_session();
+  const std::string a = open_session(), b = open_session();
   TestMemfd mine(1 << 20, F_SEAL_SHRINK, "tensord-victim");
   float* mem = reinterpret_cast<float*>(mine.map());
   ASSERT_NE(mem, nullptr);
@@ -411,7 +411,7 @@ TEST_F(SecurityShm, AnotherSessionCannotRedeemATicketOrNameARegion) {
 }
 
 TEST_F(SecurityShm, TicketsAreBoundedPerSession) {
-  const uint64_t s = open_session();
+  const std::string s = open_session();
   std::vector<std::string> tickets;
   grpc::Status st;
   for (int i = 0; i < 64; ++i) {
@@ -452,7 +452,7 @@ TEST_F(SecurityShm, IdleConnectionsOnTheRegionSocketDoNotBlockRegistration) {
     idle.push_back(s);
   }
   EXPECT_GT(idle.size(), 64u);
-  const uint64_t s = open_session();
+  const std::string s = open_session();
   TestMemfd m(1 << 16, F_SEAL_SHRINK);
   uint64_t region = 0;
   const auto t0 = std::chrono::steady_clock::now();

@@ -100,7 +100,7 @@ class Client {
     this._inline = new Map();
   }
 
-  /** The session id (decimal). */
+  /** The session id (32 hex characters; a capability: keep it secret). */
   get session() { return this._session; }
 
   // ---------------------------------------------------------------- plumbing
@@ -193,10 +193,20 @@ class Client {
         `${hs.server_version}), this client speaks ${PROTOCOL_VERSION}`, { local: true });
     }
     this.serverVersion = hs.server_version;
+    // Inline uploads and stream chunks stay well inside the broker's message limit.
+    const maxMessage = Number(hs.max_message_bytes || 0);
+    if (maxMessage > 0) {
+      this._opts.chunkBytes = Math.max(4 << 10, Math.min(this._opts.chunkBytes, Math.floor(maxMessage / 2)));
+    }
     this.defaultDevice = hs.default_device;
     const s = await this._unary('OpenSession', { memory_limit: String(this._opts.memoryLimit || 0) },
                                 'opening a session', this._opts.connectTimeoutMs);
-    this._session = s.session;
+    if (!s.session_id) {
+      throw new TensordError('FAILED_PRECONDITION',
+        `broker '${this.address}' answered OpenSession without a session_id (an older tensord?)`,
+        { local: true });
+    }
+    this._session = s.session_id;
     this.memoryLimit = Number(s.memory_limit);
     if (Number(s.lease_ms) > 0) this._lease = Number(s.lease_ms);
     const period = Math.max(Math.floor(this._lease / 3), 10);
@@ -537,6 +547,52 @@ class Client {
 }
 
 /**
+ * A token as configured, trimmed of surrounding whitespace (a token file read into the variable
+ * keeps its newline); any other byte outside printable ASCII is refused here (INVALID_ARGUMENT)
+ * rather than by gRPC on the first call.
+ * @param {string} raw
+ * @param {string} from
+ */
+function cleanToken(raw, from) {
+  const token = String(raw || '').trim();
+  for (let i = 0; i < token.length; i++) {
+    const c = token.charCodeAt(i);
+    if (c < 0x21 || c > 0x7e) {
+      throw new TensordError('INVALID_ARGUMENT',
+        `${from}: the token has ${c === 0x20 ? 'a space' : `character 0x${c.toString(16).padStart(2, '0')}`}` +
+        ` at position ${i}; tokens are printable ASCII without spaces`, { local: true });
+    }
+  }
+  return token;
+}
+
+/**
+ * Plain HTTP/2, or TLS when a CA, a client certificate, opts.tls or TENSORD_TLS=1 asks for it.
+ * @param {any} opts
+ */
+function channelCredentials(opts) {
+  const envTls = process.env.TENSORD_TLS && process.env.TENSORD_TLS !== '0';
+  if (!opts.tls && !opts.tlsCa && !opts.tlsCert && !envTls) return grpc.credentials.createInsecure();
+  const read = (path, what) => {
+    if (!path) return null;
+    try {
+      return require('fs').readFileSync(path);
+    } catch (e) {
+      throw new TensordError('INVALID_ARGUMENT', `${what}: cannot read '${path}': ${e.message}`, { local: true });
+    }
+  };
+  const ca = read(opts.tlsCa, 'TLS CA (TENSORD_TLS_CA)');
+  const cert = read(opts.tlsCert, 'TLS client certificate (TENSORD_TLS_CERT)');
+  const key = read(opts.tlsKey, 'TLS client key (TENSORD_TLS_KEY)');
+  if (!cert !== !key) {
+    throw new TensordError('INVALID_ARGUMENT',
+      'a TLS client certificate needs its key and the other way round (TENSORD_TLS_CERT, TENSORD_TLS_KEY)',
+      { local: true });
+  }
+  return grpc.credentials.createSsl(ca, key, cert);
+}
+
+/**
  * Connects to a broker: handshake (protocol version check) and a new session.
  * @param {string} [address]  'HOST:PORT' or 'unix:/path.sock'; default $TENSORD_ADDRESS
  * @param {ConnectOptions} [options]
@@ -551,11 +607,14 @@ async function connect(address, options = {}) {
   const opts = {
     connectTimeoutMs: 5000, callTimeoutMs: 60000, memoryLimit: 0, chunkBytes: CHUNK_BYTES,
     token: process.env.TENSORD_TOKEN || '', inlineMaxBytes: 256 << 10, attach: false,
+    tls: false, tlsCa: process.env.TENSORD_TLS_CA || '', tlsCert: process.env.TENSORD_TLS_CERT || '',
+    tlsKey: process.env.TENSORD_TLS_KEY || '',
     ...options,
   };
+  opts.token = cleanToken(opts.token, options.token ? 'options.token' : 'TENSORD_TOKEN');
   opts.chunkBytes = Math.min(Math.max(opts.chunkBytes | 0, 4 << 10), 64 << 20);
   const proto = loadProto(opts.protoPath);
-  const stub = new proto.Tensord(address, grpc.credentials.createInsecure(), {
+  const stub = new proto.Tensord(address, channelCredentials(opts), {
     'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
     'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
     // Brokers are dialled directly: an http_proxy in the environment must not capture them.

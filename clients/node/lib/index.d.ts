@@ -30,8 +30,17 @@ export interface ConnectOptions {
   chunkBytes?: number;
   /** tensord.proto to use (default: $TENSORD_PROTO, else the repository's proto/tensord.proto). */
   protoPath?: string;
-  /** Sent as "authorization: Bearer <token>" (default $TENSORD_TOKEN). */
+  /** Sent as "authorization: Bearer <token>" (default $TENSORD_TOKEN); trimmed, and refused
+   *  (INVALID_ARGUMENT) if anything else in it is not printable ASCII. */
   token?: string;
+  /** TLS with the system's CAs (also TENSORD_TLS=1); implied by tlsCa/tlsCert. */
+  tls?: boolean;
+  /** CA file (PEM) verifying the broker's certificate (default $TENSORD_TLS_CA). */
+  tlsCa?: string;
+  /** Client certificate and key (PEM) for a broker with --tls-ca (default $TENSORD_TLS_CERT,
+   *  $TENSORD_TLS_KEY). */
+  tlsCert?: string;
+  tlsKey?: string;
   /** Bind the session to a long-lived call: the broker frees it as soon as this process dies
    *  (else when its lease lapses). Keeps the event loop alive until close(). */
   attach?: boolean;

@@ -54,6 +54,32 @@ test('session memory limit: RESOURCE_EXHAUSTED, the session keeps working', { ti
   }
 });
 
+test('tokens: a trailing newline is trimmed, a control character is INVALID_ARGUMENT, another tenant\'s session is NOT_FOUND', { timeout: 20000 }, async () => {
+  const fs = require('fs');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tensord-node-tok-'));
+  const file = path.join(dir, 'tokens');
+  fs.writeFileSync(file, 'alice:alice-secret\nbob:bob-secret\n', { mode: 0o600 });
+  const broker = await startBroker(['--token-file', file]);
+  try {
+    await rejectsWith(td.connect(broker.address), 'UNAUTHENTICATED', /TENSORD_TOKEN/);
+    const alice = await td.connect(broker.address, { token: 'alice-secret\n' });
+    const a = await alice.upload(new Float32Array([7, 8]));
+    const err = await rejectsWith(td.connect(broker.address, { token: 'alice\u0001secret' }),
+                                  'INVALID_ARGUMENT', /printable ASCII/);
+    assert.ok(err.local);
+    // Bob, knowing alice's session id and handle, finds nothing.
+    const bob = await td.connect(broker.address, { token: 'bob-secret' });
+    bob._session = alice.session;
+    await rejectsWith(bob.read(a.id), 'NOT_FOUND', /does not exist/);
+    assert.deepEqual(Array.from((await alice.read(a)).data), [7, 8]);
+    await bob.close();
+    await alice.close();
+  } finally {
+    assert.equal(await broker.stop(), 0);
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('a lapsed lease: the session is gone (NOT_FOUND), heartbeats keep a live one', { timeout: 20000 }, async () => {
   const broker = await startBroker(['--lease-seconds', '1']);
   try {
