@@ -13,7 +13,7 @@ const { toWire, fromWire, numel } = require('./tensor');
 const { toWireGraph, input, op: symbolicOp, graph: buildGraph, constant } = require('./graph');
 
 /** The wire protocol version this client speaks (tensord::kProtocolVersion). */
-const PROTOCOL_VERSION = 1;
+const PROTOCOL_VERSION = 2;  // 2: 128-bit session ids, regions by descriptor
 const CLIENT_VERSION = require('../package.json').version;
 const CHUNK_BYTES = 2 << 20;
 const MAX_MESSAGE_BYTES = 1 << 30;
