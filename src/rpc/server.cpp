@@ -389,7 +389,7 @@ class Service final
     if (Status a = check_token(ctx); !a.ok()) return fail(ctx, a);
     resp->set_server_version(kVersion);
     resp->set_protocol_version(kProtocolVersion);
-    for (const auto& d : engine_->devices()) to_proto(d, resp->add_devices());
+    for (const auto& d : visible_devices()) to_proto(d, resp->add_devices());
     auto dd = engine_->default_device();
     if (dd.ok()) resp->set_default_device(*dd);
     resp->set_host_id(host_id_);
@@ -400,10 +400,19 @@ class Service final
     return grpc::Status::OK;
   }
 
+  // The devices as a client may see them: with tenants (a token file), how much of a device
+  // is in use — and its high-water mark — is other tenants' business, so both read 0.
+  std::vector<DeviceInfo> visible_devices() const {
+    std::vector<DeviceInfo> devices = engine_->devices();
+    if (tenants_->required())
+      for (auto& d : devices) d.memory_in_use = d.memory_peak = 0;
+    return devices;
+  }
+
   grpc::Status ListDevices(grpc::ServerContext* ctx, const v1::ListDevicesRequest* req,
                            v1::ListDevicesResponse* resp) override {
     if (Status a = check_token(ctx); !a.ok()) return fail(ctx, a);
-    for (const auto& d : engine_->devices()) to_proto(d, resp->add_devices());
+    for (const auto& d : visible_devices()) to_proto(d, resp->add_devices());
     auto dd = engine_->default_device();
     if (dd.ok()) resp->set_default_device(*dd);
     return grpc::Status::OK;
@@ -1344,8 +1353,8 @@ class Service final
       if (d.name != device) continue;
       if (size > d.memory_bytes - d.memory_in_use)
         return errors::ResourceExhausted(
-            "upload: {} bytes do not fit on {} ({} of {} bytes in use)", size, d.name,
-            d.memory_in_use, d.memory_bytes);
+            "upload: {} bytes do not fit on {} now (capacity {} bytes)", size, d.name,
+            d.memory_bytes);
     }
     return size;  // an unknown device is the engine's to report
   }

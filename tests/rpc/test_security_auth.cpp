@@ -744,3 +744,61 @@ TEST(SecurityAuth, TokenWithTrailingNewlineWorksControlCharacterIsAClearError) {
 
 }  // namespace
 }  // namespace tensord
+
+namespace tensord {
+namespace {
+
+// ---------------------------------------------------------------- 11: watching other tenants
+
+// Attack 11c: with tenants, a device's memory in use (and its high-water mark) and the
+// "does not fit" messages told a tenant how much the others held. Now both read 0 for
+// clients and messages name only the capacity. Compiled graphs and models are charged to the
+// tenant and go with its last session, so nothing stays behind on its behalf.
+TEST(SecurityAuth, TenantsCannotWatchEachOthersMemory) {
+  TempDir dir;
+  auto b = start({"--token-file", dir.write("tokens", kTokens)});
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  rpc::RemoteClientOptions ao, bo;
+  ao.token = "alice-token-0123";
+  bo.token = "bob-token-4567";
+  auto alice = rpc::RemoteClient::connect((*b)->address(), ao);
+  auto bob = rpc::RemoteClient::connect((*b)->address(), bo);
+  ASSERT_TRUE(alice.ok() && bob.ok());
+  const std::vector<float> v(1 << 20, 2.0f);  // 4 MiB of alice's
+  HostTensor t = HostTensor::from_vector<float>(v, {static_cast<int64_t>(v.size())});
+  auto h = (*alice)->upload(t.view(), "");
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  ASSERT_TRUE((*alice)->wait(*h).ok());
+  auto devs = (*bob)->devices();
+  ASSERT_TRUE(devs.ok());
+  ASSERT_FALSE(devs->empty());
+  for (const auto& d : *devs) {
+    EXPECT_EQ(d.memory_in_use, 0) << d.name;
+    EXPECT_EQ(d.memory_peak, 0) << d.name;
+    EXPECT_GT(d.memory_bytes, 0) << d.name;
+  }
+  // An upload larger than the device: the message names the capacity, not the use.
+  Raw raw((*b)->address());
+  std::string session;
+  ASSERT_TRUE(raw.open("bob-token-4567", &session).ok());
+  grpc::ClientContext ctx;
+  Raw::prepare(ctx, "bob-token-4567", session);
+  v1::UploadHeader hd;
+  hd.set_dtype(1);
+  const int64_t n = (*devs)[0].memory_bytes / 4 + 1024;
+  hd.add_shape(n);
+  hd.set_total_bytes(n * 4);
+  v1::BeginUploadResponse resp;
+  grpc::Status s = raw.stub().BeginUpload(&ctx, hd, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_EQ(s.error_message().find("in use"), std::string::npos) << s.error_message();
+  EXPECT_EQ(s.error_message().find(std::to_string(4 << 20)), std::string::npos) << s.error_message();
+  // Alice's bytes are still hers and intact.
+  auto back = (*alice)->read(*h);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->to_double_vector()[12345], 2.0);
+  expect_alive((*b)->address(), "bob-token-4567");
+}
+
+}  // namespace
+}  // namespace tensord
