@@ -1229,21 +1229,25 @@ Result<std::vector<TensorHandle>> Engine::submit(SessionId session, Launch launc
   task.session = session;
   task.tokens.session = launch.ref.token;
   task.tokens.call = std::move(call);
-  task.ready = [in = launch.in] {
-    for (const auto& e : in)
+  // The inputs are held until the outputs are computed, then dropped *before* the outputs
+  // are published: whoever sees an output may rely on the inputs' bytes being let go (an
+  // owner reusing memory lent with upload_external, byte counters back to 0).
+  auto in = std::make_shared<std::vector<std::shared_ptr<TensorEntry>>>(std::move(launch.in));
+  task.ready = [in] {
+    for (const auto& e : *in)
       if (!is_ready(e->value)) return false;
     return true;
   };
-  task.fn = [impl, slot, exe, in = std::move(launch.in), promises,
-             counter = std::move(launch.ref.counter)](Frame& f) {
+  task.fn = [impl, slot, exe, in, promises,
+             counter = std::move(launch.ref.counter)](Frame& f) mutable {
     std::vector<Result<DeviceTensor>> outs;
     if (Status c = f.cancelled(); !c.ok()) {
       outs.assign(promises.size(), c);  // dropped before it ran
     } else {
       try {
         std::vector<Result<DeviceTensor>> values;
-        values.reserve(in.size());
-        for (const auto& e : in) values.push_back(e->value.get());
+        values.reserve(in->size());
+        for (const auto& e : *in) values.push_back(e->value.get());
         EngineAllocator alloc(slot, counter);
         outs = exe->run(values, alloc);
       } catch (const std::exception& e) {  // e.g. bad_alloc: an error on every output, no abort
@@ -1254,6 +1258,7 @@ Result<std::vector<TensorHandle>> Engine::submit(SessionId session, Launch launc
       // Stopped part way: every output says why, not the step it stopped at.
       if (Status c = f.cancelled(); !c.ok()) outs.assign(promises.size(), c);
     }
+    in->clear();
     for (size_t i = 0; i < promises.size(); ++i) {
       if (i < outs.size()) {
         if (!outs[i].ok()) impl->m.node_errors++;
@@ -1263,6 +1268,9 @@ Result<std::vector<TensorHandle>> Engine::submit(SessionId session, Launch launc
                                                 outs.size(), promises.size()));
       }
     }
+    // The values now live in the tensors' futures only: a closed session frees them at once,
+    // not when the queue gets round to destroying this task.
+    promises.clear();
     return true;
   };
   // Only small results are worth running here: the caller waits for them; a graph with large

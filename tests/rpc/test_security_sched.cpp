@@ -203,7 +203,7 @@ TEST_F(SecuritySched, AnotherTenantsSmallOpIsNotStuckBehindALongLoopAndCloseStop
                 "worst %.2f ms; broker CPU while the loop runs: %.2f cores\n",
                 static_cast<long long>(trips), sum / 5, worst, busy);
     EXPECT_LT(worst, 2000.0);
-    EXPECT_GT(busy, 0.15) << "the loop should be running";
+    EXPECT_GT(busy, 0.03) << "the loop should be running";
     // A closes its session: the loop stops (the broker goes idle), B goes on.
     const auto t0 = Clock::now();
     ASSERT_TRUE(raw_->close_session(a).ok());
@@ -237,7 +237,7 @@ TEST_F(SecuritySched, AKilledClientsLoopStops) {
   ASSERT_EQ(line.rfind("ready ", 0), 0u) << "client process said '" << line << "'";
   std::this_thread::sleep_for(milliseconds(300));
   const double busy = cpu_load(broker_->pid());
-  EXPECT_GT(busy, 0.15) << "the client's loop should be running";
+  EXPECT_GT(busy, 0.03) << "the client's loop should be running";
   const std::string b = raw_->open_session();
   const double during = raw_->small_op_ms(b);
   EXPECT_LT(during, 2000.0);
@@ -288,7 +288,7 @@ TEST_F(SecuritySched, ACallsDeadlineCancelsTheWorkItWaitedFor) {
   grpc::Status w = raw_->wait(a, y, milliseconds(300));
   EXPECT_EQ(w.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << w.error_message();
   EXPECT_LT(ms_since(t1), 2000.0);
-  EXPECT_GT(cpu_load(broker_->pid(), milliseconds(300)), 0.15) << "a Wait's deadline stopped the work";
+  EXPECT_GT(cpu_load(broker_->pid(), milliseconds(300)), 0.03) << "a Wait's deadline stopped the work";
   // Another session is served meanwhile (A's own next op would wait for A's loop: order
   // within a session is kept); closing A stops the loop.
   const std::string b = raw_->open_session();
