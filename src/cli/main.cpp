@@ -141,6 +141,7 @@ int run_main(int argc, char** argv) {
                "per-example times and correctness), optionally beside onnxruntime and torch");
   tensord::cli::add_bench_options(*bench, bench_opts);
   auto bench_transfer = tensord::cli::add_bench_transfer_command(*bench);
+  auto bench_load = tensord::cli::add_bench_load_command(*bench);
 #endif
 
   try {
@@ -159,8 +160,9 @@ int run_main(int argc, char** argv) {
   if (run->parsed()) return tensord::cli::cmd_run(run_opts);
   if (onnx_test->parsed()) return tensord::cli::cmd_onnx_test(test_opts);
   if (bench->parsed())
-    return bench->get_subcommands().empty() ? tensord::cli::cmd_bench(bench_opts)
-                                            : bench_transfer();
+    return bench->get_subcommands().empty()                    ? tensord::cli::cmd_bench(bench_opts)
+           : bench->get_subcommands()[0]->get_name() == "load" ? bench_load()
+                                                               : bench_transfer();
 #endif
   return kExitUsage;
 }
