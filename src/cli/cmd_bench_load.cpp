@@ -40,6 +40,7 @@ struct LoadOptions {
   std::string address;
   int clients = 8;
   double seconds = 10;
+  double warmup = 0;  // seconds of the same load before the measured run (RSS baseline after it)
   int64_t broker_pid = 0;
   bool json = false;
 };
@@ -260,6 +261,10 @@ int run_load(const LoadOptions& options) {
     print_error("bench load: --clients must be in [1, 4096], got " + std::to_string(options.clients));
     return kExitUsage;
   }
+  if (!(options.warmup >= 0) || options.warmup > 86400) {
+    print_error("bench load: --warmup must be in [0, 86400], got " + std::to_string(options.warmup));
+    return kExitUsage;
+  }
   if (!(options.seconds > 0) || options.seconds > 86400) {
     print_error("bench load: --seconds must be in (0, 86400], got " + std::to_string(options.seconds));
     return kExitUsage;
@@ -272,41 +277,55 @@ int run_load(const LoadOptions& options) {
     return kExitUsage;
   }
   const int64_t pid = options.broker_pid > 0 ? options.broker_pid : unix_peer_pid(address);
-  const int64_t rss_before = rss_bytes(pid);
+  const int64_t rss_start = rss_bytes(pid);
 
-  std::vector<ClientResult> results(static_cast<size_t>(options.clients));
-  std::atomic<bool> done{false};
-  int64_t rss_peak = rss_before;
-  std::thread sampler([&] {  // the broker's RSS while the clients run
-    while (!done.load()) {
-      rss_peak = std::max(rss_peak, rss_bytes(pid));
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  });
-  const auto start = Clock::now();
-  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(options.seconds));
-  {
+  // One round: every client runs until the deadline; the broker's RSS sampled meanwhile.
+  auto round = [&](double secs, std::vector<ClientResult>& results, int64_t& rss_peak) {
+    results.assign(static_cast<size_t>(options.clients), ClientResult{});
+    std::atomic<bool> done{false};
+    std::thread sampler([&] {
+      while (!done.load()) {
+        rss_peak = std::max(rss_peak, rss_bytes(pid));
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+    const auto start = Clock::now();
+    const auto deadline =
+        start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(secs));
     std::vector<std::thread> threads;
     for (int i = 0; i < options.clients; ++i)
-      threads.emplace_back([&, i] { run_client(i, address, deadline, results[static_cast<size_t>(i)]); });
+      threads.emplace_back(
+          [&, i] { run_client(i, address, deadline, results[static_cast<size_t>(i)]); });
     for (auto& t : threads) t.join();
-  }
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  done = true;
-  sampler.join();
-  // The clients have closed their sessions; give the broker a moment to free what they held
-  // (up to 5 s, until RSS stops falling).
-  int64_t rss_after = rss_bytes(pid);
-  for (int i = 0; i < 10 && rss_after > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    const int64_t now = rss_bytes(pid);
-    if (now >= rss_after) {
-      rss_after = now;
-      break;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    done = true;
+    sampler.join();
+    return elapsed;
+  };
+  // After a round the clients have closed their sessions; give the broker a moment to free
+  // what they held (up to 5 s, until its RSS stops falling).
+  auto settled_rss = [&] {
+    int64_t rss = rss_bytes(pid);
+    for (int i = 0; i < 10 && rss > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      const int64_t now = rss_bytes(pid);
+      if (now >= rss) return now;
+      rss = now;
     }
-    rss_after = now;
+    return rss;
+  };
+
+  std::vector<ClientResult> results;
+  int64_t warmup_errors = 0;
+  if (options.warmup > 0) {  // the same load, unmeasured: the broker's steady state
+    int64_t unused = 0;
+    (void)round(options.warmup, results, unused);
+    for (const auto& r : results) warmup_errors += r.errors;
   }
+  const int64_t rss_before = options.warmup > 0 ? settled_rss() : rss_start;
+  int64_t rss_peak = rss_before;
+  const double elapsed = round(options.seconds, results, rss_peak);
+  const int64_t rss_after = settled_rss();
 
   std::vector<double> lat[kKinds];
   int64_t errors = 0;
@@ -327,6 +346,8 @@ int run_load(const LoadOptions& options) {
   j["ops"] = ops;
   j["ops_per_s"] = static_cast<double>(ops) / elapsed;
   j["errors"] = errors;
+  j["warmup_seconds"] = options.warmup;
+  j["warmup_errors"] = warmup_errors;
   j["error_messages"] = messages;
   for (int k = 0; k < kKinds; ++k) {
     auto& l = lat[k];
@@ -338,12 +359,14 @@ int run_load(const LoadOptions& options) {
   }
   j["broker_pid"] = pid > 0 ? nlohmann::json(pid) : nlohmann::json(nullptr);
   if (rss_before > 0 && rss_after > 0) {
+    j["broker_rss_start_bytes"] = rss_start;  // before any client (and the warm-up)
     j["broker_rss_before_bytes"] = rss_before;
     j["broker_rss_peak_bytes"] = rss_peak;
     j["broker_rss_after_bytes"] = rss_after;
     j["broker_rss_after_vs_before"] =
         static_cast<double>(rss_after) / static_cast<double>(rss_before);
   } else {
+    j["broker_rss_start_bytes"] = nullptr;
     j["broker_rss_before_bytes"] = nullptr;
     j["broker_rss_peak_bytes"] = nullptr;
     j["broker_rss_after_bytes"] = nullptr;
@@ -364,7 +387,12 @@ int run_load(const LoadOptions& options) {
     }
     std::printf("  all: %lld ops, %.1f ops/s, %lld errors\n", static_cast<long long>(ops),
                 static_cast<double>(ops) / elapsed, static_cast<long long>(errors));
+    if (options.warmup > 0)
+      std::printf("  warm-up: %.1f s, %lld errors\n", options.warmup,
+                  static_cast<long long>(warmup_errors));
     for (const auto& m : messages) std::printf("    error: %s\n", m.c_str());
+    if (rss_before > 0 && rss_after > 0 && options.warmup > 0)
+      std::printf("broker RSS at start (before any client): %.1f MiB\n", rss_start / 1048576.0);
     if (rss_before > 0 && rss_after > 0)
       std::printf("broker RSS (pid %lld): before %.1f MiB, peak %.1f MiB, after %.1f MiB (%+.1f%%)\n",
                   static_cast<long long>(pid), rss_before / 1048576.0, rss_peak / 1048576.0,
@@ -372,7 +400,7 @@ int run_load(const LoadOptions& options) {
     else
       std::printf("broker RSS: unknown (not on this host; pass --broker-pid)\n");
   }
-  return errors == 0 ? kExitOk : kExitFailure;
+  return errors == 0 && warmup_errors == 0 ? kExitOk : kExitFailure;
 }
 
 }  // namespace
@@ -386,6 +414,9 @@ std::function<int()> add_bench_load_command(CLI::App& bench) {
   cmd->add_option("--address", options->address, "Broker to load (default TENSORD_ADDRESS)");
   cmd->add_option("--clients", options->clients, "Concurrent clients, one session each (default 8)");
   cmd->add_option("--seconds", options->seconds, "How long the clients run (default 10)");
+  cmd->add_option("--warmup", options->warmup,
+                  "Seconds of the same load first, unmeasured; the RSS baseline is taken after "
+                  "it (the broker's warm state: thread pools, caches, allocator arenas)");
   cmd->add_option("--broker-pid", options->broker_pid,
                   "The broker's pid, for its RSS (default: the peer of a unix: address)");
   cmd->add_flag("--json", options->json, "Print one JSON object");

@@ -1,4 +1,4 @@
-"""`tensord bench load` against a real `tensord serve`: 4 clients for 3 s (small ops, uploads
+"""`tensord bench load` against a real `tensord serve`: 4 clients for 3 s after a 1 s warm-up (small ops, uploads
 through gRPC and shared memory, model runs) with 0 errors, every JSON field present and sane,
 the broker's RSS found through the unix socket's peer (SO_PEERCRED) and the broker alive after;
 bad flags are usage errors (exit 2).
@@ -35,11 +35,12 @@ def main():
             address = line[len("tensord serving on "):]
 
             r = subprocess.run([exe, "bench", "load", "--address", address, "--clients", "4",
-                                "--seconds", "3", "--json"], capture_output=True, text=True,
+                                "--seconds", "3", "--warmup", "1", "--json"], capture_output=True, text=True,
                                env=clean_env(), timeout=120)
             assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
             j = json.loads(r.stdout)
             assert j["errors"] == 0, j["error_messages"]
+            assert j["warmup_errors"] == 0 and j["warmup_seconds"] == 1
             assert j["error_messages"] == []
             assert j["clients"] == 4 and j["address"] == address
             assert 2.5 < j["seconds"] < 60, j["seconds"]
@@ -52,7 +53,7 @@ def main():
                 total += k["ops"]
             assert total == j["ops"]
             assert j["broker_pid"] == broker.pid, (j["broker_pid"], broker.pid)
-            for f in ("broker_rss_before_bytes", "broker_rss_peak_bytes", "broker_rss_after_bytes"):
+            for f in ("broker_rss_start_bytes", "broker_rss_before_bytes", "broker_rss_peak_bytes", "broker_rss_after_bytes"):
                 assert isinstance(j[f], int) and j[f] > 1 << 20, (f, j[f])
             assert j["broker_rss_peak_bytes"] >= j["broker_rss_before_bytes"]
             assert j["broker_rss_after_vs_before"] > 0
@@ -65,11 +66,11 @@ def main():
             assert "0 errors" in r.stdout and "broker RSS (pid %d)" % broker.pid in r.stdout, r.stdout
 
             # Usage errors.
-            for bad in (["--clients", "0"], ["--seconds", "0"], ["--clients=-3"]):
+            for bad in (["--clients", "0"], ["--seconds", "0"], ["--clients=-3"], ["--warmup=-1"]):
                 r = subprocess.run([exe, "bench", "load", "--address", address, *bad],
                                    capture_output=True, text=True, env=clean_env(), timeout=60)
                 assert r.returncode == 2, (bad, r.returncode, r.stderr)
-                assert "--clients" in r.stderr or "--seconds" in r.stderr, r.stderr
+                assert bad[0].split("=")[0] in r.stderr, (bad, r.stderr)
             r = subprocess.run([exe, "bench", "load"], capture_output=True, text=True,
                                env=clean_env(), timeout=60)
             assert r.returncode == 2 and "--address" in r.stderr, r.stderr
