@@ -99,7 +99,7 @@ tsan() {
   # sessions, uploads) against each other.
   t0=$SECONDS
   OMP_NUM_THREADS=1 \
-  TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:suppressions=$SUPP/tsan.supp" \
+  TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$SUPP/tsan.supp" \
     ctest --test-dir build-tsan --output-on-failure -j"$JOBS" -L server
   echo "== sanitize: tsan tests took $((SECONDS - t0)) s"
 }

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "core/graph_utils.h"
 #include "core/op_registry.h"
 #include "engine/engine.h"
@@ -161,6 +163,12 @@ void upload(const v1::UploadHeader& h, const std::string& fill) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // protobuf logs every invalid UTF-8 string it parses; the fuzzer makes thousands.
+  static const bool quiet = [] {
+    google::protobuf::SetLogHandler(nullptr);
+    return true;
+  }();
+  (void)quiet;
   if (size < 1) return 0;
   const char* bytes = reinterpret_cast<const char*>(data) + 1;
   const int len = static_cast<int>(std::min<size_t>(size - 1, 1 << 24));
