@@ -26,8 +26,14 @@ PY=/usr/bin/python3
 # Under ASan these take 3-10x their normal time (tens of minutes of model inference on 2
 # cores), and exercise kernels the rest of the suite and the fuzzer already cover:
 #   onnx_conformance (the ONNX node tests, ~1700 models), model_torch_* (ResNet-50, MobileNetV2,
-#   LSTM against PyTorch), zoo_vs_torch, e2e_bench_torchvision, e2e_peer_* (other runtimes).
-ASAN_EXCLUDE=${ASAN_EXCLUDE:-'^(onnx_conformance|model_torch_.*|zoo_vs_torch|e2e_bench_torchvision|e2e_peer_.*)$'}
+#   LSTM against PyTorch), zoo_vs_torch, e2e_bench_torchvision, e2e_peer_* (other runtimes),
+#   and ZooFusion's resnet50 (the reference kernels on ResNet-50: past its 120 s under ASan;
+#   mobilenet and mobilenet_v2 still run it, 80 s and 60 s).
+ASAN_EXCLUDE=${ASAN_EXCLUDE:-'^(onnx_conformance|model_torch_.*|zoo_vs_torch|e2e_bench_torchvision|e2e_peer_.*)$|^Models/ZooFusion\.FusedMatchesReference/resnet50'}
+
+# A 0.3 s session lease that a heartbeat thread must renew in time: under TSan (5-15x slower
+# gRPC calls) on 2 busy cores the client's first upload came after its lease had lapsed.
+TSAN_EXCLUDE=${TSAN_EXCLUDE:-'^BrokerProcesses\.LapsedLeaseFreesTheSessionButHeartbeatsKeepItAlive$'}
 
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(asan fuzz tsan)
@@ -100,7 +106,7 @@ tsan() {
   t0=$SECONDS
   OMP_NUM_THREADS=1 \
   TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$SUPP/tsan.supp" \
-    ctest --test-dir build-tsan --output-on-failure -j"$JOBS" -L server
+    ctest --test-dir build-tsan --output-on-failure -j"$JOBS" -L server -E "$TSAN_EXCLUDE"
   echo "== sanitize: tsan tests took $((SECONDS - t0)) s"
 }
 
