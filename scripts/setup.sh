@@ -15,6 +15,9 @@ PACKAGES=(
   openssl
   # benchmarks: Google Benchmark (bench/micro.cpp), GNU time (peak RSS in bench/compare.py)
   libbenchmark-dev time
+  # sanitizer and fuzz tier (scripts/sanitize.sh): clang with its sanitizer and libFuzzer
+  # runtimes (libclang-rt-14-dev), and clang's OpenMP (libomp-14-dev) for the cpu backend
+  clang libclang-rt-14-dev libomp-14-dev
 )
 
 missing=()

@@ -63,5 +63,8 @@ void add_bench_options(CLI::App& bench, BenchOptions& options);
 // `tensord bench transfer` (cmd_bench_transfer.cpp): adds the subcommand under `bench` and
 // returns what main() calls when it was parsed (the exit status).
 std::function<int()> add_bench_transfer_command(CLI::App& bench);
+// `tensord bench load` (cmd_bench_load.cpp): concurrent clients against one broker; the same
+// shape as add_bench_transfer_command.
+std::function<int()> add_bench_load_command(CLI::App& bench);
 
 }  // namespace tensord::cli

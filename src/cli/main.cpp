@@ -169,6 +169,7 @@ int run_main(int argc, char** argv) {
   tensord::cli::add_bench_options(*bench, bench_opts);
   bench->add_option("--tls-ca", tls_ca, "Speak TLS to the broker, verified with this PEM CA");
   auto bench_transfer = tensord::cli::add_bench_transfer_command(*bench);
+  auto bench_load = tensord::cli::add_bench_load_command(*bench);
 #endif
 
   try {
@@ -188,8 +189,9 @@ int run_main(int argc, char** argv) {
   if (run->parsed()) return tensord::cli::cmd_run(run_opts);
   if (onnx_test->parsed()) return tensord::cli::cmd_onnx_test(test_opts);
   if (bench->parsed())
-    return bench->get_subcommands().empty() ? tensord::cli::cmd_bench(bench_opts)
-                                            : bench_transfer();
+    return bench->get_subcommands().empty()                    ? tensord::cli::cmd_bench(bench_opts)
+           : bench->get_subcommands()[0]->get_name() == "load" ? bench_load()
+                                                               : bench_transfer();
 #endif
   return kExitUsage;
 }

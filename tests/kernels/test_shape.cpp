@@ -113,6 +113,16 @@ TEST(ShapeReshape, BadShapes) {
   EXPECT_TRUE(fails(run_op("Reshape", {x, F32({4, 6}, {2})}), {"Reshape", "int64", "float32"}));
 }
 
+// Shape values past int64 (found by tests/fuzz/fuzz_wire.cpp under UBSan: signed overflow) are a
+// clear error, not undefined behaviour.
+TEST(ShapeReshape, ElementCountsPastInt64AreAnError) {
+  HostTensor x = F32(iota_f(24), {2, 3, 4});
+  const int64_t big = int64_t{1} << 62;
+  EXPECT_TRUE(fails(run_op("Reshape", {x, I64({big, 3}, {2})}), {"Reshape", "2^63"}));
+  EXPECT_TRUE(fails(run_op("Reshape", {x, I64({big, 3, -1}, {3})}), {"Reshape", "2^63"}));
+  EXPECT_TRUE(fails(run_op("Tile", {x, I64({big, 1, 1}, {3})}), {"Tile", "overflow"}));
+}
+
 TEST(ShapeReshape, ConstantShapeInferredAtCompileTime) {
   // The shape is an initializer: the output type is known before running.
   Graph g;

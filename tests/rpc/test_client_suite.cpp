@@ -121,7 +121,11 @@ TEST_P(ClientSuite, UploadReadRoundTripAndAccounting) {
   auto h = client_->upload(t.view(), "cpu:1");
   ASSERT_TRUE(h.ok()) << h.status().to_string();
   EXPECT_EQ(in_use("cpu:1") - base1_, 24);
-  for (const auto& d : *client_->devices())
+  // Held in a variable: `for (d : *client_->devices())` iterated a destroyed temporary (ASan:
+  // stack-use-after-scope).
+  auto devices = client_->devices();
+  ASSERT_TRUE(devices.ok()) << devices.status().to_string();
+  for (const auto& d : *devices)
     if (d.name == "cpu:1") EXPECT_GE(d.memory_peak, base1_ + 24);
   auto back = client_->read(*h);
   ASSERT_TRUE(back.ok()) << back.status().to_string();

@@ -76,9 +76,20 @@ int64_t product_or_unknown(const Shape& s, size_t begin, size_t end) {
   int64_t p = 1;
   for (size_t i = begin; i < end; ++i) {
     if (s[i] < 0) return -1;
-    p *= s[i];
+    // Past int64 (dims from the client's shape values): unknown; checked_product says why.
+    if (__builtin_mul_overflow(p, s[i], &p)) return -1;
   }
   return p;
+}
+
+// The element count of a shape with no unknown dims, or false when it overflows int64
+// (fuzz_wire: a Reshape to [2^62, 3] was signed overflow, undefined behaviour).
+bool checked_product(const Shape& s, int64_t* out) {
+  int64_t p = 1;
+  for (int64_t d : s)
+    if (__builtin_mul_overflow(p, d, &p)) return false;
+  *out = p;
+  return true;
 }
 
 // A scalar input's value as double (any numeric dtype); nullopt when unknown.
@@ -199,7 +210,10 @@ Status infer_reshape(InferenceContext& ctx) {
   const bool in_static = shape_is_static(in);
   if (infer_at >= 0) {
     out[static_cast<size_t>(infer_at)] = 1;
-    const int64_t known = product_or_unknown(out, 0, out.size());
+    int64_t known = product_or_unknown(out, 0, out.size());
+    if (shape_is_static(out) && !checked_product(out, &known))
+      return ctx.error("cannot reshape input {} to {}: more than 2^63 elements",
+                       shape_to_string(in), s);
     if (!in_static || known < 0) {
       out[static_cast<size_t>(infer_at)] = -1;
     } else {
@@ -214,9 +228,14 @@ Status infer_reshape(InferenceContext& ctx) {
                          s);
       out[static_cast<size_t>(infer_at)] = total / known;
     }
-  } else if (in_static && shape_is_static(out) && shape_numel(in) != shape_numel(out)) {
-    return ctx.error("cannot reshape input {} ({} elements) to {} ({} elements)",
-                     shape_to_string(in), shape_numel(in), shape_to_string(out), shape_numel(out));
+  } else if (in_static && shape_is_static(out)) {
+    int64_t n_out = 0;
+    if (!checked_product(out, &n_out))
+      return ctx.error("cannot reshape input {} to {}: more than 2^63 elements",
+                       shape_to_string(in), s);
+    if (shape_numel(in) != n_out)
+      return ctx.error("cannot reshape input {} ({} elements) to {} ({} elements)",
+                       shape_to_string(in), shape_numel(in), shape_to_string(out), n_out);
   }
   ctx.set_output(0, ctx.input_dtype(0), out);
   return OkStatus();
@@ -675,7 +694,10 @@ Status infer_tile(InferenceContext& ctx) {
     for (size_t i = 0; i < in.size(); ++i) {
       const int64_t r = (*rep)[i];
       if (r < 0) return ctx.error("repeats {} has a negative entry", *rep);
-      out[i] = r == 0 ? 0 : (in[i] < 0 ? -1 : in[i] * r);
+      if (r != 0 && in[i] >= 0 && __builtin_mul_overflow(in[i], r, &out[i]))
+        return ctx.error("repeats {} make dimension {} of input {} overflow int64", *rep, i,
+                         shape_to_string(in));
+      out[i] = r == 0 ? 0 : (in[i] < 0 ? -1 : out[i]);
     }
   }
   ctx.set_output(0, ctx.input_dtype(0), out);
