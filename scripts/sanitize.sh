@@ -2,12 +2,13 @@
 # The sanitizer and fuzzing tier (scripts/test.sh runs it after the normal tier; CI). Each
 # sanitizer builds in its own folder, from the same checkout:
 #
-#   asan  build-asan: clang, ASan + UBSan, -O1 -g, no micro-benchmarks, and the libFuzzer
+#   asan  build-asan: clang, ASan + UBSan, -O1 -g1 (line tables only: symbolized reports, less to compile), no
+#         micro-benchmarks, and the libFuzzer
 #         targets (TENSORD_FUZZ: the same instrumentation, so one build serves both). Runs the
 #         ctest suite except the long model tiers (ASAN_EXCLUDE), then
 #   fuzz  a short run of each libFuzzer target over its committed corpus (FUZZ_SECONDS each;
 #         new inputs go to a temp folder, the checkout is not written).
-#   tsan  build-tsan: ThreadSanitizer, -O1 -g; builds what the broker's tests need and runs the
+#   tsan  build-tsan: ThreadSanitizer, -O1 -g1; builds what the broker's tests need and runs the
 #         tests labelled `server` (rpc_tests: real brokers, concurrent clients, faults;
 #         e2e_serve; e2e_bench_load).
 #
@@ -46,7 +47,7 @@ configure() {  # folder, extra cmake args...
   local dir=$1
   shift
   if [ ! -f "$dir/build.ninja" ]; then
-    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
       -DTENSORD_BUILD_BENCH=OFF -DPython3_EXECUTABLE=$PY "$@"
   fi
 }
