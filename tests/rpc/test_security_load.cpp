@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -95,7 +97,9 @@ TEST(SecurityLoad, HundredKilledClientsLeaveZeroBytesBehind) {
   const int64_t rss_before = rss_kib((*b)->pid());
 
   const char* modes[] = {"mixed", "", "loop", "mixed"};
-  constexpr int kClients = 100, kBatch = 10;
+  // 100 by default; the TSan tier runs 20 (each client costs ~1 s of the broker's time there).
+  const char* n_env = std::getenv("TENSORD_TEST_KILLED_CLIENTS");
+  const int kClients = n_env ? std::max(4, std::atoi(n_env)) : 100, kBatch = 10;
   int killed = 0;
   for (int i = 0; i < kClients; i += kBatch) {
     std::vector<pid_t> batch;
@@ -120,8 +124,8 @@ TEST(SecurityLoad, HundredKilledClientsLeaveZeroBytesBehind) {
   for (const auto& [device, bytes] : base)
     EXPECT_EQ(now[device], bytes) << device << ": bytes left by killed clients";
   const int64_t rss_after = rss_kib((*b)->pid());
-  std::printf("100 killed clients: engine bytes in use back to baseline; broker RSS %lld -> %lld KiB\n",
-              static_cast<long long>(rss_before), static_cast<long long>(rss_after));
+  std::printf("%d killed clients: engine bytes in use back to baseline; broker RSS %lld -> %lld KiB\n",
+              kClients, static_cast<long long>(rss_before), static_cast<long long>(rss_after));
 
   // The broker serves, and is idle (the killed clients' endless loops were cancelled): a
   // small op comes back at once.
