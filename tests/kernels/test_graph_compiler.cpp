@@ -174,6 +174,23 @@ TEST(GraphCompiler, InvertedResidualWithDepthwiseAndRelu6) {
   EXPECT_NE(plan.find("3 conv"), std::string::npos) << plan;
 }
 
+// A depthwise convolution with a channel multiplier (group = in channels, out = 2 x group):
+// oneDNN 2.6's blocked depthwise kernels crashed on it inside a region (ONNX's
+// test_Conv2d_depthwise_with_multiplier, SIGSEGV); it now runs on the per-node kernels and
+// matches the reference, and a plain depthwise one still joins a region.
+TEST(GraphCompiler, DepthwiseWithChannelMultiplierStaysOutOfRegions) {
+  G b;
+  auto x = b.in("x", {2, 4, 6, 6});
+  auto y = b.op("Relu", {b.conv(x, 4, 8, 3, 1, 4, true)});
+  b.out(y);
+  check(b.g, {random({2, 4, 6, 6}, 11)});
+  G d;
+  auto x2 = d.in("x", {2, 4, 6, 6});
+  d.out(d.op("Relu", {d.conv(x2, 4, 4, 3, 1, 4, true)}));
+  const std::string plan = check(d.g, {random({2, 4, 6, 6}, 12)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+}
+
 TEST(GraphCompiler, PoolingConcatBinaryAndActivations) {
   G b;
   auto x = b.in("x", {2, 4, 15, 15});

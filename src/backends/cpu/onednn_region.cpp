@@ -193,6 +193,15 @@ bool eligible(const Node& node, const FusionGraph& g) {
     if (node.inputs.size() < 2 || !is_f32_4d_static(type(0))) return false;
     const HostTensor* w = g.constant(node.inputs[1]);
     if (!w || w->dtype() != DType::kFloat32 || w->shape().size() != 4) return false;
+    // Grouped convolutions only where each group maps its channels one to one or the input
+    // is one group: oneDNN 2.6's blocked depthwise kernels crash (SIGSEGV) on a channel
+    // multiplier (group == in channels, out channels = k * group, k > 1; ONNX's
+    // test_Conv2d_depthwise_with_multiplier). Those run on the per-node kernels.
+    auto group = a.attr_int("group", 1);
+    const int64_t ic = type(0)->shape[1], oc = w->shape()[0];
+    if (!group.ok() || *group < 1 || oc % *group != 0 || w->shape()[1] * *group != ic)
+      return false;
+    if (*group > 1 && oc / *group != ic / *group) return false;
     if (node.inputs.size() > 2 && !node.inputs[2].empty()) {
       const HostTensor* b = g.constant(node.inputs[2]);
       if (!b || b->dtype() != DType::kFloat32) return false;
