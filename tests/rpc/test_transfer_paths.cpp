@@ -90,6 +90,9 @@ TEST(EngineTransfer, UploadExternalComputesOnTheCallersBytesAndLetsThemGoLast) {
   ASSERT_TRUE(engine->release(s, *c).ok());
   EXPECT_FALSE(ext.held.load());  // the last user went: the owner may reuse the memory
   ASSERT_TRUE(engine->close_session(s).ok());
+  // The queue thread lets go of a task's promises just after publishing their values.
+  for (int i = 0; i < 400 && engine->devices()[0].memory_in_use != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(engine->devices()[0].memory_in_use, 0);
 }
 
