@@ -15,6 +15,8 @@ struct DeviceInfo {
   int64_t memory_bytes = 0;  // total memory the engine may allocate on it
   int64_t memory_in_use = 0;  // bytes currently held by tensors on it
   int64_t memory_peak = 0;    // the most bytes held at once since the engine started
+  // Bytes the engine's caching allocator holds from the device (in use + cached for reuse).
+  int64_t memory_reserved = 0;
   std::string backend;  // backend name, e.g. "cpu-reference"
   std::string backend_version;
   int threads = 0;      // compute threads (cpu), 0 if not meaningful

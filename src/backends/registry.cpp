@@ -1,6 +1,6 @@
 // The one file where the core meets the backends: every backend compiled into this build.
 #include "backends/cpu/cpu_backend.h"
-#include "engine/backend.h"
+#include "backend/backend.h"
 
 namespace tensord {
 

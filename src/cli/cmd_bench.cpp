@@ -22,7 +22,7 @@
 #include <optional>
 #include <random>
 
-#include "backends/cpu/cpu_backend.h"
+#include "engine/executor.h"
 #include "cli/bench_peers.h"
 #include "cli/bench_report.h"
 #include "cli/cli_common.h"
@@ -483,7 +483,7 @@ Result<std::vector<HostTensor>> reference_outputs(const Workload& w) {
   if (!w.expected.empty()) return w.expected;
   CompileOptions reference_only;
   reference_only.fuse = false;
-  TD_ASSIGN_OR_RETURN(auto outs, cpu::run_graph_on_host(w.graph, w.inputs, reference_only));
+  TD_ASSIGN_OR_RETURN(auto outs, run_graph_on_host(w.graph, w.inputs, reference_only));
   std::vector<HostTensor> ref;
   for (size_t k = 0; k < outs.size(); ++k) {
     if (!outs[k].ok())

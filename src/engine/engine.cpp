@@ -18,6 +18,8 @@
 
 #include "core/errors.h"
 #include "core/graph_utils.h"
+#include "engine/executor.h"
+#include "engine/memory_pool.h"
 
 namespace tensord {
 namespace {
@@ -284,6 +286,7 @@ Status Frame::checkpoint() {
 
 struct DeviceSlot {
   std::unique_ptr<Device> device;
+  std::unique_ptr<DevicePool> pool;  // the caching allocator (created with the slot)
   std::atomic<int64_t> in_use{0};
   std::atomic<int64_t> peak{0};
   std::unique_ptr<WorkQueue> queue;
@@ -466,16 +469,17 @@ class EngineAllocator final : public Allocator {
   Result<std::shared_ptr<Buffer>> allocate(size_t bytes) override {
     const int64_t n = static_cast<int64_t>(bytes);
     TD_RETURN_IF_ERROR(reserve(n, /*check_capacity=*/true));
-    auto p = slot_->device->allocate(bytes);
-    if (!p.ok()) {
+    auto block = slot_->pool->allocate(bytes);
+    if (!block.ok()) {
       unreserve(n);
-      return p.status();
+      return block.status();
     }
     DeviceSlot* slot = slot_;
     auto counter = counter_;
-    return std::shared_ptr<Buffer>(new Buffer{slot->device.get(), *p, bytes},
-                                   [slot, counter](Buffer* b) {
-                                     slot->device->free(b->ptr, b->size);
+    const DevicePool::Block blk = *block;
+    return std::shared_ptr<Buffer>(new Buffer{slot->device.get(), blk.base, bytes, blk.offset},
+                                   [slot, counter, blk](Buffer* b) {
+                                     slot->pool->free(blk);
                                      slot->in_use.fetch_sub(static_cast<int64_t>(b->size));
                                      if (counter) counter->uncharge(static_cast<int64_t>(b->size));
                                      delete b;
@@ -489,7 +493,7 @@ class EngineAllocator final : public Allocator {
     TD_RETURN_IF_ERROR(reserve(static_cast<int64_t>(bytes), /*check_capacity=*/false));
     DeviceSlot* slot = slot_;
     auto counter = counter_;
-    return std::shared_ptr<Buffer>(new Buffer{slot->device.get(), ptr, bytes},
+    return std::shared_ptr<Buffer>(new Buffer{slot->device.get(), ptr, bytes, 0},
                                    [slot, counter, keepalive = std::move(keepalive)](Buffer* b) {
                                      slot->in_use.fetch_sub(static_cast<int64_t>(b->size));
                                      if (counter) counter->uncharge(static_cast<int64_t>(b->size));
@@ -549,9 +553,16 @@ Result<HostTensor> read_to_host(DeviceSlot& slot, const DeviceTensor& t) {
 
 struct Engine::Impl {
   std::vector<std::unique_ptr<DeviceSlot>> slots;
+  std::unordered_map<const Device*, DeviceSlot*> slot_of;
+  // Compile-time constant folding runs on a cpu device: cpu:0, or a hidden one when the
+  // filter removed it. Fallback placement goes to cpu:0 when it is visible.
+  std::unique_ptr<Device> hidden_host;
+  Device* host = nullptr;
+  DeviceSlot* fallback = nullptr;
   std::string default_device;
   Status default_error;
   bool peer_copy = true;
+  bool strict_device = false;
 
   mutable std::mutex mu;  // sessions
   std::unordered_map<SessionId, Session> sessions;
@@ -569,8 +580,110 @@ struct Engine::Impl {
 
   struct Counters {
     std::atomic<int64_t> executes{0}, compiles{0}, cache_hits{0}, uploads{0}, reads{0},
-        copies_same{0}, copies_peer{0}, copies_staged{0}, implicit_moves{0}, node_errors{0};
+        copies_same{0}, copies_peer{0}, copies_staged{0}, copies_mapped{0}, implicit_moves{0},
+        node_errors{0}, bytes_host_to_device{0}, bytes_device_to_host{0}, bytes_peer{0},
+        bytes_staged{0}, fallback_nodes{0};
   } m;
+  std::mutex fallback_mu;
+  std::map<std::string, int64_t> fallbacks;  // "cpu:1 Relu" -> nodes placed on the fallback
+
+  // Moves `v` to `dst` now, on the calling thread, by the cheapest path: same device (as is),
+  // peer (dst.copy_from), host-mapped (one side's host pointer: one read or one write), or
+  // staged through a host buffer. Counted per path.
+  Result<DeviceTensor> move_now(const DeviceTensor& v, DeviceSlot* dst,
+                                const std::shared_ptr<SessionCounter>& counter) {
+    Device* src_device = v.buffer ? v.buffer->device : nullptr;
+    if (src_device == dst->device.get()) {
+      m.copies_same++;
+      return v;
+    }
+    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(v.dtype, v.shape));
+    EngineAllocator alloc(dst, counter);
+    TD_ASSIGN_OR_RETURN(auto buf, alloc.allocate(static_cast<size_t>(bytes)));
+    DeviceTensor out{v.dtype, v.shape, buf};
+    if (bytes == 0) return out;
+    const size_t n = static_cast<size_t>(bytes);
+    if (!src_device) return errors::Internal("copy to {}: a value without a device", dst->name());
+    if (peer_copy && dst->device->copy_from(*buf, *v.buffer)) {
+      m.copies_peer++;
+      m.bytes_peer += bytes;
+      return out;
+    }
+    if (void* p = src_device->host_pointer(*v.buffer)) {
+      TD_RETURN_IF_ERROR(dst->device->write(*buf, 0, p, n));
+      m.copies_mapped++;
+      m.bytes_host_to_device += bytes;
+      return out;
+    }
+    if (void* p = dst->device->host_pointer(*buf)) {
+      TD_RETURN_IF_ERROR(src_device->read(*v.buffer, 0, p, n));
+      m.copies_mapped++;
+      m.bytes_device_to_host += bytes;
+      return out;
+    }
+    // Neither side is host-visible: through a host buffer, charged to the session meanwhile.
+    if (counter)
+      TD_RETURN_IF_ERROR(counter->charge(bytes, fmt::format("staging {} from {} to {}", format_bytes(bytes),
+                                                            src_device->info().name, dst->name())));
+    struct Uncharge {
+      const std::shared_ptr<SessionCounter>& c;
+      int64_t n;
+      ~Uncharge() {
+        if (c) c->uncharge(n);
+      }
+    } uncharge{counter, bytes};
+    std::unique_ptr<char[]> host(new (std::nothrow) char[n]);
+    if (!host) return errors::ResourceExhausted("out of host memory staging {} bytes", bytes);
+    TD_RETURN_IF_ERROR(src_device->read(*v.buffer, 0, host.get(), n));
+    TD_RETURN_IF_ERROR(dst->device->write(*buf, 0, host.get(), n));
+    m.copies_staged++;
+    m.bytes_staged += bytes;
+    return out;
+  }
+
+  // What an executable's run gets from the engine: the session's allocators per device and
+  // copies between devices.
+  struct Services final : RunServices {
+    Impl* impl;
+    std::shared_ptr<SessionCounter> counter;
+    std::map<const Device*, std::unique_ptr<EngineAllocator>> allocators;
+    Services(Impl* i, std::shared_ptr<SessionCounter> c) : impl(i), counter(std::move(c)) {}
+    Allocator& allocator(Device& device) override {
+      auto& a = allocators[&device];
+      if (!a) a = std::make_unique<EngineAllocator>(impl->slot_of.at(&device), counter);
+      return *a;
+    }
+    Result<DeviceTensor> transfer(const DeviceTensor& value, Device& dst) override {
+      auto it = impl->slot_of.find(&dst);
+      if (it == impl->slot_of.end()) return errors::Internal("copy to a device the engine does not hold");
+      return impl->move_now(value, it->second, counter);
+    }
+  };
+
+  // Compiles `graph` for the device of `slot` with fallback placement on cpu:0.
+  Result<std::unique_ptr<Executable>> compile(size_t device, const Graph& graph,
+                                              const std::vector<TensorType>& types,
+                                              CompileOptions options) {
+    options.strict_device |= strict_device;
+    CompileTarget t;
+    t.device = slots[device]->device.get();
+    t.fallback = fallback ? fallback->device.get() : nullptr;
+    t.host = host;
+    t.allocate_constant = [this](Device& d, size_t bytes) -> Result<std::shared_ptr<Buffer>> {
+      EngineAllocator alloc(slot_of.at(&d), nullptr);
+      return alloc.allocate(bytes);
+    };
+    TD_ASSIGN_OR_RETURN(auto exe, Executable::compile(graph, types, t, options));
+    if (!exe->fallbacks().empty()) {
+      std::lock_guard<std::mutex> lock(fallback_mu);
+      for (const auto& f : exe->fallbacks()) {
+        fallbacks[slots[device]->name() + " " + f.op]++;
+        m.fallback_nodes++;
+      }
+    }
+    return exe;
+  }
+
   QueueStats queue_stats;
 
   ~Impl() {
@@ -640,60 +753,19 @@ struct Engine::Impl {
     return h;
   }
 
-  // Moves `src`'s value to device `dst` (after it is ready): direct when both devices are of
-  // one backend kind and peer copies are allowed, else staged through host memory.
+  // Moves `src`'s value to device `dst` (after it is ready), on the destination's queue, by
+  // the cheapest path (move_now).
   ValueFuture transfer(const std::shared_ptr<TensorEntry>& src, size_t dst, const SessionRef& ref) {
     std::shared_ptr<SessionCounter> session_counter = ref.counter;
-    DeviceSlot* src_slot = slots[src->device].get();
     DeviceSlot* dst_slot = slots[dst].get();
     auto promise = std::make_shared<std::promise<Result<DeviceTensor>>>();
     ValueFuture out = promise->get_future().share();
-    const bool peer = peer_copy && src_slot->device->info().kind == dst_slot->device->info().kind;
-    if (peer) {
-      dst_slot->queue->push(make_task(ref, [src] { return is_ready(src->value); },
-                                      [this, src, src_slot, dst_slot, promise, session_counter](Frame& f) {
-        if (Status c = f.cancelled(); !c.ok()) return promise->set_value(c);
-        const Result<DeviceTensor>& v = src->value.get();
-        if (!v.ok()) return promise->set_value(v.status());
-        EngineAllocator alloc(dst_slot, session_counter);
-        auto buf = alloc.allocate(v->buffer->size);
-        if (!buf.ok()) return promise->set_value(buf.status());
-        if (!dst_slot->device->copy_from(**buf, *v->buffer)) {
-          void* p = src_slot->device->host_pointer(*v->buffer);
-          if (!p)
-            return promise->set_value(errors::Internal("peer copy {} -> {} failed",
-                                                       src_slot->name(), dst_slot->name()));
-          Status s = dst_slot->device->write(**buf, 0, p, v->buffer->size);
-          if (!s.ok()) return promise->set_value(s);
-        }
-        m.copies_peer++;
-        promise->set_value(DeviceTensor{v->dtype, v->shape, *buf});
-      }));
-      return out;
-    }
-    // Staged: read on the source's queue, write on the destination's.
-    auto host = std::make_shared<std::promise<Result<HostTensor>>>();
-    std::shared_future<Result<HostTensor>> host_future = host->get_future().share();
-    src_slot->queue->push(make_task(ref, [src] { return is_ready(src->value); },
-                                    [src, src_slot, host](Frame& f) {
-      if (Status c = f.cancelled(); !c.ok()) return host->set_value(c);
-      const Result<DeviceTensor>& v = src->value.get();
-      if (!v.ok()) return host->set_value(v.status());
-      host->set_value(read_to_host(*src_slot, *v));
-    }));
-    dst_slot->queue->push(make_task(ref, [host_future] {
-      return host_future.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-    }, [this, dst_slot, host_future, promise, session_counter](Frame& f) {
+    dst_slot->queue->push(make_task(ref, [src] { return is_ready(src->value); },
+                                    [this, src, dst_slot, promise, session_counter](Frame& f) {
       if (Status c = f.cancelled(); !c.ok()) return promise->set_value(c);
-      const Result<HostTensor>& h = host_future.get();
-      if (!h.ok()) return promise->set_value(h.status());
-      EngineAllocator alloc(dst_slot, session_counter);
-      auto buf = alloc.allocate(h->nbytes());
-      if (!buf.ok()) return promise->set_value(buf.status());
-      Status s = dst_slot->device->write(**buf, 0, h->data(), h->nbytes());
-      if (!s.ok()) return promise->set_value(s);
-      m.copies_staged++;
-      promise->set_value(DeviceTensor{h->dtype(), h->shape(), *buf});
+      const Result<DeviceTensor>& v = src->value.get();
+      if (!v.ok()) return promise->set_value(v.status());
+      promise->set_value(move_now(*v, dst_slot, session_counter));
     }));
     return out;
   }
@@ -728,7 +800,8 @@ struct Engine::Impl {
                                                      const CompileOptions& options,
                                                      const std::shared_ptr<SessionCounter>& counter) {
     const std::shared_ptr<SessionCounter> tenant = counter ? counter->tenant : nullptr;
-    std::string key = slots[device]->name() + (options.fuse ? "|fuse|" : "|ref|");
+    std::string key = slots[device]->name() + (options.fuse ? "|fuse|" : "|ref|") +
+                      (options.strict_device || strict_device ? "strict|" : "");
     const std::string tenant_name = tenant ? tenant->tenant_name : std::string();
     key += std::to_string(tenant_name.size()) + ":" + tenant_name + "|";
     key += graph_signature(graph, types);
@@ -747,8 +820,7 @@ struct Engine::Impl {
       }
     }
     // Compile outside the lock; a concurrent compile of the same key is harmless.
-    TD_ASSIGN_OR_RETURN(std::unique_ptr<Executable> exe,
-                        slots[device]->device->compile(graph, types, options));
+    TD_ASSIGN_OR_RETURN(std::unique_ptr<Executable> exe, compile(device, graph, types, options));
     m.compiles++;
     std::shared_ptr<Executable> shared(std::move(exe));
     auto entry = std::make_unique<CacheEntry>();
@@ -788,6 +860,7 @@ EngineOptions EngineOptions::from_env() {
   EngineOptions o;
   if (const char* d = std::getenv("TENSORD_DEVICES")) o.device_filter = d;
   if (const char* d = std::getenv("TENSORD_DEVICE")) o.default_device = d;
+  if (const char* v = std::getenv("TENSORD_STRICT_DEVICE")) o.strict_device = *v && *v != '0';
   if (const char* t = std::getenv("TENSORD_TIME_SLICE_MS")) {
     const double ms = std::atof(t);
     if (ms > 0) o.time_slice = std::chrono::microseconds(static_cast<int64_t>(ms * 1000));
@@ -876,20 +949,30 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   impl->cache_capacity = std::max<size_t>(options.executable_cache_size, 1);
   impl->cache_max_bytes = std::max<int64_t>(options.executable_cache_bytes, 0);
   std::vector<std::string> filtered_out;
+  impl->strict_device = options.strict_device;
   for (auto& backend : create_backends()) {
     for (auto& device : backend->enumerate()) {
       const DeviceInfo& info = device->info();
       if (!device_matches_filter(info.name, info.kind, options.device_filter)) {
         filtered_out.push_back(info.name);
+        // Constant folding needs a cpu device even when the filter hides them all.
+        if (info.kind == "cpu" && info.index == 0) impl->hidden_host = std::move(device);
         continue;
       }
       auto slot = std::make_unique<DeviceSlot>();
       slot->device = std::move(device);
+      slot->pool = std::make_unique<DevicePool>(slot->device.get());
+      impl->slot_of[slot->device.get()] = slot.get();
+      if (info.kind == "cpu" && info.index == 0) {
+        impl->host = slot->device.get();
+        impl->fallback = slot.get();
+      }
       slot->queue = std::make_unique<WorkQueue>(
           std::max(options.time_slice, std::chrono::microseconds(100)), &impl->queue_stats);
       impl->slots.push_back(std::move(slot));
     }
   }
+  if (!impl->host && impl->hidden_host) impl->host = impl->hidden_host.get();
   if (impl->slots.empty()) {
     impl->default_error = errors::NotFound(
         "no devices available (TENSORD_DEVICES='{}' leaves none of: {})", options.device_filter,
@@ -928,6 +1011,7 @@ std::vector<DeviceInfo> Engine::devices() const {
     DeviceInfo info = s->device->info();
     info.memory_in_use = s->in_use.load();
     info.memory_peak = s->peak.load();
+    info.memory_reserved = s->pool->reserved();
     out.push_back(std::move(info));
   }
   return out;
@@ -1029,6 +1113,7 @@ Result<TensorHandle> Engine::upload(SessionId session, const TensorView& src,
     }));
   }
   impl_->m.uploads++;
+  impl_->m.bytes_host_to_device += bytes;
   return impl_->add(session, std::move(entry));
 }
 
@@ -1041,8 +1126,8 @@ Result<TensorHandle> Engine::upload_external(SessionId session, const TensorView
   if (bytes > 0 && !src.data) return errors::InvalidArgument("upload: no data for {} bytes", bytes);
   TD_ASSIGN_OR_RETURN(size_t d, impl_->find_device(device));
   DeviceSlot* slot = impl_->slots[d].get();
-  // Only host memory can be adopted; kernels get the same alignment as the cpu allocator's.
-  if (bytes == 0 || slot->device->info().kind != "cpu" ||
+  // Only devices computing on host memory adopt it; kernels get the pool's 64-byte alignment.
+  if (bytes == 0 || !slot->device->adopts_host_memory() ||
       reinterpret_cast<uintptr_t>(src.data) % 64 != 0)
     return upload(session, src, device);
   TD_ASSIGN_OR_RETURN(auto counter, impl_->counter(session));
@@ -1069,6 +1154,7 @@ Result<TensorType> Engine::read_into(SessionId session, TensorHandle h, void* ds
   if (!dst) return errors::InvalidArgument("read_into: no destination for {} bytes", bytes);
   DeviceSlot* slot = impl_->slots[entry->device].get();
   impl_->m.reads++;
+  impl_->m.bytes_device_to_host += bytes;
   if (void* p = slot->device->host_pointer(*v->buffer)) {
     std::memcpy(dst, p, static_cast<size_t>(bytes));
     return v->type();
@@ -1108,6 +1194,7 @@ Result<HostTensor> Engine::read(SessionId session, TensorHandle h, CancelToken* 
   if (!v.ok()) return v.status();
   DeviceSlot* slot = impl_->slots[entry->device].get();
   impl_->m.reads++;
+  if (auto n = checked_byte_size(v->dtype, v->shape); n.ok()) impl_->m.bytes_device_to_host += *n;
   if (slot->device->host_pointer(*v->buffer)) return read_to_host(*slot, *v);
   auto p = std::make_shared<std::promise<Result<HostTensor>>>();
   auto f = p->get_future().share();
@@ -1248,8 +1335,8 @@ Result<std::vector<TensorHandle>> Engine::submit(SessionId session, Launch launc
         std::vector<Result<DeviceTensor>> values;
         values.reserve(in->size());
         for (const auto& e : *in) values.push_back(e->value.get());
-        EngineAllocator alloc(slot, counter);
-        outs = exe->run(values, alloc);
+        Impl::Services services(impl, counter);
+        outs = exe->run(values, services);
       } catch (const std::exception& e) {  // e.g. bad_alloc: an error on every output, no abort
         outs.assign(promises.size(),
                     errors::Internal("{}: execution failed: {}", slot->name(), e.what()));
@@ -1370,7 +1457,7 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
       TD_RETURN_IF_ERROR(m->counter->charge(
           bytes, fmt::format("compiling model '{}' for new input types", graph.name)));
       m->counted += bytes;
-      auto compiled = impl_->slots[m->device]->device->compile(graph, launch.types, m->options);
+      auto compiled = impl_->compile(m->device, graph, launch.types, m->options);
       if (!compiled.ok()) {
         m->counter->uncharge(bytes);
         m->counted -= bytes;
@@ -1437,6 +1524,16 @@ EngineMetrics Engine::metrics() const {
   out.copies_same_device = m.copies_same;
   out.copies_peer = m.copies_peer;
   out.copies_staged = m.copies_staged;
+  out.copies_mapped = m.copies_mapped;
+  out.bytes_host_to_device = m.bytes_host_to_device;
+  out.bytes_device_to_host = m.bytes_device_to_host;
+  out.bytes_peer = m.bytes_peer;
+  out.bytes_staged = m.bytes_staged;
+  out.fallback_nodes = m.fallback_nodes;
+  {
+    std::lock_guard<std::mutex> lock(impl_->fallback_mu);
+    out.fallbacks = impl_->fallbacks;
+  }
   out.implicit_moves = m.implicit_moves;
   out.node_errors = m.node_errors;
   const auto& q = impl_->queue_stats;

@@ -24,15 +24,18 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "engine/backend.h"
+#include "backend/backend.h"
 #include "tensord/client.h"
 
 namespace tensord {
+
+class Executable;  // engine/executor.h
 
 using SessionId = uint64_t;
 
@@ -100,8 +103,11 @@ struct EngineOptions {
   // Time slice: how long a graph runs before other sessions' queued work on its device runs
   // inline at its next step boundary (TENSORD_TIME_SLICE_MS). See "Fairness" above.
   std::chrono::microseconds time_slice{20000};
+  // Every compile as with CompileOptions::strict_device: a node the requested device does not
+  // support is an error naming the ops instead of a fallback to cpu:0 (TENSORD_STRICT_DEVICE=1).
+  bool strict_device = false;
 
-  // Options from TENSORD_DEVICES / TENSORD_DEVICE.
+  // Options from TENSORD_DEVICES / TENSORD_DEVICE / TENSORD_TIME_SLICE_MS / TENSORD_STRICT_DEVICE.
   static EngineOptions from_env();
 };
 
@@ -113,7 +119,18 @@ struct EngineMetrics {
   int64_t reads = 0;
   int64_t copies_same_device = 0;
   int64_t copies_peer = 0;      // direct device-to-device
-  int64_t copies_staged = 0;    // through host memory
+  int64_t copies_staged = 0;    // through a host buffer (neither side host-visible)
+  int64_t copies_mapped = 0;    // one side host-visible: one read or one write
+  // Bytes moved per path: host->device (uploads, copies from host-visible memory),
+  // device->host (reads, copies into host-visible memory), peer, staged.
+  int64_t bytes_host_to_device = 0;
+  int64_t bytes_device_to_host = 0;
+  int64_t bytes_peer = 0;
+  int64_t bytes_staged = 0;
+  // Nodes placed on cpu:0 because the requested device does not support them, in all; and
+  // by "device op" (e.g. "cpu:1 Relu"), counted when an executable is compiled.
+  int64_t fallback_nodes = 0;
+  std::map<std::string, int64_t> fallbacks;
   int64_t implicit_moves = 0;   // inputs moved to the executing device by execute()
   int64_t node_errors = 0;      // graph outputs that ended in an error
   int64_t tasks_cancelled = 0;  // work dropped or stopped (session closed, call gave up)

@@ -7,7 +7,7 @@
 #include <cstdlib>
 
 #include "engine/engine.h"
-#include "engine/local_client.h"
+#include "client/local_client.h"
 #include "tensord/array.h"
 
 namespace tensord {

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "engine/engine.h"
-#include "engine/local_client.h"
+#include "client/local_client.h"
 
 namespace tensord {
 namespace {
@@ -162,7 +162,11 @@ void copy_between_devices(bool peer) {
   ASSERT_TRUE(same.ok());
   auto m = e->metrics();
   EXPECT_EQ(m.copies_peer, peer ? 1 : 0);
-  EXPECT_EQ(m.copies_staged, peer ? 0 : 1);
+  // Without peer copies: both cpu devices are host-visible, so one write from the source's
+  // bytes (no staging buffer).
+  EXPECT_EQ(m.copies_mapped, peer ? 0 : 1);
+  EXPECT_EQ(m.copies_staged, 0);
+  EXPECT_EQ(peer ? m.bytes_peer : m.bytes_host_to_device - 12, 12);
   EXPECT_EQ(m.copies_same_device, 1);
   EXPECT_EQ(e->devices()[0].memory_in_use, 12);  // same-device copy shares the bytes
   EXPECT_EQ(e->devices()[1].memory_in_use, 12);

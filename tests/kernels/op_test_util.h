@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
+#include "engine/executor.h"
 #include "tensord/graph.h"
 
 namespace tensord::testing {
@@ -42,7 +42,7 @@ inline Result<std::vector<HostTensor>> run_op(const std::string& op,
   g.nodes.push_back(n);
   CompileOptions opts;
   opts.fuse = false;
-  TD_ASSIGN_OR_RETURN(auto outs, cpu::run_graph_on_host(g, bound, opts));
+  TD_ASSIGN_OR_RETURN(auto outs, run_graph_on_host(g, bound, opts));
   std::vector<HostTensor> result;
   for (auto& o : outs) {
     if (!o.ok()) return o.status();

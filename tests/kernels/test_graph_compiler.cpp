@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
+#include "engine/executor.h"
 #include "tensord/graph.h"
 
 namespace tensord {
@@ -69,10 +69,10 @@ struct G {
 std::string check(const Graph& g, const std::vector<HostTensor>& inputs) {
   std::vector<TensorType> types;
   for (const auto& t : inputs) types.push_back(t.type());
-  auto plan = cpu::describe_compiled(g, types, CompileOptions{true});
+  auto plan = describe_compiled(g, types, CompileOptions{true});
   EXPECT_TRUE(plan.ok()) << plan.status().to_string();
-  auto fused = cpu::run_graph_on_host(g, inputs, CompileOptions{true});
-  auto ref = cpu::run_graph_on_host(g, inputs, CompileOptions{false});
+  auto fused = run_graph_on_host(g, inputs, CompileOptions{true});
+  auto ref = run_graph_on_host(g, inputs, CompileOptions{false});
   EXPECT_TRUE(fused.ok() && ref.ok());
   if (!fused.ok() || !ref.ok()) return "";
   EXPECT_EQ(fused->size(), ref->size());
@@ -246,7 +246,7 @@ TEST(GraphCompiler, FusionOffUsesReferenceKernelsOnly) {
   G b;
   auto x = b.in("x", {1, 4, 6, 6});
   b.out(b.op("Relu", {b.conv(x, 4, 4, 3)}));
-  auto plan = cpu::describe_compiled(b.g, {{DType::kFloat32, {1, 4, 6, 6}}}, CompileOptions{false});
+  auto plan = describe_compiled(b.g, {{DType::kFloat32, {1, 4, 6, 6}}}, CompileOptions{false});
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->find("OneDnnRegion"), std::string::npos) << *plan;
   EXPECT_NE(plan->find("Conv 'Conv"), std::string::npos) << *plan;
@@ -320,7 +320,7 @@ TEST(GraphCompiler, ElementwiseProgramSplitsAroundOtherOpsAndShapes) {
   EXPECT_EQ(count(plan, "ElementwiseProgram"), 2) << plan;
   EXPECT_NE(plan.find("Add '"), std::string::npos) << plan;
   EXPECT_NE(plan.find("Softmax '"), std::string::npos) << plan;
-  auto out = cpu::run_graph_on_host(b.g, {xs, random({70000}, 14)});
+  auto out = run_graph_on_host(b.g, {xs, random({70000}, 14)});
   ASSERT_TRUE(out.ok() && (*out)[0].ok());
   EXPECT_TRUE(std::isnan((*(*out)[0]).data<float>()[5]));
 }

@@ -54,8 +54,8 @@ void expect_fast_matches_reference(const std::string& op, const std::vector<Host
   const Status accepted = kernels.front().accepts(g.nodes[0], types);
   EXPECT_TRUE(accepted.ok()) << op << ": " << accepted.to_string();
 
-  auto fast = cpu::run_graph_on_host(g, bound, CompileOptions{true});
-  auto ref = cpu::run_graph_on_host(g, bound, CompileOptions{false});
+  auto fast = run_graph_on_host(g, bound, CompileOptions{true});
+  auto ref = run_graph_on_host(g, bound, CompileOptions{false});
   ASSERT_TRUE(fast.ok()) << fast.status().to_string();
   ASSERT_TRUE(ref.ok()) << ref.status().to_string();
   ASSERT_TRUE((*fast)[0].ok()) << (*fast)[0].status().to_string();
@@ -231,8 +231,8 @@ TEST(OneDnn, LstmMatchesReference) {
     const auto& kernels = cpu::KernelRegistry::global().find("LSTM");
     ASSERT_EQ(kernels.front().name, "onednn");
     EXPECT_TRUE(kernels.front().accepts(n, types).ok());
-    auto fast = cpu::run_graph_on_host(g, bound, CompileOptions{true});
-    auto ref = cpu::run_graph_on_host(g, bound, CompileOptions{false});
+    auto fast = run_graph_on_host(g, bound, CompileOptions{true});
+    auto ref = run_graph_on_host(g, bound, CompileOptions{false});
     ASSERT_TRUE(fast.ok() && ref.ok());
     for (size_t o = 0; o < 3; ++o) {
       ASSERT_TRUE((*fast)[o].ok()) << (*fast)[o].status().to_string();

@@ -172,7 +172,7 @@ TEST(RnnRnn, OmittedOutputs) {
   g.outputs = {{"yh", {}}};
   CompileOptions opts;
   opts.fuse = false;
-  auto outs = cpu::run_graph_on_host(
+  auto outs = run_graph_on_host(
       g, {F32({1, 2}, {2, 1, 1}), F32({1}, {1, 1, 1}), F32({1}, {1, 1, 1})}, opts);
   ASSERT_TRUE(outs.ok()) << outs.status().to_string();
   ASSERT_TRUE((*outs)[0].ok()) << (*outs)[0].status().to_string();

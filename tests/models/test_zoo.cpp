@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
+#include "engine/executor.h"
 #include "models/graph_builder.h"
 #include "models/zoo.h"
 
@@ -208,7 +208,7 @@ TEST_P(ZooRun, RunsOnTheCpuKernels) {
   const Graph g = build_ok(name, batch);
   Result<HostTensor> x = sample_input(name, batch);
   ASSERT_TRUE(x.ok()) << x.status().to_string();
-  auto outputs = cpu::run_graph_on_host(g, {*x});
+  auto outputs = run_graph_on_host(g, {*x});
   ASSERT_TRUE(outputs.ok()) << outputs.status().to_string();
   ASSERT_EQ(outputs->size(), 1u);
   ASSERT_TRUE((*outputs)[0].ok()) << (*outputs)[0].status().to_string();
@@ -257,8 +257,8 @@ TEST_P(ZooFusion, FusedMatchesReference) {
   const Graph g = build_ok(name, batch);
   Result<HostTensor> x = sample_input(name, batch);
   ASSERT_TRUE(x.ok()) << x.status().to_string();
-  auto fused = cpu::run_graph_on_host(g, {*x}, CompileOptions{/*fuse=*/true});
-  auto ref = cpu::run_graph_on_host(g, {*x}, CompileOptions{/*fuse=*/false});
+  auto fused = run_graph_on_host(g, {*x}, CompileOptions{/*fuse=*/true});
+  auto ref = run_graph_on_host(g, {*x}, CompileOptions{/*fuse=*/false});
   ASSERT_TRUE(fused.ok() && ref.ok());
   ASSERT_TRUE((*fused)[0].ok()) << (*fused)[0].status().to_string();
   ASSERT_TRUE((*ref)[0].ok()) << (*ref)[0].status().to_string();

@@ -18,7 +18,7 @@
 #include <set>
 #include <string>
 
-#include "backends/cpu/cpu_backend.h"
+#include "engine/executor.h"
 #include "core/npy.h"
 #include "models/zoo.h"
 
@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
           g.outputs.push_back({node.outputs[0], {}});
     }
     const auto start = std::chrono::steady_clock::now();
-    auto outputs = cpu::run_graph_on_host(g, {*input});
+    auto outputs = run_graph_on_host(g, {*input});
     run_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!outputs.ok()) return fail(outputs.status().to_string());

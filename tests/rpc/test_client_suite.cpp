@@ -13,7 +13,7 @@
 
 #include "broker_process.h"
 #include "engine/engine.h"
-#include "engine/local_client.h"
+#include "client/local_client.h"
 #include "rpc/remote_client.h"
 #include "tensord/array.h"
 

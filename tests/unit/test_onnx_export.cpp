@@ -9,7 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "backends/cpu/cpu_backend.h"
+#include "engine/executor.h"
 #include "models/zoo.h"
 #include "onnx/onnx_export.h"
 #include "onnx/onnx_import.h"
@@ -18,7 +18,7 @@ namespace tensord::onnx {
 namespace {
 
 std::vector<HostTensor> run_ok(const Graph& g, const std::vector<HostTensor>& inputs) {
-  auto outs = cpu::run_graph_on_host(g, inputs);
+  auto outs = run_graph_on_host(g, inputs);
   EXPECT_TRUE(outs.ok()) << outs.status().to_string();
   std::vector<HostTensor> values;
   if (!outs.ok()) return values;

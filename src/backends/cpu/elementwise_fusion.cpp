@@ -132,7 +132,7 @@ class ElementwiseProgram final : public FusedKernel {
   int64_t numel = 0;
   std::string summary;
 
-  Status run(const std::vector<TensorView>& inputs, const std::vector<MutableTensorView>& outputs,
+  Status run_host(const std::vector<TensorView>& inputs, const std::vector<MutableTensorView>& outputs,
              Allocator&) override {
     std::vector<const float*> in(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) in[i] = inputs[i].as<float>();

@@ -271,14 +271,14 @@ class DnnlRegion final : public FusedKernel {
     std::string kind;
   };
 
-  Status run(const std::vector<TensorView>& inputs, const std::vector<MutableTensorView>& outputs,
+  Status run_host(const std::vector<TensorView>& inputs, const std::vector<MutableTensorView>& outputs,
              Allocator& allocator) override {
     std::lock_guard<std::mutex> lock(mu_);
     std::shared_ptr<Buffer> arena;
     if (arena_bytes_ > 0) {
       TD_ASSIGN_OR_RETURN(arena, allocator.allocate(static_cast<size_t>(arena_bytes_)));
     }
-    char* base = arena ? static_cast<char*>(arena->ptr) : nullptr;
+    char* base = arena ? static_cast<char*>(host_address(*arena)) : nullptr;
     for (Slot& s : slots_) {
       switch (s.kind) {
         case SlotKind::kInput:

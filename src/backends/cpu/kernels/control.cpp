@@ -4,7 +4,7 @@
 
 #include "backends/cpu/dispatch.h"
 #include "backends/cpu/kernel.h"
-#include "engine/backend.h"
+#include "backend/backend.h"
 
 namespace tensord::cpu {
 namespace {

@@ -1,4 +1,4 @@
-#include "engine/local_client.h"
+#include "client/local_client.h"
 
 namespace tensord {
 

@@ -1,4 +1,4 @@
-#include "backends/cpu/fusion.h"
+#include "backend/backend.h"
 
 #include <map>
 #include <unordered_map>
@@ -6,7 +6,7 @@
 
 #include "core/graph_utils.h"
 
-namespace tensord::cpu {
+namespace tensord {
 namespace {
 
 std::vector<std::string> reads_of(const Node& node) {
@@ -17,7 +17,7 @@ std::vector<std::string> reads_of(const Node& node) {
 
 }  // namespace
 
-std::vector<FusedGroup> partition_graph(
+std::vector<Region> partition_graph(
     const FusionGraph& g, const std::function<std::string(size_t, const std::vector<int>&)>& key) {
   const size_t n = g.nodes.size();
   std::unordered_map<std::string, size_t> producer;
@@ -38,7 +38,8 @@ std::vector<FusedGroup> partition_graph(
   for (size_t i = 0; i < n; ++i) {
     const Node& node = *g.nodes[i];
     const std::vector<std::string> reads = reads_of(node);
-    const std::string k = key(i, group_of);
+    const bool here = g.placed_here.empty() || g.placed_here[i];
+    const std::string k = here ? key(i, group_of) : std::string();
     if (!k.empty()) {
       Open& o = open[k];
       bool joins = o.group >= 0;
@@ -68,9 +69,9 @@ std::vector<FusedGroup> partition_graph(
           if (!out.empty()) o.tainted.insert(out);
     }
   }
-  std::vector<FusedGroup> result;
+  std::vector<Region> result;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
-    FusedGroup fg;
+    Region fg;
     fg.members = groups[gi];
     std::unordered_set<std::string> seen;
     for (size_t i : fg.members) {
@@ -96,4 +97,4 @@ std::vector<FusedGroup> partition_graph(
   return result;
 }
 
-}  // namespace tensord::cpu
+}  // namespace tensord

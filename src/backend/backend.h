@@ -1,0 +1,260 @@
+// The interface a device kind implements to plug into the engine (a backend), and the engine's
+// side of it. A backend supplies only what differs per device kind: devices, memory (allocate,
+// free, host<->device copies; optionally peer copies and host mapping, as capabilities), a
+// kernel table with supports(), and optionally a region compiler for fused subgraphs.
+// Everything else — the executor (values, poison, freeing, run-time shapes, subgraphs,
+// profiling), the graph compiler's passes (constant folding, placement with fallback,
+// partitioning), copies between devices, the caching allocator, sessions, quotas — is the
+// engine's (src/engine/). A backend is one folder under src/backends/ and one line in
+// src/backends/registry.cpp; backends and the engine include this header, never each other.
+//
+// Threading: the engine may call a Device's methods from any of its threads (a graph placed
+// on two devices runs both devices' kernels on the executing device's queue thread; copies
+// run where they are needed), so a backend makes them thread-safe. A Kernel object is run by
+// one thread at a time.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensord/device.h"
+#include "tensord/graph.h"
+#include "tensord/status.h"
+
+namespace tensord {
+
+class Device;
+
+// Device memory: `size` bytes at `offset` into the backend's allocation `ptr` (the engine's
+// caching allocator sub-allocates small buffers out of larger device allocations). Owned by
+// the engine (shared_ptr whose deleter returns it to the pool); a backend reads the fields.
+struct Buffer {
+  Device* device = nullptr;
+  void* ptr = nullptr;  // backend-specific: a host pointer (cpu), a cl_mem, a CUdeviceptr ...
+  size_t size = 0;
+  size_t offset = 0;    // where the bytes start inside `ptr`'s allocation
+};
+
+// A value on a device as backends see it: immutable once produced.
+struct DeviceTensor {
+  DType dtype = DType::kUndefined;
+  Shape shape;
+  std::shared_ptr<Buffer> buffer;
+  TensorType type() const { return {dtype, shape}; }
+  bool defined() const { return dtype != DType::kUndefined; }
+};
+
+// Given by the engine to kernels: memory on the kernel's device, accounted to the device and
+// the session, failing with RESOURCE_EXHAUSTED past the device's capacity or a quota.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual Result<std::shared_ptr<Buffer>> allocate(size_t bytes) = 0;
+};
+
+struct CompileOptions {
+  bool fuse = true;  // allow fusion / fast kernels (false: reference kernels only)
+  // A node the requested device does not support is an error naming the ops, instead of
+  // running on cpu:0 with copies at the cuts (ONNX Runtime's "disable CPU fallback").
+  bool strict_device = false;
+};
+
+// Cooperative scheduling: the engine runs every piece of work under a RunContext, current on
+// the device's queue thread while that work runs. The executor calls run_checkpoint() between
+// steps, and kernels that iterate over a subgraph (Loop, Scan) between iterations. It returns
+// CANCELLED or DEADLINE_EXCEEDED when the work's session was closed or its call gave up (the
+// executor then stops and fails its remaining outputs with that status; ABORTED when the
+// engine preempted the run to redo it later), and it may run other sessions' queued work
+// inline before returning (time slicing), so a long graph does not hold the device.
+// Call it only between kernels: never from inside a parallel region or with a lock held.
+// Outside engine work (compile-time folding, run_graph_on_host) it is a no-op.
+class RunContext {
+ public:
+  virtual ~RunContext() = default;
+  virtual Status checkpoint() = 0;
+};
+
+namespace detail {
+inline thread_local RunContext* current_run_context = nullptr;
+}  // namespace detail
+
+inline Status run_checkpoint() {
+  RunContext* c = detail::current_run_context;
+  return c ? c->checkpoint() : OkStatus();
+}
+
+// Makes `context` current on this thread for the scope (restores the previous one after).
+class ScopedRunContext {
+ public:
+  explicit ScopedRunContext(RunContext* context) : prev_(detail::current_run_context) {
+    detail::current_run_context = context;
+  }
+  ~ScopedRunContext() { detail::current_run_context = prev_; }
+  ScopedRunContext(const ScopedRunContext&) = delete;
+  ScopedRunContext& operator=(const ScopedRunContext&) = delete;
+
+ private:
+  RunContext* prev_;
+};
+
+// Runs a subgraph attribute (If/Loop/Scan bodies) on the kernel's device: `inputs` bound to
+// the subgraph's inputs in order; values it reads from enclosing scopes are supplied by the
+// engine. Compiled once per input types.
+class SubgraphRunner {
+ public:
+  virtual ~SubgraphRunner() = default;
+  virtual Result<std::vector<DeviceTensor>> run(const Graph& graph,
+                                                const std::vector<DeviceTensor>& inputs) = 0;
+};
+
+// One call of a kernel: a node's inputs on the kernel's device, and room for its outputs.
+struct KernelCall {
+  const Node* node = nullptr;
+  // Bound to node->inputs; an omitted optional input is an undefined DeviceTensor.
+  std::vector<DeviceTensor> inputs;
+  // The host copies of the inputs the kernel asked for (Kernel::host_inputs), else empty.
+  std::vector<HostTensor> host_values;
+  // Types of node->outputs as inferred (at run time when data-dependent: dims are then -1
+  // where only the values tell; the kernel allocates those itself). Omitted optional outputs
+  // have an undefined type and must not be produced.
+  std::vector<TensorType> output_types;
+  // Outputs and scratch memory, on this device.
+  Allocator* allocator = nullptr;
+  SubgraphRunner* subgraphs = nullptr;
+  // Set by the kernel, one per output (left undefined for omitted ones).
+  std::vector<DeviceTensor> outputs;
+};
+
+// A node compiled for a device. Errors name the node (the engine adds "Op 'name': " when the
+// message does not start with the op already).
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  // "reference", "onednn", "generated" ... for describe() and profiles.
+  virtual std::string name() const = 0;
+  // Inputs the kernel needs in host memory (shape-valued inputs); the engine provides them
+  // in KernelCall::host_values.
+  virtual std::vector<int> host_inputs() const { return {}; }
+  virtual Status run(KernelCall& call) = 0;
+};
+
+// A device kind's kernels. supports() is how placement decides where a node runs.
+class KernelTable {
+ public:
+  virtual ~KernelTable() = default;
+  // OK when this device can run `node` with these input types (an omitted optional input has
+  // an undefined type); otherwise why not (UNIMPLEMENTED for a missing op or form).
+  virtual Status supports(const Node& node, const std::vector<TensorType>& inputs,
+                          const CompileOptions& options) const = 0;
+  // The kernel for the node (only called when supports() said OK).
+  virtual Result<std::unique_ptr<Kernel>> create(const Node& node,
+                                                 const std::vector<TensorType>& inputs,
+                                                 const std::vector<TensorType>& outputs,
+                                                 const CompileOptions& options) const = 0;
+};
+
+// What a region compiler may know about the graph being compiled.
+struct FusionGraph {
+  // Runnable nodes in topological order (nodes folded to constants are not listed).
+  std::vector<const Node*> nodes;
+  // Whether node i is placed on the compiling device (a region takes only such nodes).
+  std::vector<bool> placed_here;
+  // The inferred type of a value, or nullptr when unknown or failed.
+  std::function<const TensorType*(const std::string&)> type_of;
+  // A value known at compile time (initializer or folded constant), or nullptr.
+  std::function<const HostTensor*(const std::string&)> constant;
+  // Whether a value is a graph output (it must then leave a fused step).
+  std::function<bool(const std::string&)> is_graph_output;
+};
+
+// A compiled fused step: inputs on the device, outputs allocated by the engine with the
+// inferred types (static shapes) before the call.
+class RegionKernel {
+ public:
+  virtual ~RegionKernel() = default;
+  virtual Status run(const std::vector<DeviceTensor>& inputs,
+                     const std::vector<DeviceTensor>& outputs, Allocator& allocator) = 0;
+  // Scratch bytes per run (an arena) and bytes of weights kept by the kernel.
+  virtual int64_t arena_bytes() const = 0;
+  virtual int64_t weight_bytes() const = 0;
+  // What it does, for profiles and describe(): "OneDnnRegion: 27 nodes as ...".
+  virtual std::string describe() const = 0;
+};
+
+struct Region {
+  std::vector<size_t> members;       // indices into FusionGraph::nodes, topological order
+  std::vector<std::string> inputs;   // non-constant values read from outside, first-use order
+  std::vector<std::string> outputs;  // values used outside the group or graph outputs
+  std::unique_ptr<RegionKernel> kernel;
+};
+
+// Optional: fuses parts of a graph into single steps (the cpu backend's oneDNN regions and
+// element-wise programs; the GPU backends' generated kernels).
+class RegionCompiler {
+ public:
+  virtual ~RegionCompiler() = default;
+  // Regions over nodes placed on this device, disjoint, each acyclic when contracted
+  // (partition_graph helps). What it left alone and why goes to `notes`.
+  virtual std::vector<Region> compile(const FusionGraph& graph,
+                                      std::vector<std::string>* notes) = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  // name is "kind:index"; memory_bytes is the capacity the engine may allocate.
+  virtual const DeviceInfo& info() const = 0;
+
+  // Required. Raw device allocations (the engine pools and sub-allocates them).
+  virtual Result<void*> allocate(size_t bytes) = 0;
+  virtual void free(void* ptr, size_t bytes) = 0;
+  // Synchronous host->device and device->host copies of `bytes` at `offset` into the buffer
+  // (relative to the buffer's own offset).
+  virtual Status write(const Buffer& dst, size_t offset, const void* src, size_t bytes) = 0;
+  virtual Status read(const Buffer& src, size_t offset, void* dst, size_t bytes) = 0;
+  virtual const KernelTable& kernels() const = 0;
+
+  // Optional: the region compiler (nullptr: per-node kernels only).
+  virtual RegionCompiler* region_compiler() { return nullptr; }
+  // Optional (peer copy): a direct copy from another device's buffer (same backend: P2P, one
+  // context ...). Return false when not possible; the engine then stages through host memory.
+  virtual bool copy_from(const Buffer& dst, const Buffer& src) {
+    (void)dst;
+    (void)src;
+    return false;
+  }
+  // Optional (host mapping): a host pointer to the buffer's bytes when its memory is
+  // host-visible (zero-copy reads and writes); nullptr otherwise.
+  virtual void* host_pointer(const Buffer& buffer) {
+    (void)buffer;
+    return nullptr;
+  }
+  // Optional (host adoption): whether kernels of this device can compute on host memory
+  // the engine wraps as a Buffer{ptr = host address} (zero-copy uploads, constants).
+  virtual bool adopts_host_memory() const { return false; }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual std::string version() const = 0;
+  // The devices of this kind on this machine (possibly none), index order.
+  virtual std::vector<std::unique_ptr<Device>> enumerate() = 0;
+};
+
+// Every backend compiled into this build, in preference order (src/backends/registry.cpp).
+std::vector<std::unique_ptr<Backend>> create_backends();
+
+// Greedy partition in topological order, for region compilers. `key(i, group_of)` names the
+// kind of group node i may join ("" = none); group_of[j] is the group node j joined so far
+// (-1: none). A node joins the open group of its key unless it reads a value that depends on
+// that group through a node outside it (the contraction would make a cycle); then a new
+// group of that key opens. Returns the groups with their edges (inputs skip constants);
+// kernels are left null. (src/backend/partition.cpp)
+std::vector<Region> partition_graph(
+    const FusionGraph& g, const std::function<std::string(size_t, const std::vector<int>&)>& key);
+
+}  // namespace tensord

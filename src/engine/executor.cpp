@@ -1,0 +1,933 @@
+#include "engine/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <queue>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/errors.h"
+#include "core/graph_utils.h"
+#include "core/op_registry.h"
+
+namespace tensord {
+namespace {
+
+// Inputs at most this many elements are read to the host for run-time shape inference on a
+// device without host mapping (shape-valued inputs are tiny; data tensors are not needed).
+constexpr int64_t kMaxInferenceHostElements = 4096;
+
+struct Step {
+  enum Kind { kKernel, kRegion, kCopy };
+  Kind kind = kKernel;
+  const Node* node = nullptr;
+  size_t device = 0;          // index into Impl::devices
+  std::vector<int> inputs;    // value ids, -1 for omitted optional inputs
+  std::vector<int> outputs;   // value ids, -1 for omitted optional outputs
+  std::vector<int> implicit;  // values its subgraphs read from this scope
+  std::shared_ptr<Kernel> kernel;
+  std::shared_ptr<RegionKernel> region;
+  Status error;                          // compile-time failure: poisons the outputs
+  std::vector<TensorType> output_types;  // from compile-time inference
+  bool static_outputs = true;            // all output shapes known at compile time
+  bool fallback = false;                 // placed on the fallback device
+  std::string label;                     // copies and regions: what describe() prints
+};
+
+// Plain heap memory (compile-time folding, run_graph_on_host): not accounted anywhere.
+class HeapAllocator final : public Allocator {
+ public:
+  explicit HeapAllocator(Device* device) : device_(device) {}
+  Result<std::shared_ptr<Buffer>> allocate(size_t bytes) override {
+    TD_ASSIGN_OR_RETURN(void* p, device_->allocate(std::max<size_t>(bytes, 1)));
+    Device* d = device_;
+    return std::shared_ptr<Buffer>(new Buffer{d, p, bytes, 0}, [d](Buffer* b) {
+      d->free(b->ptr, std::max<size_t>(b->size, 1));
+      delete b;
+    });
+  }
+
+ private:
+  Device* device_;
+};
+
+// Copies between devices outside an engine: through host memory.
+Result<DeviceTensor> transfer_through_host(const DeviceTensor& v, Device& dst, Allocator& alloc) {
+  if (v.buffer && v.buffer->device == &dst) return v;
+  TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(v.dtype, v.shape));
+  TD_ASSIGN_OR_RETURN(auto buf, alloc.allocate(static_cast<size_t>(bytes)));
+  if (bytes > 0) {
+    std::vector<char> host(static_cast<size_t>(bytes));
+    Device* src = v.buffer->device;
+    if (!src) return errors::Internal("transfer: a value without a device");
+    TD_RETURN_IF_ERROR(src->read(*v.buffer, 0, host.data(), host.size()));
+    TD_RETURN_IF_ERROR(dst.write(*buf, 0, host.data(), host.size()));
+  }
+  return DeviceTensor{v.dtype, v.shape, buf};
+}
+
+class HostServices final : public RunServices {
+ public:
+  Allocator& allocator(Device& device) override {
+    auto& a = allocators_[&device];
+    if (!a) a = std::make_unique<HeapAllocator>(&device);
+    return *a;
+  }
+  Result<DeviceTensor> transfer(const DeviceTensor& value, Device& dst) override {
+    return transfer_through_host(value, dst, allocator(dst));
+  }
+
+ private:
+  std::map<Device*, std::unique_ptr<HeapAllocator>> allocators_;
+};
+
+// A host tensor as a buffer of a device that computes on host memory (no copy).
+DeviceTensor wrap_host(Device* device, std::shared_ptr<const HostTensor> t) {
+  auto* buf = new Buffer{device, const_cast<void*>(t->data()), t->nbytes(), 0};
+  return DeviceTensor{t->dtype(), t->shape(),
+                      std::shared_ptr<Buffer>(buf, [t](Buffer* b) { delete b; })};
+}
+
+// A value's bytes on the host: the device's own mapping, else a copy.
+Result<HostTensor> to_host(const DeviceTensor& v) {
+  TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(v.dtype, v.shape));
+  if (bytes == 0) return HostTensor(v.dtype, v.shape);
+  Device* d = v.buffer ? v.buffer->device : nullptr;
+  if (!d) return errors::Internal("a value without a device");
+  if (void* p = d->host_pointer(*v.buffer))
+    return HostTensor::from_bytes(v.dtype, v.shape, p, static_cast<size_t>(bytes));
+  HostTensor h(v.dtype, v.shape);
+  TD_RETURN_IF_ERROR(d->read(*v.buffer, 0, h.mutable_data(), static_cast<size_t>(bytes)));
+  return h;
+}
+
+std::string device_name(const Device* d) { return d ? d->info().name : std::string("?"); }
+
+}  // namespace
+
+struct Executable::Impl {
+  Graph graph;  // own copy: steps point at its nodes
+  CompileTarget target;
+  CompileOptions options;
+  std::vector<Device*> devices;  // [0] the target, [1] the fallback when one is used
+  std::unordered_map<std::string, int> ids;
+  size_t values_count = 0;
+  std::vector<int> input_ids;
+  std::vector<std::pair<int, std::shared_ptr<const HostTensor>>> constants;
+  // Constants as values on the device that reads them, materialised at compile time (a
+  // constant read on two devices has one value id per device).
+  std::vector<std::pair<int, DeviceTensor>> device_constants;
+  std::string fallback_name;
+  std::vector<Step> steps;
+  std::vector<int> output_ids;
+  std::vector<Result<TensorType>> output_types;
+  std::vector<int> last_use;
+  std::deque<Node> synthetic_nodes;  // the nodes region and copy steps point to
+  std::vector<std::string> notes;    // why a compiler left something alone
+  std::vector<Fallback> fallbacks;
+
+  std::mutex subgraph_mu;
+  std::map<std::string, std::shared_ptr<Executable>> subgraph_cache;
+
+  // TENSORD_PROFILE=1: time per op and kernel, printed to stderr when the executable goes.
+  struct Profile {
+    std::mutex mu;
+    std::map<std::string, std::pair<double, int64_t>> by_kernel;  // seconds, calls
+  };
+  std::unique_ptr<Profile> profile;
+
+  int id_of(const std::string& name) {
+    auto [it, inserted] = ids.emplace(name, static_cast<int>(ids.size()));
+    return it->second;
+  }
+
+  Status build(const std::vector<TensorType>& input_types, bool fold_constants);
+  void place(Step& step, const std::vector<TensorType>& in_types);
+  void form_regions(const GraphTypes& types);
+  Status insert_copies();
+  Status materialise_constants();
+  void poison(const Step& step, const Status& s, std::vector<Result<DeviceTensor>>& values) {
+    for (int id : step.outputs)
+      if (id >= 0) values[static_cast<size_t>(id)] = s;
+  }
+  void run_step(const Step& step, std::vector<Result<DeviceTensor>>& values, RunServices& services);
+  void run_region(const Step& step, std::vector<Result<DeviceTensor>>& values, RunServices& services);
+  void run_kernel(const Step& step, std::vector<Result<DeviceTensor>>& values, RunServices& services);
+  Result<std::vector<DeviceTensor>> run_subgraph(const Step& step, const Graph& sub,
+                                                 const std::vector<DeviceTensor>& inputs,
+                                                 std::vector<Result<DeviceTensor>>& values,
+                                                 RunServices& services);
+};
+
+namespace {
+
+// Runs one node on constant inputs on the host device (compile-time folding).
+Result<std::vector<HostTensor>> evaluate_on_host(Device* host, const Node& node,
+                                                 const std::vector<TensorView>& inputs) {
+  Graph g;
+  Node n = node;
+  std::vector<Result<DeviceTensor>> bound;
+  std::vector<TensorType> types;
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    if (n.inputs[i].empty()) continue;
+    n.inputs[i] = "in" + std::to_string(i);
+    g.inputs.push_back({n.inputs[i], {}});
+    const TensorView& v = inputs[i];
+    auto* buf = new Buffer{host, const_cast<void*>(v.data), static_cast<size_t>(v.nbytes()), 0};
+    bound.push_back(DeviceTensor{v.dtype, v.shape, std::shared_ptr<Buffer>(buf)});
+    types.push_back(v.type());
+  }
+  for (const auto& out : n.outputs)
+    if (!out.empty()) g.outputs.push_back({out, {}});
+  g.nodes.push_back(std::move(n));
+  CompileTarget t;
+  t.device = host;
+  t.host = host;
+  CompileOptions o;
+  o.fuse = false;
+  auto impl = std::make_unique<Executable::Impl>();
+  impl->graph = std::move(g);
+  impl->target = t;
+  impl->options = o;
+  impl->devices = {host};
+  TD_RETURN_IF_ERROR(impl->build(types, /*fold_constants=*/false));
+  HostServices services;
+  std::vector<Result<DeviceTensor>> values(impl->values_count,
+                                           Result<DeviceTensor>(errors::Internal("unset")));
+  std::vector<HostTensor> result;
+  // Run the steps directly (no Executable object needed for one node).
+  for (size_t i = 0; i < impl->input_ids.size(); ++i)
+    values[static_cast<size_t>(impl->input_ids[i])] = bound[i];
+  for (const auto& [id, t] : impl->device_constants) values[static_cast<size_t>(id)] = t;
+  for (const Step& st : impl->steps) impl->run_step(st, values, services);
+  for (int id : impl->output_ids) {
+    const auto& o = values[static_cast<size_t>(id)];
+    if (!o.ok()) return o.status();
+    TD_ASSIGN_OR_RETURN(HostTensor h, to_host(*o));
+    result.push_back(std::move(h));
+  }
+  // Omitted optional outputs are not graph outputs: re-align with node.outputs.
+  std::vector<HostTensor> aligned;
+  size_t k = 0;
+  for (const auto& out : node.outputs) aligned.push_back(out.empty() ? HostTensor() : result.at(k++));
+  return aligned;
+}
+
+}  // namespace
+
+Status Executable::Impl::build(const std::vector<TensorType>& input_types, bool fold_constants) {
+  const Graph& g = graph;
+  ConstantEvaluator evaluator;
+  if (fold_constants && target.host) {
+    Device* host = target.host;
+    evaluator = [host](const Node& node, const std::vector<TensorView>& inputs) {
+      return evaluate_on_host(host, node, inputs);
+    };
+  }
+  TD_ASSIGN_OR_RETURN(GraphTypes types, infer_graph(OpRegistry::global(), g, input_types, evaluator));
+  for (const auto& in : g.inputs) input_ids.push_back(id_of(in.name));
+  for (const auto& [name, t] : g.initializers)
+    constants.emplace_back(id_of(name), std::make_shared<const HostTensor>(t));
+  for (size_t idx : types.order) {
+    const Node& node = g.nodes[idx];
+    // Folded at compile time: its outputs are constants of the executable.
+    bool folded = !node.outputs.empty();
+    for (const auto& out : node.outputs)
+      if (!out.empty() && !types.constants.count(out)) folded = false;
+    if (folded) {
+      for (const auto& out : node.outputs)
+        if (!out.empty())
+          constants.emplace_back(id_of(out), std::make_shared<const HostTensor>(types.constants.at(out)));
+      continue;
+    }
+    Step step;
+    step.node = &node;
+    std::vector<TensorType> in_types;
+    for (const auto& in : node.inputs) {
+      step.inputs.push_back(in.empty() ? -1 : id_of(in));
+      if (in.empty()) {
+        in_types.emplace_back();
+      } else {
+        const auto& t = types.values.at(in);
+        in_types.push_back(t.ok() ? *t : TensorType{});
+      }
+    }
+    for (const auto& name : implicit_inputs(node)) step.implicit.push_back(id_of(name));
+    for (const auto& out : node.outputs) {
+      step.outputs.push_back(out.empty() ? -1 : id_of(out));
+      if (out.empty()) {
+        step.output_types.emplace_back();
+        continue;
+      }
+      const auto& t = types.values.at(out);
+      if (!t.ok()) {
+        step.error = t.status();
+        continue;
+      }
+      step.output_types.push_back(*t);
+      if (!shape_is_static(t->shape)) step.static_outputs = false;
+    }
+    if (step.error.ok()) place(step, in_types);
+    steps.push_back(std::move(step));
+  }
+  if (options.strict_device && !fallbacks.empty()) {
+    std::vector<std::string> what;
+    for (const auto& f : fallbacks) what.push_back(fmt::format("{} ('{}')", f.op, f.node));
+    return errors::Unimplemented(
+        "strict device: {} does not support {} node(s): {} ({})", device_name(devices[0]),
+        fallbacks.size(), fmt::join(what, ", "), fallbacks.front().why);
+  }
+  if (options.fuse && fold_constants) form_regions(types);
+  for (const auto& out : g.outputs) {
+    output_ids.push_back(ids.at(out.name));
+    output_types.push_back(types.values.at(out.name));
+  }
+  TD_RETURN_IF_ERROR(insert_copies());
+  values_count = ids.size();
+  TD_RETURN_IF_ERROR(materialise_constants());
+  // Last use of every value, so intermediates are freed as soon as possible.
+  last_use.assign(values_count, -1);
+  for (size_t s = 0; s < steps.size(); ++s) {
+    for (int id : steps[s].inputs)
+      if (id >= 0) last_use[static_cast<size_t>(id)] = static_cast<int>(s);
+    for (int id : steps[s].implicit) last_use[static_cast<size_t>(id)] = static_cast<int>(s);
+  }
+  for (int id : output_ids) last_use[static_cast<size_t>(id)] = INT32_MAX;
+  if (!fallbacks.empty() && fold_constants) {
+    std::map<std::string, int> by_op;
+    for (const auto& f : fallbacks) by_op[f.op]++;
+    std::vector<std::string> ops;
+    for (const auto& [op, n] : by_op) ops.push_back(n > 1 ? fmt::format("{} x{}", op, n) : op);
+    std::fprintf(stderr, "tensord: warning: graph '%s': %zu node(s) run on %s, not %s (%s): %s\n",
+                 g.name.c_str(), fallbacks.size(), device_name(devices[1]).c_str(),
+                 device_name(devices[0]).c_str(), fmt::format("{}", fmt::join(ops, ", ")).c_str(),
+                 fallbacks.front().why.c_str());
+  }
+  return OkStatus();
+}
+
+// Placement: the target device if it supports the node, else the fallback device.
+void Executable::Impl::place(Step& step, const std::vector<TensorType>& in_types) {
+  const Node& node = *step.node;
+  const Device* target_device = devices[0];
+  Status here = target_device->kernels().supports(node, in_types, options);
+  size_t d = 0;
+  if (!here.ok() && target.fallback && target.fallback != target_device &&
+      here.code() == StatusCode::kUnimplemented) {
+    Status there = target.fallback->kernels().supports(node, in_types, options);
+    if (there.ok()) {
+      if (devices.size() < 2) devices.push_back(target.fallback);
+      d = 1;
+      step.fallback = true;
+      fallbacks.push_back({node.op, node.name, here.message()});
+      here = OkStatus();
+    }
+  }
+  step.device = d;
+  if (!here.ok()) {
+    step.error = here;
+    return;
+  }
+  auto k = devices[d]->kernels().create(node, in_types, step.output_types, options);
+  if (!k.ok()) {
+    step.error = k.status();
+    return;
+  }
+  step.kernel = std::shared_ptr<Kernel>(std::move(k).value());
+}
+
+// The devices' region compilers: each region replaces its nodes' steps by one step; the
+// steps are then put back in dependency order.
+void Executable::Impl::form_regions(const GraphTypes& types) {
+  FusionGraph rg;
+  for (const Step& st : steps) rg.nodes.push_back(st.node);
+  rg.type_of = [&types](const std::string& name) -> const TensorType* {
+    auto it = types.values.find(name);
+    return it != types.values.end() && it->second.ok() ? &*it->second : nullptr;
+  };
+  rg.constant = [&types](const std::string& name) -> const HostTensor* {
+    auto it = types.constants.find(name);
+    return it != types.constants.end() ? &it->second : nullptr;
+  };
+  std::unordered_set<std::string> graph_outputs;
+  for (const auto& o : graph.outputs) graph_outputs.insert(o.name);
+  rg.is_graph_output = [&graph_outputs](const std::string& name) {
+    return graph_outputs.count(name) > 0;
+  };
+  std::vector<std::pair<size_t, Region>> regions;  // (device, region)
+  std::vector<bool> taken(steps.size(), false);
+  for (size_t d = 0; d < devices.size(); ++d) {
+    RegionCompiler* rc = devices[d]->region_compiler();
+    if (!rc) continue;
+    rg.placed_here.assign(steps.size(), false);
+    bool any = false;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      rg.placed_here[i] = !taken[i] && steps[i].device == d && steps[i].error.ok();
+      any |= rg.placed_here[i];
+    }
+    if (!any) continue;
+    for (auto& r : rc->compile(rg, &notes)) {
+      bool ok = r.kernel != nullptr;
+      for (size_t m : r.members) ok &= m < steps.size() && rg.placed_here[m] && !taken[m];
+      if (!ok) {
+        notes.push_back(fmt::format("{}: a region over nodes not placed there was dropped",
+                                    device_name(devices[d])));
+        continue;
+      }
+      for (size_t m : r.members) taken[m] = true;
+      regions.emplace_back(d, std::move(r));
+    }
+  }
+  if (regions.empty()) return;
+  std::vector<Step> all;
+  for (auto& [d, r] : regions) {
+    Node& node = synthetic_nodes.emplace_back();
+    node.op = "Fused";
+    node.name = fmt::format("fused{} [{}]", synthetic_nodes.size() - 1, r.kernel->describe());
+    node.inputs = r.inputs;
+    node.outputs = r.outputs;
+    Step st;
+    st.kind = Step::kRegion;
+    st.node = &node;
+    st.device = d;
+    for (const auto& in : r.inputs) st.inputs.push_back(ids.at(in));
+    for (const auto& out : r.outputs) {
+      st.outputs.push_back(ids.at(out));
+      st.output_types.push_back(*types.values.at(out));
+    }
+    st.region = std::shared_ptr<RegionKernel>(std::move(r.kernel));
+    all.push_back(std::move(st));
+  }
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (!taken[i]) all.push_back(std::move(steps[i]));
+  // Dependency order (Kahn): a step runs once every value it reads is produced.
+  std::unordered_map<int, size_t> producer;
+  for (size_t i = 0; i < all.size(); ++i)
+    for (int id : all[i].outputs)
+      if (id >= 0) producer[id] = i;
+  std::vector<std::vector<size_t>> users(all.size());
+  std::vector<int> pending(all.size(), 0);
+  for (size_t i = 0; i < all.size(); ++i) {
+    std::unordered_set<size_t> deps;
+    for (const auto* list : {&all[i].inputs, &all[i].implicit})
+      for (int id : *list) {
+        auto p = producer.find(id);
+        if (id >= 0 && p != producer.end() && p->second != i) deps.insert(p->second);
+      }
+    pending[i] = static_cast<int>(deps.size());
+    for (size_t d : deps) users[d].push_back(i);
+  }
+  // Lowest index first among the ready steps: regions lead, the rest keep their order.
+  std::priority_queue<size_t, std::vector<size_t>, std::greater<size_t>> ready;
+  std::vector<size_t> order;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (pending[i] == 0) ready.push(i);
+  while (!ready.empty()) {
+    const size_t i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (size_t u : users[i])
+      if (--pending[u] == 0) ready.push(u);
+  }
+  if (order.size() != all.size()) {  // cannot happen with an acyclic partition
+    notes.push_back("regions dropped: they would form a cycle");
+    // The original steps were moved from: rebuild is not possible here, so keep `all` in
+    // its current order minus nothing (regions first is still dependency-safe only when
+    // acyclic); signal the problem on every region instead.
+    for (auto& st : all)
+      if (st.kind == Step::kRegion) st.error = errors::Internal("{}: cyclic region", st.node->name);
+    steps = std::move(all);
+    return;
+  }
+  steps.clear();
+  for (size_t i : order) steps.push_back(std::move(all[i]));
+}
+
+// Copies at the cuts: a value read on another device than the one that holds it gets a copy
+// step before its first reader there (one copy per value and device); graph outputs come back
+// to the target device.
+Status Executable::Impl::insert_copies() {
+  if (devices.size() < 2) return OkStatus();
+  std::unordered_map<int, size_t> where;  // value id -> device (absent: input/constant)
+  for (int id : input_ids) where[id] = 0;
+  std::unordered_set<int> constant_ids;
+  for (const auto& [id, t] : constants) constant_ids.insert(id);
+  std::map<std::pair<int, size_t>, int> copied;  // (value, device) -> copy's value id
+  std::vector<Step> out;
+  std::map<std::pair<int, size_t>, int> aliases;  // (constant, device) -> its id there
+  std::vector<std::pair<int, std::shared_ptr<const HostTensor>>> alias_constants;
+  auto name_of = [&](int id) {
+    for (const auto& [n, i] : ids)
+      if (i == id) return n;
+    return std::string();
+  };
+  auto copy_of = [&](int id, size_t d) -> int {
+    if (id < 0) return id;
+    if (constant_ids.count(id)) {
+      if (d == 0) return id;
+      auto a = aliases.find({id, d});
+      if (a != aliases.end()) return a->second;
+      const int aid = id_of(fmt::format("{}@{}", name_of(id), device_name(devices[d])));
+      for (const auto& [cid, t] : constants)
+        if (cid == id) alias_constants.emplace_back(aid, t);
+      aliases.emplace(std::make_pair(id, d), aid);
+      return aid;
+    }
+    auto w = where.find(id);
+    if (w == where.end() || w->second == d) return id;
+    auto key = std::make_pair(id, d);
+    auto c = copied.find(key);
+    if (c != copied.end()) return c->second;
+    const std::string name = name_of(id);
+    const std::string copy_name = fmt::format("{}@{}", name, device_name(devices[d]));
+    const int cid = id_of(copy_name);
+    Node& node = synthetic_nodes.emplace_back();
+    node.op = "Copy";
+    node.name = copy_name;
+    node.inputs = {name};
+    node.outputs = {copy_name};
+    Step st;
+    st.kind = Step::kCopy;
+    st.node = &node;
+    st.device = d;
+    st.inputs = {id};
+    st.outputs = {cid};
+    st.label = fmt::format("copy '{}' {} -> {}", name, device_name(devices[w->second]),
+                           device_name(devices[d]));
+    out.push_back(std::move(st));
+    copied.emplace(key, cid);
+    where[cid] = d;
+    return cid;
+  };
+  for (Step& st : steps) {
+    for (int& id : st.inputs) id = copy_of(id, st.device);
+    // Subgraphs read outer values by name, bound when they run: those values are moved then.
+    for (int id : st.outputs)
+      if (id >= 0) where[id] = st.device;
+    out.push_back(std::move(st));
+  }
+  for (int& id : output_ids) id = copy_of(id, 0);
+  steps = std::move(out);
+  for (auto& c : alias_constants) constants.push_back(std::move(c));
+  fallback_name = device_name(devices[1]);
+  return OkStatus();
+}
+
+Status Executable::Impl::materialise_constants() {
+  // Where each constant is read (after insert_copies, on one device each; graph outputs: the
+  // target). A constant nobody reads (an unused initializer) is not materialised.
+  std::vector<int> reader(values_count, -1);
+  for (const Step& st : steps) {
+    for (int id : st.inputs)
+      if (id >= 0) reader[static_cast<size_t>(id)] = static_cast<int>(st.device);
+    for (int id : st.implicit) reader[static_cast<size_t>(id)] = static_cast<int>(st.device);
+  }
+  for (int id : output_ids) reader[static_cast<size_t>(id)] = 0;
+  for (const auto& [id, t] : constants) {
+    const int d = reader[static_cast<size_t>(id)];
+    if (d < 0) continue;
+    Device* dev = devices[static_cast<size_t>(d)];
+    if (dev->adopts_host_memory()) {
+      device_constants.emplace_back(id, wrap_host(dev, t));
+      continue;
+    }
+    std::shared_ptr<Buffer> buf;
+    if (target.allocate_constant) {
+      TD_ASSIGN_OR_RETURN(buf, target.allocate_constant(*dev, t->nbytes()));
+    } else {
+      HeapAllocator raw(dev);
+      TD_ASSIGN_OR_RETURN(buf, raw.allocate(t->nbytes()));
+    }
+    if (t->nbytes()) TD_RETURN_IF_ERROR(dev->write(*buf, 0, t->data(), t->nbytes()));
+    device_constants.emplace_back(id, DeviceTensor{t->dtype(), t->shape(), buf});
+  }
+  return OkStatus();
+}
+
+void Executable::Impl::run_step(const Step& step, std::vector<Result<DeviceTensor>>& values,
+                                RunServices& services) {
+  if (!step.error.ok()) return poison(step, step.error, values);
+  switch (step.kind) {
+    case Step::kRegion:
+      return run_region(step, values, services);
+    case Step::kCopy: {
+      const auto& v = values[static_cast<size_t>(step.inputs[0])];
+      if (!v.ok()) return poison(step, v.status(), values);
+      auto moved = services.transfer(*v, *devices[step.device]);
+      values[static_cast<size_t>(step.outputs[0])] = std::move(moved);
+      return;
+    }
+    case Step::kKernel:
+      return run_kernel(step, values, services);
+  }
+}
+
+void Executable::Impl::run_region(const Step& step, std::vector<Result<DeviceTensor>>& values,
+                                  RunServices& services) {
+  Device* device = devices[step.device];
+  Allocator& allocator = services.allocator(*device);
+  std::vector<DeviceTensor> in(step.inputs.size());
+  for (size_t k = 0; k < step.inputs.size(); ++k) {
+    const auto& v = values[static_cast<size_t>(step.inputs[k])];
+    if (!v.ok()) return poison(step, v.status(), values);
+    in[k] = *v;
+  }
+  std::vector<DeviceTensor> out(step.outputs.size());
+  for (size_t k = 0; k < step.outputs.size(); ++k) {
+    const TensorType& t = step.output_types[k];
+    auto bytes = checked_byte_size(t.dtype, t.shape);
+    auto buf = bytes.ok() ? allocator.allocate(static_cast<size_t>(*bytes))
+                          : Result<std::shared_ptr<Buffer>>(bytes.status());
+    if (!buf.ok())
+      return poison(step, Status(buf.status().code(), step.node->name + ": " + buf.status().message()),
+                    values);
+    out[k] = DeviceTensor{t.dtype, t.shape, *buf};
+  }
+  Status s;
+  try {
+    s = step.region->run(in, out, allocator);
+  } catch (const std::exception& e) {
+    s = errors::Internal("threw: {}", e.what());
+  }
+  if (!s.ok()) return poison(step, Status(s.code(), step.node->name + ": " + s.message()), values);
+  for (size_t k = 0; k < step.outputs.size(); ++k)
+    values[static_cast<size_t>(step.outputs[k])] = out[k];
+}
+
+namespace {
+
+// Gives a kernel its subgraphs: compiled for the kernel's device, outer values bound by name.
+struct StepSubgraphs final : SubgraphRunner {
+  Executable::Impl* exe = nullptr;
+  const Step* step = nullptr;
+  std::vector<Result<DeviceTensor>>* values = nullptr;
+  RunServices* services = nullptr;
+  Result<std::vector<DeviceTensor>> run(const Graph& graph,
+                                        const std::vector<DeviceTensor>& inputs) override {
+    return exe->run_subgraph(*step, graph, inputs, *values, *services);
+  }
+};
+
+}  // namespace
+
+void Executable::Impl::run_kernel(const Step& step, std::vector<Result<DeviceTensor>>& values,
+                                  RunServices& services) {
+  const Node& node = *step.node;
+  Device* device = devices[step.device];
+  KernelCall call;
+  call.node = &node;
+  call.inputs.resize(step.inputs.size());
+  std::vector<TensorType> in_types(step.inputs.size());
+  for (size_t k = 0; k < step.inputs.size(); ++k) {
+    const int id = step.inputs[k];
+    if (id < 0) continue;
+    const auto& v = values[static_cast<size_t>(id)];
+    if (!v.ok()) return poison(step, v.status(), values);
+    call.inputs[k] = *v;
+    in_types[k] = v->type();
+  }
+  for (int id : step.implicit) {
+    const auto& v = values[static_cast<size_t>(id)];
+    if (!v.ok()) return poison(step, v.status(), values);
+  }
+  call.output_types = step.output_types;
+  if (!step.static_outputs) {  // data-dependent shapes: infer again with the values
+    std::vector<HostTensor> host(call.inputs.size());
+    std::vector<TensorView> views(call.inputs.size());
+    std::vector<const TensorView*> value_ptrs(call.inputs.size(), nullptr);
+    for (size_t k = 0; k < call.inputs.size(); ++k) {
+      const DeviceTensor& v = call.inputs[k];
+      if (!v.defined()) continue;
+      if (void* p = device->host_pointer(*v.buffer)) {
+        views[k] = TensorView{v.dtype, v.shape, p};
+      } else if (shape_numel(v.shape) <= kMaxInferenceHostElements) {
+        auto h = to_host(v);
+        if (!h.ok()) return poison(step, h.status(), values);
+        host[k] = std::move(h).value();
+        views[k] = host[k].view();
+      } else {
+        continue;
+      }
+      value_ptrs[k] = &views[k];
+    }
+    InferenceContext ictx(node, in_types, value_ptrs);
+    Status s = infer_node(OpRegistry::global(), ictx);
+    if (!s.ok()) return poison(step, s, values);
+    call.output_types = ictx.output_types();
+    call.output_types.resize(node.outputs.size());
+    for (size_t k = 0; k < node.outputs.size(); ++k)
+      if (node.outputs[k].empty()) call.output_types[k] = TensorType{};  // omitted optional output
+  }
+  for (int k : step.kernel->host_inputs()) {
+    if (call.host_values.size() < call.inputs.size()) call.host_values.resize(call.inputs.size());
+    if (k < 0 || static_cast<size_t>(k) >= call.inputs.size() || !call.inputs[k].defined()) continue;
+    auto h = to_host(call.inputs[static_cast<size_t>(k)]);
+    if (!h.ok()) return poison(step, h.status(), values);
+    call.host_values[static_cast<size_t>(k)] = std::move(h).value();
+  }
+  call.allocator = &services.allocator(*device);
+  StepSubgraphs subgraphs;
+  subgraphs.exe = this;
+  subgraphs.step = &step;
+  subgraphs.values = &values;
+  subgraphs.services = &services;
+  call.subgraphs = &subgraphs;
+  call.outputs.resize(node.outputs.size());
+  Status s;
+  try {
+    s = step.kernel->run(call);
+  } catch (const std::exception& e) {  // a kernel bug must not take the process down
+    s = errors::Internal("kernel '{}' threw: {}", step.kernel->name(), e.what());
+  }
+  if (s.ok()) {
+    for (size_t k = 0; k < step.outputs.size(); ++k) {
+      if (step.outputs[k] < 0) continue;
+      const DeviceTensor& o = k < call.outputs.size() ? call.outputs[k] : DeviceTensor{};
+      if (!o.defined() || !o.buffer) {
+        s = errors::Internal("kernel '{}' did not produce output {}", step.kernel->name(), k);
+        break;
+      }
+    }
+  }
+  if (!s.ok()) {
+    if (s.message().rfind(node.op + ":", 0) != 0 && s.message().rfind(node.op + " ", 0) != 0)
+      s = Status(s.code(), fmt::format("{}: {}", node.label(), s.message()));
+    return poison(step, s, values);
+  }
+  for (size_t k = 0; k < step.outputs.size(); ++k)
+    if (step.outputs[k] >= 0) values[static_cast<size_t>(step.outputs[k])] = std::move(call.outputs[k]);
+}
+
+// A subgraph attribute: compiled (once per input types and device) as a closed graph whose
+// extra inputs are the values it reads from this scope.
+Result<std::vector<DeviceTensor>> Executable::Impl::run_subgraph(
+    const Step& step, const Graph& sub, const std::vector<DeviceTensor>& inputs,
+    std::vector<Result<DeviceTensor>>& values, RunServices& services) {
+  if (inputs.size() != sub.inputs.size())
+    return errors::InvalidArgument("subgraph '{}' takes {} inputs, got {}", sub.name,
+                                   sub.inputs.size(), inputs.size());
+  const std::vector<std::string> refs = outer_references(sub);
+  std::vector<Result<DeviceTensor>> bound;
+  std::vector<TensorType> types;
+  for (const auto& v : inputs) {
+    bound.push_back(v);
+    types.push_back(v.type());
+  }
+  for (const auto& name : refs) {
+    auto it = ids.find(name);
+    if (it == ids.end())
+      return errors::InvalidArgument("subgraph '{}' reads '{}', which is not defined", sub.name, name);
+    const auto& v = values[static_cast<size_t>(it->second)];
+    if (!v.ok()) return v.status();
+    bound.push_back(*v);
+    types.push_back(v->type());
+  }
+  Device* device = devices[step.device];
+  std::string key = fmt::format("{}|{}", static_cast<const void*>(&sub), device_name(device));
+  for (const auto& t : types) key += "|" + t.to_string();
+  std::shared_ptr<Executable> exe;
+  {
+    std::lock_guard<std::mutex> lock(subgraph_mu);
+    auto it = subgraph_cache.find(key);
+    if (it != subgraph_cache.end()) exe = it->second;
+  }
+  if (!exe) {
+    Graph closed = sub;
+    for (const auto& name : refs) closed.inputs.push_back({name, {}});
+    for (auto& in : closed.inputs) in.type = TensorType{};  // bound by the actual values
+    CompileTarget t = target;
+    t.device = device;
+    CompileOptions o = options;
+    o.strict_device = false;  // the enclosing node was placed already
+    TD_ASSIGN_OR_RETURN(auto compiled, Executable::compile(closed, types, t, o));
+    exe = std::shared_ptr<Executable>(std::move(compiled));
+    std::lock_guard<std::mutex> lock(subgraph_mu);
+    subgraph_cache.emplace(key, exe);
+  }
+  auto outs = exe->run(bound, services);
+  std::vector<DeviceTensor> result;
+  for (auto& o : outs) {
+    if (!o.ok()) return o.status();
+    result.push_back(std::move(o).value());
+  }
+  return result;
+}
+
+Executable::Executable(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Executable::~Executable() {
+  if (!impl_->profile || impl_->profile->by_kernel.empty()) return;
+  std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(
+      impl_->profile->by_kernel.begin(), impl_->profile->by_kernel.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  double total = 0;
+  for (const auto& r : rows) total += r.second.first;
+  std::string out = fmt::format("tensord profile: {} steps, {:.3f} ms in kernels\n",
+                                impl_->steps.size(), total * 1e3);
+  for (const auto& [name, v] : rows)
+    out += fmt::format("  {:>10.3f} ms {:>5.1f}% {:>8} calls  {}\n", v.first * 1e3,
+                       total > 0 ? 100 * v.first / total : 0.0, v.second, name);
+  std::fputs(out.c_str(), stderr);
+}
+
+Result<std::unique_ptr<Executable>> Executable::compile(const Graph& graph,
+                                                        const std::vector<TensorType>& input_types,
+                                                        const CompileTarget& target,
+                                                        const CompileOptions& options) {
+  if (!target.device) return errors::Internal("compile: no target device");
+  auto impl = std::make_unique<Impl>();
+  impl->graph = graph;
+  impl->target = target;
+  impl->options = options;
+  impl->devices = {target.device};
+  if (std::getenv("TENSORD_PROFILE")) impl->profile = std::make_unique<Impl::Profile>();
+  TD_RETURN_IF_ERROR(impl->build(input_types, /*fold_constants=*/true));
+  return std::unique_ptr<Executable>(new Executable(std::move(impl)));
+}
+
+const std::vector<Result<TensorType>>& Executable::output_types() const {
+  return impl_->output_types;
+}
+
+const std::vector<Fallback>& Executable::fallbacks() const { return impl_->fallbacks; }
+
+const std::string& Executable::fallback_device() const { return impl_->fallback_name; }
+
+std::string Executable::describe() const {
+  const Impl& x = *impl_;
+  std::string out;
+  const bool many = x.devices.size() > 1;
+  for (const Step& st : x.steps) {
+    const std::string where = many ? device_name(x.devices[st.device]) + " " : std::string();
+    switch (st.kind) {
+      case Step::kRegion:
+        out += (many ? "[" + device_name(x.devices[st.device]) + "] " : std::string()) +
+               st.node->name + "\n";
+        break;
+      case Step::kCopy:
+        out += st.label + "\n";
+        break;
+      case Step::kKernel:
+        out += fmt::format("{} '{}' [{}{}]{}\n", st.node->op, st.node->name, where,
+                           st.kernel ? st.kernel->name() : st.error.message(),
+                           st.fallback ? " (fallback)" : "");
+        break;
+    }
+  }
+  for (const auto& f : x.fallbacks)
+    out += fmt::format("fallback: {} '{}' on {}: {}\n", f.op, f.node,
+                       device_name(x.devices.size() > 1 ? x.devices[1] : nullptr), f.why);
+  for (const auto& n : x.notes) out += "note: " + n + "\n";
+  return out;
+}
+
+std::vector<Result<DeviceTensor>> Executable::run(const std::vector<Result<DeviceTensor>>& inputs,
+                                                  RunServices& services) {
+  Impl& x = *impl_;
+  std::vector<Result<DeviceTensor>> values(x.values_count,
+                                           Result<DeviceTensor>(errors::Internal("unset")));
+  Device* target = x.devices[0];
+  for (size_t i = 0; i < x.input_ids.size() && i < inputs.size(); ++i) {
+    const auto& in = inputs[i];
+    // A value bound from elsewhere (a subgraph reading an outer value placed on another
+    // device) is moved here first.
+    if (in.ok() && in->buffer && in->buffer->device && in->buffer->device != target)
+      values[static_cast<size_t>(x.input_ids[i])] = services.transfer(*in, *target);
+    else
+      values[static_cast<size_t>(x.input_ids[i])] = in;
+  }
+  for (const auto& [id, t] : x.device_constants) values[static_cast<size_t>(id)] = t;
+  for (size_t s = 0; s < x.steps.size(); ++s) {
+    const Step& st = x.steps[s];
+    // Cancelled, past its deadline or preempted: stop here, every output gets the reason.
+    if (Status c = run_checkpoint(); !c.ok())
+      return std::vector<Result<DeviceTensor>>(x.output_ids.size(), Result<DeviceTensor>(c));
+    if (x.profile) {
+      const auto t0 = std::chrono::steady_clock::now();
+      x.run_step(st, values, services);
+      const auto t1 = std::chrono::steady_clock::now();
+      const std::string name =
+          st.kind == Step::kRegion ? st.node->name
+          : st.kind == Step::kCopy ? st.label
+                                   : st.node->op + " [" + (st.kernel ? st.kernel->name() : "-") + "]";
+      std::lock_guard<std::mutex> lock(x.profile->mu);
+      auto& p = x.profile->by_kernel[name];
+      p.first += std::chrono::duration<double>(t1 - t0).count();
+      p.second++;
+    } else {
+      x.run_step(st, values, services);
+    }
+    auto free_if_last = [&](int id) {
+      if (id >= 0 && x.last_use[static_cast<size_t>(id)] == static_cast<int>(s))
+        values[static_cast<size_t>(id)] = errors::Internal("value freed");
+    };
+    for (int id : st.inputs) free_if_last(id);
+    for (int id : st.implicit) free_if_last(id);
+  }
+  std::vector<Result<DeviceTensor>> outs;
+  outs.reserve(x.output_ids.size());
+  for (int id : x.output_ids) outs.push_back(values[static_cast<size_t>(id)]);
+  return outs;
+}
+
+namespace {
+
+// The first cpu device of this build, private to the caller (tests, tools).
+Result<std::unique_ptr<Device>> private_host_device() {
+  for (auto& backend : create_backends()) {
+    if (backend->name() != "cpu") continue;
+    auto devices = backend->enumerate();
+    if (!devices.empty()) return std::move(devices.front());
+  }
+  return errors::Internal("this build has no cpu device");
+}
+
+}  // namespace
+
+Result<std::string> describe_compiled(const Graph& graph, const std::vector<TensorType>& types,
+                                      const CompileOptions& options) {
+  TD_ASSIGN_OR_RETURN(auto device, private_host_device());
+  CompileTarget t;
+  t.device = device.get();
+  t.host = device.get();
+  TD_ASSIGN_OR_RETURN(auto exe, Executable::compile(graph, types, t, options));
+  return exe->describe();
+}
+
+Result<std::vector<Result<HostTensor>>> run_graph_on_host(const Graph& graph,
+                                                          const std::vector<HostTensor>& inputs,
+                                                          const CompileOptions& options) {
+  TD_ASSIGN_OR_RETURN(auto device, private_host_device());
+  std::vector<TensorType> types;
+  std::vector<Result<DeviceTensor>> dev_inputs;
+  for (const auto& t : inputs) {
+    types.push_back(t.type());
+    dev_inputs.push_back(wrap_host(device.get(), std::make_shared<const HostTensor>(t)));
+  }
+  CompileTarget target;
+  target.device = device.get();
+  target.host = device.get();
+  TD_ASSIGN_OR_RETURN(auto exe, Executable::compile(graph, types, target, options));
+  HostServices services;
+  auto outs = exe->run(dev_inputs, services);
+  std::vector<Result<HostTensor>> result;
+  for (auto& o : outs) {
+    if (!o.ok()) {
+      result.emplace_back(o.status());
+      continue;
+    }
+    result.push_back(to_host(*o));
+  }
+  return result;
+}
+
+}  // namespace tensord
