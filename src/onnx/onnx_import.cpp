@@ -22,8 +22,10 @@ namespace {
 
 namespace pb = ::onnx;
 
-// Older opsets are accepted too: ops whose form changed are normalised below, and legacy
-// attributes nobody normalises (consumed_inputs, broadcast) are reported as unknown.
+// Older opsets are accepted too: ops whose form changed are normalised below (the legacy
+// broadcasting of opsets < 7, with `axis`, and PRelu's per-channel slope become NumPy
+// broadcasting through an Unsqueeze once the input ranks are known), and legacy attributes
+// nobody normalises are reported as unknown.
 constexpr int64_t kMinOpset = 1;
 constexpr int64_t kMaxOpset = 17;
 
