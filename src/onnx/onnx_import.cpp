@@ -22,8 +22,10 @@ namespace {
 
 namespace pb = ::onnx;
 
-// Older opsets are accepted too: ops whose form changed are normalised below, and legacy
-// attributes nobody normalises (consumed_inputs, broadcast) are reported as unknown.
+// Older opsets are accepted too: ops whose form changed are normalised below (the legacy
+// broadcasting of opsets < 7, with `axis`, and PRelu's per-channel slope become NumPy
+// broadcasting through an Unsqueeze once the input ranks are known), and legacy attributes
+// nobody normalises are reported as unknown.
 constexpr int64_t kMinOpset = 1;
 constexpr int64_t kMaxOpset = 17;
 
@@ -261,6 +263,22 @@ struct Importer {
     }
   }
 
+  // Legacy (opset < 7) forms whose rewrite needs the ranks of the node's inputs; resolved
+  // after the whole graph is read, by resolve_legacy.
+  enum class Legacy { kAxisBroadcast, kPreluChannel };
+  struct PendingLegacy {
+    Legacy kind;
+    size_t node;       // the node's index in its graph
+    int64_t axis;      // kAxisBroadcast: the `axis` attribute
+  };
+  std::vector<PendingLegacy> pending;
+
+  static bool is_legacy_broadcast_op(const std::string& op) {
+    return op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow" ||
+           op == "And" || op == "Or" || op == "Xor" || op == "Equal" || op == "Greater" ||
+           op == "Less";
+  }
+
   std::string fresh_name(const std::string& base) { return base + "__td" + std::to_string(node_counter++); }
 
   // Adds an int64 initializer and returns its name.
@@ -292,6 +310,7 @@ struct Importer {
   }
 
   // Rewrites `n` (declared under `opset`) into its opset-17 form; may append helper nodes.
+  // `n` is about to become g.nodes[g.nodes.size()].
   Status normalize(Graph& g, Node& n, std::vector<Node>& extra) {
     const std::string op = n.op;
     const Node original = n;  // attribute reads see the node as written in the file
@@ -304,15 +323,26 @@ struct Importer {
       return err(fmt::format("{} needs an input and an output", n.label()));
     // Opset < 6: a memory-reuse hint with no effect on results.
     if (opset < 6) n.attrs.erase("consumed_inputs");
-    if (opset < 7 && n.attrs.count("broadcast")) {
-      // Legacy broadcasting: without `axis` it is NumPy's trailing alignment.
-      if (n.attrs.count("axis") && (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" ||
-                                    op == "Pow" || op == "And" || op == "Or" || op == "Xor" ||
-                                    op == "Equal" || op == "Greater" || op == "Less"))
-        return Status(StatusCode::kUnimplemented,
-                      fmt::format("{}: {} uses opset-{} broadcasting with an axis", what,
-                                  n.label(), opset));
+    if (opset < 7 && n.attrs.count("broadcast") && is_legacy_broadcast_op(op)) {
+      // Legacy broadcasting (opset < 7): B broadcasts to A. Without `axis` it is NumPy's
+      // trailing alignment; with `axis`, B's dims line up with A's from `axis` on, which
+      // needs B's shape padded with trailing 1s once the ranks are known (resolve_legacy).
+      TD_ASSIGN_OR_RETURN(const int64_t broadcast, attrs.attr_int("broadcast", 0));
       n.attrs.erase("broadcast");
+      if (n.attrs.count("axis")) {
+        TD_ASSIGN_OR_RETURN(const int64_t axis, attrs.attr_int("axis", 0));
+        n.attrs.erase("axis");
+        if (broadcast != 0) {
+          if (n.inputs.size() != 2 || n.inputs[0].empty() || n.inputs[1].empty())
+            return err(fmt::format("{} needs two inputs", n.label()));
+          pending.push_back({Legacy::kAxisBroadcast, g.nodes.size(), axis});
+        }
+      }
+    } else if (op == "PRelu" && opset < 7) {
+      // PRelu-1/6: a slope of shape [C] is per channel (X's dim 1), not NumPy-aligned.
+      if (n.inputs.size() != 2 || n.inputs[0].empty() || n.inputs[1].empty())
+        return err(fmt::format("{} needs two inputs", n.label()));
+      pending.push_back({Legacy::kPreluChannel, g.nodes.size(), 1});
     }
     if (op == "Clip" && opset < 11) {
       TD_ASSIGN_OR_RETURN(const float lo, attrs.attr_float("min", -3.4028235e38f));
@@ -419,9 +449,120 @@ struct Importer {
     return OkStatus();
   }
 
+  // Appends Unsqueeze(value, axes) and returns the new value's name.
+  std::string unsqueeze(Graph& g, const std::string& node_name, const std::string& value,
+                        const std::vector<int64_t>& axes) {
+    Node u;
+    u.name = fresh_name(node_name + "_legacy_align");
+    u.op = "Unsqueeze";
+    u.inputs = {value, add_ints(g, node_name + "_legacy_axes", axes)};
+    u.outputs = {fresh_name(value + "_aligned")};
+    std::string out = u.outputs[0];
+    g.nodes.push_back(std::move(u));
+    return out;
+  }
+
+  // Rewrites one legacy node now that the shapes (ranks; dims may be -1) of its inputs are
+  // known. An impossible form is INVALID_ARGUMENT naming the node, the axis and the shapes.
+  Status rewrite_legacy(Graph& g, const PendingLegacy& p, const Shape& a, const Shape& b) {
+    const std::string label = g.nodes[p.node].label();
+    const std::string node_name = g.nodes[p.node].name;
+    const std::string b_name = g.nodes[p.node].inputs[1];
+    const auto ra = static_cast<int64_t>(a.size()), rb = static_cast<int64_t>(b.size());
+    if (p.kind == Legacy::kPreluChannel) {
+      // Per-channel slope [C] against X [N, C, ...]: slope becomes [C, 1, ...].
+      if (rb != 1 || b[0] == 1 || ra < 2) return OkStatus();  // NumPy alignment is the meaning
+      if (b[0] >= 0 && a[1] >= 0 && b[0] != a[1])
+        return err(fmt::format("{}: opset-{} PRelu applies a slope of shape {} per channel, but "
+                               "X of shape {} has {} channels (dim 1)",
+                               label, opset, shape_to_string(b), shape_to_string(a), a[1]));
+      std::vector<int64_t> axes;
+      for (int64_t d = 1; d < ra - 1; ++d) axes.push_back(d);
+      if (!axes.empty()) g.nodes[p.node].inputs[1] = unsqueeze(g, node_name, b_name, axes);
+      return OkStatus();
+    }
+    // Opset < 7 broadcast=1 with axis: B's dims line up with A's dims axis .. axis+rank(B)-1.
+    if (rb == 0) return OkStatus();  // a scalar broadcasts anywhere
+    bool one_element = rb <= ra;
+    for (int64_t d : b) one_element = one_element && d == 1;
+    if (one_element) return OkStatus();
+    const int64_t axis = p.axis < 0 ? p.axis + ra : p.axis;
+    auto impossible = [&](const std::string& why) {
+      return err(fmt::format("{}: opset-{} broadcasting with axis={} cannot align B of shape {} "
+                             "with A of shape {}: {}",
+                             label, opset, p.axis, shape_to_string(b), shape_to_string(a), why));
+    };
+    if (axis < 0 || axis + rb > ra)
+      return impossible(fmt::format("B's {} dims do not fit in A's {} from axis {}", rb, ra, p.axis));
+    for (int64_t i = 0; i < rb; ++i) {
+      const int64_t bd = b[static_cast<size_t>(i)], ad = a[static_cast<size_t>(axis + i)];
+      if (bd >= 0 && ad >= 0 && bd != ad && bd != 1)
+        return impossible(fmt::format("B's dim {} ({}) differs from A's dim {} ({})", i, bd,
+                                      axis + i, ad));
+    }
+    std::vector<int64_t> axes;
+    for (int64_t d = rb; d < ra - axis; ++d) axes.push_back(d);
+    if (!axes.empty()) g.nodes[p.node].inputs[1] = unsqueeze(g, node_name, b_name, axes);
+    return OkStatus();
+  }
+
+  // Rewrites the pending legacy nodes of `g` once the ranks of their inputs are known: from
+  // declared shapes (graph inputs, value_info, initializers), else from shape inference over
+  // the graph (repeated while rewriting a node lets inference see further). A node whose
+  // input ranks stay unknown is refused, naming the form.
+  Status resolve_legacy(Graph& g, std::map<std::string, Shape> shapes, bool subgraph,
+                        const std::set<std::string>& ranked_inputs) {
+    bool can_infer = !subgraph;
+    for (const auto& in : g.inputs)
+      if (!in.type.defined() || !ranked_inputs.count(in.name)) can_infer = false;
+    while (!pending.empty()) {
+      std::vector<PendingLegacy> left;
+      for (const auto& p : pending) {
+        const Node& n = g.nodes[p.node];
+        auto a = shapes.find(n.inputs[0]), b = shapes.find(n.inputs[1]);
+        if (b != shapes.end() && a == shapes.end()) {
+          // Some forms mean the same under NumPy broadcasting whatever A's rank is.
+          const Shape& bs = b->second;
+          if (p.kind == Legacy::kPreluChannel ? bs.size() != 1 || bs[0] == 1 : bs.empty())
+            continue;
+        }
+        if (a == shapes.end() || b == shapes.end()) {
+          left.push_back(p);
+          continue;
+        }
+        TD_RETURN_IF_ERROR(rewrite_legacy(g, p, a->second, b->second));
+      }
+      pending = std::move(left);
+      if (pending.empty() || !can_infer) break;
+      std::vector<TensorType> input_types;
+      for (const auto& in : g.inputs) input_types.push_back(in.type);
+      auto types = infer_graph(OpRegistry::global(), g, input_types);
+      if (!types.ok()) break;
+      size_t learned = 0;
+      for (const auto& [name, t] : types->values)
+        if (t.ok() && t->defined() && shapes.emplace(name, t->shape).second) ++learned;
+      if (learned == 0) break;
+    }
+    if (pending.empty()) return OkStatus();
+    const PendingLegacy& p = pending.front();
+    const Node& n = g.nodes[p.node];
+    pending.clear();
+    const std::string form =
+        p.kind == Legacy::kPreluChannel
+            ? fmt::format("opset-{} PRelu (a slope of shape [C] is per channel of X)", opset)
+            : fmt::format("opset-{} broadcasting with axis={}", opset, p.axis);
+    return Status(StatusCode::kUnimplemented,
+                  fmt::format("{}: {} uses {}; rewriting it needs the ranks of its inputs '{}' and "
+                              "'{}', which are not known at import time (declare the shapes of "
+                              "the graph's inputs)",
+                              what, n.label(), form, n.inputs[0], n.inputs[1]));
+  }
+
   Result<Graph> graph(const pb::GraphProto& gp, bool subgraph) {
     Graph g;
     g.name = gp.name();
+    std::vector<PendingLegacy> outer_pending;  // a subgraph's legacy nodes are its own
+    outer_pending.swap(pending);
     std::set<std::string> initializer_names;
     for (const auto& t : gp.initializer()) {
       if (t.name().empty()) return err("an initializer has no name");
@@ -464,6 +605,27 @@ struct Importer {
       auto order = topological_order(g);
       if (!order.ok()) return err(order.status().message());
     }
+    if (!pending.empty()) {
+      // Shapes declared in the file: ranks for the legacy rewrites (-1 for unknown dims).
+      std::map<std::string, Shape> shapes;
+      std::set<std::string> ranked_inputs;
+      auto declare = [&](const pb::ValueInfoProto& v, bool input) {
+        if (!v.has_type() || v.type().value_case() != pb::TypeProto::kTensorType ||
+            !v.type().tensor_type().has_shape())
+          return;
+        Shape s;
+        for (const auto& d : v.type().tensor_type().shape().dim())
+          s.push_back(d.has_dim_value() && d.dim_value() >= 0 ? d.dim_value() : -1);
+        shapes.emplace(v.name(), std::move(s));
+        if (input) ranked_inputs.insert(v.name());
+      };
+      for (const auto& [name, t] : g.initializers) shapes.emplace(name, t.shape());
+      for (const auto& v : gp.input()) declare(v, true);
+      for (const auto& v : gp.value_info()) declare(v, false);
+      for (const auto& v : gp.output()) declare(v, false);
+      TD_RETURN_IF_ERROR(resolve_legacy(g, std::move(shapes), subgraph, ranked_inputs));
+    }
+    pending.swap(outer_pending);
     return g;
   }
 };

@@ -2,8 +2,11 @@
 //
 // The importer rewrites every node into its opset-17 form (attribute -> input changes in
 // Clip, Slice, Reshape, Squeeze/Unsqueeze, ReduceSum, Split, Pad, TopK, Dropout, Resize ...;
-// the pre-13 2-D semantics of Softmax/LogSoftmax/Hardmax), so schemas and kernels have one
-// form to handle. Initializers (including external data files next to the model) become
+// the pre-13 2-D semantics of Softmax/LogSoftmax/Hardmax; opset < 7 broadcasting with
+// broadcast=1 and axis, and PRelu's per-channel slope, rewritten to NumPy broadcasting with an
+// Unsqueeze of the second input once the input ranks are known from declared shapes or shape
+// inference — an impossible alignment is INVALID_ARGUMENT, unknown ranks UNIMPLEMENTED), so
+// schemas and kernels have one form to handle. Initializers (including external data files next to the model) become
 // graph initializers; graph inputs that have an initializer are not runtime inputs.
 //
 // Errors name the file and the node: truncated or corrupt files, wrong magic, cycles,

@@ -1,6 +1,7 @@
 // Reference kernels and schemas of the neural-network ops, against hand-computed values.
 #include <initializer_list>
 #include <string>
+#include <tuple>
 
 #include "core/op_registry.h"
 #include "kernels/op_test_util.h"
@@ -326,6 +327,42 @@ TEST(NnConvTranspose, Errors) {
                  StatusCode::kInvalidArgument, {"ConvTranspose", "bias has shape [2]"}));
 }
 
+TEST(NnConvTranspose, OutputPaddingSmallerThanStrideOrDilation) {
+  // output_padding adds the rows a stride (or dilation) can skip; as large as both, it would
+  // append rows no input element reaches. Refused as PyTorch refuses it.
+  const HostTensor x = F32({1, 2, 3}, {1, 1, 3}), w = F32({1, 1, 1}, {1, 1, 3});
+  for (const auto& [strides, dilations, output_padding, axis_text] :
+       std::vector<std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
+                              std::string>>{
+           {{1}, {1}, {1}, "axis 0: output_padding 1, stride 1, dilation 1"},
+           {{2}, {1}, {2}, "axis 0: output_padding 2, stride 2, dilation 1"},
+           {{2}, {3}, {5}, "axis 0: output_padding 5, stride 2, dilation 3"}}) {
+    EXPECT_TRUE(fails(run_op("ConvTranspose", {x, w},
+                             {{"strides", strides},
+                              {"dilations", dilations},
+                              {"output_padding", output_padding}}),
+                      {"ConvTranspose", "must be smaller than the stride or the dilation",
+                       axis_text}));
+  }
+  const HostTensor x2 = F32(std::vector<float>(9, 1.f), {1, 1, 3, 3});
+  const HostTensor w2 = F32(std::vector<float>(9, 1.f), {1, 1, 3, 3});
+  EXPECT_TRUE(fails(run_op("ConvTranspose", {x2, w2},
+                           {{"strides", std::vector<int64_t>{2, 1}},
+                            {"output_padding", std::vector<int64_t>{1, 1}}}),
+                    {"axis 1: output_padding 1, stride 1, dilation 1"}));
+  // Smaller than the stride: one more zero (+ bias) row at the end.
+  EXPECT_TRUE(tensors_near(run1("ConvTranspose", {x, w},
+                                {{"strides", std::vector<int64_t>{2}},
+                                 {"output_padding", std::vector<int64_t>{1}}}),
+                           F32({1, 1, 3, 2, 5, 3, 3, 0}, {1, 1, 8})));
+  // Smaller than the dilation (stride 1): allowed too.
+  auto r = run_op("ConvTranspose", {x, w},
+                  {{"dilations", std::vector<int64_t>{2}},
+                   {"output_padding", std::vector<int64_t>{1}}});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ((*r)[0].shape(), (Shape{1, 1, 8}));
+}
+
 // ---- MaxPool ----
 
 TEST(NnMaxPool, TwoDWithIndices) {
@@ -437,20 +474,51 @@ TEST(NnMaxPool, Errors) {
 }
 
 TEST(NnMaxPool, HugeWindowOnlyVisitsTheInput) {
-  // A 2^31-1 tap window with as much padding: the first window lies entirely in the begin
-  // padding (0, index -1), the second starts at the input. Only in-bounds taps are visited.
+  // A 2^31-1 tap window with one less of padding: the first window covers the begin padding
+  // and the input's first element, the second starts at the input. Only in-bounds taps are
+  // visited.
   const int64_t big = 2147483647;
   AttributeMap attrs = {{"kernel_shape", std::vector<int64_t>{big}},
                         {"strides", std::vector<int64_t>{big}},
-                        {"pads", std::vector<int64_t>{big, big}}};
+                        {"pads", std::vector<int64_t>{big - 1, big - 1}}};
   auto r = run_op("MaxPool", {F32({1, 4, 3, 2}, {1, 1, 4})}, attrs, 2);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_TRUE(tensors_near((*r)[0], F32({0, 4}, {1, 1, 2})));
-  EXPECT_TRUE(tensors_near((*r)[1], I64({-1, 1}, {1, 1, 2})));
+  EXPECT_TRUE(tensors_near((*r)[0], F32({1, 4}, {1, 1, 2})));
+  EXPECT_TRUE(tensors_near((*r)[1], I64({0, 1}, {1, 1, 2})));
   // Average including padding divides by every tap in the padded extent.
   attrs["count_include_pad"] = 1;
   EXPECT_TRUE(tensors_near(run1("AveragePool", {F64({1, 4, 3, 2}, {1, 1, 4})}, attrs),
-                           F64({0, 10.0 / 2147483647.0}, {1, 1, 2}), 1e-9, 0));
+                           F64({1.0 / 2147483647.0, 9.0 / 2147483647.0}, {1, 1, 2}), 1e-9, 0));
+}
+
+TEST(NnMaxPool, PadsAsLargeAsTheKernelAreRefused) {
+  // A window entirely in the padding has no input element: a max of nothing, an average over
+  // zero elements. Refused (as onnxruntime does) for every pool, begin or end pad, 1-D to 3-D.
+  const HostTensor x2 = F32(std::vector<float>(16, 1.f), {1, 1, 4, 4});
+  for (const char* op : {"MaxPool", "AveragePool", "LpPool"}) {
+    for (const auto& pads : std::vector<std::vector<int64_t>>{{2, 0, 0, 0}, {0, 0, 0, 3}}) {
+      AttributeMap attrs = {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"pads", pads}};
+      EXPECT_TRUE(fails(run_op(op, {x2}, attrs), {op, "pads", "smaller than kernel_shape [2, 2]",
+                                                  "entirely in the padding"}))
+          << op;
+    }
+  }
+  EXPECT_TRUE(fails(run_op("MaxPool", {F32({1, 2, 3}, {1, 1, 3})},
+                           {{"kernel_shape", std::vector<int64_t>{1}},
+                            {"pads", std::vector<int64_t>{1, 0}}},
+                           2),
+                    {"spatial axis 0: pads 1+0, kernel 1"}));
+  // One less is fine: every window keeps at least one input element.
+  EXPECT_TRUE(tensors_near(run1("MaxPool", {F32({1, 2, 3}, {1, 1, 3})},
+                                {{"kernel_shape", std::vector<int64_t>{2}},
+                                 {"pads", std::vector<int64_t>{1, 1}}}),
+                           F32({1, 2, 3, 3}, {1, 1, 4})));
+  // auto_pad computes its own pads; explicit pads are checked only without it.
+  EXPECT_TRUE(run_op("AveragePool", {x2},
+                     {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                      {"dilations", std::vector<int64_t>{3, 3}},
+                      {"auto_pad", std::string("SAME_UPPER")}})
+                  .ok());
 }
 
 // ---- AveragePool, LpPool ----

@@ -613,6 +613,17 @@ TEST(ShapeRange, Values) {
                     {"Range", "start must be a scalar", "[2]"}));
 }
 
+TEST(ShapeRange, ExtremeInt64Steps) {
+  // Every value lies in [start, limit), but i * delta alone overflows int64: the kernel
+  // computes in two's complement (no signed overflow), giving the exact values.
+  constexpr int64_t lo = std::numeric_limits<int64_t>::min();
+  constexpr int64_t hi = std::numeric_limits<int64_t>::max();
+  EXPECT_TRUE(tensors_near(run1("Range", {I64({lo}, {}), I64({hi}, {}), I64({hi}, {})}),
+                           I64({lo, -1, hi - 1}, {3})));
+  EXPECT_TRUE(tensors_near(run1("Range", {I64({hi}, {}), I64({lo}, {}), I64({lo}, {})}),
+                           I64({hi, -1}, {2})));
+}
+
 // ---------------- OneHot, NonZero ----------------
 
 TEST(ShapeOneHot, Axes) {

@@ -1,13 +1,19 @@
-"""ONNX conformance: `tensord onnx-test` over ../shared/onnx-node-tests (node/ and simple/) on
-every present device, checked against tests/onnx/expected_failures.txt.
+"""ONNX conformance: `tensord onnx-test` over ../shared/onnx-node-tests on every present device,
+checked against an expected-failures list per suite:
 
-Fails on a failure that is not listed, and on a listed test that no longer fails (delete its
-line: the list only shrinks). Exits 77 (CTest's skip code here) when the test data is absent.
+    --suite node      node/ and simple/ (ONNX 1.12's operator tests)   tests/onnx/expected_failures.txt
+    --suite pytorch   pytorch-converted/ and pytorch-operator/ (the    tests/onnx/expected_failures_pytorch.txt
+                      ONNX repository's PyTorch-exported models, many
+                      of opset 6 to 9; seconds to run)
 
-    run_conformance.py TENSORD [--tests DIR] [--expected FILE]
-    run_conformance.py TENSORD --update     # rewrite the expected-failures file from a real run
+Fails on a failure that is not listed, on a listed test that no longer fails (delete its
+line: the list only shrinks), and on a crash of `tensord onnx-test`. Exits 77 (CTest's skip
+code here) when the suite's test data is absent, or 1 when CI=true (CI must not skip silently).
 
-expected_failures.txt: one `test_name  # reason` per line, `#` comments and blank lines allowed;
+    run_conformance.py TENSORD [--suite node|pytorch] [--tests DIR] [--expected FILE]
+    run_conformance.py TENSORD --suite S --update   # rewrite S's expected-failures file from a real run
+
+Expected-failures files: one `test_name  # reason` per line, `#` comments and blank lines allowed;
 `test_name@kind  # reason` limits an entry to devices of one kind (`@opencl`).
 """
 import argparse
@@ -20,8 +26,12 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_TESTS = os.path.join(os.path.dirname(REPO), "shared", "onnx-node-tests")
-DEFAULT_EXPECTED = os.path.join(HERE, "expected_failures.txt")
-SUBDIRS = ("node", "simple")
+SUITES = {
+    # suite: (its folders under --tests, its expected-failures file)
+    "node": (("node", "simple"), os.path.join(HERE, "expected_failures.txt")),
+    "pytorch": (("pytorch-converted", "pytorch-operator"),
+                os.path.join(HERE, "expected_failures_pytorch.txt")),
+}
 SKIP = 77
 
 
@@ -142,7 +152,7 @@ def tested_op(test_dir, name):
         return "(unknown op)"
 
 
-def update(exe, dirs, expected_path):
+def update(exe, dirs, expected_path, suite):
     devices = present_devices(exe)
     failing = {}  # name -> {kind: reason}
     kinds = sorted({k for _, k in devices})
@@ -157,11 +167,13 @@ def update(exe, dirs, expected_path):
     groups = {}
     for name, by_kind in failing.items():
         groups.setdefault(tested_op(dir_of.get(name, ""), name), []).append(name)
+    folders = " and ".join(f"{d}/" for d in SUITES[suite][0])
     lines = [
-        "# Known failures of `tensord onnx-test` on ../shared/onnx-node-tests (node/ and simple/).",
-        "# Generated from a real run by `tests/onnx/run_conformance.py build/tensord --update`,",
+        f"# Known failures of `tensord onnx-test` on ../shared/onnx-node-tests ({folders}).",
+        "# Generated from a real run by `tests/onnx/run_conformance.py build/tensord --suite "
+        f"{suite} --update`,",
         "# grouped by the op each test exercises. The list only shrinks: when a listed test starts",
-        "# passing, the onnx_conformance CTest test fails until its line is deleted.",
+        "# passing, the conformance CTest test fails until its line is deleted.",
         "# Format: `test_name  # reason`; `test_name@kind` limits an entry to one device kind.",
     ]
     for op in sorted(groups, key=str.lower):
@@ -188,20 +200,29 @@ def update(exe, dirs, expected_path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("tensord", help="the tensord executable")
+    ap.add_argument("--suite", choices=sorted(SUITES), default="node",
+                    help="which test folders, each with its own expected-failures file (default: node)")
     ap.add_argument("--tests", default=os.environ.get("TENSORD_ONNX_TESTS", DEFAULT_TESTS),
-                    help="folder holding node/ and simple/ (default: <repo>/../shared/onnx-node-tests)")
-    ap.add_argument("--expected", default=DEFAULT_EXPECTED, help="the expected-failures file")
+                    help="folder holding the suites' folders (default: <repo>/../shared/onnx-node-tests)")
+    ap.add_argument("--expected", help="the expected-failures file (default: the suite's)")
     ap.add_argument("--update", action="store_true", help="rewrite the expected-failures file")
     args = ap.parse_args()
+    subdirs, default_expected = SUITES[args.suite]
+    expected = args.expected or default_expected
 
-    dirs = [os.path.join(args.tests, d) for d in SUBDIRS if os.path.isdir(os.path.join(args.tests, d))]
-    if not dirs:
-        print(f"SKIP: no ONNX node tests at {args.tests} (expected {', '.join(SUBDIRS)} there; "
-              "set TENSORD_ONNX_TESTS or --tests to point elsewhere)")
+    dirs = [os.path.join(args.tests, d) for d in subdirs if os.path.isdir(os.path.join(args.tests, d))]
+    if len(dirs) != len(subdirs):
+        missing = [d for d in subdirs if not os.path.isdir(os.path.join(args.tests, d))]
+        message = (f"no ONNX tests {', '.join(missing)} at {args.tests} (suite {args.suite}; set "
+                   "TENSORD_ONNX_TESTS or --tests to point elsewhere)")
+        if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
+            print(f"FAIL: {message}; CI=true, so a missing suite is an error, not a skip")
+            return 1
+        print(f"SKIP: {message}")
         return SKIP
     if args.update:
-        return update(args.tensord, dirs, args.expected)
-    return check(args.tensord, dirs, args.expected)
+        return update(args.tensord, dirs, expected, args.suite)
+    return check(args.tensord, dirs, expected)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
+#include <tuple>
 
 #include "onnx/onnx_import.h"
 
@@ -175,6 +177,143 @@ TEST(OnnxImport, OldOpsetFormsBecomeOpset17Forms) {
   ASSERT_EQ(sl.inputs.size(), 3u);
   EXPECT_EQ(r->graph.initializers.at(sl.inputs[1]).data<int64_t>()[0], 1);
   EXPECT_EQ(r->graph.initializers.at(sl.inputs[2]).data<int64_t>()[0], 3);
+}
+
+// A model of the given opset with float inputs of the given shapes (declared or not).
+pb::ModelProto legacy_model(int64_t opset,
+                            const std::vector<std::pair<std::string, std::vector<int64_t>>>& inputs,
+                            bool declare_shapes = true) {
+  pb::ModelProto m;
+  m.set_ir_version(3);
+  m.add_opset_import()->set_version(opset);
+  auto* g = m.mutable_graph();
+  g->set_name("legacy");
+  for (const auto& [name, dims] : inputs) {
+    auto* in = g->add_input();
+    in->set_name(name);
+    auto* tt = in->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(pb::TensorProto::FLOAT);
+    if (declare_shapes) {
+      auto* shape = tt->mutable_shape();
+      for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
+    }
+  }
+  g->add_output()->set_name("y");
+  return m;
+}
+
+void set_int(pb::NodeProto* n, const std::string& name, int64_t v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(pb::AttributeProto::INT);
+  a->set_i(v);
+}
+
+// The Unsqueeze the importer put in front of `node`'s input 1, and its axes; fails if none.
+std::vector<int64_t> aligned_axes(const Graph& g, const Node& node) {
+  for (const Node& n : g.nodes)
+    if (n.op == "Unsqueeze" && n.outputs.size() == 1 && n.outputs[0] == node.inputs.at(1)) {
+      const HostTensor& axes = g.initializers.at(n.inputs.at(1));
+      return std::vector<int64_t>(axes.data<int64_t>(), axes.data<int64_t>() + axes.numel());
+    }
+  ADD_FAILURE() << "no Unsqueeze feeds input 1 of " << node.label();
+  return {};
+}
+
+const Node& node_named(const Graph& g, const std::string& name) {
+  for (const Node& n : g.nodes)
+    if (n.name == name) return n;
+  throw std::runtime_error("no node " + name);
+}
+
+TEST(OnnxImport, Opset6BroadcastWithAxisBecomesNumpyBroadcasting) {
+  // A [2, 3, 4, 5] + B [3, 4] at axis 1: B becomes [3, 4, 1].
+  auto m = legacy_model(6, {{"a", {2, 3, 4, 5}}, {"b", {3, 4}}});
+  auto* add = add_node(m, "Add", {"a", "b"}, {"s"}, "add");
+  set_int(add, "broadcast", 1);
+  set_int(add, "axis", 1);
+  // Behind an op whose output shape only inference knows: Relu(s) * B2 [2] at axis 0.
+  auto* c = m.mutable_graph()->add_input();
+  c->set_name("c");
+  c->mutable_type()->mutable_tensor_type()->set_elem_type(pb::TensorProto::FLOAT);
+  c->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(2);
+  add_node(m, "Relu", {"s"}, {"r"}, "relu");
+  auto* mul = add_node(m, "Mul", {"r", "c"}, {"y"}, "mul");
+  set_int(mul, "broadcast", 1);
+  set_int(mul, "axis", 0);
+  auto r = import(m);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const Node& a = node_named(r->graph, "add");
+  EXPECT_EQ(a.attrs.count("axis"), 0u);
+  EXPECT_EQ(a.attrs.count("broadcast"), 0u);
+  EXPECT_EQ(aligned_axes(r->graph, a), (std::vector<int64_t>{2}));
+  EXPECT_EQ(aligned_axes(r->graph, node_named(r->graph, "mul")), (std::vector<int64_t>{1, 2, 3}));
+
+  // Size-1 dims of B broadcast (PyTorch's exporter writes them); a trailing fit needs nothing.
+  auto ones = legacy_model(6, {{"a", {2, 3}}, {"b", {2, 1}}});
+  auto* o = add_node(ones, "Sub", {"a", "b"}, {"y"}, "sub");
+  set_int(o, "broadcast", 1);
+  set_int(o, "axis", 0);
+  r = import(ones);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->graph.nodes.size(), 1u);
+  EXPECT_EQ(r->graph.nodes[0].inputs[1], "b");
+}
+
+TEST(OnnxImport, Opset6BroadcastThatCannotAlignIsInvalidArgument) {
+  for (const auto& [b_dims, axis, what] :
+       std::vector<std::tuple<std::vector<int64_t>, int64_t, std::string>>{
+           {{4}, 1, "B's dim 0 (4) differs from A's dim 1 (3)"},
+           {{3, 4}, 2, "do not fit"},
+           {{3}, 5, "do not fit"},
+           {{2}, -4, "do not fit"}}) {
+    auto m = legacy_model(6, {{"a", {2, 3, 4}}, {"b", b_dims}});
+    auto* n = add_node(m, "Div", {"a", "b"}, {"y"}, "div");
+    set_int(n, "broadcast", 1);
+    set_int(n, "axis", axis);
+    auto r = import(m);
+    ASSERT_FALSE(r.ok()) << "axis " << axis;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    const std::string msg = r.status().message();
+    EXPECT_NE(msg.find("node 'div'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("axis=" + std::to_string(axis)), std::string::npos) << msg;
+    EXPECT_NE(msg.find(what), std::string::npos) << msg;
+  }
+  // Without declared shapes the rank of A is unknown: a refusal naming the form.
+  auto unknown = legacy_model(6, {{"a", {}}, {"b", {3}}}, /*declare_shapes=*/false);
+  auto* n = add_node(unknown, "Add", {"a", "b"}, {"y"}, "add");
+  set_int(n, "broadcast", 1);
+  set_int(n, "axis", 1);
+  auto r = import(unknown);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(r.status().message().find("opset-6 broadcasting with axis=1"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(OnnxImport, Opset6PReluSlopeIsPerChannel) {
+  auto m = legacy_model(6, {{"x", {2, 3, 4, 5}}, {"slope", {3}}});
+  add_node(m, "PRelu", {"x", "slope"}, {"y"}, "prelu");
+  auto r = import(m);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(aligned_axes(r->graph, node_named(r->graph, "prelu")), (std::vector<int64_t>{1, 2}));
+
+  // One shared slope, and opset 7's NumPy alignment: nothing to rewrite.
+  for (const auto& [opset, slope] :
+       std::vector<std::pair<int64_t, std::vector<int64_t>>>{{6, {1}}, {7, {5}}}) {
+    auto same = legacy_model(opset, {{"x", {2, 3, 4, 5}}, {"slope", slope}});
+    add_node(same, "PRelu", {"x", "slope"}, {"y"}, "prelu");
+    r = import(same);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->graph.nodes.size(), 1u) << "opset " << opset;
+  }
+
+  auto wrong = legacy_model(6, {{"x", {2, 3, 4, 5}}, {"slope", {5}}});
+  add_node(wrong, "PRelu", {"x", "slope"}, {"y"}, "prelu");
+  r = import(wrong);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("3 channels"), std::string::npos) << r.status().message();
 }
 
 TEST(OnnxImport, ExternalDataStaysInsideTheModelFolder) {

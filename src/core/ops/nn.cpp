@@ -104,6 +104,15 @@ Status window_geometry(const NodeAttrs& a, const Shape& in_spatial, const Shape&
     TD_RETURN_IF_ERROR(read_pads(a, n, pads));
   else
     pads->assign(2 * n, 0);  // explicit pads are not used with auto_pad
+  if (pool && auto_pad == "NOTSET") {
+    // As onnxruntime: a pad as large as the kernel makes windows that see only padding
+    // (a max of nothing, an average over zero elements), so it is refused.
+    for (size_t i = 0; i < n; ++i)
+      if (kernel[i] >= 0 && ((*pads)[i] >= kernel[i] || (*pads)[i + n] >= kernel[i]))
+        return a.error("pads {} must be smaller than kernel_shape {} (spatial axis {}: pads {}+{}, "
+                       "kernel {}): a window would lie entirely in the padding",
+                       *pads, shape_to_string(kernel), i, (*pads)[i], (*pads)[i + n], kernel[i]);
+  }
   out_spatial->assign(n, -1);
   for (size_t i = 0; i < n; ++i) {
     const int64_t in = in_spatial[i];
@@ -155,6 +164,13 @@ Status conv_transpose_geometry(const NodeAttrs& a, const Shape& in_spatial, cons
   TD_RETURN_IF_ERROR(read_spatial_ints(a, "dilations", n, 1, 1, dilations));
   std::vector<int64_t> output_padding;
   TD_RETURN_IF_ERROR(read_spatial_ints(a, "output_padding", n, 0, 0, &output_padding));
+  // As PyTorch (whose exporter writes it): output_padding only adds the rows a stride (or a
+  // dilation) can skip; more would append rows no input element reaches.
+  for (size_t i = 0; i < n; ++i)
+    if (output_padding[i] >= std::max((*strides)[i], (*dilations)[i]))
+      return a.error("output_padding {} must be smaller than the stride or the dilation on each "
+                     "spatial axis (axis {}: output_padding {}, stride {}, dilation {})",
+                     output_padding, i, output_padding[i], (*strides)[i], (*dilations)[i]);
   TD_ASSIGN_OR_RETURN(std::vector<int64_t> output_shape, a.attr_ints("output_shape", {}));
   const bool has_output_shape = a.has_attr("output_shape");
   if (has_output_shape) {

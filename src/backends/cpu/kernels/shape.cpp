@@ -615,8 +615,11 @@ Status range_kernel(KernelContext& ctx) {
     for (int64_t i = 0; i < out.numel(); ++i) {
       if constexpr (std::is_floating_point_v<T>)
         dst[i] = static_cast<T>(static_cast<double>(start) + static_cast<double>(i) * delta);
-      else  // exact: every value lies between start and limit
-        dst[i] = static_cast<T>(static_cast<int64_t>(start) + i * static_cast<int64_t>(delta));
+      else  // exact: every value lies between start and limit, but i * delta alone may not
+            // (start INT64_MIN, delta INT64_MAX): two's complement arithmetic, no signed overflow
+        dst[i] = static_cast<T>(static_cast<int64_t>(
+            static_cast<uint64_t>(static_cast<int64_t>(start)) +
+            static_cast<uint64_t>(i) * static_cast<uint64_t>(static_cast<int64_t>(delta))));
     }
     return OkStatus();
   });
