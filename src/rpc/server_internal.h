@@ -361,7 +361,8 @@ class Service final
                          int64_t max_bytes,
                          google::protobuf::RepeatedPtrField<v1::InlineValue>* dst,
                          CancelToken* call = nullptr);
-  grpc::Status finish_load(grpc::ServerContext* ctx, const Guard& g, const v1::Graph& proto,
+  // Loads `graph` into the session; the answer names the model's inputs and outputs.
+  grpc::Status finish_load(grpc::ServerContext* ctx, const Guard& g, const Graph& graph,
                            const std::string& device, v1::LoadModelResponse* resp);
   Result<std::shared_ptr<Region>> find_region(const Guard& g, uint64_t id);
   Result<std::shared_ptr<Region>> open_region(int fd, int64_t bytes);

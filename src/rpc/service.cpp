@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "onnx/onnx_import.h"
 #include "tensord/version.h"
 
 namespace tensord::rpc::server_impl {
@@ -11,6 +12,28 @@ namespace tensord::rpc::server_impl {
 namespace {
 
 constexpr int64_t kMaxGraphBytes = (int64_t{2} << 30) - 1;  // protobuf's message limit
+
+// An ONNX file's bytes sent by a client -> the graph, with the C++ importer. Only the bytes
+// count: external data files are refused (the importer looks nothing up without a folder, and
+// a client must not make the broker read its files). The graph gets the same bounds as one
+// sent as a Graph.
+Result<onnx::Model> import_onnx(const std::string& bytes) {
+  auto model = onnx::import_bytes(bytes, "load model: the ONNX file sent", /*base_dir=*/"");
+  if (!model.ok()) {
+    Status s = model.status();
+    if (s.code() == StatusCode::kInvalidArgument &&
+        s.message().find("external data") != std::string::npos)
+      return Status(s.code(),
+                    s.message() +
+                        " (a broker takes self-contained ONNX files only: save the model with "
+                        "its weights inside the file, e.g. onnx.save_model(model, path, "
+                        "save_as_external_data=False), or run it with a local client)");
+    return s;
+  }
+  if (Status s = check_graph_limits(model->graph); !s.ok())
+    return s.with_context("load model: the ONNX file sent");
+  return model;
+}
 
 }  // namespace
 
@@ -27,6 +50,9 @@ grpc::Status Service::Handshake(grpc::ServerContext* ctx, const v1::HandshakeReq
   if (region_channel_) resp->set_region_socket(region_channel_->name());
   resp->set_max_message_bytes(options_.max_message_bytes > 0 ? options_.max_message_bytes
                                                              : kMaxMessageBytes);
+  resp->set_onnx_models(true);
+  resp->set_max_model_bytes(options_.max_model_bytes > 0 ? options_.max_model_bytes
+                                                         : kMaxGraphBytes);
   return grpc::Status::OK;
 }
 
@@ -112,6 +138,13 @@ grpc::Status Service::LoadModel(grpc::ServerContext* ctx,
                          "load model: the first message must carry the header (device, "
                          "graph_bytes)"));
   const v1::LoadModelHeader header = chunk.header();
+  const bool onnx = header.format() == v1::MODEL_FORMAT_ONNX;
+  if (!onnx && header.format() != v1::MODEL_FORMAT_GRAPH)
+    return fail(ctx, errors::InvalidArgument(
+                         "load model: unknown model format {} in the header (0 = a tensord "
+                         "Graph, 1 = an ONNX file)",
+                         static_cast<int>(header.format())));
+  const char* what = onnx ? "the ONNX file" : "the graph";
   const int64_t total = header.graph_bytes();
   if (total < 0 || total > kMaxGraphBytes)
     return fail(ctx, errors::InvalidArgument(
@@ -121,9 +154,9 @@ grpc::Status Service::LoadModel(grpc::ServerContext* ctx,
   // session's memory (the staging buffer counts against it while the graph arrives).
   if (options_.max_model_bytes > 0 && total > options_.max_model_bytes)
     return fail(ctx, errors::ResourceExhausted(
-                         "load model: the graph takes {} bytes, over the broker's limit "
+                         "load model: {} takes {} bytes, over the broker's limit "
                          "(tensord serve --max-model-bytes {})",
-                         total, options_.max_model_bytes));
+                         what, total, options_.max_model_bytes));
   if (Status c = g.charge(total, "load model"); !c.ok()) return fail(ctx, c);
   struct Uncharge {
     const Guard& g;
@@ -156,6 +189,16 @@ grpc::Status Service::LoadModel(grpc::ServerContext* ctx,
     return fail(ctx, errors::InvalidArgument(
                          "load model: the header declares {} bytes, but the stream carried {}",
                          total, bytes.size()));
+  if (onnx) {
+    auto model = import_onnx(bytes);
+    if (!model.ok()) return fail(ctx, model.status());
+    bytes.clear();
+    bytes.shrink_to_fit();
+    resp->set_opset(model->opset);
+    resp->set_ir_version(model->ir_version);
+    resp->set_producer(model->producer);
+    return finish_load(ctx, g, model->graph, header.device(), resp);
+  }
   v1::Graph proto;
   if (!proto.ParseFromString(bytes))
     return fail(
@@ -163,14 +206,19 @@ grpc::Status Service::LoadModel(grpc::ServerContext* ctx,
                  "load model: the {} bytes sent are not a serialized tensord.v1.Graph", total));
   bytes.clear();
   bytes.shrink_to_fit();
-  return finish_load(ctx, g, proto, header.device(), resp);
+  auto graph = from_proto(proto);
+  if (!graph.ok()) return fail(ctx, graph.status().with_context("load model"));
+  proto.Clear();
+  return finish_load(ctx, g, *graph, header.device(), resp);
 }
 
 grpc::Status Service::LoadModelInline(grpc::ServerContext* ctx, const v1::LoadModelRequest* req,
                                       v1::LoadModelResponse* resp) {
   Guard g(this, ctx);
   if (!g.ok()) return fail(ctx, g.status());
-  return finish_load(ctx, g, req->graph(), req->device(), resp);
+  auto graph = from_proto(req->graph());
+  if (!graph.ok()) return fail(ctx, graph.status().with_context("load model"));
+  return finish_load(ctx, g, *graph, req->device(), resp);
 }
 
 grpc::Status Service::RunModel(grpc::ServerContext* ctx, const v1::RunModelRequest* req,
@@ -297,13 +345,22 @@ void Service::add_inline_values(const Guard& g, const std::vector<TensorHandle>&
   }
 }
 
-grpc::Status Service::finish_load(grpc::ServerContext* ctx, const Guard& g, const v1::Graph& proto,
+grpc::Status Service::finish_load(grpc::ServerContext* ctx, const Guard& g, const Graph& graph,
                                   const std::string& device, v1::LoadModelResponse* resp) {
-  auto graph = from_proto(proto);
-  if (!graph.ok()) return fail(ctx, graph.status().with_context("load model"));
-  auto model = engine_->load(g.engine_session(), *graph, device);
+  auto model = engine_->load(g.engine_session(), graph, device);
   if (!model.ok()) return fail(ctx, model.status());
   resp->set_model(*model);
+  resp->set_name(graph.name);
+  for (const auto& v : graph.inputs) {
+    auto* dst = resp->add_inputs();
+    dst->set_name(v.name);
+    to_proto(v.type, dst->mutable_type());
+  }
+  for (const auto& v : graph.outputs) {
+    auto* dst = resp->add_outputs();
+    dst->set_name(v.name);
+    to_proto(v.type, dst->mutable_type());
+  }
   return grpc::Status::OK;
 }
 
