@@ -6,6 +6,7 @@ OUTDIR, in the ONNX backend-test layout, with expected outputs from NumPy:
              Y = Softmax(Squeeze(Relu(Unsqueeze(X) @ W1 + B1) @ W2 + B2)), X float32[N, 64]
              (N symbolic), W1 [64, 256] (64 KiB), W2 [256, 10]; test_data_set_0 with N = 3
   external/  the same model with its initializers in a file beside it (weights.bin)
+  unsupported/  opset 17, Y = Relu(FrobnicateV2(X)): an op no importer knows
 
 Usage: /usr/bin/python3 make_onnx_models.py OUTDIR   (Debian python3-onnx, python3-numpy)
 """
@@ -69,6 +70,16 @@ def main(out):
     onnx.save_model(model, os.path.join(folder, "model.onnx"), save_as_external_data=True,
                     all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
     write_data(folder, x, y)
+    graph = helper.make_graph(
+        [helper.make_node("FrobnicateV2", ["X"], ["F"], name="frob"),
+         helper.make_node("Relu", ["F"], ["Y"], name="relu")],
+        "unsupported",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    folder = os.path.join(out, "unsupported")
+    os.makedirs(folder, exist_ok=True)
+    onnx.save(model, os.path.join(folder, "model.onnx"))  # not checked: the op is unknown
 
 
 if __name__ == "__main__":

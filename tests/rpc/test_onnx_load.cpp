@@ -50,6 +50,7 @@ class Models {
   std::string dir, skip_reason;
   std::string mlp() const { return dir + "/mlp/model.onnx"; }
   std::string external() const { return dir + "/external/model.onnx"; }
+  std::string unsupported() const { return dir + "/unsupported/model.onnx"; }
   std::string data(const std::string& model, const char* name) const {
     return dir + "/" + model + "/test_data_set_0/" + name;
   }
@@ -192,6 +193,9 @@ TEST(OnnxLoad, CorruptTruncatedAndExternalDataFilesAreClearErrors) {
   // External data: only the .onnx file's bytes reach the broker, which reads no files.
   expect_error(read_bytes(models.external()), StatusCode::kInvalidArgument, "external data",
                {"external data", "weights.bin", "self-contained"});
+  // A well-formed file with an op nobody implements: the importer's UNIMPLEMENTED, naming it.
+  expect_error(read_bytes(models.unsupported()), StatusCode::kUnimplemented, "an unknown op",
+               {"unsupported ops", "FrobnicateV2"});
   // The broker still serves this session: the good file loads and runs.
   auto m = (*c)->load_onnx(good, "");
   ASSERT_TRUE(m.ok()) << m.status().to_string();
