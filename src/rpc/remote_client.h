@@ -72,11 +72,11 @@ struct RemoteClientOptions {
 // A model loaded from an ONNX file by the broker (RemoteClient::load_onnx).
 struct LoadedModel {
   ModelHandle handle = 0;
-  std::string name;                      // the graph's name
-  std::vector<ValueInfo> inputs;         // runtime inputs, in the order run() binds them
-  std::vector<ValueInfo> outputs;        // dtype kUndefined / dims -1 where not declared
-  int64_t opset = 0, ir_version = 0;     // what the file declared
-  std::string producer;                  // "pytorch 2.1.0"
+  std::string name;                   // the graph's name
+  std::vector<ValueInfo> inputs;      // runtime inputs, in the order run() binds them
+  std::vector<ValueInfo> outputs;     // dtype kUndefined / dims -1 where not declared
+  int64_t opset = 0, ir_version = 0;  // what the file declared
+  std::string producer;               // "pytorch 2.1.0"
 };
 
 class RemoteClient final : public Client {

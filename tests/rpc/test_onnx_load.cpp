@@ -8,8 +8,8 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -71,8 +71,8 @@ class Models {
       skip_reason = "cannot make a temp folder";
       return;
     }
-    const std::string cmd = std::string(python) + " " TENSORD_RPC_TEST_DIR
-                            "/make_onnx_models.py " + t;
+    const std::string cmd =
+        std::string(python) + " " TENSORD_RPC_TEST_DIR "/make_onnx_models.py " + t;
     if (std::system(cmd.c_str()) != 0) {
       skip_reason = "make_onnx_models.py failed: " + cmd;
       return;
@@ -85,8 +85,8 @@ class Models {
   }
 };
 
-#define REQUIRE_MODELS()                                         \
-  const Models& models = Models::get();                          \
+#define REQUIRE_MODELS()                \
+  const Models& models = Models::get(); \
   if (models.dir.empty()) GTEST_SKIP() << models.skip_reason
 
 Result<std::unique_ptr<BrokerProcess>> start(std::vector<std::string> args = {}) {
@@ -265,8 +265,7 @@ TEST(OnnxLoad, OverTheModelLimitIsRefusedBeforeTheBytes) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
   EXPECT_NE(s.error_message().find("the ONNX file takes 1073741824 bytes"), std::string::npos)
       << s.error_message();
-  EXPECT_NE(s.error_message().find("--max-model-bytes " + std::to_string(limit)),
-            std::string::npos)
+  EXPECT_NE(s.error_message().find("--max-model-bytes " + std::to_string(limit)), std::string::npos)
       << s.error_message();
   // An unknown format is named.
   s = raw_load(16, static_cast<v1::ModelFormat>(7), std::string(16, 'x'), &written);
