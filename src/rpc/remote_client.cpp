@@ -219,6 +219,8 @@ struct RemoteClient::Impl {
   RemoteClientOptions options;
   int64_t chunk_bytes = kDefaultChunkBytes;
   int64_t max_message = kMaxMessageBytes;  // the broker's (HandshakeResponse.max_message_bytes)
+  bool onnx_models = false;     // the broker imports ONNX files (HandshakeResponse.onnx_models)
+  int64_t max_model_bytes = 0;  // its --max-model-bytes; 0 = not told
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Tensord::Stub> stub;
   // Upload as raw messages (serialized here, the data never copied; see upload()).
@@ -312,6 +314,30 @@ struct RemoteClient::Impl {
     cache_bytes -= static_cast<int64_t>(it->second.value.nbytes());
     cache.erase(it);  // its entry in cache_order is skipped when it comes up
     return true;
+  }
+
+  // One LoadModel stream: the header (the payload's size and format), then the payload in
+  // chunks. A broker that refuses on the header ends the call at once; the writes stop then.
+  Status load_stream(std::string_view bytes, v1::ModelFormat format, const std::string& device,
+                     v1::LoadModelResponse* resp) {
+    grpc::ClientContext ctx;
+    prepare(ctx, kNoDeadline);
+    auto writer = stub->LoadModel(&ctx, resp);
+    v1::LoadModelChunk msg;
+    msg.mutable_header()->set_device(device);
+    msg.mutable_header()->set_graph_bytes(static_cast<int64_t>(bytes.size()));
+    msg.mutable_header()->set_format(format);
+    const int64_t total = static_cast<int64_t>(bytes.size());
+    int64_t off = 0;
+    do {
+      const int64_t n = std::min(chunk_bytes, total - off);
+      msg.set_data(bytes.data() + off, static_cast<size_t>(n));
+      off += n;
+      if (!writer->Write(msg)) break;
+      msg.clear_header();
+    } while (off < total);
+    writer->WritesDone();
+    return finish(ctx, writer->Finish(), "loading a model");
   }
 
   // One Upload stream: `prefix` (the header, or a part's upload id and offset) then the bytes,
@@ -658,6 +684,8 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
       impl->chunk_bytes = std::max<int64_t>(
           4 << 10, std::min(impl->chunk_bytes, impl->max_message / 2));
     }
+    impl->onnx_models = resp.onnx_models();
+    impl->max_model_bytes = resp.max_model_bytes();
     impl->default_device = resp.default_device();
     const bool same_host = resp.shared_memory() && !resp.region_socket().empty() &&
                            !resp.host_id().empty() && resp.host_id() == host_boot_id() &&
@@ -1028,23 +1056,47 @@ Result<ModelHandle> RemoteClient::load(const Graph& graph, const std::string& de
   if (!req.graph().SerializeToString(&bytes))
     return errors::Internal("load: cannot serialize the graph");
   req.Clear();
-  grpc::ClientContext ctx;
-  impl_->prepare(ctx, kNoDeadline);
-  auto writer = impl_->stub->LoadModel(&ctx, &resp);
-  v1::LoadModelChunk msg;
-  msg.mutable_header()->set_device(device);
-  msg.mutable_header()->set_graph_bytes(static_cast<int64_t>(bytes.size()));
-  const int64_t total = static_cast<int64_t>(bytes.size());
-  for (int64_t off = 0; off < total;) {
-    const int64_t n = std::min(impl_->chunk_bytes, total - off);
-    msg.set_data(bytes.data() + off, static_cast<size_t>(n));
-    off += n;
-    if (!writer->Write(msg)) break;
-    msg.clear_header();
-  }
-  writer->WritesDone();
-  TD_RETURN_IF_ERROR(impl_->finish(ctx, writer->Finish(), "loading a model"));
+  TD_RETURN_IF_ERROR(impl_->load_stream(bytes, v1::MODEL_FORMAT_GRAPH, device, &resp));
   return resp.model();
+}
+
+Result<LoadedModel> RemoteClient::load_onnx(std::string_view onnx_bytes,
+                                            const std::string& device) {
+  if (!impl_->onnx_models)
+    return errors::FailedPrecondition(
+        "load_onnx: the broker at '{}' (tensord {}) does not import ONNX files; upgrade it, or "
+        "import the model here (onnx::import_bytes) and load() the graph",
+        impl_->address, impl_->server_version);
+  if (onnx_bytes.empty())
+    return errors::InvalidArgument("load_onnx: no bytes (an empty file is not an ONNX model)");
+  const int64_t total = static_cast<int64_t>(onnx_bytes.size());
+  // Refused here, before a byte goes out, when the broker said what it takes (it refuses on
+  // the header too).
+  if (impl_->max_model_bytes > 0 && total > impl_->max_model_bytes)
+    return errors::ResourceExhausted(
+        "load_onnx: the ONNX file takes {} bytes, over the broker's limit of {} (tensord serve "
+        "--max-model-bytes)",
+        total, impl_->max_model_bytes);
+  impl_->flush_releases();
+  v1::LoadModelResponse resp;
+  TD_RETURN_IF_ERROR(impl_->load_stream(onnx_bytes, v1::MODEL_FORMAT_ONNX, device, &resp));
+  LoadedModel m;
+  m.handle = resp.model();
+  m.name = resp.name();
+  for (const auto* list : {&resp.inputs(), &resp.outputs()}) {
+    auto& dst = list == &resp.inputs() ? m.inputs : m.outputs;
+    for (const auto& v : *list) {
+      ValueInfo vi;
+      vi.name = v.name();
+      auto type = from_proto(v.type());
+      if (type.ok()) vi.type = *type;
+      dst.push_back(std::move(vi));
+    }
+  }
+  m.opset = resp.opset();
+  m.ir_version = resp.ir_version();
+  m.producer = resp.producer();
+  return m;
 }
 
 Result<std::vector<TensorHandle>> RemoteClient::run(ModelHandle model,

@@ -29,6 +29,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "tensord/client.h"
 
@@ -67,6 +69,16 @@ struct RemoteClientOptions {
   int64_t shm_min_bytes = 64 << 10;
 };
 
+// A model loaded from an ONNX file by the broker (RemoteClient::load_onnx).
+struct LoadedModel {
+  ModelHandle handle = 0;
+  std::string name;                   // the graph's name
+  std::vector<ValueInfo> inputs;      // runtime inputs, in the order run() binds them
+  std::vector<ValueInfo> outputs;     // dtype kUndefined / dims -1 where not declared
+  int64_t opset = 0, ir_version = 0;  // what the file declared
+  std::string producer;               // "pytorch 2.1.0"
+};
+
 class RemoteClient final : public Client {
  public:
   // `address`: "HOST:PORT" or "unix:PATH". UNAVAILABLE if no broker answers there within
@@ -91,6 +103,15 @@ class RemoteClient final : public Client {
                                         const std::vector<TensorHandle>& inputs) override;
   Status unload(ModelHandle model) override;
   ClientStats stats() override;
+
+  // Loads an ONNX model from its file's bytes: they are streamed to the broker, which imports
+  // them with its ONNX importer (src/onnx) and loads the graph like load(). The file must be
+  // self-contained (external data files are INVALID_ARGUMENT). Import errors come back with
+  // the importer's code and message (INVALID_ARGUMENT for a corrupt or truncated file,
+  // UNIMPLEMENTED for unsupported ops or opsets); a file over the broker's --max-model-bytes is
+  // RESOURCE_EXHAUSTED before a byte is sent; a broker too old to import ONNX files is
+  // FAILED_PRECONDITION.
+  Result<LoadedModel> load_onnx(std::string_view onnx_bytes, const std::string& device = "");
 
   const std::string& address() const;
   // The broker's session id, 32 hex characters (sent as the "tensord-session" metadata).

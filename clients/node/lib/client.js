@@ -95,6 +95,9 @@ class Client {
     /** @type {string} */ this.serverVersion = '';
     /** @type {string} */ this.defaultDevice = '';
     /** @type {number} */ this.memoryLimit = 0;
+    /** The largest ONNX file (bytes) the broker takes (--max-model-bytes); 0 when not told. */
+    this.maxModelBytes = 0;
+    this._onnxModels = false;
     // Output values the broker sent with an execute/run answer, by handle id; read() takes
     // them (once) instead of calling Read.
     this._inline = new Map();
@@ -199,6 +202,9 @@ class Client {
       this._opts.chunkBytes = Math.max(4 << 10, Math.min(this._opts.chunkBytes, Math.floor(maxMessage / 2)));
     }
     this.defaultDevice = hs.default_device;
+    // Whether LoadModel takes ONNX files, and the largest model the broker takes (0 = not told).
+    this._onnxModels = !!hs.onnx_models;
+    this.maxModelBytes = Number(hs.max_model_bytes || 0);
     const s = await this._unary('OpenSession', { memory_limit: String(this._opts.memoryLimit || 0) },
                                 'opening a session', this._opts.connectTimeoutMs);
     if (!s.session_id) {
@@ -529,20 +535,21 @@ class Client {
   // ---------------------------------------------------------------- ONNX models
 
   /**
-   * Loads an ONNX model (a .onnx path, or its bytes) for repeated runs. The file is decoded
-   * here (protobufjs, onnx.proto) into tensord's graph (opsets 13 to 17; initializers become
-   * graph initializers) and loaded once into the session with LoadModel, so each run sends
-   * only input handles. A broker without LoadModel gets the graph with every run (Execute).
+   * Loads an ONNX model (a .onnx path, or its bytes) for repeated runs. The file's bytes are
+   * streamed to the broker (LoadModel), which imports them with its ONNX importer (opsets up to
+   * 17) and keeps the model in the session, so each run sends only input handles. The file
+   * must be self-contained: weights stored in external data files are refused
+   * (INVALID_ARGUMENT). A file over the broker's --max-model-bytes is refused before a byte
+   * is sent (RESOURCE_EXHAUSTED); import errors come back with the importer's message.
    * @param {string|Uint8Array} source
    * @param {{device?: string}} [opts]
    * @returns {Promise<import('./model').Model>}
    */
   async loadOnnx(source, opts = {}) {
-    const { importOnnx } = require('./onnx');
-    const { Model } = require('./model');
-    const imported = importOnnx(source);
-    const wire = toWireGraph(imported.graph);
-    return Model.load(this, wire, imported, opts.device || '');
+    const { Model, readOnnxSource } = require('./model');
+    const closed = this._checkOpen('loadOnnx');
+    if (closed) throw closed;
+    return Model.loadOnnx(this, readOnnxSource(source), opts.device || '');
   }
 }
 

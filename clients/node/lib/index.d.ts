@@ -128,7 +128,7 @@ export type GraphLike = PlainGraph | Value | Value[] | ((...inputs: Value[]) => 
 
 export interface ModelValueInfo { name: string; dtype?: DTypeName; shape?: number[] }
 
-/** An ONNX model loaded into the session. */
+/** An ONNX model loaded into the session (imported by the broker). */
 export class Model {
   readonly client: Client;
   readonly name: string;
@@ -138,8 +138,8 @@ export class Model {
   readonly irVersion: number;
   readonly producer: string;
   readonly device: string;
-  /** The broker's model handle, or null when each run sends the graph (no LoadModel). */
-  readonly handle: string | null;
+  /** The broker's model handle (decimal). */
+  readonly handle: string;
   run(inputs: HandleLike[] | Record<string, HandleLike>): Promise<Tensor[]>;
   unload(): Promise<void>;
 }
@@ -150,6 +150,8 @@ export class Client {
   serverVersion: string;
   defaultDevice: string;
   memoryLimit: number;
+  /** The largest ONNX file (bytes) the broker takes (--max-model-bytes); 0 when not told. */
+  maxModelBytes: number;
   rpcCount: number;
   close(): Promise<void>;
   devices(): Promise<DeviceInfo[]>;
@@ -207,14 +209,6 @@ export const attr: {
   strings(v: Array<string | Uint8Array>): AttrValue;
   tensor(v: HostData): AttrValue;
   graph(v: GraphLike): AttrValue;
-};
-
-export const onnx: {
-  importOnnx(source: string | Uint8Array): {
-    graph: PlainGraph; inputs: ModelValueInfo[]; outputs: ModelValueInfo[];
-    opset: number; irVersion: number; producer: string;
-  };
-  readTensor(source: string | Uint8Array): HostTensor & { name: string };
 };
 
 export const dtypes: DTypeName[];

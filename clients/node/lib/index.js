@@ -15,7 +15,6 @@ const { connect, Client, Tensor, PROTOCOL_VERSION } = require('./client');
 const { TensordError } = require('./errors');
 const { attr, input, constant, op, graph, Value } = require('./graph');
 const { Model } = require('./model');
-const { importOnnx, readTensor } = require('./onnx');
 const { toNumbers, halfToFloat, floatToHalf } = require('./tensor');
 const { DTYPES } = require('./dtypes');
 
@@ -33,8 +32,6 @@ module.exports = {
   graph,
   attr,
   Value,
-  // ONNX files
-  onnx: { importOnnx, readTensor },
   // helpers
   dtypes: Object.keys(DTYPES),
   toNumbers,

@@ -1,63 +1,102 @@
 'use strict';
-// A model loaded once into the session (LoadModel / LoadModelInline), run many times by
-// handle (RunModel), freed by unload() or with the session. Against a broker without these
-// RPCs (UNIMPLEMENTED) the graph is kept here and sent with each run through Execute.
+// An ONNX model loaded once into the session, run many times by handle (RunModel), freed by
+// unload() or with the session. The .onnx file's bytes go to the broker as they are
+// (LoadModel, format MODEL_FORMAT_ONNX, streamed in chunks); the broker imports them with its
+// C++ importer, the one every client shares, and answers the model's inputs and outputs.
 
+const fs = require('fs');
 const { TensordError } = require('./errors');
+const { dtypeName } = require('./dtypes');
 
-const INLINE_GRAPH_BYTES = 2 << 20;
+const MODEL_FORMAT_ONNX = 1;  // tensord.v1.ModelFormat
+
+/**
+ * A path or the file's bytes -> the bytes (NOT_FOUND for a path that cannot be read).
+ * @param {string|Uint8Array} source
+ * @returns {Uint8Array}
+ */
+function readOnnxSource(source) {
+  if (typeof source === 'string') {
+    try {
+      return fs.readFileSync(source);
+    } catch (e) {
+      throw new TensordError('NOT_FOUND', `loadOnnx: cannot open '${source}': ${e.code || e.message}`,
+                             { local: true });
+    }
+  }
+  if (source instanceof Uint8Array) return source;
+  throw new TensordError('INVALID_ARGUMENT',
+    'loadOnnx: expected a file path or the bytes of an ONNX file (Buffer/Uint8Array)', { local: true });
+}
+
+/** A tensord.v1.ValueInfo -> {name, dtype, shape} (dtype undefined when unknown, dims -1 when symbolic). */
+function valueInfo(v) {
+  const code = v.type ? Number(v.type.dtype) : 0;
+  let dtype;
+  if (code) {
+    try {
+      dtype = dtypeName(code);
+    } catch { /* a dtype this client does not know: left undefined */ }
+  }
+  return { name: v.name, dtype, shape: v.type ? v.type.shape.map(Number) : [] };
+}
 
 class Model {
   /** @private */
-  constructor(client, wire, meta, device, handle) {
+  constructor(client, resp, device) {
     /** @type {import('./client').Client} */ this.client = client;
     /** Graph name. */
-    this.name = wire.name;
+    this.name = resp.name;
     /** Runtime inputs, in binding order: {name, dtype, shape} (dtype undefined when unknown,
      *  dims -1 when symbolic). */
-    this.inputs = meta.inputs;
+    this.inputs = (resp.inputs || []).map(valueInfo);
     /** Outputs, in order: {name, dtype, shape}. */
-    this.outputs = meta.outputs;
+    this.outputs = (resp.outputs || []).map(valueInfo);
     /** The ai.onnx opset the file declared. */
-    this.opset = meta.opset;
-    this.irVersion = meta.irVersion;
-    this.producer = meta.producer;
+    this.opset = Number(resp.opset || 0);
+    this.irVersion = Number(resp.ir_version || 0);
+    this.producer = resp.producer || '';
     /** The device the model runs on ('' = the broker's default device). */
     this.device = device;
-    /** The broker's model handle (decimal), or null when each run sends the graph. */
-    this.handle = handle;
-    this._wire = handle ? null : wire;
+    /** The broker's model handle (decimal). */
+    this.handle = resp.model;
     this._unloaded = false;
   }
 
-  /** @private */
-  static async load(client, wire, meta, device) {
-    const { root, methods } = client._proto;
-    if (methods.has('LoadModelInline') && methods.has('LoadModel')) {
-      const Graph = root.lookupType('tensord.v1.Graph');
-      const bytes = Buffer.from(Graph.encode(Graph.fromObject(wire)).finish());
-      try {
-        let r;
-        if (bytes.length <= INLINE_GRAPH_BYTES) {
-          r = await client._unary('LoadModelInline', { graph: wire, device }, 'loading a model');
-        } else {
-          const chunk = client._opts.chunkBytes;
-          const header = { device, graph_bytes: String(bytes.length) };
-          function* messages() {
-            for (let off = 0; off < bytes.length; off += chunk) {
-              const data = bytes.subarray(off, Math.min(bytes.length, off + chunk));
-              yield off === 0 ? { header, data } : { data };
-            }
-          }
-          r = await client._clientStream('LoadModel', messages(), 'loading a model');
-        }
-        return new Model(client, wire, meta, device, r.model);
-      } catch (e) {
-        if (!(e instanceof TensordError) || e.code !== 'UNIMPLEMENTED' || e.fromBroker) throw e;
-        // An older broker: fall through to Execute.
+  /**
+   * Sends an ONNX file's bytes to the broker, which imports and loads it.
+   * @private
+   * @param {import('./client').Client} client
+   * @param {Uint8Array} bytes
+   * @param {string} device
+   */
+  static async loadOnnx(client, bytes, device) {
+    if (!client._onnxModels) {
+      throw new TensordError('FAILED_PRECONDITION',
+        `loadOnnx: the broker at '${client.address}' (tensord ${client.serverVersion}) does not ` +
+        'import ONNX files; upgrade it', { local: true });
+    }
+    if (bytes.length === 0) {
+      throw new TensordError('INVALID_ARGUMENT', 'loadOnnx: empty file (no bytes), not an ONNX model',
+                             { local: true });
+    }
+    // Refused here, before a byte goes out, when the broker said what it takes (it refuses on
+    // the header too).
+    if (client.maxModelBytes > 0 && bytes.length > client.maxModelBytes) {
+      throw new TensordError('RESOURCE_EXHAUSTED',
+        `loadOnnx: the ONNX file takes ${bytes.length} bytes, over the broker's limit of ` +
+        `${client.maxModelBytes} (tensord serve --max-model-bytes)`, { local: true });
+    }
+    const chunk = client._opts.chunkBytes;
+    const header = { device, graph_bytes: String(bytes.length), format: MODEL_FORMAT_ONNX };
+    function* messages() {
+      for (let off = 0; off < bytes.length; off += chunk) {
+        const data = bytes.subarray(off, Math.min(bytes.length, off + chunk));
+        yield off === 0 ? { header, data } : { data };
       }
     }
-    return new Model(client, wire, meta, device, null);
+    const r = await client._clientStream('LoadModel', messages(), 'loading a model');
+    return new Model(client, r, device);
   }
 
   /**
@@ -85,7 +124,6 @@ class Model {
           `(its inputs: ${this.inputs.map((i) => i.name).join(', ')})`, { local: true });
       }
     }
-    if (!this.handle) return this.client.execute(this._wire, list, { device: this.device });
     const ids = list.map((h, i) => this.client._id(h, `run: input ${i}`));
     const r = await this.client._unary('RunModel', {
       model: this.handle, inputs: ids, inline_max_bytes: String(this.client._opts.inlineMaxBytes),
@@ -97,9 +135,8 @@ class Model {
   async unload() {
     if (this._unloaded) return;
     this._unloaded = true;
-    this._wire = null;
-    if (this.handle) await this.client._unary('UnloadModel', { model: this.handle }, 'unload');
+    await this.client._unary('UnloadModel', { model: this.handle }, 'unload');
   }
 }
 
-module.exports = { Model };
+module.exports = { Model, readOnnxSource };

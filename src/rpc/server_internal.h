@@ -1,0 +1,396 @@
+// The broker's service, private to src/rpc: the gRPC method handlers (service.cpp), streamed
+// uploads and downloads with their HostPool (transfers.cpp), shared-memory regions
+// (shared_memory.cpp), and the session table with its leases, tenants and tokens
+// (sessions.cpp). server.cpp starts and stops it (rpc/server.h is the public entry).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/auth_metadata_processor.h>
+#include <sys/mman.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/errors.h"
+#include "engine/engine.h"
+#include "rpc/region_channel.h"
+#include "rpc/server.h"
+#include "rpc/wire.h"
+#include "tensord.grpc.pb.h"
+
+namespace tensord::rpc::server_impl {
+
+using Clock = std::chrono::steady_clock;
+
+// A client's shared-memory region, mapped into the broker. Held by shared_ptr so that a
+// transfer in progress keeps it mapped through a concurrent UnregisterRegion or session end.
+//
+// Threat model. A region is registered only by the client handing the broker its own
+// descriptor (SCM_RIGHTS on the region socket, redeemed with a one-time ticket that belongs to
+// the session: rpc/region_channel.h), never by a path, so a session can map nothing but
+// memory it holds itself: not another session's region, not the broker's own descriptors, not
+// a file. The descriptor must be a memfd (tmpfs; not hugetlbfs, whose faults can fail) sealed
+// with F_SEAL_SHRINK, checked on the descriptor the broker holds: seals are never removed,
+// so the file can never become shorter than the mapping and no copy in or out can SIGBUS,
+// whatever the client does to its file meanwhile (ftruncate fails with EPERM).
+// What a client can still do with its own region: write it at any time, including while the
+// broker copies from it (it gets torn values in its own tensor) or computes on it in place
+// (a lent region: only float dtypes are computed in place, so no kernel reads an index, a size
+// or a shape from client-writable memory; the client spoils only its own results). A region
+// id means something only in the session that registered it (others get NOT_FOUND).
+struct Region {
+  unsigned char* base = nullptr;
+  int64_t size = 0;
+  std::string name;  // the memfd's name (the client's choice), for messages to its session
+  // Tensors computing on the region's bytes where they are (UploadRegionRequest.lend).
+  std::atomic<int64_t> lent{0};
+  ~Region() {
+    if (base) munmap(base, static_cast<size_t>(size));
+  }
+  // The bytes [offset, offset + n) of the region, or why not. The file is sealed against
+  // shrinking: the whole mapping stays backed, so the bounds are all there is to check.
+  Result<unsigned char*> span(int64_t offset, int64_t n, const char* what) const {
+    if (offset < 0 || n < 0 || offset > size || n > size - offset)
+      return errors::OutOfRange(
+          "{}: bytes [{}, {}) are outside shared-memory region '{}' of {} bytes", what, offset,
+          offset + n, name, size);
+    return base + offset;
+  }
+};
+
+// A parallel upload in progress (BeginUpload .. FinishUpload): the bytes, and the parts received.
+struct PendingUpload {
+  v1::UploadHeader header;
+  int64_t size = 0;
+  std::shared_ptr<unsigned char> block;
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int64_t>> parts;  // [begin, end) of each finished part
+};
+
+struct SessionState {
+  SessionId engine_session = 0;
+  int64_t memory_limit = 0;
+  std::string tenant;         // whose token opened it; only that tenant's calls find it
+  int64_t pending_bytes = 0;  // upload blocks being filled and staged models, not yet tensors
+  Clock::time_point last_seen;
+  int in_flight = 0;
+  std::unordered_map<uint64_t, std::shared_ptr<Region>> regions;
+  uint64_t next_region = 1;
+  std::unordered_map<uint64_t, std::shared_ptr<PendingUpload>> uploads;
+  uint64_t next_upload = 1;
+};
+
+constexpr size_t kMaxPendingUploads = 8;
+
+// A new session id: 128 bits from the kernel's CSPRNG, as 32 lowercase hex characters.
+Result<std::string> new_session_id();
+
+// The broker's tokens, each naming a tenant. The token a call presents is compared with every
+// token, in time independent of where they differ (and of which one matches).
+class Tenants {
+ public:
+  explicit Tenants(const RpcServerOptions& o) {
+    if (!o.token.empty()) list_.push_back({"default", "Bearer " + o.token});
+    for (const auto& t : o.tenants) list_.push_back({t.name, "Bearer " + t.token});
+  }
+  bool required() const { return !list_.empty(); }
+
+  // The tenant whose token the metadata carries ("" when no token is required).
+  Result<std::string> authenticate(
+      const std::multimap<grpc::string_ref, grpc::string_ref>& md) const {
+    if (list_.empty()) return std::string();
+    auto it = md.find(kAuthKey);
+    if (it == md.end())
+      return Status(StatusCode::kUnauthenticated,
+                    "this broker requires a token: set TENSORD_TOKEN (sent as the metadata "
+                    "'authorization: Bearer <token>')");
+    const grpc::string_ref got = it->second;
+    size_t match = list_.size();
+    for (size_t k = 0; k < list_.size(); ++k) {
+      const std::string& want = list_[k].header;
+      unsigned char diff = got.size() == want.size() ? 0 : 1;
+      for (size_t i = 0; i < want.size(); ++i)
+        diff |= static_cast<unsigned char>(want[i] ^ (i < got.size() ? got.data()[i] : 0));
+      if (diff == 0) match = k;
+    }
+    if (match == list_.size())
+      return Status(StatusCode::kUnauthenticated,
+                    "wrong token: the broker refused the 'authorization' metadata (check "
+                    "TENSORD_TOKEN against the broker's --token-file)");
+    return list_[match].name;
+  }
+
+ private:
+  struct Entry {
+    std::string name, header;
+  };
+  std::vector<Entry> list_;
+};
+
+// Checks the token while the call's headers are read, before gRPC takes its message: a call
+// with a wrong token is refused without its (possibly huge) message being buffered. gRPC runs
+// it only for secure server credentials (TLS, or "local" ones for loopback and unix sockets).
+// It only refuses: the auth context gRPC hands it belongs to the connection, shared by every
+// call on it (whatever their tokens), so the methods find the call's tenant from its own
+// metadata again.
+class TokenProcessor final : public grpc::AuthMetadataProcessor {
+ public:
+  explicit TokenProcessor(std::shared_ptr<const Tenants> tenants) : tenants_(std::move(tenants)) {}
+  bool IsBlocking() const override { return false; }  // a comparison in memory
+  grpc::Status Process(const InputMetadata& md, grpc::AuthContext* context,
+                       OutputMetadata* consumed, OutputMetadata* response) override {
+    auto tenant = tenants_->authenticate(md);
+    if (!tenant.ok())
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, tenant.status().message());
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::shared_ptr<const Tenants> tenants_;
+};
+
+constexpr int kMaxRegionsPerSession = 256;
+
+// Host memory for streamed uploads. A streamed tensor is received straight into one of these
+// blocks, which then becomes the tensor's storage (Engine::upload_external: no second copy);
+// when the tensor goes, the block comes back here, its pages still mapped, so the next upload
+// of a similar size writes to warm memory instead of faulting in fresh pages (which costs more
+// than the copy itself). Idle blocks are bounded in bytes and dropped after a while unused,
+// like a caching allocator's.
+class HostPool {
+ public:
+  static constexpr size_t kMinPooled = 1 << 20;
+  explicit HostPool(size_t max_idle_bytes)
+      : state_(std::make_shared<State>()) { state_->max_idle = max_idle_bytes; }
+
+  // At least `bytes` (64-byte aligned), or null when the host is out of memory.
+  std::shared_ptr<unsigned char> get(size_t bytes);
+
+  // Frees blocks idle since before `cutoff`.
+  void trim(Clock::time_point cutoff);
+
+ private:
+  struct Block {
+    unsigned char* p;
+    size_t size;
+    Clock::time_point since;
+  };
+  struct State {
+    std::mutex mu;
+    std::vector<Block> idle;
+    size_t idle_bytes = 0;
+    size_t max_idle = 0;
+    ~State() {
+      for (auto& b : idle) std::free(b.p);
+    }
+  };
+  std::shared_ptr<State> state_;  // shared with the blocks' deleters: tensors may outlive us
+};
+
+// Bytes of idle blocks the broker's HostPool keeps: an eighth of the host's memory, at most 1 GiB.
+size_t host_pool_bytes();
+
+class Service;
+
+// Attach: holds the session for as long as the client's call lives (callback API: no thread
+// is held while it waits).
+class AttachReactor final : public grpc::ServerWriteReactor<v1::AttachEvent> {
+ public:
+  AttachReactor(Service* service, std::string session);
+  void OnWriteDone(bool ok) override {}
+  void OnCancel() override;
+  void OnDone() override;
+  // The broker is stopping: end the call without closing the session (close_all does that
+  // once the calls in flight have finished).
+  void end_for_shutdown();
+
+ private:
+  void finish_once(const grpc::Status& s);
+  Service* service_;
+  std::string session_;
+  v1::AttachEvent event_;
+  std::mutex mu_;
+  bool finished_ = false;
+};
+
+class Service final
+    : public v1::Tensord::WithRawCallbackMethod_Upload<
+          v1::Tensord::WithCallbackMethod_Attach<v1::Tensord::Service>> {
+ public:
+  // `auth_in_filter`: a TokenProcessor refused wrong tokens before calls got here (each method
+  // still finds its tenant from the token, and checks it).
+  Service(std::shared_ptr<Engine> engine, const RpcServerOptions& options,
+          std::shared_ptr<const Tenants> tenants, bool auth_in_filter);
+  ~Service() override;
+
+  // ---------------------------------------------------------------- sessions (sessions.cpp)
+  int64_t session_count() const;
+  void close_all();
+  void drop_session(const std::string& id);
+  void attach_done(AttachReactor* r);
+  void end_attachments();
+  Result<std::string> tenant_of(grpc::ServerContextBase* ctx) const;
+  Status check_token(grpc::ServerContextBase* ctx) const;
+  grpc::Status OpenSession(grpc::ServerContext* ctx, const v1::OpenSessionRequest* req,
+                           v1::OpenSessionResponse* resp) override;
+  grpc::Status CloseSession(grpc::ServerContext* ctx, const v1::CloseSessionRequest* req,
+                            v1::CloseSessionResponse* resp) override;
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override;
+  grpc::ServerWriteReactor<v1::AttachEvent>* Attach(grpc::CallbackServerContext* ctx,
+                                                    const v1::AttachRequest* req) override;
+
+  // ---------------------------------------------------------------- service.cpp
+  grpc::Status Handshake(grpc::ServerContext* ctx, const v1::HandshakeRequest* req,
+                         v1::HandshakeResponse* resp) override;
+  std::vector<DeviceInfo> visible_devices() const;
+  grpc::Status ListDevices(grpc::ServerContext* ctx, const v1::ListDevicesRequest* req,
+                           v1::ListDevicesResponse* resp) override;
+  grpc::Status Echo(grpc::ServerContext* ctx, const v1::EchoMessage* req,
+                    v1::EchoMessage* resp) override;
+  grpc::Status Wait(grpc::ServerContext* ctx, const v1::HandleRequest* req,
+                    v1::WaitResponse* resp) override;
+  grpc::Status Info(grpc::ServerContext* ctx, const v1::HandleRequest* req,
+                    v1::InfoResponse* resp) override;
+  grpc::Status Execute(grpc::ServerContext* ctx, const v1::ExecuteRequest* req,
+                       v1::ExecuteResponse* resp) override;
+  grpc::Status LoadModel(grpc::ServerContext* ctx, grpc::ServerReader<v1::LoadModelChunk>* reader,
+                         v1::LoadModelResponse* resp) override;
+  grpc::Status LoadModelInline(grpc::ServerContext* ctx, const v1::LoadModelRequest* req,
+                               v1::LoadModelResponse* resp) override;
+  grpc::Status RunModel(grpc::ServerContext* ctx, const v1::RunModelRequest* req,
+                        v1::RunModelResponse* resp) override;
+  grpc::Status UnloadModel(grpc::ServerContext* ctx, const v1::ModelRequest* req,
+                           v1::UnloadModelResponse* resp) override;
+  grpc::Status Copy(grpc::ServerContext* ctx, const v1::CopyRequest* req,
+                    v1::CopyResponse* resp) override;
+  grpc::Status Release(grpc::ServerContext* ctx, const v1::HandleRequest* req,
+                       v1::ReleaseResponse* resp) override;
+
+  // ---------------------------------------------------------------- transfers.cpp
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Upload(grpc::CallbackServerContext* ctx,
+                                                     grpc::ByteBuffer* response) override;
+  grpc::Status BeginUpload(grpc::ServerContext* ctx, const v1::UploadHeader* req,
+                           v1::BeginUploadResponse* resp) override;
+  grpc::Status FinishUpload(grpc::ServerContext* ctx, const v1::FinishUploadRequest* req,
+                            v1::UploadResponse* resp) override;
+  grpc::Status UploadInline(grpc::ServerContext* ctx, const v1::UploadChunk* req,
+                            v1::UploadResponse* resp) override;
+  grpc::Status Read(grpc::ServerContext* ctx, const v1::ReadRequest* req,
+                    grpc::ServerWriter<v1::ReadChunk>* writer) override;
+
+  // ---------------------------------------------------------------- shared_memory.cpp
+  grpc::Status RegionTicket(grpc::ServerContext* ctx, const v1::RegionTicketRequest* req,
+                            v1::RegionTicketResponse* resp) override;
+  grpc::Status RegisterRegion(grpc::ServerContext* ctx, const v1::RegisterRegionRequest* req,
+                              v1::RegisterRegionResponse* resp) override;
+  grpc::Status UnregisterRegion(grpc::ServerContext* ctx, const v1::RegionRequest* req,
+                                v1::UnregisterRegionResponse* resp) override;
+  grpc::Status UploadRegion(grpc::ServerContext* ctx, const v1::UploadRegionRequest* req,
+                            v1::UploadResponse* resp) override;
+  grpc::Status ReclaimRegions(grpc::ServerContext* ctx, const v1::ReclaimRegionsRequest* req,
+                              v1::ReclaimRegionsResponse* resp) override;
+  grpc::Status ReadRegion(grpc::ServerContext* ctx, const v1::ReadRegionRequest* req,
+                          v1::ReadRegionResponse* resp) override;
+
+ private:
+  // Marks the session busy for the duration of one call (the reaper skips busy sessions) and
+  // renews its lease at both ends of the call.
+  class Guard {
+   public:
+    Guard(Service* service, grpc::ServerContextBase* ctx);
+    ~Guard();
+    bool ok() const { return status_.ok(); }
+    const Status& status() const { return status_; }
+    SessionId engine_session() const { return engine_session_; }
+    int64_t memory_limit() const { return memory_limit_; }
+    // Bytes of the session's uploads and model loads in progress.
+    int64_t pending_bytes() const;
+    Status charge(int64_t bytes, const char* what) const;
+    void uncharge(int64_t bytes) const;
+    const std::string& id() const { return id_; }
+    SessionState* state_locked() const;
+
+   private:
+    Service* service_;
+    Status status_;
+    std::string id_;
+    SessionId engine_session_ = 0;
+    int64_t memory_limit_ = 0;
+  };
+
+  // A streamed upload (client streaming, raw messages): the header's size is checked before a
+  // byte is taken, then each chunk's data is copied once, from gRPC's receive buffers straight
+  // into a pooled block that becomes the tensor (no staging copy, no second allocation).
+  // Messages are tensord.v1.UploadChunk, parsed here field by field for that reason.
+  class UploadReactor;  // transfers.cpp
+
+  static grpc::Status fail(grpc::ServerContextBase* ctx, const Status& s);
+  Result<std::string> session_id(grpc::ServerContextBase* ctx) const;
+  std::unordered_map<std::string, SessionState>::iterator find_session_locked(
+      const std::string& id, const std::string& tenant);
+  Status session_room_locked(const std::string& tenant) const;
+  Status unknown_session() const;
+  void reap_loop();
+  Result<int64_t> check_header(const Guard& g, const v1::UploadHeader& h);
+  grpc::Status finish_upload(grpc::ServerContext* ctx, const Guard& g, const v1::UploadHeader& h,
+                             const void* data, v1::UploadResponse* resp);
+  // Values of small outputs, for the answer (see ExecuteRequest.inline_max_bytes): outputs
+  // whose size is known before they run and fits the budget are waited for and sent along.
+  // Disarms a call's token when the handler returns (its poll reads the call's context).
+  struct Disarm {
+    CancelToken* token;
+    ~Disarm() { token->disarm(); }
+  };
+  static std::shared_ptr<CancelToken> call_token(grpc::ServerContext* ctx);
+  grpc::Status finish_submit(grpc::ServerContext* ctx, const Guard& g, CancelToken& call,
+                             const std::vector<TensorHandle>& out, int64_t inline_max_bytes,
+                             google::protobuf::RepeatedField<uint64_t>* outputs,
+                             google::protobuf::RepeatedPtrField<v1::InlineValue>* values);
+  void add_inline_values(const Guard& g, const std::vector<TensorHandle>& outputs,
+                         int64_t max_bytes,
+                         google::protobuf::RepeatedPtrField<v1::InlineValue>* dst,
+                         CancelToken* call = nullptr);
+  // Loads `graph` into the session; the answer names the model's inputs and outputs.
+  grpc::Status finish_load(grpc::ServerContext* ctx, const Guard& g, const Graph& graph,
+                           const std::string& device, v1::LoadModelResponse* resp);
+  Result<std::shared_ptr<Region>> find_region(const Guard& g, uint64_t id);
+  Result<std::shared_ptr<Region>> open_region(int fd, int64_t bytes);
+
+  std::shared_ptr<Engine> engine_;
+  RpcServerOptions options_;
+  HostPool pool_{host_pool_bytes()};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::unordered_map<std::string, SessionState> sessions_;
+  std::shared_ptr<const Tenants> tenants_;
+  bool auth_in_filter_ = false;
+  std::thread reaper_;
+  const std::string host_id_ = host_boot_id();
+  // The region socket (shared memory); null when it could not be opened: no shared memory.
+  const std::unique_ptr<RegionChannel> region_channel_ = [] {
+    auto c = RegionChannel::open();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }();
+
+  std::recursive_mutex attach_mu_;
+  std::set<AttachReactor*> attached_;
+  bool attach_closed_ = false;
+
+  class RejectReactor final : public grpc::ServerWriteReactor<v1::AttachEvent> {
+    void OnDone() override { delete this; }
+  };
+};
+
+}  // namespace tensord::rpc::server_impl

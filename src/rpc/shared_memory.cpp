@@ -1,0 +1,236 @@
+// Shared-memory regions: tickets, registering a client's memfd, uploads from and reads into
+// a region, lent regions.
+#include "rpc/server_internal.h"
+
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace tensord::rpc::server_impl {
+
+namespace {
+
+// Whether the broker may compute on bytes a client can still write (lent regions): only
+// values no kernel reads as an index, a size or a shape, so that a client breaking its promise
+// can spoil its own results but never make the broker read or write out of bounds.
+bool may_compute_in_place(DType t) { return dtype_is_float(t); }
+
+}  // namespace
+
+grpc::Status Service::RegionTicket(grpc::ServerContext* ctx, const v1::RegionTicketRequest* req,
+                                   v1::RegionTicketResponse* resp) {
+  Guard g(this, ctx);
+  if (!g.ok()) return fail(ctx, g.status());
+  if (!region_channel_)
+    return fail(ctx, errors::Unimplemented("this broker offers no shared memory"));
+  auto ticket = region_channel_->issue(g.engine_session());
+  if (!ticket.ok()) return fail(ctx, ticket.status());
+  resp->set_ticket(*ticket);
+  resp->set_ttl_ms(std::chrono::milliseconds(RegionChannel::kTicketTtl).count());
+  return grpc::Status::OK;
+}
+
+grpc::Status Service::RegisterRegion(grpc::ServerContext* ctx, const v1::RegisterRegionRequest* req,
+                                     v1::RegisterRegionResponse* resp) {
+  Guard g(this, ctx);
+  if (!g.ok()) return fail(ctx, g.status());
+  // Paths are refused without being looked at: nothing is opened, so the answer says
+  // nothing about what a path (a /proc/<pid>/fd/<n> of the broker or of another client)
+  // points to.
+  if (!req->path().empty())
+    return fail(ctx, errors::InvalidArgument(
+                         "RegisterRegion: regions are not registered by path; pass the memfd "
+                         "on the broker's region socket with a ticket (RegionTicket) and name "
+                         "the ticket"));
+  if (!region_channel_)
+    return fail(ctx, errors::Unimplemented("this broker offers no shared memory"));
+  if (req->bytes() <= 0 || req->bytes() > (int64_t{1} << 40))
+    return fail(ctx, errors::InvalidArgument(
+                         "RegisterRegion: region size {} is not in (0, 1 TiB]", req->bytes()));
+  auto fd = region_channel_->redeem(g.engine_session(), req->ticket());
+  if (!fd.ok()) return fail(ctx, fd.status());
+  auto region = open_region(*fd, req->bytes());
+  close(*fd);  // mapped (or refused): the mapping does not need the descriptor
+  if (!region.ok()) return fail(ctx, region.status());
+  std::lock_guard<std::mutex> lock(mu_);
+  SessionState* s = g.state_locked();
+  if (!s) return fail(ctx, errors::NotFound("the session ended during RegisterRegion"));
+  if (s->regions.size() >= kMaxRegionsPerSession)
+    return fail(
+        ctx, errors::ResourceExhausted("a session may register at most {} shared-memory regions",
+                                       kMaxRegionsPerSession));
+  const uint64_t id = s->next_region++;
+  s->regions.emplace(id, std::move(region).value());
+  resp->set_region(id);
+  return grpc::Status::OK;
+}
+
+grpc::Status Service::UnregisterRegion(grpc::ServerContext* ctx, const v1::RegionRequest* req,
+                                       v1::UnregisterRegionResponse* resp) {
+  Guard g(this, ctx);
+  if (!g.ok()) return fail(ctx, g.status());
+  std::shared_ptr<Region> dead;  // unmapped outside the lock
+  std::lock_guard<std::mutex> lock(mu_);
+  SessionState* s = g.state_locked();
+  auto it = s ? s->regions.find(req->region()) : decltype(s->regions.end()){};
+  if (!s || it == s->regions.end())
+    return fail(ctx, errors::NotFound("shared-memory region {} is not registered in this session",
+                                      req->region()));
+  dead = std::move(it->second);
+  s->regions.erase(it);
+  return grpc::Status::OK;
+}
+
+grpc::Status Service::UploadRegion(grpc::ServerContext* ctx, const v1::UploadRegionRequest* req,
+                                   v1::UploadResponse* resp) {
+  Guard g(this, ctx);
+  if (!g.ok()) return fail(ctx, g.status());
+  auto size = check_header(g, req->header());
+  if (!size.ok()) return fail(ctx, size.status());
+  auto region = find_region(g, req->region());
+  if (!region.ok()) return fail(ctx, region.status());
+  auto ptr = (*region)->span(req->offset(), *size, "upload");
+  if (!ptr.ok()) return fail(ctx, ptr.status());
+  const auto& h = req->header();
+  const DType dtype = static_cast<DType>(h.dtype());
+  if (req->lend() && may_compute_in_place(dtype)) {
+    // Lent: the tensor is the region's bytes (a cpu device computes on them where they
+    // are); the region counts as in use until the last tensor over it goes.
+    struct Pin {
+      std::shared_ptr<Region> region;
+      ~Pin() { region->lent.fetch_sub(1); }
+    };
+    (*region)->lent.fetch_add(1);
+    auto pin = std::make_shared<Pin>();
+    pin->region = *region;
+    TensorView view{dtype, Shape(h.shape().begin(), h.shape().end()), *ptr};
+    auto handle = engine_->upload_external(g.engine_session(), view, h.device(), std::move(pin));
+    if (!handle.ok()) return fail(ctx, handle.status());
+    resp->set_handle(*handle);
+    return grpc::Status::OK;
+  }
+  return finish_upload(ctx, g, h, *ptr, resp);
+}
+
+grpc::Status Service::ReclaimRegions(grpc::ServerContext* ctx, const v1::ReclaimRegionsRequest* req,
+                                     v1::ReclaimRegionsResponse* resp) {
+  Guard g(this, ctx);
+  if (!g.ok()) return fail(ctx, g.status());
+  std::lock_guard<std::mutex> lock(mu_);
+  SessionState* s = g.state_locked();
+  for (uint64_t id : req->regions()) {
+    auto it = s ? s->regions.find(id) : decltype(s->regions.end()){};
+    if (!s || it == s->regions.end() || it->second->lent.load() == 0) resp->add_free(id);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status Service::ReadRegion(grpc::ServerContext* ctx, const v1::ReadRegionRequest* req,
+                                 v1::ReadRegionResponse* resp) {
+  Guard g(this, ctx);
+  if (!g.ok()) return fail(ctx, g.status());
+  auto region = find_region(g, req->region());
+  if (!region.ok()) return fail(ctx, region.status());
+  if (req->offset() < 0 || req->offset() > (*region)->size || req->max_bytes() < 0)
+    return fail(ctx, errors::OutOfRange(
+                         "read: offset {} (max_bytes {}) is outside shared-memory region '{}' "
+                         "of {} bytes",
+                         req->offset(), req->max_bytes(), (*region)->name, (*region)->size));
+  const int64_t room = req->max_bytes() > 0
+                           ? std::min(req->max_bytes(), (*region)->size - req->offset())
+                           : (*region)->size - req->offset();
+  // A statically known size that does not fit is answered before the value is read.
+  auto info = engine_->info(g.engine_session(), req->handle());
+  if (!info.ok()) return fail(ctx, info.status());
+  auto known = checked_byte_size(info->type.dtype, info->type.shape);
+  auto* h = resp->mutable_header();
+  if (known.ok() && *known > room) {
+    h->set_dtype(static_cast<int32_t>(info->type.dtype));
+    h->mutable_shape()->Assign(info->type.shape.begin(), info->type.shape.end());
+    h->set_total_bytes(*known);
+    return grpc::Status::OK;  // written = false: the client retries with room enough
+  }
+  // Straight into the region (no host copy in between). The span is checked first, against
+  // the room the value can take; a data-dependent size is checked again once known.
+  const int64_t span_bytes = known.ok() ? *known : room;
+  auto ptr = (*region)->span(req->offset(), span_bytes, "read");
+  if (!ptr.ok()) return fail(ctx, ptr.status());
+  auto t = engine_->read_into(g.engine_session(), req->handle(), *ptr,
+                              static_cast<size_t>(span_bytes));
+  if (!t.ok()) return fail(ctx, t.status());
+  auto bytes = checked_byte_size(t->dtype, t->shape);
+  if (!bytes.ok()) return fail(ctx, bytes.status());
+  h->set_dtype(static_cast<int32_t>(t->dtype));
+  h->mutable_shape()->Assign(t->shape.begin(), t->shape.end());
+  h->set_total_bytes(*bytes);
+  resp->set_written(*bytes <= span_bytes);
+  return grpc::Status::OK;
+}
+
+Result<std::shared_ptr<Region>> Service::find_region(const Guard& g, uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  SessionState* s = g.state_locked();
+  if (s) {
+    auto it = s->regions.find(id);
+    if (it != s->regions.end()) return it->second;
+  }
+  return errors::NotFound(
+      "shared-memory region {} is not registered in this session (RegisterRegion first)", id);
+}
+
+// Maps a client's region from the descriptor it passed (see Region): a memfd on tmpfs,
+// sealed against shrinking, at least `bytes` long. The caller keeps the descriptor.
+Result<std::shared_ptr<Region>> Service::open_region(int fd, int64_t bytes) {
+  auto r = std::make_shared<Region>();
+  {
+    char link[320] = {};
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    const ssize_t n = readlink(self.c_str(), link, sizeof link - 1);
+    std::string name = n > 0 ? std::string(link, static_cast<size_t>(n)) : "";
+    if (name.rfind("/memfd:", 0) == 0) name = name.substr(7);
+    if (const size_t d = name.rfind(" (deleted)"); d != std::string::npos) name.resize(d);
+    r->name = name.empty() ? "memfd" : name;
+  }
+  // Seals first, then the size: once F_SEAL_SHRINK is seen, the size read after it can
+  // only grow, so the whole mapping stays backed.
+  struct statfs fs {};
+  const int seals =
+      fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC ? fcntl(fd, F_GET_SEALS) : -1;
+  struct stat st {};
+  if (seals < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    return errors::FailedPrecondition(
+        "RegisterRegion: the descriptor is not a memfd (create the region with "
+        "memfd_create(MFD_ALLOW_SEALING), without MFD_HUGETLB)");
+  if (!(seals & F_SEAL_SHRINK))
+    return errors::FailedPrecondition(
+        "RegisterRegion: region '{}' is not sealed against shrinking: seal it with "
+        "F_SEAL_SHRINK (fcntl F_ADD_SEALS; memfd_create with MFD_ALLOW_SEALING), so that it "
+        "can never become shorter than the broker's mapping",
+        r->name);
+  if (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE))
+    return errors::FailedPrecondition(
+        "RegisterRegion: region '{}' is sealed against writing (F_SEAL_WRITE or "
+        "F_SEAL_FUTURE_WRITE): the broker writes read results into it",
+        r->name);
+  if (st.st_size < bytes)
+    return errors::InvalidArgument(
+        "RegisterRegion: region '{}' is {} bytes, smaller than the {} bytes declared", r->name,
+        static_cast<int64_t>(st.st_size), bytes);
+  void* base =
+      mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED)
+    return errors::ResourceExhausted("RegisterRegion: cannot map {} bytes of region '{}': {}",
+                                     bytes, r->name, std::strerror(errno));
+  r->base = static_cast<unsigned char*>(base);
+  r->size = bytes;
+  return r;
+}
+
+}  // namespace tensord::rpc::server_impl

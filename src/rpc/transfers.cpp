@@ -1,0 +1,437 @@
+// Streamed uploads and downloads: Upload (raw messages straight into pooled blocks), parallel
+// uploads (BeginUpload .. FinishUpload), UploadInline, Read, and the HostPool.
+#include "rpc/server_internal.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace tensord::rpc::server_impl {
+
+// At least `bytes` (64-byte aligned), or null when the host is out of memory.
+std::shared_ptr<unsigned char> HostPool::get(size_t bytes) {
+  const size_t want = std::max<size_t>((bytes + 63) & ~size_t{63}, 64);
+  unsigned char* p = nullptr;
+  size_t size = want;
+  if (want >= kMinPooled) {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    auto& idle = state_->idle;
+    auto best = idle.end();
+    for (auto it = idle.begin(); it != idle.end(); ++it)
+      if (it->size >= want && it->size <= want + want / 4 &&
+          (best == idle.end() || it->size < best->size))
+        best = it;
+    if (best != idle.end()) {
+      p = best->p;
+      size = best->size;
+      state_->idle_bytes -= best->size;
+      idle.erase(best);
+    }
+  }
+  if (!p) p = static_cast<unsigned char*>(std::aligned_alloc(64, want));
+  if (!p) return nullptr;
+  auto state = state_;
+  return std::shared_ptr<unsigned char>(p, [state, size](unsigned char* q) {
+    if (size >= kMinPooled) {
+      std::lock_guard<std::mutex> lock(state->mu);
+      if (state->idle_bytes + size <= state->max_idle) {
+        state->idle.push_back({q, size, Clock::now()});
+        state->idle_bytes += size;
+        return;
+      }
+    }
+    std::free(q);
+  });
+}
+
+// Frees blocks idle since before `cutoff`.
+void HostPool::trim(Clock::time_point cutoff) {
+  std::vector<unsigned char*> dead;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    auto& idle = state_->idle;
+    for (auto it = idle.begin(); it != idle.end();) {
+      if (it->since < cutoff) {
+        dead.push_back(it->p);
+        state_->idle_bytes -= it->size;
+        it = idle.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (unsigned char* p : dead) std::free(p);
+}
+
+size_t host_pool_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const size_t phys = pages > 0 && page > 0 ? static_cast<size_t>(pages) * page : 0;
+  return std::min<size_t>(size_t{1} << 30, phys / 8);
+}
+
+  // A streamed upload (client streaming, raw messages): the header's size is checked before a
+  // byte is taken, then each chunk's data is copied once, from gRPC's receive buffers straight
+  // into a pooled block that becomes the tensor (no staging copy, no second allocation).
+  // Messages are tensord.v1.UploadChunk, parsed here field by field for that reason.
+class Service::UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+ public:
+  UploadReactor(Service* service, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response)
+      : service_(service), ctx_(ctx), response_(response), guard_(service, ctx) {
+    if (!guard_.ok()) {
+      end(guard_.status());
+      return;
+    }
+    StartRead(&message_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client finished sending (or went away)
+      end(complete());
+      return;
+    }
+    Status s = take(message_);
+    message_.Clear();
+    if (!s.ok()) {
+      end(s);
+      return;
+    }
+    StartRead(&message_);
+  }
+  void OnDone() override { delete this; }
+  ~UploadReactor() override { guard_.uncharge(std::exchange(charged_, 0)); }
+
+ private:
+  using WFL = google::protobuf::internal::WireFormatLite;
+
+  // One UploadChunk: its header (first message only) and data, in whatever field order.
+  Status take(grpc::ByteBuffer& message) {
+    ++messages_;
+    grpc::ProtoBufferReader reader(&message);
+    google::protobuf::io::CodedInputStream in(&reader);
+    std::string early;  // data that came before the header in the first message
+    bool header_here = false;
+    for (uint32_t tag = in.ReadTag(); tag != 0; tag = in.ReadTag()) {
+      const int field = WFL::GetTagFieldNumber(tag);
+      const bool delimited = WFL::GetTagWireType(tag) == WFL::WIRETYPE_LENGTH_DELIMITED;
+      uint32_t len = 0;
+      if ((field == 1 || field == 2) && (!delimited || !in.ReadVarint32(&len)))
+        return malformed();
+      if (field == 3 || field == 4) {  // part_of, offset: first message, before any data
+        uint64_t v = 0;
+        if (WFL::GetTagWireType(tag) != WFL::WIRETYPE_VARINT || !in.ReadVarint64(&v) ||
+            messages_ > 1 || block_ || header_here)
+          return malformed();
+        (field == 3 ? part_of_ : part_offset_) = v;
+        continue;
+      }
+      if (field == 1) {
+        if (part_of_ != 0) return malformed();
+        if (messages_ > 1)
+          return errors::InvalidArgument("upload: message {} repeats the header", messages_);
+        std::string bytes;
+        if (!in.ReadString(&bytes, static_cast<int>(len)) || !header_.ParseFromString(bytes))
+          return malformed();
+        header_here = true;
+        TD_RETURN_IF_ERROR(start());
+        if (!early.empty()) TD_RETURN_IF_ERROR(append(early.data(), early.size()));
+      } else if (field == 2) {
+        if (!block_ && part_of_ != 0) TD_RETURN_IF_ERROR(attach_part());
+        if (!block_) {  // the header has not come yet
+          if (messages_ > 1 || !early.empty()) return malformed();
+          if (!in.ReadString(&early, static_cast<int>(len))) return malformed();
+          continue;
+        }
+        TD_RETURN_IF_ERROR(check_room(len));
+        if (!in.ReadRaw(block_.get() + received_, static_cast<int>(len))) return malformed();
+        received_ += len;
+      } else if (!WFL::SkipField(&in, tag)) {
+        return malformed();
+      }
+    }
+    if (!in.ConsumedEntireMessage()) return malformed();
+    if (messages_ == 1 && !header_here && part_of_ != 0 && !block_) {
+      // part_of came after the data (protobuf writes fields in number order).
+      TD_RETURN_IF_ERROR(attach_part());
+      if (!early.empty()) TD_RETURN_IF_ERROR(append(early.data(), early.size()));
+    }
+    if (messages_ == 1 && !header_here && part_of_ == 0)
+      return errors::InvalidArgument(
+          "upload: the first message must carry the header (dtype, shape, device, "
+          "total_bytes)");
+    return OkStatus();
+  }
+  Status malformed() const {
+    return errors::InvalidArgument("upload: message {} is not a tensord.v1.UploadChunk",
+                                   messages_);
+  }
+  Status check_room(uint64_t n) const {
+    if (static_cast<int64_t>(n) > size_ - received_)
+      return errors::InvalidArgument(
+          "upload: the header declares {} bytes, but the stream carries more ({} after "
+          "message {})",
+          size_, received_ + static_cast<int64_t>(n), messages_);
+    return OkStatus();
+  }
+  Status append(const void* data, size_t n) {
+    TD_RETURN_IF_ERROR(check_room(n));
+    std::memcpy(block_.get() + received_, data, n);
+    received_ += static_cast<int64_t>(n);
+    return OkStatus();
+  }
+  Status start() {
+    TD_ASSIGN_OR_RETURN(size_, service_->check_header(guard_, header_));
+    // Charged to the session while it arrives (the engine counts it once it is a tensor).
+    TD_RETURN_IF_ERROR(guard_.charge(size_, "upload"));
+    charged_ = size_;
+    block_ = service_->pool_.get(static_cast<size_t>(size_));
+    if (!block_)
+      return errors::ResourceExhausted(
+          "upload: cannot hold {} bytes in the broker's host memory", size_);
+    return OkStatus();
+  }
+  // The first message of a part: the pending upload's bytes, from its offset.
+  Status attach_part() {
+    std::lock_guard<std::mutex> lock(service_->mu_);
+    SessionState* s = guard_.state_locked();
+    auto it = s ? s->uploads.find(part_of_) : decltype(s->uploads)::iterator{};
+    if (!s || it == s->uploads.end())
+      return errors::NotFound("upload {} does not exist in this session", part_of_);
+    pending_ = it->second;
+    if (part_offset_ > static_cast<uint64_t>(pending_->size))
+      return errors::InvalidArgument("upload {}: offset {} is past its {} bytes", part_of_,
+                                     part_offset_, pending_->size);
+    block_ = pending_->block;
+    size_ = pending_->size;
+    received_ = static_cast<int64_t>(part_offset_);
+    return OkStatus();
+  }
+  Status complete() {
+    if (ctx_->IsCancelled())
+      return Status(StatusCode::kCancelled, "upload: the client cancelled the stream");
+    if (messages_ == 0)
+      return errors::InvalidArgument("upload: the stream ended before its header");
+    if (pending_) {  // a part: recorded; FinishUpload checks the whole
+      {
+        std::lock_guard<std::mutex> lock(pending_->mu);
+        pending_->parts.emplace_back(static_cast<int64_t>(part_offset_), received_);
+      }
+      v1::UploadResponse resp;
+      std::string bytes = resp.SerializeAsString();
+      grpc::Slice slice(bytes);
+      *response_ = grpc::ByteBuffer(&slice, 1);
+      return OkStatus();
+    }
+    if (received_ != size_)
+      return errors::InvalidArgument(
+          "upload: the header declares {} bytes, but the stream carried {}", size_, received_);
+    TensorView view{static_cast<DType>(header_.dtype()),
+                    Shape(header_.shape().begin(), header_.shape().end()), block_.get()};
+    TD_ASSIGN_OR_RETURN(TensorHandle h, service_->engine_->upload_external(
+                                            guard_.engine_session(), view, header_.device(),
+                                            std::shared_ptr<void>(block_)));
+    v1::UploadResponse resp;
+    resp.set_handle(h);
+    std::string bytes = resp.SerializeAsString();
+    grpc::Slice slice(bytes);
+    *response_ = grpc::ByteBuffer(&slice, 1);
+    return OkStatus();
+  }
+  void end(const Status& s) {
+    block_.reset();  // an error frees the block now, not when gRPC is done with the call
+    guard_.uncharge(std::exchange(charged_, 0));
+    Finish(fail(ctx_, s));
+  }
+
+  Service* service_;
+  grpc::CallbackServerContext* ctx_;
+  grpc::ByteBuffer* response_;
+  Guard guard_;
+  grpc::ByteBuffer message_;
+  v1::UploadHeader header_;
+  std::shared_ptr<unsigned char> block_;
+  int64_t size_ = 0, received_ = 0, messages_ = 0;
+  int64_t charged_ = 0;  // bytes charged to the session's pending uploads
+  uint64_t part_of_ = 0, part_offset_ = 0;       // a part of a parallel upload
+  std::shared_ptr<PendingUpload> pending_;
+};
+
+// Upload: raw bytes in, straight into a pooled block that becomes the tensor (UploadReactor).
+grpc::ServerReadReactor<grpc::ByteBuffer>* Service::Upload(grpc::CallbackServerContext* ctx,
+                                                            grpc::ByteBuffer* response) {
+  return new UploadReactor(this, ctx, response);
+}
+
+grpc::Status Service::BeginUpload(grpc::ServerContext* ctx, const v1::UploadHeader* req,
+                                  v1::BeginUploadResponse* resp) {
+  Guard g(this, ctx);
+  if (!g.ok()) return fail(ctx, g.status());
+  auto size = check_header(g, *req);
+  if (!size.ok()) return fail(ctx, size.status().with_context("upload"));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SessionState* s = g.state_locked();
+    if (!s) return fail(ctx, errors::NotFound("the session ended during BeginUpload"));
+    if (s->uploads.size() >= kMaxPendingUploads)
+      return fail(ctx, errors::ResourceExhausted(
+                           "upload: a session may have at most {} parallel uploads in progress",
+                           kMaxPendingUploads));
+  }
+  // Charged to the session until FinishUpload (or the session's end) settles it.
+  if (Status c = g.charge(*size, "upload"); !c.ok()) return fail(ctx, c);
+  auto pending = std::make_shared<PendingUpload>();
+  pending->header = *req;
+  pending->size = *size;
+  pending->block = pool_.get(static_cast<size_t>(*size));
+  if (!pending->block) {
+    g.uncharge(*size);
+    return fail(ctx, errors::ResourceExhausted(
+                         "upload: cannot hold {} bytes in the broker's host memory", *size));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  SessionState* s = g.state_locked();
+  if (!s) return fail(ctx, errors::NotFound("the session ended during BeginUpload"));
+  if (s->uploads.size() >= kMaxPendingUploads) {
+    s->pending_bytes -= *size;
+    return fail(ctx, errors::ResourceExhausted(
+                         "upload: a session may have at most {} parallel uploads in progress",
+                         kMaxPendingUploads));
+  }
+  const uint64_t id = s->next_upload++;
+  s->uploads.emplace(id, std::move(pending));
+  resp->set_upload(id);
+  return grpc::Status::OK;
+}
+
+grpc::Status Service::FinishUpload(grpc::ServerContext* ctx, const v1::FinishUploadRequest* req,
+                                   v1::UploadResponse* resp) {
+  Guard g(this, ctx);
+  if (!g.ok()) return fail(ctx, g.status());
+  std::shared_ptr<PendingUpload> p;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SessionState* s = g.state_locked();
+    auto it = s ? s->uploads.find(req->upload()) : decltype(s->uploads)::iterator{};
+    if (!s || it == s->uploads.end())
+      return fail(ctx, errors::NotFound("upload {} does not exist in this session",
+                                        req->upload()));
+    p = std::move(it->second);
+    s->uploads.erase(it);  // finished or failed: either way it is over
+  }
+  // Its bytes stop counting as pending when this call ends (they are the tensor's then).
+  struct Uncharge {
+    const Guard& g;
+    int64_t n;
+    ~Uncharge() { g.uncharge(n); }
+  } uncharge{g, p->size};
+  std::lock_guard<std::mutex> lock(p->mu);
+  std::sort(p->parts.begin(), p->parts.end());
+  int64_t covered = 0;
+  for (const auto& [b, e] : p->parts) {
+    if (b != covered)
+      return fail(ctx, errors::InvalidArgument(
+                           "upload {}: bytes [{}, {}) {}", req->upload(), std::min(b, covered),
+                           std::max(b, covered), b > covered ? "never arrived" : "arrived twice"));
+    covered = e;
+  }
+  if (covered != p->size)
+    return fail(ctx, errors::InvalidArgument("upload {}: bytes [{}, {}) never arrived",
+                                             req->upload(), covered, p->size));
+  TensorView view{static_cast<DType>(p->header.dtype()),
+                  Shape(p->header.shape().begin(), p->header.shape().end()), p->block.get()};
+  auto h = engine_->upload_external(g.engine_session(), view, p->header.device(),
+                                    std::shared_ptr<void>(p->block));
+  if (!h.ok()) return fail(ctx, h.status());
+  resp->set_handle(*h);
+  return grpc::Status::OK;
+}
+
+grpc::Status Service::UploadInline(grpc::ServerContext* ctx, const v1::UploadChunk* req,
+                                   v1::UploadResponse* resp) {
+  Guard g(this, ctx);
+  if (!g.ok()) return fail(ctx, g.status());
+  if (!req->has_header())
+    return fail(ctx, errors::InvalidArgument("upload: the message carries no header"));
+  auto size = check_header(g, req->header());
+  if (!size.ok()) return fail(ctx, size.status());
+  if (static_cast<int64_t>(req->data().size()) != *size)
+    return fail(ctx, errors::InvalidArgument(
+                         "upload: the header declares {} bytes, but the message carries {}",
+                         *size, req->data().size()));
+  return finish_upload(ctx, g, req->header(), req->data().data(), resp);
+}
+
+grpc::Status Service::Read(grpc::ServerContext* ctx, const v1::ReadRequest* req,
+                           grpc::ServerWriter<v1::ReadChunk>* writer) {
+  Guard g(this, ctx);
+  if (!g.ok()) return fail(ctx, g.status());
+  auto call = call_token(ctx);
+  auto t = engine_->read(g.engine_session(), req->handle(), call.get());
+  if (!t.ok()) return fail(ctx, t.status());
+  int64_t chunk = req->chunk_bytes() > 0 ? req->chunk_bytes() : options_.chunk_bytes;
+  chunk = std::clamp<int64_t>(chunk, 64 << 10, 64 << 20);
+  const auto* bytes = static_cast<const char*>(t->data());
+  const int64_t total = static_cast<int64_t>(t->nbytes());
+  v1::ReadChunk msg;
+  auto* h = msg.mutable_header();
+  h->set_dtype(static_cast<int32_t>(t->dtype()));
+  h->mutable_shape()->Assign(t->shape().begin(), t->shape().end());
+  h->set_total_bytes(total);
+  int64_t off = 0;
+  do {
+    const int64_t n = std::min(chunk, total - off);
+    msg.set_data(bytes + off, static_cast<size_t>(n));
+    off += n;
+    if (!writer->Write(msg))
+      return fail(ctx, Status(StatusCode::kCancelled, "read: the client went away"));
+    msg.clear_header();
+  } while (off < total);
+  return grpc::Status::OK;
+}
+
+// Validates an upload header: dtype, shape, declared size, and whether the bytes can fit
+// (device memory, session limit) before any are received. Returns the byte size.
+Result<int64_t> Service::check_header(const Guard& g, const v1::UploadHeader& h) {
+  TD_ASSIGN_OR_RETURN(int64_t size, checked_wire_size(h.dtype(), h.shape(), "upload"));
+  if (h.total_bytes() != size)
+    return errors::InvalidArgument(
+        "upload: the header declares {} bytes, but {}{} takes {} bytes", h.total_bytes(),
+        dtype_name(static_cast<DType>(h.dtype())),
+        shape_to_string(Shape(h.shape().begin(), h.shape().end())), size);
+  if (g.memory_limit() > 0) {
+    const int64_t held = engine_->session_bytes(g.engine_session()) + g.pending_bytes();
+    if (size > g.memory_limit() - held)
+      return errors::ResourceExhausted(
+          "session memory limit exceeded: uploading {} bytes would bring the session to {} "
+          "bytes (limit {})",
+          size, held + size, g.memory_limit());
+  }
+  std::string device = h.device();
+  if (device.empty()) {
+    auto dd = engine_->default_device();
+    if (dd.ok()) device = *dd;
+  }
+  for (const auto& d : engine_->devices()) {
+    if (d.name != device) continue;
+    if (size > d.memory_bytes - d.memory_in_use)
+      return errors::ResourceExhausted(
+          "upload: {} bytes do not fit on {} now (capacity {} bytes)", size, d.name,
+          d.memory_bytes);
+  }
+  return size;  // an unknown device is the engine's to report
+}
+
+grpc::Status Service::finish_upload(grpc::ServerContext* ctx, const Guard& g,
+                                    const v1::UploadHeader& h, const void* data,
+                                    v1::UploadResponse* resp) {
+  TensorView view{static_cast<DType>(h.dtype()), Shape(h.shape().begin(), h.shape().end()), data};
+  auto handle = engine_->upload(g.engine_session(), view, h.device());
+  if (!handle.ok()) return fail(ctx, handle.status());
+  resp->set_handle(*handle);
+  return grpc::Status::OK;
+}
+
+}  // namespace tensord::rpc::server_impl
