@@ -1121,6 +1121,20 @@ Result<HostTensor> Engine::read(SessionId session, TensorHandle h, CancelToken* 
   return f.get();
 }
 
+Result<HostMapping> Engine::map_host(SessionId session, TensorHandle h, CancelToken* call) {
+  TD_ASSIGN_OR_RETURN(auto found, impl_->find_for_wait(session, h));
+  auto& [entry, token] = found;
+  TD_RETURN_IF_ERROR(wait_ready(entry->value, token.get(), call));
+  const Result<DeviceTensor>& v = entry->value.get();
+  if (!v.ok()) return v.status();
+  DeviceSlot* slot = impl_->slots[entry->device].get();
+  void* p = slot->device->host_pointer(*v->buffer);
+  if (!p && v->buffer->size > 0)
+    return errors::FailedPrecondition("map_host: tensor {} on {} is not in host memory", h,
+                                      slot->name());
+  return HostMapping{TensorView{v->dtype, v->shape, p}, v->buffer};
+}
+
 Status Engine::wait(SessionId session, TensorHandle h, CancelToken* call) {
   TD_ASSIGN_OR_RETURN(auto found, impl_->find_for_wait(session, h));
   TD_RETURN_IF_ERROR(wait_ready(found.first->value, found.second.get(), call));
