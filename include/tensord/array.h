@@ -97,6 +97,11 @@ class Array {
   // zero-copy upload). The Array owns the handle from now on (releases it when it goes).
   static Array from_handle(std::shared_ptr<Context> ctx, TensorHandle handle,
                            const TensorType& type, const std::string& device);
+  // A constant embedded in the graphs that use it, whatever its size (structural parameters:
+  // shapes, axes, pads), so shape inference at record time sees its value; never uploaded on
+  // its own unless handle() is asked for.
+  static Array constant(const HostTensor& value, const std::string& device = "",
+                        std::shared_ptr<Context> ctx = nullptr);
   // An Array that holds only an error.
   static Array error_array(Status status);
 

@@ -324,6 +324,17 @@ PYBIND11_MODULE(_tensord, m) {
              return r;
            })
       .def("from_numpy", &from_numpy, py::arg("array"), py::arg("device") = "")
+      .def("constant",
+           [](const PyClient& c, py::array a, const std::string& device) {
+             a = py::array::ensure(a, py::array::c_style);
+             Shape shape(a.shape(), a.shape() + a.ndim());
+             HostTensor t = value_or_throw(HostTensor::from_bytes(
+                 dtype_of_array(a), shape, a.data(), static_cast<size_t>(a.nbytes())));
+             Array r = Array::constant(t, device, c.ctx);
+             check(r.status());
+             return r;
+           },
+           py::arg("array"), py::arg("device") = "")
       .def("full",
            [](const PyClient& c, const std::vector<int64_t>& shape, double value, int dtype,
               const std::string& device) {

@@ -288,6 +288,11 @@ Array make_array(const HostTensor& value, const std::string& device,
 }
 }  // namespace
 
+Array Array::constant(const HostTensor& value, const std::string& device,
+                      std::shared_ptr<Context> ctx) {
+  return make_array(value, device, std::move(ctx), /*embed=*/true);
+}
+
 Array Array::scalar(double value, DType dtype, const std::string& device,
                     std::shared_ptr<Context> ctx) {
   return from_host(filled(dtype, {}, value), device, std::move(ctx));
