@@ -366,7 +366,7 @@ def _like(ref, value, dtype=None):
     client = ref._client if ref is not None else default_client()
     device = ref._a.device if ref is not None else ""
     a = np.asarray(value, dtype=dtype)
-    return _wrap(client._c.constant(np.ascontiguousarray(a), device), client)
+    return _wrap(client._c.constant(a, device), client)
 
 
 def _ints(ref, values):
@@ -395,7 +395,7 @@ def asarray(obj, dtype=None, device=None, copy=None, client=None):
         if a.dtype.kind == "O":
             raise InvalidArgument("asarray: cannot convert a ragged or object sequence")
         raise InvalidArgument(f"asarray: dtype {a.dtype} is not supported by tensord")
-    return _wrap(client._c.from_numpy(np.ascontiguousarray(a), _dev(device)), client)
+    return _wrap(client._c.from_numpy(a, _dev(device)), client)
 
 
 array = asarray
@@ -505,7 +505,7 @@ def from_dlpack(x, device=None, client=None):
         return asarray(np.asarray(x), device=device, client=client)
     r = _C._array_from_capsule(client._c, cap, _dev(device))
     if r is None:  # strided: one copy through NumPy
-        return asarray(np.ascontiguousarray(np.from_dlpack(x)), device=device, client=client)
+        return asarray(np.require(np.from_dlpack(x), requirements="C"), device=device, client=client)
     return _wrap(r, client)
 
 
@@ -551,7 +551,7 @@ def _cast_operand(v, dt, ref):
     a = np.asarray(v, dtype=dt)
     if a.size <= 1:
         return _like(ref, a, dt)
-    return _wrap(ref._client._c.from_numpy(np.ascontiguousarray(a), ref._a.device), ref._client)
+    return _wrap(ref._client._c.from_numpy(a, ref._a.device), ref._client)
 
 
 def astype(x, dtype, copy=True):
@@ -1127,6 +1127,9 @@ class Model:
             values = [inputs[n] for n in names]
         else:
             values = list(inputs)
+            if len(values) != len(names):
+                raise InvalidArgument(f"model takes {len(names)} inputs ({names}), got "
+                                      f"{len(values)}")
         arrays = [self._input(v, i) for i, v in enumerate(values)]
         outs = self._m.run([a._a for a in arrays])
         return {n: _wrap(o, self._client) for n, o in zip(self.output_names, outs)}

@@ -1145,6 +1145,12 @@ Result<TensorInfo> Engine::info(SessionId session, TensorHandle h, CancelToken* 
   TD_ASSIGN_OR_RETURN(auto found, impl_->find_for_wait(session, h));
   const auto& entry = found.first;
   TensorInfo info{entry->type, impl_->slots[entry->device]->name()};
+  if (info.type.defined() && !shape_is_static(info.type.shape) &&
+      entry->value.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    // A data-dependent shape, computed by now: report the value's.
+    const auto& v = entry->value.get();
+    if (v.ok()) info.type = v->type();
+  }
   if (!info.type.defined()) {  // its node failed at compile time: report why
     TD_RETURN_IF_ERROR(wait_ready(entry->value, found.second.get(), call));
     const auto& v = entry->value.get();
