@@ -11,6 +11,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libdnnl-dev
   # tests
   libgtest-dev libgmock-dev python3 python3-numpy python3-torch python3-torchvision python3-onnx
+  # the Python package (python/) and its tests
+  pybind11-dev python3-pytest
   # TLS tests: a throwaway CA and certificates (tests/rpc/test_security_auth.cpp)
   openssl
   # benchmarks: Google Benchmark (bench/micro.cpp), GNU time (peak RSS in bench/compare.py)

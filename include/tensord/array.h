@@ -93,6 +93,15 @@ class Array {
                      const std::string& device = "", std::shared_ptr<Context> ctx = nullptr);
   static Array ones(const Shape& shape, DType dtype = DType::kFloat32,
                     const std::string& device = "", std::shared_ptr<Context> ctx = nullptr);
+  // An Array over a tensor the context's client already holds (a loaded model's outputs, a
+  // zero-copy upload). The Array owns the handle from now on (releases it when it goes).
+  static Array from_handle(std::shared_ptr<Context> ctx, TensorHandle handle,
+                           const TensorType& type, const std::string& device);
+  // A constant embedded in the graphs that use it, whatever its size (structural parameters:
+  // shapes, axes, pads), so shape inference at record time sees its value; never uploaded on
+  // its own unless handle() is asked for.
+  static Array constant(const HostTensor& value, const std::string& device = "",
+                        std::shared_ptr<Context> ctx = nullptr);
   // An Array that holds only an error.
   static Array error_array(Status status);
 
@@ -121,6 +130,11 @@ class Array {
                     std::string("to_vector: array is ") + dtype_name(t.dtype()));
     return std::vector<T>(t.data<T>(), t.data<T>() + t.numel());
   }
+  // The engine handle of this value (flushes it; a small embedded constant is uploaded first).
+  // Owned by the Array: valid while it lives, never to be released by the caller.
+  Result<TensorHandle> handle() const;
+  // The context this Array belongs to (null for an error-only Array).
+  std::shared_ptr<Context> context() const;
   // Explicit copy to another device (flushes this Array first).
   Array to(const std::string& device) const;
 

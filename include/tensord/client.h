@@ -38,6 +38,13 @@ struct ClientStats {
   int64_t runs = 0;  // run() calls on loaded models
 };
 
+// A tensor's bytes in this process's memory, shared with the engine (not copied): valid
+// while `keepalive` is held. Tensors are immutable: the bytes must not be written.
+struct HostMapping {
+  TensorView view;
+  std::shared_ptr<const void> keepalive;
+};
+
 class Client {
  public:
   virtual ~Client() = default;
@@ -76,6 +83,23 @@ class Client {
   virtual Status unload(ModelHandle model) = 0;
 
   virtual ClientStats stats() = 0;
+
+  // Zero-copy exchange with host memory (the Python package's DLPack).
+  // upload_external: a tensor whose bytes ARE `src.data` where the device's memory is host
+  // memory and the data is 64-byte aligned (the embedded engine's cpu devices); `keepalive` is
+  // dropped (from any thread) once the engine no longer uses the bytes, which the caller must
+  // not change until then. Elsewhere (a remote broker, other devices): a copy, as upload().
+  virtual Result<TensorHandle> upload_external(const TensorView& src, const std::string& device,
+                                               std::shared_ptr<void> keepalive) {
+    return upload(src, device);
+  }
+  // map_host: waits for the tensor and returns its bytes in place where they are in this
+  // process's memory; UNIMPLEMENTED for a remote broker, FAILED_PRECONDITION on a device
+  // whose memory is not host memory (then read() copies).
+  virtual Result<HostMapping> map_host(TensorHandle h) {
+    return Status(StatusCode::kUnimplemented,
+                  "map_host: this client's tensors are not in this process's memory");
+  }
 };
 
 struct LocalClientOptions {

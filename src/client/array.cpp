@@ -48,6 +48,10 @@ using detail::PendingNode;
 struct Context::State {
   std::mutex mu;
   std::atomic<int64_t> flushes{0};
+  // Device names already checked by an embedded constant (so `x * 2` against a broker costs
+  // no ListDevices round trip after the first).
+  std::mutex devices_mu;
+  std::unordered_set<std::string> known_devices;
 };
 
 namespace {
@@ -258,12 +262,22 @@ Array make_array(const HostTensor& value, const std::string& device,
   impl->device = dev;
   if (embed) {
     // Still validate the device now, so a typo fails at the call that made it.
-    auto devices = (*ctx)->client().devices();
-    if (!devices.ok()) return Array(make_error_impl(*ctx, devices.status()));
-    bool found = false;
-    for (const auto& d : *devices) found |= d.name == dev;
-    if (!found)
-      return Array(make_error_impl(*ctx, errors::NotFound("device '{}' is not available", dev)));
+    Context::State& st = (*ctx)->state();
+    bool known;
+    {
+      std::lock_guard<std::mutex> lock(st.devices_mu);
+      known = st.known_devices.count(dev) > 0;
+    }
+    if (!known) {
+      auto devices = (*ctx)->client().devices();
+      if (!devices.ok()) return Array(make_error_impl(*ctx, devices.status()));
+      bool found = false;
+      for (const auto& d : *devices) found |= d.name == dev;
+      if (!found)
+        return Array(make_error_impl(*ctx, errors::NotFound("device '{}' is not available", dev)));
+      std::lock_guard<std::mutex> lock(st.devices_mu);
+      st.known_devices.insert(dev);
+    }
     impl->constant = value;
   } else {
     auto h = (*ctx)->client().upload(value.view(), dev);
@@ -273,6 +287,11 @@ Array make_array(const HostTensor& value, const std::string& device,
   return Array(std::move(impl));
 }
 }  // namespace
+
+Array Array::constant(const HostTensor& value, const std::string& device,
+                      std::shared_ptr<Context> ctx) {
+  return make_array(value, device, std::move(ctx), /*embed=*/true);
+}
 
 Array Array::scalar(double value, DType dtype, const std::string& device,
                     std::shared_ptr<Context> ctx) {
@@ -319,6 +338,33 @@ Result<HostTensor> Array::to_host() const {
   if (impl_->constant) return *impl_->constant;
   return impl_->ctx->client().read(impl_->handle);
 }
+
+Array Array::from_handle(std::shared_ptr<Context> ctx, TensorHandle handle,
+                         const TensorType& type, const std::string& device) {
+  if (!ctx) return error_array(errors::InvalidArgument("from_handle: no context"));
+  auto impl = std::make_shared<ArrayImpl>();
+  impl->ctx = std::move(ctx);
+  impl->type = type;
+  impl->device = device;
+  impl->handle = handle;
+  return Array(std::move(impl));
+}
+
+Result<TensorHandle> Array::handle() const {
+  TD_RETURN_IF_ERROR(flush(impl_));
+  if (impl_->constant) {
+    std::lock_guard<std::mutex> lock(impl_->ctx->state().mu);
+    if (impl_->constant) {
+      TD_ASSIGN_OR_RETURN(TensorHandle h,
+                          impl_->ctx->client().upload(impl_->constant->view(), impl_->device));
+      impl_->handle = h;
+      impl_->constant.reset();
+    }
+  }
+  return impl_->handle;
+}
+
+std::shared_ptr<Context> Array::context() const { return impl_ ? impl_->ctx : nullptr; }
 
 Array Array::to(const std::string& device) const {
   Status s = flush(impl_);

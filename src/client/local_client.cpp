@@ -54,6 +54,18 @@ Result<std::vector<TensorHandle>> LocalClient::run(ModelHandle model,
 
 Status LocalClient::unload(ModelHandle model) { return engine_->unload(session_, model); }
 
+Result<TensorHandle> LocalClient::upload_external(const TensorView& src,
+                                                  const std::string& device,
+                                                  std::shared_ptr<void> keepalive) {
+  uploads_++;
+  return engine_->upload_external(session_, src, device, std::move(keepalive));
+}
+
+Result<HostMapping> LocalClient::map_host(TensorHandle h) {
+  // Not a transfer: the bytes are shared, so not counted as a download.
+  return engine_->map_host(session_, h);
+}
+
 ClientStats LocalClient::stats() {
   return ClientStats{executes_.load(), uploads_.load(), downloads_.load(), copies_.load(),
                      runs_.load()};

@@ -30,6 +30,9 @@ class LocalClient final : public Client {
                                         const std::vector<TensorHandle>& inputs) override;
   Status unload(ModelHandle model) override;
   ClientStats stats() override;
+  Result<TensorHandle> upload_external(const TensorView& src, const std::string& device,
+                                       std::shared_ptr<void> keepalive) override;
+  Result<HostMapping> map_host(TensorHandle h) override;
 
   Engine& engine() { return *engine_; }
   SessionId session() const { return session_; }

@@ -1208,6 +1208,20 @@ Result<HostTensor> Engine::read(SessionId session, TensorHandle h, CancelToken* 
   return f.get();
 }
 
+Result<HostMapping> Engine::map_host(SessionId session, TensorHandle h, CancelToken* call) {
+  TD_ASSIGN_OR_RETURN(auto found, impl_->find_for_wait(session, h));
+  auto& [entry, token] = found;
+  TD_RETURN_IF_ERROR(wait_ready(entry->value, token.get(), call));
+  const Result<DeviceTensor>& v = entry->value.get();
+  if (!v.ok()) return v.status();
+  DeviceSlot* slot = impl_->slots[entry->device].get();
+  void* p = slot->device->host_pointer(*v->buffer);
+  if (!p && v->buffer->size > 0)
+    return errors::FailedPrecondition("map_host: tensor {} on {} is not in host memory", h,
+                                      slot->name());
+  return HostMapping{TensorView{v->dtype, v->shape, p}, v->buffer};
+}
+
 Status Engine::wait(SessionId session, TensorHandle h, CancelToken* call) {
   TD_ASSIGN_OR_RETURN(auto found, impl_->find_for_wait(session, h));
   TD_RETURN_IF_ERROR(wait_ready(found.first->value, found.second.get(), call));
@@ -1218,6 +1232,12 @@ Result<TensorInfo> Engine::info(SessionId session, TensorHandle h, CancelToken* 
   TD_ASSIGN_OR_RETURN(auto found, impl_->find_for_wait(session, h));
   const auto& entry = found.first;
   TensorInfo info{entry->type, impl_->slots[entry->device]->name()};
+  if (info.type.defined() && !shape_is_static(info.type.shape) &&
+      entry->value.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    // A data-dependent shape, computed by now: report the value's.
+    const auto& v = entry->value.get();
+    if (v.ok()) info.type = v->type();
+  }
   if (!info.type.defined()) {  // its node failed at compile time: report why
     TD_RETURN_IF_ERROR(wait_ready(entry->value, found.second.get(), call));
     const auto& v = entry->value.get();

@@ -189,6 +189,10 @@ class Engine {
   Result<TensorType> read_into(SessionId session, TensorHandle h, void* dst, size_t room,
                                CancelToken* call = nullptr);
   Status wait(SessionId session, TensorHandle h, CancelToken* call = nullptr);
+  // Zero-copy host access (DLPack export): waits until the tensor is ready and returns its
+  // bytes in place where the device's memory is host memory, with the buffer as keepalive
+  // (the bytes stay valid while it is held). FAILED_PRECONDITION on other devices.
+  Result<HostMapping> map_host(SessionId session, TensorHandle h, CancelToken* call = nullptr);
   Result<TensorInfo> info(SessionId session, TensorHandle h, CancelToken* call = nullptr);
   // See Client::execute. With `run_here_if_idle`, when the device's queue is idle (nothing
   // queued or running) and the outputs are small (256 KiB in all, sizes known at compile time),

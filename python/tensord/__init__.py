@@ -1,0 +1,26 @@
+"""tensord for Python: NumPy-like arrays on tensord devices, ONNX models, DLPack.
+
+    import tensord as td
+    x = td.asarray(numpy_array, device="cpu:1")   # or td.connect("HOST:PORT") first
+    y = td.exp(x) @ x.T + 1                        # recorded lazily, run as one graph
+    y.numpy()                                      # computed here
+
+The same code runs on the embedded engine (default) and against a broker
+(``tensord.connect("HOST:PORT")`` or TENSORD_ADDRESS).
+"""
+
+from . import _tensord
+from ._errors import *  # noqa: F401,F403 - the exception classes
+from ._errors import TensordError  # noqa: F401
+from ._core import *  # noqa: F401,F403
+from ._core import (  # noqa: F401 - names `import *` leaves out or that shadow builtins
+    Client, Device, Model, ndarray, connect, default_client, devices, load, op, asarray, array,
+    from_dlpack, abs, all, any, max, min, pow, round, sum, _host_pointer,
+    bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, float32, float64)
+from . import nn  # noqa: F401
+
+__version__ = _tensord.__version__
+
+for _name in ("builtins", "math", "operator", "os", "np"):  # _core's imports, not API
+    globals().pop(_name, None)
+del _name
