@@ -130,7 +130,7 @@ TEST(ShapeReshape, ConstantShapeInferredAtCompileTime) {
   g.initializers["s"] = I64({3, -1}, {2});
   g.nodes.push_back(Node{"r", "Reshape", "", {"x", "s"}, {"y"}, {}});
   g.outputs.push_back({"y", {}});
-  auto outs = cpu::run_graph_on_host(g, {F32(iota_f(6), {2, 3})});
+  auto outs = run_graph(g, {F32(iota_f(6), {2, 3})});
   ASSERT_TRUE(outs.ok()) << outs.status().to_string();
   ASSERT_TRUE((*outs)[0].ok());
   EXPECT_TRUE(tensors_near(*(*outs)[0], F32(iota_f(6), {3, 2})));
