@@ -4,9 +4,12 @@
 #include <gtest/gtest-spi.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "backends/cpu/cpu_backend.h"  // only to tell the cpu's two compile modes apart
 #include "kernels/op_test_util.h"
 
 namespace tensord::testing {
@@ -85,6 +88,44 @@ TEST(Conformance, ExpectationsAreCheckedOnEveryDevice) {
   EXPECT_NE(std::string(f.message()).find("op Flatten on " + device + ": message 'no'"),
             std::string::npos)
       << f.message();
+}
+
+// The oracle is the cpu reference kernels (LocalClientOptions::reference_kernels), and the
+// devices run what users get (fast kernels: oneDNN for a Conv on the cpu): bit for bit the
+// cpu backend's two compile modes.
+TEST(Conformance, OracleIsTheReferenceKernelsAndDevicesRunTheFastOnes) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist;
+  auto random = [&](Shape s) {
+    HostTensor t(DType::kFloat32, std::move(s));
+    for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = dist(rng);
+    return t;
+  };
+  const std::vector<HostTensor> in = {random({1, 8, 16, 16}), random({16, 8, 3, 3})};
+  Graph g;
+  g.inputs = {{"x", in[0].type()}, {"w", in[1].type()}};
+  g.nodes.push_back(Node{"c", "Conv", "", {"x", "w"}, {"y"}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}});
+  g.outputs = {{"y", {}}};
+  auto same_bits = [](const Result<HostTensor>& a, const Result<HostTensor>& b) {
+    return a.ok() && b.ok() && a->nbytes() == b->nbytes() &&
+           std::memcmp(a->data(), b->data(), a->nbytes()) == 0;
+  };
+  auto ref = cpu::run_graph_on_host(g, in, CompileOptions{/*fuse=*/false});
+  auto fast = cpu::run_graph_on_host(g, in, CompileOptions{/*fuse=*/true});
+  ASSERT_TRUE(ref.ok() && fast.ok());
+  auto outs = run_graph(g, in);
+  ASSERT_TRUE(outs.ok()) << outs.status().to_string();
+  EXPECT_TRUE(same_bits((*outs)[0], (*ref)[0])) << "the oracle is not the reference kernels";
+  const RunRecord& rec = recent_runs().front();
+  ASSERT_FALSE(rec.devices.empty());
+  ASSERT_EQ(rec.devices[0].first, clients().names[0]);
+  if (rec.devices[0].first == "cpu:0") {
+    ASSERT_TRUE(rec.devices[0].second.ok());
+    EXPECT_TRUE(same_bits((*rec.devices[0].second)[0], (*fast)[0]))
+        << "cpu:0 under test does not run the fast kernels";
+  }
+  if (same_bits((*fast)[0], (*ref)[0]))
+    GTEST_SKIP() << "oneDNN and the reference Conv agree bit for bit here: the modes look alike";
 }
 
 }  // namespace
