@@ -4,7 +4,9 @@ namespace tensord {
 
 LocalClient::LocalClient(std::shared_ptr<Engine> engine, int64_t memory_limit,
                          CompileOptions compile)
-    : engine_(std::move(engine)), session_(engine_->open_session(memory_limit)), compile_(compile) {}
+    : engine_(std::move(engine)),
+      session_(engine_->open_session(memory_limit)),
+      compile_(compile) {}
 
 LocalClient::~LocalClient() { (void)engine_->close_session(session_); }
 

@@ -45,12 +45,14 @@ TEST(Conformance, EveryEnumeratedDeviceRunsEveryOp) {
 
 TEST(Conformance, DisagreementWithTheOracleNamesTheDevice) {
   const auto want = values({F32({1, 2}, {2})});
-  EXPECT_NONFATAL_FAILURE(check_agrees("op Foo", "gpu:3", values({F32({1, 2.5f}, {2})}), want, true),
-                          "op Foo on gpu:3: output 0: element 1 is 2.5");
+  EXPECT_NONFATAL_FAILURE(
+      check_agrees("op Foo", "gpu:3", values({F32({1, 2.5f}, {2})}), want, true),
+      "op Foo on gpu:3: output 0: element 1 is 2.5");
   EXPECT_NONFATAL_FAILURE(check_agrees("op Foo", "gpu:3", values({F64({1, 2}, {2})}), want, true),
                           "op Foo on gpu:3: output 0: dtype float64");
-  EXPECT_NONFATAL_FAILURE(check_agrees("op Foo", "gpu:3", values({F32({1, 2}, {1, 2})}), want, true),
-                          "op Foo on gpu:3: output 0: shape [1, 2]");
+  EXPECT_NONFATAL_FAILURE(
+      check_agrees("op Foo", "gpu:3", values({F32({1, 2}, {1, 2})}), want, true),
+      "op Foo on gpu:3: output 0: shape [1, 2]");
   EXPECT_NONFATAL_FAILURE(
       check_agrees("op Foo", "gpu:3", GraphOutputs(errors::Unimplemented("no kernel")), want, true),
       "op Foo on gpu:3: failed: UNIMPLEMENTED");
@@ -104,7 +106,8 @@ TEST(Conformance, OracleIsTheReferenceKernelsAndDevicesRunTheFastOnes) {
   const std::vector<HostTensor> in = {random({1, 8, 16, 16}), random({16, 8, 3, 3})};
   Graph g;
   g.inputs = {{"x", in[0].type()}, {"w", in[1].type()}};
-  g.nodes.push_back(Node{"c", "Conv", "", {"x", "w"}, {"y"}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}});
+  g.nodes.push_back(
+      Node{"c", "Conv", "", {"x", "w"}, {"y"}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}});
   g.outputs = {{"y", {}}};
   auto same_bits = [](const Result<HostTensor>& a, const Result<HostTensor>& b) {
     return a.ok() && b.ok() && a->nbytes() == b->nbytes() &&
