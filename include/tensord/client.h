@@ -107,11 +107,14 @@ struct LocalClientOptions {
   std::string devices;
   // Default device like TENSORD_DEVICE; empty = read the env.
   std::string default_device;
+  // Compile every graph with the reference kernels only: no fusion, no oneDNN — the oracle
+  // conformance tests and the bench compare with. Always a private engine.
+  bool reference_kernels = false;
 };
 
 // An embedded engine in this process. With empty options: the process-wide engine (one per
-// process, configured from the environment). With a device filter or default device: a
-// private engine owned by this client (tests, tools).
+// process, configured from the environment). With a device filter, a default device or
+// reference kernels: a private engine owned by this client (tests, tools).
 Result<std::unique_ptr<Client>> make_local_client(const LocalClientOptions& options = {});
 
 // `address` empty: TENSORD_ADDRESS, and if that is unset too, an embedded engine.

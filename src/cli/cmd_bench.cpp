@@ -22,7 +22,6 @@
 #include <optional>
 #include <random>
 
-#include "engine/executor.h"
 #include "cli/bench_peers.h"
 #include "cli/bench_report.h"
 #include "cli/cli_common.h"
@@ -478,19 +477,27 @@ std::optional<Failure> time_workload(Target& t, const Workload& w, int64_t examp
   return std::nullopt;
 }
 
-// The reference outputs: --data's, else the graph on the cpu reference kernels.
+// The reference outputs: --data's, else the graph on the cpu reference kernels (a private
+// engine on cpu:0 with reference_kernels, through the Client like everything else).
 Result<std::vector<HostTensor>> reference_outputs(const Workload& w) {
   if (!w.expected.empty()) return w.expected;
-  CompileOptions reference_only;
-  reference_only.fuse = false;
-  TD_ASSIGN_OR_RETURN(auto outs, run_graph_on_host(w.graph, w.inputs, reference_only));
+  LocalClientOptions oracle;
+  oracle.devices = "cpu:0";
+  oracle.reference_kernels = true;
+  TD_ASSIGN_OR_RETURN(auto client, make_local_client(oracle));
+  std::vector<TensorHandle> inputs;
+  for (const auto& t : w.inputs) {
+    TD_ASSIGN_OR_RETURN(auto h, client->upload(t.view(), "cpu:0"));
+    inputs.push_back(h);
+  }
+  TD_ASSIGN_OR_RETURN(auto outs, client->execute(w.graph, inputs, "cpu:0"));
   std::vector<HostTensor> ref;
   for (size_t k = 0; k < outs.size(); ++k) {
-    if (!outs[k].ok())
-      return outs[k].status().with_context("output '" + w.graph.outputs[k].name + "'");
-    ref.push_back(std::move(*outs[k]));
+    auto v = client->read(outs[k]);
+    if (!v.ok()) return v.status().with_context("output '" + w.graph.outputs[k].name + "'");
+    ref.push_back(std::move(*v));
   }
-  return ref;
+  return ref;  // the client's session (and every handle in it) closes with the client
 }
 
 // Temporary folder, removed when this goes out of scope.

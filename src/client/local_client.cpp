@@ -2,8 +2,11 @@
 
 namespace tensord {
 
-LocalClient::LocalClient(std::shared_ptr<Engine> engine, int64_t memory_limit)
-    : engine_(std::move(engine)), session_(engine_->open_session(memory_limit)) {}
+LocalClient::LocalClient(std::shared_ptr<Engine> engine, int64_t memory_limit,
+                         CompileOptions compile)
+    : engine_(std::move(engine)),
+      session_(engine_->open_session(memory_limit)),
+      compile_(compile) {}
 
 LocalClient::~LocalClient() { (void)engine_->close_session(session_); }
 
@@ -32,7 +35,7 @@ Result<std::vector<TensorHandle>> LocalClient::execute(const Graph& graph,
                                                        const std::vector<TensorHandle>& inputs,
                                                        const std::string& device) {
   executes_++;
-  return engine_->execute(session_, graph, inputs, device);
+  return engine_->execute(session_, graph, inputs, device, compile_);
 }
 
 Result<TensorHandle> LocalClient::copy(TensorHandle h, const std::string& device) {
@@ -43,7 +46,7 @@ Result<TensorHandle> LocalClient::copy(TensorHandle h, const std::string& device
 Status LocalClient::release(TensorHandle h) { return engine_->release(session_, h); }
 
 Result<ModelHandle> LocalClient::load(const Graph& graph, const std::string& device) {
-  return engine_->load(session_, graph, device);
+  return engine_->load(session_, graph, device, compile_);
 }
 
 Result<std::vector<TensorHandle>> LocalClient::run(ModelHandle model,
@@ -73,7 +76,7 @@ ClientStats LocalClient::stats() {
 
 Result<std::unique_ptr<Client>> make_local_client(const LocalClientOptions& options) {
   std::shared_ptr<Engine> engine;
-  if (options.devices.empty() && options.default_device.empty()) {
+  if (options.devices.empty() && options.default_device.empty() && !options.reference_kernels) {
     TD_ASSIGN_OR_RETURN(engine, Engine::shared());
   } else {
     EngineOptions eo = EngineOptions::from_env();
@@ -82,7 +85,9 @@ Result<std::unique_ptr<Client>> make_local_client(const LocalClientOptions& opti
     TD_ASSIGN_OR_RETURN(auto e, Engine::create(eo));
     engine = std::move(e);
   }
-  return std::unique_ptr<Client>(new LocalClient(std::move(engine)));
+  CompileOptions compile;
+  compile.fuse = !options.reference_kernels;
+  return std::unique_ptr<Client>(new LocalClient(std::move(engine), 0, compile));
 }
 
 }  // namespace tensord

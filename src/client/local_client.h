@@ -11,7 +11,9 @@ namespace tensord {
 class LocalClient final : public Client {
  public:
   // Opens a session on `engine` (closed when the client is destroyed).
-  explicit LocalClient(std::shared_ptr<Engine> engine, int64_t memory_limit = 0);
+  // `compile`: how execute() and load() compile (fuse = false: reference kernels only).
+  explicit LocalClient(std::shared_ptr<Engine> engine, int64_t memory_limit = 0,
+                       CompileOptions compile = {});
   ~LocalClient() override;
 
   Result<std::vector<DeviceInfo>> devices() override;
@@ -40,6 +42,7 @@ class LocalClient final : public Client {
  private:
   std::shared_ptr<Engine> engine_;
   SessionId session_;
+  CompileOptions compile_;
   std::atomic<int64_t> executes_{0}, uploads_{0}, downloads_{0}, copies_{0}, runs_{0};
 };
 

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/kernel.h"
 #include "kernels/op_test_util.h"
 

@@ -170,10 +170,7 @@ TEST(RnnRnn, OmittedOutputs) {
               {"w", {DType::kFloat32, {1, 1, 1}}},
               {"r", {DType::kFloat32, {1, 1, 1}}}};
   g.outputs = {{"yh", {}}};
-  CompileOptions opts;
-  opts.fuse = false;
-  auto outs = run_graph_on_host(
-      g, {F32({1, 2}, {2, 1, 1}), F32({1}, {1, 1, 1}), F32({1}, {1, 1, 1})}, opts);
+  auto outs = run_graph(g, {F32({1, 2}, {2, 1, 1}), F32({1}, {1, 1, 1}), F32({1}, {1, 1, 1})});
   ASSERT_TRUE(outs.ok()) << outs.status().to_string();
   ASSERT_TRUE((*outs)[0].ok()) << (*outs)[0].status().to_string();
   EXPECT_TRUE(tensors_near(*(*outs)[0], F32({3}, {1, 1, 1})));  // h1 = 1, h2 = 2 + 1

@@ -130,7 +130,7 @@ TEST(ShapeReshape, ConstantShapeInferredAtCompileTime) {
   g.initializers["s"] = I64({3, -1}, {2});
   g.nodes.push_back(Node{"r", "Reshape", "", {"x", "s"}, {"y"}, {}});
   g.outputs.push_back({"y", {}});
-  auto outs = run_graph_on_host(g, {F32(iota_f(6), {2, 3})});
+  auto outs = run_graph(g, {F32(iota_f(6), {2, 3})});
   ASSERT_TRUE(outs.ok()) << outs.status().to_string();
   ASSERT_TRUE((*outs)[0].ok());
   EXPECT_TRUE(tensors_near(*(*outs)[0], F32(iota_f(6), {3, 2})));
@@ -611,17 +611,6 @@ TEST(ShapeRange, Values) {
                     {"Range", "limit is int32", "int64"}));
   EXPECT_TRUE(fails(run_op("Range", {I64({0, 1}, {2}), I64({3}, {}), I64({1}, {})}),
                     {"Range", "start must be a scalar", "[2]"}));
-}
-
-TEST(ShapeRange, ExtremeInt64Steps) {
-  // Every value lies in [start, limit), but i * delta alone overflows int64: the kernel
-  // computes in two's complement (no signed overflow), giving the exact values.
-  constexpr int64_t lo = std::numeric_limits<int64_t>::min();
-  constexpr int64_t hi = std::numeric_limits<int64_t>::max();
-  EXPECT_TRUE(tensors_near(run1("Range", {I64({lo}, {}), I64({hi}, {}), I64({hi}, {})}),
-                           I64({lo, -1, hi - 1}, {3})));
-  EXPECT_TRUE(tensors_near(run1("Range", {I64({hi}, {}), I64({lo}, {}), I64({lo}, {})}),
-                           I64({hi, -1}, {2})));
 }
 
 // ---------------- OneHot, NonZero ----------------

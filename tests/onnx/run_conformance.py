@@ -10,6 +10,9 @@ Fails on a failure that is not listed, on a listed test that no longer fails (de
 line: the list only shrinks), and on a crash of `tensord onnx-test`. Exits 77 (CTest's skip
 code here) when the suite's test data is absent, or 1 when CI=true (CI must not skip silently).
 
+Every device `tensord devices` lists runs the same tests (a new backend's devices join by being
+listed; the ctests set TENSORD_CPU_DEVICES=2 so that cpu:1 runs them too); --device D limits it.
+
     run_conformance.py TENSORD [--suite node|pytorch] [--tests DIR] [--expected FILE]
     run_conformance.py TENSORD --suite S --update   # rewrite S's expected-failures file from a real run
 
@@ -66,8 +69,15 @@ def run_device(exe, dirs, device):
         report = json.loads(r.stdout)
     except json.JSONDecodeError as e:
         sys.exit(f"{' '.join(cmd)}: output is not JSON ({e})\n{r.stderr[-4000:]}")
-    summary = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
-    print(f"{device}: {summary} in {report.get('seconds', 0):.1f} s")
+    counts = {}  # folder -> {status: n}
+    for t in report["tests"]:
+        folder = os.path.basename(os.path.dirname(os.path.normpath(t.get("dir", ""))))
+        by = counts.setdefault(folder, {})
+        by[t["status"]] = by.get(t["status"], 0) + 1
+    per_folder = "; ".join(
+        f"{folder}/ {c.get('passed', 0)} passed, {c.get('failed', 0)} failed, "
+        f"{c.get('skipped', 0)} skipped" for folder, c in sorted(counts.items()))
+    print(f"{device}: {per_folder} in {report.get('seconds', 0):.1f} s")
     return {t["name"]: (t["status"], t["reason"]) for t in report["tests"]}
 
 
@@ -88,9 +98,21 @@ def read_expected(path):
     return entries
 
 
-def check(exe, dirs, expected_path):
-    expected = read_expected(expected_path)
+def chosen_devices(exe, wanted):
+    """The present devices, or those of them named by --device (an absent one is an error)."""
     devices = present_devices(exe)
+    if not wanted:
+        return devices
+    names = [d for d, _ in devices]
+    missing = [w for w in wanted if w not in names]
+    if missing:
+        sys.exit(f"--device {', '.join(missing)}: not present (present: {', '.join(names) or 'none'})")
+    return [(d, k) for d, k in devices if d in wanted]
+
+
+def check(exe, dirs, expected_path, wanted=()):
+    expected = read_expected(expected_path)
+    devices = chosen_devices(exe, wanted)
     if not devices:
         print("no devices present (TENSORD_DEVICES filters out everything?)")
         return SKIP
@@ -107,6 +129,7 @@ def check(exe, dirs, expected_path):
                 problems.append(
                     f"NOW {status.upper()} on {device}: {name}: delete its line from "
                     f"{shown(expected_path)} (the list only shrinks)")
+    # A name no device ran is stale (a --device subset runs every test too: the list is the same).
     for name in sorted(set(expected) - seen):
         problems.append(f"STALE ENTRY: {name} is listed in {shown(expected_path)} "
                         "but no such test exists: delete its line")
@@ -206,6 +229,8 @@ def main():
                     help="folder holding the suites' folders (default: <repo>/../shared/onnx-node-tests)")
     ap.add_argument("--expected", help="the expected-failures file (default: the suite's)")
     ap.add_argument("--update", action="store_true", help="rewrite the expected-failures file")
+    ap.add_argument("--device", action="append", default=[],
+                    help="run on this present device only (repeatable; default: every device)")
     args = ap.parse_args()
     subdirs, default_expected = SUITES[args.suite]
     expected = args.expected or default_expected
@@ -221,8 +246,10 @@ def main():
         print(f"SKIP: {message}")
         return SKIP
     if args.update:
+        if args.device:
+            sys.exit("--update runs on every device (the list covers them all); drop --device")
         return update(args.tensord, dirs, expected, args.suite)
-    return check(args.tensord, dirs, expected)
+    return check(args.tensord, dirs, expected, args.device)
 
 
 if __name__ == "__main__":
