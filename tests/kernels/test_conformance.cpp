@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"  // only to tell the cpu's two compile modes apart
+#include "engine/executor.h"  // only to tell the cpu's two compile modes apart
 #include "kernels/op_test_util.h"
 
 namespace tensord::testing {
@@ -113,8 +113,8 @@ TEST(Conformance, OracleIsTheReferenceKernelsAndDevicesRunTheFastOnes) {
     return a.ok() && b.ok() && a->nbytes() == b->nbytes() &&
            std::memcmp(a->data(), b->data(), a->nbytes()) == 0;
   };
-  auto ref = cpu::run_graph_on_host(g, in, CompileOptions{/*fuse=*/false});
-  auto fast = cpu::run_graph_on_host(g, in, CompileOptions{/*fuse=*/true});
+  auto ref = run_graph_on_host(g, in, CompileOptions{/*fuse=*/false});
+  auto fast = run_graph_on_host(g, in, CompileOptions{/*fuse=*/true});
   ASSERT_TRUE(ref.ok() && fast.ok());
   auto outs = run_graph(g, in);
   ASSERT_TRUE(outs.ok()) << outs.status().to_string();

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
+#include "engine/executor.h"
 #include "backends/cpu/kernel.h"
 #include "kernels/op_test_util.h"
 
