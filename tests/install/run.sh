@@ -45,7 +45,7 @@ ldd "$TMP/consumer_pc" | grep -q "libtensord.so.0 => $PREFIX/lib" || { ldd "$TMP
 SOCK=$TMP/broker.sock
 TENSORD_CPU_DEVICES=2 "$PREFIX/bin/tensord" serve --listen "unix:$SOCK" >"$TMP/broker.log" 2>&1 &
 BROKER_PID=$!
-for _ in $(seq 100); do grep -q "tensord serving on" "$TMP/broker.log" && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q "tensord serving on" "$TMP/broker.log" && break; sleep 0.1; done
 grep -q "tensord serving on" "$TMP/broker.log" || { cat "$TMP/broker.log"; exit 1; }
 
 for exe in "$TMP/cmake-build/consumer" "$TMP/cmake-build/consumer_static" "$TMP/consumer_pc"; do

@@ -157,6 +157,18 @@ TEST(GraphCompiler, ResidualStillNeededIsCopiedNotOverwritten) {
   check(b.g, {random({1, 8, 6, 6}, 3)});
 }
 
+TEST(GraphCompiler, ConvWhoseInputIsItsOwnResidualIsNotAccumulatedInPlace) {
+  // y = conv3x3(a) + a with a dead afterwards: the sum must not be accumulated into a's bytes
+  // while the Conv still reads them (found by tests/engine/test_placement.cpp's network).
+  G b;
+  auto x = b.in("x", {1, 3, 8, 8});
+  auto a = b.op("Relu", {b.conv(x, 3, 4, 3)});
+  auto y = b.op("Sigmoid", {b.op("Add", {b.conv(a, 4, 4, 3, 1, 1, false), a})});
+  b.out(y);
+  const std::string plan = check(b.g, {random({1, 3, 8, 8}, 5)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+}
+
 TEST(GraphCompiler, InvertedResidualWithDepthwiseAndRelu6) {
   // MobileNetV2 block: 1x1 expand, ReLU6, 3x3 depthwise, ReLU6, 1x1 project, + x.
   G b;

@@ -666,9 +666,11 @@ class RegionCompiler {
       TD_ASSIGN_OR_RETURN(int rs, value(residual));
       const auto& rslot = out_->slots_[static_cast<size_t>(rs)];
       const auto& ruses = uses_[residual];
+      // Not when the Conv reads the residual itself (y = conv(a) + a): accumulating into a
+      // while the Conv still reads it gives wrong sums.
       const bool last_use = !region_outputs_.count(residual) &&
                             std::all_of(ruses.begin(), ruses.end(), [&](size_t u) {
-                              return fused_members_.count(u) || u <= m;
+                              return fused_members_.count(u) || u < m;
                             });
       if (rslot.kind == SlotKind::kArena && rslot.md == pd.dst_desc() && last_use) {
         dst = alias_arena(rs, pd.dst_desc());
