@@ -134,6 +134,10 @@ int run_main(int argc, char** argv) {
                     "Calls and streams in flight at once per session (default 64)");
   serve->add_option("--max-model-bytes", serve_opts.max_model_bytes,
                     "Largest serialized graph LoadModel takes (default 2 GiB - 1)");
+  bool serve_strict_device = false;
+  serve->add_flag("--strict-device", serve_strict_device,
+                  "Refuse graphs with nodes the requested device does not support, naming the "
+                  "ops, instead of running them on cpu:0 (TENSORD_STRICT_DEVICE=1)");
   serve->add_option("--max-threads", serve_opts.max_threads,
                     "gRPC threads, one per in-flight call; more calls wait (default 256)");
   serve->add_option("--grpc-memory-bytes", serve_opts.grpc_memory_bytes,
@@ -151,6 +155,11 @@ int run_main(int argc, char** argv) {
   run->add_option("--output,-o", run_opts.output_dir,
                   "Write each output to DIR/<output name>.npy (default: print a summary)");
   run->add_option("--device,-d", run_opts.device, "Device to run on (default: TENSORD_DEVICE)");
+  bool strict_device = false;
+  const char* strict_help =
+      "A node the device does not support is an error naming the ops, instead of running on "
+      "cpu:0 with copies at the cuts (TENSORD_STRICT_DEVICE=1)";
+  run->add_flag("--strict-device", strict_device, strict_help);
 
   tensord::cli::OnnxTestOptions test_opts;
   auto* onnx_test = app.add_subcommand(
@@ -158,6 +167,7 @@ int run_main(int argc, char** argv) {
   onnx_test->add_option("dirs", test_opts.dirs, "A test folder, or a folder of test folders")
       ->required();
   onnx_test->add_option("--device,-d", test_opts.device, "Device to run on");
+  onnx_test->add_flag("--strict-device", strict_device, strict_help);
   onnx_test->add_option("--filter", test_opts.filter, "Only tests whose name matches this glob");
   onnx_test->add_flag("--json", test_opts.json, "Print one JSON object with every test's result");
   onnx_test->add_flag("--verbose,-v", test_opts.verbose, "Also print passes and skips");
@@ -167,6 +177,7 @@ int run_main(int argc, char** argv) {
       "bench", "Benchmark a zoo network or an ONNX model (plaidbench's compile / execution / "
                "per-example times and correctness), optionally beside onnxruntime and torch");
   tensord::cli::add_bench_options(*bench, bench_opts);
+  bench->add_flag("--strict-device", strict_device, strict_help);
   bench->add_option("--tls-ca", tls_ca, "Speak TLS to the broker, verified with this PEM CA");
   auto bench_transfer = tensord::cli::add_bench_transfer_command(*bench);
   auto bench_load = tensord::cli::add_bench_load_command(*bench);
@@ -183,6 +194,12 @@ int run_main(int argc, char** argv) {
     return kExitUsage;
   }
   if (!tls_ca.empty()) setenv("TENSORD_TLS_CA", tls_ca.c_str(), 1);
+#ifdef TENSORD_CLI_HAVE_ONNX
+  // Read by the engine's options (a broker's own setting applies to its clients).
+  if (strict_device || serve_strict_device) setenv("TENSORD_STRICT_DEVICE", "1", 1);
+#else
+  if (serve_strict_device) setenv("TENSORD_STRICT_DEVICE", "1", 1);
+#endif
   if (devices->parsed()) return cmd_devices(json, devices_address);
   if (serve->parsed()) return tensord::cli::cmd_serve(serve_opts);
 #ifdef TENSORD_CLI_HAVE_ONNX

@@ -102,6 +102,18 @@ def main(exe):
         shown_max = float(re.search(r"max (\S+)", r.stdout).group(1))
         assert abs(shown_max - want.max()) <= 1e-4 * max(1.0, abs(want.max())), (want.max(), r.stdout)
 
+        # A device without a Relu kernel (test-only option on cpu:1): the Relu runs on cpu:0
+        # with a warning naming it; --strict-device makes it an error naming the op.
+        lacks_relu = {"TENSORD_CPU_DEVICES": "2", "TENSORD_TEST_CPU_UNSUPPORTED_OPS": "Relu"}
+        r = run(exe, "run", model, j("x.npy"), j("b.npy"), "-d", "cpu:1", "-o", j("out_fb"),
+                env=lacks_relu)
+        expect_status(r, 0, "run on cpu:0, not cpu:1 (Relu)")
+        np.testing.assert_allclose(np.load(j("out_fb", "Y.npy")), want, rtol=1e-5, atol=1e-6)
+        r = run(exe, "run", model, j("x.npy"), j("b.npy"), "-d", "cpu:1", "--strict-device",
+                env=lacks_relu)
+        assert r.returncode != 0, r
+        assert "strict device: cpu:1 does not support 1 node(s): Relu ('relu')" in r.stderr, r.stderr
+
         # Missing input: named in the message.
         r = run(exe, "run", model, j("x.npy"))
         expect_status(r, 2, "missing input", "'B'")
