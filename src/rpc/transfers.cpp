@@ -364,31 +364,86 @@ grpc::Status Service::UploadInline(grpc::ServerContext* ctx, const v1::UploadChu
   return finish_upload(ctx, g, req->header(), req->data().data(), resp);
 }
 
+// Read: the value's bytes go out from where they are. A device computing on host memory (cpu)
+// lends them in place (Engine::map_host: no copy, no allocation); other devices copy them once
+// into a pooled block (warm pages: no fresh, page-faulting allocation per read, which costs
+// more than the copy). Reading into a fresh HostTensor per call made large reads collapse:
+// every allocation over glibc's mmap threshold is new pages, zero-filled, then copied.
 grpc::Status Service::Read(grpc::ServerContext* ctx, const v1::ReadRequest* req,
                            grpc::ServerWriter<v1::ReadChunk>* writer) {
   Guard g(this, ctx);
   if (!g.ok()) return fail(ctx, g.status());
   auto call = call_token(ctx);
-  auto t = engine_->read(g.engine_session(), req->handle(), call.get());
-  if (!t.ok()) return fail(ctx, t.status());
+  if (req->offset() < 0 || req->length() < 0 || req->max_bytes() < 0)
+    return fail(ctx, errors::InvalidArgument(
+                         "read: offset {}, length {} and max_bytes {} must not be negative",
+                         req->offset(), req->length(), req->max_bytes()));
+  TensorType type;
+  const unsigned char* bytes = nullptr;
+  std::shared_ptr<const void> keep;  // holds `bytes` while they are sent
+  int64_t total = 0;
+  auto mapped = engine_->map_host(g.engine_session(), req->handle(), call.get());
+  if (mapped.ok()) {
+    type = {mapped->view.dtype, mapped->view.shape};
+    bytes = static_cast<const unsigned char*>(mapped->view.data);
+    keep = std::move(mapped->keepalive);
+    auto n = checked_byte_size(type.dtype, type.shape);
+    if (!n.ok()) return fail(ctx, n.status());
+    total = *n;
+  } else if (mapped.status().code() == StatusCode::kFailedPrecondition) {
+    // Not in host memory (or a computation that failed with that code: read_into says so).
+    auto info = engine_->info(g.engine_session(), req->handle(), call.get());
+    if (!info.ok()) return fail(ctx, info.status());
+    auto n = checked_byte_size(info->type.dtype, info->type.shape);
+    std::shared_ptr<unsigned char> block;
+    if (n.ok() && *n > 0 && (req->max_bytes() == 0 || *n <= req->max_bytes())) {
+      block = pool_.get(static_cast<size_t>(*n));
+      if (!block)
+        return fail(ctx, errors::ResourceExhausted(
+                             "read: cannot hold {} bytes in the broker's host memory", *n));
+    }
+    auto t = engine_->read_into(g.engine_session(), req->handle(), block.get(),
+                                block ? static_cast<size_t>(*n) : 0, call.get());
+    if (!t.ok()) return fail(ctx, t.status());
+    type = *t;
+    auto m = checked_byte_size(type.dtype, type.shape);
+    if (!m.ok()) return fail(ctx, m.status());
+    total = *m;
+    if (total > 0 && (!block || !n.ok() || total > *n))
+      return fail(ctx, errors::Internal("read: the value of handle {} changed size while read",
+                                        req->handle()));
+    bytes = block.get();
+    keep = std::move(block);
+  } else {
+    return fail(ctx, mapped.status());
+  }
+  if (req->offset() > total)
+    return fail(ctx, errors::OutOfRange("read: offset {} is past the {} bytes of handle {}",
+                                        req->offset(), total, req->handle()));
+  const int64_t end =
+      req->length() > 0 ? std::min(total, req->offset() + req->length()) : total;
   int64_t chunk = req->chunk_bytes() > 0 ? req->chunk_bytes() : options_.chunk_bytes;
   chunk = std::clamp<int64_t>(chunk, 64 << 10, 64 << 20);
-  const auto* bytes = static_cast<const char*>(t->data());
-  const int64_t total = static_cast<int64_t>(t->nbytes());
   v1::ReadChunk msg;
   auto* h = msg.mutable_header();
-  h->set_dtype(static_cast<int32_t>(t->dtype()));
-  h->mutable_shape()->Assign(t->shape().begin(), t->shape().end());
+  h->set_dtype(static_cast<int32_t>(type.dtype));
+  h->mutable_shape()->Assign(type.shape.begin(), type.shape.end());
   h->set_total_bytes(total);
-  int64_t off = 0;
-  do {
-    const int64_t n = std::min(chunk, total - off);
-    msg.set_data(bytes + off, static_cast<size_t>(n));
-    off += n;
+  if (req->max_bytes() > 0 && total > req->max_bytes()) {  // no room: the header tells
     if (!writer->Write(msg))
       return fail(ctx, Status(StatusCode::kCancelled, "read: the client went away"));
+    return grpc::Status::OK;
+  }
+  int64_t off = req->offset();
+  grpc::WriteOptions wo;
+  do {
+    const int64_t n = std::min(chunk, end - off);
+    msg.set_data(bytes + off, static_cast<size_t>(n));
+    off += n;
+    if (!writer->Write(msg, wo))
+      return fail(ctx, Status(StatusCode::kCancelled, "read: the client went away"));
     msg.clear_header();
-  } while (off < total);
+  } while (off < end);
   return grpc::Status::OK;
 }
 
