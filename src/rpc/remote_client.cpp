@@ -906,7 +906,10 @@ Status take_read_chunk(grpc::ByteBuffer& message, bool first, int64_t* total, in
       if (static_cast<int64_t>(len) > *end - *received)
         return errors::Internal("read: the broker sent more than the {} bytes it declared",
                                 *total);
-      if (!*dst) return errors::Internal("read: the broker sent data the client had no room for");
+      if (!*dst) {  // no room: the caller wants the type only (the call is cancelled next)
+        if (!in.Skip(static_cast<int>(len))) return malformed;
+        continue;
+      }
       if (!in.ReadRaw(*dst + *received, static_cast<int>(len))) return malformed;
       *received += len;
     } else if (!WFL::SkipField(&in, tag)) {
@@ -968,7 +971,7 @@ Result<TensorType> RemoteClient::Impl::stream_read(TensorHandle h, int64_t room,
     if (first && bad.ok() && !fits) break;  // no room: the type is all the caller gets
     first = false;
   }
-  if (!bad.ok() || !fits) ctx.TryCancel();
+  if (!bad.ok() || (total >= 0 && !fits)) ctx.TryCancel();
   grpc::Status s = reader->Finish();
   if (!bad.ok()) return bad;
   if (!fits && total >= 0) return type;
