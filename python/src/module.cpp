@@ -93,6 +93,7 @@ py::array to_numpy(const Array& a) {
     shape = a.shape();
   }
   Shape s = value_or_throw(std::move(shape));
+  (void)value_or_throw(checked_byte_size(a.dtype(), s));  // a size no host could hold
   py::dtype dt = numpy_dtype(a.dtype());
   py::array out(dt, std::vector<py::ssize_t>(s.begin(), s.end()));
   void* dst = out.nbytes() ? out.mutable_data() : nullptr;
