@@ -236,6 +236,8 @@ struct RemoteClient::Impl {
 
   Result<TensorType> stream_read(TensorHandle h, int64_t room,
                                  const std::function<void*(const TensorType&, int64_t)>& place);
+  Status shm_read_parts(TensorHandle h, ShmRegion& region, unsigned char* dst, int64_t from,
+                        int64_t total);
   Result<TensorType> shm_read(TensorHandle h, int64_t room,
                               const std::function<void*(const TensorType&, int64_t)>& place,
                               bool* unusable);
@@ -982,58 +984,159 @@ Result<TensorType> RemoteClient::Impl::stream_read(TensorHandle h, int64_t room,
   return type;
 }
 
+namespace {
+// Shared-memory reads this large go in parts, pipelined: the broker writes part i+1 into the
+// region while this side copies part i out, so the two copies overlap instead of following
+// each other (an upload needs one copy; a read into the caller's memory needs two, the
+// broker's into the region and this side's out of it). They overlap only where a core and
+// memory bandwidth are free for each: on a 2-vCPU VM two concurrent memcpys take as long as
+// two in a row, and the read stays at about half the upload's speed.
+constexpr int64_t kPipelinedReadMinBytes = 8 << 20;
+constexpr int kPipelineDepth = 2;  // parts asked for ahead of the one being copied out
+// Eighths of the value, 4 to 32 MiB each: few calls, and the first copy-out starts early.
+int64_t read_part_bytes(int64_t total) {
+  const int64_t mib = 1 << 20;
+  return std::clamp<int64_t>((total / 8 + mib - 1) / mib * mib, 4 * mib, 32 * mib);
+}
+}  // namespace
+
+// A large value's parts [from, total) through `region` (at their own offsets: the region holds
+// the whole value) into dst, kPipelineDepth parts in flight. Counted as one call.
+Status RemoteClient::Impl::shm_read_parts(TensorHandle h, ShmRegion& region, unsigned char* dst,
+                                          int64_t from, int64_t total) {
+  struct Part {
+    grpc::ClientContext ctx;
+    v1::ReadRegionRequest req;
+    v1::ReadRegionResponse resp;
+    grpc::Status status;
+    bool done = false;
+    int64_t off = 0, len = 0;
+  };
+  const int64_t piece = read_part_bytes(total);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::unique_ptr<Part>> inflight;
+  int64_t next = from;
+  auto issue = [&] {
+    auto p = std::make_unique<Part>();
+    p->off = next;
+    p->len = std::min(piece, total - next);
+    next += p->len;
+    prepare(p->ctx, kNoDeadline, /*count=*/false);
+    p->req.set_handle(h);
+    p->req.set_region(region.id);
+    p->req.set_offset(p->off);
+    p->req.set_value_offset(p->off);
+    p->req.set_value_length(p->len);
+    Part* raw = p.get();
+    stub->async()->ReadRegion(&raw->ctx, &raw->req, &raw->resp,
+                              [&mu, &cv, raw](grpc::Status st) {
+                                std::lock_guard<std::mutex> lock(mu);
+                                raw->status = std::move(st);
+                                raw->done = true;
+                                cv.notify_all();
+                              });
+    inflight.push_back(std::move(p));
+  };
+  while (static_cast<int>(inflight.size()) < kPipelineDepth && next < total) issue();
+  Status bad;
+  while (!inflight.empty()) {
+    Part& p = *inflight.front();
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return p.done; });
+    }
+    if (bad.ok()) {
+      bad = finish(p.ctx, p.status, "read");
+      if (bad.ok() && (!p.resp.written() || p.resp.part_bytes() != p.len ||
+                       p.resp.header().total_bytes() != total))
+        bad = errors::Internal(
+            "read: the broker answered bytes [{}, {}) of handle {} with {} bytes of {}", p.off,
+            p.off + p.len, h, p.resp.part_bytes(), p.resp.header().total_bytes());
+      if (!bad.ok())
+        for (auto& q : inflight) q->ctx.TryCancel();
+    }
+    if (bad.ok() && next < total) issue();  // the broker writes it while this one is copied
+    if (bad.ok()) std::memcpy(dst + p.off, region.base + p.off, static_cast<size_t>(p.len));
+    inflight.pop_front();
+  }
+  return bad;
+}
+
 // A read through the shared-memory region: the broker writes the value into it, this side
-// copies it out to the place the caller gives. NOT_FOUND-free errors come back as from the
-// broker; `unusable` is set when the region could not be had (then streams are used).
+// copies it out to the place the caller gives; large values in parts, pipelined. `unusable`
+// is set when no region could be had (then streams are used).
 Result<TensorType> RemoteClient::Impl::shm_read(TensorHandle h, int64_t room,
                                                 const ReadPlace& place, bool* unusable) {
-  auto region = shm_get(std::min<int64_t>(std::max<int64_t>(last_read_bytes.load(), 0),
-                                          room >= 0 ? room : INT64_MAX));
+  const int64_t hint = std::max<int64_t>(last_read_bytes.load(), 0);
+  auto region = shm_get(std::min<int64_t>(hint, room >= 0 ? room : INT64_MAX));
   if (!region.ok()) {
     *unusable = true;
     return region.status();
   }
+  auto done = [&](Result<TensorType> r) {
+    if (region.ok()) shm_release(std::move(region).value());
+    return r;
+  };
+  // A value as large as the last one read: the first part only, the rest pipelined.
+  const bool parts = hint >= kPipelinedReadMinBytes && (room < 0 || room >= hint);
   for (int attempt = 0; attempt < 2; ++attempt) {
     grpc::ClientContext ctx;
     prepare(ctx, kNoDeadline);
     v1::ReadRegionRequest req;
     req.set_handle(h);
     req.set_region((*region)->id);
-    req.set_max_bytes(room >= 0 ? std::max<int64_t>(1, std::min(room, (*region)->size))
-                                : (*region)->size);
-    v1::ReadRegionResponse resp;
-    Status st = finish(ctx, stub->ReadRegion(&ctx, req, &resp), "read");
-    if (!st.ok()) {
-      shm_release(std::move(region).value());
-      return st;
+    const bool part = parts && attempt == 0;
+    if (part) {
+      req.set_value_length(std::min(read_part_bytes(hint), (*region)->size));
+      if (room >= 0) req.set_max_bytes(std::max<int64_t>(room, 1));
+    } else {
+      req.set_max_bytes(room >= 0 ? std::max<int64_t>(1, std::min(room, (*region)->size))
+                                  : (*region)->size);
     }
+    v1::ReadRegionResponse resp;
+    if (Status st = finish(ctx, stub->ReadRegion(&ctx, req, &resp), "read"); !st.ok())
+      return done(st);
     const auto& hd = resp.header();
     auto size = checked_wire_size(hd.dtype(), hd.shape(), "read");
-    if (!size.ok() || *size != hd.total_bytes()) {
-      shm_release(std::move(region).value());
-      return errors::Internal("read: the broker's answer declares {} bytes for {}",
-                              hd.total_bytes(), size.ok() ? "another size" : "a bad type");
-    }
+    if (!size.ok() || *size != hd.total_bytes())
+      return done(errors::Internal("read: the broker's answer declares {} bytes for {}",
+                                   hd.total_bytes(), size.ok() ? "another size" : "a bad type"));
+    const int64_t total = *size;
     TensorType type{static_cast<DType>(hd.dtype()), Shape(hd.shape().begin(), hd.shape().end())};
-    if (resp.written()) {
-      last_read_bytes = *size;
-      void* dst = place(type, *size);
-      if (dst && *size) std::memcpy(dst, (*region)->base, static_cast<size_t>(*size));
-      shm_release(std::move(region).value());
-      return type;
+    if (room >= 0 && total > room) {  // no room: the type is all the caller gets
+      (void)place(type, total);
+      return done(type);
     }
-    if (room >= 0 && *size > room) {  // no room: the type is all the caller gets
-      (void)place(type, *size);
-      shm_release(std::move(region).value());
-      return type;
+    // Written whole (a part of the whole value, or a broker that knows no parts).
+    const int64_t first = resp.part_bytes();
+    if (resp.written() && (first == total || first == 0)) {
+      last_read_bytes = total;
+      auto* dst = static_cast<unsigned char*>(place(type, total));
+      if (dst && total) std::memcpy(dst, (*region)->base, static_cast<size_t>(total));
+      return done(type);
+    }
+    const bool have_first = resp.written() && first > 0;
+    if (total >= kPipelinedReadMinBytes) {
+      last_read_bytes = total;
+      auto* dst = static_cast<unsigned char*>(place(type, total));
+      if (!dst) return done(type);  // nowhere to write (read_into with no memory)
+      if (have_first) std::memcpy(dst, (*region)->base, static_cast<size_t>(first));
+      if ((*region)->size < total) {
+        shm_release(std::move(region).value());
+        region = shm_get(total);
+        if (!region.ok()) return region.status();
+      }
+      Status st = shm_read_parts(h, **region, dst, have_first ? first : 0, total);
+      if (!st.ok()) return done(st);
+      return done(type);
     }
     // Too large for this region: one with room enough, then again.
     shm_release(std::move(region).value());
-    region = shm_get(*size);
+    region = shm_get(total);
     if (!region.ok()) return region.status();
   }
-  shm_release(std::move(region).value());
-  return errors::Internal("read: the broker's value of handle {} did not fit twice", h);
+  return done(errors::Internal("read: the broker's value of handle {} did not fit twice", h));
 }
 
 // read() and read_into(): `room` < 0 = any size (read() allocates what the header says).

@@ -365,6 +365,8 @@ class Service final
   grpc::Status finish_load(grpc::ServerContext* ctx, const Guard& g, const Graph& graph,
                            const std::string& device, v1::LoadModelResponse* resp);
   Result<std::shared_ptr<Region>> find_region(const Guard& g, uint64_t id);
+  grpc::Status read_region_part(grpc::ServerContext* ctx, const Guard& g, Region& region,
+                                const v1::ReadRegionRequest& req, v1::ReadRegionResponse* resp);
   Result<std::shared_ptr<Region>> open_region(int fd, int64_t bytes);
 
   std::shared_ptr<Engine> engine_;
