@@ -112,7 +112,8 @@ py::array to_numpy(const Array& a) {
     r = a.to_host();
   }
   HostTensor h = value_or_throw(std::move(r));
-  py::array exact(numpy_dtype(h.dtype()), std::vector<py::ssize_t>(h.shape().begin(), h.shape().end()));
+  py::array exact(numpy_dtype(h.dtype()),
+                  std::vector<py::ssize_t>(h.shape().begin(), h.shape().end()));
   if (h.nbytes()) std::memcpy(exact.mutable_data(), h.data(), h.nbytes());
   return exact;
 }

@@ -129,8 +129,8 @@ double median(std::vector<double> v) {
 struct PathFigures {
   std::string path;
   double upload_gbps = 0;
-  double download_gbps = 0;       // read_into(): into the caller's memory, already there
-  double read_alloc_gbps = 0;     // read(): into a new HostTensor (allocated, page-faulted)
+  double download_gbps = 0;    // read_into(): into the caller's memory, already there
+  double read_alloc_gbps = 0;  // read(): into a new HostTensor (allocated, page-faulted)
   double download_ms = 0, upload_ms = 0;
   std::string error;
 };
@@ -180,7 +180,8 @@ PathFigures measure_client(Client& c, const std::string& name, const HostTensor&
     const auto t0 = Clock::now();
     auto t = c.read(kept);
     alloc.push_back(seconds(t0));
-    if (!t.ok()) failed = t.status();
+    if (!t.ok())
+      failed = t.status();
     else if (i == 0 && std::memcmp(t->data(), data.data(), data.nbytes()) != 0)
       failed = errors::Internal("{}: the bytes read() returned differ from those uploaded", name);
   }
@@ -406,7 +407,8 @@ int run_transfer(const TransferOptions& options) {
     }
     std::printf("  (download: read_into() caller memory; read(): a new HostTensor each time)\n");
     if (paths[2].error.empty())
-      std::printf("  embedded read / memcpy:   %.2fx\n", paths[2].download_ms / (bytes / mem / 1e6));
+      std::printf("  embedded read / memcpy:   %.2fx\n",
+                  paths[2].download_ms / (bytes / mem / 1e6));
     if (tcp > 0 && paths[0].error.empty())
       std::printf("  grpc-stream upload / TCP: %.0f%%\n", 100 * paths[0].upload_gbps / tcp);
     if (paths[1].error.empty())

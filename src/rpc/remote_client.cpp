@@ -1,9 +1,9 @@
 #include "rpc/remote_client.h"
 
 #include <fcntl.h>
-#include <grpcpp/grpcpp.h>
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/codegen/rpc_method.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <sys/mman.h>
@@ -12,17 +12,17 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <fstream>
-#include <functional>
-#include <sstream>
-#include <tuple>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
+#include <functional>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/errors.h"
@@ -906,8 +906,7 @@ Status take_read_chunk(grpc::ByteBuffer& message, bool first, int64_t* total, in
         return errors::Internal("read: the broker's first message has no header");
       if (len == 0) continue;
       if (static_cast<int64_t>(len) > *end - *received)
-        return errors::Internal("read: the broker sent more than the {} bytes it declared",
-                                *total);
+        return errors::Internal("read: the broker sent more than the {} bytes it declared", *total);
       if (!*dst) {  // no room: the caller wants the type only (the call is cancelled next)
         if (!in.Skip(static_cast<int>(len))) return malformed;
         continue;
@@ -945,8 +944,8 @@ Result<TensorType> RemoteClient::Impl::stream_read(TensorHandle h, int64_t room,
       return errors::Internal("read: cannot encode the request");
   }
   std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel.get(), *raw_read,
-                                                                    &ctx, request));
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel.get(), *raw_read, &ctx,
+                                                                    request));
   TensorType type;
   int64_t total = -1, received = 0, end = 0;
   unsigned char* dst = nullptr;
@@ -1029,13 +1028,12 @@ Status RemoteClient::Impl::shm_read_parts(TensorHandle h, ShmRegion& region, uns
     p->req.set_value_offset(p->off);
     p->req.set_value_length(p->len);
     Part* raw = p.get();
-    stub->async()->ReadRegion(&raw->ctx, &raw->req, &raw->resp,
-                              [&mu, &cv, raw](grpc::Status st) {
-                                std::lock_guard<std::mutex> lock(mu);
-                                raw->status = std::move(st);
-                                raw->done = true;
-                                cv.notify_all();
-                              });
+    stub->async()->ReadRegion(&raw->ctx, &raw->req, &raw->resp, [&mu, &cv, raw](grpc::Status st) {
+      std::lock_guard<std::mutex> lock(mu);
+      raw->status = std::move(st);
+      raw->done = true;
+      cv.notify_all();
+    });
     inflight.push_back(std::move(p));
   };
   while (static_cast<int>(inflight.size()) < kPipelineDepth && next < total) issue();

@@ -420,8 +420,7 @@ grpc::Status Service::Read(grpc::ServerContext* ctx, const v1::ReadRequest* req,
   if (req->offset() > total)
     return fail(ctx, errors::OutOfRange("read: offset {} is past the {} bytes of handle {}",
                                         req->offset(), total, req->handle()));
-  const int64_t end =
-      req->length() > 0 ? std::min(total, req->offset() + req->length()) : total;
+  const int64_t end = req->length() > 0 ? std::min(total, req->offset() + req->length()) : total;
   int64_t chunk = req->chunk_bytes() > 0 ? req->chunk_bytes() : options_.chunk_bytes;
   chunk = std::clamp<int64_t>(chunk, 64 << 10, 64 << 20);
   v1::ReadChunk msg;
