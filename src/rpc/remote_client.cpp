@@ -1077,14 +1077,14 @@ Result<TensorType> RemoteClient::Impl::shm_read(TensorHandle h, int64_t room,
     return r;
   };
   // A value as large as the last one read: the first part only, the rest pipelined.
-  const bool parts = hint >= kPipelinedReadMinBytes && (room < 0 || room >= hint);
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  bool ask_part = hint >= kPipelinedReadMinBytes && (room < 0 || room >= hint);
+  for (int attempt = 0; attempt < 3; ++attempt) {
     grpc::ClientContext ctx;
     prepare(ctx, kNoDeadline);
     v1::ReadRegionRequest req;
     req.set_handle(h);
     req.set_region((*region)->id);
-    const bool part = parts && attempt == 0;
+    const bool part = ask_part;
     if (part) {
       req.set_value_length(std::min(read_part_bytes(hint), (*region)->size));
       if (room >= 0) req.set_max_bytes(std::max<int64_t>(room, 1));
@@ -1114,22 +1114,31 @@ Result<TensorType> RemoteClient::Impl::shm_read(TensorHandle h, int64_t room,
       if (dst && total) std::memcpy(dst, (*region)->base, static_cast<size_t>(total));
       return done(type);
     }
-    const bool have_first = resp.written() && first > 0;
-    if (total >= kPipelinedReadMinBytes) {
+    if (!part && !resp.written() && total >= kPipelinedReadMinBytes) {
+      // Larger than the region, going by its type: its first part next, which waits for the
+      // value (so the size is the computed one, or the computation's error comes back) before
+      // any room is made for it.
+      ask_part = true;
+      continue;
+    }
+    const bool have_first = part && resp.written() && first > 0;
+    if (have_first) {
       last_read_bytes = total;
       auto* dst = static_cast<unsigned char*>(place(type, total));
       if (!dst) return done(type);  // nowhere to write (read_into with no memory)
-      if (have_first) std::memcpy(dst, (*region)->base, static_cast<size_t>(first));
+      std::memcpy(dst, (*region)->base, static_cast<size_t>(first));
       if ((*region)->size < total) {
         shm_release(std::move(region).value());
         region = shm_get(total);
         if (!region.ok()) return region.status();
       }
-      Status st = shm_read_parts(h, **region, dst, have_first ? first : 0, total);
+      Status st = shm_read_parts(h, **region, dst, first, total);
       if (!st.ok()) return done(st);
       return done(type);
     }
-    // Too large for this region: one with room enough, then again.
+    // Too large for this region (a broker that knows no parts): one with room enough, then
+    // the whole value again.
+    ask_part = false;
     shm_release(std::move(region).value());
     region = shm_get(total);
     if (!region.ok()) return region.status();
@@ -1159,11 +1168,20 @@ Result<TensorType> RemoteClient::Impl::read_value(TensorHandle h, int64_t room,
 
 Result<HostTensor> RemoteClient::read(TensorHandle h) {
   HostTensor out;
+  int64_t unallocated = -1;
   TD_ASSIGN_OR_RETURN(TensorType type,
-                      impl_->read_value(h, -1, [&](const TensorType& t, int64_t) -> void* {
-                        out = HostTensor(t.dtype, t.shape);
+                      impl_->read_value(h, -1, [&](const TensorType& t, int64_t n) -> void* {
+                        try {
+                          out = HostTensor(t.dtype, t.shape);
+                        } catch (const std::bad_alloc&) {
+                          unallocated = n;  // nothing is written then
+                          return nullptr;
+                        }
                         return out.mutable_data();
                       }));
+  if (unallocated >= 0)
+    return errors::ResourceExhausted("read: cannot allocate {} bytes in this process for {}",
+                                     unallocated, type.to_string());
   if (out.empty()) out = HostTensor(type.dtype, type.shape);
   return out;
 }
