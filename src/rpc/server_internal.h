@@ -287,7 +287,7 @@ class Service final
   grpc::Status UploadInline(grpc::ServerContext* ctx, const v1::UploadChunk* req,
                             v1::UploadResponse* resp) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Read(grpc::CallbackServerContext* ctx,
-                                                    const grpc::ByteBuffer* request) override;
+                                                   const grpc::ByteBuffer* request) override;
 
   // ---------------------------------------------------------------- shared_memory.cpp
   grpc::Status RegionTicket(grpc::ServerContext* ctx, const v1::RegionTicketRequest* req,
