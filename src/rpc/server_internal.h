@@ -337,7 +337,8 @@ class Service final
   // A streamed read (server streaming, raw messages): the value's bytes go out as slices of
   // the tensor's own memory (no copy on this side), waited for on a thread of its own.
   class ReadReactor;  // transfers.cpp
-  std::atomic<int> read_threads_{0};
+  // Read threads running; shared with them (one may outlive the service by a few instructions).
+  std::shared_ptr<std::atomic<int>> read_threads_ = std::make_shared<std::atomic<int>>(0);
 
   static grpc::Status fail(grpc::ServerContextBase* ctx, const Status& s);
   Result<std::string> session_id(grpc::ServerContextBase* ctx) const;

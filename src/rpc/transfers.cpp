@@ -388,14 +388,14 @@ class Service::ReadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuf
       Finish(fail(ctx_, errors::InvalidArgument("read: the request is not a ReadRequest")));
       return;
     }
-    if (service_->read_threads_.fetch_add(1) < kMaxReadThreads) {
-      std::thread([this] {
-        Service* service = service_;
-        prepare_and_start();  // the reactor may be gone once this returns
-        service->read_threads_.fetch_sub(1);
+    std::shared_ptr<std::atomic<int>> running = service_->read_threads_;
+    if (running->fetch_add(1) < kMaxReadThreads) {
+      std::thread([this, running] {
+        prepare_and_start();  // the reactor (and the service) may be gone once this returns
+        running->fetch_sub(1);
       }).detach();
     } else {
-      service_->read_threads_.fetch_sub(1);
+      running->fetch_sub(1);
       prepare_and_start();
     }
   }
