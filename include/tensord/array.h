@@ -122,6 +122,10 @@ class Array {
   // Flushes the pending graph this Array depends on and waits for the value.
   Status eval() const;
   Result<HostTensor> to_host() const;
+  // The value's bytes into the caller's memory `dst` when they fit in `room` bytes (nothing is
+  // written otherwise); returns the value's type either way (Client::read_into: one copy, no
+  // allocation: NumPy arrays, DLPack). An embedded constant is copied, never uploaded.
+  Result<TensorType> read_into(void* dst, size_t room) const;
   template <typename T>
   Result<std::vector<T>> to_vector() const {
     TD_ASSIGN_OR_RETURN(HostTensor t, to_host());

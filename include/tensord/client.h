@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,15 @@ class Client {
   virtual Result<TensorHandle> upload(const TensorView& src, const std::string& device) = 0;
   // Blocks until the tensor is ready, then copies it to host memory.
   virtual Result<HostTensor> read(TensorHandle h) = 0;
+  // Blocks until the tensor is ready, then copies its bytes into the caller's memory `dst`
+  // when they fit in `room` bytes; when they do not, nothing is written. Returns the value's
+  // type either way: its byte size tells whether it was written (and how much room to give
+  // next time). The bytes come with one copy where they are in this process (the embedded
+  // engine) and straight off the wire or out of a shared-memory region otherwise, into memory
+  // the caller already has (no allocation, no page faults per read: NumPy, DLPack, Node).
+  // A failed computation returns its error; a released handle NOT_FOUND; dst null with room
+  // enough for a non-empty value INVALID_ARGUMENT.
+  virtual Result<TensorType> read_into(TensorHandle h, void* dst, size_t room);
   // Blocks until the tensor is ready; returns its error if its computation failed.
   virtual Status wait(TensorHandle h) = 0;
   // Type and device; does not block (unknown dims stay -1 until ready).
@@ -101,6 +111,20 @@ class Client {
                   "map_host: this client's tensors are not in this process's memory");
   }
 };
+
+// The default read_into: read(), then one more copy. Clients override it to write the bytes
+// straight into `dst`.
+inline Result<TensorType> Client::read_into(TensorHandle h, void* dst, size_t room) {
+  Result<HostTensor> t = read(h);
+  if (!t.ok()) return t.status();
+  const size_t n = t->nbytes();
+  if (n == 0 || n > room) return t->type();
+  if (!dst)
+    return Status(StatusCode::kInvalidArgument,
+                  "read_into: no destination for " + std::to_string(n) + " bytes");
+  std::memcpy(dst, t->data(), n);
+  return t->type();
+}
 
 struct LocalClientOptions {
   // Device filter like TENSORD_DEVICES ("cpu:0,opencl:*", "none"); empty = read the env.

@@ -81,26 +81,41 @@ Array from_numpy(const PyClient& c, py::array a, const std::string& device) {
   return Array::from_handle(c.ctx, *h, TensorType{dtype, shape}, dev);
 }
 
-// Array -> a new NumPy array (the bytes read once; the array owns them).
+// Array -> a new NumPy array: the value's bytes go straight into the array's memory
+// (Client::read_into: one copy, from the engine's memory or off the wire / out of the broker's
+// shared-memory region; no intermediate HostTensor). A data-dependent shape is learned first
+// (that evaluates the value).
 py::array to_numpy(const Array& a) {
   check(a.status());
+  Result<Shape> shape = Status(StatusCode::kUnknown, "");
+  {
+    py::gil_scoped_release release;
+    shape = a.shape();
+  }
+  Shape s = value_or_throw(std::move(shape));
+  (void)value_or_throw(checked_byte_size(a.dtype(), s));  // a size no host could hold
+  py::dtype dt = numpy_dtype(a.dtype());
+  py::array out(dt, std::vector<py::ssize_t>(s.begin(), s.end()));
+  void* dst = out.nbytes() ? out.mutable_data() : nullptr;
+  const size_t room = static_cast<size_t>(out.nbytes());
+  Result<TensorType> t = Status(StatusCode::kUnknown, "");
+  {
+    py::gil_scoped_release release;
+    t = a.read_into(dst, room);
+  }
+  TensorType type = value_or_throw(std::move(t));
+  if (type.dtype == a.dtype() && type.shape == s) return out;
+  // The value is not what its Array said (should not happen): read it as it is.
   Result<HostTensor> r = Status(StatusCode::kUnknown, "");
   {
     py::gil_scoped_release release;
     r = a.to_host();
   }
-  HostTensor t = value_or_throw(std::move(r));
-  py::dtype dt = numpy_dtype(t.dtype());
-  std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
-  if (t.numel() <= 1) {
-    // Small values may be an Array's embedded constant: hand out a copy, never its bytes.
-    py::array out(dt, shape);
-    if (t.nbytes()) std::memcpy(out.mutable_data(), t.data(), t.nbytes());
-    return out;
-  }
-  auto* owner = new HostTensor(std::move(t));
-  py::capsule base(owner, [](void* p) { delete static_cast<HostTensor*>(p); });
-  return py::array(dt, shape, {}, owner->mutable_data(), base);
+  HostTensor h = value_or_throw(std::move(r));
+  py::array exact(numpy_dtype(h.dtype()),
+                  std::vector<py::ssize_t>(h.shape().begin(), h.shape().end()));
+  if (h.nbytes()) std::memcpy(exact.mutable_data(), h.data(), h.nbytes());
+  return exact;
 }
 
 // ---- ONNX attributes from Python values

@@ -38,7 +38,7 @@ using Clock = std::chrono::steady_clock;
 struct TransferOptions {
   std::string address;
   int64_t size = 256 << 20;
-  int iterations = 3;
+  int iterations = 5;
   int small_iterations = 2000;
   bool json = false;
 };
@@ -117,55 +117,111 @@ double tcp_gbps(int64_t size, int iterations) {
   return static_cast<double>(size) / t / 1e9;
 }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// One path's figures, GB/s, each the median of interleaved rounds (upload, read_into, upload,
+// ...): the machine's state drifts alike for both; then read() (a new HostTensor per call).
 struct PathFigures {
   std::string path;
-  double upload_gbps = 0, download_gbps = 0;
+  double upload_gbps = 0;
+  double download_gbps = 0;    // read_into(): into the caller's memory, already there
+  double read_alloc_gbps = 0;  // read(): into a new HostTensor (allocated, page-faulted)
+  double download_ms = 0, upload_ms = 0;
   std::string error;
 };
 
+PathFigures measure_client(Client& c, const std::string& name, const HostTensor& data,
+                           int iterations) {
+  PathFigures f;
+  f.path = name;
+  const double bytes = static_cast<double>(data.nbytes());
+  // The caller's buffer, written once so that its pages are there (as a NumPy array's are).
+  std::vector<unsigned char> dst(data.nbytes(), 1);
+  std::vector<double> up, down, alloc;
+  TensorHandle kept = 0;
+  Status failed;
+  // Round 0 is not counted: the regions and the broker's staging are then warm, as in use.
+  for (int round = 0; round <= iterations && failed.ok(); ++round) {
+    auto t0 = Clock::now();
+    auto h = c.upload(data.view(), "");
+    const double tu = seconds(t0);
+    if (!h.ok()) {
+      failed = h.status();
+      break;
+    }
+    if (kept) (void)c.release(kept);
+    kept = *h;
+    if (Status w = c.wait(kept); !w.ok()) {
+      failed = w;
+      break;
+    }
+    t0 = Clock::now();
+    auto r = c.read_into(kept, dst.data(), dst.size());
+    const double td = seconds(t0);
+    if (!r.ok()) {
+      failed = r.status();
+      break;
+    }
+    if (round == 0) {
+      if (std::memcmp(dst.data(), data.data(), data.nbytes()) != 0)
+        failed = errors::Internal("{}: the bytes read back differ from those uploaded", name);
+      continue;
+    }
+    up.push_back(tu);
+    down.push_back(td);
+  }
+  // read() apart: its fresh allocations would disturb the rounds above.
+  for (int i = 0; i < std::min(iterations, 3) && failed.ok(); ++i) {
+    const auto t0 = Clock::now();
+    auto t = c.read(kept);
+    alloc.push_back(seconds(t0));
+    if (!t.ok())
+      failed = t.status();
+    else if (i == 0 && std::memcmp(t->data(), data.data(), data.nbytes()) != 0)
+      failed = errors::Internal("{}: the bytes read() returned differ from those uploaded", name);
+  }
+  if (kept) (void)c.release(kept);
+  if (!failed.ok()) {
+    f.error = failed.to_string();
+    return f;
+  }
+  f.upload_ms = median(up) * 1e3;
+  f.download_ms = median(down) * 1e3;
+  f.upload_gbps = bytes / median(up) / 1e9;
+  f.download_gbps = bytes / median(down) / 1e9;
+  f.read_alloc_gbps = bytes / median(alloc) / 1e9;
+  return f;
+}
+
 PathFigures measure_path(const std::string& address, const std::string& transport,
                          const HostTensor& data, int iterations) {
-  PathFigures f;
-  f.path = transport == "grpc" ? "grpc-stream" : "shm";
   rpc::RemoteClientOptions o;
   o.transport = transport;
+  const std::string name = transport == "grpc" ? "grpc-stream" : "shm";
   auto c = rpc::RemoteClient::connect(address, o);
   if (!c.ok()) {
+    PathFigures f;
+    f.path = name;
     f.error = c.status().to_string();
     return f;
   }
-  const double bytes = static_cast<double>(data.nbytes());
-  Status failed;
-  TensorHandle kept = 0;
-  // One untimed round first: the regions and the broker's staging are then warm, as in use.
-  for (int round = 0; round < 2 && failed.ok(); ++round) {
-    const int n = round == 0 ? 1 : iterations;
-    double up = best_of(n, [&] {
-      const auto t0 = Clock::now();
-      auto h = (*c)->upload(data.view(), "");
-      const double t = seconds(t0);
-      if (!h.ok()) {
-        failed = h.status();
-        return 1e30;
-      }
-      if (kept) (void)(*c)->release(kept);
-      kept = *h;
-      return t;
-    });
-    if (!failed.ok()) break;
-    double down = best_of(n, [&] {
-      const auto t0 = Clock::now();
-      auto t = (*c)->read(kept);
-      const double s = seconds(t0);
-      if (!t.ok()) failed = t.status();
-      return s;
-    });
-    f.upload_gbps = bytes / up / 1e9;
-    f.download_gbps = bytes / down / 1e9;
+  return measure_client(**c, name, data, iterations);
+}
+
+PathFigures measure_embedded(const HostTensor& data, int iterations) {
+  auto c = make_local_client();
+  if (!c.ok()) {
+    PathFigures f;
+    f.path = "embedded";
+    f.error = c.status().to_string();
+    return f;
   }
-  if (!failed.ok()) f.error = failed.to_string();
-  if (kept) (void)(*c)->release(kept);
-  return f;
+  return measure_client(**c, "embedded", data, iterations);
 }
 
 double cpu_seconds() {
@@ -293,7 +349,8 @@ int run_transfer(const TransferOptions& options) {
   const double mem = memcpy_gbps(bytes, options.iterations);
   const double tcp = tcp_gbps(bytes, options.iterations);
   std::vector<PathFigures> paths = {measure_path(address, "grpc", data, options.iterations),
-                                    measure_path(address, "shm", data, options.iterations)};
+                                    measure_path(address, "shm", data, options.iterations),
+                                    measure_embedded(data, options.iterations)};
   const RoundTrip rt = measure_round_trip(address, options.small_iterations);
 
   if (server) {
@@ -309,10 +366,17 @@ int run_transfer(const TransferOptions& options) {
     j["memcpy_gbps"] = mem;
     j["tcp_loopback_gbps"] = tcp;
     for (const auto& f : paths) {
-      nlohmann::json pj = {{"upload_gbps", f.upload_gbps}, {"download_gbps", f.download_gbps}};
+      nlohmann::json pj = {{"upload_gbps", f.upload_gbps},
+                           {"download_gbps", f.download_gbps},
+                           {"read_alloc_gbps", f.read_alloc_gbps},
+                           {"upload_ms", f.upload_ms},
+                           {"download_ms", f.download_ms}};
+      if (f.upload_gbps > 0) pj["download_vs_upload"] = f.download_gbps / f.upload_gbps;
       if (!f.error.empty()) pj["error"] = f.error;
       j["paths"][f.path] = pj;
     }
+    j["memcpy_ms"] = bytes / mem / 1e6;
+    j["rounds"] = options.iterations;
     j["tiny_add_round_trip_us"] = rt.add_us;
     j["echo_round_trip_us"] = rt.echo_us;
     j["tiny_add_cpu_us"] = rt.add_cpu_us;
@@ -323,8 +387,9 @@ int run_transfer(const TransferOptions& options) {
   } else {
     std::printf("broker: %s\n",
                 options.address.empty() ? ("in-process, " + address).c_str() : address.c_str());
-    std::printf("transfer of %.1f MiB (best of %d)\n", bytes / 1048576.0, options.iterations);
-    std::printf("  %-22s %8.2f GB/s\n", "memcpy", mem);
+    std::printf("transfer of %.1f MiB (median of %d interleaved rounds; memcpy and TCP best of)\n",
+                bytes / 1048576.0, options.iterations);
+    std::printf("  %-22s %8.2f GB/s  (%.1f ms)\n", "memcpy", mem, bytes / mem / 1e6);
     if (tcp > 0)
       std::printf("  %-22s %8.2f GB/s\n", "raw loopback TCP", tcp);
     else
@@ -334,9 +399,16 @@ int run_transfer(const TransferOptions& options) {
         std::printf("  %-22s unavailable: %s\n", f.path.c_str(), f.error.c_str());
         continue;
       }
-      std::printf("  %-22s upload %8.2f GB/s   download %8.2f GB/s\n", f.path.c_str(),
-                  f.upload_gbps, f.download_gbps);
+      std::printf(
+          "  %-12s upload %7.2f GB/s (%6.1f ms)  download %7.2f GB/s (%6.1f ms, %3.0f%% of "
+          "upload)  read() %6.2f GB/s\n",
+          f.path.c_str(), f.upload_gbps, f.upload_ms, f.download_gbps, f.download_ms,
+          100 * f.download_gbps / f.upload_gbps, f.read_alloc_gbps);
     }
+    std::printf("  (download: read_into() caller memory; read(): a new HostTensor each time)\n");
+    if (paths[2].error.empty())
+      std::printf("  embedded read / memcpy:   %.2fx\n",
+                  paths[2].download_ms / (bytes / mem / 1e6));
     if (tcp > 0 && paths[0].error.empty())
       std::printf("  grpc-stream upload / TCP: %.0f%%\n", 100 * paths[0].upload_gbps / tcp);
     if (paths[1].error.empty())
@@ -366,7 +438,8 @@ std::function<int()> add_bench_transfer_command(CLI::App& bench) {
   cmd->add_option("--address", options->address,
                   "Broker to measure (default TENSORD_ADDRESS, else one started in this process)");
   cmd->add_option("--size", options->size, "Bytes per transfer (default 256 MiB)");
-  cmd->add_option("--iterations", options->iterations, "Transfers per figure, best kept");
+  cmd->add_option("--iterations", options->iterations,
+                  "Rounds per figure (the median is kept; memcpy and TCP keep the best)");
   cmd->add_option("--round-trips", options->small_iterations, "Round trips to average");
   cmd->add_flag("--json", options->json, "Print one JSON object");
   return [options] { return run_transfer(*options); };

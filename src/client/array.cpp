@@ -1,6 +1,7 @@
 #include "tensord/array.h"
 
 #include <atomic>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -337,6 +338,18 @@ Result<HostTensor> Array::to_host() const {
   TD_RETURN_IF_ERROR(flush(impl_));
   if (impl_->constant) return *impl_->constant;
   return impl_->ctx->client().read(impl_->handle);
+}
+
+Result<TensorType> Array::read_into(void* dst, size_t room) const {
+  TD_RETURN_IF_ERROR(flush(impl_));
+  if (impl_->constant) {
+    const HostTensor& c = *impl_->constant;
+    if (c.nbytes() == 0 || c.nbytes() > room) return c.type();
+    if (!dst) return errors::InvalidArgument("read_into: no destination for {} bytes", c.nbytes());
+    std::memcpy(dst, c.data(), c.nbytes());
+    return c.type();
+  }
+  return impl_->ctx->client().read_into(impl_->handle, dst, room);
 }
 
 Array Array::from_handle(std::shared_ptr<Context> ctx, TensorHandle handle,

@@ -27,6 +27,11 @@ Result<HostTensor> LocalClient::read(TensorHandle h) {
   return engine_->read(session_, h);
 }
 
+Result<TensorType> LocalClient::read_into(TensorHandle h, void* dst, size_t room) {
+  downloads_++;
+  return engine_->read_into(session_, h, dst, room);
+}
+
 Status LocalClient::wait(TensorHandle h) { return engine_->wait(session_, h); }
 
 Result<TensorInfo> LocalClient::info(TensorHandle h) { return engine_->info(session_, h); }

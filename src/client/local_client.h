@@ -20,6 +20,7 @@ class LocalClient final : public Client {
   std::string default_device() override;
   Result<TensorHandle> upload(const TensorView& src, const std::string& device) override;
   Result<HostTensor> read(TensorHandle h) override;
+  Result<TensorType> read_into(TensorHandle h, void* dst, size_t room) override;
   Status wait(TensorHandle h) override;
   Result<TensorInfo> info(TensorHandle h) override;
   Result<std::vector<TensorHandle>> execute(const Graph& graph,

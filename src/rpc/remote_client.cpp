@@ -1,24 +1,28 @@
 #include "rpc/remote_client.h"
 
 #include <fcntl.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/codegen/rpc_method.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <fstream>
-#include <sstream>
-#include <tuple>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
+#include <functional>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/errors.h"
@@ -225,6 +229,20 @@ struct RemoteClient::Impl {
   std::unique_ptr<v1::Tensord::Stub> stub;
   // Upload as raw messages (serialized here, the data never copied; see upload()).
   std::unique_ptr<grpc::internal::RpcMethod> raw_upload;
+  // Read as raw messages (parsed here, the data copied once, into the caller's memory).
+  std::unique_ptr<grpc::internal::RpcMethod> raw_read;
+  // The size of the last value read through shared memory: the region asked for first.
+  std::atomic<int64_t> last_read_bytes{0};
+
+  Result<TensorType> stream_read(TensorHandle h, int64_t room,
+                                 const std::function<void*(const TensorType&, int64_t)>& place);
+  Status shm_read_parts(TensorHandle h, ShmRegion& region, unsigned char* dst, int64_t from,
+                        int64_t total);
+  Result<TensorType> shm_read(TensorHandle h, int64_t room,
+                              const std::function<void*(const TensorType&, int64_t)>& place,
+                              bool* unusable);
+  Result<TensorType> read_value(TensorHandle h, int64_t room,
+                                const std::function<void*(const TensorType&, int64_t)>& place);
 
   std::string session;  // OpenSessionResponse.session_id: the "tensord-session" metadata
   int64_t memory_limit = 0;
@@ -651,6 +669,8 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
   impl->stub = v1::Tensord::NewStub(impl->channel);
   impl->raw_upload = std::make_unique<grpc::internal::RpcMethod>(
       "/tensord.v1.Tensord/Upload", grpc::internal::RpcMethod::CLIENT_STREAMING, impl->channel);
+  impl->raw_read = std::make_unique<grpc::internal::RpcMethod>(
+      "/tensord.v1.Tensord/Read", grpc::internal::RpcMethod::SERVER_STREAMING, impl->channel);
 
   {
     grpc::ClientContext ctx;
@@ -850,103 +870,336 @@ Result<TensorHandle> RemoteClient::upload(const TensorView& src, const std::stri
   return resp.handle();
 }
 
-Result<HostTensor> RemoteClient::read(TensorHandle h) {
-  impl_->downloads++;
-  if (auto c = impl_->cached(h)) {
-    if (!c->status.ok()) return c->status;
-    return c->value;
-  }
-  impl_->flush_releases();
-  if (impl_->use_shm(impl_->options.shm_min_bytes)) {
-    auto region = impl_->shm_get(0);
-    if (region.ok()) {
-      for (int attempt = 0; attempt < 2; ++attempt) {
-        grpc::ClientContext ctx;
-        impl_->prepare(ctx, kNoDeadline);
-        v1::ReadRegionRequest req;
-        req.set_handle(h);
-        req.set_region((*region)->id);
-        req.set_max_bytes((*region)->size);
-        v1::ReadRegionResponse resp;
-        Status st = impl_->finish(ctx, impl_->stub->ReadRegion(&ctx, req, &resp), "read");
-        if (!st.ok()) {
-          impl_->shm_release(std::move(region).value());
-          return st;
-        }
-        const auto& hd = resp.header();
-        auto size = checked_wire_size(hd.dtype(), hd.shape(), "read");
-        if (!size.ok() || *size != hd.total_bytes()) {
-          impl_->shm_release(std::move(region).value());
-          return errors::Internal("read: the broker's answer declares {} bytes for {}",
-                                  hd.total_bytes(), size.ok() ? "another size" : "a bad type");
-        }
-        if (resp.written()) {
-          HostTensor out(static_cast<DType>(hd.dtype()),
-                         Shape(hd.shape().begin(), hd.shape().end()));
-          if (*size) std::memcpy(out.mutable_data(), (*region)->base, static_cast<size_t>(*size));
-          impl_->shm_release(std::move(region).value());
-          return out;
-        }
-        // Too large for this region: one with room enough, then again.
-        impl_->shm_release(std::move(region).value());
-        region = impl_->shm_get(*size);
-        if (!region.ok()) return region.status();
+// Where a read's bytes go once its type is known: a destination for `bytes` bytes, or null
+// when the caller has no room for them (then none are written).
+using ReadPlace = std::function<void*(const TensorType& type, int64_t bytes)>;
+
+namespace {
+
+// One raw ReadChunk message: its header (first message only) and data, the data copied from
+// gRPC's receive buffers straight to `*dst + *received` (no protobuf string in between).
+// `on_header` is called with the header and returns the destination (null: no room).
+Status take_read_chunk(grpc::ByteBuffer& message, bool first, int64_t* total, int64_t* received,
+                       int64_t* end, unsigned char** dst,
+                       const std::function<Status(const v1::ReadHeader&)>& on_header) {
+  using WFL = google::protobuf::internal::WireFormatLite;
+  grpc::ProtoBufferReader reader(&message);
+  google::protobuf::io::CodedInputStream in(&reader);
+  const Status malformed = errors::Internal("read: the broker's message is not a ReadChunk");
+  bool header_here = false;
+  for (uint32_t tag = in.ReadTag(); tag != 0; tag = in.ReadTag()) {
+    const int field = WFL::GetTagFieldNumber(tag);
+    if ((field == 1 || field == 2) && WFL::GetTagWireType(tag) != WFL::WIRETYPE_LENGTH_DELIMITED)
+      return malformed;
+    uint32_t len = 0;
+    if ((field == 1 || field == 2) && !in.ReadVarint32(&len)) return malformed;
+    if (field == 1) {
+      if (!first || header_here) return errors::Internal("read: the broker repeated the header");
+      std::string bytes;
+      v1::ReadHeader hd;
+      if (!in.ReadString(&bytes, static_cast<int>(len)) || !hd.ParseFromString(bytes))
+        return malformed;
+      header_here = true;
+      TD_RETURN_IF_ERROR(on_header(hd));
+    } else if (field == 2) {
+      if (first && !header_here)
+        return errors::Internal("read: the broker's first message has no header");
+      if (len == 0) continue;
+      if (static_cast<int64_t>(len) > *end - *received)
+        return errors::Internal("read: the broker sent more than the {} bytes it declared", *total);
+      if (!*dst) {  // no room: the caller wants the type only (the call is cancelled next)
+        if (!in.Skip(static_cast<int>(len))) return malformed;
+        continue;
       }
-      impl_->shm_release(std::move(region).value());
-      return errors::Internal("read: the broker's value of handle {} did not fit twice", h);
+      if (!in.ReadRaw(*dst + *received, static_cast<int>(len))) return malformed;
+      *received += len;
+    } else if (!WFL::SkipField(&in, tag)) {
+      return malformed;
     }
-    if (impl_->mode == "shm") return region.status();
   }
+  if (!in.ConsumedEntireMessage()) return malformed;
+  if (first && !header_here)
+    return errors::Internal("read: the broker's first message has no header");
+  return OkStatus();
+}
+
+}  // namespace
+
+// A read over gRPC streams: the value's header, then its bytes, parsed from the raw messages
+// straight into the place the caller gives. Large values come over several concurrent streams
+// (one part each), like uploads: one HTTP/2 stream is one thread's work on each side.
+Result<TensorType> RemoteClient::Impl::stream_read(TensorHandle h, int64_t room,
+                                                   const ReadPlace& place) {
+  // The first stream: the header, and the whole value (or its first part).
   grpc::ClientContext ctx;
-  impl_->prepare(ctx, kNoDeadline);  // waits for the value to be computed
+  prepare(ctx, kNoDeadline);  // waits for the value to be computed
   v1::ReadRequest req;
   req.set_handle(h);
-  req.set_chunk_bytes(impl_->chunk_bytes);
-  auto reader = impl_->stub->Read(&ctx, req);
-  v1::ReadChunk msg;
-  HostTensor out;
-  int64_t total = -1, received = 0;
-  Status bad;
-  while (bad.ok() && reader->Read(&msg)) {
-    if (total < 0) {
-      if (!msg.has_header()) {
-        bad = errors::Internal("read: the broker's first message has no header");
-        break;
-      }
-      const auto& hd = msg.header();
-      auto size = checked_wire_size(hd.dtype(), hd.shape(), "read");
-      if (!size.ok()) {
-        bad = size.status();
-        break;
-      }
-      if (*size != hd.total_bytes()) {
-        bad = errors::Internal("read: the broker declares {} bytes for a tensor of {} bytes",
-                               hd.total_bytes(), *size);
-        break;
-      }
-      total = *size;
-      out = HostTensor(static_cast<DType>(hd.dtype()), Shape(hd.shape().begin(), hd.shape().end()));
-    } else if (msg.has_header()) {
-      bad = errors::Internal("read: the broker repeated the header");
-      break;
-    }
-    const std::string& data = msg.data();
-    if (static_cast<int64_t>(data.size()) > total - received) {
-      bad = errors::Internal("read: the broker sent more than the {} bytes it declared", total);
-      break;
-    }
-    if (!data.empty())
-      std::memcpy(static_cast<char*>(out.mutable_data()) + received, data.data(), data.size());
-    received += static_cast<int64_t>(data.size());
+  req.set_chunk_bytes(chunk_bytes);
+  if (room >= 0) req.set_max_bytes(std::max<int64_t>(room, 1));
+  grpc::ByteBuffer request;
+  {
+    bool own = false;
+    if (!grpc::SerializationTraits<v1::ReadRequest>::Serialize(req, &request, &own).ok())
+      return errors::Internal("read: cannot encode the request");
   }
-  if (!bad.ok()) ctx.TryCancel();
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel.get(), *raw_read, &ctx,
+                                                                    request));
+  TensorType type;
+  int64_t total = -1, received = 0, end = 0;
+  unsigned char* dst = nullptr;
+  Status bad;
+  bool fits = false;
+  auto on_header = [&](const v1::ReadHeader& hd) -> Status {
+    auto size = checked_wire_size(hd.dtype(), hd.shape(), "read");
+    if (!size.ok()) return size.status();
+    if (*size != hd.total_bytes())
+      return errors::Internal("read: the broker declares {} bytes for a tensor of {} bytes",
+                              hd.total_bytes(), *size);
+    total = *size;
+    type = {static_cast<DType>(hd.dtype()), Shape(hd.shape().begin(), hd.shape().end())};
+    dst = static_cast<unsigned char*>(place(type, total));
+    fits = dst != nullptr || total == 0;
+    end = total;
+    return OkStatus();
+  };
+  grpc::ByteBuffer message;
+  bool first = true;
+  while (bad.ok() && reader->Read(&message)) {
+    bad = take_read_chunk(message, first, &total, &received, &end, &dst, on_header);
+    message.Clear();
+    if (first && bad.ok() && !fits) break;  // no room: the type is all the caller gets
+    first = false;
+  }
+  if (!bad.ok() || (total >= 0 && !fits)) ctx.TryCancel();
   grpc::Status s = reader->Finish();
   if (!bad.ok()) return bad;
-  TD_RETURN_IF_ERROR(impl_->finish(ctx, s, "read"));
+  if (!fits && total >= 0) return type;
+  TD_RETURN_IF_ERROR(finish(ctx, s, "read"));
   if (total < 0) return errors::Internal("read: the broker sent no tensor");
   if (received != total)
     return errors::DataLoss("read: the broker sent {} of {} bytes", received, total);
+  return type;
+}
+
+namespace {
+// Shared-memory reads this large go in parts, pipelined: the broker writes part i+1 into the
+// region while this side copies part i out, so the two copies overlap instead of following
+// each other (an upload needs one copy; a read into the caller's memory needs two, the
+// broker's into the region and this side's out of it). They overlap only where a core and
+// memory bandwidth are free for each: on a 2-vCPU VM two concurrent memcpys take as long as
+// two in a row, and the read stays at about half the upload's speed.
+constexpr int64_t kPipelinedReadMinBytes = 8 << 20;
+constexpr int kPipelineDepth = 2;  // parts asked for ahead of the one being copied out
+// Eighths of the value, 4 to 32 MiB each: few calls, and the first copy-out starts early.
+int64_t read_part_bytes(int64_t total) {
+  const int64_t mib = 1 << 20;
+  return std::clamp<int64_t>((total / 8 + mib - 1) / mib * mib, 4 * mib, 32 * mib);
+}
+}  // namespace
+
+// A large value's parts [from, total) through `region` (at their own offsets: the region holds
+// the whole value) into dst, kPipelineDepth parts in flight. Counted as one call.
+Status RemoteClient::Impl::shm_read_parts(TensorHandle h, ShmRegion& region, unsigned char* dst,
+                                          int64_t from, int64_t total) {
+  struct Part {
+    grpc::ClientContext ctx;
+    v1::ReadRegionRequest req;
+    v1::ReadRegionResponse resp;
+    grpc::Status status;
+    bool done = false;
+    int64_t off = 0, len = 0;
+  };
+  const int64_t piece = read_part_bytes(total);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::unique_ptr<Part>> inflight;
+  int64_t next = from;
+  auto issue = [&] {
+    auto p = std::make_unique<Part>();
+    p->off = next;
+    p->len = std::min(piece, total - next);
+    next += p->len;
+    prepare(p->ctx, kNoDeadline, /*count=*/false);
+    p->req.set_handle(h);
+    p->req.set_region(region.id);
+    p->req.set_offset(p->off);
+    p->req.set_value_offset(p->off);
+    p->req.set_value_length(p->len);
+    Part* raw = p.get();
+    stub->async()->ReadRegion(&raw->ctx, &raw->req, &raw->resp, [&mu, &cv, raw](grpc::Status st) {
+      std::lock_guard<std::mutex> lock(mu);
+      raw->status = std::move(st);
+      raw->done = true;
+      cv.notify_all();
+    });
+    inflight.push_back(std::move(p));
+  };
+  while (static_cast<int>(inflight.size()) < kPipelineDepth && next < total) issue();
+  Status bad;
+  while (!inflight.empty()) {
+    Part& p = *inflight.front();
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return p.done; });
+    }
+    if (bad.ok()) {
+      bad = finish(p.ctx, p.status, "read");
+      if (bad.ok() && (!p.resp.written() || p.resp.part_bytes() != p.len ||
+                       p.resp.header().total_bytes() != total))
+        bad = errors::Internal(
+            "read: the broker answered bytes [{}, {}) of handle {} with {} bytes of {}", p.off,
+            p.off + p.len, h, p.resp.part_bytes(), p.resp.header().total_bytes());
+      if (!bad.ok())
+        for (auto& q : inflight) q->ctx.TryCancel();
+    }
+    if (bad.ok() && next < total) issue();  // the broker writes it while this one is copied
+    if (bad.ok()) std::memcpy(dst + p.off, region.base + p.off, static_cast<size_t>(p.len));
+    inflight.pop_front();
+  }
+  return bad;
+}
+
+// A read through the shared-memory region: the broker writes the value into it, this side
+// copies it out to the place the caller gives; large values in parts, pipelined. `unusable`
+// is set when no region could be had (then streams are used).
+Result<TensorType> RemoteClient::Impl::shm_read(TensorHandle h, int64_t room,
+                                                const ReadPlace& place, bool* unusable) {
+  const int64_t hint = std::max<int64_t>(last_read_bytes.load(), 0);
+  auto region = shm_get(std::min<int64_t>(hint, room >= 0 ? room : INT64_MAX));
+  if (!region.ok()) {
+    *unusable = true;
+    return region.status();
+  }
+  auto done = [&](Result<TensorType> r) {
+    if (region.ok()) shm_release(std::move(region).value());
+    return r;
+  };
+  // A value as large as the last one read: the first part only, the rest pipelined.
+  bool ask_part = hint >= kPipelinedReadMinBytes && (room < 0 || room >= hint);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    grpc::ClientContext ctx;
+    prepare(ctx, kNoDeadline);
+    v1::ReadRegionRequest req;
+    req.set_handle(h);
+    req.set_region((*region)->id);
+    const bool part = ask_part;
+    if (part) {
+      req.set_value_length(std::min(read_part_bytes(hint), (*region)->size));
+      if (room >= 0) req.set_max_bytes(std::max<int64_t>(room, 1));
+    } else {
+      req.set_max_bytes(room >= 0 ? std::max<int64_t>(1, std::min(room, (*region)->size))
+                                  : (*region)->size);
+    }
+    v1::ReadRegionResponse resp;
+    if (Status st = finish(ctx, stub->ReadRegion(&ctx, req, &resp), "read"); !st.ok())
+      return done(st);
+    const auto& hd = resp.header();
+    auto size = checked_wire_size(hd.dtype(), hd.shape(), "read");
+    if (!size.ok() || *size != hd.total_bytes())
+      return done(errors::Internal("read: the broker's answer declares {} bytes for {}",
+                                   hd.total_bytes(), size.ok() ? "another size" : "a bad type"));
+    const int64_t total = *size;
+    TensorType type{static_cast<DType>(hd.dtype()), Shape(hd.shape().begin(), hd.shape().end())};
+    if (room >= 0 && total > room) {  // no room: the type is all the caller gets
+      (void)place(type, total);
+      return done(type);
+    }
+    // Written whole (a part of the whole value, or a broker that knows no parts).
+    const int64_t first = resp.part_bytes();
+    if (resp.written() && (first == total || first == 0)) {
+      last_read_bytes = total;
+      auto* dst = static_cast<unsigned char*>(place(type, total));
+      if (dst && total) std::memcpy(dst, (*region)->base, static_cast<size_t>(total));
+      return done(type);
+    }
+    if (!part && !resp.written() && total >= kPipelinedReadMinBytes) {
+      // Larger than the region, going by its type: its first part next, which waits for the
+      // value (so the size is the computed one, or the computation's error comes back) before
+      // any room is made for it.
+      ask_part = true;
+      continue;
+    }
+    const bool have_first = part && resp.written() && first > 0;
+    if (have_first) {
+      last_read_bytes = total;
+      auto* dst = static_cast<unsigned char*>(place(type, total));
+      if (!dst) return done(type);  // nowhere to write (read_into with no memory)
+      std::memcpy(dst, (*region)->base, static_cast<size_t>(first));
+      if ((*region)->size < total) {
+        shm_release(std::move(region).value());
+        region = shm_get(total);
+        if (!region.ok()) return region.status();
+      }
+      Status st = shm_read_parts(h, **region, dst, first, total);
+      if (!st.ok()) return done(st);
+      return done(type);
+    }
+    // Too large for this region (a broker that knows no parts): one with room enough, then
+    // the whole value again.
+    ask_part = false;
+    shm_release(std::move(region).value());
+    region = shm_get(total);
+    if (!region.ok()) return region.status();
+  }
+  return done(errors::Internal("read: the broker's value of handle {} did not fit twice", h));
+}
+
+// read() and read_into(): `room` < 0 = any size (read() allocates what the header says).
+Result<TensorType> RemoteClient::Impl::read_value(TensorHandle h, int64_t room,
+                                                  const ReadPlace& place) {
+  downloads++;
+  if (auto c = cached(h)) {
+    if (!c->status.ok()) return c->status;
+    const int64_t n = static_cast<int64_t>(c->value.nbytes());
+    void* dst = place(c->value.type(), n);
+    if (dst && n) std::memcpy(dst, c->value.data(), static_cast<size_t>(n));
+    return c->value.type();
+  }
+  flush_releases();
+  if (use_shm(options.shm_min_bytes)) {
+    bool unusable = false;
+    auto r = shm_read(h, room, place, &unusable);
+    if (!unusable || mode == "shm") return r;
+  }
+  return stream_read(h, room, place);
+}
+
+Result<HostTensor> RemoteClient::read(TensorHandle h) {
+  HostTensor out;
+  int64_t unallocated = -1;
+  TD_ASSIGN_OR_RETURN(TensorType type,
+                      impl_->read_value(h, -1, [&](const TensorType& t, int64_t n) -> void* {
+                        try {
+                          out = HostTensor(t.dtype, t.shape);
+                        } catch (const std::bad_alloc&) {
+                          unallocated = n;  // nothing is written then
+                          return nullptr;
+                        }
+                        return out.mutable_data();
+                      }));
+  if (unallocated >= 0)
+    return errors::ResourceExhausted("read: cannot allocate {} bytes in this process for {}",
+                                     unallocated, type.to_string());
+  if (out.empty()) out = HostTensor(type.dtype, type.shape);
   return out;
+}
+
+Result<TensorType> RemoteClient::read_into(TensorHandle h, void* dst, size_t room) {
+  const int64_t r = static_cast<int64_t>(std::min<size_t>(room, INT64_MAX));
+  bool no_dst = false;
+  auto t = impl_->read_value(h, r, [&](const TensorType&, int64_t bytes) -> void* {
+    if (bytes == 0 || bytes > r) return nullptr;
+    if (!dst) no_dst = true;
+    return dst;
+  });
+  if (!t.ok()) return t;
+  if (no_dst) {
+    auto n = checked_byte_size(t->dtype, t->shape);
+    return errors::InvalidArgument("read_into: no destination for {} bytes", n.ok() ? *n : 0);
+  }
+  return t;
 }
 
 Status RemoteClient::wait(TensorHandle h) {

@@ -15,7 +15,9 @@
 // one-time ticket of the session), which it maps (TENSORD_TRANSPORT=grpc|shm overrides). Large
 // floating-point uploads lend their region to the broker, which computes on it in place; the
 // region is not written again until the broker reports it free (ReclaimRegions). Streamed
-// chunks are sent straight from the caller's memory (no copy on this side).
+// chunks are sent straight from the caller's memory (no copy on this side). Reads land in the
+// caller's memory with one copy on this side (read_into): parsed off the stream, or copied out
+// of the region part by part while the broker writes the next part (values of 8 MiB or more).
 //
 // Failures: a broker that is down or goes away answers UNAVAILABLE, quickly — calls never wait
 // for a connection (wait_for_ready is off), calls that do not wait on device work carry a
@@ -91,6 +93,7 @@ class RemoteClient final : public Client {
   std::string default_device() override;
   Result<TensorHandle> upload(const TensorView& src, const std::string& device) override;
   Result<HostTensor> read(TensorHandle h) override;
+  Result<TensorType> read_into(TensorHandle h, void* dst, size_t room) override;
   Status wait(TensorHandle h) override;
   Result<TensorInfo> info(TensorHandle h) override;
   Result<std::vector<TensorHandle>> execute(const Graph& graph,

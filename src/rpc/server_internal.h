@@ -224,8 +224,8 @@ class AttachReactor final : public grpc::ServerWriteReactor<v1::AttachEvent> {
 };
 
 class Service final
-    : public v1::Tensord::WithRawCallbackMethod_Upload<
-          v1::Tensord::WithCallbackMethod_Attach<v1::Tensord::Service>> {
+    : public v1::Tensord::WithRawCallbackMethod_Read<v1::Tensord::WithRawCallbackMethod_Upload<
+          v1::Tensord::WithCallbackMethod_Attach<v1::Tensord::Service>>> {
  public:
   // `auth_in_filter`: a TokenProcessor refused wrong tokens before calls got here (each method
   // still finds its tenant from the token, and checks it).
@@ -286,8 +286,8 @@ class Service final
                             v1::UploadResponse* resp) override;
   grpc::Status UploadInline(grpc::ServerContext* ctx, const v1::UploadChunk* req,
                             v1::UploadResponse* resp) override;
-  grpc::Status Read(grpc::ServerContext* ctx, const v1::ReadRequest* req,
-                    grpc::ServerWriter<v1::ReadChunk>* writer) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Read(grpc::CallbackServerContext* ctx,
+                                                   const grpc::ByteBuffer* request) override;
 
   // ---------------------------------------------------------------- shared_memory.cpp
   grpc::Status RegionTicket(grpc::ServerContext* ctx, const v1::RegionTicketRequest* req,
@@ -334,6 +334,11 @@ class Service final
   // into a pooled block that becomes the tensor (no staging copy, no second allocation).
   // Messages are tensord.v1.UploadChunk, parsed here field by field for that reason.
   class UploadReactor;  // transfers.cpp
+  // A streamed read (server streaming, raw messages): the value's bytes go out as slices of
+  // the tensor's own memory (no copy on this side), waited for on a thread of its own.
+  class ReadReactor;  // transfers.cpp
+  // Read threads running; shared with them (one may outlive the service by a few instructions).
+  std::shared_ptr<std::atomic<int>> read_threads_ = std::make_shared<std::atomic<int>>(0);
 
   static grpc::Status fail(grpc::ServerContextBase* ctx, const Status& s);
   Result<std::string> session_id(grpc::ServerContextBase* ctx) const;
@@ -352,7 +357,7 @@ class Service final
     CancelToken* token;
     ~Disarm() { token->disarm(); }
   };
-  static std::shared_ptr<CancelToken> call_token(grpc::ServerContext* ctx);
+  static std::shared_ptr<CancelToken> call_token(grpc::ServerContextBase* ctx);
   grpc::Status finish_submit(grpc::ServerContext* ctx, const Guard& g, CancelToken& call,
                              const std::vector<TensorHandle>& out, int64_t inline_max_bytes,
                              google::protobuf::RepeatedField<uint64_t>* outputs,
@@ -365,6 +370,8 @@ class Service final
   grpc::Status finish_load(grpc::ServerContext* ctx, const Guard& g, const Graph& graph,
                            const std::string& device, v1::LoadModelResponse* resp);
   Result<std::shared_ptr<Region>> find_region(const Guard& g, uint64_t id);
+  grpc::Status read_region_part(grpc::ServerContext* ctx, const Guard& g, Region& region,
+                                const v1::ReadRegionRequest& req, v1::ReadRegionResponse* resp);
   Result<std::shared_ptr<Region>> open_region(int fd, int64_t bytes);
 
   std::shared_ptr<Engine> engine_;

@@ -273,7 +273,7 @@ grpc::Status Service::fail(grpc::ServerContextBase* ctx, const Status& s) {
 
 // A call's token (Engine waits give up when it fires; work submitted with it stops): the
 // client's gRPC deadline, if any, and a poll of "the client cancelled or went away".
-std::shared_ptr<CancelToken> Service::call_token(grpc::ServerContext* ctx) {
+std::shared_ptr<CancelToken> Service::call_token(grpc::ServerContextBase* ctx) {
   auto token = std::make_shared<CancelToken>();
   const auto deadline = ctx->deadline();
   const auto now = std::chrono::system_clock::now();

@@ -143,6 +143,8 @@ grpc::Status Service::ReadRegion(grpc::ServerContext* ctx, const v1::ReadRegionR
                          "read: offset {} (max_bytes {}) is outside shared-memory region '{}' "
                          "of {} bytes",
                          req->offset(), req->max_bytes(), (*region)->name, (*region)->size));
+  if (req->value_offset() != 0 || req->value_length() != 0)
+    return read_region_part(ctx, g, **region, *req, resp);
   const int64_t room = req->max_bytes() > 0
                            ? std::min(req->max_bytes(), (*region)->size - req->offset())
                            : (*region)->size - req->offset();
@@ -171,6 +173,78 @@ grpc::Status Service::ReadRegion(grpc::ServerContext* ctx, const v1::ReadRegionR
   h->mutable_shape()->Assign(t->shape.begin(), t->shape.end());
   h->set_total_bytes(*bytes);
   resp->set_written(*bytes <= span_bytes);
+  return grpc::Status::OK;
+}
+
+// A part of a value into a region (ReadRegionRequest.value_offset/value_length): the client
+// copies one part out while the broker writes the next, so a large read costs about one copy
+// instead of two in a row. The value's bytes are taken where they are (Engine::map_host, on a
+// device computing on host memory); other devices copy the value once into a pooled block.
+grpc::Status Service::read_region_part(grpc::ServerContext* ctx, const Guard& g, Region& region,
+                                       const v1::ReadRegionRequest& req,
+                                       v1::ReadRegionResponse* resp) {
+  if (req.value_offset() < 0 || req.value_length() < 0 || req.max_bytes() < 0)
+    return fail(ctx, errors::InvalidArgument(
+                         "read: value_offset {}, value_length {} and max_bytes {} must not be "
+                         "negative",
+                         req.value_offset(), req.value_length(), req.max_bytes()));
+  auto call = call_token(ctx);
+  TensorType type;
+  const unsigned char* bytes = nullptr;
+  std::shared_ptr<const void> keep;
+  int64_t total = 0;
+  auto mapped = engine_->map_host(g.engine_session(), req.handle(), call.get());
+  if (mapped.ok()) {
+    type = {mapped->view.dtype, mapped->view.shape};
+    bytes = static_cast<const unsigned char*>(mapped->view.data);
+    keep = std::move(mapped->keepalive);
+    auto n = checked_byte_size(type.dtype, type.shape);
+    if (!n.ok()) return fail(ctx, n.status());
+    total = *n;
+  } else if (mapped.status().code() == StatusCode::kFailedPrecondition) {
+    auto info = engine_->info(g.engine_session(), req.handle(), call.get());
+    if (!info.ok()) return fail(ctx, info.status());
+    auto n = checked_byte_size(info->type.dtype, info->type.shape);
+    if (!n.ok()) return fail(ctx, n.status());
+    std::shared_ptr<unsigned char> block;
+    if (*n > 0 && (req.max_bytes() == 0 || *n <= req.max_bytes())) {
+      block = pool_.get(static_cast<size_t>(*n));
+      if (!block)
+        return fail(ctx, errors::ResourceExhausted(
+                             "read: cannot hold {} bytes in the broker's host memory", *n));
+    }
+    auto t = engine_->read_into(g.engine_session(), req.handle(), block.get(),
+                                block ? static_cast<size_t>(*n) : 0, call.get());
+    if (!t.ok()) return fail(ctx, t.status());
+    type = *t;
+    auto m = checked_byte_size(type.dtype, type.shape);
+    if (!m.ok()) return fail(ctx, m.status());
+    total = *m;
+    if (total > 0 && block && total > *n)
+      return fail(ctx, errors::Internal("read: the value of handle {} changed size while read",
+                                        req.handle()));
+    bytes = block.get();
+    keep = std::move(block);
+  } else {
+    return fail(ctx, mapped.status());
+  }
+  auto* h = resp->mutable_header();
+  h->set_dtype(static_cast<int32_t>(type.dtype));
+  h->mutable_shape()->Assign(type.shape.begin(), type.shape.end());
+  h->set_total_bytes(total);
+  if (req.max_bytes() > 0 && total > req.max_bytes()) return grpc::Status::OK;  // no room
+  if (req.value_offset() > total)
+    return fail(ctx, errors::OutOfRange("read: value_offset {} is past the {} bytes of handle {}",
+                                        req.value_offset(), total, req.handle()));
+  const int64_t left = total - req.value_offset();
+  const int64_t n = req.value_length() > 0 ? std::min(req.value_length(), left) : left;
+  if (n > 0 && !bytes)
+    return fail(ctx, errors::Internal("read: no bytes for handle {}", req.handle()));
+  auto ptr = region.span(req.offset(), n, "read");
+  if (!ptr.ok()) return fail(ctx, ptr.status());
+  if (n) std::memcpy(*ptr, bytes + req.value_offset(), static_cast<size_t>(n));
+  resp->set_written(true);
+  resp->set_part_bytes(n);
   return grpc::Status::OK;
 }
 

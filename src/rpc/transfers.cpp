@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 namespace tensord::rpc::server_impl {
 
@@ -364,32 +365,168 @@ grpc::Status Service::UploadInline(grpc::ServerContext* ctx, const v1::UploadChu
   return finish_upload(ctx, g, req->header(), req->data().data(), resp);
 }
 
-grpc::Status Service::Read(grpc::ServerContext* ctx, const v1::ReadRequest* req,
-                           grpc::ServerWriter<v1::ReadChunk>* writer) {
-  Guard g(this, ctx);
-  if (!g.ok()) return fail(ctx, g.status());
-  auto call = call_token(ctx);
-  auto t = engine_->read(g.engine_session(), req->handle(), call.get());
-  if (!t.ok()) return fail(ctx, t.status());
-  int64_t chunk = req->chunk_bytes() > 0 ? req->chunk_bytes() : options_.chunk_bytes;
-  chunk = std::clamp<int64_t>(chunk, 64 << 10, 64 << 20);
-  const auto* bytes = static_cast<const char*>(t->data());
-  const int64_t total = static_cast<int64_t>(t->nbytes());
-  v1::ReadChunk msg;
-  auto* h = msg.mutable_header();
-  h->set_dtype(static_cast<int32_t>(t->dtype()));
-  h->mutable_shape()->Assign(t->shape().begin(), t->shape().end());
-  h->set_total_bytes(total);
-  int64_t off = 0;
-  do {
-    const int64_t n = std::min(chunk, total - off);
-    msg.set_data(bytes + off, static_cast<size_t>(n));
-    off += n;
-    if (!writer->Write(msg))
-      return fail(ctx, Status(StatusCode::kCancelled, "read: the client went away"));
-    msg.clear_header();
-  } while (off < total);
-  return grpc::Status::OK;
+// Read: the value's bytes go out from where they are. A device computing on host memory (cpu)
+// lends them in place (Engine::map_host); other devices copy them once into a pooled block
+// (warm pages: no fresh, page-faulting allocation per read, which costs more than the copy).
+// The messages are tensord.v1.ReadChunk written here by hand: a small framing slice, then a
+// slice OF the value's memory (kept alive until gRPC has sent it), so this side copies
+// nothing; the kernel's socket copy is the only one. The value is waited for on a thread of
+// the call's own (the callback API must not block), at most kMaxReadThreads at once; past
+// that, on gRPC's callback thread.
+class Service::ReadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  static constexpr int kMaxReadThreads = 64;
+
+  ReadReactor(Service* service, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request)
+      : service_(service), ctx_(ctx), guard_(service, ctx) {
+    if (!guard_.ok()) {
+      Finish(fail(ctx_, guard_.status()));
+      return;
+    }
+    grpc::ByteBuffer copy(*request);
+    if (!grpc::SerializationTraits<v1::ReadRequest>::Deserialize(&copy, &req_).ok()) {
+      Finish(fail(ctx_, errors::InvalidArgument("read: the request is not a ReadRequest")));
+      return;
+    }
+    std::shared_ptr<std::atomic<int>> running = service_->read_threads_;
+    if (running->fetch_add(1) < kMaxReadThreads) {
+      std::thread([this, running] {
+        prepare_and_start();  // the reactor (and the service) may be gone once this returns
+        running->fetch_sub(1);
+      }).detach();
+    } else {
+      running->fetch_sub(1);
+      prepare_and_start();
+    }
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(fail(ctx_, Status(StatusCode::kCancelled, "read: the client went away")));
+      return;
+    }
+    if (++next_ < messages_.size()) {
+      StartWrite(&messages_[next_]);
+      return;
+    }
+    Finish(grpc::Status::OK);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  // Waits for the value, lays out the messages and starts writing (or finishes with the
+  // error). The last thing it does is StartWrite/Finish: after that the reactor belongs to
+  // gRPC's callbacks.
+  void prepare_and_start() {
+    Status s = prepare();
+    if (!s.ok()) {
+      Finish(fail(ctx_, s));
+      return;
+    }
+    StartWrite(&messages_[0]);
+  }
+
+  Status prepare() {
+    const v1::ReadRequest& req = req_;
+    if (req.offset() < 0 || req.length() < 0 || req.max_bytes() < 0)
+      return errors::InvalidArgument(
+          "read: offset {}, length {} and max_bytes {} must not be negative", req.offset(),
+          req.length(), req.max_bytes());
+    Engine& engine = *service_->engine_;
+    const SessionId session = guard_.engine_session();
+    auto call = call_token(ctx_);
+    TensorType type;
+    const unsigned char* bytes = nullptr;
+    int64_t total = 0;
+    auto mapped = engine.map_host(session, req.handle(), call.get());
+    if (mapped.ok()) {
+      type = {mapped->view.dtype, mapped->view.shape};
+      bytes = static_cast<const unsigned char*>(mapped->view.data);
+      keep_ = std::move(mapped->keepalive);
+      TD_ASSIGN_OR_RETURN(total, checked_byte_size(type.dtype, type.shape));
+    } else if (mapped.status().code() == StatusCode::kFailedPrecondition) {
+      // Not in host memory (or a computation that failed with that code: read_into says so).
+      TD_ASSIGN_OR_RETURN(TensorInfo info, engine.info(session, req.handle(), call.get()));
+      auto n = checked_byte_size(info.type.dtype, info.type.shape);
+      std::shared_ptr<unsigned char> block;
+      if (n.ok() && *n > 0 && (req.max_bytes() == 0 || *n <= req.max_bytes())) {
+        block = service_->pool_.get(static_cast<size_t>(*n));
+        if (!block)
+          return errors::ResourceExhausted(
+              "read: cannot hold {} bytes in the broker's host memory", *n);
+      }
+      TD_ASSIGN_OR_RETURN(type, engine.read_into(session, req.handle(), block.get(),
+                                                 block ? static_cast<size_t>(*n) : 0,
+                                                 call.get()));
+      TD_ASSIGN_OR_RETURN(total, checked_byte_size(type.dtype, type.shape));
+      if (total > 0 && (!block || !n.ok() || total > *n))
+        return errors::Internal("read: the value of handle {} changed size while read",
+                                req.handle());
+      bytes = block.get();
+      keep_ = std::move(block);
+    } else {
+      return mapped.status();
+    }
+    if (req.offset() > total)
+      return errors::OutOfRange("read: offset {} is past the {} bytes of handle {}",
+                                req.offset(), total, req.handle());
+    v1::ReadHeader header;
+    header.set_dtype(static_cast<int32_t>(type.dtype));
+    header.mutable_shape()->Assign(type.shape.begin(), type.shape.end());
+    header.set_total_bytes(total);
+    std::string framing;
+    put_field(framing, 1, header.ByteSizeLong());  // field 1 (header), length-delimited
+    framing += header.SerializeAsString();
+    if (req.max_bytes() > 0 && total > req.max_bytes()) {  // no room: the header tells
+      grpc::Slice slice(framing);
+      messages_.emplace_back(&slice, 1);
+      return OkStatus();
+    }
+    const int64_t end = req.length() > 0 ? std::min(total, req.offset() + req.length()) : total;
+    int64_t chunk = req.chunk_bytes() > 0 ? req.chunk_bytes() : service_->options_.chunk_bytes;
+    chunk = std::clamp<int64_t>(chunk, 64 << 10, 64 << 20);
+    int64_t off = req.offset();
+    do {
+      const int64_t n = std::min(chunk, end - off);
+      put_field(framing, 2, static_cast<uint64_t>(n));  // field 2 (data), length-delimited
+      grpc::Slice head(framing);
+      framing.clear();
+      if (n > 0) {
+        // The value's memory itself; each slice holds the value until gRPC is done with it.
+        auto* hold = new std::shared_ptr<const void>(keep_);
+        grpc::Slice data(const_cast<unsigned char*>(bytes + off), static_cast<size_t>(n),
+                         [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); },
+                         hold);
+        grpc::Slice parts[2] = {head, data};
+        messages_.emplace_back(parts, 2);
+      } else {
+        messages_.emplace_back(&head, 1);
+      }
+      off += n;
+    } while (off < end);
+    return OkStatus();
+  }
+
+  static void put_field(std::string& out, int field, uint64_t len) {
+    out.push_back(static_cast<char>((field << 3) | 2));
+    while (len >= 0x80) {
+      out.push_back(static_cast<char>(len | 0x80));
+      len >>= 7;
+    }
+    out.push_back(static_cast<char>(len));
+  }
+
+  Service* service_;
+  grpc::CallbackServerContext* ctx_;
+  Guard guard_;
+  v1::ReadRequest req_;
+  std::shared_ptr<const void> keep_;  // the value's bytes, while the messages are written
+  std::vector<grpc::ByteBuffer> messages_;
+  size_t next_ = 0;
+};
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* Service::Read(grpc::CallbackServerContext* ctx,
+                                                           const grpc::ByteBuffer* request) {
+  return new ReadReactor(this, ctx, request);
 }
 
 // Validates an upload header: dtype, shape, declared size, and whether the bytes can fit

@@ -379,3 +379,21 @@ def test_op_generic(client, rng):
     vals, idx = td.op("TopK", x, np.array([2], np.int64), num_outputs=2, axis=-1)
     check(vals, -np.sort(-a, axis=-1)[:, :2])
     check(td.op("HardSwish", x), a * np.clip(a / 6 + 0.5, 0, 1), atol=1e-6)
+
+
+def test_numpy_reads_large_values_straight_into_the_array(client):
+    # numpy() hands the NumPy array's own memory to Client::read_into: one download, the exact
+    # bytes (through shared memory or gRPC streams on a broker), also for computed values.
+    rng = np.random.default_rng(14)
+    a = rng.standard_normal((1 << 20) + 3).astype(np.float32)  # 4 MiB + 12 bytes
+    x = td.asarray(a, client=client)
+    y = x * 2 - 1
+    before = client.stats()
+    got = y.numpy()
+    after = client.stats()
+    assert after["downloads"] - before["downloads"] == 1, (before, after)
+    assert got.dtype == np.float32 and got.shape == a.shape
+    assert got.flags["C_CONTIGUOUS"] and got.flags["WRITEABLE"]
+    np.testing.assert_array_equal(got, a * np.float32(2) - np.float32(1))
+    ints = td.asarray(np.arange(12, dtype=np.int64).reshape(3, 4), client=client)
+    np.testing.assert_array_equal(ints.numpy(), np.arange(12).reshape(3, 4))

@@ -193,6 +193,118 @@ TEST_P(ClientSuite, LargeTensorsAreStreamedIntact) {
   EXPECT_EQ(y->data<float>()[n - 1], -static_cast<float>((n - 1) % 100003));
 }
 
+// read_into: the bytes straight into the caller's memory (NumPy, DLPack, Node). The same
+// on an embedded engine, through shared memory (kRemote) and over gRPC streams.
+TEST_P(ClientSuite, ReadIntoWritesTheExactBytesAndNothingPastThem) {
+  for (int64_t n : {int64_t{6}, int64_t{(5 << 20) + 3}}) {  // inline-sized, and 20 MiB + 12 B
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i % 100003) - 7;
+    HostTensor t = f32(v, {n});
+    auto h = client_->upload(t.view(), "cpu:1");
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    std::vector<unsigned char> dst(t.nbytes() + 64, 0xAB);  // room to spare, sentinel after
+    auto type = client_->read_into(*h, dst.data(), dst.size());
+    ASSERT_TRUE(type.ok()) << type.status().to_string();
+    EXPECT_EQ(*type, (TensorType{DType::kFloat32, {n}}));
+    EXPECT_EQ(std::memcmp(dst.data(), t.data(), t.nbytes()), 0) << n << " floats";
+    for (size_t i = t.nbytes(); i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xAB) << "byte " << i;
+    // Exactly the room needed, and a computed value (not the uploaded bytes).
+    Graph g;
+    g.inputs = {{"x", {}}};
+    g.nodes = {node("neg", "Neg", {"x"}, {"y"})};
+    g.outputs = {{"y", {}}};
+    auto out = client_->execute(g, {*h}, "");
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    std::vector<float> y(static_cast<size_t>(n), 0.5f);
+    auto ty = client_->read_into((*out)[0], y.data(), y.size() * sizeof(float));
+    ASSERT_TRUE(ty.ok()) << ty.status().to_string();
+    EXPECT_EQ(*ty, (TensorType{DType::kFloat32, {n}}));
+    for (int64_t i = 0; i < n; i += std::max<int64_t>(1, n / 1000))
+      ASSERT_EQ(y[static_cast<size_t>(i)], -v[static_cast<size_t>(i)]) << "element " << i;
+    EXPECT_EQ(y.back(), -v.back());
+    if (auto* r = dynamic_cast<rpc::RemoteClient*>(client_.get()); r && n > 1000)
+      EXPECT_EQ(r->transport(), GetParam() == Kind::kRemote ? "shm" : "grpc");
+  }
+  // Every dtype and an empty tensor.
+  std::vector<HostTensor> ts = {HostTensor::from_vector<int64_t>({-1, 1LL << 40, 7}, {3}),
+                                HostTensor::from_vector<uint8_t>({0, 255, 3}, {3}),
+                                HostTensor::from_vector<double>({3.5}, {}),
+                                HostTensor(DType::kFloat16, {2, 0, 3})};
+  for (const auto& t : ts) {
+    auto h = client_->upload(t.view(), "");
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    std::vector<unsigned char> dst(t.nbytes() + 1, 0xCD);
+    auto type = client_->read_into(*h, dst.data(), t.nbytes());
+    ASSERT_TRUE(type.ok()) << t.type().to_string() << ": " << type.status().to_string();
+    EXPECT_EQ(*type, t.type());
+    if (t.nbytes()) EXPECT_EQ(std::memcmp(dst.data(), t.data(), t.nbytes()), 0);
+    EXPECT_EQ(dst[t.nbytes()], 0xCD);
+  }
+}
+
+TEST_P(ClientSuite, ReadIntoWithoutRoomWritesNothingAndReturnsTheType) {
+  for (int64_t n : {int64_t{6}, int64_t{(1 << 20) + 5}}) {  // small, and past shm_min_bytes
+    HostTensor t(DType::kFloat32, {2, n});
+    auto* p = t.mutable_data<float>();
+    for (int64_t i = 0; i < 2 * n; ++i) p[i] = static_cast<float>(i);
+    auto h = client_->upload(t.view(), "");
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    std::vector<unsigned char> dst(t.nbytes(), 0x5A);
+    for (size_t room : {t.nbytes() - 1, size_t{4}, size_t{0}}) {
+      auto type = client_->read_into(*h, dst.data(), room);
+      ASSERT_TRUE(type.ok()) << "room " << room << ": " << type.status().to_string();
+      EXPECT_EQ(*type, (TensorType{DType::kFloat32, {2, n}})) << "room " << room;
+      for (size_t i = 0; i < dst.size(); i += 997) ASSERT_EQ(dst[i], 0x5A) << "room " << room;
+      ASSERT_EQ(dst.back(), 0x5A);
+    }
+    // Nowhere to write: only the type.
+    auto type = client_->read_into(*h, nullptr, 0);
+    ASSERT_TRUE(type.ok()) << type.status().to_string();
+    EXPECT_EQ(type->shape, (Shape{2, n}));
+    // Room claimed but no memory: an error, not a crash.
+    auto bad = client_->read_into(*h, nullptr, t.nbytes());
+    ASSERT_FALSE(bad.ok());
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status().to_string();
+    // The handle still reads after all that.
+    auto ok = client_->read_into(*h, dst.data(), dst.size());
+    ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+    EXPECT_EQ(std::memcmp(dst.data(), t.data(), t.nbytes()), 0);
+  }
+}
+
+TEST_P(ClientSuite, ReadIntoAFailedComputationOrAReleasedHandleIsAnError) {
+  Graph g;
+  g.inputs = {{"a", {}}, {"b", {}}};
+  g.nodes = {node("mm", "MatMul", {"a", "b"}, {"p"})};
+  g.outputs = {{"p", {}}};
+  HostTensor a = f32({1, 2, 3, 4, 5, 6}, {2, 3}), b = f32({1, 2, 3, 4}, {2, 2});
+  auto ha = client_->upload(a.view(), ""), hb = client_->upload(b.view(), "");
+  ASSERT_TRUE(ha.ok() && hb.ok());
+  auto out = client_->execute(g, {*ha, *hb}, "");
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  Status bad = client_->wait((*out)[0]);
+  ASSERT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  std::vector<float> dst(64, 9.0f);
+  auto r = client_->read_into((*out)[0], dst.data(), dst.size() * sizeof(float));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status(), bad);  // the computation's error: same code, same message
+  EXPECT_NE(r.status().message().find("'mm'"), std::string::npos) << r.status().message();
+  EXPECT_EQ(dst[0], 9.0f);
+  // Released: NOT_FOUND, small and large alike.
+  HostTensor big(DType::kFloat32, {1 << 20});
+  auto hbig = client_->upload(big.view(), "");
+  ASSERT_TRUE(hbig.ok()) << hbig.status().to_string();
+  std::vector<float> room(1 << 20);
+  for (TensorHandle h : {*ha, *hbig}) {
+    ASSERT_TRUE(client_->release(h).ok());
+    auto gone = client_->read_into(h, room.data(), room.size() * sizeof(float));
+    ASSERT_FALSE(gone.ok());
+    EXPECT_EQ(gone.status().code(), StatusCode::kNotFound) << gone.status().to_string();
+  }
+  auto never = client_->read_into(987654321, room.data(), room.size() * sizeof(float));
+  EXPECT_EQ(never.status().code(), StatusCode::kNotFound);
+}
+
 TEST_P(ClientSuite, BadUploadsAreErrors) {
   HostTensor t = f32({1, 2}, {2});
   auto unknown = client_->upload(t.view(), "cuda:0");

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <future>
 #include <thread>
+#include <tuple>
 
 #include "broker_process.h"
 #include "rpc/remote_client.h"
@@ -398,6 +399,74 @@ TEST_F(BrokerFaults, LargeGrpcUploadOverTwoStreamsIsIntact) {
   EXPECT_TRUE((*c)->release(*h).ok());
   c->reset();
   EXPECT_EQ(raw_->in_use_settled("cpu:0", base_), base_);
+}
+
+// Read's room and parts (ReadRequest.max_bytes, offset, length): a value larger than the room
+// comes as its header alone; a part comes with the whole value's header and only its bytes, in
+// chunks; a part past the end is OUT_OF_RANGE and negative fields INVALID_ARGUMENT.
+TEST_F(BrokerFaults, ReadRoomAndPartsOnTheWire) {
+  const std::string session = raw_->open_session();
+  const int64_t n = 300000;  // 1.2 MB: several 64 KiB chunks
+  std::string data(static_cast<size_t>(n * 4), '\0');
+  for (int64_t i = 0; i < n; ++i) {
+    const float f = static_cast<float>(i);
+    std::memcpy(&data[static_cast<size_t>(i * 4)], &f, 4);
+  }
+  uint64_t h = 0;
+  ASSERT_TRUE(raw_->upload(session, {n}, n * 4, {data}, true, &h).ok());
+  struct Got {
+    grpc::Status status;
+    int messages = 0;
+    int64_t total = -1;
+    std::string bytes;
+  };
+  auto read = [&](int64_t max_bytes, int64_t offset, int64_t length) {
+    grpc::ClientContext ctx;
+    raw_->prepare(ctx, session);
+    v1::ReadRequest req;
+    req.set_handle(h);
+    req.set_chunk_bytes(64 << 10);
+    req.set_max_bytes(max_bytes);
+    req.set_offset(offset);
+    req.set_length(length);
+    auto r = raw_->stub().Read(&ctx, req);
+    v1::ReadChunk chunk;
+    Got g;
+    while (r->Read(&chunk)) {
+      if (g.messages++ == 0) {
+        EXPECT_TRUE(chunk.has_header());
+        g.total = chunk.header().total_bytes();
+      } else {
+        EXPECT_FALSE(chunk.has_header());
+      }
+      g.bytes += chunk.data();
+    }
+    g.status = r->Finish();
+    return g;
+  };
+  Got all = read(0, 0, 0);
+  ASSERT_TRUE(all.status.ok()) << all.status.error_message();
+  EXPECT_EQ(all.bytes, data);
+  EXPECT_GT(all.messages, 10);
+  Got room = read(n * 4, 0, 0);  // exactly the room needed
+  EXPECT_EQ(room.bytes, data);
+  Got small = read(n * 4 - 1, 0, 0);  // one byte short: the header only
+  ASSERT_TRUE(small.status.ok()) << small.status.error_message();
+  EXPECT_EQ(small.messages, 1);
+  EXPECT_EQ(small.total, n * 4);
+  EXPECT_TRUE(small.bytes.empty());
+  Got mid = read(0, 100001, 200000);
+  ASSERT_TRUE(mid.status.ok()) << mid.status.error_message();
+  EXPECT_EQ(mid.total, n * 4);
+  EXPECT_EQ(mid.bytes, data.substr(100001, 200000));
+  Got tail = read(0, n * 4 - 5, 0);  // length 0: to the end
+  EXPECT_EQ(tail.bytes, data.substr(static_cast<size_t>(n * 4 - 5)));
+  Got cut = read(0, n * 4 - 5, 1000);  // a length past the end is cut there
+  EXPECT_EQ(cut.bytes, data.substr(static_cast<size_t>(n * 4 - 5)));
+  EXPECT_EQ(read(0, n * 4 + 1, 0).status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  for (auto [m, o, l] : {std::tuple<int64_t, int64_t, int64_t>{-1, 0, 0}, {0, -1, 0}, {0, 0, -1}})
+    EXPECT_EQ(read(m, o, l).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  expect_still_serving();
 }
 
 TEST_F(BrokerFaults, HandshakeReportsVersionsAndDevices) {

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "broker_process.h"
@@ -287,6 +288,91 @@ TEST_F(SecurityShm, TruncatingASealedRegionFailsAndNeverKillsTheBroker) {
   ASSERT_TRUE(read_region(s, h, region, kBytes / 2, &resp).ok());
   EXPECT_TRUE(resp.written());
   EXPECT_EQ(std::memcmp(mem, mem + kFloats, kBytes / 2), 0);
+  expect_alive();
+}
+
+// Parts of a value into a region (ReadRegionRequest.value_offset/value_length, what the client
+// pipelines large reads with): the exact bytes at the offset asked, and every bound checked —
+// a part past the value or past the region is refused with nothing written, a negative field
+// is INVALID_ARGUMENT, and a client with too little room gets the header only.
+TEST_F(SecurityShm, ValuePartsAreWrittenExactlyAndTheirBoundsChecked) {
+  const std::string s = open_session();
+  constexpr int64_t kBytes = 2 << 20;
+  TestMemfd m(kBytes, F_SEAL_SHRINK);
+  uint64_t region = 0;
+  grpc::Status reg = testing::register_fd(*stub_, s, socket_, m.fd, kBytes, &region);
+  ASSERT_TRUE(reg.ok()) << reg.error_message();
+  auto* mem = reinterpret_cast<float*>(m.map());
+  ASSERT_NE(mem, nullptr);
+  constexpr int64_t kFloats = 1000;  // 4000 bytes, uploaded from the region's start
+  for (int64_t i = 0; i < kFloats; ++i) mem[i] = static_cast<float>(i) + 0.5f;
+  uint64_t h = 0;
+  ASSERT_TRUE(upload_region(s, region, 0, kFloats, &h).ok());
+  auto part = [&](int64_t offset, int64_t voff, int64_t vlen, int64_t max_bytes,
+                  v1::ReadRegionResponse* resp) {
+    grpc::ClientContext ctx;
+    testing::prepare_call(ctx, s);
+    v1::ReadRegionRequest req;
+    req.set_handle(h);
+    req.set_region(region);
+    req.set_offset(offset);
+    req.set_value_offset(voff);
+    req.set_value_length(vlen);
+    req.set_max_bytes(max_bytes);
+    return stub_->ReadRegion(&ctx, req, resp);
+  };
+  auto* bytes = reinterpret_cast<unsigned char*>(mem);
+  const int64_t at = kBytes / 2;
+  std::memset(bytes + at, 0xEE, 8192);
+  v1::ReadRegionResponse resp;
+  // Bytes [1000, 1400) of the value at `at`; nothing around them is touched.
+  grpc::Status st = part(at, 1000, 400, 0, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_TRUE(resp.written());
+  EXPECT_EQ(resp.part_bytes(), 400);
+  EXPECT_EQ(resp.header().total_bytes(), kFloats * 4);
+  EXPECT_EQ(std::memcmp(bytes + at, bytes + 1000, 400), 0);
+  EXPECT_EQ(bytes[at + 400], 0xEE);
+  EXPECT_EQ(bytes[at - 1], 0);  // the half between is untouched (zero since created)
+  // Length 0 = to the end; a length past the end is cut at the end.
+  resp.Clear();
+  ASSERT_TRUE(part(at, 3900, 0, 0, &resp).ok());
+  EXPECT_EQ(resp.part_bytes(), 100);
+  resp.Clear();
+  ASSERT_TRUE(part(at, 3000, 1 << 20, 0, &resp).ok());
+  EXPECT_EQ(resp.part_bytes(), 1000);
+  EXPECT_EQ(std::memcmp(bytes + at, bytes + 3000, 1000), 0);
+  // Past the value, past the region, negative: refused, nothing written.
+  std::memset(bytes + at, 0xEE, 8192);
+  resp.Clear();
+  st = part(at, 4001, 1, 0, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::OUT_OF_RANGE) << st.error_message();
+  st = part(kBytes - 100, 0, 4000, 0, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::OUT_OF_RANGE) << st.error_message();
+  for (auto [voff, vlen] : {std::pair<int64_t, int64_t>{-1, 10}, {0, -10}}) {
+    st = part(at, voff, vlen, 0, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  }
+  st = part(at, 10, 10, -1, &resp);  // a negative room, as for whole values
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::OUT_OF_RANGE) << st.error_message();
+  EXPECT_EQ(bytes[at], 0xEE);
+  EXPECT_EQ(bytes[kBytes - 100], 0);
+  // Too little room for the whole value: the header, not written.
+  resp.Clear();
+  ASSERT_TRUE(part(at, 0, 400, 3999, &resp).ok());
+  EXPECT_FALSE(resp.written());
+  EXPECT_EQ(resp.header().total_bytes(), 4000);
+  EXPECT_EQ(bytes[at], 0xEE);
+  // Another session's handle in this region: NOT_FOUND.
+  const std::string other = open_session();
+  grpc::ClientContext ctx;
+  testing::prepare_call(ctx, other);
+  v1::ReadRegionRequest req;
+  req.set_handle(h);
+  req.set_region(region);
+  req.set_value_length(10);
+  st = stub_->ReadRegion(&ctx, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
   expect_alive();
 }
 

@@ -28,9 +28,11 @@ const SESSION_KEY = 'tensord-session';
  * @property {string} [protoPath]  tensord.proto to use (else $TENSORD_PROTO, else the repository's)
  * @property {string} [token]  sent as "authorization: Bearer <token>" (brokers with --token-file);
  *   default $TENSORD_TOKEN
- * @property {boolean} [attach=false]  bind the session to a long-lived Attach call, so the
- *   broker frees it as soon as this process dies or its connection drops (else when its lease
- *   lapses). The open call keeps Node's event loop alive: call close() to let the process exit.
+ * @property {boolean} [attach=true]  bind the session to a long-lived Attach call, so the
+ *   broker frees it as soon as this process dies or its connection drops (else only when its
+ *   lease lapses, 30 s by default), as the C++ client does. The call has a connection of its
+ *   own, which does not keep Node's event loop alive (a script that never calls close() still
+ *   exits; the broker then frees the session at once). false = the lease only.
  * @property {number} [inlineMaxBytes=262144]  execute()/run() ask the broker to send outputs up
  *   to this many bytes (together) with the answer, so that reading them costs no further call;
  *   0 = never
@@ -225,10 +227,15 @@ class Client {
     if (this._opts.attach && this._proto.methods.has('Attach')) await this._attach();
   }
 
-  /** Opens the Attach call and waits for the broker's "attached" message. @private */
+  /**
+   * Opens the Attach call and waits for the broker's "attached" message. The call runs on a
+   * channel of its own whose connection is then unreferenced: it alone never keeps the process
+   * alive, while every other call, on the main channel, keeps it alive as usual. @private
+   */
   _attach() {
     return new Promise((resolve, reject) => {
-      const call = this._stub.Attach({}, this._metadata());
+      const stub = this._attachStub = this._makeAttachStub ? this._makeAttachStub() : this._stub;
+      const call = stub.Attach({}, this._metadata());
       const timer = setTimeout(() => {
         call.cancel();
         reject(new TensordError('UNAVAILABLE', `broker '${this.address}' is unavailable (attach: no answer)`));
@@ -239,6 +246,10 @@ class Client {
         attached = true;
         clearTimeout(timer);
         this._attachCall = call;
+        if (stub !== this._stub) {
+          const session = http2SessionOf(call);
+          if (session) session.unref();
+        }
         resolve();
       });
       call.on('error', (e) => {
@@ -263,6 +274,7 @@ class Client {
       await this._unary('CloseSession', {}, 'closing the session', 2000, false).catch(() => {});
     }
     if (this._attachCall) this._attachCall.cancel();
+    if (this._attachStub && this._attachStub !== this._stub) this._attachStub.close();
     this._closed = true;
     this._inline.clear();
     this._stub.close();
@@ -577,6 +589,28 @@ function cleanToken(raw, from) {
  * Plain HTTP/2, or TLS when a CA, a client certificate, opts.tls or TENSORD_TLS=1 asks for it.
  * @param {any} opts
  */
+// The HTTP/2 session under a grpc-js call: grpc-js keeps it referenced (the event loop alive)
+// while the call is open and has no public way to say otherwise. Found by its shape (an object
+// holding `http2Stream`), not by internal names, a bounded walk; null when not found (then the
+// Attach call keeps the process alive until close(), as before).
+function http2SessionOf(call) {
+  const seen = new Set();
+  const queue = [call];
+  while (queue.length && seen.size < 5000) {
+    const o = queue.shift();
+    if (!o || typeof o !== 'object' || seen.has(o)) continue;
+    seen.add(o);
+    const st = o.http2Stream;
+    if (st && st.session && typeof st.session.unref === 'function') return st.session;
+    if (Buffer.isBuffer(o) || ArrayBuffer.isView(o)) continue;
+    for (const k of Object.keys(o)) {
+      const v = o[k];
+      if (v && typeof v === 'object') queue.push(v);
+    }
+  }
+  return null;
+}
+
 function channelCredentials(opts) {
   const envTls = process.env.TENSORD_TLS && process.env.TENSORD_TLS !== '0';
   if (!opts.tls && !opts.tlsCa && !opts.tlsCert && !envTls) return grpc.credentials.createInsecure();
@@ -613,7 +647,7 @@ async function connect(address, options = {}) {
   }
   const opts = {
     connectTimeoutMs: 5000, callTimeoutMs: 60000, memoryLimit: 0, chunkBytes: CHUNK_BYTES,
-    token: process.env.TENSORD_TOKEN || '', inlineMaxBytes: 256 << 10, attach: false,
+    token: process.env.TENSORD_TOKEN || '', inlineMaxBytes: 256 << 10, attach: true,
     tls: false, tlsCa: process.env.TENSORD_TLS_CA || '', tlsCert: process.env.TENSORD_TLS_CERT || '',
     tlsKey: process.env.TENSORD_TLS_KEY || '',
     ...options,
@@ -621,7 +655,7 @@ async function connect(address, options = {}) {
   opts.token = cleanToken(opts.token, options.token ? 'options.token' : 'TENSORD_TOKEN');
   opts.chunkBytes = Math.min(Math.max(opts.chunkBytes | 0, 4 << 10), 64 << 20);
   const proto = loadProto(opts.protoPath);
-  const stub = new proto.Tensord(address, channelCredentials(opts), {
+  const channelOptions = {
     'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
     'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
     // Brokers are dialled directly: an http_proxy in the environment must not capture them.
@@ -633,13 +667,19 @@ async function connect(address, options = {}) {
     // A restarted broker is found again quickly.
     'grpc.initial_reconnect_backoff_ms': 100,
     'grpc.max_reconnect_backoff_ms': 2000,
-  });
+  };
+  const stub = new proto.Tensord(address, channelCredentials(opts), channelOptions);
   const client = new Client(address, opts, proto, stub);
+  // The Attach call's own channel (a subchannel not shared with the main one: its connection
+  // carries nothing else, so it can be unreferenced).
+  client._makeAttachStub = () => new proto.Tensord(address, channelCredentials(opts),
+    { ...channelOptions, 'grpc.use_local_subchannel_pool': 1 });
   try {
     await client._open();
   } catch (e) {
     if (client._heartbeat) clearInterval(client._heartbeat);
     if (client._attachCall) client._attachCall.cancel();
+    if (client._attachStub && client._attachStub !== stub) client._attachStub.close();
     stub.close();
     throw e;
   }

@@ -41,8 +41,9 @@ export interface ConnectOptions {
    *  $TENSORD_TLS_KEY). */
   tlsCert?: string;
   tlsKey?: string;
-  /** Bind the session to a long-lived call: the broker frees it as soon as this process dies
-   *  (else when its lease lapses). Keeps the event loop alive until close(). */
+  /** Bind the session to a long-lived call (default true): the broker frees it as soon as
+   *  this process dies or its connection drops, as for the C++ client; false = only when its
+   *  lease lapses. The call has its own connection, which does not keep the event loop alive. */
   attach?: boolean;
   /** execute()/run() ask for output values up to this many bytes with the answer, so that
    *  reading them costs no further call (default 256 KiB; 0 = never). */

@@ -98,7 +98,9 @@ test('a lapsed lease: the session is gone (NOT_FOUND), heartbeats keep a live on
   }
 });
 
-test('attach: a client process killed mid-session has its memory freed at once', { timeout: 30000 }, async () => {
+// Node clients attach their session by default (as the C++ client does): SIGKILL frees the
+// session's bytes within a second or two, not after the lease (600 s here).
+test('attach (default): a client process killed with SIGKILL has its memory freed at once', { timeout: 30000 }, async () => {
   const { spawn } = require('child_process');
   const broker = await startBroker(['--lease-seconds', '600']);  // only Attach can free it soon
   try {
@@ -107,16 +109,56 @@ test('attach: a client process killed mid-session has its memory freed at once',
     const baseline = await inUse();
     const child = spawn(process.execPath, ['-e', `
       const td = require(${JSON.stringify(path.join(__dirname, '..'))});
-      td.connect(${JSON.stringify(broker.address)}, { attach: true })
+      td.connect(${JSON.stringify(broker.address)})
         .then((c) => c.upload(new Float32Array(1 << 18)))
-        .then(() => console.log('uploaded'));`], { stdio: ['ignore', 'pipe', 'inherit'] });
+        .then(() => console.log('uploaded'));
+      setInterval(() => {}, 1000);  // stays up until killed`], { stdio: ['ignore', 'pipe', 'inherit'] });
     await new Promise((resolve, reject) => {
       child.stdout.on('data', (d) => { if (String(d).includes('uploaded')) resolve(); });
       child.on('exit', (code) => reject(new Error(`client exited with ${code} before uploading`)));
     });
     assert.ok(await inUse() >= baseline + (1 << 20), 'the child\'s megabyte is held');
+    const killed = Date.now();
     child.kill('SIGKILL');
-    while (await inUse() !== baseline) await new Promise((r) => setTimeout(r, 50));
+    while (await inUse() !== baseline && Date.now() - killed < 10000) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const freedMs = Date.now() - killed;
+    assert.equal(await inUse(), baseline, 'the killed client\'s session is freed');
+    assert.ok(freedMs < 2000, `freed ${freedMs} ms after SIGKILL (the lease is 600 s)`);
+    await c.close();
+  } finally {
+    assert.equal(await broker.stop(), 0);
+  }
+});
+
+// The Attach call does not keep the event loop alive: a script that never calls close()
+// exits on its own, and its session is freed when it does.
+test('attach (default): a script that never closes its client still exits, and is freed', { timeout: 30000 }, async () => {
+  const { spawn } = require('child_process');
+  const broker = await startBroker(['--lease-seconds', '600']);
+  try {
+    const c = await td.connect(broker.address);
+    const inUse = async () => (await c.devices()).find((d) => d.name === 'cpu:0').memoryInUse;
+    const baseline = await inUse();
+    const child = spawn(process.execPath, ['-e', `
+      const td = require(${JSON.stringify(path.join(__dirname, '..'))});
+      td.connect(${JSON.stringify(broker.address)})
+        .then((c) => c.upload(new Float32Array(1 << 18)).then((h) => c.read(h)))
+        .then((t) => console.log('read', t.data.length));`], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d) => { out += String(d); });
+    const code = await new Promise((resolve) => {
+      const timer = setTimeout(() => { child.kill('SIGKILL'); resolve('hung'); }, 15000);
+      child.on('exit', (c) => { clearTimeout(timer); resolve(c); });
+    });
+    assert.equal(code, 0, 'the script exits by itself (the Attach call does not hold it)');
+    assert.match(out, /read 262144/);  // the calls it made all ran before it exited
+    const exited = Date.now();
+    while (await inUse() !== baseline && Date.now() - exited < 10000) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.equal(await inUse(), baseline, 'its session is freed when it exits');
     await c.close();
   } finally {
     assert.equal(await broker.stop(), 0);
