@@ -69,15 +69,23 @@ class HostTensor {
   }
   template <typename T>
   static HostTensor scalar(T value) { return from_vector<T>({value}, {}); }
+  // Not zero-filled: for a caller about to write every byte (a read's destination). Checks
+  // the size: RESOURCE_EXHAUSTED when the memory cannot be had.
+  static Result<HostTensor> uninitialized(DType dtype, Shape shape);
+  // A tensor over memory that something else owns (a shared-memory region a read landed in):
+  // `data` holds the tensor's bytes (exactly its byte size) and stays valid while `owner`
+  // lives; copies of the tensor share `owner`, the last one drops it.
+  static Result<HostTensor> adopt(DType dtype, Shape shape, void* data,
+                                  std::shared_ptr<void> owner);
 
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   int64_t numel() const { return shape_numel(shape_); }
-  size_t nbytes() const { return bytes_ ? bytes_->size() : 0; }
+  size_t nbytes() const { return nbytes_; }
   bool empty() const { return dtype_ == DType::kUndefined; }
 
-  const void* data() const { return bytes_ ? bytes_->data() : nullptr; }
-  void* mutable_data() { return bytes_ ? bytes_->data() : nullptr; }
+  const void* data() const { return data_; }
+  void* mutable_data() { return data_; }
   template <typename T>
   const T* data() const { return static_cast<const T*>(data()); }
   template <typename T>
@@ -94,7 +102,10 @@ class HostTensor {
  private:
   DType dtype_ = DType::kUndefined;
   Shape shape_;
-  std::shared_ptr<std::vector<unsigned char>> bytes_;
+  // The bytes (64-byte aligned when this class allocated them) and what keeps them alive.
+  std::shared_ptr<void> owner_;
+  unsigned char* data_ = nullptr;
+  size_t nbytes_ = 0;
 };
 
 }  // namespace tensord

@@ -2,6 +2,7 @@
 
 #include <cassert>
 #include <cstring>
+#include <new>
 #include <limits>
 
 #include "core/errors.h"
@@ -47,10 +48,54 @@ std::string TensorType::to_string() const {
   return std::string(dtype_name(dtype)) + shape_to_string(shape);
 }
 
+namespace {
+// 64-byte aligned host bytes (what the cpu devices compute on in place), not initialised.
+// Throws std::bad_alloc like the vector it replaced.
+std::shared_ptr<void> allocate_host_bytes(size_t n) {
+  if (n == 0) return nullptr;
+  void* p = ::operator new(n, std::align_val_t{64});
+  return std::shared_ptr<void>(p, [](void* q) { ::operator delete(q, std::align_val_t{64}); });
+}
+}  // namespace
+
 HostTensor::HostTensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   auto size = checked_byte_size(dtype_, shape_);
   assert(size.ok());
-  bytes_ = std::make_shared<std::vector<unsigned char>>(static_cast<size_t>(size.ok() ? *size : 0));
+  nbytes_ = static_cast<size_t>(size.ok() ? *size : 0);
+  owner_ = allocate_host_bytes(nbytes_);
+  data_ = static_cast<unsigned char*>(owner_.get());
+  if (nbytes_) std::memset(data_, 0, nbytes_);
+}
+
+Result<HostTensor> HostTensor::uninitialized(DType dtype, Shape shape) {
+  TD_ASSIGN_OR_RETURN(int64_t size, checked_byte_size(dtype, shape));
+  HostTensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.nbytes_ = static_cast<size_t>(size);
+  try {
+    t.owner_ = allocate_host_bytes(t.nbytes_);
+  } catch (const std::bad_alloc&) {
+    return errors::ResourceExhausted("cannot allocate {} bytes of host memory for {}{}", size,
+                                     dtype_name(dtype), shape_to_string(t.shape_));
+  }
+  t.data_ = static_cast<unsigned char*>(t.owner_.get());
+  return t;
+}
+
+Result<HostTensor> HostTensor::adopt(DType dtype, Shape shape, void* data,
+                                     std::shared_ptr<void> owner) {
+  TD_ASSIGN_OR_RETURN(int64_t size, checked_byte_size(dtype, shape));
+  if (size > 0 && !data)
+    return errors::InvalidArgument("adopt: no memory for {}{} ({} bytes)", dtype_name(dtype),
+                                   shape_to_string(shape), size);
+  HostTensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.nbytes_ = static_cast<size_t>(size);
+  t.owner_ = std::move(owner);
+  t.data_ = size > 0 ? static_cast<unsigned char*>(data) : nullptr;
+  return t;
 }
 
 Result<HostTensor> HostTensor::from_bytes(DType dtype, Shape shape, const void* data,
@@ -59,7 +104,7 @@ Result<HostTensor> HostTensor::from_bytes(DType dtype, Shape shape, const void* 
   if (static_cast<size_t>(size) != nbytes)
     return errors::InvalidArgument("{}{} needs {} bytes, got {}", dtype_name(dtype),
                                    shape_to_string(shape), size, nbytes);
-  HostTensor t(dtype, std::move(shape));
+  TD_ASSIGN_OR_RETURN(HostTensor t, uninitialized(dtype, std::move(shape)));
   if (nbytes) std::memcpy(t.mutable_data(), data, nbytes);
   return t;
 }

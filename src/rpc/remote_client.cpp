@@ -46,6 +46,10 @@ constexpr int64_t kMinRegionBytes = 16 << 20;
 // they are) instead of having them copied; at most this many regions are lent at once.
 constexpr int64_t kLendMinBytes = 4 << 20;
 constexpr size_t kMaxLentRegions = 64;
+// read() of a value at least this large returns a tensor over the region the broker wrote it
+// into (one copy, as an upload); smaller ones are copied out (a region per small tensor the
+// caller keeps would cost more than the copy).
+constexpr int64_t kAdoptMinBytes = 8 << 20;
 
 // Counts the slices gRPC holds over a caller's memory (zero-copy sends): the caller's bytes
 // must stay valid until the last one is released, which can be after the call's status came
@@ -172,6 +176,13 @@ struct ShmRegion {
   }
 };
 
+// Regions whose memory a read() handed to a HostTensor come back here when the tensor goes
+// (from any thread, possibly after the client is gone: then they are simply unmapped).
+struct ShmReturns {
+  std::mutex mu;
+  std::vector<std::unique_ptr<ShmRegion>> regions;
+};
+
 struct Cached {
   Status status;
   HostTensor value;
@@ -243,6 +254,7 @@ struct RemoteClient::Impl {
                               bool* unusable);
   Result<TensorType> read_value(TensorHandle h, int64_t room,
                                 const std::function<void*(const TensorType&, int64_t)>& place);
+  Result<HostTensor> shm_read_adopt(TensorHandle h, bool* unusable);
 
   std::string session;  // OpenSessionResponse.session_id: the "tensord-session" metadata
   int64_t memory_limit = 0;
@@ -262,6 +274,7 @@ struct RemoteClient::Impl {
   std::mutex shm_mu;
   std::vector<std::unique_ptr<ShmRegion>> shm_idle;
   std::vector<std::unique_ptr<ShmRegion>> shm_lent;  // not to be written: tensors use them
+  std::shared_ptr<ShmReturns> shm_returns = std::make_shared<ShmReturns>();
   std::atomic<int64_t> shm_serial{0};
   std::string region_socket;  // where the memfds go (HandshakeResponse.region_socket)
 
@@ -414,12 +427,20 @@ struct RemoteClient::Impl {
     return shm_state.load() >= 0 && bytes >= options.shm_min_bytes;
   }
 
-  // A registered region of at least `bytes`: an idle one, else a new memfd.
-  std::unique_ptr<ShmRegion> take_idle(int64_t bytes) {
+  // A registered region of at least `bytes` (and at most `max_bytes`): an idle one, else
+  // a new memfd.
+  std::unique_ptr<ShmRegion> take_idle(int64_t bytes, int64_t max_bytes = INT64_MAX) {
+    std::vector<std::unique_ptr<ShmRegion>> back;
+    {
+      std::lock_guard<std::mutex> lock(shm_returns->mu);
+      back.swap(shm_returns->regions);
+    }
     std::lock_guard<std::mutex> lock(shm_mu);
+    for (auto& r : back) shm_idle.push_back(std::move(r));
     auto best = shm_idle.end();
     for (auto it = shm_idle.begin(); it != shm_idle.end(); ++it)
-      if ((*it)->size >= bytes && (best == shm_idle.end() || (*it)->size < (*best)->size))
+      if ((*it)->size >= bytes && (*it)->size <= max_bytes &&
+          (best == shm_idle.end() || (*it)->size < (*best)->size))
         best = it;
     if (best == shm_idle.end()) return nullptr;
     auto r = std::move(*best);
@@ -461,10 +482,13 @@ struct RemoteClient::Impl {
     for (auto& r : extra) unregister(std::move(r));
   }
 
+  // `lend`: the region goes with a tensor (lent to the broker, or handed to a read()'s
+  // result): an idle one no more than a quarter larger, else a new one sized to the tensor.
   Result<std::unique_ptr<ShmRegion>> shm_acquire(int64_t bytes, bool lend = false) {
-    if (auto r = take_idle(bytes)) return r;
+    const int64_t most = lend ? bytes + bytes / 4 + (1 << 20) : INT64_MAX;
+    if (auto r = take_idle(bytes, most)) return r;
     reclaim();
-    if (auto r = take_idle(bytes)) return r;
+    if (auto r = take_idle(bytes, most)) return r;
     // A lent region is sized to its tensor: it stays with the tensor.
     const int64_t size = std::max(lend ? int64_t{1} << 20 : kMinRegionBytes,
                                   (bytes + (1 << 20) - 1) & ~int64_t{(1 << 20) - 1});
@@ -1166,17 +1190,82 @@ Result<TensorType> RemoteClient::Impl::read_value(TensorHandle h, int64_t room,
   return stream_read(h, room, place);
 }
 
+// read() through shared memory, for large values: the broker writes the value into a region
+// of this client's, and the tensor returned IS that region's memory — one copy, as an upload
+// (read_into() needs two: the caller's memory is not shared). The region comes back to the
+// pool when the last copy of the tensor goes. `unusable`: no region could be had, or the value
+// is small or of unknown size; the caller then reads the ordinary way.
+Result<HostTensor> RemoteClient::Impl::shm_read_adopt(TensorHandle h, bool* unusable) {
+  *unusable = true;
+  const int64_t hint = last_read_bytes.load();
+  if (!use_shm(options.shm_min_bytes) || hint < kAdoptMinBytes || cached(h))
+    return errors::Unavailable("read: not through a region");
+  downloads++;
+  flush_releases();
+  int64_t want = hint;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto region = shm_get(want, /*lend=*/true);
+    if (!region.ok()) return region.status();
+    grpc::ClientContext ctx;
+    prepare(ctx, kNoDeadline);
+    v1::ReadRegionRequest req;
+    req.set_handle(h);
+    req.set_region((*region)->id);
+    req.set_max_bytes((*region)->size);
+    v1::ReadRegionResponse resp;
+    grpc::Status gs = stub->ReadRegion(&ctx, req, &resp);
+    *unusable = false;
+    if (Status st = finish(ctx, gs, "read"); !st.ok()) {
+      shm_release(std::move(region).value());
+      return st;
+    }
+    const auto& hd = resp.header();
+    auto size = checked_wire_size(hd.dtype(), hd.shape(), "read");
+    if (!size.ok() || *size != hd.total_bytes()) {
+      shm_release(std::move(region).value());
+      return errors::Internal("read: the broker's answer declares {} bytes for {}",
+                              hd.total_bytes(), size.ok() ? "another size" : "a bad type");
+    }
+    const int64_t total = *size;
+    if (resp.written() && (resp.part_bytes() == total || resp.part_bytes() == 0)) {
+      last_read_bytes = total;
+      ShmRegion* r = region->get();
+      auto owner = std::shared_ptr<ShmRegion>(
+          region->release(), [back = std::weak_ptr<ShmReturns>(shm_returns)](ShmRegion* dead) {
+            std::unique_ptr<ShmRegion> own(dead);
+            if (auto pool = back.lock()) {
+              std::lock_guard<std::mutex> lock(pool->mu);
+              pool->regions.push_back(std::move(own));
+            }
+          });
+      return HostTensor::adopt(static_cast<DType>(hd.dtype()),
+                               Shape(hd.shape().begin(), hd.shape().end()), r->base,
+                               std::move(owner));
+    }
+    shm_release(std::move(region).value());
+    if (total < kAdoptMinBytes) break;  // small after all: copied out the ordinary way
+    want = total;  // larger than the region: one sized to it
+  }
+  *unusable = true;
+  return errors::Unavailable("read: not through a region");
+}
+
 Result<HostTensor> RemoteClient::read(TensorHandle h) {
+  {
+    bool unusable = false;
+    auto adopted = impl_->shm_read_adopt(h, &unusable);
+    if (!unusable) return adopted;
+  }
   HostTensor out;
   int64_t unallocated = -1;
   TD_ASSIGN_OR_RETURN(TensorType type,
                       impl_->read_value(h, -1, [&](const TensorType& t, int64_t n) -> void* {
-                        try {
-                          out = HostTensor(t.dtype, t.shape);
-                        } catch (const std::bad_alloc&) {
+                        auto fresh = HostTensor::uninitialized(t.dtype, t.shape);
+                        if (!fresh.ok()) {
                           unallocated = n;  // nothing is written then
                           return nullptr;
                         }
+                        out = std::move(fresh).value();
                         return out.mutable_data();
                       }));
   if (unallocated >= 0)

@@ -267,5 +267,59 @@ TEST(LentRegions, StreamedUploadsLandInTheTensorAndAreFreedWithIt) {
   EXPECT_EQ(cpu0_in_use(**c), base);
 }
 
+
+// A large read() over shared memory returns a tensor over the region the broker wrote into
+// (one copy). Each such tensor keeps its own bytes while later reads land elsewhere; a region
+// comes back for reuse once its tensor goes, and a tensor outlives the client that read it.
+TEST(LentRegions, LargeReadsReturnTheRegionTheyLandedInAndEachKeepsItsBytes) {
+  auto* broker = testing::shared_broker();
+  ASSERT_NE(broker, nullptr);
+  rpc::RemoteClientOptions o;
+  o.transport = "shm";
+  auto c = rpc::RemoteClient::connect(broker->address(), o);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const int64_t n = 3 << 20;  // 12 MiB of float32
+  std::vector<TensorHandle> hs;
+  for (int i = 0; i < 3; ++i) {
+    auto h = (*c)->upload(ramp(n, 1000.0f * i).view(), "");
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    hs.push_back(*h);
+  }
+  // The first read teaches the client the size; the later ones land in regions of their own.
+  std::vector<HostTensor> kept;
+  for (int round = 0; round < 2; ++round)
+    for (int i = 0; i < 3; ++i) {
+      auto t = (*c)->read(hs[i]);
+      ASSERT_TRUE(t.ok()) << t.status().to_string();
+      ASSERT_EQ(t->nbytes(), static_cast<size_t>(n * 4));
+      kept.push_back(*t);
+    }
+  for (size_t k = 0; k < kept.size(); ++k) {
+    const HostTensor want = ramp(n, 1000.0f * static_cast<float>(k % 3));
+    EXPECT_EQ(std::memcmp(kept[k].data(), want.data(), want.nbytes()), 0) << k;
+  }
+  // Writing into one returned tensor changes no other, and no value on the broker.
+  std::memset(kept[4].mutable_data(), 0, kept[4].nbytes());
+  auto again = (*c)->read(hs[1]);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->data<float>()[7], 1007.0f);
+  EXPECT_EQ(kept[1].data<float>()[7], 1007.0f);
+  // Dropped tensors give their regions back: many more reads need no more regions than live.
+  kept.clear();
+  const int64_t calls = (*c)->rpc_count();
+  for (int i = 0; i < 20; ++i) {
+    auto t = (*c)->read(hs[i % 3]);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    EXPECT_EQ(t->data<float>()[n - 1], 1000.0f * (i % 3) + static_cast<float>((n - 1) % 1000));
+  }
+  EXPECT_LE((*c)->rpc_count() - calls, 20) << "a read registered a new region";
+  // A tensor outlives its client (the region stays mapped on this side).
+  auto last = (*c)->read(hs[2]);
+  ASSERT_TRUE(last.ok());
+  for (TensorHandle h : hs) ASSERT_TRUE((*c)->release(h).ok());
+  c->reset();
+  EXPECT_EQ(last->data<float>()[n - 1], 2000.0f + static_cast<float>((n - 1) % 1000));
+}
+
 }  // namespace
 }  // namespace tensord
