@@ -336,8 +336,8 @@ def main(argv):
         unavailable(
             "PyTorch cannot run ONNX files, so the torch peer only compares networks it can "
             "rebuild in PyTorch: the zoo's mobilenet_v2, resnet50 and imdb_lstm (as `tensord "
-            "bench NETWORK` or their --export'ed files) and torchvision ResNets (18/34/50/101/152) "
-            f"exported with torch.onnx.export; {os.path.basename(args.model)} is none of them "
+            "bench NETWORK` or their --export'ed files) and torchvision's MobileNetV2 and ResNets "
+            f"(18/34/50/101/152) exported with torch.onnx.export; {os.path.basename(args.model)} is none of them "
             "(--vs onnxruntime runs any ONNX file)")
     if network == "mobilenet":
         unavailable("mobilenet (v1, Keras applications) has no torchvision equivalent")
