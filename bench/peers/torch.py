@@ -5,8 +5,9 @@ usage: /usr/bin/python3 bench/peers/torch.py --model FILE.onnx [--network NAME]
            [--threads T] [--outputs DIR]
 
 PyTorch does not run ONNX files, so the peer builds the network the file holds in PyTorch
-(--network: mobilenet_v2 or resnet50 from torchvision, imdb_lstm as Keras' example; without
---network it is recognised from the file) and loads the file's weights into it:
+(--network: mobilenet_v2 or resnet50 from torchvision, imdb_lstm as Keras' example, or a
+torchvision ResNet 18/34/101/152; without --network it is recognised from the file: tensord's
+zoo metadata or weight names, else the op counts of a torch.onnx.export'ed file) and loads the file's weights into it:
   - by name, when the initializers are named as torchvision's state_dict keys (tensord's zoo
     names its parameters that way; an ONNX LSTM's W/R/B are converted to torch's layout);
   - else by position, for files exported from torchvision with torch.onnx.export: the Conv
@@ -44,6 +45,10 @@ import numpy as np  # noqa: E402
 
 PEER = "torch"
 NETWORKS = ("mobilenet_v2", "resnet50", "imdb_lstm")
+# torchvision ResNets recognised in torch.onnx.export'ed files by their Conv count (the zoo has
+# only resnet50); their weights are loaded by position like any torchvision export.
+TORCHVISION_RESNETS = {20: "resnet18", 36: "resnet34", 104: "resnet101", 155: "resnet152"}
+KNOWN = NETWORKS + tuple(TORCHVISION_RESNETS.values())
 JIT_PROFILING_RUNS = 2  # runs after the first one before TorchScript's graph is optimised
 
 
@@ -60,7 +65,7 @@ def parse_args(argv):
     p = ArgParser(prog="torch.py", description="PyTorch peer of `tensord bench --vs torch`",
                   add_help=True)
     p.add_argument("--model", required=True, help="the ONNX file the other peers run")
-    p.add_argument("--network", default="", help="mobilenet_v2, resnet50 or imdb_lstm")
+    p.add_argument("--network", default="", help=", ".join(KNOWN))
     p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
     p.add_argument("--examples", type=int, default=1024)
     p.add_argument("--batch-size", type=int, default=1)
@@ -131,7 +136,7 @@ class OnnxFile:
 def infer_network(f):
     """The network an ONNX file holds, from its metadata, weight names or op counts."""
     for key in ("network", "tensord.network"):
-        if f.metadata.get(key) in NETWORKS + ("mobilenet",):
+        if f.metadata.get(key) in KNOWN + ("mobilenet",):
             return f.metadata[key]
     names = set(f.init_names)
     if "lstm.W" in names or "lstm.weight_ih_l0" in names:
@@ -151,6 +156,8 @@ def infer_network(f):
         return "resnet50"
     if convs == 27 and f.count("Clip") + f.count("Relu") >= 27:
         return "mobilenet"
+    if convs in TORCHVISION_RESNETS and f.count("MaxPool") == 1 and f.count("Relu") >= convs - 3:
+        return TORCHVISION_RESNETS[convs]
     return ""
 
 
@@ -162,6 +169,8 @@ def build_model(torch, name):
         return torchvision.models.mobilenet_v2()
     if name == "resnet50":
         return torchvision.models.resnet50()
+    if name in TORCHVISION_RESNETS.values():
+        return getattr(torchvision.models, name)()
 
     class ImdbLstm(torch.nn.Module):
         """Keras' imdb_lstm example: Embedding(20000, 128) -> LSTM(128) -> Dense(1) -> sigmoid
@@ -324,12 +333,16 @@ def main(argv):
     f = OnnxFile(args.model)
     network = args.network or infer_network(f)
     if not network:
-        unavailable("torch peer needs --network (mobilenet_v2, resnet50 or imdb_lstm): "
-                    f"{args.model} is none it recognises")
+        unavailable(
+            "PyTorch cannot run ONNX files, so the torch peer only compares networks it can "
+            "rebuild in PyTorch: the zoo's mobilenet_v2, resnet50 and imdb_lstm (as `tensord "
+            "bench NETWORK` or their --export'ed files) and torchvision's MobileNetV2 and ResNets "
+            f"(18/34/50/101/152) exported with torch.onnx.export; {os.path.basename(args.model)} is none of them "
+            "(--vs onnxruntime runs any ONNX file)")
     if network == "mobilenet":
         unavailable("mobilenet (v1, Keras applications) has no torchvision equivalent")
-    if network not in NETWORKS:
-        raise UsageError(f"unknown --network '{network}' (known: {', '.join(NETWORKS)})")
+    if network not in KNOWN:
+        raise UsageError(f"unknown --network '{network}' (known: {', '.join(KNOWN)})")
 
     feeds = {}
     for name, path in args.input:

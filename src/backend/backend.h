@@ -243,6 +243,10 @@ class Backend {
   virtual std::string version() const = 0;
   // The devices of this kind on this machine (possibly none), index order.
   virtual std::vector<std::unique_ptr<Device>> enumerate() = 0;
+  // Checks this backend's settings (its environment variables) before enumerate(): an
+  // INVALID_ARGUMENT naming the variable and its value refuses to create the engine, rather
+  // than a bad value being ignored.
+  virtual Status check_settings() const { return OkStatus(); }
 };
 
 // Every backend compiled into this build, in preference order (src/backends/registry.cpp).

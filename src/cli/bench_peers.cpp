@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -97,6 +98,10 @@ std::string last_line(const std::string& text) {
   return nl == std::string::npos ? t : t.substr(nl + 1);
 }
 
+std::string peer_script(const std::string& peer) {
+  return peer == "onnxruntime" ? "onnxruntime.js" : peer + ".py";
+}
+
 std::string self_dir() {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
@@ -110,29 +115,48 @@ const std::vector<std::string>& known_peers() {
   return peers;
 }
 
+std::vector<std::string> peers_dir_candidates() {
+  std::vector<std::string> out;
+  const std::string exe_dir = self_dir();
+  if (exe_dir.empty()) return out;
+  const fs::path exe(exe_dir);
+#ifdef TENSORD_PEERS_FROM_BINDIR
+  // Installed: <prefix>/<bindir>/tensord and <prefix>/<datadir>/tensord/peers.
+  out.push_back((exe / TENSORD_PEERS_FROM_BINDIR).lexically_normal().string());
+#endif
+  out.push_back((exe / ".." / "share" / "tensord" / "peers").lexically_normal().string());
+  // A build folder inside the checkout (build/tensord), or the checkout itself.
+  out.push_back((exe / ".." / "bench" / "peers").lexically_normal().string());
+  out.push_back((exe / "bench" / "peers").lexically_normal().string());
+  std::vector<std::string> unique;
+  for (auto& c : out)
+    if (std::find(unique.begin(), unique.end(), c) == unique.end()) unique.push_back(c);
+  return unique;
+}
+
 std::string peers_dir() {
   if (const char* env = std::getenv("TENSORD_BENCH_PEERS"); env && *env) return env;
-  std::vector<fs::path> candidates;
-#ifdef TENSORD_SOURCE_DIR
-  candidates.push_back(fs::path(TENSORD_SOURCE_DIR) / "bench" / "peers");
-#endif
-  const std::string exe_dir = self_dir();
-  if (!exe_dir.empty()) {
-    candidates.push_back(fs::path(exe_dir) / "bench" / "peers");
-    candidates.push_back(fs::path(exe_dir) / ".." / "bench" / "peers");
-    candidates.push_back(fs::path(exe_dir) / ".." / "share" / "tensord" / "bench" / "peers");
-  }
+  const auto candidates = peers_dir_candidates();
   for (const auto& c : candidates) {
     std::error_code ec;
-    if (fs::is_directory(c, ec)) return fs::weakly_canonical(c, ec).string();
+    if (fs::is_regular_file(fs::path(c) / "torch.py", ec) ||
+        fs::is_regular_file(fs::path(c) / "onnxruntime.js", ec))
+      return c;
   }
-  return candidates.empty() ? "bench/peers" : candidates.front().string();
+  return "";
 }
 
 PeerResult run_peer(const std::string& peer, const PeerRequest& request) {
   PeerResult res;
   res.peer = peer;
   const std::string dir = peers_dir();
+  if (dir.empty()) {
+    std::string looked;
+    for (const auto& c : peers_dir_candidates()) looked += (looked.empty() ? "" : ", ") + c;
+    res.reason = "the peer scripts were not found (looked in " + looked +
+                 "; set TENSORD_BENCH_PEERS to the folder holding " + peer_script(peer) + ")";
+    return res;
+  }
   std::vector<std::string> argv;
   std::string script;
   if (peer == "onnxruntime") {

@@ -20,9 +20,13 @@ namespace tensord::cli {
 // The peers --vs accepts, in the order they run.
 const std::vector<std::string>& known_peers();
 
-// The folder holding the peer scripts: TENSORD_BENCH_PEERS, else <source dir>/bench/peers
-// (compiled in), else bench/peers next to or above the executable.
+// The folder holding the peer scripts, found from the executable (/proc/self/exe), never from
+// where it was built: TENSORD_BENCH_PEERS, else the installed <prefix>/<datadir>/tensord/peers
+// (relative to <prefix>/<bindir>), else ../share/tensord/peers, ../bench/peers (a build folder
+// in the checkout) or bench/peers beside the executable. "" when none holds a peer script.
 std::string peers_dir();
+// The folders peers_dir() looks in after TENSORD_BENCH_PEERS, in order.
+std::vector<std::string> peers_dir_candidates();
 
 struct PeerRequest {
   std::string model;                                        // .onnx file

@@ -3,6 +3,12 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -150,11 +156,21 @@ Result<EventWriter> EventWriter::open(const std::string& dir) {
                                    ec ? ": " + ec.message() : "");
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);
-  const std::string path =
-      (std::filesystem::path(dir) /
-       fmt::format("events.out.tfevents.{}.{}.tensord", static_cast<int64_t>(now_seconds()), host))
-          .string();
-  std::FILE* f = std::fopen(path.c_str(), "wb");
+  // As TensorFlow's writer: <seconds>.<host>.<pid>.<counter>, so that runs in the same second
+  // (or writers in one process) never share a file; "x" (O_EXCL) never reuses an existing one
+  // (a recycled pid): the counter moves on instead.
+  static std::atomic<int64_t> counter{0};
+  const int64_t seconds = static_cast<int64_t>(now_seconds());
+  std::string path;
+  std::FILE* f = nullptr;
+  for (int attempt = 0; attempt < 1000 && !f; ++attempt) {
+    path = (std::filesystem::path(dir) /
+            fmt::format("events.out.tfevents.{}.{}.{}.{}.tensord", seconds, host,
+                        static_cast<int64_t>(getpid()), counter.fetch_add(1)))
+               .string();
+    f = std::fopen(path.c_str(), "wbx");
+    if (!f && errno != EEXIST) break;
+  }
   if (!f) return errors::InvalidArgument("cannot write '{}': {}", path, std::strerror(errno));
   EventWriter w(f, path);
   TD_RETURN_IF_ERROR(w.write_record(event_proto(0, "brain.Event:2", "", 0)));
@@ -186,19 +202,64 @@ Status EventWriter::write_record(const std::string& data) {
   return OkStatus();
 }
 
+namespace {
+
+// -1: follow TENSORD_PROGRESS / the terminal; 0 off; 1 on (set_progress).
+std::atomic<int> g_progress{-1};
+
+bool stderr_is_tty() { return isatty(STDERR_FILENO) == 1; }
+
+}  // namespace
+
+bool progress_enabled() {
+  const int forced = g_progress.load();
+  if (forced >= 0) return forced == 1;
+  if (const char* env = std::getenv("TENSORD_PROGRESS"); env && *env) {
+    const std::string v = env;
+    if (v == "1" || v == "true" || v == "yes" || v == "always") return true;
+    if (v == "0" || v == "false" || v == "no" || v == "never") return false;
+  }
+  return stderr_is_tty();
+}
+
+void set_progress(bool on) { g_progress.store(on ? 1 : 0); }
+
+std::string format_rate(double per_second) {
+  if (!(per_second > 0) || !std::isfinite(per_second)) return "";
+  if (per_second >= 100) return fmt::format("{:.0f} examples/s", per_second);
+  if (per_second >= 1) return fmt::format("{:.1f} examples/s", per_second);
+  return fmt::format("{:.1f} s/example", 1.0 / per_second);
+}
+
+std::string format_eta(double seconds) {
+  if (!(seconds >= 0) || !std::isfinite(seconds)) return "";
+  if (seconds < 60) return fmt::format("ETA {:.1f} s", seconds);
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s < 3600) return fmt::format("ETA {} min {} s", s / 60, s % 60);
+  return fmt::format("ETA {} h {} min", s / 3600, (s % 3600) / 60);
+}
+
 ProgressBar::ProgressBar(std::string label, int64_t total)
-    : label_(std::move(label)), total_(total), enabled_(isatty(STDERR_FILENO) == 1) {
-  if (enabled_) draw(0);
+    : label_(std::move(label)),
+      total_(total),
+      enabled_(progress_enabled()),
+      tty_(stderr_is_tty()),
+      start_(std::chrono::steady_clock::now()) {
+  if (enabled_) {
+    last_ = start_;
+    draw(0);
+  }
 }
 
 ProgressBar::~ProgressBar() {
-  if (enabled_) std::fprintf(stderr, "\r\033[K");
+  if (enabled_ && tty_) std::fprintf(stderr, "\r\033[K");
 }
 
 void ProgressBar::update(int64_t done) {
   if (!enabled_) return;
   const auto now = std::chrono::steady_clock::now();
-  if (done < total_ && now - last_ < std::chrono::milliseconds(100)) return;
+  const auto every = tty_ ? std::chrono::milliseconds(100) : std::chrono::milliseconds(1000);
+  if (done < total_ && now - last_ < every) return;
   last_ = now;
   draw(done);
 }
@@ -208,8 +269,69 @@ void ProgressBar::draw(int64_t done) {
   const int filled = total_ > 0 ? static_cast<int>(kWidth * done / total_) : kWidth;
   std::string bar(static_cast<size_t>(filled), '#');
   bar.resize(kWidth, '.');
-  std::fprintf(stderr, "\r%s [%s] %lld/%lld examples\033[K", label_.c_str(), bar.c_str(),
-               static_cast<long long>(done), static_cast<long long>(total_));
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  std::string tail;
+  if (done > 0 && elapsed > 0) {
+    const double rate = static_cast<double>(done) / elapsed;
+    tail = "  " + format_rate(rate);
+    tail += done < total_ ? "  " + format_eta(static_cast<double>(total_ - done) / rate)
+                          : fmt::format("  {:.1f} s", elapsed);
+  }
+  std::fprintf(stderr, "%s%s [%s] %lld/%lld examples%s%s", tty_ ? "\r" : "", label_.c_str(),
+               bar.c_str(), static_cast<long long>(done), static_cast<long long>(total_),
+               tail.c_str(), tty_ ? "\033[K" : "\n");
+  std::fflush(stderr);
+}
+
+struct PhaseTicker::State {
+  std::string label;
+  bool tty = false;
+  std::chrono::steady_clock::time_point start;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  std::thread thread;
+
+  void draw(bool last) {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (tty)
+      std::fprintf(stderr, "\r%s ... %.1f s\033[K", label.c_str(), elapsed);
+    else
+      std::fprintf(stderr, "%s ... %.1f s%s\n", label.c_str(), elapsed, last ? ", done" : "");
+    std::fflush(stderr);
+  }
+};
+
+PhaseTicker::PhaseTicker(std::string label) {
+  if (!progress_enabled()) return;
+  state_ = std::make_unique<State>();
+  State* st = state_.get();
+  st->label = std::move(label);
+  st->tty = stderr_is_tty();
+  st->start = std::chrono::steady_clock::now();
+  st->draw(false);
+  st->thread = std::thread([st] {
+    const auto every = st->tty ? std::chrono::milliseconds(100) : std::chrono::milliseconds(1000);
+    std::unique_lock<std::mutex> lock(st->mu);
+    while (!st->cv.wait_for(lock, every, [st] { return st->stop; })) st->draw(false);
+  });
+}
+
+PhaseTicker::~PhaseTicker() {
+  if (!state_) return;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stop = true;
+  }
+  state_->cv.notify_all();
+  state_->thread.join();
+  if (state_->tty) {
+    std::fprintf(stderr, "\r\033[K");
+  } else {
+    state_->draw(true);
+  }
   std::fflush(stderr);
 }
 

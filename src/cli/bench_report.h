@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,8 @@ uint32_t masked_crc32c(const void* data, size_t n);
 // {tag, simple_value}. No TensorFlow needed to write it; TensorBoard reads it.
 class EventWriter {
  public:
-  // Creates DIR (and parents) and DIR/events.out.tfevents.<seconds>.<host>.tensord.
+  // Creates DIR (and parents) and DIR/events.out.tfevents.<seconds>.<host>.<pid>.<n>.tensord,
+  // a new file each time (n counts the writers of this process; an existing name is skipped).
   static Result<EventWriter> open(const std::string& dir);
   EventWriter(EventWriter&& other) noexcept;
   EventWriter& operator=(EventWriter&&) = delete;
@@ -64,12 +66,20 @@ class EventWriter {
   std::string path_;
 };
 
-// "[#######.......]  512/1024 examples" redrawn in place on stderr, at most ten times a second;
-// does nothing when stderr is not a terminal.
+// Whether progress is drawn on stderr: on a terminal by default; TENSORD_PROGRESS=1 (or
+// `bench --progress`, through set_progress) draws it anywhere, one line per redraw when stderr
+// is not a terminal (at most one a second); TENSORD_PROGRESS=0 never.
+bool progress_enabled();
+void set_progress(bool on);
+
+// "resnet50 batch 8 [#######.......]  512/1024 examples  830 examples/s  ETA 0.6 s" redrawn in
+// place on stderr, at most ten times a second; does nothing unless progress_enabled().
 class ProgressBar {
  public:
   ProgressBar(std::string label, int64_t total);
   ~ProgressBar();  // clears the line
+  ProgressBar(const ProgressBar&) = delete;
+  ProgressBar& operator=(const ProgressBar&) = delete;
   void update(int64_t done);
 
  private:
@@ -77,7 +87,29 @@ class ProgressBar {
   std::string label_;
   int64_t total_;
   bool enabled_;
+  bool tty_;
+  std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_{};
 };
+
+// A phase with no count to show (compiling, the reference check, a peer's run): "reference
+// check (cpu reference kernels) 3.2 s" on stderr, its elapsed time redrawn by a thread of its
+// own (ten times a second on a terminal, once a second elsewhere) until it goes out of scope,
+// so that a long phase is never silent. Does nothing unless progress_enabled().
+class PhaseTicker {
+ public:
+  explicit PhaseTicker(std::string label);
+  ~PhaseTicker();  // stops the thread and clears the line
+  PhaseTicker(const PhaseTicker&) = delete;
+  PhaseTicker& operator=(const PhaseTicker&) = delete;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// "830 examples/s" / "ETA 0.6 s" / "ETA 2 min 5 s" pieces of the bar (public for the tests).
+std::string format_rate(double per_second);
+std::string format_eta(double seconds);
 
 }  // namespace tensord::cli

@@ -1,7 +1,10 @@
 #include "cli/cli_common.h"
 
 #include <charconv>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 
@@ -32,28 +35,39 @@ Result<ClientAndDevice> open_client(const std::string& device) {
   out.client = std::move(*client);
   auto devices = out.client->devices();
   if (!devices.ok()) return devices.status();
+  // The device asked for: --device, else TENSORD_DEVICE (named as such in the error), else the
+  // client's default.
+  std::string wanted = device, source = "--device";
+  if (wanted.empty())
+    if (const char* env = std::getenv("TENSORD_DEVICE"); env && *env) {
+      wanted = env;
+      source = "TENSORD_DEVICE";
+    }
   std::string names;
   bool found = false;
   for (const auto& d : *devices) {
     names += (names.empty() ? "" : ", ") + d.name;
-    if (d.name == device) found = true;
+    if (d.name == wanted) found = true;
   }
   if (devices->empty())
     return Status(StatusCode::kFailedPrecondition, "no devices available (check TENSORD_DEVICES)");
-  if (device.empty()) {
+  if (wanted.empty()) {
     out.device = out.client->default_device();
+    if (out.device.empty())
+      return Status(StatusCode::kInvalidArgument,
+                    "no default device (available: " + names + "; choose one with --device)");
   } else if (!found) {
     return Status(StatusCode::kInvalidArgument,
-                  "unknown device '" + device + "' (available: " + names + ")");
+                  "unknown device '" + wanted + "' (" + source + "; available: " + names + ")");
   } else {
-    out.device = device;
+    out.device = wanted;
   }
   return out;
 }
 
 Result<HostTensor> read_tensor_any(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  if (!f) return Status(StatusCode::kNotFound, "cannot open '" + path + "'");
+  if (!f) return Status(StatusCode::kNotFound, "cannot open '" + path + "': " + std::strerror(errno));
   char magic[6] = {};
   f.read(magic, sizeof magic);
   const bool is_npy = f.gcount() == 6 && std::string(magic, 6) == "\x93NUMPY";

@@ -425,6 +425,7 @@ std::optional<Failure> time_workload(Target& t, const Workload& w, int64_t examp
   Client& c = *t.client;
   const std::string on = fmt::format("{} on {}", w.name, t.device);
   const auto t0 = Clock::now();
+  std::optional<PhaseTicker> compiling(std::in_place, "compile " + on);
   auto model = c.load(w.graph, t.device);
   if (!model.ok()) return failure_from(model.status(), "cannot load " + on);
   std::vector<TensorHandle> inputs;
@@ -444,6 +445,7 @@ std::optional<Failure> time_workload(Target& t, const Workload& w, int64_t examp
   }
   Status s = run_batches(c, *model, inputs, 1, w.batch, nullptr, nullptr);
   r->compile_s = seconds_since(t0);
+  compiling.reset();
   if (s.ok() && warmup > 0) {
     ProgressBar bar("warmup " + w.name, ((warmup + w.batch - 1) / w.batch) * w.batch);
     s = run_batches(c, *model, inputs, (warmup + w.batch - 1) / w.batch, w.batch, &bar, nullptr);
@@ -550,7 +552,11 @@ void run_peers(const BenchOptions& o, const Workload& w, const std::vector<HostT
     std::error_code ec;
     fs::create_directories(req.outputs_dir, ec);
     PeerOutcome po;
-    po.run = run_peer(peer, req);
+    {
+      PhaseTicker running(fmt::format("peer {}: {}, {} examples, batch {}", peer, w.name,
+                                      examples, w.batch));
+      po.run = run_peer(peer, req);
+    }
     if (po.run.available) {
       std::vector<HostTensor> outs;
       for (const auto& out : w.graph.outputs) {
@@ -605,7 +611,12 @@ std::optional<Failure> bench_one(const BenchOptions& o, Target& t, int64_t batch
   if (auto f = time_workload(t, w, examples, o.warmup, r)) return f;
 
   r->reference = w.expected.empty() ? "cpu-reference" : "data";
+  std::optional<PhaseTicker> checking;
+  if (w.expected.empty())
+    checking.emplace(fmt::format("reference check: {} batch {} on the cpu reference kernels",
+                                 w.name, w.batch));
   auto ref = reference_outputs(w);
+  checking.reset();
   if (ref.ok()) {
     r->correctness = compare_outputs(*ref, r->outputs);
   } else {
@@ -829,6 +840,9 @@ void add_bench_options(CLI::App& bench, BenchOptions& o) {
   bench.add_option("--vs", o.vs, "Also run peers on the same model and input: onnxruntime,torch")
       ->delimiter(',');
   bench.add_flag("--json", o.json, "Print one JSON object instead of text");
+  bench.add_flag("--progress", o.progress,
+                 "Show progress (each phase, rate, ETA) on stderr even when it is not a terminal "
+                 "(default: only on a terminal; TENSORD_PROGRESS=1/0)");
   bench.add_option("--logdir", o.logdir, "Write the figures as a TensorBoard event file in DIR");
   bench.add_flag("--all", o.all,
                  fmt::format("Every zoo network at batch 1 and 8, one table ({} examples each "
@@ -855,6 +869,7 @@ int cmd_bench(const BenchOptions& options) {
     }
   }
   o.vs = peers;
+  if (o.progress) set_progress(true);
   if (auto f = check_options(o)) return fail(*f);
   const int64_t examples = o.examples > 0 ? o.examples : (o.all ? kAllExamples : kDefaultExamples);
 

@@ -447,8 +447,10 @@ std::function<int()> add_bench_transfer_command(CLI::App& bench) {
                   "Broker to measure (default TENSORD_ADDRESS, else one started in this process)");
   cmd->add_option("--size", options->size, "Bytes per transfer (default 256 MiB)");
   cmd->add_option("--iterations", options->iterations,
-                  "Rounds per figure (the median is kept; memcpy and TCP keep the best)");
-  cmd->add_option("--round-trips", options->small_iterations, "Round trips to average");
+                  "Rounds per figure (the median is kept; memcpy and TCP keep the best)")
+      ->capture_default_str();
+  cmd->add_option("--round-trips", options->small_iterations, "Round trips to average")
+      ->capture_default_str();
   cmd->add_flag("--json", options->json, "Print one JSON object");
   return [options] { return run_transfer(*options); };
 }

@@ -162,7 +162,7 @@ int cmd_serve(const ServeOptions& options) {
   auto engine = Engine::shared();
   if (!engine.ok()) {
     serve_error(engine.status().to_string());
-    return kExitFailure;
+    return engine.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
   }
   rpc::RpcServerOptions ro;
   ro.listen = options.listen;

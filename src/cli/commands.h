@@ -48,6 +48,7 @@ struct BenchOptions {
   std::string address;            // "" = TENSORD_ADDRESS, else the embedded engine
   std::vector<std::string> vs;    // peers: "onnxruntime", "torch"
   bool json = false;              // one JSON object on stdout
+  bool progress = false;          // progress on stderr even when it is not a terminal
   std::string logdir;             // TensorBoard event file folder ("" = none)
   bool all = false;               // every zoo network at batch 1 and 8, one table
   std::string export_path;        // write the network as ONNX to this file and stop

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include "cli/cli_common.h"
 #include "cli/cmd_serve.h"
 #include "cli/commands.h"
+#include "cli/suggest.h"
 #include "engine/engine.h"
 #include "tensord/client.h"
 #include "tensord/version.h"
@@ -30,9 +32,10 @@ int cmd_devices(bool json, std::string address) {
   std::vector<tensord::DeviceInfo> devices;
   if (address.empty()) {  // the embedded engine: it also knows what the filter removed
     auto engine = tensord::Engine::shared();
-    if (!engine.ok()) {
+    if (!engine.ok()) {  // a bad setting (TENSORD_CPU_DEVICES=x) is a usage error
       std::cerr << "tensord: " << engine.status().to_string() << "\n";
-      return kExitFailure;
+      return engine.status().code() == tensord::StatusCode::kInvalidArgument ? kExitUsage
+                                                                            : kExitFailure;
     }
     local = *engine;
     devices = local->devices();
@@ -66,8 +69,17 @@ int cmd_devices(bool json, std::string address) {
     }
     std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
+    // One line per device: name, kind, model (vendor), memory, threads, backend.
+    size_t name_w = 4, kind_w = 4;
     for (const auto& d : devices) {
-      std::cout << d.name << "  " << d.model << " (" << d.vendor << ")  memory "
+      name_w = std::max(name_w, d.name.size());
+      kind_w = std::max(kind_w, d.kind.size());
+    }
+    for (const auto& d : devices) {
+      std::string name = d.name, kind = d.kind;
+      name.resize(name_w, ' ');
+      kind.resize(kind_w, ' ');
+      std::cout << name << "  " << kind << "  " << d.model << " (" << d.vendor << ")  memory "
                 << tensord::format_bytes(d.memory_bytes);
       if (d.threads) std::cout << "  threads " << d.threads;
       std::cout << "  backend " << d.backend_version << "\n";
@@ -110,9 +122,11 @@ int run_main(int argc, char** argv) {
   serve->add_option("--session-memory-limit", serve_opts.session_memory_limit,
                     "Bytes one session may hold (0: unlimited)");
   serve->add_option("--lease-seconds", serve_opts.lease_seconds,
-                    "Free a session's tensors when no call names it for this long");
+                    "Free a session's tensors when no call names it for this long")
+      ->capture_default_str();
   serve->add_option("--drain-seconds", serve_opts.drain_seconds,
-                    "On SIGTERM/SIGINT, how long in-flight calls may finish");
+                    "On SIGTERM/SIGINT, how long in-flight calls may finish")
+      ->capture_default_str();
   serve->add_option("--token-file", serve_opts.token_file,
                     "Tenants and their tokens, one a line (NAME:TOKEN or TOKEN; mode 600): every "
                     "call must carry one (clients: TENSORD_TOKEN)");
@@ -190,7 +204,8 @@ int run_main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    // CLI11's message, or the unknown command / flag with the nearest known one.
+    std::cerr << tensord::cli::parse_failure_message(app, e, argc, argv) << std::endl;
     return kExitUsage;
   }
   if (!tls_ca.empty()) setenv("TENSORD_TLS_CA", tls_ca.c_str(), 1);

@@ -1,6 +1,7 @@
 #include "tensord/array.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -239,6 +240,21 @@ Array::~Array() {
 Array Array::error_array(Status status) { return Array(make_error_impl(nullptr, std::move(status))); }
 
 namespace {
+// Why a client has no default device: TENSORD_DEVICE names one it does not have, or
+// TENSORD_DEVICES left none.
+Status no_default_device(Client& client) {
+  std::string names;
+  if (auto devices = client.devices(); devices.ok())
+    for (const auto& d : *devices) names += (names.empty() ? "" : ", ") + d.name;
+  if (const char* want = std::getenv("TENSORD_DEVICE"); want && *want && !names.empty())
+    return errors::InvalidArgument(
+        "no device for a new array: the default device '{}' (TENSORD_DEVICE) is not available "
+        "(devices: {})",
+        want, names);
+  return errors::NotFound("no device available for a new array (check TENSORD_DEVICES{})",
+                          names.empty() ? "" : "; devices: " + names);
+}
+
 Array make_array(const HostTensor& value, const std::string& device,
                  std::shared_ptr<Context> ctx_in, bool embed);
 }  // namespace
@@ -254,9 +270,7 @@ Array make_array(const HostTensor& value, const std::string& device,
   auto ctx = resolve_context(std::move(ctx_in));
   if (!ctx.ok()) return Array::error_array(ctx.status());
   std::string dev = device.empty() ? (*ctx)->client().default_device() : device;
-  if (dev.empty())
-    return Array(make_error_impl(*ctx, errors::NotFound("no device available for a new array "
-                                                        "(check TENSORD_DEVICES)")));
+  if (dev.empty()) return Array(make_error_impl(*ctx, no_default_device((*ctx)->client())));
   auto impl = std::make_shared<ArrayImpl>();
   impl->ctx = *ctx;
   impl->type = value.type();

@@ -1,5 +1,6 @@
 #include "core/npy.h"
 
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <regex>
@@ -9,6 +10,12 @@
 
 namespace tensord {
 namespace {
+
+// ": <the OS's reason>" after a failed open (errno), or "" when it gave none.
+std::string open_error() {
+  const int e = errno;
+  return e ? std::string(": ") + std::strerror(e) : std::string();
+}
 
 const char* npy_descr(DType t) {
   switch (t) {
@@ -77,7 +84,7 @@ Status write_npy(const std::string& path, const HostTensor& t) {
   if (!npy_descr(t.dtype()))
     return errors::Unimplemented("cannot write {} to .npy", dtype_name(t.dtype()));
   std::ofstream f(path, std::ios::binary);
-  if (!f) return errors::NotFound("cannot open '{}' for writing", path);
+  if (!f) return errors::NotFound("cannot open '{}' for writing{}", path, open_error());
   const std::string bytes = serialize_npy(t);
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   if (!f) return errors::DataLoss("failed writing '{}'", path);
@@ -133,7 +140,7 @@ Result<HostTensor> parse_npy(const std::string& b, const std::string& what) {
 
 Result<HostTensor> read_npy(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  if (!f) return errors::NotFound("cannot open '{}'", path);
+  if (!f) return errors::NotFound("cannot open '{}'{}", path, open_error());
   std::stringstream ss;
   ss << f.rdbuf();
   return parse_npy(ss.str(), path);

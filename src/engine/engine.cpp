@@ -950,7 +950,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   impl->cache_max_bytes = std::max<int64_t>(options.executable_cache_bytes, 0);
   std::vector<std::string> filtered_out;
   impl->strict_device = options.strict_device;
-  for (auto& backend : create_backends()) {
+  auto backends = create_backends();
+  for (const auto& backend : backends) TD_RETURN_IF_ERROR(backend->check_settings());
+  for (auto& backend : backends) {
     for (auto& device : backend->enumerate()) {
       const DeviceInfo& info = device->info();
       if (!device_matches_filter(info.name, info.kind, options.device_filter)) {

@@ -4,6 +4,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <climits>
+#include <cerrno>
 #include <cstring>
 #include <algorithm>
 #include <filesystem>
@@ -22,6 +23,12 @@ namespace {
 
 namespace pb = ::onnx;
 
+// ": <the OS's reason>" after a failed open (errno), or "" when it gave none.
+std::string open_error() {
+  const int e = errno;
+  return e ? std::string(": ") + std::strerror(e) : std::string();
+}
+
 // Older opsets are accepted too: ops whose form changed are normalised below (the legacy
 // broadcasting of opsets < 7, with `axis`, and PRelu's per-channel slope become NumPy
 // broadcasting through an Unsqueeze once the input ranks are known), and legacy attributes
@@ -31,7 +38,7 @@ constexpr int64_t kMaxOpset = 17;
 
 Result<std::string> read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  if (!f) return errors::NotFound("cannot open '{}'", path);
+  if (!f) return errors::NotFound("cannot open '{}'{}", path, open_error());
   std::stringstream ss;
   ss << f.rdbuf();
   if (f.bad()) return errors::DataLoss("error reading '{}'", path);

@@ -344,7 +344,8 @@ def test_torch(tmp, tensord):
     p = run(peer + ["--model", tiny, "--input", f"x={tmp}/ids.npy"] + common)
     r = one_json_line(p, "torch peer, unknown network")
     check(p.returncode == 0 and r.get("available") is False
-          and "needs --network" in r.get("reason", ""), f"no --network: {r}")
+          and "tiny.onnx is none of them" in r.get("reason", "")
+          and "--vs onnxruntime" in r.get("reason", ""), f"no --network: {r}")
     p = run(peer + ["--model", tiny, "--network", "mobilenet"] + common)
     r = one_json_line(p, "torch peer, mobilenet v1")
     check(p.returncode == 0 and r.get("available") is False

@@ -18,6 +18,8 @@ test -f "$PREFIX/include/tensord/onnx.h"
 test -f "$PREFIX/lib/cmake/tensord/tensordConfig.cmake"
 test -f "$PREFIX/lib/pkgconfig/tensord.pc"
 test -f "$PREFIX/lib/libtensord.a"
+# bench --vs's peer scripts, found by the installed tensord from its own location.
+test -f "$PREFIX/share/tensord/peers/torch.py" && test -f "$PREFIX/share/tensord/peers/onnxruntime.js"
 SONAME=$(objdump -p "$PREFIX/lib/libtensord.so" | awk '/SONAME/ {print $2}')
 [ "$SONAME" = "libtensord.so.0" ] || { echo "bad SONAME: $SONAME"; exit 1; }
 

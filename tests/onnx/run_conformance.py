@@ -9,11 +9,15 @@ checked against an expected-failures list per suite:
 Fails on a failure that is not listed, on a listed test that no longer fails (delete its
 line: the list only shrinks), and on a crash of `tensord onnx-test`. Exits 77 (CTest's skip
 code here) when the suite's test data is absent, or 1 when CI=true (CI must not skip silently).
+When the node suite is absent (a plain clone has no ../shared) and --generate-into DIR is given
+(the ctest passes <build>/onnx-node-tests), it is generated there from the installed python3-onnx
+by generate_node_tests.py, as the shared copy was made, and run from there.
 
 Every device `tensord devices` lists runs the same tests (a new backend's devices join by being
 listed; the ctests set TENSORD_CPU_DEVICES=2 so that cpu:1 runs them too); --device D limits it.
 
     run_conformance.py TENSORD [--suite node|pytorch] [--tests DIR] [--expected FILE]
+                       [--generate-into DIR]
     run_conformance.py TENSORD --suite S --update   # rewrite S's expected-failures file from a real run
 
 Expected-failures files: one `test_name  # reason` per line, `#` comments and blank lines allowed;
@@ -225,21 +229,42 @@ def main():
     ap.add_argument("tensord", help="the tensord executable")
     ap.add_argument("--suite", choices=sorted(SUITES), default="node",
                     help="which test folders, each with its own expected-failures file (default: node)")
-    ap.add_argument("--tests", default=os.environ.get("TENSORD_ONNX_TESTS", DEFAULT_TESTS),
-                    help="folder holding the suites' folders (default: <repo>/../shared/onnx-node-tests)")
+    ap.add_argument("--tests", default=DEFAULT_TESTS,
+                    help="folder holding the suites' folders (default: <repo>/../shared/"
+                         "onnx-node-tests; the TENSORD_ONNX_TESTS environment variable wins)")
     ap.add_argument("--expected", help="the expected-failures file (default: the suite's)")
     ap.add_argument("--update", action="store_true", help="rewrite the expected-failures file")
+    ap.add_argument("--generate-into", metavar="DIR",
+                    help="when the node suite is absent from --tests, generate it here from the "
+                         "installed python3-onnx (kept for the next run) and run it from here")
     ap.add_argument("--device", action="append", default=[],
                     help="run on this present device only (repeatable; default: every device)")
     args = ap.parse_args()
+    if os.environ.get("TENSORD_ONNX_TESTS"):
+        args.tests = os.environ["TENSORD_ONNX_TESTS"]
     subdirs, default_expected = SUITES[args.suite]
     expected = args.expected or default_expected
 
-    dirs = [os.path.join(args.tests, d) for d in subdirs if os.path.isdir(os.path.join(args.tests, d))]
+    present = lambda root: [os.path.join(root, d) for d in subdirs  # noqa: E731
+                            if os.path.isdir(os.path.join(root, d))]
+    dirs = present(args.tests)
+    if len(dirs) != len(subdirs) and args.suite == "node" and args.generate_into:
+        print(f"no ONNX node tests at {args.tests}: generating them from the installed "
+              f"python3-onnx into {args.generate_into}", flush=True)
+        gen = subprocess.run([sys.executable, os.path.join(HERE, "generate_node_tests.py"),
+                              args.generate_into])
+        if gen.returncode not in (0, SKIP):
+            sys.exit(f"generating the ONNX node tests failed (exit status {gen.returncode})")
+        if gen.returncode == 0:
+            args.tests = args.generate_into
+            dirs = present(args.tests)
     if len(dirs) != len(subdirs):
         missing = [d for d in subdirs if not os.path.isdir(os.path.join(args.tests, d))]
         message = (f"no ONNX tests {', '.join(missing)} at {args.tests} (suite {args.suite}; set "
-                   "TENSORD_ONNX_TESTS or --tests to point elsewhere)")
+                   "TENSORD_ONNX_TESTS or --tests to point elsewhere"
+                   + ("; only the node suite can be generated from python3-onnx, these come from "
+                      "the ONNX repository's backend test data" if args.suite != "node" else "")
+                   + ")")
         if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
             print(f"FAIL: {message}; CI=true, so a missing suite is an error, not a skip")
             return 1

@@ -111,18 +111,21 @@ class Model {
     }
     let list = inputs;
     if (!Array.isArray(inputs)) {
-      list = this.inputs.map((i) => {
-        if (!(i.name in inputs)) {
-          throw new TensordError('INVALID_ARGUMENT', `run: model input '${i.name}' not given`, { local: true });
-        }
-        return inputs[i.name];
-      });
-      const extra = Object.keys(inputs).filter((k) => !this.inputs.some((i) => i.name === k));
-      if (extra.length) {
+      // Unknown names first (m.run({q: ...}) names q), then the inputs not given; both list
+      // the model's inputs.
+      const names = this.inputs.map((i) => i.name);
+      const given = (k) => Object.prototype.hasOwnProperty.call(inputs, k);
+      const extra = Object.keys(inputs).filter((k) => !names.includes(k));
+      const missing = names.filter((n) => !given(n));
+      if (extra.length || missing.length) {
+        const quote = (xs) => xs.map((x) => `'${x}'`).join(', ');
+        const parts = [];
+        if (extra.length) parts.push(`the model has no input named ${quote(extra)}`);
+        if (missing.length) parts.push(`model input ${quote(missing)} not given`);
         throw new TensordError('INVALID_ARGUMENT',
-          `run: the model has no input named ${extra.map((x) => `'${x}'`).join(', ')} ` +
-          `(its inputs: ${this.inputs.map((i) => i.name).join(', ')})`, { local: true });
+          `run: ${parts.join('; ')} (its inputs: ${names.join(', ')})`, { local: true });
       }
+      list = names.map((n) => inputs[n]);
     }
     const ids = list.map((h, i) => this.client._id(h, `run: input ${i}`));
     const r = await this.client._unary('RunModel', {

@@ -95,7 +95,9 @@ test('fixture mlp: loaded once from bytes, run many times, inputs by name, other
   // Wrong input shape (the model declares [N, 4]), wrong input names.
   const bad = await c.upload(new Float32Array(6), [2, 3]);
   await rejectsWith(model.run([bad]).then(([h]) => h.read()), 'INVALID_ARGUMENT', /expects shape/);
-  await rejectsWith(model.run({ x: bad }), 'INVALID_ARGUMENT', /input 'X' not given/);
+  await rejectsWith(model.run({ x: bad }), 'INVALID_ARGUMENT',
+    /no input named 'x'; model input 'X' not given \(its inputs: X\)/);
+  await rejectsWith(model.run({}), 'INVALID_ARGUMENT', /model input 'X' not given \(its inputs: X\)/);
   await rejectsWith(model.run({ X: bad, Z: bad }), 'INVALID_ARGUMENT', /no input named 'Z'/);
   await rejectsWith(model.run([]), 'INVALID_ARGUMENT', /takes 1 inputs, got 0/);
   await model.unload();

@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "backends/cpu/kernel.h"
+#include "core/env.h"
 #include "backends/cpu/elementwise_fusion.h"
 #include "backends/cpu/fusion.h"
 #include "backends/cpu/onednn_common.h"
@@ -357,12 +358,13 @@ class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
   std::string version() const override { return kVersion; }
+  Status check_settings() const override {
+    TD_RETURN_IF_ERROR(parse_count_env("TENSORD_CPU_DEVICES", 1, 64).status());
+    return parse_count_env("TENSORD_NUM_THREADS", 1, 1024).status();
+  }
   std::vector<std::unique_ptr<Device>> enumerate() override {
     int n = 1;
-    if (const char* env = std::getenv("TENSORD_CPU_DEVICES")) {
-      n = std::atoi(env);
-      if (n < 1 || n > 64) n = 1;
-    }
+    if (auto v = parse_count_env("TENSORD_CPU_DEVICES", 1, 64); v.ok() && *v > 0) n = *v;
     std::vector<std::unique_ptr<Device>> devices;
     for (int i = 0; i < n; ++i) devices.push_back(std::make_unique<CpuDevice>(i));
     return devices;

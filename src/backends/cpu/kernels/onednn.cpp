@@ -20,6 +20,7 @@
 
 #include "backends/cpu/kernel.h"
 #include "backends/cpu/onednn_common.h"
+#include "core/env.h"
 #include "core/ops/op_helpers.h"
 
 namespace tensord::cpu {
@@ -319,10 +320,8 @@ std::string onednn_version() {
 
 int compute_threads() {
   static const int n = [] {
-    if (const char* env = std::getenv("TENSORD_NUM_THREADS")) {
-      const int v = std::atoi(env);
-      if (v >= 1 && v <= 1024) return v;
-    }
+    // An invalid value never gets here: the cpu backend's check_settings() refuses it.
+    if (auto v = parse_count_env("TENSORD_NUM_THREADS", 1, 1024); v.ok() && *v > 0) return *v;
     const unsigned hw = std::thread::hardware_concurrency();
     return hw > 0 ? static_cast<int>(hw) : 1;
   }();
