@@ -87,7 +87,7 @@ td.msg { white-space:normal; word-break:break-word; }
     <div class="chart" id="chart-bytes" data-samples="0"><canvas></canvas><div class="legend"></div></div>
   </section>
   <section>
-    <h2>Device busy and memory</h2>
+    <h2>Device busy</h2>
     <div class="chart" id="chart-busy" data-samples="0"><canvas></canvas><div class="legend"></div></div>
   </section>
   <section>
