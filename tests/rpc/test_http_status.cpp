@@ -492,6 +492,33 @@ TEST(HttpStatus, StatusCommandShowsDevicesSessionsAndCalls) {
   EXPECT_NE(missing.find("--address"), std::string::npos) << missing;
 }
 
+// With --tls-cert/--tls-key the endpoints are HTTPS with the same certificate; plain HTTP
+// gets nothing.
+TEST(HttpStatus, TlsServesHttpsWithTheBrokersCertificate) {
+  std::string dir = (std::filesystem::temp_directory_path() / "tensord-https.XXXXXX").string();
+  ASSERT_TRUE(mkdtemp(dir.data()));
+  auto [gen, rc] = run("openssl req -x509 -newkey rsa:2048 -nodes -keyout " + dir +
+                       "/key.pem -out " + dir + "/cert.pem -days 1 -subj /CN=localhost "
+                       "-addext subjectAltName=IP:127.0.0.1,DNS:localhost 2>&1");
+  if (rc != 0) {
+    std::filesystem::remove_all(dir);
+    GTEST_SKIP() << "cannot make a certificate with openssl: " << gen;
+  }
+  auto b = start_http_broker({"--tls-cert", dir + "/cert.pem", "--tls-key", dir + "/key.pem"});
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_EQ(b->url.rfind("https://", 0), 0u) << b->url;
+  httplib::SSLClient c(b->host, b->port);
+  c.set_ca_cert_path((dir + "/cert.pem").c_str());
+  c.enable_server_certificate_verification(true);
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m) << httplib::to_string(m.error());
+  EXPECT_EQ(m->status, 200);
+  EXPECT_FALSE(parse_exposition(m->body).empty());
+  auto plain = get(*b, "/healthz");
+  EXPECT_TRUE(!plain || plain->status != 200) << "plain HTTP answered on the HTTPS port";
+  std::filesystem::remove_all(dir);
+}
+
 // Headless Chromium, or "" with why it cannot run.
 std::string find_chromium(std::string* why) {
   for (const char* c : {"/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"})
