@@ -9,12 +9,17 @@ PACKAGES=(
   # libraries
   libfmt-dev libspdlog-dev libcli11-dev nlohmann-json3-dev libprotobuf-dev protobuf-compiler libonnx-dev
   libgrpc++-dev protobuf-compiler-grpc libdnnl-dev
+  # `tensord serve --http` (status page, /metrics): cpp-httplib, built with OpenSSL (HTTPS)
+  libcpp-httplib-dev libssl-dev
   # tests
   libgtest-dev libgmock-dev python3 python3-numpy python3-torch python3-torchvision python3-onnx
   # the Python package (python/) and its tests
   pybind11-dev python3-pytest
   # TLS tests: a throwaway CA and certificates (tests/rpc/test_security_auth.cpp)
   openssl
+  # the status page test: loads / in headless Chromium and keeps a screenshot
+  # (tests/rpc/test_http_status.cpp; fonts so that the screenshot has text)
+  chromium fonts-dejavu-core
   # benchmarks: Google Benchmark (bench/micro.cpp), GNU time (peak RSS in bench/compare.py)
   libbenchmark-dev time
   # sanitizer and fuzz tier (scripts/sanitize.sh): clang with its sanitizer and libFuzzer

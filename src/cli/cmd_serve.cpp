@@ -180,6 +180,7 @@ int cmd_serve(const ServeOptions& options) {
   ro.max_model_bytes = options.max_model_bytes;
   ro.max_threads = options.max_threads;
   ro.grpc_memory_bytes = options.grpc_memory_bytes;
+  ro.http_listen = options.http;
   ro.lease =
       std::chrono::milliseconds(std::max<int64_t>(1, std::llround(options.lease_seconds * 1000.0)));
   auto server = rpc::RpcServer::start(*engine, ro);
@@ -204,6 +205,8 @@ int cmd_serve(const ServeOptions& options) {
     std::cerr << "tensord: warning: tokens travel in cleartext on " << options.listen
               << " (not a loopback address): give --tls-cert and --tls-key\n";
   std::cout << "tensord serving on " << (*server)->address() << std::endl;
+  if (!(*server)->http_url().empty())
+    std::cout << "tensord http on " << (*server)->http_url() << std::endl;
 
   int sig = 0;
   while (sigwait(&stop_signals, &sig) != 0) {

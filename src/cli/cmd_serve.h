@@ -24,6 +24,9 @@ struct ServeOptions {
   int64_t max_model_bytes = (int64_t{2} << 30) - 1;
   int64_t max_threads = 256;
   int64_t grpc_memory_bytes = int64_t{2} << 30;
+  // "" = none; else serve the status page, /metrics, /healthz, /readyz over HTTP here
+  // ("PORT" on 127.0.0.1, or "HOST:PORT"; see RpcServerOptions::http_listen).
+  std::string http;
 };
 
 // Serves until SIGTERM or SIGINT, then stops taking calls, lets in-flight ones finish (up to

@@ -68,4 +68,13 @@ std::function<int()> add_bench_transfer_command(CLI::App& bench);
 // shape as add_bench_transfer_command.
 std::function<int()> add_bench_load_command(CLI::App& bench);
 
+// `tensord status` (cmd_status.cpp): a broker's devices, sessions, throughput and errors, like
+// nvidia-smi (--watch: redrawn every second). Adds the subcommand to `app`; main() calls
+// run() when parsed() says it was given.
+struct StatusCommand {
+  std::function<bool()> parsed;
+  std::function<int()> run;
+};
+StatusCommand add_status_command(CLI::App& app);
+
 }  // namespace tensord::cli

@@ -156,6 +156,11 @@ int run_main(int argc, char** argv) {
                     "gRPC threads, one per in-flight call; more calls wait (default 256)");
   serve->add_option("--grpc-memory-bytes", serve_opts.grpc_memory_bytes,
                     "Memory gRPC may take for its buffers (default 2 GiB)");
+  serve->add_option("--http", serve_opts.http,
+                    "Also serve HTTP here: the status page (/), /api/status, /metrics "
+                    "(Prometheus), /healthz, /readyz. PORT (on 127.0.0.1) or HOST:PORT; same "
+                    "tokens and TLS as gRPC");
+  auto status_command = tensord::cli::add_status_command(app);
 
 #ifdef TENSORD_CLI_HAVE_ONNX
   tensord::cli::RunOptions run_opts;
@@ -217,6 +222,7 @@ int run_main(int argc, char** argv) {
 #endif
   if (devices->parsed()) return cmd_devices(json, devices_address);
   if (serve->parsed()) return tensord::cli::cmd_serve(serve_opts);
+  if (status_command.parsed()) return status_command.run();
 #ifdef TENSORD_CLI_HAVE_ONNX
   if (run->parsed()) return tensord::cli::cmd_run(run_opts);
   if (onnx_test->parsed()) return tensord::cli::cmd_onnx_test(test_opts);

@@ -75,6 +75,7 @@ struct Task {
   std::function<bool(Frame&)> fn;
   uint64_t seq = 0;
   bool long_running = false;  // preempted once: runs only in its own turn from now on
+  Clock::time_point queued{};  // when it was first queued (Engine::metrics: queue wait)
   bool eligible() const { return tokens.cancelled() || !ready || ready(); }
 };
 
@@ -119,6 +120,7 @@ class WorkQueue {
       running_ = task.session;
       update_flag_locked();
     }
+    started_.fetch_add(1, std::memory_order_relaxed);  // waited for nothing
     run_top(task);
     bool pushed = false;
     {
@@ -141,9 +143,17 @@ class WorkQueue {
     f.slice_start = Clock::now();
   }
   std::chrono::microseconds slice() const { return slice_; }
+  // For Engine::metrics: tasks queued now, tasks started (queued or run here), the time they
+  // waited in the queue in all, and the time this queue spent running work.
+  int64_t depth() const { return depth_.load(std::memory_order_relaxed); }
+  int64_t started() const { return started_.load(std::memory_order_relaxed); }
+  int64_t wait_us() const { return wait_us_.load(std::memory_order_relaxed); }
+  int64_t busy_us() const { return busy_us_.load(std::memory_order_relaxed); }
 
  private:
   void enqueue_locked(Task task, bool front) {
+    if (task.queued == Clock::time_point{}) task.queued = Clock::now();
+    depth_.fetch_add(1, std::memory_order_relaxed);
     auto [it, inserted] = fifos_.try_emplace(task.session);
     if (inserted) rr_.push_back(task.session);
     if (front)
@@ -167,6 +177,13 @@ class WorkQueue {
       auto fit = fifos_.find(s);
       *out = std::move(fit->second.front());
       fit->second.pop_front();
+      depth_.fetch_sub(1, std::memory_order_relaxed);
+      if (!out->long_running) {  // a preempted task's wait was counted when it first started
+        started_.fetch_add(1, std::memory_order_relaxed);
+        wait_us_.fetch_add(std::chrono::duration_cast<std::chrono::microseconds>(
+                               Clock::now() - out->queued).count(),
+                           std::memory_order_relaxed);
+      }
       rr_.erase(rit);
       if (fit->second.empty())
         fifos_.erase(fit);
@@ -217,7 +234,9 @@ class WorkQueue {
       task.fn(f);  // top-level runs are never preempted
     }
     if (task.tokens.cancelled()) stats_->cancelled++;
-    stats_->busy_us += std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+    const int64_t busy = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+    stats_->busy_us += busy;
+    busy_us_.fetch_add(busy, std::memory_order_relaxed);
   }
 
   // Runs other sessions' eligible tasks inline, round-robin, for about one slice (each task
@@ -264,6 +283,7 @@ class WorkQueue {
   bool busy_ = false;  // a task is running (on the queue thread or run_here_if_idle's caller)
   SessionId running_ = 0;
   std::atomic<bool> others_waiting_{false};
+  std::atomic<int64_t> depth_{0}, started_{0}, wait_us_{0}, busy_us_{0};
   std::thread thread_;
 };
 
@@ -290,6 +310,7 @@ struct DeviceSlot {
   std::atomic<int64_t> in_use{0};
   std::atomic<int64_t> peak{0};
   std::unique_ptr<WorkQueue> queue;
+  std::atomic<int64_t> graphs{0}, ops{0};  // graphs submitted here, and their nodes
   const std::string& name() const { return device->info().name; }
 };
 
@@ -1412,6 +1433,11 @@ Result<std::vector<TensorHandle>> Engine::execute(SessionId session, const Graph
     TD_ASSIGN_OR_RETURN(exe, impl_->get_executable(launch.target, graph, launch.types, options,
                                                    launch.ref.counter));
   }
+  {
+    DeviceSlot& slot = *impl_->slots[launch.target];
+    slot.graphs.fetch_add(1, std::memory_order_relaxed);
+    slot.ops.fetch_add(static_cast<int64_t>(graph.nodes.size()), std::memory_order_relaxed);
+  }
   return submit(session, std::move(launch), graph.outputs.size(), exe, run_here_if_idle,
                 std::move(call));
 }
@@ -1490,6 +1516,11 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
       m->executables.emplace(key, exe);
     }
   }
+  {
+    DeviceSlot& slot = *impl_->slots[launch.target];
+    slot.graphs.fetch_add(1, std::memory_order_relaxed);
+    slot.ops.fetch_add(static_cast<int64_t>(graph.nodes.size()), std::memory_order_relaxed);
+  }
   return submit(session, std::move(launch), graph.outputs.size(), exe, run_here_if_idle,
                 std::move(call));
 }
@@ -1563,6 +1594,38 @@ EngineMetrics Engine::metrics() const {
   out.tasks_nested = q.nested;
   out.tasks_preempted = q.preempted;
   out.busy_us = q.busy_us;
+  // Per device: tensors held by sessions (by where they live), queue, work done.
+  std::vector<int64_t> tensors(impl_->slots.size(), 0);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (const auto& [id, s] : impl_->sessions) {
+      for (const auto& [h, t] : s.tensors)
+        if (t && t->device < tensors.size()) tensors[t->device]++;
+      out.models_loaded += static_cast<int64_t>(s.models.size());
+    }
+    out.sessions_open = static_cast<int64_t>(impl_->sessions.size());
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->cache_mu);
+    out.executables_cached = static_cast<int64_t>(impl_->lru.size());
+    out.executable_cache_bytes = impl_->cache_bytes;
+  }
+  for (size_t i = 0; i < impl_->slots.size(); ++i) {
+    const DeviceSlot& slot = *impl_->slots[i];
+    EngineMetrics::Device d;
+    d.name = slot.name();
+    d.kind = slot.device->info().kind;
+    d.tensors = tensors[i];
+    d.graphs = slot.graphs.load(std::memory_order_relaxed);
+    d.ops = slot.ops.load(std::memory_order_relaxed);
+    if (slot.queue) {
+      d.queue_depth = slot.queue->depth();
+      d.tasks = slot.queue->started();
+      d.queue_wait_us = slot.queue->wait_us();
+      d.busy_us = slot.queue->busy_us();
+    }
+    out.devices.push_back(std::move(d));
+  }
   return out;
 }
 

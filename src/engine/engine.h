@@ -137,6 +137,24 @@ struct EngineMetrics {
   int64_t tasks_nested = 0;     // work run inline inside another session's graph (time slice)
   int64_t tasks_preempted = 0;  // inline work stopped for exceeding its slice, redone later
   int64_t busy_us = 0;          // time the device queues spent running work (all devices)
+  // Now: sessions open, models loaded (all sessions), compiled executables in the cache and
+  // their estimated bytes.
+  int64_t sessions_open = 0;
+  int64_t models_loaded = 0;
+  int64_t executables_cached = 0;
+  int64_t executable_cache_bytes = 0;
+  // Per device, in Engine::devices() order (the broker's /metrics labels them by name and kind).
+  struct Device {
+    std::string name, kind;
+    int64_t tensors = 0;        // now: tensors of open sessions living on it
+    int64_t graphs = 0;         // graphs submitted to it (execute and run calls)
+    int64_t ops = 0;            // their nodes
+    int64_t queue_depth = 0;    // now: tasks queued, not started
+    int64_t tasks = 0;          // tasks started (uploads, reads, copies, graphs)
+    int64_t queue_wait_us = 0;  // time those tasks waited in the queue, in all
+    int64_t busy_us = 0;        // time its queue spent running work
+  };
+  std::vector<Device> devices;
 };
 
 class Engine {

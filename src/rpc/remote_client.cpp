@@ -1495,4 +1495,39 @@ Status RemoteClient::echo(int64_t payload_bytes) {
   return impl_->finish(ctx, impl_->stub->Echo(&ctx, req, &resp), "echo");
 }
 
+Result<std::string> broker_status(const std::string& address, const RemoteClientOptions& options,
+                                  int history_seconds) {
+  if (address.empty()) return errors::InvalidArgument("status: empty broker address");
+  keep_grpc_initialized();
+  std::string token = options.token;
+  const char* from = "RemoteClientOptions.token";
+  if (token.empty())
+    if (const char* t = std::getenv("TENSORD_TOKEN")) {
+      token = t;
+      from = "TENSORD_TOKEN";
+    }
+  TD_ASSIGN_OR_RETURN(token, clean_token(token, from));
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  TD_ASSIGN_OR_RETURN(auto creds, channel_credentials(options));
+  auto channel = grpc::CreateCustomChannel(address, creds, args);
+  auto stub = v1::Tensord::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_wait_for_ready(false);
+  ctx.set_deadline(std::chrono::system_clock::now() + options.connect_timeout);
+  if (!token.empty()) ctx.AddMetadata(kAuthKey, "Bearer " + token);
+  v1::BrokerStatusRequest req;
+  req.set_history_seconds(history_seconds);
+  v1::BrokerStatusResponse resp;
+  const grpc::Status s = stub->BrokerStatus(&ctx, req, &resp);
+  if (s.ok()) return resp.json();
+  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED)
+    return errors::FailedPrecondition("broker '{}' is too old to report its status", address);
+  Status st = from_grpc(s);
+  if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded)
+    return errors::Unavailable("broker '{}' is unavailable ({})", address, s.error_message());
+  return st;
+}
+
 }  // namespace tensord::rpc

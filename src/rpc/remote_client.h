@@ -137,4 +137,11 @@ class RemoteClient final : public Client {
   std::unique_ptr<Impl> impl_;
 };
 
+// The broker's status as one JSON document (devices, sessions, totals, per-method figures,
+// recent errors, and the samples of the last `history_seconds`): what `tensord status` shows.
+// Opens no session. Token and TLS as for connect() (options, else TENSORD_TOKEN / TENSORD_TLS_*).
+Result<std::string> broker_status(const std::string& address,
+                                  const RemoteClientOptions& options = {},
+                                  int history_seconds = 0);
+
 }  // namespace tensord::rpc

@@ -13,6 +13,8 @@
 #include <mutex>
 
 #include "core/errors.h"
+#include "rpc/http_server.h"
+#include "rpc/monitor.h"
 #include "rpc/server_internal.h"
 #include "rpc/wire.h"
 
@@ -54,10 +56,45 @@ bool is_loopback_listen(const std::string& listen) {
          b < 256 && c < 256 && d < 256;
 }
 
+namespace {
+
+// The token of an HTTP Authorization header as gRPC metadata would carry it: "Bearer TOKEN"
+// as is; HTTP Basic auth (what a browser sends) with the token as the password.
+std::string bearer_from_http(const std::string& header) {
+  if (header.rfind("Basic ", 0) != 0) return header;
+  static const std::string kAlphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string decoded;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (size_t i = 6; i < header.size(); ++i) {
+    const char c = header[i];
+    if (c == '=' || c == ' ') continue;
+    const size_t v = kAlphabet.find(c);
+    if (v == std::string::npos) return "";
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      decoded += static_cast<char>((acc >> bits) & 0xff);
+    }
+  }
+  const size_t colon = decoded.find(':');
+  return colon == std::string::npos ? "" : "Bearer " + decoded.substr(colon + 1);
+}
+
+}  // namespace
+
 struct RpcServer::Impl {
   std::unique_ptr<Service> service;
   std::unique_ptr<grpc::Server> server;
   std::string address;
+  // Monitoring: the calls' counters (filled by an interceptor), the samples, HTTP.
+  std::shared_ptr<RpcMetrics> rpc_metrics = std::make_shared<RpcMetrics>();
+  std::atomic<bool> accepting{false};
+  std::unique_ptr<Monitor> monitor;
+  std::unique_ptr<HttpServer> http;
+  std::string http_address, http_url;
   std::mutex shutdown_mu;
   std::condition_variable shutdown_cv;
   bool shutdown_started = false;
@@ -151,8 +188,13 @@ Result<std::unique_ptr<RpcServer>> RpcServer::start(std::shared_ptr<Engine> engi
     auth_in_filter = false;
 
   auto impl = std::make_unique<Impl>();
+  std::shared_ptr<Engine> monitored_engine = engine;
   impl->service = std::make_unique<Service>(std::move(engine), options, tenants, auth_in_filter);
   grpc::ServerBuilder builder;
+  // Interceptors: each is self-contained; the metrics one counts every call (rpc/monitor.h).
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(make_metrics_interceptor(impl->rpc_metrics));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   int port = 0;
   builder.AddListeningPort(options.listen, creds, &port);
   builder.RegisterService(impl->service.get());
@@ -192,6 +234,46 @@ Result<std::unique_ptr<RpcServer>> RpcServer::start(std::shared_ptr<Engine> engi
   } else {
     impl->address = options.listen.substr(0, options.listen.rfind(':') + 1) + std::to_string(port);
   }
+  impl->accepting = true;
+
+  MonitorSources sources;
+  sources.engine = std::move(monitored_engine);
+  sources.rpc = impl->rpc_metrics;
+  Service* service = impl->service.get();
+  sources.sessions = [service] { return service->session_summaries(); };
+  Impl* raw = impl.get();
+  sources.accepting = [raw] { return raw->accepting.load(); };
+  sources.grpc_address = impl->address;
+  sources.tenants = tenants->required();
+  impl->monitor = std::make_unique<Monitor>(std::move(sources));
+  impl->service->set_monitor(impl->monitor.get());
+  if (!options.http_listen.empty()) {
+    HttpServerOptions ho;
+    ho.listen = options.http_listen;
+    ho.insecure = options.insecure;
+    ho.tls_cert_pem = options.tls_cert_pem;
+    ho.tls_key_pem = options.tls_key_pem;
+    ho.tls_client_ca_pem = options.tls_client_ca_pem;
+    if (tenants->required())
+      ho.authorize = [tenants](const std::string& header) {
+        const std::string bearer = bearer_from_http(header);
+        std::multimap<grpc::string_ref, grpc::string_ref> md;
+        md.emplace(kAuthKey, bearer);
+        return !bearer.empty() && tenants->authenticate(md).ok();
+      };
+    auto http = HttpServer::start(impl->monitor.get(), ho);
+    if (!http.ok()) {
+      impl->accepting = false;
+      impl->server->Shutdown(std::chrono::system_clock::now());
+      impl->server->Wait();
+      impl->monitor->stop();
+      return http.status();
+    }
+    impl->http = std::move(http).value();
+    impl->http_address = impl->http->address();
+    impl->http_url = impl->http->url();
+    impl->monitor->set_http_address(impl->http_url);
+  }
   return std::unique_ptr<RpcServer>(new RpcServer(std::move(impl)));
 }
 
@@ -203,10 +285,13 @@ void RpcServer::shutdown(std::chrono::milliseconds grace) {
     if (impl_->shutdown_started) return;
     impl_->shutdown_started = true;
   }
+  impl_->accepting = false;  // /readyz answers 503 while the calls drain
   impl_->service->end_attachments();
   impl_->server->Shutdown(std::chrono::system_clock::now() + grace);
   impl_->server->Wait();
   impl_->service->close_all();
+  if (impl_->http) impl_->http->stop();
+  impl_->monitor->stop();
   {
     std::lock_guard<std::mutex> lock(impl_->shutdown_mu);
     impl_->shutdown_done = true;
@@ -220,5 +305,8 @@ void RpcServer::wait() {
 }
 
 int64_t RpcServer::session_count() const { return impl_->service->session_count(); }
+
+const std::string& RpcServer::http_address() const { return impl_->http_address; }
+const std::string& RpcServer::http_url() const { return impl_->http_url; }
 
 }  // namespace tensord::rpc

@@ -73,6 +73,12 @@ struct RpcServerOptions {
   // gRPC's threads (one per in-flight synchronous call) and memory for its buffers.
   int64_t max_threads = 256;
   int64_t grpc_memory_bytes = int64_t{2} << 30;
+
+  // ---- monitoring (rpc/monitor.h, rpc/http_server.h)
+  // When not empty, also serve HTTP here (`--http`): the status page at /, /api/status,
+  // /metrics (Prometheus), /healthz, /readyz. "PORT" or ":PORT" (127.0.0.1), "HOST:PORT";
+  // port 0 = a free port (RpcServer::http_address). Behind the same tokens and TLS as gRPC.
+  std::string http_listen;
 };
 
 // The listen address is on this host only: a loopback address (127.0.0.0/8, ::1, localhost)
@@ -98,6 +104,10 @@ class RpcServer {
   void wait();
 
   int64_t session_count() const;
+  // The HTTP listener's address ("127.0.0.1:9090") and URL ("http://127.0.0.1:9090"); empty
+  // without RpcServerOptions::http_listen.
+  const std::string& http_address() const;
+  const std::string& http_url() const;
 
   struct Impl;
 

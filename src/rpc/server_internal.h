@@ -23,6 +23,7 @@
 
 #include "core/errors.h"
 #include "engine/engine.h"
+#include "rpc/monitor.h"
 #include "rpc/region_channel.h"
 #include "rpc/server.h"
 #include "rpc/wire.h"
@@ -83,6 +84,7 @@ struct SessionState {
   std::string tenant;         // whose token opened it; only that tenant's calls find it
   int64_t pending_bytes = 0;  // upload blocks being filled and staged models, not yet tensors
   Clock::time_point last_seen;
+  Clock::time_point opened = Clock::now();  // for the status page
   int in_flight = 0;
   std::unordered_map<uint64_t, std::shared_ptr<Region>> regions;
   uint64_t next_region = 1;
@@ -303,6 +305,14 @@ class Service final
   grpc::Status ReadRegion(grpc::ServerContext* ctx, const v1::ReadRegionRequest* req,
                           v1::ReadRegionResponse* resp) override;
 
+  // ---------------------------------------------------------------- status.cpp
+  // The open sessions as the status page shows them, and BrokerStatus (`tensord status`):
+  // the JSON of `monitor` (set once, just after the server starts; null: UNAVAILABLE).
+  std::vector<SessionSummary> session_summaries() const;
+  void set_monitor(const Monitor* monitor) { monitor_.store(monitor); }
+  grpc::Status BrokerStatus(grpc::ServerContext* ctx, const v1::BrokerStatusRequest* req,
+                            v1::BrokerStatusResponse* resp) override;
+
  private:
   // Marks the session busy for the duration of one call (the reaper skips busy sessions) and
   // renews its lease at both ends of the call.
@@ -390,6 +400,8 @@ class Service final
     auto c = RegionChannel::open();
     return c.ok() ? std::move(c).value() : nullptr;
   }();
+
+  std::atomic<const Monitor*> monitor_{nullptr};
 
   std::recursive_mutex attach_mu_;
   std::set<AttachReactor*> attached_;

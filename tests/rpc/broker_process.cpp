@@ -75,6 +75,7 @@ Result<std::unique_ptr<BrokerProcess>> BrokerProcess::start(const BrokerOptions&
       if (line.rfind(kReady, 0) != 0)
         return Status(StatusCode::kInternal, "broker printed '" + line + "' instead of ready");
       p->address_ = line.substr(std::strlen(kReady));
+      p->pending_ = out.substr(nl + 1);
       return p;
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -105,6 +106,28 @@ BrokerProcess::~BrokerProcess() {
   if (!dir_.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
+  }
+}
+
+Result<std::string> BrokerProcess::next_line(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    const auto nl = pending_.find('\n');
+    if (nl != std::string::npos) {
+      std::string line = pending_.substr(0, nl);
+      pending_.erase(0, nl + 1);
+      return line;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return Status(StatusCode::kDeadlineExceeded, "the broker printed no further line");
+    pollfd pfd{stdout_fd_, POLLIN, 0};
+    if (poll(&pfd, 1, static_cast<int>(left.count())) <= 0) continue;
+    char buf[256];
+    const ssize_t n = read(stdout_fd_, buf, sizeof buf);
+    if (n <= 0) return Status(StatusCode::kInternal, "the broker closed its stdout");
+    pending_.append(buf, static_cast<size_t>(n));
   }
 }
 

@@ -35,6 +35,9 @@ class BrokerProcess {
   // Waits up to `timeout` for the process to exit. Returns its exit status, 128+signal if a
   // signal ended it, or -1 on timeout.
   int wait_exit(std::chrono::milliseconds timeout);
+  // The next line the broker prints on stdout after its ready line (e.g. "tensord http on
+  // URL" with --http), without its newline; DEADLINE_EXCEEDED after `timeout`.
+  Result<std::string> next_line(std::chrono::milliseconds timeout);
 
  private:
   BrokerProcess() = default;
@@ -43,6 +46,7 @@ class BrokerProcess {
   int exit_status_ = -1;
   std::string dir_;
   std::string address_;
+  std::string pending_;  // stdout read past the ready line
 };
 
 // The broker shared by the tests of one test process, started on first use and stopped at
