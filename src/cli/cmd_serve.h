@@ -24,6 +24,12 @@ struct ServeOptions {
   int64_t max_model_bytes = (int64_t{2} << 30) - 1;
   int64_t max_threads = 256;
   int64_t grpc_memory_bytes = int64_t{2} << 30;
+  // Log (core/log.h) and config file (serve_config.h).
+  std::string log_level = "info";    // trace | debug | info | warn | error | off
+  std::string log_format = "text";   // text | json
+  int64_t slow_request_ms = 1000;    // calls slower than this are logged; 0 = never
+  std::string config;                // --config FILE: TOML, every flag a key
+  bool dump_config = false;          // print the effective config and exit
 };
 
 // Serves until SIGTERM or SIGINT, then stops taking calls, lets in-flight ones finish (up to

@@ -73,6 +73,10 @@ struct RpcServerOptions {
   // gRPC's threads (one per in-flight synchronous call) and memory for its buffers.
   int64_t max_threads = 256;
   int64_t grpc_memory_bytes = int64_t{2} << 30;
+
+  // ---- log (core/log.h; the level and format are the process's, set by the caller)
+  // A call that takes longer than this is logged as a slow request (a warning); 0 = never.
+  int64_t slow_request_ms = 0;
 };
 
 // The listen address is on this host only: a loopback address (127.0.0.0/8, ::1, localhost)

@@ -81,6 +81,7 @@ struct SessionState {
   SessionId engine_session = 0;
   int64_t memory_limit = 0;
   std::string tenant;         // whose token opened it; only that tenant's calls find it
+  std::string peer;           // the client's address at OpenSession (for the log)
   int64_t pending_bytes = 0;  // upload blocks being filled and staged models, not yet tensors
   Clock::time_point last_seen;
   int in_flight = 0;
@@ -237,6 +238,8 @@ class Service final
   int64_t session_count() const;
   void close_all();
   void drop_session(const std::string& id);
+  // Closes the engine session of `s` (already out of the table), logging why.
+  Status close_logged(const std::string& id, const SessionState& s, const char* why);
   void attach_done(AttachReactor* r);
   void end_attachments();
   Result<std::string> tenant_of(grpc::ServerContextBase* ctx) const;
