@@ -145,6 +145,7 @@ void write(Level level, std::string_view msg, std::initializer_list<Field> field
       line += "\",\"msg\":";
       append_json_string(line, msg);
       for (const Field& f : fields) {
+        if (f.value.empty()) continue;
         line += ',';
         append_json_string(line, f.key);
         line += ':';
@@ -163,6 +164,7 @@ void write(Level level, std::string_view msg, std::initializer_list<Field> field
       }
       line += msg;
       for (const Field& f : fields) {
+        if (f.value.empty()) continue;
         line += ' ';
         line += f.key;
         line += '=';

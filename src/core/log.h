@@ -42,7 +42,8 @@ void set_timestamps(bool on);
 // Whether a line at `level` would be written (check before building an expensive message).
 bool enabled(Level level);
 
-// One key=value pair of a line. Numbers and booleans stay numbers and booleans in JSON.
+// One key=value pair of a line. Numbers and booleans stay numbers and booleans in JSON; a
+// field whose value is an empty string is left out.
 struct Field {
   enum class Kind { kString, kNumber, kBool };
   std::string_view key;

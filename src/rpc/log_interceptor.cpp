@@ -71,7 +71,8 @@ class LogInterceptor : public grpc::experimental::Interceptor {
     log::Level level = log::Level::kTrace;
     if (!status.ok()) {
       switch (status.error_code()) {
-        case grpc::StatusCode::CANCELLED: level = log::Level::kInfo; break;
+        // The client cancelled or went away (an Attach stream ends so when a client closes).
+        case grpc::StatusCode::CANCELLED: level = log::Level::kDebug; break;
         case grpc::StatusCode::INTERNAL:
         case grpc::StatusCode::UNKNOWN:
         case grpc::StatusCode::DATA_LOSS: level = log::Level::kError; break;

@@ -1,5 +1,5 @@
 // The broker's RPC log (core/log.h), as a gRPC server interceptor: a warning (an error for
-// INTERNAL, UNKNOWN and DATA_LOSS; info for CANCELLED) for every call that ends with an error
+// INTERNAL, UNKNOWN and DATA_LOSS; debug for CANCELLED) for every call that ends with an error
 // status, naming the method, the code and the message; a warning for a call slower than
 // `slow_ms`; one trace line per call. Self-contained: register its factory beside any other
 // interceptors (ServerBuilder::experimental().SetInterceptorCreators takes them all at once).
