@@ -26,7 +26,13 @@
 namespace tensord::cli {
 namespace {
 // cli_common.cpp is only built with the ONNX importer; serve does not need it.
-void serve_error(const std::string& message) { log::error(message); }
+// A reason not to serve: a log line, or plain stderr when the log is off (never silent).
+void serve_error(const std::string& message) {
+  if (log::enabled(log::Level::kError))
+    log::error(message);
+  else
+    std::cerr << "tensord: " << message << "\n";
+}
 
 // --token-file: one tenant a line, "NAME:TOKEN" or a bare "TOKEN" (its tenant is then
 // "line-N"); blank lines and lines starting with '#' are skipped, surrounding whitespace

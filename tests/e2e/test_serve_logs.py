@@ -143,10 +143,13 @@ def test_log(exe, tmp):
     # A port in use: one short line with the OS's reason, no gRPC dump.
     b = Broker(exe, "--listen", "127.0.0.1:0")
     r = run(exe, "serve", "--listen", b.address)
+    quiet = run(exe, "serve", "--listen", b.address, "--log-level", "off")
     b.stop()
     assert r.returncode == 1, r
     assert len(r.stderr.strip().splitlines()) == 1 and len(r.stderr) < 200, r.stderr
     assert "cannot listen" in r.stderr and "Address already in use" in r.stderr, r.stderr
+    # A reason not to start is printed even with the log off.
+    assert quiet.returncode == 1 and "Address already in use" in quiet.stderr, quiet
 
 
 def test_config(exe, tmp):
