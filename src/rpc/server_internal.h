@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "core/log.h"
 #include "engine/engine.h"
 #include "rpc/region_channel.h"
 #include "rpc/server.h"
@@ -151,8 +152,17 @@ class TokenProcessor final : public grpc::AuthMetadataProcessor {
   grpc::Status Process(const InputMetadata& md, grpc::AuthContext* context,
                        OutputMetadata* consumed, OutputMetadata* response) override {
     auto tenant = tenants_->authenticate(md);
-    if (!tenant.ok())
+    if (!tenant.ok()) {
+      // Refused before the call reaches the service (and its log interceptor): logged here.
+      auto path = md.find(":path");
+      log::warn("request failed",
+                {{"method", path == md.end() ? std::string("?")
+                                             : std::string(path->second.data(),
+                                                           path->second.size())},
+                 {"code", "UNAUTHENTICATED"},
+                 {"message", tenant.status().message()}});
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, tenant.status().message());
+    }
     return grpc::Status::OK;
   }
 

@@ -140,6 +140,18 @@ def test_log(exe, tmp):
     assert any(l["level"] == "debug" and l.get("source") == "grpc" for l in lines), lines
     assert any(l["msg"] == "stopped" for l in lines), lines
 
+    # A wrong token is refused before the call reaches the service: logged all the same.
+    tokens = os.path.join(tmp, "tokens")
+    with open(tokens, "w") as f:
+        f.write("alice:s3cret-token\n")
+    os.chmod(tokens, 0o600)
+    b = Broker(exe, "--listen", "127.0.0.1:0", "--token-file", tokens)
+    r = run(exe, "devices", "--address", b.address, env=clean_env(TENSORD_TOKEN="guess-123"))
+    err = b.stop()
+    assert r.returncode != 0 and "UNAUTHENTICATED" in r.stderr, r
+    assert "request failed method=/tensord.v1.Tensord/Handshake code=UNAUTHENTICATED" in err, err
+    assert "wrong token" in err and "s3cret" not in err and "guess-123" not in err, err
+
     # A port in use: one short line with the OS's reason, no gRPC dump.
     b = Broker(exe, "--listen", "127.0.0.1:0")
     r = run(exe, "serve", "--listen", b.address)
