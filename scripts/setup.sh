@@ -7,7 +7,7 @@ PACKAGES=(
   # toolchain
   build-essential cmake ninja-build ccache pkg-config git
   # libraries
-  libfmt-dev libspdlog-dev libcli11-dev nlohmann-json3-dev libprotobuf-dev protobuf-compiler libonnx-dev
+  libfmt-dev libspdlog-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libprotobuf-dev protobuf-compiler libonnx-dev
   libgrpc++-dev protobuf-compiler-grpc libdnnl-dev
   # `tensord serve --http` (status page, /metrics): cpp-httplib, built with OpenSSL (HTTPS)
   libcpp-httplib-dev libssl-dev

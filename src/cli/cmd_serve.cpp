@@ -19,13 +19,20 @@
 #include <sstream>
 
 #include "cli/cli_common.h"
+#include "core/log.h"
 #include "engine/engine.h"
 #include "rpc/server.h"
 
 namespace tensord::cli {
 namespace {
 // cli_common.cpp is only built with the ONNX importer; serve does not need it.
-void serve_error(const std::string& message) { std::cerr << "tensord: " << message << "\n"; }
+// A reason not to serve: a log line, or plain stderr when the log is off (never silent).
+void serve_error(const std::string& message) {
+  if (log::enabled(log::Level::kError))
+    log::error(message);
+  else
+    std::cerr << "tensord: " << message << "\n";
+}
 
 // --token-file: one tenant a line, "NAME:TOKEN" or a bare "TOKEN" (its tenant is then
 // "line-N"); blank lines and lines starting with '#' are skipped, surrounding whitespace
@@ -159,6 +166,9 @@ int cmd_serve(const ServeOptions& options) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  // From here on the lines are a service's log: with their time (the level and format were
+  // set by serve_config.cpp); usage errors above read like any other command's.
+  log::set_timestamps(true);
   auto engine = Engine::shared();
   if (!engine.ok()) {
     serve_error(engine.status().to_string());
@@ -181,6 +191,7 @@ int cmd_serve(const ServeOptions& options) {
   ro.max_threads = options.max_threads;
   ro.grpc_memory_bytes = options.grpc_memory_bytes;
   ro.http_listen = options.http;
+  ro.slow_request_ms = options.slow_request_ms;
   ro.lease =
       std::chrono::milliseconds(std::max<int64_t>(1, std::llround(options.lease_seconds * 1000.0)));
   auto server = rpc::RpcServer::start(*engine, ro);
@@ -191,19 +202,21 @@ int cmd_serve(const ServeOptions& options) {
 
   std::string devices;
   for (const auto& d : (*engine)->devices()) devices += (devices.empty() ? "" : ", ") + d.name;
-  std::cerr << "tensord: devices: " << (devices.empty() ? "none" : devices) << "; session lease "
-            << options.lease_seconds << " s; session memory limit "
-            << (options.session_memory_limit
-                    ? std::to_string(options.session_memory_limit) + " bytes"
-                    : std::string("none"))
-            << "; "
-            << (tenants.empty() ? std::string("no token")
-                                : std::to_string(tenants.size()) + " token(s) required")
-            << "; " << (tls_cert.empty() ? "no TLS" : tls_ca.empty() ? "TLS" : "mutual TLS")
-            << "\n";
+  std::ostringstream summary;
+  summary << "devices: " << (devices.empty() ? "none" : devices) << "; session lease "
+          << options.lease_seconds << " s; session memory limit "
+          << (options.session_memory_limit
+                  ? std::to_string(options.session_memory_limit) + " bytes"
+                  : std::string("none"))
+          << "; "
+          << (tenants.empty() ? std::string("no token")
+                              : std::to_string(tenants.size()) + " token(s) required")
+          << "; " << (tls_cert.empty() ? "no TLS" : tls_ca.empty() ? "TLS" : "mutual TLS");
+  log::info(summary.str());
   if (!tenants.empty() && tls_cert.empty() && !rpc::is_loopback_listen(options.listen))
-    std::cerr << "tensord: warning: tokens travel in cleartext on " << options.listen
-              << " (not a loopback address): give --tls-cert and --tls-key\n";
+    log::warn("tokens travel in cleartext on " + options.listen +
+              " (not a loopback address): give --tls-cert and --tls-key");
+  log::info("serving", {{"address", (*server)->address()}});
   std::cout << "tensord serving on " << (*server)->address() << std::endl;
   if (!(*server)->http_url().empty())
     std::cout << "tensord http on " << (*server)->http_url() << std::endl;
@@ -211,11 +224,11 @@ int cmd_serve(const ServeOptions& options) {
   int sig = 0;
   while (sigwait(&stop_signals, &sig) != 0) {
   }
-  std::cerr << "tensord: " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
-            << ": refusing new calls, finishing the ones in flight\n";
+  log::info(std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") +
+            ": refusing new calls, finishing the ones in flight");
   (*server)->shutdown(std::chrono::milliseconds(std::llround(options.drain_seconds * 1000.0)));
   server->reset();
-  std::cerr << "tensord: stopped\n";
+  log::info("stopped");
   return kExitOk;
 }
 

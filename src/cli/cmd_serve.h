@@ -27,6 +27,12 @@ struct ServeOptions {
   // "" = none; else serve the status page, /metrics, /healthz, /readyz over HTTP here
   // ("PORT" on 127.0.0.1, or "HOST:PORT"; see RpcServerOptions::http_listen).
   std::string http;
+  // Log (core/log.h) and config file (serve_config.h).
+  std::string log_level = "info";    // trace | debug | info | warn | error | off
+  std::string log_format = "text";   // text | json
+  int64_t slow_request_ms = 1000;    // calls slower than this are logged; 0 = never
+  std::string config;                // --config FILE: TOML, every flag a key
+  bool dump_config = false;          // print the effective config and exit
 };
 
 // Serves until SIGTERM or SIGINT, then stops taking calls, lets in-flight ones finish (up to

@@ -13,8 +13,10 @@
 
 #include "cli/cli_common.h"
 #include "cli/cmd_serve.h"
+#include "cli/serve_config.h"
 #include "cli/commands.h"
 #include "cli/suggest.h"
+#include "core/log.h"
 #include "engine/engine.h"
 #include "tensord/client.h"
 #include "tensord/version.h"
@@ -115,10 +117,9 @@ int run_main(int argc, char** argv) {
 
   tensord::cli::ServeOptions serve_opts;
   auto* serve = app.add_subcommand("serve", "Serve this machine's devices over gRPC (the broker)");
-  serve
-      ->add_option("--listen,-l", serve_opts.listen,
-                   "HOST:PORT (port 0: any free port) or unix:PATH")
-      ->required();
+  serve->add_option("--listen,-l", serve_opts.listen,
+                    "HOST:PORT (port 0: any free port) or unix:PATH (required, here or in "
+                    "--config)");
   serve->add_option("--session-memory-limit", serve_opts.session_memory_limit,
                     "Bytes one session may hold (0: unlimited)");
   serve->add_option("--lease-seconds", serve_opts.lease_seconds,
@@ -161,6 +162,7 @@ int run_main(int argc, char** argv) {
                     "(Prometheus), /healthz, /readyz. PORT (on 127.0.0.1) or HOST:PORT; same "
                     "tokens and TLS as gRPC");
   auto status_command = tensord::cli::add_status_command(app);
+  tensord::cli::add_serve_config_options(*serve, serve_opts);  // --log-*, --config
 
 #ifdef TENSORD_CLI_HAVE_ONNX
   tensord::cli::RunOptions run_opts;
@@ -213,6 +215,16 @@ int run_main(int argc, char** argv) {
     std::cerr << tensord::cli::parse_failure_message(app, e, argc, argv) << std::endl;
     return kExitUsage;
   }
+  // The log level every command starts from (serve's --log-level and --config come after).
+  if (const char* env = std::getenv("TENSORD_LOG_LEVEL"); env && *env && !serve->parsed()) {
+    auto level = tensord::log::parse_level(env, "TENSORD_LOG_LEVEL");
+    if (!level.ok()) {
+      std::cerr << "tensord: " << level.status().message() << "\n";
+      return kExitUsage;
+    }
+  }
+  if (serve->parsed())
+    if (int rc = tensord::cli::finish_serve_options(*serve, serve_opts); rc >= 0) return rc;
   if (!tls_ca.empty()) setenv("TENSORD_TLS_CA", tls_ca.c_str(), 1);
 #ifdef TENSORD_CLI_HAVE_ONNX
   // Read by the engine's options (a broker's own setting applies to its clients).

@@ -16,6 +16,7 @@
 
 #include "core/errors.h"
 #include "core/graph_utils.h"
+#include "core/log.h"
 #include "core/op_registry.h"
 
 namespace tensord {
@@ -306,10 +307,9 @@ Status Executable::Impl::build(const std::vector<TensorType>& input_types, bool 
     for (const auto& f : fallbacks) by_op[f.op]++;
     std::vector<std::string> ops;
     for (const auto& [op, n] : by_op) ops.push_back(n > 1 ? fmt::format("{} x{}", op, n) : op);
-    std::fprintf(stderr, "tensord: warning: graph '%s': %zu node(s) run on %s, not %s (%s): %s\n",
-                 g.name.c_str(), fallbacks.size(), device_name(devices[1]).c_str(),
-                 device_name(devices[0]).c_str(), fmt::format("{}", fmt::join(ops, ", ")).c_str(),
-                 fallbacks.front().why.c_str());
+    log::warn(fmt::format("graph '{}': {} node(s) run on {}, not {} ({}): {}", g.name,
+                          fallbacks.size(), device_name(devices[1]), device_name(devices[0]),
+                          fmt::join(ops, ", "), fallbacks.front().why));
   }
   return OkStatus();
 }

@@ -15,6 +15,7 @@
 #include "core/errors.h"
 #include "rpc/http_server.h"
 #include "rpc/monitor.h"
+#include "rpc/log_interceptor.h"
 #include "rpc/server_internal.h"
 #include "rpc/wire.h"
 
@@ -159,6 +160,7 @@ Result<std::unique_ptr<RpcServer>> RpcServer::start(std::shared_ptr<Engine> engi
   if (is_unix && unix_socket_is_served(options.listen.substr(5)))
     return errors::Unavailable("cannot listen on '{}': another process is serving there",
                                options.listen);
+  route_grpc_log();
   keep_grpc_initialized();
   // Credentials. Tokens are checked by a TokenProcessor, before a call's message is read,
   // wherever gRPC runs one: TLS, and "local" credentials (no handshake on the wire: plain
@@ -191,10 +193,6 @@ Result<std::unique_ptr<RpcServer>> RpcServer::start(std::shared_ptr<Engine> engi
   std::shared_ptr<Engine> monitored_engine = engine;
   impl->service = std::make_unique<Service>(std::move(engine), options, tenants, auth_in_filter);
   grpc::ServerBuilder builder;
-  // Interceptors: each is self-contained; the metrics one counts every call (rpc/monitor.h).
-  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(make_metrics_interceptor(impl->rpc_metrics));
-  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   int port = 0;
   builder.AddListeningPort(options.listen, creds, &port);
   builder.RegisterService(impl->service.get());
@@ -225,10 +223,23 @@ Result<std::unique_ptr<RpcServer>> RpcServer::start(std::shared_ptr<Engine> engi
   // The sync server's pollers notice a shutdown only when their completion-queue wait times
   // out (10 s by default), which made SIGTERM take up to 10 s.
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC, 100);
+  // Interceptors, in order, each self-contained: the metrics one counts every call
+  // (rpc/monitor.h), the log's writes core/log.h lines for failed and slow calls. One call to
+  // SetInterceptorCreators: a second would replace the first list.
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(make_metrics_interceptor(impl->rpc_metrics));
+  interceptors.push_back(make_log_interceptor_factory(options.slow_request_ms));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  // A taken port makes gRPC log a long error text: keep it (at debug) and say why in one line.
+  GrpcLogCapture capture;
   impl->server = builder.BuildAndStart();
-  if (!impl->server || (!is_unix && port == 0))
+  if (!impl->server || (!is_unix && port == 0)) {
+    const std::string why = capture.os_error();
+    if (!why.empty())
+      return errors::Unavailable("cannot listen on '{}': {}", options.listen, why);
     return errors::Unavailable("cannot listen on '{}' (address in use, or not a local address?)",
                                options.listen);
+  }
   if (is_unix) {
     impl->address = options.listen;
   } else {

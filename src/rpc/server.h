@@ -79,6 +79,9 @@ struct RpcServerOptions {
   // /metrics (Prometheus), /healthz, /readyz. "PORT" or ":PORT" (127.0.0.1), "HOST:PORT";
   // port 0 = a free port (RpcServer::http_address). Behind the same tokens and TLS as gRPC.
   std::string http_listen;
+  // ---- log (core/log.h; the level and format are the process's, set by the caller)
+  // A call that takes longer than this is logged as a slow request (a warning); 0 = never.
+  int64_t slow_request_ms = 0;
 };
 
 // The listen address is on this host only: a loopback address (127.0.0.0/8, ::1, localhost)

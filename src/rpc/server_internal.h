@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "core/log.h"
 #include "engine/engine.h"
 #include "rpc/monitor.h"
 #include "rpc/region_channel.h"
@@ -82,6 +83,7 @@ struct SessionState {
   SessionId engine_session = 0;
   int64_t memory_limit = 0;
   std::string tenant;         // whose token opened it; only that tenant's calls find it
+  std::string peer;           // the client's address at OpenSession (for the log)
   int64_t pending_bytes = 0;  // upload blocks being filled and staged models, not yet tensors
   Clock::time_point last_seen;
   Clock::time_point opened = Clock::now();  // for the status page
@@ -152,8 +154,17 @@ class TokenProcessor final : public grpc::AuthMetadataProcessor {
   grpc::Status Process(const InputMetadata& md, grpc::AuthContext* context,
                        OutputMetadata* consumed, OutputMetadata* response) override {
     auto tenant = tenants_->authenticate(md);
-    if (!tenant.ok())
+    if (!tenant.ok()) {
+      // Refused before the call reaches the service (and its log interceptor): logged here.
+      auto path = md.find(":path");
+      log::warn("request failed",
+                {{"method", path == md.end() ? std::string("?")
+                                             : std::string(path->second.data(),
+                                                           path->second.size())},
+                 {"code", "UNAUTHENTICATED"},
+                 {"message", tenant.status().message()}});
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, tenant.status().message());
+    }
     return grpc::Status::OK;
   }
 
@@ -239,6 +250,8 @@ class Service final
   int64_t session_count() const;
   void close_all();
   void drop_session(const std::string& id);
+  // Closes the engine session of `s` (already out of the table), logging why.
+  Status close_logged(const std::string& id, const SessionState& s, const char* why);
   void attach_done(AttachReactor* r);
   void end_attachments();
   Result<std::string> tenant_of(grpc::ServerContextBase* ctx) const;

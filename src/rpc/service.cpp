@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/log.h"
 #include "onnx/onnx_import.h"
 #include "tensord/version.h"
 
@@ -349,6 +350,24 @@ grpc::Status Service::finish_load(grpc::ServerContext* ctx, const Guard& g, cons
                                   const std::string& device, v1::LoadModelResponse* resp) {
   auto model = engine_->load(g.engine_session(), graph, device);
   if (!model.ok()) return fail(ctx, model.status());
+  if (log::enabled(log::Level::kInfo)) {
+    int64_t weights = 0;
+    for (const auto& [name, t] : graph.initializers) weights += static_cast<int64_t>(t.nbytes());
+    std::string on = device;
+    if (on.empty())
+      if (auto d = engine_->default_device(); d.ok()) on = *d;
+    const auto& md = ctx->client_metadata();
+    auto sid = md.find(kSessionKey);
+    log::info("model loaded",
+              {{"name", graph.name},
+               {"nodes", static_cast<int64_t>(graph.nodes.size())},
+               {"weights_bytes", weights},
+               {"device", on},
+               {"session", sid == md.end() ? std::string()
+                                           : std::string(sid->second.data(),
+                                                         std::min<size_t>(8, sid->second.size()))},
+               {"peer", ctx->peer()}});
+  }
   resp->set_model(*model);
   resp->set_name(graph.name);
   for (const auto& v : graph.inputs) {

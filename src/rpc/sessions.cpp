@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/log.h"
+
 namespace tensord::rpc::server_impl {
 
 // A new session id: 128 bits from the kernel's CSPRNG, as 32 lowercase hex characters.
@@ -61,7 +63,7 @@ void Service::close_all() {
     std::lock_guard<std::mutex> lock(mu_);
     dead.swap(sessions_);
   }
-  for (auto& [id, s] : dead) (void)engine_->close_session(s.engine_session);
+  for (auto& [id, s] : dead) (void)close_logged(id, s, "broker stopping");
 }
 
 // A session whose Attach call ended (the client went away): freed at once.
@@ -74,7 +76,19 @@ void Service::drop_session(const std::string& id) {
     dead = std::move(it->second);
     sessions_.erase(it);
   }
-  (void)engine_->close_session(dead.engine_session);
+  (void)close_logged(id, dead, "client went away");
+}
+
+// Closes the engine session of `s` (already out of the table) with one log line saying why.
+Status Service::close_logged(const std::string& id, const SessionState& s, const char* why) {
+  const int64_t bytes = engine_->session_bytes(s.engine_session);
+  Status st = engine_->close_session(s.engine_session);
+  log::info("session closed", {{"session", id.substr(0, 8)},
+                               {"reason", why},
+                               {"peer", s.peer},
+                               {"tenant", s.tenant},
+                               {"memory_bytes", bytes}});
+  return st;
 }
 
 void Service::attach_done(AttachReactor* r) {
@@ -124,6 +138,7 @@ grpc::Status Service::OpenSession(grpc::ServerContext* ctx, const v1::OpenSessio
   s.engine_session = engine_->open_session(so);
   s.memory_limit = limit;
   s.tenant = *tenant;
+  s.peer = ctx->peer();
   s.last_seen = Clock::now();
   std::string id;
   {
@@ -143,6 +158,10 @@ grpc::Status Service::OpenSession(grpc::ServerContext* ctx, const v1::OpenSessio
       (void)engine_->close_session(s.engine_session);
       return fail(ctx, room);
     }
+    log::info("session opened", {{"session", id.substr(0, 8)},
+                                 {"peer", s.peer},
+                                 {"tenant", s.tenant},
+                                 {"memory_limit_bytes", limit}});
     sessions_.emplace(id, std::move(s));
   }
   resp->set_session_id(id);
@@ -165,7 +184,7 @@ grpc::Status Service::CloseSession(grpc::ServerContext* ctx, const v1::CloseSess
     dead = std::move(it->second);
     sessions_.erase(it);
   }
-  return fail(ctx, engine_->close_session(dead.engine_session));
+  return fail(ctx, close_logged(*id, dead, "closed by the client"));
 }
 
 grpc::Status Service::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
@@ -266,17 +285,17 @@ void Service::reap_loop() {
     cv_.wait_for(lock, period);
     if (stopping_) break;
     const auto now = Clock::now();
-    std::vector<SessionId> expired;
+    std::vector<std::pair<std::string, SessionState>> expired;
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       if (it->second.in_flight == 0 && now - it->second.last_seen > options_.lease) {
-        expired.push_back(it->second.engine_session);
+        expired.emplace_back(it->first, std::move(it->second));
         it = sessions_.erase(it);
       } else {
         ++it;
       }
     }
     lock.unlock();
-    for (SessionId s : expired) (void)engine_->close_session(s);
+    for (const auto& [id, s] : expired) (void)close_logged(id, s, "lease expired");
     pool_.trim(now - std::chrono::seconds(10));
     lock.lock();
   }
