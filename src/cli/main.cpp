@@ -142,6 +142,9 @@ int run_main(int argc, char** argv) {
                     "gRPC threads, one per in-flight call; more calls wait (default 256)");
   serve->add_option("--grpc-memory-bytes", serve_opts.grpc_memory_bytes,
                     "Memory gRPC may take for its buffers (default 2 GiB)");
+  serve->add_option("--models", serve_opts.models_dir,
+                    "Named models: load every DIR/NAME/model.onnx once at start, shared by all "
+                    "sessions (clients: open_model(NAME))");
 
 #ifdef TENSORD_CLI_HAVE_ONNX
   tensord::cli::RunOptions run_opts;
