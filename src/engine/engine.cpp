@@ -1570,7 +1570,14 @@ Result<ModelHandle> Engine::open_named_model(SessionId session, const std::strin
             "`tensord serve --models DIR`; an embedded engine from TENSORD_MODELS)",
             name);
       std::string names;
-      for (const auto& [n, e] : impl_->named) names += (names.empty() ? "'" : ", '") + n + "'";
+      size_t listed = 0;
+      for (const auto& [n, e] : impl_->named) {
+        if (listed++ == 32) {
+          names += fmt::format(" and {} more", impl_->named.size() - 32);
+          break;
+        }
+        names += (names.empty() ? "'" : ", '") + n + "'";
+      }
       return errors::NotFound("no model named '{}' (the models are {})", name, names);
     }
     if (!it->second.model)
