@@ -26,6 +26,20 @@ using TensorHandle = uint64_t;
 // A graph loaded once into this client's session (load()), run many times. 0 is never valid.
 using ModelHandle = uint64_t;
 
+// A named model (`tensord serve --models DIR`, or an embedded engine's models folder): loaded
+// once, shared by every session that opens it (Client::open_model, list_models).
+struct ModelInfo {
+  std::string name;    // the folder's name: DIR/NAME/model.onnx
+  bool ready = false;  // loaded; false: it failed to load, `reason` says why
+  std::string reason;
+  std::string device;                // where it runs ("cpu:0")
+  std::vector<ValueInfo> inputs;     // runtime inputs, in the order run() binds them
+  std::vector<ValueInfo> outputs;    // dtype kUndefined / dims -1 where not declared
+  int64_t weight_bytes = 0;          // its initializers, held once for all sessions
+  int64_t opset = 0, ir_version = 0;  // what the file declared
+  std::string producer;
+};
+
 struct TensorInfo {
   TensorType type;  // dims may be -1 until the value is computed (data-dependent shapes)
   std::string device;
@@ -92,6 +106,22 @@ class Client {
                                                 const std::vector<TensorHandle>& inputs) = 0;
   virtual Status unload(ModelHandle model) = 0;
 
+  // Named models: loaded once by the broker (`tensord serve --models DIR`) or, embedded, from
+  // LocalClientOptions::models_dir / TENSORD_MODELS, and shared by every session. open_model
+  // returns a handle in this session, run() and unload() like a loaded one: nothing is sent
+  // and nothing is charged to the session (the weights are held once, by the broker); the
+  // outputs of run() belong to this session. unload() closes this session's handle only.
+  // Unknown names are NOT_FOUND (the message lists the models there are); a model that failed
+  // to load is FAILED_PRECONDITION with the reason. `info` (optional) receives the model's
+  // name, device, inputs and outputs.
+  virtual Result<ModelHandle> open_model(const std::string& name, ModelInfo* info = nullptr) {
+    return Status(StatusCode::kUnimplemented, "open_model: this client has no named models");
+  }
+  // Every named model, ready or not (sorted by name).
+  virtual Result<std::vector<ModelInfo>> list_models() {
+    return Status(StatusCode::kUnimplemented, "list_models: this client has no named models");
+  }
+
   virtual ClientStats stats() = 0;
 
   // Zero-copy exchange with host memory (the Python package's DLPack).
@@ -134,6 +164,9 @@ struct LocalClientOptions {
   // Compile every graph with the reference kernels only: no fusion, no oneDNN — the oracle
   // conformance tests and the bench compare with. Always a private engine.
   bool reference_kernels = false;
+  // Named models (open_model, list_models): a folder of NAME/model.onnx, loaded into the
+  // engine on the first open_model/list_models, once per engine. Empty = TENSORD_MODELS.
+  std::string models_dir;
 };
 
 // An embedded engine in this process. With empty options: the process-wide engine (one per

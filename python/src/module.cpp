@@ -202,6 +202,55 @@ std::shared_ptr<PyModel> load_model(const PyClient& c, py::object source, const 
   return m;
 }
 
+// A named model of the broker (or of the embedded engine's models folder), opened in the
+// client's session: nothing is loaded here.
+std::shared_ptr<PyModel> open_named_model(const PyClient& c, const std::string& name) {
+  ModelInfo info;
+  Result<ModelHandle> h = Status(StatusCode::kUnknown, "");
+  {
+    py::gil_scoped_release release;
+    h = c.client().open_model(name, &info);
+  }
+  const ModelHandle handle = value_or_throw(std::move(h));
+  auto m = std::make_shared<PyModel>();
+  m->ctx = c.ctx;
+  m->handle = handle;
+  m->device = info.device;
+  m->inputs = info.inputs;
+  m->outputs = info.outputs;
+  return m;
+}
+
+py::list list_named_models(const PyClient& c) {
+  Result<std::vector<ModelInfo>> models = Status(StatusCode::kUnknown, "");
+  {
+    py::gil_scoped_release release;
+    models = c.client().list_models();
+  }
+  const auto values = [](const std::vector<ValueInfo>& list) {
+    py::list r;
+    for (const auto& v : list)
+      r.append(py::make_tuple(v.name, std::string(dtype_name(v.type.dtype)), v.type.shape));
+    return r;
+  };
+  py::list out;
+  for (const ModelInfo& m : value_or_throw(std::move(models))) {
+    py::dict d;
+    d["name"] = m.name;
+    d["ready"] = m.ready;
+    d["reason"] = m.reason;
+    d["device"] = m.device;
+    d["inputs"] = values(m.inputs);
+    d["outputs"] = values(m.outputs);
+    d["weight_bytes"] = m.weight_bytes;
+    d["opset"] = m.opset;
+    d["ir_version"] = m.ir_version;
+    d["producer"] = m.producer;
+    out.append(d);
+  }
+  return out;
+}
+
 std::vector<Array> run_model(PyModel& m, const std::vector<Array>& inputs) {
   if (inputs.size() != m.inputs.size())
     throw StatusError(Status(StatusCode::kInvalidArgument,
@@ -300,8 +349,10 @@ PYBIND11_MODULE(_tensord, m) {
            }),
            py::arg("address") = "")
       .def_static("local",
-                  [](const std::string& devices, const std::string& default_device) {
+                  [](const std::string& devices, const std::string& default_device,
+                     const std::string& models_dir) {
                     LocalClientOptions o{devices, default_device};
+                    o.models_dir = models_dir;
                     Result<std::unique_ptr<Client>> c = Status(StatusCode::kUnknown, "");
                     {
                       py::gil_scoped_release release;
@@ -312,7 +363,8 @@ PYBIND11_MODULE(_tensord, m) {
                         std::shared_ptr<Client>(value_or_throw(std::move(c))));
                     return pc;
                   },
-                  py::arg("devices") = "", py::arg("default_device") = "")
+                  py::arg("devices") = "", py::arg("default_device") = "",
+                  py::arg("models_dir") = "")
       .def_readonly("address", &PyClient::address)
       .def("devices",
            [](const PyClient& c) {
@@ -357,7 +409,9 @@ PYBIND11_MODULE(_tensord, m) {
              check(a.status());
              return a;
            })
-      .def("load", &load_model, py::arg("source"), py::arg("device") = "");
+      .def("load", &load_model, py::arg("source"), py::arg("device") = "")
+      .def("open_model", &open_named_model, py::arg("name"))
+      .def("list_models", &list_named_models);
 
   py::class_<Array>(m, "Array")
       .def_property_readonly("dtype_code", [](const Array& a) { return static_cast<int>(a.dtype()); })

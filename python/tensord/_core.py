@@ -79,9 +79,10 @@ class Client:
         self.address = address or os.environ.get("TENSORD_ADDRESS", "")
 
     @classmethod
-    def local(cls, devices="", default_device=""):
-        """A private embedded engine (``devices`` filters like TENSORD_DEVICES)."""
-        c = cls(_raw=_C.Client.local(devices, default_device))
+    def local(cls, devices="", default_device="", models_dir=""):
+        """A private embedded engine (``devices`` filters like TENSORD_DEVICES). ``models_dir``:
+        named models (``open_model``) from DIR/NAME/model.onnx (default: TENSORD_MODELS)."""
+        c = cls(_raw=_C.Client.local(devices, default_device, models_dir))
         c.address = ""
         return c
 
@@ -99,6 +100,12 @@ class Client:
 
     def load(self, source, device=None):
         return load(source, device=device, client=self)
+
+    def open_model(self, name):
+        return open_model(name, client=self)
+
+    def list_models(self):
+        return list_models(client=self)
 
     def __repr__(self):
         return f"tensord.Client({self.address or 'embedded'!r})"
@@ -1146,6 +1153,22 @@ class Model:
 
     def __repr__(self):
         return f"tensord.Model(inputs={self.input_names}, outputs={self.output_names}, device={str(self.device)!r})"
+
+
+def open_model(name, client=None):
+    """Opens a named model: one the broker loaded at start (``tensord serve --models DIR``,
+    DIR/NAME/model.onnx), or, embedded, one of TENSORD_MODELS. Nothing is sent or loaded: the
+    model is held once for every session, and not charged to this one. Runs like ``load()``'s
+    models. Unknown names raise tensord.NotFound (listing the models there are)."""
+    client = client or default_client()
+    return Model(client._c.open_model(str(name)), client)
+
+
+def list_models(client=None):
+    """The named models, ready or not (sorted by name): dicts with name, ready, reason,
+    device, inputs and outputs ((name, dtype, shape) each), weight_bytes, opset, ir_version,
+    producer."""
+    return (client or default_client())._c.list_models()
 
 
 def load(source, device=None, client=None):

@@ -20,6 +20,7 @@
 
 #include "cli/cli_common.h"
 #include "core/log.h"
+#include "client/model_repository.h"
 #include "engine/engine.h"
 #include "rpc/server.h"
 
@@ -173,6 +174,24 @@ int cmd_serve(const ServeOptions& options) {
   if (!engine.ok()) {
     serve_error(engine.status().to_string());
     return engine.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+  }
+  if (!options.models_dir.empty()) {  // named models: loaded once, before clients can connect
+    auto models = load_model_repository(**engine, options.models_dir);
+    if (!models.ok()) {
+      serve_error("--models: " + models.status().message());
+      return kExitUsage;
+    }
+    int ready = 0;
+    for (const ModelInfo& m : *models) {
+      ready += m.ready;
+      if (m.ready)
+        std::cerr << "tensord: model '" << m.name << "' ready on " << m.device << " ("
+                  << format_bytes(m.weight_bytes) << " of weights, held once)\n";
+      else
+        std::cerr << "tensord: model '" << m.name << "' UNAVAILABLE: " << m.reason << "\n";
+    }
+    std::cerr << "tensord: named models from '" << options.models_dir << "': " << ready
+              << " ready, " << models->size() - ready << " unavailable\n";
   }
   rpc::RpcServerOptions ro;
   ro.listen = options.listen;

@@ -16,6 +16,10 @@ struct ServeOptions {
   bool insecure = false;             // allow a non-loopback listener without a token
   std::string tls_cert, tls_key;     // PEM files: serve TLS only
   std::string tls_ca;                // PEM file: require client certificates it signed (mTLS)
+  // Named models: every MODELS/NAME/model.onnx loaded once at start, shared by all sessions
+  // (see client/model_repository.h). A model that fails to load is reported and left out
+  // (listed as unavailable); a missing folder stops the broker. "" = none.
+  std::string models_dir;
   // Limits (see RpcServerOptions).
   int64_t max_message_bytes = 64 << 20;
   int64_t max_sessions = 4096;

@@ -163,6 +163,9 @@ int run_main(int argc, char** argv) {
                     "tokens and TLS as gRPC");
   auto status_command = tensord::cli::add_status_command(app);
   tensord::cli::add_serve_config_options(*serve, serve_opts);  // --log-*, --config
+  serve->add_option("--models", serve_opts.models_dir,
+                    "Named models: load every DIR/NAME/model.onnx once at start, shared by all "
+                    "sessions (clients: open_model(NAME))");
 
 #ifdef TENSORD_CLI_HAVE_ONNX
   tensord::cli::RunOptions run_opts;

@@ -1,12 +1,25 @@
 #include "client/local_client.h"
 
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+
+#include "client/model_repository.h"
+#include "core/errors.h"
+
 namespace tensord {
 
 LocalClient::LocalClient(std::shared_ptr<Engine> engine, int64_t memory_limit,
-                         CompileOptions compile)
+                         CompileOptions compile, std::string models_dir)
     : engine_(std::move(engine)),
       session_(engine_->open_session(memory_limit)),
-      compile_(compile) {}
+      compile_(compile),
+      models_dir_(std::move(models_dir)) {
+  if (models_dir_.empty()) {
+    const char* env = std::getenv("TENSORD_MODELS");
+    if (env) models_dir_ = env;
+  }
+}
 
 LocalClient::~LocalClient() { (void)engine_->close_session(session_); }
 
@@ -62,6 +75,36 @@ Result<std::vector<TensorHandle>> LocalClient::run(ModelHandle model,
 
 Status LocalClient::unload(ModelHandle model) { return engine_->unload(session_, model); }
 
+// The models folder is loaded into the engine by the first client that needs it (the
+// process-wide engine is shared by every embedded client: once per engine and folder). The
+// lock makes a second client wait for the load in progress instead of finding no models.
+Status LocalClient::load_models() {
+  if (models_dir_.empty()) return OkStatus();
+  static std::mutex load_mu;
+  std::lock_guard<std::mutex> lock(load_mu);
+  std::error_code ec;
+  std::string key = std::filesystem::weakly_canonical(models_dir_, ec).string();
+  if (ec || key.empty()) key = models_dir_;
+  if (!std::filesystem::is_directory(key, ec))
+    return errors::FailedPrecondition(
+        "named models: '{}' (LocalClientOptions::models_dir or TENSORD_MODELS) is not a folder "
+        "of NAME/model.onnx",
+        models_dir_);
+  if (!engine_->claim_models_source(key)) return OkStatus();
+  auto loaded = load_model_repository(*engine_, key);
+  return loaded.ok() ? OkStatus() : loaded.status();
+}
+
+Result<ModelHandle> LocalClient::open_model(const std::string& name, ModelInfo* info) {
+  TD_RETURN_IF_ERROR(load_models());
+  return engine_->open_named_model(session_, name, info);
+}
+
+Result<std::vector<ModelInfo>> LocalClient::list_models() {
+  TD_RETURN_IF_ERROR(load_models());
+  return engine_->named_models();
+}
+
 Result<TensorHandle> LocalClient::upload_external(const TensorView& src,
                                                   const std::string& device,
                                                   std::shared_ptr<void> keepalive) {
@@ -92,7 +135,8 @@ Result<std::unique_ptr<Client>> make_local_client(const LocalClientOptions& opti
   }
   CompileOptions compile;
   compile.fuse = !options.reference_kernels;
-  return std::unique_ptr<Client>(new LocalClient(std::move(engine), 0, compile));
+  return std::unique_ptr<Client>(
+      new LocalClient(std::move(engine), 0, compile, options.models_dir));
 }
 
 }  // namespace tensord

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "engine/engine.h"
 #include "tensord/client.h"
@@ -12,8 +13,10 @@ class LocalClient final : public Client {
  public:
   // Opens a session on `engine` (closed when the client is destroyed).
   // `compile`: how execute() and load() compile (fuse = false: reference kernels only).
+  // `models_dir`: named models (open_model), loaded into the engine on first use; empty =
+  // TENSORD_MODELS.
   explicit LocalClient(std::shared_ptr<Engine> engine, int64_t memory_limit = 0,
-                       CompileOptions compile = {});
+                       CompileOptions compile = {}, std::string models_dir = "");
   ~LocalClient() override;
 
   Result<std::vector<DeviceInfo>> devices() override;
@@ -32,6 +35,8 @@ class LocalClient final : public Client {
   Result<std::vector<TensorHandle>> run(ModelHandle model,
                                         const std::vector<TensorHandle>& inputs) override;
   Status unload(ModelHandle model) override;
+  Result<ModelHandle> open_model(const std::string& name, ModelInfo* info = nullptr) override;
+  Result<std::vector<ModelInfo>> list_models() override;
   ClientStats stats() override;
   Result<TensorHandle> upload_external(const TensorView& src, const std::string& device,
                                        std::shared_ptr<void> keepalive) override;
@@ -44,6 +49,8 @@ class LocalClient final : public Client {
   std::shared_ptr<Engine> engine_;
   SessionId session_;
   CompileOptions compile_;
+  std::string models_dir_;
+  Status load_models();  // the models folder into the engine, once per engine
   std::atomic<int64_t> executes_{0}, uploads_{0}, downloads_{0}, copies_{0}, runs_{0};
 };
 

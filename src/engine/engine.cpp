@@ -13,6 +13,7 @@
 #include <string_view>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -379,6 +380,7 @@ struct LoadedModel {
   std::mutex mu;
   std::map<std::string, std::shared_ptr<Executable>> executables;  // by input types
   // The initializers' bytes, counted against the session's quota while the model lives.
+  // Null for a named model (Engine::add_named_model): held once, charged to nobody.
   std::shared_ptr<SessionCounter> counter;
   int64_t counted = 0;
   ~LoadedModel() {
@@ -592,6 +594,16 @@ struct Engine::Impl {
 
   std::unordered_map<std::string, std::shared_ptr<SessionCounter>> tenants;  // under mu
 
+  // Named models (Engine::add_named_model): by name, with what list/open report. A model
+  // that failed to load has info.ready false and no graph.
+  struct NamedModel {
+    ModelInfo info;
+    std::shared_ptr<LoadedModel> model;
+  };
+  mutable std::mutex named_mu;
+  std::map<std::string, NamedModel> named;   // under named_mu
+  std::set<std::string> named_sources;       // under named_mu
+
   std::mutex cache_mu;
   size_t cache_capacity = 512;
   int64_t cache_max_bytes = int64_t{1} << 30;
@@ -714,6 +726,7 @@ struct Engine::Impl {
       s.token->cancel(Status(StatusCode::kCancelled, "cancelled: the engine is shutting down"));
     for (auto& s : slots) s->queue.reset();
     sessions.clear();
+    named.clear();
     cache.clear();
     lru.clear();
   }
@@ -1499,16 +1512,23 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
       if (m->executables.size() >= kMaxExecutablesPerModel)
         return errors::ResourceExhausted(
             "run: model '{}' has been compiled for {} different input types already (the "
-            "limit); unload and load it again",
-            graph.name, m->executables.size());
-      const int64_t bytes = estimate_executable_bytes(graph);
-      TD_RETURN_IF_ERROR(m->counter->charge(
-          bytes, fmt::format("compiling model '{}' for new input types", graph.name)));
-      m->counted += bytes;
+            "limit); {}",
+            graph.name, m->executables.size(),
+            m->counter ? "unload and load it again"
+                       : "a named model keeps its compiled forms while the broker runs");
+      // (A named model has no counter: its executables are held once, charged to nobody.)
+      const int64_t bytes = m->counter ? estimate_executable_bytes(graph) : 0;
+      if (m->counter) {
+        TD_RETURN_IF_ERROR(m->counter->charge(
+            bytes, fmt::format("compiling model '{}' for new input types", graph.name)));
+        m->counted += bytes;
+      }
       auto compiled = impl_->compile(m->device, graph, launch.types, m->options);
       if (!compiled.ok()) {
-        m->counter->uncharge(bytes);
-        m->counted -= bytes;
+        if (m->counter) {
+          m->counter->uncharge(bytes);
+          m->counted -= bytes;
+        }
         return compiled.status();
       }
       impl_->m.compiles++;
@@ -1536,6 +1556,87 @@ Status Engine::unload(SessionId session, ModelHandle model) {
   dead = std::move(it->second);
   s->second.models.erase(it);
   return OkStatus();
+}
+
+Status Engine::add_named_model(const Graph& graph, const std::string& device, ModelInfo info,
+                               const CompileOptions& options) {
+  TD_ASSIGN_OR_RETURN(size_t target, impl_->find_device(device));
+  TD_RETURN_IF_ERROR(topological_order(graph).status());  // cycles, dangling names
+  auto model = std::make_shared<LoadedModel>();  // no counter: charged to nobody
+  model->graph = graph;
+  model->device = target;
+  model->options = options;
+  info.ready = true;
+  info.reason.clear();
+  info.device = impl_->slots[target]->name();
+  info.inputs = graph.inputs;
+  info.outputs = graph.outputs;
+  info.weight_bytes = 0;
+  for (const auto& [name, t] : graph.initializers)
+    info.weight_bytes += static_cast<int64_t>(t.nbytes());
+  std::lock_guard<std::mutex> lock(impl_->named_mu);
+  if (impl_->named.count(info.name))
+    return Status(StatusCode::kAlreadyExists,
+                  fmt::format("a named model '{}' is loaded already", info.name));
+  const std::string name = info.name;
+  impl_->named.emplace(name, Impl::NamedModel{std::move(info), std::move(model)});
+  return OkStatus();
+}
+
+void Engine::add_unavailable_model(ModelInfo info) {
+  info.ready = false;
+  std::lock_guard<std::mutex> lock(impl_->named_mu);
+  const std::string name = info.name;
+  impl_->named.emplace(name, Impl::NamedModel{std::move(info), nullptr});  // a loaded one stays
+}
+
+Result<ModelHandle> Engine::open_named_model(SessionId session, const std::string& name,
+                                             ModelInfo* info) {
+  std::shared_ptr<LoadedModel> model;
+  {
+    std::lock_guard<std::mutex> lock(impl_->named_mu);
+    auto it = impl_->named.find(name);
+    if (it == impl_->named.end()) {
+      if (impl_->named.empty())
+        return errors::NotFound(
+            "no model named '{}': no named models are loaded (a broker loads them with "
+            "`tensord serve --models DIR`; an embedded engine from TENSORD_MODELS)",
+            name);
+      std::string names;
+      size_t listed = 0;
+      for (const auto& [n, e] : impl_->named) {
+        if (listed++ == 32) {
+          names += fmt::format(" and {} more", impl_->named.size() - 32);
+          break;
+        }
+        names += (names.empty() ? "'" : ", '") + n + "'";
+      }
+      return errors::NotFound("no model named '{}' (the models are {})", name, names);
+    }
+    if (!it->second.model)
+      return errors::FailedPrecondition("model '{}' is unavailable: it failed to load: {}", name,
+                                        it->second.info.reason);
+    model = it->second.model;
+    if (info) *info = it->second.info;
+  }
+  const ModelHandle h = impl_->next_handle.fetch_add(1);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto s = impl_->sessions.find(session);
+  if (s == impl_->sessions.end()) return errors::NotFound("session {} does not exist", session);
+  s->second.models.emplace(h, std::move(model));
+  return h;
+}
+
+std::vector<ModelInfo> Engine::named_models() const {
+  std::lock_guard<std::mutex> lock(impl_->named_mu);
+  std::vector<ModelInfo> out;
+  for (const auto& [name, e] : impl_->named) out.push_back(e.info);
+  return out;
+}
+
+bool Engine::claim_models_source(const std::string& key) {
+  std::lock_guard<std::mutex> lock(impl_->named_mu);
+  return impl_->named_sources.insert(key).second;
 }
 
 Result<TensorHandle> Engine::copy(SessionId session, TensorHandle h, const std::string& device) {

@@ -238,6 +238,27 @@ class Engine {
                                         std::shared_ptr<CancelToken> call = nullptr);
   Status unload(SessionId session, ModelHandle model);
 
+  // Named models (`tensord serve --models DIR`, LocalClientOptions::models_dir): graphs loaded
+  // once for the whole engine, not for a session, and shared by every session that opens them.
+  // Their initializers and the executables compiled for them are held once, for the engine's
+  // lifetime, and charged to no session or tenant. A session's handle (open_named_model) runs
+  // like a loaded model's (its outputs belong to the session); unload() drops that handle only.
+  // add_named_model: `info` carries the name and what the source declared (opset, producer);
+  // device, inputs, outputs and weight_bytes are filled in here. ALREADY_EXISTS for a name
+  // taken, NOT_FOUND for an unknown device.
+  Status add_named_model(const Graph& graph, const std::string& device, ModelInfo info,
+                         const CompileOptions& options = {});
+  // A model that failed to load: listed (named_models) as not ready, with info.reason; opening
+  // it is FAILED_PRECONDITION with that reason.
+  void add_unavailable_model(ModelInfo info);
+  // NOT_FOUND naming the model and listing those there are.
+  Result<ModelHandle> open_named_model(SessionId session, const std::string& name,
+                                       ModelInfo* info = nullptr);
+  std::vector<ModelInfo> named_models() const;  // sorted by name
+  // Marks a source of named models (a folder) as loaded: true the first time, false after
+  // (an engine shared by several embedded clients loads each folder once).
+  bool claim_models_source(const std::string& key);
+
   EngineMetrics metrics() const;
   // Bytes held by the session's tensors (as allocated by the engine on its behalf).
   int64_t session_bytes(SessionId session) const;

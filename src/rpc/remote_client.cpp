@@ -596,6 +596,14 @@ struct RemoteClient::Impl {
                   fmt::format("broker '{}': {} failed: {}", address, what, s.error_message()));
   }
 
+  // UNIMPLEMENTED for a named-models call: the broker is older than the call.
+  Status older_broker(const Status& s, const char* what) const {
+    if (s.code() != StatusCode::kUnimplemented) return s;
+    return errors::Unimplemented("{}: the broker at '{}' (tensord {}) has no named models; "
+                                 "upgrade it",
+                                 what, address, server_version);
+  }
+
   void heartbeat_loop() {
     const milliseconds period = std::max(lease / 3, milliseconds(10));
     std::unique_lock<std::mutex> lock(hb_mu);
@@ -1466,6 +1474,31 @@ Status RemoteClient::unload(ModelHandle model) {
   req.set_model(model);
   v1::UnloadModelResponse resp;
   return impl_->finish(ctx, impl_->stub->UnloadModel(&ctx, req, &resp), "unload");
+}
+
+Result<ModelHandle> RemoteClient::open_model(const std::string& name, ModelInfo* info) {
+  impl_->flush_releases();
+  grpc::ClientContext ctx;
+  impl_->prepare(ctx, impl_->options.call_timeout);
+  v1::OpenModelRequest req;
+  req.set_name(name);
+  v1::OpenModelResponse resp;
+  Status s = impl_->finish(ctx, impl_->stub->OpenModel(&ctx, req, &resp), "open_model");
+  if (!s.ok()) return impl_->older_broker(s, "open_model");
+  if (info) *info = from_proto(resp.info());
+  return resp.model();
+}
+
+Result<std::vector<ModelInfo>> RemoteClient::list_models() {
+  grpc::ClientContext ctx;
+  impl_->prepare(ctx, impl_->options.call_timeout);
+  v1::ListModelsRequest req;
+  v1::ListModelsResponse resp;
+  Status s = impl_->finish(ctx, impl_->stub->ListModels(&ctx, req, &resp), "list_models");
+  if (!s.ok()) return impl_->older_broker(s, "list_models");
+  std::vector<ModelInfo> out;
+  for (const auto& m : resp.models()) out.push_back(from_proto(m));
+  return out;
 }
 
 ClientStats RemoteClient::stats() {

@@ -105,6 +105,9 @@ class RemoteClient final : public Client {
   Result<std::vector<TensorHandle>> run(ModelHandle model,
                                         const std::vector<TensorHandle>& inputs) override;
   Status unload(ModelHandle model) override;
+  // Named models of the broker (tensord serve --models DIR): OpenModel / ListModels.
+  Result<ModelHandle> open_model(const std::string& name, ModelInfo* info = nullptr) override;
+  Result<std::vector<ModelInfo>> list_models() override;
   ClientStats stats() override;
 
   // Loads an ONNX model from its file's bytes: they are streamed to the broker, which imports

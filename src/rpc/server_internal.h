@@ -287,6 +287,10 @@ class Service final
                         v1::RunModelResponse* resp) override;
   grpc::Status UnloadModel(grpc::ServerContext* ctx, const v1::ModelRequest* req,
                            v1::UnloadModelResponse* resp) override;
+  grpc::Status ListModels(grpc::ServerContext* ctx, const v1::ListModelsRequest* req,
+                          v1::ListModelsResponse* resp) override;
+  grpc::Status OpenModel(grpc::ServerContext* ctx, const v1::OpenModelRequest* req,
+                         v1::OpenModelResponse* resp) override;
   grpc::Status Copy(grpc::ServerContext* ctx, const v1::CopyRequest* req,
                     v1::CopyResponse* resp) override;
   grpc::Status Release(grpc::ServerContext* ctx, const v1::HandleRequest* req,

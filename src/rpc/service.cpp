@@ -248,6 +248,27 @@ grpc::Status Service::UnloadModel(grpc::ServerContext* ctx, const v1::ModelReque
   return fail(ctx, engine_->unload(g.engine_session(), req->model()));
 }
 
+grpc::Status Service::ListModels(grpc::ServerContext* ctx, const v1::ListModelsRequest* req,
+                                 v1::ListModelsResponse* resp) {
+  if (Status a = check_token(ctx); !a.ok()) return fail(ctx, a);
+  for (const ModelInfo& m : engine_->named_models()) to_proto(m, resp->add_models());
+  return grpc::Status::OK;
+}
+
+// A named model's handle in the session: nothing is loaded or charged (the broker holds the
+// model once, for every session).
+grpc::Status Service::OpenModel(grpc::ServerContext* ctx, const v1::OpenModelRequest* req,
+                                v1::OpenModelResponse* resp) {
+  Guard g(this, ctx);
+  if (!g.ok()) return fail(ctx, g.status());
+  ModelInfo info;
+  auto model = engine_->open_named_model(g.engine_session(), req->name(), &info);
+  if (!model.ok()) return fail(ctx, model.status());
+  resp->set_model(*model);
+  to_proto(info, resp->mutable_info());
+  return grpc::Status::OK;
+}
+
 grpc::Status Service::Copy(grpc::ServerContext* ctx, const v1::CopyRequest* req,
                            v1::CopyResponse* resp) {
   Guard g(this, ctx);

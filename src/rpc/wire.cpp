@@ -66,6 +66,44 @@ void to_proto(const TensorType& src, v1::TensorType* dst) {
   dst->mutable_shape()->Assign(src.shape.begin(), src.shape.end());
 }
 
+void to_proto(const ModelInfo& src, v1::ModelInfo* dst) {
+  dst->set_name(src.name);
+  dst->set_ready(src.ready);
+  dst->set_reason(src.reason);
+  dst->set_device(src.device);
+  for (const auto* list : {&src.inputs, &src.outputs})
+    for (const ValueInfo& v : *list) {
+      v1::ValueInfo* d = list == &src.inputs ? dst->add_inputs() : dst->add_outputs();
+      d->set_name(v.name);
+      to_proto(v.type, d->mutable_type());
+    }
+  dst->set_weight_bytes(src.weight_bytes);
+  dst->set_opset(src.opset);
+  dst->set_ir_version(src.ir_version);
+  dst->set_producer(src.producer);
+}
+
+ModelInfo from_proto(const v1::ModelInfo& src) {
+  ModelInfo m;
+  m.name = src.name();
+  m.ready = src.ready();
+  m.reason = src.reason();
+  m.device = src.device();
+  for (const auto* list : {&src.inputs(), &src.outputs()})
+    for (const auto& v : *list) {
+      ValueInfo vi;
+      vi.name = v.name();
+      auto type = from_proto(v.type());
+      if (type.ok()) vi.type = *type;
+      (list == &src.inputs() ? m.inputs : m.outputs).push_back(std::move(vi));
+    }
+  m.weight_bytes = src.weight_bytes();
+  m.opset = src.opset();
+  m.ir_version = src.ir_version();
+  m.producer = src.producer();
+  return m;
+}
+
 Result<TensorType> from_proto(const v1::TensorType& src) {
   TensorType t;
   if (src.dtype() != 0 && !dtype_is_valid(src.dtype()))

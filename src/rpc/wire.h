@@ -50,6 +50,11 @@ Status from_grpc(const grpc::Status& s);
 void to_proto(const DeviceInfo& src, v1::Device* dst);
 DeviceInfo from_proto(const v1::Device& src);
 
+// Named models (ListModels, OpenModel). A value type from the wire that does not validate
+// is left unknown (dtype kUndefined, no dims).
+void to_proto(const ModelInfo& src, v1::ModelInfo* dst);
+ModelInfo from_proto(const v1::ModelInfo& src);
+
 void to_proto(const TensorType& src, v1::TensorType* dst);
 // dtype 0 is allowed (unknown); otherwise the dtype must be valid and dims >= -1.
 Result<TensorType> from_proto(const v1::TensorType& src);

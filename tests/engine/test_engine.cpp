@@ -197,6 +197,72 @@ TEST(Engine, ExecuteMovesInputsToTheTargetDevice) {
 
 // A loaded model compiles once per input types, runs on its own device (inputs elsewhere are
 // moved), belongs to its session, and its bytes and executables go with unload().
+// A named model: held once by the engine, opened by any session, charged to none (a session
+// whose quota is below the weights runs it), compiled once for all; unload closes one
+// session's handle only.
+TEST(Engine, NamedModelIsSharedAndChargedToNoSession) {
+  auto e = make_engine();
+  Graph g;
+  g.name = "bias";
+  g.inputs = {{"x", {}}};
+  g.outputs = {{"y", {}}};
+  std::vector<float> w(64 << 10, 1.0f);  // 256 KiB of weights
+  g.initializers.emplace("w", f32(w, {static_cast<int64_t>(w.size())}));
+  g.nodes.push_back(node("add", "Add", {"x", "w"}, {"y"}));
+  ModelInfo info;
+  info.name = "bias";
+  ASSERT_TRUE(e->add_named_model(g, "cpu:1", info).ok());
+  EXPECT_EQ(e->add_named_model(g, "", info).code(), StatusCode::kAlreadyExists);
+  ModelInfo broken;
+  broken.name = "bias";
+  broken.reason = "must not replace the loaded one";
+  e->add_unavailable_model(broken);
+  broken.name = "zz";
+  broken.reason = "corrupt file";
+  e->add_unavailable_model(broken);
+  auto list = e->named_models();
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_TRUE(list[0].ready);
+  EXPECT_EQ(list[0].device, "cpu:1");
+  EXPECT_EQ(list[0].weight_bytes, 256 << 10);
+  EXPECT_FALSE(list[1].ready);
+
+  const SessionId a = e->open_session(64 << 10);  // a quarter of the weights
+  const SessionId b = e->open_session(64 << 10);
+  const auto before = e->metrics();
+  std::vector<ModelHandle> handles;
+  for (SessionId s : {a, b}) {
+    ModelInfo got;
+    auto m = e->open_named_model(s, "bias", &got);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    EXPECT_EQ(got.inputs.size(), 1u);
+    handles.push_back(*m);
+    auto x = e->upload(s, f32(std::vector<float>(w.size(), 2.0f), {static_cast<int64_t>(w.size())}).view(), "cpu:1");
+    ASSERT_FALSE(x.ok()) << "an input of 256 KiB fit in a 64 KiB session";
+    auto small = e->upload(s, f32({2.0f}, {1}).view(), "cpu:1");
+    ASSERT_TRUE(small.ok());
+    auto y = e->run(s, *m, {*small});  // broadcast: [1] + [65536]
+    ASSERT_TRUE(y.ok()) << y.status().to_string();
+    // The output (256 KiB) is the session's: over its quota, so it fails, naming the limit.
+    auto v = e->read(s, (*y)[0]);
+    EXPECT_EQ(v.status().code(), StatusCode::kResourceExhausted) << v.status().to_string();
+    EXPECT_LT(e->session_bytes(s), 64 << 10) << "the weights were charged to the session";
+  }
+  EXPECT_EQ(e->metrics().compiles - before.compiles, 1) << "compiled once for both sessions";
+  EXPECT_EQ(e->open_named_model(a, "zz").status().code(), StatusCode::kFailedPrecondition);
+  auto unknown = e->open_named_model(a, "nope");
+  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(unknown.status().message().find("'bias', 'zz'"), std::string::npos);
+  // Unload (and a closed session) drop one handle: the other session still runs it.
+  EXPECT_TRUE(e->unload(a, handles[0]).ok());
+  EXPECT_TRUE(e->close_session(a).ok());
+  auto x = e->upload(b, f32({1.0f}, {1}).view(), "");
+  ASSERT_TRUE(x.ok());
+  EXPECT_TRUE(e->run(b, handles[1], {*x}).ok());
+  EXPECT_TRUE(e->open_named_model(b, "bias").ok());
+  EXPECT_TRUE(e->close_session(b).ok());
+}
+
 TEST(Engine, LoadedModelCompilesOnceAndIsSessionOwned) {
   auto e = make_engine();
   const SessionId s = e->open_session();

@@ -19,12 +19,12 @@ MODES = {"both": ["embedded", "remote"]}.get(os.environ.get("TENSORD_PY_MODE", "
 
 
 class Broker:
-    def __init__(self, cli, cpu_devices=2):
+    def __init__(self, cli, cpu_devices=2, args=()):
         self.dir = tempfile.mkdtemp(prefix="tensord-py-")
         self.address = f"unix:{self.dir}/broker.sock"
         env = dict(os.environ, TENSORD_CPU_DEVICES=str(cpu_devices))
         env.pop("TENSORD_ADDRESS", None)
-        self.proc = subprocess.Popen([cli, "serve", "--listen", self.address], env=env,
+        self.proc = subprocess.Popen([cli, "serve", "--listen", self.address, *args], env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.time() + 30
         self.output = []

@@ -563,6 +563,32 @@ class Client {
     if (closed) throw closed;
     return Model.loadOnnx(this, readOnnxSource(source), opts.device || '');
   }
+
+  /**
+   * Opens a named model of the broker (tensord serve --models DIR: DIR/NAME/model.onnx) in this
+   * session: nothing is sent and nothing is charged to the session (the broker holds the model
+   * once, for every session). Runs like a loaded model; its outputs belong to this session.
+   * NOT_FOUND for an unknown name (the message lists the models there are),
+   * FAILED_PRECONDITION for a model that failed to load (with the reason).
+   * @param {string} name
+   * @returns {Promise<import('./model').Model>}
+   */
+  async openModel(name) {
+    const { Model } = require('./model');
+    const closed = this._checkOpen('openModel');
+    if (closed) throw closed;
+    return Model.open(this, name);
+  }
+
+  /**
+   * The broker's named models, ready or not (sorted by name): {name, ready, reason, device,
+   * inputs, outputs, weightBytes, opset, irVersion, producer}.
+   */
+  async listModels() {
+    const { modelInfo } = require('./model');
+    const r = await this._unary('ListModels', {}, 'listing models');
+    return (r.models || []).map(modelInfo);
+  }
 }
 
 /**

@@ -141,6 +141,10 @@ export class Model {
   readonly device: string;
   /** The broker's model handle (decimal). */
   readonly handle: string;
+  /** A named model of the broker (openModel): held once by the broker, not by this session. */
+  readonly named: boolean;
+  /** Named models only: bytes of its weights, held once by the broker. */
+  readonly weightBytes?: number;
   run(inputs: HandleLike[] | Record<string, HandleLike>): Promise<Tensor[]>;
   unload(): Promise<void>;
 }
@@ -186,6 +190,24 @@ export class Client {
   reshape(a: HandleLike, shape: number[]): Promise<Tensor>;
   sum(a: HandleLike, axes?: number[], keepdims?: boolean): Promise<Tensor>;
   loadOnnx(source: string | Uint8Array, opts?: { device?: string }): Promise<Model>;
+  /** A named model of the broker (tensord serve --models DIR), opened in this session. */
+  openModel(name: string): Promise<Model>;
+  listModels(): Promise<NamedModelInfo[]>;
+}
+
+/** A named model of the broker, as listModels() reports it. */
+export interface NamedModelInfo {
+  name: string;
+  /** false: it failed to load; `reason` says why. */
+  ready: boolean;
+  reason: string;
+  device: string;
+  inputs: ModelValueInfo[];
+  outputs: ModelValueInfo[];
+  weightBytes: number;
+  opset: number;
+  irVersion: number;
+  producer: string;
 }
 
 export const PROTOCOL_VERSION: number;

@@ -60,7 +60,32 @@ class Model {
     this.device = device;
     /** The broker's model handle (decimal). */
     this.handle = resp.model;
+    /** A named model of the broker (openModel): held once by the broker, not by this session. */
+    this.named = false;
     this._unloaded = false;
+  }
+
+  /**
+   * A named model of the broker (tensord serve --models DIR), opened in the client's session.
+   * @private
+   * @param {import('./client').Client} client
+   * @param {string} name
+   */
+  static async open(client, name) {
+    if (typeof name !== 'string' || name === '') {
+      throw new TensordError('INVALID_ARGUMENT', 'openModel: expected a model name (a string)',
+                             { local: true });
+    }
+    const r = await client._unary('OpenModel', { name }, `opening model '${name}'`);
+    const info = r.info || {};
+    const m = new Model(client, {
+      model: r.model, name: info.name, inputs: info.inputs, outputs: info.outputs,
+      opset: info.opset, ir_version: info.ir_version, producer: info.producer,
+    }, info.device || '');
+    m.named = true;
+    /** Bytes of the named model's weights (held once by the broker). */
+    m.weightBytes = Number(info.weight_bytes || 0);
+    return m;
   }
 
   /**
@@ -134,7 +159,8 @@ class Model {
     return this.client._outputs(r);
   }
 
-  /** Frees the model on the broker (its initializers). */
+  /** Frees the model on the broker (its initializers); for a named model, closes this
+   *  session's handle only (the broker keeps the model for every session). */
   async unload() {
     if (this._unloaded) return;
     this._unloaded = true;
@@ -142,4 +168,14 @@ class Model {
   }
 }
 
-module.exports = { Model, readOnnxSource };
+/** A tensord.v1.ModelInfo -> the plain object listModels() returns. */
+function modelInfo(m) {
+  return {
+    name: m.name, ready: Boolean(m.ready), reason: m.reason || '', device: m.device || '',
+    inputs: (m.inputs || []).map(valueInfo), outputs: (m.outputs || []).map(valueInfo),
+    weightBytes: Number(m.weight_bytes || 0), opset: Number(m.opset || 0),
+    irVersion: Number(m.ir_version || 0), producer: m.producer || '',
+  };
+}
+
+module.exports = { Model, readOnnxSource, modelInfo };

@@ -20,7 +20,7 @@ for (const dep of ['@grpc/grpc-js', '@grpc/proto-loader', 'protobufjs']) {
     process.exit(77);
   }
 }
-const files = ['client.test.js', 'onnx.test.js', 'faults.test.js'].map((f) => path.join(__dirname, f));
+const files = ['client.test.js', 'onnx.test.js', 'faults.test.js', 'named.test.js'].map((f) => path.join(__dirname, f));
 const r = spawnSync(process.execPath, ['--test', ...files], {
   stdio: 'inherit', env: { ...process.env, TENSORD_BIN: bin },
 });
