@@ -185,13 +185,13 @@ int cmd_serve(const ServeOptions& options) {
     for (const ModelInfo& m : *models) {
       ready += m.ready;
       if (m.ready)
-        std::cerr << "tensord: model '" << m.name << "' ready on " << m.device << " ("
-                  << format_bytes(m.weight_bytes) << " of weights, held once)\n";
+        log::info("model '" + m.name + "' ready on " + m.device + " (" +
+                  format_bytes(m.weight_bytes) + " of weights, held once)");
       else
-        std::cerr << "tensord: model '" << m.name << "' UNAVAILABLE: " << m.reason << "\n";
+        log::warn("model '" + m.name + "' UNAVAILABLE: " + m.reason);
     }
-    std::cerr << "tensord: named models from '" << options.models_dir << "': " << ready
-              << " ready, " << models->size() - ready << " unavailable\n";
+    log::info("named models from '" + options.models_dir + "': " + std::to_string(ready) +
+              " ready, " + std::to_string(models->size() - ready) + " unavailable");
   }
   rpc::RpcServerOptions ro;
   ro.listen = options.listen;
