@@ -305,7 +305,7 @@ TEST(OpenClMemory, CopiesBetweenTwoDevicesOfOneContextAreDirectAndByteExact) {
 struct OpCase {
   std::string op;
   std::vector<Shape> shapes;
-  AttributeMap attrs;
+  AttributeMap attrs = {};
   DType dtype = DType::kFloat32;
   float lo = -3, hi = 3;
 };
