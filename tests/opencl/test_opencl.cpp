@@ -9,6 +9,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -31,6 +33,8 @@ const bool kEnvironment = [] {
     static char dir[] = "/tmp/tensord-pocl-cache-XXXXXX";
     if (mkdtemp(dir)) setenv("POCL_CACHE_DIR", dir, 1);
   }
+  static char kernels[] = "/tmp/tensord-kernel-cache-XXXXXX";
+  if (mkdtemp(kernels)) setenv("TENSORD_KERNEL_CACHE", kernels, 1);
   return true;
 }();
 
@@ -360,24 +364,81 @@ void check_op(const OpCase& c) {
   expect_near(get(*outs[0]), want[0], c.op + " " + opencl::last_source());
 }
 
+// Many ops over the same inputs in one graph: with fusion they form one region, so one
+// generated kernel (one compile: PoCL takes ~0.5 s per program) checks them all; every output
+// is compared with the reference kernels.
+struct FusedOp {
+  std::string op;
+  int inputs = 1;
+  AttributeMap attrs = {};
+};
+
+void check_fused(const std::vector<FusedOp>& ops, const std::vector<Shape>& shapes,
+                 DType dtype = DType::kFloat32, float lo = -3, float hi = 3) {
+  Graph g;
+  g.name = "ops";
+  std::vector<HostTensor> inputs;
+  std::vector<TensorType> types;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    inputs.push_back(random_of(dtype, shapes[i], static_cast<uint32_t>(i * 17 + 3), lo, hi));
+    g.inputs.push_back({"x" + std::to_string(i), inputs.back().type()});
+    types.push_back(inputs.back().type());
+  }
+  std::string names;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    std::vector<std::string> in;
+    for (int i = 0; i < ops[k].inputs; ++i) in.push_back("x" + std::to_string(i));
+    const std::string y = "y" + std::to_string(k);
+    g.nodes.push_back(node(ops[k].op + std::to_string(k), ops[k].op, in, {y}, ops[k].attrs));
+    g.outputs.push_back({y, {}});
+    names += ops[k].op + " ";
+  }
+  CompileOptions opts;
+  opts.strict_device = true;
+  auto exe = Executable::compile(g, types, target_cl0(), opts);
+  ASSERT_TRUE(exe.ok()) << names << exe.status().to_string();
+  if (ops.size() > 1) {
+    EXPECT_NE((*exe)->describe().find("OpenClElementwise: " + std::to_string(ops.size()) + " ops"),
+              std::string::npos) << (*exe)->describe();
+  }
+  TestServices s;
+  std::vector<Result<DeviceTensor>> in;
+  for (const auto& h : inputs) in.push_back(put(s, cl0(), h));
+  const int64_t launched = opencl::kernels_launched();
+  auto outs = (*exe)->run(in, s);
+  EXPECT_EQ(opencl::kernels_launched() - launched, 1) << names;
+  auto want = reference(g, inputs);
+  ASSERT_EQ(outs.size(), ops.size());
+  ASSERT_EQ(want.size(), ops.size());
+  for (size_t k = 0; k < ops.size(); ++k) {
+    ASSERT_TRUE(outs[k].ok()) << ops[k].op << ": " << outs[k].status().to_string();
+    expect_near(get(*outs[k]), want[k],
+                ops[k].op + " over " + shape_to_string(shapes[0]) + "\n" + opencl::last_source());
+  }
+}
+
 TEST(OpenClKernels, UnaryFloatOpsAgreeWithTheReference) {
   REQUIRE_OPENCL();
   const Shape s = {4, 5, 6};
+  std::vector<FusedOp> ops;
   for (const char* op : {"Abs", "Neg", "Relu", "Sign", "Exp", "Tanh", "Sigmoid", "Floor", "Ceil",
-                         "Round", "Sin", "Cos", "Atan", "Sinh", "Erf", "Softplus", "Softsign",
-                         "HardSwish", "Reciprocal", "IsNaN", "IsInf"})
-    check_op({op, {s}});
-  check_op({"Sqrt", {s}, {}, DType::kFloat32, 0.01f, 5});
-  check_op({"Log", {s}, {}, DType::kFloat32, 0.01f, 5});
-  check_op({"Acosh", {s}, {}, DType::kFloat32, 1.01f, 5});
-  check_op({"Asin", {s}, {}, DType::kFloat32, -0.99f, 0.99f});
-  check_op({"Atanh", {s}, {}, DType::kFloat32, -0.99f, 0.99f});
+                         "Round", "Sin", "Cos", "Tan", "Atan", "Sinh", "Cosh", "Asinh", "Erf",
+                         "Softplus", "Softsign", "HardSwish", "Reciprocal", "IsNaN", "IsInf"})
+    ops.push_back({op});
+  ops.push_back({"LeakyRelu", 1, {{"alpha", Attribute(0.3f)}}});
+  ops.push_back({"Elu", 1, {{"alpha", Attribute(0.7f)}}});
+  ops.push_back({"Selu"});
+  ops.push_back({"Celu", 1, {{"alpha", Attribute(1.5f)}}});
+  ops.push_back({"HardSigmoid", 1, {{"alpha", Attribute(0.25f)}, {"beta", Attribute(0.4f)}}});
+  ops.push_back({"ThresholdedRelu", 1, {{"alpha", Attribute(0.5f)}}});
+  ops.push_back({"IsInf", 1, {{"detect_negative", Attribute(int64_t{0})}}});
+  check_fused(ops, {s});
+  check_fused({{"Sqrt"}, {"Log"}}, {s}, DType::kFloat32, 0.01f, 5);
+  check_fused({{"Acosh"}}, {s}, DType::kFloat32, 1.01f, 5);
+  check_fused({{"Asin"}, {"Acos"}, {"Atanh"}}, {s}, DType::kFloat32, -0.99f, 0.99f);
+  // One op as its own (unfused) kernel: the kernel table's path.
+  check_op({"Tanh", {s}});
   check_op({"LeakyRelu", {s}, {{"alpha", Attribute(0.3f)}}});
-  check_op({"Elu", {s}, {{"alpha", Attribute(0.7f)}}});
-  check_op({"Selu", {s}});
-  check_op({"Celu", {s}, {{"alpha", Attribute(1.5f)}}});
-  check_op({"HardSigmoid", {s}, {{"alpha", Attribute(0.25f)}, {"beta", Attribute(0.4f)}}});
-  check_op({"ThresholdedRelu", {s}, {{"alpha", Attribute(0.5f)}}});
 }
 
 TEST(OpenClKernels, BinaryOpsBroadcastMultidirectionally) {
@@ -385,38 +446,37 @@ TEST(OpenClKernels, BinaryOpsBroadcastMultidirectionally) {
   const std::vector<std::vector<Shape>> shapes = {
       {{2, 3, 4}, {2, 3, 4}}, {{2, 3, 4}, {4}}, {{2, 1, 4}, {3, 1}}, {{1}, {5, 2}}, {{}, {3, 7}},
       {{6, 1, 5, 1}, {1, 4, 1, 3}}};
-  for (const auto& sh : shapes) {
-    for (const char* op : {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu"}) {
-      if (std::string(op) == "PRelu") continue;  // unidirectional: below
-      OpCase c{op, sh};
-      if (std::string(op) == "Pow") c.lo = 0.1f;
-      check_op(c);
-    }
-    for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
-      check_op({op, sh});
-  }
+  std::vector<FusedOp> ops;
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean", "Equal", "Less",
+                         "Greater", "LessOrEqual", "GreaterOrEqual"})
+    ops.push_back({op, 2});
+  for (const auto& sh : shapes) check_fused(ops, sh);
+  check_fused({{"Pow", 2}, {"Mod", 2, {{"fmod", Attribute(int64_t{1})}}}}, {{3, 4}, {4}},
+              DType::kFloat32, 0.1f, 3);
+  check_fused({{"Sum", 3}, {"Mean", 3}, {"Max", 3}, {"Min", 3}}, {{3, 4}, {4}, {3, 1}});
   check_op({"PRelu", {{2, 3, 4}, {3, 1}}});
-  check_op({"Mod", {{3, 4}, {4}}, {{"fmod", Attribute(int64_t{1})}}});
-  check_op({"Sum", {{3, 4}, {4}, {3, 1}}});
-  check_op({"Mean", {{3, 4}, {4}, {3, 1}}});
-  check_op({"Max", {{3, 4}, {4}, {3, 1}}});
+  check_op({"Add", {{2, 1, 4}, {3, 1}}});  // the kernel table's path, broadcasting
   check_op({"Where", {{3, 1}, {3, 4}, {4}}});
 }
 
 TEST(OpenClKernels, IntegerAndBoolOpsAreExact) {
   REQUIRE_OPENCL();
   for (DType dt : {DType::kInt32, DType::kInt64}) {
+    std::vector<FusedOp> ops;
     for (const char* op : {"Add", "Sub", "Mul", "Max", "Min", "Equal", "Less", "Greater"})
-      check_op({op, {{2, 3, 4}, {3, 1}}, {}, dt});
-    for (const char* op : {"Abs", "Neg", "Relu", "Sign"}) check_op({op, {{5, 7}}, {}, dt});
+      ops.push_back({op, 2});
+    for (const char* op : {"Abs", "Neg", "Relu", "Sign"}) ops.push_back({op, 1});
+    check_fused(ops, {{2, 3, 4}, {3, 1}}, dt);
     check_op({"Where", {{3, 1}, {3, 4}, {4}}, {}, dt});
   }
-  for (const char* op : {"And", "Or", "Xor", "Equal"})
-    check_op({op, {{2, 3, 4}, {4}}, {}, DType::kBool});
-  check_op({"Not", {{2, 3}}, {}, DType::kBool});
-  for (DType from : {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBool})
+  check_fused({{"And", 2}, {"Or", 2}, {"Xor", 2}, {"Equal", 2}, {"Not", 1}}, {{2, 3, 4}, {4}},
+              DType::kBool);
+  for (DType from : {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBool}) {
+    std::vector<FusedOp> casts;
     for (DType to : {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBool})
-      check_op({"Cast", {{4, 9}}, {{"to", Attribute(static_cast<int64_t>(to))}}, from, -300, 300});
+      if (to != from) casts.push_back({"Cast", 1, {{"to", Attribute(static_cast<int64_t>(to))}}});
+    check_fused(casts, {{4, 9}}, from, -300, 300);
+  }
 }
 
 TEST(OpenClKernels, ClipWithScalarBoundsAsInputs) {
@@ -441,6 +501,49 @@ TEST(OpenClKernels, UnsupportedOpsAndDtypesAreRefusedByName) {
   Node div = node("d", "Div", {"a", "b"}, {"y"});  // integer division can fail: not here
   EXPECT_FALSE(k.supports(div, {{DType::kInt32, {2}}, {DType::kInt32, {2}}}, {}).ok());
   EXPECT_TRUE(k.supports(add, {{DType::kFloat32, {2, 3}}, {DType::kFloat32, {3}}}, {}).ok());
+}
+
+TEST(OpenClKernels, DataMovementRunsOnTheDevice) {
+  REQUIRE_OPENCL();
+  // Transpose (generated), Reshape / Flatten / Squeeze / Unsqueeze / Identity (views of the
+  // input's buffer), Expand (generated broadcast), then element-wise again.
+  for (DType dt : {DType::kFloat32, DType::kInt64, DType::kBool}) {
+    Graph g;
+    g.name = "move";
+    g.inputs = {{"x", {dt, {2, 3, 4}}}};
+    g.initializers["shape"] = HostTensor::from_vector(std::vector<int64_t>{4, 1, 6}, {3});
+    g.initializers["axes"] = HostTensor::from_vector(std::vector<int64_t>{1}, {1});
+    g.initializers["big"] = HostTensor::from_vector(std::vector<int64_t>{5, 4, 1, 6}, {4});
+    g.nodes = {node("t", "Transpose", {"x"}, {"xt"}, {{"perm", Attribute(std::vector<int64_t>{2, 0, 1})}}),
+               node("r", "Reshape", {"xt", "shape"}, {"xr"}),
+               node("s", "Squeeze", {"xr", "axes"}, {"xs"}),
+               node("u", "Unsqueeze", {"xs", "axes"}, {"xu"}),
+               node("e", "Expand", {"xu", "big"}, {"xe"}),
+               node("f", "Flatten", {"xe"}, {"xf"}, {{"axis", Attribute(int64_t{2})}}),
+               node("i", "Identity", {"xf"}, {"y"}),
+               node("t2", "Transpose", {"xe"}, {"y2"}),
+               node("sl", "Slice", {"xe", "starts", "ends", "sax", "steps"}, {"y3"})};
+    g.initializers["starts"] = HostTensor::from_vector(std::vector<int64_t>{-1, 1, 100}, {3});
+    g.initializers["ends"] = HostTensor::from_vector(std::vector<int64_t>{-100, 4, -100}, {3});
+    g.initializers["sax"] = HostTensor::from_vector(std::vector<int64_t>{3, 1, 0}, {3});
+    g.initializers["steps"] = HostTensor::from_vector(std::vector<int64_t>{-2, 2, -2}, {3});
+    g.outputs = {{"y", {}}, {"y2", {}}, {"y3", {}}};
+    CompileOptions strict;
+    strict.strict_device = true;
+    auto exe = Executable::compile(g, {g.inputs[0].type}, target_cl0(), strict);
+    ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+    TestServices s;
+    HostTensor x = random_of(dt, {2, 3, 4}, 5, -3, 3);
+    auto outs = (*exe)->run({put(s, cl0(), x)}, s);
+    ASSERT_EQ(outs.size(), 3u);
+    auto want = reference(g, {x});
+    ASSERT_EQ(want.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) {
+      ASSERT_TRUE(outs[k].ok()) << outs[k].status().to_string();
+      expect_near(get(*outs[k]), want[k], std::string("move ") + dtype_name(dt));
+    }
+    EXPECT_EQ(s.transfers, 0);
+  }
 }
 
 // ---- fusion and placement ----
@@ -534,6 +637,74 @@ TEST(OpenClFusion, TheEngineRunsGraphsOnOpenClThroughTheClient) {
     ASSERT_TRUE((*got)[i].ok()) << (*got)[i].status().to_string();
     expect_near(*(*got)[i], want[i], "output " + std::to_string(i));
   }
+}
+
+TEST(OpenClCache, ProgramsComeBackFromDiskAndABadEntryIsRebuilt) {
+  REQUIRE_OPENCL();
+  const std::filesystem::path dir = std::getenv("TENSORD_KERNEL_CACHE");
+  // A graph no other test compiles: x * 3.25 + 1.5, fused.
+  Graph g;
+  g.name = "cache";
+  g.inputs = {{"x", {DType::kFloat32, {7, 11}}}};
+  g.initializers["a"] = HostTensor::from_vector(std::vector<float>{3.25f}, {});
+  g.initializers["b"] = HostTensor::from_vector(std::vector<float>{1.5f}, {});
+  g.nodes = {node("m", "Mul", {"x", "a"}, {"xa"}), node("p", "Add", {"xa", "b"}, {"y"})};
+  g.outputs = {{"y", {}}};
+  HostTensor x = random_floats({7, 11}, 77);
+  const HostTensor want = reference(g, {x})[0];
+  // Each round on a fresh device (its own in-memory program cache), as a new process would be.
+  auto round = [&]() {
+    std::unique_ptr<Device> dev;
+    for (auto& b : create_backends())
+      for (auto& d : b->enumerate())
+        if (!dev && d->info().kind == "opencl") dev = std::move(d);
+    ASSERT_TRUE(dev);
+    CompileTarget t;
+    t.device = dev.get();
+    t.fallback = &cpu0();
+    t.host = &cpu0();
+    auto exe = Executable::compile(g, {g.inputs[0].type}, t, {});
+    ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+    TestServices s;
+    auto outs = (*exe)->run({put(s, *dev, x)}, s);
+    ASSERT_TRUE(outs[0].ok()) << outs[0].status().to_string();
+    expect_near(get(*outs[0]), want, "cache round");
+  };
+  int64_t built = opencl::programs_built(), hits = opencl::disk_cache_hits();
+  round();
+  EXPECT_EQ(opencl::programs_built() - built, 1);
+  EXPECT_EQ(opencl::disk_cache_hits() - hits, 0);
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  ASSERT_FALSE(files.empty()) << "nothing written to " << dir;
+  std::filesystem::path newest = files[0];
+  for (const auto& f : files)
+    if (std::filesystem::last_write_time(f) > std::filesystem::last_write_time(newest)) newest = f;
+  built = opencl::programs_built();
+  hits = opencl::disk_cache_hits();
+  round();  // from disk
+  EXPECT_EQ(opencl::programs_built() - built, 0);
+  EXPECT_EQ(opencl::disk_cache_hits() - hits, 1);
+  // Corrupt the entry (a byte of the binary flipped): rebuilt from source, still right.
+  {
+    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-5, std::ios::end);
+    char c = 0;
+    f.seekg(-5, std::ios::end);
+    f.get(c);
+    f.seekp(-5, std::ios::end);
+    f.put(static_cast<char>(c ^ 0x5a));
+  }
+  built = opencl::programs_built();
+  hits = opencl::disk_cache_hits();
+  round();
+  EXPECT_EQ(opencl::programs_built() - built, 1);
+  EXPECT_EQ(opencl::disk_cache_hits() - hits, 0);
+  // Truncated: the same.
+  std::filesystem::resize_file(newest, 20);
+  built = opencl::programs_built();
+  round();
+  EXPECT_EQ(opencl::programs_built() - built, 1);
 }
 
 // ---- the generator itself (no device) ----

@@ -46,6 +46,7 @@ struct Instr {
 struct Param {
   Scalar type = Scalar::kF32;
   std::vector<int64_t> strides;
+  int64_t offset = 0;  // elements before the first one read (Slice)
 };
 
 // An output: contiguous over the index space.

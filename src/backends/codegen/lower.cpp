@@ -330,4 +330,76 @@ Result<LoweredGroup> lower_elementwise(
   return g;
 }
 
+namespace {
+
+Result<Scalar> bits_of(DType dtype) {
+  switch (dtype_size(dtype)) {
+    case 1: return Scalar::kBool;
+    case 4: return Scalar::kI32;
+    case 8: return Scalar::kI64;
+    default:
+      return errors::Unimplemented("generated kernels move {}-byte elements ({}) not yet",
+                                   dtype_size(dtype), dtype_name(dtype));
+  }
+}
+
+ElementwiseKernel copy_kernel(Scalar t, std::vector<int64_t> dims, std::vector<int64_t> strides,
+                              int64_t offset = 0) {
+  ElementwiseKernel k;
+  k.name = "tensord_move";
+  k.dims = std::move(dims);
+  k.inputs.push_back(Param{t, std::move(strides), offset});
+  Builder b(k);
+  const int v = b.load(0);
+  k.outputs.push_back(Output{v, t});
+  simplify(k);
+  return k;
+}
+
+}  // namespace
+
+Result<ElementwiseKernel> lower_transpose(const Shape& in, const std::vector<int64_t>& perm,
+                                          DType dtype) {
+  TD_ASSIGN_OR_RETURN(Scalar t, bits_of(dtype));
+  if (perm.size() != in.size()) return errors::InvalidArgument("Transpose: perm does not match the rank");
+  std::vector<int64_t> in_strides(in.size(), 1);
+  for (size_t d = in.size(); d-- > 1;) in_strides[d - 1] = in_strides[d] * in[d];
+  std::vector<int64_t> dims, strides;
+  for (int64_t p : perm) {
+    if (p < 0 || static_cast<size_t>(p) >= in.size())
+      return errors::InvalidArgument("Transpose: perm entry {} out of range", p);
+    dims.push_back(in[static_cast<size_t>(p)]);
+    strides.push_back(in_strides[static_cast<size_t>(p)]);
+  }
+  return copy_kernel(t, dims, strides);
+}
+
+Result<ElementwiseKernel> lower_expand(const Shape& in, const Shape& out, DType dtype) {
+  TD_ASSIGN_OR_RETURN(Scalar t, bits_of(dtype));
+  TD_ASSIGN_OR_RETURN(auto strides, broadcast_strides(in, out));
+  return copy_kernel(t, std::vector<int64_t>(out.begin(), out.end()), strides);
+}
+
+Result<ElementwiseKernel> lower_slice(const Shape& in, const Shape& out,
+                                      const std::vector<int64_t>& starts,
+                                      const std::vector<int64_t>& steps, DType dtype) {
+  TD_ASSIGN_OR_RETURN(Scalar t, bits_of(dtype));
+  if (out.size() != in.size() || starts.size() != in.size() || steps.size() != in.size())
+    return errors::InvalidArgument("Slice: ranks do not match");
+  std::vector<int64_t> in_strides(in.size(), 1);
+  for (size_t d = in.size(); d-- > 1;) in_strides[d - 1] = in_strides[d] * in[d];
+  std::vector<int64_t> strides(in.size());
+  int64_t offset = 0;
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (out[d] > 0) {
+      const int64_t last = starts[d] + (out[d] - 1) * steps[d];
+      if (starts[d] < 0 || starts[d] >= in[d] || last < 0 || last >= in[d])
+        return errors::InvalidArgument("Slice: dim {} reads outside the input", d);
+    }
+    strides[d] = in_strides[d] * steps[d];
+    offset += starts[d] * in_strides[d];
+  }
+  return copy_kernel(t, std::vector<int64_t>(out.begin(), out.end()), strides, offset);
+}
+
 }  // namespace tensord::codegen

@@ -35,4 +35,16 @@ Result<LoweredGroup> lower_elementwise(
     const Shape& out_shape, const std::function<const TensorType*(const std::string&)>& type_of,
     const std::function<const HostTensor*(const std::string&)>& constant);
 
+// Data movement as a kernel that loads through strides and stores contiguously, for any dtype
+// of 1, 4 or 8 bytes (moved as bits). Transpose: out dim d reads in dim perm[d]. Expand: `in`
+// broadcast to `out`.
+Result<ElementwiseKernel> lower_transpose(const Shape& in, const std::vector<int64_t>& perm,
+                                          DType dtype);
+Result<ElementwiseKernel> lower_expand(const Shape& in, const Shape& out, DType dtype);
+// Slice: output dim d reads input dim d from starts[d] in steps of steps[d] (starts already
+// normalised and clamped as ONNX says; the output shape decides where it ends).
+Result<ElementwiseKernel> lower_slice(const Shape& in, const Shape& out,
+                                      const std::vector<int64_t>& starts,
+                                      const std::vector<int64_t>& steps, DType dtype);
+
 }  // namespace tensord::codegen

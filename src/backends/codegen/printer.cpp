@@ -202,6 +202,7 @@ Result<std::string> Printer::print(const ElementwiseKernel& k) const {
                    (p.strides[d] == 1 ? "" : " * " + std::to_string(p.strides[d]) + "LL");
           }
         }
+        if (p.offset != 0) off = std::to_string(p.offset) + "LL + " + off;
         e = "in" + std::to_string(in.param) + "[" + off + "]";
         break;
       }

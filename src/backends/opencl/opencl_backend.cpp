@@ -3,8 +3,12 @@
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -16,6 +20,7 @@
 #include "backends/codegen/lower.h"
 #include "backends/codegen/printer.h"
 #include "core/errors.h"
+#include "core/node_attrs.h"
 #include "tensord/version.h"
 
 namespace tensord::opencl {
@@ -74,6 +79,70 @@ T device_value(cl_device_id d, cl_device_info what, T fallback) {
   T v{};
   return clGetDeviceInfo(d, what, sizeof(T), &v, nullptr) == CL_SUCCESS ? v : fallback;
 }
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+// The on-disk cache of compiled programs: TENSORD_KERNEL_CACHE (a folder; "off" disables),
+// else $XDG_CACHE_HOME/tensord/kernels or ~/.cache/tensord/kernels. An entry is keyed by
+// device, driver version and source; it holds the source's hash and the binary's size and hash,
+// and anything that does not check out (or does not load) is rebuilt from source and rewritten.
+std::filesystem::path cache_dir() {
+  const char* env = std::getenv("TENSORD_KERNEL_CACHE");
+  if (env && std::string(env) == "off") return {};
+  if (env && *env) return env;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return std::filesystem::path(x) / "tensord" / "kernels";
+  if (const char* h = std::getenv("HOME"); h && *h)
+    return std::filesystem::path(h) / ".cache" / "tensord" / "kernels";
+  return {};
+}
+
+constexpr char kCacheMagic[] = "tensord-opencl-program-v1\n";
+
+std::vector<unsigned char> cache_load(const std::filesystem::path& file, uint64_t source_hash) {
+  std::ifstream f(file, std::ios::binary);
+  if (!f) return {};
+  std::string magic(sizeof(kCacheMagic) - 1, '\0');
+  uint64_t hdr[3] = {0, 0, 0};  // source hash, binary size, binary hash
+  if (!f.read(magic.data(), static_cast<std::streamsize>(magic.size())) || magic != kCacheMagic ||
+      !f.read(reinterpret_cast<char*>(hdr), sizeof(hdr)) || hdr[0] != source_hash ||
+      hdr[1] == 0 || hdr[1] > (uint64_t{1} << 30))
+    return {};
+  std::vector<unsigned char> bin(hdr[1]);
+  if (!f.read(reinterpret_cast<char*>(bin.data()), static_cast<std::streamsize>(bin.size())) ||
+      fnv1a(bin.data(), bin.size()) != hdr[2])
+    return {};
+  return bin;
+}
+
+void cache_store(const std::filesystem::path& file, uint64_t source_hash,
+                 const std::vector<unsigned char>& bin) {
+  std::error_code ec;
+  std::filesystem::create_directories(file.parent_path(), ec);
+  if (ec) return;
+  const std::filesystem::path tmp = file.string() + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return;
+    const uint64_t hdr[3] = {source_hash, bin.size(), fnv1a(bin.data(), bin.size())};
+    f.write(kCacheMagic, sizeof(kCacheMagic) - 1);
+    f.write(reinterpret_cast<const char*>(hdr), sizeof(hdr));
+    f.write(reinterpret_cast<const char*>(bin.data()), static_cast<std::streamsize>(bin.size()));
+    if (!f) {
+      f.close();
+      std::filesystem::remove(tmp, ec);
+      return;
+    }
+  }
+  std::filesystem::rename(tmp, file, ec);  // atomic: readers see the old entry or the new one
+  if (ec) std::filesystem::remove(tmp, ec);
+}
+
+std::atomic<int64_t> g_disk_hits{0};
 
 // One platform: its context over all its devices. Shared by its devices.
 struct Platform {
@@ -217,21 +286,56 @@ class OpenClDevice final : public Device {
       g_last_source = source;
     }
     auto p = std::make_shared<Program>();
-    const char* text = source.c_str();
-    const size_t length = source.size();
     cl_int e = CL_SUCCESS;
-    p->program = clCreateProgramWithSource(context(), 1, &text, &length, &e);
-    if (e != CL_SUCCESS) return cl_status(e, info_.name, "creating a program");
-    e = clBuildProgram(p->program, 1, &id_, "", nullptr, nullptr);
-    if (e != CL_SUCCESS) {
-      std::string log;
-      size_t n = 0;
-      clGetProgramBuildInfo(p->program, id_, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);
-      log.resize(n);
-      if (n) clGetProgramBuildInfo(p->program, id_, CL_PROGRAM_BUILD_LOG, n, log.data(), nullptr);
-      if (log.size() > 2000) log.resize(2000);
-      return errors::Internal("{}: a generated kernel did not compile ({}): {}\n--- source ---\n{}",
-                              info_.name, cl_error_name(e), log, source);
+    // The disk cache first: a binary for this device, driver and source.
+    const uint64_t source_hash = fnv1a(source.data(), source.size());
+    std::filesystem::path file;
+    if (const auto dir = cache_dir(); !dir.empty()) {
+      const std::string device_key = platform_->name + "|" + info_.model + "|" + info_.driver_version;
+      file = dir / fmt::format("{:016x}-{:016x}.clbin", fnv1a(device_key.data(), device_key.size()),
+                               source_hash);
+      const std::vector<unsigned char> bin = cache_load(file, source_hash);
+      if (!bin.empty()) {
+        const unsigned char* data = bin.data();
+        const size_t size = bin.size();
+        cl_int status = CL_SUCCESS;
+        cl_program prog = clCreateProgramWithBinary(context(), 1, &id_, &size, &data, &status, &e);
+        if (e == CL_SUCCESS && status == CL_SUCCESS &&
+            clBuildProgram(prog, 1, &id_, "", nullptr, nullptr) == CL_SUCCESS) {
+          p->program = prog;
+          g_disk_hits++;
+        } else if (prog) {
+          clReleaseProgram(prog);  // stale or corrupt: rebuilt from source below
+        }
+      }
+    }
+    if (!p->program) {
+      const char* text = source.c_str();
+      const size_t length = source.size();
+      p->program = clCreateProgramWithSource(context(), 1, &text, &length, &e);
+      if (e != CL_SUCCESS) return cl_status(e, info_.name, "creating a program");
+      e = clBuildProgram(p->program, 1, &id_, "", nullptr, nullptr);
+      if (e != CL_SUCCESS) {
+        std::string log;
+        size_t n = 0;
+        clGetProgramBuildInfo(p->program, id_, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);
+        log.resize(n);
+        if (n) clGetProgramBuildInfo(p->program, id_, CL_PROGRAM_BUILD_LOG, n, log.data(), nullptr);
+        if (log.size() > 2000) log.resize(2000);
+        return errors::Internal("{}: a generated kernel did not compile ({}): {}\n--- source ---\n{}",
+                                info_.name, cl_error_name(e), log, source);
+      }
+      g_programs_built++;
+      if (!file.empty()) {
+        size_t size = 0;
+        if (clGetProgramInfo(p->program, CL_PROGRAM_BINARY_SIZES, sizeof(size), &size, nullptr) ==
+                CL_SUCCESS && size > 0) {
+          std::vector<unsigned char> bin(size);
+          unsigned char* ptr = bin.data();
+          if (clGetProgramInfo(p->program, CL_PROGRAM_BINARIES, sizeof(ptr), &ptr, nullptr) == CL_SUCCESS)
+            cache_store(file, source_hash, bin);
+        }
+      }
     }
     p->kernel = clCreateKernel(p->program, kernel_name.c_str(), &e);
     if (e != CL_SUCCESS) return cl_status(e, info_.name, "creating kernel " + kernel_name);
@@ -246,7 +350,6 @@ class OpenClDevice final : public Device {
     size_t local = std::min<size_t>({256, kernel_max, max_work_group_});
     if (multiple > 1 && local >= multiple) local = local / multiple * multiple;
     p->local_size = std::max<size_t>(local, 1);
-    g_programs_built++;
     std::lock_guard<std::mutex> lock(programs_mu_);
     auto [it, inserted] = programs_.emplace(source, p);
     return it->second;
@@ -370,6 +473,141 @@ class GeneratedKernel final : public Kernel {
   std::unique_ptr<Compiled> compiled_;
 };
 
+// Reshape, Flatten, Squeeze, Unsqueeze, Identity: the output is the input's buffer under the
+// inferred shape (values are immutable, so sharing is safe): no copy, no launch.
+bool is_view_op(const std::string& op) {
+  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" ||
+         op == "Identity";
+}
+
+class ViewKernel final : public Kernel {
+ public:
+  explicit ViewKernel(const Node& node) : node_(node) {}
+  std::string name() const override { return "view"; }
+  std::vector<int> host_inputs() const override {
+    if (node_.op == "Reshape" || ((node_.op == "Squeeze" || node_.op == "Unsqueeze") &&
+                                  node_.inputs.size() > 1 && !node_.inputs[1].empty()))
+      return {1};
+    return {};
+  }
+  Status run(KernelCall& call) override {
+    if (call.inputs.empty() || !call.inputs[0].defined() || call.output_types.empty())
+      return errors::Internal("{}: no input", node_.label());
+    const DeviceTensor& x = call.inputs[0];
+    const TensorType& out = call.output_types[0];
+    if (!shape_is_static(out.shape) || shape_numel(out.shape) != shape_numel(x.shape) ||
+        out.dtype != x.dtype)
+      return errors::Internal("{}: output {} is not a view of input {}", node_.label(),
+                              shape_to_string(out.shape), shape_to_string(x.shape));
+    call.outputs.assign(1, DeviceTensor{x.dtype, out.shape, x.buffer});
+    return OkStatus();
+  }
+
+ private:
+  Node node_;
+};
+
+// Transpose and Expand: a strided load per element, generated (codegen::lower_transpose /
+// lower_expand) per shape.
+class MoveKernel final : public Kernel {
+ public:
+  MoveKernel(OpenClDevice* d, const Node& node) : device_(d), node_(node) {}
+  std::string name() const override { return "generated"; }
+  std::vector<int> host_inputs() const override {
+    if (node_.op == "Expand") return {1};
+    if (node_.op == "Slice") {
+      std::vector<int> h;
+      for (size_t i = 1; i < node_.inputs.size() && i <= 4; ++i)
+        if (!node_.inputs[i].empty()) h.push_back(static_cast<int>(i));
+      return h;
+    }
+    return {};
+  }
+  Status run(KernelCall& call) override {
+    if (call.inputs.empty() || !call.inputs[0].defined() || call.output_types.empty())
+      return errors::Internal("{}: no input", node_.label());
+    const DeviceTensor& x = call.inputs[0];
+    const TensorType& out = call.output_types[0];
+    if (!shape_is_static(out.shape))
+      return errors::Internal("{}: the output shape is not known at run time", node_.label());
+    std::string key = shape_to_string(x.shape) + dtype_name(x.dtype) + shape_to_string(out.shape);
+    std::vector<int64_t> starts(x.shape.size(), 0), steps(x.shape.size(), 1);
+    if (node_.op == "Slice") {
+      TD_RETURN_IF_ERROR(slice_params(call, x.shape, &starts, &steps));
+      key += fmt::format("{}/{}", fmt::join(starts, ","), fmt::join(steps, ","));
+    }
+    if (!program_ || key != key_) {
+      codegen::ElementwiseKernel k;
+      if (node_.op == "Slice") {
+        TD_ASSIGN_OR_RETURN(k, codegen::lower_slice(x.shape, out.shape, starts, steps, x.dtype));
+      } else if (node_.op == "Transpose") {
+        std::vector<int64_t> perm;
+        if (auto it = node_.attrs.find("perm"); it != node_.attrs.end()) {
+          NodeAttrs attrs(node_);
+          TD_ASSIGN_OR_RETURN(perm, attrs.attr_ints("perm", {}));
+        } else {
+          for (size_t d = x.shape.size(); d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+        }
+        TD_ASSIGN_OR_RETURN(k, codegen::lower_transpose(x.shape, perm, x.dtype));
+      } else {
+        TD_ASSIGN_OR_RETURN(k, codegen::lower_expand(x.shape, out.shape, x.dtype));
+      }
+      static const codegen::OpenClPrinter printer;
+      TD_ASSIGN_OR_RETURN(std::string source, printer.print(k));
+      TD_ASSIGN_OR_RETURN(program_, device_->program(source, k.name));
+      key_ = key;
+    }
+    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
+    TD_ASSIGN_OR_RETURN(auto buffer, call.allocator->allocate(static_cast<size_t>(bytes)));
+    TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*x.buffer));
+    TD_ASSIGN_OR_RETURN(Arg o, device_->arg(*buffer));
+    TD_RETURN_IF_ERROR(device_->launch(*program_, {a, o}, shape_numel(out.shape)));
+    call.outputs.assign(1, DeviceTensor{out.dtype, out.shape, buffer});
+    return OkStatus();
+  }
+
+ private:
+  static std::vector<int64_t> ints(const HostTensor& t) {
+    std::vector<int64_t> v;
+    for (double d : t.to_double_vector()) v.push_back(static_cast<int64_t>(d));
+    return v;
+  }
+  // Per input dim: the first element read and the step, normalised as ONNX's Slice says (the
+  // inferred output shape says how many).
+  Status slice_params(const KernelCall& call, const Shape& in, std::vector<int64_t>* starts,
+                      std::vector<int64_t>* steps) const {
+    auto host = [&](size_t i) -> const HostTensor* {
+      return i < call.host_values.size() && !call.host_values[i].empty() ? &call.host_values[i] : nullptr;
+    };
+    if (!host(1)) return errors::Internal("{}: no host copy of starts", node_.label());
+    const std::vector<int64_t> st = ints(*host(1));
+    std::vector<int64_t> axes, sp;
+    if (host(3)) axes = ints(*host(3));
+    else for (size_t a = 0; a < st.size(); ++a) axes.push_back(static_cast<int64_t>(a));
+    if (host(4)) sp = ints(*host(4));
+    else sp.assign(st.size(), 1);
+    if (axes.size() != st.size() || sp.size() != st.size())
+      return errors::InvalidArgument("{}: starts, axes and steps differ in length", node_.label());
+    const int64_t rank = static_cast<int64_t>(in.size());
+    for (size_t k = 0; k < st.size(); ++k) {
+      int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k];
+      if (a < 0 || a >= rank) return errors::InvalidArgument("{}: axis {} out of range", node_.label(), axes[k]);
+      const int64_t dim = in[static_cast<size_t>(a)];
+      if (sp[k] == 0) return errors::InvalidArgument("{}: a step is 0", node_.label());
+      int64_t s0 = st[k] < 0 ? st[k] + dim : st[k];
+      s0 = sp[k] > 0 ? std::clamp<int64_t>(s0, 0, dim) : std::clamp<int64_t>(s0, 0, dim - 1);
+      (*starts)[static_cast<size_t>(a)] = s0;
+      (*steps)[static_cast<size_t>(a)] = sp[k];
+    }
+    return OkStatus();
+  }
+
+  OpenClDevice* device_;
+  Node node_;
+  std::string key_;
+  std::shared_ptr<Program> program_;
+};
+
 // Multidirectional broadcast of static shapes (false when they do not fit).
 bool broadcast_shape(const std::vector<TensorType>& inputs, Shape* out) {
   size_t rank = 0;
@@ -393,6 +631,16 @@ bool broadcast_shape(const std::vector<TensorType>& inputs, Shape* out) {
 Status OpenClKernelTable::supports(const Node& node, const std::vector<TensorType>& inputs,
                                    const CompileOptions& options) const {
   (void)options;
+  const bool domain_ok = node.domain.empty() || node.domain == "ai.onnx";
+  if (domain_ok && node.outputs.size() == 1 && !inputs.empty() && inputs[0].defined()) {
+    if (is_view_op(node.op)) return OkStatus();
+    if (node.op == "Transpose" || node.op == "Expand" || (node.op == "Slice" && node.inputs.size() >= 3)) {
+      const size_t size = dtype_size(inputs[0].dtype);
+      if (size == 1 || size == 4 || size == 8) return OkStatus();
+      return errors::Unimplemented("{}: {} moves 1-, 4- and 8-byte elements only ({})", node.op,
+                                   device_->name(), node.label());
+    }
+  }
   TD_RETURN_IF_ERROR(codegen::elementwise_supported(node, inputs, nullptr));
   bool all_static = true;
   for (const auto& t : inputs) all_static &= !t.defined() || shape_is_static(t.shape);
@@ -412,6 +660,9 @@ Result<std::unique_ptr<Kernel>> OpenClKernelTable::create(const Node& node,
   (void)inputs;
   (void)outputs;
   (void)options;
+  if (is_view_op(node.op)) return std::unique_ptr<Kernel>(new ViewKernel(node));
+  if (node.op == "Transpose" || node.op == "Expand" || node.op == "Slice")
+    return std::unique_ptr<Kernel>(new MoveKernel(device_, node));
   return std::unique_ptr<Kernel>(new GeneratedKernel(device_, node));
 }
 
@@ -594,6 +845,7 @@ class OpenClBackend final : public Backend {
 std::unique_ptr<Backend> create_opencl_backend() { return std::make_unique<OpenClBackend>(); }
 int64_t programs_built() { return g_programs_built.load(); }
 int64_t kernels_launched() { return g_kernels_launched.load(); }
+int64_t disk_cache_hits() { return g_disk_hits.load(); }
 std::string last_source() {
   std::lock_guard<std::mutex> lock(g_last_mu);
   return g_last_source;

@@ -7,6 +7,9 @@
 // (src/backends/codegen: element-wise ops with broadcasting, fused chains), compiled once per
 // device and kept in memory by source; everything else falls back to cpu:0 through the engine.
 //
+// Compiled programs are also kept on disk (TENSORD_KERNEL_CACHE, see opencl_backend.cpp),
+// keyed by device, driver version and source; a bad entry is rebuilt, never trusted.
+//
 // Environment: TENSORD_OPENCL=0 hides every OpenCL device. Without an OpenCL platform there
 // are no opencl devices; when the user asked for them (TENSORD_DEVICES / TENSORD_DEVICE name
 // opencl) one line on stderr says why.
@@ -24,6 +27,8 @@ std::unique_ptr<Backend> create_opencl_backend();
 // Test hooks: how many programs the devices compiled, and kernel launches, since start.
 int64_t programs_built();
 int64_t kernels_launched();
+// Programs loaded from the disk cache (TENSORD_KERNEL_CACHE) instead of compiled.
+int64_t disk_cache_hits();
 
 // The OpenCL C source a device would compile for the last generated kernel (tests).
 std::string last_source();
