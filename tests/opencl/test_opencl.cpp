@@ -546,6 +546,45 @@ TEST(OpenClKernels, DataMovementRunsOnTheDevice) {
   }
 }
 
+TEST(OpenClKernels, ReductionsAgreeWithTheReference) {
+  REQUIRE_OPENCL();
+  Graph g;
+  g.name = "reduce";
+  g.inputs = {{"x", {DType::kFloat32, {3, 50, 4}}}};
+  g.initializers["axes"] = HostTensor::from_vector(std::vector<int64_t>{0, -1}, {2});
+  std::vector<std::string> ops = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
+                                  "ReduceSumSquare", "ReduceL1", "ReduceL2"};
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const std::string y = "y" + std::to_string(k);
+    // Axes as an input (ReduceSum, opset 13), else as the attribute (the others before 18).
+    if (k == 0)
+      g.nodes.push_back(node(y, ops[k], {"x", "axes"}, {y}, {{"keepdims", Attribute(int64_t{0})}}));
+    else
+      g.nodes.push_back(node(y, ops[k], {"x"}, {y},
+                             {{"axes", Attribute(k % 2 ? std::vector<int64_t>{1} : std::vector<int64_t>{0, -1})}}));
+    g.outputs.push_back({y, {}});
+  }
+  g.nodes.push_back(node("all", "ReduceMax", {"x"}, {"yall"}));  // every axis
+  g.outputs.push_back({"yall", {}});
+  g.nodes.push_back(node("prod", "ReduceProd", {"x"}, {"yprod"}, {{"axes", Attribute(std::vector<int64_t>{2})}}));
+  g.outputs.push_back({"yprod", {}});
+  CompileOptions strict;
+  strict.strict_device = true;
+  auto exe = Executable::compile(g, {g.inputs[0].type}, target_cl0(), strict);
+  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+  TestServices s;
+  HostTensor x = random_floats({3, 50, 4}, 8, -2, 2);
+  x.mutable_data<float>()[7] = std::nanf("");  // NaN propagates through max/min/sums
+  auto outs = (*exe)->run({put(s, cl0(), x)}, s);
+  auto want = reference(g, {x});
+  ASSERT_EQ(outs.size(), want.size());
+  for (size_t k = 0; k < outs.size(); ++k) {
+    ASSERT_TRUE(outs[k].ok()) << outs[k].status().to_string();
+    expect_near(get(*outs[k]), want[k], g.outputs[k].name + "\n" + opencl::last_source());
+  }
+  EXPECT_EQ(s.transfers, 0);
+}
+
 // ---- fusion and placement ----
 
 // y = relu(x * w + b) * 0.5 + sigmoid(x), with w a [C,1] constant (uploaded) and b a scalar.

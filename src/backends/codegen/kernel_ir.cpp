@@ -33,6 +33,20 @@ int64_t ElementwiseKernel::numel() const {
   return n;
 }
 
+int64_t ReduceKernel::out_numel() const {
+  int64_t n = 1;
+  for (size_t d = 0; d < in_shape.size(); ++d)
+    if (!reduced[d]) n *= in_shape[d];
+  return n;
+}
+
+int64_t ReduceKernel::reduced_numel() const {
+  int64_t n = 1;
+  for (size_t d = 0; d < in_shape.size(); ++d)
+    if (reduced[d]) n *= in_shape[d];
+  return n;
+}
+
 void simplify(ElementwiseKernel& k) {
   // Drop dims of size 1.
   std::vector<size_t> keep;

@@ -64,6 +64,18 @@ struct ElementwiseKernel {
   int64_t numel() const;
 };
 
+// A reduction over some axes of a float32 input: one work item per output element, looping
+// over the reduced elements (Kahan-compensated sums). op: "sum" "mean" "max" "min" "prod"
+// "sum_square" "l1" "l2" "log_sum".
+struct ReduceKernel {
+  std::string name = "tensord_reduce";
+  std::string op;
+  std::vector<int64_t> in_shape;
+  std::vector<bool> reduced;  // per input dim
+  int64_t out_numel() const;
+  int64_t reduced_numel() const;
+};
+
 // Merges adjacent dims along which every input is either contiguous-compatible or broadcast
 // the same way, and drops dims of size 1: fewer divisions per work item. Same semantics.
 void simplify(ElementwiseKernel& k);

@@ -239,6 +239,71 @@ Result<std::string> Printer::print(const ElementwiseKernel& k) const {
   return s;
 }
 
+Result<std::string> Printer::print(const ReduceKernel& k) const {
+  const std::string& op = k.op;
+  static const char* kOps[] = {"sum", "mean", "max", "min", "prod", "sum_square", "l1", "l2", "log_sum"};
+  bool known = false;
+  for (const char* o : kOps) known |= op == o;
+  if (!known) return errors::Unimplemented("generated kernels: no reduction '{}'", op);
+  if (k.reduced.size() != k.in_shape.size() || k.reduced_numel() == 0)
+    return errors::InvalidArgument("generated reduction: bad shape");
+  const std::string i64 = int64_name();
+  const size_t rank = k.in_shape.size();
+  std::vector<int64_t> strides(rank, 1);
+  for (size_t d = rank; d-- > 1;) strides[d - 1] = strides[d] * k.in_shape[d];
+  auto lit = [&](double v) { return literal(Scalar::kF32, v); };
+  std::string s = preamble();
+  s += kernel_prefix() + " " + k.name + "(" + global_ptr("unsigned char", true) + " in0_base, " +
+       uint64_name() + " in0_off, " + global_ptr("unsigned char", false) + " out0_base, " +
+       uint64_name() + " out0_off) {\n";
+  s += "  const " + i64 + " i = " + global_index() + ";\n";
+  s += "  if (i >= " + std::to_string(k.out_numel()) + "LL) return;\n";
+  s += "  " + global_ptr("float", true) + " in0 = (" + global_ptr("float", true) + ")(in0_base + in0_off);\n";
+  s += "  " + global_ptr("float", false) + " out0 = (" + global_ptr("float", false) + ")(out0_base + out0_off);\n";
+  s += "  " + i64 + " r = i, base = 0;\n";
+  for (size_t d = rank; d-- > 0;) {
+    if (k.reduced[d] || k.in_shape[d] == 1) continue;
+    const std::string dim = std::to_string(k.in_shape[d]) + "LL";
+    s += "  base += (r % " + dim + ") * " + std::to_string(strides[d]) + "LL; r /= " + dim + ";\n";
+  }
+  const bool sum_like = op == "sum" || op == "mean" || op == "sum_square" || op == "l1" ||
+                        op == "l2" || op == "log_sum";
+  std::string init = lit(0);
+  if (op == "max") init = "-" + float_infinity();
+  if (op == "min") init = float_infinity();
+  if (op == "prod") init = lit(1);
+  s += "  float acc = " + init + ", comp = " + lit(0) + ";\n";
+  s += "  for (" + i64 + " j = 0; j < " + std::to_string(k.reduced_numel()) + "LL; ++j) {\n";
+  s += "    " + i64 + " q = j, off = base;\n";
+  for (size_t d = rank; d-- > 0;) {
+    if (!k.reduced[d] || k.in_shape[d] == 1) continue;
+    const std::string dim = std::to_string(k.in_shape[d]) + "LL";
+    s += "    off += (q % " + dim + ") * " + std::to_string(strides[d]) + "LL; q /= " + dim + ";\n";
+  }
+  s += "    const float x = in0[off];\n";
+  if (sum_like) {
+    std::string term = "x";
+    if (op == "sum_square" || op == "l2") term = "x * x";
+    if (op == "l1") term = math("fabs", "x");
+    // Kahan summation: float32 accumulation close to the reference's double.
+    s += "    const float y = " + term + " - comp;\n";
+    s += "    const float t = acc + y;\n";
+    s += "    comp = (t - acc) - y;\n";
+    s += "    acc = t;\n";
+  } else if (op == "max" || op == "min") {
+    s += "    if (x != x) { acc = x; break; }\n";
+    s += std::string("    if (x ") + (op == "max" ? ">" : "<") + " acc) acc = x;\n";
+  } else {
+    s += "    acc = acc * x;\n";
+  }
+  s += "  }\n";
+  if (op == "mean") s += "  acc = acc / " + lit(static_cast<double>(k.reduced_numel())) + ";\n";
+  if (op == "l2") s += "  acc = " + math("sqrt", "acc") + ";\n";
+  if (op == "log_sum") s += "  acc = " + math("log", "acc") + ";\n";
+  s += "  out0[i] = acc;\n}\n";
+  return s;
+}
+
 // ---- OpenCL C ----
 
 std::string OpenClPrinter::preamble() const { return "// tensord generated (OpenCL C)\n"; }

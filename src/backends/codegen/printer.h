@@ -23,6 +23,8 @@ class Printer {
   virtual std::string dialect() const = 0;
   // The complete source of one kernel named k.name. Fails on an op the IR does not know.
   Result<std::string> print(const ElementwiseKernel& k) const;
+  // Parameters: (in0, in0_off, out0, out0_off); 1-D over out_numel() work items.
+  Result<std::string> print(const ReduceKernel& k) const;
 
  protected:
   virtual std::string preamble() const = 0;  // once per source (pragmas, typedefs)

@@ -608,6 +608,84 @@ class MoveKernel final : public Kernel {
   std::shared_ptr<Program> program_;
 };
 
+const std::map<std::string, std::string>& reduce_ops() {
+  static const std::map<std::string, std::string> t = {
+      {"ReduceSum", "sum"},         {"ReduceMean", "mean"}, {"ReduceMax", "max"},
+      {"ReduceMin", "min"},         {"ReduceProd", "prod"}, {"ReduceSumSquare", "sum_square"},
+      {"ReduceL1", "l1"},           {"ReduceL2", "l2"},     {"ReduceLogSum", "log_sum"}};
+  return t;
+}
+
+// ReduceSum, ReduceMean, ... over float32: a generated kernel per input shape and axes.
+class ReduceOp final : public Kernel {
+ public:
+  ReduceOp(OpenClDevice* d, const Node& node) : device_(d), node_(node) {}
+  std::string name() const override { return "generated"; }
+  bool axes_from_input() const { return node_.inputs.size() > 1; }
+  std::vector<int> host_inputs() const override {
+    return axes_from_input() && !node_.inputs[1].empty() ? std::vector<int>{1} : std::vector<int>{};
+  }
+  Status run(KernelCall& call) override {
+    if (call.inputs.empty() || !call.inputs[0].defined() || call.output_types.empty())
+      return errors::Internal("{}: no input", node_.label());
+    const DeviceTensor& x = call.inputs[0];
+    const TensorType& out = call.output_types[0];
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    NodeAttrs attrs(node_);
+    std::vector<int64_t> axes;
+    bool noop = false;
+    if (axes_from_input()) {
+      TD_ASSIGN_OR_RETURN(int64_t noop_attr, attrs.attr_int("noop_with_empty_axes", 0));
+      if (call.host_values.size() > 1 && !call.host_values[1].empty())
+        for (double a : call.host_values[1].to_double_vector()) axes.push_back(static_cast<int64_t>(a));
+      noop = axes.empty() && noop_attr != 0;
+    } else if (attrs.has_attr("axes")) {
+      TD_ASSIGN_OR_RETURN(axes, attrs.attr_ints("axes", {}));
+    }
+    if (noop) {  // the input as is
+      call.outputs.assign(1, DeviceTensor{x.dtype, out.shape, x.buffer});
+      return OkStatus();
+    }
+    std::vector<bool> mask(static_cast<size_t>(rank), axes.empty());
+    for (int64_t a : axes) {
+      if (a < -rank || a >= rank)
+        return errors::InvalidArgument("{}: axis {} is out of range for rank {}", node_.label(), a, rank);
+      const size_t k = static_cast<size_t>(a < 0 ? a + rank : a);
+      if (mask[k] && !axes.empty() && std::count(axes.begin(), axes.end(), a) > 1)
+        return errors::InvalidArgument("{}: axis {} is repeated", node_.label(), a);
+      mask[k] = true;
+    }
+    codegen::ReduceKernel k;
+    k.op = reduce_ops().at(node_.op);
+    k.in_shape.assign(x.shape.begin(), x.shape.end());
+    k.reduced = mask;
+    if (k.reduced_numel() == 0 || !shape_is_static(out.shape) || shape_numel(out.shape) != k.out_numel())
+      return errors::Internal("{}: cannot reduce {} to {}", node_.label(), shape_to_string(x.shape),
+                              shape_to_string(out.shape));
+    std::string key = shape_to_string(x.shape);
+    for (bool b : mask) key += b ? "1" : "0";
+    if (!program_ || key != key_) {
+      static const codegen::OpenClPrinter printer;
+      TD_ASSIGN_OR_RETURN(std::string source, printer.print(k));
+      TD_ASSIGN_OR_RETURN(program_, device_->program(source, k.name));
+      key_ = key;
+    }
+    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
+    TD_ASSIGN_OR_RETURN(auto buffer, call.allocator->allocate(static_cast<size_t>(bytes)));
+    TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*x.buffer));
+    TD_ASSIGN_OR_RETURN(Arg o, device_->arg(*buffer));
+    TD_RETURN_IF_ERROR(device_->launch(*program_, {a, o}, k.out_numel()));
+    call.outputs.assign(1, DeviceTensor{out.dtype, out.shape, buffer});
+    return OkStatus();
+  }
+
+ private:
+  OpenClDevice* device_;
+  Node node_;
+  std::string key_;
+  std::shared_ptr<Program> program_;
+};
+
 // Multidirectional broadcast of static shapes (false when they do not fit).
 bool broadcast_shape(const std::vector<TensorType>& inputs, Shape* out) {
   size_t rank = 0;
@@ -634,6 +712,15 @@ Status OpenClKernelTable::supports(const Node& node, const std::vector<TensorTyp
   const bool domain_ok = node.domain.empty() || node.domain == "ai.onnx";
   if (domain_ok && node.outputs.size() == 1 && !inputs.empty() && inputs[0].defined()) {
     if (is_view_op(node.op)) return OkStatus();
+    if (reduce_ops().count(node.op)) {
+      // float32 with a static shape and no empty reduction (those fall back: the reference's
+      // identities for empty inputs are not generated yet).
+      if (inputs[0].dtype != DType::kFloat32 || !shape_is_static(inputs[0].shape) ||
+          shape_numel(inputs[0].shape) == 0)
+        return errors::Unimplemented("{}: {} reduces static float32 tensors only ({})", node.op,
+                                     device_->name(), node.label());
+      return OkStatus();
+    }
     if (node.op == "Transpose" || node.op == "Expand" || (node.op == "Slice" && node.inputs.size() >= 3)) {
       const size_t size = dtype_size(inputs[0].dtype);
       if (size == 1 || size == 4 || size == 8) return OkStatus();
@@ -661,6 +748,7 @@ Result<std::unique_ptr<Kernel>> OpenClKernelTable::create(const Node& node,
   (void)outputs;
   (void)options;
   if (is_view_op(node.op)) return std::unique_ptr<Kernel>(new ViewKernel(node));
+  if (reduce_ops().count(node.op)) return std::unique_ptr<Kernel>(new ReduceOp(device_, node));
   if (node.op == "Transpose" || node.op == "Expand" || node.op == "Slice")
     return std::unique_ptr<Kernel>(new MoveKernel(device_, node));
   return std::unique_ptr<Kernel>(new GeneratedKernel(device_, node));
