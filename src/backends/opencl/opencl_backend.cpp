@@ -634,13 +634,13 @@ class ReduceOp final : public Kernel {
     NodeAttrs attrs(node_);
     std::vector<int64_t> axes;
     bool noop = false;
-    if (axes_from_input()) {
+    if (attrs.has_attr("axes")) {  // before opset 13 (ReduceSum) / 18 (the others)
+      TD_ASSIGN_OR_RETURN(axes, attrs.attr_ints("axes", {}));
+    } else {  // axes as an input, possibly omitted or empty
       TD_ASSIGN_OR_RETURN(int64_t noop_attr, attrs.attr_int("noop_with_empty_axes", 0));
-      if (call.host_values.size() > 1 && !call.host_values[1].empty())
+      if (axes_from_input() && call.host_values.size() > 1 && !call.host_values[1].empty())
         for (double a : call.host_values[1].to_double_vector()) axes.push_back(static_cast<int64_t>(a));
       noop = axes.empty() && noop_attr != 0;
-    } else if (attrs.has_attr("axes")) {
-      TD_ASSIGN_OR_RETURN(axes, attrs.attr_ints("axes", {}));
     }
     if (noop) {  // the input as is
       call.outputs.assign(1, DeviceTensor{x.dtype, out.shape, x.buffer});
