@@ -48,7 +48,8 @@ configure() {  # folder, extra cmake args...
   shift
   if [ ! -f "$dir/build.ninja" ]; then
     cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
-      -DTENSORD_BUILD_BENCH=OFF -DTENSORD_BUILD_PYTHON=OFF -DPython3_EXECUTABLE=$PY "$@"
+      -DTENSORD_BUILD_BENCH=OFF -DTENSORD_BUILD_PYTHON=OFF -DTENSORD_OPENCL=OFF \
+      -DPython3_EXECUTABLE=$PY "$@"
   fi
 }
 

@@ -25,6 +25,9 @@ PACKAGES=(
   # sanitizer and fuzz tier (scripts/sanitize.sh): clang with its sanitizer and libFuzzer
   # runtimes (libclang-rt-14-dev), and clang's OpenMP (libomp-14-dev) for the cpu backend
   clang libclang-rt-14-dev libomp-14-dev
+  # the OpenCL backend (src/backends/opencl): headers, the ICD loader, PoCL (the CPU device the
+  # tests and CI run on), clinfo, CLBlast (GEMM)
+  ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo libclblast-dev
 )
 
 missing=()

@@ -20,6 +20,10 @@ struct DeviceInfo {
   std::string backend;  // backend name, e.g. "cpu-reference"
   std::string backend_version;
   int threads = 0;      // compute threads (cpu), 0 if not meaningful
+  // Accelerators (opencl, cuda): the driver's version, compute units, float16 support.
+  std::string driver_version;
+  int compute_units = 0;
+  bool fp16 = false;
 };
 
 }  // namespace tensord

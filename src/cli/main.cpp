@@ -67,7 +67,10 @@ int cmd_devices(bool json, std::string address) {
                      {"memory_in_use_bytes", d.memory_in_use},
                      {"backend", d.backend},
                      {"backend_version", d.backend_version},
-                     {"threads", d.threads}});
+                     {"threads", d.threads},
+                     {"driver_version", d.driver_version},
+                     {"compute_units", d.compute_units},
+                     {"fp16", d.fp16}});
     }
     std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
@@ -84,6 +87,9 @@ int cmd_devices(bool json, std::string address) {
       std::cout << name << "  " << kind << "  " << d.model << " (" << d.vendor << ")  memory "
                 << tensord::format_bytes(d.memory_bytes);
       if (d.threads) std::cout << "  threads " << d.threads;
+      if (d.compute_units) std::cout << "  compute units " << d.compute_units;
+      if (!d.driver_version.empty()) std::cout << "  driver " << d.driver_version;
+      if (d.kind != "cpu") std::cout << "  fp16 " << (d.fp16 ? "yes" : "no");
       std::cout << "  backend " << d.backend_version << "\n";
     }
   }

@@ -5,6 +5,8 @@
 // real broker process.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -43,6 +45,9 @@ Node node(std::string name, std::string op, std::vector<std::string> in,
 TEST(Engine, DevicesAndFilters) {
   auto e = make_engine();
   auto devs = e->devices();
+  // Devices of other kinds present on this machine (opencl:N ...) come after the cpu ones.
+  devs.erase(std::remove_if(devs.begin(), devs.end(), [](const DeviceInfo& d) { return d.kind != "cpu"; }),
+             devs.end());
   ASSERT_EQ(devs.size(), 2u);
   EXPECT_EQ(devs[0].name, "cpu:0");
   EXPECT_EQ(devs[1].name, "cpu:1");
@@ -52,7 +57,8 @@ TEST(Engine, DevicesAndFilters) {
   auto only1 = make_engine(true, "cpu:1");
   ASSERT_EQ(only1->devices().size(), 1u);
   EXPECT_EQ(only1->devices()[0].name, "cpu:1");
-  EXPECT_EQ(only1->filtered_out(), std::vector<std::string>{"cpu:0"});
+  ASSERT_FALSE(only1->filtered_out().empty());
+  EXPECT_EQ(only1->filtered_out()[0], "cpu:0");
   EXPECT_EQ(*only1->default_device(), "cpu:1");
 
   auto none = make_engine(true, "none");

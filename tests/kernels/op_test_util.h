@@ -31,6 +31,16 @@ namespace tensord::testing {
 // One graph's results: one Result per graph output (an error lands on the outputs it reaches).
 using GraphOutputs = Result<std::vector<Result<HostTensor>>>;
 
+#ifdef TENSORD_TEST_CACHE_DIR
+// Kernel caches of devices that compile kernels (OpenCL: PoCL's and tensord's) in the build
+// tree, shared by the test processes, never in ~/.cache. Before any device starts.
+inline const bool kTestCachesSet = [] {
+  setenv("POCL_CACHE_DIR", TENSORD_TEST_CACHE_DIR "/pocl", 0);
+  setenv("TENSORD_KERNEL_CACHE", TENSORD_TEST_CACHE_DIR "/kernels", 0);
+  return true;
+}();
+#endif
+
 // The clients every test runs through, made once per process.
 struct Clients {
   std::unique_ptr<Client> devices;  // every device present

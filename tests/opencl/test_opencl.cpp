@@ -1,0 +1,783 @@
+// The OpenCL backend on whatever OpenCL platform is installed (PoCL's CPU device in CI: two
+// devices of one platform through POCL_DEVICES="pthread pthread", so copies between devices of
+// one context are exercised). Without a platform every test skips saying so — except under
+// CI=true, where CI installs PoCL and a missing platform is a failure.
+//
+// PoCL's kernel cache goes into a fresh temporary folder (POCL_CACHE_DIR), set before the ICD
+// loader starts, as is POCL_DEVICES.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+
+#include "backends/codegen/lower.h"
+#include "backends/codegen/printer.h"
+#include "backends/opencl/opencl_backend.h"
+#include "core/errors.h"
+#include "engine/executor.h"
+#include "kernels/op_test_util.h"
+#include "tensord/client.h"
+
+namespace tensord {
+namespace {
+
+// Before any OpenCL call in this process.
+const bool kEnvironment = [] {
+  setenv("POCL_DEVICES", "pthread pthread", 0);
+  if (!std::getenv("POCL_CACHE_DIR")) {
+    static char dir[] = "/tmp/tensord-pocl-cache-XXXXXX";
+    if (mkdtemp(dir)) setenv("POCL_CACHE_DIR", dir, 1);
+  }
+  static char kernels[] = "/tmp/tensord-kernel-cache-XXXXXX";
+  if (mkdtemp(kernels)) setenv("TENSORD_KERNEL_CACHE", kernels, 1);
+  return true;
+}();
+
+struct Devices {
+  std::vector<std::unique_ptr<Device>> cpu, opencl;
+};
+
+Devices& devices() {
+  static Devices* d = [] {
+    (void)kEnvironment;
+    auto* d = new Devices;
+    for (auto& b : create_backends())
+      for (auto& dev : b->enumerate())
+        (dev->info().kind == "opencl" ? d->opencl : d->cpu).push_back(std::move(dev));
+    return d;
+  }();
+  return *d;
+}
+
+bool in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci && std::string(ci) == "true";
+}
+
+#define REQUIRE_OPENCL()                                                                  \
+  do {                                                                                    \
+    if (devices().opencl.empty()) {                                                       \
+      if (in_ci()) FAIL() << "no OpenCL device under CI=true (CI installs pocl-opencl-icd)"; \
+      GTEST_SKIP() << "no OpenCL platform on this machine (apt-get install pocl-opencl-icd)"; \
+    }                                                                                     \
+  } while (0)
+
+Device& cl0() { return *devices().opencl[0]; }
+Device& cpu0() { return *devices().cpu[0]; }
+
+// What the engine gives a run, written for the test: heap allocators per device (plain device
+// allocations), copies through host memory.
+class TestServices final : public RunServices {
+ public:
+  struct Heap final : Allocator {
+    Device* d;
+    explicit Heap(Device* dev) : d(dev) {}
+    Result<std::shared_ptr<Buffer>> allocate(size_t bytes) override {
+      TD_ASSIGN_OR_RETURN(void* p, d->allocate(bytes));
+      Device* dev = d;
+      return std::shared_ptr<Buffer>(new Buffer{dev, p, bytes, 0}, [dev](Buffer* b) {
+        dev->free(b->ptr, b->size);
+        delete b;
+      });
+    }
+  };
+  Allocator& allocator(Device& device) override {
+    auto& a = heaps_[&device];
+    if (!a) a = std::make_unique<Heap>(&device);
+    return *a;
+  }
+  Result<DeviceTensor> transfer(const DeviceTensor& v, Device& dst) override {
+    if (v.buffer->device == &dst) return v;
+    transfers++;
+    TD_ASSIGN_OR_RETURN(auto buf, allocator(dst).allocate(v.buffer->size));
+    std::vector<char> host(v.buffer->size);
+    TD_RETURN_IF_ERROR(v.buffer->device->read(*v.buffer, 0, host.data(), host.size()));
+    TD_RETURN_IF_ERROR(dst.write(*buf, 0, host.data(), host.size()));
+    return DeviceTensor{v.dtype, v.shape, buf};
+  }
+  int transfers = 0;
+
+ private:
+  std::map<Device*, std::unique_ptr<Heap>> heaps_;
+};
+
+DeviceTensor put(TestServices& s, Device& d, const HostTensor& h) {
+  auto buf = s.allocator(d).allocate(static_cast<size_t>(h.nbytes()));
+  EXPECT_TRUE(buf.ok());
+  EXPECT_TRUE(d.write(**buf, 0, h.data(), static_cast<size_t>(h.nbytes())).ok());
+  return DeviceTensor{h.dtype(), h.shape(), *buf};
+}
+
+HostTensor get(const DeviceTensor& t) {
+  HostTensor h(t.dtype, t.shape);
+  EXPECT_TRUE(t.buffer->device->read(*t.buffer, 0, h.mutable_data(), static_cast<size_t>(h.nbytes())).ok());
+  return h;
+}
+
+HostTensor random_floats(const Shape& shape, uint32_t seed, float lo = -3, float hi = 3) {
+  HostTensor t(DType::kFloat32, shape);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  float* p = t.mutable_data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
+  return t;
+}
+
+// The reference kernels' outputs for a graph (cpu:0, no fusion).
+std::vector<HostTensor> reference(const Graph& g, const std::vector<HostTensor>& inputs) {
+  LocalClientOptions o;
+  o.devices = "cpu:0";
+  o.reference_kernels = true;
+  auto client = make_local_client(o);
+  EXPECT_TRUE(client.ok());
+  auto outs = testing::run_on(**client, g, inputs, "cpu:0");
+  EXPECT_TRUE(outs.ok()) << outs.status().to_string();
+  std::vector<HostTensor> r;
+  if (outs.ok())
+    for (auto& o : *outs) {
+      EXPECT_TRUE(o.ok()) << o.status().to_string();
+      r.push_back(o.ok() ? *o : HostTensor{});
+    }
+  return r;
+}
+
+void expect_near(const HostTensor& got, const HostTensor& want, const std::string& what) {
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  EXPECT_EQ(testing::disagreement(got, want, true), "") << what;
+}
+
+Node node(std::string name, std::string op, std::vector<std::string> in, std::vector<std::string> out,
+          AttributeMap attrs = {}) {
+  Node n;
+  n.name = std::move(name);
+  n.op = std::move(op);
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+CompileTarget target_cl0() {
+  CompileTarget t;
+  t.device = &cl0();
+  t.fallback = &cpu0();
+  t.host = &cpu0();
+  return t;
+}
+
+TEST(OpenClDevices, AreListedWithTheirProperties) {
+  REQUIRE_OPENCL();
+  for (size_t i = 0; i < devices().opencl.size(); ++i) {
+    const DeviceInfo& info = devices().opencl[i]->info();
+    EXPECT_EQ(info.name, "opencl:" + std::to_string(i));
+    EXPECT_EQ(info.kind, "opencl");
+    EXPECT_FALSE(info.vendor.empty());
+    EXPECT_FALSE(info.model.empty());
+    EXPECT_FALSE(info.driver_version.empty());
+    EXPECT_GT(info.memory_bytes, 0);
+    EXPECT_GT(info.compute_units, 0);
+    EXPECT_NE(info.backend_version.find("generated kernels"), std::string::npos);
+  }
+}
+
+TEST(OpenClDevices, TheEngineSelectsThemByFilterAndDefault) {
+  REQUIRE_OPENCL();
+  LocalClientOptions o;
+  o.devices = "opencl:*";
+  o.default_device = "opencl:0";
+  auto client = make_local_client(o);
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  auto infos = (*client)->devices();
+  ASSERT_TRUE(infos.ok());
+  ASSERT_FALSE(infos->empty());
+  for (const auto& d : *infos) EXPECT_EQ(d.kind, "opencl");
+  EXPECT_EQ((*client)->default_device(), "opencl:0");
+}
+
+TEST(OpenClMemory, WritesAndReadsAreByteExactAtOffsets) {
+  REQUIRE_OPENCL();
+  Device& d = cl0();
+  auto mem = d.allocate(4096);
+  ASSERT_TRUE(mem.ok()) << mem.status().to_string();
+  // A sub-allocation as the engine's pool makes them: (allocation, offset).
+  Buffer b{&d, *mem, 1000, 192};
+  std::vector<unsigned char> pattern(700);
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<unsigned char>(i * 37 + 11);
+  ASSERT_TRUE(d.write(b, 0, std::vector<unsigned char>(1000, 0xAB).data(), 1000).ok());
+  ASSERT_TRUE(d.write(b, 123, pattern.data(), pattern.size()).ok());
+  std::vector<unsigned char> back(1000);
+  ASSERT_TRUE(d.read(b, 0, back.data(), back.size()).ok());
+  for (size_t i = 0; i < 1000; ++i) {
+    const unsigned char want = i >= 123 && i < 823 ? pattern[i - 123] : 0xAB;
+    ASSERT_EQ(back[i], want) << "byte " << i;
+  }
+  std::vector<unsigned char> part(50);
+  ASSERT_TRUE(d.read(b, 200, part.data(), part.size()).ok());
+  EXPECT_EQ(0, std::memcmp(part.data(), pattern.data() + 77, 50));
+  // Past the end: a named error, nothing written.
+  Status s = d.write(b, 990, pattern.data(), 20);
+  EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(s.message().find("opencl:0"), std::string::npos);
+  EXPECT_EQ(d.read(b, 1001, part.data(), 0).code(), StatusCode::kOutOfRange);
+  d.free(*mem, 4096);
+}
+
+TEST(OpenClMemory, CopiesCpuToOpenClToCpuAreByteExact) {
+  REQUIRE_OPENCL();
+  LocalClientOptions o;
+  o.devices = "cpu:0,opencl:*";
+  auto client = make_local_client(o);
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  Client& c = **client;
+  HostTensor h(DType::kFloat32, {3, 1001});  // odd sizes; NaN payloads and -0 must survive
+  uint32_t* bits = reinterpret_cast<uint32_t*>(h.mutable_data());
+  std::mt19937 rng(7);
+  for (int64_t i = 0; i < h.numel(); ++i) bits[i] = rng();
+  bits[0] = 0x7fc00123u;
+  bits[1] = 0x80000000u;
+  auto a = c.upload(h.view(), "cpu:0");
+  ASSERT_TRUE(a.ok());
+  auto on_cl = c.copy(*a, "opencl:0");
+  ASSERT_TRUE(on_cl.ok()) << on_cl.status().to_string();
+  auto info = c.info(*on_cl);
+  ASSERT_TRUE(info.ok());
+  auto back = c.copy(*on_cl, "cpu:0");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  auto r = c.read(*back);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(0, std::memcmp(r->data(), h.data(), static_cast<size_t>(h.nbytes())));
+  auto direct = c.read(*on_cl);  // read straight from the device too
+  ASSERT_TRUE(direct.ok());
+  EXPECT_EQ(0, std::memcmp(direct->data(), h.data(), static_cast<size_t>(h.nbytes())));
+  // Small tensors (sub-allocated in the pool's slabs) at nonzero offsets.
+  for (int n : {1, 3, 17, 100}) {
+    HostTensor s = random_floats({n}, static_cast<uint32_t>(n));
+    auto u = c.upload(s.view(), "opencl:0");
+    ASSERT_TRUE(u.ok());
+    auto rr = c.read(*u);
+    ASSERT_TRUE(rr.ok());
+    EXPECT_EQ(0, std::memcmp(rr->data(), s.data(), static_cast<size_t>(s.nbytes()))) << n;
+  }
+}
+
+TEST(OpenClMemory, CopiesBetweenTwoDevicesOfOneContextAreDirectAndByteExact) {
+  REQUIRE_OPENCL();
+  if (devices().opencl.size() < 2)
+    GTEST_SKIP() << "one OpenCL device only (PoCL exposes two with POCL_DEVICES='pthread pthread')";
+  Device& d0 = *devices().opencl[0];
+  Device& d1 = *devices().opencl[1];
+  auto m0 = d0.allocate(8192);
+  auto m1 = d1.allocate(8192);
+  ASSERT_TRUE(m0.ok() && m1.ok());
+  Buffer src{&d0, *m0, 5000, 64};
+  Buffer dst{&d1, *m1, 5000, 2048};
+  std::vector<unsigned char> bytes(5000);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i ^ (i >> 8));
+  ASSERT_TRUE(d0.write(src, 0, bytes.data(), bytes.size()).ok());
+  ASSERT_TRUE(d1.copy_from(dst, src));  // clEnqueueCopyBuffer: one context
+  std::vector<unsigned char> back(5000);
+  ASSERT_TRUE(d1.read(dst, 0, back.data(), back.size()).ok());
+  EXPECT_EQ(back, bytes);
+  // A cpu buffer is not the OpenCL device's to copy: the engine stages it.
+  EXPECT_FALSE(d1.copy_from(dst, Buffer{&cpu0(), bytes.data(), bytes.size(), 0}));
+  d0.free(*m0, 8192);
+  d1.free(*m1, 8192);
+
+  // Through the engine: opencl:0 -> opencl:1 -> host.
+  LocalClientOptions o;
+  o.devices = "cpu:0,opencl:*";
+  auto client = make_local_client(o);
+  ASSERT_TRUE(client.ok());
+  HostTensor h = random_floats({257, 3}, 99);
+  auto a = (*client)->upload(h.view(), "opencl:0");
+  ASSERT_TRUE(a.ok());
+  auto b = (*client)->copy(*a, "opencl:1");
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  auto r = (*client)->read(*b);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(0, std::memcmp(r->data(), h.data(), static_cast<size_t>(h.nbytes())));
+}
+
+// ---- generated element-wise kernels, one op at a time, against the reference kernels ----
+
+struct OpCase {
+  std::string op;
+  std::vector<Shape> shapes;
+  AttributeMap attrs = {};
+  DType dtype = DType::kFloat32;
+  float lo = -3, hi = 3;
+};
+
+HostTensor random_of(DType dtype, const Shape& shape, uint32_t seed, float lo, float hi) {
+  HostTensor f = random_floats(shape, seed, lo, hi);
+  if (dtype == DType::kFloat32) return f;
+  HostTensor t(dtype, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const float v = f.data<float>()[i];
+    if (dtype == DType::kInt32) t.mutable_data<int32_t>()[i] = static_cast<int32_t>(std::lround(v * 10));
+    if (dtype == DType::kInt64) t.mutable_data<int64_t>()[i] = static_cast<int64_t>(std::lround(v * 10));
+    if (dtype == DType::kBool) t.mutable_data<bool>()[i] = v > 0;
+  }
+  return t;
+}
+
+// Runs one node on opencl:0 through the executor (fusion off: the per-node kernel) and checks
+// it ran as a generated kernel and agrees with the reference kernels.
+void check_op(const OpCase& c) {
+  Graph g;
+  g.name = c.op;
+  std::vector<std::string> names;
+  std::vector<HostTensor> inputs;
+  for (size_t i = 0; i < c.shapes.size(); ++i) {
+    names.push_back("x" + std::to_string(i));
+    DType dt = c.dtype;
+    if (c.op == "Where" && i == 0) dt = DType::kBool;
+    inputs.push_back(random_of(dt, c.shapes[i], static_cast<uint32_t>(i * 31 + 5), c.lo, c.hi));
+    g.inputs.push_back({names.back(), inputs.back().type()});
+  }
+  g.nodes = {node("n", c.op, names, {"y"}, c.attrs)};
+  g.outputs = {{"y", {}}};
+  std::vector<TensorType> types;
+  for (const auto& in : g.inputs) types.push_back(in.type);
+  CompileOptions opts;
+  opts.strict_device = true;  // a node opencl:0 does not take is an error, not a fallback
+  auto exe = Executable::compile(g, types, target_cl0(), opts);
+  ASSERT_TRUE(exe.ok()) << c.op << ": " << exe.status().to_string();
+  EXPECT_TRUE((*exe)->fallbacks().empty()) << c.op;
+  TestServices s;
+  std::vector<Result<DeviceTensor>> in;
+  for (const auto& h : inputs) in.push_back(put(s, cl0(), h));
+  const int64_t launched = opencl::kernels_launched();
+  auto outs = (*exe)->run(in, s);
+  ASSERT_EQ(outs.size(), 1u);
+  ASSERT_TRUE(outs[0].ok()) << c.op << ": " << outs[0].status().to_string();
+  EXPECT_EQ(opencl::kernels_launched() - launched, 1) << c.op;
+  EXPECT_EQ(s.transfers, 0) << c.op;
+  auto want = reference(g, inputs);
+  ASSERT_EQ(want.size(), 1u);
+  expect_near(get(*outs[0]), want[0], c.op + " " + opencl::last_source());
+}
+
+// Many ops over the same inputs in one graph: with fusion they form one region, so one
+// generated kernel (one compile: PoCL takes ~0.5 s per program) checks them all; every output
+// is compared with the reference kernels.
+struct FusedOp {
+  std::string op;
+  int inputs = 1;
+  AttributeMap attrs = {};
+};
+
+void check_fused(const std::vector<FusedOp>& ops, const std::vector<Shape>& shapes,
+                 DType dtype = DType::kFloat32, float lo = -3, float hi = 3) {
+  Graph g;
+  g.name = "ops";
+  std::vector<HostTensor> inputs;
+  std::vector<TensorType> types;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    inputs.push_back(random_of(dtype, shapes[i], static_cast<uint32_t>(i * 17 + 3), lo, hi));
+    g.inputs.push_back({"x" + std::to_string(i), inputs.back().type()});
+    types.push_back(inputs.back().type());
+  }
+  std::string names;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    std::vector<std::string> in;
+    for (int i = 0; i < ops[k].inputs; ++i) in.push_back("x" + std::to_string(i));
+    const std::string y = "y" + std::to_string(k);
+    g.nodes.push_back(node(ops[k].op + std::to_string(k), ops[k].op, in, {y}, ops[k].attrs));
+    g.outputs.push_back({y, {}});
+    names += ops[k].op + " ";
+  }
+  CompileOptions opts;
+  opts.strict_device = true;
+  auto exe = Executable::compile(g, types, target_cl0(), opts);
+  ASSERT_TRUE(exe.ok()) << names << exe.status().to_string();
+  if (ops.size() > 1) {
+    EXPECT_NE((*exe)->describe().find("OpenClElementwise: " + std::to_string(ops.size()) + " ops"),
+              std::string::npos) << (*exe)->describe();
+  }
+  TestServices s;
+  std::vector<Result<DeviceTensor>> in;
+  for (const auto& h : inputs) in.push_back(put(s, cl0(), h));
+  const int64_t launched = opencl::kernels_launched();
+  auto outs = (*exe)->run(in, s);
+  EXPECT_EQ(opencl::kernels_launched() - launched, 1) << names;
+  auto want = reference(g, inputs);
+  ASSERT_EQ(outs.size(), ops.size());
+  ASSERT_EQ(want.size(), ops.size());
+  for (size_t k = 0; k < ops.size(); ++k) {
+    ASSERT_TRUE(outs[k].ok()) << ops[k].op << ": " << outs[k].status().to_string();
+    expect_near(get(*outs[k]), want[k],
+                ops[k].op + " over " + shape_to_string(shapes[0]) + "\n" + opencl::last_source());
+  }
+}
+
+TEST(OpenClKernels, UnaryFloatOpsAgreeWithTheReference) {
+  REQUIRE_OPENCL();
+  const Shape s = {4, 5, 6};
+  std::vector<FusedOp> ops;
+  for (const char* op : {"Abs", "Neg", "Relu", "Sign", "Exp", "Tanh", "Sigmoid", "Floor", "Ceil",
+                         "Round", "Sin", "Cos", "Tan", "Atan", "Sinh", "Cosh", "Asinh", "Erf",
+                         "Softplus", "Softsign", "HardSwish", "Reciprocal", "IsNaN", "IsInf"})
+    ops.push_back({op});
+  ops.push_back({"LeakyRelu", 1, {{"alpha", Attribute(0.3f)}}});
+  ops.push_back({"Elu", 1, {{"alpha", Attribute(0.7f)}}});
+  ops.push_back({"Selu"});
+  ops.push_back({"Celu", 1, {{"alpha", Attribute(1.5f)}}});
+  ops.push_back({"HardSigmoid", 1, {{"alpha", Attribute(0.25f)}, {"beta", Attribute(0.4f)}}});
+  ops.push_back({"ThresholdedRelu", 1, {{"alpha", Attribute(0.5f)}}});
+  ops.push_back({"IsInf", 1, {{"detect_negative", Attribute(int64_t{0})}}});
+  check_fused(ops, {s});
+  check_fused({{"Sqrt"}, {"Log"}}, {s}, DType::kFloat32, 0.01f, 5);
+  check_fused({{"Acosh"}}, {s}, DType::kFloat32, 1.01f, 5);
+  check_fused({{"Asin"}, {"Acos"}, {"Atanh"}}, {s}, DType::kFloat32, -0.99f, 0.99f);
+  // One op as its own (unfused) kernel: the kernel table's path.
+  check_op({"Tanh", {s}});
+  check_op({"LeakyRelu", {s}, {{"alpha", Attribute(0.3f)}}});
+}
+
+TEST(OpenClKernels, BinaryOpsBroadcastMultidirectionally) {
+  REQUIRE_OPENCL();
+  const std::vector<std::vector<Shape>> shapes = {
+      {{2, 3, 4}, {2, 3, 4}}, {{2, 3, 4}, {4}}, {{2, 1, 4}, {3, 1}}, {{1}, {5, 2}}, {{}, {3, 7}},
+      {{6, 1, 5, 1}, {1, 4, 1, 3}}};
+  std::vector<FusedOp> ops;
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean", "Equal", "Less",
+                         "Greater", "LessOrEqual", "GreaterOrEqual"})
+    ops.push_back({op, 2});
+  for (const auto& sh : shapes) check_fused(ops, sh);
+  check_fused({{"Pow", 2}, {"Mod", 2, {{"fmod", Attribute(int64_t{1})}}}}, {{3, 4}, {4}},
+              DType::kFloat32, 0.1f, 3);
+  check_fused({{"Sum", 3}, {"Mean", 3}, {"Max", 3}, {"Min", 3}}, {{3, 4}, {4}, {3, 1}});
+  check_op({"PRelu", {{2, 3, 4}, {3, 1}}});
+  check_op({"Add", {{2, 1, 4}, {3, 1}}});  // the kernel table's path, broadcasting
+  check_op({"Where", {{3, 1}, {3, 4}, {4}}});
+}
+
+TEST(OpenClKernels, IntegerAndBoolOpsAreExact) {
+  REQUIRE_OPENCL();
+  for (DType dt : {DType::kInt32, DType::kInt64}) {
+    std::vector<FusedOp> ops;
+    for (const char* op : {"Add", "Sub", "Mul", "Max", "Min", "Equal", "Less", "Greater"})
+      ops.push_back({op, 2});
+    for (const char* op : {"Abs", "Neg", "Relu", "Sign"}) ops.push_back({op, 1});
+    check_fused(ops, {{2, 3, 4}, {3, 1}}, dt);
+    check_op({"Where", {{3, 1}, {3, 4}, {4}}, {}, dt});
+  }
+  check_fused({{"And", 2}, {"Or", 2}, {"Xor", 2}, {"Equal", 2}, {"Not", 1}}, {{2, 3, 4}, {4}},
+              DType::kBool);
+  for (DType from : {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBool}) {
+    std::vector<FusedOp> casts;
+    for (DType to : {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBool})
+      if (to != from) casts.push_back({"Cast", 1, {{"to", Attribute(static_cast<int64_t>(to))}}});
+    check_fused(casts, {{4, 9}}, from, -300, 300);
+  }
+}
+
+TEST(OpenClKernels, ClipWithScalarBoundsAsInputs) {
+  REQUIRE_OPENCL();
+  check_op({"Clip", {{4, 5}, {}, {}}});  // random bounds: min may exceed max (all become max)
+  check_op({"Clip", {{4, 5}, {1}}});
+  check_op({"Clip", {{4, 5}, {}, {}}, {}, DType::kInt32});
+}
+
+TEST(OpenClKernels, UnsupportedOpsAndDtypesAreRefusedByName) {
+  REQUIRE_OPENCL();
+  const KernelTable& k = cl0().kernels();
+  Node mm = node("mm", "MatMul", {"a", "b"}, {"y"});
+  Status s = k.supports(mm, {{DType::kFloat32, {2, 2}}, {DType::kFloat32, {2, 2}}}, {});
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("MatMul"), std::string::npos) << s.message();
+  Node add = node("a", "Add", {"a", "b"}, {"y"});
+  EXPECT_EQ(k.supports(add, {{DType::kFloat16, {2}}, {DType::kFloat16, {2}}}, {}).code(),
+            StatusCode::kUnimplemented);
+  EXPECT_EQ(k.supports(add, {{DType::kFloat32, {2, 3}}, {DType::kFloat32, {4}}}, {}).code(),
+            StatusCode::kUnimplemented);  // does not broadcast: the cpu reports the error
+  Node div = node("d", "Div", {"a", "b"}, {"y"});  // integer division can fail: not here
+  EXPECT_FALSE(k.supports(div, {{DType::kInt32, {2}}, {DType::kInt32, {2}}}, {}).ok());
+  EXPECT_TRUE(k.supports(add, {{DType::kFloat32, {2, 3}}, {DType::kFloat32, {3}}}, {}).ok());
+}
+
+TEST(OpenClKernels, DataMovementRunsOnTheDevice) {
+  REQUIRE_OPENCL();
+  // Transpose (generated), Reshape / Flatten / Squeeze / Unsqueeze / Identity (views of the
+  // input's buffer), Expand (generated broadcast), then element-wise again.
+  for (DType dt : {DType::kFloat32, DType::kInt64, DType::kBool}) {
+    Graph g;
+    g.name = "move";
+    g.inputs = {{"x", {dt, {2, 3, 4}}}};
+    g.initializers["shape"] = HostTensor::from_vector(std::vector<int64_t>{4, 1, 6}, {3});
+    g.initializers["axes"] = HostTensor::from_vector(std::vector<int64_t>{1}, {1});
+    g.initializers["big"] = HostTensor::from_vector(std::vector<int64_t>{5, 4, 1, 6}, {4});
+    g.nodes = {node("t", "Transpose", {"x"}, {"xt"}, {{"perm", Attribute(std::vector<int64_t>{2, 0, 1})}}),
+               node("r", "Reshape", {"xt", "shape"}, {"xr"}),
+               node("s", "Squeeze", {"xr", "axes"}, {"xs"}),
+               node("u", "Unsqueeze", {"xs", "axes"}, {"xu"}),
+               node("e", "Expand", {"xu", "big"}, {"xe"}),
+               node("f", "Flatten", {"xe"}, {"xf"}, {{"axis", Attribute(int64_t{2})}}),
+               node("i", "Identity", {"xf"}, {"y"}),
+               node("t2", "Transpose", {"xe"}, {"y2"}),
+               node("sl", "Slice", {"xe", "starts", "ends", "sax", "steps"}, {"y3"})};
+    g.initializers["starts"] = HostTensor::from_vector(std::vector<int64_t>{-1, 1, 100}, {3});
+    g.initializers["ends"] = HostTensor::from_vector(std::vector<int64_t>{-100, 4, -100}, {3});
+    g.initializers["sax"] = HostTensor::from_vector(std::vector<int64_t>{3, 1, 0}, {3});
+    g.initializers["steps"] = HostTensor::from_vector(std::vector<int64_t>{-2, 2, -2}, {3});
+    g.outputs = {{"y", {}}, {"y2", {}}, {"y3", {}}};
+    CompileOptions strict;
+    strict.strict_device = true;
+    auto exe = Executable::compile(g, {g.inputs[0].type}, target_cl0(), strict);
+    ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+    TestServices s;
+    HostTensor x = random_of(dt, {2, 3, 4}, 5, -3, 3);
+    auto outs = (*exe)->run({put(s, cl0(), x)}, s);
+    ASSERT_EQ(outs.size(), 3u);
+    auto want = reference(g, {x});
+    ASSERT_EQ(want.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) {
+      ASSERT_TRUE(outs[k].ok()) << outs[k].status().to_string();
+      expect_near(get(*outs[k]), want[k], std::string("move ") + dtype_name(dt));
+    }
+    EXPECT_EQ(s.transfers, 0);
+  }
+}
+
+TEST(OpenClKernels, ReductionsAgreeWithTheReference) {
+  REQUIRE_OPENCL();
+  Graph g;
+  g.name = "reduce";
+  g.inputs = {{"x", {DType::kFloat32, {3, 50, 4}}}};
+  g.initializers["axes"] = HostTensor::from_vector(std::vector<int64_t>{0, -1}, {2});
+  std::vector<std::string> ops = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
+                                  "ReduceSumSquare", "ReduceL1", "ReduceL2"};
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const std::string y = "y" + std::to_string(k);
+    // Axes as an input (ReduceSum, opset 13), else as the attribute (the others before 18).
+    if (k == 0)
+      g.nodes.push_back(node(y, ops[k], {"x", "axes"}, {y}, {{"keepdims", Attribute(int64_t{0})}}));
+    else
+      g.nodes.push_back(node(y, ops[k], {"x"}, {y},
+                             {{"axes", Attribute(k % 2 ? std::vector<int64_t>{1} : std::vector<int64_t>{0, -1})}}));
+    g.outputs.push_back({y, {}});
+  }
+  g.nodes.push_back(node("all", "ReduceMax", {"x"}, {"yall"}));  // every axis
+  g.outputs.push_back({"yall", {}});
+  g.nodes.push_back(node("prod", "ReduceProd", {"x"}, {"yprod"}, {{"axes", Attribute(std::vector<int64_t>{2})}}));
+  g.outputs.push_back({"yprod", {}});
+  CompileOptions strict;
+  strict.strict_device = true;
+  auto exe = Executable::compile(g, {g.inputs[0].type}, target_cl0(), strict);
+  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+  TestServices s;
+  HostTensor x = random_floats({3, 50, 4}, 8, -2, 2);
+  x.mutable_data<float>()[7] = std::nanf("");  // NaN propagates through max/min/sums
+  auto outs = (*exe)->run({put(s, cl0(), x)}, s);
+  auto want = reference(g, {x});
+  ASSERT_EQ(outs.size(), want.size());
+  for (size_t k = 0; k < outs.size(); ++k) {
+    ASSERT_TRUE(outs[k].ok()) << outs[k].status().to_string();
+    expect_near(get(*outs[k]), want[k], g.outputs[k].name + "\n" + opencl::last_source());
+  }
+  EXPECT_EQ(s.transfers, 0);
+}
+
+// ---- fusion and placement ----
+
+// y = relu(x * w + b) * 0.5 + sigmoid(x), with w a [C,1] constant (uploaded) and b a scalar.
+Graph chain_graph() {
+  Graph g;
+  g.name = "chain";
+  g.inputs = {{"x", {DType::kFloat32, {4, 3, 5}}}};
+  g.initializers["w"] = HostTensor::from_vector(std::vector<float>{0.5f, -1.5f, 2.0f}, {3, 1});
+  g.initializers["b"] = HostTensor::from_vector(std::vector<float>{0.25f}, {});
+  g.initializers["h"] = HostTensor::from_vector(std::vector<float>{0.5f}, {1});
+  g.nodes = {node("mul", "Mul", {"x", "w"}, {"xw"}), node("add", "Add", {"xw", "b"}, {"xb"}),
+             node("relu", "Relu", {"xb"}, {"r"}), node("half", "Mul", {"r", "h"}, {"rh"}),
+             node("sig", "Sigmoid", {"x"}, {"s"}), node("sum", "Add", {"rh", "s"}, {"y"})};
+  g.outputs = {{"y", {}}, {"r", {}}};
+  return g;
+}
+
+TEST(OpenClFusion, AnElementwiseChainIsOneGeneratedKernel) {
+  REQUIRE_OPENCL();
+  Graph g = chain_graph();
+  auto exe = Executable::compile(g, {g.inputs[0].type}, target_cl0(), {});
+  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+  const std::string d = (*exe)->describe();
+  EXPECT_NE(d.find("OpenClElementwise: 6 ops"), std::string::npos) << d;
+  EXPECT_EQ(d.find("Op 'relu'"), std::string::npos) << d;  // no node left on its own
+  EXPECT_TRUE((*exe)->fallbacks().empty());
+  TestServices s;
+  HostTensor x = random_floats({4, 3, 5}, 3);
+  const int64_t launched = opencl::kernels_launched();
+  auto outs = (*exe)->run({put(s, cl0(), x)}, s);
+  ASSERT_EQ(outs.size(), 2u);
+  ASSERT_TRUE(outs[0].ok()) << outs[0].status().to_string();
+  ASSERT_TRUE(outs[1].ok()) << outs[1].status().to_string();
+  EXPECT_EQ(opencl::kernels_launched() - launched, 1);  // both outputs from one kernel
+  EXPECT_EQ(s.transfers, 0);
+  auto want = reference(g, {x});
+  ASSERT_EQ(want.size(), 2u);
+  expect_near(get(*outs[0]), want[0], "y");
+  expect_near(get(*outs[1]), want[1], "r");
+}
+
+TEST(OpenClFusion, AGraphSpanningCpuAndOpenClGivesTheReferenceOutputs) {
+  REQUIRE_OPENCL();
+  // MatMul has no OpenCL kernel yet: it falls back to cpu:0 (counted), the rest runs fused on
+  // opencl:0, with copies at the cuts.
+  Graph g;
+  g.name = "span";
+  g.inputs = {{"a", {DType::kFloat32, {8, 16}}}, {"b", {DType::kFloat32, {16, 4}}}};
+  g.initializers["bias"] = HostTensor::from_vector(std::vector<float>{1, -1, 0.5f, 2}, {4});
+  g.nodes = {node("pre", "Tanh", {"a"}, {"t"}), node("mm", "MatMul", {"t", "b"}, {"m"}),
+             node("add", "Add", {"m", "bias"}, {"z"}), node("relu", "Relu", {"z"}, {"y"})};
+  g.outputs = {{"y", {}}};
+  auto exe = Executable::compile(g, {g.inputs[0].type, g.inputs[1].type}, target_cl0(), {});
+  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+  ASSERT_EQ((*exe)->fallbacks().size(), 1u) << (*exe)->describe();
+  EXPECT_EQ((*exe)->fallbacks()[0].op, "MatMul");
+  EXPECT_NE((*exe)->describe().find("OpenClElementwise: 2 ops"), std::string::npos) << (*exe)->describe();
+  TestServices s;
+  HostTensor a = random_floats({8, 16}, 11), b = random_floats({16, 4}, 12);
+  auto outs = (*exe)->run({put(s, cl0(), a), put(s, cl0(), b)}, s);
+  ASSERT_EQ(outs.size(), 1u);
+  ASSERT_TRUE(outs[0].ok()) << outs[0].status().to_string();
+  EXPECT_EQ(outs[0]->buffer->device, &cl0());
+  EXPECT_GE(s.transfers, 3);  // t and b to cpu:0, m back
+  expect_near(get(*outs[0]), reference(g, {a, b})[0], "y");
+
+  // Strict: the MatMul is an error naming it instead of a fallback.
+  CompileOptions strict;
+  strict.strict_device = true;
+  auto refused = Executable::compile(g, {g.inputs[0].type, g.inputs[1].type}, target_cl0(), strict);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("MatMul"), std::string::npos)
+      << refused.status().to_string();
+}
+
+TEST(OpenClFusion, TheEngineRunsGraphsOnOpenClThroughTheClient) {
+  REQUIRE_OPENCL();
+  LocalClientOptions o;
+  o.devices = "cpu:0,opencl:0";
+  auto client = make_local_client(o);
+  ASSERT_TRUE(client.ok());
+  Graph g = chain_graph();
+  HostTensor x = random_floats({4, 3, 5}, 21);
+  auto got = testing::run_on(**client, g, {x}, "opencl:0");
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  auto want = reference(g, {x});
+  ASSERT_EQ(got->size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE((*got)[i].ok()) << (*got)[i].status().to_string();
+    expect_near(*(*got)[i], want[i], "output " + std::to_string(i));
+  }
+}
+
+TEST(OpenClCache, ProgramsComeBackFromDiskAndABadEntryIsRebuilt) {
+  REQUIRE_OPENCL();
+  const std::filesystem::path dir = std::getenv("TENSORD_KERNEL_CACHE");
+  // A graph no other test compiles: x * 3.25 + 1.5, fused.
+  Graph g;
+  g.name = "cache";
+  g.inputs = {{"x", {DType::kFloat32, {7, 11}}}};
+  g.initializers["a"] = HostTensor::from_vector(std::vector<float>{3.25f}, {});
+  g.initializers["b"] = HostTensor::from_vector(std::vector<float>{1.5f}, {});
+  g.nodes = {node("m", "Mul", {"x", "a"}, {"xa"}), node("p", "Add", {"xa", "b"}, {"y"})};
+  g.outputs = {{"y", {}}};
+  HostTensor x = random_floats({7, 11}, 77);
+  const HostTensor want = reference(g, {x})[0];
+  // Each round on a fresh device (its own in-memory program cache), as a new process would be.
+  auto round = [&]() {
+    std::unique_ptr<Device> dev;
+    for (auto& b : create_backends())
+      for (auto& d : b->enumerate())
+        if (!dev && d->info().kind == "opencl") dev = std::move(d);
+    ASSERT_TRUE(dev);
+    CompileTarget t;
+    t.device = dev.get();
+    t.fallback = &cpu0();
+    t.host = &cpu0();
+    auto exe = Executable::compile(g, {g.inputs[0].type}, t, {});
+    ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+    TestServices s;
+    auto outs = (*exe)->run({put(s, *dev, x)}, s);
+    ASSERT_TRUE(outs[0].ok()) << outs[0].status().to_string();
+    expect_near(get(*outs[0]), want, "cache round");
+  };
+  int64_t built = opencl::programs_built(), hits = opencl::disk_cache_hits();
+  round();
+  EXPECT_EQ(opencl::programs_built() - built, 1);
+  EXPECT_EQ(opencl::disk_cache_hits() - hits, 0);
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  ASSERT_FALSE(files.empty()) << "nothing written to " << dir;
+  std::filesystem::path newest = files[0];
+  for (const auto& f : files)
+    if (std::filesystem::last_write_time(f) > std::filesystem::last_write_time(newest)) newest = f;
+  built = opencl::programs_built();
+  hits = opencl::disk_cache_hits();
+  round();  // from disk
+  EXPECT_EQ(opencl::programs_built() - built, 0);
+  EXPECT_EQ(opencl::disk_cache_hits() - hits, 1);
+  // Corrupt the entry (a byte of the binary flipped): rebuilt from source, still right.
+  {
+    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-5, std::ios::end);
+    char c = 0;
+    f.seekg(-5, std::ios::end);
+    f.get(c);
+    f.seekp(-5, std::ios::end);
+    f.put(static_cast<char>(c ^ 0x5a));
+  }
+  built = opencl::programs_built();
+  hits = opencl::disk_cache_hits();
+  round();
+  EXPECT_EQ(opencl::programs_built() - built, 1);
+  EXPECT_EQ(opencl::disk_cache_hits() - hits, 0);
+  // Truncated: the same.
+  std::filesystem::resize_file(newest, 20);
+  built = opencl::programs_built();
+  round();
+  EXPECT_EQ(opencl::programs_built() - built, 1);
+}
+
+// ---- the generator itself (no device) ----
+
+TEST(KernelGenerator, BroadcastDimsCollapseAndBothDialectsPrint) {
+  std::map<std::string, TensorType> t = {{"a", {DType::kFloat32, {2, 3, 4, 5}}},
+                                         {"b", {DType::kFloat32, {4, 5}}},
+                                         {"y", {DType::kFloat32, {2, 3, 4, 5}}}};
+  auto type_of = [&](const std::string& n) -> const TensorType* {
+    auto it = t.find(n);
+    return it != t.end() ? &it->second : nullptr;
+  };
+  Node n = node("add", "Add", {"a", "b"}, {"y"});
+  auto lowered = codegen::lower_elementwise({&n}, {"y"}, {2, 3, 4, 5}, type_of, nullptr);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
+  // [2,3,4,5] + [4,5] is [6,20] + [1,20]: two dims, b broadcast along the first.
+  EXPECT_EQ(lowered->kernel.dims, (std::vector<int64_t>{6, 20}));
+  EXPECT_EQ(lowered->kernel.inputs[1].strides, (std::vector<int64_t>{0, 1}));
+  auto cl = codegen::OpenClPrinter().print(lowered->kernel);
+  ASSERT_TRUE(cl.ok());
+  EXPECT_NE(cl->find("__kernel void tensord_ew("), std::string::npos) << *cl;
+  EXPECT_NE(cl->find("get_global_id(0)"), std::string::npos);
+  auto cu = codegen::CudaPrinter().print(lowered->kernel);
+  ASSERT_TRUE(cu.ok());
+  EXPECT_NE(cu->find("extern \"C\" __global__ void tensord_ew("), std::string::npos) << *cu;
+  EXPECT_NE(cu->find("blockIdx.x"), std::string::npos);
+  EXPECT_EQ(cu->find("__global const"), std::string::npos);
+  Node e = node("exp", "Exp", {"a"}, {"y"});
+  auto le = codegen::lower_elementwise({&e}, {"y"}, {2, 3, 4, 5}, type_of, nullptr);
+  ASSERT_TRUE(le.ok());
+  EXPECT_EQ(le->kernel.dims, (std::vector<int64_t>{120}));
+  EXPECT_NE(codegen::CudaPrinter().print(le->kernel)->find("expf("), std::string::npos);
+  EXPECT_NE(codegen::OpenClPrinter().print(le->kernel)->find("exp(v0)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tensord
