@@ -307,8 +307,10 @@ struct Target {
 
 int device_rank(const std::string& kind) {
   if (kind == "cuda") return 3;
-  if (kind == "opencl" || kind == "gpu") return 2;
-  if (kind == "cpu") return 0;
+  if (kind == "gpu") return 2;
+  // An OpenCL device may be the CPU itself (PoCL), slower than cpu:0 and missing kernels:
+  // chosen by name (--device / TENSORD_DEVICE) only.
+  if (kind == "cpu" || kind == "opencl") return 0;
   return 1;
 }
 

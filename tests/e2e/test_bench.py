@@ -26,7 +26,8 @@ EXE = None
 
 
 def clean_env(**extra):
-    e = {k: v for k, v in os.environ.items() if not k.startswith("TENSORD_")}
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("TENSORD_") or k == "TENSORD_OPENCL"}
     e.update(extra)
     return e
 

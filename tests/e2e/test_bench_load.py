@@ -15,7 +15,8 @@ import tempfile
 
 
 def clean_env(**extra):
-    e = {k: v for k, v in os.environ.items() if not k.startswith("TENSORD_")}
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("TENSORD_") or k == "TENSORD_OPENCL"}
     e["TENSORD_CPU_DEVICES"] = "1"
     e.update(extra)
     return e

@@ -20,7 +20,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def clean_env(**extra):
-    e = {k: v for k, v in os.environ.items() if not k.startswith("TENSORD_")}
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("TENSORD_") or k == "TENSORD_OPENCL"}
     e.update(extra)
     return e
 

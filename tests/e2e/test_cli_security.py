@@ -8,7 +8,8 @@ import tempfile
 
 
 def env_without_tensord(**extra):
-    e = {k: v for k, v in os.environ.items() if not k.startswith("TENSORD_")}
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("TENSORD_") or k == "TENSORD_OPENCL"}
     e.update(extra)
     return e
 

@@ -44,6 +44,8 @@ Result<std::unique_ptr<BrokerProcess>> BrokerProcess::start(const BrokerOptions&
     env.emplace_back(*e);
   }
   env.push_back("TENSORD_CPU_DEVICES=" + std::to_string(options.cpu_devices));
+  // The broker tests count and name cpu devices; an OpenCL platform (PoCL) would add opencl:0.
+  env.push_back("TENSORD_OPENCL=0");
   std::vector<char*> envp;
   for (auto& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);

@@ -16,7 +16,8 @@ import numpy as np
 
 
 def clean_env(**extra):
-    e = {k: v for k, v in os.environ.items() if not k.startswith("TENSORD_")}
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("TENSORD_") or k == "TENSORD_OPENCL"}
     e["TENSORD_CPU_DEVICES"] = "2"
     e.update(extra)
     return e

@@ -13,7 +13,8 @@ function tensordBin() {
 
 function cleanEnv() {
   const env = {};
-  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('TENSORD_')) env[k] = v;
+  for (const [k, v] of Object.entries(process.env))
+    if (!k.startsWith('TENSORD_') || k === 'TENSORD_OPENCL') env[k] = v;
   env.TENSORD_CPU_DEVICES = '2';
   return env;
 }
