@@ -81,6 +81,15 @@ class Client {
   // A failed computation returns its error; a released handle NOT_FOUND; dst null with room
   // enough for a non-empty value INVALID_ARGUMENT.
   virtual Result<TensorType> read_into(TensorHandle h, void* dst, size_t room);
+  // Host memory to read values into with the fewest copies this client can do, as CUDA's
+  // pinned host memory is for its copies: against a broker on this host, shared memory the
+  // broker writes into directly (read_into() of it is one copy instead of two: memory that
+  // is not shared needs the broker's copy into a region and one more out of it); elsewhere
+  // an ordinary 64-byte aligned allocation. Not initialised. The tensor owns the memory and
+  // can be read into again and again; it stays valid after the client is gone.
+  virtual Result<HostTensor> allocate_host(DType dtype, Shape shape) {
+    return HostTensor::uninitialized(dtype, std::move(shape));
+  }
   // Blocks until the tensor is ready; returns its error if its computation failed.
   virtual Status wait(TensorHandle h) = 0;
   // Type and device; does not block (unknown dims stay -1 until ready).

@@ -130,6 +130,9 @@ struct PathFigures {
   std::string path;
   double upload_gbps = 0;
   double download_gbps = 0;    // read_into(): into the caller's memory, already there
+  // read_into() memory from Client::allocate_host() (shared memory the broker writes into
+  // directly on shm; an ordinary allocation elsewhere)
+  double download_host_gbps = 0;
   // read(): a new HostTensor per call — allocated and page-faulted, except on shared memory
   // where a large value's tensor is the region the broker wrote it into (one copy)
   double read_alloc_gbps = 0;
@@ -144,7 +147,13 @@ PathFigures measure_client(Client& c, const std::string& name, const HostTensor&
   const double bytes = static_cast<double>(data.nbytes());
   // The caller's buffer, written once so that its pages are there (as a NumPy array's are).
   std::vector<unsigned char> dst(data.nbytes(), 1);
-  std::vector<double> up, down, alloc;
+  auto host = c.allocate_host(DType::kUInt8, {static_cast<int64_t>(data.nbytes())});
+  if (!host.ok()) {
+    f.error = host.status().to_string();
+    return f;
+  }
+  if (host->nbytes()) std::memset(host->mutable_data(), 1, host->nbytes());
+  std::vector<double> up, down, down_host, alloc;
   TensorHandle kept = 0;
   Status failed;
   // Round 0 is not counted: the regions and the broker's staging are then warm, as in use.
@@ -169,13 +178,22 @@ PathFigures measure_client(Client& c, const std::string& name, const HostTensor&
       failed = r.status();
       break;
     }
+    t0 = Clock::now();
+    auto rh = c.read_into(kept, host->mutable_data(), host->nbytes());
+    const double th = seconds(t0);
+    if (!rh.ok()) {
+      failed = rh.status();
+      break;
+    }
     if (round == 0) {
-      if (std::memcmp(dst.data(), data.data(), data.nbytes()) != 0)
+      if (std::memcmp(dst.data(), data.data(), data.nbytes()) != 0 ||
+          std::memcmp(host->data(), data.data(), data.nbytes()) != 0)
         failed = errors::Internal("{}: the bytes read back differ from those uploaded", name);
       continue;
     }
     up.push_back(tu);
     down.push_back(td);
+    down_host.push_back(th);
   }
   // read() apart: its fresh allocations would disturb the rounds above.
   for (int i = 0; i < std::min(iterations, 3) && failed.ok(); ++i) {
@@ -196,6 +214,7 @@ PathFigures measure_client(Client& c, const std::string& name, const HostTensor&
   f.download_ms = median(down) * 1e3;
   f.upload_gbps = bytes / median(up) / 1e9;
   f.download_gbps = bytes / median(down) / 1e9;
+  f.download_host_gbps = bytes / median(down_host) / 1e9;
   f.read_alloc_gbps = bytes / median(alloc) / 1e9;
   return f;
 }
@@ -370,11 +389,13 @@ int run_transfer(const TransferOptions& options) {
     for (const auto& f : paths) {
       nlohmann::json pj = {{"upload_gbps", f.upload_gbps},
                            {"download_gbps", f.download_gbps},
+                           {"download_allocate_host_gbps", f.download_host_gbps},
                            {"read_alloc_gbps", f.read_alloc_gbps},
                            {"upload_ms", f.upload_ms},
                            {"download_ms", f.download_ms}};
       if (f.upload_gbps > 0) {
         pj["download_vs_upload"] = f.download_gbps / f.upload_gbps;
+        pj["download_allocate_host_vs_upload"] = f.download_host_gbps / f.upload_gbps;
         pj["read_vs_upload"] = f.read_alloc_gbps / f.upload_gbps;
       }
       if (!f.error.empty()) pj["error"] = f.error;
@@ -399,24 +420,28 @@ int run_transfer(const TransferOptions& options) {
       std::printf("  %-22s %8.2f GB/s\n", "raw loopback TCP", tcp);
     else
       std::printf("  %-22s %8s\n", "raw loopback TCP", "n/a");
+    std::printf("  %-12s %18s  %13s  %13s  %13s\n", "path", "upload", "into memory",
+                "allocate_host", "read()");
     for (const auto& f : paths) {
       if (!f.error.empty()) {
         std::printf("  %-22s unavailable: %s\n", f.path.c_str(), f.error.c_str());
         continue;
       }
-      std::printf(
-          "  %-12s upload %7.2f GB/s (%6.1f ms)  download %7.2f GB/s (%6.1f ms, %3.0f%% of "
-          "upload)  read() %6.2f GB/s (%3.0f%%)\n",
-          f.path.c_str(), f.upload_gbps, f.upload_ms, f.download_gbps, f.download_ms,
-          100 * f.download_gbps / f.upload_gbps, f.read_alloc_gbps,
-          100 * f.read_alloc_gbps / f.upload_gbps);
+      auto pct = [&](double g) { return 100 * g / f.upload_gbps; };
+      std::printf("  %-12s %7.2f (%5.1f ms)  %7.2f (%3.0f%%)  %7.2f (%3.0f%%)  %7.2f (%3.0f%%)\n",
+                  f.path.c_str(), f.upload_gbps, f.upload_ms, f.download_gbps,
+                  pct(f.download_gbps), f.download_host_gbps, pct(f.download_host_gbps),
+                  f.read_alloc_gbps, pct(f.read_alloc_gbps));
     }
     std::printf(
-        "  (download: read_into() caller memory; read(): a new HostTensor each time, over the\n"
-        "   region the broker wrote into on shm; %% = of upload)\n");
+        "  (GB/s, %% of upload. into memory: read_into() the caller's own memory; into\n"
+        "   allocate_host(): read_into() memory from Client::allocate_host(), shared memory\n"
+        "   the broker writes into directly on shm; read(): a new HostTensor each call, over\n"
+        "   the region the broker wrote into on shm)\n");
     if (paths[2].error.empty())
-      std::printf("  embedded read / memcpy:   %.2fx\n",
-                  paths[2].download_ms / (bytes / mem / 1e6));
+      std::printf("  embedded read / memcpy:   read_into() %.2fx, read() %.2fx\n",
+                  paths[2].download_ms / (bytes / mem / 1e6),
+                  mem / paths[2].read_alloc_gbps);
     if (tcp > 0 && paths[0].error.empty())
       std::printf("  grpc-stream upload / TCP: %.0f%%\n", 100 * paths[0].upload_gbps / tcp);
     if (paths[1].error.empty())

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/errors.h"
+#include "core/host_blocks.h"
 
 namespace tensord {
 
@@ -47,16 +48,6 @@ Result<int64_t> checked_byte_size(DType dtype, const Shape& shape) {
 std::string TensorType::to_string() const {
   return std::string(dtype_name(dtype)) + shape_to_string(shape);
 }
-
-namespace {
-// 64-byte aligned host bytes (what the cpu devices compute on in place), not initialised.
-// Throws std::bad_alloc like the vector it replaced.
-std::shared_ptr<void> allocate_host_bytes(size_t n) {
-  if (n == 0) return nullptr;
-  void* p = ::operator new(n, std::align_val_t{64});
-  return std::shared_ptr<void>(p, [](void* q) { ::operator delete(q, std::align_val_t{64}); });
-}
-}  // namespace
 
 HostTensor::HostTensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   auto size = checked_byte_size(dtype_, shape_);

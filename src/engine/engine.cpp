@@ -562,8 +562,8 @@ class EngineAllocator final : public Allocator {
 
 Result<HostTensor> read_to_host(DeviceSlot& slot, const DeviceTensor& t) {
   TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(t.dtype, t.shape));
-  HostTensor host(t.dtype, t.shape);
-  if (bytes == 0) return host;
+  if (bytes == 0) return HostTensor(t.dtype, t.shape);
+  TD_ASSIGN_OR_RETURN(HostTensor host, HostTensor::uninitialized(t.dtype, t.shape));
   if (void* p = slot.device->host_pointer(*t.buffer)) {
     std::memcpy(host.mutable_data(), p, static_cast<size_t>(bytes));
   } else {

@@ -18,6 +18,7 @@
 #include <deque>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -181,6 +182,9 @@ struct ShmRegion {
 struct ShmReturns {
   std::mutex mu;
   std::vector<std::unique_ptr<ShmRegion>> regions;
+  // Regions a tensor holds now (read() results, allocate_host()): base -> {id, size}, so that
+  // read_into() that memory has the broker write straight into it.
+  std::map<const unsigned char*, std::pair<uint64_t, int64_t>> held;
 };
 
 struct Cached {
@@ -245,6 +249,8 @@ struct RemoteClient::Impl {
   // The size of the last value read through shared memory: the region asked for first.
   std::atomic<int64_t> last_read_bytes{0};
 
+  Result<HostTensor> hand_out(std::unique_ptr<ShmRegion> region, DType dtype, Shape shape);
+  Result<TensorType> shm_read_direct(TensorHandle h, void* dst, int64_t room, bool* unusable);
   Result<TensorType> stream_read(TensorHandle h, int64_t room,
                                  const std::function<void*(const TensorType&, int64_t)>& place);
   Status shm_read_parts(TensorHandle h, ShmRegion& region, unsigned char* dst, int64_t from,
@@ -1031,6 +1037,75 @@ int64_t read_part_bytes(int64_t total) {
 }
 }  // namespace
 
+// A tensor over `region`'s memory: the region comes back to the pool when the last copy of
+// the tensor goes (from any thread; unmapped if the client is gone by then), and until then
+// read_into() its memory is written by the broker straight into it.
+Result<HostTensor> RemoteClient::Impl::hand_out(std::unique_ptr<ShmRegion> region, DType dtype,
+                                                Shape shape) {
+  ShmRegion* r = region.get();
+  {
+    std::lock_guard<std::mutex> lock(shm_returns->mu);
+    shm_returns->held[r->base] = {r->id, r->size};
+  }
+  auto owner = std::shared_ptr<ShmRegion>(
+      region.release(), [back = std::weak_ptr<ShmReturns>(shm_returns)](ShmRegion* dead) {
+        std::unique_ptr<ShmRegion> own(dead);
+        if (auto pool = back.lock()) {
+          std::lock_guard<std::mutex> lock(pool->mu);
+          pool->held.erase(own->base);
+          pool->regions.push_back(std::move(own));
+        }
+      });
+  return HostTensor::adopt(dtype, std::move(shape), r->base, std::move(owner));
+}
+
+// read_into() memory inside a region a tensor of this client holds: the broker writes the
+// value there itself, one copy. `unusable`: dst is not such memory (or shared memory is not
+// in use), and the caller reads the ordinary way.
+Result<TensorType> RemoteClient::Impl::shm_read_direct(TensorHandle h, void* dst, int64_t room,
+                                                       bool* unusable) {
+  *unusable = true;
+  if (!dst || room <= 0 || !use_shm(options.shm_min_bytes) || cached(h))
+    return errors::Unavailable("read: not into a region");
+  const auto* p = static_cast<const unsigned char*>(dst);
+  uint64_t id = 0;
+  int64_t offset = 0;
+  {
+    std::lock_guard<std::mutex> lock(shm_returns->mu);
+    auto it = shm_returns->held.upper_bound(p);
+    if (it == shm_returns->held.begin()) return errors::Unavailable("read: not into a region");
+    --it;
+    const int64_t at = p - it->first;
+    if (at < 0 || at >= it->second.second) return errors::Unavailable("read: not into a region");
+    id = it->second.first;
+    offset = at;
+    room = std::min(room, it->second.second - at);  // never past the region's end
+  }
+  downloads++;
+  flush_releases();
+  grpc::ClientContext ctx;
+  prepare(ctx, kNoDeadline);
+  v1::ReadRegionRequest req;
+  req.set_handle(h);
+  req.set_region(id);
+  req.set_offset(offset);
+  req.set_max_bytes(room);
+  v1::ReadRegionResponse resp;
+  grpc::Status gs = stub->ReadRegion(&ctx, req, &resp);
+  *unusable = false;
+  TD_RETURN_IF_ERROR(finish(ctx, gs, "read"));
+  const auto& hd = resp.header();
+  auto size = checked_wire_size(hd.dtype(), hd.shape(), "read");
+  if (!size.ok() || *size != hd.total_bytes())
+    return errors::Internal("read: the broker's answer declares {} bytes for {}",
+                            hd.total_bytes(), size.ok() ? "another size" : "a bad type");
+  TensorType type{static_cast<DType>(hd.dtype()), Shape(hd.shape().begin(), hd.shape().end())};
+  if (*size > room || *size == 0) return type;  // no room: nothing written, as read_into says
+  if (!resp.written() || (resp.part_bytes() != 0 && resp.part_bytes() != *size))
+    return errors::Internal("read: the broker did not write the {} bytes of handle {}", *size, h);
+  return type;
+}
+
 // A large value's parts [from, total) through `region` (at their own offsets: the region holds
 // the whole value) into dst, kPipelineDepth parts in flight. Counted as one call.
 Status RemoteClient::Impl::shm_read_parts(TensorHandle h, ShmRegion& region, unsigned char* dst,
@@ -1237,18 +1312,8 @@ Result<HostTensor> RemoteClient::Impl::shm_read_adopt(TensorHandle h, bool* unus
     const int64_t total = *size;
     if (resp.written() && (resp.part_bytes() == total || resp.part_bytes() == 0)) {
       last_read_bytes = total;
-      ShmRegion* r = region->get();
-      auto owner = std::shared_ptr<ShmRegion>(
-          region->release(), [back = std::weak_ptr<ShmReturns>(shm_returns)](ShmRegion* dead) {
-            std::unique_ptr<ShmRegion> own(dead);
-            if (auto pool = back.lock()) {
-              std::lock_guard<std::mutex> lock(pool->mu);
-              pool->regions.push_back(std::move(own));
-            }
-          });
-      return HostTensor::adopt(static_cast<DType>(hd.dtype()),
-                               Shape(hd.shape().begin(), hd.shape().end()), r->base,
-                               std::move(owner));
+      return hand_out(std::move(region).value(), static_cast<DType>(hd.dtype()),
+                      Shape(hd.shape().begin(), hd.shape().end()));
     }
     shm_release(std::move(region).value());
     if (total < kAdoptMinBytes) break;  // small after all: copied out the ordinary way
@@ -1283,8 +1348,24 @@ Result<HostTensor> RemoteClient::read(TensorHandle h) {
   return out;
 }
 
+Result<HostTensor> RemoteClient::allocate_host(DType dtype, Shape shape) {
+  TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(dtype, shape));
+  // Small buffers are not worth a region (and the broker's copy of small values goes through
+  // the ordinary path anyway).
+  if (bytes >= kPipelinedReadMinBytes / 8 && impl_->use_shm(impl_->options.shm_min_bytes)) {
+    auto region = impl_->shm_get(bytes, /*lend=*/true);
+    if (region.ok()) return impl_->hand_out(std::move(region).value(), dtype, std::move(shape));
+  }
+  return HostTensor::uninitialized(dtype, std::move(shape));
+}
+
 Result<TensorType> RemoteClient::read_into(TensorHandle h, void* dst, size_t room) {
   const int64_t r = static_cast<int64_t>(std::min<size_t>(room, INT64_MAX));
+  {
+    bool unusable = false;
+    auto direct = impl_->shm_read_direct(h, dst, r, &unusable);
+    if (!unusable) return direct;
+  }
   bool no_dst = false;
   auto t = impl_->read_value(h, r, [&](const TensorType&, int64_t bytes) -> void* {
     if (bytes == 0 || bytes > r) return nullptr;

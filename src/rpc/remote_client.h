@@ -94,6 +94,7 @@ class RemoteClient final : public Client {
   Result<TensorHandle> upload(const TensorView& src, const std::string& device) override;
   Result<HostTensor> read(TensorHandle h) override;
   Result<TensorType> read_into(TensorHandle h, void* dst, size_t room) override;
+  Result<HostTensor> allocate_host(DType dtype, Shape shape) override;
   Status wait(TensorHandle h) override;
   Result<TensorInfo> info(TensorHandle h) override;
   Result<std::vector<TensorHandle>> execute(const Graph& graph,

@@ -321,5 +321,71 @@ TEST(LentRegions, LargeReadsReturnTheRegionTheyLandedInAndEachKeepsItsBytes) {
   EXPECT_EQ(last->data<float>()[n - 1], 2000.0f + static_cast<float>((n - 1) % 1000));
 }
 
+
+// Memory from allocate_host() on shared memory is a region of the client's: read_into() it is
+// written by the broker itself (one copy, one call), at any offset inside it, never past it.
+TEST(LentRegions, ReadIntoAllocatedHostMemoryIsWrittenByTheBrokerInOneCall) {
+  auto* broker = testing::shared_broker();
+  ASSERT_NE(broker, nullptr);
+  rpc::RemoteClientOptions o;
+  o.transport = "shm";
+  auto c = rpc::RemoteClient::connect(broker->address(), o);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const int64_t n = 3 << 20;  // 12 MiB of float32
+  auto h = (*c)->upload(ramp(n, 5.0f).view(), "");
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  ASSERT_TRUE((*c)->wait(*h).ok());
+  auto buf = (*c)->allocate_host(DType::kFloat32, {n + 1024});
+  ASSERT_TRUE(buf.ok()) << buf.status().to_string();
+  ASSERT_EQ(buf->nbytes(), static_cast<size_t>((n + 1024) * 4));
+  std::memset(buf->mutable_data(), 0xff, buf->nbytes());
+  const HostTensor want = ramp(n, 5.0f);
+  for (int round = 0; round < 3; ++round) {
+    const int64_t calls = (*c)->rpc_count();
+    auto t = (*c)->read_into(*h, buf->mutable_data(), buf->nbytes());
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    EXPECT_EQ(t->shape, Shape{n});
+    EXPECT_EQ((*c)->rpc_count() - calls, 1) << "not written straight into the region";
+    EXPECT_EQ(std::memcmp(buf->data(), want.data(), want.nbytes()), 0);
+  }
+  // At an offset inside it: the bytes before it stay as they were.
+  float* base = buf->mutable_data<float>();
+  std::memset(base, 0, buf->nbytes());
+  auto at = (*c)->read_into(*h, base + 1024, static_cast<size_t>(n) * 4);
+  ASSERT_TRUE(at.ok()) << at.status().to_string();
+  EXPECT_EQ(base[1023], 0.0f);
+  EXPECT_EQ(std::memcmp(base + 1024, want.data(), want.nbytes()), 0);
+  // Too little room: the type, nothing written.
+  auto small = (*c)->read_into(*h, base, 16);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->shape, Shape{n});
+  EXPECT_EQ(base[0], 0.0f);
+  // The memory outlives its client.
+  ASSERT_TRUE((*c)->read_into(*h, base, buf->nbytes()).ok());
+  ASSERT_TRUE((*c)->release(*h).ok());
+  c->reset();
+  EXPECT_EQ(std::memcmp(buf->data(), want.data(), want.nbytes()), 0);
+}
+
+// Without shared memory (gRPC streams, the embedded engine) allocate_host() is ordinary
+// memory that read_into() fills the same way.
+TEST(LentRegions, AllocateHostElsewhereIsOrdinaryMemory) {
+  auto* broker = testing::shared_broker();
+  ASSERT_NE(broker, nullptr);
+  rpc::RemoteClientOptions o;
+  o.transport = "grpc";
+  auto c = rpc::RemoteClient::connect(broker->address(), o);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const int64_t n = 1 << 20;
+  auto h = (*c)->upload(ramp(n, 2.0f).view(), "");
+  ASSERT_TRUE(h.ok());
+  auto buf = (*c)->allocate_host(DType::kFloat32, {n});
+  ASSERT_TRUE(buf.ok());
+  ASSERT_TRUE((*c)->read_into(*h, buf->mutable_data(), buf->nbytes()).ok());
+  EXPECT_EQ(std::memcmp(buf->data(), ramp(n, 2.0f).data(), buf->nbytes()), 0);
+  EXPECT_FALSE((*c)->allocate_host(DType::kFloat32, {-1}).ok());
+  ASSERT_TRUE((*c)->release(*h).ok());
+}
+
 }  // namespace
 }  // namespace tensord

@@ -3,8 +3,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "core/graph_utils.h"
+#include "core/host_blocks.h"
 #include "core/npy.h"
 #include "core/op_registry.h"
 #include "tensord/dtype.h"
@@ -281,5 +283,39 @@ TEST(OpRegistry, ArityAndAttributeChecks) {
   EXPECT_NE(s.message().find("unknown attribute 'bogus'"), std::string::npos) << s.message();
 }
 
+}  // namespace
+}  // namespace tensord
+
+namespace tensord {
+namespace {
+// Large tensors' memory is recycled: a loop of reads of one size maps memory once.
+TEST(HostBlocks, LargeAllocationsAreReusedAndAligned) {
+  const HostBlockStats before = host_block_stats();
+  if (before.cap_bytes < (int64_t{64} << 20)) GTEST_SKIP() << "host block cache smaller than 64 MiB";
+  const Shape shape{(int64_t{24} << 20) / 4};  // 24 MiB
+  for (int i = 0; i < 5; ++i) {
+    auto t = HostTensor::uninitialized(DType::kFloat32, shape);
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t->data()) % 64, 0u);
+    std::memset(t->mutable_data(), i, t->nbytes());
+  }
+  const HostBlockStats after = host_block_stats();
+  EXPECT_GE(after.reused - before.reused, 4);
+  EXPECT_LE(after.idle_bytes, after.cap_bytes);
+  // A copy keeps the block: it is not handed out again while a tensor holds it.
+  auto a = HostTensor::uninitialized(DType::kFloat32, shape);
+  ASSERT_TRUE(a.ok());
+  HostTensor keep = *a;
+  auto b = HostTensor::uninitialized(DType::kFloat32, shape);
+  ASSERT_TRUE(b.ok());
+  EXPECT_NE(keep.data(), b->data());
+  // Small ones and zeros still work.
+  auto z = HostTensor::uninitialized(DType::kFloat32, {0});
+  ASSERT_TRUE(z.ok());
+  EXPECT_EQ(z->nbytes(), 0u);
+  auto s = HostTensor::uninitialized(DType::kUInt8, {100});
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(s->data()) % 64, 0u);
+}
 }  // namespace
 }  // namespace tensord
