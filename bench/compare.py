@@ -1,6 +1,6 @@
 """tensord next to ONNX Runtime and PyTorch on the same ONNX files, side by side.
 
-usage: /usr/bin/python3 bench/compare.py [--models mobilenet_v2,resnet50] [--batches 1,8]
+usage: /usr/bin/python3 bench/compare.py [--set zoo|unseen] [--models a,b] [--batches 1,8]
            [--examples N] [--warmup W] [--threads T] [--tensord PATH] [--cache DIR]
            [--no-memory] [--json | --markdown]
 
@@ -15,6 +15,11 @@ with the same threads, and prints ms/example and the ratio tensord / ONNX Runtim
 machine. The peers' outputs are checked against PyTorch's eager output. With the memory check
 on (default), a MobileNetV2 batch-1 run of tensord and of ONNX Runtime is repeated under
 `/usr/bin/time -v` and the peak RSS ratio printed.
+
+--set unseen: the models of bench/model_set.py instead (21 PyTorch models of many families
+nobody here tuned for; batch 1 and each model's larger batch unless --batches is given), their
+PyTorch column from that script's own modules, the geometric mean of tensord / ONNX Runtime
+and the worst ratio, and peak memory for three of them.
 
 A part that is missing (no tensord binary or no `bench` command yet, no node_modules, no
 PyTorch) is reported as such in its column; the rest still runs.
@@ -36,6 +41,24 @@ ROOT = os.path.dirname(HERE)
 ORT_PEER = os.path.join(HERE, "peers", "onnxruntime.js")
 TORCH_PEER = os.path.join(HERE, "peers", "torch.py")
 MODELS = ("mobilenet_v2", "resnet50")
+MODEL_SET = os.path.join(HERE, "model_set.py")
+MEMORY_MODELS = {"zoo": ["mobilenet_v2"],
+                 "unseen": ["mobilenet_v3_small", "densenet121", "transformer_encoder"]}
+
+
+def model_set():
+    sys.path.insert(0, HERE)
+    try:
+        import model_set as ms  # bench/model_set.py
+    finally:
+        sys.path.pop(0)
+    return ms
+
+
+def export_for(a, name, batch):
+    if a.set == "unseen":
+        return model_set().export(os.path.join(a.cache, "unseen"), name, batch)
+    return export(a.cache, name, batch)
 
 
 # ---- the machine ----
@@ -235,9 +258,11 @@ def run_peer(kind, folder, a, batch, expected):
                 return {"available": False, "reason": "node is not installed"}
             cmd = [node, ORT_PEER]
         else:
-            cmd = ["/usr/bin/python3", TORCH_PEER]
             name = os.path.basename(folder).rsplit("_b", 1)[0]
-            cmd += ["--network", name]
+            if a.set == "unseen":
+                cmd = ["/usr/bin/python3", MODEL_SET, "torch", "--name", name]
+            else:
+                cmd = ["/usr/bin/python3", TORCH_PEER, "--network", name]
         doc, err = run_json(cmd + peer_args(folder, a, batch, out), a.timeout)
         if doc is None:
             return {"available": False, "reason": f"{kind} peer failed: {err}"}
@@ -274,11 +299,11 @@ def max_rss_kib(cmd, timeout):
     return int(m.group(1)), None
 
 
-def memory(tensord, a):
-    folder = export(a.cache, "mobilenet_v2", 1)
+def memory(tensord, a, name="mobilenet_v2"):
+    folder = export_for(a, name, 1)
     model = os.path.join(folder, "model.onnx")
     n = str(min(a.examples, 32))
-    res = {"model": "mobilenet_v2", "batch": 1, "examples": int(n)}
+    res = {"model": name, "batch": 1, "examples": int(n)}
     if tensord and has_bench_command(tensord):
         kib, err = max_rss_kib([tensord, "bench", "--model", model, "--data",
                                 os.path.join(folder, "test_data_set_0"), "--batch-size", "1",
@@ -327,6 +352,16 @@ def rows_of(results):
     return rows
 
 
+def geomean_of(rows):
+    """Geometric mean and worst of tensord / ONNX Runtime over the rows that have both."""
+    ratios = [r["ratio_vs_onnxruntime"] for r in rows if r["ratio_vs_onnxruntime"]]
+    if not ratios:
+        return None, None, 0
+    worst = max(rows, key=lambda r: r["ratio_vs_onnxruntime"] or 0)
+    return (float(np.exp(np.mean(np.log(ratios)))),
+            (worst["model"], worst["batch"], worst["ratio_vs_onnxruntime"]), len(ratios))
+
+
 def fmt(v, spec):
     return "n/a" if v is None else format(v, spec)
 
@@ -350,6 +385,13 @@ def print_table(results, mem, m, markdown):
         for b in body:
             print("  ".join(c.ljust(w) for c, w in zip(b, widths)))
         print(f"machine: {mach}")
+    g, worst, n = geomean_of(rows)
+    if g is not None:
+        passed = sum(1 for r in results
+                     if (r["tensord"].get("vs_torch_eager") or {}).get("plaidbench_fail_ratio") == 0)
+        print(f"{'- ' if markdown else ''}tensord / ONNX Runtime over {n} runs: geometric mean "
+              f"{g:.2f}x, worst {worst[2]:.2f}x ({worst[0]} batch {worst[1]}); "
+              f"plaidbench's check passed by tensord on {passed} of {len(results)}")
     for r in results:
         for kind in ("tensord", "onnxruntime", "torch"):
             d = r[kind]
@@ -369,15 +411,15 @@ def print_table(results, mem, m, markdown):
         if checks:
             print(f"{'- ' if markdown else '  '}{r['model']} b{r['batch']} outputs vs PyTorch "
                   "eager: " + ", ".join(checks))
-    if mem:
-        t, o = mem.get("tensord_max_rss_kib"), mem.get("onnxruntime_max_rss_kib")
-        line = (f"peak RSS, MobileNetV2 batch 1 ({mem['examples']} examples, /usr/bin/time -v): "
+    for one in mem or []:
+        t, o = one.get("tensord_max_rss_kib"), one.get("onnxruntime_max_rss_kib")
+        line = (f"peak RSS, {one['model']} batch 1 ({one['examples']} examples, /usr/bin/time -v): "
                 f"tensord {fmt(t and t / 1024, '.0f')} MiB, ONNX Runtime (node) "
-                f"{fmt(o and o / 1024, '.0f')} MiB, ratio {fmt(mem['ratio'], '.2f')}")
+                f"{fmt(o and o / 1024, '.0f')} MiB, ratio {fmt(one['ratio'], '.2f')}")
         print(("\n" if markdown else "") + line)
         for k in ("tensord_error", "onnxruntime_error"):
-            if mem.get(k):
-                print(f"  {k.split('_')[0]}: {mem[k]}")
+            if one.get(k):
+                print(f"  {k.split('_')[0]}: {one[k]}")
 
 
 def parse_list(text, conv=str):
@@ -387,8 +429,12 @@ def parse_list(text, conv=str):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default=",".join(MODELS), help="comma list (mobilenet_v2,resnet50)")
-    p.add_argument("--batches", default="1,8", help="comma list of batch sizes (default 1,8)")
+    p.add_argument("--set", choices=("zoo", "unseen"), default="zoo",
+                   help="zoo: MobileNetV2 and ResNet-50 (default); unseen: bench/model_set.py")
+    p.add_argument("--models", default="", help="comma list (default: all of the set)")
+    p.add_argument("--batches", default="",
+                   help="comma list of batch sizes (default 1,8; for --set unseen 1 and each "
+                        "model's larger batch)")
     p.add_argument("--examples", type=int, default=64,
                    help="timed examples per run (default 64; plaidbench uses 1024)")
     p.add_argument("--per-batch", action="store_true",
@@ -409,18 +455,25 @@ def main():
     out.add_argument("--markdown", action="store_true", help="a Markdown table (the README's)")
     a = p.parse_args()
 
-    models = parse_list(a.models)
+    known = list(model_set().MODELS) if a.set == "unseen" else list(MODELS)
+    models = parse_list(a.models) or known
     for mname in models:
-        if mname not in MODELS:
-            p.error(f"unknown model '{mname}' (known: {', '.join(MODELS)})")
+        if mname not in known:
+            p.error(f"unknown model '{mname}' (known: {', '.join(known)})")
     try:
-        batches = parse_list(a.batches, int)
+        batches = parse_list(a.batches or ("" if a.set == "unseen" else "1,8"), int)
     except ValueError:
         p.error(f"--batches must be a comma list of integers, got '{a.batches}'")
-    if not batches or any(b < 1 for b in batches) or a.examples < 1 or a.warmup < 0 or a.rounds < 1:
+
+    def batches_for(mname):
+        if batches or a.set != "unseen":
+            return batches
+        return model_set().batches_of(mname, "large")
+    every = sorted({b for mname in models for b in batches_for(mname)})
+    if not every or any(b < 1 for b in every) or a.examples < 1 or a.warmup < 0 or a.rounds < 1:
         p.error("batch sizes, --examples and --rounds must be >= 1, --warmup >= 0")
     if not a.per_batch:
-        bad = [b for b in batches if a.examples % b]
+        bad = [b for b in every if a.examples % b]
         if bad:
             p.error(f"--examples {a.examples} is not divisible by batch size {bad[0]}")
     peers = parse_list(a.peers)
@@ -443,9 +496,13 @@ def main():
     m = machine()
     results = []
     for mname in models:
-        for batch in batches:
+        for batch in batches_for(mname):
             print(f"[{mname} batch {batch}] exporting ...", file=log, flush=True)
-            folder = export(a.cache, mname, batch)
+            try:
+                folder = export_for(a, mname, batch)
+            except Exception as e:  # an exporter failure: reported, the rest still runs
+                print(f"[{mname} batch {batch}] export failed: {e}", file=log, flush=True)
+                continue
             expected = np.load(os.path.join(folder, "expected.npy"))
             r = {"model": mname, "batch": batch}
             t0 = time.time()
@@ -466,13 +523,19 @@ def main():
             results.append(r)
     mem = None
     if not a.no_memory:
-        print("[memory] mobilenet_v2 batch 1 under /usr/bin/time -v ...", file=log, flush=True)
-        mem = memory(tensord, a)
+        mem = []
+        for mname in MEMORY_MODELS[a.set]:
+            print(f"[memory] {mname} batch 1 under /usr/bin/time -v ...", file=log, flush=True)
+            mem.append(memory(tensord, a, mname))
 
     if a.json:
-        print(json.dumps({"machine": m, "threads": a.threads, "examples": a.examples,
-                          "warmup": a.warmup, "rows": rows_of(results), "runs": results,
-                          "memory": mem}))
+        rows = rows_of(results)
+        g, worst, n = geomean_of(rows)
+        print(json.dumps({"machine": m, "set": a.set, "threads": a.threads,
+                          "examples": a.examples, "warmup": a.warmup, "rows": rows,
+                          "geomean_vs_onnxruntime": g,
+                          "worst_vs_onnxruntime": list(worst) if worst else None,
+                          "runs": results, "memory": mem}))
     else:
         print_table(results, mem, m, a.markdown)
 
