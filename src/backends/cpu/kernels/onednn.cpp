@@ -1,5 +1,5 @@
 // Fast float32 kernels through oneDNN (Debian libdnnl-dev, 2.x API): MatMul, Gemm, Conv 2-D,
-// MaxPool/AveragePool 2-D.
+// ConvTranspose 1-D to 3-D, MaxPool/AveragePool 2-D.
 //
 // Memory stays in the plain layouts the executor uses (NCHW, OIHW, row-major); no reorders to
 // blocked formats yet. Each call builds its primitive; oneDNN's primitive cache makes repeats
@@ -259,6 +259,81 @@ Status conv_run(KernelContext& ctx) {
   });
 }
 
+// ---- ConvTranspose (oneDNN's deconvolution), 1-D to 3-D, any group ----
+
+Status conv_transpose_accepts(const Node&, const std::vector<TensorType>& in) {
+  if (in.size() < 2 || !all_float32(in))
+    return refuse("ConvTranspose: oneDNN kernel is float32 only");
+  const size_t r = in[0].shape.size();
+  if (r < 3 || r > 5 || in[1].shape.size() != r)
+    return refuse("ConvTranspose: oneDNN kernel is 1-D to 3-D");
+  return OkStatus();
+}
+
+Status conv_transpose_run(KernelContext& ctx) {
+  const TensorView& x = ctx.input(0);
+  const TensorView& w = ctx.input(1);
+  TD_ASSIGN_OR_RETURN(int64_t group, ctx.attr_int("group", 1));
+  const size_t nd = x.shape.size() - 2;
+  if (group < 1 || x.shape[1] != w.shape[0] || x.shape[1] % group != 0)
+    return run_reference("ConvTranspose", ctx);  // it names what is wrong
+  const Shape in_spatial(x.shape.begin() + 2, x.shape.end());
+  const Shape kernel(w.shape.begin() + 2, w.shape.end());
+  std::vector<int64_t> strides, dilations, pads;
+  Shape out_spatial;
+  TD_RETURN_IF_ERROR(nn::conv_transpose_geometry(ctx, in_spatial, kernel, &strides, &dilations,
+                                                 &pads, &out_spatial));
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  if (out.numel() == 0) return OkStatus();
+  const int64_t ic = x.shape[1], oc = w.shape[1] * group;
+  if (out.shape.size() != x.shape.size() || out.shape[1] != oc)
+    return run_reference("ConvTranspose", ctx);
+  // oneDNN: dst = (src - 1) * stride + (k - 1) * dilation + 1 - pad_l - pad_r, so pad_r is
+  // what makes the output the size ONNX says (output_padding, output_shape); a negative one
+  // is refused by oneDNN and the reference kernel runs.
+  memory::dims st(nd), dl(nd), pl(nd), pr(nd);
+  for (size_t d = 0; d < nd; ++d) {
+    st[d] = strides[d];
+    dl[d] = dilations[d] - 1;
+    pl[d] = pads[d];
+    pr[d] = (in_spatial[d] - 1) * strides[d] + (kernel[d] - 1) * dilations[d] + 1 - pads[d] -
+            out.shape[2 + d];
+  }
+  return with_fallback("ConvTranspose", ctx, [&]() -> Status {
+    static const Tag plain[] = {Tag::abc, Tag::abcd, Tag::abcde};
+    // ONNX weights are [C_in, C_out / group, k...]: oneDNN's "io" order, per group.
+    static const Tag io[] = {Tag::bac, Tag::bacd, Tag::bacde};
+    static const Tag gio[] = {Tag::acbd, Tag::acbde, Tag::acbdef};
+    const memory::desc src_md(x.shape, DT::f32, plain[nd - 1]);
+    const memory::desc dst_md(out.shape, DT::f32, plain[nd - 1]);
+    memory::dims wd;
+    if (group == 1) {
+      wd = {oc, ic};
+    } else {
+      wd = {group, oc / group, ic / group};
+    }
+    wd.insert(wd.end(), kernel.begin(), kernel.end());
+    const memory::desc wei_md(wd, DT::f32, group == 1 ? io[nd - 1] : gio[nd - 1]);
+    const bool has_bias = ctx.has_input(2);
+    if (has_bias && ctx.input(2).numel() != oc) return run_reference("ConvTranspose", ctx);
+    const memory::desc bias_md = has_bias ? memory::desc({oc}, DT::f32, Tag::x) : memory::desc();
+    auto desc = has_bias
+                    ? dnnl::deconvolution_forward::desc(
+                          dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+                          src_md, wei_md, bias_md, dst_md, st, dl, pl, pr)
+                    : dnnl::deconvolution_forward::desc(
+                          dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+                          src_md, wei_md, dst_md, st, dl, pl, pr);
+    dnnl::deconvolution_forward::primitive_desc pd(desc, cpu_engine());
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(src_md, x.data)},
+                                            {DNNL_ARG_WEIGHTS, wrap(wei_md, w.data)},
+                                            {DNNL_ARG_DST, wrap(dst_md, out.data)}};
+    if (has_bias) args[DNNL_ARG_BIAS] = wrap(bias_md, ctx.input(2).data);
+    execute(dnnl::deconvolution_forward(pd), args);
+    return OkStatus();
+  });
+}
+
 // ---- MaxPool, AveragePool ----
 
 Status pool_accepts(const Node& node, const std::vector<TensorType>& in) {
@@ -343,6 +418,7 @@ void register_onednn_kernels(KernelRegistry& r) {
   add("MatMul", matmul_accepts, matmul_run);
   add("Gemm", gemm_accepts, gemm_run);
   add("Conv", conv_accepts, conv_run);
+  add("ConvTranspose", conv_transpose_accepts, conv_transpose_run);
   add("MaxPool", pool_accepts, [](KernelContext& c) { return pool_run(c, true); });
   add("AveragePool", pool_accepts, [](KernelContext& c) { return pool_run(c, false); });
 }
