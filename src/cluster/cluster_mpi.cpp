@@ -567,7 +567,12 @@ struct Worker {
   std::unordered_map<std::string, decltype(exe_lru)::iterator> exes;
   WorkerServices services;
   std::atomic<int> in_flight{0};
-  std::function<Status()> always_ok = [] { return OkStatus(); };
+  // Waits on this rank give up only when it is shutting down (rank 0 watches the deadlines).
+  std::atomic<bool> stopping{false};
+  std::function<Status()> always_ok = [this] {
+    return stopping.load() ? errors::Unavailable("cluster: n{} is shutting down", mpi().rank)
+                           : OkStatus();
+  };
 
   uint64_t add(std::shared_ptr<Buffer> b) {
     std::lock_guard<std::mutex> lock(mu);
@@ -692,6 +697,9 @@ struct Worker {
       target.host = host;
       TD_ASSIGN_OR_RETURN(auto compiled, Executable::compile(g, types, target, CompileOptions{}));
       exe = std::shared_ptr<Executable>(std::move(compiled));
+      if (log::enabled(log::Level::kDebug))
+        log::debug(fmt::format("cluster n{}: compiled '{}' for {}: {}", mpi().rank, g.name,
+                               d->info().name, exe->describe()));
       std::lock_guard<std::mutex> lock(exe_mu);
       exe_lru.emplace_front(key, exe);
       exes[key] = exe_lru.begin();
@@ -758,8 +766,10 @@ struct Worker {
                                  3 * options.timeout.count()));
           return 1;
         }
-        if (++spins < 2000) std::this_thread::yield();
-        else std::this_thread::sleep_for(std::chrono::microseconds(50));
+        // Idle: spin briefly, then back off (an idle rank must not take a core).
+        ++spins;
+        if (spins < 2000) std::this_thread::yield();
+        else std::this_thread::sleep_for(std::chrono::microseconds(spins < 20000 ? 50 : 500));
         continue;
       }
       spins = 0;
@@ -814,8 +824,11 @@ struct Worker {
         --in_flight;
       }).detach();
     }
-    while (in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return 0;
+    stopping = true;  // requests still in flight (a peer that died mid-copy) give up
+    const auto deadline = Clock::now() + options.timeout;
+    while (in_flight.load() > 0 && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return in_flight.load() > 0 ? 1 : 0;
   }
 };
 
