@@ -14,6 +14,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <cstdlib>
 #include <thread>
 #include <unordered_map>
 
@@ -23,6 +24,7 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "engine/executor.h"
+#include "engine/memory_pool.h"
 #include "rpc/wire.h"
 
 namespace tensord::cluster {
@@ -35,7 +37,11 @@ constexpr int kTagRequest = 2;
 constexpr int kFirstReplyTag = 16;
 constexpr size_t kChunkBytes = size_t{8} << 20;
 
-enum Op : uint32_t { kAlloc = 1, kFree, kWrite, kRead, kExec, kPing, kShutdown, kSendTo, kRecvFrom };
+enum Op : uint32_t {
+  kAlloc = 1, kFree, kWrite, kRead, kExec, kPing, kShutdown, kSendTo, kRecvFrom,
+  kRegion,      // run a region compiled before (or now, from the graph sent along)
+  kFreeRegion,  // forget a region
+};
 
 struct Header {
   uint32_t op = 0;
@@ -387,10 +393,122 @@ class ProxyKernels final : public KernelTable {
   uint32_t index_;
 };
 
+void put_tensor(Writer& w, const DeviceTensor& t) {
+  w.type(t.type());
+  w.pod<uint64_t>(t.buffer ? reinterpret_cast<uintptr_t>(t.buffer->ptr) : 0);
+  w.pod<uint64_t>(t.buffer ? t.buffer->offset : 0);
+  w.pod<uint64_t>(t.buffer ? t.buffer->size : 0);
+}
+
+// A fused region run on another rank: its subgraph (with its constants) is sent on the first
+// run and compiled there, with that rank's own fusion; later runs send handles only. Outputs
+// are the engine's buffers on the proxy device; the rank writes the results into them.
+class ProxyRegion final : public RegionKernel {
+ public:
+  ProxyRegion(int rank, uint32_t device_index, std::string graph, size_t nodes, int64_t weights)
+      : rank_(rank), device_index_(device_index), id_(g_kernel_ids.fetch_add(1)),
+        graph_(std::move(graph)), nodes_(nodes), weights_(weights) {}
+  ~ProxyRegion() override {
+    if (!sent_.load() || !g_front || g_front->stopped.load()) return;
+    Header h{kFreeRegion, 0, id_};
+    (void)g_front->request(rank_, h, {}, nullptr);
+  }
+  Status run(const std::vector<DeviceTensor>& inputs, const std::vector<DeviceTensor>& outputs,
+             Allocator& allocator) override {
+    (void)allocator;
+    Status s = send(inputs, outputs, !sent_.load());
+    if (s.code() == StatusCode::kFailedPrecondition && sent_.load())
+      s = send(inputs, outputs, true);  // the rank forgot it: send the graph again
+    return s;
+  }
+  int64_t arena_bytes() const override { return 0; }
+  int64_t weight_bytes() const override { return weights_; }
+  std::string describe() const override {
+    return fmt::format("remote region on n{}: {} nodes", rank_, nodes_);
+  }
+
+ private:
+  Status send(const std::vector<DeviceTensor>& inputs, const std::vector<DeviceTensor>& outputs,
+              bool with_graph) {
+    Writer w;
+    w.pod<uint64_t>(id_);
+    w.str(with_graph ? graph_ : std::string());
+    w.pod<uint32_t>(static_cast<uint32_t>(inputs.size()));
+    for (const auto& t : inputs) put_tensor(w, t);
+    w.pod<uint32_t>(static_cast<uint32_t>(outputs.size()));
+    for (const auto& t : outputs) put_tensor(w, t);
+    Header h{kRegion, g_front->new_tag(), device_index_};
+    std::string reply;
+    TD_RETURN_IF_ERROR(g_front->request(rank_, h, w.s, &reply));
+    if (with_graph) sent_ = true;
+    return OkStatus();
+  }
+  int rank_;
+  uint32_t device_index_;
+  uint64_t id_;
+  std::string graph_;
+  size_t nodes_;
+  int64_t weights_;
+  std::atomic<bool> sent_{false};
+};
+
+class ProxyRegionCompiler final : public RegionCompiler {
+ public:
+  ProxyRegionCompiler(int rank, uint32_t index) : rank_(rank), index_(index) {}
+  std::vector<Region> compile(const FusionGraph& g, std::vector<std::string>* notes) override {
+    // Every node placed here whose outputs have static types (the engine allocates them),
+    // without subgraphs; partition_graph keeps each group acyclic.
+    auto key = [&](size_t i, const std::vector<int>&) -> std::string {
+      if (!g.placed_here[i]) return "";
+      const Node& n = *g.nodes[i];
+      for (const auto& [k, a] : n.attrs)
+        if (a.kind() == Attribute::Kind::kGraph) return "";
+      for (const auto& o : n.outputs) {
+        if (o.empty()) continue;
+        const TensorType* t = g.type_of(o);
+        if (!t || !t->defined() || !shape_is_static(t->shape)) return "";
+      }
+      return "remote";
+    };
+    auto regions = partition_graph(g, key);
+    for (auto& r : regions) {
+      Graph sub;
+      sub.name = fmt::format("region of {} nodes", r.members.size());
+      int64_t weights = 0;
+      for (const auto& in : r.inputs) {
+        const TensorType* t = g.type_of(in);
+        sub.inputs.push_back({in, t ? *t : TensorType{}});
+      }
+      for (size_t m : r.members) {
+        const Node& n = *g.nodes[m];
+        sub.nodes.push_back(n);
+        for (const auto& in : n.inputs) {
+          if (in.empty() || sub.initializers.count(in)) continue;
+          if (const HostTensor* c = g.constant(in)) {
+            sub.initializers[in] = *c;
+            weights += c->nbytes();
+          }
+        }
+      }
+      for (const auto& out : r.outputs) sub.outputs.push_back({out, *g.type_of(out)});
+      v1::Graph proto;
+      rpc::to_proto(sub, &proto);
+      r.kernel = std::make_unique<ProxyRegion>(rank_, index_, proto.SerializeAsString(),
+                                               r.members.size(), weights);
+    }
+    if (notes && regions.empty()) notes->push_back(fmt::format("n{}: no region", rank_));
+    return regions;
+  }
+
+ private:
+  int rank_;
+  uint32_t index_;
+};
+
 class ProxyDevice final : public Device {
  public:
   ProxyDevice(int rank, uint32_t index, DeviceInfo remote)
-      : rank_(rank), index_(index), kernels_(this, rank, index) {
+      : rank_(rank), index_(index), kernels_(this, rank, index), regions_(rank, index) {
     info_ = std::move(remote);
     info_.name = fmt::format("n{}/{}", rank, info_.name);
     info_.backend = fmt::format("mpi:{}", info_.backend);
@@ -425,6 +543,13 @@ class ProxyDevice final : public Device {
     return mpi().recv_bulk(dst, bytes, rank_, h.tag, g_front->alive(rank_));
   }
   const KernelTable& kernels() const override { return kernels_; }
+  RegionCompiler* region_compiler() override {
+    static const bool off = [] {
+      const char* e = std::getenv("TENSORD_CLUSTER_REGIONS");
+      return e && std::string(e) == "0";
+    }();
+    return off ? nullptr : &regions_;
+  }
   // Rank to rank: the source rank sends straight to this one (no stop on rank 0).
   bool copy_from(const Buffer& dst, const Buffer& src) override;
   int rank() const { return rank_; }
@@ -434,6 +559,7 @@ class ProxyDevice final : public Device {
   uint32_t index_;
   DeviceInfo info_;
   ProxyKernels kernels_;
+  ProxyRegionCompiler regions_;
 };
 
 bool ProxyDevice::copy_from(const Buffer& dst, const Buffer& src) {
@@ -513,20 +639,23 @@ Status ProxyKernel::run(KernelCall& call) {
 }
 
 // ==== other ranks: the worker =================================================================
+// Memory on a worker's device through the engine's caching allocator (a model's arena is
+// not paid in page faults on every run).
 class RawAllocator final : public Allocator {
  public:
-  explicit RawAllocator(Device* d) : d_(d) {}
+  explicit RawAllocator(Device* d) : d_(d), pool_(std::make_shared<DevicePool>(d)) {}
   Result<std::shared_ptr<Buffer>> allocate(size_t bytes) override {
-    TD_ASSIGN_OR_RETURN(void* p, d_->allocate(std::max<size_t>(bytes, 1)));
-    Device* d = d_;
-    return std::shared_ptr<Buffer>(new Buffer{d, p, bytes, 0}, [d](Buffer* b) {
-      d->free(b->ptr, std::max<size_t>(b->size, 1));
-      delete b;
+    TD_ASSIGN_OR_RETURN(DevicePool::Block b, pool_->allocate(std::max<size_t>(bytes, 1)));
+    auto pool = pool_;
+    return std::shared_ptr<Buffer>(new Buffer{d_, b.base, bytes, b.offset}, [pool, b](Buffer* p) {
+      pool->free(b);
+      delete p;
     });
   }
 
  private:
   Device* d_;
+  std::shared_ptr<DevicePool> pool_;
 };
 
 class WorkerServices final : public RunServices {
@@ -607,7 +736,7 @@ struct Worker {
     switch (h.op) {
       case kAlloc: {
         TD_ASSIGN_OR_RETURN(Device* d, device(h.a));
-        TD_ASSIGN_OR_RETURN(auto buf, RawAllocator(d).allocate(h.b));
+        TD_ASSIGN_OR_RETURN(auto buf, services.allocator(*d).allocate(h.b));
         Writer w;
         w.pod<uint64_t>(add(std::move(buf)));
         return w.s;
@@ -626,6 +755,7 @@ struct Worker {
         return std::string();
       }
       case kExec: return exec(h, payload);
+      case kRegion: return region(h, payload);
       case kSendTo:
       case kRecvFrom: {
         Reader r(payload);
@@ -653,6 +783,85 @@ struct Worker {
       }
       default: return errors::InvalidArgument("cluster: unknown request {}", h.op);
     }
+  }
+
+  std::mutex region_mu;
+  std::unordered_map<uint64_t, std::shared_ptr<Executable>> regions;
+
+  Result<std::vector<Result<DeviceTensor>>> read_tensors(Reader& r, std::vector<TensorType>* types) {
+    uint32_t n = r.pod<uint32_t>();
+    std::vector<Result<DeviceTensor>> out;
+    for (uint32_t i = 0; i < n && r.ok; ++i) {
+      TensorType t = r.type();
+      auto id = r.pod<uint64_t>();
+      auto off = r.pod<uint64_t>();
+      auto size = r.pod<uint64_t>();
+      if (types) types->push_back(t);
+      if (!t.defined()) { out.push_back(DeviceTensor{}); continue; }
+      TD_ASSIGN_OR_RETURN(auto buf, view(id, off, size));
+      out.push_back(DeviceTensor{t.dtype, t.shape, std::move(buf)});
+    }
+    if (!r.ok) return errors::InvalidArgument("cluster: a malformed request");
+    return out;
+  }
+
+  Result<std::string> region(const Header& h, const std::string& payload) {
+    TD_ASSIGN_OR_RETURN(Device* d, device(h.a));
+    Reader r(payload);
+    const uint64_t id = r.pod<uint64_t>();
+    std::string graph_bytes = r.str();
+    std::vector<TensorType> types;
+    TD_ASSIGN_OR_RETURN(auto inputs, read_tensors(r, &types));
+    TD_ASSIGN_OR_RETURN(auto outputs, read_tensors(r, nullptr));
+    std::shared_ptr<Executable> exe;
+    {
+      std::lock_guard<std::mutex> lock(region_mu);
+      auto it = regions.find(id);
+      if (it != regions.end()) exe = it->second;
+    }
+    if (!exe) {
+      if (graph_bytes.empty())
+        return errors::FailedPrecondition("cluster: n{} does not know region {}", mpi().rank, id);
+      v1::Graph proto;
+      if (!proto.ParseFromString(graph_bytes))
+        return errors::InvalidArgument("cluster: a malformed graph");
+      TD_ASSIGN_OR_RETURN(Graph g, rpc::from_proto(proto));
+      CompileTarget target;
+      target.device = d;
+      target.fallback = host;
+      target.host = host;
+      TD_ASSIGN_OR_RETURN(auto compiled, Executable::compile(g, types, target, CompileOptions{}));
+      exe = std::shared_ptr<Executable>(std::move(compiled));
+      if (log::enabled(log::Level::kDebug))
+        log::debug(fmt::format("cluster n{}: compiled {} for {}: {}", mpi().rank, g.name,
+                               d->info().name, exe->describe()));
+      std::lock_guard<std::mutex> lock(region_mu);
+      regions[id] = exe;
+    }
+    auto results = exe->run(inputs, services);
+    if (results.size() != outputs.size())
+      return errors::Internal("cluster: region {} made {} outputs, {} expected", id,
+                              results.size(), outputs.size());
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (!results[i].ok()) return results[i].status();
+      if (!outputs[i].ok()) return outputs[i].status();
+      const DeviceTensor& v = *results[i];
+      const DeviceTensor& dst = *outputs[i];
+      TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(v.dtype, v.shape));
+      if (!dst.buffer || static_cast<int64_t>(dst.buffer->size) < bytes)
+        return errors::Internal("cluster: region {} output {} does not fit", id, i);
+      if (bytes == 0) continue;
+      void* to = dst.buffer->device->host_pointer(*dst.buffer);
+      void* from = v.buffer->device->host_pointer(*v.buffer);
+      if (to && from) {
+        std::memcpy(to, from, static_cast<size_t>(bytes));
+      } else {
+        std::vector<char> staging(static_cast<size_t>(bytes));
+        TD_RETURN_IF_ERROR(v.buffer->device->read(*v.buffer, 0, staging.data(), staging.size()));
+        TD_RETURN_IF_ERROR(dst.buffer->device->write(*dst.buffer, 0, staging.data(), staging.size()));
+      }
+    }
+    return std::string();
   }
 
   Result<std::string> exec(const Header& h, const std::string& payload) {
@@ -788,6 +997,11 @@ struct Worker {
         continue;
       }
       if (h.op == kShutdown) break;
+      if (h.op == kFreeRegion) {
+        std::lock_guard<std::mutex> lock(region_mu);
+        regions.erase(h.a);
+        continue;
+      }
       if (h.op == kFree) {
         std::shared_ptr<Buffer> drop;
         std::lock_guard<std::mutex> lock(mu);
