@@ -41,6 +41,7 @@ enum Op : uint32_t {
   kAlloc = 1, kFree, kWrite, kRead, kExec, kPing, kShutdown, kSendTo, kRecvFrom,
   kRegion,      // run a region compiled before (or now, from the graph sent along)
   kFreeRegion,  // forget a region
+  kPeerDead,    // rank `a` is dead: give up transfers with it
 };
 
 struct Header {
@@ -314,6 +315,12 @@ struct Front {
           peers[p->rank]->mark_dead(fmt::format(
               "n{0} (MPI rank {0}) stopped answering: no heartbeat reply within {1} ms; its "
               "devices ({2}) are unavailable", p->rank, options.timeout.count(), names));
+          // The others stop waiting for it in rank-to-rank copies.
+          for (size_t r = 1; r < peers.size(); ++r) {
+            if (peers[r]->dead.load()) continue;
+            Header h{kPeerDead, 0, static_cast<uint64_t>(p->rank)};
+            (void)request(static_cast<int>(r), h, {}, nullptr);
+          }
         }
       }
       lock.lock();
@@ -698,6 +705,7 @@ struct Worker {
   std::atomic<int> in_flight{0};
   // Waits on this rank give up only when it is shutting down (rank 0 watches the deadlines).
   std::atomic<bool> stopping{false};
+  std::unique_ptr<std::atomic<bool>[]> peer_dead{new std::atomic<bool>[static_cast<size_t>(mpi().size)]{}};
   std::function<Status()> always_ok = [this] {
     return stopping.load() ? errors::Unavailable("cluster: n{} is shutting down", mpi().rank)
                            : OkStatus();
@@ -763,20 +771,26 @@ struct Worker {
         int tag = r.pod<int32_t>();
         if (!r.ok || peer <= 0 || peer >= mpi().size || peer == mpi().rank)
           return errors::InvalidArgument("cluster: a malformed copy request");
+        auto with_peer = [this, peer]() -> Status {
+          TD_RETURN_IF_ERROR(always_ok());
+          if (peer_dead[static_cast<size_t>(peer)].load())
+            return errors::Unavailable("cluster: n{} is dead (rank 0 says)", peer);
+          return OkStatus();
+        };
         auto buf = view(h.a, h.b, h.c);
         std::vector<char> staging;
         void* p = buf.ok() ? (*buf)->device->host_pointer(**buf) : nullptr;
         if (!p) { staging.resize(h.c); p = staging.data(); }
         if (h.op == kSendTo) {
           if (!buf.ok()) {  // still send: the receiver waits for the bytes
-            (void)mpi().send_bulk(p, h.c, peer, tag, always_ok);
+            (void)mpi().send_bulk(p, h.c, peer, tag, with_peer);
             return buf.status();
           }
           if (!staging.empty()) TD_RETURN_IF_ERROR((*buf)->device->read(**buf, 0, p, h.c));
-          TD_RETURN_IF_ERROR(mpi().send_bulk(p, h.c, peer, tag, always_ok));
+          TD_RETURN_IF_ERROR(mpi().send_bulk(p, h.c, peer, tag, with_peer));
           return std::string();
         }
-        TD_RETURN_IF_ERROR(mpi().recv_bulk(p, h.c, peer, tag, always_ok));
+        TD_RETURN_IF_ERROR(mpi().recv_bulk(p, h.c, peer, tag, with_peer));
         if (!buf.ok()) return buf.status();
         if (!staging.empty()) TD_RETURN_IF_ERROR((*buf)->device->write(**buf, 0, p, h.c));
         return std::string();
@@ -997,6 +1011,10 @@ struct Worker {
         continue;
       }
       if (h.op == kShutdown) break;
+      if (h.op == kPeerDead) {
+        if (h.a > 0 && h.a < static_cast<uint64_t>(m.size)) peer_dead[h.a] = true;
+        continue;
+      }
       if (h.op == kFreeRegion) {
         std::lock_guard<std::mutex> lock(region_mu);
         regions.erase(h.a);
