@@ -29,7 +29,7 @@ namespace tensord {
 namespace {
 
 using namespace std::chrono_literals;
-constexpr int kTimeoutMs = 1500;  // --cluster-timeout-ms
+constexpr int kTimeoutMs = 2500;  // --cluster-timeout-ms (ctest runs tests in parallel: room for load)
 
 std::string find_mpirun() {
   const char* path = std::getenv("PATH");
@@ -56,10 +56,6 @@ struct Cluster {
   std::string error;  // why the cluster did not start
 
   void start() {
-#ifdef TENSORD_TEST_NO_MPI
-    skip = "this tensord was built without MPI (TENSORD_MPI=OFF)";
-    return;
-#endif
     std::string mpirun = find_mpirun();
     if (mpirun.empty()) {
       skip = "mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev)";
