@@ -133,8 +133,13 @@ struct Mpi {
       if (done) return OkStatus();
       Status s = check();
       if (!s.ok()) {
+        // Cancelled first: a receive that never matched then never writes into a buffer the
+        // caller is about to free (one already under way may still land: see Ping below).
         for (auto& r : reqs)
-          if (r != MPI_REQUEST_NULL) call([&] { return MPI_Request_free(&r); });
+          if (r != MPI_REQUEST_NULL) {
+            call([&] { return MPI_Cancel(&r); });
+            call([&] { return MPI_Request_free(&r); });
+          }
         return s;
       }
       if (++spins < 2000) std::this_thread::yield();
@@ -303,22 +308,24 @@ struct Front {
       }
       const auto deadline = Clock::now() + options.timeout;
       for (auto& p : pings) {
+        const int rank = p->rank;
         Status s = mpi().wait(p->reqs, [&]() -> Status {
           if (stopped.load()) return errors::Unavailable("stopped");
           if (Clock::now() > deadline) return Status(StatusCode::kDeadlineExceeded, "no answer");
           return OkStatus();
         });
+        if (!s.ok()) (void)p.release();  // a late answer may still land in it: kept for good
         if (!s.ok() && !stopped.load()) {
           std::string names;
-          for (const auto& d : peers[p->rank]->devices)
-            names += (names.empty() ? "" : ", ") + fmt::format("n{}/{}", p->rank, d.name);
-          peers[p->rank]->mark_dead(fmt::format(
+          for (const auto& d : peers[rank]->devices)
+            names += (names.empty() ? "" : ", ") + fmt::format("n{}/{}", rank, d.name);
+          peers[rank]->mark_dead(fmt::format(
               "n{0} (MPI rank {0}) stopped answering: no heartbeat reply within {1} ms; its "
-              "devices ({2}) are unavailable", p->rank, options.timeout.count(), names));
+              "devices ({2}) are unavailable", rank, options.timeout.count(), names));
           // The others stop waiting for it in rank-to-rank copies.
           for (size_t r = 1; r < peers.size(); ++r) {
             if (peers[r]->dead.load()) continue;
-            Header h{kPeerDead, 0, static_cast<uint64_t>(p->rank)};
+            Header h{kPeerDead, 0, static_cast<uint64_t>(rank)};
             (void)request(static_cast<int>(r), h, {}, nullptr);
           }
         }
