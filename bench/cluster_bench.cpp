@@ -94,6 +94,23 @@ int through_tensord(const std::string& address, size_t bytes, int iterations) {
   }
   tensord::HostTensor t(tensord::DType::kUInt8, {static_cast<int64_t>(bytes)});
   std::memset(t.mutable_data(), 7, bytes);
+  // Host -> rank 1 (client to the front, then the front to rank 1), to ready.
+  for (const char* dev : {"cpu:0", "n1/cpu:0"}) {
+  std::vector<double> up;
+  for (int i = 0; i < 4; ++i) {
+    auto t0 = Clock::now();
+    auto h = (*client)->upload(t.view(), dev);
+    tensord::Status s = h.ok() ? (*client)->wait(*h) : h.status();
+    if (!s.ok()) {
+      std::fprintf(stderr, "cluster_bench: upload to %s: %s\n", dev, s.to_string().c_str());
+      return 1;
+    }
+    up.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    (void)(*client)->release(*h);
+  }
+  std::printf("{\"path\": \"tensord upload host -> %s\", \"bytes\": %zu, \"first_s\": %.4f, \"median_s\": %.4f}\n",
+              dev, bytes, up[0], median(std::vector<double>(up.begin() + 1, up.end())));
+  }
   auto src = (*client)->upload(t.view(), "n1/cpu:0");
   if (!src.ok()) {
     std::fprintf(stderr, "cluster_bench: upload to n1/cpu:0: %s\n", src.status().to_string().c_str());

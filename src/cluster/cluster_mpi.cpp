@@ -122,7 +122,10 @@ struct Mpi {
     return f();
   }
   // Waits for `reqs` while `check` says OK; on an error the requests are abandoned (freed).
-  Status wait(std::vector<MPI_Request>& reqs, const std::function<Status()>& check) {
+  // `busy`: never sleep between tests (bulk transfers: the library moves a large message only
+  // while it is being progressed, so a sleeping waiter throttles it to a trickle).
+  Status wait(std::vector<MPI_Request>& reqs, const std::function<Status()>& check,
+              bool busy = false) {
     int spins = 0;
     for (;;) {
       int done = 0;
@@ -142,7 +145,7 @@ struct Mpi {
           }
         return s;
       }
-      if (++spins < 2000) std::this_thread::yield();
+      if (busy || ++spins < 2000) std::this_thread::yield();
       else std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
@@ -190,7 +193,7 @@ struct Mpi {
       });
       if (rc != MPI_SUCCESS) { reqs.pop_back(); (void)wait(reqs, check); return errors::Unavailable("MPI error {} while sending", rc); }
     }
-    return wait(reqs, check);
+    return wait(reqs, check, /*busy=*/true);
   }
   Status recv_bulk(void* data, size_t bytes, int src, int tag,
                    const std::function<Status()>& check) {
@@ -203,7 +206,7 @@ struct Mpi {
       });
       if (rc != MPI_SUCCESS) { reqs.pop_back(); (void)wait(reqs, check); return errors::Unavailable("MPI error {} while receiving", rc); }
     }
-    return wait(reqs, check);
+    return wait(reqs, check, /*busy=*/true);
   }
 };
 
@@ -763,7 +766,12 @@ struct Worker {
         void* dst = nullptr;
         if (buf.ok()) dst = (*buf)->device->host_pointer(**buf);
         if (!dst) { staging.resize(h.c); dst = staging.data(); }
+        const auto t0 = Clock::now();
         TD_RETURN_IF_ERROR(mpi().recv_bulk(dst, h.c, 0, h.tag, always_ok));
+        if (log::enabled(log::Level::kDebug))
+          log::debug(fmt::format("cluster n{}: received {} bytes from rank 0 in {:.1f} ms",
+                                 mpi().rank, h.c,
+                                 std::chrono::duration<double, std::milli>(Clock::now() - t0).count()));
         if (!buf.ok()) return buf.status();
         if (!staging.empty())
           TD_RETURN_IF_ERROR((*buf)->device->write(**buf, 0, staging.data(), h.c));
