@@ -249,8 +249,16 @@ class Backend {
   virtual Status check_settings() const { return OkStatus(); }
 };
 
-// Every backend compiled into this build, in preference order (src/backends/registry.cpp).
+// Every backend compiled into this build, in preference order (src/backends/registry.cpp),
+// then those added at run time by add_backend_factory.
 std::vector<std::unique_ptr<Backend>> create_backends();
+// Adds a backend made at run time to every engine created afterwards (the cluster's proxy
+// devices for other MPI ranks, src/cluster/). Call before the engine is created.
+void add_backend_factory(std::function<std::unique_ptr<Backend>()> factory);
+// In a cluster this process's own devices also answer to "<prefix>NAME" ("n0/cpu:0"); set once
+// by the cluster layer before engines exist. "" (the default): no such alias.
+void set_local_node_prefix(const std::string& prefix);
+const std::string& local_node_prefix();
 
 // Greedy partition in topological order, for region compilers. `key(i, group_of)` names the
 // kind of group node i may join ("" = none); group_of[j] is the group node j joined so far

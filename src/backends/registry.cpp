@@ -5,7 +5,30 @@
 #include "backends/opencl/opencl_backend.h"
 #endif
 
+#include <mutex>
+
 namespace tensord {
+namespace {
+std::mutex& factories_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::vector<std::function<std::unique_ptr<Backend>()>>& factories() {
+  static std::vector<std::function<std::unique_ptr<Backend>()>> f;
+  return f;
+}
+std::string& node_prefix() {
+  static std::string prefix;
+  return prefix;
+}
+}  // namespace
+
+void add_backend_factory(std::function<std::unique_ptr<Backend>()> factory) {
+  std::lock_guard<std::mutex> lock(factories_mu());
+  factories().push_back(std::move(factory));
+}
+void set_local_node_prefix(const std::string& prefix) { node_prefix() = prefix; }
+const std::string& local_node_prefix() { return node_prefix(); }
 
 std::vector<std::unique_ptr<Backend>> create_backends() {
   std::vector<std::unique_ptr<Backend>> backends;
@@ -13,6 +36,9 @@ std::vector<std::unique_ptr<Backend>> create_backends() {
 #ifdef TENSORD_HAVE_OPENCL
   backends.push_back(opencl::create_opencl_backend());
 #endif
+  std::lock_guard<std::mutex> lock(factories_mu());
+  for (const auto& f : factories())
+    if (auto b = f()) backends.push_back(std::move(b));
   return backends;
 }
 

@@ -21,6 +21,7 @@
 #include "cli/cli_common.h"
 #include "core/log.h"
 #include "client/model_repository.h"
+#include "cluster/cluster.h"
 #include "engine/engine.h"
 #include "rpc/server.h"
 
@@ -170,6 +171,25 @@ int cmd_serve(const ServeOptions& options) {
   // From here on the lines are a service's log: with their time (the level and format were
   // set by serve_config.cpp); usage errors above read like any other command's.
   log::set_timestamps(true);
+  if (options.cluster) {  // before the engine: rank 0's engine sees the other ranks' devices
+    if (options.cluster_timeout_ms <= 0) {
+      serve_error("--cluster-timeout-ms must be > 0, got " +
+                  std::to_string(options.cluster_timeout_ms));
+      return kExitUsage;
+    }
+    cluster::ClusterOptions co;
+    co.timeout = std::chrono::milliseconds(options.cluster_timeout_ms);
+    auto started = cluster::start(co);
+    if (!started.ok()) {
+      serve_error(started.status().to_string());
+      return started.status().code() == StatusCode::kFailedPrecondition ? kExitUsage
+                                                                          : kExitFailure;
+    }
+    if (started->exit_code >= 0) return started->exit_code;  // a worker rank, done
+  }
+  struct ClusterStop {
+    ~ClusterStop() { cluster::stop(); }
+  } cluster_stop;
   auto engine = Engine::shared();
   if (!engine.ok()) {
     serve_error(engine.status().to_string());
@@ -232,6 +252,7 @@ int cmd_serve(const ServeOptions& options) {
                               : std::to_string(tenants.size()) + " token(s) required")
           << "; " << (tls_cert.empty() ? "no TLS" : tls_ca.empty() ? "TLS" : "mutual TLS");
   log::info(summary.str());
+  if (options.cluster) log::info("cluster: " + cluster::describe());
   if (!tenants.empty() && tls_cert.empty() && !rpc::is_loopback_listen(options.listen))
     log::warn("tokens travel in cleartext on " + options.listen +
               " (not a loopback address): give --tls-cert and --tls-key");

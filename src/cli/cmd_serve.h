@@ -37,6 +37,9 @@ struct ServeOptions {
   int64_t slow_request_ms = 1000;    // calls slower than this are logged; 0 = never
   std::string config;                // --config FILE: TOML, every flag a key
   bool dump_config = false;          // print the effective config and exit
+  // --cluster: one rank of `mpirun -np N tensord serve --cluster` (src/cluster/cluster.h).
+  bool cluster = false;
+  int64_t cluster_timeout_ms = 3000;
 };
 
 // Serves until SIGTERM or SIGINT, then stops taking calls, lets in-flight ones finish (up to

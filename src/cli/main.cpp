@@ -172,6 +172,11 @@ int run_main(int argc, char** argv) {
   serve->add_option("--models", serve_opts.models_dir,
                     "Named models: load every DIR/NAME/model.onnx once at start, shared by all "
                     "sessions (clients: open_model(NAME))");
+  serve->add_flag("--cluster", serve_opts.cluster,
+                  "Run as one rank of a cluster started by mpirun/srun: rank 0 serves every "
+                  "rank's devices as n<rank>/<device>, the other ranks work for it");
+  serve->add_option("--cluster-timeout-ms", serve_opts.cluster_timeout_ms,
+                    "--cluster: a rank silent this long has its devices UNAVAILABLE (default 3000)");
 
 #ifdef TENSORD_CLI_HAVE_ONNX
   tensord::cli::RunOptions run_opts;

@@ -732,8 +732,12 @@ struct Engine::Impl {
   }
 
   Result<size_t> find_device(const std::string& name) const {
-    const std::string& want = name.empty() ? default_device : name;
+    const std::string& want0 = name.empty() ? default_device : name;
     if (name.empty() && !default_error.ok()) return default_error;
+    // In a cluster, "n0/cpu:0" is this process's own cpu:0 (backend.h, local_node_prefix).
+    const std::string& prefix = local_node_prefix();
+    const std::string want = !prefix.empty() && want0.rfind(prefix, 0) == 0
+                                 ? want0.substr(prefix.size()) : want0;
     for (size_t i = 0; i < slots.size(); ++i)
       if (slots[i]->name() == want) return i;
     std::vector<std::string> names;
@@ -992,14 +996,15 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
       if (!device_matches_filter(info.name, info.kind, options.device_filter)) {
         filtered_out.push_back(info.name);
         // Constant folding needs a cpu device even when the filter hides them all.
-        if (info.kind == "cpu" && info.index == 0) impl->hidden_host = std::move(device);
+        if (info.kind == "cpu" && info.index == 0 && info.name == "cpu:0") impl->hidden_host = std::move(device);
         continue;
       }
       auto slot = std::make_unique<DeviceSlot>();
       slot->device = std::move(device);
       slot->pool = std::make_unique<DevicePool>(slot->device.get());
       impl->slot_of[slot->device.get()] = slot.get();
-      if (info.kind == "cpu" && info.index == 0) {
+      // (not another node's cpu:0, "n1/cpu:0", which the cluster layer proxies)
+      if (info.kind == "cpu" && info.index == 0 && info.name == "cpu:0") {
         impl->host = slot->device.get();
         impl->fallback = slot.get();
       }
