@@ -40,6 +40,7 @@ struct TransferOptions {
   int64_t size = 256 << 20;
   int iterations = 5;
   int small_iterations = 2000;
+  int64_t chunk_bytes = 0;  // gRPC stream message size (0: the client's default)
   bool json = false;
 };
 
@@ -220,9 +221,10 @@ PathFigures measure_client(Client& c, const std::string& name, const HostTensor&
 }
 
 PathFigures measure_path(const std::string& address, const std::string& transport,
-                         const HostTensor& data, int iterations) {
+                         const HostTensor& data, int iterations, int64_t chunk_bytes) {
   rpc::RemoteClientOptions o;
   o.transport = transport;
+  o.chunk_bytes = chunk_bytes;
   const std::string name = transport == "grpc" ? "grpc-stream" : "shm";
   auto c = rpc::RemoteClient::connect(address, o);
   if (!c.ok()) {
@@ -369,8 +371,10 @@ int run_transfer(const TransferOptions& options) {
 
   const double mem = memcpy_gbps(bytes, options.iterations);
   const double tcp = tcp_gbps(bytes, options.iterations);
-  std::vector<PathFigures> paths = {measure_path(address, "grpc", data, options.iterations),
-                                    measure_path(address, "shm", data, options.iterations),
+  std::vector<PathFigures> paths = {measure_path(address, "grpc", data, options.iterations,
+                                                 options.chunk_bytes),
+                                    measure_path(address, "shm", data, options.iterations,
+                                                 options.chunk_bytes),
                                     measure_embedded(data, options.iterations)};
   const RoundTrip rt = measure_round_trip(address, options.small_iterations);
 
@@ -471,6 +475,8 @@ std::function<int()> add_bench_transfer_command(CLI::App& bench) {
   cmd->add_option("--address", options->address,
                   "Broker to measure (default TENSORD_ADDRESS, else one started in this process)");
   cmd->add_option("--size", options->size, "Bytes per transfer (default 256 MiB)");
+  cmd->add_option("--chunk-bytes", options->chunk_bytes,
+                  "gRPC stream message size, 4 KiB to 64 MiB (default: the client's, 2 MiB)");
   cmd->add_option("--iterations", options->iterations,
                   "Rounds per figure (the median is kept; memcpy and TCP keep the best)")
       ->capture_default_str();
