@@ -1,5 +1,8 @@
-// Schemas of the reductions (opset 17 forms): ReduceSum takes `axes` as an optional input with
-// noop_with_empty_axes; every other Reduce* takes `axes` as an attribute. ArgMax and ArgMin.
+// Schemas of the reductions: ReduceSum takes `axes` as an optional input with
+// noop_with_empty_axes (opset 13); every other Reduce* takes `axes` either as an attribute (up to
+// opset 17; the importer also moves a constant opset-18 axes input here, where the compiler's
+// passes read it) or as an optional input with noop_with_empty_axes (opset 18), never both.
+// ArgMax and ArgMin.
 #include <set>
 
 #include "core/op_registry.h"
@@ -28,10 +31,11 @@ Status infer_reduce(InferenceContext& ctx, bool axes_from_input) {
   const int64_t rank = static_cast<int64_t>(in.size());
   TD_ASSIGN_OR_RETURN(int64_t keepdims, ctx.attr_int("keepdims", 1));
   std::vector<int64_t> axes;
-  bool noop = false;
-  if (axes_from_input) {
-    TD_ASSIGN_OR_RETURN(int64_t noop_attr, ctx.attr_int("noop_with_empty_axes", 0));
-    noop = noop_attr != 0;
+  TD_ASSIGN_OR_RETURN(int64_t noop_attr, ctx.attr_int("noop_with_empty_axes", 0));
+  bool noop = noop_attr != 0;
+  if (ctx.has_input(1) && ctx.has_attr("axes"))
+    return ctx.error("axes is given both as an attribute and as input 1; give one");
+  if (axes_from_input || ctx.has_input(1)) {
     if (ctx.has_input(1)) {
       if (ctx.input_dtype(1) != DType::kInt64)
         return ctx.error("axes must be int64, got {}", dtype_name(ctx.input_dtype(1)));
@@ -60,6 +64,7 @@ Status infer_reduce(InferenceContext& ctx, bool axes_from_input) {
   } else {
     TD_ASSIGN_OR_RETURN(axes, ctx.attr_ints("axes"));
   }
+  noop = noop && axes.empty();
   std::vector<bool> reduce(in.size(), axes.empty() && !noop);
   std::set<int64_t> seen;
   for (int64_t a : axes) {
@@ -104,10 +109,11 @@ void register_reduction_ops(OpRegistry& r) {
     OpSchema s;
     s.name = name;
     s.min_inputs = 1;
-    s.max_inputs = 1;
-    s.attributes = {"axes", "keepdims"};
+    s.max_inputs = 2;
+    s.attributes = {"axes", "keepdims", "noop_with_empty_axes"};
     s.infer = [](InferenceContext& ctx) { return infer_reduce(ctx, /*axes_from_input=*/false); };
-    s.doc = "Reduces over the axes attribute (all axes when absent).";
+    s.doc = "Reduces over the axes attribute or input (all axes when absent, none with "
+            "noop_with_empty_axes).";
     r.add(std::move(s));
   }
   {
