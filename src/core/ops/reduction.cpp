@@ -4,6 +4,7 @@
 // passes read it) or as an optional input with noop_with_empty_axes (opset 18), never both.
 // ArgMax and ArgMin.
 #include <set>
+#include <string>
 
 #include "core/op_registry.h"
 #include "core/ops/all_ops.h"
@@ -24,9 +25,12 @@ Shape reduced_shape(const Shape& in, const std::vector<bool>& reduce, bool keepd
 }
 
 // Shared by every Reduce*: `axes_from_input` selects ReduceSum's opset-13 form.
-Status infer_reduce(InferenceContext& ctx, bool axes_from_input) {
+// `allow_bool`: ReduceMax and ReduceMin take bool data since opset 20 (any / all).
+Status infer_reduce(InferenceContext& ctx, bool axes_from_input, bool allow_bool = false) {
   const DType dtype = ctx.input_dtype(0);
-  if (!dtype_is_numeric(dtype)) return ctx.error("data must be numeric, got {}", dtype_name(dtype));
+  if (!dtype_is_numeric(dtype) && !(allow_bool && dtype == DType::kBool))
+    return ctx.error("data must be numeric{}, got {}", allow_bool ? " or bool" : "",
+                     dtype_name(dtype));
   const Shape& in = ctx.input_shape(0);
   const int64_t rank = static_cast<int64_t>(in.size());
   TD_ASSIGN_OR_RETURN(int64_t keepdims, ctx.attr_int("keepdims", 1));
@@ -111,7 +115,10 @@ void register_reduction_ops(OpRegistry& r) {
     s.min_inputs = 1;
     s.max_inputs = 2;
     s.attributes = {"axes", "keepdims", "noop_with_empty_axes"};
-    s.infer = [](InferenceContext& ctx) { return infer_reduce(ctx, /*axes_from_input=*/false); };
+    const bool allow_bool = std::string(name) == "ReduceMax" || std::string(name) == "ReduceMin";
+    s.infer = [allow_bool](InferenceContext& ctx) {
+      return infer_reduce(ctx, /*axes_from_input=*/false, allow_bool);
+    };
     s.doc = "Reduces over the axes attribute or input (all axes when absent, none with "
             "noop_with_empty_axes).";
     r.add(std::move(s));

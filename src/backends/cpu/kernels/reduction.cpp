@@ -216,6 +216,19 @@ Status reduce_kernel(KernelContext& ctx, Reduce op, bool axes_from_input) {
     return ctx.make_error(StatusCode::kInternal,
                           fmt::format("output {} does not match the reduction of {}",
                                       shape_to_string(out.shape), shape_to_string(in.shape)));
+  if (in.dtype == DType::kBool) {  // ReduceMax / ReduceMin (opset 20): any / all
+    if (op != Reduce::kMax && op != Reduce::kMin)
+      return ctx.error("bool data can only be reduced by ReduceMax and ReduceMin");
+    const bool* src = in.as<bool>();
+    bool* dst = out.as<bool>();
+    for (size_t o = 0; o < outer.size(); ++o) {
+      bool acc = op == Reduce::kMin;
+      for (size_t j = 0; j < inner.size(); ++j)
+        acc = op == Reduce::kMax ? (acc || src[outer[o] + inner[j]]) : (acc && src[outer[o] + inner[j]]);
+      dst[o] = acc;
+    }
+    return OkStatus();
+  }
   return dispatch_numeric(in.dtype, [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
     const T* src = in.as<T>();
