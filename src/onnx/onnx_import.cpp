@@ -374,12 +374,23 @@ struct Importer {
       if (n.attrs.count("axes"))
         return err(fmt::format("{}: opset-{} {} takes axes as input 1, not as an attribute",
                                n.label(), opset, op));
-      if (n.inputs.size() > 1) {
-        const HostTensor* v = known_value(g, n.inputs[1]);
-        if (v && v->dtype() == DType::kInt64 && v->shape().size() == 1) {
+      // A constant (or absent) axes input becomes the attribute; empty axes mean every axis,
+      // or with noop_with_empty_axes none, which is an Identity (so no pass that reads the
+      // attribute form mistakes it for a full reduction).
+      const bool absent = n.inputs.size() < 2 || n.inputs[1].empty();
+      const HostTensor* v = absent ? nullptr : known_value(g, n.inputs[1]);
+      if (absent || (v && v->dtype() == DType::kInt64 && v->shape().size() == 1)) {
+        TD_ASSIGN_OR_RETURN(const int64_t noop, attrs.attr_int("noop_with_empty_axes", 0));
+        n.inputs.resize(1);
+        n.attrs.erase("noop_with_empty_axes");
+        if (v && v->numel() > 0) {
           const auto* p = static_cast<const int64_t*>(v->data());
           n.attrs["axes"] = std::vector<int64_t>(p, p + v->numel());
-          n.inputs.resize(1);
+        } else if (noop != 0) {
+          if (n.inputs.empty() || n.inputs[0].empty())
+            return err(fmt::format("{} needs an input", n.label()));
+          n.op = "Identity";
+          n.attrs.clear();
         }
       }
     } else if (op == "GroupNormalization" && opset < 21) {

@@ -7,7 +7,9 @@
    generate_opset18_tests.py from the upstream case generators (expected outputs computed from
    the operator specification's NumPy code) and run with `tensord onnx-test` on every cpu
    device; every one must pass.
-2. Models built here that the specification calls invalid (axes out of range or repeated,
+2. Valid forms the upstream cases leave out (empty axes with noop_with_empty_axes, axes as a
+   runtime input or a Constant node), checked against NumPy.
+3. Models built here that the specification calls invalid (axes out of range or repeated,
    indices out of range, absurd sizes, groups that do not divide the channels, float8 data, an
    opset past 21): each must fail with an error naming the problem, never crash.
 
@@ -52,6 +54,34 @@ def save(root, name, nodes, inputs, outputs, opset=18, initializers=(), out_type
         for i, (k, v) in enumerate(pairs):
             with open(os.path.join(d, "test_data_set_0", f"{prefix}_{i}.pb"), "wb") as f:
                 f.write(numpy_helper.from_array(v, k).SerializeToString())
+
+
+def build_good(root):
+    """Valid forms the upstream cases leave out, with NumPy's results."""
+    names = []
+    x = np.random.default_rng(3).standard_normal((2, 3, 4)).astype(np.float32)
+    node = helper.make_node
+
+    def case(name, nodes, inputs, out, initializers=(), opset=18):
+        save(root, name, nodes, inputs, [("y", out)], opset=opset, initializers=initializers)
+        names.append(name)
+
+    empty = ("axes", np.zeros(0, np.int64))
+    case("test_reduce_mean_empty_axes_noop", [node("ReduceMean", ["x", "axes"], ["y"],
+                                                   noop_with_empty_axes=1)], [("x", x)], x, [empty])
+    case("test_reduce_mean_empty_axes_all", [node("ReduceMean", ["x", "axes"], ["y"], keepdims=0)],
+         [("x", x)], np.array(x.mean(), np.float32), [empty])
+    case("test_reduce_l1_no_axes_noop", [node("ReduceL1", ["x"], ["y"], noop_with_empty_axes=1)],
+         [("x", x)], x)
+    case("test_reduce_l1_runtime_axes", [node("ReduceL1", ["x", "axes"], ["y"], keepdims=0)],
+         [("x", x), ("axes", np.array([0, -1], np.int64))], np.abs(x).sum(axis=(0, 2)))
+    c = helper.make_node("Constant", [], ["axes"],
+                         value=numpy_helper.from_array(np.array([1], np.int64)))
+    case("test_reduce_max_axes_from_constant_node",
+         [c, node("ReduceMax", ["x", "axes"], ["y"])], [("x", x)], x.max(axis=1, keepdims=True))
+    case("test_split_num_outputs_uneven_axis1",
+         [node("Split", ["x"], ["y"], axis=2, num_outputs=1)], [("x", x)], x)
+    return names
 
 
 def build_bad(root):
@@ -206,6 +236,9 @@ def main():
         bad_root = os.path.join(tmp, "bad")
         os.makedirs(bad_root)
         cases = build_bad(bad_root)
+        good_root = os.path.join(tmp, "good")
+        os.makedirs(good_root)
+        good = build_good(good_root)
         for device in cpu_devices(exe, env):
             results = run_suite(exe, upstream, device, env)
             passed = sorted(n for n, (s, _) in results.items() if s == "passed")
@@ -214,6 +247,13 @@ def main():
                     problems.append(f"[{device}] {name}: {status}: {reason}")
             print(f"[{device}] upstream opset 18-21 node tests: {len(passed)} of {len(results)} "
                   "passed")
+            results = run_suite(exe, good_root, device, env)
+            for name in good:
+                status, reason = results.get(name, ("missing", "not run"))
+                if status != "passed":
+                    problems.append(f"[{device}] {name}: {status}: {reason}")
+            print(f"[{device}] other valid opset-18 forms: "
+                  f"{sum(s == 'passed' for s, _ in results.values())} of {len(good)} passed")
             results = run_suite(exe, bad_root, device, env)
             for name, refusal in sorted(cases.items()):
                 status, reason = results.get(name, ("missing", "not run"))
