@@ -401,20 +401,19 @@ struct Importer {
       if (n.attrs.count("axis"))
         return err(fmt::format("{}: opset-{} DFT takes axis as input 2, not as an attribute",
                                n.label(), opset));
+      // A constant axis becomes the attribute; one computed at run time stays input 2.
       int64_t axis = -2;
-      if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
-        const HostTensor* v = known_value(g, n.inputs[2]);
-        if (!v || v->numel() != 1 ||
-            (v->dtype() != DType::kInt64 && v->dtype() != DType::kInt32))
-          return Status(StatusCode::kUnimplemented,
-                        fmt::format("{}: {}: DFT's axis input '{}' must be a constant int32/int64 "
-                                    "scalar", what, n.label(), n.inputs[2]));
-        axis = v->dtype() == DType::kInt64 ? *static_cast<const int64_t*>(v->data())
-                                           : *static_cast<const int32_t*>(v->data());
+      const bool given = n.inputs.size() > 2 && !n.inputs[2].empty();
+      const HostTensor* v = given ? known_value(g, n.inputs[2]) : nullptr;
+      if (!given || (v && v->numel() == 1 &&
+                     (v->dtype() == DType::kInt64 || v->dtype() == DType::kInt32))) {
+        if (v)
+          axis = v->dtype() == DType::kInt64 ? *static_cast<const int64_t*>(v->data())
+                                             : *static_cast<const int32_t*>(v->data());
+        n.inputs.resize(std::min<size_t>(n.inputs.size(), 2));
+        while (!n.inputs.empty() && n.inputs.back().empty()) n.inputs.pop_back();
+        n.attrs["axis"] = axis;
       }
-      n.inputs.resize(std::min<size_t>(n.inputs.size(), 2));
-      while (!n.inputs.empty() && n.inputs.back().empty()) n.inputs.pop_back();
-      n.attrs["axis"] = axis;
     }
     // `saturate` (Cast, CastLike, QuantizeLinear; opset 19) only affects float8 targets, which
     // the engine refuses; its default is dropped, any other value left for the schema to refuse.

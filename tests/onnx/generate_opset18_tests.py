@@ -3,7 +3,8 @@ generator predates) in the ONNX backend-test layout, from the ONNX project's own
 generators.
 
 tests/onnx/upstream_cases/ holds copies of onnx/backend/test/case/node/<op>.py from the ONNX
-repository (Apache-2.0, unchanged) for the ops of the opsets 18-21 the importer handles, and
+repository (Apache-2.0, unchanged) for the ops of the opsets 18-21 the importer handles (and DFT, GridSample and Mish, whose
+opset-20 forms changed), and
 onnx/reference/ops/op_resize.py and op_affine_grid.py (the references resize.py and
 affinegrid.py use). Each case computes its
 expected outputs with NumPy code written from the operator specification; this script runs them
@@ -42,6 +43,7 @@ CASE_FILES = [
     "reduce_log_sum", "reduce_log_sum_exp", "reducesumsquare", "split", "pad", "resize",
     "groupnormalization", "col2im", "gelu", "bitwiseand", "bitwisenot", "bitwiseor",
     "bitwisexor", "scatternd", "scatterelements", "deformconv", "affinegrid", "center_crop_pad",
+    "dft", "gridsample", "mish",
 ]
 
 OUT = None
