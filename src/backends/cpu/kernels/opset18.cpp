@@ -207,7 +207,10 @@ Status affine_grid_kernel(KernelContext& ctx) {
   TD_ASSIGN_OR_RETURN(MutableTensorView y, ctx.output(0));
   const bool three = size.size() == 5;
   const int64_t dims = three ? 3 : 2;
-  if (theta.shape.size() != 3 || theta.shape[1] != dims || theta.shape[2] != dims + 1)
+  if (size.size() != 4 && size.size() != 5)
+    return ctx.error("size must have 4 or 5 values, got {}", size);
+  if (theta.shape.size() != 3 || theta.shape[0] != size[0] || theta.shape[1] != dims ||
+      theta.shape[2] != dims + 1)
     return ctx.error("theta {} does not match size {}", shape_to_string(theta.shape), size);
   const std::vector<double> t = doubles_of(theta);
   // Spatial sizes, outermost first (D,) H, W; the grid's last dim lists x (W), y (H) (, z (D)).
@@ -248,7 +251,8 @@ Status affine_grid_kernel(KernelContext& ctx) {
 // X[c] at (h, w) bilinearly, zero outside (GridSample's zeros padding with align_corners, as
 // the ONNX reference samples it).
 double bilinear(const double* plane, int64_t ih, int64_t iw, double h, double w) {
-  if (h <= -1 || h >= static_cast<double>(ih) || w <= -1 || w >= static_cast<double>(iw)) return 0;
+  // NaN offsets sample nothing (and never reach the integer casts below).
+  if (!(h > -1 && h < static_cast<double>(ih) && w > -1 && w < static_cast<double>(iw))) return 0;
   const double h0 = std::floor(h), w0 = std::floor(w);
   const double lh = h - h0, lw = w - w0;
   const int64_t y0 = static_cast<int64_t>(h0), x0 = static_cast<int64_t>(w0);
@@ -276,7 +280,9 @@ Status deform_conv_kernel(KernelContext& ctx) {
   const int64_t oc = wv.shape[0], icg = wv.shape[1], kh = wv.shape[2], kw = wv.shape[3];
   const int64_t oh = y.shape[2], ow = y.shape[3];
   if (group < 1 || offset_group < 1 || icg * group != ic || oc % group != 0 ||
-      ic % offset_group != 0 || ov.shape[1] != offset_group * 2 * kh * kw)
+      ic % offset_group != 0 || ov.shape.size() != 4 || ov.shape[0] != n ||
+      ov.shape[1] != offset_group * 2 * kh * kw || ov.shape[2] != oh || ov.shape[3] != ow ||
+      y.shape[0] != n || y.shape[1] != oc)
     return ctx.error("X {}, W {} and offset {} do not agree with group {} and offset_group {}",
                      shape_to_string(xv.shape), shape_to_string(wv.shape),
                      shape_to_string(ov.shape), group, offset_group);
@@ -284,6 +290,12 @@ Status deform_conv_kernel(KernelContext& ctx) {
   std::vector<double> bias, mask;
   if (ctx.has_input(3)) bias = doubles_of(ctx.input(3));
   if (ctx.has_input(4)) mask = doubles_of(ctx.input(4));
+  if (!bias.empty() && static_cast<int64_t>(bias.size()) != oc)
+    return ctx.error("B has {} values for {} output channels", bias.size(), oc);
+  if (ctx.has_input(4) && (ctx.input(4).shape.size() != 4 ||
+                           ctx.input(4).numel() != n * offset_group * kh * kw * oh * ow))
+    return ctx.error("mask {} must be [{}, {}, {}, {}]", shape_to_string(ctx.input(4).shape), n,
+                     offset_group * kh * kw, oh, ow);
   const int64_t ocg = oc / group, icog = ic / offset_group, kk = kh * kw, plane = oh * ow;
   std::vector<double> out(static_cast<size_t>(n * oc * plane), 0.0);
   for (int64_t b = 0; b < n; ++b) {
