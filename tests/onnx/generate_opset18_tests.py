@@ -3,12 +3,11 @@ generator predates) in the ONNX backend-test layout, from the ONNX project's own
 generators.
 
 tests/onnx/upstream_cases/ holds copies of onnx/backend/test/case/node/<op>.py from the ONNX
-repository (Apache-2.0, unchanged) for the ops of the opsets 18-21 the importer handles (and DFT, GridSample and Mish, whose
-opset-20 forms changed), and
-onnx/reference/ops/op_resize.py and op_affine_grid.py (the references resize.py and
-affinegrid.py use). Each case computes its
-expected outputs with NumPy code written from the operator specification; this script runs them
-under python3-onnx 1.12 with a small shim (`expect` writes the folder; `Base`, the newer
+repository (Apache-2.0, unchanged) for the ops of the opsets 18-21 the importer handles (and
+DFT, GridSample, Mish and the pools, whose opset 19-20 forms changed), and
+onnx/reference/ops/op_resize.py, op_affine_grid.py and op_pool_common.py (the references the
+cases use). Each case computes its expected outputs with NumPy code written from the operator
+specification; this script runs them under python3-onnx 1.12 with a small shim (`expect` writes the folder; `Base`, the newer
 `numpy_helper.create_random_int`, and the reference's OpRun are stubbed), so the outputs are the
 ones the ONNX repository's own node tests hold. Models import the opset the case names, else 21
 (the newest the importer accepts), as upstream imports its newest. `*_expanded` function-body
@@ -43,7 +42,7 @@ CASE_FILES = [
     "reduce_log_sum", "reduce_log_sum_exp", "reducesumsquare", "split", "pad", "resize",
     "groupnormalization", "col2im", "gelu", "bitwiseand", "bitwisenot", "bitwiseor",
     "bitwisexor", "scatternd", "scatterelements", "deformconv", "affinegrid", "center_crop_pad",
-    "dft", "gridsample", "mish",
+    "dft", "gridsample", "mish", "averagepool", "lppool", "maxpool",
 ]
 
 OUT = None
@@ -111,7 +110,7 @@ def install_shims():
     for name in ("onnx.reference", "onnx.reference.ops"):
         sys.modules.setdefault(name, types.ModuleType(name))
     sys.modules["onnx.reference.op_run"] = op_run
-    for ref in ("op_resize", "op_affine_grid"):
+    for ref in ("op_resize", "op_affine_grid", "op_pool_common"):
         spec = importlib.util.spec_from_file_location(f"onnx.reference.ops.{ref}",
                                                       os.path.join(CASES, ref + ".py"))
         mod = importlib.util.module_from_spec(spec)
