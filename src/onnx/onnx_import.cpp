@@ -416,10 +416,12 @@ struct Importer {
       }
     }
     // `saturate` (Cast, CastLike, QuantizeLinear; opset 19) only affects float8 targets, which
-    // the engine refuses; its default is dropped, any other value left for the schema to refuse.
+    // the engine refuses by name: with any other target it changes nothing.
     if ((op == "Cast" || op == "CastLike" || op == "QuantizeLinear") && opset >= 19) {
       TD_ASSIGN_OR_RETURN(const int64_t sat, attrs.attr_int("saturate", 1));
-      if (sat == 1) n.attrs.erase("saturate");
+      if (sat != 0 && sat != 1)
+        return err(fmt::format("{}: saturate must be 0 or 1, got {}", n.label(), sat));
+      n.attrs.erase("saturate");
     }
     // Opset 21's blocked quantization and output_dtype: the defaults (none) are the old op.
     if ((op == "QuantizeLinear" || op == "DequantizeLinear") && opset >= 21) {
