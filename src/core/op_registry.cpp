@@ -50,6 +50,7 @@ const OpRegistry& OpRegistry::global() {
     register_math_ops(*r);
     register_control_ops(*r);
     register_loss_ops(*r);
+    register_opset18_ops(*r);
     return r;
   }();
   return *registry;

@@ -29,12 +29,17 @@ std::string open_error() {
   return e ? std::string(": ") + std::strerror(e) : std::string();
 }
 
+// Opsets 18 to 21 are read too: their new inputs and attributes are in the schemas (Reduce*
+// `axes` input, Split `num_outputs`, Pad `axes` and `wrap`, Resize `antialias`/
+// `keep_aspect_ratio_policy`/`axes`, ScatterND/ScatterElements `max`/`min`, the new ops), and
+// the few whose meaning changed are normalised below (GroupNormalization-18's per-group scale,
+// DFT-20's `axis` input). Types the engine has no kernels for (float8, int4) are refused by name.
 // Older opsets are accepted too: ops whose form changed are normalised below (the legacy
 // broadcasting of opsets < 7, with `axis`, and PRelu's per-channel slope become NumPy
 // broadcasting through an Unsqueeze once the input ranks are known), and legacy attributes
 // nobody normalises are reported as unknown.
 constexpr int64_t kMinOpset = 1;
-constexpr int64_t kMaxOpset = 17;
+constexpr int64_t kMaxOpset = 21;
 
 Result<std::string> read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -43,6 +48,22 @@ Result<std::string> read_file(const std::string& path) {
   ss << f.rdbuf();
   if (f.bad()) return errors::DataLoss("error reading '{}'", path);
   return ss.str();
+}
+
+// An ONNX element type the engine has no kernels for, named for the error message.
+std::string unsupported_type_name(int32_t t) {
+  switch (t) {
+    case 14: return "complex64 (14)";
+    case 15: return "complex128 (15)";
+    case 17: return "float8e4m3fn (17, opset 19)";
+    case 18: return "float8e4m3fnuz (18, opset 19)";
+    case 19: return "float8e5m2 (19, opset 19)";
+    case 20: return "float8e5m2fnuz (20, opset 19)";
+    case 21: return "uint4 (21, opset 21)";
+    case 22: return "int4 (22, opset 21)";
+    case 23: return "float4e2m1 (23, opset 23)";
+    default: return std::to_string(t);
+  }
 }
 
 template <typename Msg>
@@ -137,7 +158,10 @@ struct Importer {
       return Status(StatusCode::kUnimplemented,
                     what + ": tensor '" + t.name() + "' is a string tensor (out of scope)");
     if (!dtype_is_valid(t.data_type()))
-      return err(fmt::format("tensor '{}' has unsupported data type {}", t.name(), t.data_type()));
+      return Status(t.data_type() >= 14 && t.data_type() <= 23 ? StatusCode::kUnimplemented
+                                                                 : StatusCode::kInvalidArgument,
+                    fmt::format("{}: tensor '{}' has data type {}, which tensord does not support",
+                                what, t.name(), unsupported_type_name(t.data_type())));
     const DType dtype = static_cast<DType>(t.data_type());
     TD_ASSIGN_OR_RETURN(Shape shape, dims_of(t));
     auto size = checked_byte_size(dtype, shape);
@@ -229,7 +253,10 @@ struct Importer {
                     what + ": value '" + v.name() + "' is a string tensor (out of scope)");
     if (tt.elem_type() != 0) {
       if (!dtype_is_valid(tt.elem_type()))
-        return err(fmt::format("value '{}' has unsupported element type {}", v.name(), tt.elem_type()));
+        return Status(tt.elem_type() >= 14 && tt.elem_type() <= 23 ? StatusCode::kUnimplemented
+                                                                   : StatusCode::kInvalidArgument,
+                      fmt::format("{}: value '{}' has element type {}, which tensord does not "
+                                  "support", what, v.name(), unsupported_type_name(tt.elem_type())));
       out.dtype = static_cast<DType>(tt.elem_type());
     }
     if (tt.has_shape()) {
@@ -314,6 +341,98 @@ struct Importer {
     if (n.inputs.size() <= pos) n.inputs.resize(pos + 1);
     n.inputs[pos] = name;
     while (!n.inputs.empty() && n.inputs.back().empty()) n.inputs.pop_back();
+  }
+
+  // The value of `name` when the file gives it as a constant: an initializer, or the `value` of
+  // a Constant node read before; nullptr otherwise.
+  static const HostTensor* known_value(const Graph& g, const std::string& name) {
+    if (name.empty()) return nullptr;
+    auto it = g.initializers.find(name);
+    if (it != g.initializers.end()) return &it->second;
+    for (auto n = g.nodes.rbegin(); n != g.nodes.rend(); ++n) {
+      if (n->op != "Constant" || !n->domain.empty() || n->outputs.size() != 1 ||
+          n->outputs[0] != name)
+        continue;
+      auto a = n->attrs.find("value");
+      return a == n->attrs.end() ? nullptr : a->second.get_if<HostTensor>();
+    }
+    return nullptr;
+  }
+
+  static bool is_attr_axes_reduce(const std::string& op) {
+    return op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceProd" ||
+           op == "ReduceL1" || op == "ReduceL2" || op == "ReduceLogSum" ||
+           op == "ReduceLogSumExp" || op == "ReduceSumSquare";
+  }
+
+  // Opset 18-21 forms: a constant axes input of a Reduce* becomes the attribute the compiler's
+  // passes read; a changed meaning becomes the engine's form.
+  Status normalize_new(Graph& g, Node& n) {
+    const std::string& op = n.op;
+    const NodeAttrs attrs(n);
+    if (is_attr_axes_reduce(op) && opset >= 18) {
+      if (n.attrs.count("axes"))
+        return err(fmt::format("{}: opset-{} {} takes axes as input 1, not as an attribute",
+                               n.label(), opset, op));
+      // A constant (or absent) axes input becomes the attribute; empty axes mean every axis,
+      // or with noop_with_empty_axes none, which is an Identity (so no pass that reads the
+      // attribute form mistakes it for a full reduction).
+      const bool absent = n.inputs.size() < 2 || n.inputs[1].empty();
+      const HostTensor* v = absent ? nullptr : known_value(g, n.inputs[1]);
+      if (absent || (v && v->dtype() == DType::kInt64 && v->shape().size() == 1)) {
+        TD_ASSIGN_OR_RETURN(const int64_t noop, attrs.attr_int("noop_with_empty_axes", 0));
+        n.inputs.resize(1);
+        n.attrs.erase("noop_with_empty_axes");
+        if (v && v->numel() > 0) {
+          const auto* p = static_cast<const int64_t*>(v->data());
+          n.attrs["axes"] = std::vector<int64_t>(p, p + v->numel());
+        } else if (noop != 0) {
+          if (n.inputs.empty() || n.inputs[0].empty())
+            return err(fmt::format("{} needs an input", n.label()));
+          n.op = "Identity";
+          n.attrs.clear();
+        }
+      }
+    } else if (op == "GroupNormalization" && opset < 21) {
+      // GroupNormalization-18: scale and bias have one value per group, not per channel.
+      n.attrs["per_group_affine"] = int64_t{1};
+    } else if (op == "DFT" && opset >= 20) {
+      // DFT-20: `axis` is input 2 (default -2), no longer an attribute.
+      if (n.attrs.count("axis"))
+        return err(fmt::format("{}: opset-{} DFT takes axis as input 2, not as an attribute",
+                               n.label(), opset));
+      // A constant axis becomes the attribute; one computed at run time stays input 2.
+      int64_t axis = -2;
+      const bool given = n.inputs.size() > 2 && !n.inputs[2].empty();
+      const HostTensor* v = given ? known_value(g, n.inputs[2]) : nullptr;
+      if (!given || (v && v->numel() == 1 &&
+                     (v->dtype() == DType::kInt64 || v->dtype() == DType::kInt32))) {
+        if (v)
+          axis = v->dtype() == DType::kInt64 ? *static_cast<const int64_t*>(v->data())
+                                             : *static_cast<const int32_t*>(v->data());
+        n.inputs.resize(std::min<size_t>(n.inputs.size(), 2));
+        while (!n.inputs.empty() && n.inputs.back().empty()) n.inputs.pop_back();
+        n.attrs["axis"] = axis;
+      }
+    }
+    // `saturate` (Cast, CastLike, QuantizeLinear; opset 19) only affects float8 targets, which
+    // the engine refuses by name: with any other target it changes nothing.
+    if ((op == "Cast" || op == "CastLike" || op == "QuantizeLinear") && opset >= 19) {
+      TD_ASSIGN_OR_RETURN(const int64_t sat, attrs.attr_int("saturate", 1));
+      if (sat != 0 && sat != 1)
+        return err(fmt::format("{}: saturate must be 0 or 1, got {}", n.label(), sat));
+      n.attrs.erase("saturate");
+    }
+    // Opset 21's blocked quantization and output_dtype: the defaults (none) are the old op.
+    if ((op == "QuantizeLinear" || op == "DequantizeLinear") && opset >= 21) {
+      TD_ASSIGN_OR_RETURN(const int64_t block, attrs.attr_int("block_size", 0));
+      if (block == 0) n.attrs.erase("block_size");
+      if (op == "QuantizeLinear") {
+        TD_ASSIGN_OR_RETURN(const int64_t odt, attrs.attr_int("output_dtype", 0));
+        if (odt == 0) n.attrs.erase("output_dtype");
+      }
+    }
+    return OkStatus();
   }
 
   // Rewrites `n` (declared under `opset`) into its opset-17 form; may append helper nodes.
@@ -605,6 +724,7 @@ struct Importer {
       }
       std::vector<Node> extra;
       TD_RETURN_IF_ERROR(normalize(g, n, extra));
+      TD_RETURN_IF_ERROR(normalize_new(g, n));
       g.nodes.push_back(std::move(n));
       for (auto& e : extra) g.nodes.push_back(std::move(e));
     }

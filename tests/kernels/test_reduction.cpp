@@ -185,10 +185,13 @@ TEST(ReduceAttributeForm, BadInputs) {
                     {"ReduceMean", "axis 3", "rank 2", "[3]"}));
   EXPECT_TRUE(fails(run_op("ReduceMax", {F32({1, 2}, {1, 2})}, axes({0, -2})),
                     {"ReduceMax", "axis -2 is repeated", "[0, -2]"}));
-  EXPECT_TRUE(fails(run_op("ReduceMin", {F32({1, 2}, {1, 2}), I64({0}, {1})}),
-                    {"ReduceMin", "expects 1 inputs, got 2"}));
-  EXPECT_TRUE(fails(run_op("ReduceProd", {F32({1}, {1})}, {{"noop_with_empty_axes", 1}}),
-                    {"ReduceProd", "unknown attribute 'noop_with_empty_axes'"}));
+  // Opset 18: axes may be input 1 instead, never both.
+  EXPECT_TRUE(fails(run_op("ReduceMin", {F32({1, 2}, {1, 2}), I64({0}, {1})}, axes({1})),
+                    {"ReduceMin", "both as an attribute and as input 1"}));
+  EXPECT_TRUE(fails(run_op("ReduceMin", {F32({1, 2}, {1, 2}), I64({2}, {1})}),
+                    {"ReduceMin", "axis 2", "rank 2"}));
+  EXPECT_TRUE(fails(run_op("ReduceProd", {F32({1}, {1}), I32({0}, {1})}),
+                    {"ReduceProd", "axes must be int64"}));
   EXPECT_TRUE(fails(run_op("ReduceL2", {F32({1}, {1})}, {{"axes", 1.5f}}),
                     {"ReduceL2", "'axes' must be ints"}));
 }

@@ -271,8 +271,13 @@ TEST(ShapeSplit, BadSplits) {
                     {"Split", "[2, 2]", "sums to 4", "size 5"}));
   EXPECT_TRUE(fails(run_op("Split", {F32(iota_f(5), {5}), I64({2, 3}, {2})}, {}, 3),
                     {"Split", "2 entries", "3 outputs"}));
-  EXPECT_TRUE(fails(run_op("Split", {F32(iota_f(4), {4})}, {{"num_outputs", 2}}, 2),
-                    {"Split", "unknown attribute 'num_outputs'"}));
+  // num_outputs (opset 18) must match the outputs, and not come with a split input.
+  EXPECT_TRUE(fails(run_op("Split", {F32(iota_f(4), {4})}, {{"num_outputs", 3}}, 2),
+                    {"Split", "num_outputs is 3", "2 outputs"}));
+  EXPECT_TRUE(fails(run_op("Split", {F32(iota_f(4), {4}), I64({2, 2}, {2})}, {{"num_outputs", 2}}, 2),
+                    {"Split", "either the split input or num_outputs"}));
+  EXPECT_TRUE(fails(run_op("Split", {F32(iota_f(2), {2})}, {{"num_outputs", 4}}, 4),
+                    {"Split", "num_outputs is too large"}));
 }
 
 // ---------------- Slice ----------------
@@ -440,8 +445,8 @@ TEST(ShapeScatterElements, Axis1NegativeIndicesAndReductions) {
 TEST(ShapeScatterElements, BadInputs) {
   HostTensor d = F32({1, 2, 3}, {3});
   EXPECT_TRUE(
-      fails(run_op("ScatterElements", {d, I64({0}, {1}), F32({1}, {1})}, {{"reduction", "max"}}),
-            {"ScatterElements", "'max'"}));
+      fails(run_op("ScatterElements", {d, I64({0}, {1}), F32({1}, {1})}, {{"reduction", "maximum"}}),
+            {"ScatterElements", "'maximum'"}));
   EXPECT_TRUE(fails(run_op("ScatterElements", {d, I64({3}, {1}), F32({1}, {1})}),
                     {"ScatterElements", "index 3", "size 3"}));
   EXPECT_TRUE(fails(run_op("ScatterElements", {d, I64({0, 1}, {2}), F32({1}, {1})}),
@@ -566,7 +571,9 @@ TEST(ShapePad, BadInputs) {
   HostTensor x = F32({1, 2, 3, 4}, {2, 2});
   EXPECT_TRUE(fails(run_op("Pad", {x, I64({1, 1}, {2})}), {"Pad", "2 entries", "expected 4"}));
   EXPECT_TRUE(
-      fails(run_op("Pad", {x, I64({0, 0, 0, 0}, {4})}, {{"mode", "wrap"}}), {"Pad", "'wrap'"}));
+      fails(run_op("Pad", {x, I64({0, 0, 0, 0}, {4})}, {{"mode", "circular"}}), {"Pad", "'circular'"}));
+  EXPECT_TRUE(fails(run_op("Pad", {x, I64({0, -2, 0, 1}, {4})}, {{"mode", "wrap"}}),
+                    {"Pad", "'wrap'", "no elements"}));
   EXPECT_TRUE(fails(run_op("Pad", {x, I64({-3, 0, 0, 0}, {4})}), {"Pad", "negative"}));
   EXPECT_TRUE(fails(run_op("Pad", {F32({}, {0}), I64({1, 1}, {2})}, {{"mode", "edge"}}),
                     {"Pad", "'edge'", "no elements"}));

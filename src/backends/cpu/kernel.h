@@ -127,5 +127,6 @@ void register_reference_quant_kernels(KernelRegistry& r);
 void register_reference_math_kernels(KernelRegistry& r);
 void register_reference_control_kernels(KernelRegistry& r);
 void register_reference_loss_kernels(KernelRegistry& r);
+void register_reference_opset18_kernels(KernelRegistry& r);  // Gelu, GroupNormalization, Col2Im ...
 
 }  // namespace tensord::cpu

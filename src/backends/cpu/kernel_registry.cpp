@@ -40,6 +40,7 @@ const KernelRegistry& KernelRegistry::global() {
     register_reference_math_kernels(*r);
     register_reference_control_kernels(*r);
     register_reference_loss_kernels(*r);
+    register_reference_opset18_kernels(*r);
     return r;
   }();
   return *registry;

@@ -17,5 +17,7 @@ void register_math_ops(OpRegistry& r);         // Einsum, Det, Unique, DFT, wind
 void register_control_ops(OpRegistry& r);      // If, Loop, Scan
 void register_loss_ops(OpRegistry& r);         // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss,
                                                // MeanVarianceNormalization
+void register_opset18_ops(OpRegistry& r);      // Gelu, GroupNormalization, Col2Im, CenterCropPad,
+                                               // AffineGrid, DeformConv (opsets 18-20)
 
 }  // namespace tensord

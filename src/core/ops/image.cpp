@@ -75,13 +75,17 @@ OpSchema resize_schema() {
   s.name = "Resize";
   s.min_inputs = 1;
   s.max_inputs = 4;
-  s.attributes = {"coordinate_transformation_mode",
+  s.attributes = {"antialias",
+                  "axes",
+                  "coordinate_transformation_mode",
                   "cubic_coeff_a",
                   "exclude_outside",
                   "extrapolation_value",
+                  "keep_aspect_ratio_policy",
                   "mode",
                   "nearest_mode"};
-  s.doc = "resizes every axis by scales or to sizes (nearest, linear or cubic interpolation)";
+  s.doc = "resizes every axis (or the axes given) by scales or to sizes (nearest, linear or "
+          "cubic interpolation, optionally antialiased)";
   s.infer = [](InferenceContext& ctx) -> Status {
     const DType dt = ctx.input_dtype(0);
     TD_ASSIGN_OR_RETURN(std::string mode,
@@ -89,7 +93,8 @@ OpSchema resize_schema() {
     TD_ASSIGN_OR_RETURN(std::string ctm,
                         one_of(ctx, "coordinate_transformation_mode", "half_pixel",
                                {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
-                                "tf_crop_and_resize", "tf_half_pixel_for_nn"}));
+                                "tf_crop_and_resize", "tf_half_pixel_for_nn",
+                                "half_pixel_symmetric"}));
     TD_RETURN_IF_ERROR(one_of(ctx, "nearest_mode", "round_prefer_floor",
                               {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"})
                            .status());
@@ -98,21 +103,45 @@ OpSchema resize_schema() {
     TD_RETURN_IF_ERROR(ctx.attr_float("extrapolation_value", 0.f).status());
     if (mode != "nearest" && !dtype_is_numeric(dt))
       return ctx.error("mode '{}' needs a numeric input, got {}", mode, dtype_name(dt));
+    TD_RETURN_IF_ERROR(check_flag(ctx, "antialias"));
+    TD_ASSIGN_OR_RETURN(int64_t antialias, ctx.attr_int("antialias", 0));
+    if (antialias && mode == "nearest")
+      return ctx.error("antialias is defined for the linear and cubic modes, not 'nearest'");
+    TD_ASSIGN_OR_RETURN(std::string policy,
+                        one_of(ctx, "keep_aspect_ratio_policy", "stretch",
+                               {"stretch", "not_larger", "not_smaller"}));
     const Shape& x = ctx.input_shape(0);
     const int64_t rank = static_cast<int64_t>(x.size());
+    // Opset 18 `axes`: roi, scales and sizes cover these axes only (the others keep their size).
+    std::vector<int64_t> axes;
+    if (ctx.has_attr("axes")) {
+      TD_ASSIGN_OR_RETURN(std::vector<int64_t> given, ctx.attr_ints("axes"));
+      std::vector<bool> seen(static_cast<size_t>(rank), false);
+      for (int64_t a : given) {
+        if (a < -rank || a >= rank)
+          return ctx.error("axes {}: axis {} is out of range for input rank {}", given, a, rank);
+        const int64_t k = a < 0 ? a + rank : a;
+        if (seen[static_cast<size_t>(k)]) return ctx.error("axes {} repeat axis {}", given, a);
+        seen[static_cast<size_t>(k)] = true;
+        axes.push_back(k);
+      }
+    } else {
+      for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
+    }
+    const int64_t naxes = static_cast<int64_t>(axes.size());
 
     auto check_1d = [&](int i, const char* what, int64_t len) -> Status {
       const Shape& sh = ctx.input_shape(i);
       if (sh.size() != 1 || dims_conflict(sh[0], len))
         return ctx.error(
-            "input {} ({}) must be 1-D with {} values (for input rank {}), got shape {}", i, what,
-            len, rank, shape_to_string(sh));
+            "input {} ({}) must be 1-D with {} values (for input rank {}, {} resized axes), got "
+            "shape {}", i, what, len, rank, naxes, shape_to_string(sh));
       return OkStatus();
     };
     const bool has_roi = given_non_empty(ctx, 1);
     if (has_roi) {
       TD_RETURN_IF_ERROR(check_float(ctx, 1, "roi"));
-      TD_RETURN_IF_ERROR(check_1d(1, "roi", 2 * rank));
+      TD_RETURN_IF_ERROR(check_1d(1, "roi", 2 * naxes));
     } else if (ctm == "tf_crop_and_resize") {
       return ctx.error("coordinate_transformation_mode tf_crop_and_resize needs the roi input");
     }
@@ -123,9 +152,13 @@ OpSchema resize_schema() {
     if (!has_scales && !has_sizes)
       return ctx.error("one of scales (input 2) and sizes (input 3) must be given");
     Shape out(x.size(), -1);
+    for (int64_t i = 0; i < rank; ++i)
+      if (std::find(axes.begin(), axes.end(), i) == axes.end()) out[static_cast<size_t>(i)] = x[static_cast<size_t>(i)];
+    if (has_scales && policy != "stretch")
+      return ctx.error("keep_aspect_ratio_policy '{}' applies to sizes, not scales", policy);
     if (has_scales) {
       TD_RETURN_IF_ERROR(check_float(ctx, 2, "scales"));
-      TD_RETURN_IF_ERROR(check_1d(2, "scales", rank));
+      TD_RETURN_IF_ERROR(check_1d(2, "scales", naxes));
       if (const TensorView* v = ctx.input_value(2)) {
         std::vector<double> scales(static_cast<size_t>(v->numel()));
         for (size_t i = 0; i < scales.size(); ++i)
@@ -134,11 +167,12 @@ OpSchema resize_schema() {
                           ? v->as<float>()[i]
                           : (v->dtype == DType::kFloat16 ? half_to_float(v->as<uint16_t>()[i])
                                                          : bfloat16_to_float(v->as<uint16_t>()[i]));
-        for (size_t i = 0; i < scales.size(); ++i) {
-          if (!(scales[i] > 0) || !std::isfinite(scales[i]))
+        for (size_t j = 0; j < scales.size(); ++j) {
+          const size_t i = static_cast<size_t>(axes[j]);
+          if (!(scales[j] > 0) || !std::isfinite(scales[j]))
             return ctx.error("scales must be > 0, got {}", scales);
           if (x[i] >= 0) {
-            const double o = std::floor(static_cast<double>(x[i]) * scales[i]);
+            const double o = std::floor(static_cast<double>(x[i]) * scales[j]);
             if (o > 4e18) return ctx.error("scales {} make axis {} too large", scales, i);
             out[i] = static_cast<int64_t>(o);
           }
@@ -148,12 +182,35 @@ OpSchema resize_schema() {
       if (ctx.input_dtype(3) != DType::kInt64)
         return ctx.error("input 3 (sizes) has dtype {}, expected int64",
                          dtype_name(ctx.input_dtype(3)));
-      TD_RETURN_IF_ERROR(check_1d(3, "sizes", rank));
+      TD_RETURN_IF_ERROR(check_1d(3, "sizes", naxes));
       TD_ASSIGN_OR_RETURN(auto sizes, ctx.input_ints(3));
       if (sizes) {
         for (int64_t v : *sizes)
           if (v < 0) return ctx.error("sizes must be >= 0, got {}", *sizes);
-        out = *sizes;
+        bool known = true;
+        for (int64_t a : axes) {
+          if (x[static_cast<size_t>(a)] == 0 && policy != "stretch")
+            return ctx.error("keep_aspect_ratio_policy '{}' cannot scale axis {} of size 0 (input "
+                             "{})", policy, a, shape_to_string(x));
+          known = known && x[static_cast<size_t>(a)] > 0;
+        }
+        if (policy == "stretch") {
+          for (size_t j = 0; j < axes.size(); ++j) out[static_cast<size_t>(axes[j])] = (*sizes)[j];
+        } else if (known) {
+          // not_larger / not_smaller: one scale for every resized axis, the smallest / largest
+          // of sizes / input; each size is then round_half_up(scale * input).
+          double scale = policy == "not_larger" ? 1e300 : 0;
+          for (size_t j = 0; j < axes.size(); ++j) {
+            const double r = static_cast<double>((*sizes)[j]) /
+                             static_cast<double>(x[static_cast<size_t>(axes[j])]);
+            scale = policy == "not_larger" ? std::min(scale, r) : std::max(scale, r);
+          }
+          for (int64_t a : axes) {
+            const double o = scale * static_cast<double>(x[static_cast<size_t>(a)]) + 0.5;
+            if (o > 4e18) return ctx.error("sizes {} make axis {} too large", *sizes, a);
+            out[static_cast<size_t>(a)] = static_cast<int64_t>(o);
+          }
+        }
       }
     }
     for (size_t i = 0; i < out.size(); ++i)

@@ -442,7 +442,7 @@ OpSchema dft_schema() {
   OpSchema s;
   s.name = "DFT";
   s.min_inputs = 1;
-  s.max_inputs = 2;
+  s.max_inputs = 3;  // input 2: the axis (opset 20), when not a constant the importer folded
   s.attributes = {"axis", "inverse", "onesided"};
   s.doc = "discrete Fourier transform along one axis; complex values as a last dim of 2";
   s.infer = [](InferenceContext& ctx) -> Status {
@@ -456,6 +456,19 @@ OpSchema dft_schema() {
       return ctx.error("input's last dim must be 1 (real) or 2 (complex), got shape {}",
                        shape_to_string(x));
     TD_ASSIGN_OR_RETURN(int64_t axis, ctx.attr_int("axis", 1));
+    if (ctx.has_input(2)) {
+      if (ctx.has_attr("axis")) return ctx.error("axis is given both as an attribute and as input 2");
+      TD_RETURN_IF_ERROR(expect_int(ctx, 2, "axis"));
+      TD_RETURN_IF_ERROR(expect_scalar(ctx, 2, "axis"));
+      TD_ASSIGN_OR_RETURN(std::optional<int64_t> a, scalar_int(ctx, 2));
+      if (!a) {
+        Shape out(x.size(), -1);
+        out.back() = 2;
+        ctx.set_output(0, ctx.input_dtype(0), std::move(out));
+        return OkStatus();
+      }
+      axis = *a;
+    }
     // Accepted range [-r, -2] U [0, r-2]: the last dim holds the real/imaginary parts.
     if (axis < -rank || axis > rank - 2 || axis == -1)
       return ctx.error(

@@ -61,6 +61,14 @@ inline Result<GemmParams> gemm_params(const NodeAttrs& a, const Shape& a_shape,
   return p;
 }
 
+// Col2Im (opset 18): checks image_shape, block_shape and the strides/dilations/pads
+// attributes and returns the number of block positions along each spatial axis. In opset18.cpp.
+Result<std::vector<int64_t>> col2im_blocks(const NodeAttrs& a, const std::vector<int64_t>& image,
+                                           const std::vector<int64_t>& block,
+                                           std::vector<int64_t>* strides,
+                                           std::vector<int64_t>* dilations,
+                                           std::vector<int64_t>* pads);
+
 }  // namespace nn
 
 namespace math {

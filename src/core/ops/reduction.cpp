@@ -1,6 +1,10 @@
-// Schemas of the reductions (opset 17 forms): ReduceSum takes `axes` as an optional input with
-// noop_with_empty_axes; every other Reduce* takes `axes` as an attribute. ArgMax and ArgMin.
+// Schemas of the reductions: ReduceSum takes `axes` as an optional input with
+// noop_with_empty_axes (opset 13); every other Reduce* takes `axes` either as an attribute (up to
+// opset 17; the importer also moves a constant opset-18 axes input here, where the compiler's
+// passes read it) or as an optional input with noop_with_empty_axes (opset 18), never both.
+// ArgMax and ArgMin.
 #include <set>
+#include <string>
 
 #include "core/op_registry.h"
 #include "core/ops/all_ops.h"
@@ -21,17 +25,21 @@ Shape reduced_shape(const Shape& in, const std::vector<bool>& reduce, bool keepd
 }
 
 // Shared by every Reduce*: `axes_from_input` selects ReduceSum's opset-13 form.
-Status infer_reduce(InferenceContext& ctx, bool axes_from_input) {
+// `allow_bool`: ReduceMax and ReduceMin take bool data since opset 20 (any / all).
+Status infer_reduce(InferenceContext& ctx, bool axes_from_input, bool allow_bool = false) {
   const DType dtype = ctx.input_dtype(0);
-  if (!dtype_is_numeric(dtype)) return ctx.error("data must be numeric, got {}", dtype_name(dtype));
+  if (!dtype_is_numeric(dtype) && !(allow_bool && dtype == DType::kBool))
+    return ctx.error("data must be numeric{}, got {}", allow_bool ? " or bool" : "",
+                     dtype_name(dtype));
   const Shape& in = ctx.input_shape(0);
   const int64_t rank = static_cast<int64_t>(in.size());
   TD_ASSIGN_OR_RETURN(int64_t keepdims, ctx.attr_int("keepdims", 1));
   std::vector<int64_t> axes;
-  bool noop = false;
-  if (axes_from_input) {
-    TD_ASSIGN_OR_RETURN(int64_t noop_attr, ctx.attr_int("noop_with_empty_axes", 0));
-    noop = noop_attr != 0;
+  TD_ASSIGN_OR_RETURN(int64_t noop_attr, ctx.attr_int("noop_with_empty_axes", 0));
+  bool noop = noop_attr != 0;
+  if (ctx.has_input(1) && ctx.has_attr("axes"))
+    return ctx.error("axes is given both as an attribute and as input 1; give one");
+  if (axes_from_input || ctx.has_input(1)) {
     if (ctx.has_input(1)) {
       if (ctx.input_dtype(1) != DType::kInt64)
         return ctx.error("axes must be int64, got {}", dtype_name(ctx.input_dtype(1)));
@@ -60,6 +68,7 @@ Status infer_reduce(InferenceContext& ctx, bool axes_from_input) {
   } else {
     TD_ASSIGN_OR_RETURN(axes, ctx.attr_ints("axes"));
   }
+  noop = noop && axes.empty();
   std::vector<bool> reduce(in.size(), axes.empty() && !noop);
   std::set<int64_t> seen;
   for (int64_t a : axes) {
@@ -104,10 +113,14 @@ void register_reduction_ops(OpRegistry& r) {
     OpSchema s;
     s.name = name;
     s.min_inputs = 1;
-    s.max_inputs = 1;
-    s.attributes = {"axes", "keepdims"};
-    s.infer = [](InferenceContext& ctx) { return infer_reduce(ctx, /*axes_from_input=*/false); };
-    s.doc = "Reduces over the axes attribute (all axes when absent).";
+    s.max_inputs = 2;
+    s.attributes = {"axes", "keepdims", "noop_with_empty_axes"};
+    const bool allow_bool = std::string(name) == "ReduceMax" || std::string(name) == "ReduceMin";
+    s.infer = [allow_bool](InferenceContext& ctx) {
+      return infer_reduce(ctx, /*axes_from_input=*/false, allow_bool);
+    };
+    s.doc = "Reduces over the axes attribute or input (all axes when absent, none with "
+            "noop_with_empty_axes).";
     r.add(std::move(s));
   }
   {

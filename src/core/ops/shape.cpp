@@ -383,7 +383,25 @@ Status infer_split(InferenceContext& ctx) {
   const int64_t dim = in[static_cast<size_t>(axis)];
   std::vector<int64_t> sizes(static_cast<size_t>(n), -1);
   bool have_split = false;
-  if (ctx.has_input(1)) {
+  if (ctx.has_attr("num_outputs")) {
+    // Opset 18: n parts of ceil(dim / n), the last one smaller when dim does not divide.
+    TD_ASSIGN_OR_RETURN(int64_t parts, ctx.attr_int("num_outputs", 0));
+    if (ctx.has_input(1)) return ctx.error("give either the split input or num_outputs, not both");
+    if (parts < 1) return ctx.error("num_outputs must be >= 1, got {}", parts);
+    if (parts != n)
+      return ctx.error("num_outputs is {} but the node has {} outputs", parts, n);
+    if (dim >= 0) {
+      const int64_t chunk = (dim + n - 1) / n;
+      const int64_t last = dim - chunk * (n - 1);
+      if (last < 0)
+        return ctx.error("axis {} of input {} (size {}) cannot be split into {} parts of {} "
+                         "(num_outputs is too large for the axis)",
+                         axis, shape_to_string(in), dim, n, chunk);
+      std::fill(sizes.begin(), sizes.end(), chunk);
+      sizes.back() = last;
+    }
+    have_split = true;
+  } else if (ctx.has_input(1)) {
     TD_RETURN_IF_ERROR(require_int_vector(ctx, 1, "split", /*int32_ok=*/false));
     TD_ASSIGN_OR_RETURN(IntsOpt split, ctx.input_ints(1));
     const int64_t len = split ? static_cast<int64_t>(split->size()) : vector_length(ctx, 1);
@@ -571,8 +589,8 @@ Status infer_gather_nd(InferenceContext& ctx) {
 
 Status check_reduction_attr(const InferenceContext& ctx) {
   TD_ASSIGN_OR_RETURN(std::string red, ctx.attr_string("reduction", "none"));
-  if (red != "none" && red != "add" && red != "mul")
-    return ctx.error("reduction must be 'none', 'add' or 'mul', got '{}'", red);
+  if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min")
+    return ctx.error("reduction must be 'none', 'add', 'mul', 'max' or 'min', got '{}'", red);
   if (red != "none" && ctx.input_dtype(0) == DType::kBool)
     return ctx.error("reduction '{}' is not defined for bool data", red);
   return OkStatus();
@@ -708,8 +726,8 @@ Status infer_pad(InferenceContext& ctx) {
   const Shape& in = ctx.input_shape(0);
   const int64_t rank = static_cast<int64_t>(in.size());
   TD_ASSIGN_OR_RETURN(std::string mode, ctx.attr_string("mode", "constant"));
-  if (mode != "constant" && mode != "reflect" && mode != "edge")
-    return ctx.error("mode must be 'constant', 'reflect' or 'edge', got '{}'", mode);
+  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
+    return ctx.error("mode must be 'constant', 'reflect', 'edge' or 'wrap', got '{}'", mode);
   TD_RETURN_IF_ERROR(require_int_vector(ctx, 1, "pads", /*int32_ok=*/false));
   if (ctx.has_input(2)) {
     if (ctx.input_dtype(2) != ctx.input_dtype(0))
@@ -1017,8 +1035,9 @@ void register_shape_ops(OpRegistry& r) {
   add("Unsqueeze", 2, 2, 1, 1, {}, infer_unsqueeze, "Inserts size-1 dims at the axes input.");
   add("Transpose", 1, 1, 1, 1, {"perm"}, infer_transpose, "Permutes dims (default: reverse).");
   add("Concat", 1, -1, 1, 1, {"axis"}, infer_concat, "Concatenates inputs along axis.");
-  add("Split", 1, 2, 1, 1 << 16, {"axis"}, infer_split,
-      "Splits along axis into the outputs (sizes from the split input, else equal).");
+  add("Split", 1, 2, 1, 1 << 16, {"axis", "num_outputs"}, infer_split,
+      "Splits along axis into the outputs (sizes from the split input, else num_outputs parts "
+      "of ceil(size / n), else equal).");
   add("Slice", 3, 5, 1, 1, {}, infer_slice, "Slices with starts/ends/axes/steps inputs.");
   add("Gather", 2, 2, 1, 1, {"axis"}, infer_gather, "Gathers slices along axis by indices.");
   add("GatherElements", 2, 2, 1, 1, {"axis"}, infer_gather_elements,
@@ -1026,14 +1045,14 @@ void register_shape_ops(OpRegistry& r) {
   add("GatherND", 2, 2, 1, 1, {"batch_dims"}, infer_gather_nd,
       "Gathers slices by index tuples in the last dim of indices.");
   add("ScatterElements", 3, 3, 1, 1, {"axis", "reduction"}, infer_scatter_elements,
-      "Scatters updates along axis (reduction none/add/mul).");
+      "Scatters updates along axis (reduction none/add/mul/max/min).");
   add("ScatterND", 3, 3, 1, 1, {"reduction"}, infer_scatter_nd,
-      "Scatters update slices at index tuples (reduction none/add/mul).");
+      "Scatters update slices at index tuples (reduction none/add/mul/max/min).");
   add("Shape", 1, 1, 1, 1, {"start", "end"}, infer_shape, "The input's shape as int64.");
   add("Size", 1, 1, 1, 1, {}, infer_size, "The input's element count as an int64 scalar.");
   add("Expand", 2, 2, 1, 1, {}, infer_expand, "Broadcasts the input to the shape input.");
   add("Tile", 2, 2, 1, 1, {}, infer_tile, "Repeats the input along each axis.");
-  add("Pad", 2, 4, 1, 1, {"mode"}, infer_pad, "Pads (constant/reflect/edge); negative crops.");
+  add("Pad", 2, 4, 1, 1, {"mode"}, infer_pad, "Pads (constant/reflect/edge/wrap); negative crops.");
   add("ConstantOfShape", 1, 1, 1, 1, {"value"}, infer_constant_of_shape,
       "A tensor of the shape input filled with the value attribute (default float32 0).");
   add("Range", 3, 3, 1, 1, {}, infer_range, "start + i * delta for i < ceil((limit-start)/delta).");

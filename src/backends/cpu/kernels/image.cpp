@@ -84,16 +84,22 @@ struct ResizeParams {
   std::string nearest_mode;
   double cubic_a = -0.75;
   bool exclude_outside = false;
+  bool antialias = false;  // opset 18: linear/cubic widen their filter by 1/scale downsampling
   double extrapolation_value = 0;
 };
 
 // Source coordinate of output coordinate x (op_resize.py's _interpolate_1d_with_x), or NaN
 // for a tf_crop_and_resize point outside the input.
-double source_coordinate(const ResizeParams& p, double x, int64_t in, double scale,
-                         double roi_start, double roi_end) {
+double source_coordinate(const ResizeParams& p, double x, int64_t in, int64_t out_int,
+                         double scale, double roi_start, double roi_end) {
   const double input_width = static_cast<double>(in);
   const double output_width = scale * input_width;
   const std::string& m = p.ctm;
+  if (m == "half_pixel_symmetric") {  // opset 19: the roi's centre maps to the output's centre
+    const double adjustment = static_cast<double>(out_int) / output_width;
+    const double offset = input_width / 2 * (1 - adjustment);
+    return offset + (x + 0.5) / scale - 0.5;
+  }
   if (m == "align_corners") {
     return output_width == 1 ? 0.0 : x * (input_width - 1) / (output_width - 1);
   }
@@ -111,18 +117,36 @@ double source_coordinate(const ResizeParams& p, double x, int64_t in, double sca
   return (x + 0.5) / scale - 0.5;  // half_pixel
 }
 
-AxisTaps axis_taps(const ResizeParams& p, int64_t in, int64_t out, double scale, double roi_start,
-                   double roi_end) {
+Result<AxisTaps> axis_taps(const KernelContext& ctx, const ResizeParams& p, int64_t in,
+                           int64_t out, double scale, double roi_start, double roi_end) {
   AxisTaps t;
   t.n = p.mode == ResizeMode::kCubic ? 4 : 2;
+  // Antialiased linear/cubic (op_resize.py's _linear/_cubic_coeffs_antialias): the filter's
+  // support grows by 1/scale when downsampling, so the taps are 2 - 2 * first_offset.
+  const bool aa = p.antialias && p.mode != ResizeMode::kNearest;
+  const double aa_scale = std::min(scale, 1.0);
+  int64_t first = 0;  // offset of the first tap from the pixel left of x_ori, plus 1
+  if (aa) {
+    const double support = p.mode == ResizeMode::kCubic ? 2.0 : 1.0;
+    const double f = std::floor(-support / aa_scale) + 1;
+    if (!(f > -1e6))
+      return ctx.error("antialias at scale {} needs more than 2e6 taps per output", scale);
+    first = static_cast<int64_t>(f);
+    const int64_t taps = 2 - 2 * first;
+    if (taps * std::max<int64_t>(out, 1) > (int64_t{1} << 27))
+      return ctx.error("antialias at scale {} needs {} taps for each of {} outputs: too many",
+                       scale, taps, out);
+    t.n = static_cast<int>(taps);
+  }
   const int n = t.n;
   const int64_t pad = (n + 1) / 2;
   t.index.resize(static_cast<size_t>(out * n));
   t.weight.resize(static_cast<size_t>(out * n));
   t.outside.assign(static_cast<size_t>(out), 0);
+  std::vector<double> w(static_cast<size_t>(std::max(n, 4)));
   for (int64_t o = 0; o < out; ++o) {
     const double x_ori =
-        source_coordinate(p, static_cast<double>(o), in, scale, roi_start, roi_end);
+        source_coordinate(p, static_cast<double>(o), in, out, scale, roi_start, roi_end);
     if (std::isnan(x_ori)) {
       t.outside[static_cast<size_t>(o)] = 1;
       continue;
@@ -132,8 +156,27 @@ AxisTaps axis_taps(const ResizeParams& p, int64_t in, int64_t out, double scale,
     const bool integral = fl == x_ori;
     const int64_t left = static_cast<int64_t>(integral ? fl - 1 : fl);
     const double ratio = integral ? 1.0 : x_ori - fl;
-    double w[4];
-    if (p.mode == ResizeMode::kNearest) {
+    if (aa) {
+      const double a = p.cubic_a;
+      double sum = 0;
+      for (int k = 0; k < n; ++k) {
+        const double arg = std::abs(aa_scale * (static_cast<double>(first + k) - ratio));
+        double c;
+        if (p.mode == ResizeMode::kLinear) {
+          c = std::clamp(1 - arg, 0.0, 1.0);
+        } else if (arg <= 1) {
+          c = ((a + 2) * arg - (a + 3)) * arg * arg + 1;
+        } else if (arg < 2) {
+          c = ((a * arg - 5 * a) * arg + 8 * a) * arg - 4 * a;
+        } else {
+          c = 0;
+        }
+        w[static_cast<size_t>(k)] = c;
+        sum += c;
+      }
+      if (sum != 0)
+        for (int k = 0; k < n; ++k) w[static_cast<size_t>(k)] /= sum;
+    } else if (p.mode == ResizeMode::kNearest) {
       bool take_right;
       if (integral) {
         take_right = true;
@@ -162,7 +205,7 @@ AxisTaps axis_taps(const ResizeParams& p, int64_t in, int64_t out, double scale,
     // left ones: a window starting n/2-1 left of `left`, shifted back inside the padded axis.
     int64_t start = left - (n / 2 - 1);
     start = std::min(std::max(start, -pad), in + pad - n);
-    if (p.exclude_outside && p.mode == ResizeMode::kCubic) {
+    if (p.exclude_outside && (p.mode == ResizeMode::kCubic || aa)) {
       double sum = 0;
       for (int k = 0; k < n; ++k) {
         const int64_t idx = start + k;
@@ -175,7 +218,7 @@ AxisTaps axis_taps(const ResizeParams& p, int64_t in, int64_t out, double scale,
     for (int k = 0; k < n; ++k) {
       const size_t at = static_cast<size_t>(o * n + k);
       t.index[at] = std::min(std::max<int64_t>(start + k, 0), in - 1);  // edge padding
-      t.weight[at] = w[k];
+      t.weight[at] = w[static_cast<size_t>(k)];
     }
   }
   return t;
@@ -195,33 +238,67 @@ Status resize_kernel(KernelContext& ctx) {
   p.exclude_outside = exclude != 0;
   TD_ASSIGN_OR_RETURN(float extrapolation, ctx.attr_float("extrapolation_value", 0.f));
   p.extrapolation_value = extrapolation;
+  TD_ASSIGN_OR_RETURN(int64_t antialias, ctx.attr_int("antialias", 0));
+  p.antialias = antialias != 0;
+  TD_ASSIGN_OR_RETURN(std::string policy, ctx.attr_string("keep_aspect_ratio_policy", "stretch"));
 
   const TensorView& xv = ctx.input(0);
   const Shape& in_shape = xv.shape;
   const size_t rank = in_shape.size();
   TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
   const Shape& out_shape = out.shape;
+  // The resized axes (opset 18 `axes`; inference checked them): roi, scales and sizes list
+  // these axes only, the others keep scale 1 and roi [0, 1].
+  std::vector<size_t> axes;
+  if (ctx.has_attr("axes")) {
+    TD_ASSIGN_OR_RETURN(std::vector<int64_t> given, ctx.attr_ints("axes"));
+    for (int64_t a : given) axes.push_back(static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(rank) : a));
+  } else {
+    for (size_t d = 0; d < rank; ++d) axes.push_back(d);
+  }
+  for (size_t a : axes)
+    if (a >= rank) return ctx.error("axes name an axis outside rank {}", rank);
 
-  // Per-axis scales: given, or output/input sizes.
+  // Per-axis scales: given, or output/input sizes (one scale for the resized axes with a
+  // keep_aspect_ratio_policy).
   std::vector<double> scales(rank, 1.0);
   const bool has_scales = ctx.has_input(2) && ctx.input(2).numel() > 0;
   if (has_scales) {
-    scales = float_values(ctx.input(2));
+    const std::vector<double> given = float_values(ctx.input(2));
+    if (given.size() != axes.size())
+      return ctx.error("scales has {} values for {} resized axes", given.size(), axes.size());
+    for (size_t j = 0; j < axes.size(); ++j) scales[axes[j]] = given[j];
+  } else if (policy != "stretch" && ctx.has_input(3)) {
+    const std::vector<double> sizes = float_values(ctx.input(3));
+    if (sizes.size() != axes.size())
+      return ctx.error("sizes has {} values for {} resized axes", sizes.size(), axes.size());
+    double scale = policy == "not_larger" ? 1e300 : 0;
+    for (size_t j = 0; j < axes.size(); ++j) {
+      const double r = sizes[j] / static_cast<double>(in_shape[axes[j]]);
+      scale = policy == "not_larger" ? std::min(scale, r) : std::max(scale, r);
+    }
+    for (size_t a : axes) scales[a] = scale;
   } else {
     for (size_t d = 0; d < rank; ++d)
       scales[d] = static_cast<double>(out_shape[d]) / static_cast<double>(in_shape[d]);
   }
-  std::vector<double> roi;
-  if (ctx.has_input(1) && ctx.input(1).numel() > 0) roi = float_values(ctx.input(1));
-  if (roi.size() != 2 * rank) {
-    roi.assign(2 * rank, 0.0);
-    std::fill(roi.begin() + static_cast<int64_t>(rank), roi.end(), 1.0);
+  std::vector<double> roi(2 * rank, 0.0);
+  std::fill(roi.begin() + static_cast<int64_t>(rank), roi.end(), 1.0);
+  if (ctx.has_input(1) && ctx.input(1).numel() > 0) {
+    const std::vector<double> given = float_values(ctx.input(1));
+    if (given.size() == 2 * axes.size())
+      for (size_t j = 0; j < axes.size(); ++j) {
+        roi[axes[j]] = given[j];
+        roi[axes[j] + rank] = given[j + axes.size()];
+      }
   }
   if (out.numel() == 0) return OkStatus();
 
   std::vector<AxisTaps> taps(rank);
-  for (size_t d = 0; d < rank; ++d)
-    taps[d] = axis_taps(p, in_shape[d], out_shape[d], scales[d], roi[d], roi[d + rank]);
+  for (size_t d = 0; d < rank; ++d) {
+    TD_ASSIGN_OR_RETURN(taps[d], axis_taps(ctx, p, in_shape[d], out_shape[d], scales[d], roi[d],
+                                           roi[d + rank]));
+  }
 
   if (p.mode == ResizeMode::kNearest) {
     // A gather: each axis picks the tap with weight 1 (exact for every dtype).

@@ -444,6 +444,10 @@ Status dft_kernel(KernelContext& ctx) {
   const TensorView& x = ctx.input(0);
   const int64_t rank = static_cast<int64_t>(x.shape.size());
   TD_ASSIGN_OR_RETURN(int64_t axis, ctx.attr_int("axis", 1));
+  if (ctx.has_input(2)) axis = scalar_int(ctx.input(2));  // opset 20: the axis as an input
+  if (axis < -rank || axis > rank - 2 || axis == -1)
+    return ctx.error("axis {} is out of range for input of shape {}", axis,
+                     shape_to_string(x.shape));
   if (axis < 0) axis += rank;
   TD_ASSIGN_OR_RETURN(int64_t inverse, ctx.attr_int("inverse", 0));
   TD_ASSIGN_OR_RETURN(int64_t onesided, ctx.attr_int("onesided", 0));

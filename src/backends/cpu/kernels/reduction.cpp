@@ -162,23 +162,25 @@ T reduce_values(Reduce op, const std::vector<T>& v) {
   return T(0);
 }
 
-// Which axes to reduce; `noop` when the ReduceSum axes input is empty with
-// noop_with_empty_axes set.
+// Which axes to reduce (the axes input, else the attribute); `noop` when the axes are empty
+// with noop_with_empty_axes set.
 Status reduce_mask(const KernelContext& ctx, bool axes_from_input, std::vector<bool>* mask,
                    bool* noop) {
   const int64_t rank = static_cast<int64_t>(ctx.input(0).shape.size());
   std::vector<int64_t> axes;
   *noop = false;
-  if (axes_from_input) {
-    TD_ASSIGN_OR_RETURN(int64_t noop_attr, ctx.attr_int("noop_with_empty_axes", 0));
+  TD_ASSIGN_OR_RETURN(int64_t noop_attr, ctx.attr_int("noop_with_empty_axes", 0));
+  if (axes_from_input || ctx.has_input(1)) {
     if (ctx.has_input(1)) {
       const TensorView& a = ctx.input(1);
+      if (a.dtype != DType::kInt64)
+        return ctx.error("axes must be int64, got {}", dtype_name(a.dtype));
       axes.assign(a.as<int64_t>(), a.as<int64_t>() + a.numel());
     }
-    *noop = axes.empty() && noop_attr != 0;
   } else {
     TD_ASSIGN_OR_RETURN(axes, ctx.attr_ints("axes"));
   }
+  *noop = axes.empty() && noop_attr != 0;
   mask->assign(static_cast<size_t>(rank), axes.empty() && !*noop);
   std::set<int64_t> seen;
   for (int64_t a : axes) {
@@ -214,6 +216,19 @@ Status reduce_kernel(KernelContext& ctx, Reduce op, bool axes_from_input) {
     return ctx.make_error(StatusCode::kInternal,
                           fmt::format("output {} does not match the reduction of {}",
                                       shape_to_string(out.shape), shape_to_string(in.shape)));
+  if (in.dtype == DType::kBool) {  // ReduceMax / ReduceMin (opset 20): any / all
+    if (op != Reduce::kMax && op != Reduce::kMin)
+      return ctx.error("bool data can only be reduced by ReduceMax and ReduceMin");
+    const bool* src = in.as<bool>();
+    bool* dst = out.as<bool>();
+    for (size_t o = 0; o < outer.size(); ++o) {
+      bool acc = op == Reduce::kMin;
+      for (size_t j = 0; j < inner.size(); ++j)
+        acc = op == Reduce::kMax ? (acc || src[outer[o] + inner[j]]) : (acc && src[outer[o] + inner[j]]);
+      dst[o] = acc;
+    }
+    return OkStatus();
+  }
   return dispatch_numeric(in.dtype, [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
     const T* src = in.as<T>();

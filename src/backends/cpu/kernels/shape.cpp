@@ -421,6 +421,10 @@ void combine(T& dst, T v, const std::string& reduction) {
     dst = v;  // inference rejects add/mul on bool
   } else if (reduction == "none") {
     dst = v;
+  } else if (reduction == "max") {  // opset 18; NaN in either propagates, as std::fmax does not
+    if (v > dst || v != v) dst = v;
+  } else if (reduction == "min") {
+    if (v < dst || v != v) dst = v;
   } else if constexpr (std::is_integral_v<T>) {  // wraps around, no signed overflow
     const uint64_t a = static_cast<uint64_t>(dst), b = static_cast<uint64_t>(v);
     dst = static_cast<T>(reduction == "add" ? a + b : a * b);
@@ -532,6 +536,12 @@ int64_t pad_source(int64_t o, int64_t before, int64_t lo, int64_t hi, const std:
   if (i >= lo && i < hi) return i;
   if (mode == "constant") return -1;
   if (mode == "edge") return i < lo ? lo : hi - 1;
+  if (mode == "wrap") {  // opset 19: numpy's 'wrap', periodic over the kept elements
+    const int64_t n = hi - lo;
+    int64_t r = (i - lo) % n;
+    if (r < 0) r += n;
+    return lo + r;
+  }
   // reflect (numpy's 'reflect': the edge element is not repeated), periodic for wide pads
   const int64_t n = hi - lo;
   if (n == 1) return lo;
