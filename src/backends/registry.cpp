@@ -4,6 +4,9 @@
 #ifdef TENSORD_HAVE_OPENCL
 #include "backends/opencl/opencl_backend.h"
 #endif
+#ifdef TENSORD_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 
 namespace tensord {
 
@@ -12,6 +15,9 @@ std::vector<std::unique_ptr<Backend>> create_backends() {
   backends.push_back(cpu::create_cpu_backend());
 #ifdef TENSORD_HAVE_OPENCL
   backends.push_back(opencl::create_opencl_backend());
+#endif
+#ifdef TENSORD_HAVE_CUDA
+  backends.push_back(cuda::create_cuda_backend());
 #endif
   return backends;
 }
