@@ -29,6 +29,8 @@ std::atomic<int64_t> g_disk_hits{0};
 std::atomic<int64_t> g_compile_failures{0};
 std::mutex g_last_mu;
 std::string g_last_source;
+std::mutex g_collector_mu;
+std::function<void(const std::string&, const std::string&)> g_collector;
 
 bool env_is(const char* var, const char* value) {
   const char* v = std::getenv(var);
@@ -374,6 +376,15 @@ class CudaDevice final : public Device {
     {
       std::lock_guard<std::mutex> lock(g_last_mu);
       g_last_source = source;
+    }
+    if (compile_only()) {
+      std::lock_guard<std::mutex> lock(g_collector_mu);
+      if (g_collector) {
+        g_collector(source, kernel_name);
+        auto p = std::make_shared<Program>();
+        std::lock_guard<std::mutex> plock(programs_mu_);
+        return programs_.emplace(source, p).first->second;
+      }
     }
     std::string arch = compile_arch_;
     if (arch.empty()) {
@@ -1280,6 +1291,11 @@ std::vector<std::pair<size_t, size_t>> plan_chunks(size_t bytes, size_t chunk) {
   if (chunk == 0) chunk = 1;
   for (size_t off = 0; off < bytes; off += chunk) out.emplace_back(off, std::min(chunk, bytes - off));
   return out;
+}
+
+void set_compile_only_collector(std::function<void(const std::string&, const std::string&)> collect) {
+  std::lock_guard<std::mutex> lock(g_collector_mu);
+  g_collector = std::move(collect);
 }
 
 std::unique_ptr<Backend> create_cuda_backend() { return std::make_unique<CudaBackend>(); }

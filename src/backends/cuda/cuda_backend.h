@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,5 +78,10 @@ int64_t disk_cache_hits();
 int64_t kernels_launched();
 int64_t compile_failures();
 std::string last_source();
+
+// Test hook: while set, compile-only devices hand each new kernel (CUDA C source, kernel name)
+// to `collect` instead of compiling it, so a test can compile many in one NVRTC call
+// (nullptr: compile as usual).
+void set_compile_only_collector(std::function<void(const std::string&, const std::string&)> collect);
 
 }  // namespace tensord::cuda
