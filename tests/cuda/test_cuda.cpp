@@ -238,10 +238,18 @@ TEST(CudaNvrtc, EveryKernelGeneratedForTheOnnxNodeTestsCompiles) {
       tests.push_back(e.path());
   std::sort(tests.begin(), tests.end());
   ASSERT_GT(tests.size(), 100u);
-  int ran = 0;
+  int ran = 0, skipped_loops = 0;
   for (const auto& t : tests) {
     auto graph = load_onnx_file((t / "model.onnx").string());
     if (!graph.ok()) continue;  // out of scope for tensord: the conformance suite says why
+    // Loop and Scan iterate on values, which a compile-only device does not compute (a loop
+    // condition made on it could run forever): left to the GPU run.
+    bool iterates = false;
+    for (const Node& n : graph->nodes) iterates |= n.op == "Loop" || n.op == "Scan";
+    if (iterates) {
+      ++skipped_loops;
+      continue;
+    }
     std::vector<HostTensor> inputs;
     bool ok = true;
     for (size_t i = 0; i < graph->inputs.size() && ok; ++i) {
@@ -285,7 +293,8 @@ TEST(CudaNvrtc, EveryKernelGeneratedForTheOnnxNodeTestsCompiles) {
   }
   std::cout << "[ cuda ] " << ran << " node tests on the compile-only cuda:0: " << all.size()
             << " distinct CUDA C kernels generated, " << compiled << " compiled with NVRTC for "
-            << compile_arch << "; " << calls << " kernel and cuBLAS calls\n";
+            << compile_arch << "; " << calls << " kernel and cuBLAS calls (" << skipped_loops
+            << " tests with Loop/Scan left out)\n";
   EXPECT_GT(ran, 100);
   EXPECT_GT(all.size(), 100u) << "the generator emitted kernels for the suite";
   EXPECT_EQ(compiled, static_cast<int64_t>(all.size()));
