@@ -19,8 +19,8 @@
 # GB/s (cuda_tests); `tensord bench` of mobilenet_v2 and resnet50 at batch 1 and 64 on cuda:0
 # with PyTorch eager fp32 on the same GPU side by side (gpu_check_torch.py: torchvision models,
 # random weights, and PyTorch's own copy GB/s). It prints one summary and writes every log into
-# LOGDIR. A step that cannot run says why in the summary; the script exits 0 unless it could
-# not start at all.
+# LOGDIR. Each step has its own time limit (20+110+40+4x35+50 s: 6 minutes at worst). A step
+# that cannot run says why in the summary; the script exits 0 unless it could not start at all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -133,30 +133,30 @@ PY
 
   local t_start=$SECONDS
   # 1. devices (why there are none, on stderr).
-  step 30 devices "${TENSORD[@]}" devices
+  step 20 devices "${TENSORD[@]}" devices
   local has_gpu=0
   grep -q '^cuda:0 ' "$LOG/devices.log" && has_gpu=1
   # 2. conformance: the node tests on cuda:0 and, at the same time, cpu:0 (the reference).
   if [ $has_gpu = 1 ] && [ -d "$B/onnx-node-tests/node" ]; then
-    step 170 conformance_cpu "${TENSORD[@]}" onnx-test "$B/onnx-node-tests/node" --device cpu:0 --json &
+    step 110 conformance_cpu "${TENSORD[@]}" onnx-test "$B/onnx-node-tests/node" --device cpu:0 --json &
     local cpu_pid=$!
-    step 170 conformance_cuda "${TENSORD[@]}" onnx-test "$B/onnx-node-tests/node" --device cuda:0 --json
+    step 110 conformance_cuda "${TENSORD[@]}" onnx-test "$B/onnx-node-tests/node" --device cuda:0 --json
     wait $cpu_pid
   fi
   # 3. copy tests, GPU kernel tests and GB/s; the NVRTC compile tests too.
   # (the NVRTC test of every node-test kernel is left to CI: the conformance run compiles them here)
-  step 90 cuda_tests "${CUDA_TESTS[@]}" --gtest_color=no --gtest_filter="-CudaNvrtc.EveryKernel*"
+  step 40 cuda_tests "${CUDA_TESTS[@]}" --gtest_color=no --gtest_filter="-CudaNvrtc.EveryKernel*"
   # 4. bench on cuda:0, and PyTorch on the same GPU.
   if [ $has_gpu = 1 ]; then
     for net in mobilenet_v2 resnet50; do
       for b in 1 64; do
-        local n=$((b == 1 ? 200 : 640))
-        step 60 "bench_${net}_b$b" "${TENSORD[@]}" bench "$net" --device cuda:0 --batch-size $b \
-          --examples $n --warmup $((b == 1 ? 20 : 64)) --json
+        local n=$((b == 1 ? 100 : 128))
+        step 35 "bench_${net}_b$b" "${TENSORD[@]}" bench "$net" --device cuda:0 --batch-size $b \
+          --examples $n --warmup $((b == 1 ? 10 : 64)) --json
       done
     done
   fi
-  step 120 torch "$py" "$B/gpu_check_torch.py" --batches 1,64 --seconds 8
+  step 50 torch "$py" "$B/gpu_check_torch.py" --batches 1,64 --seconds 4
   echo "total seconds=$((SECONDS - t_start))" >>"$LOG/steps.txt"
   summary "$LOG" | tee "$LOG/summary.txt"
   rm -rf "$B"
