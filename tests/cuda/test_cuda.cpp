@@ -24,6 +24,7 @@
 #include "backends/codegen/printer.h"
 #include "backends/cuda/cuda_api.h"
 #include "backends/cuda/cuda_backend.h"
+#include "engine/memory_pool.h"
 #include "kernels/op_test_util.h"
 #include "onnx/onnx_import.h"
 #include "tensord/client.h"
@@ -164,6 +165,43 @@ TEST(CudaPlanning, ArchitectureIsACubinWhenKnownElsePtxOfTheNearestBelow) {
   EXPECT_EQ(cuda::choose_arch(87, known), "compute_86");
   EXPECT_EQ(cuda::choose_arch(130, known), "compute_120");
   EXPECT_EQ(cuda::choose_arch(70, known), "");
+}
+
+// The engine's caching allocator over a cuda device (the compile-only one: host memory behind
+// the same Device interface): small tensors are (slab, offset) pairs, writes and reads land at
+// the buffer's offset, and bytes in use / reserved add up.
+TEST(CudaPlanning, TheEnginesPoolSubAllocatesCudaAllocations) {
+  REQUIRE_NVRTC();
+  setenv("TENSORD_CUDA_COMPILE_ONLY", "sm_90", 1);
+  auto backend = cuda::create_cuda_backend();
+  auto devices = backend->enumerate();
+  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  ASSERT_EQ(devices.size(), 1u) << backend->unavailable_reason();
+  Device& d = *devices[0];
+  {
+    DevicePool pool(&d);
+    auto a = pool.allocate(1000), b = pool.allocate(1000), big = pool.allocate(3 << 20);
+    ASSERT_TRUE(a.ok() && b.ok() && big.ok());
+    EXPECT_EQ(a->base, b->base) << "two small blocks share one slab";
+    EXPECT_NE(a->offset, b->offset);
+    EXPECT_EQ(big->slab, -1) << "a large block is a whole allocation";
+    EXPECT_GE(pool.reserved(), static_cast<int64_t>(DevicePool::kSlabBytes + (3 << 20)));
+    EXPECT_GE(pool.in_use(), 2000 + (3 << 20));
+    Buffer ba{&d, a->base, 1000, a->offset}, bb{&d, b->base, 1000, b->offset};
+    std::vector<unsigned char> x(1000, 0xab), y(1000, 0xcd), back(1000);
+    ASSERT_TRUE(d.write(ba, 0, x.data(), 1000).ok());
+    ASSERT_TRUE(d.write(bb, 0, y.data(), 1000).ok());
+    ASSERT_TRUE(d.read(ba, 0, back.data(), 1000).ok());
+    EXPECT_EQ(back, x) << "the neighbour's write did not land on this block";
+    pool.free(*a);
+    pool.free(*b);
+    pool.free(*big);
+    EXPECT_EQ(pool.in_use(), 0);
+    auto again = pool.allocate(3 << 20);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->base, big->base) << "the freed large block is reused";
+    pool.free(*again);
+  }
 }
 
 // ---- NVRTC (no GPU) ----
