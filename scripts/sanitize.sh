@@ -49,7 +49,7 @@ configure() {  # folder, extra cmake args...
   if [ ! -f "$dir/build.ninja" ]; then
     cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
       -DTENSORD_BUILD_BENCH=OFF -DTENSORD_BUILD_PYTHON=OFF -DTENSORD_OPENCL=OFF \
-      -DTENSORD_MPI=OFF -DPython3_EXECUTABLE=$PY "$@"
+      -DTENSORD_MPI=OFF -DTENSORD_CUDA=OFF -DPython3_EXECUTABLE=$PY "$@"
   fi
 }
 

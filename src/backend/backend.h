@@ -247,6 +247,9 @@ class Backend {
   // INVALID_ARGUMENT naming the variable and its value refuses to create the engine, rather
   // than a bad value being ignored.
   virtual Status check_settings() const { return OkStatus(); }
+  // After enumerate() found no devices: why, in one line ("libcuda.so.1 not found ..."), for
+  // `tensord devices` to print on stderr; empty when there is nothing to say.
+  virtual std::string unavailable_reason() const { return ""; }
 };
 
 // Every backend compiled into this build, in preference order (src/backends/registry.cpp),

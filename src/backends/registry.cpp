@@ -4,6 +4,9 @@
 #ifdef TENSORD_HAVE_OPENCL
 #include "backends/opencl/opencl_backend.h"
 #endif
+#ifdef TENSORD_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 
 #include <mutex>
 
@@ -36,6 +39,10 @@ std::vector<std::unique_ptr<Backend>> create_backends() {
 #ifdef TENSORD_HAVE_OPENCL
   backends.push_back(opencl::create_opencl_backend());
 #endif
+#ifdef TENSORD_HAVE_CUDA
+  backends.push_back(cuda::create_cuda_backend());
+#endif
+  // Backends added at run time (the cluster's proxy devices of other ranks), last.
   std::lock_guard<std::mutex> lock(factories_mu());
   for (const auto& f : factories())
     if (auto b = f()) backends.push_back(std::move(b));

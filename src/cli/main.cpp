@@ -93,6 +93,8 @@ int cmd_devices(bool json, std::string address) {
       std::cout << "  backend " << d.backend_version << "\n";
     }
   }
+  if (local)  // backends of this build that found no devices say why (one line each)
+    for (const auto& why : local->unavailable_backends()) std::cerr << "tensord: no " << why << "\n";
   if (devices.empty() && local) {
     const auto& gone = local->filtered_out();
     std::string names;

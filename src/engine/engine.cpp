@@ -990,8 +990,14 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   impl->strict_device = options.strict_device;
   auto backends = create_backends();
   for (const auto& backend : backends) TD_RETURN_IF_ERROR(backend->check_settings());
+  std::vector<std::string> unavailable;
   for (auto& backend : backends) {
-    for (auto& device : backend->enumerate()) {
+    auto enumerated = backend->enumerate();
+    if (enumerated.empty()) {
+      const std::string why = backend->unavailable_reason();
+      if (!why.empty()) unavailable.push_back(backend->name() + " devices: " + why);
+    }
+    for (auto& device : enumerated) {
       const DeviceInfo& info = device->info();
       if (!device_matches_filter(info.name, info.kind, options.device_filter)) {
         filtered_out.push_back(info.name);
@@ -1032,7 +1038,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   } else {
     impl->default_device = impl->slots.front()->name();
   }
-  return std::unique_ptr<Engine>(new Engine(std::move(impl), options, std::move(filtered_out)));
+  auto engine = std::unique_ptr<Engine>(new Engine(std::move(impl), options, std::move(filtered_out)));
+  engine->unavailable_ = std::move(unavailable);
+  return engine;
 }
 
 Result<std::shared_ptr<Engine>> Engine::shared() {

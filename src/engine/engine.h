@@ -168,6 +168,8 @@ class Engine {
   std::vector<DeviceInfo> devices() const;
   // Devices present on the machine but removed by the filter, and the filter text.
   const std::vector<std::string>& filtered_out() const { return filtered_out_; }
+  // Backends of this build that found no devices, and why ("cuda devices: libcuda.so.1 ...").
+  const std::vector<std::string>& unavailable_backends() const { return unavailable_; }
   const std::string& device_filter() const { return options_.device_filter; }
   // The default device's name, or an error naming what is wrong with TENSORD_DEVICE.
   Result<std::string> default_device() const;
@@ -278,6 +280,7 @@ class Engine {
   std::unique_ptr<Impl> impl_;
   EngineOptions options_;
   std::vector<std::string> filtered_out_;
+  std::vector<std::string> unavailable_;
 };
 
 // Matches a device name against a TENSORD_DEVICES-style filter (exposed for tests).

@@ -1,0 +1,1311 @@
+#include "backends/cuda/cuda_backend.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "backends/codegen/lower.h"
+#include "backends/codegen/printer.h"
+#include "backends/cuda/cuda_api.h"
+#include "core/errors.h"
+#include "core/node_attrs.h"
+#include "tensord/version.h"
+
+namespace tensord::cuda {
+namespace {
+
+std::atomic<int64_t> g_programs_built{0};
+std::atomic<int64_t> g_kernels_launched{0};
+std::atomic<int64_t> g_disk_hits{0};
+std::atomic<int64_t> g_compile_failures{0};
+std::mutex g_last_mu;
+std::string g_last_source;
+std::mutex g_collector_mu;
+std::function<void(const std::string&, const std::string&)> g_collector;
+
+bool env_is(const char* var, const char* value) {
+  const char* v = std::getenv(var);
+  return v && std::string(v) == value;
+}
+
+std::string cu_error(const DriverApi* api, CUresult r) {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (api) {
+    api->cuGetErrorName(r, &name);
+    api->cuGetErrorString(r, &text);
+  }
+  return fmt::format("{} ({}{})", name ? name : "CUDA error", static_cast<int>(r),
+                     text ? std::string(": ") + text : std::string());
+}
+
+Status cu_status(const DriverApi* api, CUresult r, const std::string& device, const std::string& what) {
+  const StatusCode code = r == CUDA_ERROR_OUT_OF_MEMORY ? StatusCode::kResourceExhausted : StatusCode::kInternal;
+  return Status(code, fmt::format("{}: {} failed: {}", device, what, cu_error(api, r)));
+}
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+// ---- NVRTC, and the disk cache of what it compiled ----
+
+// TENSORD_KERNEL_CACHE (a folder; "off" disables), else $XDG_CACHE_HOME/tensord/kernels or
+// ~/.cache/tensord/kernels: the OpenCL backend's folder; CUDA entries end in .cubin/.ptx.
+std::filesystem::path cache_dir() {
+  const char* env = std::getenv("TENSORD_KERNEL_CACHE");
+  if (env && std::string(env) == "off") return {};
+  if (env && *env) return env;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return std::filesystem::path(x) / "tensord" / "kernels";
+  if (const char* h = std::getenv("HOME"); h && *h)
+    return std::filesystem::path(h) / ".cache" / "tensord" / "kernels";
+  return {};
+}
+
+constexpr char kCacheMagic[] = "tensord-cuda-code-v1\n";
+
+// An entry: magic, {source hash, image size, image hash}, the image. Anything that does not
+// check out is ignored (and rewritten after compiling).
+std::string cache_load(const std::filesystem::path& file, uint64_t source_hash) {
+  std::ifstream f(file, std::ios::binary);
+  if (!f) return {};
+  std::string magic(sizeof(kCacheMagic) - 1, '\0');
+  uint64_t hdr[3] = {0, 0, 0};
+  if (!f.read(magic.data(), static_cast<std::streamsize>(magic.size())) || magic != kCacheMagic ||
+      !f.read(reinterpret_cast<char*>(hdr), sizeof(hdr)) || hdr[0] != source_hash || hdr[1] == 0 ||
+      hdr[1] > (uint64_t{1} << 30))
+    return {};
+  std::string image(hdr[1], '\0');
+  if (!f.read(image.data(), static_cast<std::streamsize>(image.size())) ||
+      fnv1a(image.data(), image.size()) != hdr[2])
+    return {};
+  return image;
+}
+
+void cache_store(const std::filesystem::path& file, uint64_t source_hash, const std::string& image) {
+  std::error_code ec;
+  std::filesystem::create_directories(file.parent_path(), ec);
+  if (ec) return;
+  const std::filesystem::path tmp = file.string() + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return;
+    const uint64_t hdr[3] = {source_hash, image.size(), fnv1a(image.data(), image.size())};
+    f.write(kCacheMagic, sizeof(kCacheMagic) - 1);
+    f.write(reinterpret_cast<const char*>(hdr), sizeof(hdr));
+    f.write(image.data(), static_cast<std::streamsize>(image.size()));
+    if (!f) {
+      f.close();
+      std::filesystem::remove(tmp, ec);
+      return;
+    }
+  }
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+}
+
+std::string nvrtc_version_string(const NvrtcApi* api) {
+  int major = 0, minor = 0;
+  if (api && api->nvrtcVersion(&major, &minor) == NVRTC_SUCCESS) return fmt::format("{}.{}", major, minor);
+  return "?";
+}
+
+// Compiles through the disk cache: the entry is keyed by arch, NVRTC version and source.
+Result<CompiledCode> compile_cached(const std::string& source, const std::string& arch, bool* from_disk) {
+  *from_disk = false;
+  std::string why;
+  const NvrtcApi* api = nvrtc_api(&why);
+  if (!api) return errors::Unavailable("NVRTC is not available: {}", why);
+  const uint64_t source_hash = fnv1a(source.data(), source.size());
+  const bool cubin = arch.rfind("sm_", 0) == 0;
+  std::filesystem::path file;
+  if (const auto dir = cache_dir(); !dir.empty()) {
+    const std::string key = arch + "|nvrtc " + nvrtc_version_string(api);
+    file = dir / fmt::format("{:016x}-{:016x}.{}", fnv1a(key.data(), key.size()), source_hash,
+                             cubin ? "cubin" : "ptx");
+    std::string image = cache_load(file, source_hash);
+    if (!image.empty()) {
+      *from_disk = true;
+      g_disk_hits++;
+      return CompiledCode{arch, cubin, std::move(image)};
+    }
+  }
+  TD_ASSIGN_OR_RETURN(CompiledCode code, nvrtc_compile(source, arch));
+  if (!file.empty()) cache_store(file, source_hash, code.image);
+  return code;
+}
+
+// ---- devices ----
+
+class CudaDevice;
+
+// A module with its one kernel, per device and source.
+struct Program {
+  CUmodule module = nullptr;
+  CUfunction function = nullptr;
+  const DriverApi* api = nullptr;
+  int block = 256;
+  ~Program() {
+    if (module && api) api->cuModuleUnload(module);
+  }
+};
+
+// A device buffer argument: the allocation's base address and the tensor's byte offset.
+struct Arg {
+  CUdeviceptr base = 0;
+  unsigned long long offset = 0;
+};
+
+class CudaKernelTable final : public KernelTable {
+ public:
+  explicit CudaKernelTable(CudaDevice* d) : device_(d) {}
+  Status supports(const Node& node, const std::vector<TensorType>& inputs,
+                  const CompileOptions& options) const override;
+  Result<std::unique_ptr<Kernel>> create(const Node& node, const std::vector<TensorType>& inputs,
+                                         const std::vector<TensorType>& outputs,
+                                         const CompileOptions& options) const override;
+
+ private:
+  CudaDevice* device_;
+};
+
+class CudaRegionCompiler final : public RegionCompiler {
+ public:
+  explicit CudaRegionCompiler(CudaDevice* d) : device_(d) {}
+  std::vector<Region> compile(const FusionGraph& g, std::vector<std::string>* notes) override;
+
+ private:
+  CudaDevice* device_;
+};
+
+constexpr size_t kStagingChunk = size_t{8} << 20;  // two of these per device, pinned
+
+class CudaDevice final : public Device {
+ public:
+  // A real device. `api` is loaded and cuInit succeeded.
+  CudaDevice(const DriverApi* api, CUdevice dev, CUcontext ctx, CUstream stream, int index)
+      : api_(api), dev_(dev), ctx_(ctx), stream_(stream), kernels_(this), regions_(this) {
+    char name[256] = {0};
+    api->cuDeviceGetName(name, sizeof(name), dev);
+    size_t total = 0;
+    api->cuDeviceTotalMem(&total, dev);
+    int major = 0, minor = 0, sms = 0;
+    api->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    api->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    api->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+    int driver = 0;
+    api->cuDriverGetVersion(&driver);
+    cc_ = major * 10 + minor;
+    info_.name = "cuda:" + std::to_string(index);
+    info_.kind = "cuda";
+    info_.index = index;
+    info_.vendor = "NVIDIA";
+    info_.model = fmt::format("{} (sm_{})", name, cc_);
+    info_.memory_bytes = static_cast<int64_t>(total);
+    info_.backend = "cuda";
+    info_.driver_version = fmt::format("{}.{}", driver / 1000, (driver % 1000) / 10);
+    info_.compute_units = sms;
+    info_.fp16 = cc_ >= 53;
+    set_backend_version("generated kernels, cuBLAS");
+  }
+  // The pretend device of TENSORD_CUDA_COMPILE_ONLY: host memory, kernels compiled, not run.
+  explicit CudaDevice(std::string arch) : compile_arch_(std::move(arch)), kernels_(this), regions_(this) {
+    info_.name = "cuda:0";
+    info_.kind = "cuda";
+    info_.index = 0;
+    info_.vendor = "NVIDIA";
+    info_.model = "compile-only (" + compile_arch_ + ", TENSORD_CUDA_COMPILE_ONLY)";
+    info_.memory_bytes = int64_t{1} << 30;
+    info_.backend = "cuda";
+    set_backend_version("compile only: kernels are not run");
+  }
+  ~CudaDevice() override {
+    if (compile_only()) return;
+    api_->cuCtxSetCurrent(ctx_);
+    api_->cuStreamSynchronize(stream_);
+    for (auto& [src, p] : programs_) p.reset();
+    if (blas_ && blas_api_) blas_api_->cublasDestroy(blas_);
+    for (void* s : staging_)
+      if (s) api_->cuMemFreeHost(s);
+    for (CUevent e : staging_done_)
+      if (e) api_->cuEventDestroy(e);
+    api_->cuStreamDestroy(stream_);
+    api_->cuDevicePrimaryCtxRelease(dev_);
+  }
+
+  bool compile_only() const { return !compile_arch_.empty(); }
+  const DeviceInfo& info() const override { return info_; }
+  const std::string& name() const { return info_.name; }
+  CUdevice cu_device() const { return dev_; }
+  CUcontext context() const { return ctx_; }
+  int compute_capability() const { return cc_; }
+  void add_peer(const CudaDevice* d) { peers_.push_back(d); }
+
+  // Makes the device's context current on the calling thread (the engine calls from several).
+  Status enter() const {
+    if (compile_only()) return OkStatus();
+    CUresult r = api_->cuCtxSetCurrent(ctx_);
+    return r == CUDA_SUCCESS ? OkStatus() : cu_status(api_, r, info_.name, "cuCtxSetCurrent");
+  }
+
+  Result<void*> allocate(size_t bytes) override {
+    if (compile_only()) {
+      void* p = std::calloc(std::max<size_t>(bytes, 1), 1);  // zeros: values read back are defined
+      if (!p) return errors::ResourceExhausted("{}: out of host memory ({} bytes)", info_.name, bytes);
+      return p;
+    }
+    TD_RETURN_IF_ERROR(enter());
+    CUdeviceptr p = 0;
+    CUresult r = api_->cuMemAlloc(&p, std::max<size_t>(bytes, 1));
+    if (r != CUDA_SUCCESS) return cu_status(api_, r, info_.name, fmt::format("allocating {} bytes", bytes));
+    return reinterpret_cast<void*>(static_cast<uintptr_t>(p));
+  }
+  void free(void* ptr, size_t bytes) override {
+    (void)bytes;
+    if (!ptr) return;
+    if (compile_only()) {
+      std::free(ptr);
+      return;
+    }
+    if (!enter().ok()) return;
+    // Stream order: kernels queued on this stream may still read it.
+    api_->cuStreamSynchronize(stream_);
+    api_->cuMemFree(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(ptr)));
+  }
+
+  Status write(const Buffer& dst, size_t offset, const void* src, size_t bytes) override {
+    if (offset > dst.size || bytes > dst.size - offset)
+      return errors::OutOfRange("{}: write past the end of a buffer", info_.name);
+    if (!bytes) return OkStatus();
+    if (compile_only()) {
+      std::memcpy(static_cast<char*>(dst.ptr) + dst.offset + offset, src, bytes);
+      return OkStatus();
+    }
+    TD_RETURN_IF_ERROR(enter());
+    std::lock_guard<std::mutex> lock(staging_mu_);
+    TD_RETURN_IF_ERROR(ensure_staging());
+    const CUdeviceptr base = address(dst) + offset;
+    int k = 0;
+    for (auto [off, n] : plan_chunks(bytes, kStagingChunk)) {
+      // The half we fill was last handed to a copy two chunks ago: wait for that copy.
+      CUresult r = sync_event(k);
+      if (r == CUDA_SUCCESS) {
+        std::memcpy(staging_[k], static_cast<const char*>(src) + off, n);
+        r = api_->cuMemcpyHtoDAsync(base + off, staging_[k], n, stream_);
+      }
+      if (r == CUDA_SUCCESS) r = api_->cuEventRecord(staging_done_[k], stream_);
+      if (r != CUDA_SUCCESS) return cu_status(api_, r, info_.name, "writing to the device");
+      k ^= 1;
+    }
+    CUresult r = api_->cuStreamSynchronize(stream_);
+    return r == CUDA_SUCCESS ? OkStatus() : cu_status(api_, r, info_.name, "writing to the device");
+  }
+
+  Status read(const Buffer& src, size_t offset, void* dst, size_t bytes) override {
+    if (offset > src.size || bytes > src.size - offset)
+      return errors::OutOfRange("{}: read past the end of a buffer", info_.name);
+    if (!bytes) return OkStatus();
+    if (compile_only()) {
+      std::memcpy(dst, static_cast<const char*>(src.ptr) + src.offset + offset, bytes);
+      return OkStatus();
+    }
+    TD_RETURN_IF_ERROR(enter());
+    std::lock_guard<std::mutex> lock(staging_mu_);
+    TD_RETURN_IF_ERROR(ensure_staging());
+    const CUdeviceptr base = address(src) + offset;
+    const auto chunks = plan_chunks(bytes, kStagingChunk);
+    // Copy chunk i+1 while chunk i is copied out of its staging half.
+    auto issue = [&](size_t i) -> CUresult {
+      const int k = static_cast<int>(i % 2);
+      CUresult r = api_->cuMemcpyDtoHAsync(staging_[k], base + chunks[i].first, chunks[i].second, stream_);
+      return r == CUDA_SUCCESS ? api_->cuEventRecord(staging_done_[k], stream_) : r;
+    };
+    CUresult r = issue(0);
+    for (size_t i = 0; i < chunks.size() && r == CUDA_SUCCESS; ++i) {
+      if (i + 1 < chunks.size()) r = issue(i + 1);
+      if (r == CUDA_SUCCESS) r = sync_event(static_cast<int>(i % 2));
+      if (r == CUDA_SUCCESS)
+        std::memcpy(static_cast<char*>(dst) + chunks[i].first, staging_[i % 2], chunks[i].second);
+    }
+    return r == CUDA_SUCCESS ? OkStatus() : cu_status(api_, r, info_.name, "reading from the device");
+  }
+
+  const KernelTable& kernels() const override { return kernels_; }
+  RegionCompiler* region_compiler() override { return &regions_; }
+
+  // Same device: a device copy. Another CUDA device: cuMemcpyPeerAsync when peer access was
+  // enabled between the two, after the source's stream has finished what it queued (its
+  // producer may still run); finished before returning (the source may be freed right after).
+  bool copy_from(const Buffer& dst, const Buffer& src) override {
+    auto* other = dynamic_cast<CudaDevice*>(src.device);
+    if (!other || dst.size < src.size || compile_only() || other->compile_only()) return false;
+    if (!src.size) return true;
+    if (other != this && std::find(peers_.begin(), peers_.end(), other) == peers_.end()) return false;
+    if (!enter().ok()) return false;
+    CUresult r = CUDA_SUCCESS;
+    if (other != this) {
+      if (other->enter().ok()) r = api_->cuStreamSynchronize(other->stream_);
+      if (r == CUDA_SUCCESS) r = api_->cuCtxSetCurrent(ctx_);
+      if (r == CUDA_SUCCESS)
+        r = api_->cuMemcpyPeerAsync(address(dst), ctx_, other->address(src), other->ctx_, src.size, stream_);
+    } else {
+      r = api_->cuMemcpyDtoDAsync(address(dst), address(src), src.size, stream_);
+    }
+    if (r == CUDA_SUCCESS) r = api_->cuStreamSynchronize(stream_);
+    return r == CUDA_SUCCESS;
+  }
+
+  // The module for `source`, compiled once per device (kept for the device's lifetime).
+  Result<std::shared_ptr<Program>> program(const std::string& source, const std::string& kernel_name) {
+    {
+      std::lock_guard<std::mutex> lock(programs_mu_);
+      if (auto it = programs_.find(source); it != programs_.end()) return it->second;
+    }
+    {
+      std::lock_guard<std::mutex> lock(g_last_mu);
+      g_last_source = source;
+    }
+    if (compile_only()) {
+      std::lock_guard<std::mutex> lock(g_collector_mu);
+      if (g_collector) {
+        g_collector(source, kernel_name);
+        auto p = std::make_shared<Program>();
+        std::lock_guard<std::mutex> plock(programs_mu_);
+        return programs_.emplace(source, p).first->second;
+      }
+    }
+    std::string arch = compile_arch_;
+    if (arch.empty()) {
+      arch = choose_arch(cc_, nvrtc_architectures());
+      if (arch.empty())
+        return errors::Unimplemented("{}: NVRTC cannot compile for sm_{} (it knows {})", info_.name, cc_,
+                                     fmt::join(nvrtc_architectures(), ", "));
+    }
+    bool from_disk = false;
+    auto code = compile_cached(source, arch, &from_disk);
+    if (!code.ok()) {
+      return Status(code.status().code(), info_.name + ": " + code.status().message());
+    }
+    auto p = std::make_shared<Program>();
+    if (!compile_only()) {
+      TD_RETURN_IF_ERROR(enter());
+      p->api = api_;
+      CUresult r = api_->cuModuleLoadData(&p->module, code->image.data());
+      if (r != CUDA_SUCCESS && from_disk) {  // a stale entry: compile afresh
+        TD_ASSIGN_OR_RETURN(CompiledCode fresh, nvrtc_compile(source, arch));
+        r = api_->cuModuleLoadData(&p->module, fresh.image.data());
+      }
+      if (r != CUDA_SUCCESS) return cu_status(api_, r, info_.name, "loading a generated kernel");
+      r = api_->cuModuleGetFunction(&p->function, p->module, kernel_name.c_str());
+      if (r != CUDA_SUCCESS) return cu_status(api_, r, info_.name, "finding kernel " + kernel_name);
+      int max_threads = 256;
+      api_->cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, p->function);
+      p->block = std::clamp(max_threads, 32, 256);
+    }
+    std::lock_guard<std::mutex> lock(programs_mu_);
+    auto [it, inserted] = programs_.emplace(source, p);
+    return it->second;
+  }
+
+  // Launches `p` over n threads with these buffer arguments (inputs then outputs).
+  Status launch(Program& p, const std::vector<Arg>& args, int64_t n) {
+    if (n <= 0) return OkStatus();
+    g_kernels_launched++;
+    if (compile_only()) return OkStatus();
+    TD_RETURN_IF_ERROR(enter());
+    std::vector<void*> params;
+    params.reserve(args.size() * 2);
+    for (const Arg& a : args) {
+      params.push_back(const_cast<CUdeviceptr*>(&a.base));
+      params.push_back(const_cast<unsigned long long*>(&a.offset));
+    }
+    const int64_t blocks = (n + p.block - 1) / p.block;
+    if (blocks > 0x7fffffff) return errors::Unimplemented("{}: {} elements in one kernel", info_.name, n);
+    CUresult r = api_->cuLaunchKernel(p.function, static_cast<unsigned>(blocks), 1, 1,
+                                      static_cast<unsigned>(p.block), 1, 1, 0, stream_, params.data(), nullptr);
+    if (r != CUDA_SUCCESS) return cu_status(api_, r, info_.name, "launching a generated kernel");
+    if (sync_) {
+      r = api_->cuStreamSynchronize(stream_);
+      if (r != CUDA_SUCCESS) return cu_status(api_, r, info_.name, "running a generated kernel");
+    }
+    return OkStatus();
+  }
+
+  // The kernel argument of a buffer of this device (else an error naming it).
+  Result<Arg> arg(const Buffer& b) const {
+    if (b.device != this)
+      return errors::Internal("{}: a kernel got a buffer of {}", info_.name,
+                              b.device ? b.device->info().name : std::string("no device"));
+    return Arg{static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(b.ptr)), b.offset};
+  }
+  static CUdeviceptr address(const Buffer& b) {
+    return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(b.ptr)) + b.offset;
+  }
+
+  // cuBLAS sgemm / strided-batched sgemm on the device's stream (column-major, as cuBLAS).
+  // Compile-only devices count the call and do nothing.
+  Status sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, CUdeviceptr a,
+               int64_t lda, int64_t stride_a, CUdeviceptr b, int64_t ldb, int64_t stride_b, float beta,
+               CUdeviceptr c, int64_t ldc, int64_t stride_c, int64_t batch) {
+    g_kernels_launched++;
+    if (compile_only()) return OkStatus();
+    for (int64_t v : {m, n, k, lda, ldb, ldc, batch})
+      if (v > 0x7fffffff) return errors::Unimplemented("{}: a matrix dimension of {} exceeds cuBLAS's int", info_.name, v);
+    TD_RETURN_IF_ERROR(enter());
+    std::lock_guard<std::mutex> lock(blas_mu_);
+    if (!blas_) {
+      std::string why;
+      blas_api_ = cublas_api(&why);
+      if (!blas_api_) return errors::Unavailable("{}: cuBLAS is not available: {}", info_.name, why);
+      if (blas_api_->cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) {
+        blas_ = nullptr;
+        return errors::Internal("{}: cublasCreate failed", info_.name);
+      }
+      blas_api_->cublasSetStream(blas_, stream_);
+      if (env_is("TENSORD_CUDA_TF32", "1")) blas_api_->cublasSetMathMode(blas_, CUBLAS_TF32_TENSOR_OP_MATH);
+    }
+    const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    auto* A = reinterpret_cast<const float*>(static_cast<uintptr_t>(a));
+    auto* B = reinterpret_cast<const float*>(static_cast<uintptr_t>(b));
+    auto* C = reinterpret_cast<float*>(static_cast<uintptr_t>(c));
+    cublasStatus_t s;
+    if (batch == 1) {
+      s = blas_api_->cublasSgemm(blas_, ta, tb, int(m), int(n), int(k), &alpha, A, int(lda), B, int(ldb), &beta, C,
+                                 int(ldc));
+    } else {
+      s = blas_api_->cublasSgemmStridedBatched(blas_, ta, tb, int(m), int(n), int(k), &alpha, A, int(lda),
+                                               stride_a, B, int(ldb), stride_b, &beta, C, int(ldc), stride_c,
+                                               int(batch));
+    }
+    if (s != CUBLAS_STATUS_SUCCESS) return errors::Internal("{}: cuBLAS sgemm failed (status {})", info_.name, int(s));
+    if (sync_) {
+      CUresult r = api_->cuStreamSynchronize(stream_);
+      if (r != CUDA_SUCCESS) return cu_status(api_, r, info_.name, "running cuBLAS sgemm");
+    }
+    return OkStatus();
+  }
+
+ private:
+  void set_backend_version(const std::string& what) {
+    std::string why;
+    const NvrtcApi* nv = nvrtc_api(&why);
+    info_.backend_version = fmt::format("tensord {} (CUDA driver {}, NVRTC {}, {})", kVersion,
+                                        info_.driver_version.empty() ? "none" : info_.driver_version,
+                                        nv ? nvrtc_version_string(nv) : "missing", what);
+  }
+  Status ensure_staging() {
+    if (staging_[0]) return OkStatus();
+    for (int k = 0; k < 2; ++k) {
+      CUresult r = api_->cuMemHostAlloc(&staging_[k], kStagingChunk, 0);
+      if (r == CUDA_SUCCESS) r = api_->cuEventCreate(&staging_done_[k], CU_EVENT_DISABLE_TIMING);
+      if (r != CUDA_SUCCESS) return cu_status(api_, r, info_.name, "allocating pinned staging memory");
+      api_->cuEventRecord(staging_done_[k], stream_);
+    }
+    return OkStatus();
+  }
+  // Waits until the last copy through staging half k has finished.
+  CUresult sync_event(int k) { return api_->cuEventSynchronize(staging_done_[k]); }
+
+  const DriverApi* api_ = nullptr;
+  CUdevice dev_ = 0;
+  CUcontext ctx_ = nullptr;
+  CUstream stream_ = nullptr;
+  std::string compile_arch_;
+  int cc_ = 0;
+  DeviceInfo info_;
+  std::vector<const CudaDevice*> peers_;
+  bool sync_ = env_is("TENSORD_CUDA_SYNC", "1");
+  CudaKernelTable kernels_;
+  CudaRegionCompiler regions_;
+  std::mutex programs_mu_;
+  std::unordered_map<std::string, std::shared_ptr<Program>> programs_;
+  std::mutex staging_mu_;
+  void* staging_[2] = {nullptr, nullptr};
+  CUevent staging_done_[2] = {nullptr, nullptr};
+  std::mutex blas_mu_;
+  const CublasApi* blas_api_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+};
+// A lowered, compiled element-wise kernel and how its parameters bind.
+struct Compiled {
+  codegen::LoweredGroup lowered;
+  std::shared_ptr<Program> program;
+};
+
+Result<Compiled> compile_group(CudaDevice& device, const std::vector<const Node*>& nodes,
+                               const std::vector<std::string>& outputs, const Shape& shape,
+                               const std::function<const TensorType*(const std::string&)>& type_of,
+                               const std::function<const HostTensor*(const std::string&)>& constant) {
+  Compiled c;
+  TD_ASSIGN_OR_RETURN(c.lowered, codegen::lower_elementwise(nodes, outputs, shape, type_of, constant));
+  static const codegen::CudaPrinter printer;
+  TD_ASSIGN_OR_RETURN(std::string source, printer.print(c.lowered.kernel));
+  TD_ASSIGN_OR_RETURN(c.program, device.program(source, c.lowered.kernel.name));
+  return c;
+}
+
+// A single node as a generated kernel, specialised to the shapes of each call (the last
+// shapes' kernel is kept; the device keeps every program it built).
+class GeneratedKernel final : public Kernel {
+ public:
+  GeneratedKernel(CudaDevice* d, const Node& node) : device_(d), node_(node) {}
+  std::string name() const override { return "generated"; }
+  Status run(KernelCall& call) override {
+    std::vector<TensorType> types;
+    std::string key;
+    for (const auto& in : call.inputs) {
+      types.push_back(in.defined() ? in.type() : TensorType{});
+      key += shape_to_string(in.shape) + dtype_name(in.dtype) + ";";
+    }
+    if (call.output_types.empty()) return errors::Internal("{}: no output type", node_.label());
+    TensorType out = call.output_types[0];
+    if (!shape_is_static(out.shape))
+      return errors::Internal("{}: the output shape is not known at run time", node_.label());
+    if (!compiled_ || key != key_) {
+      std::map<std::string, TensorType> t;
+      for (size_t i = 0; i < node_.inputs.size() && i < types.size(); ++i)
+        if (!node_.inputs[i].empty()) t[node_.inputs[i]] = types[i];
+      t[node_.outputs[0]] = out;
+      auto type_of = [&t](const std::string& n) -> const TensorType* {
+        auto it = t.find(n);
+        return it != t.end() ? &it->second : nullptr;
+      };
+      TD_ASSIGN_OR_RETURN(Compiled c, compile_group(*device_, {&node_}, {node_.outputs[0]}, out.shape,
+                                                    type_of, nullptr));
+      compiled_ = std::make_unique<Compiled>(std::move(c));
+      key_ = key;
+    }
+    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
+    TD_ASSIGN_OR_RETURN(auto buffer, call.allocator->allocate(static_cast<size_t>(bytes)));
+    std::vector<Arg> args;
+    for (const auto& name : compiled_->lowered.params) {
+      size_t i = 0;
+      while (i < node_.inputs.size() && node_.inputs[i] != name) ++i;
+      if (i >= call.inputs.size() || !call.inputs[i].defined())
+        return errors::Internal("{}: no input '{}'", node_.label(), name);
+      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*call.inputs[i].buffer));
+      args.push_back(a);
+    }
+    TD_ASSIGN_OR_RETURN(Arg o, device_->arg(*buffer));
+    args.push_back(o);
+    TD_RETURN_IF_ERROR(device_->launch(*compiled_->program, args, shape_numel(out.shape)));
+    call.outputs.assign(1, DeviceTensor{out.dtype, out.shape, buffer});
+    return OkStatus();
+  }
+
+ private:
+  CudaDevice* device_;
+  Node node_;
+  std::string key_;
+  std::unique_ptr<Compiled> compiled_;
+};
+
+// Reshape, Flatten, Squeeze, Unsqueeze, Identity: the output is the input's buffer under the
+// inferred shape (values are immutable, so sharing is safe): no copy, no launch.
+bool is_view_op(const std::string& op) {
+  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" ||
+         op == "Identity";
+}
+
+class ViewKernel final : public Kernel {
+ public:
+  explicit ViewKernel(const Node& node) : node_(node) {}
+  std::string name() const override { return "view"; }
+  std::vector<int> host_inputs() const override {
+    if (node_.op == "Reshape" || ((node_.op == "Squeeze" || node_.op == "Unsqueeze") &&
+                                  node_.inputs.size() > 1 && !node_.inputs[1].empty()))
+      return {1};
+    return {};
+  }
+  Status run(KernelCall& call) override {
+    if (call.inputs.empty() || !call.inputs[0].defined() || call.output_types.empty())
+      return errors::Internal("{}: no input", node_.label());
+    const DeviceTensor& x = call.inputs[0];
+    const TensorType& out = call.output_types[0];
+    if (!shape_is_static(out.shape) || shape_numel(out.shape) != shape_numel(x.shape) ||
+        out.dtype != x.dtype)
+      return errors::Internal("{}: output {} is not a view of input {}", node_.label(),
+                              shape_to_string(out.shape), shape_to_string(x.shape));
+    call.outputs.assign(1, DeviceTensor{x.dtype, out.shape, x.buffer});
+    return OkStatus();
+  }
+
+ private:
+  Node node_;
+};
+
+// Transpose and Expand: a strided load per element, generated (codegen::lower_transpose /
+// lower_expand) per shape.
+class MoveKernel final : public Kernel {
+ public:
+  MoveKernel(CudaDevice* d, const Node& node) : device_(d), node_(node) {}
+  std::string name() const override { return "generated"; }
+  std::vector<int> host_inputs() const override {
+    if (node_.op == "Expand") return {1};
+    if (node_.op == "Slice") {
+      std::vector<int> h;
+      for (size_t i = 1; i < node_.inputs.size() && i <= 4; ++i)
+        if (!node_.inputs[i].empty()) h.push_back(static_cast<int>(i));
+      return h;
+    }
+    return {};
+  }
+  Status run(KernelCall& call) override {
+    if (call.inputs.empty() || !call.inputs[0].defined() || call.output_types.empty())
+      return errors::Internal("{}: no input", node_.label());
+    const DeviceTensor& x = call.inputs[0];
+    const TensorType& out = call.output_types[0];
+    if (!shape_is_static(out.shape))
+      return errors::Internal("{}: the output shape is not known at run time", node_.label());
+    std::string key = shape_to_string(x.shape) + dtype_name(x.dtype) + shape_to_string(out.shape);
+    std::vector<int64_t> starts(x.shape.size(), 0), steps(x.shape.size(), 1);
+    if (node_.op == "Slice") {
+      TD_RETURN_IF_ERROR(slice_params(call, x.shape, &starts, &steps));
+      key += fmt::format("{}/{}", fmt::join(starts, ","), fmt::join(steps, ","));
+    }
+    if (!program_ || key != key_) {
+      codegen::ElementwiseKernel k;
+      if (node_.op == "Slice") {
+        TD_ASSIGN_OR_RETURN(k, codegen::lower_slice(x.shape, out.shape, starts, steps, x.dtype));
+      } else if (node_.op == "Transpose") {
+        std::vector<int64_t> perm;
+        if (auto it = node_.attrs.find("perm"); it != node_.attrs.end()) {
+          NodeAttrs attrs(node_);
+          TD_ASSIGN_OR_RETURN(perm, attrs.attr_ints("perm", {}));
+        } else {
+          for (size_t d = x.shape.size(); d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+        }
+        TD_ASSIGN_OR_RETURN(k, codegen::lower_transpose(x.shape, perm, x.dtype));
+      } else {
+        TD_ASSIGN_OR_RETURN(k, codegen::lower_expand(x.shape, out.shape, x.dtype));
+      }
+      static const codegen::CudaPrinter printer;
+      TD_ASSIGN_OR_RETURN(std::string source, printer.print(k));
+      TD_ASSIGN_OR_RETURN(program_, device_->program(source, k.name));
+      key_ = key;
+    }
+    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
+    TD_ASSIGN_OR_RETURN(auto buffer, call.allocator->allocate(static_cast<size_t>(bytes)));
+    TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*x.buffer));
+    TD_ASSIGN_OR_RETURN(Arg o, device_->arg(*buffer));
+    TD_RETURN_IF_ERROR(device_->launch(*program_, {a, o}, shape_numel(out.shape)));
+    call.outputs.assign(1, DeviceTensor{out.dtype, out.shape, buffer});
+    return OkStatus();
+  }
+
+ private:
+  static std::vector<int64_t> ints(const HostTensor& t) {
+    std::vector<int64_t> v;
+    for (double d : t.to_double_vector()) v.push_back(static_cast<int64_t>(d));
+    return v;
+  }
+  // Per input dim: the first element read and the step, normalised as ONNX's Slice says (the
+  // inferred output shape says how many).
+  Status slice_params(const KernelCall& call, const Shape& in, std::vector<int64_t>* starts,
+                      std::vector<int64_t>* steps) const {
+    auto host = [&](size_t i) -> const HostTensor* {
+      return i < call.host_values.size() && !call.host_values[i].empty() ? &call.host_values[i] : nullptr;
+    };
+    if (!host(1)) return errors::Internal("{}: no host copy of starts", node_.label());
+    const std::vector<int64_t> st = ints(*host(1));
+    std::vector<int64_t> axes, sp;
+    if (host(3)) axes = ints(*host(3));
+    else for (size_t a = 0; a < st.size(); ++a) axes.push_back(static_cast<int64_t>(a));
+    if (host(4)) sp = ints(*host(4));
+    else sp.assign(st.size(), 1);
+    if (axes.size() != st.size() || sp.size() != st.size())
+      return errors::InvalidArgument("{}: starts, axes and steps differ in length", node_.label());
+    const int64_t rank = static_cast<int64_t>(in.size());
+    for (size_t k = 0; k < st.size(); ++k) {
+      int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k];
+      if (a < 0 || a >= rank) return errors::InvalidArgument("{}: axis {} out of range", node_.label(), axes[k]);
+      const int64_t dim = in[static_cast<size_t>(a)];
+      if (sp[k] == 0) return errors::InvalidArgument("{}: a step is 0", node_.label());
+      int64_t s0 = st[k] < 0 ? st[k] + dim : st[k];
+      s0 = sp[k] > 0 ? std::clamp<int64_t>(s0, 0, dim) : std::clamp<int64_t>(s0, 0, dim - 1);
+      (*starts)[static_cast<size_t>(a)] = s0;
+      (*steps)[static_cast<size_t>(a)] = sp[k];
+    }
+    return OkStatus();
+  }
+
+  CudaDevice* device_;
+  Node node_;
+  std::string key_;
+  std::shared_ptr<Program> program_;
+};
+
+const std::map<std::string, std::string>& reduce_ops() {
+  static const std::map<std::string, std::string> t = {
+      {"ReduceSum", "sum"},         {"ReduceMean", "mean"}, {"ReduceMax", "max"},
+      {"ReduceMin", "min"},         {"ReduceProd", "prod"}, {"ReduceSumSquare", "sum_square"},
+      {"ReduceL1", "l1"},           {"ReduceL2", "l2"},     {"ReduceLogSum", "log_sum"}};
+  return t;
+}
+
+// ReduceSum, ReduceMean, ... over float32: a generated kernel per input shape and axes.
+class ReduceOp final : public Kernel {
+ public:
+  ReduceOp(CudaDevice* d, const Node& node) : device_(d), node_(node) {}
+  std::string name() const override { return "generated"; }
+  bool axes_from_input() const { return node_.inputs.size() > 1; }
+  std::vector<int> host_inputs() const override {
+    return axes_from_input() && !node_.inputs[1].empty() ? std::vector<int>{1} : std::vector<int>{};
+  }
+  Status run(KernelCall& call) override {
+    if (call.inputs.empty() || !call.inputs[0].defined() || call.output_types.empty())
+      return errors::Internal("{}: no input", node_.label());
+    const DeviceTensor& x = call.inputs[0];
+    const TensorType& out = call.output_types[0];
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    NodeAttrs attrs(node_);
+    std::vector<int64_t> axes;
+    bool noop = false;
+    if (attrs.has_attr("axes")) {  // before opset 13 (ReduceSum) / 18 (the others)
+      TD_ASSIGN_OR_RETURN(axes, attrs.attr_ints("axes", {}));
+    } else {  // axes as an input, possibly omitted or empty
+      TD_ASSIGN_OR_RETURN(int64_t noop_attr, attrs.attr_int("noop_with_empty_axes", 0));
+      if (axes_from_input() && call.host_values.size() > 1 && !call.host_values[1].empty())
+        for (double a : call.host_values[1].to_double_vector()) axes.push_back(static_cast<int64_t>(a));
+      noop = axes.empty() && noop_attr != 0;
+    }
+    if (noop) {  // the input as is
+      call.outputs.assign(1, DeviceTensor{x.dtype, out.shape, x.buffer});
+      return OkStatus();
+    }
+    std::vector<bool> mask(static_cast<size_t>(rank), axes.empty());
+    for (int64_t a : axes) {
+      if (a < -rank || a >= rank)
+        return errors::InvalidArgument("{}: axis {} is out of range for rank {}", node_.label(), a, rank);
+      const size_t k = static_cast<size_t>(a < 0 ? a + rank : a);
+      if (mask[k] && !axes.empty() && std::count(axes.begin(), axes.end(), a) > 1)
+        return errors::InvalidArgument("{}: axis {} is repeated", node_.label(), a);
+      mask[k] = true;
+    }
+    codegen::ReduceKernel k;
+    k.op = reduce_ops().at(node_.op);
+    k.in_shape.assign(x.shape.begin(), x.shape.end());
+    k.reduced = mask;
+    if (k.reduced_numel() == 0 || !shape_is_static(out.shape) || shape_numel(out.shape) != k.out_numel())
+      return errors::Internal("{}: cannot reduce {} to {}", node_.label(), shape_to_string(x.shape),
+                              shape_to_string(out.shape));
+    std::string key = shape_to_string(x.shape);
+    for (bool b : mask) key += b ? "1" : "0";
+    if (!program_ || key != key_) {
+      static const codegen::CudaPrinter printer;
+      TD_ASSIGN_OR_RETURN(std::string source, printer.print(k));
+      TD_ASSIGN_OR_RETURN(program_, device_->program(source, k.name));
+      key_ = key;
+    }
+    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
+    TD_ASSIGN_OR_RETURN(auto buffer, call.allocator->allocate(static_cast<size_t>(bytes)));
+    TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*x.buffer));
+    TD_ASSIGN_OR_RETURN(Arg o, device_->arg(*buffer));
+    TD_RETURN_IF_ERROR(device_->launch(*program_, {a, o}, k.out_numel()));
+    call.outputs.assign(1, DeviceTensor{out.dtype, out.shape, buffer});
+    return OkStatus();
+  }
+
+ private:
+  CudaDevice* device_;
+  Node node_;
+  std::string key_;
+  std::shared_ptr<Program> program_;
+};
+
+// MatMul (float32, batch dims broadcast as plan_matmul allows) and Gemm (float32, C broadcast
+// to the output) on cuBLAS. Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLAS is called with
+// the operands swapped, so no transposition is ever materialised.
+class BlasKernel final : public Kernel {
+ public:
+  BlasKernel(CudaDevice* d, const Node& node) : device_(d), node_(node) {}
+  std::string name() const override { return "cublas"; }
+  Status run(KernelCall& call) override {
+    if (call.inputs.size() < 2 || !call.inputs[0].defined() || !call.inputs[1].defined() ||
+        call.output_types.empty())
+      return errors::Internal("{}: missing inputs", node_.label());
+    const DeviceTensor& a = call.inputs[0];
+    const DeviceTensor& b = call.inputs[1];
+    const TensorType& out = call.output_types[0];
+    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
+    TD_ASSIGN_OR_RETURN(auto buffer, call.allocator->allocate(static_cast<size_t>(bytes)));
+    const CUdeviceptr A = CudaDevice::address(*a.buffer), B = CudaDevice::address(*b.buffer);
+    const CUdeviceptr Y = CudaDevice::address(*buffer);
+    if (node_.op == "MatMul") {
+      TD_ASSIGN_OR_RETURN(GemmPlan p, plan_matmul(a.shape, b.shape));
+      if (p.m * p.n * p.batch > 0) {
+        if (p.k == 0) return errors::Unimplemented("{}: an empty inner dimension", node_.label());
+        TD_RETURN_IF_ERROR(device_->sgemm(false, false, p.n, p.m, p.k, 1.0f, B, p.n, p.stride_b, A, p.k,
+                                          p.stride_a, 0.0f, Y, p.n, p.stride_c, p.batch));
+      }
+    } else {  // Gemm
+      NodeAttrs attrs(node_);
+      TD_ASSIGN_OR_RETURN(int64_t trans_a, attrs.attr_int("transA", 0));
+      TD_ASSIGN_OR_RETURN(int64_t trans_b, attrs.attr_int("transB", 0));
+      TD_ASSIGN_OR_RETURN(double alpha, attrs.attr_float("alpha", 1.0));
+      TD_ASSIGN_OR_RETURN(double beta, attrs.attr_float("beta", 1.0));
+      if (a.shape.size() != 2 || b.shape.size() != 2)
+        return errors::InvalidArgument("{}: Gemm takes 2-D A and B", node_.label());
+      const int64_t m = trans_a ? a.shape[1] : a.shape[0], k = trans_a ? a.shape[0] : a.shape[1];
+      const int64_t n = trans_b ? b.shape[0] : b.shape[1];
+      if ((trans_b ? b.shape[1] : b.shape[0]) != k)
+        return errors::InvalidArgument("{}: inner dimensions {} and {} differ", node_.label(), k,
+                                       trans_b ? b.shape[1] : b.shape[0]);
+      const bool has_c = call.inputs.size() > 2 && call.inputs[2].defined() && beta != 0.0;
+      if (has_c) {  // Y = broadcast C, then Y = alpha·op(A)·op(B) + beta·Y
+        const DeviceTensor& c = call.inputs[2];
+        if (!bias_ || bias_shape_ != c.shape) {
+          TD_ASSIGN_OR_RETURN(codegen::ElementwiseKernel ek, codegen::lower_expand(c.shape, {m, n}, DType::kFloat32));
+          static const codegen::CudaPrinter printer;
+          TD_ASSIGN_OR_RETURN(std::string source, printer.print(ek));
+          TD_ASSIGN_OR_RETURN(bias_, device_->program(source, ek.name));
+          bias_shape_ = c.shape;
+        }
+        TD_ASSIGN_OR_RETURN(Arg ca, device_->arg(*c.buffer));
+        TD_ASSIGN_OR_RETURN(Arg ya, device_->arg(*buffer));
+        TD_RETURN_IF_ERROR(device_->launch(*bias_, {ca, ya}, m * n));
+      }
+      if (m * n > 0 && k > 0)
+        TD_RETURN_IF_ERROR(device_->sgemm(trans_b != 0, trans_a != 0, n, m, k, static_cast<float>(alpha), B,
+                                          b.shape[1], 0, A, a.shape[1], 0, has_c ? static_cast<float>(beta) : 0.0f,
+                                          Y, n, 0, 1));
+    }
+    call.outputs.assign(1, DeviceTensor{out.dtype, out.shape, buffer});
+    return OkStatus();
+  }
+
+ private:
+  CudaDevice* device_;
+  Node node_;
+  Shape bias_shape_;
+  std::shared_ptr<Program> bias_;
+};
+
+// Multidirectional broadcast of static shapes (false when they do not fit).
+bool broadcast_shape(const std::vector<TensorType>& inputs, Shape* out) {
+  size_t rank = 0;
+  for (const auto& t : inputs)
+    if (t.defined()) rank = std::max(rank, t.shape.size());
+  Shape s(rank, 1);
+  for (const auto& t : inputs) {
+    if (!t.defined()) continue;
+    for (size_t k = 0; k < t.shape.size(); ++k) {
+      int64_t& d = s[rank - t.shape.size() + k];
+      const int64_t v = t.shape[k];
+      if (v == d || v == 1) continue;
+      if (d != 1) return false;
+      d = v;
+    }
+  }
+  *out = s;
+  return true;
+}
+
+Status CudaKernelTable::supports(const Node& node, const std::vector<TensorType>& inputs,
+                                   const CompileOptions& options) const {
+  (void)options;
+  const bool domain_ok = node.domain.empty() || node.domain == "ai.onnx";
+  if (domain_ok && (node.op == "MatMul" || node.op == "Gemm") && inputs.size() >= 2) {
+    for (size_t i = 0; i < inputs.size() && i < 3; ++i)
+      if (inputs[i].defined() && (inputs[i].dtype != DType::kFloat32 || !shape_is_static(inputs[i].shape)))
+        return errors::Unimplemented("{}: {} runs static float32 {} only ({})", node.op, device_->name(), node.op,
+                                     node.label());
+    if (node.op == "MatMul") {
+      if (!inputs[0].defined() || !inputs[1].defined())
+        return errors::Unimplemented("{}: missing inputs ({})", node.op, node.label());
+      auto plan = plan_matmul(inputs[0].shape, inputs[1].shape);
+      if (!plan.ok()) return plan.status();
+      return OkStatus();
+    }
+    if (inputs[0].shape.size() != 2 || inputs[1].shape.size() != 2)
+      return errors::Unimplemented("Gemm: {} takes 2-D A and B ({})", device_->name(), node.label());
+    return OkStatus();
+  }
+  if (domain_ok && node.outputs.size() == 1 && !inputs.empty() && inputs[0].defined()) {
+    if (is_view_op(node.op)) return OkStatus();
+    if (reduce_ops().count(node.op)) {
+      // float32 with a static shape and no empty reduction (those fall back: the reference's
+      // identities for empty inputs are not generated yet).
+      if (inputs[0].dtype != DType::kFloat32 || !shape_is_static(inputs[0].shape) ||
+          shape_numel(inputs[0].shape) == 0)
+        return errors::Unimplemented("{}: {} reduces static float32 tensors only ({})", node.op,
+                                     device_->name(), node.label());
+      return OkStatus();
+    }
+    if (node.op == "Transpose" || node.op == "Expand" || (node.op == "Slice" && node.inputs.size() >= 3)) {
+      const size_t size = dtype_size(inputs[0].dtype);
+      if (size == 1 || size == 4 || size == 8) return OkStatus();
+      return errors::Unimplemented("{}: {} moves 1-, 4- and 8-byte elements only ({})", node.op,
+                                   device_->name(), node.label());
+    }
+  }
+  TD_RETURN_IF_ERROR(codegen::elementwise_supported(node, inputs, nullptr));
+  bool all_static = true;
+  for (const auto& t : inputs) all_static &= !t.defined() || shape_is_static(t.shape);
+  if (all_static && node.op != "Clip" && node.op != "CastLike") {
+    Shape s;
+    if (!broadcast_shape(inputs, &s))
+      return errors::Unimplemented("{}: {} inputs do not broadcast ({})", node.op, device_->name(),
+                                   node.label());
+  }
+  return OkStatus();
+}
+
+Result<std::unique_ptr<Kernel>> CudaKernelTable::create(const Node& node,
+                                                          const std::vector<TensorType>& inputs,
+                                                          const std::vector<TensorType>& outputs,
+                                                          const CompileOptions& options) const {
+  (void)inputs;
+  (void)outputs;
+  (void)options;
+  if (node.op == "MatMul" || node.op == "Gemm") return std::unique_ptr<Kernel>(new BlasKernel(device_, node));
+  if (is_view_op(node.op)) return std::unique_ptr<Kernel>(new ViewKernel(node));
+  if (reduce_ops().count(node.op)) return std::unique_ptr<Kernel>(new ReduceOp(device_, node));
+  if (node.op == "Transpose" || node.op == "Expand" || node.op == "Slice")
+    return std::unique_ptr<Kernel>(new MoveKernel(device_, node));
+  return std::unique_ptr<Kernel>(new GeneratedKernel(device_, node));
+}
+
+// A fused chain: one generated kernel. Constants that are not scalars were uploaded at
+// compile time and are held here.
+class ElementwiseRegion final : public RegionKernel {
+ public:
+  ElementwiseRegion(CudaDevice* d, Compiled c, std::vector<std::string> inputs, Shape shape)
+      : device_(d), c_(std::move(c)), inputs_(std::move(inputs)), shape_(std::move(shape)) {}
+  ~ElementwiseRegion() override {
+    for (auto& [mem, bytes] : uploads_) device_->free(mem, bytes);
+  }
+  Status upload(size_t param, const HostTensor& value) {
+    const size_t bytes = static_cast<size_t>(value.nbytes());
+    TD_ASSIGN_OR_RETURN(void* mem, device_->allocate(bytes));
+    uploads_.emplace_back(mem, bytes);
+    Buffer b{device_, mem, bytes, 0};
+    TD_RETURN_IF_ERROR(device_->write(b, 0, value.data(), bytes));
+    held_[param] = Arg{static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(mem)), 0};
+    weight_bytes_ += static_cast<int64_t>(bytes);
+    return OkStatus();
+  }
+  Status run(const std::vector<DeviceTensor>& inputs, const std::vector<DeviceTensor>& outputs,
+             Allocator& allocator) override {
+    (void)allocator;
+    std::vector<Arg> args;
+    const auto& params = c_.lowered.params;
+    for (size_t p = 0; p < params.size(); ++p) {
+      if (auto h = held_.find(p); h != held_.end()) {
+        args.push_back(h->second);
+        continue;
+      }
+      size_t i = 0;
+      while (i < inputs_.size() && inputs_[i] != params[p]) ++i;
+      if (i >= inputs.size() || !inputs[i].buffer)
+        return errors::Internal("{}: fused kernel input '{}' missing", device_->name(), params[p]);
+      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*inputs[i].buffer));
+      args.push_back(a);
+    }
+    for (const auto& o : outputs) {
+      if (!o.buffer) return errors::Internal("{}: fused kernel output not allocated", device_->name());
+      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*o.buffer));
+      args.push_back(a);
+    }
+    return device_->launch(*c_.program, args, shape_numel(shape_));
+  }
+  int64_t arena_bytes() const override { return 0; }
+  int64_t weight_bytes() const override { return weight_bytes_; }
+  std::string describe() const override {
+    return fmt::format("CudaElementwise: {} over {} in 1 generated kernel, {} outputs",
+                       c_.lowered.summary, shape_to_string(shape_), c_.lowered.kernel.outputs.size());
+  }
+
+ private:
+  CudaDevice* device_;
+  Compiled c_;
+  std::vector<std::string> inputs_;
+  Shape shape_;
+  std::map<size_t, Arg> held_;
+  std::vector<std::pair<void*, size_t>> uploads_;
+  int64_t weight_bytes_ = 0;
+};
+
+std::vector<Region> CudaRegionCompiler::compile(const FusionGraph& g,
+                                                  std::vector<std::string>* notes) {
+  if (std::getenv("TENSORD_NO_ELEMENTWISE_FUSION")) return {};
+  auto key = [&](size_t i, const std::vector<int>&) -> std::string {
+    if (!g.placed_here.empty() && !g.placed_here[i]) return "";
+    const Node& node = *g.nodes[i];
+    if (node.outputs.size() != 1 || node.outputs[0].empty()) return "";
+    const TensorType* out = g.type_of(node.outputs[0]);
+    if (!out || !shape_is_static(out->shape) || shape_numel(out->shape) == 0) return "";
+    std::vector<TensorType> in;
+    for (const auto& name : node.inputs) {
+      const TensorType* t = name.empty() ? nullptr : g.type_of(name);
+      if (!name.empty() && (!t || !shape_is_static(t->shape))) return "";
+      in.push_back(t ? *t : TensorType{});
+    }
+    if (!codegen::elementwise_supported(node, in, g.constant).ok()) return "";
+    return "ew:" + shape_to_string(out->shape);
+  };
+  std::vector<Region> regions;
+  for (auto& r : partition_graph(g, key)) {
+    if (r.members.size() < 2 || r.outputs.empty()) continue;  // single nodes: their own kernels
+    std::vector<const Node*> nodes;
+    for (size_t m : r.members) nodes.push_back(g.nodes[m]);
+    const Shape shape = g.type_of(nodes.back()->outputs[0])->shape;
+    auto c = compile_group(*device_, nodes, r.outputs, shape, g.type_of, g.constant);
+    if (!c.ok()) {
+      if (notes)
+        notes->push_back(fmt::format("{}: {} element-wise nodes left unfused: {}", device_->name(),
+                                     nodes.size(), c.status().message()));
+      continue;
+    }
+    // Constants that are not literals: uploaded once, held by the kernel.
+    const std::vector<const HostTensor*> constants = c->lowered.constants;
+    auto kernel = std::make_unique<ElementwiseRegion>(device_, std::move(*c), r.inputs, shape);
+    Status up;
+    for (size_t p = 0; p < constants.size() && up.ok(); ++p)
+      if (constants[p]) up = kernel->upload(p, *constants[p]);
+    if (!up.ok()) {
+      if (notes) notes->push_back(fmt::format("{}: a fused kernel's constants: {}", device_->name(), up.message()));
+      continue;
+    }
+    r.kernel = std::move(kernel);
+    regions.push_back(std::move(r));
+  }
+  return regions;
+}
+
+// ---- discovery ----
+
+class CudaBackend final : public Backend {
+ public:
+  std::string name() const override { return "cuda"; }
+  std::string version() const override { return kVersion; }
+  std::string unavailable_reason() const override { return why_; }
+  Status check_settings() const override {
+    if (const char* a = std::getenv("TENSORD_CUDA_COMPILE_ONLY"); a && *a) {
+      const std::string arch = a;
+      if ((arch.rfind("sm_", 0) != 0 && arch.rfind("compute_", 0) != 0) ||
+          arch.find_first_not_of("0123456789abf", arch.find('_') + 1) != std::string::npos ||
+          arch.size() <= arch.find('_') + 1)
+        return errors::InvalidArgument("TENSORD_CUDA_COMPILE_ONLY='{}' is not an architecture (sm_90, compute_90)",
+                                       arch);
+    }
+    return OkStatus();
+  }
+  std::vector<std::unique_ptr<Device>> enumerate() override {
+    std::vector<std::unique_ptr<Device>> devices;
+    why_.clear();
+    if (env_is("TENSORD_CUDA", "0")) {
+      why_ = "TENSORD_CUDA=0";
+      return devices;
+    }
+    if (const char* a = std::getenv("TENSORD_CUDA_COMPILE_ONLY"); a && *a) {
+      std::string nv;
+      if (!nvrtc_api(&nv)) {
+        why_ = "TENSORD_CUDA_COMPILE_ONLY needs NVRTC: " + nv;
+        return devices;
+      }
+      devices.push_back(std::make_unique<CudaDevice>(std::string(a)));
+      return devices;
+    }
+    why_ = discover(&devices);
+    if (!devices.empty()) why_.clear();
+    return devices;
+  }
+
+ private:
+  static std::string discover(std::vector<std::unique_ptr<Device>>* devices) {
+    std::string why;
+    const DriverApi* api = driver_api(&why);
+    if (!api) return "no NVIDIA driver: " + why;
+    CUresult r = api->cuInit(0);
+    if (r != CUDA_SUCCESS) return "cuInit failed: " + cu_error(api, r) + " (driver " + api->path + ")";
+    int n = 0;
+    r = api->cuDeviceGetCount(&n);
+    if (r != CUDA_SUCCESS) return "cuDeviceGetCount failed: " + cu_error(api, r);
+    if (n == 0) return "the NVIDIA driver sees no GPU";
+    std::string problems;
+    std::vector<CudaDevice*> made;
+    for (int i = 0; i < n; ++i) {
+      CUdevice dev = 0;
+      CUcontext ctx = nullptr;
+      CUstream stream = nullptr;
+      r = api->cuDeviceGet(&dev, i);
+      if (r == CUDA_SUCCESS) r = api->cuDevicePrimaryCtxRetain(&ctx, dev);
+      if (r == CUDA_SUCCESS) r = api->cuCtxSetCurrent(ctx);
+      if (r == CUDA_SUCCESS) r = api->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+      if (r != CUDA_SUCCESS) {
+        problems += fmt::format("{}GPU {}: {}", problems.empty() ? "" : "; ", i, cu_error(api, r));
+        if (ctx) api->cuDevicePrimaryCtxRelease(dev);
+        continue;
+      }
+      auto d = std::make_unique<CudaDevice>(api, dev, ctx, stream, static_cast<int>(devices->size()));
+      made.push_back(d.get());
+      devices->push_back(std::move(d));
+    }
+    // Peer access where the hardware allows it (NVLink or PCIe P2P): copies then go direct.
+    for (CudaDevice* a : made)
+      for (CudaDevice* b : made) {
+        if (a == b) continue;
+        int can = 0;
+        if (api->cuDeviceCanAccessPeer(&can, a->cu_device(), b->cu_device()) != CUDA_SUCCESS || !can) continue;
+        api->cuCtxSetCurrent(a->context());
+        r = api->cuCtxEnablePeerAccess(b->context(), 0);
+        if (r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) a->add_peer(b);
+      }
+    return problems.empty() ? std::string("no usable GPU") : problems;
+  }
+
+  std::string why_;
+};
+
+}  // namespace
+
+// ---- public helpers ----
+
+bool nvrtc_available(std::string* why) { return nvrtc_api(why) != nullptr; }
+
+std::vector<int> nvrtc_architectures() {
+  std::string why;
+  const NvrtcApi* api = nvrtc_api(&why);
+  if (!api) return {};
+  int n = 0;
+  if (api->nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0) return {};
+  std::vector<int> archs(static_cast<size_t>(n));
+  if (api->nvrtcGetSupportedArchs(archs.data()) != NVRTC_SUCCESS) return {};
+  std::sort(archs.begin(), archs.end());
+  return archs;
+}
+
+std::string choose_arch(int cc, const std::vector<int>& known) {
+  if (std::find(known.begin(), known.end(), cc) != known.end()) return "sm_" + std::to_string(cc);
+  int best = 0;
+  for (int a : known)
+    if (a <= cc) best = std::max(best, a);
+  return best ? "compute_" + std::to_string(best) : std::string();
+}
+
+Result<CompiledCode> nvrtc_compile(const std::string& source, const std::string& arch) {
+  std::string why;
+  const NvrtcApi* api = nvrtc_api(&why);
+  if (!api) return errors::Unavailable("NVRTC is not available: {}", why);
+  nvrtcProgram prog = nullptr;
+  nvrtcResult r = api->nvrtcCreateProgram(&prog, source.c_str(), "tensord_generated.cu", 0, nullptr, nullptr);
+  if (r != NVRTC_SUCCESS)
+    return errors::Internal("nvrtcCreateProgram failed: {}", api->nvrtcGetErrorString(r));
+  const std::string arch_opt = "--gpu-architecture=" + arch;
+  const char* opts[] = {arch_opt.c_str(), "--std=c++17", "--fmad=false", "-default-device"};
+  r = api->nvrtcCompileProgram(prog, 4, opts);
+  std::string log;
+  size_t log_size = 0;
+  if (api->nvrtcGetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS && log_size > 1) {
+    log.resize(log_size);
+    api->nvrtcGetProgramLog(prog, log.data());
+    while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
+  }
+  if (r != NVRTC_SUCCESS) {
+    api->nvrtcDestroyProgram(&prog);
+    g_compile_failures++;
+    if (log.size() > 4000) log.resize(4000);
+    return errors::Internal("a generated kernel did not compile for {} ({}): {}\n--- source ---\n{}", arch,
+                            api->nvrtcGetErrorString(r), log, source);
+  }
+  CompiledCode code;
+  code.arch = arch;
+  code.cubin = arch.rfind("sm_", 0) == 0;
+  size_t size = 0;
+  r = code.cubin ? api->nvrtcGetCUBINSize(prog, &size) : api->nvrtcGetPTXSize(prog, &size);
+  if (r == NVRTC_SUCCESS && size > 0) {
+    code.image.resize(size);
+    r = code.cubin ? api->nvrtcGetCUBIN(prog, code.image.data()) : api->nvrtcGetPTX(prog, code.image.data());
+  }
+  api->nvrtcDestroyProgram(&prog);
+  if (r != NVRTC_SUCCESS || code.image.empty())
+    return errors::Internal("NVRTC produced no {} for {}", code.cubin ? "cubin" : "PTX", arch);
+  g_programs_built++;
+  return code;
+}
+
+Result<GemmPlan> plan_matmul(const std::vector<int64_t>& a_in, const std::vector<int64_t>& b_in) {
+  if (a_in.empty() || b_in.empty()) return errors::InvalidArgument("MatMul of a scalar");
+  std::vector<int64_t> a = a_in, b = b_in;
+  const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
+  if (a_vec) a.insert(a.begin(), 1);  // [K] -> [1, K]
+  if (b_vec) b.push_back(1);          // [K] -> [K, 1]
+  GemmPlan p;
+  p.m = a[a.size() - 2];
+  p.k = a[a.size() - 1];
+  p.n = b[b.size() - 1];
+  if (b[b.size() - 2] != p.k)
+    return errors::InvalidArgument("MatMul: inner dimensions {} and {} differ", p.k, b[b.size() - 2]);
+  const std::vector<int64_t> ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+  const size_t rank = std::max(ab.size(), bb.size());
+  std::vector<int64_t> batch(rank, 1);
+  int64_t na = 1, nb = 1;
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t x = d + ab.size() >= rank ? ab[d + ab.size() - rank] : 1;
+    const int64_t y = d + bb.size() >= rank ? bb[d + bb.size() - rank] : 1;
+    if (x != y && x != 1 && y != 1)
+      return errors::InvalidArgument("MatMul: batch dimensions {} and {} do not broadcast", x, y);
+    batch[d] = std::max(x, y);
+    if (x == 0 || y == 0) batch[d] = 0;
+    na *= x;
+    nb *= y;
+  }
+  int64_t total = 1;
+  for (int64_t v : batch) total *= v;
+  // One strided call: each side is either the full batch or a single matrix (stride 0).
+  if ((na != total && na != 1) || (nb != total && nb != 1))
+    return errors::Unimplemented("MatMul: batch dims {} and {} broadcast partially (one strided cuBLAS call cannot)",
+                                 fmt::join(ab, "x"), fmt::join(bb, "x"));
+  p.batch = total;
+  p.stride_a = na == 1 ? 0 : p.m * p.k;
+  p.stride_b = nb == 1 ? 0 : p.k * p.n;
+  p.stride_c = p.m * p.n;
+  // A batched A times one B: one tall matrix (batch*M) x K — a single, faster GEMM.
+  if (p.batch > 1 && p.stride_b == 0 && p.stride_a != 0) {
+    p.m *= p.batch;
+    p.batch = 1;
+    p.stride_a = p.stride_c = 0;
+  }
+  p.out_shape = batch;
+  if (!a_vec) p.out_shape.push_back(a[a.size() - 2]);
+  if (!b_vec) p.out_shape.push_back(p.n);
+  return p;
+}
+
+std::vector<std::pair<size_t, size_t>> plan_chunks(size_t bytes, size_t chunk) {
+  std::vector<std::pair<size_t, size_t>> out;
+  if (chunk == 0) chunk = 1;
+  for (size_t off = 0; off < bytes; off += chunk) out.emplace_back(off, std::min(chunk, bytes - off));
+  return out;
+}
+
+void set_compile_only_collector(std::function<void(const std::string&, const std::string&)> collect) {
+  std::lock_guard<std::mutex> lock(g_collector_mu);
+  g_collector = std::move(collect);
+}
+
+std::unique_ptr<Backend> create_cuda_backend() { return std::make_unique<CudaBackend>(); }
+int64_t programs_built() { return g_programs_built.load(); }
+int64_t disk_cache_hits() { return g_disk_hits.load(); }
+int64_t kernels_launched() { return g_kernels_launched.load(); }
+int64_t compile_failures() { return g_compile_failures.load(); }
+std::string last_source() {
+  std::lock_guard<std::mutex> lock(g_last_mu);
+  return g_last_source;
+}
+
+}  // namespace tensord::cuda

@@ -1,0 +1,526 @@
+// The CUDA backend. Three tiers:
+//  - here, always: the library search, the planning logic (MatMul on cuBLAS, staged copies,
+//    architecture choice);
+//  - here, with NVRTC (the CUDA toolkit, no GPU): the generated CUDA C compiles, and every kernel
+//    the generator emits for the ONNX node tests compiles (TENSORD_CUDA_COMPILE_ONLY runs the
+//    suite on a pretend cuda:0 that compiles each kernel and runs none). Skips without NVRTC,
+//    fails then under CI=true (CI builds this test only when it found the toolkit);
+//  - on a GPU: devices, memory, copies, kernels and cuBLAS against the cpu reference. They skip
+//    with "no CUDA device" elsewhere.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+
+#include "backends/codegen/lower.h"
+#include "backends/codegen/printer.h"
+#include "backends/cuda/cuda_api.h"
+#include "backends/cuda/cuda_backend.h"
+#include "engine/memory_pool.h"
+#include "kernels/op_test_util.h"
+#include "onnx/onnx_import.h"
+#include "tensord/client.h"
+#include "tensord/onnx.h"
+
+namespace tensord {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci && std::string(ci) == "true";
+}
+
+// A fresh disk cache for this process's kernels (so compiles are compiles).
+const bool kEnvironment = [] {
+  static char kernels[] = "/tmp/tensord-cuda-kernel-cache-XXXXXX";
+  if (mkdtemp(kernels)) setenv("TENSORD_KERNEL_CACHE", kernels, 1);
+  return true;
+}();
+
+#define REQUIRE_NVRTC()                                                                        \
+  do {                                                                                         \
+    (void)kEnvironment;                                                                        \
+    std::string why_;                                                                          \
+    if (!cuda::nvrtc_available(&why_)) {                                                       \
+      if (in_ci()) FAIL() << "NVRTC not loadable under CI=true (the toolkit was found at configure): " << why_; \
+      GTEST_SKIP() << "NVRTC is not loadable here: " << why_;                                  \
+    }                                                                                          \
+  } while (0)
+
+// ---- library search ----
+
+TEST(CudaLibraries, TheEnvironmentFolderComesFirstAndNamesTryNewestMajorFirst) {
+  setenv("TENSORD_CUDA_LIB_DIR", "/opt/a:/opt/b", 1);
+  auto dirs = cuda::library_dirs();
+  unsetenv("TENSORD_CUDA_LIB_DIR");
+  ASSERT_GE(dirs.size(), 3u);
+  EXPECT_EQ(dirs[0], "/opt/a");
+  EXPECT_EQ(dirs[1], "/opt/b");
+  EXPECT_NE(std::find(dirs.begin(), dirs.end(), "/usr/local/cuda/lib64"), dirs.end());
+  std::set<std::string> unique(dirs.begin(), dirs.end());
+  EXPECT_EQ(unique.size(), dirs.size()) << "no folder twice";
+  auto names = cuda::library_names("nvrtc");
+  ASSERT_EQ(names.size(), 3u);
+  EXPECT_EQ(names[0], "libnvrtc.so.13");
+  EXPECT_EQ(names[1], "libnvrtc.so.12");
+  EXPECT_EQ(cuda::library_names("cuda")[0], "libcuda.so.1");
+}
+
+TEST(CudaLibraries, WithoutADriverTheBackendListsNoDevicesAndSaysWhy) {
+  auto backend = cuda::create_cuda_backend();
+  EXPECT_EQ(backend->name(), "cuda");
+  auto devices = backend->enumerate();
+  std::string why;
+  if (cuda::driver_api(&why) && !devices.empty()) GTEST_SKIP() << "this machine has a CUDA device";
+  EXPECT_TRUE(devices.empty());
+  EXPECT_FALSE(backend->unavailable_reason().empty());
+  EXPECT_EQ(backend->unavailable_reason().find('\n'), std::string::npos) << "one line";
+  setenv("TENSORD_CUDA", "0", 1);
+  EXPECT_TRUE(backend->enumerate().empty());
+  EXPECT_EQ(backend->unavailable_reason(), "TENSORD_CUDA=0");
+  unsetenv("TENSORD_CUDA");
+}
+
+TEST(CudaLibraries, ABadCompileOnlyArchitectureIsRefusedByName) {
+  setenv("TENSORD_CUDA_COMPILE_ONLY", "volta", 1);
+  Status s = cuda::create_cuda_backend()->check_settings();
+  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("TENSORD_CUDA_COMPILE_ONLY='volta'"), std::string::npos) << s.message();
+}
+
+// ---- planning (no GPU) ----
+
+TEST(CudaPlanning, MatMulShapesMapToOneCublasCall) {
+  auto p = cuda::plan_matmul({3, 4}, {4, 5});
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->m, 3);
+  EXPECT_EQ(p->n, 5);
+  EXPECT_EQ(p->k, 4);
+  EXPECT_EQ(p->batch, 1);
+  EXPECT_EQ(p->out_shape, (std::vector<int64_t>{3, 5}));
+
+  // Batched A times one B: folded into one tall GEMM.
+  p = cuda::plan_matmul({2, 6, 3, 4}, {4, 5});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->m, 36);
+  EXPECT_EQ(p->batch, 1);
+  EXPECT_EQ(p->out_shape, (std::vector<int64_t>{2, 6, 3, 5}));
+
+  // Both batched: strided.
+  p = cuda::plan_matmul({7, 3, 4}, {7, 4, 5});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->batch, 7);
+  EXPECT_EQ(p->stride_a, 12);
+  EXPECT_EQ(p->stride_b, 20);
+  EXPECT_EQ(p->stride_c, 15);
+
+  // One A, batched B: stride 0 on A.
+  p = cuda::plan_matmul({3, 4}, {2, 7, 4, 5});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->batch, 14);
+  EXPECT_EQ(p->stride_a, 0);
+  EXPECT_EQ(p->out_shape, (std::vector<int64_t>{2, 7, 3, 5}));
+
+  // Vectors: [K]x[K,N] -> [N]; [M,K]x[K] -> [M]; [K]x[K] -> [].
+  p = cuda::plan_matmul({4}, {4, 5});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->m, 1);
+  EXPECT_EQ(p->out_shape, (std::vector<int64_t>{5}));
+  p = cuda::plan_matmul({3, 4}, {4});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->n, 1);
+  EXPECT_EQ(p->out_shape, (std::vector<int64_t>{3}));
+  p = cuda::plan_matmul({4}, {4});
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->out_shape.empty());
+
+  // Errors: inner dims; partial broadcasts (2x1 against 1x3) go back to the cpu.
+  EXPECT_EQ(cuda::plan_matmul({3, 4}, {5, 6}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::plan_matmul({2, 1, 3, 4}, {1, 3, 4, 5}).status().code(), StatusCode::kUnimplemented);
+}
+
+TEST(CudaPlanning, CopiesAreChunkedToTheStagingBuffers) {
+  auto c = cuda::plan_chunks(20, 8);
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[0], (std::pair<size_t, size_t>{0, 8}));
+  EXPECT_EQ(c[2], (std::pair<size_t, size_t>{16, 4}));
+  EXPECT_TRUE(cuda::plan_chunks(0, 8).empty());
+  EXPECT_EQ(cuda::plan_chunks(8, 8).size(), 1u);
+}
+
+TEST(CudaPlanning, ArchitectureIsACubinWhenKnownElsePtxOfTheNearestBelow) {
+  const std::vector<int> known = {75, 80, 86, 89, 90, 100, 120};
+  EXPECT_EQ(cuda::choose_arch(90, known), "sm_90");
+  EXPECT_EQ(cuda::choose_arch(87, known), "compute_86");
+  EXPECT_EQ(cuda::choose_arch(130, known), "compute_120");
+  EXPECT_EQ(cuda::choose_arch(70, known), "");
+}
+
+// The engine's caching allocator over a cuda device (the compile-only one: host memory behind
+// the same Device interface): small tensors are (slab, offset) pairs, writes and reads land at
+// the buffer's offset, and bytes in use / reserved add up.
+TEST(CudaPlanning, TheEnginesPoolSubAllocatesCudaAllocations) {
+  REQUIRE_NVRTC();
+  setenv("TENSORD_CUDA_COMPILE_ONLY", "sm_90", 1);
+  auto backend = cuda::create_cuda_backend();
+  auto devices = backend->enumerate();
+  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  ASSERT_EQ(devices.size(), 1u) << backend->unavailable_reason();
+  Device& d = *devices[0];
+  {
+    DevicePool pool(&d);
+    auto a = pool.allocate(1000), b = pool.allocate(1000), big = pool.allocate(3 << 20);
+    ASSERT_TRUE(a.ok() && b.ok() && big.ok());
+    EXPECT_EQ(a->base, b->base) << "two small blocks share one slab";
+    EXPECT_NE(a->offset, b->offset);
+    EXPECT_EQ(big->slab, -1) << "a large block is a whole allocation";
+    EXPECT_GE(pool.reserved(), static_cast<int64_t>(DevicePool::kSlabBytes + (3 << 20)));
+    EXPECT_GE(pool.in_use(), 2000 + (3 << 20));
+    Buffer ba{&d, a->base, 1000, a->offset}, bb{&d, b->base, 1000, b->offset};
+    std::vector<unsigned char> x(1000, 0xab), y(1000, 0xcd), back(1000);
+    ASSERT_TRUE(d.write(ba, 0, x.data(), 1000).ok());
+    ASSERT_TRUE(d.write(bb, 0, y.data(), 1000).ok());
+    ASSERT_TRUE(d.read(ba, 0, back.data(), 1000).ok());
+    EXPECT_EQ(back, x) << "the neighbour's write did not land on this block";
+    pool.free(*a);
+    pool.free(*b);
+    pool.free(*big);
+    EXPECT_EQ(pool.in_use(), 0);
+    auto again = pool.allocate(3 << 20);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->base, big->base) << "the freed large block is reused";
+    pool.free(*again);
+  }
+}
+
+// ---- NVRTC (no GPU) ----
+
+TEST(CudaNvrtc, APrintedKernelCompilesToPtxAndCubin) {
+  REQUIRE_NVRTC();
+  auto k = codegen::lower_transpose({2, 3, 4}, {2, 0, 1}, DType::kFloat32);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  codegen::CudaPrinter printer;
+  auto src = printer.print(*k);
+  ASSERT_TRUE(src.ok()) << src.status().to_string();
+  auto ptx = cuda::nvrtc_compile(*src, "compute_90");
+  ASSERT_TRUE(ptx.ok()) << ptx.status().to_string();
+  EXPECT_FALSE(ptx->cubin);
+  EXPECT_NE(ptx->image.find(".entry " + k->name), std::string::npos) << "PTX names the kernel";
+  auto cubin = cuda::nvrtc_compile(*src, "sm_90");
+  ASSERT_TRUE(cubin.ok()) << cubin.status().to_string();
+  EXPECT_TRUE(cubin->cubin);
+  ASSERT_GE(cubin->image.size(), 4u);
+  EXPECT_EQ(cubin->image.substr(1, 3), "ELF");
+  EXPECT_FALSE(cuda::nvrtc_architectures().empty());
+}
+
+TEST(CudaNvrtc, ABadKernelFailsWithNvrtcsLogAndTheSource) {
+  REQUIRE_NVRTC();
+  auto r = cuda::nvrtc_compile("extern \"C\" __global__ void k() { undefined_thing(); }", "compute_90");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("undefined_thing"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("--- source ---"), std::string::npos);
+}
+
+// The ONNX node tests: TENSORD_ONNX_TESTS_DIR (../shared/onnx-node-tests), else the suite the
+// onnx_conformance ctest generates into the build tree.
+fs::path node_tests_dir() {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("TENSORD_ONNX_TESTS"); env && *env) dirs.push_back(env);
+  dirs.push_back(TENSORD_TEST_ONNX_TESTS_DIR);
+  dirs.push_back(TENSORD_TEST_GENERATED_ONNX_TESTS_DIR);
+  for (const auto& d : dirs)
+    if (fs::is_directory(fs::path(d) / "node")) return fs::path(d) / "node";
+  return {};
+}
+
+// Every node test on the pretend device: each kernel the generator emits for it (element-wise
+// chains, reductions, data movement, Gemm's bias broadcast) is printed as CUDA C and compiled.
+TEST(CudaNvrtc, EveryKernelGeneratedForTheOnnxNodeTestsCompiles) {
+  REQUIRE_NVRTC();
+  const fs::path dir = node_tests_dir();
+  if (dir.empty()) {
+    if (in_ci()) FAIL() << "no ONNX node tests (TENSORD_ONNX_TESTS_DIR / generated suite) under CI=true";
+    GTEST_SKIP() << "no ONNX node tests here (" << TENSORD_TEST_ONNX_TESTS_DIR
+                 << "; or run tests/onnx/generate_node_tests.py " << TENSORD_TEST_GENERATED_ONNX_TESTS_DIR << ")";
+  }
+  const char* arch = std::getenv("TENSORD_TEST_CUDA_ARCH");
+  setenv("TENSORD_CUDA_COMPILE_ONLY", arch && *arch ? arch : "compute_90", 1);
+  LocalClientOptions o;
+  o.devices = "cpu:0,cuda:0";
+  auto client = make_local_client(o);
+  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  // Every kernel source the run generates, once, with its test: compiled below, many per NVRTC
+  // call (NVRTC's start-up dominates one small kernel's compile).
+  std::map<std::string, std::pair<std::string, std::string>> sources;  // source -> (kernel, test)
+  std::string current;
+  cuda::set_compile_only_collector([&](const std::string& src, const std::string& kernel) {
+    sources.emplace(src, std::make_pair(kernel, current));
+  });
+  const int64_t launched0 = cuda::kernels_launched();
+  std::vector<fs::path> tests;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (fs::exists(e.path() / "model.onnx") && fs::is_directory(e.path() / "test_data_set_0"))
+      tests.push_back(e.path());
+  std::sort(tests.begin(), tests.end());
+  ASSERT_GT(tests.size(), 100u);
+  int ran = 0, skipped_loops = 0;
+  for (const auto& t : tests) {
+    auto graph = load_onnx_file((t / "model.onnx").string());
+    if (!graph.ok()) continue;  // out of scope for tensord: the conformance suite says why
+    // Loop and Scan iterate on values, which a compile-only device does not compute (a loop
+    // condition made on it could run forever): left to the GPU run.
+    bool iterates = false;
+    for (const Node& n : graph->nodes) iterates |= n.op == "Loop" || n.op == "Scan";
+    if (iterates) {
+      ++skipped_loops;
+      continue;
+    }
+    std::vector<HostTensor> inputs;
+    bool ok = true;
+    for (size_t i = 0; i < graph->inputs.size() && ok; ++i) {
+      auto x = onnx::read_tensor_file((t / "test_data_set_0" / ("input_" + std::to_string(i) + ".pb")).string());
+      ok = x.ok();
+      if (ok) inputs.push_back(std::move(*x));
+    }
+    if (!ok) continue;
+    current = t.filename().string();
+    (void)testing::run_on(**client, *graph, inputs, "cuda:0");  // values: none (compile only)
+    ++ran;
+  }
+  cuda::set_compile_only_collector(nullptr);
+  const int64_t calls = cuda::kernels_launched() - launched0;
+  // Batches of kernels in one translation unit, each renamed apart; a batch that fails is
+  // compiled kernel by kernel to name the culprits.
+  const std::string compile_arch = arch && *arch ? arch : "compute_90";
+  std::vector<std::string> compile_errors;
+  std::vector<std::pair<std::string, std::pair<std::string, std::string>>> all(sources.begin(), sources.end());
+  auto renamed = [](const std::string& src, const std::string& kernel, size_t i) {
+    std::string out = src;
+    const std::string from = " " + kernel + "(", to = " " + kernel + "_" + std::to_string(i) + "(";
+    if (size_t at = out.find(from); at != std::string::npos) out.replace(at, from.size(), to);
+    return out;
+  };
+  int64_t compiled = 0;
+  const size_t kBatch = 64;
+  for (size_t b = 0; b < all.size(); b += kBatch) {
+    std::string unit;
+    const size_t end = std::min(all.size(), b + kBatch);
+    for (size_t i = b; i < end; ++i) unit += renamed(all[i].first, all[i].second.first, i) + "\n";
+    if (cuda::nvrtc_compile(unit, compile_arch).ok()) {
+      compiled += static_cast<int64_t>(end - b);
+      continue;
+    }
+    for (size_t i = b; i < end; ++i) {
+      auto r = cuda::nvrtc_compile(all[i].first, compile_arch);
+      if (r.ok()) ++compiled;
+      else compile_errors.push_back(all[i].second.second + ": " + r.status().message().substr(0, 1500));
+    }
+  }
+  std::cout << "[ cuda ] " << ran << " node tests on the compile-only cuda:0: " << all.size()
+            << " distinct CUDA C kernels generated, " << compiled << " compiled with NVRTC for "
+            << compile_arch << "; " << calls << " kernel and cuBLAS calls (" << skipped_loops
+            << " tests with Loop/Scan left out)\n";
+  EXPECT_GT(ran, 100);
+  EXPECT_GT(all.size(), 100u) << "the generator emitted kernels for the suite";
+  EXPECT_EQ(compiled, static_cast<int64_t>(all.size()));
+  for (const auto& e : compile_errors) ADD_FAILURE() << e;
+}
+
+TEST(CudaNvrtc, CompiledKernelsComeBackFromTheDiskCache) {
+  REQUIRE_NVRTC();
+  Graph g;
+  g.inputs = {{"x", {DType::kFloat32, {3, 5}}}};
+  g.outputs = {{"y", {DType::kFloat32, {3, 5}}}};
+  Node a;
+  a.op = "Sigmoid";
+  a.inputs = {"x"};
+  a.outputs = {"t"};
+  Node b;
+  b.op = "Mul";
+  b.inputs = {"t", "x"};
+  b.outputs = {"y"};
+  g.nodes = {a, b};
+  HostTensor x = HostTensor(DType::kFloat32, {3, 5});
+  setenv("TENSORD_CUDA_COMPILE_ONLY", "sm_90", 1);
+  LocalClientOptions o;
+  o.devices = "cpu:0,cuda:0";
+  o.reference_kernels = false;
+  auto first = make_local_client(o);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  auto r1 = testing::run_on(**first, g, {x}, "cuda:0");
+  ASSERT_TRUE(r1.ok()) << r1.status().to_string();
+  const int64_t built = cuda::programs_built(), hits = cuda::disk_cache_hits();
+  auto second = make_local_client(o);  // a new engine: new devices, empty memory caches
+  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  ASSERT_TRUE(second.ok());
+  auto r2 = testing::run_on(**second, g, {x}, "cuda:0");
+  ASSERT_TRUE(r2.ok()) << r2.status().to_string();
+  EXPECT_EQ(cuda::programs_built(), built) << "nothing compiled again";
+  EXPECT_GT(cuda::disk_cache_hits(), hits);
+}
+
+// ---- on a GPU ----
+
+struct Gpu {
+  std::vector<std::unique_ptr<Device>> cpu, cuda;
+};
+Gpu& gpu() {
+  static Gpu* g = [] {
+    auto* g = new Gpu;
+    for (auto& b : create_backends())
+      for (auto& d : b->enumerate()) (d->info().kind == "cuda" ? g->cuda : g->cpu).push_back(std::move(d));
+    return g;
+  }();
+  return *g;
+}
+
+#define REQUIRE_GPU() \
+  do {                \
+    if (gpu().cuda.empty()) GTEST_SKIP() << "no CUDA device"; \
+  } while (0)
+
+TEST(CudaDevices, AreListedWithTheirProperties) {
+  REQUIRE_GPU();
+  const DeviceInfo& i = gpu().cuda[0]->info();
+  EXPECT_EQ(i.name, "cuda:0");
+  EXPECT_EQ(i.kind, "cuda");
+  EXPECT_GT(i.memory_bytes, 0);
+  EXPECT_NE(i.model.find("(sm_"), std::string::npos);
+}
+
+TEST(CudaMemory, WritesAndReadsAreByteExactAtOffsetsAcrossStagingChunks) {
+  REQUIRE_GPU();
+  Device& d = *gpu().cuda[0];
+  const size_t n = (size_t{8} << 20) * 2 + 12345;  // three staging chunks
+  auto p = d.allocate(n + 64);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  Buffer b{&d, *p, n, 64};
+  std::vector<unsigned char> src(n), back(n);
+  std::mt19937 rng(1);
+  for (auto& c : src) c = static_cast<unsigned char>(rng());
+  ASSERT_TRUE(d.write(b, 0, src.data(), n).ok());
+  ASSERT_TRUE(d.read(b, 0, back.data(), n).ok());
+  EXPECT_EQ(src, back);
+  EXPECT_FALSE(d.write(b, n - 1, src.data(), 2).ok()) << "past the end";
+  d.free(*p, n + 64);
+}
+
+TEST(CudaMemory, DeviceToDeviceCopiesAreByteExact) {
+  REQUIRE_GPU();
+  Device& a = *gpu().cuda[0];
+  Device& b = gpu().cuda.size() > 1 ? *gpu().cuda[1] : a;
+  const size_t n = 1 << 20;
+  auto pa = a.allocate(n), pb = b.allocate(n);
+  ASSERT_TRUE(pa.ok() && pb.ok());
+  Buffer ba{&a, *pa, n, 0}, bb{&b, *pb, n, 0};
+  std::vector<unsigned char> src(n, 7), back(n, 0);
+  for (size_t i = 0; i < n; ++i) src[i] = static_cast<unsigned char>(i * 31);
+  ASSERT_TRUE(a.write(ba, 0, src.data(), n).ok());
+  if (b.copy_from(bb, ba)) {
+    ASSERT_TRUE(b.read(bb, 0, back.data(), n).ok());
+    EXPECT_EQ(src, back);
+  } else {
+    EXPECT_NE(&a, &b) << "a copy within one device is always direct";
+  }
+  a.free(*pa, n);
+  b.free(*pb, n);
+}
+
+// The figures scripts/gpu-check.sh reports: GB/s of 256 MiB host->device (through the pinned
+// staging buffers), device->host, and device->device (same device; peer where there are two).
+TEST(CudaCopies, BandwidthOfHostDeviceAndDeviceDeviceCopies) {
+  REQUIRE_GPU();
+  Device& d = *gpu().cuda[0];
+  const size_t n = size_t{256} << 20;
+  auto pa = d.allocate(n), pb = d.allocate(n);
+  ASSERT_TRUE(pa.ok() && pb.ok());
+  Buffer a{&d, *pa, n, 0}, b{&d, *pb, n, 0};
+  std::vector<unsigned char> host(n, 1);
+  auto gbs = [&](const std::function<bool()>& f) {
+    EXPECT_TRUE(f());
+    const int reps = 5;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) EXPECT_TRUE(f());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return static_cast<double>(n) * reps / s / 1e9;
+  };
+  const double h2d = gbs([&] { return d.write(a, 0, host.data(), n).ok(); });
+  const double d2h = gbs([&] { return d.read(a, 0, host.data(), n).ok(); });
+  const double d2d = gbs([&] { return d.copy_from(b, a); });
+  std::cout << "[ cuda ] copies of 256 MiB: host->device " << h2d << " GB/s, device->host " << d2h
+            << " GB/s, device->device " << d2d << " GB/s\n";
+  if (gpu().cuda.size() > 1) {
+    Device& e = *gpu().cuda[1];
+    auto pc = e.allocate(n);
+    ASSERT_TRUE(pc.ok());
+    Buffer c{&e, *pc, n, 0};
+    if (e.copy_from(c, a)) {
+      const double peer = gbs([&] { return e.copy_from(c, a); });
+      std::cout << "[ cuda ] peer copy cuda:0 -> cuda:1: " << peer << " GB/s\n";
+    } else {
+      std::cout << "[ cuda ] cuda:0 and cuda:1 are not peers: the engine stages their copies\n";
+    }
+    e.free(*pc, n);
+  }
+  EXPECT_GT(h2d, 0.5);
+  EXPECT_GT(d2d, 1.0);
+  d.free(*pa, n);
+  d.free(*pb, n);
+}
+
+HostTensor random_floats(const Shape& s, uint32_t seed) {
+  HostTensor t(DType::kFloat32, s);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto* p = static_cast<float*>(t.mutable_data());
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = u(rng);
+  return t;
+}
+
+TEST(CudaKernels, MatMulGemmAndAFusedChainAgreeWithTheCpu) {
+  REQUIRE_GPU();
+  LocalClientOptions o;
+  o.devices = "cpu:0,cuda:0";
+  auto client = make_local_client(o);
+  ASSERT_TRUE(client.ok());
+  Graph g;
+  g.inputs = {{"a", {DType::kFloat32, {2, 8, 16}}}, {"b", {DType::kFloat32, {16, 4}}}};
+  g.outputs = {{"y", {DType::kFloat32, {2, 8, 4}}}};
+  Node mm;
+  mm.op = "MatMul";
+  mm.inputs = {"a", "b"};
+  mm.outputs = {"m"};
+  Node s;
+  s.op = "Sigmoid";
+  s.inputs = {"m"};
+  s.outputs = {"t"};
+  Node mul;
+  mul.op = "Mul";
+  mul.inputs = {"t", "m"};
+  mul.outputs = {"y"};
+  g.nodes = {mm, s, mul};
+  std::vector<HostTensor> in = {random_floats({2, 8, 16}, 1), random_floats({16, 4}, 2)};
+  auto got = testing::run_on(**client, g, in, "cuda:0");
+  auto want = testing::run_on(**client, g, in, "cpu:0");
+  ASSERT_TRUE(got.ok() && want.ok());
+  ASSERT_TRUE((*got)[0].ok()) << (*got)[0].status().to_string();
+  const float* x = static_cast<const float*>((*got)[0]->data());
+  const float* y = static_cast<const float*>((*want)[0]->data());
+  for (int64_t i = 0; i < (*want)[0]->numel(); ++i) EXPECT_NEAR(x[i], y[i], 1e-4) << i;
+}
+
+}  // namespace
+}  // namespace tensord
