@@ -19,6 +19,7 @@
 
 #include "backends/codegen/lower.h"
 #include "backends/codegen/printer.h"
+#include "backends/codegen/templates.h"
 #include "core/errors.h"
 #include "core/node_attrs.h"
 #include "tensord/version.h"
@@ -608,6 +609,63 @@ class MoveKernel final : public Kernel {
   std::shared_ptr<Program> program_;
 };
 
+// Matmul, convolution, pooling, Softmax, normalisations, Concat/Split/Gather/Pad/Tile,
+// ArgMax/ArgMin, CumSum: a kernel generated per call's shapes (codegen/templates.h); the
+// device keeps every program it built, keyed by source.
+class TemplateOpKernel final : public Kernel {
+ public:
+  TemplateOpKernel(OpenClDevice* d, const Node& node) : device_(d), node_(node) {}
+  std::string name() const override { return "generated"; }
+  std::vector<int> host_inputs() const override { return codegen::template_host_inputs(node_); }
+  Status run(KernelCall& call) override {
+    codegen::OpCall c;
+    c.node = &node_;
+    for (const auto& in : call.inputs) c.inputs.push_back(in.defined() ? in.type() : TensorType{});
+    c.host.assign(call.inputs.size(), nullptr);
+    for (size_t i = 0; i < call.host_values.size() && i < c.host.size(); ++i)
+      if (!call.host_values[i].empty()) c.host[i] = &call.host_values[i];
+    c.outputs = call.output_types;
+    TD_ASSIGN_OR_RETURN(codegen::OpPlan plan, codegen::plan_template(c));
+    const std::string source = codegen::print_template(plan.kernel, codegen::Dialect::kOpenCL);
+    std::shared_ptr<Program> program;
+    if (program_ && source == source_) {
+      program = program_;
+    } else {
+      TD_ASSIGN_OR_RETURN(program, device_->program(source, plan.kernel.name));
+      program_ = program;
+      source_ = source;
+    }
+    std::vector<Arg> args;
+    for (int i : plan.inputs) {
+      const auto& t = call.inputs.at(static_cast<size_t>(i));
+      if (!t.defined() || !t.buffer) return errors::Internal("{}: input {} missing", node_.label(), i);
+      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*t.buffer));
+      args.push_back(a);
+    }
+    call.outputs.assign(call.output_types.size(), DeviceTensor{});
+    for (size_t o = 0; o < call.output_types.size(); ++o) {
+      const TensorType& t = call.output_types[o];
+      if (!t.defined()) continue;
+      TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(t.dtype, t.shape));
+      TD_ASSIGN_OR_RETURN(auto buffer, call.allocator->allocate(static_cast<size_t>(bytes)));
+      call.outputs[o] = DeviceTensor{t.dtype, t.shape, buffer};
+    }
+    for (int o : plan.outputs) {
+      const auto& t = call.outputs.at(static_cast<size_t>(o));
+      if (!t.buffer) return errors::Internal("{}: output {} not allocated", node_.label(), o);
+      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*t.buffer));
+      args.push_back(a);
+    }
+    return device_->launch(*program, args, plan.kernel.n);
+  }
+
+ private:
+  OpenClDevice* device_;
+  Node node_;
+  std::string source_;
+  std::shared_ptr<Program> program_;
+};
+
 const std::map<std::string, std::string>& reduce_ops() {
   static const std::map<std::string, std::string> t = {
       {"ReduceSum", "sum"},         {"ReduceMean", "mean"}, {"ReduceMax", "max"},
@@ -710,6 +768,7 @@ Status OpenClKernelTable::supports(const Node& node, const std::vector<TensorTyp
                                    const CompileOptions& options) const {
   (void)options;
   const bool domain_ok = node.domain.empty() || node.domain == "ai.onnx";
+  if (domain_ok && codegen::is_template_op(node.op)) return codegen::template_supported(node, inputs);
   if (domain_ok && node.outputs.size() == 1 && !inputs.empty() && inputs[0].defined()) {
     if (is_view_op(node.op)) return OkStatus();
     if (reduce_ops().count(node.op)) {
@@ -749,6 +808,7 @@ Result<std::unique_ptr<Kernel>> OpenClKernelTable::create(const Node& node,
   (void)options;
   if (is_view_op(node.op)) return std::unique_ptr<Kernel>(new ViewKernel(node));
   if (reduce_ops().count(node.op)) return std::unique_ptr<Kernel>(new ReduceOp(device_, node));
+  if (codegen::is_template_op(node.op)) return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (node.op == "Transpose" || node.op == "Expand" || node.op == "Slice")
     return std::unique_ptr<Kernel>(new MoveKernel(device_, node));
   return std::unique_ptr<Kernel>(new GeneratedKernel(device_, node));

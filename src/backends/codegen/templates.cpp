@@ -1,0 +1,965 @@
+#include "backends/codegen/templates.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+#include "backends/codegen/kernel_ir.h"
+#include "core/errors.h"
+#include "core/node_attrs.h"
+#include "core/op_registry.h"
+
+namespace tensord::codegen {
+namespace {
+
+// ---- source helpers ----
+
+std::string C(int64_t v) { return "((i64)" + std::to_string(v) + ")"; }
+
+std::string flit(double value) {
+  const float f = static_cast<float>(value);
+  if (std::isnan(f)) return "NAN";
+  if (std::isinf(f)) return f > 0 ? "INFINITY" : "(-INFINITY)";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "(%af)", static_cast<double>(f));
+  return buf;
+}
+
+int64_t prod(const Shape& s, size_t from, size_t to) {
+  int64_t p = 1;
+  for (size_t k = from; k < to && k < s.size(); ++k) p *= s[k];
+  return p;
+}
+int64_t prod(const Shape& s) { return prod(s, 0, s.size()); }
+
+// Row-major strides of a shape, in elements.
+std::vector<int64_t> strides_of(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
+  return st;
+}
+
+// Declares p0..p{rank-1}: the coordinates of row-major index `idx` over `dims`.
+std::string decompose(const std::string& idx, const Shape& dims, const std::string& p) {
+  std::string s = "i64 " + p + "_r = " + idx + ";\n";
+  for (size_t d = dims.size(); d-- > 0;) {
+    if (d == 0) {
+      s += fmt::format("i64 {}{} = {}_r;\n", p, d, p);
+    } else {
+      s += fmt::format("i64 {}{} = {}_r % {}; {}_r /= {};\n", p, d, p, C(dims[d]), p, C(dims[d]));
+    }
+  }
+  return s;
+}
+
+// The storage type of a tensor element: arithmetic types for the dtypes computed in, bit
+// patterns for data movement.
+Result<std::string> bits_type(DType t) {
+  switch (dtype_size(t)) {
+    case 1: return std::string("uchar");
+    case 2: return std::string("ushort");
+    case 4: return std::string("uint");
+    case 8: return std::string("u64");
+    default: return errors::Unimplemented("generated kernels: elements of {} bytes", dtype_size(t));
+  }
+}
+Result<std::string> arith_type(DType t) {
+  switch (t) {
+    case DType::kFloat32: return std::string("float");
+    case DType::kInt32: return std::string("int");
+    case DType::kInt64: return std::string("i64");
+    default: return errors::Unimplemented("generated kernels: arithmetic on {}", dtype_name(t));
+  }
+}
+
+std::vector<int64_t> ints_of(const HostTensor& t) {
+  std::vector<int64_t> v;
+  for (double d : t.to_double_vector()) v.push_back(static_cast<int64_t>(d));
+  return v;
+}
+
+const std::set<std::string>& template_ops() {
+  static const std::set<std::string> s = {
+      "MatMul", "Gemm", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool",
+      "GlobalMaxPool", "Softmax", "LogSoftmax", "Hardmax", "LayerNormalization",
+      "BatchNormalization", "InstanceNormalization", "Concat", "Split", "Gather", "GatherElements",
+      "Pad", "Tile", "ArgMax", "ArgMin", "CumSum"};
+  return s;
+}
+
+int64_t int_attr(const Node& node, const std::string& name) {
+  auto r = NodeAttrs(node).attr_int(name, 0);
+  return r.ok() ? *r : 0;
+}
+
+bool is_f32(const TensorType& t) { return t.defined() && t.dtype == DType::kFloat32; }
+
+// ---- window geometry (Conv, pools) ----
+
+struct Window {
+  size_t rank = 0;  // spatial dims
+  std::vector<int64_t> kernel, strides, dilations, pad_begin, pad_end;
+};
+
+// Kernel shape, strides, dilations and pads of a Conv or pool over `in` (spatial dims) with
+// output `out` (spatial dims): pads from auto_pad or the pads attribute.
+Result<Window> window(const Node& node, const Shape& in, const Shape& out,
+                      std::vector<int64_t> kernel) {
+  NodeAttrs a(node);
+  Window w;
+  w.rank = in.size();
+  if (kernel.empty()) {
+    TD_ASSIGN_OR_RETURN(kernel, a.attr_ints("kernel_shape", {}));
+  }
+  if (kernel.size() != w.rank || out.size() != w.rank)
+    return errors::InvalidArgument("{}: kernel of rank {} over {} spatial dims", node.label(),
+                                   kernel.size(), w.rank);
+  w.kernel = kernel;
+  TD_ASSIGN_OR_RETURN(w.strides, a.attr_ints("strides", std::vector<int64_t>(w.rank, 1)));
+  TD_ASSIGN_OR_RETURN(w.dilations, a.attr_ints("dilations", std::vector<int64_t>(w.rank, 1)));
+  TD_ASSIGN_OR_RETURN(std::vector<int64_t> pads,
+                      a.attr_ints("pads", std::vector<int64_t>(2 * w.rank, 0)));
+  TD_ASSIGN_OR_RETURN(std::string auto_pad, a.attr_string("auto_pad", "NOTSET"));
+  if (w.strides.size() != w.rank || w.dilations.size() != w.rank || pads.size() != 2 * w.rank)
+    return errors::InvalidArgument("{}: strides/dilations/pads do not match {} spatial dims",
+                                   node.label(), w.rank);
+  for (size_t d = 0; d < w.rank; ++d) {
+    if (w.strides[d] <= 0 || w.dilations[d] <= 0 || w.kernel[d] <= 0)
+      return errors::InvalidArgument("{}: non-positive kernel, stride or dilation", node.label());
+    const int64_t keff = (w.kernel[d] - 1) * w.dilations[d] + 1;
+    int64_t b = pads[d], e = pads[d + w.rank];
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      const int64_t total = std::max<int64_t>(0, (out[d] - 1) * w.strides[d] + keff - in[d]);
+      b = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      e = total - b;
+    } else if (auto_pad == "VALID") {
+      b = e = 0;
+    }
+    w.pad_begin.push_back(b);
+    w.pad_end.push_back(e);
+  }
+  return w;
+}
+
+// Nested loops over the window of output position o0..o{R-1}: `lo`/`hi` bound the input
+// coordinate i_d (skipped outside); `inner` runs with i0.. and k0.. declared.
+std::string window_loops(const Window& w, const Shape& in, bool padded_bounds,
+                         const std::string& inner) {
+  std::string s;
+  for (size_t d = 0; d < w.rank; ++d) {
+    const int64_t lo = padded_bounds ? -w.pad_begin[d] : 0;
+    const int64_t hi = padded_bounds ? in[d] + w.pad_end[d] : in[d];
+    s += fmt::format(
+        "for (i64 k{0} = 0; k{0} < {1}; ++k{0}) {{\n i64 i{0} = o{0} * {2} - {3} + k{0} * {4};\n"
+        " if (i{0} < {5} || i{0} >= {6}) continue;\n",
+        d, C(w.kernel[d]), C(w.strides[d]), C(w.pad_begin[d]), C(w.dilations[d]), C(lo), C(hi));
+  }
+  s += inner;
+  for (size_t d = 0; d < w.rank; ++d) s += "}\n";
+  return s;
+}
+
+// Flat offset expressions over spatial coordinates.
+std::string flat(const std::string& p, const Shape& dims) {
+  const auto st = strides_of(dims);
+  std::string s = "0";
+  for (size_t d = 0; d < dims.size(); ++d) s += fmt::format(" + {}{} * {}", p, d, C(st[d]));
+  return "(" + s + ")";
+}
+
+std::string all_inside(const std::string& p, const Shape& dims) {
+  std::string s = "1";
+  for (size_t d = 0; d < dims.size(); ++d)
+    s += fmt::format(" && {0}{1} >= 0 && {0}{1} < {2}", p, d, C(dims[d]));
+  return "(" + s + ")";
+}
+
+Shape spatial(const Shape& s) { return Shape(s.begin() + std::min<size_t>(2, s.size()), s.end()); }
+
+// ---- plans ----
+
+Result<OpPlan> plan_matmul(const OpCall& c) {
+  Shape a = c.inputs[0].shape, b = c.inputs[1].shape;
+  const Shape& o = c.outputs[0].shape;
+  if (a.empty() || b.empty()) return errors::InvalidArgument("{}: MatMul of a scalar", c.node->label());
+  if (a.size() == 1) a.insert(a.begin(), 1);
+  if (b.size() == 1) b.push_back(1);
+  const int64_t M = a[a.size() - 2], K = a.back(), N = b.back();
+  if (b[b.size() - 2] != K)
+    return errors::InvalidArgument("{}: MatMul inner dims differ ({} and {})", c.node->label(), K,
+                                   b[b.size() - 2]);
+  const Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+  const size_t rank = std::max(ab.size(), bb.size());
+  Shape batch(rank, 1);
+  for (size_t k = 0; k < rank; ++k) {
+    const int64_t x = k + ab.size() >= rank ? ab[k + ab.size() - rank] : 1;
+    const int64_t y = k + bb.size() >= rank ? bb[k + bb.size() - rank] : 1;
+    if (x != y && x != 1 && y != 1)
+      return errors::InvalidArgument("{}: batch dims do not broadcast", c.node->label());
+    batch[k] = std::max(x, y);
+  }
+  if (prod(batch) * M * N != prod(o))
+    return errors::Internal("{}: MatMul output {} does not fit", c.node->label(), shape_to_string(o));
+  TD_ASSIGN_OR_RETURN(auto sa, broadcast_strides(ab, batch));
+  TD_ASSIGN_OR_RETURN(auto sb, broadcast_strides(bb, batch));
+  OpPlan p;
+  p.inputs = {0, 1};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_matmul";
+  k.in_types = {"float", "float"};
+  k.out_types = {"float"};
+  k.n = prod(o);
+  std::string s = fmt::format("i64 n_ = gid % {0}; i64 t_ = gid / {0}; i64 m_ = t_ % {1}; i64 bt = t_ / {1};\n",
+                              C(N), C(M));
+  s += decompose("bt", batch, "b");
+  std::string ao = "0", bo = "0";
+  for (size_t d = 0; d < rank; ++d) {
+    ao += fmt::format(" + b{} * {}", d, C(sa[d] * M * K));
+    bo += fmt::format(" + b{} * {}", d, C(sb[d] * K * N));
+  }
+  s += fmt::format(
+      "GLOBAL const float* ap = in0 + ({}) + m_ * {};\nGLOBAL const float* bp = in1 + ({}) + n_;\n"
+      "float acc = 0.0f;\nfor (i64 k = 0; k < {}; ++k) acc += ap[k] * bp[k * {}];\nout0[gid] = acc;\n",
+      ao, C(K), bo, C(K), C(N));
+  k.body = s;
+  return p;
+}
+
+Result<OpPlan> plan_gemm(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  TD_ASSIGN_OR_RETURN(int64_t ta, at.attr_int("transA", 0));
+  TD_ASSIGN_OR_RETURN(int64_t tb, at.attr_int("transB", 0));
+  TD_ASSIGN_OR_RETURN(float alpha, at.attr_float("alpha", 1.0f));
+  TD_ASSIGN_OR_RETURN(float beta, at.attr_float("beta", 1.0f));
+  const Shape& a = c.inputs[0].shape;
+  const Shape& b = c.inputs[1].shape;
+  if (a.size() != 2 || b.size() != 2) return errors::InvalidArgument("{}: Gemm of rank != 2", c.node->label());
+  const int64_t M = ta ? a[1] : a[0], K = ta ? a[0] : a[1];
+  const int64_t N = tb ? b[0] : b[1], K2 = tb ? b[1] : b[0];
+  if (K != K2 || prod(c.outputs[0].shape) != M * N)
+    return errors::InvalidArgument("{}: Gemm shapes do not fit", c.node->label());
+  OpPlan p;
+  p.inputs = {0, 1};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_gemm";
+  k.in_types = {"float", "float"};
+  k.out_types = {"float"};
+  k.n = M * N;
+  std::string s = fmt::format("i64 n_ = gid % {0}; i64 m_ = gid / {0};\nfloat acc = 0.0f;\n", C(N));
+  const std::string ai = ta ? fmt::format("k * {} + m_", C(M)) : fmt::format("m_ * {} + k", C(K));
+  const std::string bi = tb ? fmt::format("n_ * {} + k", C(K)) : fmt::format("k * {} + n_", C(N));
+  s += fmt::format("for (i64 k = 0; k < {}; ++k) acc += in0[{}] * in1[{}];\n", C(K), ai, bi);
+  s += fmt::format("float y = {} * acc;\n", flit(alpha));
+  if (c.inputs.size() > 2 && c.inputs[2].defined() && beta != 0.0f) {
+    TD_ASSIGN_OR_RETURN(auto cs, broadcast_strides(c.inputs[2].shape, {M, N}));
+    p.inputs.push_back(2);
+    k.in_types.push_back("float");
+    s += fmt::format("y += {} * in2[m_ * {} + n_ * {}];\n", flit(beta), C(cs[0]), C(cs[1]));
+  }
+  s += "out0[gid] = y;\n";
+  k.body = s;
+  return p;
+}
+
+Result<OpPlan> plan_conv(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  const Shape& wt = c.inputs[1].shape;
+  const Shape& o = c.outputs[0].shape;
+  if (x.size() < 3 || wt.size() != x.size() || o.size() != x.size())
+    return errors::InvalidArgument("{}: Conv ranks differ", c.node->label());
+  TD_ASSIGN_OR_RETURN(int64_t G, at.attr_int("group", 1));
+  const int64_t Cin = x[1], M = wt[0], CG = wt[1];
+  if (G <= 0 || CG * G != Cin || M % G != 0 || o[1] != M)
+    return errors::InvalidArgument("{}: Conv channels and groups do not fit", c.node->label());
+  const Shape ks = spatial(wt);
+  TD_ASSIGN_OR_RETURN(Window w, window(*c.node, spatial(x), spatial(o), ks));
+  const Shape in = spatial(x);
+  OpPlan p;
+  p.inputs = {0, 1};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_conv";
+  k.in_types = {"float", "float"};
+  k.out_types = {"float"};
+  k.n = prod(o);
+  const bool bias = c.inputs.size() > 2 && c.inputs[2].defined();
+  if (bias) {
+    if (prod(c.inputs[2].shape) != M) return errors::InvalidArgument("{}: bias size", c.node->label());
+    p.inputs.push_back(2);
+    k.in_types.push_back("float");
+  }
+  std::string s = decompose("gid", o, "q");
+  for (size_t d = 0; d < w.rank; ++d) s += fmt::format("i64 o{} = q{};\n", d, d + 2);
+  s += fmt::format("i64 g_ = q1 / {};\nfloat acc = {};\n", C(M / G), bias ? "in2[q1]" : "0.0f");
+  s += fmt::format(
+      "for (i64 ci = 0; ci < {0}; ++ci) {{\nGLOBAL const float* xp = in0 + (q0 * {1} + g_ * {0} + ci) * {2};\n"
+      "GLOBAL const float* wp = in1 + (q1 * {0} + ci) * {3};\n",
+      C(CG), C(Cin), C(prod(in)), C(prod(ks)));
+  s += window_loops(w, in, false, "acc += xp[" + flat("i", in) + "] * wp[" + flat("k", ks) + "];\n");
+  s += "}\nout0[gid] = acc;\n";
+  k.body = s;
+  return p;
+}
+
+Result<OpPlan> plan_conv_transpose(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  const Shape& wt = c.inputs[1].shape;
+  const Shape& o = c.outputs[0].shape;
+  if (x.size() < 3 || wt.size() != x.size() || o.size() != x.size())
+    return errors::InvalidArgument("{}: ConvTranspose ranks differ", c.node->label());
+  TD_ASSIGN_OR_RETURN(int64_t G, at.attr_int("group", 1));
+  const int64_t Cin = x[1], MG = wt[1], M = MG * G;
+  if (G <= 0 || wt[0] != Cin || Cin % G != 0 || o[1] != M)
+    return errors::InvalidArgument("{}: ConvTranspose channels and groups do not fit", c.node->label());
+  const size_t R = x.size() - 2;
+  const Shape in = spatial(x), out = spatial(o), ks = spatial(wt);
+  TD_ASSIGN_OR_RETURN(auto strides, at.attr_ints("strides", std::vector<int64_t>(R, 1)));
+  TD_ASSIGN_OR_RETURN(auto dil, at.attr_ints("dilations", std::vector<int64_t>(R, 1)));
+  TD_ASSIGN_OR_RETURN(auto pads, at.attr_ints("pads", std::vector<int64_t>(2 * R, 0)));
+  TD_ASSIGN_OR_RETURN(auto outpad, at.attr_ints("output_padding", std::vector<int64_t>(R, 0)));
+  TD_ASSIGN_OR_RETURN(std::string auto_pad, at.attr_string("auto_pad", "NOTSET"));
+  if (strides.size() != R || dil.size() != R || pads.size() != 2 * R || outpad.size() != R)
+    return errors::InvalidArgument("{}: attributes do not match the rank", c.node->label());
+  std::vector<int64_t> pb(R);
+  for (size_t d = 0; d < R; ++d) {
+    if (strides[d] <= 0 || dil[d] <= 0) return errors::InvalidArgument("{}: bad stride", c.node->label());
+    const int64_t total = strides[d] * (in[d] - 1) + outpad[d] + (ks[d] - 1) * dil[d] + 1 - out[d];
+    if (at.has_attr("output_shape") || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
+      pb[d] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    else
+      pb[d] = auto_pad == "VALID" ? 0 : pads[d];
+  }
+  OpPlan p;
+  p.inputs = {0, 1};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_conv_transpose";
+  k.in_types = {"float", "float"};
+  k.out_types = {"float"};
+  k.n = prod(o);
+  const bool bias = c.inputs.size() > 2 && c.inputs[2].defined();
+  if (bias) {
+    if (prod(c.inputs[2].shape) != M) return errors::InvalidArgument("{}: bias size", c.node->label());
+    p.inputs.push_back(2);
+    k.in_types.push_back("float");
+  }
+  std::string s = decompose("gid", o, "q");
+  s += fmt::format("i64 g_ = q1 / {0}; i64 mg = q1 % {0};\nfloat acc = {1};\n", C(MG), bias ? "in2[q1]" : "0.0f");
+  s += fmt::format(
+      "for (i64 ci = 0; ci < {0}; ++ci) {{\ni64 cc = g_ * {0} + ci;\nGLOBAL const float* xp = in0 + (q0 * {1} + cc) * {2};\n"
+      "GLOBAL const float* wp = in1 + (cc * {3} + mg) * {4};\n",
+      C(Cin / G), C(Cin), C(prod(in)), C(MG), C(prod(ks)));
+  for (size_t d = 0; d < R; ++d)
+    s += fmt::format(
+        "for (i64 k{0} = 0; k{0} < {1}; ++k{0}) {{\n i64 t{0} = q{2} + {3} - k{0} * {4};\n"
+        " if (t{0} < 0 || t{0} % {5} != 0) continue;\n i64 i{0} = t{0} / {5};\n if (i{0} >= {6}) continue;\n",
+        d, C(ks[d]), d + 2, C(pb[d]), C(dil[d]), C(strides[d]), C(in[d]));
+  s += "acc += xp[" + flat("i", in) + "] * wp[" + flat("k", ks) + "];\n";
+  for (size_t d = 0; d < R; ++d) s += "}\n";
+  s += "}\nout0[gid] = acc;\n";
+  k.body = s;
+  return p;
+}
+
+Result<OpPlan> plan_pool(const OpCall& c) {
+  const std::string& op = c.node->op;
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  const Shape& o = c.outputs[0].shape;
+  if (x.size() < 3 || o.size() != x.size() || o[0] != x[0] || o[1] != x[1])
+    return errors::InvalidArgument("{}: pool shapes do not fit", c.node->label());
+  const Shape in = spatial(x);
+  OpPlan p;
+  p.inputs = {0};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_pool";
+  k.in_types = {"float"};
+  k.out_types = {"float"};
+  k.n = prod(o);
+  std::string s = decompose("gid", o, "q");
+  s += fmt::format("GLOBAL const float* xp = in0 + (q0 * {} + q1) * {};\n", C(x[1]), C(prod(in)));
+  if (op == "GlobalAveragePool" || op == "GlobalMaxPool") {
+    const bool mx = op == "GlobalMaxPool";
+    s += fmt::format("float acc = {};\nfor (i64 j = 0; j < {}; ++j) {{ float v = xp[j]; {} }}\n",
+                     mx ? "-INFINITY" : "0.0f", C(prod(in)),
+                     mx ? "if (v > acc || v != v) acc = v;" : "acc += v;");
+    s += mx ? "out0[gid] = acc;\n" : fmt::format("out0[gid] = acc / {};\n", flit(static_cast<double>(prod(in))));
+    k.body = s;
+    return p;
+  }
+  TD_ASSIGN_OR_RETURN(Window w, window(*c.node, in, spatial(o), {}));
+  for (size_t d = 0; d < w.rank; ++d) s += fmt::format("i64 o{} = q{};\n", d, d + 2);
+  if (op == "MaxPool") {
+    TD_ASSIGN_OR_RETURN(int64_t order, at.attr_int("storage_order", 0));
+    const bool indices = c.outputs.size() > 1 && c.outputs[1].defined();
+    if (order != 0 && indices)
+      return errors::Unimplemented("{}: MaxPool storage_order=1 indices", c.node->label());
+    s += "float acc = -INFINITY; i64 arg = -1;\n";
+    s += window_loops(w, in, false,
+                      "i64 xi = " + flat("i", in) + "; float v = xp[xi];\nif (arg < 0 || v > acc) { acc = v; arg = xi; }\n");
+    s += "out0[gid] = acc;\n";
+    if (indices) {
+      p.outputs.push_back(1);
+      k.out_types.push_back("i64");
+      s += fmt::format("out1[gid] = (q0 * {} + q1) * {} + (arg < 0 ? 0 : arg);\n", C(x[1]), C(prod(in)));
+    }
+  } else {  // AveragePool
+    TD_ASSIGN_OR_RETURN(int64_t include_pad, at.attr_int("count_include_pad", 0));
+    s += "float acc = 0.0f; i64 cnt = 0;\n";
+    s += window_loops(w, in, include_pad != 0,
+                      "cnt++;\nif " + all_inside("i", in) + " acc += xp[" + flat("i", in) + "];\n");
+    s += "out0[gid] = cnt > 0 ? acc / (float)cnt : 0.0f;\n";
+  }
+  k.body = s;
+  return p;
+}
+
+Result<OpPlan> plan_softmax(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  TD_ASSIGN_OR_RETURN(int64_t axis_attr, at.attr_int("axis", -1));
+  TD_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(axis_attr, static_cast<int64_t>(x.size())));
+  const int64_t outer = prod(x, 0, static_cast<size_t>(axis)), n = x[static_cast<size_t>(axis)];
+  const int64_t inner = prod(x, static_cast<size_t>(axis) + 1, x.size());
+  OpPlan p;
+  p.inputs = {0};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_softmax";
+  k.in_types = {"float"};
+  k.out_types = {"float"};
+  k.n = n > 0 ? outer * inner : 0;
+  std::string s = fmt::format(
+      "i64 base = (gid / {0}) * {1} + gid % {0};\nGLOBAL const float* xp = in0 + base; GLOBAL float* yp = out0 + base;\n"
+      "float mx = xp[0]; i64 arg = 0;\nfor (i64 j = 1; j < {2}; ++j) {{ float v = xp[j * {0}]; if (v > mx) {{ mx = v; arg = j; }} }}\n",
+      C(inner), C(n * inner), C(n));
+  if (c.node->op == "Hardmax") {
+    s += fmt::format("for (i64 j = 0; j < {}; ++j) yp[j * {}] = j == arg ? 1.0f : 0.0f;\n", C(n), C(inner));
+  } else {
+    s += fmt::format("float sum = 0.0f;\nfor (i64 j = 0; j < {}; ++j) sum += exp(xp[j * {}] - mx);\n", C(n), C(inner));
+    if (c.node->op == "Softmax")
+      s += fmt::format("for (i64 j = 0; j < {}; ++j) yp[j * {}] = exp(xp[j * {}] - mx) / sum;\n", C(n), C(inner), C(inner));
+    else
+      s += fmt::format("float ls = log(sum);\nfor (i64 j = 0; j < {}; ++j) yp[j * {}] = xp[j * {}] - mx - ls;\n",
+                       C(n), C(inner), C(inner));
+  }
+  k.body = s;
+  return p;
+}
+
+// An index expression for a parameter of shape `ps` broadcast over `norm` (the normalised
+// dims) at row position j.
+Result<std::string> broadcast_index(const Shape& ps, const Shape& norm, const std::string& j,
+                                    std::string* decl, const std::string& name) {
+  if (prod(ps) == prod(norm)) return j;
+  if (prod(ps) == 1) return std::string("0");
+  TD_ASSIGN_OR_RETURN(auto st, broadcast_strides(ps, norm));
+  *decl += decompose(j, norm, name);
+  std::string e = "0";
+  for (size_t d = 0; d < norm.size(); ++d) e += fmt::format(" + {}{} * {}", name, d, C(st[d]));
+  return "(" + e + ")";
+}
+
+Result<OpPlan> plan_layer_norm(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  TD_ASSIGN_OR_RETURN(int64_t axis_attr, at.attr_int("axis", -1));
+  TD_ASSIGN_OR_RETURN(float eps, at.attr_float("epsilon", 1e-5f));
+  TD_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(axis_attr, static_cast<int64_t>(x.size())));
+  const int64_t outer = prod(x, 0, static_cast<size_t>(axis));
+  const Shape norm(x.begin() + axis, x.end());
+  const int64_t row = prod(norm);
+  OpPlan p;
+  p.inputs = {0, 1};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_layer_norm";
+  k.in_types = {"float", "float"};
+  k.out_types = {"float"};
+  k.n = row > 0 ? outer : 0;
+  std::string decl;
+  TD_ASSIGN_OR_RETURN(std::string si, broadcast_index(c.inputs[1].shape, norm, "j", &decl, "s"));
+  std::string bias = "";
+  if (c.inputs.size() > 2 && c.inputs[2].defined()) {
+    TD_ASSIGN_OR_RETURN(std::string bi, broadcast_index(c.inputs[2].shape, norm, "j", &decl, "b"));
+    p.inputs.push_back(2);
+    k.in_types.push_back("float");
+    bias = " + in2[" + bi + "]";
+  }
+  std::string s = fmt::format(
+      "GLOBAL const float* xp = in0 + gid * {0}; GLOBAL float* yp = out0 + gid * {0};\n"
+      "float mean = 0.0f;\nfor (i64 j = 0; j < {0}; ++j) mean += xp[j];\nmean /= {1};\n"
+      "float var = 0.0f;\nfor (i64 j = 0; j < {0}; ++j) {{ float d = xp[j] - mean; var += d * d; }}\n"
+      "var /= {1};\nfloat inv = 1.0f / sqrt(var + {2});\n",
+      C(row), flit(static_cast<double>(row)), flit(eps));
+  s += fmt::format("for (i64 j = 0; j < {}; ++j) {{\n{}yp[j] = (xp[j] - mean) * inv * in1[{}]{};\n}}\n", C(row),
+                   decl, si, bias);
+  int next = 1;
+  for (int out = 1; out <= 2; ++out) {
+    if (static_cast<size_t>(out) < c.outputs.size() && c.outputs[static_cast<size_t>(out)].defined()) {
+      if (c.outputs[static_cast<size_t>(out)].dtype != DType::kFloat32)
+        return errors::Unimplemented("{}: stash type other than float32", c.node->label());
+      p.outputs.push_back(out);
+      k.out_types.push_back("float");
+      s += fmt::format("out{}[gid] = {};\n", next++, out == 1 ? "mean" : "inv");
+    }
+  }
+  k.body = s;
+  return p;
+}
+
+Result<OpPlan> plan_batch_norm(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  TD_ASSIGN_OR_RETURN(float eps, at.attr_float("epsilon", 1e-5f));
+  if (x.size() < 2) return errors::InvalidArgument("{}: rank < 2", c.node->label());
+  const int64_t C_ = x[1], inner = prod(x, 2, x.size());
+  for (int i = 1; i <= 4; ++i)
+    if (prod(c.inputs[static_cast<size_t>(i)].shape) != C_)
+      return errors::InvalidArgument("{}: parameter {} is not of size {}", c.node->label(), i, C_);
+  OpPlan p;
+  p.inputs = {0, 1, 2, 3, 4};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_batch_norm";
+  k.in_types.assign(5, "float");
+  k.out_types = {"float"};
+  k.n = prod(x);
+  k.body = fmt::format("i64 ch = (gid / {}) % {};\nout0[gid] = (in0[gid] - in3[ch]) / sqrt(in4[ch] + {}) * in1[ch] + in2[ch];\n",
+                       C(inner), C(C_), flit(eps));
+  return p;
+}
+
+Result<OpPlan> plan_instance_norm(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  TD_ASSIGN_OR_RETURN(float eps, at.attr_float("epsilon", 1e-5f));
+  if (x.size() < 2) return errors::InvalidArgument("{}: rank < 2", c.node->label());
+  const int64_t C_ = x[1], row = prod(x, 2, x.size());
+  if (prod(c.inputs[1].shape) != C_ || prod(c.inputs[2].shape) != C_)
+    return errors::InvalidArgument("{}: scale and bias are not of size {}", c.node->label(), C_);
+  OpPlan p;
+  p.inputs = {0, 1, 2};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_instance_norm";
+  k.in_types.assign(3, "float");
+  k.out_types = {"float"};
+  k.n = row > 0 ? x[0] * C_ : 0;
+  k.body = fmt::format(
+      "i64 ch = gid % {3};\nGLOBAL const float* xp = in0 + gid * {0}; GLOBAL float* yp = out0 + gid * {0};\n"
+      "float mean = 0.0f;\nfor (i64 j = 0; j < {0}; ++j) mean += xp[j];\nmean /= {1};\n"
+      "float var = 0.0f;\nfor (i64 j = 0; j < {0}; ++j) {{ float d = xp[j] - mean; var += d * d; }}\n"
+      "var /= {1};\nfloat inv = 1.0f / sqrt(var + {2});\n"
+      "for (i64 j = 0; j < {0}; ++j) yp[j] = (xp[j] - mean) * inv * in1[ch] + in2[ch];\n",
+      C(row), flit(static_cast<double>(row)), flit(eps), C(C_));
+  return p;
+}
+
+Result<OpPlan> plan_concat(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& o = c.outputs[0].shape;
+  TD_ASSIGN_OR_RETURN(int64_t axis_attr, at.attr_int("axis", 0));
+  TD_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(axis_attr, static_cast<int64_t>(o.size())));
+  const size_t ax = static_cast<size_t>(axis);
+  const int64_t inner = prod(o, ax + 1, o.size()), A = o[ax];
+  TD_ASSIGN_OR_RETURN(std::string T, bits_type(c.outputs[0].dtype));
+  OpPlan p;
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_concat";
+  k.out_types = {T};
+  k.n = prod(o);
+  std::string s = fmt::format("i64 i_ = gid % {0}; i64 a_ = (gid / {0}) % {1}; i64 o_ = gid / ({0} * {1});\n",
+                              C(inner), C(A));
+  int64_t start = 0;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const Shape& in = c.inputs[i].shape;
+    if (in.size() != o.size()) return errors::InvalidArgument("{}: Concat ranks differ", c.node->label());
+    const int64_t ai = in[ax];
+    if (prod(in) == 0) continue;
+    const int kin = static_cast<int>(p.inputs.size());
+    p.inputs.push_back(static_cast<int>(i));
+    k.in_types.push_back(T);
+    s += fmt::format("{}if (a_ < {}) out0[gid] = in{}[(o_ * {} + a_ - {}) * {} + i_];\n",
+                     kin ? "else " : "", C(start + ai), kin, C(ai), C(start), C(inner));
+    start += ai;
+  }
+  if (start != A) return errors::InvalidArgument("{}: Concat sizes do not add up", c.node->label());
+  k.body = s;
+  return p;
+}
+
+Result<OpPlan> plan_split(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  TD_ASSIGN_OR_RETURN(int64_t axis_attr, at.attr_int("axis", 0));
+  TD_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(axis_attr, static_cast<int64_t>(x.size())));
+  const size_t ax = static_cast<size_t>(axis);
+  const int64_t inner = prod(x, ax + 1, x.size()), A = x[ax];
+  TD_ASSIGN_OR_RETURN(std::string T, bits_type(c.inputs[0].dtype));
+  OpPlan p;
+  p.inputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_split";
+  k.in_types = {T};
+  k.n = prod(x);
+  std::string s = fmt::format("i64 i_ = gid % {0}; i64 a_ = (gid / {0}) % {1}; i64 o_ = gid / ({0} * {1});\n",
+                              C(inner), C(A));
+  int64_t start = 0;
+  for (size_t i = 0; i < c.outputs.size(); ++i) {
+    if (!c.outputs[i].defined()) continue;
+    const Shape& os = c.outputs[i].shape;
+    if (os.size() != x.size() || !shape_is_static(os))
+      return errors::InvalidArgument("{}: Split output shapes unknown", c.node->label());
+    const int64_t ai = os[ax];
+    if (prod(os) == 0) continue;
+    const int kout = static_cast<int>(p.outputs.size());
+    p.outputs.push_back(static_cast<int>(i));
+    k.out_types.push_back(T);
+    s += fmt::format("{}if (a_ >= {} && a_ < {}) out{}[(o_ * {} + a_ - {}) * {} + i_] = in0[gid];\n",
+                     kout ? "else " : "", C(start), C(start + ai), kout, C(ai), C(start), C(inner));
+    start += ai;
+  }
+  if (start > A) return errors::InvalidArgument("{}: Split sizes exceed the axis", c.node->label());
+  k.body = s;
+  return p;
+}
+
+Status check_indices(const OpCall& c, size_t input, int64_t dim) {
+  const HostTensor* h = input < c.host.size() ? c.host[input] : nullptr;
+  if (!h) return errors::Internal("{}: no host copy of the indices", c.node->label());
+  TD_ASSIGN_OR_RETURN(auto v, h->to_int64_vector());
+  for (int64_t i : v)
+    if (i < -dim || i >= dim)
+      return errors::InvalidArgument("{}: index {} is out of range [-{}, {})", c.node->label(), i, dim, dim);
+  return OkStatus();
+}
+
+Result<OpPlan> plan_gather(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  const Shape& ind = c.inputs[1].shape;
+  const bool elements = c.node->op == "GatherElements";
+  TD_ASSIGN_OR_RETURN(int64_t axis_attr, at.attr_int("axis", 0));
+  TD_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(axis_attr, static_cast<int64_t>(x.size())));
+  const size_t ax = static_cast<size_t>(axis);
+  const int64_t A = x[ax];
+  TD_RETURN_IF_ERROR(check_indices(c, 1, A));
+  TD_ASSIGN_OR_RETURN(std::string T, bits_type(c.inputs[0].dtype));
+  const std::string IT = c.inputs[1].dtype == DType::kInt32 ? "int" : "i64";
+  OpPlan p;
+  p.inputs = {0, 1};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = elements ? "tensord_gather_elements" : "tensord_gather";
+  k.in_types = {T, IT};
+  k.out_types = {T};
+  k.n = prod(c.outputs[0].shape);
+  const std::string fix = fmt::format(
+      "i64 idx = (i64)in1[{{}}]; if (idx < 0) idx += {0}; if (idx < 0) idx = 0; if (idx >= {0}) idx = {0} - 1;\n", C(A));
+  std::string s;
+  if (!elements) {
+    const int64_t inner = prod(x, ax + 1, x.size()), NI = prod(ind);
+    if (k.n != prod(x, 0, ax) * NI * inner)
+      return errors::InvalidArgument("{}: Gather output does not fit", c.node->label());
+    s = fmt::format("i64 i_ = gid % {0}; i64 j_ = (gid / {0}) % {1}; i64 o_ = gid / ({0} * {1});\n", C(inner), C(NI));
+    s += fmt::format(fmt::runtime(fix), "j_");
+    s += fmt::format("out0[gid] = in0[(o_ * {} + idx) * {} + i_];\n", C(A), C(inner));
+  } else {
+    if (ind.size() != x.size()) return errors::InvalidArgument("{}: ranks differ", c.node->label());
+    for (size_t d = 0; d < x.size(); ++d)
+      if (d != ax && ind[d] > x[d]) return errors::InvalidArgument("{}: indices larger than data", c.node->label());
+    s = decompose("gid", ind, "q");
+    s += fmt::format(fmt::runtime(fix), "gid");
+    const auto st = strides_of(x);
+    std::string e = "0";
+    for (size_t d = 0; d < x.size(); ++d) e += fmt::format(" + {} * {}", d == ax ? "idx" : "q" + std::to_string(d), C(st[d]));
+    s += "out0[gid] = in0[" + e + "];\n";
+  }
+  k.body = s;
+  return p;
+}
+
+Result<OpPlan> plan_pad(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  const Shape& o = c.outputs[0].shape;
+  const size_t R = x.size();
+  TD_ASSIGN_OR_RETURN(std::string mode, at.attr_string("mode", "constant"));
+  std::vector<int64_t> pads;
+  double value = 0;
+  if (at.has_attr("pads")) {
+    TD_ASSIGN_OR_RETURN(pads, at.attr_ints("pads", {}));
+    TD_ASSIGN_OR_RETURN(float v, at.attr_float("value", 0.0f));
+    value = v;
+  } else {
+    if (c.host.size() < 2 || !c.host[1]) return errors::Internal("{}: no host copy of pads", c.node->label());
+    pads = ints_of(*c.host[1]);
+    if (c.host.size() > 2 && c.host[2] && c.host[2]->numel() > 0) value = c.host[2]->to_double_vector()[0];
+    if (c.host.size() > 3 && c.host[3]) {
+      const auto axes = ints_of(*c.host[3]);
+      if (pads.size() != 2 * axes.size()) return errors::InvalidArgument("{}: pads and axes differ", c.node->label());
+      std::vector<int64_t> full(2 * R, 0);
+      for (size_t i = 0; i < axes.size(); ++i) {
+        TD_ASSIGN_OR_RETURN(int64_t a, normalize_axis(axes[i], static_cast<int64_t>(R)));
+        full[static_cast<size_t>(a)] = pads[i];
+        full[static_cast<size_t>(a) + R] = pads[i + axes.size()];
+      }
+      pads = full;
+    }
+  }
+  if (pads.size() != 2 * R || o.size() != R) return errors::InvalidArgument("{}: pads do not fit the rank", c.node->label());
+  for (size_t d = 0; d < R; ++d)
+    if (x[d] + pads[d] + pads[d + R] != o[d]) return errors::InvalidArgument("{}: padded shape differs", c.node->label());
+  const DType dt = c.inputs[0].dtype;
+  std::string T, lit;
+  if (dt == DType::kFloat32) {
+    T = "float";
+    lit = flit(value);
+  } else {
+    TD_ASSIGN_OR_RETURN(T, bits_type(dt));
+    if (dt != DType::kInt32 && dt != DType::kInt64 && dt != DType::kInt8 && dt != DType::kUInt8 && dt != DType::kBool &&
+        value != 0)
+      return errors::Unimplemented("{}: pad value for {}", c.node->label(), dtype_name(dt));
+    lit = "(" + T + ")(" + std::to_string(static_cast<int64_t>(value)) + ")";
+  }
+  OpPlan p;
+  p.inputs = {0};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_pad";
+  k.in_types = {T};
+  k.out_types = {T};
+  k.n = prod(o);
+  std::string s = decompose("gid", o, "q");
+  s += "int inside = 1;\n";
+  for (size_t d = 0; d < R; ++d) {
+    const std::string I = C(x[d]);
+    s += fmt::format("i64 i{0} = q{0} - {1};\n", d, C(pads[d]));
+    if (mode == "constant") {
+      s += fmt::format("if (i{0} < 0 || i{0} >= {1}) inside = 0;\n", d, I);
+    } else if (mode == "edge") {
+      s += fmt::format("if (i{0} < 0) i{0} = 0; if (i{0} >= {1}) i{0} = {1} - 1;\n", d, I);
+    } else if (mode == "wrap") {
+      s += fmt::format("i{0} = ((i{0} % {1}) + {1}) % {1};\n", d, I);
+    } else if (mode == "reflect") {
+      s += x[d] == 1 ? fmt::format("i{} = 0;\n", d)
+                     : fmt::format("{{ i64 per = 2 * ({1} - 1); i{0} = ((i{0} % per) + per) % per; if (i{0} >= {1}) i{0} = per - i{0}; }}\n",
+                                   d, I);
+    } else {
+      return errors::Unimplemented("{}: Pad mode '{}'", c.node->label(), mode);
+    }
+  }
+  if (prod(x) == 0 && mode != "constant") return errors::InvalidArgument("{}: pad of an empty tensor", c.node->label());
+  s += "out0[gid] = inside ? in0[" + flat("i", x) + "] : " + lit + ";\n";
+  k.body = s;
+  return p;
+}
+
+Result<OpPlan> plan_tile(const OpCall& c) {
+  const Shape& x = c.inputs[0].shape;
+  const Shape& o = c.outputs[0].shape;
+  if (o.size() != x.size()) return errors::InvalidArgument("{}: Tile ranks differ", c.node->label());
+  for (size_t d = 0; d < x.size(); ++d)
+    if (x[d] == 0 ? o[d] != 0 : o[d] % x[d] != 0) return errors::InvalidArgument("{}: Tile shapes", c.node->label());
+  TD_ASSIGN_OR_RETURN(std::string T, bits_type(c.inputs[0].dtype));
+  OpPlan p;
+  p.inputs = {0};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_tile";
+  k.in_types = {T};
+  k.out_types = {T};
+  k.n = prod(o);
+  std::string s = decompose("gid", o, "q");
+  for (size_t d = 0; d < x.size(); ++d) s += fmt::format("i64 i{0} = q{0} % {1};\n", d, C(x[d]));
+  s += "out0[gid] = in0[" + flat("i", x) + "];\n";
+  k.body = s;
+  return p;
+}
+
+Result<OpPlan> plan_arg(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  TD_ASSIGN_OR_RETURN(int64_t axis_attr, at.attr_int("axis", 0));
+  TD_ASSIGN_OR_RETURN(int64_t last, at.attr_int("select_last_index", 0));
+  TD_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(axis_attr, static_cast<int64_t>(x.size())));
+  const size_t ax = static_cast<size_t>(axis);
+  const int64_t A = x[ax], inner = prod(x, ax + 1, x.size());
+  if (A == 0) return errors::InvalidArgument("{}: ArgMax/ArgMin over an empty axis", c.node->label());
+  TD_ASSIGN_OR_RETURN(std::string T, arith_type(c.inputs[0].dtype));
+  const bool mx = c.node->op == "ArgMax";
+  OpPlan p;
+  p.inputs = {0};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_arg";
+  k.in_types = {T};
+  k.out_types = {"i64"};
+  k.n = prod(x, 0, ax) * inner;
+  if (k.n != prod(c.outputs[0].shape)) return errors::InvalidArgument("{}: output does not fit", c.node->label());
+  k.body = fmt::format(
+      "GLOBAL const {0}* xp = in0 + (gid / {1}) * {2} + gid % {1};\n{0} best = xp[0]; i64 arg = 0;\n"
+      "for (i64 j = 1; j < {3}; ++j) {{ {0} v = xp[j * {1}]; if (v {4} best{5}) {{ best = v; arg = j; }} }}\nout0[gid] = arg;\n",
+      T, C(inner), C(A * inner), C(A), mx ? ">" : "<", last ? fmt::format(" || v == best") : "");
+  return p;
+}
+
+Result<OpPlan> plan_cumsum(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  if (c.host.size() < 2 || !c.host[1] || c.host[1]->numel() != 1)
+    return errors::InvalidArgument("{}: CumSum's axis must be one value", c.node->label());
+  TD_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(ints_of(*c.host[1])[0], static_cast<int64_t>(x.size())));
+  TD_ASSIGN_OR_RETURN(int64_t exclusive, at.attr_int("exclusive", 0));
+  TD_ASSIGN_OR_RETURN(int64_t reverse, at.attr_int("reverse", 0));
+  const size_t ax = static_cast<size_t>(axis);
+  const int64_t A = x[ax], inner = prod(x, ax + 1, x.size());
+  TD_ASSIGN_OR_RETURN(std::string T, arith_type(c.inputs[0].dtype));
+  OpPlan p;
+  p.inputs = {0};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_cumsum";
+  k.in_types = {T};
+  k.out_types = {T};
+  k.n = A > 0 ? prod(x, 0, ax) * inner : 0;
+  k.body = fmt::format(
+      "i64 base = (gid / {1}) * {2} + gid % {1};\n{0} acc = 0;\n"
+      "for (i64 t = 0; t < {3}; ++t) {{ i64 j = {4}; {0} v = in0[base + j * {1}]; {5} }}\n",
+      T, C(inner), C(A * inner), C(A), reverse ? fmt::format("{} - 1 - t", C(A)) : "t",
+      exclusive ? "out0[base + j * " + C(inner) + "] = acc; acc += v;" : "acc += v; out0[base + j * " + C(inner) + "] = acc;");
+  return p;
+}
+
+}  // namespace
+
+std::string print_template(const TemplateKernel& k, Dialect dialect) {
+  std::string s;
+  if (dialect == Dialect::kOpenCL) {
+    s = "// tensord generated (OpenCL C)\ntypedef long i64;\ntypedef ulong u64;\n"
+        "#define KERNEL __kernel void\n#define GLOBAL __global\n#define GID ((i64)get_global_id(0))\n";
+  } else {
+    s = "// tensord generated (CUDA C)\ntypedef long long i64;\ntypedef unsigned long long u64;\n"
+        "typedef unsigned char uchar;\ntypedef unsigned short ushort;\ntypedef unsigned int uint;\n"
+        "#define KERNEL extern \"C\" __global__ void\n#define GLOBAL\n"
+        "#define GID ((i64)blockIdx.x * blockDim.x + threadIdx.x)\n"
+        "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n"
+        "#ifndef NAN\n#define NAN __int_as_float(0x7fc00000)\n#endif\n";
+  }
+  s += "KERNEL " + k.name + "(";
+  std::string casts;
+  bool first = true;
+  for (size_t i = 0; i < k.in_types.size(); ++i) {
+    s += fmt::format("{}GLOBAL const uchar* p{}, i64 p{}_off", first ? "" : ", ", i, i);
+    casts += fmt::format("GLOBAL const {0}* in{1} = (GLOBAL const {0}*)(p{1} + p{1}_off);\n", k.in_types[i], i);
+    first = false;
+  }
+  for (size_t i = 0; i < k.out_types.size(); ++i) {
+    s += fmt::format("{}GLOBAL uchar* r{}, i64 r{}_off", first ? "" : ", ", i, i);
+    casts += fmt::format("GLOBAL {0}* out{1} = (GLOBAL {0}*)(r{1} + r{1}_off);\n", k.out_types[i], i);
+    first = false;
+  }
+  s += ") {\nconst i64 gid = GID;\nif (gid >= " + C(k.n) + ") return;\n" + casts + k.body + "}\n";
+  return s;
+}
+
+bool is_template_op(const std::string& op) { return template_ops().count(op) > 0; }
+
+std::vector<int> template_host_inputs(const Node& node) {
+  const std::string& op = node.op;
+  if (op == "Gather" || op == "GatherElements" || op == "CumSum") return {1};
+  if (op == "Pad") {
+    std::vector<int> h;
+    for (size_t i = 1; i < node.inputs.size() && i <= 3; ++i)
+      if (!node.inputs[i].empty()) h.push_back(static_cast<int>(i));
+    return h;
+  }
+  return {};
+}
+
+Status template_supported(const Node& node, const std::vector<TensorType>& in) {
+  const std::string& op = node.op;
+  auto no = [&](const std::string& why) {
+    return errors::Unimplemented("{}: generated kernels: {} ({})", op, why, node.label());
+  };
+  if (!is_template_op(op)) return no("no template");
+  if (in.empty() || !in[0].defined()) return no("no input");
+  for (const auto& t : in)
+    if (t.defined() && !shape_is_static(t.shape)) return no("dynamic shapes");
+  auto all_f32 = [&](size_t n) {
+    for (size_t i = 0; i < in.size() && i < n; ++i)
+      if (in[i].defined() && in[i].dtype != DType::kFloat32) return false;
+    return true;
+  };
+  if (op == "MatMul" || op == "Gemm" || op == "Conv" || op == "ConvTranspose") {
+    if (in.size() < 2 || !all_f32(3)) return no("float32 only");
+    return OkStatus();
+  }
+  if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool" ||
+      op == "Softmax" || op == "LogSoftmax" || op == "Hardmax" || op == "LayerNormalization" ||
+      op == "InstanceNormalization") {
+    if (!all_f32(3)) return no("float32 only");
+    if (op == "LayerNormalization" && (in.size() < 2 || !in[1].defined())) return no("no scale");
+    if (op == "InstanceNormalization" && in.size() < 3) return no("scale and bias");
+    if (op == "MaxPool" && node.outputs.size() > 1 && int_attr(node, "storage_order") != 0)
+      return no("storage_order=1");
+    return OkStatus();
+  }
+  if (op == "BatchNormalization") {
+    if (in.size() < 5 || !all_f32(5)) return no("float32 only");
+    if (node.outputs.size() > 1 || int_attr(node, "training_mode") != 0)
+      return no("training mode");
+    return OkStatus();
+  }
+  if (op == "ArgMax" || op == "ArgMin" || op == "CumSum") {
+    if (!arith_type(in[0].dtype).ok()) return no("float32, int32 and int64 only");
+    return OkStatus();
+  }
+  // data movement
+  if (!bits_type(in[0].dtype).ok()) return no("elements of 1, 2, 4 or 8 bytes only");
+  if (op == "Concat")
+    for (const auto& t : in)
+      if (!t.defined() || t.dtype != in[0].dtype) return no("mixed inputs");
+  if ((op == "Gather" || op == "GatherElements") &&
+      (in.size() < 2 || (in[1].dtype != DType::kInt32 && in[1].dtype != DType::kInt64)))
+    return no("int32/int64 indices only");
+  return OkStatus();
+}
+
+Result<OpPlan> plan_template(const OpCall& c) {
+  if (!c.node || c.inputs.empty() || c.outputs.empty() || !c.outputs[0].defined())
+    return errors::Internal("generated kernels: an empty call");
+  for (const auto& t : c.outputs)
+    if (t.defined() && !shape_is_static(t.shape))
+      return errors::Internal("{}: output shape not known", c.node->label());
+  const std::string& op = c.node->op;
+  if (op == "MatMul") return plan_matmul(c);
+  if (op == "Gemm") return plan_gemm(c);
+  if (op == "Conv") return plan_conv(c);
+  if (op == "ConvTranspose") return plan_conv_transpose(c);
+  if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")
+    return plan_pool(c);
+  if (op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") return plan_softmax(c);
+  if (op == "LayerNormalization") return plan_layer_norm(c);
+  if (op == "BatchNormalization") return plan_batch_norm(c);
+  if (op == "InstanceNormalization") return plan_instance_norm(c);
+  if (op == "Concat") return plan_concat(c);
+  if (op == "Split") return plan_split(c);
+  if (op == "Gather" || op == "GatherElements") return plan_gather(c);
+  if (op == "Pad") return plan_pad(c);
+  if (op == "Tile") return plan_tile(c);
+  if (op == "ArgMax" || op == "ArgMin") return plan_arg(c);
+  if (op == "CumSum") return plan_cumsum(c);
+  return errors::Unimplemented("{}: no generated kernel", c.node->label());
+}
+
+}  // namespace tensord::codegen
