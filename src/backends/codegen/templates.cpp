@@ -10,6 +10,7 @@
 #include "core/errors.h"
 #include "core/node_attrs.h"
 #include "core/op_registry.h"
+#include "core/ops/op_helpers.h"
 
 namespace tensord::codegen {
 namespace {
@@ -319,22 +320,13 @@ Result<OpPlan> plan_conv_transpose(const OpCall& c) {
     return errors::InvalidArgument("{}: ConvTranspose channels and groups do not fit", c.node->label());
   const size_t R = x.size() - 2;
   const Shape in = spatial(x), out = spatial(o), ks = spatial(wt);
-  TD_ASSIGN_OR_RETURN(auto strides, at.attr_ints("strides", std::vector<int64_t>(R, 1)));
-  TD_ASSIGN_OR_RETURN(auto dil, at.attr_ints("dilations", std::vector<int64_t>(R, 1)));
-  TD_ASSIGN_OR_RETURN(auto pads, at.attr_ints("pads", std::vector<int64_t>(2 * R, 0)));
-  TD_ASSIGN_OR_RETURN(auto outpad, at.attr_ints("output_padding", std::vector<int64_t>(R, 0)));
-  TD_ASSIGN_OR_RETURN(std::string auto_pad, at.attr_string("auto_pad", "NOTSET"));
-  if (strides.size() != R || dil.size() != R || pads.size() != 2 * R || outpad.size() != R)
-    return errors::InvalidArgument("{}: attributes do not match the rank", c.node->label());
-  std::vector<int64_t> pb(R);
-  for (size_t d = 0; d < R; ++d) {
-    if (strides[d] <= 0 || dil[d] <= 0) return errors::InvalidArgument("{}: bad stride", c.node->label());
-    const int64_t total = strides[d] * (in[d] - 1) + outpad[d] + (ks[d] - 1) * dil[d] + 1 - out[d];
-    if (at.has_attr("output_shape") || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
-      pb[d] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-    else
-      pb[d] = auto_pad == "VALID" ? 0 : pads[d];
-  }
+  std::vector<int64_t> strides, dil, pads;
+  Shape geo_out;
+  TD_RETURN_IF_ERROR(nn::conv_transpose_geometry(at, in, ks, &strides, &dil, &pads, &geo_out));
+  if (geo_out != out || strides.size() != R || dil.size() != R || pads.size() != 2 * R)
+    return errors::InvalidArgument("{}: ConvTranspose output {} differs from its geometry", c.node->label(),
+                                   shape_to_string(o));
+  const std::vector<int64_t> pb(pads.begin(), pads.begin() + static_cast<std::ptrdiff_t>(R));
   OpPlan p;
   p.inputs = {0, 1};
   p.outputs = {0};
