@@ -71,6 +71,7 @@ Result<std::string> arith_type(DType t) {
     case DType::kFloat32: return std::string("float");
     case DType::kInt32: return std::string("int");
     case DType::kInt64: return std::string("i64");
+    case DType::kFloat64: return std::string("double");
     default: return errors::Unimplemented("generated kernels: arithmetic on {}", dtype_name(t));
   }
 }
@@ -86,7 +87,8 @@ const std::set<std::string>& template_ops() {
       "MatMul", "Gemm", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool",
       "GlobalMaxPool", "Softmax", "LogSoftmax", "Hardmax", "LayerNormalization",
       "BatchNormalization", "InstanceNormalization", "Concat", "Split", "Gather", "GatherElements",
-      "Pad", "Tile", "ArgMax", "ArgMin", "CumSum"};
+      "Pad", "Tile", "ArgMax", "ArgMin", "CumSum", "NegativeLogLikelihoodLoss",
+      "SoftmaxCrossEntropyLoss", "Trilu", "Dropout"};
   return s;
 }
 
@@ -832,12 +834,134 @@ Result<OpPlan> plan_cumsum(const OpCall& c) {
   return p;
 }
 
+// NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss over [N, C, D...]: one work item per
+// (n, d) position with reduction "none"; with "sum"/"mean" one work item sums them in order
+// (as the reference does; losses are small).
+Result<OpPlan> plan_loss(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const bool sce = c.node->op == "SoftmaxCrossEntropyLoss";
+  const Shape& x = c.inputs[0].shape;
+  if (x.size() < 2) return errors::InvalidArgument("{}: input of rank < 2", c.node->label());
+  const int64_t N = x[0], Cn = x[1], D = prod(x, 2, x.size());
+  if (prod(c.inputs[1].shape) != N * D) return errors::InvalidArgument("{}: target size", c.node->label());
+  TD_ASSIGN_OR_RETURN(std::string reduction, at.attr_string("reduction", "mean"));
+  if (reduction != "none" && reduction != "sum" && reduction != "mean")
+    return errors::InvalidArgument("{}: reduction '{}'", c.node->label(), reduction);
+  const bool has_ignore = at.has_attr("ignore_index");
+  TD_ASSIGN_OR_RETURN(int64_t ignore, at.attr_int("ignore_index", 0));
+  {  // targets in range (or ignored)
+    if (c.host.size() < 2 || !c.host[1]) return errors::Internal("{}: no host copy of the target", c.node->label());
+    TD_ASSIGN_OR_RETURN(auto tv, c.host[1]->to_int64_vector());
+    for (int64_t t : tv)
+      if (!(has_ignore && t == ignore) && (t < 0 || t >= Cn))
+        return errors::InvalidArgument("{}: target value {} is out of range [0, {})", c.node->label(), t, Cn);
+  }
+  TD_ASSIGN_OR_RETURN(std::string T, arith_type(c.inputs[0].dtype));
+  if (T != "float" && T != "double") return errors::Unimplemented("{}: float inputs only", c.node->label());
+  OpPlan p;
+  p.inputs = {0, 1};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = sce ? "tensord_sce_loss" : "tensord_nll_loss";
+  k.in_types = {T, c.inputs[1].dtype == DType::kInt32 ? "int" : "i64"};
+  k.out_types = {T};
+  const bool weight = c.inputs.size() > 2 && c.inputs[2].defined();
+  if (weight) {
+    if (prod(c.inputs[2].shape) != Cn) return errors::InvalidArgument("{}: weight size", c.node->label());
+    p.inputs.push_back(2);
+    k.in_types.push_back(T);
+  }
+  const bool logp = sce && c.outputs.size() > 1 && c.outputs[1].defined();
+  if (logp) {
+    p.outputs.push_back(1);
+    k.out_types.push_back(T);
+  }
+  const bool none = reduction == "none";
+  k.n = none ? N * D : 1;
+  std::string row = fmt::format("i64 n_ = r / {0}; i64 d_ = r % {0}; i64 base = n_ * {1} + d_;\n", C(D), C(Cn * D));
+  row += fmt::format("i64 t = (i64)in1[r];\n{}", T == "double" ? "double lsum = 0.0;\n" : "float lsum = 0.0f;\n");
+  if (sce) {
+    row += fmt::format("{0} mx = in0[base];\nfor (i64 j = 1; j < {1}; ++j) {{ {0} v = in0[base + j * {2}]; if (v > mx) mx = v; }}\n"
+                       "{0} se = 0;\nfor (i64 j = 0; j < {1}; ++j) se += exp(in0[base + j * {2}] - mx);\nlsum = log(se);\n",
+                       T, C(Cn), C(D));
+    if (logp) row += fmt::format("for (i64 j = 0; j < {}; ++j) out1[base + j * {}] = in0[base + j * {}] - mx - lsum;\n", C(Cn), C(D), C(D));
+    row += "lsum = mx + lsum;\n";
+  }
+  row += fmt::format("{} loss = 0; {} w = 0;\n", T, T);
+  row += fmt::format("if ({}t >= 0 && t < {}) {{ w = {}; loss = -w * (in0[base + t * {}]{}); }}\n",
+                     has_ignore ? fmt::format("t != {} && ", C(ignore)) : "", C(Cn), weight ? "in2[t]" : "1",
+                     C(D), sce ? " - lsum" : "");
+  std::string s;
+  if (none) {
+    s = "i64 r = gid;\n" + row + "out0[r] = loss;\n";
+  } else {
+    s = fmt::format("{0} total = 0; {0} wsum = 0;\nfor (i64 r = 0; r < {1}; ++r) {{\n{2}total += loss; wsum += w;\n}}\n",
+                    T, C(N * D), row);
+    s += reduction == "sum" ? "out0[0] = total;\n" : "out0[0] = total / wsum;\n";
+  }
+  k.body = s;
+  return p;
+}
+
+Result<OpPlan> plan_trilu(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  if (x.size() < 2) return errors::InvalidArgument("{}: rank < 2", c.node->label());
+  TD_ASSIGN_OR_RETURN(int64_t upper, at.attr_int("upper", 1));
+  int64_t kk = 0;
+  if (c.inputs.size() > 1 && c.inputs[1].defined()) {
+    if (c.host.size() < 2 || !c.host[1] || c.host[1]->numel() != 1)
+      return errors::InvalidArgument("{}: k must be one value", c.node->label());
+    kk = ints_of(*c.host[1])[0];
+  }
+  TD_ASSIGN_OR_RETURN(std::string T, bits_type(c.inputs[0].dtype));
+  const int64_t R = x[x.size() - 2], Cc = x.back();
+  OpPlan p;
+  p.inputs = {0};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_trilu";
+  k.in_types = {T};
+  k.out_types = {T};
+  k.n = prod(x);
+  k.body = fmt::format("i64 j_ = gid % {0}; i64 i_ = (gid / {0}) % {1};\nout0[gid] = (j_ - i_ {2} {3}) ? in0[gid] : ({4})0;\n",
+                       C(Cc), C(R), upper ? ">=" : "<=", C(kk), T);
+  return p;
+}
+
+// Dropout at inference (or with ratio 0): the input, and a mask of ones.
+Result<OpPlan> plan_dropout(const OpCall& c) {
+  bool training = false;
+  double ratio = 0.5;
+  if (c.host.size() > 1 && c.host[1] && c.host[1]->numel() > 0) ratio = c.host[1]->to_double_vector()[0];
+  if (c.host.size() > 2 && c.host[2] && c.host[2]->numel() > 0) training = c.host[2]->to_double_vector()[0] != 0;
+  if (training && ratio != 0)
+    return errors::Unimplemented("{}: Dropout in training mode is not generated", c.node->label());
+  TD_ASSIGN_OR_RETURN(std::string T, bits_type(c.inputs[0].dtype));
+  OpPlan p;
+  p.inputs = {0};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_dropout";
+  k.in_types = {T};
+  k.out_types = {T};
+  k.n = prod(c.inputs[0].shape);
+  k.body = "out0[gid] = in0[gid];\n";
+  if (c.outputs.size() > 1 && c.outputs[1].defined()) {
+    p.outputs.push_back(1);
+    k.out_types.push_back("uchar");
+    k.body += "out1[gid] = 1;\n";
+  }
+  return p;
+}
+
 }  // namespace
 
 std::string print_template(const TemplateKernel& k, Dialect dialect) {
   std::string s;
   if (dialect == Dialect::kOpenCL) {
-    s = "// tensord generated (OpenCL C)\ntypedef long i64;\ntypedef ulong u64;\n"
+    s = "// tensord generated (OpenCL C)\n#ifdef cl_khr_fp64\n#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#endif\n"
+        "typedef long i64;\ntypedef ulong u64;\n"
         "#define KERNEL __kernel void\n#define GLOBAL __global\n#define GID ((i64)get_global_id(0))\n";
   } else {
     s = "// tensord generated (CUDA C)\ntypedef long long i64;\ntypedef unsigned long long u64;\n"
@@ -868,7 +992,15 @@ bool is_template_op(const std::string& op) { return template_ops().count(op) > 0
 
 std::vector<int> template_host_inputs(const Node& node) {
   const std::string& op = node.op;
-  if (op == "Gather" || op == "GatherElements" || op == "CumSum") return {1};
+  if (op == "Gather" || op == "GatherElements" || op == "CumSum" || op == "Trilu" ||
+      op == "NegativeLogLikelihoodLoss" || op == "SoftmaxCrossEntropyLoss")
+    return {1};
+  if (op == "Dropout") {
+    std::vector<int> h;
+    for (size_t i = 1; i < node.inputs.size() && i <= 2; ++i)
+      if (!node.inputs[i].empty()) h.push_back(static_cast<int>(i));
+    return h;
+  }
   if (op == "Pad") {
     std::vector<int> h;
     for (size_t i = 1; i < node.inputs.size() && i <= 3; ++i)
@@ -912,10 +1044,19 @@ Status template_supported(const Node& node, const std::vector<TensorType>& in) {
       return no("training mode");
     return OkStatus();
   }
+  if (op == "NegativeLogLikelihoodLoss" || op == "SoftmaxCrossEntropyLoss") {
+    if (in.size() < 2 || (in[0].dtype != DType::kFloat32 && in[0].dtype != DType::kFloat64) ||
+        (in[1].dtype != DType::kInt32 && in[1].dtype != DType::kInt64) ||
+        (in.size() > 2 && in[2].defined() && in[2].dtype != in[0].dtype))
+      return no("float inputs and int32/int64 targets only");
+    return OkStatus();
+  }
   if (op == "ArgMax" || op == "ArgMin" || op == "CumSum") {
     if (!arith_type(in[0].dtype).ok()) return no("float32, int32 and int64 only");
     return OkStatus();
   }
+  if (op == "Dropout" && node.inputs.size() > 2 && !node.inputs[2].empty())
+    return no("training_mode as an input (random masks are not generated)");
   // data movement
   if (!bits_type(in[0].dtype).ok()) return no("elements of 1, 2, 4 or 8 bytes only");
   if (op == "Concat")
@@ -951,6 +1092,9 @@ Result<OpPlan> plan_template(const OpCall& c) {
   if (op == "Tile") return plan_tile(c);
   if (op == "ArgMax" || op == "ArgMin") return plan_arg(c);
   if (op == "CumSum") return plan_cumsum(c);
+  if (op == "NegativeLogLikelihoodLoss" || op == "SoftmaxCrossEntropyLoss") return plan_loss(c);
+  if (op == "Trilu") return plan_trilu(c);
+  if (op == "Dropout") return plan_dropout(c);
   return errors::Unimplemented("{}: no generated kernel", c.node->label());
 }
 

@@ -215,6 +215,7 @@ class OpenClDevice final : public Device {
                                         platform_->name, device_string(id, CL_DEVICE_VERSION),
                                         info_.driver_version);
     max_alloc_ = device_value<cl_ulong>(id, CL_DEVICE_MAX_MEM_ALLOC_SIZE, 0);
+    fp64_ = device_string(id, CL_DEVICE_EXTENSIONS).find("cl_khr_fp64") != std::string::npos;
     max_work_group_ = device_value<size_t>(id, CL_DEVICE_MAX_WORK_GROUP_SIZE, 1);
   }
   ~OpenClDevice() override {
@@ -226,6 +227,7 @@ class OpenClDevice final : public Device {
 
   const DeviceInfo& info() const override { return info_; }
   const std::string& name() const { return info_.name; }
+  bool fp64() const { return fp64_; }
   cl_context context() const { return platform_->context; }
   const Platform* platform() const { return platform_.get(); }
 
@@ -393,6 +395,7 @@ class OpenClDevice final : public Device {
   DeviceInfo info_;
   cl_ulong max_alloc_ = 0;
   size_t max_work_group_ = 1;
+  bool fp64_ = false;
   bool sync_ = std::getenv("TENSORD_OPENCL_SYNC") != nullptr;  // finish after every kernel
   OpenClKernelTable kernels_;
   OpenClRegionCompiler regions_;
@@ -768,7 +771,13 @@ Status OpenClKernelTable::supports(const Node& node, const std::vector<TensorTyp
                                    const CompileOptions& options) const {
   (void)options;
   const bool domain_ok = node.domain.empty() || node.domain == "ai.onnx";
-  if (domain_ok && codegen::is_template_op(node.op)) return codegen::template_supported(node, inputs);
+  if (domain_ok && codegen::is_template_op(node.op)) {
+    for (const auto& t : inputs)
+      if (t.defined() && t.dtype == DType::kFloat64 && !device_->fp64())
+        return errors::Unimplemented("{}: {} has no float64 (cl_khr_fp64) ({})", node.op, device_->name(),
+                                     node.label());
+    return codegen::template_supported(node, inputs);
+  }
   if (domain_ok && node.outputs.size() == 1 && !inputs.empty() && inputs[0].defined()) {
     if (is_view_op(node.op)) return OkStatus();
     if (reduce_ops().count(node.op)) {
