@@ -88,7 +88,7 @@ const std::set<std::string>& template_ops() {
       "GlobalMaxPool", "Softmax", "LogSoftmax", "Hardmax", "LayerNormalization",
       "BatchNormalization", "InstanceNormalization", "Concat", "Split", "Gather", "GatherElements",
       "Pad", "Tile", "ArgMax", "ArgMin", "CumSum", "NegativeLogLikelihoodLoss",
-      "SoftmaxCrossEntropyLoss", "Trilu", "Dropout"};
+      "SoftmaxCrossEntropyLoss", "Trilu", "Dropout", "Resize"};
   return s;
 }
 
@@ -955,6 +955,257 @@ Result<OpPlan> plan_dropout(const OpCall& c) {
   return p;
 }
 
+// Resize (opset 11+): nearest, linear and cubic, separable per dim: each output coordinate
+// maps back to the input through the coordinate transformation mode, and each dim contributes
+// 1, 2 or 4 taps (indices clamped into the input, as the reference's edge padding does).
+Result<OpPlan> plan_resize(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  const Shape& o = c.outputs[0].shape;
+  const size_t R = x.size();
+  if (o.size() != R) return errors::InvalidArgument("{}: Resize ranks differ", c.node->label());
+  TD_ASSIGN_OR_RETURN(std::string mode, at.attr_string("mode", "nearest"));
+  TD_ASSIGN_OR_RETURN(std::string ctm, at.attr_string("coordinate_transformation_mode", "half_pixel"));
+  TD_ASSIGN_OR_RETURN(std::string nearest, at.attr_string("nearest_mode", "round_prefer_floor"));
+  TD_ASSIGN_OR_RETURN(float cubic_a, at.attr_float("cubic_coeff_a", -0.75f));
+  TD_ASSIGN_OR_RETURN(int64_t exclude, at.attr_int("exclude_outside", 0));
+  TD_ASSIGN_OR_RETURN(float extrapolation, at.attr_float("extrapolation_value", 0.0f));
+  TD_ASSIGN_OR_RETURN(std::string policy, at.attr_string("keep_aspect_ratio_policy", "stretch"));
+  TD_ASSIGN_OR_RETURN(std::vector<int64_t> axes_attr, at.attr_ints("axes", {}));
+  std::vector<size_t> axes;
+  for (int64_t a : axes_attr) {
+    TD_ASSIGN_OR_RETURN(int64_t n, normalize_axis(a, static_cast<int64_t>(R)));
+    axes.push_back(static_cast<size_t>(n));
+  }
+  if (axes.empty())
+    for (size_t d = 0; d < R; ++d) axes.push_back(d);
+  auto host = [&](size_t i) -> const HostTensor* {
+    return i < c.host.size() && c.host[i] && c.host[i]->numel() > 0 ? c.host[i] : nullptr;
+  };
+  std::vector<double> scale(R, 1.0), roi_start(R, 0.0), roi_end(R, 1.0);
+  if (const HostTensor* sc = host(2)) {
+    const auto v = sc->to_double_vector();
+    if (v.size() != axes.size()) return errors::InvalidArgument("{}: scales do not fit", c.node->label());
+    for (size_t i = 0; i < axes.size(); ++i) scale[axes[i]] = v[i];
+  } else if (const HostTensor* sz = host(3)) {
+    const auto v = sz->to_double_vector();
+    if (v.size() != axes.size()) return errors::InvalidArgument("{}: sizes do not fit", c.node->label());
+    double common = policy == "not_smaller" ? 0.0 : 1e300;
+    for (size_t i = 0; i < axes.size(); ++i) {
+      const double r = v[i] / static_cast<double>(x[axes[i]]);
+      scale[axes[i]] = r;
+      common = policy == "not_smaller" ? std::max(common, r) : std::min(common, r);
+    }
+    if (policy != "stretch")
+      for (size_t a : axes) scale[a] = common;
+  } else {
+    return errors::InvalidArgument("{}: Resize needs scales or sizes", c.node->label());
+  }
+  if (const HostTensor* roi = host(1); roi && ctm == "tf_crop_and_resize") {
+    const auto v = roi->to_double_vector();
+    if (v.size() != 2 * axes.size()) return errors::InvalidArgument("{}: roi does not fit", c.node->label());
+    for (size_t i = 0; i < axes.size(); ++i) {
+      roi_start[axes[i]] = v[i];
+      roi_end[axes[i]] = v[i + axes.size()];
+    }
+  }
+  for (size_t d = 0; d < R; ++d)
+    if (scale[d] <= 0 || x[d] <= 0) return errors::InvalidArgument("{}: non-positive scale or empty input", c.node->label());
+  OpPlan p;
+  p.inputs = {0};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_resize";
+  k.in_types = {"float"};
+  k.out_types = {"float"};
+  k.n = prod(o);
+  std::string s = decompose("gid", o, "q");
+  s += "int outside = 0;\n";
+  std::vector<int> taps(R);
+  for (size_t d = 0; d < R; ++d) {
+    const int64_t in = x[d], out = o[d];
+    const bool identity = in == out && scale[d] == 1.0 && ctm != "tf_crop_and_resize";
+    const std::string sc = flit(scale[d]);
+    if (identity) {
+      taps[d] = 1;
+      s += fmt::format("i64 j{0}[1]; float w{0}[1]; j{0}[0] = q{0}; w{0}[0] = 1.0f;\n", d);
+      continue;
+    }
+    std::string xo;
+    const std::string qf = fmt::format("(float)q{}", d);
+    if (ctm == "half_pixel") xo = fmt::format("({} + 0.5f) / {} - 0.5f", qf, sc);
+    else if (ctm == "pytorch_half_pixel") xo = out > 1 ? fmt::format("({} + 0.5f) / {} - 0.5f", qf, sc) : "0.0f";
+    else if (ctm == "asymmetric") xo = fmt::format("{} / {}", qf, sc);
+    else if (ctm == "align_corners") {  // over the resized length scale * in, as the reference
+      const double lr = scale[d] * static_cast<double>(in);
+      xo = lr <= 1.0 ? "0.0f" : fmt::format("{} * {}", qf, flit(static_cast<double>(in - 1) / (lr - 1.0)));
+    }
+    else if (ctm == "half_pixel_symmetric") {
+      const double adj = static_cast<double>(out) / (scale[d] * static_cast<double>(in));
+      const double offset = static_cast<double>(in) / 2.0 * (1.0 - adj);
+      xo = fmt::format("{} + ({} + 0.5f) / {} - 0.5f", flit(offset), qf, sc);
+    } else if (ctm == "tf_crop_and_resize") {
+      const double a = roi_start[d], b = roi_end[d];
+      xo = out > 1 ? fmt::format("{} + {} * {}", flit(a * static_cast<double>(in - 1)), qf,
+                                 flit((b - a) * static_cast<double>(in - 1) / static_cast<double>(out - 1)))
+                   : flit(0.5 * (a + b) * static_cast<double>(in - 1));
+    } else {
+      return errors::Unimplemented("{}: coordinate_transformation_mode '{}'", c.node->label(), ctm);
+    }
+    s += fmt::format("float x{} = {};\n", d, xo);
+    if (ctm == "tf_crop_and_resize")
+      s += fmt::format("if (x{0} < 0.0f || x{0} > {1}) outside = 1;\n", d, flit(static_cast<double>(in - 1)));
+    const std::string last = C(in - 1);
+    if (mode == "nearest") {
+      taps[d] = 1;
+      std::string r;
+      if (nearest == "round_prefer_floor") r = fmt::format("(x{0} - floor(x{0}) == 0.5f ? floor(x{0}) : round(x{0}))", d);
+      else if (nearest == "round_prefer_ceil") r = fmt::format("(x{0} - floor(x{0}) == 0.5f ? ceil(x{0}) : round(x{0}))", d);
+      else if (nearest == "floor") r = fmt::format("floor(x{})", d);
+      else if (nearest == "ceil") r = fmt::format("ceil(x{})", d);
+      else return errors::Unimplemented("{}: nearest_mode '{}'", c.node->label(), nearest);
+      s += fmt::format("i64 j{0}[1]; float w{0}[1]; j{0}[0] = (i64){1}; w{0}[0] = 1.0f;\n"
+                       "if (j{0}[0] < 0) j{0}[0] = 0; if (j{0}[0] > {2}) j{0}[0] = {2};\n", d, r, last);
+    } else if (mode == "linear" || mode == "cubic") {
+      const int T = mode == "linear" ? 2 : 4;
+      taps[d] = T;
+      s += fmt::format("i64 j{0}[{1}]; float w{0}[{1}];\n{{ float fl = floor(x{0}); float r = x{0} - fl; i64 b = (i64)fl;\n", d, T);
+      if (T == 2) {
+        s += fmt::format("w{0}[0] = 1.0f - r; w{0}[1] = r; j{0}[0] = b; j{0}[1] = b + 1;\n", d);
+      } else {
+        const std::string A = flit(cubic_a);
+        s += fmt::format(
+            "float A = {1};\n"
+            "w{0}[0] = ((A * (r + 1.0f) - 5.0f * A) * (r + 1.0f) + 8.0f * A) * (r + 1.0f) - 4.0f * A;\n"
+            "w{0}[1] = ((A + 2.0f) * r - (A + 3.0f)) * r * r + 1.0f;\n"
+            "w{0}[2] = ((A + 2.0f) * (1.0f - r) - (A + 3.0f)) * (1.0f - r) * (1.0f - r) + 1.0f;\n"
+            "w{0}[3] = ((A * (2.0f - r) - 5.0f * A) * (2.0f - r) + 8.0f * A) * (2.0f - r) - 4.0f * A;\n"
+            "for (int t = 0; t < 4; ++t) j{0}[t] = b - 1 + t;\n",
+            d, A);
+      }
+      if (exclude) {
+        s += fmt::format("float ws = 0.0f;\nfor (int t = 0; t < {1}; ++t) {{ if (j{0}[t] < 0 || j{0}[t] > {2}) w{0}[t] = 0.0f; ws += w{0}[t]; }}\n"
+                         "if (ws != 0.0f) for (int t = 0; t < {1}; ++t) w{0}[t] /= ws;\n", d, T, last);
+      }
+      s += fmt::format("for (int t = 0; t < {1}; ++t) {{ if (j{0}[t] < 0) j{0}[t] = 0; if (j{0}[t] > {2}) j{0}[t] = {2}; }}\n}}\n",
+                       d, T, last);
+    } else {
+      return errors::Unimplemented("{}: Resize mode '{}'", c.node->label(), mode);
+    }
+  }
+  const auto st = strides_of(x);
+  s += "float acc = 0.0f;\n";
+  std::string idx = "0", w = "1.0f";
+  for (size_t d = 0; d < R; ++d) {
+    s += fmt::format("for (int t{0} = 0; t{0} < {1}; ++t{0}) {{\n", d, taps[d]);
+    idx += fmt::format(" + j{0}[t{0}] * {1}", d, C(st[d]));
+    w += fmt::format(" * w{0}[t{0}]", d);
+  }
+  s += "acc += " + w + " * in0[" + idx + "];\n";
+  for (size_t d = 0; d < R; ++d) s += "}\n";
+  s += fmt::format("out0[gid] = outside ? {} : acc;\n", flit(extrapolation));
+  k.body = s;
+  return p;
+}
+
+// The C type of any numeric dtype (element-wise ops over the dtypes the IR does not cover).
+Result<std::string> c_type(DType t) {
+  switch (t) {
+    case DType::kFloat32: return std::string("float");
+    case DType::kFloat64: return std::string("double");
+    case DType::kInt8: return std::string("i8");
+    case DType::kInt16: return std::string("short");
+    case DType::kInt32: return std::string("int");
+    case DType::kInt64: return std::string("i64");
+    case DType::kUInt8: return std::string("uchar");
+    case DType::kUInt16: return std::string("ushort");
+    case DType::kUInt32: return std::string("uint");
+    case DType::kUInt64: return std::string("u64");
+    case DType::kBool: return std::string("uchar");
+    default: return errors::Unimplemented("generated kernels: no C type for {}", dtype_name(t));
+  }
+}
+
+bool is_float_dtype(DType t) { return t == DType::kFloat32 || t == DType::kFloat64; }
+bool is_unsigned_dtype(DType t) {
+  return t == DType::kUInt8 || t == DType::kUInt16 || t == DType::kUInt32 || t == DType::kUInt64 || t == DType::kBool;
+}
+
+// Max/Min/Mod/Pow/Cast/CastLike/Clip over dtypes the element-wise IR lacks: one work item
+// per output element, inputs loaded through broadcast strides.
+Result<OpPlan> plan_ew(const OpCall& c) {
+  const std::string& op = c.node->op;
+  NodeAttrs at(*c.node);
+  const Shape& o = c.outputs[0].shape;
+  TD_ASSIGN_OR_RETURN(std::string OT, c_type(c.outputs[0].dtype));
+  OpPlan p;
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_ew_" + op;
+  k.out_types = {OT};
+  k.n = prod(o);
+  std::string s = decompose("gid", o, "q");
+  std::vector<std::string> vals;
+  std::vector<DType> types;
+  const size_t nin = (op == "CastLike") ? 1 : c.inputs.size();
+  for (size_t i = 0; i < nin; ++i) {
+    if (!c.inputs[i].defined()) {
+      vals.push_back("");
+      types.push_back(DType::kUndefined);
+      continue;
+    }
+    TD_ASSIGN_OR_RETURN(std::string T, c_type(c.inputs[i].dtype));
+    TD_ASSIGN_OR_RETURN(auto st, broadcast_strides(c.inputs[i].shape, o));
+    const int kin = static_cast<int>(p.inputs.size());
+    p.inputs.push_back(static_cast<int>(i));
+    k.in_types.push_back(T);
+    std::string e = "0";
+    for (size_t d = 0; d < o.size(); ++d)
+      if (st[d]) e += fmt::format(" + q{} * {}", d, C(st[d]));
+    s += fmt::format("{} a{} = in{}[{}];\n", T, i, kin, e);
+    vals.push_back("a" + std::to_string(i));
+    types.push_back(c.inputs[i].dtype);
+  }
+  const DType t0 = types[0];
+  const bool fl = is_float_dtype(t0);
+  std::string y;
+  if (op == "Max" || op == "Min") {
+    y = vals[0];
+    s += fmt::format("{} y = a0;\n", OT);
+    for (size_t i = 1; i < vals.size(); ++i) {
+      const std::string cmp = op == "Max" ? ">" : "<";
+      s += fl ? fmt::format("if (y == y && ({0} != {0} || {0} {1} y)) y = {0};\n", vals[i], cmp)
+              : fmt::format("if ({} {} y) y = {};\n", vals[i], cmp, vals[i]);
+    }
+    y = "y";
+  } else if (op == "Mod") {
+    TD_ASSIGN_OR_RETURN(int64_t fmod_attr, at.attr_int("fmod", 0));
+    if (fl) {
+      s += fmt::format("{0} y = fmod(a0, a1);\n", OT);
+      if (!fmod_attr) s += "if (y != 0 && ((y < 0) != (a1 < 0))) y += a1;\n";
+    } else {  // a zero divisor gives 0 (the kernel cannot raise the reference's error)
+      s += fmt::format("{0} y = a1 == 0 ? ({0})0 : ({0})(a0 % a1);\n", OT);
+      if (!fmod_attr && !is_unsigned_dtype(t0)) s += "if (y != 0 && ((y < 0) != (a1 < 0))) y += a1;\n";
+    }
+    y = "y";
+  } else if (op == "Pow") {
+    y = fmt::format("({})pow((double)a0, (double)a1)", OT);
+  } else if (op == "Cast" || op == "CastLike") {
+    if (c.outputs[0].dtype == DType::kBool) y = "(uchar)(a0 != 0)";
+    else y = fmt::format("({})a0", OT);
+  } else if (op == "Clip") {
+    s += fmt::format("{} y = a0;\n", OT);
+    if (vals.size() > 1 && !vals[1].empty()) s += "if (y < a1) y = a1;\n";
+    if (vals.size() > 2 && !vals[2].empty()) s += "if (y > a2) y = a2;\n";
+    y = "y";
+  } else {
+    return errors::Unimplemented("{}: no generated element-wise template", c.node->label());
+  }
+  s += "out0[gid] = " + y + ";\n";
+  k.body = s;
+  return p;
+}
+
 }  // namespace
 
 std::string print_template(const TemplateKernel& k, Dialect dialect) {
@@ -962,10 +1213,11 @@ std::string print_template(const TemplateKernel& k, Dialect dialect) {
   if (dialect == Dialect::kOpenCL) {
     s = "// tensord generated (OpenCL C)\n#ifdef cl_khr_fp64\n#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#endif\n"
         "typedef long i64;\ntypedef ulong u64;\n"
-        "#define KERNEL __kernel void\n#define GLOBAL __global\n#define GID ((i64)get_global_id(0))\n";
+        "typedef char i8;\n#define KERNEL __kernel void\n#define GLOBAL __global\n#define GID ((i64)get_global_id(0))\n";
   } else {
     s = "// tensord generated (CUDA C)\ntypedef long long i64;\ntypedef unsigned long long u64;\n"
         "typedef unsigned char uchar;\ntypedef unsigned short ushort;\ntypedef unsigned int uint;\n"
+        "typedef signed char i8;\n"
         "#define KERNEL extern \"C\" __global__ void\n#define GLOBAL\n"
         "#define GID ((i64)blockIdx.x * blockDim.x + threadIdx.x)\n"
         "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n"
@@ -990,11 +1242,47 @@ std::string print_template(const TemplateKernel& k, Dialect dialect) {
 
 bool is_template_op(const std::string& op) { return template_ops().count(op) > 0; }
 
+bool is_template_elementwise(const std::string& op) {
+  return op == "Max" || op == "Min" || op == "Mod" || op == "Pow" || op == "Cast" || op == "CastLike" ||
+         op == "Clip";
+}
+
+Status template_elementwise_supported(const Node& node, const std::vector<TensorType>& in) {
+  auto no = [&](const std::string& why) {
+    return errors::Unimplemented("{}: generated kernels: {} ({})", node.op, why, node.label());
+  };
+  if (!is_template_elementwise(node.op) || node.outputs.size() != 1) return no("no template");
+  if (in.empty() || !in[0].defined()) return no("no input");
+  for (const auto& t : in) {
+    if (!t.defined()) continue;
+    if (!shape_is_static(t.shape)) return no("dynamic shapes");
+    if (!c_type(t.dtype).ok()) return no(std::string("no code for ") + dtype_name(t.dtype));
+  }
+  if (node.op == "Cast") {
+    auto to = NodeAttrs(node).attr_int("to", 0);
+    if (!to.ok() || !c_type(static_cast<DType>(*to)).ok()) return no("cast target");
+  }
+  if (node.op == "Clip" && node.attrs.count("min") + node.attrs.count("max") > 0) return no("Clip's attribute form");
+  if ((node.op == "Max" || node.op == "Min" || node.op == "Mod" || node.op == "Clip"))
+    for (const auto& t : in)
+      if (t.defined() && t.dtype != in[0].dtype) return no("inputs of one dtype");
+  if (node.op == "Clip")
+    for (size_t i = 1; i < in.size(); ++i)
+      if (in[i].defined() && shape_numel(in[i].shape) != 1) return no("one-element bounds");
+  return OkStatus();
+}
+
 std::vector<int> template_host_inputs(const Node& node) {
   const std::string& op = node.op;
   if (op == "Gather" || op == "GatherElements" || op == "CumSum" || op == "Trilu" ||
       op == "NegativeLogLikelihoodLoss" || op == "SoftmaxCrossEntropyLoss")
     return {1};
+  if (op == "Resize") {
+    std::vector<int> h;
+    for (size_t i = 1; i < node.inputs.size() && i <= 3; ++i)
+      if (!node.inputs[i].empty()) h.push_back(static_cast<int>(i));
+    return h;
+  }
   if (op == "Dropout") {
     std::vector<int> h;
     for (size_t i = 1; i < node.inputs.size() && i <= 2; ++i)
@@ -1055,6 +1343,12 @@ Status template_supported(const Node& node, const std::vector<TensorType>& in) {
     if (!arith_type(in[0].dtype).ok()) return no("float32, int32 and int64 only");
     return OkStatus();
   }
+  if (op == "Resize") {
+    if (in[0].dtype != DType::kFloat32) return no("float32 only");
+    if (node.inputs.size() < 3) return no("opset 10's form (scales as input 1)");
+    if (int_attr(node, "antialias") != 0) return no("antialias");
+    return OkStatus();
+  }
   if (op == "Dropout" && node.inputs.size() > 2 && !node.inputs[2].empty())
     return no("training_mode as an input (random masks are not generated)");
   // data movement
@@ -1069,6 +1363,7 @@ Status template_supported(const Node& node, const std::vector<TensorType>& in) {
 }
 
 Result<OpPlan> plan_template(const OpCall& c) {
+  if (c.node && is_template_elementwise(c.node->op)) return plan_ew(c);
   if (!c.node || c.inputs.empty() || c.outputs.empty() || !c.outputs[0].defined())
     return errors::Internal("generated kernels: an empty call");
   for (const auto& t : c.outputs)
@@ -1095,6 +1390,7 @@ Result<OpPlan> plan_template(const OpCall& c) {
   if (op == "NegativeLogLikelihoodLoss" || op == "SoftmaxCrossEntropyLoss") return plan_loss(c);
   if (op == "Trilu") return plan_trilu(c);
   if (op == "Dropout") return plan_dropout(c);
+  if (op == "Resize") return plan_resize(c);
   return errors::Unimplemented("{}: no generated kernel", c.node->label());
 }
 

@@ -55,6 +55,10 @@ struct OpPlan {
 // supported (UNIMPLEMENTED naming why not).
 bool is_template_op(const std::string& op);
 Status template_supported(const Node& node, const std::vector<TensorType>& inputs);
+// Element-wise ops over the dtypes the IR (kernel_ir.h) lacks (int8/16, unsigned, float64):
+// Max, Min, Mod, Pow, Cast, CastLike, Clip; plan_template() plans them too.
+bool is_template_elementwise(const std::string& op);
+Status template_elementwise_supported(const Node& node, const std::vector<TensorType>& inputs);
 // Inputs the plan needs on the host (shape-like inputs; indices it validates).
 std::vector<int> template_host_inputs(const Node& node);
 Result<OpPlan> plan_template(const OpCall& call);

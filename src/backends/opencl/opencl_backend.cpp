@@ -796,7 +796,14 @@ Status OpenClKernelTable::supports(const Node& node, const std::vector<TensorTyp
                                    device_->name(), node.label());
     }
   }
-  TD_RETURN_IF_ERROR(codegen::elementwise_supported(node, inputs, nullptr));
+  if (Status ir = codegen::elementwise_supported(node, inputs, nullptr); !ir.ok()) {
+    if (!codegen::is_template_elementwise(node.op)) return ir;
+    for (const auto& t : inputs)
+      if (t.defined() && t.dtype == DType::kFloat64 && !device_->fp64())
+        return ir;
+    if (!codegen::template_elementwise_supported(node, inputs).ok()) return ir;
+    return OkStatus();
+  }
   bool all_static = true;
   for (const auto& t : inputs) all_static &= !t.defined() || shape_is_static(t.shape);
   if (all_static && node.op != "Clip" && node.op != "CastLike") {
@@ -812,12 +819,13 @@ Result<std::unique_ptr<Kernel>> OpenClKernelTable::create(const Node& node,
                                                           const std::vector<TensorType>& inputs,
                                                           const std::vector<TensorType>& outputs,
                                                           const CompileOptions& options) const {
-  (void)inputs;
   (void)outputs;
   (void)options;
   if (is_view_op(node.op)) return std::unique_ptr<Kernel>(new ViewKernel(node));
   if (reduce_ops().count(node.op)) return std::unique_ptr<Kernel>(new ReduceOp(device_, node));
   if (codegen::is_template_op(node.op)) return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
+  if (codegen::is_template_elementwise(node.op) && !codegen::elementwise_supported(node, inputs, nullptr).ok())
+    return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (node.op == "Transpose" || node.op == "Expand" || node.op == "Slice")
     return std::unique_ptr<Kernel>(new MoveKernel(device_, node));
   return std::unique_ptr<Kernel>(new GeneratedKernel(device_, node));
