@@ -1122,11 +1122,29 @@ Result<std::string> c_type(DType t) {
     case DType::kUInt32: return std::string("uint");
     case DType::kUInt64: return std::string("u64");
     case DType::kBool: return std::string("uchar");
+    case DType::kFloat16: return std::string("ushort");  // stored bits, computed in float
+    case DType::kBFloat16: return std::string("ushort");
     default: return errors::Unimplemented("generated kernels: no C type for {}", dtype_name(t));
   }
 }
 
-bool is_float_dtype(DType t) { return t == DType::kFloat32 || t == DType::kFloat64; }
+bool is_half_dtype(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+bool is_float_dtype(DType t) { return t == DType::kFloat32 || t == DType::kFloat64 || is_half_dtype(t); }
+// The type a value of dtype t is computed in, and how it is loaded and stored.
+Result<std::string> compute_type(DType t) {
+  if (is_half_dtype(t)) return std::string("float");
+  return c_type(t);
+}
+std::string load_expr(DType t, const std::string& e) {
+  if (t == DType::kFloat16) return "td_h2f(" + e + ")";
+  if (t == DType::kBFloat16) return "td_bf2f(" + e + ")";
+  return e;
+}
+std::string store_expr(DType t, const std::string& e) {
+  if (t == DType::kFloat16) return "td_f2h((float)(" + e + "))";
+  if (t == DType::kBFloat16) return "td_f2bf((float)(" + e + "))";
+  return e;
+}
 bool is_unsigned_dtype(DType t) {
   return t == DType::kUInt8 || t == DType::kUInt16 || t == DType::kUInt32 || t == DType::kUInt64 || t == DType::kBool;
 }
@@ -1137,12 +1155,14 @@ Result<OpPlan> plan_ew(const OpCall& c) {
   const std::string& op = c.node->op;
   NodeAttrs at(*c.node);
   const Shape& o = c.outputs[0].shape;
-  TD_ASSIGN_OR_RETURN(std::string OT, c_type(c.outputs[0].dtype));
+  const DType odt = c.outputs[0].dtype;
+  TD_ASSIGN_OR_RETURN(std::string OST, c_type(odt));
+  TD_ASSIGN_OR_RETURN(std::string OT, compute_type(odt));
   OpPlan p;
   p.outputs = {0};
   auto& k = p.kernel;
   k.name = "tensord_ew_" + op;
-  k.out_types = {OT};
+  k.out_types = {OST};
   k.n = prod(o);
   std::string s = decompose("gid", o, "q");
   std::vector<std::string> vals;
@@ -1154,15 +1174,17 @@ Result<OpPlan> plan_ew(const OpCall& c) {
       types.push_back(DType::kUndefined);
       continue;
     }
-    TD_ASSIGN_OR_RETURN(std::string T, c_type(c.inputs[i].dtype));
+    const DType idt = c.inputs[i].dtype;
+    TD_ASSIGN_OR_RETURN(std::string ST, c_type(idt));
+    TD_ASSIGN_OR_RETURN(std::string T, compute_type(idt));
     TD_ASSIGN_OR_RETURN(auto st, broadcast_strides(c.inputs[i].shape, o));
     const int kin = static_cast<int>(p.inputs.size());
     p.inputs.push_back(static_cast<int>(i));
-    k.in_types.push_back(T);
+    k.in_types.push_back(ST);
     std::string e = "0";
     for (size_t d = 0; d < o.size(); ++d)
       if (st[d]) e += fmt::format(" + q{} * {}", d, C(st[d]));
-    s += fmt::format("{} a{} = in{}[{}];\n", T, i, kin, e);
+    s += fmt::format("{} a{} = {};\n", T, i, load_expr(idt, fmt::format("in{}[{}]", kin, e)));
     vals.push_back("a" + std::to_string(i));
     types.push_back(c.inputs[i].dtype);
   }
@@ -1191,7 +1213,7 @@ Result<OpPlan> plan_ew(const OpCall& c) {
   } else if (op == "Pow") {
     y = fmt::format("({})pow((double)a0, (double)a1)", OT);
   } else if (op == "Cast" || op == "CastLike") {
-    if (c.outputs[0].dtype == DType::kBool) y = "(uchar)(a0 != 0)";
+    if (odt == DType::kBool) y = "(uchar)(a0 != 0)";
     else y = fmt::format("({})a0", OT);
   } else if (op == "Clip") {
     s += fmt::format("{} y = a0;\n", OT);
@@ -1201,19 +1223,45 @@ Result<OpPlan> plan_ew(const OpCall& c) {
   } else {
     return errors::Unimplemented("{}: no generated element-wise template", c.node->label());
   }
-  s += "out0[gid] = " + y + ";\n";
+  s += "out0[gid] = " + store_expr(odt, y) + ";\n";
   k.body = s;
   return p;
 }
 
 }  // namespace
 
+// float16 / bfloat16 <-> float32 in integer code (round to nearest even), in both dialects.
+const char* const kHalfHelpers = R"(
+DEVFN float td_h2f(ushort h) {
+  uint s = ((uint)h & 0x8000u) << 16; uint e = ((uint)h >> 10) & 0x1fu; uint m = (uint)h & 0x3ffu;
+  if (e == 0u) { float f = (float)m * 5.9604644775390625e-8f; return s ? -f : f; }
+  if (e == 31u) return U2F(s | 0x7f800000u | (m << 13));
+  return U2F(s | ((e + 112u) << 23) | (m << 13));
+}
+DEVFN ushort td_f2h(float f) {
+  uint x = F2U(f); uint s = (x >> 16) & 0x8000u; uint ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return (ushort)(s | 0x7e00u);
+  if (ax >= 0x477ff000u) return (ushort)(s | 0x7c00u);
+  if (ax < 0x38800000u) { float r = U2F(ax) * 16777216.0f; return (ushort)(s | (uint)rint(r)); }
+  uint mant = ax & 0x7fffffu; uint h = (((ax >> 23) - 112u) << 10) | (mant >> 13); uint rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h += 1u;
+  return (ushort)(s | h);
+}
+DEVFN float td_bf2f(ushort b) { return U2F((uint)b << 16); }
+DEVFN ushort td_f2bf(float f) {
+  uint x = F2U(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (ushort)((x >> 16) | 0x40u);
+  return (ushort)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+)";
+
 std::string print_template(const TemplateKernel& k, Dialect dialect) {
   std::string s;
   if (dialect == Dialect::kOpenCL) {
     s = "// tensord generated (OpenCL C)\n#ifdef cl_khr_fp64\n#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#endif\n"
         "typedef long i64;\ntypedef ulong u64;\n"
-        "typedef char i8;\n#define KERNEL __kernel void\n#define GLOBAL __global\n#define GID ((i64)get_global_id(0))\n";
+        "typedef char i8;\n#define KERNEL __kernel void\n#define GLOBAL __global\n#define GID ((i64)get_global_id(0))\n"
+        "#define DEVFN inline\n#define F2U(x) as_uint(x)\n#define U2F(x) as_float(x)\n";
   } else {
     s = "// tensord generated (CUDA C)\ntypedef long long i64;\ntypedef unsigned long long u64;\n"
         "typedef unsigned char uchar;\ntypedef unsigned short ushort;\ntypedef unsigned int uint;\n"
@@ -1221,8 +1269,10 @@ std::string print_template(const TemplateKernel& k, Dialect dialect) {
         "#define KERNEL extern \"C\" __global__ void\n#define GLOBAL\n"
         "#define GID ((i64)blockIdx.x * blockDim.x + threadIdx.x)\n"
         "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n"
-        "#ifndef NAN\n#define NAN __int_as_float(0x7fc00000)\n#endif\n";
+        "#ifndef NAN\n#define NAN __int_as_float(0x7fc00000)\n#endif\n"
+        "#define DEVFN __device__ inline\n#define F2U(x) __float_as_uint(x)\n#define U2F(x) __uint_as_float(x)\n";
   }
+  if (k.body.find("td_") != std::string::npos) s += kHalfHelpers;
   s += "KERNEL " + k.name + "(";
   std::string casts;
   bool first = true;

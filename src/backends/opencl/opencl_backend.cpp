@@ -673,7 +673,7 @@ const std::map<std::string, std::string>& reduce_ops() {
   static const std::map<std::string, std::string> t = {
       {"ReduceSum", "sum"},         {"ReduceMean", "mean"}, {"ReduceMax", "max"},
       {"ReduceMin", "min"},         {"ReduceProd", "prod"}, {"ReduceSumSquare", "sum_square"},
-      {"ReduceL1", "l1"},           {"ReduceL2", "l2"},     {"ReduceLogSum", "log_sum"}};
+      {"ReduceL1", "l1"},           {"ReduceL2", "l2"},     {"ReduceLogSum", "log_sum"}, {"ReduceLogSumExp", "log_sum_exp"}};
   return t;
 }
 
