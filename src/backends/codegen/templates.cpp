@@ -88,7 +88,8 @@ const std::set<std::string>& template_ops() {
       "GlobalMaxPool", "Softmax", "LogSoftmax", "Hardmax", "LayerNormalization",
       "BatchNormalization", "InstanceNormalization", "Concat", "Split", "Gather", "GatherElements",
       "Pad", "Tile", "ArgMax", "ArgMin", "CumSum", "NegativeLogLikelihoodLoss",
-      "SoftmaxCrossEntropyLoss", "Trilu", "Dropout", "Resize"};
+      "SoftmaxCrossEntropyLoss", "Trilu", "Dropout", "Resize", "EyeLike", "OneHot", "GatherND",
+      "ScatterElements", "Scatter", "ScatterND"};
   return s;
 }
 
@@ -1228,6 +1229,184 @@ Result<OpPlan> plan_ew(const OpCall& c) {
   return p;
 }
 
+Result<OpPlan> plan_eyelike(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& o = c.outputs[0].shape;
+  if (o.size() != 2) return errors::InvalidArgument("{}: EyeLike of rank != 2", c.node->label());
+  TD_ASSIGN_OR_RETURN(int64_t kk, at.attr_int("k", 0));
+  TD_ASSIGN_OR_RETURN(std::string T, c_type(c.outputs[0].dtype));
+  if (is_half_dtype(c.outputs[0].dtype)) return errors::Unimplemented("{}: half outputs", c.node->label());
+  OpPlan p;
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_eyelike";
+  k.out_types = {T};
+  k.n = prod(o);
+  k.body = fmt::format("i64 j_ = gid % {0}; i64 i_ = gid / {0};\nout0[gid] = ({1})(j_ - i_ == {2} ? 1 : 0);\n", C(o[1]), T, C(kk));
+  return p;
+}
+
+Result<OpPlan> plan_onehot(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& ind = c.inputs[0].shape;
+  const Shape& o = c.outputs[0].shape;
+  TD_ASSIGN_OR_RETURN(int64_t axis_attr, at.attr_int("axis", -1));
+  TD_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(axis_attr, static_cast<int64_t>(o.size())));
+  const size_t ax = static_cast<size_t>(axis);
+  if (o.size() != ind.size() + 1 || prod(c.inputs[2].shape) != 2)
+    return errors::InvalidArgument("{}: OneHot shapes do not fit", c.node->label());
+  const int64_t depth = o[ax], inner = prod(o, ax + 1, o.size());
+  TD_ASSIGN_OR_RETURN(std::string IT, c_type(c.inputs[0].dtype));
+  TD_ASSIGN_OR_RETURN(std::string VT, c_type(c.inputs[2].dtype));
+  if (is_half_dtype(c.inputs[0].dtype)) return errors::Unimplemented("{}: half indices", c.node->label());
+  OpPlan p;
+  p.inputs = {0, 2};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_onehot";
+  k.in_types = {IT, VT};
+  k.out_types = {VT};
+  k.n = prod(o);
+  k.body = fmt::format(
+      "i64 i_ = gid % {0}; i64 d_ = (gid / {0}) % {1}; i64 o_ = gid / ({0} * {1});\n"
+      "i64 idx = (i64)in0[o_ * {0} + i_]; if (idx < 0) idx += {1};\nout0[gid] = idx == d_ ? in1[1] : in1[0];\n",
+      C(inner), C(depth));
+  return p;
+}
+
+Result<OpPlan> plan_gathernd(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  const Shape& ind = c.inputs[1].shape;
+  TD_ASSIGN_OR_RETURN(int64_t B, at.attr_int("batch_dims", 0));
+  if (ind.empty() || B < 0 || static_cast<size_t>(B) >= ind.size()) return errors::InvalidArgument("{}: batch_dims", c.node->label());
+  const int64_t m = ind.back();
+  const size_t b = static_cast<size_t>(B);
+  if (m < 1 || b + static_cast<size_t>(m) > x.size()) return errors::InvalidArgument("{}: index tuples too long", c.node->label());
+  const int64_t tuples = prod(ind, 0, ind.size() - 1), per_batch = prod(ind, b, ind.size() - 1);
+  const int64_t inner = prod(x, b + static_cast<size_t>(m), x.size());
+  if (tuples * inner != prod(c.outputs[0].shape)) return errors::InvalidArgument("{}: output does not fit", c.node->label());
+  {  // every index within its dim
+    if (c.host.size() < 2 || !c.host[1]) return errors::Internal("{}: no host copy of the indices", c.node->label());
+    TD_ASSIGN_OR_RETURN(auto v, c.host[1]->to_int64_vector());
+    for (size_t i = 0; i < v.size(); ++i) {
+      const int64_t dim = x[b + i % static_cast<size_t>(m)];
+      if (v[i] < -dim || v[i] >= dim)
+        return errors::InvalidArgument("{}: index {} is out of range for a dim of {}", c.node->label(), v[i], dim);
+    }
+  }
+  TD_ASSIGN_OR_RETURN(std::string T, bits_type(c.inputs[0].dtype));
+  const std::string IT = c.inputs[1].dtype == DType::kInt32 ? "int" : "i64";
+  const auto st = strides_of(x);
+  OpPlan p;
+  p.inputs = {0, 1};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_gathernd";
+  k.in_types = {T, IT};
+  k.out_types = {T};
+  k.n = tuples * inner;
+  std::string s = fmt::format("i64 i_ = gid % {0}; i64 t_ = gid / {0};\ni64 off = (t_ / {1}) * {2} + i_;\n", C(inner),
+                              C(per_batch), C(prod(x, b, x.size())));
+  for (int64_t j = 0; j < m; ++j) {
+    const size_t d = b + static_cast<size_t>(j);
+    s += fmt::format("{{ i64 v = (i64)in1[t_ * {0} + {1}]; if (v < 0) v += {2}; if (v < 0) v = 0; if (v >= {2}) v = {2} - 1; off += v * {3}; }}\n",
+                     C(m), C(j), C(x[d]), C(st[d]));
+  }
+  s += "out0[gid] = in0[off];\n";
+  k.body = s;
+  return p;
+}
+
+std::string combine(const std::string& reduction, const std::string& acc, const std::string& u) {
+  if (reduction == "add") return acc + " = " + acc + " + " + u + ";";
+  if (reduction == "mul") return acc + " = " + acc + " * " + u + ";";
+  if (reduction == "max") return "if (" + u + " > " + acc + ") " + acc + " = " + u + ";";
+  if (reduction == "min") return "if (" + u + " < " + acc + ") " + acc + " = " + u + ";";
+  return acc + " = " + u + ";";
+}
+
+// ScatterElements (and Scatter): each output element scans the updates that could land on it
+// (along the axis), in order, so duplicates apply as the reference applies them.
+Result<OpPlan> plan_scatter_elements(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  const Shape& ind = c.inputs[1].shape;
+  TD_ASSIGN_OR_RETURN(int64_t axis_attr, at.attr_int("axis", 0));
+  TD_ASSIGN_OR_RETURN(std::string reduction, at.attr_string("reduction", "none"));
+  TD_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(axis_attr, static_cast<int64_t>(x.size())));
+  const size_t ax = static_cast<size_t>(axis);
+  if (ind.size() != x.size() || c.inputs[2].shape != ind) return errors::InvalidArgument("{}: shapes do not fit", c.node->label());
+  for (size_t d = 0; d < x.size(); ++d)
+    if (d != ax && ind[d] > x[d]) return errors::InvalidArgument("{}: indices larger than data", c.node->label());
+  TD_RETURN_IF_ERROR(check_indices(c, 1, x[ax]));
+  TD_ASSIGN_OR_RETURN(std::string T, reduction == "none" ? bits_type(c.inputs[0].dtype) : arith_type(c.inputs[0].dtype));
+  const std::string IT = c.inputs[1].dtype == DType::kInt32 ? "int" : "i64";
+  OpPlan p;
+  p.inputs = {0, 1, 2};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_scatter_elements";
+  k.in_types = {T, IT, T};
+  k.out_types = {T};
+  k.n = prod(x);
+  std::string s = decompose("gid", x, "q");
+  s += fmt::format("{} acc = in0[gid];\n", T);
+  std::string inside = "1";
+  for (size_t d = 0; d < x.size(); ++d)
+    if (d != ax) inside += fmt::format(" && q{} < {}", d, C(ind[d]));
+  const auto ist = strides_of(ind);
+  std::string base = "0";
+  for (size_t d = 0; d < x.size(); ++d)
+    if (d != ax) base += fmt::format(" + q{} * {}", d, C(ist[d]));
+  s += fmt::format("if ({}) {{\n i64 ib = {};\n for (i64 j = 0; j < {}; ++j) {{\n  i64 v = (i64)in1[ib + j * {}]; if (v < 0) v += {};\n"
+                   "  if (v == q{}) {{ {} }}\n }}\n}}\nout0[gid] = acc;\n",
+                   inside, base, C(ind[ax]), C(ist[ax]), C(x[ax]), ax, combine(reduction, "acc", fmt::format("in2[ib + j * {}]", C(ist[ax]))));
+  k.body = s;
+  return p;
+}
+
+// ScatterND: each output element scans the index tuples in order.
+Result<OpPlan> plan_scatternd(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  const Shape& ind = c.inputs[1].shape;
+  TD_ASSIGN_OR_RETURN(std::string reduction, at.attr_string("reduction", "none"));
+  if (ind.empty()) return errors::InvalidArgument("{}: indices of rank 0", c.node->label());
+  const int64_t m = ind.back();
+  if (m < 1 || static_cast<size_t>(m) > x.size()) return errors::InvalidArgument("{}: index tuples", c.node->label());
+  const int64_t tuples = prod(ind, 0, ind.size() - 1), inner = prod(x, static_cast<size_t>(m), x.size());
+  if (prod(c.inputs[2].shape) != tuples * inner) return errors::InvalidArgument("{}: updates do not fit", c.node->label());
+  {
+    if (c.host.size() < 2 || !c.host[1]) return errors::Internal("{}: no host copy of the indices", c.node->label());
+    TD_ASSIGN_OR_RETURN(auto v, c.host[1]->to_int64_vector());
+    for (size_t i = 0; i < v.size(); ++i) {
+      const int64_t dim = x[i % static_cast<size_t>(m)];
+      if (v[i] < -dim || v[i] >= dim)
+        return errors::InvalidArgument("{}: index {} is out of range for a dim of {}", c.node->label(), v[i], dim);
+    }
+  }
+  TD_ASSIGN_OR_RETURN(std::string T, reduction == "none" ? bits_type(c.inputs[0].dtype) : arith_type(c.inputs[0].dtype));
+  const std::string IT = c.inputs[1].dtype == DType::kInt32 ? "int" : "i64";
+  const auto st = strides_of(x);
+  OpPlan p;
+  p.inputs = {0, 1, 2};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_scatternd";
+  k.in_types = {T, IT, T};
+  k.out_types = {T};
+  k.n = prod(x);
+  std::string s = fmt::format("{} acc = in0[gid];\ni64 i_ = gid % {};\ni64 head = gid - i_;\n", T, C(inner));
+  s += fmt::format("for (i64 t = 0; t < {}; ++t) {{\n i64 off = 0;\n", C(tuples));
+  for (int64_t j = 0; j < m; ++j)
+    s += fmt::format(" {{ i64 v = (i64)in1[t * {} + {}]; if (v < 0) v += {}; off += v * {}; }}\n", C(m), C(j),
+                     C(x[static_cast<size_t>(j)]), C(st[static_cast<size_t>(j)]));
+  s += fmt::format(" if (off == head) {{ {} }}\n}}\nout0[gid] = acc;\n", combine(reduction, "acc", fmt::format("in2[t * {} + i_]", C(inner))));
+  k.body = s;
+  return p;
+}
+
 }  // namespace
 
 // float16 / bfloat16 <-> float32 in integer code (round to nearest even), in both dialects.
@@ -1324,7 +1503,8 @@ Status template_elementwise_supported(const Node& node, const std::vector<Tensor
 
 std::vector<int> template_host_inputs(const Node& node) {
   const std::string& op = node.op;
-  if (op == "Gather" || op == "GatherElements" || op == "CumSum" || op == "Trilu" ||
+  if (op == "Gather" || op == "GatherElements" || op == "CumSum" || op == "Trilu" || op == "GatherND" ||
+      op == "ScatterElements" || op == "Scatter" || op == "ScatterND" ||
       op == "NegativeLogLikelihoodLoss" || op == "SoftmaxCrossEntropyLoss")
     return {1};
   if (op == "Resize") {
@@ -1399,6 +1579,20 @@ Status template_supported(const Node& node, const std::vector<TensorType>& in) {
     if (int_attr(node, "antialias") != 0) return no("antialias");
     return OkStatus();
   }
+  if (op == "EyeLike" || op == "OneHot") {
+    if (op == "OneHot" && (in.size() < 3 || !c_type(in[2].dtype).ok() || is_half_dtype(in[2].dtype) ||
+                           !arith_type(in[0].dtype).ok()))
+      return no("OneHot over these dtypes");
+    return OkStatus();
+  }
+  if (op == "ScatterElements" || op == "Scatter" || op == "ScatterND") {
+    if (in.size() < 3 || (in[1].dtype != DType::kInt32 && in[1].dtype != DType::kInt64) || in[2].dtype != in[0].dtype)
+      return no("int32/int64 indices and updates of the data's dtype");
+    const auto red = NodeAttrs(node).attr_string("reduction", "none");
+    if (!red.ok() || (*red != "none" && !arith_type(in[0].dtype).ok())) return no("reductions over float32/int32/int64");
+    if (*red != "none" && *red != "add" && *red != "mul" && *red != "max" && *red != "min") return no("reduction");
+    return bits_type(in[0].dtype).ok() ? OkStatus() : no("element size");
+  }
   if (op == "Dropout" && node.inputs.size() > 2 && !node.inputs[2].empty())
     return no("training_mode as an input (random masks are not generated)");
   // data movement
@@ -1406,7 +1600,7 @@ Status template_supported(const Node& node, const std::vector<TensorType>& in) {
   if (op == "Concat")
     for (const auto& t : in)
       if (!t.defined() || t.dtype != in[0].dtype) return no("mixed inputs");
-  if ((op == "Gather" || op == "GatherElements") &&
+  if ((op == "Gather" || op == "GatherElements" || op == "GatherND") &&
       (in.size() < 2 || (in[1].dtype != DType::kInt32 && in[1].dtype != DType::kInt64)))
     return no("int32/int64 indices only");
   return OkStatus();
@@ -1441,6 +1635,11 @@ Result<OpPlan> plan_template(const OpCall& c) {
   if (op == "Trilu") return plan_trilu(c);
   if (op == "Dropout") return plan_dropout(c);
   if (op == "Resize") return plan_resize(c);
+  if (op == "EyeLike") return plan_eyelike(c);
+  if (op == "OneHot") return plan_onehot(c);
+  if (op == "GatherND") return plan_gathernd(c);
+  if (op == "ScatterElements" || op == "Scatter") return plan_scatter_elements(c);
+  if (op == "ScatterND") return plan_scatternd(c);
   return errors::Unimplemented("{}: no generated kernel", c.node->label());
 }
 
