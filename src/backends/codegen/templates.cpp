@@ -89,7 +89,7 @@ const std::set<std::string>& template_ops() {
       "BatchNormalization", "InstanceNormalization", "Concat", "Split", "Gather", "GatherElements",
       "Pad", "Tile", "ArgMax", "ArgMin", "CumSum", "NegativeLogLikelihoodLoss",
       "SoftmaxCrossEntropyLoss", "Trilu", "Dropout", "Resize", "EyeLike", "OneHot", "GatherND",
-      "ScatterElements", "Scatter", "ScatterND"};
+      "ScatterElements", "Scatter", "ScatterND", "Range", "DepthToSpace", "SpaceToDepth"};
   return s;
 }
 
@@ -1216,6 +1216,18 @@ Result<OpPlan> plan_ew(const OpCall& c) {
   } else if (op == "Cast" || op == "CastLike") {
     if (odt == DType::kBool) y = "(uchar)(a0 != 0)";
     else y = fmt::format("({})a0", OT);
+  } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {
+    const char* sym = op == "Add" ? "+" : op == "Sub" ? "-" : op == "Mul" ? "*" : "/";
+    y = fmt::format("({})(a0 {} a1)", OT, sym);
+  } else if (op == "BitShift") {
+    TD_ASSIGN_OR_RETURN(std::string dir, at.attr_string("direction", ""));
+    if (dir != "LEFT" && dir != "RIGHT") return errors::InvalidArgument("{}: direction '{}'", c.node->label(), dir);
+    const int64_t bits = static_cast<int64_t>(dtype_size(t0)) * 8;  // shifts past the width give 0
+    y = fmt::format("(a1 >= {0} ? ({1})0 : ({1})(a0 {2} a1))", bits, OT, dir == "LEFT" ? "<<" : ">>");
+  } else if (op == "Shrink") {
+    TD_ASSIGN_OR_RETURN(float lambd, at.attr_float("lambd", 0.5f));
+    TD_ASSIGN_OR_RETURN(float bias, at.attr_float("bias", 0.0f));
+    y = fmt::format("({0})(a0 < -{1} ? a0 + {2} : (a0 > {1} ? a0 - {2} : 0))", OT, flit(lambd), flit(bias));
   } else if (op == "Clip") {
     s += fmt::format("{} y = a0;\n", OT);
     if (vals.size() > 1 && !vals[1].empty()) s += "if (y < a1) y = a1;\n";
@@ -1225,6 +1237,73 @@ Result<OpPlan> plan_ew(const OpCall& c) {
     return errors::Unimplemented("{}: no generated element-wise template", c.node->label());
   }
   s += "out0[gid] = " + store_expr(odt, y) + ";\n";
+  k.body = s;
+  return p;
+}
+
+
+// Range: its length comes from the values (start, limit, delta on the host).
+Result<OpPlan> plan_range(const OpCall& c) {
+  for (size_t i = 0; i < 3; ++i)
+    if (c.host.size() <= i || !c.host[i] || c.host[i]->numel() != 1)
+      return errors::InvalidArgument("{}: start, limit and delta must be scalars", c.node->label());
+  const double start = c.host[0]->to_double_vector()[0], limit = c.host[1]->to_double_vector()[0],
+               delta = c.host[2]->to_double_vector()[0];
+  if (delta == 0) return errors::InvalidArgument("{}: delta is 0", c.node->label());
+  const double count = std::ceil((limit - start) / delta);
+  if (!(count < 1e12)) return errors::InvalidArgument("{}: {} elements", c.node->label(), count);
+  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(count));
+  TD_ASSIGN_OR_RETURN(std::string T, arith_type(c.inputs[0].dtype));
+  OpPlan p;
+  p.inputs = {0, 2};
+  p.outputs = {0};
+  p.output_shapes = {Shape{n}};
+  auto& k = p.kernel;
+  k.name = "tensord_range";
+  k.in_types = {T, T};
+  k.out_types = {T};
+  k.n = n;
+  k.body = fmt::format("out0[gid] = in0[0] + ({})gid * in1[0];\n", T);
+  return p;
+}
+
+// DepthToSpace (DCR, CRD) and SpaceToDepth: a gather per output element.
+Result<OpPlan> plan_depth_space(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  const Shape& o = c.outputs[0].shape;
+  if (x.size() != 4 || o.size() != 4) return errors::InvalidArgument("{}: rank != 4", c.node->label());
+  TD_ASSIGN_OR_RETURN(int64_t b, at.attr_int("blocksize", 0));
+  TD_ASSIGN_OR_RETURN(std::string mode, at.attr_string("mode", "DCR"));
+  if (b <= 0) return errors::InvalidArgument("{}: blocksize", c.node->label());
+  TD_ASSIGN_OR_RETURN(std::string T, bits_type(c.inputs[0].dtype));
+  OpPlan p;
+  p.inputs = {0};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_depth_space";
+  k.in_types = {T};
+  k.out_types = {T};
+  k.n = prod(o);
+  std::string s = decompose("gid", o, "q");
+  std::string ci, hi, wi;
+  if (c.node->op == "DepthToSpace") {
+    // out[n, c, h, w] = in[n, channel, h / b, w / b]
+    if (o[1] * b * b != x[1]) return errors::InvalidArgument("{}: channels", c.node->label());
+    s += fmt::format("i64 bh = q2 % {0}, bw = q3 % {0};\n", C(b));
+    ci = mode == "CRD" ? fmt::format("(q1 * {0} + bh * {1} + bw)", C(b * b), C(b))
+                       : fmt::format("((bh * {} + bw) * {} + q1)", C(b), C(o[1]));
+    hi = fmt::format("(q2 / {})", C(b));
+    wi = fmt::format("(q3 / {})", C(b));
+  } else {
+    // out[n, (bh * b + bw) * C + c, h, w] = in[n, c, h * b + bh, w * b + bw]
+    if (x[1] * b * b != o[1]) return errors::InvalidArgument("{}: channels", c.node->label());
+    s += fmt::format("i64 cc = q1 % {0}; i64 blk = q1 / {0}; i64 bh = blk / {1}, bw = blk % {1};\n", C(x[1]), C(b));
+    ci = "cc";
+    hi = fmt::format("(q2 * {} + bh)", C(b));
+    wi = fmt::format("(q3 * {} + bw)", C(b));
+  }
+  s += fmt::format("out0[gid] = in0[((q0 * {} + {}) * {} + {}) * {} + {}];\n", C(x[1]), ci, C(x[2]), hi, C(x[3]), wi);
   k.body = s;
   return p;
 }
@@ -1473,7 +1552,8 @@ bool is_template_op(const std::string& op) { return template_ops().count(op) > 0
 
 bool is_template_elementwise(const std::string& op) {
   return op == "Max" || op == "Min" || op == "Mod" || op == "Pow" || op == "Cast" || op == "CastLike" ||
-         op == "Clip";
+         op == "Clip" || op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "BitShift" ||
+         op == "Shrink";
 }
 
 Status template_elementwise_supported(const Node& node, const std::vector<TensorType>& in) {
@@ -1492,7 +1572,12 @@ Status template_elementwise_supported(const Node& node, const std::vector<Tensor
     if (!to.ok() || !c_type(static_cast<DType>(*to)).ok()) return no("cast target");
   }
   if (node.op == "Clip" && node.attrs.count("min") + node.attrs.count("max") > 0) return no("Clip's attribute form");
-  if ((node.op == "Max" || node.op == "Min" || node.op == "Mod" || node.op == "Clip"))
+  const bool int_in = !is_float_dtype(in[0].dtype);
+  if (node.op == "Div" && int_in) return no("integer division (a zero divisor is an error a kernel cannot raise)");
+  if (node.op == "BitShift" && !is_unsigned_dtype(in[0].dtype)) return no("unsigned inputs only");
+  if (node.op == "Shrink" && in[0].dtype == DType::kBool) return no("numeric inputs only");
+  if ((node.op == "Max" || node.op == "Min" || node.op == "Mod" || node.op == "Clip" || node.op == "Add" ||
+       node.op == "Sub" || node.op == "Mul" || node.op == "Div" || node.op == "BitShift"))
     for (const auto& t : in)
       if (t.defined() && t.dtype != in[0].dtype) return no("inputs of one dtype");
   if (node.op == "Clip")
@@ -1513,6 +1598,7 @@ std::vector<int> template_host_inputs(const Node& node) {
       if (!node.inputs[i].empty()) h.push_back(static_cast<int>(i));
     return h;
   }
+  if (op == "Range") return {0, 1, 2};
   if (op == "Dropout") {
     std::vector<int> h;
     for (size_t i = 1; i < node.inputs.size() && i <= 2; ++i)
@@ -1579,6 +1665,7 @@ Status template_supported(const Node& node, const std::vector<TensorType>& in) {
     if (int_attr(node, "antialias") != 0) return no("antialias");
     return OkStatus();
   }
+  if (op == "Range") return arith_type(in[0].dtype).ok() ? OkStatus() : no("float32/64, int32, int64 only");
   if (op == "EyeLike" || op == "OneHot") {
     if (op == "OneHot" && (in.size() < 3 || !c_type(in[2].dtype).ok() || is_half_dtype(in[2].dtype) ||
                            !arith_type(in[0].dtype).ok()))
@@ -1610,9 +1697,10 @@ Result<OpPlan> plan_template(const OpCall& c) {
   if (c.node && is_template_elementwise(c.node->op)) return plan_ew(c);
   if (!c.node || c.inputs.empty() || c.outputs.empty() || !c.outputs[0].defined())
     return errors::Internal("generated kernels: an empty call");
-  for (const auto& t : c.outputs)
-    if (t.defined() && !shape_is_static(t.shape))
-      return errors::Internal("{}: output shape not known", c.node->label());
+  if (c.node->op != "Range")
+    for (const auto& t : c.outputs)
+      if (t.defined() && !shape_is_static(t.shape))
+        return errors::Internal("{}: output shape not known", c.node->label());
   const std::string& op = c.node->op;
   if (op == "MatMul") return plan_matmul(c);
   if (op == "Gemm") return plan_gemm(c);
@@ -1640,6 +1728,8 @@ Result<OpPlan> plan_template(const OpCall& c) {
   if (op == "GatherND") return plan_gathernd(c);
   if (op == "ScatterElements" || op == "Scatter") return plan_scatter_elements(c);
   if (op == "ScatterND") return plan_scatternd(c);
+  if (op == "Range") return plan_range(c);
+  if (op == "DepthToSpace" || op == "SpaceToDepth") return plan_depth_space(c);
   return errors::Unimplemented("{}: no generated kernel", c.node->label());
 }
 

@@ -49,6 +49,8 @@ struct OpPlan {
   TemplateKernel kernel;
   std::vector<int> inputs;
   std::vector<int> outputs;
+  // Where the values decide an output's shape (Range): the shapes of outputs, by node output.
+  std::vector<Shape> output_shapes;
 };
 
 // Whether the op has a template at all, and whether this node with these input types is

@@ -647,7 +647,8 @@ class TemplateOpKernel final : public Kernel {
     }
     call.outputs.assign(call.output_types.size(), DeviceTensor{});
     for (size_t o = 0; o < call.output_types.size(); ++o) {
-      const TensorType& t = call.output_types[o];
+      TensorType t = call.output_types[o];
+      if (o < plan.output_shapes.size()) t.shape = plan.output_shapes[o];
       if (!t.defined()) continue;
       TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(t.dtype, t.shape));
       TD_ASSIGN_OR_RETURN(auto buffer, call.allocator->allocate(static_cast<size_t>(bytes)));
