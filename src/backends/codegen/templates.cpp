@@ -1572,6 +1572,7 @@ Status template_elementwise_supported(const Node& node, const std::vector<Tensor
     if (!to.ok() || !c_type(static_cast<DType>(*to)).ok()) return no("cast target");
   }
   if (node.op == "Clip" && node.attrs.count("min") + node.attrs.count("max") > 0) return no("Clip's attribute form");
+  if (node.op != "Cast" && node.op != "CastLike" && in[0].dtype == DType::kBool) return no("numeric inputs only");
   const bool int_in = !is_float_dtype(in[0].dtype);
   if (node.op == "Div" && int_in) return no("integer division (a zero divisor is an error a kernel cannot raise)");
   if (node.op == "BitShift" && !is_unsigned_dtype(in[0].dtype)) return no("unsigned inputs only");
