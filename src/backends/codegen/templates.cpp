@@ -89,7 +89,8 @@ const std::set<std::string>& template_ops() {
       "BatchNormalization", "InstanceNormalization", "Concat", "Split", "Gather", "GatherElements",
       "Pad", "Tile", "ArgMax", "ArgMin", "CumSum", "NegativeLogLikelihoodLoss",
       "SoftmaxCrossEntropyLoss", "Trilu", "Dropout", "Resize", "EyeLike", "OneHot", "GatherND",
-      "ScatterElements", "Scatter", "ScatterND", "Range", "DepthToSpace", "SpaceToDepth"};
+      "ScatterElements", "Scatter", "ScatterND", "Range", "DepthToSpace", "SpaceToDepth", "LRN",
+      "ReverseSequence"};
   return s;
 }
 
@@ -1308,6 +1309,66 @@ Result<OpPlan> plan_depth_space(const OpCall& c) {
   return p;
 }
 
+// LRN across channels: y = x / (bias + alpha / size * sum of squares in the window) ^ beta.
+Result<OpPlan> plan_lrn(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  if (x.size() < 2) return errors::InvalidArgument("{}: rank < 2", c.node->label());
+  TD_ASSIGN_OR_RETURN(int64_t size, at.attr_int("size", 0));
+  TD_ASSIGN_OR_RETURN(float alpha, at.attr_float("alpha", 1e-4f));
+  TD_ASSIGN_OR_RETURN(float beta, at.attr_float("beta", 0.75f));
+  TD_ASSIGN_OR_RETURN(float bias, at.attr_float("bias", 1.0f));
+  if (size <= 0) return errors::InvalidArgument("{}: size must be positive", c.node->label());
+  const int64_t Cc = x[1], inner = prod(x, 2, x.size());
+  const int64_t before = (size - 1) / 2, after = size - 1 - before;
+  OpPlan p;
+  p.inputs = {0};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_lrn";
+  k.in_types = {"float"};
+  k.out_types = {"float"};
+  k.n = prod(x);
+  k.body = fmt::format(
+      "i64 i_ = gid % {0}; i64 ch = (gid / {0}) % {1}; i64 base = gid - ch * {0};\n"
+      "float sq = 0.0f;\nfor (i64 j = ch - {2}; j <= ch + {3}; ++j) {{ if (j < 0 || j >= {1}) continue; float v = in0[base + j * {0}]; sq += v * v; }}\n"
+      "out0[gid] = in0[gid] / pow({4} + {5} * sq, {6});\n",
+      C(inner), C(Cc), C(before), C(after), flit(bias), flit(alpha / static_cast<float>(size)), flit(beta));
+  return p;
+}
+
+// ReverseSequence: the first seq_lens[b] steps of each batch entry reversed.
+Result<OpPlan> plan_reverse_sequence(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  TD_ASSIGN_OR_RETURN(int64_t batch_axis, at.attr_int("batch_axis", 1));
+  TD_ASSIGN_OR_RETURN(int64_t time_axis, at.attr_int("time_axis", 0));
+  if (x.size() < 2 || (batch_axis != 0 && batch_axis != 1) || time_axis != 1 - batch_axis)
+    return errors::InvalidArgument("{}: batch_axis and time_axis must be 0 and 1", c.node->label());
+  const int64_t Bn = x[static_cast<size_t>(batch_axis)], Tn = x[static_cast<size_t>(time_axis)];
+  if (c.host.size() < 2 || !c.host[1] || c.host[1]->numel() != Bn)
+    return errors::InvalidArgument("{}: sequence_lens must have {} values", c.node->label(), Bn);
+  for (int64_t l : ints_of(*c.host[1]))
+    if (l < 0 || l > Tn) return errors::InvalidArgument("{}: sequence length {} exceeds {}", c.node->label(), l, Tn);
+  TD_ASSIGN_OR_RETURN(std::string T, bits_type(c.inputs[0].dtype));
+  const std::string LT = c.inputs[1].dtype == DType::kInt32 ? "int" : "i64";
+  const auto st = strides_of(x);
+  OpPlan p;
+  p.inputs = {0, 1};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_reverse_sequence";
+  k.in_types = {T, LT};
+  k.out_types = {T};
+  k.n = prod(x);
+  const size_t ba = static_cast<size_t>(batch_axis), ta = static_cast<size_t>(time_axis);
+  std::string s = decompose("gid", x, "q");
+  s += fmt::format("i64 len = (i64)in1[q{}]; if (len > {}) len = {};\ni64 t = q{};\ni64 src = gid;\n", ba, C(Tn), C(Tn), ta);
+  s += fmt::format("if (t < len) src = gid + (len - 1 - 2 * t) * {};\nout0[gid] = in0[src];\n", C(st[ta]));
+  k.body = s;
+  return p;
+}
+
 Result<OpPlan> plan_eyelike(const OpCall& c) {
   NodeAttrs at(*c.node);
   const Shape& o = c.outputs[0].shape;
@@ -1600,6 +1661,7 @@ std::vector<int> template_host_inputs(const Node& node) {
     return h;
   }
   if (op == "Range") return {0, 1, 2};
+  if (op == "ReverseSequence") return {1};
   if (op == "Dropout") {
     std::vector<int> h;
     for (size_t i = 1; i < node.inputs.size() && i <= 2; ++i)
@@ -1667,6 +1729,9 @@ Status template_supported(const Node& node, const std::vector<TensorType>& in) {
     return OkStatus();
   }
   if (op == "Range") return arith_type(in[0].dtype).ok() ? OkStatus() : no("float32/64, int32, int64 only");
+  if (op == "LRN") return in[0].dtype == DType::kFloat32 ? OkStatus() : no("float32 only");
+  if (op == "ReverseSequence" && (in.size() < 2 || (in[1].dtype != DType::kInt32 && in[1].dtype != DType::kInt64)))
+    return no("int32/int64 sequence lengths");
   if (op == "EyeLike" || op == "OneHot") {
     if (op == "OneHot" && (in.size() < 3 || !c_type(in[2].dtype).ok() || is_half_dtype(in[2].dtype) ||
                            !arith_type(in[0].dtype).ok()))
@@ -1730,6 +1795,8 @@ Result<OpPlan> plan_template(const OpCall& c) {
   if (op == "ScatterElements" || op == "Scatter") return plan_scatter_elements(c);
   if (op == "ScatterND") return plan_scatternd(c);
   if (op == "Range") return plan_range(c);
+  if (op == "LRN") return plan_lrn(c);
+  if (op == "ReverseSequence") return plan_reverse_sequence(c);
   if (op == "DepthToSpace" || op == "SpaceToDepth") return plan_depth_space(c);
   return errors::Unimplemented("{}: no generated kernel", c.node->label());
 }
