@@ -90,7 +90,7 @@ const std::set<std::string>& template_ops() {
       "Pad", "Tile", "ArgMax", "ArgMin", "CumSum", "NegativeLogLikelihoodLoss",
       "SoftmaxCrossEntropyLoss", "Trilu", "Dropout", "Resize", "EyeLike", "OneHot", "GatherND",
       "ScatterElements", "Scatter", "ScatterND", "Range", "DepthToSpace", "SpaceToDepth", "LRN",
-      "ReverseSequence"};
+      "ReverseSequence", "GridSample"};
   return s;
 }
 
@@ -1369,6 +1369,84 @@ Result<OpPlan> plan_reverse_sequence(const OpCall& c) {
   return p;
 }
 
+// GridSample (N-D, as op_grid_sample.py and the cpu kernel): per output element, per spatial
+// axis the grid coordinate, unnormalised, padded (border / reflection) and split into 1, 2 or
+// 4 taps; a tap in the zero padding reads nothing.
+Result<OpPlan> plan_grid_sample(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  const Shape& g = c.inputs[1].shape;
+  const Shape& o = c.outputs[0].shape;
+  if (x.size() < 3 || g.size() != x.size() || g.back() != static_cast<int64_t>(x.size() - 2) || g[0] != x[0] ||
+      o.size() != x.size())
+    return errors::InvalidArgument("{}: GridSample shapes do not fit", c.node->label());
+  TD_ASSIGN_OR_RETURN(int64_t align, at.attr_int("align_corners", 0));
+  TD_ASSIGN_OR_RETURN(std::string mode, at.attr_string("mode", "bilinear"));
+  TD_ASSIGN_OR_RETURN(std::string pad, at.attr_string("padding_mode", "zeros"));
+  const size_t ns = x.size() - 2;
+  const Shape dims(x.begin() + 2, x.end());
+  const int64_t in_sp = prod(dims), out_sp = prod(g, 1, g.size() - 1);
+  if (in_sp == 0) return errors::Unimplemented("{}: an empty input", c.node->label());
+  const int taps = mode == "nearest" ? 1 : (mode == "bicubic" || mode == "cubic") ? 4 : 2;
+  OpPlan p;
+  p.inputs = {0, 1};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_grid_sample";
+  k.in_types = {"float", "float"};
+  k.out_types = {"float"};
+  k.n = prod(o);
+  std::string s = fmt::format("i64 p_ = gid % {0}; i64 nc_ = gid / {0}; i64 n_ = nc_ / {1};\n"
+                              "GLOBAL const float* gp = in1 + (n_ * {0} + p_) * {2};\nGLOBAL const float* plane = in0 + nc_ * {3};\n",
+                              C(out_sp), C(x[1]), C(static_cast<int64_t>(ns)), C(in_sp));
+  for (size_t i = 0; i < ns; ++i) {
+    const double len = static_cast<double>(dims[i]);
+    const double lo = align ? 0.0 : -0.5, hi = align ? len - 1 : len - 0.5;
+    const std::string L = C(dims[i]);
+    s += fmt::format("i64 j{0}[4]; float w{0}[4];\n{{\nfloat c = gp[{1}];\n", i, ns - 1 - i);
+    s += align ? fmt::format("c = (c + 1.0f) / 2.0f * {};\n", flit(len - 1)) : fmt::format("c = ((c + 1.0f) * {} - 1.0f) / 2.0f;\n", flit(len));
+    s += fmt::format("if (c != c || c - c != 0.0f) {{ for (int t = 0; t < 4; ++t) {{ j{0}[t] = -1; w{0}[t] = 0.0f; }} }} else {{\n", i);
+    if (pad == "zeros") s += fmt::format("if (c < -8.0f) c = -8.0f; if (c > {}) c = {};\n", flit(len + 8), flit(len + 8));
+    if (taps == 1) s += ns == 3 ? "c = round(c);\n" : "c = rint(c);\n";
+    if (pad == "border") s += fmt::format("if (c < {0} || c > {1}) {{ if (c < 0.0f) c = 0.0f; if (c > {2}) c = {2}; }}\n", flit(lo), flit(hi), flit(len - 1));
+    if (pad == "reflection") s += fmt::format("if (c < {0} || c > {1}) c = td_reflect(c, {0}, {1});\n", flit(lo), flit(hi));
+    std::string place;  // of integer kk into j{i}[t]
+    if (pad == "zeros") place = fmt::format("(kk >= 0 && kk < {0} ? kk : -1)", L);
+    else if (pad == "border") place = fmt::format("(kk < 0 ? 0 : (kk >= {0} ? {0} - 1 : kk))", L);
+    else place = fmt::format("(kk >= 0 && kk < {0} ? kk : (i64)td_reflect((float)kk, {1}, {2}))", L, flit(lo), flit(hi));
+    if (taps == 1) {
+      s += fmt::format("{{ i64 kk = (i64)c; j{0}[0] = {1}; w{0}[0] = 1.0f; }}\n", i, place);
+    } else {
+      s += "float fl = floor(c); i64 k0 = (i64)fl; float t = c - fl;\n";
+      if (taps == 2) {
+        s += fmt::format("w{0}[0] = 1.0f - t; w{0}[1] = t;\n", i);
+      } else {
+        s += fmt::format(
+            "float A = -0.75f;\nw{0}[0] = ((A * (t + 1.0f) - 5.0f * A) * (t + 1.0f) + 8.0f * A) * (t + 1.0f) - 4.0f * A;\n"
+            "w{0}[1] = ((A + 2.0f) * t - (A + 3.0f)) * t * t + 1.0f;\n"
+            "w{0}[2] = ((A + 2.0f) * (1.0f - t) - (A + 3.0f)) * (1.0f - t) * (1.0f - t) + 1.0f;\n"
+            "w{0}[3] = ((A * (2.0f - t) - 5.0f * A) * (2.0f - t) + 8.0f * A) * (2.0f - t) - 4.0f * A;\n", i);
+      }
+      s += fmt::format("for (int q = 0; q < {}; ++q) {{ i64 kk = k0 {} + q; j{}[q] = {}; }}\n", taps, taps == 4 ? "- 1" : "", i, place);
+    }
+    s += "}\n}\n";
+  }
+  const auto st = strides_of(dims);
+  s += "float acc = 0.0f;\n";
+  std::string ok = "1", idx = "0", w = "1.0f";
+  for (size_t i = 0; i < ns; ++i) {
+    s += fmt::format("for (int t{0} = 0; t{0} < {1}; ++t{0}) {{\n", i, taps);
+    ok += fmt::format(" && j{0}[t{0}] >= 0 && j{0}[t{0}] < {1}", i, C(dims[i]));
+    idx += fmt::format(" + j{0}[t{0}] * {1}", i, C(st[i]));
+    w += fmt::format(" * w{0}[t{0}]", i);
+  }
+  s += "if (" + ok + ") acc += " + w + " * plane[" + idx + "];\n";
+  for (size_t i = 0; i < ns; ++i) s += "}\n";
+  s += "out0[gid] = acc;\n";
+  k.body = s;
+  return p;
+}
+
 Result<OpPlan> plan_eyelike(const OpCall& c) {
   NodeAttrs at(*c.node);
   const Shape& o = c.outputs[0].shape;
@@ -1566,6 +1644,16 @@ DEVFN ushort td_f2h(float f) {
   if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h += 1u;
   return (ushort)(s | h);
 }
+DEVFN float td_reflect(float x, float lo, float hi) {
+  float range = hi - lo;
+  if (range <= 0.0f) return lo;
+  if (x >= lo && x <= hi) return x;
+  float dx = x < lo ? lo - x : x - hi;
+  int even = fmod(floor(dx / range), 2.0f) == 0.0f;
+  float r = fmod(dx, range);
+  if (x < lo) return even ? lo + r : hi - r;
+  return even ? hi - r : lo + r;
+}
 DEVFN float td_bf2f(ushort b) { return U2F((uint)b << 16); }
 DEVFN ushort td_f2bf(float f) {
   uint x = F2U(f);
@@ -1730,6 +1818,9 @@ Status template_supported(const Node& node, const std::vector<TensorType>& in) {
   }
   if (op == "Range") return arith_type(in[0].dtype).ok() ? OkStatus() : no("float32/64, int32, int64 only");
   if (op == "LRN") return in[0].dtype == DType::kFloat32 ? OkStatus() : no("float32 only");
+  if (op == "GridSample")
+    return in.size() > 1 && in[0].dtype == DType::kFloat32 && in[1].dtype == DType::kFloat32 ? OkStatus()
+                                                                                               : no("float32 only");
   if (op == "ReverseSequence" && (in.size() < 2 || (in[1].dtype != DType::kInt32 && in[1].dtype != DType::kInt64)))
     return no("int32/int64 sequence lengths");
   if (op == "EyeLike" || op == "OneHot") {
@@ -1796,6 +1887,7 @@ Result<OpPlan> plan_template(const OpCall& c) {
   if (op == "ScatterND") return plan_scatternd(c);
   if (op == "Range") return plan_range(c);
   if (op == "LRN") return plan_lrn(c);
+  if (op == "GridSample") return plan_grid_sample(c);
   if (op == "ReverseSequence") return plan_reverse_sequence(c);
   if (op == "DepthToSpace" || op == "SpaceToDepth") return plan_depth_space(c);
   return errors::Unimplemented("{}: no generated kernel", c.node->label());
