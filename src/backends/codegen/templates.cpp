@@ -99,6 +99,9 @@ int64_t int_attr(const Node& node, const std::string& name) {
   return r.ok() ? *r : 0;
 }
 
+Result<std::string> c_type(DType t);
+bool is_half_dtype(DType t);
+
 bool is_f32(const TensorType& t) { return t.defined() && t.dtype == DType::kFloat32; }
 
 // ---- window geometry (Conv, pools) ----
@@ -378,9 +381,17 @@ Result<OpPlan> plan_pool(const OpCall& c) {
   k.name = "tensord_pool";
   k.in_types = {"float"};
   k.out_types = {"float"};
+  if (op == "MaxPool") {
+    if (is_half_dtype(c.inputs[0].dtype) || c.inputs[0].dtype == DType::kBool)
+      return errors::Unimplemented("{}: MaxPool over {}", c.node->label(), dtype_name(c.inputs[0].dtype));
+    TD_ASSIGN_OR_RETURN(std::string T0, c_type(c.inputs[0].dtype));
+    k.in_types = {T0};
+    k.out_types = {T0};
+  }
   k.n = prod(o);
   std::string s = decompose("gid", o, "q");
-  s += fmt::format("GLOBAL const float* xp = in0 + (q0 * {} + q1) * {};\n", C(x[1]), C(prod(in)));
+  s += fmt::format("GLOBAL const {}* xp = in0 + (q0 * {} + q1) * {};\n", op == "MaxPool" ? k.in_types[0] : "float",
+                   C(x[1]), C(prod(in)));
   if (op == "GlobalAveragePool" || op == "GlobalMaxPool") {
     const bool mx = op == "GlobalMaxPool";
     s += fmt::format("float acc = {};\nfor (i64 j = 0; j < {}; ++j) {{ float v = xp[j]; {} }}\n",
@@ -393,13 +404,18 @@ Result<OpPlan> plan_pool(const OpCall& c) {
   TD_ASSIGN_OR_RETURN(Window w, window(*c.node, in, spatial(o), {}));
   for (size_t d = 0; d < w.rank; ++d) s += fmt::format("i64 o{} = q{};\n", d, d + 2);
   if (op == "MaxPool") {
+    TD_ASSIGN_OR_RETURN(std::string T, c_type(c.inputs[0].dtype));
+    if (is_half_dtype(c.inputs[0].dtype) || c.inputs[0].dtype == DType::kBool)
+      return errors::Unimplemented("{}: MaxPool over {}", c.node->label(), dtype_name(c.inputs[0].dtype));
+    k.in_types = {T};
+    k.out_types = {T};
     TD_ASSIGN_OR_RETURN(int64_t order, at.attr_int("storage_order", 0));
     const bool indices = c.outputs.size() > 1 && c.outputs[1].defined();
     if (order != 0 && indices)
       return errors::Unimplemented("{}: MaxPool storage_order=1 indices", c.node->label());
-    s += "float acc = -INFINITY; i64 arg = -1;\n";
+    s += T + " acc = 0; i64 arg = -1;\n";
     s += window_loops(w, in, false,
-                      "i64 xi = " + flat("i", in) + "; float v = xp[xi];\nif (arg < 0 || v > acc) { acc = v; arg = xi; }\n");
+                      "i64 xi = " + flat("i", in) + "; " + T + " v = xp[xi];\nif (arg < 0 || v > acc) { acc = v; arg = xi; }\n");
     s += "out0[gid] = acc;\n";
     if (indices) {
       p.outputs.push_back(1);
@@ -1781,6 +1797,12 @@ Status template_supported(const Node& node, const std::vector<TensorType>& in) {
   };
   if (op == "MatMul" || op == "Gemm" || op == "Conv" || op == "ConvTranspose") {
     if (in.size() < 2 || !all_f32(3)) return no("float32 only");
+    return OkStatus();
+  }
+  if (op == "MaxPool" && in[0].dtype != DType::kFloat32) {
+    if (!c_type(in[0].dtype).ok() || is_half_dtype(in[0].dtype) || in[0].dtype == DType::kBool)
+      return no("MaxPool over this dtype");
+    if (node.outputs.size() > 1 && int_attr(node, "storage_order") != 0) return no("storage_order=1");
     return OkStatus();
   }
   if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool" ||
