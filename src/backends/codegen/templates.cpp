@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <cstring>
 #include <set>
 
 #include "backends/codegen/kernel_ir.h"
@@ -90,7 +91,7 @@ const std::set<std::string>& template_ops() {
       "Pad", "Tile", "ArgMax", "ArgMin", "CumSum", "NegativeLogLikelihoodLoss",
       "SoftmaxCrossEntropyLoss", "Trilu", "Dropout", "Resize", "EyeLike", "OneHot", "GatherND",
       "ScatterElements", "Scatter", "ScatterND", "Range", "DepthToSpace", "SpaceToDepth", "LRN",
-      "ReverseSequence", "GridSample"};
+      "ReverseSequence", "GridSample", "HannWindow", "HammingWindow", "BlackmanWindow", "ConstantOfShape"};
   return s;
 }
 
@@ -1463,6 +1464,129 @@ Result<OpPlan> plan_grid_sample(const OpCall& c) {
   return p;
 }
 
+// HannWindow, HammingWindow, BlackmanWindow: the length is the value of input 0.
+Result<OpPlan> plan_window_fn(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  if (c.host.empty() || !c.host[0] || c.host[0]->numel() != 1)
+    return errors::InvalidArgument("{}: size must be one value", c.node->label());
+  const int64_t n = ints_of(*c.host[0])[0];
+  if (n < 0 || n > (int64_t{1} << 32)) return errors::InvalidArgument("{}: size {}", c.node->label(), n);
+  TD_ASSIGN_OR_RETURN(int64_t periodic, at.attr_int("periodic", 1));
+  const DType odt = c.outputs[0].dtype;
+  TD_ASSIGN_OR_RETURN(std::string OST, c_type(odt));
+  const double N = static_cast<double>(periodic ? n : n - 1);
+  const std::string ph = fmt::format("(2.0 * 3.14159265358979323846 * (double)gid / {})", N == 0 ? 1.0 : N);
+  std::string e;
+  if (c.node->op == "HannWindow") e = "0.5 - 0.5 * cos(" + ph + ")";
+  else if (c.node->op == "HammingWindow") e = "(25.0 / 46.0) - (21.0 / 46.0) * cos(" + ph + ")";
+  else e = "0.42 - 0.5 * cos(" + ph + ") + 0.08 * cos(2.0 * " + ph + ")";
+  OpPlan p;
+  p.outputs = {0};
+  p.output_shapes = {Shape{n}};
+  auto& k = p.kernel;
+  k.name = "tensord_window";
+  k.out_types = {OST};
+  k.n = n;
+  k.body = "out0[gid] = " + store_expr(odt, fmt::format("({})({})", is_half_dtype(odt) ? "float" : OST, e)) + ";\n";
+  return p;
+}
+
+// ConstantOfShape: the shape is the value of input 0; the value attribute (one element).
+Result<OpPlan> plan_constant_of_shape(const OpCall& c) {
+  if (c.host.empty() || !c.host[0]) return errors::Internal("{}: no host copy of the shape", c.node->label());
+  TD_ASSIGN_OR_RETURN(auto dims, c.host[0]->to_int64_vector());
+  for (int64_t d : dims)
+    if (d < 0) return errors::InvalidArgument("{}: a negative dim {}", c.node->label(), d);
+  const Shape shape(dims.begin(), dims.end());
+  const DType odt = c.outputs[0].dtype;
+  TD_ASSIGN_OR_RETURN(std::string T, bits_type(odt));
+  uint64_t bits = 0;
+  if (auto it = c.node->attrs.find("value"); it != c.node->attrs.end()) {
+    const HostTensor* v = it->second.get_if<HostTensor>();
+    if (!v || v->numel() != 1 || v->dtype() != odt)
+      return errors::InvalidArgument("{}: value must be one element of the output dtype", c.node->label());
+    std::memcpy(&bits, v->data(), dtype_size(odt));
+  }
+  OpPlan p;
+  p.outputs = {0};
+  p.output_shapes = {shape};
+  auto& k = p.kernel;
+  k.name = "tensord_constant_of_shape";
+  k.out_types = {T};
+  k.n = prod(shape);
+  k.body = fmt::format("out0[gid] = ({})({}ULL);\n", T, bits);
+  return p;
+}
+
+// Reductions in float64 (the float32 ones are codegen::ReduceKernel): one work item per output
+// element; axes are resolved by the caller into `reduced` flags passed as the plan's kernel name
+// suffix... resolved here from the attribute or input 1.
+Result<OpPlan> plan_reduce64(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  const int64_t rank = static_cast<int64_t>(x.size());
+  std::vector<int64_t> axes;
+  if (at.has_attr("axes")) {
+    TD_ASSIGN_OR_RETURN(axes, at.attr_ints("axes", {}));
+  } else if (c.host.size() > 1 && c.host[1]) {
+    axes = ints_of(*c.host[1]);
+  }
+  TD_ASSIGN_OR_RETURN(int64_t noop, at.attr_int("noop_with_empty_axes", 0));
+  if (axes.empty() && noop) return errors::Unimplemented("{}: noop_with_empty_axes", c.node->label());
+  std::vector<bool> red(x.size(), axes.empty());
+  for (int64_t a : axes) {
+    TD_ASSIGN_OR_RETURN(int64_t n, normalize_axis(a, rank));
+    red[static_cast<size_t>(n)] = true;
+  }
+  Shape kept, rdims;
+  for (size_t d = 0; d < x.size(); ++d) (red[d] ? rdims : kept).push_back(x[d]);
+  const auto st = strides_of(x);
+  const std::string& op = c.node->op;
+  OpPlan p;
+  p.inputs = {0};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_reduce64";
+  k.in_types = {"double"};
+  k.out_types = {"double"};
+  k.n = prod(kept);
+  if (k.n != prod(c.outputs[0].shape) || prod(rdims) == 0)
+    return errors::InvalidArgument("{}: reduction shapes", c.node->label());
+  std::string s = decompose("gid", kept, "q");
+  std::string base = "0";
+  {
+    size_t kq = 0;
+    for (size_t d = 0; d < x.size(); ++d)
+      if (!red[d]) base += fmt::format(" + q{} * {}", kq++, C(st[d]));
+  }
+  std::string roff = "0";
+  {
+    size_t kr = 0;
+    for (size_t d = 0; d < x.size(); ++d)
+      if (red[d]) roff += fmt::format(" + r{} * {}", kr++, C(st[d]));
+  }
+  const std::string loop_head = fmt::format("for (i64 j = 0; j < {}; ++j) {{\n", C(prod(rdims))) +
+                                decompose("j", rdims, "r") + "double v = in0[base + " + roff + "];\n";
+  s += "i64 base = " + base + ";\n";
+  std::string init = "0.0", step = "acc += v;", fin = "acc";
+  if (op == "ReduceMax") { init = "-INFINITY"; step = "if (v > acc || v != v) acc = v;"; }
+  if (op == "ReduceMin") { init = "INFINITY"; step = "if (v < acc || v != v) acc = v;"; }
+  if (op == "ReduceProd") { init = "1.0"; step = "acc *= v;"; }
+  if (op == "ReduceMean") fin = fmt::format("acc / {}", static_cast<double>(prod(rdims)));
+  if (op == "ReduceSumSquare") step = "acc += v * v;";
+  if (op == "ReduceL1") step = "acc += fabs(v);";
+  if (op == "ReduceL2") { step = "acc += v * v;"; fin = "sqrt(acc)"; }
+  if (op == "ReduceLogSum") fin = "log(acc)";
+  if (op == "ReduceLogSumExp") {
+    s += "double mx = -INFINITY;\n" + loop_head + "if (v > mx) mx = v;\n}\nif (mx - mx != 0.0) mx = 0.0;\n";
+    step = "acc += exp(v - mx);";
+    fin = "log(acc) + mx";
+  }
+  s += "double acc = " + init + ";\n" + loop_head + step + "\n}\nout0[gid] = " + fin + ";\n";
+  k.body = s;
+  return p;
+}
+
 Result<OpPlan> plan_eyelike(const OpCall& c) {
   NodeAttrs at(*c.node);
   const Shape& o = c.outputs[0].shape;
@@ -1766,6 +1890,8 @@ std::vector<int> template_host_inputs(const Node& node) {
   }
   if (op == "Range") return {0, 1, 2};
   if (op == "ReverseSequence") return {1};
+  if (op == "HannWindow" || op == "HammingWindow" || op == "BlackmanWindow" || op == "ConstantOfShape") return {0};
+  if (op.rfind("Reduce", 0) == 0 && node.inputs.size() > 1 && !node.inputs[1].empty()) return {1};
   if (op == "Dropout") {
     std::vector<int> h;
     for (size_t i = 1; i < node.inputs.size() && i <= 2; ++i)
@@ -1840,6 +1966,8 @@ Status template_supported(const Node& node, const std::vector<TensorType>& in) {
   }
   if (op == "Range") return arith_type(in[0].dtype).ok() ? OkStatus() : no("float32/64, int32, int64 only");
   if (op == "LRN") return in[0].dtype == DType::kFloat32 ? OkStatus() : no("float32 only");
+  if (op == "HannWindow" || op == "HammingWindow" || op == "BlackmanWindow" || op == "ConstantOfShape")
+    return arith_type(in[0].dtype).ok() ? OkStatus() : no("an integer size");
   if (op == "GridSample")
     return in.size() > 1 && in[0].dtype == DType::kFloat32 && in[1].dtype == DType::kFloat32 ? OkStatus()
                                                                                                : no("float32 only");
@@ -1876,7 +2004,7 @@ Result<OpPlan> plan_template(const OpCall& c) {
   if (c.node && is_template_elementwise(c.node->op)) return plan_ew(c);
   if (!c.node || c.inputs.empty() || c.outputs.empty() || !c.outputs[0].defined())
     return errors::Internal("generated kernels: an empty call");
-  if (c.node->op != "Range")
+  if (c.node->op != "Range" && c.node->op != "ConstantOfShape" && c.node->op.find("Window") == std::string::npos)
     for (const auto& t : c.outputs)
       if (t.defined() && !shape_is_static(t.shape))
         return errors::Internal("{}: output shape not known", c.node->label());
@@ -1909,6 +2037,9 @@ Result<OpPlan> plan_template(const OpCall& c) {
   if (op == "ScatterND") return plan_scatternd(c);
   if (op == "Range") return plan_range(c);
   if (op == "LRN") return plan_lrn(c);
+  if (op == "HannWindow" || op == "HammingWindow" || op == "BlackmanWindow") return plan_window_fn(c);
+  if (op == "ConstantOfShape") return plan_constant_of_shape(c);
+  if (op.rfind("Reduce", 0) == 0) return plan_reduce64(c);
   if (op == "GridSample") return plan_grid_sample(c);
   if (op == "ReverseSequence") return plan_reverse_sequence(c);
   if (op == "DepthToSpace" || op == "SpaceToDepth") return plan_depth_space(c);

@@ -781,6 +781,9 @@ Status OpenClKernelTable::supports(const Node& node, const std::vector<TensorTyp
   }
   if (domain_ok && node.outputs.size() == 1 && !inputs.empty() && inputs[0].defined()) {
     if (is_view_op(node.op)) return OkStatus();
+    if (reduce_ops().count(node.op) && inputs[0].dtype == DType::kFloat64 && device_->fp64() &&
+        shape_is_static(inputs[0].shape) && shape_numel(inputs[0].shape) > 0)
+      return OkStatus();  // a float64 template (codegen::plan_template)
     if (reduce_ops().count(node.op)) {
       // float32 with a static shape and no empty reduction (those fall back: the reference's
       // identities for empty inputs are not generated yet).
@@ -823,6 +826,8 @@ Result<std::unique_ptr<Kernel>> OpenClKernelTable::create(const Node& node,
   (void)outputs;
   (void)options;
   if (is_view_op(node.op)) return std::unique_ptr<Kernel>(new ViewKernel(node));
+  if (reduce_ops().count(node.op) && !inputs.empty() && inputs[0].dtype == DType::kFloat64)
+    return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (reduce_ops().count(node.op)) return std::unique_ptr<Kernel>(new ReduceOp(device_, node));
   if (codegen::is_template_op(node.op)) return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (codegen::is_template_elementwise(node.op) && !codegen::elementwise_supported(node, inputs, nullptr).ok())
