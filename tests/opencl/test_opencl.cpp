@@ -633,19 +633,19 @@ TEST(OpenClFusion, AnElementwiseChainIsOneGeneratedKernel) {
 
 TEST(OpenClFusion, AGraphSpanningCpuAndOpenClGivesTheReferenceOutputs) {
   REQUIRE_OPENCL();
-  // MatMul has no OpenCL kernel yet: it falls back to cpu:0 (counted), the rest runs fused on
+  // Einsum has no OpenCL kernel yet: it falls back to cpu:0 (counted), the rest runs fused on
   // opencl:0, with copies at the cuts.
   Graph g;
   g.name = "span";
   g.inputs = {{"a", {DType::kFloat32, {8, 16}}}, {"b", {DType::kFloat32, {16, 4}}}};
   g.initializers["bias"] = HostTensor::from_vector(std::vector<float>{1, -1, 0.5f, 2}, {4});
-  g.nodes = {node("pre", "Tanh", {"a"}, {"t"}), node("mm", "MatMul", {"t", "b"}, {"m"}),
+  g.nodes = {node("pre", "Tanh", {"a"}, {"t"}), node("mm", "Einsum", {"t", "b"}, {"m"}, {{"equation", Attribute("ij,jk->ik")}}),
              node("add", "Add", {"m", "bias"}, {"z"}), node("relu", "Relu", {"z"}, {"y"})};
   g.outputs = {{"y", {}}};
   auto exe = Executable::compile(g, {g.inputs[0].type, g.inputs[1].type}, target_cl0(), {});
   ASSERT_TRUE(exe.ok()) << exe.status().to_string();
   ASSERT_EQ((*exe)->fallbacks().size(), 1u) << (*exe)->describe();
-  EXPECT_EQ((*exe)->fallbacks()[0].op, "MatMul");
+  EXPECT_EQ((*exe)->fallbacks()[0].op, "Einsum");
   EXPECT_NE((*exe)->describe().find("OpenClElementwise: 2 ops"), std::string::npos) << (*exe)->describe();
   TestServices s;
   HostTensor a = random_floats({8, 16}, 11), b = random_floats({16, 4}, 12);
@@ -656,12 +656,12 @@ TEST(OpenClFusion, AGraphSpanningCpuAndOpenClGivesTheReferenceOutputs) {
   EXPECT_GE(s.transfers, 3);  // t and b to cpu:0, m back
   expect_near(get(*outs[0]), reference(g, {a, b})[0], "y");
 
-  // Strict: the MatMul is an error naming it instead of a fallback.
+  // Strict: the Einsum is an error naming it instead of a fallback.
   CompileOptions strict;
   strict.strict_device = true;
   auto refused = Executable::compile(g, {g.inputs[0].type, g.inputs[1].type}, target_cl0(), strict);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("MatMul"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("Einsum"), std::string::npos)
       << refused.status().to_string();
 }
 
