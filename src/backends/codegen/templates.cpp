@@ -91,7 +91,8 @@ const std::set<std::string>& template_ops() {
       "Pad", "Tile", "ArgMax", "ArgMin", "CumSum", "NegativeLogLikelihoodLoss",
       "SoftmaxCrossEntropyLoss", "Trilu", "Dropout", "Resize", "EyeLike", "OneHot", "GatherND",
       "ScatterElements", "Scatter", "ScatterND", "Range", "DepthToSpace", "SpaceToDepth", "LRN",
-      "ReverseSequence", "GridSample", "HannWindow", "HammingWindow", "BlackmanWindow", "ConstantOfShape"};
+      "ReverseSequence", "GridSample", "HannWindow", "HammingWindow", "BlackmanWindow", "ConstantOfShape",
+      "DequantizeLinear", "TopK"};
   return s;
 }
 
@@ -1587,6 +1588,87 @@ Result<OpPlan> plan_reduce64(const OpCall& c) {
   return p;
 }
 
+// DequantizeLinear: y = (x - zero_point) * scale, per tensor or per axis (no blocks).
+Result<OpPlan> plan_dequantize(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  TD_ASSIGN_OR_RETURN(int64_t axis_attr, at.attr_int("axis", 1));
+  TD_ASSIGN_OR_RETURN(int64_t block, at.attr_int("block_size", 0));
+  if (block != 0) return errors::Unimplemented("{}: blocked quantisation", c.node->label());
+  const int64_t sn = prod(c.inputs[1].shape);
+  int64_t inner = 1, D = 1;
+  if (sn != 1) {
+    TD_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(axis_attr, static_cast<int64_t>(x.size())));
+    D = x[static_cast<size_t>(axis)];
+    inner = prod(x, static_cast<size_t>(axis) + 1, x.size());
+    if (sn != D) return errors::InvalidArgument("{}: {} scales for an axis of {}", c.node->label(), sn, D);
+  }
+  const bool zp = c.inputs.size() > 2 && c.inputs[2].defined();
+  if (zp && prod(c.inputs[2].shape) != sn) return errors::InvalidArgument("{}: zero points", c.node->label());
+  TD_ASSIGN_OR_RETURN(std::string XT, c_type(c.inputs[0].dtype));
+  const DType sdt = c.inputs[1].dtype;
+  TD_ASSIGN_OR_RETURN(std::string ST, c_type(sdt));
+  OpPlan p;
+  p.inputs = {0, 1};
+  p.outputs = {0};
+  auto& k = p.kernel;
+  k.name = "tensord_dequantize";
+  k.in_types = {XT, ST};
+  k.out_types = {ST};
+  if (zp) {
+    p.inputs.push_back(2);
+    k.in_types.push_back(XT);
+  }
+  k.n = prod(x);
+  std::string s = sn == 1 ? "i64 ch = 0;\n" : fmt::format("i64 ch = (gid / {}) % {};\n", C(inner), C(D));
+  s += fmt::format("float v = ((float)in0[gid] - {}) * {};\n", zp ? "(float)in2[ch]" : "0.0f", load_expr(sdt, "in1[ch]"));
+  s += "out0[gid] = " + store_expr(sdt, "v") + ";\n";
+  k.body = s;
+  return p;
+}
+
+// TopK: one work item per row picks the k best by repeated selection (ties: the lower index).
+Result<OpPlan> plan_topk(const OpCall& c) {
+  NodeAttrs at(*c.node);
+  const Shape& x = c.inputs[0].shape;
+  TD_ASSIGN_OR_RETURN(int64_t axis_attr, at.attr_int("axis", -1));
+  TD_ASSIGN_OR_RETURN(int64_t largest, at.attr_int("largest", 1));
+  TD_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(axis_attr, static_cast<int64_t>(x.size())));
+  if (c.host.size() < 2 || !c.host[1] || c.host[1]->numel() != 1)
+    return errors::InvalidArgument("{}: K must be one value", c.node->label());
+  const int64_t K = ints_of(*c.host[1])[0];
+  const size_t ax = static_cast<size_t>(axis);
+  const int64_t A = x[ax], inner = prod(x, ax + 1, x.size()), outer = prod(x, 0, ax);
+  if (K < 0 || K > A) return errors::InvalidArgument("{}: K {} exceeds the axis ({})", c.node->label(), K, A);
+  if (c.outputs.size() < 2 || prod(c.outputs[0].shape) != outer * K * inner)
+    return errors::InvalidArgument("{}: outputs do not fit", c.node->label());
+  TD_ASSIGN_OR_RETURN(std::string T, arith_type(c.inputs[0].dtype));
+  OpPlan p;
+  p.inputs = {0};
+  p.outputs = {0, 1};
+  auto& k = p.kernel;
+  k.name = "tensord_topk";
+  k.in_types = {T};
+  k.out_types = {T, "i64"};
+  k.n = K > 0 ? outer * inner : 0;
+  const std::string better = largest ? ">" : "<";
+  k.body = fmt::format(
+      "i64 o_ = gid / {1}; i64 i_ = gid % {1};\nGLOBAL const {0}* xp = in0 + o_ * {2} + i_;\n"
+      "i64 ob = o_ * {3} + i_;\n{0} lastv = 0; i64 lasti = -1;\n"
+      "for (i64 r = 0; r < {4}; ++r) {{\n"
+      "  i64 bi = -1; {0} bv = 0;\n"
+      "  for (i64 j = 0; j < {5}; ++j) {{\n"
+      "    {0} v = xp[j * {1}];\n"
+      "    if (lasti >= 0 && !(v {6} lastv ? 0 : (v == lastv ? j > lasti : 1))) continue;\n"
+      "    if (bi < 0 || v {6} bv) {{ bi = j; bv = v; }}\n"
+      "  }}\n"
+      "  out0[ob + r * {1}] = bv; out1[ob + r * {1}] = bi; lastv = bv; lasti = bi;\n"
+      "}}\n",
+      T, C(inner), C(A * inner), C(K * inner), C(K), C(A), better);
+
+  return p;
+}
+
 Result<OpPlan> plan_eyelike(const OpCall& c) {
   NodeAttrs at(*c.node);
   const Shape& o = c.outputs[0].shape;
@@ -1889,7 +1971,7 @@ std::vector<int> template_host_inputs(const Node& node) {
     return h;
   }
   if (op == "Range") return {0, 1, 2};
-  if (op == "ReverseSequence") return {1};
+  if (op == "ReverseSequence" || op == "TopK") return {1};
   if (op == "HannWindow" || op == "HammingWindow" || op == "BlackmanWindow" || op == "ConstantOfShape") return {0};
   if (op.rfind("Reduce", 0) == 0 && node.inputs.size() > 1 && !node.inputs[1].empty()) return {1};
   if (op == "Dropout") {
@@ -1966,6 +2048,13 @@ Status template_supported(const Node& node, const std::vector<TensorType>& in) {
   }
   if (op == "Range") return arith_type(in[0].dtype).ok() ? OkStatus() : no("float32/64, int32, int64 only");
   if (op == "LRN") return in[0].dtype == DType::kFloat32 ? OkStatus() : no("float32 only");
+  if (op == "DequantizeLinear") {
+    if (in.size() < 2 || !c_type(in[0].dtype).ok() || is_half_dtype(in[0].dtype) || !is_float_dtype(in[1].dtype) ||
+        in[1].dtype == DType::kFloat64 || int_attr(node, "block_size") != 0)
+      return no("integer inputs and float32/16 scales, unblocked");
+    return OkStatus();
+  }
+  if (op == "TopK") return arith_type(in[0].dtype).ok() && node.outputs.size() == 2 ? OkStatus() : no("float32/64, int32, int64");
   if (op == "HannWindow" || op == "HammingWindow" || op == "BlackmanWindow" || op == "ConstantOfShape")
     return arith_type(in[0].dtype).ok() ? OkStatus() : no("an integer size");
   if (op == "GridSample")
@@ -2037,6 +2126,8 @@ Result<OpPlan> plan_template(const OpCall& c) {
   if (op == "ScatterND") return plan_scatternd(c);
   if (op == "Range") return plan_range(c);
   if (op == "LRN") return plan_lrn(c);
+  if (op == "DequantizeLinear") return plan_dequantize(c);
+  if (op == "TopK") return plan_topk(c);
   if (op == "HannWindow" || op == "HammingWindow" || op == "BlackmanWindow") return plan_window_fn(c);
   if (op == "ConstantOfShape") return plan_constant_of_shape(c);
   if (op.rfind("Reduce", 0) == 0) return plan_reduce64(c);
