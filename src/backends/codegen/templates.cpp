@@ -1308,7 +1308,8 @@ Result<OpPlan> plan_depth_space(const OpCall& c) {
   std::string ci, hi, wi;
   if (c.node->op == "DepthToSpace") {
     // out[n, c, h, w] = in[n, channel, h / b, w / b]
-    if (o[1] * b * b != x[1]) return errors::InvalidArgument("{}: channels", c.node->label());
+    if (o[1] * b * b != x[1] || o[0] != x[0] || o[2] != x[2] * b || o[3] != x[3] * b)
+      return errors::InvalidArgument("{}: shapes do not fit the blocksize", c.node->label());
     s += fmt::format("i64 bh = q2 % {0}, bw = q3 % {0};\n", C(b));
     ci = mode == "CRD" ? fmt::format("(q1 * {0} + bh * {1} + bw)", C(b * b), C(b))
                        : fmt::format("((bh * {} + bw) * {} + q1)", C(b), C(o[1]));
@@ -1316,7 +1317,8 @@ Result<OpPlan> plan_depth_space(const OpCall& c) {
     wi = fmt::format("(q3 / {})", C(b));
   } else {
     // out[n, (bh * b + bw) * C + c, h, w] = in[n, c, h * b + bh, w * b + bw]
-    if (x[1] * b * b != o[1]) return errors::InvalidArgument("{}: channels", c.node->label());
+    if (x[1] * b * b != o[1] || o[0] != x[0] || o[2] * b != x[2] || o[3] * b != x[3])
+      return errors::InvalidArgument("{}: shapes do not fit the blocksize", c.node->label());
     s += fmt::format("i64 cc = q1 % {0}; i64 blk = q1 / {0}; i64 bh = blk / {1}, bw = blk % {1};\n", C(x[1]), C(b));
     ci = "cc";
     hi = fmt::format("(q2 * {} + bh)", C(b));
@@ -1405,6 +1407,8 @@ Result<OpPlan> plan_grid_sample(const OpCall& c) {
   const Shape dims(x.begin() + 2, x.end());
   const int64_t in_sp = prod(dims), out_sp = prod(g, 1, g.size() - 1);
   if (in_sp == 0) return errors::Unimplemented("{}: an empty input", c.node->label());
+  if (o[0] != x[0] || o[1] != x[1] || prod(o) != x[0] * x[1] * out_sp)
+    return errors::InvalidArgument("{}: GridSample output does not fit", c.node->label());
   const int taps = mode == "nearest" ? 1 : (mode == "bicubic" || mode == "cubic") ? 4 : 2;
   OpPlan p;
   p.inputs = {0, 1};
@@ -1693,7 +1697,7 @@ Result<OpPlan> plan_onehot(const OpCall& c) {
   TD_ASSIGN_OR_RETURN(int64_t axis_attr, at.attr_int("axis", -1));
   TD_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(axis_attr, static_cast<int64_t>(o.size())));
   const size_t ax = static_cast<size_t>(axis);
-  if (o.size() != ind.size() + 1 || prod(c.inputs[2].shape) != 2)
+  if (o.size() != ind.size() + 1 || prod(c.inputs[2].shape) != 2 || prod(ind) * o[static_cast<size_t>(axis)] != prod(o))
     return errors::InvalidArgument("{}: OneHot shapes do not fit", c.node->label());
   const int64_t depth = o[ax], inner = prod(o, ax + 1, o.size());
   TD_ASSIGN_OR_RETURN(std::string IT, c_type(c.inputs[0].dtype));
