@@ -1225,8 +1225,16 @@ Result<OpPlan> plan_ew(const OpCall& c) {
     if (fl) {
       s += fmt::format("{0} y = fmod(a0, a1);\n", OT);
       if (!fmod_attr) s += "if (y != 0 && ((y < 0) != (a1 < 0))) y += a1;\n";
-    } else {  // a zero divisor gives 0 (the kernel cannot raise the reference's error)
-      s += fmt::format("{0} y = a1 == 0 ? ({0})0 : ({0})(a0 % a1);\n", OT);
+    } else {  // a zero divisor is an error, found on the host (the kernel still guards it)
+      if (c.host.size() < 2 || !c.host[1]) return errors::Internal("{}: no host copy of the divisor", c.node->label());
+      TD_ASSIGN_OR_RETURN(auto dv, c.host[1]->to_int64_vector());
+      for (size_t i = 0; i < dv.size(); ++i)
+        if (dv[i] == 0)
+          return errors::InvalidArgument("{}: integer division by zero (element {} of divisor of shape {} is 0)",
+                                         c.node->label(), i, shape_to_string(c.inputs[1].shape));
+      // x % -1 is 0 (INT_MIN % -1 overflows in C).
+      s += fmt::format("{0} y = a1 == 0 ? ({0})0 : ({0})({1}a0 % a1);\n", OT,
+                       is_unsigned_dtype(t0) ? "" : "a1 == -1 ? 0 : ");
       if (!fmod_attr && !is_unsigned_dtype(t0)) s += "if (y != 0 && ((y < 0) != (a1 < 0))) y += a1;\n";
     }
     y = "y";
@@ -1975,7 +1983,7 @@ std::vector<int> template_host_inputs(const Node& node) {
     return h;
   }
   if (op == "Range") return {0, 1, 2};
-  if (op == "ReverseSequence" || op == "TopK") return {1};
+  if (op == "ReverseSequence" || op == "TopK" || op == "Mod") return {1};
   if (op == "HannWindow" || op == "HammingWindow" || op == "BlackmanWindow" || op == "ConstantOfShape") return {0};
   if (op.rfind("Reduce", 0) == 0 && node.inputs.size() > 1 && !node.inputs[1].empty()) return {1};
   if (op == "Dropout") {
@@ -2022,6 +2030,8 @@ Status template_supported(const Node& node, const std::vector<TensorType>& in) {
       op == "InstanceNormalization") {
     if (!all_f32(3)) return no("float32 only");
     if (op == "LayerNormalization" && (in.size() < 2 || !in[1].defined())) return no("no scale");
+    if (op == "LayerNormalization" && node.attrs.count("stash_type") && int_attr(node, "stash_type") != 1)
+      return no("stash_type other than float32");
     if (op == "InstanceNormalization" && in.size() < 3) return no("scale and bias");
     if (op == "MaxPool" && node.outputs.size() > 1 && int_attr(node, "storage_order") != 0)
       return no("storage_order=1");
