@@ -653,7 +653,8 @@ Status check_indices(const OpCall& c, size_t input, int64_t dim) {
   TD_ASSIGN_OR_RETURN(auto v, h->to_int64_vector());
   for (int64_t i : v)
     if (i < -dim || i >= dim)
-      return errors::InvalidArgument("{}: index {} is out of range [-{}, {})", c.node->label(), i, dim, dim);
+      return errors::InvalidArgument("{}: index {} is out of range [-{}, {}) for an axis of size {}", c.node->label(),
+                                     i, dim, dim, dim);
   return OkStatus();
 }
 
@@ -822,8 +823,9 @@ Result<OpPlan> plan_arg(const OpCall& c) {
   if (k.n != prod(c.outputs[0].shape)) return errors::InvalidArgument("{}: output does not fit", c.node->label());
   k.body = fmt::format(
       "GLOBAL const {0}* xp = in0 + (gid / {1}) * {2} + gid % {1};\n{0} best = xp[0]; i64 arg = 0;\n"
-      "for (i64 j = 1; j < {3}; ++j) {{ {0} v = xp[j * {1}]; if (v {4} best{5}) {{ best = v; arg = j; }} }}\nout0[gid] = arg;\n",
-      T, C(inner), C(A * inner), C(A), mx ? ">" : "<", last ? fmt::format(" || v == best") : "");
+      "for (i64 j = 1; j < {3}; ++j) {{ {0} v = xp[j * {1}]; if (v {4} best{5}{6}) {{ best = v; arg = j; }} }}\nout0[gid] = arg;\n",
+      T, C(inner), C(A * inner), C(A), mx ? ">" : "<", last ? fmt::format(" || v == best") : "",
+      (T == "float" || T == "double") ? " || (v != v && best == best)" : "");
   return p;
 }
 
@@ -872,9 +874,10 @@ Result<OpPlan> plan_loss(const OpCall& c) {
   {  // targets in range (or ignored)
     if (c.host.size() < 2 || !c.host[1]) return errors::Internal("{}: no host copy of the target", c.node->label());
     TD_ASSIGN_OR_RETURN(auto tv, c.host[1]->to_int64_vector());
-    for (int64_t t : tv)
-      if (!(has_ignore && t == ignore) && (t < 0 || t >= Cn))
-        return errors::InvalidArgument("{}: target value {} is out of range [0, {})", c.node->label(), t, Cn);
+    for (size_t i = 0; i < tv.size(); ++i)
+      if (!(has_ignore && tv[i] == ignore) && (tv[i] < 0 || tv[i] >= Cn))
+        return errors::InvalidArgument("{}: target value {} at flat index {} is out of range [0, {}){}", c.node->label(),
+                                       tv[i], i, Cn, has_ignore ? fmt::format(" and is not ignore_index {}", ignore) : "");
   }
   TD_ASSIGN_OR_RETURN(std::string T, arith_type(c.inputs[0].dtype));
   if (T != "float" && T != "double") return errors::Unimplemented("{}: float inputs only", c.node->label());
@@ -905,12 +908,13 @@ Result<OpPlan> plan_loss(const OpCall& c) {
                        "{0} se = 0;\nfor (i64 j = 0; j < {1}; ++j) se += exp(in0[base + j * {2}] - mx);\nlsum = log(se);\n",
                        T, C(Cn), C(D));
     if (logp) row += fmt::format("for (i64 j = 0; j < {}; ++j) out1[base + j * {}] = in0[base + j * {}] - mx - lsum;\n", C(Cn), C(D), C(D));
-    row += "lsum = mx + lsum;\n";
+    // the loss below subtracts mx and log(se) one after the other (large scores keep their digits)
+
   }
   row += fmt::format("{} loss = 0; {} w = 0;\n", T, T);
   row += fmt::format("if ({}t >= 0 && t < {}) {{ w = {}; loss = -w * (in0[base + t * {}]{}); }}\n",
                      has_ignore ? fmt::format("t != {} && ", C(ignore)) : "", C(Cn), weight ? "in2[t]" : "1",
-                     C(D), sce ? " - lsum" : "");
+                     C(D), sce ? " - mx - lsum" : "");
   std::string s;
   if (none) {
     s = "i64 r = gid;\n" + row + "out0[r] = loss;\n";
@@ -1055,6 +1059,7 @@ Result<OpPlan> plan_resize(const OpCall& c) {
     const std::string qf = fmt::format("(float)q{}", d);
     if (ctm == "half_pixel") xo = fmt::format("({} + 0.5f) / {} - 0.5f", qf, sc);
     else if (ctm == "pytorch_half_pixel") xo = out > 1 ? fmt::format("({} + 0.5f) / {} - 0.5f", qf, sc) : "0.0f";
+    else if (ctm == "tf_half_pixel_for_nn") xo = fmt::format("({} + 0.5f) / {}", qf, sc);
     else if (ctm == "asymmetric") xo = fmt::format("{} / {}", qf, sc);
     else if (ctm == "align_corners") {  // over the resized length scale * in, as the reference
       const double lr = scale[d] * static_cast<double>(in);
@@ -1376,8 +1381,10 @@ Result<OpPlan> plan_reverse_sequence(const OpCall& c) {
   const int64_t Bn = x[static_cast<size_t>(batch_axis)], Tn = x[static_cast<size_t>(time_axis)];
   if (c.host.size() < 2 || !c.host[1] || c.host[1]->numel() != Bn)
     return errors::InvalidArgument("{}: sequence_lens must have {} values", c.node->label(), Bn);
-  for (int64_t l : ints_of(*c.host[1]))
-    if (l < 0 || l > Tn) return errors::InvalidArgument("{}: sequence length {} exceeds {}", c.node->label(), l, Tn);
+  const auto lens = ints_of(*c.host[1]);
+  for (size_t i = 0; i < lens.size(); ++i)
+    if (lens[i] < 0 || lens[i] > Tn)
+      return errors::InvalidArgument("{}: sequence_lens[{}] is {}, not in [0, {}]", c.node->label(), i, lens[i], Tn);
   TD_ASSIGN_OR_RETURN(std::string T, bits_type(c.inputs[0].dtype));
   const std::string LT = c.inputs[1].dtype == DType::kInt32 ? "int" : "i64";
   const auto st = strides_of(x);
@@ -1414,10 +1421,18 @@ Result<OpPlan> plan_grid_sample(const OpCall& c) {
   const size_t ns = x.size() - 2;
   const Shape dims(x.begin() + 2, x.end());
   const int64_t in_sp = prod(dims), out_sp = prod(g, 1, g.size() - 1);
-  if (in_sp == 0) return errors::Unimplemented("{}: an empty input", c.node->label());
   if (o[0] != x[0] || o[1] != x[1] || prod(o) != x[0] * x[1] * out_sp)
     return errors::InvalidArgument("{}: GridSample output does not fit", c.node->label());
   const int taps = mode == "nearest" ? 1 : (mode == "bicubic" || mode == "cubic") ? 4 : 2;
+  if (in_sp == 0) {  // nothing to sample: zeros
+    OpPlan z;
+    z.outputs = {0};
+    z.kernel.name = "tensord_grid_sample_zeros";
+    z.kernel.out_types = {"float"};
+    z.kernel.n = prod(o);
+    z.kernel.body = "out0[gid] = 0.0f;\n";
+    return z;
+  }
   OpPlan p;
   p.inputs = {0, 1};
   p.outputs = {0};
@@ -1490,7 +1505,8 @@ Result<OpPlan> plan_window_fn(const OpCall& c) {
   const double N = static_cast<double>(periodic ? n : n - 1);
   const std::string ph = fmt::format("(2.0 * 3.14159265358979323846 * (double)gid / {})", N == 0 ? 1.0 : N);
   std::string e;
-  if (c.node->op == "HannWindow") e = "0.5 - 0.5 * cos(" + ph + ")";
+  if (N == 0) e = "1.0";
+  else if (c.node->op == "HannWindow") e = "0.5 - 0.5 * cos(" + ph + ")";
   else if (c.node->op == "HammingWindow") e = "(25.0 / 46.0) - (21.0 / 46.0) * cos(" + ph + ")";
   else e = "0.42 - 0.5 * cos(" + ph + ") + 0.08 * cos(2.0 * " + ph + ")";
   OpPlan p;
@@ -2076,6 +2092,16 @@ Status template_supported(const Node& node, const std::vector<TensorType>& in) {
                                                                                                : no("float32 only");
   if (op == "ReverseSequence" && (in.size() < 2 || (in[1].dtype != DType::kInt32 && in[1].dtype != DType::kInt64)))
     return no("int32/int64 sequence lengths");
+  if (op == "EyeLike" && node.attrs.count("dtype")) {
+    const int64_t dt = int_attr(node, "dtype");
+    if (dt == static_cast<int64_t>(DType::kFloat16) || dt == static_cast<int64_t>(DType::kBFloat16) ||
+        !c_type(static_cast<DType>(dt)).ok())
+      return no("EyeLike to this dtype");
+  }
+  if (op == "EyeLike" && node.attrs.count("dtype") == 0 && is_half_dtype(in[0].dtype)) return no("half outputs");
+  if (op == "Pad" && in[0].dtype != DType::kFloat32 && in[0].dtype != DType::kInt32 && in[0].dtype != DType::kInt64 &&
+      in[0].dtype != DType::kInt8 && in[0].dtype != DType::kUInt8 && in[0].dtype != DType::kBool)
+    return no("Pad over this dtype");
   if (op == "EyeLike" || op == "OneHot") {
     if (op == "OneHot" && (in.size() < 3 || !c_type(in[2].dtype).ok() || is_half_dtype(in[2].dtype) ||
                            !arith_type(in[0].dtype).ok()))
