@@ -43,6 +43,9 @@ void to_proto(const DeviceInfo& src, v1::Device* dst) {
   dst->set_backend_version(src.backend_version);
   dst->set_threads(src.threads);
   dst->set_memory_peak(src.memory_peak);
+  dst->set_driver_version(src.driver_version);
+  dst->set_compute_units(src.compute_units);
+  dst->set_fp16(src.fp16);
 }
 
 DeviceInfo from_proto(const v1::Device& src) {
@@ -58,6 +61,9 @@ DeviceInfo from_proto(const v1::Device& src) {
   d.backend_version = src.backend_version();
   d.threads = src.threads();
   d.memory_peak = src.memory_peak();
+  d.driver_version = src.driver_version();
+  d.compute_units = src.compute_units();
+  d.fp16 = src.fp16();
   return d;
 }
 

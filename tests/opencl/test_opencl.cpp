@@ -17,6 +17,7 @@
 
 #include "backends/codegen/lower.h"
 #include "backends/codegen/printer.h"
+#include "backends/codegen/templates.h"
 #include "backends/opencl/opencl_backend.h"
 #include "core/errors.h"
 #include "engine/executor.h"
@@ -489,12 +490,16 @@ TEST(OpenClKernels, ClipWithScalarBoundsAsInputs) {
 TEST(OpenClKernels, UnsupportedOpsAndDtypesAreRefusedByName) {
   REQUIRE_OPENCL();
   const KernelTable& k = cl0().kernels();
-  Node mm = node("mm", "MatMul", {"a", "b"}, {"y"});
-  Status s = k.supports(mm, {{DType::kFloat32, {2, 2}}, {DType::kFloat32, {2, 2}}}, {});
+  Node es = node("es", "Einsum", {"a", "b"}, {"y"});
+  Status s = k.supports(es, {{DType::kFloat32, {2, 2}}, {DType::kFloat32, {2, 2}}}, {});
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(s.message().find("MatMul"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("Einsum"), std::string::npos) << s.message();
+  Node sm = node("sm", "Softmax", {"a"}, {"y"});
+  s = k.supports(sm, {{DType::kInt32, {2, 2}}}, {});
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("float32"), std::string::npos) << s.message();
   Node add = node("a", "Add", {"a", "b"}, {"y"});
-  EXPECT_EQ(k.supports(add, {{DType::kFloat16, {2}}, {DType::kFloat16, {2}}}, {}).code(),
+  EXPECT_EQ(k.supports(add, {{DType::kBool, {2}}, {DType::kBool, {2}}}, {}).code(),
             StatusCode::kUnimplemented);
   EXPECT_EQ(k.supports(add, {{DType::kFloat32, {2, 3}}, {DType::kFloat32, {4}}}, {}).code(),
             StatusCode::kUnimplemented);  // does not broadcast: the cpu reports the error
@@ -628,19 +633,19 @@ TEST(OpenClFusion, AnElementwiseChainIsOneGeneratedKernel) {
 
 TEST(OpenClFusion, AGraphSpanningCpuAndOpenClGivesTheReferenceOutputs) {
   REQUIRE_OPENCL();
-  // MatMul has no OpenCL kernel yet: it falls back to cpu:0 (counted), the rest runs fused on
+  // Einsum has no OpenCL kernel yet: it falls back to cpu:0 (counted), the rest runs fused on
   // opencl:0, with copies at the cuts.
   Graph g;
   g.name = "span";
   g.inputs = {{"a", {DType::kFloat32, {8, 16}}}, {"b", {DType::kFloat32, {16, 4}}}};
   g.initializers["bias"] = HostTensor::from_vector(std::vector<float>{1, -1, 0.5f, 2}, {4});
-  g.nodes = {node("pre", "Tanh", {"a"}, {"t"}), node("mm", "MatMul", {"t", "b"}, {"m"}),
+  g.nodes = {node("pre", "Tanh", {"a"}, {"t"}), node("mm", "Einsum", {"t", "b"}, {"m"}, {{"equation", Attribute("ij,jk->ik")}}),
              node("add", "Add", {"m", "bias"}, {"z"}), node("relu", "Relu", {"z"}, {"y"})};
   g.outputs = {{"y", {}}};
   auto exe = Executable::compile(g, {g.inputs[0].type, g.inputs[1].type}, target_cl0(), {});
   ASSERT_TRUE(exe.ok()) << exe.status().to_string();
   ASSERT_EQ((*exe)->fallbacks().size(), 1u) << (*exe)->describe();
-  EXPECT_EQ((*exe)->fallbacks()[0].op, "MatMul");
+  EXPECT_EQ((*exe)->fallbacks()[0].op, "Einsum");
   EXPECT_NE((*exe)->describe().find("OpenClElementwise: 2 ops"), std::string::npos) << (*exe)->describe();
   TestServices s;
   HostTensor a = random_floats({8, 16}, 11), b = random_floats({16, 4}, 12);
@@ -651,12 +656,12 @@ TEST(OpenClFusion, AGraphSpanningCpuAndOpenClGivesTheReferenceOutputs) {
   EXPECT_GE(s.transfers, 3);  // t and b to cpu:0, m back
   expect_near(get(*outs[0]), reference(g, {a, b})[0], "y");
 
-  // Strict: the MatMul is an error naming it instead of a fallback.
+  // Strict: the Einsum is an error naming it instead of a fallback.
   CompileOptions strict;
   strict.strict_device = true;
   auto refused = Executable::compile(g, {g.inputs[0].type, g.inputs[1].type}, target_cl0(), strict);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("MatMul"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("Einsum"), std::string::npos)
       << refused.status().to_string();
 }
 
@@ -747,6 +752,111 @@ TEST(OpenClCache, ProgramsComeBackFromDiskAndABadEntryIsRebuilt) {
 }
 
 // ---- the generator itself (no device) ----
+
+// MatMul, Gemm, Conv, pools, Softmax, normalisations, data movement, ArgMax, CumSum, Resize:
+// generated per shape (codegen/templates.h), every node on opencl:0 (strict), against the
+// reference kernels.
+TEST(OpenClKernels, GeneratedOpsAgreeWithTheReference) {
+  REQUIRE_OPENCL();
+  Graph g;
+  g.name = "templates";
+  g.inputs = {{"x", {DType::kFloat32, {2, 4, 6, 6}}}, {"a", {DType::kFloat32, {3, 1, 5, 7}}},
+              {"b", {DType::kFloat32, {4, 7, 2}}}};
+  auto f = [](Shape s, uint32_t seed) { return random_floats(s, seed); };
+  g.initializers["w"] = f({6, 2, 3, 3}, 11);   // Conv, group 2
+  g.initializers["bias"] = f({6}, 12);
+  g.initializers["ga"] = f({5, 3}, 13);        // Gemm A, transA
+  g.initializers["gb"] = f({4, 5}, 14);        // Gemm B, transB
+  g.initializers["gc"] = f({4}, 15);
+  g.initializers["scale"] = f({6}, 16);
+  g.initializers["idx"] = HostTensor::from_vector(std::vector<int64_t>{-1, 0, 3, 2}, {2, 2});
+  g.initializers["pads"] = HostTensor::from_vector(std::vector<int64_t>{0, 0, 1, 2, 0, 0, 2, 1}, {8});
+  g.initializers["sizes"] = HostTensor::from_vector(std::vector<int64_t>{2, 4, 9, 4}, {4});
+  g.initializers["cax"] = HostTensor::from_vector(std::vector<int64_t>{2}, {});
+  auto ints = [](std::vector<int64_t> v) { return Attribute(std::move(v)); };
+  g.nodes = {
+      node("mm", "MatMul", {"a", "b"}, {"mm"}),
+      node("gemm", "Gemm", {"ga", "gb", "gc"}, {"gemm"},
+           {{"transA", Attribute(int64_t{1})}, {"transB", Attribute(int64_t{1})}, {"alpha", Attribute(0.5f)}}),
+      node("conv", "Conv", {"x", "w", "bias"}, {"conv"},
+           {{"group", Attribute(int64_t{2})}, {"pads", ints({1, 0, 2, 1})}, {"strides", ints({1, 2})},
+            {"dilations", ints({2, 1})}}),
+      node("mp", "MaxPool", {"conv"}, {"mp"}, {{"kernel_shape", ints({3, 2})}, {"auto_pad", Attribute(std::string("SAME_UPPER"))}}),
+      node("ap", "AveragePool", {"x"}, {"ap"},
+           {{"kernel_shape", ints({3, 3})}, {"pads", ints({1, 1, 1, 1})}, {"count_include_pad", Attribute(int64_t{1})}}),
+      node("sm", "Softmax", {"conv"}, {"sm"}, {{"axis", Attribute(int64_t{1})}}),
+      node("ln", "LayerNormalization", {"x", "scale"}, {"ln"}),
+      node("cat", "Concat", {"x", "x"}, {"cat"}, {{"axis", Attribute(int64_t{1})}}),
+      node("ga", "Gather", {"x", "idx"}, {"gat"}, {{"axis", Attribute(int64_t{3})}}),
+      node("pad", "Pad", {"x", "pads"}, {"pad"}, {{"mode", Attribute(std::string("reflect"))}}),
+      node("rs", "Resize", {"x", "", "", "sizes"}, {"rs"}, {{"mode", Attribute(std::string("linear"))}}),
+      node("am", "ArgMax", {"x"}, {"am"}, {{"axis", Attribute(int64_t{2})}, {"select_last_index", Attribute(int64_t{1})}}),
+      node("cs", "CumSum", {"x", "cax"}, {"cs"}, {{"reverse", Attribute(int64_t{1})}, {"exclusive", Attribute(int64_t{1})}})};
+  for (const char* o : {"mm", "gemm", "conv", "mp", "ap", "sm", "ln", "cat", "gat", "pad", "rs", "am", "cs"})
+    g.outputs.push_back({o, {}});
+  CompileOptions strict;
+  strict.strict_device = true;
+  std::vector<TensorType> types;
+  for (const auto& in : g.inputs) types.push_back(in.type);
+  auto exe = Executable::compile(g, types, target_cl0(), strict);
+  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+  EXPECT_TRUE((*exe)->fallbacks().empty());
+  TestServices s;
+  std::vector<HostTensor> inputs = {f({2, 4, 6, 6}, 1), f({3, 1, 5, 7}, 2), f({4, 7, 2}, 3)};
+  std::vector<Result<DeviceTensor>> in;
+  for (const auto& h : inputs) in.push_back(put(s, cl0(), h));
+  auto outs = (*exe)->run(in, s);
+  auto want = reference(g, inputs);
+  ASSERT_EQ(outs.size(), g.outputs.size());
+  ASSERT_EQ(want.size(), g.outputs.size());
+  for (size_t k = 0; k < outs.size(); ++k) {
+    ASSERT_TRUE(outs[k].ok()) << g.outputs[k].name << ": " << outs[k].status().to_string();
+    expect_near(get(*outs[k]), want[k], g.outputs[k].name);
+  }
+}
+
+TEST(OpenClKernels, AnOutOfRangeIndexIsAnErrorNamingIt) {
+  REQUIRE_OPENCL();
+  Graph g;
+  g.name = "gather";
+  g.inputs = {{"x", {DType::kFloat32, {3, 4}}}, {"i", {DType::kInt64, {2}}}};
+  g.nodes = {node("ga", "Gather", {"x", "i"}, {"y"})};
+  g.outputs = {{"y", {}}};
+  CompileOptions strict;
+  strict.strict_device = true;
+  auto exe = Executable::compile(g, {g.inputs[0].type, g.inputs[1].type}, target_cl0(), strict);
+  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+  TestServices s;
+  auto outs = (*exe)->run({put(s, cl0(), random_floats({3, 4}, 1)),
+                           put(s, cl0(), HostTensor::from_vector(std::vector<int64_t>{1, 7}, {2}))}, s);
+  ASSERT_EQ(outs.size(), 1u);
+  ASSERT_FALSE(outs[0].ok());
+  EXPECT_NE(outs[0].status().message().find("index 7"), std::string::npos) << outs[0].status().to_string();
+}
+
+TEST(KernelGenerator, TemplatesPrintInBothDialects) {
+  Node mm = node("mm", "MatMul", {"a", "b"}, {"y"});
+  codegen::OpCall c;
+  c.node = &mm;
+  c.inputs = {{DType::kFloat32, {2, 3, 4}}, {DType::kFloat32, {4, 5}}};
+  c.host = {nullptr, nullptr};
+  c.outputs = {{DType::kFloat32, {2, 3, 5}}};
+  ASSERT_TRUE(codegen::template_supported(mm, c.inputs).ok());
+  auto plan = codegen::plan_template(c);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EXPECT_EQ(plan->kernel.n, 30);
+  const std::string cl = codegen::print_template(plan->kernel, codegen::Dialect::kOpenCL);
+  const std::string cu = codegen::print_template(plan->kernel, codegen::Dialect::kCuda);
+  EXPECT_NE(cl.find("__kernel void"), std::string::npos) << cl;
+  EXPECT_NE(cl.find("if (gid >= ((i64)30)) return;"), std::string::npos) << cl;
+  EXPECT_NE(cu.find("extern \"C\" __global__ void"), std::string::npos) << cu;
+  EXPECT_NE(cu.find("blockIdx.x"), std::string::npos) << cu;
+  // A shape that does not fit is an error naming the node, not a kernel.
+  c.inputs[1] = {DType::kFloat32, {3, 5}};
+  auto bad = codegen::plan_template(c);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("mm"), std::string::npos) << bad.status().to_string();
+}
 
 TEST(KernelGenerator, BroadcastDimsCollapseAndBothDialectsPrint) {
   std::map<std::string, TensorType> t = {{"a", {DType::kFloat32, {2, 3, 4, 5}}},

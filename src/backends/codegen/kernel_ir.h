@@ -66,7 +66,7 @@ struct ElementwiseKernel {
 
 // A reduction over some axes of a float32 input: one work item per output element, looping
 // over the reduced elements (Kahan-compensated sums). op: "sum" "mean" "max" "min" "prod"
-// "sum_square" "l1" "l2" "log_sum".
+// "sum_square" "l1" "l2" "log_sum" "log_sum_exp".
 struct ReduceKernel {
   std::string name = "tensord_reduce";
   std::string op;

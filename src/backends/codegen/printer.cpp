@@ -241,7 +241,7 @@ Result<std::string> Printer::print(const ElementwiseKernel& k) const {
 
 Result<std::string> Printer::print(const ReduceKernel& k) const {
   const std::string& op = k.op;
-  static const char* kOps[] = {"sum", "mean", "max", "min", "prod", "sum_square", "l1", "l2", "log_sum"};
+  static const char* kOps[] = {"sum", "mean", "max", "min", "prod", "sum_square", "l1", "l2", "log_sum", "log_sum_exp"};
   bool known = false;
   for (const char* o : kOps) known |= op == o;
   if (!known) return errors::Unimplemented("generated kernels: no reduction '{}'", op);
@@ -267,12 +267,28 @@ Result<std::string> Printer::print(const ReduceKernel& k) const {
     s += "  base += (r % " + dim + ") * " + std::to_string(strides[d]) + "LL; r /= " + dim + ";\n";
   }
   const bool sum_like = op == "sum" || op == "mean" || op == "sum_square" || op == "l1" ||
-                        op == "l2" || op == "log_sum";
+                        op == "l2" || op == "log_sum" || op == "log_sum_exp";
   std::string init = lit(0);
   if (op == "max") init = "-" + float_infinity();
   if (op == "min") init = float_infinity();
   if (op == "prod") init = lit(1);
   s += "  float acc = " + init + ", comp = " + lit(0) + ";\n";
+  auto offset_code = [&]() {
+    std::string o = "    " + i64 + " q = j, off = base;\n";
+    for (size_t d = rank; d-- > 0;) {
+      if (!k.reduced[d] || k.in_shape[d] == 1) continue;
+      const std::string dim = std::to_string(k.in_shape[d]) + "LL";
+      o += "    off += (q % " + dim + ") * " + std::to_string(strides[d]) + "LL; q /= " + dim + ";\n";
+    }
+    return o;
+  };
+  if (op == "log_sum_exp") {  // the max first: exp() of values shifted by it cannot overflow
+    s += "  float mx = -" + float_infinity() + ";\n";
+    s += "  for (" + i64 + " j = 0; j < " + std::to_string(k.reduced_numel()) + "LL; ++j) {\n";
+    s += offset_code();
+    s += "    if (in0[off] > mx) mx = in0[off];\n  }\n";
+    s += "  if (mx == " + float_infinity() + " || mx == -" + float_infinity() + ") mx = " + lit(0) + ";\n";
+  }
   s += "  for (" + i64 + " j = 0; j < " + std::to_string(k.reduced_numel()) + "LL; ++j) {\n";
   s += "    " + i64 + " q = j, off = base;\n";
   for (size_t d = rank; d-- > 0;) {
@@ -285,6 +301,7 @@ Result<std::string> Printer::print(const ReduceKernel& k) const {
     std::string term = "x";
     if (op == "sum_square" || op == "l2") term = "x * x";
     if (op == "l1") term = math("fabs", "x");
+    if (op == "log_sum_exp") term = math("exp", "x - mx");
     // Kahan summation: float32 accumulation close to the reference's double.
     s += "    const float y = " + term + " - comp;\n";
     s += "    const float t = acc + y;\n";
@@ -300,6 +317,7 @@ Result<std::string> Printer::print(const ReduceKernel& k) const {
   if (op == "mean") s += "  acc = acc / " + lit(static_cast<double>(k.reduced_numel())) + ";\n";
   if (op == "l2") s += "  acc = " + math("sqrt", "acc") + ";\n";
   if (op == "log_sum") s += "  acc = " + math("log", "acc") + ";\n";
+  if (op == "log_sum_exp") s += "  acc = " + math("log", "acc") + " + mx;\n";
   s += "  out0[i] = acc;\n}\n";
   return s;
 }

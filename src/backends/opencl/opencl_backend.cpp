@@ -19,6 +19,7 @@
 
 #include "backends/codegen/lower.h"
 #include "backends/codegen/printer.h"
+#include "backends/codegen/templates.h"
 #include "core/errors.h"
 #include "core/node_attrs.h"
 #include "tensord/version.h"
@@ -214,6 +215,7 @@ class OpenClDevice final : public Device {
                                         platform_->name, device_string(id, CL_DEVICE_VERSION),
                                         info_.driver_version);
     max_alloc_ = device_value<cl_ulong>(id, CL_DEVICE_MAX_MEM_ALLOC_SIZE, 0);
+    fp64_ = device_string(id, CL_DEVICE_EXTENSIONS).find("cl_khr_fp64") != std::string::npos;
     max_work_group_ = device_value<size_t>(id, CL_DEVICE_MAX_WORK_GROUP_SIZE, 1);
   }
   ~OpenClDevice() override {
@@ -225,6 +227,7 @@ class OpenClDevice final : public Device {
 
   const DeviceInfo& info() const override { return info_; }
   const std::string& name() const { return info_.name; }
+  bool fp64() const { return fp64_; }
   cl_context context() const { return platform_->context; }
   const Platform* platform() const { return platform_.get(); }
 
@@ -392,6 +395,7 @@ class OpenClDevice final : public Device {
   DeviceInfo info_;
   cl_ulong max_alloc_ = 0;
   size_t max_work_group_ = 1;
+  bool fp64_ = false;
   bool sync_ = std::getenv("TENSORD_OPENCL_SYNC") != nullptr;  // finish after every kernel
   OpenClKernelTable kernels_;
   OpenClRegionCompiler regions_;
@@ -608,11 +612,69 @@ class MoveKernel final : public Kernel {
   std::shared_ptr<Program> program_;
 };
 
+// Matmul, convolution, pooling, Softmax, normalisations, Concat/Split/Gather/Pad/Tile,
+// ArgMax/ArgMin, CumSum: a kernel generated per call's shapes (codegen/templates.h); the
+// device keeps every program it built, keyed by source.
+class TemplateOpKernel final : public Kernel {
+ public:
+  TemplateOpKernel(OpenClDevice* d, const Node& node) : device_(d), node_(node) {}
+  std::string name() const override { return "generated"; }
+  std::vector<int> host_inputs() const override { return codegen::template_host_inputs(node_); }
+  Status run(KernelCall& call) override {
+    codegen::OpCall c;
+    c.node = &node_;
+    for (const auto& in : call.inputs) c.inputs.push_back(in.defined() ? in.type() : TensorType{});
+    c.host.assign(call.inputs.size(), nullptr);
+    for (size_t i = 0; i < call.host_values.size() && i < c.host.size(); ++i)
+      if (!call.host_values[i].empty()) c.host[i] = &call.host_values[i];
+    c.outputs = call.output_types;
+    TD_ASSIGN_OR_RETURN(codegen::OpPlan plan, codegen::plan_template(c));
+    const std::string source = codegen::print_template(plan.kernel, codegen::Dialect::kOpenCL);
+    std::shared_ptr<Program> program;
+    if (program_ && source == source_) {
+      program = program_;
+    } else {
+      TD_ASSIGN_OR_RETURN(program, device_->program(source, plan.kernel.name));
+      program_ = program;
+      source_ = source;
+    }
+    std::vector<Arg> args;
+    for (int i : plan.inputs) {
+      const auto& t = call.inputs.at(static_cast<size_t>(i));
+      if (!t.defined() || !t.buffer) return errors::Internal("{}: input {} missing", node_.label(), i);
+      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*t.buffer));
+      args.push_back(a);
+    }
+    call.outputs.assign(call.output_types.size(), DeviceTensor{});
+    for (size_t o = 0; o < call.output_types.size(); ++o) {
+      TensorType t = call.output_types[o];
+      if (o < plan.output_shapes.size()) t.shape = plan.output_shapes[o];
+      if (!t.defined()) continue;
+      TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(t.dtype, t.shape));
+      TD_ASSIGN_OR_RETURN(auto buffer, call.allocator->allocate(static_cast<size_t>(bytes)));
+      call.outputs[o] = DeviceTensor{t.dtype, t.shape, buffer};
+    }
+    for (int o : plan.outputs) {
+      const auto& t = call.outputs.at(static_cast<size_t>(o));
+      if (!t.buffer) return errors::Internal("{}: output {} not allocated", node_.label(), o);
+      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*t.buffer));
+      args.push_back(a);
+    }
+    return device_->launch(*program, args, plan.kernel.n);
+  }
+
+ private:
+  OpenClDevice* device_;
+  Node node_;
+  std::string source_;
+  std::shared_ptr<Program> program_;
+};
+
 const std::map<std::string, std::string>& reduce_ops() {
   static const std::map<std::string, std::string> t = {
       {"ReduceSum", "sum"},         {"ReduceMean", "mean"}, {"ReduceMax", "max"},
       {"ReduceMin", "min"},         {"ReduceProd", "prod"}, {"ReduceSumSquare", "sum_square"},
-      {"ReduceL1", "l1"},           {"ReduceL2", "l2"},     {"ReduceLogSum", "log_sum"}};
+      {"ReduceL1", "l1"},           {"ReduceL2", "l2"},     {"ReduceLogSum", "log_sum"}, {"ReduceLogSumExp", "log_sum_exp"}};
   return t;
 }
 
@@ -710,8 +772,18 @@ Status OpenClKernelTable::supports(const Node& node, const std::vector<TensorTyp
                                    const CompileOptions& options) const {
   (void)options;
   const bool domain_ok = node.domain.empty() || node.domain == "ai.onnx";
+  if (domain_ok && codegen::is_template_op(node.op)) {
+    for (const auto& t : inputs)
+      if (t.defined() && t.dtype == DType::kFloat64 && !device_->fp64())
+        return errors::Unimplemented("{}: {} has no float64 (cl_khr_fp64) ({})", node.op, device_->name(),
+                                     node.label());
+    return codegen::template_supported(node, inputs);
+  }
   if (domain_ok && node.outputs.size() == 1 && !inputs.empty() && inputs[0].defined()) {
     if (is_view_op(node.op)) return OkStatus();
+    if (reduce_ops().count(node.op) && inputs[0].dtype == DType::kFloat64 && device_->fp64() &&
+        shape_is_static(inputs[0].shape) && shape_numel(inputs[0].shape) > 0)
+      return OkStatus();  // a float64 template (codegen::plan_template)
     if (reduce_ops().count(node.op)) {
       // float32 with a static shape and no empty reduction (those fall back: the reference's
       // identities for empty inputs are not generated yet).
@@ -728,7 +800,14 @@ Status OpenClKernelTable::supports(const Node& node, const std::vector<TensorTyp
                                    device_->name(), node.label());
     }
   }
-  TD_RETURN_IF_ERROR(codegen::elementwise_supported(node, inputs, nullptr));
+  if (Status ir = codegen::elementwise_supported(node, inputs, nullptr); !ir.ok()) {
+    if (!codegen::is_template_elementwise(node.op)) return ir;
+    for (const auto& t : inputs)
+      if (t.defined() && t.dtype == DType::kFloat64 && !device_->fp64())
+        return ir;
+    if (!codegen::template_elementwise_supported(node, inputs).ok()) return ir;
+    return OkStatus();
+  }
   bool all_static = true;
   for (const auto& t : inputs) all_static &= !t.defined() || shape_is_static(t.shape);
   if (all_static && node.op != "Clip" && node.op != "CastLike") {
@@ -744,11 +823,15 @@ Result<std::unique_ptr<Kernel>> OpenClKernelTable::create(const Node& node,
                                                           const std::vector<TensorType>& inputs,
                                                           const std::vector<TensorType>& outputs,
                                                           const CompileOptions& options) const {
-  (void)inputs;
   (void)outputs;
   (void)options;
   if (is_view_op(node.op)) return std::unique_ptr<Kernel>(new ViewKernel(node));
+  if (reduce_ops().count(node.op) && !inputs.empty() && inputs[0].dtype == DType::kFloat64)
+    return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (reduce_ops().count(node.op)) return std::unique_ptr<Kernel>(new ReduceOp(device_, node));
+  if (codegen::is_template_op(node.op)) return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
+  if (codegen::is_template_elementwise(node.op) && !codegen::elementwise_supported(node, inputs, nullptr).ok())
+    return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (node.op == "Transpose" || node.op == "Expand" || node.op == "Slice")
     return std::unique_ptr<Kernel>(new MoveKernel(device_, node));
   return std::unique_ptr<Kernel>(new GeneratedKernel(device_, node));

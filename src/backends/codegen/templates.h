@@ -1,0 +1,68 @@
+// Generated kernels that are not element-wise expressions: MatMul/Gemm, convolution, pooling,
+// Softmax family, normalisations, Concat/Split/Gather/GatherElements/Pad/Tile, ArgMax/ArgMin,
+// CumSum. Each is generated per call from the node's attributes and the inputs' shapes (every
+// size is a constant in the source), as a straight loop nest per work item, in a dialect-neutral
+// C subset: a prelude per dialect (OpenCL C, CUDA C) defines KERNEL, GLOBAL, GID, i64 and the
+// small types, so the same text compiles in both (the OpenCL backend uses it; the CUDA backend
+// of issue 12 can use it as is).
+//
+// Kernel signature, as for element-wise kernels (printer.h): for each input, then each output,
+// a byte pointer and a 64-bit byte offset; 1-D over at least `n` work items, the ones past the
+// end return. Every index a kernel reads through is bounded by the shapes it was generated for
+// (and indices read from tensors are clamped into range after the host checked them).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensord/graph.h"
+#include "tensord/status.h"
+#include "tensord/tensor.h"
+
+namespace tensord::codegen {
+
+enum class Dialect : uint8_t { kOpenCL, kCuda };
+
+struct TemplateKernel {
+  std::string name = "tensord_op";
+  std::vector<std::string> in_types;   // element type of each input pointer ("float", "i64"...)
+  std::vector<std::string> out_types;  // of each output pointer
+  std::string body;                    // statements for work item `gid` (in0.., out0..)
+  int64_t n = 0;                       // work items
+};
+
+std::string print_template(const TemplateKernel& k, Dialect dialect);
+
+// One call of a node: its inputs' types (undefined where omitted), the host copies of the
+// inputs template_host_inputs() named (nullptr elsewhere), and the inferred output types.
+struct OpCall {
+  const Node* node = nullptr;
+  std::vector<TensorType> inputs;
+  std::vector<const HostTensor*> host;
+  std::vector<TensorType> outputs;
+};
+
+// The kernel for a call, and how it binds: kernel input k is call input inputs[k]; kernel
+// output k is node output outputs[k] (outputs not listed are omitted ones, or empty).
+struct OpPlan {
+  TemplateKernel kernel;
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+  // Where the values decide an output's shape (Range): the shapes of outputs, by node output.
+  std::vector<Shape> output_shapes;
+};
+
+// Whether the op has a template at all, and whether this node with these input types is
+// supported (UNIMPLEMENTED naming why not).
+bool is_template_op(const std::string& op);
+Status template_supported(const Node& node, const std::vector<TensorType>& inputs);
+// Element-wise ops over the dtypes the IR (kernel_ir.h) lacks (int8/16, unsigned, float64):
+// Max, Min, Mod, Pow, Cast, CastLike, Clip; plan_template() plans them too.
+bool is_template_elementwise(const std::string& op);
+Status template_elementwise_supported(const Node& node, const std::vector<TensorType>& inputs);
+// Inputs the plan needs on the host (shape-like inputs; indices it validates).
+std::vector<int> template_host_inputs(const Node& node);
+Result<OpPlan> plan_template(const OpCall& call);
+
+}  // namespace tensord::codegen
