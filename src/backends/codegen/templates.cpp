@@ -1758,9 +1758,11 @@ Result<OpPlan> plan_gathernd(const OpCall& c) {
     if (c.host.size() < 2 || !c.host[1]) return errors::Internal("{}: no host copy of the indices", c.node->label());
     TD_ASSIGN_OR_RETURN(auto v, c.host[1]->to_int64_vector());
     for (size_t i = 0; i < v.size(); ++i) {
-      const int64_t dim = x[b + i % static_cast<size_t>(m)];
+      const size_t axis = b + i % static_cast<size_t>(m);
+      const int64_t dim = x[axis];
       if (v[i] < -dim || v[i] >= dim)
-        return errors::InvalidArgument("{}: index {} is out of range for a dim of {}", c.node->label(), v[i], dim);
+        return errors::InvalidArgument("{}: index {} is out of range for axis {} of size {}",
+                                       c.node->label(), v[i], axis, dim);
     }
   }
   TD_ASSIGN_OR_RETURN(std::string T, bits_type(c.inputs[0].dtype));
@@ -1849,9 +1851,11 @@ Result<OpPlan> plan_scatternd(const OpCall& c) {
     if (c.host.size() < 2 || !c.host[1]) return errors::Internal("{}: no host copy of the indices", c.node->label());
     TD_ASSIGN_OR_RETURN(auto v, c.host[1]->to_int64_vector());
     for (size_t i = 0; i < v.size(); ++i) {
-      const int64_t dim = x[i % static_cast<size_t>(m)];
+      const size_t axis = i % static_cast<size_t>(m);
+      const int64_t dim = x[axis];
       if (v[i] < -dim || v[i] >= dim)
-        return errors::InvalidArgument("{}: index {} is out of range for a dim of {}", c.node->label(), v[i], dim);
+        return errors::InvalidArgument("{}: index {} is out of range for axis {} of size {}",
+                                       c.node->label(), v[i], axis, dim);
     }
   }
   TD_ASSIGN_OR_RETURN(std::string T, reduction == "none" ? bits_type(c.inputs[0].dtype) : arith_type(c.inputs[0].dtype));
