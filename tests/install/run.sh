@@ -41,7 +41,10 @@ PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" pkg-config --exists tensord
 c++ -o "$TMP/consumer_pc" "$SRC/tests/install/main.cpp" \
   $(PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" pkg-config --cflags --libs tensord) \
   -Wl,-rpath,"$PREFIX/lib"
-ldd "$TMP/consumer_pc" | grep -q "libtensord.so.0 => $PREFIX/lib" || { ldd "$TMP/consumer_pc"; exit 1; }
+# Not `ldd | grep -q` under pipefail: grep quits at the first match and ldd, still writing,
+# dies of SIGPIPE, which fails the pipeline although the line was there.
+LDD=$(ldd "$TMP/consumer_pc")
+grep -q "libtensord.so.0 => $PREFIX/lib" <<<"$LDD" || { echo "$LDD"; exit 1; }
 
 # A broker from the installed tree.
 SOCK=$TMP/broker.sock
