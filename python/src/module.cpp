@@ -81,6 +81,9 @@ Array from_numpy(const PyClient& c, py::array a, const std::string& device) {
   return Array::from_handle(c.ctx, *h, TensorType{dtype, shape}, dev);
 }
 
+// Values this large are read into Client::allocate_host() memory (see to_numpy).
+constexpr int64_t kHostBufferMinBytes = 1 << 20;
+
 // Array -> a new NumPy array: the value's bytes go straight into the array's memory
 // (Client::read_into: one copy, from the engine's memory or off the wire / out of the broker's
 // shared-memory region; no intermediate HostTensor). A data-dependent shape is learned first
@@ -95,16 +98,36 @@ py::array to_numpy(const Array& a) {
   Shape s = value_or_throw(std::move(shape));
   (void)value_or_throw(checked_byte_size(a.dtype(), s));  // a size no host could hold
   py::dtype dt = numpy_dtype(a.dtype());
-  py::array out(dt, std::vector<py::ssize_t>(s.begin(), s.end()));
-  void* dst = out.nbytes() ? out.mutable_data() : nullptr;
-  const size_t room = static_cast<size_t>(out.nbytes());
+  const std::vector<py::ssize_t> dims(s.begin(), s.end());
+  // Large values land in memory from Client::allocate_host() and NumPy gets that memory (the
+  // array's base owns it): on a same-host broker it is a region the broker writes into
+  // itself, one copy as an upload; embedded it is a recycled, already-mapped block instead of
+  // fresh pages faulted in under the copy. Small ones go into an ordinary NumPy array.
+  std::shared_ptr<Context> ctx = a.context();
+  const int64_t bytes = value_or_throw(checked_byte_size(a.dtype(), s));
+  py::object out;  // a py::array() would be an empty float64 array, not nothing
+  if (ctx && bytes >= kHostBufferMinBytes) {
+    Result<HostTensor> buf = Status(StatusCode::kUnknown, "");
+    {
+      py::gil_scoped_release release;
+      buf = ctx->client().allocate_host(a.dtype(), s);
+    }
+    if (buf.ok() && buf->nbytes() == static_cast<size_t>(bytes)) {
+      auto* owner = new HostTensor(std::move(*buf));
+      py::capsule base(owner, [](void* p) { delete static_cast<HostTensor*>(p); });
+      out = py::array(dt, dims, std::vector<py::ssize_t>{}, owner->mutable_data(), base);
+    }
+  }
+  py::array arr = out ? py::reinterpret_steal<py::array>(out.release()) : py::array(dt, dims);
+  void* dst = arr.nbytes() ? arr.mutable_data() : nullptr;
+  const size_t room = static_cast<size_t>(arr.nbytes());
   Result<TensorType> t = Status(StatusCode::kUnknown, "");
   {
     py::gil_scoped_release release;
     t = a.read_into(dst, room);
   }
   TensorType type = value_or_throw(std::move(t));
-  if (type.dtype == a.dtype() && type.shape == s) return out;
+  if (type.dtype == a.dtype() && type.shape == s) return arr;
   // The value is not what its Array said (should not happen): read it as it is.
   Result<HostTensor> r = Status(StatusCode::kUnknown, "");
   {

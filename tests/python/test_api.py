@@ -1,5 +1,7 @@
 """Every array-API function against NumPy on random inputs: 0-d, empty, broadcasting, dtypes.
 Runs once per client (embedded engine, real broker)."""
+import gc
+
 import numpy as np
 import pytest
 
@@ -395,5 +397,14 @@ def test_numpy_reads_large_values_straight_into_the_array(client):
     assert got.dtype == np.float32 and got.shape == a.shape
     assert got.flags["C_CONTIGUOUS"] and got.flags["WRITEABLE"]
     np.testing.assert_array_equal(got, a * np.float32(2) - np.float32(1))
+    # Its memory is Client::allocate_host()'s (a region the broker wrote into on a same-host
+    # broker, a recycled block embedded), owned by the array's base, writable, and it stays
+    # valid after the tensord arrays that produced it are gone.
+    assert got.base is not None and not got.flags["OWNDATA"]
+    del x, y
+    gc.collect()
+    got[0] = 7.0
+    assert got[0] == 7.0
+    np.testing.assert_array_equal(got[1:], a[1:] * np.float32(2) - np.float32(1))
     ints = td.asarray(np.arange(12, dtype=np.int64).reshape(3, 4), client=client)
     np.testing.assert_array_equal(ints.numpy(), np.arange(12).reshape(3, 4))
