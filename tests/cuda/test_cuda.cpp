@@ -150,6 +150,116 @@ TEST(CudaPlanning, MatMulShapesMapToOneCublasCall) {
   EXPECT_EQ(cuda::plan_matmul({2, 1, 3, 4}, {1, 3, 4, 5}).status().code(), StatusCode::kUnimplemented);
 }
 
+Node conv_node(AttributeMap attrs, const char* op = "Conv") {
+  Node n;
+  n.name = "c";
+  n.op = op;
+  n.inputs = {"x", "w"};
+  n.outputs = {"y"};
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+TEST(CudaPlanning, ConvolutionsMapToCudnnDescriptorsOrSayWhyNot) {
+  // 3x3, pad 1, stride 2: symmetric, output floor((56 + 2 - 3) / 2) + 1 = 28.
+  auto p = cuda::plan_cudnn_conv(
+      conv_node({{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"strides", std::vector<int64_t>{2, 2}}}),
+      {8, 16, 56, 56}, {32, 16, 3, 3}, true);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->y, (std::vector<int64_t>{8, 32, 28, 28}));
+  EXPECT_EQ(p->pads, (std::vector<int>{1, 1}));
+  EXPECT_EQ(p->strides, (std::vector<int>{2, 2}));
+  EXPECT_EQ(p->dilations, (std::vector<int>{1, 1}));
+  EXPECT_TRUE(p->bias);
+  // Depthwise (group = channels), dilation 2, SAME_UPPER with an even total pad.
+  p = cuda::plan_cudnn_conv(conv_node({{"group", int64_t{16}},
+                                       {"dilations", std::vector<int64_t>{2, 2}},
+                                       {"auto_pad", std::string("SAME_UPPER")}}),
+                            {1, 16, 10, 10}, {16, 1, 3, 3}, false);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->group, 16);
+  EXPECT_EQ(p->pads, (std::vector<int>{2, 2}));
+  EXPECT_EQ(p->y, (std::vector<int64_t>{1, 16, 10, 10}));
+  // 1-D runs as 2-D with height 1.
+  p = cuda::plan_cudnn_conv(conv_node({}), {2, 3, 7}, {4, 3, 3}, false);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->x, (std::vector<int64_t>{2, 3, 1, 7}));
+  EXPECT_EQ(p->y, (std::vector<int64_t>{2, 4, 1, 5}));
+  EXPECT_EQ(p->pads.size(), 2u);
+  // Asymmetric pads (explicit or from SAME with an odd total): not cuDNN's, the template's.
+  p = cuda::plan_cudnn_conv(conv_node({{"pads", std::vector<int64_t>{0, 0, 1, 1}}}), {1, 1, 5, 5}, {1, 1, 2, 2}, false);
+  EXPECT_EQ(p.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(p.status().message().find("asymmetric"), std::string::npos) << p.status().message();
+  p = cuda::plan_cudnn_conv(conv_node({{"auto_pad", std::string("SAME_LOWER")}}), {1, 1, 4, 4}, {1, 1, 2, 2}, false);
+  EXPECT_EQ(p.status().code(), StatusCode::kUnimplemented);
+  // Channels and groups that disagree: a bad model, said so.
+  p = cuda::plan_cudnn_conv(conv_node({{"group", int64_t{3}}}), {1, 4, 5, 5}, {6, 2, 3, 3}, false);
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  p = cuda::plan_cudnn_conv(conv_node({}), {1, 1, 2, 2, 2, 2}, {1, 1, 1, 1, 1, 1}, false);
+  EXPECT_EQ(p.status().code(), StatusCode::kUnimplemented);
+}
+
+TEST(CudaPlanning, PoolingsMapToCudnnDescriptorsOrSayWhyNot) {
+  auto p = cuda::plan_cudnn_pool(
+      conv_node({{"kernel_shape", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{2, 2}},
+                 {"pads", std::vector<int64_t>{1, 1, 1, 1}}},
+                "MaxPool"),
+      {1, 64, 112, 112});
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->mode, cuda::PoolPlan::kMax);
+  EXPECT_EQ(p->y, (std::vector<int64_t>{1, 64, 56, 56}));
+  EXPECT_EQ(p->window, (std::vector<int>{3, 3}));
+  p = cuda::plan_cudnn_pool(conv_node({{"kernel_shape", std::vector<int64_t>{2, 2}},
+                                       {"pads", std::vector<int64_t>{1, 1, 1, 1}},
+                                       {"count_include_pad", int64_t{1}}},
+                                      "AveragePool"),
+                            {1, 1, 4, 4});
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->mode, cuda::PoolPlan::kAverageIncludePad);
+  EXPECT_EQ(p->y, (std::vector<int64_t>{1, 1, 5, 5}));
+  p = cuda::plan_cudnn_pool(conv_node({{"kernel_shape", std::vector<int64_t>{2, 2}}}, "AveragePool"), {1, 1, 4, 4});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->mode, cuda::PoolPlan::kAverageExcludePad);
+  p = cuda::plan_cudnn_pool(conv_node({}, "GlobalAveragePool"), {2, 8, 7, 7});
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->window, (std::vector<int>{7, 7}));
+  EXPECT_EQ(p->y, (std::vector<int64_t>{2, 8, 1, 1}));
+  // What cuDNN cannot do goes to the templates: ceil_mode with a partial window, dilations,
+  // the Indices output.
+  p = cuda::plan_cudnn_pool(conv_node({{"kernel_shape", std::vector<int64_t>{2, 2}}, {"ceil_mode", int64_t{1}},
+                                       {"strides", std::vector<int64_t>{2, 2}}},
+                                      "MaxPool"),
+                            {1, 1, 5, 5});
+  EXPECT_EQ(p.status().code(), StatusCode::kUnimplemented);
+  p = cuda::plan_cudnn_pool(conv_node({{"kernel_shape", std::vector<int64_t>{2, 2}}, {"ceil_mode", int64_t{1}},
+                                       {"strides", std::vector<int64_t>{2, 2}}},
+                                      "MaxPool"),
+                            {1, 1, 4, 4});
+  EXPECT_TRUE(p.ok()) << "ceil_mode without a partial window is the same size";
+  p = cuda::plan_cudnn_pool(conv_node({{"kernel_shape", std::vector<int64_t>{2, 2}},
+                                       {"dilations", std::vector<int64_t>{2, 2}}},
+                                      "MaxPool"),
+                            {1, 1, 5, 5});
+  EXPECT_EQ(p.status().code(), StatusCode::kUnimplemented);
+  Node two = conv_node({{"kernel_shape", std::vector<int64_t>{2, 2}}}, "MaxPool");
+  two.outputs = {"y", "indices"};
+  EXPECT_EQ(cuda::plan_cudnn_pool(two, {1, 1, 4, 4}).status().code(), StatusCode::kUnimplemented);
+}
+
+TEST(CudaLibraries, CudnnLoadsWithoutAGpuAndIsVersion9) {
+  std::string why;
+  const int64_t v = cuda::cudnn_version(&why);
+  if (v == 0) {
+    if (in_ci() && std::filesystem::exists("/usr/local/cuda/include/cudnn.h"))
+      FAIL() << "cuDNN's header is installed but libcudnn does not load: " << why;
+    GTEST_SKIP() << "cuDNN is not loadable here: " << why;
+  }
+  std::cout << "[ cuda ] cuDNN " << v / 10000 << "." << (v % 10000) / 100 << "." << v % 100 << "\n";
+  EXPECT_GE(v, 90000);
+  EXPECT_LT(v, 100000);
+  EXPECT_EQ(cuda::library_names("cudnn").front(), "libcudnn.so.9");
+}
+
 TEST(CudaPlanning, CopiesAreChunkedToTheStagingBuffers) {
   auto c = cuda::plan_chunks(20, 8);
   ASSERT_EQ(c.size(), 3u);
@@ -318,7 +428,10 @@ TEST(CudaNvrtc, EveryKernelGeneratedForTheOnnxNodeTestsCompiles) {
   for (size_t b = 0; b < all.size(); b += kBatch) {
     std::string unit;
     const size_t end = std::min(all.size(), b + kBatch);
-    for (size_t i = b; i < end; ++i) unit += renamed(all[i].first, all[i].second.first, i) + "\n";
+    // Each in its own namespace: the template kernels' helper functions (half conversions)
+    // would otherwise be defined twice in one unit.
+    for (size_t i = b; i < end; ++i)
+      unit += "namespace tk" + std::to_string(i) + " {\n" + renamed(all[i].first, all[i].second.first, i) + "}\n";
     if (cuda::nvrtc_compile(unit, compile_arch).ok()) {
       compiled += static_cast<int64_t>(end - b);
       continue;
@@ -335,6 +448,14 @@ TEST(CudaNvrtc, EveryKernelGeneratedForTheOnnxNodeTestsCompiles) {
             << " tests with Loop/Scan left out)\n";
   EXPECT_GT(ran, 100);
   EXPECT_GT(all.size(), 100u) << "the generator emitted kernels for the suite";
+  // The shared templates (codegen/templates.h) run on cuda:0 too: convolution, pooling,
+  // Softmax, normalisation and data-movement tests each produced a kernel.
+  for (const char* prefix : {"test_conv_", "test_maxpool_", "test_averagepool_", "test_softmax_",
+                             "test_layer_normalization_", "test_concat_", "test_gather_", "test_resize_"}) {
+    bool seen = false;
+    for (const auto& [src, kt] : sources) seen |= kt.second.rfind(prefix, 0) == 0;
+    EXPECT_TRUE(seen) << "no CUDA kernel was generated for the " << prefix << "* tests";
+  }
   EXPECT_EQ(compiled, static_cast<int64_t>(all.size()));
   for (const auto& e : compile_errors) ADD_FAILURE() << e;
 }

@@ -15,6 +15,7 @@
 
 #include "backends/codegen/lower.h"
 #include "backends/codegen/printer.h"
+#include "backends/codegen/templates.h"
 #include "backends/cuda/cuda_api.h"
 #include "core/errors.h"
 #include "core/node_attrs.h"
@@ -218,7 +219,7 @@ class CudaDevice final : public Device {
     info_.driver_version = fmt::format("{}.{}", driver / 1000, (driver % 1000) / 10);
     info_.compute_units = sms;
     info_.fp16 = cc_ >= 53;
-    set_backend_version("generated kernels, cuBLAS");
+    set_backend_version("generated kernels, cuBLAS, cuDNN");
   }
   // The pretend device of TENSORD_CUDA_COMPILE_ONLY: host memory, kernels compiled, not run.
   explicit CudaDevice(std::string arch) : compile_arch_(std::move(arch)), kernels_(this), regions_(this) {
@@ -237,6 +238,9 @@ class CudaDevice final : public Device {
     api_->cuStreamSynchronize(stream_);
     for (auto& [src, p] : programs_) p.reset();
     if (blas_ && blas_api_) blas_api_->cublasDestroy(blas_);
+#if TENSORD_HAVE_CUDNN_H
+    if (dnn_ && dnn_api_) dnn_api_->cudnnDestroy(dnn_);
+#endif
     for (void* s : staging_)
       if (s) api_->cuMemFreeHost(s);
     for (CUevent e : staging_done_)
@@ -498,6 +502,40 @@ class CudaDevice final : public Device {
     return OkStatus();
   }
 
+#if TENSORD_HAVE_CUDNN_H
+  // Whether cuDNN kernels may run here: a real device, TENSORD_CUDNN not 0, libcudnn loads.
+  bool cudnn_usable() const {
+    if (compile_only() || env_is("TENSORD_CUDNN", "0")) return false;
+    std::string why;
+    return cudnn_api(&why) != nullptr;
+  }
+  // The device's cuDNN handle, on its stream (made on first use).
+  Result<cudnnHandle_t> dnn(const CudnnApi** api) {
+    std::lock_guard<std::mutex> lock(dnn_mu_);
+    if (!dnn_) {
+      std::string why;
+      dnn_api_ = cudnn_api(&why);
+      if (!dnn_api_) return errors::Unavailable("{}: cuDNN is not available: {}", info_.name, why);
+      TD_RETURN_IF_ERROR(enter());
+      const cudnnStatus_t st = dnn_api_->cudnnCreate(&dnn_);
+      if (st != CUDNN_STATUS_SUCCESS) {
+        dnn_ = nullptr;
+        return errors::Internal("{}: cudnnCreate failed: {}", info_.name, dnn_api_->cudnnGetErrorString(st));
+      }
+      dnn_api_->cudnnSetStream(dnn_, reinterpret_cast<cudaStream_t>(stream_));
+    }
+    *api = dnn_api_;
+    return dnn_;
+  }
+#endif
+  // After a library call: TENSORD_CUDA_SYNC=1 waits for it (errors at the op).
+  Status after_call(const char* what) {
+    g_kernels_launched++;
+    if (!sync_ || compile_only()) return OkStatus();
+    CUresult r = api_->cuStreamSynchronize(stream_);
+    return r == CUDA_SUCCESS ? OkStatus() : cu_status(api_, r, info_.name, what);
+  }
+
  private:
   void set_backend_version(const std::string& what) {
     std::string why;
@@ -538,6 +576,11 @@ class CudaDevice final : public Device {
   std::mutex blas_mu_;
   const CublasApi* blas_api_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+#if TENSORD_HAVE_CUDNN_H
+  std::mutex dnn_mu_;
+  const CudnnApi* dnn_api_ = nullptr;
+  cudnnHandle_t dnn_ = nullptr;
+#endif
 };
 // A lowered, compiled element-wise kernel and how its parameters bind.
 struct Compiled {
@@ -748,11 +791,71 @@ class MoveKernel final : public Kernel {
   std::shared_ptr<Program> program_;
 };
 
+// Matmul (what cuBLAS does not take), convolution, pooling, Softmax, normalisations,
+// Concat/Split/Gather/Pad/Tile, ArgMax/ArgMin, CumSum, Resize...: a kernel generated per call's
+// shapes from the device-neutral templates (codegen/templates.h) printed as CUDA C; the device
+// keeps every program it built, keyed by source.
+class TemplateOpKernel final : public Kernel {
+ public:
+  TemplateOpKernel(CudaDevice* d, const Node& node) : device_(d), node_(node) {}
+  std::string name() const override { return "generated"; }
+  std::vector<int> host_inputs() const override { return codegen::template_host_inputs(node_); }
+  Status run(KernelCall& call) override {
+    codegen::OpCall c;
+    c.node = &node_;
+    for (const auto& in : call.inputs) c.inputs.push_back(in.defined() ? in.type() : TensorType{});
+    c.host.assign(call.inputs.size(), nullptr);
+    for (size_t i = 0; i < call.host_values.size() && i < c.host.size(); ++i)
+      if (!call.host_values[i].empty()) c.host[i] = &call.host_values[i];
+    c.outputs = call.output_types;
+    TD_ASSIGN_OR_RETURN(codegen::OpPlan plan, codegen::plan_template(c));
+    const std::string source = codegen::print_template(plan.kernel, codegen::Dialect::kCuda);
+    std::shared_ptr<Program> program;
+    if (program_ && source == source_) {
+      program = program_;
+    } else {
+      TD_ASSIGN_OR_RETURN(program, device_->program(source, plan.kernel.name));
+      program_ = program;
+      source_ = source;
+    }
+    std::vector<Arg> args;
+    for (int i : plan.inputs) {
+      const auto& t = call.inputs.at(static_cast<size_t>(i));
+      if (!t.defined() || !t.buffer) return errors::Internal("{}: input {} missing", node_.label(), i);
+      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*t.buffer));
+      args.push_back(a);
+    }
+    call.outputs.assign(call.output_types.size(), DeviceTensor{});
+    for (size_t o = 0; o < call.output_types.size(); ++o) {
+      TensorType t = call.output_types[o];
+      if (o < plan.output_shapes.size()) t.shape = plan.output_shapes[o];
+      if (!t.defined()) continue;
+      TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(t.dtype, t.shape));
+      TD_ASSIGN_OR_RETURN(auto buffer, call.allocator->allocate(static_cast<size_t>(bytes)));
+      call.outputs[o] = DeviceTensor{t.dtype, t.shape, buffer};
+    }
+    for (int o : plan.outputs) {
+      const auto& t = call.outputs.at(static_cast<size_t>(o));
+      if (!t.buffer) return errors::Internal("{}: output {} not allocated", node_.label(), o);
+      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*t.buffer));
+      args.push_back(a);
+    }
+    return device_->launch(*program, args, plan.kernel.n);
+  }
+
+ private:
+  CudaDevice* device_;
+  Node node_;
+  std::string source_;
+  std::shared_ptr<Program> program_;
+};
+
 const std::map<std::string, std::string>& reduce_ops() {
   static const std::map<std::string, std::string> t = {
       {"ReduceSum", "sum"},         {"ReduceMean", "mean"}, {"ReduceMax", "max"},
       {"ReduceMin", "min"},         {"ReduceProd", "prod"}, {"ReduceSumSquare", "sum_square"},
-      {"ReduceL1", "l1"},           {"ReduceL2", "l2"},     {"ReduceLogSum", "log_sum"}};
+      {"ReduceL1", "l1"},           {"ReduceL2", "l2"},     {"ReduceLogSum", "log_sum"},
+      {"ReduceLogSumExp", "log_sum_exp"}};
   return t;
 }
 
@@ -914,28 +1017,307 @@ bool broadcast_shape(const std::vector<TensorType>& inputs, Shape* out) {
   return true;
 }
 
+#if TENSORD_HAVE_CUDNN_H
+// ---- cuDNN (legacy API): convolution with bias, pooling ----
+
+std::vector<int> to_int(const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); }
+std::vector<int> packed_strides(const std::vector<int64_t>& dims) {
+  std::vector<int> st(dims.size(), 1);
+  for (size_t d = dims.size(); d-- > 1;) st[d - 1] = st[d] * static_cast<int>(dims[d]);
+  return st;
+}
+
+Status dnn_status(const CudnnApi* api, cudnnStatus_t st, const std::string& where, const char* what) {
+  if (st == CUDNN_STATUS_SUCCESS) return OkStatus();
+  return errors::Internal("{}: {} failed: {}", where, what, api->cudnnGetErrorString(st));
+}
+
+// The descriptors of one shape, destroyed with it.
+struct DnnDescs {
+  const CudnnApi* api = nullptr;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, b = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnActivationDescriptor_t act = nullptr;
+  cudnnPoolingDescriptor_t pool = nullptr;
+  ~DnnDescs() {
+    if (!api) return;
+    for (auto* t : {x, y, b})
+      if (t) api->cudnnDestroyTensorDescriptor(t);
+    if (w) api->cudnnDestroyFilterDescriptor(w);
+    if (conv) api->cudnnDestroyConvolutionDescriptor(conv);
+    if (act) api->cudnnDestroyActivationDescriptor(act);
+    if (pool) api->cudnnDestroyPoolingDescriptor(pool);
+  }
+  Status tensor(cudnnTensorDescriptor_t* d, const std::vector<int64_t>& dims, const std::string& where) {
+    TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnCreateTensorDescriptor(d), where, "cudnnCreateTensorDescriptor"));
+    const std::vector<int> n = to_int(dims), st = packed_strides(dims);
+    return dnn_status(api, api->cudnnSetTensorNdDescriptor(*d, CUDNN_DATA_FLOAT, static_cast<int>(n.size()), n.data(),
+                                                           st.data()),
+                      where, "cudnnSetTensorNdDescriptor");
+  }
+};
+
+size_t cudnn_workspace_limit() {
+  const char* v = std::getenv("TENSORD_CUDNN_WORKSPACE_MIB");
+  const long mib = v && *v ? std::strtol(v, nullptr, 10) : 1024;
+  return static_cast<size_t>(std::max<long>(mib, 0)) << 20;
+}
+
+// Conv (float32, NCHW) on cuDNN: cudnnConvolutionForward then the bias with cudnnAddTensor, or
+// cudnnConvolutionBiasActivationForward when a ReLU is fused. The algorithm is cuDNN's
+// heuristic pick (cudnnGetConvolutionForwardAlgorithm_v7), or measured with
+// cudnnFindConvolutionForwardAlgorithmEx under TENSORD_CUDNN_FIND=1, within
+// TENSORD_CUDNN_WORKSPACE_MIB (default 1024) of workspace, taken from the engine's pool.
+class CudnnConvKernel final : public Kernel {
+ public:
+  CudnnConvKernel(CudaDevice* d, const Node& node, bool relu = false) : device_(d), node_(node), relu_(relu) {}
+  std::string name() const override { return relu_ ? "cudnn conv+relu" : "cudnn"; }
+  Status run(KernelCall& call) override {
+    if (call.inputs.size() < 2 || !call.inputs[0].defined() || !call.inputs[1].defined() || call.output_types.empty())
+      return errors::Internal("{}: missing inputs", node_.label());
+    const DeviceTensor& x = call.inputs[0];
+    const DeviceTensor& w = call.inputs[1];
+    const bool has_b = call.inputs.size() > 2 && call.inputs[2].defined();
+    const TensorType& out = call.output_types[0];
+    const std::string key = shape_to_string(x.shape) + shape_to_string(w.shape) + (has_b ? "b" : "");
+    const CudnnApi* api = nullptr;
+    TD_ASSIGN_OR_RETURN(cudnnHandle_t h, device_->dnn(&api));
+    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
+    TD_ASSIGN_OR_RETURN(auto y, call.allocator->allocate(static_cast<size_t>(bytes)));
+    void* X = ptr(*x.buffer);
+    void* W = ptr(*w.buffer);
+    void* Y = ptr(*y);
+    const std::string& where = device_->name();
+    std::shared_ptr<Buffer> ws;
+    if (!descs_ || key != key_) {
+      TD_ASSIGN_OR_RETURN(plan_, plan_cudnn_conv(node_, x.shape, w.shape, has_b));
+      if (shape_numel(out.shape) != shape_numel(plan_.y))
+        return errors::Internal("{}: cuDNN's output {} differs from the inferred {}", node_.label(),
+                                fmt::join(plan_.y, "x"), shape_to_string(out.shape));
+      auto d = std::make_unique<DnnDescs>();
+      d->api = api;
+      TD_RETURN_IF_ERROR(d->tensor(&d->x, plan_.x, where));
+      TD_RETURN_IF_ERROR(d->tensor(&d->y, plan_.y, where));
+      std::vector<int64_t> bdims(plan_.y.size(), 1);
+      bdims[1] = plan_.y[1];
+      TD_RETURN_IF_ERROR(d->tensor(&d->b, bdims, where));
+      const std::vector<int> wd = to_int(plan_.w);
+      TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnCreateFilterDescriptor(&d->w), where, "cudnnCreateFilterDescriptor"));
+      TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnSetFilterNdDescriptor(d->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                                                         static_cast<int>(wd.size()), wd.data()),
+                                    where, "cudnnSetFilterNdDescriptor"));
+      TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnCreateConvolutionDescriptor(&d->conv), where,
+                                    "cudnnCreateConvolutionDescriptor"));
+      TD_RETURN_IF_ERROR(dnn_status(
+          api, api->cudnnSetConvolutionNdDescriptor(d->conv, static_cast<int>(plan_.pads.size()), plan_.pads.data(),
+                                                    plan_.strides.data(), plan_.dilations.data(),
+                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+          where, "cudnnSetConvolutionNdDescriptor"));
+      TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnSetConvolutionGroupCount(d->conv, plan_.group), where,
+                                    "cudnnSetConvolutionGroupCount"));
+      // float32 stays float32 (FMA math) unless TF32 was asked for: cuDNN's default math lets
+      // Ampere and later use TF32 tensor cores.
+      TD_RETURN_IF_ERROR(dnn_status(api,
+                                    api->cudnnSetConvolutionMathType(
+                                        d->conv, env_is("TENSORD_CUDA_TF32", "1") ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
+                                    where, "cudnnSetConvolutionMathType"));
+      if (relu_) {
+        TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnCreateActivationDescriptor(&d->act), where,
+                                      "cudnnCreateActivationDescriptor"));
+        TD_RETURN_IF_ERROR(dnn_status(
+            api, api->cudnnSetActivationDescriptor(d->act, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0), where,
+            "cudnnSetActivationDescriptor"));
+      }
+      // The algorithm: the first cuDNN ranks (heuristics, or measured) that fits the limit.
+      const size_t limit = cudnn_workspace_limit();
+      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      int got = 0;
+      if (env_is("TENSORD_CUDNN_FIND", "1")) {
+        TD_ASSIGN_OR_RETURN(ws, call.allocator->allocate(std::max<size_t>(limit, 1)));
+        TD_RETURN_IF_ERROR(dnn_status(api,
+                                      api->cudnnFindConvolutionForwardAlgorithmEx(
+                                          h, d->x, X, d->w, W, d->conv, d->y, Y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                          &got, perf, ptr(*ws), limit),
+                                      where, "cudnnFindConvolutionForwardAlgorithmEx"));
+      } else {
+        TD_RETURN_IF_ERROR(dnn_status(api,
+                                      api->cudnnGetConvolutionForwardAlgorithm_v7(
+                                          h, d->x, d->w, d->conv, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf),
+                                      where, "cudnnGetConvolutionForwardAlgorithm_v7"));
+      }
+      int pick = -1;
+      for (int i = 0; i < got && pick < 0; ++i)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= limit) pick = i;
+      if (pick < 0)
+        return errors::Unimplemented("{}: cuDNN has no convolution algorithm within {} MiB of workspace",
+                                     node_.label(), limit >> 20);
+      algo_ = perf[pick].algo;
+      size_t need = 0;
+      TD_RETURN_IF_ERROR(dnn_status(api,
+                                    api->cudnnGetConvolutionForwardWorkspaceSize(h, d->x, d->w, d->conv, d->y, algo_,
+                                                                                 &need),
+                                    where, "cudnnGetConvolutionForwardWorkspaceSize"));
+      workspace_ = need;
+      descs_ = std::move(d);
+      key_ = key;
+    }
+    if (workspace_ && (!ws || ws->size < workspace_)) {
+      TD_ASSIGN_OR_RETURN(ws, call.allocator->allocate(workspace_));
+    }
+    void* WS = ws ? ptr(*ws) : nullptr;
+    const float one = 1.0f, zero = 0.0f;
+    if (relu_ && has_b) {
+      TD_RETURN_IF_ERROR(dnn_status(
+          api,
+          api->cudnnConvolutionBiasActivationForward(h, &one, descs_->x, X, descs_->w, W, descs_->conv, algo_, WS,
+                                                     workspace_, &zero, descs_->y, Y, descs_->b,
+                                                     ptr(*call.inputs[2].buffer), descs_->act, descs_->y, Y),
+          where, "cudnnConvolutionBiasActivationForward"));
+    } else {
+      TD_RETURN_IF_ERROR(dnn_status(api,
+                                    api->cudnnConvolutionForward(h, &one, descs_->x, X, descs_->w, W, descs_->conv,
+                                                                 algo_, WS, workspace_, &zero, descs_->y, Y),
+                                    where, "cudnnConvolutionForward"));
+      if (has_b)
+        TD_RETURN_IF_ERROR(dnn_status(api,
+                                      api->cudnnAddTensor(h, &one, descs_->b, ptr(*call.inputs[2].buffer), &one,
+                                                          descs_->y, Y),
+                                      where, "cudnnAddTensor"));
+      if (relu_)
+        TD_RETURN_IF_ERROR(dnn_status(api,
+                                      api->cudnnActivationForward(h, descs_->act, &one, descs_->y, Y, &zero,
+                                                                  descs_->y, Y),
+                                      where, "cudnnActivationForward"));
+    }
+    TD_RETURN_IF_ERROR(device_->after_call("running a cuDNN convolution"));
+    call.outputs.assign(1, DeviceTensor{out.dtype, out.shape, y});
+    return OkStatus();
+  }
+
+ private:
+  static void* ptr(const Buffer& b) { return reinterpret_cast<void*>(CudaDevice::address(b)); }
+  CudaDevice* device_;
+  Node node_;
+  bool relu_;
+  std::string key_;
+  ConvPlan plan_;
+  std::unique_ptr<DnnDescs> descs_;
+  cudnnConvolutionFwdAlgo_t algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  size_t workspace_ = 0;
+};
+
+// MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool (float32) on cudnnPoolingForward.
+class CudnnPoolKernel final : public Kernel {
+ public:
+  CudnnPoolKernel(CudaDevice* d, const Node& node) : device_(d), node_(node) {}
+  std::string name() const override { return "cudnn"; }
+  Status run(KernelCall& call) override {
+    if (call.inputs.empty() || !call.inputs[0].defined() || call.output_types.empty())
+      return errors::Internal("{}: no input", node_.label());
+    const DeviceTensor& x = call.inputs[0];
+    const TensorType& out = call.output_types[0];
+    const CudnnApi* api = nullptr;
+    TD_ASSIGN_OR_RETURN(cudnnHandle_t h, device_->dnn(&api));
+    const std::string& where = device_->name();
+    const std::string key = shape_to_string(x.shape);
+    if (!descs_ || key != key_) {
+      TD_ASSIGN_OR_RETURN(PoolPlan p, plan_cudnn_pool(node_, x.shape));
+      if (shape_numel(out.shape) != shape_numel(p.y))
+        return errors::Internal("{}: cuDNN's output {} differs from the inferred {}", node_.label(),
+                                fmt::join(p.y, "x"), shape_to_string(out.shape));
+      auto d = std::make_unique<DnnDescs>();
+      d->api = api;
+      TD_RETURN_IF_ERROR(d->tensor(&d->x, p.x, where));
+      TD_RETURN_IF_ERROR(d->tensor(&d->y, p.y, where));
+      TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnCreatePoolingDescriptor(&d->pool), where,
+                                    "cudnnCreatePoolingDescriptor"));
+      const cudnnPoolingMode_t mode = p.mode == PoolPlan::kMax                 ? CUDNN_POOLING_MAX
+                                      : p.mode == PoolPlan::kAverageIncludePad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+                                                                               : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+      TD_RETURN_IF_ERROR(dnn_status(api,
+                                    api->cudnnSetPoolingNdDescriptor(d->pool, mode, CUDNN_PROPAGATE_NAN,
+                                                                     static_cast<int>(p.window.size()),
+                                                                     p.window.data(), p.pads.data(), p.strides.data()),
+                                    where, "cudnnSetPoolingNdDescriptor"));
+      descs_ = std::move(d);
+      key_ = key;
+    }
+    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
+    TD_ASSIGN_OR_RETURN(auto y, call.allocator->allocate(static_cast<size_t>(bytes)));
+    const float one = 1.0f, zero = 0.0f;
+    TD_RETURN_IF_ERROR(dnn_status(api,
+                                  api->cudnnPoolingForward(h, descs_->pool, &one, descs_->x,
+                                                           reinterpret_cast<void*>(CudaDevice::address(*x.buffer)),
+                                                           &zero, descs_->y,
+                                                           reinterpret_cast<void*>(CudaDevice::address(*y))),
+                                  where, "cudnnPoolingForward"));
+    TD_RETURN_IF_ERROR(device_->after_call("running cuDNN pooling"));
+    call.outputs.assign(1, DeviceTensor{out.dtype, out.shape, y});
+    return OkStatus();
+  }
+
+ private:
+  CudaDevice* device_;
+  Node node_;
+  std::string key_;
+  std::unique_ptr<DnnDescs> descs_;
+};
+#endif
+
+// Whether cuDNN runs this node on `device` (else the templates do): float32, static shapes,
+// nothing empty, a plan cuDNN can express, and cuDNN usable there.
+bool uses_cudnn(const CudaDevice& device, const Node& node, const std::vector<TensorType>& inputs) {
+#if TENSORD_HAVE_CUDNN_H
+  const bool conv = node.op == "Conv", pool = node.op == "MaxPool" || node.op == "AveragePool" ||
+                                              node.op == "GlobalAveragePool" || node.op == "GlobalMaxPool";
+  if (!conv && !pool) return false;
+  if (inputs.empty() || (conv && inputs.size() < 2)) return false;
+  for (size_t i = 0; i < inputs.size() && i < 3; ++i) {
+    const TensorType& t = inputs[i];
+    if (!t.defined()) continue;
+    if (t.dtype != DType::kFloat32 || !shape_is_static(t.shape) || shape_numel(t.shape) == 0) return false;
+  }
+  if (!inputs[0].defined() || (conv && !inputs[1].defined())) return false;
+  if (conv && inputs.size() > 2 && inputs[2].defined() &&
+      (inputs[2].shape.size() != 1 || inputs[2].shape[0] != inputs[1].shape[0]))
+    return false;
+  const bool planned = conv ? plan_cudnn_conv(node, inputs[0].shape, inputs[1].shape,
+                                              inputs.size() > 2 && inputs[2].defined())
+                                  .ok()
+                            : plan_cudnn_pool(node, inputs[0].shape).ok();
+  return planned && device.cudnn_usable();
+#else
+  (void)device;
+  (void)node;
+  (void)inputs;
+  return false;
+#endif
+}
+
+// MatMul/Gemm that cuBLAS runs: static float32, MatMul batches one strided call expresses,
+// 2-D Gemm. The rest goes to the templates (codegen::template_supported decides).
+bool uses_cublas(const Node& node, const std::vector<TensorType>& inputs) {
+  if (inputs.size() < 2 || !inputs[0].defined() || !inputs[1].defined()) return false;
+  for (size_t i = 0; i < inputs.size() && i < 3; ++i)
+    if (inputs[i].defined() && (inputs[i].dtype != DType::kFloat32 || !shape_is_static(inputs[i].shape)))
+      return false;
+  if (node.op == "MatMul") return plan_matmul(inputs[0].shape, inputs[1].shape).ok();
+  return inputs[0].shape.size() == 2 && inputs[1].shape.size() == 2;
+}
+
 Status CudaKernelTable::supports(const Node& node, const std::vector<TensorType>& inputs,
                                    const CompileOptions& options) const {
   (void)options;
   const bool domain_ok = node.domain.empty() || node.domain == "ai.onnx";
-  if (domain_ok && (node.op == "MatMul" || node.op == "Gemm") && inputs.size() >= 2) {
-    for (size_t i = 0; i < inputs.size() && i < 3; ++i)
-      if (inputs[i].defined() && (inputs[i].dtype != DType::kFloat32 || !shape_is_static(inputs[i].shape)))
-        return errors::Unimplemented("{}: {} runs static float32 {} only ({})", node.op, device_->name(), node.op,
-                                     node.label());
-    if (node.op == "MatMul") {
-      if (!inputs[0].defined() || !inputs[1].defined())
-        return errors::Unimplemented("{}: missing inputs ({})", node.op, node.label());
-      auto plan = plan_matmul(inputs[0].shape, inputs[1].shape);
-      if (!plan.ok()) return plan.status();
-      return OkStatus();
-    }
-    if (inputs[0].shape.size() != 2 || inputs[1].shape.size() != 2)
-      return errors::Unimplemented("Gemm: {} takes 2-D A and B ({})", device_->name(), node.label());
-    return OkStatus();
-  }
+  if (domain_ok && (node.op == "MatMul" || node.op == "Gemm") && uses_cublas(node, inputs)) return OkStatus();
+  if (domain_ok && uses_cudnn(*device_, node, inputs)) return OkStatus();
+  if (domain_ok && codegen::is_template_op(node.op)) return codegen::template_supported(node, inputs);
   if (domain_ok && node.outputs.size() == 1 && !inputs.empty() && inputs[0].defined()) {
     if (is_view_op(node.op)) return OkStatus();
+    if (reduce_ops().count(node.op) && inputs[0].dtype == DType::kFloat64 && shape_is_static(inputs[0].shape) &&
+        shape_numel(inputs[0].shape) > 0)
+      return OkStatus();  // a float64 template (codegen::plan_template)
     if (reduce_ops().count(node.op)) {
       // float32 with a static shape and no empty reduction (those fall back: the reference's
       // identities for empty inputs are not generated yet).
@@ -952,7 +1334,12 @@ Status CudaKernelTable::supports(const Node& node, const std::vector<TensorType>
                                    device_->name(), node.label());
     }
   }
-  TD_RETURN_IF_ERROR(codegen::elementwise_supported(node, inputs, nullptr));
+  if (Status ir = codegen::elementwise_supported(node, inputs, nullptr); !ir.ok()) {
+    // Element-wise ops over the dtypes the IR lacks (int8/16, unsigned, float64): templates.
+    if (!codegen::is_template_elementwise(node.op) || !codegen::template_elementwise_supported(node, inputs).ok())
+      return ir;
+    return OkStatus();
+  }
   bool all_static = true;
   for (const auto& t : inputs) all_static &= !t.defined() || shape_is_static(t.shape);
   if (all_static && node.op != "Clip" && node.op != "CastLike") {
@@ -968,12 +1355,23 @@ Result<std::unique_ptr<Kernel>> CudaKernelTable::create(const Node& node,
                                                           const std::vector<TensorType>& inputs,
                                                           const std::vector<TensorType>& outputs,
                                                           const CompileOptions& options) const {
-  (void)inputs;
   (void)outputs;
   (void)options;
-  if (node.op == "MatMul" || node.op == "Gemm") return std::unique_ptr<Kernel>(new BlasKernel(device_, node));
+  if ((node.op == "MatMul" || node.op == "Gemm") && uses_cublas(node, inputs))
+    return std::unique_ptr<Kernel>(new BlasKernel(device_, node));
+#if TENSORD_HAVE_CUDNN_H
+  if (uses_cudnn(*device_, node, inputs)) {
+    if (node.op == "Conv") return std::unique_ptr<Kernel>(new CudnnConvKernel(device_, node));
+    return std::unique_ptr<Kernel>(new CudnnPoolKernel(device_, node));
+  }
+#endif
   if (is_view_op(node.op)) return std::unique_ptr<Kernel>(new ViewKernel(node));
+  if (reduce_ops().count(node.op) && !inputs.empty() && inputs[0].dtype == DType::kFloat64)
+    return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (reduce_ops().count(node.op)) return std::unique_ptr<Kernel>(new ReduceOp(device_, node));
+  if (codegen::is_template_op(node.op)) return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
+  if (codegen::is_template_elementwise(node.op) && !codegen::elementwise_supported(node, inputs, nullptr).ok())
+    return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (node.op == "Transpose" || node.op == "Expand" || node.op == "Slice")
     return std::unique_ptr<Kernel>(new MoveKernel(device_, node));
   return std::unique_ptr<Kernel>(new GeneratedKernel(device_, node));
@@ -1284,6 +1682,181 @@ Result<GemmPlan> plan_matmul(const std::vector<int64_t>& a_in, const std::vector
   if (!a_vec) p.out_shape.push_back(a[a.size() - 2]);
   if (!b_vec) p.out_shape.push_back(p.n);
   return p;
+}
+
+namespace {
+
+// Symmetric pads per spatial dim from pads/auto_pad (ONNX), or UNIMPLEMENTED naming why.
+Status resolve_pads(const Node& node, const std::vector<int64_t>& in, const std::vector<int64_t>& k,
+                    const std::vector<int64_t>& strides, const std::vector<int64_t>& dil, std::vector<int>* pads) {
+  NodeAttrs attrs(node);
+  const size_t n = in.size();
+  TD_ASSIGN_OR_RETURN(std::string auto_pad, attrs.attr_string("auto_pad", "NOTSET"));
+  pads->assign(n, 0);
+  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    for (size_t d = 0; d < n; ++d) {
+      const int64_t out = (in[d] + strides[d] - 1) / strides[d];
+      const int64_t total = std::max<int64_t>(0, (out - 1) * strides[d] + (k[d] - 1) * dil[d] + 1 - in[d]);
+      if (total % 2)
+        return errors::Unimplemented("{}: {} needs asymmetric padding (cuDNN pads both sides alike)", node.label(),
+                                     auto_pad);
+      (*pads)[d] = static_cast<int>(total / 2);
+    }
+    return OkStatus();
+  }
+  if (auto_pad == "VALID") return OkStatus();
+  if (auto_pad != "NOTSET") return errors::InvalidArgument("{}: unknown auto_pad '{}'", node.label(), auto_pad);
+  TD_ASSIGN_OR_RETURN(std::vector<int64_t> p, attrs.attr_ints("pads", std::vector<int64_t>(2 * n, 0)));
+  if (p.size() != 2 * n)
+    return errors::InvalidArgument("{}: {} pads for {} spatial dims", node.label(), p.size(), n);
+  for (size_t d = 0; d < n; ++d) {
+    if (p[d] != p[d + n])
+      return errors::Unimplemented("{}: asymmetric pads {} and {} (cuDNN pads both sides alike)", node.label(),
+                                   p[d], p[d + n]);
+    if (p[d] < 0) return errors::InvalidArgument("{}: a negative pad", node.label());
+    (*pads)[d] = static_cast<int>(p[d]);
+  }
+  return OkStatus();
+}
+
+Result<std::vector<int64_t>> spatial_attr(const Node& node, const char* name, size_t n) {
+  NodeAttrs attrs(node);
+  TD_ASSIGN_OR_RETURN(std::vector<int64_t> v, attrs.attr_ints(name, std::vector<int64_t>(n, 1)));
+  if (v.size() != n) return errors::InvalidArgument("{}: {} has {} values for {} spatial dims", node.label(), name,
+                                                    v.size(), n);
+  for (int64_t a : v)
+    if (a < 1 || a > 0x7fffffff) return errors::InvalidArgument("{}: {} value {}", node.label(), name, a);
+  return v;
+}
+
+bool fits_int(const std::vector<int64_t>& v) {
+  for (int64_t a : v)
+    if (a < 0 || a > 0x7fffffff) return false;
+  return true;
+}
+
+}  // namespace
+
+Result<ConvPlan> plan_cudnn_conv(const Node& node, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
+                                 bool has_bias) {
+  if (x.size() < 3 || x.size() > 5 || w.size() != x.size())
+    return errors::Unimplemented("{}: cuDNN convolves 1 to 3 spatial dims (input rank {}, weight rank {})",
+                                 node.label(), x.size(), w.size());
+  const size_t n = x.size() - 2;
+  NodeAttrs attrs(node);
+  TD_ASSIGN_OR_RETURN(int64_t group, attrs.attr_int("group", 1));
+  if (group < 1 || x[1] % group != 0 || w[0] % group != 0 || w[1] * group != x[1])
+    return errors::InvalidArgument("{}: {} channels, weight {} and group {} do not agree", node.label(), x[1],
+                                   fmt::join(w, "x"), group);
+  std::vector<int64_t> in(x.begin() + 2, x.end()), k(w.begin() + 2, w.end());
+  if (attrs.has_attr("kernel_shape")) {
+    TD_ASSIGN_OR_RETURN(std::vector<int64_t> ks, attrs.attr_ints("kernel_shape", {}));
+    if (ks != k) return errors::InvalidArgument("{}: kernel_shape {} differs from the weight's {}", node.label(),
+                                                fmt::join(ks, "x"), fmt::join(k, "x"));
+  }
+  TD_ASSIGN_OR_RETURN(std::vector<int64_t> strides, spatial_attr(node, "strides", n));
+  TD_ASSIGN_OR_RETURN(std::vector<int64_t> dil, spatial_attr(node, "dilations", n));
+  ConvPlan p;
+  TD_RETURN_IF_ERROR(resolve_pads(node, in, k, strides, dil, &p.pads));
+  p.x = x;
+  p.w = w;
+  p.y = {x[0], w[0]};
+  for (size_t d = 0; d < n; ++d) {
+    const int64_t span = (k[d] - 1) * dil[d] + 1;
+    const int64_t padded = in[d] + 2 * p.pads[d];
+    if (padded < span)
+      return errors::InvalidArgument("{}: the window {} is larger than the padded input {}", node.label(), span,
+                                     padded);
+    p.y.push_back((padded - span) / strides[d] + 1);
+    p.strides.push_back(static_cast<int>(strides[d]));
+    p.dilations.push_back(static_cast<int>(dil[d]));
+  }
+  if (n == 1) {  // [N, C, W] -> [N, C, 1, W]
+    p.x.insert(p.x.begin() + 2, 1);
+    p.w.insert(p.w.begin() + 2, 1);
+    p.y.insert(p.y.begin() + 2, 1);
+    p.pads.insert(p.pads.begin(), 0);
+    p.strides.insert(p.strides.begin(), 1);
+    p.dilations.insert(p.dilations.begin(), 1);
+  }
+  if (!fits_int(p.x) || !fits_int(p.w) || !fits_int(p.y))
+    return errors::Unimplemented("{}: a dimension exceeds cuDNN's int", node.label());
+  p.group = static_cast<int>(group);
+  p.bias = has_bias;
+  return p;
+}
+
+Result<PoolPlan> plan_cudnn_pool(const Node& node, const std::vector<int64_t>& x) {
+  if (x.size() < 3 || x.size() > 5)
+    return errors::Unimplemented("{}: cuDNN pools 1 to 3 spatial dims (input rank {})", node.label(), x.size());
+  const size_t n = x.size() - 2;
+  const std::vector<int64_t> in(x.begin() + 2, x.end());
+  PoolPlan p;
+  p.x = x;
+  p.y = {x[0], x[1]};
+  if (node.op == "GlobalAveragePool" || node.op == "GlobalMaxPool") {
+    p.mode = node.op == "GlobalMaxPool" ? PoolPlan::kMax : PoolPlan::kAverageIncludePad;
+    for (size_t d = 0; d < n; ++d) {
+      p.window.push_back(static_cast<int>(in[d]));
+      p.pads.push_back(0);
+      p.strides.push_back(1);
+      p.y.push_back(1);
+    }
+  } else if (node.op == "MaxPool" || node.op == "AveragePool") {
+    NodeAttrs attrs(node);
+    if (node.op == "MaxPool" && node.outputs.size() > 1 && !node.outputs[1].empty())
+      return errors::Unimplemented("{}: cuDNN gives no Indices output", node.label());
+    TD_ASSIGN_OR_RETURN(std::vector<int64_t> k, attrs.attr_ints("kernel_shape", {}));
+    if (k.size() != n)
+      return errors::InvalidArgument("{}: kernel_shape has {} values for {} spatial dims", node.label(), k.size(), n);
+    TD_ASSIGN_OR_RETURN(std::vector<int64_t> strides, spatial_attr(node, "strides", n));
+    TD_ASSIGN_OR_RETURN(std::vector<int64_t> dil, spatial_attr(node, "dilations", n));
+    for (int64_t v : dil)
+      if (v != 1) return errors::Unimplemented("{}: dilated pooling (cuDNN has none)", node.label());
+    TD_RETURN_IF_ERROR(resolve_pads(node, in, k, strides, dil, &p.pads));
+    TD_ASSIGN_OR_RETURN(int64_t ceil_mode, attrs.attr_int("ceil_mode", 0));
+    TD_ASSIGN_OR_RETURN(int64_t include_pad, attrs.attr_int("count_include_pad", 0));
+    p.mode = node.op == "MaxPool" ? PoolPlan::kMax
+             : include_pad        ? PoolPlan::kAverageIncludePad
+                                  : PoolPlan::kAverageExcludePad;
+    for (size_t d = 0; d < n; ++d) {
+      if (k[d] < 1 || k[d] > 0x7fffffff) return errors::InvalidArgument("{}: kernel_shape {}", node.label(), k[d]);
+      if (p.pads[d] >= k[d])
+        return errors::Unimplemented("{}: a pad of {} is not below the window {} (cuDNN)", node.label(), p.pads[d],
+                                     k[d]);
+      const int64_t padded = in[d] + 2 * p.pads[d];
+      if (padded < k[d])
+        return errors::InvalidArgument("{}: the window {} is larger than the padded input {}", node.label(), k[d],
+                                       padded);
+      const int64_t floor_out = (padded - k[d]) / strides[d] + 1;
+      if (ceil_mode && (padded - k[d]) % strides[d] != 0)
+        return errors::Unimplemented("{}: ceil_mode adds a partial window (cuDNN rounds down)", node.label());
+      p.y.push_back(floor_out);
+      p.window.push_back(static_cast<int>(k[d]));
+      p.strides.push_back(static_cast<int>(strides[d]));
+    }
+  } else {
+    return errors::Unimplemented("{}: {} is not a cuDNN pooling", node.label(), node.op);
+  }
+  if (n == 1) {
+    p.x.insert(p.x.begin() + 2, 1);
+    p.y.insert(p.y.begin() + 2, 1);
+    p.window.insert(p.window.begin(), 1);
+    p.pads.insert(p.pads.begin(), 0);
+    p.strides.insert(p.strides.begin(), 1);
+  }
+  if (!fits_int(p.x) || !fits_int(p.y)) return errors::Unimplemented("{}: a dimension exceeds cuDNN's int", node.label());
+  return p;
+}
+
+int64_t cudnn_version(std::string* why) {
+#if TENSORD_HAVE_CUDNN_H
+  const CudnnApi* api = cudnn_api(why);
+  return api ? static_cast<int64_t>(api->cudnnGetVersion()) : 0;
+#else
+  if (why) *why = "this build has no cuDNN (cudnn.h was not found at configure time)";
+  return 0;
+#endif
 }
 
 std::vector<std::pair<size_t, size_t>> plan_chunks(size_t bytes, size_t chunk) {

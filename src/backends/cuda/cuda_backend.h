@@ -67,6 +67,31 @@ struct GemmPlan {
 };
 Result<GemmPlan> plan_matmul(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
 
+// cuDNN planning (no GPU needed): a Conv over NCHW float32 as cuDNN's legacy API takes it —
+// 1 to 3 spatial dims (1-D runs as 2-D with height 1), symmetric pads (auto_pad resolved),
+// strides, dilations, groups. UNIMPLEMENTED (the generated template runs it instead) for what
+// cuDNN cannot express: asymmetric pads, more than 3 spatial dims, a bad shape.
+struct ConvPlan {
+  std::vector<int64_t> x, w, y;  // the shapes as cuDNN sees them (rank >= 4)
+  std::vector<int> pads, strides, dilations;  // per spatial dim of x
+  int group = 1;
+  bool bias = false;
+};
+Result<ConvPlan> plan_cudnn_conv(const Node& node, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
+                                 bool has_bias);
+// MaxPool (one output), AveragePool, GlobalAveragePool, GlobalMaxPool over NCHW float32.
+// UNIMPLEMENTED for ceil_mode that changes the size, dilations, asymmetric pads, pads not
+// below the window, an Indices output.
+struct PoolPlan {
+  enum Mode { kMax, kAverageIncludePad, kAverageExcludePad } mode = kMax;
+  std::vector<int64_t> x, y;  // rank >= 4
+  std::vector<int> window, pads, strides;
+};
+Result<PoolPlan> plan_cudnn_pool(const Node& node, const std::vector<int64_t>& x);
+// cuDNN's version (cudnnGetVersion: 91900 for 9.19.0) where libcudnn loads, else 0 with `why`
+// (also where the build had no cudnn.h).
+int64_t cudnn_version(std::string* why);
+
 // Host<->device copies in chunks of at most `chunk` bytes through two staging buffers:
 // [offset, size) pairs, in order.
 std::vector<std::pair<size_t, size_t>> plan_chunks(size_t bytes, size_t chunk);
