@@ -493,6 +493,86 @@ TEST(CudaNvrtc, CompiledKernelsComeBackFromTheDiskCache) {
   EXPECT_GT(cuda::disk_cache_hits(), hits);
 }
 
+// CUDA graphs through the executor, on the compile-only cuda:0 (nothing runs; the counters
+// move): a loaded model's first run is plain, its second is recorded and replayed, later runs
+// replay only (no kernel launched step by step); TENSORD_CUDA_GRAPHS=0 records nothing.
+TEST(CudaGraphs, AStaticModelIsRecordedOnItsSecondRunAndReplayedAfter) {
+  REQUIRE_NVRTC();
+  Graph g;
+  g.inputs = {{"x", {DType::kFloat32, {2, 8}}}};
+  g.outputs = {{"y", {DType::kFloat32, {2, 8}}}};
+  Node a;
+  a.op = "Relu";
+  a.inputs = {"x"};
+  a.outputs = {"t"};
+  Node b;
+  b.op = "Softmax";  // a template kernel
+  b.inputs = {"t"};
+  b.outputs = {"y"};
+  b.attrs["axis"] = int64_t{1};
+  g.nodes = {a, b};
+  HostTensor x = HostTensor(DType::kFloat32, {2, 8});
+  auto run_n = [&](int n, int64_t* captures, int64_t* replays, std::vector<int64_t>* launched) {
+    setenv("TENSORD_CUDA_COMPILE_ONLY", "compute_90", 1);
+    LocalClientOptions o;
+    o.devices = "cpu:0,cuda:0";
+    o.reference_kernels = false;
+    auto client = make_local_client(o);
+    unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+    ASSERT_TRUE(client.ok()) << client.status().to_string();
+    auto model = (*client)->load(g, "cuda:0");
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    auto in = (*client)->upload(x.view(), "cuda:0");
+    ASSERT_TRUE(in.ok()) << in.status().to_string();
+    const int64_t c0 = cuda::graph_captures(), r0 = cuda::graph_replays();
+    for (int i = 0; i < n; ++i) {
+      const int64_t l0 = cuda::kernels_launched();
+      auto outs = (*client)->run(*model, {*in});
+      ASSERT_TRUE(outs.ok()) << outs.status().to_string();
+      ASSERT_EQ(outs->size(), 1u);
+      auto y = (*client)->read((*outs)[0]);
+      ASSERT_TRUE(y.ok()) << y.status().to_string();
+      EXPECT_EQ(y->shape(), g.outputs[0].type.shape);
+      launched->push_back(cuda::kernels_launched() - l0);
+      (void)(*client)->release((*outs)[0]);
+    }
+    *captures = cuda::graph_captures() - c0;
+    *replays = cuda::graph_replays() - r0;
+  };
+  int64_t captures = 0, replays = 0;
+  std::vector<int64_t> launched;
+  run_n(4, &captures, &replays, &launched);
+  EXPECT_EQ(captures, 1);
+  EXPECT_EQ(replays, 3) << "run 2 replays what it recorded, runs 3 and 4 replay";
+  ASSERT_EQ(launched.size(), 4u);
+  EXPECT_GT(launched[0], 0) << "the first run launches step by step";
+  EXPECT_EQ(launched[1], launched[0]) << "the recorded run goes through every step once";
+  EXPECT_EQ(launched[2], 0) << "a replay launches no step";
+  EXPECT_EQ(launched[3], 0);
+  setenv("TENSORD_CUDA_GRAPHS", "0", 1);
+  launched.clear();
+  run_n(3, &captures, &replays, &launched);
+  unsetenv("TENSORD_CUDA_GRAPHS");
+  EXPECT_EQ(captures, 0);
+  EXPECT_EQ(replays, 0);
+  ASSERT_EQ(launched.size(), 3u);
+  EXPECT_GT(launched[2], 0) << "TENSORD_CUDA_GRAPHS=0: every run launches its steps";
+  // A node placed on cpu:0 (Det has no CUDA kernel): the run crosses devices, nothing is recorded.
+  Node det;
+  det.op = "Det";
+  det.inputs = {"y"};
+  det.outputs = {"d"};
+  g.nodes.push_back(det);
+  g.inputs = {{"x", {DType::kFloat32, {2, 8, 8}}}};
+  g.outputs = {{"d", {DType::kFloat32, {2}}}};
+  g.nodes[1].attrs["axis"] = int64_t{2};
+  x = HostTensor(DType::kFloat32, {2, 8, 8});
+  launched.clear();
+  run_n(3, &captures, &replays, &launched);
+  EXPECT_EQ(captures, 0) << "a run with a fallback step is not recorded";
+  EXPECT_EQ(replays, 0);
+}
+
 // ---- on a GPU ----
 
 struct Gpu {

@@ -68,7 +68,13 @@ namespace tensord::cuda {
   X(cuModuleUnload)                      \
   X(cuModuleGetFunction)                 \
   X(cuFuncGetAttribute)                  \
-  X(cuLaunchKernel)
+  X(cuLaunchKernel)                       \
+  X(cuStreamBeginCapture)                 \
+  X(cuStreamEndCapture)                   \
+  X(cuGraphInstantiate)                   \
+  X(cuGraphLaunch)                        \
+  X(cuGraphDestroy)                       \
+  X(cuGraphExecDestroy)
 
 #define TENSORD_CUDA_NVRTC_FUNCTIONS(X) \
   X(nvrtcVersion)                       \

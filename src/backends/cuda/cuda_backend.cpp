@@ -28,6 +28,13 @@ std::atomic<int64_t> g_programs_built{0};
 std::atomic<int64_t> g_kernels_launched{0};
 std::atomic<int64_t> g_disk_hits{0};
 std::atomic<int64_t> g_compile_failures{0};
+std::atomic<int64_t> g_graph_captures{0};
+std::atomic<int64_t> g_graph_replays{0};
+// The device this thread is recording a run on (CudaRunRecorder), and the stream it records
+// on: that thread's launches for that device go to the recording stream; other threads'
+// launches stay on the device's stream, out of the recording.
+thread_local const void* t_recording_device = nullptr;
+thread_local CUstream t_recording_stream = nullptr;
 std::mutex g_last_mu;
 std::string g_last_source;
 std::mutex g_collector_mu;
@@ -245,6 +252,7 @@ class CudaDevice final : public Device {
       if (s) api_->cuMemFreeHost(s);
     for (CUevent e : staging_done_)
       if (e) api_->cuEventDestroy(e);
+    if (ready_) api_->cuEventDestroy(ready_);
     api_->cuStreamDestroy(stream_);
     api_->cuDevicePrimaryCtxRelease(dev_);
   }
@@ -293,6 +301,7 @@ class CudaDevice final : public Device {
     if (offset > dst.size || bytes > dst.size - offset)
       return errors::OutOfRange("{}: write past the end of a buffer", info_.name);
     if (!bytes) return OkStatus();
+    if (recording()) return errors::Unimplemented("{}: a host write while recording a run", info_.name);
     if (compile_only()) {
       std::memcpy(static_cast<char*>(dst.ptr) + dst.offset + offset, src, bytes);
       return OkStatus();
@@ -321,6 +330,7 @@ class CudaDevice final : public Device {
     if (offset > src.size || bytes > src.size - offset)
       return errors::OutOfRange("{}: read past the end of a buffer", info_.name);
     if (!bytes) return OkStatus();
+    if (recording()) return errors::Unimplemented("{}: a host read while recording a run", info_.name);
     if (compile_only()) {
       std::memcpy(dst, static_cast<const char*>(src.ptr) + src.offset + offset, bytes);
       return OkStatus();
@@ -354,22 +364,53 @@ class CudaDevice final : public Device {
   // producer may still run); finished before returning (the source may be freed right after).
   bool copy_from(const Buffer& dst, const Buffer& src) override {
     auto* other = dynamic_cast<CudaDevice*>(src.device);
-    if (!other || dst.size < src.size || compile_only() || other->compile_only()) return false;
+    if (!other || dst.size < src.size || recording()) return false;
     if (!src.size) return true;
+    if (compile_only() || other->compile_only()) {
+      if (other != this) return false;
+      std::memmove(static_cast<char*>(dst.ptr) + dst.offset, static_cast<const char*>(src.ptr) + src.offset, src.size);
+      return true;
+    }
     if (other != this && std::find(peers_.begin(), peers_.end(), other) == peers_.end()) return false;
     if (!enter().ok()) return false;
     CUresult r = CUDA_SUCCESS;
     if (other != this) {
-      if (other->enter().ok()) r = api_->cuStreamSynchronize(other->stream_);
+      // The source's producer may still run on its stream: this stream waits for it on the
+      // GPU (an event), not the host.
+      CUevent ready = nullptr;
+      r = other->enter().ok() ? other->ready_event(&ready) : CUDA_ERROR_INVALID_CONTEXT;
       if (r == CUDA_SUCCESS) r = api_->cuCtxSetCurrent(ctx_);
+      if (r == CUDA_SUCCESS) r = api_->cuStreamWaitEvent(stream_, ready, 0);
       if (r == CUDA_SUCCESS)
         r = api_->cuMemcpyPeerAsync(address(dst), ctx_, other->address(src), other->ctx_, src.size, stream_);
+      // Finished before returning: the source may be freed (on its device) right after.
+      if (r == CUDA_SUCCESS) r = api_->cuStreamSynchronize(stream_);
     } else {
+      // Same device, same stream: ordered after the producer and before every later reader
+      // or reuse of either buffer (the pool's blocks are reused in stream order; read()
+      // synchronises), so nothing waits here.
       r = api_->cuMemcpyDtoDAsync(address(dst), address(src), src.size, stream_);
     }
-    if (r == CUDA_SUCCESS) r = api_->cuStreamSynchronize(stream_);
     return r == CUDA_SUCCESS;
   }
+
+  // An event recorded now on the device's stream (one per device, re-recorded each call).
+  CUresult ready_event(CUevent* ev) {
+    std::lock_guard<std::mutex> lock(event_mu_);
+    CUresult r = CUDA_SUCCESS;
+    if (!ready_) r = api_->cuEventCreate(&ready_, CU_EVENT_DISABLE_TIMING);
+    if (r == CUDA_SUCCESS) r = api_->cuEventRecord(ready_, stream_);
+    *ev = ready_;
+    return r;
+  }
+  // Where this thread's launches for the device go: the recording stream while it records a
+  // run (CudaRunRecorder), else the device's stream.
+  bool recording() const { return t_recording_device == this; }
+  CUstream stream() const { return recording() ? t_recording_stream : stream_; }
+  CUstream main_stream() const { return stream_; }
+  const DriverApi* api() const { return api_; }
+  bool sync_each() const { return sync_; }
+  std::unique_ptr<RunRecorder> run_recorder() override;
 
   // The module for `source`, compiled once per device (kept for the device's lifetime).
   Result<std::shared_ptr<Program>> program(const std::string& source, const std::string& kernel_name) {
@@ -438,7 +479,7 @@ class CudaDevice final : public Device {
     const int64_t blocks = (n + p.block - 1) / p.block;
     if (blocks > 0x7fffffff) return errors::Unimplemented("{}: {} elements in one kernel", info_.name, n);
     CUresult r = api_->cuLaunchKernel(p.function, static_cast<unsigned>(blocks), 1, 1,
-                                      static_cast<unsigned>(p.block), 1, 1, 0, stream_, params.data(), nullptr);
+                                      static_cast<unsigned>(p.block), 1, 1, 0, stream(), params.data(), nullptr);
     if (r != CUDA_SUCCESS) return cu_status(api_, r, info_.name, "launching a generated kernel");
     if (sync_) {
       r = api_->cuStreamSynchronize(stream_);
@@ -477,9 +518,9 @@ class CudaDevice final : public Device {
         blas_ = nullptr;
         return errors::Internal("{}: cublasCreate failed", info_.name);
       }
-      blas_api_->cublasSetStream(blas_, stream_);
       if (env_is("TENSORD_CUDA_TF32", "1")) blas_api_->cublasSetMathMode(blas_, CUBLAS_TF32_TENSOR_OP_MATH);
     }
+    blas_api_->cublasSetStream(blas_, stream());  // the recording stream while recording
     const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     auto* A = reinterpret_cast<const float*>(static_cast<uintptr_t>(a));
@@ -522,8 +563,8 @@ class CudaDevice final : public Device {
         dnn_ = nullptr;
         return errors::Internal("{}: cudnnCreate failed: {}", info_.name, dnn_api_->cudnnGetErrorString(st));
       }
-      dnn_api_->cudnnSetStream(dnn_, reinterpret_cast<cudaStream_t>(stream_));
     }
+    dnn_api_->cudnnSetStream(dnn_, reinterpret_cast<cudaStream_t>(stream()));  // recording or not
     *api = dnn_api_;
     return dnn_;
   }
@@ -532,7 +573,7 @@ class CudaDevice final : public Device {
   Status after_call(const char* what) {
     g_kernels_launched++;
     if (!sync_ || compile_only()) return OkStatus();
-    CUresult r = api_->cuStreamSynchronize(stream_);
+    CUresult r = api_->cuStreamSynchronize(stream());
     return r == CUDA_SUCCESS ? OkStatus() : cu_status(api_, r, info_.name, what);
   }
 
@@ -570,6 +611,8 @@ class CudaDevice final : public Device {
   CudaRegionCompiler regions_;
   std::mutex programs_mu_;
   std::unordered_map<std::string, std::shared_ptr<Program>> programs_;
+  std::mutex event_mu_;
+  CUevent ready_ = nullptr;
   std::mutex staging_mu_;
   void* staging_[2] = {nullptr, nullptr};
   CUevent staging_done_[2] = {nullptr, nullptr};
@@ -582,6 +625,82 @@ class CudaDevice final : public Device {
   cudnnHandle_t dnn_ = nullptr;
 #endif
 };
+// CUDA graphs: a run recorded on a private stream (cuStreamBeginCapture, relaxed mode: the
+// pool may still cuMemAlloc), instantiated once (cuGraphInstantiate) and replayed on the
+// device's stream (cuGraphLaunch), so a run is one launch. On a compile-only device nothing is
+// recorded or replayed (the counters move: tests of the executor's replay without a GPU).
+class CudaRunRecorder final : public RunRecorder {
+ public:
+  explicit CudaRunRecorder(CudaDevice* d) : d_(d) {}
+  ~CudaRunRecorder() override {
+    if (t_recording_device == d_) t_recording_device = nullptr;
+    if (d_->compile_only() || !d_->enter().ok()) return;
+    const DriverApi* api = d_->api();
+    if (exec_) api->cuGraphExecDestroy(exec_);
+    if (stream_) {
+      if (capturing_) {
+        CUgraph g = nullptr;
+        if (api->cuStreamEndCapture(stream_, &g) == CUDA_SUCCESS && g) api->cuGraphDestroy(g);
+      }
+      api->cuStreamDestroy(stream_);
+    }
+  }
+  Status begin() override {
+    if (!d_->compile_only()) {
+      TD_RETURN_IF_ERROR(d_->enter());
+      const DriverApi* api = d_->api();
+      CUresult r = stream_ ? CUDA_SUCCESS : api->cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING);
+      if (r == CUDA_SUCCESS) r = api->cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_RELAXED);
+      if (r != CUDA_SUCCESS) return cu_status(api, r, d_->name(), "cuStreamBeginCapture");
+      capturing_ = true;
+    }
+    t_recording_device = d_;
+    t_recording_stream = stream_;
+    g_graph_captures++;
+    return OkStatus();
+  }
+  Status end() override {
+    t_recording_device = nullptr;
+    t_recording_stream = nullptr;
+    if (d_->compile_only()) return OkStatus();
+    TD_RETURN_IF_ERROR(d_->enter());
+    const DriverApi* api = d_->api();
+    CUgraph g = nullptr;
+    capturing_ = false;
+    CUresult r = api->cuStreamEndCapture(stream_, &g);
+    if (r != CUDA_SUCCESS) return cu_status(api, r, d_->name(), "recording a run (cuStreamEndCapture)");
+    r = api->cuGraphInstantiate(&exec_, g, 0);
+    api->cuGraphDestroy(g);
+    if (r != CUDA_SUCCESS) {
+      exec_ = nullptr;
+      return cu_status(api, r, d_->name(), "cuGraphInstantiate");
+    }
+    return OkStatus();
+  }
+  Status replay() override {
+    g_graph_replays++;
+    if (d_->compile_only()) return OkStatus();
+    TD_RETURN_IF_ERROR(d_->enter());
+    const DriverApi* api = d_->api();
+    if (!exec_) return errors::Internal("{}: no recorded run to replay", d_->name());
+    CUresult r = api->cuGraphLaunch(exec_, d_->main_stream());
+    if (r != CUDA_SUCCESS) return cu_status(api, r, d_->name(), "cuGraphLaunch");
+    return OkStatus();
+  }
+
+ private:
+  CudaDevice* d_;
+  CUstream stream_ = nullptr;
+  CUgraphExec exec_ = nullptr;
+  bool capturing_ = false;
+};
+
+// TENSORD_CUDA_GRAPHS=0 turns replay off; so does TENSORD_CUDA_SYNC=1 (it waits per kernel).
+std::unique_ptr<RunRecorder> CudaDevice::run_recorder() {
+  if (env_is("TENSORD_CUDA_GRAPHS", "0") || sync_each()) return nullptr;
+  return std::make_unique<CudaRunRecorder>(this);
+}
+
 // A lowered, compiled element-wise kernel and how its parameters bind.
 struct Compiled {
   codegen::LoweredGroup lowered;
@@ -1876,6 +1995,8 @@ int64_t programs_built() { return g_programs_built.load(); }
 int64_t disk_cache_hits() { return g_disk_hits.load(); }
 int64_t kernels_launched() { return g_kernels_launched.load(); }
 int64_t compile_failures() { return g_compile_failures.load(); }
+int64_t graph_captures() { return g_graph_captures.load(); }
+int64_t graph_replays() { return g_graph_replays.load(); }
 std::string last_source() {
   std::lock_guard<std::mutex> lock(g_last_mu);
   return g_last_source;
