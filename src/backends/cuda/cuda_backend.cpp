@@ -226,7 +226,11 @@ class CudaDevice final : public Device {
     info_.driver_version = fmt::format("{}.{}", driver / 1000, (driver % 1000) / 10);
     info_.compute_units = sms;
     info_.fp16 = cc_ >= 53;
-    set_backend_version("generated kernels, cuBLAS, cuDNN");
+    std::string why;
+    const int64_t dnn = cudnn_version(&why);
+    set_backend_version(dnn ? fmt::format("generated kernels, cuBLAS, cuDNN {}.{}.{}", dnn / 10000, (dnn % 10000) / 100,
+                                          dnn % 100)
+                            : "generated kernels, cuBLAS, no cuDNN");
   }
   // The pretend device of TENSORD_CUDA_COMPILE_ONLY: host memory, kernels compiled, not run.
   explicit CudaDevice(std::string arch) : compile_arch_(std::move(arch)), kernels_(this), regions_(this) {
