@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "backends/codegen/lower.h"
+#include "backends/codegen/node_kernels.h"
 #include "backends/codegen/printer.h"
 #include "backends/codegen/templates.h"
 #include "backends/cuda/cuda_api.h"
@@ -779,40 +780,6 @@ class GeneratedKernel final : public Kernel {
   std::unique_ptr<Compiled> compiled_;
 };
 
-// Reshape, Flatten, Squeeze, Unsqueeze, Identity: the output is the input's buffer under the
-// inferred shape (values are immutable, so sharing is safe): no copy, no launch.
-bool is_view_op(const std::string& op) {
-  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" ||
-         op == "Identity";
-}
-
-class ViewKernel final : public Kernel {
- public:
-  explicit ViewKernel(const Node& node) : node_(node) {}
-  std::string name() const override { return "view"; }
-  std::vector<int> host_inputs() const override {
-    if (node_.op == "Reshape" || ((node_.op == "Squeeze" || node_.op == "Unsqueeze") &&
-                                  node_.inputs.size() > 1 && !node_.inputs[1].empty()))
-      return {1};
-    return {};
-  }
-  Status run(KernelCall& call) override {
-    if (call.inputs.empty() || !call.inputs[0].defined() || call.output_types.empty())
-      return errors::Internal("{}: no input", node_.label());
-    const DeviceTensor& x = call.inputs[0];
-    const TensorType& out = call.output_types[0];
-    if (!shape_is_static(out.shape) || shape_numel(out.shape) != shape_numel(x.shape) ||
-        out.dtype != x.dtype)
-      return errors::Internal("{}: output {} is not a view of input {}", node_.label(),
-                              shape_to_string(out.shape), shape_to_string(x.shape));
-    call.outputs.assign(1, DeviceTensor{x.dtype, out.shape, x.buffer});
-    return OkStatus();
-  }
-
- private:
-  Node node_;
-};
-
 // Transpose and Expand: a strided load per element, generated (codegen::lower_transpose /
 // lower_expand) per shape.
 class MoveKernel final : public Kernel {
@@ -839,7 +806,7 @@ class MoveKernel final : public Kernel {
     std::string key = shape_to_string(x.shape) + dtype_name(x.dtype) + shape_to_string(out.shape);
     std::vector<int64_t> starts(x.shape.size(), 0), steps(x.shape.size(), 1);
     if (node_.op == "Slice") {
-      TD_RETURN_IF_ERROR(slice_params(call, x.shape, &starts, &steps));
+      TD_RETURN_IF_ERROR(codegen::slice_params(node_, call, x.shape, &starts, &steps));
       key += fmt::format("{}/{}", fmt::join(starts, ","), fmt::join(steps, ","));
     }
     if (!program_ || key != key_) {
@@ -873,41 +840,6 @@ class MoveKernel final : public Kernel {
   }
 
  private:
-  static std::vector<int64_t> ints(const HostTensor& t) {
-    std::vector<int64_t> v;
-    for (double d : t.to_double_vector()) v.push_back(static_cast<int64_t>(d));
-    return v;
-  }
-  // Per input dim: the first element read and the step, normalised as ONNX's Slice says (the
-  // inferred output shape says how many).
-  Status slice_params(const KernelCall& call, const Shape& in, std::vector<int64_t>* starts,
-                      std::vector<int64_t>* steps) const {
-    auto host = [&](size_t i) -> const HostTensor* {
-      return i < call.host_values.size() && !call.host_values[i].empty() ? &call.host_values[i] : nullptr;
-    };
-    if (!host(1)) return errors::Internal("{}: no host copy of starts", node_.label());
-    const std::vector<int64_t> st = ints(*host(1));
-    std::vector<int64_t> axes, sp;
-    if (host(3)) axes = ints(*host(3));
-    else for (size_t a = 0; a < st.size(); ++a) axes.push_back(static_cast<int64_t>(a));
-    if (host(4)) sp = ints(*host(4));
-    else sp.assign(st.size(), 1);
-    if (axes.size() != st.size() || sp.size() != st.size())
-      return errors::InvalidArgument("{}: starts, axes and steps differ in length", node_.label());
-    const int64_t rank = static_cast<int64_t>(in.size());
-    for (size_t k = 0; k < st.size(); ++k) {
-      int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k];
-      if (a < 0 || a >= rank) return errors::InvalidArgument("{}: axis {} out of range", node_.label(), axes[k]);
-      const int64_t dim = in[static_cast<size_t>(a)];
-      if (sp[k] == 0) return errors::InvalidArgument("{}: a step is 0", node_.label());
-      int64_t s0 = st[k] < 0 ? st[k] + dim : st[k];
-      s0 = sp[k] > 0 ? std::clamp<int64_t>(s0, 0, dim) : std::clamp<int64_t>(s0, 0, dim - 1);
-      (*starts)[static_cast<size_t>(a)] = s0;
-      (*steps)[static_cast<size_t>(a)] = sp[k];
-    }
-    return OkStatus();
-  }
-
   CudaDevice* device_;
   Node node_;
   std::string key_;
@@ -924,14 +856,7 @@ class TemplateOpKernel final : public Kernel {
   std::string name() const override { return "generated"; }
   std::vector<int> host_inputs() const override { return codegen::template_host_inputs(node_); }
   Status run(KernelCall& call) override {
-    codegen::OpCall c;
-    c.node = &node_;
-    for (const auto& in : call.inputs) c.inputs.push_back(in.defined() ? in.type() : TensorType{});
-    c.host.assign(call.inputs.size(), nullptr);
-    for (size_t i = 0; i < call.host_values.size() && i < c.host.size(); ++i)
-      if (!call.host_values[i].empty()) c.host[i] = &call.host_values[i];
-    c.outputs = call.output_types;
-    TD_ASSIGN_OR_RETURN(codegen::OpPlan plan, codegen::plan_template(c));
+    TD_ASSIGN_OR_RETURN(codegen::OpPlan plan, codegen::plan_template(codegen::template_call(node_, call)));
     const std::string source = codegen::print_template(plan.kernel, codegen::Dialect::kCuda);
     std::shared_ptr<Program> program;
     if (program_ && source == source_) {
@@ -948,15 +873,7 @@ class TemplateOpKernel final : public Kernel {
       TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*t.buffer));
       args.push_back(a);
     }
-    call.outputs.assign(call.output_types.size(), DeviceTensor{});
-    for (size_t o = 0; o < call.output_types.size(); ++o) {
-      TensorType t = call.output_types[o];
-      if (o < plan.output_shapes.size()) t.shape = plan.output_shapes[o];
-      if (!t.defined()) continue;
-      TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(t.dtype, t.shape));
-      TD_ASSIGN_OR_RETURN(auto buffer, call.allocator->allocate(static_cast<size_t>(bytes)));
-      call.outputs[o] = DeviceTensor{t.dtype, t.shape, buffer};
-    }
+    TD_RETURN_IF_ERROR(codegen::allocate_template_outputs(plan, call));
     for (int o : plan.outputs) {
       const auto& t = call.outputs.at(static_cast<size_t>(o));
       if (!t.buffer) return errors::Internal("{}: output {} not allocated", node_.label(), o);
@@ -973,15 +890,6 @@ class TemplateOpKernel final : public Kernel {
   std::shared_ptr<Program> program_;
 };
 
-const std::map<std::string, std::string>& reduce_ops() {
-  static const std::map<std::string, std::string> t = {
-      {"ReduceSum", "sum"},         {"ReduceMean", "mean"}, {"ReduceMax", "max"},
-      {"ReduceMin", "min"},         {"ReduceProd", "prod"}, {"ReduceSumSquare", "sum_square"},
-      {"ReduceL1", "l1"},           {"ReduceL2", "l2"},     {"ReduceLogSum", "log_sum"},
-      {"ReduceLogSumExp", "log_sum_exp"}};
-  return t;
-}
-
 // ReduceSum, ReduceMean, ... over float32: a generated kernel per input shape and axes.
 class ReduceOp final : public Kernel {
  public:
@@ -997,32 +905,15 @@ class ReduceOp final : public Kernel {
     const DeviceTensor& x = call.inputs[0];
     const TensorType& out = call.output_types[0];
     const int64_t rank = static_cast<int64_t>(x.shape.size());
-    NodeAttrs attrs(node_);
-    std::vector<int64_t> axes;
+    std::vector<bool> mask;
     bool noop = false;
-    if (attrs.has_attr("axes")) {  // before opset 13 (ReduceSum) / 18 (the others)
-      TD_ASSIGN_OR_RETURN(axes, attrs.attr_ints("axes", {}));
-    } else {  // axes as an input, possibly omitted or empty
-      TD_ASSIGN_OR_RETURN(int64_t noop_attr, attrs.attr_int("noop_with_empty_axes", 0));
-      if (axes_from_input() && call.host_values.size() > 1 && !call.host_values[1].empty())
-        for (double a : call.host_values[1].to_double_vector()) axes.push_back(static_cast<int64_t>(a));
-      noop = axes.empty() && noop_attr != 0;
-    }
+    TD_RETURN_IF_ERROR(codegen::reduce_axes(node_, call, rank, &mask, &noop));
     if (noop) {  // the input as is
       call.outputs.assign(1, DeviceTensor{x.dtype, out.shape, x.buffer});
       return OkStatus();
     }
-    std::vector<bool> mask(static_cast<size_t>(rank), axes.empty());
-    for (int64_t a : axes) {
-      if (a < -rank || a >= rank)
-        return errors::InvalidArgument("{}: axis {} is out of range for rank {}", node_.label(), a, rank);
-      const size_t k = static_cast<size_t>(a < 0 ? a + rank : a);
-      if (mask[k] && !axes.empty() && std::count(axes.begin(), axes.end(), a) > 1)
-        return errors::InvalidArgument("{}: axis {} is repeated", node_.label(), a);
-      mask[k] = true;
-    }
     codegen::ReduceKernel k;
-    k.op = reduce_ops().at(node_.op);
+    k.op = codegen::reduce_ops().at(node_.op);
     k.in_shape.assign(x.shape.begin(), x.shape.end());
     k.reduced = mask;
     if (k.reduced_numel() == 0 || !shape_is_static(out.shape) || shape_numel(out.shape) != k.out_numel())
@@ -1119,26 +1010,6 @@ class BlasKernel final : public Kernel {
   Shape bias_shape_;
   std::shared_ptr<Program> bias_;
 };
-
-// Multidirectional broadcast of static shapes (false when they do not fit).
-bool broadcast_shape(const std::vector<TensorType>& inputs, Shape* out) {
-  size_t rank = 0;
-  for (const auto& t : inputs)
-    if (t.defined()) rank = std::max(rank, t.shape.size());
-  Shape s(rank, 1);
-  for (const auto& t : inputs) {
-    if (!t.defined()) continue;
-    for (size_t k = 0; k < t.shape.size(); ++k) {
-      int64_t& d = s[rank - t.shape.size() + k];
-      const int64_t v = t.shape[k];
-      if (v == d || v == 1) continue;
-      if (d != 1) return false;
-      d = v;
-    }
-  }
-  *out = s;
-  return true;
-}
 
 #if TENSORD_HAVE_CUDNN_H
 // ---- cuDNN (legacy API): convolution with bias, pooling ----
@@ -1437,11 +1308,11 @@ Status CudaKernelTable::supports(const Node& node, const std::vector<TensorType>
   if (domain_ok && uses_cudnn(*device_, node, inputs)) return OkStatus();
   if (domain_ok && codegen::is_template_op(node.op)) return codegen::template_supported(node, inputs);
   if (domain_ok && node.outputs.size() == 1 && !inputs.empty() && inputs[0].defined()) {
-    if (is_view_op(node.op)) return OkStatus();
-    if (reduce_ops().count(node.op) && inputs[0].dtype == DType::kFloat64 && shape_is_static(inputs[0].shape) &&
+    if (codegen::is_view_op(node.op)) return OkStatus();
+    if (codegen::reduce_ops().count(node.op) && inputs[0].dtype == DType::kFloat64 && shape_is_static(inputs[0].shape) &&
         shape_numel(inputs[0].shape) > 0)
       return OkStatus();  // a float64 template (codegen::plan_template)
-    if (reduce_ops().count(node.op)) {
+    if (codegen::reduce_ops().count(node.op)) {
       // float32 with a static shape and no empty reduction (those fall back: the reference's
       // identities for empty inputs are not generated yet).
       if (inputs[0].dtype != DType::kFloat32 || !shape_is_static(inputs[0].shape) ||
@@ -1467,7 +1338,7 @@ Status CudaKernelTable::supports(const Node& node, const std::vector<TensorType>
   for (const auto& t : inputs) all_static &= !t.defined() || shape_is_static(t.shape);
   if (all_static && node.op != "Clip" && node.op != "CastLike") {
     Shape s;
-    if (!broadcast_shape(inputs, &s))
+    if (!codegen::broadcast_shape(inputs, &s))
       return errors::Unimplemented("{}: {} inputs do not broadcast ({})", node.op, device_->name(),
                                    node.label());
   }
@@ -1488,10 +1359,10 @@ Result<std::unique_ptr<Kernel>> CudaKernelTable::create(const Node& node,
     return std::unique_ptr<Kernel>(new CudnnPoolKernel(device_, node));
   }
 #endif
-  if (is_view_op(node.op)) return std::unique_ptr<Kernel>(new ViewKernel(node));
-  if (reduce_ops().count(node.op) && !inputs.empty() && inputs[0].dtype == DType::kFloat64)
+  if (codegen::is_view_op(node.op)) return codegen::make_view_kernel(node);
+  if (codegen::reduce_ops().count(node.op) && !inputs.empty() && inputs[0].dtype == DType::kFloat64)
     return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
-  if (reduce_ops().count(node.op)) return std::unique_ptr<Kernel>(new ReduceOp(device_, node));
+  if (codegen::reduce_ops().count(node.op)) return std::unique_ptr<Kernel>(new ReduceOp(device_, node));
   if (codegen::is_template_op(node.op)) return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (codegen::is_template_elementwise(node.op) && !codegen::elementwise_supported(node, inputs, nullptr).ok())
     return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
