@@ -723,5 +723,80 @@ TEST(CudaKernels, MatMulGemmAndAFusedChainAgreeWithTheCpu) {
   for (int64_t i = 0; i < (*want)[0]->numel(); ++i) EXPECT_NEAR(x[i], y[i], 1e-4) << i;
 }
 
+// Conv (cuDNN, bias as a constant) -> Relu -> MaxPool (cuDNN) -> AveragePool with ceil_mode
+// and a partial window (a template) -> Softmax (a template), loaded on cuda:0 and run five
+// times with new inputs: plain, recorded (CUDA graph) and replayed runs all agree with cpu:0.
+TEST(CudaKernels, CudnnConvPoolingTemplatesAndGraphReplaysAgreeWithTheCpu) {
+  REQUIRE_GPU();
+  LocalClientOptions o;
+  o.devices = "cpu:0,cuda:0";
+  auto client = make_local_client(o);
+  ASSERT_TRUE(client.ok());
+  Graph g;
+  g.inputs = {{"x", {DType::kFloat32, {2, 3, 17, 17}}}};
+  g.outputs = {{"y", {DType::kFloat32, {2, 8, 4, 4}}}};
+  g.initializers["w"] = random_floats({8, 3, 3, 3}, 7);
+  g.initializers["b"] = random_floats({8}, 8);
+  Node conv;
+  conv.op = "Conv";
+  conv.inputs = {"x", "w", "b"};
+  conv.outputs = {"c"};
+  conv.attrs["pads"] = std::vector<int64_t>{1, 1, 1, 1};
+  Node relu;
+  relu.op = "Relu";
+  relu.inputs = {"c"};
+  relu.outputs = {"r"};
+  Node mp;
+  mp.op = "MaxPool";
+  mp.inputs = {"r"};
+  mp.outputs = {"m"};
+  mp.attrs["kernel_shape"] = std::vector<int64_t>{2, 2};
+  mp.attrs["strides"] = std::vector<int64_t>{2, 2};
+  Node ap;  // 8x8 -> ceil((8 - 3) / 2) + 1 = 4: a partial last window, so not cuDNN's
+  ap.op = "AveragePool";
+  ap.inputs = {"m"};
+  ap.outputs = {"a"};
+  ap.attrs["kernel_shape"] = std::vector<int64_t>{3, 3};
+  ap.attrs["strides"] = std::vector<int64_t>{2, 2};
+  ap.attrs["ceil_mode"] = int64_t{1};
+  Node sm;
+  sm.op = "Softmax";
+  sm.inputs = {"a"};
+  sm.outputs = {"y"};
+  sm.attrs["axis"] = int64_t{1};
+  g.nodes = {conv, relu, mp, ap, sm};
+  auto on_gpu = (*client)->load(g, "cuda:0");
+  auto on_cpu = (*client)->load(g, "cpu:0");
+  ASSERT_TRUE(on_gpu.ok() && on_cpu.ok()) << on_gpu.status().to_string();
+  const int64_t captures = cuda::graph_captures(), replays = cuda::graph_replays();
+  for (uint32_t run = 0; run < 5; ++run) {
+    HostTensor x = random_floats({2, 3, 17, 17}, 100 + run);
+    auto xg = (*client)->upload(x.view(), "cuda:0");
+    auto xc = (*client)->upload(x.view(), "cpu:0");
+    ASSERT_TRUE(xg.ok() && xc.ok());
+    auto got = (*client)->run(*on_gpu, {*xg});
+    auto want = (*client)->run(*on_cpu, {*xc});
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    ASSERT_TRUE(want.ok()) << want.status().to_string();
+    auto a = (*client)->read((*got)[0]);
+    auto b = (*client)->read((*want)[0]);
+    ASSERT_TRUE(a.ok()) << "run " << run << ": " << a.status().to_string();
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    ASSERT_EQ(a->shape(), b->shape());
+    const float* p = static_cast<const float*>(a->data());
+    const float* q = static_cast<const float*>(b->data());
+    for (int64_t i = 0; i < b->numel(); ++i) ASSERT_NEAR(p[i], q[i], 1e-4) << "run " << run << " element " << i;
+    for (TensorHandle h : {*xg, *xc, (*got)[0], (*want)[0]}) (void)(*client)->release(h);
+  }
+  if (!std::getenv("TENSORD_CUDA_GRAPHS")) {
+    EXPECT_EQ(cuda::graph_captures() - captures, 1) << "the second run is recorded";
+    EXPECT_EQ(cuda::graph_replays() - replays, 4) << "runs 2 to 5 replay";
+  }
+  std::string why;
+  std::cout << "[ cuda ] conv/pool/softmax on cuda:0 agree with cpu:0 over 5 runs (cuDNN "
+            << (cuda::cudnn_version(&why) ? "loaded" : "missing: " + why) << "; graph replays "
+            << cuda::graph_replays() - replays << ")\n";
+}
+
 }  // namespace
 }  // namespace tensord
