@@ -555,9 +555,10 @@ class CudaDevice final : public Device {
     std::string why;
     return cudnn_api(&why) != nullptr;
   }
-  // The device's cuDNN handle, on its stream (made on first use).
-  Result<cudnnHandle_t> dnn(const CudnnApi** api) {
-    std::lock_guard<std::mutex> lock(dnn_mu_);
+  // The device's cuDNN handle (made on first use), on the stream this thread launches on;
+  // `lock` holds it for the caller's cuDNN calls (one user of the handle at a time).
+  Result<cudnnHandle_t> dnn(const CudnnApi** api, std::unique_lock<std::mutex>* held) {
+    std::unique_lock<std::mutex> lock(dnn_mu_);
     if (!dnn_) {
       std::string why;
       dnn_api_ = cudnn_api(&why);
@@ -571,6 +572,7 @@ class CudaDevice final : public Device {
     }
     dnn_api_->cudnnSetStream(dnn_, reinterpret_cast<cudaStream_t>(stream()));  // recording or not
     *api = dnn_api_;
+    *held = std::move(lock);
     return dnn_;
   }
 #endif
@@ -1076,7 +1078,8 @@ class CudnnConvKernel final : public Kernel {
     const TensorType& out = call.output_types[0];
     const std::string key = shape_to_string(x.shape) + shape_to_string(w.shape) + (has_b ? "b" : "");
     const CudnnApi* api = nullptr;
-    TD_ASSIGN_OR_RETURN(cudnnHandle_t h, device_->dnn(&api));
+    std::unique_lock<std::mutex> dnn_lock;
+    TD_ASSIGN_OR_RETURN(cudnnHandle_t h, device_->dnn(&api, &dnn_lock));
     TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
     TD_ASSIGN_OR_RETURN(auto y, call.allocator->allocate(static_cast<size_t>(bytes)));
     void* X = ptr(*x.buffer);
@@ -1212,7 +1215,8 @@ class CudnnPoolKernel final : public Kernel {
     const DeviceTensor& x = call.inputs[0];
     const TensorType& out = call.output_types[0];
     const CudnnApi* api = nullptr;
-    TD_ASSIGN_OR_RETURN(cudnnHandle_t h, device_->dnn(&api));
+    std::unique_lock<std::mutex> dnn_lock;
+    TD_ASSIGN_OR_RETURN(cudnnHandle_t h, device_->dnn(&api, &dnn_lock));
     const std::string& where = device_->name();
     const std::string key = shape_to_string(x.shape);
     if (!descs_ || key != key_) {
