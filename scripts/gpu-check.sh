@@ -11,15 +11,17 @@
 # protobuf, oneDNN, OpenSSL, libstdc++, glibc and its loader), the ONNX node tests, the bench
 # peers and scripts/gpu_check_torch.py.
 #
-# run: uses the CUDA libraries present on the GPU machine — libcuda.so.1 from the driver; NVRTC
-# and cuBLAS from the CUDA installation (ldconfig, LD_LIBRARY_PATH, /usr/local/cuda/lib64) or
+# run: uses the CUDA libraries present on the GPU machine — libcuda.so.1 from the driver; NVRTC,
+# cuBLAS and cuDNN 9 (libcudnn.so.9: Conv and pooling; without it they run as generated kernels)
+# from the CUDA installation (ldconfig, LD_LIBRARY_PATH, /usr/local/cuda/lib64) or
 # from PyTorch's nvidia wheels (their lib folders are put into TENSORD_CUDA_LIB_DIR; see
 # src/backends/cuda/cuda_api.h for the full search order). In at most 6 minutes it runs:
 # `tensord devices`; the ONNX node tests on cuda:0 (and cpu:0 to compare); the copy tests and
 # GB/s (cuda_tests); `tensord bench` of mobilenet_v2 and resnet50 at batch 1 and 64 on cuda:0
+# (CUDA graphs on, as by default; mobilenet_v2 at batch 1 once more with TENSORD_CUDA_GRAPHS=0)
 # with PyTorch eager fp32 on the same GPU side by side (gpu_check_torch.py: torchvision models,
 # random weights, and PyTorch's own copy GB/s). It prints one summary and writes every log into
-# LOGDIR. Each step has its own time limit (20+110+40+4x35+50 s: 6 minutes at worst). A step
+# LOGDIR. Each step has its own time limit (20+95+40+4x35+15+50 s: 6 minutes at worst). A step
 # that cannot run says why in the summary; the script exits 0 unless it could not start at all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -138,9 +140,9 @@ PY
   grep -q '^cuda:0 ' "$LOG/devices.log" && has_gpu=1
   # 2. conformance: the node tests on cuda:0 and, at the same time, cpu:0 (the reference).
   if [ $has_gpu = 1 ] && [ -d "$B/onnx-node-tests/node" ]; then
-    step 110 conformance_cpu "${TENSORD[@]}" onnx-test "$B/onnx-node-tests/node" --device cpu:0 --json &
+    step 95 conformance_cpu "${TENSORD[@]}" onnx-test "$B/onnx-node-tests/node" --device cpu:0 --json &
     local cpu_pid=$!
-    step 110 conformance_cuda "${TENSORD[@]}" onnx-test "$B/onnx-node-tests/node" --device cuda:0 --json
+    step 95 conformance_cuda "${TENSORD[@]}" onnx-test "$B/onnx-node-tests/node" --device cuda:0 --json
     wait $cpu_pid
   fi
   # 3. copy tests, GPU kernel tests and GB/s; the NVRTC compile tests too.
@@ -155,6 +157,8 @@ PY
           --examples $n --warmup $((b == 1 ? 10 : 64)) --json
       done
     done
+    TENSORD_CUDA_GRAPHS=0 step 15 bench_mobilenet_v2_b1_nographs "${TENSORD[@]}" bench mobilenet_v2 \
+      --device cuda:0 --batch-size 1 --examples 100 --warmup 10 --json
   fi
   step 50 torch "$py" "$B/gpu_check_torch.py" --batches 1,64 --seconds 4
   echo "total seconds=$((SECONDS - t_start))" >>"$LOG/steps.txt"
@@ -214,6 +218,9 @@ for net in ("mobilenet_v2", "resnet50"):
         ours = f"{r['per_example_s'] * 1e3:.3f}" if r and "per_example_s" in r else "n/a"
         theirs = next((f"{x['ms_per_example']:.3f}" for x in tn.get(net, []) if x["batch"] == b), "n/a")
         print(f"  {net:13s} b{b:<3d} {ours:>9s} | {theirs:>9s}")
+r = js("bench_mobilenet_v2_b1_nographs.log")
+if r and "per_example_s" in r:
+    print(f"  mobilenet_v2  b1 without CUDA graphs (TENSORD_CUDA_GRAPHS=0): {r['per_example_s'] * 1e3:.3f}")
 if torch.get("copies"):
     print("PyTorch copies (GB/s): " + ", ".join(f"{k[:-4]} {v:.1f}" for k, v in torch["copies"].items()))
 elif torch:

@@ -201,6 +201,20 @@ class RegionCompiler {
                                       std::vector<std::string>* notes) = 0;
 };
 
+// Records the launches of one run on a device and replays them (CUDA graphs). The executor
+// (src/engine/executor.cpp) calls begin(), runs every step, then end(): nothing the steps
+// queued in between has run yet — replay() runs it, and runs it again on each later call over
+// the same buffers.
+class RunRecorder {
+ public:
+  virtual ~RunRecorder() = default;
+  virtual Status begin() = 0;
+  // An error when the recording cannot be replayed (a step did what a capture cannot hold):
+  // the executor then runs plainly.
+  virtual Status end() = 0;
+  virtual Status replay() = 0;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -234,6 +248,9 @@ class Device {
   // Optional (host adoption): whether kernels of this device can compute on host memory
   // the engine wraps as a Buffer{ptr = host address} (zero-copy uploads, constants).
   virtual bool adopts_host_memory() const { return false; }
+  // Optional (whole-run replay): a recorder for an executable whose every step runs here with
+  // static shapes and reads no value on the host (nullptr: each run launches step by step).
+  virtual std::unique_ptr<RunRecorder> run_recorder() { return nullptr; }
 };
 
 class Backend {

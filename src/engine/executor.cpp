@@ -145,6 +145,27 @@ struct Executable::Impl {
   };
   std::unique_ptr<Profile> profile;
 
+  // Whole-run replay (Device::run_recorder, CUDA graphs) for an executable whose steps all
+  // run on the target with static shapes and read no value on the host: the first run is
+  // plain (kernels compiled, algorithms picked), the second is recorded over buffers held
+  // here from then on, later runs copy their inputs into the held ones, replay, and copy the
+  // outputs out. A recording that fails leaves plain runs. One run replays at a time; a
+  // concurrent one runs plainly.
+  struct Replay {
+    std::mutex mu;
+    int plain_runs = 0;
+    bool off = false;
+    std::unique_ptr<RunRecorder> recorder;
+    std::vector<std::shared_ptr<Buffer>> held;  // every buffer the recorded run allocated
+    std::vector<DeviceTensor> inputs, outputs;
+  };
+  std::unique_ptr<Replay> replay;  // null: not eligible
+  void plan_replay(const std::vector<TensorType>& input_types);
+  bool run_replayed(const std::vector<Result<DeviceTensor>>& inputs, RunServices& services,
+                    std::vector<Result<DeviceTensor>>* outs);
+  std::vector<Result<DeviceTensor>> run_steps(const std::vector<Result<DeviceTensor>>& inputs,
+                                              RunServices& services);
+
   int id_of(const std::string& name) {
     auto [it, inserted] = ids.emplace(name, static_cast<int>(ids.size()));
     return it->second;
@@ -791,7 +812,129 @@ Result<std::unique_ptr<Executable>> Executable::compile(const Graph& graph,
   impl->devices = {target.device};
   if (std::getenv("TENSORD_PROFILE")) impl->profile = std::make_unique<Impl::Profile>();
   TD_RETURN_IF_ERROR(impl->build(input_types, /*fold_constants=*/true));
+  impl->plan_replay(input_types);
   return std::unique_ptr<Executable>(new Executable(std::move(impl)));
+}
+
+namespace {
+
+// Keeps every buffer a recorded run allocates on the target (a replay writes them again).
+class HoldingAllocator final : public Allocator {
+ public:
+  HoldingAllocator(Allocator& base, std::vector<std::shared_ptr<Buffer>>* held) : base_(base), held_(held) {}
+  Result<std::shared_ptr<Buffer>> allocate(size_t bytes) override {
+    auto b = base_.allocate(bytes);
+    if (b.ok()) held_->push_back(*b);
+    return b;
+  }
+
+ private:
+  Allocator& base_;
+  std::vector<std::shared_ptr<Buffer>>* held_;
+};
+
+class HoldingServices final : public RunServices {
+ public:
+  HoldingServices(RunServices& base, Device* target, std::vector<std::shared_ptr<Buffer>>* held)
+      : base_(base), target_(target), alloc_(base.allocator(*target), held) {}
+  Allocator& allocator(Device& device) override { return &device == target_ ? alloc_ : base_.allocator(device); }
+  Result<DeviceTensor> transfer(const DeviceTensor& value, Device& dst) override {
+    return base_.transfer(value, dst);
+  }
+
+ private:
+  RunServices& base_;
+  Device* target_;
+  HoldingAllocator alloc_;
+};
+
+// A copy of `t` in a new buffer of `alloc` on the same device (nullopt-like error when the
+// device cannot copy within itself).
+Result<DeviceTensor> device_copy(const DeviceTensor& t, Allocator& alloc) {
+  TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(t.dtype, t.shape));
+  TD_ASSIGN_OR_RETURN(auto buf, alloc.allocate(static_cast<size_t>(bytes)));
+  if (bytes > 0) {
+    Buffer src = *t.buffer;
+    src.size = static_cast<size_t>(bytes);
+    if (!buf->device->copy_from(*buf, src)) return errors::Internal("a device copy within {} failed", device_name(buf->device));
+  }
+  return DeviceTensor{t.dtype, t.shape, buf};
+}
+
+}  // namespace
+
+void Executable::Impl::plan_replay(const std::vector<TensorType>& input_types) {
+  if (profile || devices.size() != 1 || steps.empty()) return;
+  for (const auto& t : input_types)
+    if (!shape_is_static(t.shape)) return;
+  for (const Step& st : steps) {
+    if (st.kind == Step::kCopy || st.device != 0 || st.fallback || !st.error.ok() || !st.static_outputs ||
+        !st.implicit.empty())
+      return;
+    if (st.kind == Step::kKernel && (!st.kernel || !st.kernel->host_inputs().empty())) return;
+    if (st.node && (st.node->op == "If" || st.node->op == "Loop" || st.node->op == "Scan")) return;
+  }
+  for (const auto& t : output_types)
+    if (!t.ok() || !shape_is_static(t->shape)) return;
+  replay = std::make_unique<Replay>();
+}
+
+bool Executable::Impl::run_replayed(const std::vector<Result<DeviceTensor>>& inputs, RunServices& services,
+                                    std::vector<Result<DeviceTensor>>* outs) {
+  Replay& r = *replay;
+  std::unique_lock<std::mutex> lock(r.mu, std::try_to_lock);
+  if (!lock.owns_lock() || r.off) return false;
+  Device* target = devices[0];
+  if (inputs.size() != input_ids.size()) return false;
+  for (const auto& in : inputs)
+    if (!in.ok() || !in->buffer || in->buffer->device != target) return false;
+  if (Status c = run_checkpoint(); !c.ok()) return false;  // the plain run reports it
+  auto give_up = [&] {
+    r.off = true;
+    r.recorder.reset();
+    r.held.clear();
+    r.inputs.clear();
+    r.outputs.clear();
+    return false;
+  };
+  if (!r.recorder) {
+    if (r.plain_runs++ == 0) return false;  // first run: plain
+    r.recorder = target->run_recorder();
+    if (!r.recorder) return give_up();
+    // The held inputs: this run's values, copied before the recording (they are not part of it).
+    HoldingAllocator hold(services.allocator(*target), &r.held);
+    for (const auto& in : inputs) {
+      auto c = device_copy(*in, hold);
+      if (!c.ok()) return give_up();
+      r.inputs.push_back(*c);
+    }
+    std::vector<Result<DeviceTensor>> bound(r.inputs.begin(), r.inputs.end());
+    HoldingServices hs(services, target, &r.held);
+    if (!r.recorder->begin().ok()) return give_up();
+    auto recorded = run_steps(bound, hs);
+    const Status ended = r.recorder->end();
+    if (!ended.ok()) {
+      log::warn(fmt::format("{}: whole-run replay off, running step by step: {}", device_name(target), ended.message()));
+      return give_up();
+    }
+    for (auto& o : recorded) {
+      if (!o.ok() || !o->buffer || o->buffer->device != target) return give_up();
+      r.held.push_back(o->buffer);
+      r.outputs.push_back(*o);
+    }
+  } else {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const DeviceTensor& held = r.inputs[i];
+      if (inputs[i]->dtype != held.dtype || inputs[i]->shape != held.shape) return false;
+      Buffer src = *inputs[i]->buffer;
+      src.size = held.buffer->size;
+      if (held.buffer->size && !target->copy_from(*held.buffer, src)) return false;
+    }
+  }
+  if (!r.recorder->replay().ok()) return give_up();
+  outs->clear();
+  for (const auto& o : r.outputs) outs->push_back(device_copy(o, services.allocator(*target)));
+  return true;
 }
 
 const std::vector<Result<TensorType>>& Executable::output_types() const {
@@ -833,6 +976,16 @@ std::string Executable::describe() const {
 std::vector<Result<DeviceTensor>> Executable::run(const std::vector<Result<DeviceTensor>>& inputs,
                                                   RunServices& services) {
   Impl& x = *impl_;
+  if (x.replay) {
+    std::vector<Result<DeviceTensor>> outs;
+    if (x.run_replayed(inputs, services, &outs)) return outs;
+  }
+  return x.run_steps(inputs, services);
+}
+
+std::vector<Result<DeviceTensor>> Executable::Impl::run_steps(const std::vector<Result<DeviceTensor>>& inputs,
+                                                              RunServices& services) {
+  Impl& x = *this;
   std::vector<Result<DeviceTensor>> values(x.values_count,
                                            Result<DeviceTensor>(errors::Internal("unset")));
   Device* target = x.devices[0];

@@ -96,6 +96,7 @@ const T* load_once(const std::string& lib, bool soname_only, Fill fill, std::str
 
 std::vector<std::string> library_names(const std::string& lib) {
   if (lib == "cuda") return {"libcuda.so.1", "libcuda.so"};
+  if (lib == "cudnn") return {"libcudnn.so.9", "libcudnn.so"};
   std::vector<std::string> names;
   for (const char* major : {"13", "12"}) names.push_back("lib" + lib + ".so." + major);
   names.push_back("lib" + lib + ".so");
@@ -180,5 +181,24 @@ const CublasApi* cublas_api(std::string* why) {
       },
       why);
 }
+
+#if TENSORD_HAVE_CUDNN_H
+const CudnnApi* cudnn_api(std::string* why) {
+  return load_once<CudnnApi>(
+      "cudnn", false,
+      [](void* handle, CudnnApi* t, std::string* missing) {
+        bool ok = true;
+        std::string& m = *missing;
+        auto bindf = [&](const char* name, void** slot) {
+          if (!ok) return;
+          if (void* f = ::dlsym(handle, name)) *slot = f;
+          else { ok = false; m = std::string("symbol ") + name + " missing"; }
+        };
+        TENSORD_CUDA_CUDNN_FUNCTIONS(TENSORD_CUDA_BINDF)
+        return ok;
+      },
+      why);
+}
+#endif
 
 }  // namespace tensord::cuda

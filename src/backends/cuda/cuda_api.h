@@ -12,12 +12,15 @@
 //   4. /usr/local/cuda/lib64 and the toolkit's lib folder found when tensord was configured.
 // libcuda.so.1 comes with the driver (ldconfig finds it); the same order applies (a folder in
 // TENSORD_CUDA_LIB_DIR can hold a forward-compatibility libcuda).
-// Several major versions are tried for NVRTC and cuBLAS (13, then 12).
+// Several major versions are tried for NVRTC and cuBLAS (13, then 12); cuDNN is major 9.
 #pragma once
 
 #include <cuda.h>
 #include <cublas_v2.h>
 #include <nvrtc.h>
+#if TENSORD_HAVE_CUDNN_H
+#include <cudnn.h>
+#endif
 
 #include <string>
 #include <vector>
@@ -65,7 +68,13 @@ namespace tensord::cuda {
   X(cuModuleUnload)                      \
   X(cuModuleGetFunction)                 \
   X(cuFuncGetAttribute)                  \
-  X(cuLaunchKernel)
+  X(cuLaunchKernel)                       \
+  X(cuStreamBeginCapture)                 \
+  X(cuStreamEndCapture)                   \
+  X(cuGraphInstantiate)                   \
+  X(cuGraphLaunch)                        \
+  X(cuGraphDestroy)                       \
+  X(cuGraphExecDestroy)
 
 #define TENSORD_CUDA_NVRTC_FUNCTIONS(X) \
   X(nvrtcVersion)                       \
@@ -91,6 +100,40 @@ namespace tensord::cuda {
   X(cublasSgemm)                         \
   X(cublasSgemmStridedBatched)
 
+// cuDNN 9's legacy API (libcudnn.so.9 dispatches to libcudnn_cnn/ops): convolution with
+// bias/activation, pooling. Only where the build found cudnn.h (TENSORD_HAVE_CUDNN_H).
+#define TENSORD_CUDA_CUDNN_FUNCTIONS(X)        \
+  X(cudnnGetVersion)                           \
+  X(cudnnGetErrorString)                       \
+  X(cudnnCreate)                               \
+  X(cudnnDestroy)                              \
+  X(cudnnSetStream)                            \
+  X(cudnnCreateTensorDescriptor)               \
+  X(cudnnSetTensorNdDescriptor)                \
+  X(cudnnDestroyTensorDescriptor)              \
+  X(cudnnCreateFilterDescriptor)               \
+  X(cudnnSetFilterNdDescriptor)                \
+  X(cudnnDestroyFilterDescriptor)              \
+  X(cudnnCreateConvolutionDescriptor)          \
+  X(cudnnSetConvolutionNdDescriptor)           \
+  X(cudnnSetConvolutionGroupCount)             \
+  X(cudnnSetConvolutionMathType)               \
+  X(cudnnDestroyConvolutionDescriptor)         \
+  X(cudnnGetConvolutionForwardAlgorithm_v7)    \
+  X(cudnnFindConvolutionForwardAlgorithmEx)    \
+  X(cudnnGetConvolutionForwardWorkspaceSize)   \
+  X(cudnnConvolutionForward)                   \
+  X(cudnnConvolutionBiasActivationForward)     \
+  X(cudnnAddTensor)                            \
+  X(cudnnCreateActivationDescriptor)           \
+  X(cudnnSetActivationDescriptor)              \
+  X(cudnnDestroyActivationDescriptor)          \
+  X(cudnnActivationForward)                    \
+  X(cudnnCreatePoolingDescriptor)              \
+  X(cudnnSetPoolingNdDescriptor)               \
+  X(cudnnDestroyPoolingDescriptor)             \
+  X(cudnnPoolingForward)
+
 #define TENSORD_CUDA_MEMBER(name) decltype(&::name) name = nullptr;
 
 struct DriverApi {
@@ -105,6 +148,15 @@ struct CublasApi {
   TENSORD_CUDA_CUBLAS_FUNCTIONS(TENSORD_CUDA_MEMBER)
   std::string path;
 };
+
+#if TENSORD_HAVE_CUDNN_H
+struct CudnnApi {
+  TENSORD_CUDA_CUDNN_FUNCTIONS(TENSORD_CUDA_MEMBER)
+  std::string path;
+};
+// cuDNN: libcudnn.so.9 by the same search (PyTorch's nvidia/cudnn/lib is among the wheels' folders).
+const CudnnApi* cudnn_api(std::string* why);
+#endif
 
 // Each loads once per process (thread-safe) and returns the table, or nullptr with `why` set
 // to one line naming what was tried and what failed.

@@ -14,7 +14,9 @@
 #include <unordered_map>
 
 #include "backends/codegen/lower.h"
+#include "backends/codegen/node_kernels.h"
 #include "backends/codegen/printer.h"
+#include "backends/codegen/templates.h"
 #include "backends/cuda/cuda_api.h"
 #include "core/errors.h"
 #include "core/node_attrs.h"
@@ -27,6 +29,13 @@ std::atomic<int64_t> g_programs_built{0};
 std::atomic<int64_t> g_kernels_launched{0};
 std::atomic<int64_t> g_disk_hits{0};
 std::atomic<int64_t> g_compile_failures{0};
+std::atomic<int64_t> g_graph_captures{0};
+std::atomic<int64_t> g_graph_replays{0};
+// The device this thread is recording a run on (CudaRunRecorder), and the stream it records
+// on: that thread's launches for that device go to the recording stream; other threads'
+// launches stay on the device's stream, out of the recording.
+thread_local const void* t_recording_device = nullptr;
+thread_local CUstream t_recording_stream = nullptr;
 std::mutex g_last_mu;
 std::string g_last_source;
 std::mutex g_collector_mu;
@@ -218,7 +227,11 @@ class CudaDevice final : public Device {
     info_.driver_version = fmt::format("{}.{}", driver / 1000, (driver % 1000) / 10);
     info_.compute_units = sms;
     info_.fp16 = cc_ >= 53;
-    set_backend_version("generated kernels, cuBLAS");
+    std::string why;
+    const int64_t dnn = cudnn_version(&why);
+    set_backend_version(dnn ? fmt::format("generated kernels, cuBLAS, cuDNN {}.{}.{}", dnn / 10000, (dnn % 10000) / 100,
+                                          dnn % 100)
+                            : "generated kernels, cuBLAS, no cuDNN");
   }
   // The pretend device of TENSORD_CUDA_COMPILE_ONLY: host memory, kernels compiled, not run.
   explicit CudaDevice(std::string arch) : compile_arch_(std::move(arch)), kernels_(this), regions_(this) {
@@ -237,10 +250,14 @@ class CudaDevice final : public Device {
     api_->cuStreamSynchronize(stream_);
     for (auto& [src, p] : programs_) p.reset();
     if (blas_ && blas_api_) blas_api_->cublasDestroy(blas_);
+#if TENSORD_HAVE_CUDNN_H
+    if (dnn_ && dnn_api_) dnn_api_->cudnnDestroy(dnn_);
+#endif
     for (void* s : staging_)
       if (s) api_->cuMemFreeHost(s);
     for (CUevent e : staging_done_)
       if (e) api_->cuEventDestroy(e);
+    if (ready_) api_->cuEventDestroy(ready_);
     api_->cuStreamDestroy(stream_);
     api_->cuDevicePrimaryCtxRelease(dev_);
   }
@@ -289,6 +306,7 @@ class CudaDevice final : public Device {
     if (offset > dst.size || bytes > dst.size - offset)
       return errors::OutOfRange("{}: write past the end of a buffer", info_.name);
     if (!bytes) return OkStatus();
+    if (recording()) return errors::Unimplemented("{}: a host write while recording a run", info_.name);
     if (compile_only()) {
       std::memcpy(static_cast<char*>(dst.ptr) + dst.offset + offset, src, bytes);
       return OkStatus();
@@ -317,6 +335,7 @@ class CudaDevice final : public Device {
     if (offset > src.size || bytes > src.size - offset)
       return errors::OutOfRange("{}: read past the end of a buffer", info_.name);
     if (!bytes) return OkStatus();
+    if (recording()) return errors::Unimplemented("{}: a host read while recording a run", info_.name);
     if (compile_only()) {
       std::memcpy(dst, static_cast<const char*>(src.ptr) + src.offset + offset, bytes);
       return OkStatus();
@@ -350,22 +369,53 @@ class CudaDevice final : public Device {
   // producer may still run); finished before returning (the source may be freed right after).
   bool copy_from(const Buffer& dst, const Buffer& src) override {
     auto* other = dynamic_cast<CudaDevice*>(src.device);
-    if (!other || dst.size < src.size || compile_only() || other->compile_only()) return false;
+    if (!other || dst.size < src.size || recording()) return false;
     if (!src.size) return true;
+    if (compile_only() || other->compile_only()) {
+      if (other != this) return false;
+      std::memmove(static_cast<char*>(dst.ptr) + dst.offset, static_cast<const char*>(src.ptr) + src.offset, src.size);
+      return true;
+    }
     if (other != this && std::find(peers_.begin(), peers_.end(), other) == peers_.end()) return false;
     if (!enter().ok()) return false;
     CUresult r = CUDA_SUCCESS;
     if (other != this) {
-      if (other->enter().ok()) r = api_->cuStreamSynchronize(other->stream_);
+      // The source's producer may still run on its stream: this stream waits for it on the
+      // GPU (an event), not the host.
+      CUevent ready = nullptr;
+      r = other->enter().ok() ? other->ready_event(&ready) : CUDA_ERROR_INVALID_CONTEXT;
       if (r == CUDA_SUCCESS) r = api_->cuCtxSetCurrent(ctx_);
+      if (r == CUDA_SUCCESS) r = api_->cuStreamWaitEvent(stream_, ready, 0);
       if (r == CUDA_SUCCESS)
         r = api_->cuMemcpyPeerAsync(address(dst), ctx_, other->address(src), other->ctx_, src.size, stream_);
+      // Finished before returning: the source may be freed (on its device) right after.
+      if (r == CUDA_SUCCESS) r = api_->cuStreamSynchronize(stream_);
     } else {
+      // Same device, same stream: ordered after the producer and before every later reader
+      // or reuse of either buffer (the pool's blocks are reused in stream order; read()
+      // synchronises), so nothing waits here.
       r = api_->cuMemcpyDtoDAsync(address(dst), address(src), src.size, stream_);
     }
-    if (r == CUDA_SUCCESS) r = api_->cuStreamSynchronize(stream_);
     return r == CUDA_SUCCESS;
   }
+
+  // An event recorded now on the device's stream (one per device, re-recorded each call).
+  CUresult ready_event(CUevent* ev) {
+    std::lock_guard<std::mutex> lock(event_mu_);
+    CUresult r = CUDA_SUCCESS;
+    if (!ready_) r = api_->cuEventCreate(&ready_, CU_EVENT_DISABLE_TIMING);
+    if (r == CUDA_SUCCESS) r = api_->cuEventRecord(ready_, stream_);
+    *ev = ready_;
+    return r;
+  }
+  // Where this thread's launches for the device go: the recording stream while it records a
+  // run (CudaRunRecorder), else the device's stream.
+  bool recording() const { return t_recording_device == this; }
+  CUstream stream() const { return recording() ? t_recording_stream : stream_; }
+  CUstream main_stream() const { return stream_; }
+  const DriverApi* api() const { return api_; }
+  bool sync_each() const { return sync_; }
+  std::unique_ptr<RunRecorder> run_recorder() override;
 
   // The module for `source`, compiled once per device (kept for the device's lifetime).
   Result<std::shared_ptr<Program>> program(const std::string& source, const std::string& kernel_name) {
@@ -434,7 +484,7 @@ class CudaDevice final : public Device {
     const int64_t blocks = (n + p.block - 1) / p.block;
     if (blocks > 0x7fffffff) return errors::Unimplemented("{}: {} elements in one kernel", info_.name, n);
     CUresult r = api_->cuLaunchKernel(p.function, static_cast<unsigned>(blocks), 1, 1,
-                                      static_cast<unsigned>(p.block), 1, 1, 0, stream_, params.data(), nullptr);
+                                      static_cast<unsigned>(p.block), 1, 1, 0, stream(), params.data(), nullptr);
     if (r != CUDA_SUCCESS) return cu_status(api_, r, info_.name, "launching a generated kernel");
     if (sync_) {
       r = api_->cuStreamSynchronize(stream_);
@@ -473,9 +523,9 @@ class CudaDevice final : public Device {
         blas_ = nullptr;
         return errors::Internal("{}: cublasCreate failed", info_.name);
       }
-      blas_api_->cublasSetStream(blas_, stream_);
       if (env_is("TENSORD_CUDA_TF32", "1")) blas_api_->cublasSetMathMode(blas_, CUBLAS_TF32_TENSOR_OP_MATH);
     }
+    blas_api_->cublasSetStream(blas_, stream());  // the recording stream while recording
     const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     auto* A = reinterpret_cast<const float*>(static_cast<uintptr_t>(a));
@@ -496,6 +546,42 @@ class CudaDevice final : public Device {
       if (r != CUDA_SUCCESS) return cu_status(api_, r, info_.name, "running cuBLAS sgemm");
     }
     return OkStatus();
+  }
+
+#if TENSORD_HAVE_CUDNN_H
+  // Whether cuDNN kernels may run here: a real device, TENSORD_CUDNN not 0, libcudnn loads.
+  bool cudnn_usable() const {
+    if (compile_only() || env_is("TENSORD_CUDNN", "0")) return false;
+    std::string why;
+    return cudnn_api(&why) != nullptr;
+  }
+  // The device's cuDNN handle (made on first use), on the stream this thread launches on;
+  // `lock` holds it for the caller's cuDNN calls (one user of the handle at a time).
+  Result<cudnnHandle_t> dnn(const CudnnApi** api, std::unique_lock<std::mutex>* held) {
+    std::unique_lock<std::mutex> lock(dnn_mu_);
+    if (!dnn_) {
+      std::string why;
+      dnn_api_ = cudnn_api(&why);
+      if (!dnn_api_) return errors::Unavailable("{}: cuDNN is not available: {}", info_.name, why);
+      TD_RETURN_IF_ERROR(enter());
+      const cudnnStatus_t st = dnn_api_->cudnnCreate(&dnn_);
+      if (st != CUDNN_STATUS_SUCCESS) {
+        dnn_ = nullptr;
+        return errors::Internal("{}: cudnnCreate failed: {}", info_.name, dnn_api_->cudnnGetErrorString(st));
+      }
+    }
+    dnn_api_->cudnnSetStream(dnn_, reinterpret_cast<cudaStream_t>(stream()));  // recording or not
+    *api = dnn_api_;
+    *held = std::move(lock);
+    return dnn_;
+  }
+#endif
+  // After a library call: TENSORD_CUDA_SYNC=1 waits for it (errors at the op).
+  Status after_call(const char* what) {
+    g_kernels_launched++;
+    if (!sync_ || compile_only()) return OkStatus();
+    CUresult r = api_->cuStreamSynchronize(stream());
+    return r == CUDA_SUCCESS ? OkStatus() : cu_status(api_, r, info_.name, what);
   }
 
  private:
@@ -532,13 +618,96 @@ class CudaDevice final : public Device {
   CudaRegionCompiler regions_;
   std::mutex programs_mu_;
   std::unordered_map<std::string, std::shared_ptr<Program>> programs_;
+  std::mutex event_mu_;
+  CUevent ready_ = nullptr;
   std::mutex staging_mu_;
   void* staging_[2] = {nullptr, nullptr};
   CUevent staging_done_[2] = {nullptr, nullptr};
   std::mutex blas_mu_;
   const CublasApi* blas_api_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+#if TENSORD_HAVE_CUDNN_H
+  std::mutex dnn_mu_;
+  const CudnnApi* dnn_api_ = nullptr;
+  cudnnHandle_t dnn_ = nullptr;
+#endif
 };
+// CUDA graphs: a run recorded on a private stream (cuStreamBeginCapture, relaxed mode: the
+// pool may still cuMemAlloc), instantiated once (cuGraphInstantiate) and replayed on the
+// device's stream (cuGraphLaunch), so a run is one launch. On a compile-only device nothing is
+// recorded or replayed (the counters move: tests of the executor's replay without a GPU).
+class CudaRunRecorder final : public RunRecorder {
+ public:
+  explicit CudaRunRecorder(CudaDevice* d) : d_(d) {}
+  ~CudaRunRecorder() override {
+    if (t_recording_device == d_) t_recording_device = nullptr;
+    if (d_->compile_only() || !d_->enter().ok()) return;
+    const DriverApi* api = d_->api();
+    if (exec_) api->cuGraphExecDestroy(exec_);
+    if (stream_) {
+      if (capturing_) {
+        CUgraph g = nullptr;
+        if (api->cuStreamEndCapture(stream_, &g) == CUDA_SUCCESS && g) api->cuGraphDestroy(g);
+      }
+      api->cuStreamDestroy(stream_);
+    }
+  }
+  Status begin() override {
+    if (!d_->compile_only()) {
+      TD_RETURN_IF_ERROR(d_->enter());
+      const DriverApi* api = d_->api();
+      CUresult r = stream_ ? CUDA_SUCCESS : api->cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING);
+      if (r == CUDA_SUCCESS) r = api->cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_RELAXED);
+      if (r != CUDA_SUCCESS) return cu_status(api, r, d_->name(), "cuStreamBeginCapture");
+      capturing_ = true;
+    }
+    t_recording_device = d_;
+    t_recording_stream = stream_;
+    g_graph_captures++;
+    return OkStatus();
+  }
+  Status end() override {
+    t_recording_device = nullptr;
+    t_recording_stream = nullptr;
+    if (d_->compile_only()) return OkStatus();
+    TD_RETURN_IF_ERROR(d_->enter());
+    const DriverApi* api = d_->api();
+    CUgraph g = nullptr;
+    capturing_ = false;
+    CUresult r = api->cuStreamEndCapture(stream_, &g);
+    if (r != CUDA_SUCCESS) return cu_status(api, r, d_->name(), "recording a run (cuStreamEndCapture)");
+    r = api->cuGraphInstantiate(&exec_, g, 0);
+    api->cuGraphDestroy(g);
+    if (r != CUDA_SUCCESS) {
+      exec_ = nullptr;
+      return cu_status(api, r, d_->name(), "cuGraphInstantiate");
+    }
+    return OkStatus();
+  }
+  Status replay() override {
+    g_graph_replays++;
+    if (d_->compile_only()) return OkStatus();
+    TD_RETURN_IF_ERROR(d_->enter());
+    const DriverApi* api = d_->api();
+    if (!exec_) return errors::Internal("{}: no recorded run to replay", d_->name());
+    CUresult r = api->cuGraphLaunch(exec_, d_->main_stream());
+    if (r != CUDA_SUCCESS) return cu_status(api, r, d_->name(), "cuGraphLaunch");
+    return OkStatus();
+  }
+
+ private:
+  CudaDevice* d_;
+  CUstream stream_ = nullptr;
+  CUgraphExec exec_ = nullptr;
+  bool capturing_ = false;
+};
+
+// TENSORD_CUDA_GRAPHS=0 turns replay off; so does TENSORD_CUDA_SYNC=1 (it waits per kernel).
+std::unique_ptr<RunRecorder> CudaDevice::run_recorder() {
+  if (env_is("TENSORD_CUDA_GRAPHS", "0") || sync_each()) return nullptr;
+  return std::make_unique<CudaRunRecorder>(this);
+}
+
 // A lowered, compiled element-wise kernel and how its parameters bind.
 struct Compiled {
   codegen::LoweredGroup lowered;
@@ -613,40 +782,6 @@ class GeneratedKernel final : public Kernel {
   std::unique_ptr<Compiled> compiled_;
 };
 
-// Reshape, Flatten, Squeeze, Unsqueeze, Identity: the output is the input's buffer under the
-// inferred shape (values are immutable, so sharing is safe): no copy, no launch.
-bool is_view_op(const std::string& op) {
-  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" ||
-         op == "Identity";
-}
-
-class ViewKernel final : public Kernel {
- public:
-  explicit ViewKernel(const Node& node) : node_(node) {}
-  std::string name() const override { return "view"; }
-  std::vector<int> host_inputs() const override {
-    if (node_.op == "Reshape" || ((node_.op == "Squeeze" || node_.op == "Unsqueeze") &&
-                                  node_.inputs.size() > 1 && !node_.inputs[1].empty()))
-      return {1};
-    return {};
-  }
-  Status run(KernelCall& call) override {
-    if (call.inputs.empty() || !call.inputs[0].defined() || call.output_types.empty())
-      return errors::Internal("{}: no input", node_.label());
-    const DeviceTensor& x = call.inputs[0];
-    const TensorType& out = call.output_types[0];
-    if (!shape_is_static(out.shape) || shape_numel(out.shape) != shape_numel(x.shape) ||
-        out.dtype != x.dtype)
-      return errors::Internal("{}: output {} is not a view of input {}", node_.label(),
-                              shape_to_string(out.shape), shape_to_string(x.shape));
-    call.outputs.assign(1, DeviceTensor{x.dtype, out.shape, x.buffer});
-    return OkStatus();
-  }
-
- private:
-  Node node_;
-};
-
 // Transpose and Expand: a strided load per element, generated (codegen::lower_transpose /
 // lower_expand) per shape.
 class MoveKernel final : public Kernel {
@@ -673,7 +808,7 @@ class MoveKernel final : public Kernel {
     std::string key = shape_to_string(x.shape) + dtype_name(x.dtype) + shape_to_string(out.shape);
     std::vector<int64_t> starts(x.shape.size(), 0), steps(x.shape.size(), 1);
     if (node_.op == "Slice") {
-      TD_RETURN_IF_ERROR(slice_params(call, x.shape, &starts, &steps));
+      TD_RETURN_IF_ERROR(codegen::slice_params(node_, call, x.shape, &starts, &steps));
       key += fmt::format("{}/{}", fmt::join(starts, ","), fmt::join(steps, ","));
     }
     if (!program_ || key != key_) {
@@ -707,54 +842,55 @@ class MoveKernel final : public Kernel {
   }
 
  private:
-  static std::vector<int64_t> ints(const HostTensor& t) {
-    std::vector<int64_t> v;
-    for (double d : t.to_double_vector()) v.push_back(static_cast<int64_t>(d));
-    return v;
-  }
-  // Per input dim: the first element read and the step, normalised as ONNX's Slice says (the
-  // inferred output shape says how many).
-  Status slice_params(const KernelCall& call, const Shape& in, std::vector<int64_t>* starts,
-                      std::vector<int64_t>* steps) const {
-    auto host = [&](size_t i) -> const HostTensor* {
-      return i < call.host_values.size() && !call.host_values[i].empty() ? &call.host_values[i] : nullptr;
-    };
-    if (!host(1)) return errors::Internal("{}: no host copy of starts", node_.label());
-    const std::vector<int64_t> st = ints(*host(1));
-    std::vector<int64_t> axes, sp;
-    if (host(3)) axes = ints(*host(3));
-    else for (size_t a = 0; a < st.size(); ++a) axes.push_back(static_cast<int64_t>(a));
-    if (host(4)) sp = ints(*host(4));
-    else sp.assign(st.size(), 1);
-    if (axes.size() != st.size() || sp.size() != st.size())
-      return errors::InvalidArgument("{}: starts, axes and steps differ in length", node_.label());
-    const int64_t rank = static_cast<int64_t>(in.size());
-    for (size_t k = 0; k < st.size(); ++k) {
-      int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k];
-      if (a < 0 || a >= rank) return errors::InvalidArgument("{}: axis {} out of range", node_.label(), axes[k]);
-      const int64_t dim = in[static_cast<size_t>(a)];
-      if (sp[k] == 0) return errors::InvalidArgument("{}: a step is 0", node_.label());
-      int64_t s0 = st[k] < 0 ? st[k] + dim : st[k];
-      s0 = sp[k] > 0 ? std::clamp<int64_t>(s0, 0, dim) : std::clamp<int64_t>(s0, 0, dim - 1);
-      (*starts)[static_cast<size_t>(a)] = s0;
-      (*steps)[static_cast<size_t>(a)] = sp[k];
-    }
-    return OkStatus();
-  }
-
   CudaDevice* device_;
   Node node_;
   std::string key_;
   std::shared_ptr<Program> program_;
 };
 
-const std::map<std::string, std::string>& reduce_ops() {
-  static const std::map<std::string, std::string> t = {
-      {"ReduceSum", "sum"},         {"ReduceMean", "mean"}, {"ReduceMax", "max"},
-      {"ReduceMin", "min"},         {"ReduceProd", "prod"}, {"ReduceSumSquare", "sum_square"},
-      {"ReduceL1", "l1"},           {"ReduceL2", "l2"},     {"ReduceLogSum", "log_sum"}};
-  return t;
-}
+// Matmul (what cuBLAS does not take), convolution, pooling, Softmax, normalisations,
+// Concat/Split/Gather/Pad/Tile, ArgMax/ArgMin, CumSum, Resize...: a kernel generated per call's
+// shapes from the device-neutral templates (codegen/templates.h) printed as CUDA C; the device
+// keeps every program it built, keyed by source.
+class TemplateOpKernel final : public Kernel {
+ public:
+  TemplateOpKernel(CudaDevice* d, const Node& node) : device_(d), node_(node) {}
+  std::string name() const override { return "generated"; }
+  std::vector<int> host_inputs() const override { return codegen::template_host_inputs(node_); }
+  Status run(KernelCall& call) override {
+    TD_ASSIGN_OR_RETURN(codegen::OpPlan plan, codegen::plan_template(codegen::template_call(node_, call)));
+    const std::string source = codegen::print_template(plan.kernel, codegen::Dialect::kCuda);
+    std::shared_ptr<Program> program;
+    if (program_ && source == source_) {
+      program = program_;
+    } else {
+      TD_ASSIGN_OR_RETURN(program, device_->program(source, plan.kernel.name));
+      program_ = program;
+      source_ = source;
+    }
+    std::vector<Arg> args;
+    for (int i : plan.inputs) {
+      const auto& t = call.inputs.at(static_cast<size_t>(i));
+      if (!t.defined() || !t.buffer) return errors::Internal("{}: input {} missing", node_.label(), i);
+      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*t.buffer));
+      args.push_back(a);
+    }
+    TD_RETURN_IF_ERROR(codegen::allocate_template_outputs(plan, call));
+    for (int o : plan.outputs) {
+      const auto& t = call.outputs.at(static_cast<size_t>(o));
+      if (!t.buffer) return errors::Internal("{}: output {} not allocated", node_.label(), o);
+      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*t.buffer));
+      args.push_back(a);
+    }
+    return device_->launch(*program, args, plan.kernel.n);
+  }
+
+ private:
+  CudaDevice* device_;
+  Node node_;
+  std::string source_;
+  std::shared_ptr<Program> program_;
+};
 
 // ReduceSum, ReduceMean, ... over float32: a generated kernel per input shape and axes.
 class ReduceOp final : public Kernel {
@@ -771,32 +907,15 @@ class ReduceOp final : public Kernel {
     const DeviceTensor& x = call.inputs[0];
     const TensorType& out = call.output_types[0];
     const int64_t rank = static_cast<int64_t>(x.shape.size());
-    NodeAttrs attrs(node_);
-    std::vector<int64_t> axes;
+    std::vector<bool> mask;
     bool noop = false;
-    if (attrs.has_attr("axes")) {  // before opset 13 (ReduceSum) / 18 (the others)
-      TD_ASSIGN_OR_RETURN(axes, attrs.attr_ints("axes", {}));
-    } else {  // axes as an input, possibly omitted or empty
-      TD_ASSIGN_OR_RETURN(int64_t noop_attr, attrs.attr_int("noop_with_empty_axes", 0));
-      if (axes_from_input() && call.host_values.size() > 1 && !call.host_values[1].empty())
-        for (double a : call.host_values[1].to_double_vector()) axes.push_back(static_cast<int64_t>(a));
-      noop = axes.empty() && noop_attr != 0;
-    }
+    TD_RETURN_IF_ERROR(codegen::reduce_axes(node_, call, rank, &mask, &noop));
     if (noop) {  // the input as is
       call.outputs.assign(1, DeviceTensor{x.dtype, out.shape, x.buffer});
       return OkStatus();
     }
-    std::vector<bool> mask(static_cast<size_t>(rank), axes.empty());
-    for (int64_t a : axes) {
-      if (a < -rank || a >= rank)
-        return errors::InvalidArgument("{}: axis {} is out of range for rank {}", node_.label(), a, rank);
-      const size_t k = static_cast<size_t>(a < 0 ? a + rank : a);
-      if (mask[k] && !axes.empty() && std::count(axes.begin(), axes.end(), a) > 1)
-        return errors::InvalidArgument("{}: axis {} is repeated", node_.label(), a);
-      mask[k] = true;
-    }
     codegen::ReduceKernel k;
-    k.op = reduce_ops().at(node_.op);
+    k.op = codegen::reduce_ops().at(node_.op);
     k.in_shape.assign(x.shape.begin(), x.shape.end());
     k.reduced = mask;
     if (k.reduced_numel() == 0 || !shape_is_static(out.shape) || shape_numel(out.shape) != k.out_numel())
@@ -894,49 +1013,310 @@ class BlasKernel final : public Kernel {
   std::shared_ptr<Program> bias_;
 };
 
-// Multidirectional broadcast of static shapes (false when they do not fit).
-bool broadcast_shape(const std::vector<TensorType>& inputs, Shape* out) {
-  size_t rank = 0;
-  for (const auto& t : inputs)
-    if (t.defined()) rank = std::max(rank, t.shape.size());
-  Shape s(rank, 1);
-  for (const auto& t : inputs) {
-    if (!t.defined()) continue;
-    for (size_t k = 0; k < t.shape.size(); ++k) {
-      int64_t& d = s[rank - t.shape.size() + k];
-      const int64_t v = t.shape[k];
-      if (v == d || v == 1) continue;
-      if (d != 1) return false;
-      d = v;
-    }
+#if TENSORD_HAVE_CUDNN_H
+// ---- cuDNN (legacy API): convolution with bias, pooling ----
+
+std::vector<int> to_int(const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); }
+std::vector<int> packed_strides(const std::vector<int64_t>& dims) {
+  std::vector<int> st(dims.size(), 1);
+  for (size_t d = dims.size(); d-- > 1;) st[d - 1] = st[d] * static_cast<int>(dims[d]);
+  return st;
+}
+
+Status dnn_status(const CudnnApi* api, cudnnStatus_t st, const std::string& where, const char* what) {
+  if (st == CUDNN_STATUS_SUCCESS) return OkStatus();
+  return errors::Internal("{}: {} failed: {}", where, what, api->cudnnGetErrorString(st));
+}
+
+// The descriptors of one shape, destroyed with it.
+struct DnnDescs {
+  const CudnnApi* api = nullptr;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, b = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnActivationDescriptor_t act = nullptr;
+  cudnnPoolingDescriptor_t pool = nullptr;
+  ~DnnDescs() {
+    if (!api) return;
+    for (auto* t : {x, y, b})
+      if (t) api->cudnnDestroyTensorDescriptor(t);
+    if (w) api->cudnnDestroyFilterDescriptor(w);
+    if (conv) api->cudnnDestroyConvolutionDescriptor(conv);
+    if (act) api->cudnnDestroyActivationDescriptor(act);
+    if (pool) api->cudnnDestroyPoolingDescriptor(pool);
   }
-  *out = s;
-  return true;
+  Status tensor(cudnnTensorDescriptor_t* d, const std::vector<int64_t>& dims, const std::string& where) {
+    TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnCreateTensorDescriptor(d), where, "cudnnCreateTensorDescriptor"));
+    const std::vector<int> n = to_int(dims), st = packed_strides(dims);
+    return dnn_status(api, api->cudnnSetTensorNdDescriptor(*d, CUDNN_DATA_FLOAT, static_cast<int>(n.size()), n.data(),
+                                                           st.data()),
+                      where, "cudnnSetTensorNdDescriptor");
+  }
+};
+
+size_t cudnn_workspace_limit() {
+  const char* v = std::getenv("TENSORD_CUDNN_WORKSPACE_MIB");
+  const long mib = v && *v ? std::strtol(v, nullptr, 10) : 1024;
+  return static_cast<size_t>(std::max<long>(mib, 0)) << 20;
+}
+
+// Conv (float32, NCHW) on cuDNN: cudnnConvolutionForward then the bias with cudnnAddTensor, or
+// cudnnConvolutionBiasActivationForward when a ReLU is fused. The algorithm is cuDNN's
+// heuristic pick (cudnnGetConvolutionForwardAlgorithm_v7), or measured with
+// cudnnFindConvolutionForwardAlgorithmEx under TENSORD_CUDNN_FIND=1, within
+// TENSORD_CUDNN_WORKSPACE_MIB (default 1024) of workspace, taken from the engine's pool.
+class CudnnConvKernel final : public Kernel {
+ public:
+  CudnnConvKernel(CudaDevice* d, const Node& node, bool relu = false) : device_(d), node_(node), relu_(relu) {}
+  std::string name() const override { return relu_ ? "cudnn conv+relu" : "cudnn"; }
+  Status run(KernelCall& call) override {
+    if (call.inputs.size() < 2 || !call.inputs[0].defined() || !call.inputs[1].defined() || call.output_types.empty())
+      return errors::Internal("{}: missing inputs", node_.label());
+    const DeviceTensor& x = call.inputs[0];
+    const DeviceTensor& w = call.inputs[1];
+    const bool has_b = call.inputs.size() > 2 && call.inputs[2].defined();
+    const TensorType& out = call.output_types[0];
+    const std::string key = shape_to_string(x.shape) + shape_to_string(w.shape) + (has_b ? "b" : "");
+    const CudnnApi* api = nullptr;
+    std::unique_lock<std::mutex> dnn_lock;
+    TD_ASSIGN_OR_RETURN(cudnnHandle_t h, device_->dnn(&api, &dnn_lock));
+    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
+    TD_ASSIGN_OR_RETURN(auto y, call.allocator->allocate(static_cast<size_t>(bytes)));
+    void* X = ptr(*x.buffer);
+    void* W = ptr(*w.buffer);
+    void* Y = ptr(*y);
+    const std::string& where = device_->name();
+    std::shared_ptr<Buffer> ws;
+    if (!descs_ || key != key_) {
+      TD_ASSIGN_OR_RETURN(plan_, plan_cudnn_conv(node_, x.shape, w.shape, has_b));
+      if (shape_numel(out.shape) != shape_numel(plan_.y))
+        return errors::Internal("{}: cuDNN's output {} differs from the inferred {}", node_.label(),
+                                fmt::join(plan_.y, "x"), shape_to_string(out.shape));
+      auto d = std::make_unique<DnnDescs>();
+      d->api = api;
+      TD_RETURN_IF_ERROR(d->tensor(&d->x, plan_.x, where));
+      TD_RETURN_IF_ERROR(d->tensor(&d->y, plan_.y, where));
+      std::vector<int64_t> bdims(plan_.y.size(), 1);
+      bdims[1] = plan_.y[1];
+      TD_RETURN_IF_ERROR(d->tensor(&d->b, bdims, where));
+      const std::vector<int> wd = to_int(plan_.w);
+      TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnCreateFilterDescriptor(&d->w), where, "cudnnCreateFilterDescriptor"));
+      TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnSetFilterNdDescriptor(d->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                                                         static_cast<int>(wd.size()), wd.data()),
+                                    where, "cudnnSetFilterNdDescriptor"));
+      TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnCreateConvolutionDescriptor(&d->conv), where,
+                                    "cudnnCreateConvolutionDescriptor"));
+      TD_RETURN_IF_ERROR(dnn_status(
+          api, api->cudnnSetConvolutionNdDescriptor(d->conv, static_cast<int>(plan_.pads.size()), plan_.pads.data(),
+                                                    plan_.strides.data(), plan_.dilations.data(),
+                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+          where, "cudnnSetConvolutionNdDescriptor"));
+      TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnSetConvolutionGroupCount(d->conv, plan_.group), where,
+                                    "cudnnSetConvolutionGroupCount"));
+      // float32 stays float32 (FMA math) unless TF32 was asked for: cuDNN's default math lets
+      // Ampere and later use TF32 tensor cores.
+      TD_RETURN_IF_ERROR(dnn_status(api,
+                                    api->cudnnSetConvolutionMathType(
+                                        d->conv, env_is("TENSORD_CUDA_TF32", "1") ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
+                                    where, "cudnnSetConvolutionMathType"));
+      if (relu_) {
+        TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnCreateActivationDescriptor(&d->act), where,
+                                      "cudnnCreateActivationDescriptor"));
+        TD_RETURN_IF_ERROR(dnn_status(
+            api, api->cudnnSetActivationDescriptor(d->act, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0), where,
+            "cudnnSetActivationDescriptor"));
+      }
+      // The algorithm: the first cuDNN ranks (heuristics, or measured) that fits the limit.
+      const size_t limit = cudnn_workspace_limit();
+      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      int got = 0;
+      if (env_is("TENSORD_CUDNN_FIND", "1")) {
+        TD_ASSIGN_OR_RETURN(ws, call.allocator->allocate(std::max<size_t>(limit, 1)));
+        TD_RETURN_IF_ERROR(dnn_status(api,
+                                      api->cudnnFindConvolutionForwardAlgorithmEx(
+                                          h, d->x, X, d->w, W, d->conv, d->y, Y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                          &got, perf, ptr(*ws), limit),
+                                      where, "cudnnFindConvolutionForwardAlgorithmEx"));
+      } else {
+        TD_RETURN_IF_ERROR(dnn_status(api,
+                                      api->cudnnGetConvolutionForwardAlgorithm_v7(
+                                          h, d->x, d->w, d->conv, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf),
+                                      where, "cudnnGetConvolutionForwardAlgorithm_v7"));
+      }
+      int pick = -1;
+      for (int i = 0; i < got && pick < 0; ++i)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= limit) pick = i;
+      if (pick < 0)
+        return errors::Unimplemented("{}: cuDNN has no convolution algorithm within {} MiB of workspace",
+                                     node_.label(), limit >> 20);
+      algo_ = perf[pick].algo;
+      size_t need = 0;
+      TD_RETURN_IF_ERROR(dnn_status(api,
+                                    api->cudnnGetConvolutionForwardWorkspaceSize(h, d->x, d->w, d->conv, d->y, algo_,
+                                                                                 &need),
+                                    where, "cudnnGetConvolutionForwardWorkspaceSize"));
+      workspace_ = need;
+      descs_ = std::move(d);
+      key_ = key;
+    }
+    if (workspace_ && (!ws || ws->size < workspace_)) {
+      TD_ASSIGN_OR_RETURN(ws, call.allocator->allocate(workspace_));
+    }
+    void* WS = ws ? ptr(*ws) : nullptr;
+    const float one = 1.0f, zero = 0.0f;
+    if (relu_ && has_b) {
+      TD_RETURN_IF_ERROR(dnn_status(
+          api,
+          api->cudnnConvolutionBiasActivationForward(h, &one, descs_->x, X, descs_->w, W, descs_->conv, algo_, WS,
+                                                     workspace_, &zero, descs_->y, Y, descs_->b,
+                                                     ptr(*call.inputs[2].buffer), descs_->act, descs_->y, Y),
+          where, "cudnnConvolutionBiasActivationForward"));
+    } else {
+      TD_RETURN_IF_ERROR(dnn_status(api,
+                                    api->cudnnConvolutionForward(h, &one, descs_->x, X, descs_->w, W, descs_->conv,
+                                                                 algo_, WS, workspace_, &zero, descs_->y, Y),
+                                    where, "cudnnConvolutionForward"));
+      if (has_b)
+        TD_RETURN_IF_ERROR(dnn_status(api,
+                                      api->cudnnAddTensor(h, &one, descs_->b, ptr(*call.inputs[2].buffer), &one,
+                                                          descs_->y, Y),
+                                      where, "cudnnAddTensor"));
+      if (relu_)
+        TD_RETURN_IF_ERROR(dnn_status(api,
+                                      api->cudnnActivationForward(h, descs_->act, &one, descs_->y, Y, &zero,
+                                                                  descs_->y, Y),
+                                      where, "cudnnActivationForward"));
+    }
+    TD_RETURN_IF_ERROR(device_->after_call("running a cuDNN convolution"));
+    call.outputs.assign(1, DeviceTensor{out.dtype, out.shape, y});
+    return OkStatus();
+  }
+
+ private:
+  static void* ptr(const Buffer& b) { return reinterpret_cast<void*>(CudaDevice::address(b)); }
+  CudaDevice* device_;
+  Node node_;
+  bool relu_;
+  std::string key_;
+  ConvPlan plan_;
+  std::unique_ptr<DnnDescs> descs_;
+  cudnnConvolutionFwdAlgo_t algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  size_t workspace_ = 0;
+};
+
+// MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool (float32) on cudnnPoolingForward.
+class CudnnPoolKernel final : public Kernel {
+ public:
+  CudnnPoolKernel(CudaDevice* d, const Node& node) : device_(d), node_(node) {}
+  std::string name() const override { return "cudnn"; }
+  Status run(KernelCall& call) override {
+    if (call.inputs.empty() || !call.inputs[0].defined() || call.output_types.empty())
+      return errors::Internal("{}: no input", node_.label());
+    const DeviceTensor& x = call.inputs[0];
+    const TensorType& out = call.output_types[0];
+    const CudnnApi* api = nullptr;
+    std::unique_lock<std::mutex> dnn_lock;
+    TD_ASSIGN_OR_RETURN(cudnnHandle_t h, device_->dnn(&api, &dnn_lock));
+    const std::string& where = device_->name();
+    const std::string key = shape_to_string(x.shape);
+    if (!descs_ || key != key_) {
+      TD_ASSIGN_OR_RETURN(PoolPlan p, plan_cudnn_pool(node_, x.shape));
+      if (shape_numel(out.shape) != shape_numel(p.y))
+        return errors::Internal("{}: cuDNN's output {} differs from the inferred {}", node_.label(),
+                                fmt::join(p.y, "x"), shape_to_string(out.shape));
+      auto d = std::make_unique<DnnDescs>();
+      d->api = api;
+      TD_RETURN_IF_ERROR(d->tensor(&d->x, p.x, where));
+      TD_RETURN_IF_ERROR(d->tensor(&d->y, p.y, where));
+      TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnCreatePoolingDescriptor(&d->pool), where,
+                                    "cudnnCreatePoolingDescriptor"));
+      const cudnnPoolingMode_t mode = p.mode == PoolPlan::kMax                 ? CUDNN_POOLING_MAX
+                                      : p.mode == PoolPlan::kAverageIncludePad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+                                                                               : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+      TD_RETURN_IF_ERROR(dnn_status(api,
+                                    api->cudnnSetPoolingNdDescriptor(d->pool, mode, CUDNN_PROPAGATE_NAN,
+                                                                     static_cast<int>(p.window.size()),
+                                                                     p.window.data(), p.pads.data(), p.strides.data()),
+                                    where, "cudnnSetPoolingNdDescriptor"));
+      descs_ = std::move(d);
+      key_ = key;
+    }
+    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
+    TD_ASSIGN_OR_RETURN(auto y, call.allocator->allocate(static_cast<size_t>(bytes)));
+    const float one = 1.0f, zero = 0.0f;
+    TD_RETURN_IF_ERROR(dnn_status(api,
+                                  api->cudnnPoolingForward(h, descs_->pool, &one, descs_->x,
+                                                           reinterpret_cast<void*>(CudaDevice::address(*x.buffer)),
+                                                           &zero, descs_->y,
+                                                           reinterpret_cast<void*>(CudaDevice::address(*y))),
+                                  where, "cudnnPoolingForward"));
+    TD_RETURN_IF_ERROR(device_->after_call("running cuDNN pooling"));
+    call.outputs.assign(1, DeviceTensor{out.dtype, out.shape, y});
+    return OkStatus();
+  }
+
+ private:
+  CudaDevice* device_;
+  Node node_;
+  std::string key_;
+  std::unique_ptr<DnnDescs> descs_;
+};
+#endif
+
+// Whether cuDNN runs this node on `device` (else the templates do): float32, static shapes,
+// nothing empty, a plan cuDNN can express, and cuDNN usable there.
+bool uses_cudnn(const CudaDevice& device, const Node& node, const std::vector<TensorType>& inputs) {
+#if TENSORD_HAVE_CUDNN_H
+  const bool conv = node.op == "Conv", pool = node.op == "MaxPool" || node.op == "AveragePool" ||
+                                              node.op == "GlobalAveragePool" || node.op == "GlobalMaxPool";
+  if (!conv && !pool) return false;
+  if (inputs.empty() || (conv && inputs.size() < 2)) return false;
+  for (size_t i = 0; i < inputs.size() && i < 3; ++i) {
+    const TensorType& t = inputs[i];
+    if (!t.defined()) continue;
+    if (t.dtype != DType::kFloat32 || !shape_is_static(t.shape) || shape_numel(t.shape) == 0) return false;
+  }
+  if (!inputs[0].defined() || (conv && !inputs[1].defined())) return false;
+  if (conv && inputs.size() > 2 && inputs[2].defined() &&
+      (inputs[2].shape.size() != 1 || inputs[2].shape[0] != inputs[1].shape[0]))
+    return false;
+  const bool planned = conv ? plan_cudnn_conv(node, inputs[0].shape, inputs[1].shape,
+                                              inputs.size() > 2 && inputs[2].defined())
+                                  .ok()
+                            : plan_cudnn_pool(node, inputs[0].shape).ok();
+  return planned && device.cudnn_usable();
+#else
+  (void)device;
+  (void)node;
+  (void)inputs;
+  return false;
+#endif
+}
+
+// MatMul/Gemm that cuBLAS runs: static float32, MatMul batches one strided call expresses,
+// 2-D Gemm. The rest goes to the templates (codegen::template_supported decides).
+bool uses_cublas(const Node& node, const std::vector<TensorType>& inputs) {
+  if (inputs.size() < 2 || !inputs[0].defined() || !inputs[1].defined()) return false;
+  for (size_t i = 0; i < inputs.size() && i < 3; ++i)
+    if (inputs[i].defined() && (inputs[i].dtype != DType::kFloat32 || !shape_is_static(inputs[i].shape)))
+      return false;
+  if (node.op == "MatMul") return plan_matmul(inputs[0].shape, inputs[1].shape).ok();
+  return inputs[0].shape.size() == 2 && inputs[1].shape.size() == 2;
 }
 
 Status CudaKernelTable::supports(const Node& node, const std::vector<TensorType>& inputs,
                                    const CompileOptions& options) const {
   (void)options;
   const bool domain_ok = node.domain.empty() || node.domain == "ai.onnx";
-  if (domain_ok && (node.op == "MatMul" || node.op == "Gemm") && inputs.size() >= 2) {
-    for (size_t i = 0; i < inputs.size() && i < 3; ++i)
-      if (inputs[i].defined() && (inputs[i].dtype != DType::kFloat32 || !shape_is_static(inputs[i].shape)))
-        return errors::Unimplemented("{}: {} runs static float32 {} only ({})", node.op, device_->name(), node.op,
-                                     node.label());
-    if (node.op == "MatMul") {
-      if (!inputs[0].defined() || !inputs[1].defined())
-        return errors::Unimplemented("{}: missing inputs ({})", node.op, node.label());
-      auto plan = plan_matmul(inputs[0].shape, inputs[1].shape);
-      if (!plan.ok()) return plan.status();
-      return OkStatus();
-    }
-    if (inputs[0].shape.size() != 2 || inputs[1].shape.size() != 2)
-      return errors::Unimplemented("Gemm: {} takes 2-D A and B ({})", device_->name(), node.label());
-    return OkStatus();
-  }
+  if (domain_ok && (node.op == "MatMul" || node.op == "Gemm") && uses_cublas(node, inputs)) return OkStatus();
+  if (domain_ok && uses_cudnn(*device_, node, inputs)) return OkStatus();
+  if (domain_ok && codegen::is_template_op(node.op)) return codegen::template_supported(node, inputs);
   if (domain_ok && node.outputs.size() == 1 && !inputs.empty() && inputs[0].defined()) {
-    if (is_view_op(node.op)) return OkStatus();
-    if (reduce_ops().count(node.op)) {
+    if (codegen::is_view_op(node.op)) return OkStatus();
+    if (codegen::reduce_ops().count(node.op) && inputs[0].dtype == DType::kFloat64 && shape_is_static(inputs[0].shape) &&
+        shape_numel(inputs[0].shape) > 0)
+      return OkStatus();  // a float64 template (codegen::plan_template)
+    if (codegen::reduce_ops().count(node.op)) {
       // float32 with a static shape and no empty reduction (those fall back: the reference's
       // identities for empty inputs are not generated yet).
       if (inputs[0].dtype != DType::kFloat32 || !shape_is_static(inputs[0].shape) ||
@@ -952,12 +1332,17 @@ Status CudaKernelTable::supports(const Node& node, const std::vector<TensorType>
                                    device_->name(), node.label());
     }
   }
-  TD_RETURN_IF_ERROR(codegen::elementwise_supported(node, inputs, nullptr));
+  if (Status ir = codegen::elementwise_supported(node, inputs, nullptr); !ir.ok()) {
+    // Element-wise ops over the dtypes the IR lacks (int8/16, unsigned, float64): templates.
+    if (!codegen::is_template_elementwise(node.op) || !codegen::template_elementwise_supported(node, inputs).ok())
+      return ir;
+    return OkStatus();
+  }
   bool all_static = true;
   for (const auto& t : inputs) all_static &= !t.defined() || shape_is_static(t.shape);
   if (all_static && node.op != "Clip" && node.op != "CastLike") {
     Shape s;
-    if (!broadcast_shape(inputs, &s))
+    if (!codegen::broadcast_shape(inputs, &s))
       return errors::Unimplemented("{}: {} inputs do not broadcast ({})", node.op, device_->name(),
                                    node.label());
   }
@@ -968,12 +1353,23 @@ Result<std::unique_ptr<Kernel>> CudaKernelTable::create(const Node& node,
                                                           const std::vector<TensorType>& inputs,
                                                           const std::vector<TensorType>& outputs,
                                                           const CompileOptions& options) const {
-  (void)inputs;
   (void)outputs;
   (void)options;
-  if (node.op == "MatMul" || node.op == "Gemm") return std::unique_ptr<Kernel>(new BlasKernel(device_, node));
-  if (is_view_op(node.op)) return std::unique_ptr<Kernel>(new ViewKernel(node));
-  if (reduce_ops().count(node.op)) return std::unique_ptr<Kernel>(new ReduceOp(device_, node));
+  if ((node.op == "MatMul" || node.op == "Gemm") && uses_cublas(node, inputs))
+    return std::unique_ptr<Kernel>(new BlasKernel(device_, node));
+#if TENSORD_HAVE_CUDNN_H
+  if (uses_cudnn(*device_, node, inputs)) {
+    if (node.op == "Conv") return std::unique_ptr<Kernel>(new CudnnConvKernel(device_, node));
+    return std::unique_ptr<Kernel>(new CudnnPoolKernel(device_, node));
+  }
+#endif
+  if (codegen::is_view_op(node.op)) return codegen::make_view_kernel(node);
+  if (codegen::reduce_ops().count(node.op) && !inputs.empty() && inputs[0].dtype == DType::kFloat64)
+    return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
+  if (codegen::reduce_ops().count(node.op)) return std::unique_ptr<Kernel>(new ReduceOp(device_, node));
+  if (codegen::is_template_op(node.op)) return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
+  if (codegen::is_template_elementwise(node.op) && !codegen::elementwise_supported(node, inputs, nullptr).ok())
+    return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (node.op == "Transpose" || node.op == "Expand" || node.op == "Slice")
     return std::unique_ptr<Kernel>(new MoveKernel(device_, node));
   return std::unique_ptr<Kernel>(new GeneratedKernel(device_, node));
@@ -1286,6 +1682,181 @@ Result<GemmPlan> plan_matmul(const std::vector<int64_t>& a_in, const std::vector
   return p;
 }
 
+namespace {
+
+// Symmetric pads per spatial dim from pads/auto_pad (ONNX), or UNIMPLEMENTED naming why.
+Status resolve_pads(const Node& node, const std::vector<int64_t>& in, const std::vector<int64_t>& k,
+                    const std::vector<int64_t>& strides, const std::vector<int64_t>& dil, std::vector<int>* pads) {
+  NodeAttrs attrs(node);
+  const size_t n = in.size();
+  TD_ASSIGN_OR_RETURN(std::string auto_pad, attrs.attr_string("auto_pad", "NOTSET"));
+  pads->assign(n, 0);
+  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    for (size_t d = 0; d < n; ++d) {
+      const int64_t out = (in[d] + strides[d] - 1) / strides[d];
+      const int64_t total = std::max<int64_t>(0, (out - 1) * strides[d] + (k[d] - 1) * dil[d] + 1 - in[d]);
+      if (total % 2)
+        return errors::Unimplemented("{}: {} needs asymmetric padding (cuDNN pads both sides alike)", node.label(),
+                                     auto_pad);
+      (*pads)[d] = static_cast<int>(total / 2);
+    }
+    return OkStatus();
+  }
+  if (auto_pad == "VALID") return OkStatus();
+  if (auto_pad != "NOTSET") return errors::InvalidArgument("{}: unknown auto_pad '{}'", node.label(), auto_pad);
+  TD_ASSIGN_OR_RETURN(std::vector<int64_t> p, attrs.attr_ints("pads", std::vector<int64_t>(2 * n, 0)));
+  if (p.size() != 2 * n)
+    return errors::InvalidArgument("{}: {} pads for {} spatial dims", node.label(), p.size(), n);
+  for (size_t d = 0; d < n; ++d) {
+    if (p[d] != p[d + n])
+      return errors::Unimplemented("{}: asymmetric pads {} and {} (cuDNN pads both sides alike)", node.label(),
+                                   p[d], p[d + n]);
+    if (p[d] < 0) return errors::InvalidArgument("{}: a negative pad", node.label());
+    (*pads)[d] = static_cast<int>(p[d]);
+  }
+  return OkStatus();
+}
+
+Result<std::vector<int64_t>> spatial_attr(const Node& node, const char* name, size_t n) {
+  NodeAttrs attrs(node);
+  TD_ASSIGN_OR_RETURN(std::vector<int64_t> v, attrs.attr_ints(name, std::vector<int64_t>(n, 1)));
+  if (v.size() != n) return errors::InvalidArgument("{}: {} has {} values for {} spatial dims", node.label(), name,
+                                                    v.size(), n);
+  for (int64_t a : v)
+    if (a < 1 || a > 0x7fffffff) return errors::InvalidArgument("{}: {} value {}", node.label(), name, a);
+  return v;
+}
+
+bool fits_int(const std::vector<int64_t>& v) {
+  for (int64_t a : v)
+    if (a < 0 || a > 0x7fffffff) return false;
+  return true;
+}
+
+}  // namespace
+
+Result<ConvPlan> plan_cudnn_conv(const Node& node, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
+                                 bool has_bias) {
+  if (x.size() < 3 || x.size() > 5 || w.size() != x.size())
+    return errors::Unimplemented("{}: cuDNN convolves 1 to 3 spatial dims (input rank {}, weight rank {})",
+                                 node.label(), x.size(), w.size());
+  const size_t n = x.size() - 2;
+  NodeAttrs attrs(node);
+  TD_ASSIGN_OR_RETURN(int64_t group, attrs.attr_int("group", 1));
+  if (group < 1 || x[1] % group != 0 || w[0] % group != 0 || w[1] * group != x[1])
+    return errors::InvalidArgument("{}: {} channels, weight {} and group {} do not agree", node.label(), x[1],
+                                   fmt::join(w, "x"), group);
+  std::vector<int64_t> in(x.begin() + 2, x.end()), k(w.begin() + 2, w.end());
+  if (attrs.has_attr("kernel_shape")) {
+    TD_ASSIGN_OR_RETURN(std::vector<int64_t> ks, attrs.attr_ints("kernel_shape", {}));
+    if (ks != k) return errors::InvalidArgument("{}: kernel_shape {} differs from the weight's {}", node.label(),
+                                                fmt::join(ks, "x"), fmt::join(k, "x"));
+  }
+  TD_ASSIGN_OR_RETURN(std::vector<int64_t> strides, spatial_attr(node, "strides", n));
+  TD_ASSIGN_OR_RETURN(std::vector<int64_t> dil, spatial_attr(node, "dilations", n));
+  ConvPlan p;
+  TD_RETURN_IF_ERROR(resolve_pads(node, in, k, strides, dil, &p.pads));
+  p.x = x;
+  p.w = w;
+  p.y = {x[0], w[0]};
+  for (size_t d = 0; d < n; ++d) {
+    const int64_t span = (k[d] - 1) * dil[d] + 1;
+    const int64_t padded = in[d] + 2 * p.pads[d];
+    if (padded < span)
+      return errors::InvalidArgument("{}: the window {} is larger than the padded input {}", node.label(), span,
+                                     padded);
+    p.y.push_back((padded - span) / strides[d] + 1);
+    p.strides.push_back(static_cast<int>(strides[d]));
+    p.dilations.push_back(static_cast<int>(dil[d]));
+  }
+  if (n == 1) {  // [N, C, W] -> [N, C, 1, W]
+    p.x.insert(p.x.begin() + 2, 1);
+    p.w.insert(p.w.begin() + 2, 1);
+    p.y.insert(p.y.begin() + 2, 1);
+    p.pads.insert(p.pads.begin(), 0);
+    p.strides.insert(p.strides.begin(), 1);
+    p.dilations.insert(p.dilations.begin(), 1);
+  }
+  if (!fits_int(p.x) || !fits_int(p.w) || !fits_int(p.y))
+    return errors::Unimplemented("{}: a dimension exceeds cuDNN's int", node.label());
+  p.group = static_cast<int>(group);
+  p.bias = has_bias;
+  return p;
+}
+
+Result<PoolPlan> plan_cudnn_pool(const Node& node, const std::vector<int64_t>& x) {
+  if (x.size() < 3 || x.size() > 5)
+    return errors::Unimplemented("{}: cuDNN pools 1 to 3 spatial dims (input rank {})", node.label(), x.size());
+  const size_t n = x.size() - 2;
+  const std::vector<int64_t> in(x.begin() + 2, x.end());
+  PoolPlan p;
+  p.x = x;
+  p.y = {x[0], x[1]};
+  if (node.op == "GlobalAveragePool" || node.op == "GlobalMaxPool") {
+    p.mode = node.op == "GlobalMaxPool" ? PoolPlan::kMax : PoolPlan::kAverageIncludePad;
+    for (size_t d = 0; d < n; ++d) {
+      p.window.push_back(static_cast<int>(in[d]));
+      p.pads.push_back(0);
+      p.strides.push_back(1);
+      p.y.push_back(1);
+    }
+  } else if (node.op == "MaxPool" || node.op == "AveragePool") {
+    NodeAttrs attrs(node);
+    if (node.op == "MaxPool" && node.outputs.size() > 1 && !node.outputs[1].empty())
+      return errors::Unimplemented("{}: cuDNN gives no Indices output", node.label());
+    TD_ASSIGN_OR_RETURN(std::vector<int64_t> k, attrs.attr_ints("kernel_shape", {}));
+    if (k.size() != n)
+      return errors::InvalidArgument("{}: kernel_shape has {} values for {} spatial dims", node.label(), k.size(), n);
+    TD_ASSIGN_OR_RETURN(std::vector<int64_t> strides, spatial_attr(node, "strides", n));
+    TD_ASSIGN_OR_RETURN(std::vector<int64_t> dil, spatial_attr(node, "dilations", n));
+    for (int64_t v : dil)
+      if (v != 1) return errors::Unimplemented("{}: dilated pooling (cuDNN has none)", node.label());
+    TD_RETURN_IF_ERROR(resolve_pads(node, in, k, strides, dil, &p.pads));
+    TD_ASSIGN_OR_RETURN(int64_t ceil_mode, attrs.attr_int("ceil_mode", 0));
+    TD_ASSIGN_OR_RETURN(int64_t include_pad, attrs.attr_int("count_include_pad", 0));
+    p.mode = node.op == "MaxPool" ? PoolPlan::kMax
+             : include_pad        ? PoolPlan::kAverageIncludePad
+                                  : PoolPlan::kAverageExcludePad;
+    for (size_t d = 0; d < n; ++d) {
+      if (k[d] < 1 || k[d] > 0x7fffffff) return errors::InvalidArgument("{}: kernel_shape {}", node.label(), k[d]);
+      if (p.pads[d] >= k[d])
+        return errors::Unimplemented("{}: a pad of {} is not below the window {} (cuDNN)", node.label(), p.pads[d],
+                                     k[d]);
+      const int64_t padded = in[d] + 2 * p.pads[d];
+      if (padded < k[d])
+        return errors::InvalidArgument("{}: the window {} is larger than the padded input {}", node.label(), k[d],
+                                       padded);
+      const int64_t floor_out = (padded - k[d]) / strides[d] + 1;
+      if (ceil_mode && (padded - k[d]) % strides[d] != 0)
+        return errors::Unimplemented("{}: ceil_mode adds a partial window (cuDNN rounds down)", node.label());
+      p.y.push_back(floor_out);
+      p.window.push_back(static_cast<int>(k[d]));
+      p.strides.push_back(static_cast<int>(strides[d]));
+    }
+  } else {
+    return errors::Unimplemented("{}: {} is not a cuDNN pooling", node.label(), node.op);
+  }
+  if (n == 1) {
+    p.x.insert(p.x.begin() + 2, 1);
+    p.y.insert(p.y.begin() + 2, 1);
+    p.window.insert(p.window.begin(), 1);
+    p.pads.insert(p.pads.begin(), 0);
+    p.strides.insert(p.strides.begin(), 1);
+  }
+  if (!fits_int(p.x) || !fits_int(p.y)) return errors::Unimplemented("{}: a dimension exceeds cuDNN's int", node.label());
+  return p;
+}
+
+int64_t cudnn_version(std::string* why) {
+#if TENSORD_HAVE_CUDNN_H
+  const CudnnApi* api = cudnn_api(why);
+  return api ? static_cast<int64_t>(api->cudnnGetVersion()) : 0;
+#else
+  if (why) *why = "this build has no cuDNN (cudnn.h was not found at configure time)";
+  return 0;
+#endif
+}
+
 std::vector<std::pair<size_t, size_t>> plan_chunks(size_t bytes, size_t chunk) {
   std::vector<std::pair<size_t, size_t>> out;
   if (chunk == 0) chunk = 1;
@@ -1303,6 +1874,8 @@ int64_t programs_built() { return g_programs_built.load(); }
 int64_t disk_cache_hits() { return g_disk_hits.load(); }
 int64_t kernels_launched() { return g_kernels_launched.load(); }
 int64_t compile_failures() { return g_compile_failures.load(); }
+int64_t graph_captures() { return g_graph_captures.load(); }
+int64_t graph_replays() { return g_graph_replays.load(); }
 std::string last_source() {
   std::lock_guard<std::mutex> lock(g_last_mu);
   return g_last_source;
