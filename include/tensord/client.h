@@ -45,6 +45,10 @@ struct TensorInfo {
   std::string device;
 };
 
+// How allreduce() combines the tensors: elementwise sum, mean, maximum or minimum (ONNX's
+// Sum, Mean, Max, Min: floating-point dtypes for Sum and Mean).
+enum class ReduceOp { kSum, kMean, kMax, kMin };
+
 struct ClientStats {
   int64_t executes = 0;  // execute() calls (graph flushes)
   int64_t uploads = 0;
@@ -114,6 +118,40 @@ class Client {
   virtual Result<std::vector<TensorHandle>> run(ModelHandle model,
                                                 const std::vector<TensorHandle>& inputs) = 0;
   virtual Status unload(ModelHandle model) = 0;
+  // Runs a loaded model on `device` instead of the device it was loaded for (inputs elsewhere
+  // are moved there), compiled for that device once per input types; the inputs' and outputs'
+  // first dimension may differ from the declared one (a part of a batch). Returns at once,
+  // like run(). The building block of run_data_parallel().
+  virtual Result<std::vector<TensorHandle>> run_on(ModelHandle model,
+                                                   const std::vector<TensorHandle>& inputs,
+                                                   const std::string& device) {
+    return Status(StatusCode::kUnimplemented, "run_on: this client cannot run a model elsewhere");
+  }
+
+  // ---- Across devices (implemented once, for every client, on the calls above) ----------
+  // Data parallel: splits every input along axis 0 into near-equal parts (the first
+  // batch % N parts one example larger), one part per device in `devices` (moved there), runs
+  // the model on every part at once (run_on: compiled per device) and gathers each output
+  // along axis 0 on devices[0]. Returns one handle per model output, on devices[0]; the
+  // outputs must carry the batch on axis 0. INVALID_ARGUMENT when `devices` is empty, an
+  // input is a scalar, the inputs disagree on the batch, or the batch is smaller than the
+  // number of devices. (A device may appear twice: it then runs two parts.)
+  Result<std::vector<TensorHandle>> run_data_parallel(ModelHandle model,
+                                                      const std::vector<TensorHandle>& inputs,
+                                                      const std::vector<std::string>& devices);
+  // Collectives, one tensor per device in, one per device out (result i on the device of
+  // tensors[i]). The data moves with copy(): through the engine's copies embedded, rank to
+  // rank over MPI on a cluster (n<r>/<device>). The tensors must have the same dtype and
+  // shape (allgather: the same shape but for axis 0). Reduced and gathered on the first
+  // tensor's device, then copied to the others.
+  //   allreduce: every result is the elementwise `op` of all the tensors.
+  //   allgather: every result is the tensors concatenated along axis 0, in order.
+  Result<std::vector<TensorHandle>> allreduce(const std::vector<TensorHandle>& tensors,
+                                              ReduceOp op = ReduceOp::kSum);
+  Result<std::vector<TensorHandle>> allgather(const std::vector<TensorHandle>& tensors);
+  // broadcast: `tensor`'s value on each of `devices` (one handle each, in order).
+  Result<std::vector<TensorHandle>> broadcast(TensorHandle tensor,
+                                              const std::vector<std::string>& devices);
 
   // Named models: loaded once by the broker (`tensord serve --models DIR`) or, embedded, from
   // LocalClientOptions::models_dir / TENSORD_MODELS, and shared by every session. open_model

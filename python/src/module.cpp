@@ -274,7 +274,9 @@ py::list list_named_models(const PyClient& c) {
   return out;
 }
 
-std::vector<Array> run_model(PyModel& m, const std::vector<Array>& inputs) {
+// `devices` non-empty: data parallel (Client::run_data_parallel), outputs on devices[0].
+std::vector<Array> run_model(PyModel& m, const std::vector<Array>& inputs,
+                             const std::vector<std::string>& devices) {
   if (inputs.size() != m.inputs.size())
     throw StatusError(Status(StatusCode::kInvalidArgument,
                              "model takes " + std::to_string(m.inputs.size()) + " inputs, got " +
@@ -294,18 +296,21 @@ std::vector<Array> run_model(PyModel& m, const std::vector<Array>& inputs) {
       if (!h.ok()) s = h.status().with_context("model input '" + m.inputs[i].name + "'");
       else handles.push_back(*h);
     }
-    outs = s.ok() ? m.ctx->client().run(m.handle, handles) : Result<std::vector<TensorHandle>>(s);
+    if (!s.ok()) outs = s;
+    else if (devices.empty()) outs = m.ctx->client().run(m.handle, handles);
+    else outs = m.ctx->client().run_data_parallel(m.handle, handles, devices);
   }
   std::vector<TensorHandle> hs = value_or_throw(std::move(outs));
   std::vector<Array> result;
   for (size_t i = 0; i < hs.size(); ++i) {
-    TensorType type = i < m.outputs.size() ? m.outputs[i].type : TensorType{};
+    TensorType type = i < m.outputs.size() && devices.empty() ? m.outputs[i].type : TensorType{};
     if (!type.defined()) {
       py::gil_scoped_release release;
       auto info = m.ctx->client().info(hs[i]);
       if (info.ok()) type = info->type;
     }
-    result.push_back(Array::from_handle(m.ctx, hs[i], type, m.device));
+    result.push_back(
+        Array::from_handle(m.ctx, hs[i], type, devices.empty() ? m.device : devices[0]));
   }
   return result;
 }
@@ -503,7 +508,8 @@ PYBIND11_MODULE(_tensord, m) {
                                                          v.type.shape));
                                return r;
                              })
-      .def("run", &run_model);
+      .def("run", &run_model, py::arg("inputs"),
+           py::arg("devices") = std::vector<std::string>{});
 
   register_dlpack(m);
 }

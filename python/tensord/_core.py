@@ -1122,8 +1122,10 @@ class Model:
             return from_dlpack(value, device=self.device, client=self._client)
         return asarray(value, dtype=dt, device=self.device, client=self._client)
 
-    def run(self, inputs):
-        """``inputs``: a dict by input name or a list in order. Returns a dict by output name."""
+    def run(self, inputs, devices=None):
+        """``inputs``: a dict by input name or a list in order. Returns a dict by output name.
+        ``devices`` (a list of device names): data parallel — every input split along axis 0
+        over the devices, the parts run at once, the outputs gathered on the first device."""
         names = self.input_names
         if isinstance(inputs, dict):
             unknown = sorted(set(inputs) - set(names))
@@ -1138,16 +1140,16 @@ class Model:
                 raise InvalidArgument(f"model takes {len(names)} inputs ({names}), got "
                                       f"{len(values)}")
         arrays = [self._input(v, i) for i, v in enumerate(values)]
-        outs = self._m.run([a._a for a in arrays])
+        outs = self._m.run([a._a for a in arrays], [str(d) for d in (devices or [])])
         return {n: _wrap(o, self._client) for n, o in zip(self.output_names, outs)}
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args, devices=None, **kwargs):
         if kwargs:
             if args:
                 raise InvalidArgument("pass model inputs by position or by name, not both")
-            outs = self.run(kwargs)
+            outs = self.run(kwargs, devices)
         else:
-            outs = self.run(list(args))
+            outs = self.run(list(args), devices)
         values = list(outs.values())
         return values[0] if len(values) == 1 else tuple(values)
 

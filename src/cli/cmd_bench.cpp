@@ -817,6 +817,111 @@ int fail(const Failure& f) {
   return f.exit;
 }
 
+// ---- --devices: data parallel (Client::run_data_parallel) next to the first device alone ----
+
+int bench_devices(const BenchOptions& options) {
+  BenchOptions o = options;
+  const std::vector<std::string>& devices = o.devices;
+  const int64_t k = static_cast<int64_t>(devices.size());
+  if (o.all || !o.vs.empty() || !o.export_path.empty() || !o.outputs.empty() || !o.logdir.empty())
+    return fail(usage_failure(
+        "--devices runs one network data parallel: it takes no --all, --vs, --export, "
+        "--outputs or --logdir"));
+  const int64_t batch = o.batch_size > 0 ? o.batch_size : k;
+  if (batch < k)
+    return fail(usage_failure(fmt::format(
+        "--batch-size {} is smaller than the {} devices of --devices (one example a device at "
+        "least)",
+        batch, k)));
+  const int64_t batches = o.examples > 0 ? std::max<int64_t>(1, o.examples / batch) : 4;
+  o.batch_size = batch;
+  o.examples = batches * batch;
+  if (auto f = check_options(o)) return fail(*f);
+  Workload w;
+  if (auto f = make_workload(o, batch, &w)) return fail(*f);
+  std::string address = o.address;
+  if (address.empty())
+    if (const char* env = std::getenv("TENSORD_ADDRESS")) address = env;
+  auto client = connect(address);
+  if (!client.ok()) return fail(failure_from(client.status(), "cannot connect"));
+  Client& c = **client;
+  const std::string& first = devices[0];
+  auto model = c.load(w.graph, first);
+  if (!model.ok()) return fail(failure_from(model.status(), "cannot load " + w.name + " on " + first));
+  std::vector<TensorHandle> inputs;
+  for (const auto& x : w.inputs) {
+    auto h = c.upload(x.view(), first);
+    if (!h.ok()) return fail(failure_from(h.status(), "cannot upload to " + first));
+    inputs.push_back(*h);
+  }
+  // One timed mode: a warm-up batch (compiles), then `batches` batches one after the other.
+  struct Timed {
+    double compile_s = 0, s = 0;
+    std::vector<HostTensor> outputs;
+  };
+  auto time = [&](bool parallel, Timed* t) -> Status {
+    for (int64_t i = 0; i <= batches; ++i) {
+      const auto t0 = Clock::now();
+      auto outs = parallel ? c.run_data_parallel(*model, inputs, devices) : c.run(*model, inputs);
+      if (!outs.ok()) return outs.status();
+      Status s = OkStatus();
+      for (TensorHandle h : *outs)
+        if (Status w8 = c.wait(h); s.ok()) s = w8;
+      const double dt = seconds_since(t0);
+      if (s.ok() && i == batches)
+        for (TensorHandle h : *outs) {
+          auto v = c.read(h);
+          if (!v.ok()) { s = v.status(); break; }
+          t->outputs.push_back(std::move(*v));
+        }
+      for (TensorHandle h : *outs) (void)c.release(h);
+      if (!s.ok()) return s;
+      if (i == 0) t->compile_s = dt; else t->s += dt;
+    }
+    return OkStatus();
+  };
+  Timed one, many;
+  if (Status s = time(false, &one); !s.ok())
+    return fail(failure_from(s, fmt::format("running {} on {}", w.name, first)));
+  if (Status s = time(true, &many); !s.ok())
+    return fail(failure_from(s, fmt::format("running {} data parallel", w.name)));
+  double max_diff = 0;
+  for (size_t i = 0; i < one.outputs.size() && i < many.outputs.size(); ++i) {
+    const auto a = one.outputs[i].to_double_vector(), b = many.outputs[i].to_double_vector();
+    if (a.size() != b.size() || one.outputs[i].shape() != many.outputs[i].shape()) {
+      max_diff = INFINITY;
+      break;
+    }
+    for (size_t j = 0; j < a.size(); ++j) max_diff = std::max(max_diff, std::fabs(a[j] - b[j]));
+  }
+  const double examples = static_cast<double>(batches * batch);
+  const double one_ms = one.s / examples * 1e3, many_ms = many.s / examples * 1e3;
+  const std::string list = fmt::format("{}", fmt::join(devices, ","));
+  if (o.json) {
+    nlohmann::json j = {{"network", w.name},
+                        {"batch", batch},
+                        {"batches", batches},
+                        {"one_device", first},
+                        {"one_ms_per_example", one_ms},
+                        {"devices", devices},
+                        {"parallel_ms_per_example", many_ms},
+                        {"speedup", one_ms / many_ms},
+                        {"max_abs_diff", max_diff}};
+    std::cout << j.dump() << std::endl;
+  } else {
+    std::cout << fmt::format("{} batch {}, {} timed batches{}\n", w.name, batch, batches,
+                             address.empty() ? "" : " at " + address);
+    std::cout << fmt::format("  {:<40} {:9.3f} ms/example  (first batch {:.2f} s)\n", first,
+                             one_ms, one.compile_s);
+    std::cout << fmt::format("  {:<40} {:9.3f} ms/example  (first batch {:.2f} s)  x{:.2f}\n",
+                             list, many_ms, many.compile_s, one_ms / many_ms);
+    std::cout << fmt::format("  outputs: max |data parallel - one device| = {:.3g}\n", max_diff);
+  }
+  for (TensorHandle h : inputs) (void)c.release(h);
+  (void)c.unload(*model);
+  return max_diff <= 1e-3 ? kExitOk : kExitFailure;
+}
+
 }  // namespace
 
 void add_bench_options(CLI::App& bench, BenchOptions& o) {
@@ -853,6 +958,11 @@ void add_bench_options(CLI::App& bench, BenchOptions& o) {
   bench.add_option("--export", o.export_path,
                    "Write the network (at the batch size) as an ONNX file and stop");
   bench.add_option("--outputs,-o", o.outputs, "Write the last batch's outputs as DIR/<name>.npy");
+  bench.add_option("--devices", o.devices,
+                   "Data parallel: split each batch over these devices (a,b,c; on a cluster "
+                   "n0/cpu:0,n1/cpu:0,...) and print ms per example next to the first device "
+                   "alone")
+      ->delimiter(',');
 }
 
 int cmd_bench(const BenchOptions& options) {
@@ -872,6 +982,7 @@ int cmd_bench(const BenchOptions& options) {
   }
   o.vs = peers;
   if (o.progress) set_progress(true);
+  if (!o.devices.empty()) return bench_devices(o);
   if (auto f = check_options(o)) return fail(*f);
   const int64_t examples = o.examples > 0 ? o.examples : (o.all ? kAllExamples : kDefaultExamples);
 

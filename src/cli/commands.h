@@ -53,6 +53,7 @@ struct BenchOptions {
   bool all = false;               // every zoo network at batch 1 and 8, one table
   std::string export_path;        // write the network as ONNX to this file and stop
   std::string outputs;            // write the last batch's outputs as DIR/<name>.npy
+  std::vector<std::string> devices;  // --devices a,b,c: data parallel next to devices[0] alone
 };
 
 // `tensord bench`: plaidbench's measurements (compile, execution, per example, correctness

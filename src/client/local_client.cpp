@@ -73,6 +73,15 @@ Result<std::vector<TensorHandle>> LocalClient::run(ModelHandle model,
   return engine_->run(session_, model, inputs);
 }
 
+Result<std::vector<TensorHandle>> LocalClient::run_on(ModelHandle model,
+                                                      const std::vector<TensorHandle>& inputs,
+                                                      const std::string& device) {
+  if (device.empty())
+    return errors::InvalidArgument("run_on: no device given (run() runs on the model's own)");
+  runs_++;
+  return engine_->run(session_, model, inputs, false, nullptr, device);
+}
+
 Status LocalClient::unload(ModelHandle model) { return engine_->unload(session_, model); }
 
 // The models folder is loaded into the engine by the first client that needs it (the

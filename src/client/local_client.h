@@ -35,6 +35,9 @@ class LocalClient final : public Client {
   Result<std::vector<TensorHandle>> run(ModelHandle model,
                                         const std::vector<TensorHandle>& inputs) override;
   Status unload(ModelHandle model) override;
+  Result<std::vector<TensorHandle>> run_on(ModelHandle model,
+                                           const std::vector<TensorHandle>& inputs,
+                                           const std::string& device) override;
   Result<ModelHandle> open_model(const std::string& name, ModelInfo* info = nullptr) override;
   Result<std::vector<ModelInfo>> list_models() override;
   ClientStats stats() override;

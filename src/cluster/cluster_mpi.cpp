@@ -7,10 +7,12 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <list>
 #include <map>
 #include <mutex>
@@ -700,6 +702,54 @@ class WorkerServices final : public RunServices {
   std::map<Device*, std::unique_ptr<RawAllocator>> allocators_;
 };
 
+// A fixed pool of threads for a rank's requests that never wait on another rank (alloc,
+// write, read, exec, region): at most `n` run at once, the rest wait in arrival order.
+class RequestPool {
+ public:
+  void start(size_t n) {
+    for (size_t i = 0; i < n; ++i) threads_.emplace_back([this] { loop(); });
+  }
+  void push(std::function<void()> f) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(f));
+    }
+    cv_.notify_one();
+  }
+  // Stops taking work; joins the threads when `join` (all work done), else leaves them.
+  void finish(bool join) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      if (!join) queue_.clear();  // the process is about to exit: start nothing more
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) join ? t.join() : t.detach();
+    threads_.clear();
+  }
+  size_t size() const { return threads_.size(); }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> f;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        f = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      f();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
 struct Worker {
   ClusterOptions options;
   std::vector<std::unique_ptr<Backend>> backends;
@@ -985,8 +1035,15 @@ struct Worker {
     return w.s;
   }
 
+  RequestPool pool;
+
   int serve() {
     Mpi& m = mpi();
+    // Requests run on a fixed pool (TENSORD_CLUSTER_THREADS, default: the cores, at least 4).
+    size_t threads = std::max(4u, std::thread::hardware_concurrency());
+    if (const char* env = std::getenv("TENSORD_CLUSTER_THREADS"); env && std::atoi(env) > 0)
+      threads = static_cast<size_t>(std::atoi(env));
+    pool.start(std::min<size_t>(threads, 256));
     auto last_ping = Clock::now();
     int spins = 0;
     for (;;) {
@@ -1044,7 +1101,7 @@ struct Worker {
       }
       if (h.op == kRead) {
         ++in_flight;
-        std::thread([this, h] {
+        pool.push([this, h] {
           auto buf = view(h.a, h.b, h.c);
           std::vector<char> staging;
           const void* src = nullptr;
@@ -1060,22 +1117,29 @@ struct Worker {
           (void)mpi().send(answer(s), 0, h.tag, always_ok);
           if (s.ok()) (void)mpi().send_bulk(src, h.c, 0, h.tag, always_ok);
           --in_flight;
-        }).detach();
+        });
         continue;
       }
       ++in_flight;
-      std::thread([this, h, payload = std::move(payload)] {
+      auto work = [this, h, payload = std::move(payload)] {
         auto result = handle(h, payload);
         (void)mpi().send(result.ok() ? answer(OkStatus(), *result) : answer(result.status()), 0,
                          h.tag, always_ok);
         --in_flight;
-      }).detach();
+      };
+      // A copy between ranks waits for its partner request on the peer: a pool full of such
+      // waits on both ranks could queue the partners forever (a deadlock across ranks), so
+      // each keeps a thread of its own (rank 0 bounds how many copies are in flight).
+      if (h.op == kSendTo || h.op == kRecvFrom) std::thread(std::move(work)).detach();
+      else pool.push(std::move(work));
     }
     stopping = true;  // requests still in flight (a peer that died mid-copy) give up
     const auto deadline = Clock::now() + options.timeout;
     while (in_flight.load() > 0 && Clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return in_flight.load() > 0 ? 1 : 0;
+    const bool drained = in_flight.load() == 0;
+    pool.finish(drained);
+    return drained ? 0 : 1;
   }
 };
 

@@ -1495,7 +1495,8 @@ Result<ModelHandle> Engine::load(SessionId session, const Graph& graph, const st
 Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle model,
                                               const std::vector<TensorHandle>& inputs,
                                               bool run_here_if_idle,
-                                              std::shared_ptr<CancelToken> call) {
+                                              std::shared_ptr<CancelToken> call,
+                                              const std::string& device) {
   std::shared_ptr<LoadedModel> m;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -1510,10 +1511,17 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
   if (inputs.size() != graph.inputs.size())
     return errors::InvalidArgument("run: model '{}' takes {} inputs, got {}", graph.name,
                                    graph.inputs.size(), inputs.size());
-  TD_ASSIGN_OR_RETURN(Launch launch, prepare(session, inputs, "", true, m->device, call.get()));
+  size_t target = m->device;
+  if (!device.empty()) {
+    TD_ASSIGN_OR_RETURN(target, impl_->find_device(device));
+  }
+  const bool elsewhere = !device.empty();
+  TD_ASSIGN_OR_RETURN(Launch launch, prepare(session, inputs, "", true, target, call.get()));
   std::shared_ptr<Executable> exe;
   if (launch.input_error.ok()) {
-    std::string key;
+    // Run on another device (data parallel): compiled there, from the graph with its
+    // declared first dimension left free.
+    std::string key = elsewhere ? fmt::format("@{}/free0;", target) : std::string();
     for (const auto& t : launch.types) key += t.to_string() + ";";
     std::lock_guard<std::mutex> lock(m->mu);  // one compile per input types
     auto it = m->executables.find(key);
@@ -1536,7 +1544,16 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
             bytes, fmt::format("compiling model '{}' for new input types", graph.name)));
         m->counted += bytes;
       }
-      auto compiled = impl_->compile(m->device, graph, launch.types, m->options);
+      Result<std::unique_ptr<Executable>> compiled = Status(StatusCode::kInternal, "");
+      if (elsewhere) {
+        Graph free0 = graph;
+        for (auto* list : {&free0.inputs, &free0.outputs})
+          for (ValueInfo& v : *list)
+            if (!v.type.shape.empty()) v.type.shape[0] = -1;
+        compiled = impl_->compile(target, free0, launch.types, m->options);
+      } else {
+        compiled = impl_->compile(m->device, graph, launch.types, m->options);
+      }
       if (!compiled.ok()) {
         if (m->counter) {
           m->counter->uncharge(bytes);

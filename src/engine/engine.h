@@ -234,10 +234,14 @@ class Engine {
   // See Client::load / run / unload. A loaded model belongs to its session.
   Result<ModelHandle> load(SessionId session, const Graph& graph, const std::string& device,
                            const CompileOptions& options = {});
+  // `device` non-empty: run on that device instead of the model's own (Client::run_on, data
+  // parallel), compiled there once per input types; the inputs' and outputs' first dimension
+  // may then differ from the declared one (a part of the batch).
   Result<std::vector<TensorHandle>> run(SessionId session, ModelHandle model,
                                         const std::vector<TensorHandle>& inputs,
                                         bool run_here_if_idle = false,
-                                        std::shared_ptr<CancelToken> call = nullptr);
+                                        std::shared_ptr<CancelToken> call = nullptr,
+                                        const std::string& device = "");
   Status unload(SessionId session, ModelHandle model);
 
   // Named models (`tensord serve --models DIR`, LocalClientOptions::models_dir): graphs loaded

@@ -105,6 +105,9 @@ class RemoteClient final : public Client {
   Result<ModelHandle> load(const Graph& graph, const std::string& device) override;
   Result<std::vector<TensorHandle>> run(ModelHandle model,
                                         const std::vector<TensorHandle>& inputs) override;
+  Result<std::vector<TensorHandle>> run_on(ModelHandle model,
+                                           const std::vector<TensorHandle>& inputs,
+                                           const std::string& device) override;
   Status unload(ModelHandle model) override;
   // Named models of the broker (tensord serve --models DIR): OpenModel / ListModels.
   Result<ModelHandle> open_model(const std::string& name, ModelInfo* info = nullptr) override;

@@ -235,7 +235,7 @@ grpc::Status Service::RunModel(grpc::ServerContext* ctx, const v1::RunModelReque
   auto call = call_token(ctx);  // as in Execute
   call->arm();
   Disarm disarm{call.get()};
-  auto out = engine_->run(g.engine_session(), req->model(), inputs, false, call);
+  auto out = engine_->run(g.engine_session(), req->model(), inputs, false, call, req->device());
   if (!out.ok()) return fail(ctx, out.status());
   return finish_submit(ctx, g, *call, *out, req->inline_max_bytes(), resp->mutable_outputs(),
                        resp->mutable_values());

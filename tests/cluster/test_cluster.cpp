@@ -374,6 +374,99 @@ TEST_F(ClusterTest, ModelRunsDataParallelOnThreeRanks) {
   }
 }
 
+// Data parallel through the client API (Client::run_data_parallel): one MobileNetV2 model
+// handle, a batch of 4 split 2 + 1 + 1 over rank 0, n1 and n2 and gathered on cpu:0; equals
+// the whole batch on cpu:0.
+TEST_F(ClusterTest, RunDataParallelOverThreeRanksEqualsOneDevice) {
+  const int64_t batch = 4;
+  auto x = models::sample_input("mobilenet_v2", batch);
+  auto graph = models::build_model("mobilenet_v2", batch);
+  ASSERT_TRUE(x.ok() && graph.ok());
+  auto m = client->load(*graph, "cpu:0");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto hx = client->upload(x->view(), "cpu:0");
+  ASSERT_TRUE(hx.ok()) << hx.status().to_string();
+  auto ref_out = client->run(*m, {*hx});
+  ASSERT_TRUE(ref_out.ok()) << ref_out.status().to_string();
+  auto ref = client->read((*ref_out)[0]);
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  auto out = client->run_data_parallel(*m, {*hx}, {"cpu:0", "n1/cpu:0", "n2/cpu:0"});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  ASSERT_EQ(out->size(), 1u);
+  auto info = client->info((*out)[0]);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->device, "cpu:0");
+  auto got = client->read((*out)[0]);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  expect_near(*got, *ref);
+  // More devices than examples: refused, naming both.
+  auto one = client->upload(models::sample_input("mobilenet_v2", 2)->view(), "cpu:0");
+  ASSERT_TRUE(one.ok());
+  auto few = client->run_data_parallel(*m, {*one}, {"cpu:0", "n1/cpu:0", "n2/cpu:0"});
+  ASSERT_FALSE(few.ok());
+  EXPECT_EQ(few.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(few.status().message().find("batch of 2 cannot be split over 3"), std::string::npos)
+      << few.status().to_string();
+}
+
+// allreduce / allgather / broadcast across the ranks (the data moves rank to rank over MPI),
+// against the same numbers computed here.
+TEST_F(ClusterTest, CollectivesAcrossRanksMatchTheHost) {
+  const std::vector<std::string> devices = {"cpu:0", "n1/cpu:0", "n2/cpu:0"};
+  // 3 x 512 x 1024 floats (6 MiB each): several MPI chunks between ranks.
+  const Shape shape{3, 512, 1024};
+  std::vector<HostTensor> host;
+  std::vector<TensorHandle> on;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    host.push_back(random_floats(shape, 100 + static_cast<uint32_t>(i)));
+    auto h = client->upload(host.back().view(), devices[i]);
+    ASSERT_TRUE(h.ok()) << devices[i] << ": " << h.status().to_string();
+    on.push_back(*h);
+  }
+  const int64_t n = host[0].numel();
+  HostTensor sum(DType::kFloat32, shape), mx(DType::kFloat32, shape);
+  for (int64_t i = 0; i < n; ++i) {
+    float s = 0, m = -INFINITY;
+    for (const auto& t : host) {
+      s += t.data<float>()[i];
+      m = std::max(m, t.data<float>()[i]);
+    }
+    sum.mutable_data<float>()[i] = s;
+    mx.mutable_data<float>()[i] = m;
+  }
+  auto expect_each = [&](const Result<std::vector<TensorHandle>>& r, const HostTensor& want,
+                         const std::vector<std::string>& where, bool exact) {
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_EQ(r->size(), where.size());
+    for (size_t i = 0; i < where.size(); ++i) {
+      auto info = client->info((*r)[i]);
+      ASSERT_TRUE(info.ok());
+      EXPECT_EQ(info->device, where[i]);
+      auto got = client->read((*r)[i]);
+      ASSERT_TRUE(got.ok()) << where[i] << ": " << got.status().to_string();
+      if (exact) {
+        EXPECT_TRUE(same_bytes(*got, want)) << where[i];
+      } else {
+        expect_near(*got, want, 1e-6f);
+      }
+      EXPECT_TRUE(client->release((*r)[i]).ok());
+    }
+  };
+  expect_each(client->allreduce(on), sum, devices, false);
+  expect_each(client->allreduce(on, ReduceOp::kMax), mx, devices, true);
+  // allgather, starting from n2: the result on n2, n1 and rank 0, in that order.
+  HostTensor cat(DType::kFloat32, {9, 512, 1024});
+  const size_t each = host[0].nbytes();
+  for (size_t i = 0; i < 3; ++i)
+    std::memcpy(static_cast<char*>(cat.mutable_data()) + i * each, host[2 - i].data(), each);
+  expect_each(client->allgather({on[2], on[1], on[0]}), cat, {"n2/cpu:0", "n1/cpu:0", "cpu:0"},
+              true);
+  // broadcast from n1 to every rank.
+  expect_each(client->broadcast(on[1], {"n2/cpu:0", "cpu:0", "n1/cpu:0"}), host[1],
+              {"n2/cpu:0", "cpu:0", "n1/cpu:0"}, true);
+  for (auto h : on) EXPECT_TRUE(client->release(h).ok());
+}
+
 // Last: kills rank 2.
 TEST_F(ClusterTest, KilledRankIsUnavailableAndTheOthersKeepServing) {
   pid_t victim = g_cluster->rank_pid(2);

@@ -333,6 +333,8 @@ def check_bad_input(tmp):
         (["imdb_lstm", "--examples", 0], 2, "--examples"),
         (["--all", "--examples", 12], 2, "batch size 8"),
         (["imdb_lstm", "--data", os.path.join(tmp, "nowhere")], 2, "nowhere"),
+        (["imdb_lstm", "--devices", "cpu:0,cpu:0", "--batch-size", 1], 2,
+         "smaller than the 2 devices"),
         ([], 2, "name a network"),
     ]
     for args, code, needle in cases:
@@ -367,6 +369,16 @@ def check_remote(tmp):
             outs[name] = np.load(os.path.join(d, "output.npy"))
         assert outs["local"].shape == (2, 1), outs["local"].shape
         np.testing.assert_array_equal(outs["local"], outs["remote"])
+        # --devices: data parallel (Client::run_data_parallel) next to the first device alone,
+        # embedded over two cpu devices and through the broker (cpu:0 twice: two parts).
+        for extra, devices, env in (([], "cpu:0,cpu:1", clean_env(TENSORD_CPU_DEVICES="2")),
+                                    (["--address", sock], "cpu:0,cpu:0", None)):
+            r, j = bench_json("imdb_lstm", "--devices", devices, "--batch-size", 5,
+                              "--examples", 10, *extra, env=env)
+            assert r.returncode == 0, f"--devices {devices} {extra}: {r.stderr}"
+            assert j["devices"] == devices.split(",") and j["batch"] == 5, j
+            assert j["max_abs_diff"] <= 1e-5, j
+            assert j["one_ms_per_example"] > 0 and j["parallel_ms_per_example"] > 0, j
         # TENSORD_ADDRESS works like --address.
         r, j = bench_json("imdb_lstm", "--examples", 2, "--warmup", 0,
                           env=clean_env(TENSORD_ADDRESS=sock))

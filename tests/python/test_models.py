@@ -36,6 +36,22 @@ def test_load_and_run(client, mlp_onnx):
     np.testing.assert_allclose(m(input=x).numpy(), want, rtol=1e-5, atol=1e-5)
 
 
+def test_data_parallel(client, mlp_onnx):
+    """m(x, devices=[...]): the batch split over the devices, gathered on the first."""
+    net, path = mlp_onnx
+    x = np.random.default_rng(1).standard_normal((7, 8)).astype(np.float32)
+    want = net(torch.from_numpy(x)).detach().numpy()
+    devs = [str(d) for d in client.devices() if str(d).startswith("cpu:")]
+    m = td.load(path, device=devs[0], client=client)
+    for devices in (devs, list(reversed(devs)) + devs):
+        y = m(x, devices=devices)
+        assert y.device == devices[0] and y.shape == (7, 4)
+        np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError) as e:
+        m(x[:1], devices=devs + devs)
+    assert "cannot be split" in str(e.value)
+
+
 def test_model_errors(client, mlp_onnx, tmp_path):
     _, path = mlp_onnx
     m = td.load(path, client=client)

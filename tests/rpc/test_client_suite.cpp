@@ -871,6 +871,120 @@ TEST_P(ArraySuite, ConvAndPoolingThroughTheArrayApi) {
   EXPECT_EQ(values(global_avg_pool(x)), (std::vector<float>{5}));
 }
 
+// ---------------------------------------------------------------- across devices
+// (Client::run_data_parallel and the collectives, written once on the Client calls)
+
+// y = Relu(MatMul(x, W) + z), declared for a batch of 5: x [5, 3], z [5, 4].
+Graph batch_model() {
+  Graph g;
+  g.name = "dp";
+  g.inputs = {{"x", {DType::kFloat32, {5, 3}}}, {"z", {DType::kFloat32, {5, 4}}}};
+  g.outputs = {{"y", {DType::kFloat32, {5, 4}}}};
+  std::vector<float> w(12);
+  for (int i = 0; i < 12; ++i) w[static_cast<size_t>(i)] = static_cast<float>(i % 5) - 1.5f;
+  g.initializers.emplace("W", f32(w, {3, 4}));
+  g.nodes = {node("mm", "MatMul", {"x", "W"}, {"xw"}), node("add", "Add", {"xw", "z"}, {"s"}),
+             node("relu", "Relu", {"s"}, {"y"})};
+  return g;
+}
+
+std::vector<float> ramp(int n, float scale) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = scale * static_cast<float>(i % 7 - 3);
+  return v;
+}
+
+TEST_P(ClientSuite, DataParallelRunMatchesOneDevice) {
+  Client& c = *client_;
+  auto model = c.load(batch_model(), "cpu:0");
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto x = c.upload(f32(ramp(15, 0.5f), {5, 3}).view(), "cpu:0");
+  auto z = c.upload(f32(ramp(20, 0.25f), {5, 4}).view(), "cpu:1");
+  ASSERT_TRUE(x.ok() && z.ok());
+  auto one = c.run(*model, {*x, *z});
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  auto ref = c.read((*one)[0]);
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  // 5 examples over 2 devices (3 + 2) and over 3 (2 + 2 + 1, cpu:1 twice).
+  for (const std::vector<std::string>& devices :
+       {std::vector<std::string>{"cpu:0", "cpu:1"},
+        std::vector<std::string>{"cpu:1", "cpu:0", "cpu:1"}}) {
+    auto out = c.run_data_parallel(*model, {*x, *z}, devices);
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    ASSERT_EQ(out->size(), 1u);
+    auto info = c.info((*out)[0]);
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->device, devices[0]);
+    auto got = c.read((*out)[0]);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_EQ(got->shape(), (Shape{5, 4}));
+    for (int i = 0; i < 20; ++i)
+      EXPECT_FLOAT_EQ(got->data<float>()[i], ref->data<float>()[i]) << i << " on " << devices[0];
+    EXPECT_TRUE(c.release((*out)[0]).ok());
+  }
+  // The bad calls: fewer examples than devices, inputs that disagree on the batch, nothing.
+  auto x1 = c.upload(f32({1, 2, 3}, {1, 3}).view(), "cpu:0");
+  auto z1 = c.upload(f32({1, 2, 3, 4}, {1, 4}).view(), "cpu:0");
+  ASSERT_TRUE(x1.ok() && z1.ok());
+  auto few = c.run_data_parallel(*model, {*x1, *z1}, {"cpu:0", "cpu:1"});
+  ASSERT_FALSE(few.ok());
+  EXPECT_EQ(few.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(few.status().message().find("batch of 1 cannot be split over 2"), std::string::npos)
+      << few.status().message();
+  auto disagree = c.run_data_parallel(*model, {*x, *z1}, {"cpu:0", "cpu:1"});
+  ASSERT_FALSE(disagree.ok());
+  EXPECT_EQ(disagree.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(disagree.status().message().find("disagree on the batch"), std::string::npos)
+      << disagree.status().message();
+  EXPECT_EQ(c.run_data_parallel(*model, {*x, *z}, {}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_FALSE(c.run_data_parallel(*model, {*x, *z}, {"cpu:0", "cpu:9"}).ok());
+  EXPECT_TRUE(c.unload(*model).ok());
+}
+
+TEST_P(ClientSuite, CollectivesAcrossDevices) {
+  Client& c = *client_;
+  auto a = c.upload(f32({1, -2, 3, 4, 5, -6}, {2, 3}).view(), "cpu:0");
+  auto b = c.upload(f32({10, 20, -30, 40, 50, 60}, {2, 3}).view(), "cpu:1");
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto check = [&](const Result<std::vector<TensorHandle>>& r, const std::vector<float>& want,
+                   const Shape& shape, const std::vector<std::string>& devices) {
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_EQ(r->size(), devices.size());
+    for (size_t i = 0; i < devices.size(); ++i) {
+      EXPECT_EQ(c.info((*r)[i])->device, devices[i]);
+      auto v = c.read((*r)[i]);
+      ASSERT_TRUE(v.ok()) << v.status().to_string();
+      EXPECT_EQ(v->shape(), shape);
+      EXPECT_EQ(std::vector<float>(v->data<float>(), v->data<float>() + v->numel()), want)
+          << "result " << i;
+      (void)c.release((*r)[i]);
+    }
+  };
+  const std::vector<std::string> both{"cpu:0", "cpu:1"};
+  check(c.allreduce({*a, *b}), {11, 18, -27, 44, 55, 54}, {2, 3}, both);
+  check(c.allreduce({*a, *b}, ReduceOp::kMax), {10, 20, 3, 40, 50, 60}, {2, 3}, both);
+  check(c.allreduce({*a, *b}, ReduceOp::kMin), {1, -2, -30, 4, 5, -6}, {2, 3}, both);
+  check(c.allreduce({*a, *b}, ReduceOp::kMean), {5.5f, 9, -13.5f, 22, 27.5f, 27}, {2, 3}, both);
+  check(c.allreduce({*b, *a, *b}), {21, 38, -57, 84, 105, 114}, {2, 3},
+        {"cpu:1", "cpu:0", "cpu:1"});
+  check(c.allgather({*b, *a}), {10, 20, -30, 40, 50, 60, 1, -2, 3, 4, 5, -6}, {4, 3},
+        {"cpu:1", "cpu:0"});
+  check(c.broadcast(*a, {"cpu:1", "cpu:0", "cpu:1"}), {1, -2, 3, 4, 5, -6}, {2, 3},
+        {"cpu:1", "cpu:0", "cpu:1"});
+  // Shapes that do not match are refused before anything runs.
+  auto odd = c.upload(f32({1, 2, 3}, {1, 3}).view(), "cpu:1");
+  ASSERT_TRUE(odd.ok());
+  auto bad = c.allreduce({*a, *odd});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("does not match tensor 0"), std::string::npos)
+      << bad.status().message();
+  check(c.allgather({*a, *odd}), {1, -2, 3, 4, 5, -6, 1, 2, 3}, {3, 3}, both);
+  EXPECT_EQ(c.allreduce({}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.broadcast(*a, {}).status().code(), StatusCode::kInvalidArgument);
+}
+
 INSTANTIATE_TEST_SUITE_P(, ClientSuite,
                          ::testing::Values(Kind::kLocal, Kind::kRemote, Kind::kRemoteGrpc),
                          kind_name);
