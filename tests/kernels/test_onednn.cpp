@@ -96,6 +96,25 @@ TEST(OneDnn, ConvMatchesReference) {
   }
 }
 
+// Conv 1-D and 3-D (audio Conv1d, volumetric Conv3d) through the same oneDNN kernel.
+TEST(OneDnn, Conv1dAnd3dMatchReference) {
+  std::mt19937 rng(4321);
+  // Conv1d: plain, strided with a long kernel (raw-waveform front end), grouped, dilated + bias.
+  expect_fast_matches_reference("Conv", {random_f32({1, 1, 200}, rng), random_f32({8, 1, 20}, rng)},
+                                {{"strides", std::vector<int64_t>{4}}});
+  expect_fast_matches_reference(
+      "Conv", {random_f32({2, 6, 31}, rng), random_f32({4, 3, 3}, rng), random_f32({4}, rng)},
+      {{"group", int64_t{2}}, {"pads", std::vector<int64_t>{1, 2}},
+       {"dilations", std::vector<int64_t>{2}}});
+  expect_fast_matches_reference("Conv", {random_f32({1, 5, 17}, rng), random_f32({7, 5, 5}, rng)},
+                                {{"auto_pad", "SAME_UPPER"}});
+  // Conv3d.
+  expect_fast_matches_reference(
+      "Conv", {random_f32({1, 3, 5, 6, 7}, rng), random_f32({4, 3, 3, 2, 3}, rng),
+               random_f32({4}, rng)},
+      {{"strides", std::vector<int64_t>{1, 2, 1}}, {"pads", std::vector<int64_t>{1, 0, 1, 1, 1, 0}}});
+}
+
 TEST(OneDnn, MatMulMatchesReference) {
   std::mt19937 rng(99);
   const std::vector<std::pair<Shape, Shape>> cases = {
@@ -167,6 +186,21 @@ TEST(OneDnn, PoolsMatchReference) {
                                 {{"kernel_shape", k3},
                                  {"count_include_pad", int64_t{1}},
                                  {"pads", std::vector<int64_t>{1, 0, 1, 2}}});
+}
+
+TEST(OneDnn, Pools1dAnd3dMatchReference) {
+  std::mt19937 rng(6);
+  const HostTensor x1 = random_f32({2, 3, 40}, rng);
+  const HostTensor x3 = random_f32({1, 2, 6, 7, 5}, rng);
+  for (const char* op : {"MaxPool", "AveragePool"}) {
+    SCOPED_TRACE(op);
+    expect_fast_matches_reference(op, {x1}, {{"kernel_shape", std::vector<int64_t>{4}},
+                                             {"strides", std::vector<int64_t>{4}}});
+    expect_fast_matches_reference(op, {x1}, {{"kernel_shape", std::vector<int64_t>{3}},
+                                             {"pads", std::vector<int64_t>{1, 1}}});
+    expect_fast_matches_reference(op, {x3}, {{"kernel_shape", std::vector<int64_t>{2, 3, 2}},
+                                             {"strides", std::vector<int64_t>{2, 1, 2}}});
+  }
 }
 
 // The fast LSTM (SGEMMs + vectorised gates) against the reference on Y, Y_h and Y_c.
@@ -257,6 +291,90 @@ TEST(OneDnn, LstmMatchesReference) {
   f64.op = "LSTM";
   EXPECT_FALSE(fast.accepts(f64, {{DType::kFloat64, {2, 1, 3}}, {DType::kFloat64, {1, 8, 3}},
                                   {DType::kFloat64, {1, 8, 2}}}).ok());
+}
+
+// The fast GRU against the reference on Y and Y_h: both forms of linear_before_reset, small
+// batches (vectorised matrix-vector products) and larger ones (SGEMM per step).
+struct GruCase {
+  int64_t seq, batch, input, hidden;
+  std::string direction;
+  int64_t layout, linear_before_reset;
+  bool bias, lens, initial;
+};
+
+TEST(OneDnn, GruMatchesReference) {
+  std::mt19937 rng(11);
+  const std::vector<GruCase> cases = {
+      {5, 1, 3, 4, "forward", 0, 0, false, false, false},
+      {5, 1, 3, 4, "forward", 0, 1, true, false, false},
+      {6, 3, 4, 5, "reverse", 0, 0, true, true, true},
+      {4, 2, 3, 6, "bidirectional", 0, 1, true, true, true},  // Conv1d + BiGRU-like
+      {7, 6, 5, 4, "bidirectional", 1, 0, true, true, true},  // batch > 4: SGEMM steps
+      {9, 7, 6, 8, "forward", 0, 1, true, false, true},
+  };
+  for (const GruCase& k : cases) {
+    SCOPED_TRACE("gru " + k.direction + " layout " + std::to_string(k.layout) + " lbr " +
+                 std::to_string(k.linear_before_reset) + " batch " + std::to_string(k.batch));
+    const int64_t dirs = k.direction == "bidirectional" ? 2 : 1;
+    Graph g;
+    Node n;
+    n.name = "gru";
+    n.op = "GRU";
+    n.attrs = {{"hidden_size", k.hidden},
+               {"direction", k.direction},
+               {"layout", k.layout},
+               {"linear_before_reset", k.linear_before_reset}};
+    std::vector<HostTensor> bound;
+    auto add = [&](const std::string& name, HostTensor t) {
+      n.inputs.push_back(name);
+      g.inputs.push_back({name, t.type()});
+      bound.push_back(std::move(t));
+    };
+    add("x", random_f32(k.layout == 0 ? Shape{k.seq, k.batch, k.input} : Shape{k.batch, k.seq, k.input}, rng));
+    add("w", random_f32({dirs, 3 * k.hidden, k.input}, rng));
+    add("r", random_f32({dirs, 3 * k.hidden, k.hidden}, rng));
+    if (k.bias) add("b", random_f32({dirs, 6 * k.hidden}, rng)); else n.inputs.push_back("");
+    if (k.lens) {
+      std::vector<int32_t> lens;
+      for (int64_t b = 0; b < k.batch; ++b) lens.push_back(static_cast<int32_t>((k.seq - b) % (k.seq + 1)));
+      lens.back() = 0;  // an empty sequence
+      add("lens", HostTensor::from_vector(lens, {k.batch}));
+    } else {
+      n.inputs.push_back("");
+    }
+    const Shape state = k.layout == 0 ? Shape{dirs, k.batch, k.hidden} : Shape{k.batch, dirs, k.hidden};
+    if (k.initial) add("h0", random_f32(state, rng)); else n.inputs.push_back("");
+    n.outputs = {"y", "yh"};
+    g.outputs = {{"y", {}}, {"yh", {}}};
+    g.nodes.push_back(n);
+    std::vector<TensorType> types(n.inputs.size());
+    size_t bi = 0;
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (!n.inputs[i].empty()) types[i] = bound[bi++].type();
+    const auto& kernels = cpu::KernelRegistry::global().find("GRU");
+    ASSERT_EQ(kernels.front().name, "onednn");
+    EXPECT_TRUE(kernels.front().accepts(n, types).ok());
+    auto fast = run_graph_on_host(g, bound, CompileOptions{true});
+    auto ref = run_graph_on_host(g, bound, CompileOptions{false});
+    ASSERT_TRUE(fast.ok() && ref.ok());
+    for (size_t o = 0; o < 2; ++o) {
+      ASSERT_TRUE((*fast)[o].ok()) << (*fast)[o].status().to_string();
+      ASSERT_TRUE((*ref)[o].ok()) << (*ref)[o].status().to_string();
+      EXPECT_TRUE(tensors_near(*(*fast)[o], *(*ref)[o], 1e-4, 1e-5)) << "output " << o;
+    }
+  }
+  // What the fast kernel leaves to the reference, and says why.
+  const auto& fast = cpu::KernelRegistry::global().find("GRU").front();
+  const std::vector<TensorType> f32 = {{DType::kFloat32, {2, 1, 3}}, {DType::kFloat32, {1, 6, 3}},
+                                       {DType::kFloat32, {1, 6, 2}}};
+  Node clip;
+  clip.op = "GRU";
+  clip.attrs = {{"clip", 3.0f}};
+  EXPECT_NE(fast.accepts(clip, f32).message().find("clip"), std::string::npos);
+  Node acts;
+  acts.op = "GRU";
+  acts.attrs = {{"activations", std::vector<std::string>{"Sigmoid", "Relu"}}};
+  EXPECT_NE(fast.accepts(acts, f32).message().find("default activations"), std::string::npos);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
-// Fast float32 LSTM: the input projection of every time step is one SGEMM (oneDNN's
+// Fast float32 LSTM and GRU: the input projection of every time step is one SGEMM (oneDNN's
 // dnnl_sgemm), the recurrent projection one SGEMM per step over the whole batch, and the gate
-// math a vectorisable loop. Covers ONNX LSTM with default activations, no clip, no
-// input_forget, both layouts, all directions, sequence_lens, initial states and peepholes;
+// math a vectorisable loop. Covers ONNX LSTM and GRU with default activations, no clip, no
+// input_forget, both layouts, all directions, sequence_lens, initial states, LSTM's peepholes
+// and both forms of GRU's linear_before_reset;
 // anything else goes to the reference kernel (`accepts` says why).
 #include <algorithm>
 #include <cmath>
@@ -23,31 +24,43 @@ constexpr int64_t kSmallBatch = 4;
 
 Status refuse(const std::string& why) { return Status(StatusCode::kUnimplemented, why); }
 
-Status lstm_accepts(const Node& node, const std::vector<TensorType>& in) {
+// The fast kernels' cover: float32, no clip, the default activations (`defaults` per
+// direction); LSTM also without input_forget.
+Status rnn_accepts(const Node& node, const std::vector<TensorType>& in,
+                   const std::vector<std::string>& defaults) {
+  const std::string& op = node.op;
   for (size_t i = 0; i < in.size(); ++i) {
     if (!in[i].defined() || i == 4) continue;  // sequence_lens is an integer tensor
-    if (in[i].dtype != DType::kFloat32) return refuse("LSTM: the fast kernel is float32 only");
+    if (in[i].dtype != DType::kFloat32) return refuse(op + ": the fast kernel is float32 only");
   }
-  if (in.size() < 3) return refuse("LSTM: needs X, W and R");
+  if (in.size() < 3) return refuse(op + ": needs X, W and R");
   NodeAttrs a(node);
-  if (a.has_attr("clip")) return refuse("LSTM: the fast kernel has no clip");
+  if (a.has_attr("clip")) return refuse(op + ": the fast kernel has no clip");
   TD_ASSIGN_OR_RETURN(int64_t input_forget, a.attr_int("input_forget", 0));
-  if (input_forget) return refuse("LSTM: the fast kernel has no input_forget");
+  if (input_forget) return refuse(op + ": the fast kernel has no input_forget");
   if (a.has_attr("activations")) {
     TD_ASSIGN_OR_RETURN(std::string direction, a.attr_string("direction", "forward"));
     std::vector<std::string> acts;
     std::vector<float> alphas, betas;
-    TD_RETURN_IF_ERROR(rnn::resolve_activations(a, {"sigmoid", "tanh", "tanh"},
+    TD_RETURN_IF_ERROR(rnn::resolve_activations(a, defaults,
                                                 direction == "bidirectional" ? 2 : 1, &acts,
                                                 &alphas, &betas));
     for (size_t i = 0; i < acts.size(); ++i) {
       std::string s = acts[i];
       std::transform(s.begin(), s.end(), s.begin(), ::tolower);
-      if (s != (i % 3 == 0 ? "sigmoid" : "tanh"))
-        return refuse("LSTM: the fast kernel takes the default activations only");
+      if (s != defaults[i % defaults.size()])
+        return refuse(op + ": the fast kernel takes the default activations only");
     }
   }
   return OkStatus();
+}
+
+Status lstm_accepts(const Node& node, const std::vector<TensorType>& in) {
+  return rnn_accepts(node, in, {"sigmoid", "tanh", "tanh"});
+}
+
+Status gru_accepts(const Node& node, const std::vector<TensorType>& in) {
+  return rnn_accepts(node, in, {"sigmoid", "tanh"});
 }
 
 // out[0:n] = v[0:k] . m[k][n] (row-major m): axpy form, vectorised without reassociation.
@@ -186,10 +199,163 @@ Status lstm_run(KernelContext& ctx) {
   return OkStatus();
 }
 
+// GRU gates of one batch entry, z, r, h at offsets 0, H, 2H of gx (X W^T + biases) and gr
+// (the recurrent products). gru_zr: the update and reset gates. gru_h: the new state, from the
+// h gate's recurrent term gr_h, which is H Rh^T (then r . (gr_h + Rbh) is formed here) with
+// linear_before_reset, else (r . H) Rh^T with Rbh already in gx. Vectorised (vec_math.h).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void gru_zr(
+    const float* __restrict gx, const float* __restrict gr, float* __restrict z,
+    float* __restrict rg, int64_t hidden) {
+  for (int64_t j = 0; j < hidden; ++j) {
+    z[j] = vec::sigmoid(gx[j] + gr[j]);
+    rg[j] = vec::sigmoid(gx[hidden + j] + gr[hidden + j]);
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void gru_h(
+    const float* __restrict gx_h, const float* __restrict gr_h, const float* __restrict rbh,
+    const float* __restrict z, const float* __restrict rg, bool linear_before_reset,
+    float* __restrict h, int64_t hidden) {
+  for (int64_t j = 0; j < hidden; ++j) {
+    const float rec = linear_before_reset ? rg[j] * (gr_h[j] + (rbh ? rbh[j] : 0.0f)) : gr_h[j];
+    const float hh = vec::tanh(gx_h[j] + rec);
+    h[j] = (1.0f - z[j]) * hh + z[j] * h[j];
+  }
+}
+
+Status gru_run(KernelContext& ctx) {
+  TD_ASSIGN_OR_RETURN(std::string direction, ctx.attr_string("direction", "forward"));
+  TD_ASSIGN_OR_RETURN(int64_t layout, ctx.attr_int("layout", 0));
+  TD_ASSIGN_OR_RETURN(int64_t lbr, ctx.attr_int("linear_before_reset", 0));
+  const int64_t num_dir = direction == "bidirectional" ? 2 : 1;
+  const TensorView& xv = ctx.input(0);
+  const int64_t seq = layout == 0 ? xv.shape[0] : xv.shape[1];
+  const int64_t batch = layout == 0 ? xv.shape[1] : xv.shape[0];
+  const int64_t in_size = xv.shape[2];
+  const int64_t hidden = ctx.input(2).shape[2];
+  const int64_t gh = 3 * hidden;
+  const float* x = xv.as<float>();
+  const float* w = ctx.input(1).as<float>();
+  const float* r = ctx.input(2).as<float>();
+  const float* b = ctx.has_input(3) ? ctx.input(3).as<float>() : nullptr;
+  TD_ASSIGN_OR_RETURN(const std::vector<int64_t> lens, rnn_sequence_lengths(ctx, batch, seq));
+  const float* h0 = ctx.has_input(5) ? ctx.input(5).as<float>() : nullptr;
+  auto x_row = [&](int64_t t, int64_t bi) { return layout == 0 ? t * batch + bi : bi * seq + t; };
+  auto y_at = [&](int64_t t, int64_t d, int64_t bi) {
+    return (layout == 0 ? (t * num_dir + d) * batch + bi : (bi * seq + t) * num_dir + d) * hidden;
+  };
+  auto state_at = [&](int64_t d, int64_t bi) {
+    return (layout == 0 ? d * batch + bi : bi * num_dir + d) * hidden;
+  };
+  const size_t state_n = static_cast<size_t>(num_dir * batch * hidden);
+  std::vector<float> y(static_cast<size_t>(seq) * state_n, 0.0f), yh(state_n, 0.0f);
+  const int64_t rows = seq * batch;
+  std::vector<float> gx(static_cast<size_t>(rows * gh)), gr(static_cast<size_t>(batch * gh));
+  std::vector<float> h(static_cast<size_t>(batch * hidden)), z(h.size()), rg(h.size()),
+      rh(h.size());
+  for (int64_t d = 0; d < num_dir; ++d) {
+    const bool reverse = direction == "reverse" || d == 1;
+    const float* wd = w + d * gh * in_size;
+    const float* rd = r + d * gh * hidden;
+    // gx = X W^T + Wb, plus Rb for z and r, and Rbh too when it is outside the reset product.
+    if (dnnl_sgemm('N', 'T', rows, gh, in_size, 1.0f, x, in_size, wd, in_size, 0.0f, gx.data(),
+                   gh) != dnnl_success)
+      return ctx.error("dnnl_sgemm failed on the input projection");
+    const float* rbh = nullptr;
+    if (b) {
+      const float* wb = b + d * 2 * gh;
+      const float* rb = wb + gh;
+      rbh = rb + 2 * hidden;
+      const int64_t rb_end = lbr ? 2 * hidden : gh;
+      for (int64_t i = 0; i < rows; ++i) {
+        float* row = gx.data() + i * gh;
+        for (int64_t g = 0; g < gh; ++g) row[g] += wb[g] + (g < rb_end ? rb[g] : 0.0f);
+      }
+    }
+    for (int64_t bi = 0; bi < batch; ++bi) {
+      const int64_t s0 = state_at(d, bi);
+      for (int64_t j = 0; j < hidden; ++j) h[static_cast<size_t>(bi * hidden + j)] = h0 ? h0[s0 + j] : 0.0f;
+    }
+    // Small batches: R^T split into [z r] and [h] parts, transposed once per direction.
+    const bool small = batch <= kSmallBatch;
+    std::vector<float> rt_zr, rt_h;
+    if (small) {
+      rt_zr.resize(static_cast<size_t>(hidden * 2 * hidden));
+      rt_h.resize(static_cast<size_t>(hidden * hidden));
+      for (int64_t k = 0; k < hidden; ++k) {
+        for (int64_t g = 0; g < 2 * hidden; ++g)
+          rt_zr[static_cast<size_t>(k * 2 * hidden + g)] = rd[g * hidden + k];
+        for (int64_t g = 0; g < hidden; ++g)
+          rt_h[static_cast<size_t>(k * hidden + g)] = rd[(2 * hidden + g) * hidden + k];
+      }
+    }
+    const float* rd_h = rd + 2 * hidden * hidden;
+    const int64_t max_len = *std::max_element(lens.begin(), lens.end());
+    for (int64_t step = 0; step < max_len; ++step) {
+      // z and r (and, with linear_before_reset, H Rh^T) for the whole batch.
+      const int64_t first_n = lbr ? gh : 2 * hidden;
+      if (small) {
+        for (int64_t bi = 0; bi < batch; ++bi) {
+          vec_times_matrix(h.data() + bi * hidden, rt_zr.data(), hidden, 2 * hidden,
+                           gr.data() + bi * gh);
+          if (lbr)
+            vec_times_matrix(h.data() + bi * hidden, rt_h.data(), hidden, hidden,
+                             gr.data() + bi * gh + 2 * hidden);
+        }
+      } else if (dnnl_sgemm('N', 'T', batch, first_n, hidden, 1.0f, h.data(), hidden, rd, hidden,
+                            0.0f, gr.data(), gh) != dnnl_success) {
+        return ctx.error("dnnl_sgemm failed on the recurrent projection");
+      }
+      for (int64_t bi = 0; bi < batch; ++bi) {
+        const int64_t len = lens[static_cast<size_t>(bi)];
+        if (step >= len) continue;
+        const int64_t t = reverse ? len - 1 - step : step;
+        gru_zr(gx.data() + x_row(t, bi) * gh, gr.data() + bi * gh, z.data() + bi * hidden,
+               rg.data() + bi * hidden, hidden);
+      }
+      if (!lbr) {  // gr_h = (r . H_{t-1}) Rh^T
+        for (size_t i = 0; i < rh.size(); ++i) rh[i] = rg[i] * h[i];
+        if (small) {
+          for (int64_t bi = 0; bi < batch; ++bi)
+            vec_times_matrix(rh.data() + bi * hidden, rt_h.data(), hidden, hidden,
+                             gr.data() + bi * gh + 2 * hidden);
+        } else if (dnnl_sgemm('N', 'T', batch, hidden, hidden, 1.0f, rh.data(), hidden, rd_h,
+                              hidden, 0.0f, gr.data() + 2 * hidden, gh) != dnnl_success) {
+          return ctx.error("dnnl_sgemm failed on the recurrent projection");
+        }
+      }
+      for (int64_t bi = 0; bi < batch; ++bi) {
+        const int64_t len = lens[static_cast<size_t>(bi)];
+        if (step >= len) continue;
+        const int64_t t = reverse ? len - 1 - step : step;
+        float* hb = h.data() + bi * hidden;
+        gru_h(gx.data() + x_row(t, bi) * gh + 2 * hidden, gr.data() + bi * gh + 2 * hidden,
+              lbr ? rbh : nullptr, z.data() + bi * hidden, rg.data() + bi * hidden, lbr != 0, hb,
+              hidden);
+        std::copy(hb, hb + hidden, y.begin() + y_at(t, d, bi));
+      }
+    }
+    for (int64_t bi = 0; bi < batch; ++bi) {
+      if (lens[static_cast<size_t>(bi)] == 0) continue;  // Y_h stays 0
+      std::copy_n(h.begin() + bi * hidden, hidden, yh.begin() + state_at(d, bi));
+    }
+  }
+  const std::vector<float>* results[2] = {&y, &yh};
+  for (int i = 0; i < 2; ++i) {
+    if (!ctx.wants_output(i)) continue;
+    TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(i));
+    if (static_cast<size_t>(out.numel()) != results[i]->size())
+      return ctx.error("output {} has {} values, computed {}", i, out.numel(), results[i]->size());
+    std::copy(results[i]->begin(), results[i]->end(), out.as<float>());
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 void register_onednn_rnn_kernels(KernelRegistry& r) {
   r.add(KernelDef{"LSTM", "onednn", lstm_accepts, lstm_run, false});
+  r.add(KernelDef{"GRU", "onednn", gru_accepts, gru_run, false});
 }
 
 }  // namespace cpu
