@@ -44,12 +44,12 @@ Graph one_node_graph(const std::string& op, const std::vector<HostTensor>& input
 // Runs the node with fast kernels and with reference kernels only; checks the oneDNN kernel
 // is the one the fast run picks, and that both agree.
 void expect_fast_matches_reference(const std::string& op, const std::vector<HostTensor>& inputs,
-                                   AttributeMap attrs = {}) {
+                                   AttributeMap attrs = {}, const std::string& kernel = "onednn") {
   std::vector<HostTensor> bound;
   const Graph g = one_node_graph(op, inputs, std::move(attrs), &bound);
   const auto& kernels = cpu::KernelRegistry::global().find(op);
   ASSERT_FALSE(kernels.empty());
-  ASSERT_EQ(kernels.front().name, "onednn") << op;
+  ASSERT_EQ(kernels.front().name, kernel) << op;
   std::vector<TensorType> types;
   for (const auto& t : inputs) types.push_back(t.empty() ? TensorType{} : t.type());
   const Status accepted = kernels.front().accepts(g.nodes[0], types);
@@ -200,6 +200,55 @@ TEST(OneDnn, Pools1dAnd3dMatchReference) {
                                              {"pads", std::vector<int64_t>{1, 1}}});
     expect_fast_matches_reference(op, {x3}, {{"kernel_shape", std::vector<int64_t>{2, 3, 2}},
                                              {"strides", std::vector<int64_t>{2, 1, 2}}});
+  }
+}
+
+// LayerNormalization and Softmax/LogSoftmax over the last axis (fast_norm.cpp).
+TEST(FastNorm, LayerNormMatchesReference) {
+  std::mt19937 rng(17);
+  // Rows of 256 (transformer), 768 + an odd tail, normalised over two axes, no bias,
+  // a [1, D] scale, a row with a large mean (the centred variance keeps its digits).
+  expect_fast_matches_reference("LayerNormalization",
+                                {random_f32({2, 64, 256}, rng), random_f32({256}, rng),
+                                 random_f32({256}, rng)},
+                                {{"axis", int64_t{-1}}, {"epsilon", 1e-6f}}, "fast");
+  expect_fast_matches_reference("LayerNormalization",
+                                {random_f32({3, 771}, rng), random_f32({771}, rng)}, {}, "fast");
+  expect_fast_matches_reference("LayerNormalization",
+                                {random_f32({2, 5, 6, 7}, rng), random_f32({6, 7}, rng),
+                                 random_f32({1, 6, 7}, rng)},
+                                {{"axis", int64_t{2}}}, "fast");
+  HostTensor shifted = random_f32({4, 100}, rng);
+  for (int64_t i = 0; i < shifted.numel(); ++i) shifted.mutable_data<float>()[i] += 1000.0f;
+  expect_fast_matches_reference("LayerNormalization",
+                                {shifted, random_f32({100}, rng), random_f32({100}, rng)}, {},
+                                "fast");
+  // What it leaves to the reference: the Mean output, a scale broadcast within the row.
+  const auto& fast = cpu::KernelRegistry::global().find("LayerNormalization").front();
+  Node mean;
+  mean.op = "LayerNormalization";
+  mean.outputs = {"y", "mean"};
+  EXPECT_FALSE(fast.accepts(mean, {{DType::kFloat32, {2, 8}}, {DType::kFloat32, {8}}}).ok());
+  Node bcast;
+  bcast.op = "LayerNormalization";
+  bcast.outputs = {"y"};
+  EXPECT_FALSE(fast.accepts(bcast, {{DType::kFloat32, {2, 8}}, {DType::kFloat32, {1}}}).ok());
+}
+
+TEST(FastNorm, SoftmaxMatchesReference) {
+  std::mt19937 rng(18);
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    SCOPED_TRACE(op);
+    HostTensor x = random_f32({2, 4, 16, 131}, rng);  // attention scores, an odd row length
+    for (int64_t i = 0; i < x.numel(); i += 7) x.mutable_data<float>()[i] *= 30.0f;
+    expect_fast_matches_reference(op, {x}, {}, "fast");
+    expect_fast_matches_reference(op, {random_f32({5, 3}, rng)}, {{"axis", int64_t{1}}}, "fast");
+    // An axis with trailing dims goes to the reference.
+    const auto& fast = cpu::KernelRegistry::global().find(op).front();
+    Node n;
+    n.op = op;
+    n.attrs = {{"axis", int64_t{1}}};
+    EXPECT_FALSE(fast.accepts(n, {{DType::kFloat32, {2, 3, 4}}}).ok());
   }
 }
 
