@@ -252,6 +252,39 @@ TEST(FastNorm, SoftmaxMatchesReference) {
   }
 }
 
+// Transpose's strided copy (merged dims, block copies, 16x16 tiles) against a naive loop, on
+// sizes that are not multiples of the tile and permutations of each kind.
+TEST(StridedCopy, TransposeMatchesNaive) {
+  std::mt19937 rng(19);
+  const Shape shape = {2, 3, 37, 21};
+  const HostTensor x = random_f32(shape, rng);
+  const std::vector<std::vector<int64_t>> perms = {
+      {0, 2, 3, 1}, {0, 3, 1, 2}, {3, 2, 1, 0}, {1, 0, 2, 3}, {0, 1, 3, 2}, {2, 0, 1, 3}};
+  for (const auto& perm : perms) {
+    SCOPED_TRACE("perm " + shape_to_string(perm));
+    std::vector<HostTensor> bound;
+    const Graph g = one_node_graph("Transpose", {x}, {{"perm", perm}}, &bound);
+    auto out = run_graph_on_host(g, bound, CompileOptions{true});
+    ASSERT_TRUE(out.ok() && (*out)[0].ok());
+    const HostTensor& y = *(*out)[0];
+    Shape oshape(4);
+    for (size_t i = 0; i < 4; ++i) oshape[i] = shape[static_cast<size_t>(perm[i])];
+    ASSERT_EQ(y.shape(), oshape);
+    int64_t bad = 0, i = 0;
+    int64_t o[4];
+    for (o[0] = 0; o[0] < oshape[0]; ++o[0])
+      for (o[1] = 0; o[1] < oshape[1]; ++o[1])
+        for (o[2] = 0; o[2] < oshape[2]; ++o[2])
+          for (o[3] = 0; o[3] < oshape[3]; ++o[3], ++i) {
+            int64_t src[4];
+            for (size_t d = 0; d < 4; ++d) src[perm[d]] = o[d];
+            const int64_t f = ((src[0] * shape[1] + src[1]) * shape[2] + src[2]) * shape[3] + src[3];
+            bad += y.data<float>()[i] != x.data<float>()[f];
+          }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
 // The fast LSTM (SGEMMs + vectorised gates) against the reference on Y, Y_h and Y_c.
 struct LstmCase {
   int64_t seq, batch, input, hidden;
