@@ -1,11 +1,14 @@
 // The oneDNN kernels (CompileOptions{fuse=true}) against the reference kernels (fuse=false) on
 // random Conv, MatMul, Gemm and pooling problems.
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "engine/executor.h"
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/vec_math.h"
 #include "kernels/op_test_util.h"
 
 namespace tensord::testing {
@@ -250,6 +253,23 @@ TEST(FastNorm, SoftmaxMatchesReference) {
     n.attrs = {{"axis", int64_t{1}}};
     EXPECT_FALSE(fast.accepts(n, {{DType::kFloat32, {2, 3, 4}}}).ok());
   }
+}
+
+// The element-wise programs' erf (GELU's): within 1e-6 relative of libm's double erf over
+// [-6, 6], exact limits, NaN through.
+TEST(VecMath, ErfMatchesLibm) {
+  double worst = 0;
+  for (double xd = -6; xd <= 6; xd += 1e-4) {
+    const float x = static_cast<float>(xd);
+    const double r = std::erf(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(cpu::vec::erf(x) - r) / std::max(1e-30, std::fabs(r)));
+  }
+  EXPECT_LT(worst, 1e-6);
+  EXPECT_EQ(cpu::vec::erf(0.0f), 0.0f);
+  EXPECT_FLOAT_EQ(cpu::vec::erf(1e-20f), static_cast<float>(std::erf(1e-20)));
+  EXPECT_EQ(cpu::vec::erf(INFINITY), 1.0f);
+  EXPECT_EQ(cpu::vec::erf(-INFINITY), -1.0f);
+  EXPECT_TRUE(std::isnan(cpu::vec::erf(NAN)));
 }
 
 // Transpose's strided copy (merged dims, block copies, 16x16 tiles) against a naive loop, on

@@ -146,7 +146,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void execute(
         d[i] = y > be ? be : y;
       }
       break;
-    case Op::kErf: for (int64_t i = 0; i < n; ++i) d[i] = std::erf(a[i]); break;
+    case Op::kErf: for (int64_t i = 0; i < n; ++i) d[i] = vec::erf(a[i]); break;
   }
 }
 
