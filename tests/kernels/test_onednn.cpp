@@ -204,6 +204,16 @@ TEST(OneDnn, Pools1dAnd3dMatchReference) {
     expect_fast_matches_reference(op, {x3}, {{"kernel_shape", std::vector<int64_t>{2, 3, 2}},
                                              {"strides", std::vector<int64_t>{2, 1, 2}}});
   }
+  // The 1-D loop: asymmetric pads counted in the average, a dilated max window.
+  expect_fast_matches_reference("AveragePool", {x1},
+                                {{"kernel_shape", std::vector<int64_t>{5}},
+                                 {"strides", std::vector<int64_t>{3}},
+                                 {"pads", std::vector<int64_t>{2, 1}},
+                                 {"count_include_pad", int64_t{1}}});
+  expect_fast_matches_reference("MaxPool", {x1},
+                                {{"kernel_shape", std::vector<int64_t>{3}},
+                                 {"dilations", std::vector<int64_t>{2}},
+                                 {"pads", std::vector<int64_t>{1, 2}}});
 }
 
 // LayerNormalization and Softmax/LogSoftmax over the last axis (fast_norm.cpp).
