@@ -152,10 +152,10 @@ def last_json_line(text):
     return None
 
 
-def run_json(cmd, timeout):
+def run_json(cmd, timeout, env=None):
     """Runs cmd; returns (json or None, error string or None)."""
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except FileNotFoundError as e:
         return None, f"cannot start {cmd[0]}: {e.strerror}"
     except subprocess.TimeoutExpired:
@@ -239,7 +239,9 @@ def run_tensord(tensord, folder, a, batch, expected):
                "--data", os.path.join(folder, "test_data_set_0"), "--batch-size", str(batch),
                "--examples", str(examples), "--warmup", str(a.warmup), "--json",
                "--outputs", out]
-        doc, err = run_json(cmd, a.timeout)
+        # The peers get --threads; tensord takes its compute threads from the environment.
+        env = dict(os.environ, TENSORD_NUM_THREADS=str(a.threads))
+        doc, err = run_json(cmd, a.timeout, env)
         if doc is None:
             return {"available": False, "reason": f"tensord bench failed: {err}"}
         doc["available"] = True

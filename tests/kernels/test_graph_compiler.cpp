@@ -315,26 +315,45 @@ TEST(GraphCompiler, ElementwiseChainIsOneProgram) {
 }
 
 TEST(GraphCompiler, ElementwiseProgramSplitsAroundOtherOpsAndShapes) {
-  // A broadcast that is not a scalar, and a Softmax in the middle, keep their own kernels;
-  // a large tensor runs across threads; NaN stays NaN through Max/Min/Relu/Clip.
+  // A broadcast along a trailing axis (a column), and a Softmax in the middle, keep their own
+  // kernels; a large tensor runs across threads; NaN stays NaN through Max/Min/Relu/Clip.
   G b;
   auto x = b.in("x", {4, 70000});
-  auto row = b.in("row", {70000});
+  auto col = b.in("col", {4, 1});
   auto lo = b.constant(HostTensor::scalar(0.0f));
   auto v = b.op("Relu", {b.op("Mul", {x, x})});
-  auto w = b.op("Add", {v, row});  // [70000] broadcast: not a program operand
+  auto w = b.op("Add", {v, col});  // [4, 1] broadcast: not a program operand
   auto s = b.op("Softmax", {w}, {{"axis", int64_t{1}}});
   auto z = b.op("Clip", {b.op("Max", {s, b.op("Min", {x, lo})}), lo});
   b.out(z);
   HostTensor xs = random({4, 70000}, 13, -2, 2);
   xs.mutable_data<float>()[5] = std::nanf("");
-  const std::string plan = check(b.g, {xs, random({70000}, 14)});
+  const std::string plan = check(b.g, {xs, random({4, 1}, 14)});
   EXPECT_EQ(count(plan, "ElementwiseProgram"), 2) << plan;
   EXPECT_NE(plan.find("Add '"), std::string::npos) << plan;
   EXPECT_NE(plan.find("Softmax '"), std::string::npos) << plan;
-  auto out = run_graph_on_host(b.g, {xs, random({70000}, 14)});
+  auto out = run_graph_on_host(b.g, {xs, random({4, 1}, 14)});
   ASSERT_TRUE(out.ok() && (*out)[0].ok());
   EXPECT_TRUE(std::isnan((*(*out)[0]).data<float>()[5]));
+}
+
+TEST(GraphCompiler, LeadingAxesBroadcastsJoinTheProgram) {
+  // A bias (constant [N] and [1, N]), a runtime [T, N] input broadcast over the batch, then
+  // the erf form of GELU: MatMul's epilogue in a transformer, as one program. Lengths that are
+  // not multiples of the 512-value block make the repeats straddle blocks.
+  G b;
+  auto x = b.in("x", {3, 7, 37});
+  auto pos = b.in("pos", {7, 37});
+  auto bias = b.constant(random({37}, 21));
+  auto bias2 = b.constant(random({1, 37}, 22));
+  auto v = b.op("Add", {bias, x});  // the broadcast operand first
+  v = b.op("Add", {v, pos});
+  v = b.op("Mul", {v, bias2});
+  auto gelu = b.op("Mul", {b.op("Mul", {v, b.op("Add", {b.op("Erf", {b.op("Div", {v, b.constant(HostTensor::scalar(1.4142135f))})}), b.constant(HostTensor::scalar(1.0f))})}), b.constant(HostTensor::scalar(0.5f))});
+  b.out(gelu);
+  const std::string plan = check(b.g, {random({3, 7, 37}, 23, -3, 3), random({7, 37}, 24)});
+  EXPECT_EQ(count(plan, "ElementwiseProgram"), 1) << plan;
+  EXPECT_EQ(count(plan, "[reference]"), 0) << plan;
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
 // The oneDNN kernels (CompileOptions{fuse=true}) against the reference kernels (fuse=false) on
 // random Conv, MatMul, Gemm and pooling problems.
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "engine/executor.h"
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/vec_math.h"
 #include "kernels/op_test_util.h"
 
 namespace tensord::testing {
@@ -44,12 +47,12 @@ Graph one_node_graph(const std::string& op, const std::vector<HostTensor>& input
 // Runs the node with fast kernels and with reference kernels only; checks the oneDNN kernel
 // is the one the fast run picks, and that both agree.
 void expect_fast_matches_reference(const std::string& op, const std::vector<HostTensor>& inputs,
-                                   AttributeMap attrs = {}) {
+                                   AttributeMap attrs = {}, const std::string& kernel = "onednn") {
   std::vector<HostTensor> bound;
   const Graph g = one_node_graph(op, inputs, std::move(attrs), &bound);
   const auto& kernels = cpu::KernelRegistry::global().find(op);
   ASSERT_FALSE(kernels.empty());
-  ASSERT_EQ(kernels.front().name, "onednn") << op;
+  ASSERT_EQ(kernels.front().name, kernel) << op;
   std::vector<TensorType> types;
   for (const auto& t : inputs) types.push_back(t.empty() ? TensorType{} : t.type());
   const Status accepted = kernels.front().accepts(g.nodes[0], types);
@@ -94,6 +97,25 @@ TEST(OneDnn, ConvMatchesReference) {
     if (!k.auto_pad.empty()) attrs["auto_pad"] = k.auto_pad;
     expect_fast_matches_reference("Conv", inputs, attrs);
   }
+}
+
+// Conv 1-D and 3-D (audio Conv1d, volumetric Conv3d) through the same oneDNN kernel.
+TEST(OneDnn, Conv1dAnd3dMatchReference) {
+  std::mt19937 rng(4321);
+  // Conv1d: plain, strided with a long kernel (raw-waveform front end), grouped, dilated + bias.
+  expect_fast_matches_reference("Conv", {random_f32({1, 1, 200}, rng), random_f32({8, 1, 20}, rng)},
+                                {{"strides", std::vector<int64_t>{4}}});
+  expect_fast_matches_reference(
+      "Conv", {random_f32({2, 6, 31}, rng), random_f32({4, 3, 3}, rng), random_f32({4}, rng)},
+      {{"group", int64_t{2}}, {"pads", std::vector<int64_t>{1, 2}},
+       {"dilations", std::vector<int64_t>{2}}});
+  expect_fast_matches_reference("Conv", {random_f32({1, 5, 17}, rng), random_f32({7, 5, 5}, rng)},
+                                {{"auto_pad", "SAME_UPPER"}});
+  // Conv3d.
+  expect_fast_matches_reference(
+      "Conv", {random_f32({1, 3, 5, 6, 7}, rng), random_f32({4, 3, 3, 2, 3}, rng),
+               random_f32({4}, rng)},
+      {{"strides", std::vector<int64_t>{1, 2, 1}}, {"pads", std::vector<int64_t>{1, 0, 1, 1, 1, 0}}});
 }
 
 TEST(OneDnn, MatMulMatchesReference) {
@@ -167,6 +189,130 @@ TEST(OneDnn, PoolsMatchReference) {
                                 {{"kernel_shape", k3},
                                  {"count_include_pad", int64_t{1}},
                                  {"pads", std::vector<int64_t>{1, 0, 1, 2}}});
+}
+
+TEST(OneDnn, Pools1dAnd3dMatchReference) {
+  std::mt19937 rng(6);
+  const HostTensor x1 = random_f32({2, 3, 40}, rng);
+  const HostTensor x3 = random_f32({1, 2, 6, 7, 5}, rng);
+  for (const char* op : {"MaxPool", "AveragePool"}) {
+    SCOPED_TRACE(op);
+    expect_fast_matches_reference(op, {x1}, {{"kernel_shape", std::vector<int64_t>{4}},
+                                             {"strides", std::vector<int64_t>{4}}});
+    expect_fast_matches_reference(op, {x1}, {{"kernel_shape", std::vector<int64_t>{3}},
+                                             {"pads", std::vector<int64_t>{1, 1}}});
+    expect_fast_matches_reference(op, {x3}, {{"kernel_shape", std::vector<int64_t>{2, 3, 2}},
+                                             {"strides", std::vector<int64_t>{2, 1, 2}}});
+  }
+  // The 1-D loop: asymmetric pads counted in the average, a dilated max window.
+  expect_fast_matches_reference("AveragePool", {x1},
+                                {{"kernel_shape", std::vector<int64_t>{5}},
+                                 {"strides", std::vector<int64_t>{3}},
+                                 {"pads", std::vector<int64_t>{2, 1}},
+                                 {"count_include_pad", int64_t{1}}});
+  expect_fast_matches_reference("MaxPool", {x1},
+                                {{"kernel_shape", std::vector<int64_t>{3}},
+                                 {"dilations", std::vector<int64_t>{2}},
+                                 {"pads", std::vector<int64_t>{1, 2}}});
+}
+
+// LayerNormalization and Softmax/LogSoftmax over the last axis (fast_norm.cpp).
+TEST(FastNorm, LayerNormMatchesReference) {
+  std::mt19937 rng(17);
+  // Rows of 256 (transformer), 768 + an odd tail, normalised over two axes, no bias,
+  // a [1, D] scale, a row with a large mean (the centred variance keeps its digits).
+  expect_fast_matches_reference("LayerNormalization",
+                                {random_f32({2, 64, 256}, rng), random_f32({256}, rng),
+                                 random_f32({256}, rng)},
+                                {{"axis", int64_t{-1}}, {"epsilon", 1e-6f}}, "fast");
+  expect_fast_matches_reference("LayerNormalization",
+                                {random_f32({3, 771}, rng), random_f32({771}, rng)}, {}, "fast");
+  expect_fast_matches_reference("LayerNormalization",
+                                {random_f32({2, 5, 6, 7}, rng), random_f32({6, 7}, rng),
+                                 random_f32({1, 6, 7}, rng)},
+                                {{"axis", int64_t{2}}}, "fast");
+  HostTensor shifted = random_f32({4, 100}, rng);
+  for (int64_t i = 0; i < shifted.numel(); ++i) shifted.mutable_data<float>()[i] += 1000.0f;
+  expect_fast_matches_reference("LayerNormalization",
+                                {shifted, random_f32({100}, rng), random_f32({100}, rng)}, {},
+                                "fast");
+  // What it leaves to the reference: the Mean output, a scale broadcast within the row.
+  const auto& fast = cpu::KernelRegistry::global().find("LayerNormalization").front();
+  Node mean;
+  mean.op = "LayerNormalization";
+  mean.outputs = {"y", "mean"};
+  EXPECT_FALSE(fast.accepts(mean, {{DType::kFloat32, {2, 8}}, {DType::kFloat32, {8}}}).ok());
+  Node bcast;
+  bcast.op = "LayerNormalization";
+  bcast.outputs = {"y"};
+  EXPECT_FALSE(fast.accepts(bcast, {{DType::kFloat32, {2, 8}}, {DType::kFloat32, {1}}}).ok());
+}
+
+TEST(FastNorm, SoftmaxMatchesReference) {
+  std::mt19937 rng(18);
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    SCOPED_TRACE(op);
+    HostTensor x = random_f32({2, 4, 16, 131}, rng);  // attention scores, an odd row length
+    for (int64_t i = 0; i < x.numel(); i += 7) x.mutable_data<float>()[i] *= 30.0f;
+    expect_fast_matches_reference(op, {x}, {}, "fast");
+    expect_fast_matches_reference(op, {random_f32({5, 3}, rng)}, {{"axis", int64_t{1}}}, "fast");
+    // An axis with trailing dims goes to the reference.
+    const auto& fast = cpu::KernelRegistry::global().find(op).front();
+    Node n;
+    n.op = op;
+    n.attrs = {{"axis", int64_t{1}}};
+    EXPECT_FALSE(fast.accepts(n, {{DType::kFloat32, {2, 3, 4}}}).ok());
+  }
+}
+
+// The element-wise programs' erf (GELU's): within 1e-6 relative of libm's double erf over
+// [-6, 6], exact limits, NaN through.
+TEST(VecMath, ErfMatchesLibm) {
+  double worst = 0;
+  for (double xd = -6; xd <= 6; xd += 1e-4) {
+    const float x = static_cast<float>(xd);
+    const double r = std::erf(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(cpu::vec::erf(x) - r) / std::max(1e-30, std::fabs(r)));
+  }
+  EXPECT_LT(worst, 1e-6);
+  EXPECT_EQ(cpu::vec::erf(0.0f), 0.0f);
+  EXPECT_FLOAT_EQ(cpu::vec::erf(1e-20f), static_cast<float>(std::erf(1e-20)));
+  EXPECT_EQ(cpu::vec::erf(INFINITY), 1.0f);
+  EXPECT_EQ(cpu::vec::erf(-INFINITY), -1.0f);
+  EXPECT_TRUE(std::isnan(cpu::vec::erf(NAN)));
+}
+
+// Transpose's strided copy (merged dims, block copies, 16x16 tiles) against a naive loop, on
+// sizes that are not multiples of the tile and permutations of each kind.
+TEST(StridedCopy, TransposeMatchesNaive) {
+  std::mt19937 rng(19);
+  const Shape shape = {2, 3, 37, 21};
+  const HostTensor x = random_f32(shape, rng);
+  const std::vector<std::vector<int64_t>> perms = {
+      {0, 2, 3, 1}, {0, 3, 1, 2}, {3, 2, 1, 0}, {1, 0, 2, 3}, {0, 1, 3, 2}, {2, 0, 1, 3}};
+  for (const auto& perm : perms) {
+    SCOPED_TRACE("perm " + shape_to_string(perm));
+    std::vector<HostTensor> bound;
+    const Graph g = one_node_graph("Transpose", {x}, {{"perm", perm}}, &bound);
+    auto out = run_graph_on_host(g, bound, CompileOptions{true});
+    ASSERT_TRUE(out.ok() && (*out)[0].ok());
+    const HostTensor& y = *(*out)[0];
+    Shape oshape(4);
+    for (size_t i = 0; i < 4; ++i) oshape[i] = shape[static_cast<size_t>(perm[i])];
+    ASSERT_EQ(y.shape(), oshape);
+    int64_t bad = 0, i = 0;
+    int64_t o[4];
+    for (o[0] = 0; o[0] < oshape[0]; ++o[0])
+      for (o[1] = 0; o[1] < oshape[1]; ++o[1])
+        for (o[2] = 0; o[2] < oshape[2]; ++o[2])
+          for (o[3] = 0; o[3] < oshape[3]; ++o[3], ++i) {
+            int64_t src[4];
+            for (size_t d = 0; d < 4; ++d) src[perm[d]] = o[d];
+            const int64_t f = ((src[0] * shape[1] + src[1]) * shape[2] + src[2]) * shape[3] + src[3];
+            bad += y.data<float>()[i] != x.data<float>()[f];
+          }
+    EXPECT_EQ(bad, 0);
+  }
 }
 
 // The fast LSTM (SGEMMs + vectorised gates) against the reference on Y, Y_h and Y_c.
@@ -257,6 +403,90 @@ TEST(OneDnn, LstmMatchesReference) {
   f64.op = "LSTM";
   EXPECT_FALSE(fast.accepts(f64, {{DType::kFloat64, {2, 1, 3}}, {DType::kFloat64, {1, 8, 3}},
                                   {DType::kFloat64, {1, 8, 2}}}).ok());
+}
+
+// The fast GRU against the reference on Y and Y_h: both forms of linear_before_reset, small
+// batches (vectorised matrix-vector products) and larger ones (SGEMM per step).
+struct GruCase {
+  int64_t seq, batch, input, hidden;
+  std::string direction;
+  int64_t layout, linear_before_reset;
+  bool bias, lens, initial;
+};
+
+TEST(OneDnn, GruMatchesReference) {
+  std::mt19937 rng(11);
+  const std::vector<GruCase> cases = {
+      {5, 1, 3, 4, "forward", 0, 0, false, false, false},
+      {5, 1, 3, 4, "forward", 0, 1, true, false, false},
+      {6, 3, 4, 5, "reverse", 0, 0, true, true, true},
+      {4, 2, 3, 6, "bidirectional", 0, 1, true, true, true},  // Conv1d + BiGRU-like
+      {7, 6, 5, 4, "bidirectional", 1, 0, true, true, true},  // batch > 4: SGEMM steps
+      {9, 7, 6, 8, "forward", 0, 1, true, false, true},
+  };
+  for (const GruCase& k : cases) {
+    SCOPED_TRACE("gru " + k.direction + " layout " + std::to_string(k.layout) + " lbr " +
+                 std::to_string(k.linear_before_reset) + " batch " + std::to_string(k.batch));
+    const int64_t dirs = k.direction == "bidirectional" ? 2 : 1;
+    Graph g;
+    Node n;
+    n.name = "gru";
+    n.op = "GRU";
+    n.attrs = {{"hidden_size", k.hidden},
+               {"direction", k.direction},
+               {"layout", k.layout},
+               {"linear_before_reset", k.linear_before_reset}};
+    std::vector<HostTensor> bound;
+    auto add = [&](const std::string& name, HostTensor t) {
+      n.inputs.push_back(name);
+      g.inputs.push_back({name, t.type()});
+      bound.push_back(std::move(t));
+    };
+    add("x", random_f32(k.layout == 0 ? Shape{k.seq, k.batch, k.input} : Shape{k.batch, k.seq, k.input}, rng));
+    add("w", random_f32({dirs, 3 * k.hidden, k.input}, rng));
+    add("r", random_f32({dirs, 3 * k.hidden, k.hidden}, rng));
+    if (k.bias) add("b", random_f32({dirs, 6 * k.hidden}, rng)); else n.inputs.push_back("");
+    if (k.lens) {
+      std::vector<int32_t> lens;
+      for (int64_t b = 0; b < k.batch; ++b) lens.push_back(static_cast<int32_t>((k.seq - b) % (k.seq + 1)));
+      lens.back() = 0;  // an empty sequence
+      add("lens", HostTensor::from_vector(lens, {k.batch}));
+    } else {
+      n.inputs.push_back("");
+    }
+    const Shape state = k.layout == 0 ? Shape{dirs, k.batch, k.hidden} : Shape{k.batch, dirs, k.hidden};
+    if (k.initial) add("h0", random_f32(state, rng)); else n.inputs.push_back("");
+    n.outputs = {"y", "yh"};
+    g.outputs = {{"y", {}}, {"yh", {}}};
+    g.nodes.push_back(n);
+    std::vector<TensorType> types(n.inputs.size());
+    size_t bi = 0;
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (!n.inputs[i].empty()) types[i] = bound[bi++].type();
+    const auto& kernels = cpu::KernelRegistry::global().find("GRU");
+    ASSERT_EQ(kernels.front().name, "onednn");
+    EXPECT_TRUE(kernels.front().accepts(n, types).ok());
+    auto fast = run_graph_on_host(g, bound, CompileOptions{true});
+    auto ref = run_graph_on_host(g, bound, CompileOptions{false});
+    ASSERT_TRUE(fast.ok() && ref.ok());
+    for (size_t o = 0; o < 2; ++o) {
+      ASSERT_TRUE((*fast)[o].ok()) << (*fast)[o].status().to_string();
+      ASSERT_TRUE((*ref)[o].ok()) << (*ref)[o].status().to_string();
+      EXPECT_TRUE(tensors_near(*(*fast)[o], *(*ref)[o], 1e-4, 1e-5)) << "output " << o;
+    }
+  }
+  // What the fast kernel leaves to the reference, and says why.
+  const auto& fast = cpu::KernelRegistry::global().find("GRU").front();
+  const std::vector<TensorType> f32 = {{DType::kFloat32, {2, 1, 3}}, {DType::kFloat32, {1, 6, 3}},
+                                       {DType::kFloat32, {1, 6, 2}}};
+  Node clip;
+  clip.op = "GRU";
+  clip.attrs = {{"clip", 3.0f}};
+  EXPECT_NE(fast.accepts(clip, f32).message().find("clip"), std::string::npos);
+  Node acts;
+  acts.op = "GRU";
+  acts.attrs = {{"activations", std::vector<std::string>{"Sigmoid", "Relu"}}};
+  EXPECT_NE(fast.accepts(acts, f32).message().find("default activations"), std::string::npos);
 }
 
 }  // namespace

@@ -42,12 +42,38 @@ const std::map<std::string, Op>& op_table() {
 
 bool is_binary(Op op) { return op <= Op::kMin; }
 
-// An operand: a register, a group input (full or one value), or a constant scalar.
+// An operand: a register, a group input (full or one value), a constant scalar, or a value
+// broadcast along the leading axes (a bias: an input or a constant whose shape, leading 1s
+// dropped, is the output's trailing dims; it repeats with period `period`).
 struct Operand {
-  enum Kind : uint8_t { kReg, kInput, kInputScalar, kScalar } kind = kScalar;
+  enum Kind : uint8_t { kReg, kInput, kInputScalar, kScalar, kInputRow, kConstRow } kind = kScalar;
   int index = 0;
   float value = 0;
+  int64_t period = 0;
 };
+
+// dst[0:n] = base[(start + i) % period] for i in [0, n).
+void fill_periodic(float* dst, const float* base, int64_t period, int64_t start, int64_t n) {
+  int64_t off = start % period;
+  for (int64_t i = 0; i < n;) {
+    const int64_t len = std::min(n - i, period - off);
+    std::copy(base + off, base + off + len, dst + i);
+    i += len;
+    off = 0;
+  }
+}
+
+// Whether `t` broadcasts onto `out` along leading axes only: t's shape, leading 1s dropped,
+// equals out's trailing dims.
+bool is_row_broadcast(const Shape& t, const Shape& out) {
+  size_t first = 0;
+  while (first < t.size() && t[first] == 1) ++first;
+  const size_t k = t.size() - first;
+  if (k > out.size() || t.size() > out.size()) return false;
+  for (size_t i = 0; i < k; ++i)
+    if (t[first + i] != out[out.size() - k + i]) return false;
+  return true;
+}
 
 struct Instr {
   Op op;
@@ -120,7 +146,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void execute(
         d[i] = y > be ? be : y;
       }
       break;
-    case Op::kErf: for (int64_t i = 0; i < n; ++i) d[i] = std::erf(a[i]); break;
+    case Op::kErf: for (int64_t i = 0; i < n; ++i) d[i] = vec::erf(a[i]); break;
   }
 }
 
@@ -128,6 +154,7 @@ class ElementwiseProgram final : public FusedKernel {
  public:
   std::vector<Instr> code;
   std::vector<std::pair<int, int>> stores;  // (register, output index)
+  std::vector<std::vector<float>> constants;  // kConstRow operands' values
   int registers = 0;
   int64_t numel = 0;
   std::string summary;
@@ -165,6 +192,12 @@ class ElementwiseProgram final : public FusedKernel {
         case Operand::kInput: return in[static_cast<size_t>(o.index)] + start;
         case Operand::kInputScalar: std::fill(scratch, scratch + n, in[static_cast<size_t>(o.index)][0]); return scratch;
         case Operand::kScalar: std::fill(scratch, scratch + n, o.value); return scratch;
+        case Operand::kInputRow:
+          fill_periodic(scratch, in[static_cast<size_t>(o.index)], o.period, start, n);
+          return scratch;
+        case Operand::kConstRow:
+          fill_periodic(scratch, constants[static_cast<size_t>(o.index)].data(), o.period, start, n);
+          return scratch;
       }
       return scratch;
     };
@@ -211,7 +244,9 @@ std::string node_key(const FusionGraph& g, const Node& node) {
   for (size_t i = 0; i < std::min(node.inputs.size(), arity); ++i) {
     const TensorType* t = node.inputs[i].empty() ? nullptr : g.type_of(node.inputs[i]);
     if (!t || t->dtype != DType::kFloat32) return "";
-    if (t->shape != out->shape && !is_scalar_type(t)) return "";
+    if (t->shape != out->shape && !is_scalar_type(t) &&
+        !(shape_is_static(t->shape) && is_row_broadcast(t->shape, out->shape)))
+      return "";
   }
   return "ew:" + shape_to_string(out->shape);
 }
@@ -240,15 +275,31 @@ Result<std::unique_ptr<FusedKernel>> compile_program(const FusionGraph& g, const
       return o;
     }
     if (const HostTensor* c = g.constant(v)) {
-      if (c->numel() != 1) return errors::Unimplemented("constant '{}' is not a scalar", v);
-      o.kind = Operand::kScalar;
-      o.value = c->data<float>()[0];
+      if (c->numel() == 1) {
+        o.kind = Operand::kScalar;
+        o.value = c->data<float>()[0];
+        return o;
+      }
+      if (c->dtype() != DType::kFloat32 || !is_row_broadcast(c->shape(), out_type->shape))
+        return errors::Unimplemented("constant '{}' does not broadcast along leading axes", v);
+      o.kind = Operand::kConstRow;
+      o.index = static_cast<int>(prog->constants.size());
+      o.period = c->numel();
+      prog->constants.emplace_back(c->data<float>(), c->data<float>() + c->numel());
       return o;
     }
     auto in = input_index.find(v);
     if (in == input_index.end()) return errors::Internal("'{}' is not an input of the program", v);
-    o.kind = is_scalar_type(g.type_of(v)) && prog->numel != 1 ? Operand::kInputScalar : Operand::kInput;
+    const TensorType* t = g.type_of(v);
     o.index = in->second;
+    if (is_scalar_type(t) && prog->numel != 1) {
+      o.kind = Operand::kInputScalar;
+    } else if (t && t->shape != out_type->shape && shape_numel(t->shape) != prog->numel) {
+      o.kind = Operand::kInputRow;  // node_key admitted it: a leading-axes broadcast
+      o.period = shape_numel(t->shape);
+    } else {
+      o.kind = Operand::kInput;
+    }
     return o;
   };
   for (size_t m = 0; m < grp.members.size(); ++m) {

@@ -40,4 +40,31 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
 // 1 - 2 / (exp(2x) + 1): exact limits at +-inf; absolute error ~1e-7 near 0.
 inline float tanh(float x) { return 1.0f - 2.0f / (exp(2.0f * x) + 1.0f); }
 
+// erf without branches (both halves computed, one kept): |x| < 0.5 by its Taylor series to
+// x^13 (truncation < 1e-9 relative); beyond, Abramowitz & Stegun 7.1.26,
+// 1 - (a1 t + ... + a5 t^5) exp(-x^2) with t = 1 / (1 + p|x|), absolute error < 1.5e-7
+// (under 3e-7 relative there, since |erf| > 0.52). +-inf give +-1, NaN gives NaN.
+inline float erf(float x) {
+  const float ax = x < 0 ? -x : x;
+  const float x2 = x * x;
+  // 2/sqrt(pi) (x - x^3/3 + x^5/10 - x^7/42 + x^9/216 - x^11/1320 + x^13/9360)
+  float s = -1.0f / 9360.0f;
+  s = s * x2 + 1.0f / 1320.0f;
+  s = s * x2 - 1.0f / 216.0f;
+  s = s * x2 + 1.0f / 42.0f;
+  s = s * x2 - 1.0f / 10.0f;
+  s = s * x2 + 1.0f / 3.0f;
+  s = s * x2 - 1.0f;
+  const float small = -1.1283791670955126f * x * s;
+  const float t = 1.0f / (1.0f + 0.3275911f * ax);
+  float p = 1.061405429f;
+  p = p * t - 1.453152027f;
+  p = p * t + 1.421413741f;
+  p = p * t - 0.284496736f;
+  p = p * t + 0.254829592f;
+  const float big = 1.0f - p * t * exp(-x2);
+  const float large = x < 0 ? -big : big;
+  return ax < 0.5f ? small : (x != x ? x : large);
+}
+
 }  // namespace tensord::cpu::vec

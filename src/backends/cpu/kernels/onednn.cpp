@@ -1,5 +1,5 @@
-// Fast float32 kernels through oneDNN (Debian libdnnl-dev, 2.x API): MatMul, Gemm, Conv 2-D,
-// ConvTranspose 1-D to 3-D, MaxPool/AveragePool 2-D.
+// Fast float32 kernels through oneDNN (Debian libdnnl-dev, 2.x API): MatMul, Gemm, Conv,
+// ConvTranspose and MaxPool/AveragePool, 1-D to 3-D.
 //
 // Memory stays in the plain layouts the executor uses (NCHW, OIHW, row-major); no reorders to
 // blocked formats yet. Each call builds its primitive; oneDNN's primitive cache makes repeats
@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <thread>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -210,8 +211,9 @@ Status gemm_run(KernelContext& ctx) {
 
 Status conv_accepts(const Node&, const std::vector<TensorType>& in) {
   if (in.size() < 2 || !all_float32(in)) return refuse("Conv: oneDNN kernel is float32 only");
-  if (in[0].shape.size() != 4 || in[1].shape.size() != 4)
-    return refuse("Conv: oneDNN kernel is 2-D only");
+  const size_t r = in[0].shape.size();
+  if (r < 3 || r > 5 || in[1].shape.size() != r)
+    return refuse("Conv: oneDNN kernel is 1-D to 3-D");
   return OkStatus();
 }
 
@@ -230,18 +232,28 @@ Status conv_run(KernelContext& ctx) {
   TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
   if (out.numel() == 0) return OkStatus();
   const int64_t oc = w.shape[0];
+  const size_t nd = x.shape.size() - 2;
+  if (group < 1 || oc % group != 0) return run_reference("Conv", ctx);  // it names what is wrong
   return with_fallback("Conv", ctx, [&]() -> Status {
-    const memory::desc src_md(x.shape, DT::f32, Tag::nchw);
-    const memory::desc dst_md(out.shape, DT::f32, Tag::nchw);
-    const memory::desc wei_md =
-        group == 1 ? memory::desc(w.shape, DT::f32, Tag::oihw)
-                   : memory::desc({group, oc / group, w.shape[1], w.shape[2], w.shape[3]},
-                                  DT::f32, Tag::goihw);
+    static const Tag plain[] = {Tag::abc, Tag::abcd, Tag::abcde};
+    static const Tag grouped[] = {Tag::abcd, Tag::abcde, Tag::abcdef};
+    const memory::desc src_md(x.shape, DT::f32, plain[nd - 1]);
+    const memory::desc dst_md(out.shape, DT::f32, plain[nd - 1]);
+    memory::dims wd = w.shape;
+    if (group > 1) {
+      wd = {group, oc / group};
+      wd.insert(wd.end(), w.shape.begin() + 1, w.shape.end());
+    }
+    const memory::desc wei_md(wd, DT::f32, group == 1 ? plain[nd - 1] : grouped[nd - 1]);
     const bool has_bias = ctx.has_input(2);
     const memory::desc bias_md = has_bias ? memory::desc({oc}, DT::f32, Tag::x) : memory::desc();
-    const memory::dims dnnl_strides = {strides[0], strides[1]};
-    const memory::dims dnnl_dilates = {dilations[0] - 1, dilations[1] - 1};
-    const memory::dims pad_l = {pads[0], pads[1]}, pad_r = {pads[2], pads[3]};
+    memory::dims dnnl_strides(nd), dnnl_dilates(nd), pad_l(nd), pad_r(nd);
+    for (size_t d = 0; d < nd; ++d) {
+      dnnl_strides[d] = strides[d];
+      dnnl_dilates[d] = dilations[d] - 1;
+      pad_l[d] = pads[d];
+      pad_r[d] = pads[d + nd];
+    }
     dnnl::convolution_forward::desc desc =
         has_bias ? dnnl::convolution_forward::desc(
                        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
@@ -338,7 +350,8 @@ Status conv_transpose_run(KernelContext& ctx) {
 
 Status pool_accepts(const Node& node, const std::vector<TensorType>& in) {
   if (in.empty() || !all_float32(in)) return refuse(node.op + ": oneDNN kernel is float32 only");
-  if (in[0].shape.size() != 4) return refuse(node.op + ": oneDNN kernel is 2-D only");
+  const size_t r = in[0].shape.size();
+  if (r < 3 || r > 5) return refuse(node.op + ": oneDNN kernel is 1-D to 3-D");
   NodeAttrs a(node);
   TD_ASSIGN_OR_RETURN(int64_t ceil_mode, a.attr_int("ceil_mode", 0));
   if (ceil_mode != 0) return refuse(node.op + ": oneDNN kernel has no ceil_mode");
@@ -357,22 +370,62 @@ Status pool_run(KernelContext& ctx, bool max) {
   Shape out_spatial;
   TD_RETURN_IF_ERROR(nn::window_geometry(ctx, in_spatial, kernel, true, &strides, &dilations,
                                          &pads, &out_spatial));
-  bool simple = kernel.size() == 2;
-  for (size_t d = 0; simple && d < 2; ++d)
-    simple = pads[d] >= 0 && pads[d + 2] >= 0 && pads[d] < kernel[d] && pads[d + 2] < kernel[d];
+  const size_t nd = x.shape.size() - 2;
+  bool simple = nd >= 1 && nd <= 3 && kernel.size() == nd;
+  for (size_t d = 0; simple && d < nd; ++d)
+    simple = pads[d] >= 0 && pads[d + nd] >= 0 && pads[d] < kernel[d] && pads[d + nd] < kernel[d];
   if (!simple) return run_reference(op, ctx);
   TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
   if (out.numel() == 0) return OkStatus();
+  if (nd == 1) {
+    // 1-D: a direct loop per row; oneDNN's plain-layout (ncw) pooling took ~2 ms on
+    // [1, 64, 3981] (M5's MaxPool1d), forty times this.
+    const int64_t rows = x.shape[0] * x.shape[1], iw = x.shape[2], ow = out.shape[2];
+    const int64_t k = kernel[0], st = strides[0], dl = dilations[0], pl = pads[0];
+    const float* src = x.as<float>();
+    float* dst = out.as<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = src + r * iw;
+      float* yr = dst + r * ow;
+      for (int64_t o = 0; o < ow; ++o) {
+        const int64_t start = o * st - pl;
+        float acc = max ? -std::numeric_limits<float>::infinity() : 0.0f;
+        int64_t valid = 0, padded = 0;
+        for (int64_t j = 0; j < k; ++j) {
+          const int64_t i = start + j * dl;
+          if (i < -pl || i >= iw + pads[1]) continue;  // beyond the padding
+          ++padded;
+          if (i < 0 || i >= iw) continue;
+          const float v = xr[i];
+          ++valid;
+          if (max) {
+            acc = (v > acc || v != v) ? v : acc;
+          } else {
+            acc += v;
+          }
+        }
+        yr[o] = max ? acc : acc / static_cast<float>(count_include_pad ? padded : valid);
+      }
+    }
+    return OkStatus();
+  }
   return with_fallback(op, ctx, [&]() -> Status {
-    const memory::desc src_md(x.shape, DT::f32, Tag::nchw);
-    const memory::desc dst_md(out.shape, DT::f32, Tag::nchw);
+    static const Tag plain[] = {Tag::abc, Tag::abcd, Tag::abcde};
+    const memory::desc src_md(x.shape, DT::f32, plain[nd - 1]);
+    const memory::desc dst_md(out.shape, DT::f32, plain[nd - 1]);
+    memory::dims st(nd), ks(nd), dl(nd), pl(nd), pr(nd);
+    for (size_t d = 0; d < nd; ++d) {
+      st[d] = strides[d];
+      ks[d] = kernel[d];
+      dl[d] = dilations[d] - 1;
+      pl[d] = pads[d];
+      pr[d] = pads[d + nd];
+    }
     const dnnl::algorithm alg = max                 ? dnnl::algorithm::pooling_max
                                 : count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
                                                     : dnnl::algorithm::pooling_avg_exclude_padding;
-    dnnl::pooling_v2_forward::desc desc(
-        dnnl::prop_kind::forward_inference, alg, src_md, dst_md, {strides[0], strides[1]},
-        {kernel[0], kernel[1]}, {dilations[0] - 1, dilations[1] - 1}, {pads[0], pads[1]},
-        {pads[2], pads[3]});
+    dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, alg, src_md, dst_md,
+                                        st, ks, dl, pl, pr);
     dnnl::pooling_v2_forward::primitive_desc pd(desc, cpu_engine());
     execute(dnnl::pooling_v2_forward(pd),
             {{DNNL_ARG_SRC, wrap(src_md, x.data)}, {DNNL_ARG_DST, wrap(dst_md, out.data)}});

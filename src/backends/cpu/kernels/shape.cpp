@@ -109,23 +109,65 @@ Result<int64_t> checked_index(const KernelContext& ctx, int64_t index, int64_t s
 }
 
 // dst[i] = src[offset + sum_d idx_d * strides[d]] over the row-major indices of `shape`.
-// The one loop behind Transpose, Slice, Expand, DepthToSpace and SpaceToDepth.
+// The one loop behind Transpose, Slice, Expand, DepthToSpace and SpaceToDepth. Dims of size 1
+// are dropped and dims that stay adjacent merged; then an innermost run with stride 1 is a
+// block copy, and otherwise the last two dims go in 16x16 tiles (a transpose such as NCHW to
+// NHWC reads a cache line once, not once per element).
 template <typename T>
 void copy_strided(const T* src, T* dst, const Shape& shape, const std::vector<int64_t>& strides,
                   int64_t offset) {
   const int64_t n = shape_numel(shape);
   if (n == 0) return;
-  const int rank = static_cast<int>(shape.size());
-  std::vector<int64_t> idx(shape.size(), 0);
+  Shape dims;
+  std::vector<int64_t> st;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (!dims.empty() && st.back() == strides[d] * shape[d]) {
+      dims.back() *= shape[d];
+      st.back() = strides[d];
+    } else {
+      dims.push_back(shape[d]);
+      st.push_back(strides[d]);
+    }
+  }
+  if (dims.empty()) {
+    dst[0] = src[offset];
+    return;
+  }
+  const size_t rank = dims.size();
+  const int64_t cols = dims[rank - 1], sc = st[rank - 1];
+  const bool tiled = sc != 1 && rank >= 2;
+  const size_t outer_rank = tiled ? rank - 2 : rank - 1;
+  const int64_t rows = tiled ? dims[rank - 2] : 1, sr = tiled ? st[rank - 2] : 0;
+  const int64_t block = rows * cols;  // values written per outer index
+  std::vector<int64_t> idx(outer_rank, 0);
   int64_t s = offset;
-  for (int64_t i = 0; i < n; ++i) {
-    dst[i] = src[s];
-    for (int d = rank - 1; d >= 0; --d) {
-      if (++idx[d] < shape[d]) {
-        s += strides[d];
+  for (int64_t o = 0; o < n / block; ++o) {
+    const T* sp = src + s;
+    T* dp = dst + o * block;
+    if (!tiled) {
+      if (sc == 1) {
+        std::copy(sp, sp + cols, dp);
+      } else {
+        for (int64_t c = 0; c < cols; ++c) dp[c] = sp[c * sc];
+      }
+    } else {
+      constexpr int64_t kTile = 16;
+      for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+        const int64_t r1 = std::min(rows, r0 + kTile);
+        for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+          const int64_t c1 = std::min(cols, c0 + kTile);
+          for (int64_t r = r0; r < r1; ++r)
+            for (int64_t c = c0; c < c1; ++c) dp[r * cols + c] = sp[r * sr + c * sc];
+        }
+      }
+    }
+    for (size_t d = outer_rank; d-- > 0;) {
+      if (++idx[d] < dims[d]) {
+        s += st[d];
         break;
       }
-      s -= strides[d] * (shape[d] - 1);
+      s -= st[d] * (dims[d] - 1);
       idx[d] = 0;
     }
   }
