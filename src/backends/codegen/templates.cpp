@@ -2187,6 +2187,38 @@ TemplateKernel im2col_kernel(const ConvGeometry& g) {
   return k;
 }
 
+TemplateKernel conv_gemm_kernel(const ConvGeometry& g, int64_t tile) {
+  const int64_t Mg = g.M / g.G, K = (g.C / g.G) * g.KH * g.KW, N = g.OH * g.OW;
+  tile = std::clamp<int64_t>(tile, 1, 16);
+  const int64_t tiles = (Mg + tile - 1) / tile;
+  TemplateKernel k;
+  k.name = "tensord_conv_gemm";
+  k.in_types = {"float", "float"};
+  if (g.bias) k.in_types.push_back("float");
+  k.out_types = {"float"};
+  k.n = g.N * g.G * tiles * N;
+  std::string s = fmt::format(
+      "i64 n_ = gid % {N}; i64 t_ = gid / {N}; i64 m0 = (t_ % {T}) * {TM}; i64 b_ = t_ / {T};\n"
+      "GLOBAL const float* xp = in0 + b_ * {KN} + n_;\n"
+      "GLOBAL const float* wp = in1 + (b_ % {G}) * {MK};\n"
+      "GLOBAL float* op = out0 + b_ * {MN} + n_;\n",
+      fmt::arg("N", C(N)), fmt::arg("T", C(tiles)), fmt::arg("TM", C(tile)), fmt::arg("KN", C(K * N)),
+      fmt::arg("G", C(g.G)), fmt::arg("MK", C(Mg * K)), fmt::arg("MN", C(Mg * N)));
+  // Rows past Mg (the last tile) read row Mg - 1 and are not stored.
+  for (int64_t i = 0; i < tile; ++i) {
+    s += fmt::format("i64 row{0} = min(m0 + {0}, {1});\n", i, C(Mg - 1));
+    s += g.bias ? fmt::format("float a{0} = in2[(b_ % {1}) * {2}+ row{0}];\n", i, C(g.G), C(Mg))
+                : fmt::format("float a{} = 0.0f;\n", i);
+  }
+  s += fmt::format("for (i64 k = 0; k < {}; ++k) {{\nfloat x = xp[k * {}];\n", C(K), C(N));
+  for (int64_t i = 0; i < tile; ++i) s += fmt::format("a{0} += wp[row{0} * {1} + k] * x;\n", i, C(K));
+  s += "}\n";
+  for (int64_t i = 0; i < tile; ++i)
+    s += fmt::format("if (m0 + {0} < {1}) op[(m0 + {0}) * {2}] = a{0};\n", i, C(Mg), C(N));
+  k.body = s;
+  return k;
+}
+
 TemplateKernel channel_fill_kernel(int64_t n, int64_t inner, int64_t channels) {
   TemplateKernel k;
   k.name = "tensord_channel_fill";

@@ -80,6 +80,13 @@ Result<ConvGeometry> conv_geometry(const OpCall& call);
 // in0 = x [N][C][H][W] -> out0 = columns [N][C][KH][KW][OH][OW] (zeros where the window is
 // in the padding). `n` work items, one per column element.
 TemplateKernel im2col_kernel(const ConvGeometry& g);
+// The convolution's GEMM as one generated, register-tiled kernel (no BLAS): for each of
+// batches = images x groups, out[b] (Mg x N) = W[b % G] (Mg x K) * in[b] (K x N) (+ bias), with
+// in = the columns (or the input itself for a 1x1 window), K = C/G x KH x KW, N = OH x OW. Each
+// work item computes `tile` consecutive output channels at one output position, so
+// consecutive work items read consecutive columns (vector loads on a CPU device, coalesced
+// on a GPU). in0 = columns, in1 = weights, in2 = bias (when g.bias).
+TemplateKernel conv_gemm_kernel(const ConvGeometry& g, int64_t tile);
 // out0[i] = in0[(i / inner) % channels] over n elements: a bias broadcast over N, C, spatial.
 TemplateKernel channel_fill_kernel(int64_t n, int64_t inner, int64_t channels);
 

@@ -247,6 +247,9 @@ class OpenClDevice final : public Device {
     if (blas_) info_.backend_version.insert(info_.backend_version.size() - 1, ", CLBlast");
 #endif
     load_tuning();
+    if (const char* t = std::getenv("TENSORD_OPENCL_CONV_TILE"); t && *t)
+      conv_tile_ = std::clamp<int64_t>(std::atoll(t), 0, 16);
+    if (!blas_ && conv_tile_ == 0) conv_tile_ = 8;
   }
 
   // "platform|device|driver": what a tuning file and a cached program are keyed by.
@@ -278,6 +281,13 @@ class OpenClDevice final : public Device {
         if (ls >> v && v >= 1 && v <= max_work_group_) {
           tuned_local_ = v;
           applied.push_back(fmt::format("work groups of {}", v));
+        }
+      } else if (word == "conv_gemm") {
+        int64_t t = -1;
+        if (ls >> t && t >= 0 && t <= 16) {
+          conv_tile_ = t;
+          applied.push_back(t ? fmt::format("convolutions by generated GEMM tiles of {}", t)
+                              : std::string("convolutions by CLBlast"));
         }
       } else if (word == "clblast") {
         std::string kernel, kv;
@@ -319,6 +329,10 @@ class OpenClDevice final : public Device {
   cl_command_queue queue() const { return queue_; }
   // CLBlast for MatMul/Gemm/Conv (built with it and not turned off by TENSORD_OPENCL_BLAS=0).
   bool blas() const { return blas_; }
+  // The convolutions' GEMM: 0 = CLBlast, else the generated kernel with this many output
+  // channels per work item (tuning file "conv_gemm", TENSORD_OPENCL_CONV_TILE overrides).
+  int64_t conv_tile() const { return conv_tile_; }
+  void set_conv_tile(int64_t t) { conv_tile_ = t; }
   // TENSORD_OPENCL_SYNC: every kernel finishes before the next starts (timing, debugging).
   Status finish_if_sync() {
     if (!sync_) return OkStatus();
@@ -495,6 +509,7 @@ class OpenClDevice final : public Device {
   cl_ulong max_alloc_ = 0;
   size_t max_work_group_ = 1;
   size_t tuned_local_ = 0;  // from the tuning file (0: the device's limits)
+  int64_t conv_tile_ = 8;
   bool fp64_ = false;
   bool sync_ = std::getenv("TENSORD_OPENCL_SYNC") != nullptr;  // finish after every kernel
 #ifdef TENSORD_HAVE_CLBLAST
@@ -832,7 +847,9 @@ Status run_gemm(OpenClDevice& d, const GemmCall& g) {
 class BlasKernel final : public Kernel {
  public:
   BlasKernel(OpenClDevice* d, const Node& node) : device_(d), node_(node), fallback_(d, node) {}
-  std::string name() const override { return "clblast"; }
+  std::string name() const override {
+    return node_.op == "Conv" && device_->conv_tile() > 0 ? "im2col+generated gemm" : "clblast";
+  }
   std::vector<int> host_inputs() const override { return fallback_.host_inputs(); }
   Status run(KernelCall& call) override {
     if (!broken_) {
@@ -982,32 +999,50 @@ class BlasKernel final : public Kernel {
     TD_ASSIGN_OR_RETURN(Arg xo, device_->arg(*buffer));
     TD_ASSIGN_OR_RETURN(Arg xx, device_->arg(*call.inputs[0].buffer));
     TD_ASSIGN_OR_RETURN(Arg xw, device_->arg(*call.inputs[1].buffer));
-    TD_ASSIGN_OR_RETURN(size_t ox, float_offset(xx));
+    TD_RETURN_IF_ERROR(float_offset(xx).status());
     TD_ASSIGN_OR_RETURN(size_t ow, float_offset(xw));
     TD_ASSIGN_OR_RETURN(size_t oo, float_offset(xo));
-    if (geo.bias) {  // the output starts as the bias; the GEMM adds to it (beta = 1)
+    const int64_t tile = device_->conv_tile();
+    Arg xbias;
+    if (geo.bias) {
+      TD_ASSIGN_OR_RETURN(xbias, device_->arg(*call.inputs[2].buffer));
+    }
+    if (geo.bias && tile == 0) {  // the output starts as the bias; the GEMM adds to it (beta = 1)
       const int64_t total = geo.N * geo.M * OHW;
       if (!bias_ || bias_n_ != total || bias_inner_ != OHW) {
         TD_ASSIGN_OR_RETURN(bias_, device_->template_program(codegen::channel_fill_kernel(total, OHW, geo.M)));
         bias_n_ = total, bias_inner_ = OHW;
       }
-      TD_ASSIGN_OR_RETURN(Arg xb, device_->arg(*call.inputs[2].buffer));
-      TD_RETURN_IF_ERROR(device_->launch(*bias_, {xb, xo}, total));
+      TD_RETURN_IF_ERROR(device_->launch(*bias_, {xbias, xo}, total));
     }
-    GemmCall g;
-    g.m = static_cast<size_t>(Mg), g.n = static_cast<size_t>(OHW), g.k = static_cast<size_t>(CG * KK);
-    g.beta = geo.bias ? 1.0f : 0.0f;
-    g.a = xw.mem, g.c = xo.mem;
-    g.lda = g.k, g.ldb = g.ldc = g.n;
-    if (geo.pointwise()) {  // the input is the column matrix
-      g.b = xx.mem;
-      for (int64_t n = 0; n < geo.N; ++n)
+    // out[n0 .. n0 + part.N) = W * columns: the generated GEMM or CLBlast's.
+    auto multiply = [&](const codegen::ConvGeometry& part, int64_t n0, Arg cols) -> Status {
+      if (tile > 0) {
+        const codegen::TemplateKernel k = codegen::conv_gemm_kernel(part, tile);
+        TD_ASSIGN_OR_RETURN(auto prog, device_->template_program(k));
+        Arg out = xo;
+        out.offset += static_cast<cl_ulong>(n0 * geo.M * OHW * 4);
+        std::vector<Arg> args = {cols, xw};
+        if (geo.bias) args.push_back(xbias);
+        args.push_back(out);
+        return device_->launch(*prog, args, k.n);
+      }
+      TD_ASSIGN_OR_RETURN(size_t ocol, float_offset(cols));
+      GemmCall g;
+      g.m = static_cast<size_t>(Mg), g.n = static_cast<size_t>(OHW), g.k = static_cast<size_t>(CG * KK);
+      g.beta = geo.bias ? 1.0f : 0.0f;
+      g.a = xw.mem, g.b = cols.mem, g.c = xo.mem;
+      g.lda = g.k, g.ldb = g.ldc = g.n;
+      for (int64_t n = 0; n < part.N; ++n)
         for (int64_t gi = 0; gi < geo.G; ++gi) {
-          g.a_off.push_back(ow + static_cast<size_t>(gi * Mg * CG));
-          g.b_off.push_back(ox + static_cast<size_t>((n * geo.C + gi * CG) * OHW));
-          g.c_off.push_back(oo + static_cast<size_t>((n * geo.M + gi * Mg) * OHW));
+          g.a_off.push_back(ow + static_cast<size_t>(gi * Mg * CG * KK));
+          g.b_off.push_back(ocol + static_cast<size_t>((n * geo.C + gi * CG) * KK * OHW));
+          g.c_off.push_back(oo + static_cast<size_t>(((n0 + n) * geo.M + gi * Mg) * OHW));
         }
-      TD_RETURN_IF_ERROR(run_gemm(*device_, g));
+      return run_gemm(*device_, g);
+    };
+    if (geo.pointwise()) {  // the input is the column matrix
+      TD_RETURN_IF_ERROR(multiply(geo, 0, xx));
     } else {
       // Images in chunks whose columns fit in 256 MiB.
       const int64_t per_image = geo.C * KK * OHW;
@@ -1017,21 +1052,12 @@ class BlasKernel final : public Kernel {
         part.N = std::min(chunk, geo.N - n0);
         TD_ASSIGN_OR_RETURN(auto cols, output(call, Shape{part.N * per_image}));
         TD_ASSIGN_OR_RETURN(Arg xcol, device_->arg(*cols));
-        TD_ASSIGN_OR_RETURN(size_t ocol, float_offset(xcol));
         const codegen::TemplateKernel k = codegen::im2col_kernel(part);
         TD_ASSIGN_OR_RETURN(auto prog, device_->template_program(k));
         Arg in = xx;
         in.offset += static_cast<cl_ulong>(n0 * geo.C * geo.H * geo.W * 4);
         TD_RETURN_IF_ERROR(device_->launch(*prog, {in, xcol}, k.n));
-        g.b = xcol.mem;
-        g.a_off.clear(), g.b_off.clear(), g.c_off.clear();
-        for (int64_t n = 0; n < part.N; ++n)
-          for (int64_t gi = 0; gi < geo.G; ++gi) {
-            g.a_off.push_back(ow + static_cast<size_t>(gi * Mg * CG * KK));
-            g.b_off.push_back(ocol + static_cast<size_t>((n * geo.C + gi * CG) * KK * OHW));
-            g.c_off.push_back(oo + static_cast<size_t>(((n0 + n) * geo.M + gi * Mg) * OHW));
-          }
-        TD_RETURN_IF_ERROR(run_gemm(*device_, g));
+        TD_RETURN_IF_ERROR(multiply(part, n0, xcol));
       }
     }
     call.outputs.assign(1, DeviceTensor{DType::kFloat32, o, buffer});
@@ -1206,8 +1232,16 @@ Result<std::unique_ptr<Kernel>> OpenClKernelTable::create(const Node& node,
   if (reduce_ops().count(node.op) && !inputs.empty() && inputs[0].dtype == DType::kFloat64)
     return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (reduce_ops().count(node.op)) return std::unique_ptr<Kernel>(new ReduceOp(device_, node));
-  if (device_->blas() && (node.op == "MatMul" || node.op == "Gemm" || node.op == "Conv"))
-    return std::unique_ptr<Kernel>(new BlasKernel(device_, node));
+  if ((device_->blas() && (node.op == "MatMul" || node.op == "Gemm")) || node.op == "Conv") {
+    // A depthwise convolution (one input channel per group) is the generated kernel's.
+    bool depthwise = false;
+    if (node.op == "Conv" && inputs.size() > 1 && inputs[0].defined() && inputs[1].defined() &&
+        inputs[0].shape.size() > 1 && inputs[1].shape.size() > 1) {
+      auto g = NodeAttrs(node).attr_int("group", 1);
+      depthwise = g.ok() && *g > 1 && inputs[1].shape[1] == 1;
+    }
+    if (!depthwise) return std::unique_ptr<Kernel>(new BlasKernel(device_, node));
+  }
   if (codegen::is_template_op(node.op)) return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (codegen::is_template_elementwise(node.op) && !codegen::elementwise_supported(node, inputs, nullptr).ok())
     return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
