@@ -1556,7 +1556,7 @@ Status tune(const TuneOptions& o, std::ostream& out) {
   double best_gflops = before[n0];
   int tried = 0;
   for (const Params& change : candidates) {
-    if (over()) {
+    if (tried > 0 && over()) {
       out << "  (budget spent: the remaining candidates were not tried)\n";
       break;
     }
@@ -1606,6 +1606,84 @@ Status tune(const TuneOptions& o, std::ostream& out) {
     out << fmt::format("  SGEMM {}: {:.1f} -> {:.1f} GFLOP/s\n", n, before[n], after[n]);
 #endif
 
+  // The convolutions' GEMM: the generated kernel with 4, 8 or 12 output channels per work
+  // item, or CLBlast's SGEMM, timed on the GEMMs of a 3x3 (64 -> 64 channels) and a 1x1
+  // (64 -> 256) convolution over 56 x 56 (ResNet-50's first stage).
+  {
+    std::vector<codegen::ConvGeometry> convs(2);
+    for (auto& g : convs) g.N = 1, g.C = 64, g.H = g.W = g.OH = g.OW = 56, g.bias = false;
+    convs[0].M = 64, convs[0].KH = convs[0].KW = 3;  // its columns: K = 576
+    convs[1].M = 256, convs[1].KH = convs[1].KW = 1;
+    std::vector<cl_mem> mems;
+    auto buffer = [&](size_t floats) -> Result<cl_mem> {
+      cl_int e = CL_SUCCESS;
+      cl_mem m = clCreateBuffer(d->context(), CL_MEM_READ_WRITE, floats * 4, nullptr, &e);
+      if (e != CL_SUCCESS) return cl_status(e, d->info().name, "allocating tuning buffers");
+      const float zero = 0.5f;
+      clEnqueueFillBuffer(d->queue(), m, &zero, sizeof(zero), 0, floats * 4, 0, nullptr, nullptr);
+      mems.push_back(m);
+      return m;
+    };
+    auto time_tile = [&](int64_t tile) -> Result<double> {
+      double total = 0;
+      for (const auto& g : convs) {
+        const size_t K = static_cast<size_t>(g.C * g.KH * g.KW), N = static_cast<size_t>(g.OH * g.OW);
+        TD_ASSIGN_OR_RETURN(cl_mem cols, buffer(K * N));
+        TD_ASSIGN_OR_RETURN(cl_mem w, buffer(static_cast<size_t>(g.M) * K));
+        TD_ASSIGN_OR_RETURN(cl_mem outm, buffer(static_cast<size_t>(g.M) * N));
+        std::function<Status()> once;
+        std::shared_ptr<Program> prog;
+        codegen::TemplateKernel k;
+        if (tile > 0) {
+          k = codegen::conv_gemm_kernel(g, tile);
+          TD_ASSIGN_OR_RETURN(prog, d->template_program(k));
+          once = [&] { return d->launch(*prog, {Arg{cols, 0}, Arg{w, 0}, Arg{outm, 0}}, k.n); };
+        } else {
+          once = [&] {
+            GemmCall c;
+            c.m = static_cast<size_t>(g.M), c.n = N, c.k = K, c.lda = K, c.ldb = c.ldc = N;
+            c.a = w, c.b = cols, c.c = outm, c.a_off = c.b_off = c.c_off = {0};
+            return run_gemm(*d, c);
+          };
+        }
+        TD_RETURN_IF_ERROR(once());  // compiles
+        if (clFinish(d->queue()) != CL_SUCCESS) return errors::Internal("clFinish failed");
+        double best = 1e30;
+        for (int r = 0; r < std::max(o.repeats, 1); ++r) {
+          const auto t0 = std::chrono::steady_clock::now();
+          TD_RETURN_IF_ERROR(once());
+          if (clFinish(d->queue()) != CL_SUCCESS) return errors::Internal("clFinish failed");
+          best = std::min(best, seconds_since(t0));
+        }
+        total += best;
+      }
+      return total;
+    };
+    std::vector<int64_t> tiles = {8, 4, 12};
+    if (d->blas()) tiles.push_back(0);
+    int64_t best_tile = -1;
+    double best_t = 1e30;
+    std::string report;
+    for (int64_t tile : tiles) {
+      if (best_tile >= 0 && over()) break;
+      auto t = time_tile(tile);
+      for (cl_mem m : mems) clReleaseMemObject(m);
+      mems.clear();
+      if (!t.ok()) {
+        report += fmt::format(" {}: failed ({})", tile ? std::to_string(tile) : "CLBlast", t.status().message());
+        continue;
+      }
+      report += fmt::format(" {}: {:.2f} ms", tile ? fmt::format("tiles of {}", tile) : "CLBlast", *t * 1e3);
+      if (*t < best_t) best_t = *t, best_tile = tile;
+    }
+    out << "  convolution GEMMs (3x3 64->64 and 1x1 64->256 over 56x56):" << report << "\n";
+    if (best_tile >= 0) {
+      lines.push_back(fmt::format("conv_gemm {}", best_tile));
+      out << "  convolutions: " << (best_tile ? fmt::format("generated GEMM, tiles of {}", best_tile) : "CLBlast")
+          << "\n";
+    }
+  }
+
   // The generated kernels' work-group size: im2col of a 3x3 convolution over 64 x 56 x 56 and
   // the bias fill of its output, each timed over 5 launches per candidate size.
   {
@@ -1632,7 +1710,7 @@ Status tune(const TuneOptions& o, std::ostream& out) {
     std::string report;
     Status failed;
     for (size_t local : {8, 16, 32, 64, 128, 256, 512}) {
-      if (local > max_wg || over()) break;
+      if (local > max_wg || (best_local && over())) break;
       p1->local_size = p2->local_size = local;
       double t = 1e30;
       for (int r = 0; r < 3 && failed.ok(); ++r) {  // best of 3 rounds of 5 launches each
@@ -1682,6 +1760,15 @@ int64_t programs_built() { return g_programs_built.load(); }
 int64_t kernels_launched() { return g_kernels_launched.load(); }
 int64_t disk_cache_hits() { return g_disk_hits.load(); }
 int64_t blas_calls() { return g_blas_calls.load(); }
+Status set_conv_gemm(Device& device, int64_t tile) {
+  auto* d = dynamic_cast<OpenClDevice*>(&device);
+  if (!d) return errors::InvalidArgument("set_conv_gemm: {} is not an OpenCL device", device.info().name);
+  if (tile < 0 || tile > 16 || (tile == 0 && !d->blas()))
+    return errors::InvalidArgument("set_conv_gemm: {} is not 0 (CLBlast{}) or 1..16", tile,
+                                   d->blas() ? "" : ", not built or turned off");
+  d->set_conv_tile(tile);
+  return OkStatus();
+}
 std::string last_source() {
   std::lock_guard<std::mutex> lock(g_last_mu);
   return g_last_source;
