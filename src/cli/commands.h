@@ -78,4 +78,11 @@ struct StatusCommand {
 };
 StatusCommand add_status_command(CLI::App& app);
 
+// `tensord tune` (built with the OpenCL backend): cmd_tune.cpp.
+struct TuneCommand {
+  std::function<bool()> parsed;
+  std::function<int()> run;
+};
+TuneCommand add_tune_command(CLI::App& app);
+
 }  // namespace tensord::cli

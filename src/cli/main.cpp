@@ -170,6 +170,9 @@ int run_main(int argc, char** argv) {
                     "(Prometheus), /healthz, /readyz. PORT (on 127.0.0.1) or HOST:PORT; same "
                     "tokens and TLS as gRPC");
   auto status_command = tensord::cli::add_status_command(app);
+#ifdef TENSORD_CLI_HAVE_OPENCL
+  auto tune_command = tensord::cli::add_tune_command(app);
+#endif
   tensord::cli::add_serve_config_options(*serve, serve_opts);  // --log-*, --config
   serve->add_option("--models", serve_opts.models_dir,
                     "Named models: load every DIR/NAME/model.onnx once at start, shared by all "
@@ -251,6 +254,9 @@ int run_main(int argc, char** argv) {
   if (devices->parsed()) return cmd_devices(json, devices_address);
   if (serve->parsed()) return tensord::cli::cmd_serve(serve_opts);
   if (status_command.parsed()) return status_command.run();
+#ifdef TENSORD_CLI_HAVE_OPENCL
+  if (tune_command.parsed()) return tune_command.run();
+#endif
 #ifdef TENSORD_CLI_HAVE_ONNX
   if (run->parsed()) return tensord::cli::cmd_run(run_opts);
   if (onnx_test->parsed()) return tensord::cli::cmd_onnx_test(test_opts);

@@ -7,12 +7,15 @@
 // loader starts, as is POCL_DEVICES.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <sstream>
 #include <string>
 
 #include "backends/codegen/lower.h"
@@ -813,6 +816,97 @@ TEST(OpenClKernels, GeneratedOpsAgreeWithTheReference) {
     ASSERT_TRUE(outs[k].ok()) << g.outputs[k].name << ": " << outs[k].status().to_string();
     expect_near(get(*outs[k]), want[k], g.outputs[k].name);
   }
+}
+
+// Convolutions through im2col (or none for 1x1) and each GEMM: CLBlast's (tile 0) and the
+// generated register-tiled kernel (tiles of 3, with a partial last tile, and of 8); grouped,
+// strided, padded, with and without bias, batch 2; depthwise stays on the generated direct
+// kernel; MatMul with B shared by the batch is one SGEMM. Against the reference kernels.
+TEST(OpenClKernels, ConvolutionAndMatMulGemmPathsAgreeWithTheReference) {
+  REQUIRE_OPENCL();
+  Graph g;
+  g.name = "gemms";
+  g.inputs = {{"x", {DType::kFloat32, {2, 6, 9, 8}}}, {"a", {DType::kFloat32, {2, 3, 5, 7}}}};
+  auto f = [](Shape s, uint32_t seed) { return random_floats(s, seed); };
+  g.initializers["w3"] = f({10, 6, 3, 3}, 21);
+  g.initializers["b10"] = f({10}, 22);
+  g.initializers["w1"] = f({7, 6, 1, 1}, 23);
+  g.initializers["wg"] = f({8, 3, 1, 1}, 24);  // group 2, no bias
+  g.initializers["wd"] = f({6, 1, 3, 3}, 25);  // depthwise
+  g.initializers["b7"] = f({7}, 26);
+  g.initializers["mb"] = f({7, 4}, 27);
+  auto ints = [](std::vector<int64_t> v) { return Attribute(std::move(v)); };
+  g.nodes = {
+      node("c3", "Conv", {"x", "w3", "b10"}, {"c3"}, {{"pads", ints({1, 0, 2, 1})}, {"strides", ints({2, 1})}}),
+      node("c1", "Conv", {"x", "w1", "b7"}, {"c1"}),
+      node("cg", "Conv", {"x", "wg"}, {"cg"}, {{"group", Attribute(int64_t{2})}}),
+      node("cd", "Conv", {"x", "wd"}, {"cd"}, {{"group", Attribute(int64_t{6})}, {"pads", ints({1, 1, 1, 1})}}),
+      node("mm", "MatMul", {"a", "mb"}, {"mm"})};
+  for (const char* o : {"c3", "c1", "cg", "cd", "mm"}) g.outputs.push_back({o, {}});
+  std::vector<HostTensor> inputs = {f({2, 6, 9, 8}, 1), f({2, 3, 5, 7}, 2)};
+  auto want = reference(g, inputs);
+  CompileOptions strict;
+  strict.strict_device = true;
+  std::vector<TensorType> types;
+  for (const auto& in : g.inputs) types.push_back(in.type);
+  for (int64_t tile : {0, 3, 8}) {
+    if (tile == 0 && !opencl::set_conv_gemm(cl0(), 0).ok()) continue;  // built without CLBlast
+    ASSERT_TRUE(opencl::set_conv_gemm(cl0(), tile).ok());
+    auto exe = Executable::compile(g, types, target_cl0(), strict);
+    ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+    EXPECT_TRUE((*exe)->fallbacks().empty());
+    TestServices s;
+    std::vector<Result<DeviceTensor>> in;
+    for (const auto& h : inputs) in.push_back(put(s, cl0(), h));
+    const int64_t blas = opencl::blas_calls();
+    auto outs = (*exe)->run(in, s);
+    ASSERT_EQ(outs.size(), want.size());
+    for (size_t k = 0; k < outs.size(); ++k) {
+      ASSERT_TRUE(outs[k].ok()) << g.outputs[k].name << ": " << outs[k].status().to_string();
+      expect_near(get(*outs[k]), want[k], fmt::format("{} (conv GEMM tile {})", g.outputs[k].name, tile));
+    }
+    if (tile == 0) EXPECT_GE(opencl::blas_calls() - blas, 4);  // 3 convolutions + MatMul
+  }
+  EXPECT_FALSE(opencl::set_conv_gemm(cl0(), 17).ok());
+  EXPECT_FALSE(opencl::set_conv_gemm(cpu0(), 8).ok());
+  ASSERT_TRUE(opencl::set_conv_gemm(cl0(), 8).ok());  // the default again
+}
+
+// tensord tune writes the device's tuning file (Xgemm checked against the host, the
+// convolutions' GEMM, the work-group size) and a backend started afterwards reads it.
+TEST(OpenClTune, StoresChoicesThatTheNextStartReads) {
+  REQUIRE_OPENCL();
+  const auto dir = std::filesystem::temp_directory_path() / ("tensord-tune-test-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ::setenv("TENSORD_TUNE_CACHE", dir.c_str(), 1);
+  opencl::TuneOptions o;
+  o.device = cl0().info().name;
+  o.sizes = {128};
+  o.repeats = 1;
+  o.budget_seconds = 1;  // the first candidate of each kind still runs
+  std::ostringstream report;
+  Status st = opencl::tune(o, report);
+  ASSERT_TRUE(st.ok()) << st.to_string() << "\n" << report.str();
+  EXPECT_NE(report.str().find("Stored in"), std::string::npos) << report.str();
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  std::ifstream in(files[0]);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str().rfind("device ", 0), 0u) << text.str();
+  EXPECT_NE(text.str().find("\nconv_gemm "), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("\nlocal_size "), std::string::npos) << text.str();
+  auto backend = opencl::create_opencl_backend();
+  auto fresh = backend->enumerate();
+  ASSERT_FALSE(fresh.empty());
+  EXPECT_NE(fresh[0]->info().backend_version.find("tuned: "), std::string::npos) << fresh[0]->info().backend_version;
+  // Another device's (or driver's) file is not applied.
+  std::ofstream(files[0], std::ios::trunc) << "device some other|device|1.0\nlocal_size 1\n";
+  auto other = backend->enumerate();
+  EXPECT_EQ(other[0]->info().backend_version.find("tuned: "), std::string::npos) << other[0]->info().backend_version;
+  ::unsetenv("TENSORD_TUNE_CACHE");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(OpenClKernels, AnOutOfRangeIndexIsAnErrorNamingIt) {

@@ -2133,6 +2133,102 @@ Status template_supported(const Node& node, const std::vector<TensorType>& in) {
   return OkStatus();
 }
 
+Result<ConvGeometry> conv_geometry(const OpCall& c) {
+  const Shape& x = c.inputs.at(0).shape;
+  const Shape& wt = c.inputs.at(1).shape;
+  const Shape& o = c.outputs.at(0).shape;
+  if ((x.size() != 3 && x.size() != 4) || wt.size() != x.size() || o.size() != x.size())
+    return errors::Unimplemented("{}: im2col convolution of 1-D and 2-D inputs only", c.node->label());
+  NodeAttrs at(*c.node);
+  ConvGeometry g;
+  TD_ASSIGN_OR_RETURN(g.G, at.attr_int("group", 1));
+  g.N = x[0];
+  g.C = x[1];
+  g.M = wt[0];
+  if (g.G <= 0 || wt[1] * g.G != g.C || g.M % g.G != 0 || o[1] != g.M || o[0] != g.N)
+    return errors::InvalidArgument("{}: Conv channels and groups do not fit", c.node->label());
+  TD_ASSIGN_OR_RETURN(Window w, window(*c.node, spatial(x), spatial(o), spatial(wt)));
+  const bool two = x.size() == 4;
+  g.H = two ? x[2] : 1;
+  g.W = x.back();
+  g.KH = two ? wt[2] : 1;
+  g.KW = wt.back();
+  g.OH = two ? o[2] : 1;
+  g.OW = o.back();
+  const size_t last = w.rank - 1;
+  g.SW = w.strides[last];
+  g.DW = w.dilations[last];
+  g.PL = w.pad_begin[last];
+  if (two) {
+    g.SH = w.strides[0];
+    g.DH = w.dilations[0];
+    g.PT = w.pad_begin[0];
+  }
+  g.bias = c.inputs.size() > 2 && c.inputs[2].defined();
+  if (g.bias && prod(c.inputs[2].shape) != g.M)
+    return errors::InvalidArgument("{}: bias size", c.node->label());
+  return g;
+}
+
+TemplateKernel im2col_kernel(const ConvGeometry& g) {
+  TemplateKernel k;
+  k.name = "tensord_im2col";
+  k.in_types = {"float"};
+  k.out_types = {"float"};
+  k.n = g.N * g.C * g.KH * g.KW * g.OH * g.OW;
+  k.body = fmt::format(
+      "i64 ow = gid % {OW}; i64 t = gid / {OW}; i64 oh = t % {OH}; t /= {OH};\n"
+      "i64 kw = t % {KW}; t /= {KW}; i64 kh = t % {KH}; t /= {KH};\n"
+      "i64 ih = oh * {SH} - {PT} + kh * {DH}; i64 iw = ow * {SW} - {PL} + kw * {DW};\n"
+      "out0[gid] = (ih >= 0 && ih < {H} && iw >= 0 && iw < {W}) ? in0[(t * {H} + ih) * {W} + iw] : 0.0f;\n",
+      fmt::arg("OW", C(g.OW)), fmt::arg("OH", C(g.OH)), fmt::arg("KW", C(g.KW)), fmt::arg("KH", C(g.KH)),
+      fmt::arg("SH", C(g.SH)), fmt::arg("PT", C(g.PT)), fmt::arg("DH", C(g.DH)), fmt::arg("SW", C(g.SW)),
+      fmt::arg("PL", C(g.PL)), fmt::arg("DW", C(g.DW)), fmt::arg("H", C(g.H)), fmt::arg("W", C(g.W)));
+  return k;
+}
+
+TemplateKernel conv_gemm_kernel(const ConvGeometry& g, int64_t tile) {
+  const int64_t Mg = g.M / g.G, K = (g.C / g.G) * g.KH * g.KW, N = g.OH * g.OW;
+  tile = std::clamp<int64_t>(tile, 1, 16);
+  const int64_t tiles = (Mg + tile - 1) / tile;
+  TemplateKernel k;
+  k.name = "tensord_conv_gemm";
+  k.in_types = {"float", "float"};
+  if (g.bias) k.in_types.push_back("float");
+  k.out_types = {"float"};
+  k.n = g.N * g.G * tiles * N;
+  std::string s = fmt::format(
+      "i64 n_ = gid % {N}; i64 t_ = gid / {N}; i64 m0 = (t_ % {T}) * {TM}; i64 b_ = t_ / {T};\n"
+      "GLOBAL const float* xp = in0 + b_ * {KN} + n_;\n"
+      "GLOBAL const float* wp = in1 + (b_ % {G}) * {MK};\n"
+      "GLOBAL float* op = out0 + b_ * {MN} + n_;\n",
+      fmt::arg("N", C(N)), fmt::arg("T", C(tiles)), fmt::arg("TM", C(tile)), fmt::arg("KN", C(K * N)),
+      fmt::arg("G", C(g.G)), fmt::arg("MK", C(Mg * K)), fmt::arg("MN", C(Mg * N)));
+  // Rows past Mg (the last tile) read row Mg - 1 and are not stored.
+  for (int64_t i = 0; i < tile; ++i) {
+    s += fmt::format("i64 row{0} = min(m0 + {0}, {1});\n", i, C(Mg - 1));
+    s += g.bias ? fmt::format("float a{0} = in2[(b_ % {1}) * {2}+ row{0}];\n", i, C(g.G), C(Mg))
+                : fmt::format("float a{} = 0.0f;\n", i);
+  }
+  s += fmt::format("for (i64 k = 0; k < {}; ++k) {{\nfloat x = xp[k * {}];\n", C(K), C(N));
+  for (int64_t i = 0; i < tile; ++i) s += fmt::format("a{0} += wp[row{0} * {1} + k] * x;\n", i, C(K));
+  s += "}\n";
+  for (int64_t i = 0; i < tile; ++i)
+    s += fmt::format("if (m0 + {0} < {1}) op[(m0 + {0}) * {2}] = a{0};\n", i, C(Mg), C(N));
+  k.body = s;
+  return k;
+}
+
+TemplateKernel channel_fill_kernel(int64_t n, int64_t inner, int64_t channels) {
+  TemplateKernel k;
+  k.name = "tensord_channel_fill";
+  k.in_types = {"float"};
+  k.out_types = {"float"};
+  k.n = n;
+  k.body = fmt::format("out0[gid] = in0[(gid / {}) % {}];\n", C(inner), C(channels));
+  return k;
+}
+
 Result<OpPlan> plan_template(const OpCall& c) {
   if (c.node && is_template_elementwise(c.node->op)) return plan_ew(c);
   if (!c.node || c.inputs.empty() || c.outputs.empty() || !c.outputs[0].defined())

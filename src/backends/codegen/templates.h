@@ -65,4 +65,29 @@ Status template_elementwise_supported(const Node& node, const std::vector<Tensor
 std::vector<int> template_host_inputs(const Node& node);
 Result<OpPlan> plan_template(const OpCall& call);
 
+// Convolution as im2col + GEMM (a backend's BLAS path): the geometry of a 1-D or 2-D float32
+// Conv call (a 1-D one as H = 1); UNIMPLEMENTED for other ranks.
+struct ConvGeometry {
+  int64_t N = 0, C = 0, H = 1, W = 0, M = 0, G = 1, KH = 1, KW = 0;
+  int64_t SH = 1, SW = 1, DH = 1, DW = 1, PT = 0, PL = 0, OH = 1, OW = 0;
+  bool bias = false;
+  // A 1x1 window with stride 1 and no padding: the input is already the GEMM's operand.
+  bool pointwise() const {
+    return KH == 1 && KW == 1 && SH == 1 && SW == 1 && PT == 0 && PL == 0 && OH == H && OW == W;
+  }
+};
+Result<ConvGeometry> conv_geometry(const OpCall& call);
+// in0 = x [N][C][H][W] -> out0 = columns [N][C][KH][KW][OH][OW] (zeros where the window is
+// in the padding). `n` work items, one per column element.
+TemplateKernel im2col_kernel(const ConvGeometry& g);
+// The convolution's GEMM as one generated, register-tiled kernel (no BLAS): for each of
+// batches = images x groups, out[b] (Mg x N) = W[b % G] (Mg x K) * in[b] (K x N) (+ bias), with
+// in = the columns (or the input itself for a 1x1 window), K = C/G x KH x KW, N = OH x OW. Each
+// work item computes `tile` consecutive output channels at one output position, so
+// consecutive work items read consecutive columns (vector loads on a CPU device, coalesced
+// on a GPU). in0 = columns, in1 = weights, in2 = bias (when g.bias).
+TemplateKernel conv_gemm_kernel(const ConvGeometry& g, int64_t tile);
+// out0[i] = in0[(i / inner) % channels] over n elements: a bias broadcast over N, C, spatial.
+TemplateKernel channel_fill_kernel(int64_t n, int64_t inner, int64_t channels);
+
 }  // namespace tensord::codegen

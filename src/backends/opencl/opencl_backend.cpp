@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <random>
+#include <sstream>
 #include <filesystem>
 #include <fstream>
 #include <cstdlib>
@@ -16,6 +19,10 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+
+#ifdef TENSORD_HAVE_CLBLAST
+#include <clblast.h>
+#endif
 
 #include "backends/codegen/lower.h"
 #include "backends/codegen/printer.h"
@@ -145,6 +152,25 @@ void cache_store(const std::filesystem::path& file, uint64_t source_hash,
 
 std::atomic<int64_t> g_disk_hits{0};
 
+// The folder of `tensord tune`'s files: TENSORD_TUNE_CACHE ("off": none), else
+// $XDG_CACHE_HOME/tensord/tune or ~/.cache/tensord/tune.
+std::filesystem::path tune_dir() {
+  const char* env = std::getenv("TENSORD_TUNE_CACHE");
+  if (env && std::string(env) == "off") return {};
+  if (env && *env) return env;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return std::filesystem::path(x) / "tensord" / "tune";
+  if (const char* h = std::getenv("HOME"); h && *h)
+    return std::filesystem::path(h) / ".cache" / "tensord" / "tune";
+  return {};
+}
+
+std::filesystem::path tune_path(const std::string& device_key) {
+  const auto dir = tune_dir();
+  if (dir.empty()) return {};
+  return dir / fmt::format("{:016x}.txt", fnv1a(device_key.data(), device_key.size()));
+}
+
 // One platform: its context over all its devices. Shared by its devices.
 struct Platform {
   cl_platform_id id = nullptr;
@@ -217,6 +243,75 @@ class OpenClDevice final : public Device {
     max_alloc_ = device_value<cl_ulong>(id, CL_DEVICE_MAX_MEM_ALLOC_SIZE, 0);
     fp64_ = device_string(id, CL_DEVICE_EXTENSIONS).find("cl_khr_fp64") != std::string::npos;
     max_work_group_ = device_value<size_t>(id, CL_DEVICE_MAX_WORK_GROUP_SIZE, 1);
+#ifdef TENSORD_HAVE_CLBLAST
+    if (blas_) info_.backend_version.insert(info_.backend_version.size() - 1, ", CLBlast");
+#endif
+    load_tuning();
+    if (const char* t = std::getenv("TENSORD_OPENCL_CONV_TILE"); t && *t)
+      conv_tile_ = std::clamp<int64_t>(std::atoll(t), 0, 16);
+    if (!blas_ && conv_tile_ == 0) conv_tile_ = 8;
+  }
+
+  // "platform|device|driver": what a tuning file and a cached program are keyed by.
+  std::string device_key() const { return platform_->name + "|" + info_.model + "|" + info_.driver_version; }
+
+  // Reads this device's tuning file (tensord tune), if any: the generated kernels' work-group
+  // size and CLBlast kernel parameters. A file of another device or driver, or a line that
+  // does not parse or apply, is ignored (the defaults stay).
+  void load_tuning() {
+    const auto file = tune_path(device_key());
+    if (file.empty()) return;
+    std::ifstream f(file);
+    if (!f) return;
+    std::string line;
+    bool mine = false;
+    std::vector<std::string> applied;
+    while (std::getline(f, line)) {
+      std::istringstream ls(line);
+      std::string word;
+      if (!(ls >> word) || word[0] == '#') continue;
+      if (word == "device") {
+        std::string rest;
+        std::getline(ls, rest);
+        mine = rest.size() > 1 && rest.substr(1) == device_key();
+      } else if (!mine) {
+        return;  // the first line names the device
+      } else if (word == "local_size") {
+        size_t v = 0;
+        if (ls >> v && v >= 1 && v <= max_work_group_) {
+          tuned_local_ = v;
+          applied.push_back(fmt::format("work groups of {}", v));
+        }
+      } else if (word == "conv_gemm") {
+        int64_t t = -1;
+        if (ls >> t && t >= 0 && t <= 16) {
+          conv_tile_ = t;
+          applied.push_back(t ? fmt::format("convolutions by generated GEMM tiles of {}", t)
+                              : std::string("convolutions by CLBlast"));
+        }
+      } else if (word == "clblast") {
+        std::string kernel, kv;
+        ls >> kernel;
+        std::unordered_map<std::string, size_t> params;
+        while (ls >> kv) {
+          const size_t eq = kv.find('=');
+          if (eq == std::string::npos || eq == 0) break;
+          char* end = nullptr;
+          const unsigned long long v = std::strtoull(kv.c_str() + eq + 1, &end, 10);
+          if (!end || *end) break;
+          params[kv.substr(0, eq)] = static_cast<size_t>(v);
+        }
+#ifdef TENSORD_HAVE_CLBLAST
+        if (blas_ && !params.empty() &&
+            clblast::OverrideParameters(id_, kernel, clblast::Precision::kSingle, params) ==
+                clblast::StatusCode::kSuccess)
+          applied.push_back("CLBlast " + kernel);
+#endif
+      }
+    }
+    if (!applied.empty())
+      info_.backend_version.insert(info_.backend_version.size() - 1,
+                                   fmt::format(", tuned: {}", fmt::join(applied, ", ")));
   }
   ~OpenClDevice() override {
     if (queue_) {
@@ -230,6 +325,24 @@ class OpenClDevice final : public Device {
   bool fp64() const { return fp64_; }
   cl_context context() const { return platform_->context; }
   const Platform* platform() const { return platform_.get(); }
+  cl_device_id id() const { return id_; }
+  cl_command_queue queue() const { return queue_; }
+  // CLBlast for MatMul/Gemm/Conv (built with it and not turned off by TENSORD_OPENCL_BLAS=0).
+  bool blas() const { return blas_; }
+  // The convolutions' GEMM: 0 = CLBlast, else the generated kernel with this many output
+  // channels per work item (tuning file "conv_gemm", TENSORD_OPENCL_CONV_TILE overrides).
+  int64_t conv_tile() const { return conv_tile_; }
+  void set_conv_tile(int64_t t) { conv_tile_ = t; }
+  // TENSORD_OPENCL_SYNC: every kernel finishes before the next starts (timing, debugging).
+  Status finish_if_sync() {
+    if (!sync_) return OkStatus();
+    const cl_int e = clFinish(queue_);
+    return e == CL_SUCCESS ? OkStatus() : cl_status(e, info_.name, "running a kernel");
+  }
+  // The program of a device-neutral template kernel (codegen/templates.h).
+  Result<std::shared_ptr<Program>> template_program(const codegen::TemplateKernel& k) {
+    return program(codegen::print_template(k, codegen::Dialect::kOpenCL), k.name);
+  }
 
   Result<void*> allocate(size_t bytes) override {
     if (max_alloc_ && bytes > max_alloc_)
@@ -350,7 +463,7 @@ class OpenClDevice final : public Device {
     size_t multiple = 1;
     clGetKernelWorkGroupInfo(p->kernel, id_, CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE,
                              sizeof(multiple), &multiple, nullptr);
-    size_t local = std::min<size_t>({256, kernel_max, max_work_group_});
+    size_t local = std::min<size_t>({tuned_local_ ? tuned_local_ : 256, kernel_max, max_work_group_});
     if (multiple > 1 && local >= multiple) local = local / multiple * multiple;
     p->local_size = std::max<size_t>(local, 1);
     std::lock_guard<std::mutex> lock(programs_mu_);
@@ -395,8 +508,15 @@ class OpenClDevice final : public Device {
   DeviceInfo info_;
   cl_ulong max_alloc_ = 0;
   size_t max_work_group_ = 1;
+  size_t tuned_local_ = 0;  // from the tuning file (0: the device's limits)
+  int64_t conv_tile_ = 8;
   bool fp64_ = false;
   bool sync_ = std::getenv("TENSORD_OPENCL_SYNC") != nullptr;  // finish after every kernel
+#ifdef TENSORD_HAVE_CLBLAST
+  bool blas_ = !(std::getenv("TENSORD_OPENCL_BLAS") && std::string(std::getenv("TENSORD_OPENCL_BLAS")) == "0");
+#else
+  bool blas_ = false;
+#endif
   OpenClKernelTable kernels_;
   OpenClRegionCompiler regions_;
   std::mutex programs_mu_;
@@ -670,6 +790,289 @@ class TemplateOpKernel final : public Kernel {
   std::shared_ptr<Program> program_;
 };
 
+// ---- MatMul, Gemm and Conv through CLBlast ----
+
+// One (batched) SGEMM in row-major storage; offsets in elements, one per batch entry.
+struct GemmCall {
+  bool ta = false, tb = false;
+  size_t m = 0, n = 0, k = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  cl_mem a = nullptr, b = nullptr, c = nullptr;
+  size_t lda = 0, ldb = 0, ldc = 0;
+  std::vector<size_t> a_off, b_off, c_off;
+};
+
+// The element offset of a tensor's bytes in its allocation (float32: a multiple of 4).
+Result<size_t> float_offset(const Arg& a) {
+  if (a.offset % sizeof(float) != 0)
+    return errors::Unimplemented("a float32 tensor at byte offset {} (not a multiple of 4)", a.offset);
+  return static_cast<size_t>(a.offset / sizeof(float));
+}
+
+std::atomic<int64_t> g_blas_calls{0};
+
+Status run_gemm(OpenClDevice& d, const GemmCall& g) {
+#ifdef TENSORD_HAVE_CLBLAST
+  using clblast::Layout;
+  using clblast::Transpose;
+  cl_command_queue q = d.queue();
+  const Transpose ta = g.ta ? Transpose::kYes : Transpose::kNo;
+  const Transpose tb = g.tb ? Transpose::kYes : Transpose::kNo;
+  clblast::StatusCode st;
+  const size_t count = g.a_off.size();
+  if (count == 1) {
+    st = clblast::Gemm<float>(Layout::kRowMajor, ta, tb, g.m, g.n, g.k, g.alpha, g.a, g.a_off[0], g.lda, g.b,
+                              g.b_off[0], g.ldb, g.beta, g.c, g.c_off[0], g.ldc, &q, nullptr);
+  } else {
+    std::vector<float> alphas(count, g.alpha), betas(count, g.beta);
+    st = clblast::GemmBatched<float>(Layout::kRowMajor, ta, tb, g.m, g.n, g.k, alphas.data(), g.a, g.a_off.data(),
+                                     g.lda, g.b, g.b_off.data(), g.ldb, betas.data(), g.c, g.c_off.data(), g.ldc,
+                                     count, &q, nullptr);
+  }
+  if (st != clblast::StatusCode::kSuccess)
+    return errors::Internal("{}: CLBlast SGEMM {}x{}x{} (batch {}) failed with status {}", d.info().name, g.m,
+                            g.n, g.k, count, static_cast<int>(st));
+  g_blas_calls++;
+  return OkStatus();
+#else
+  (void)g;
+  return errors::Unimplemented("{}: built without CLBlast", d.info().name);
+#endif
+}
+
+// MatMul, Gemm and Conv: CLBlast's SGEMM (im2col for Conv, a 1x1 convolution needs none),
+// falling back to the generated template kernel for what it does not cover (depthwise and
+// 3-D convolutions, empty tensors, other dtypes) or when CLBlast fails on the device (said
+// once on stderr).
+class BlasKernel final : public Kernel {
+ public:
+  BlasKernel(OpenClDevice* d, const Node& node) : device_(d), node_(node), fallback_(d, node) {}
+  std::string name() const override {
+    return node_.op == "Conv" && device_->conv_tile() > 0 ? "im2col+generated gemm" : "clblast";
+  }
+  std::vector<int> host_inputs() const override { return fallback_.host_inputs(); }
+  Status run(KernelCall& call) override {
+    if (!broken_) {
+      Status s = run_blas(call);
+      if (s.ok()) return device_->finish_if_sync();
+      if (s.code() != StatusCode::kUnimplemented) {
+        broken_ = true;
+        std::cerr << "tensord: " << s.message() << "; " << node_.label() << " uses the generated kernel\n";
+      }
+    }
+    return fallback_.run(call);
+  }
+
+ private:
+  Status run_blas(KernelCall& call) {
+    if (call.inputs.size() < 2 || !call.inputs[0].defined() || !call.inputs[1].defined() ||
+        call.output_types.empty())
+      return errors::Unimplemented("inputs");
+    for (size_t i = 0; i < call.inputs.size() && i < 3; ++i)
+      if (call.inputs[i].defined() && call.inputs[i].dtype != DType::kFloat32)
+        return errors::Unimplemented("float32 only");
+    const TensorType& out = call.output_types[0];
+    if (!shape_is_static(out.shape) || shape_numel(out.shape) == 0) return errors::Unimplemented("empty");
+    if (node_.op == "MatMul") return matmul(call);
+    if (node_.op == "Gemm") return gemm(call);
+    return conv(call);
+  }
+
+  Result<std::shared_ptr<Buffer>> output(KernelCall& call, const Shape& shape) {
+    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(DType::kFloat32, shape));
+    return call.allocator->allocate(static_cast<size_t>(bytes));
+  }
+
+  Status matmul(KernelCall& call) {
+    Shape a = call.inputs[0].shape, b = call.inputs[1].shape;
+    if (a.empty() || b.empty()) return errors::Unimplemented("scalar");
+    if (a.size() == 1) a.insert(a.begin(), 1);
+    if (b.size() == 1) b.push_back(1);
+    const int64_t M = a[a.size() - 2], K = a.back(), N = b.back();
+    if (b[b.size() - 2] != K || K == 0) return errors::Unimplemented("shapes");
+    const Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+    const size_t rank = std::max(ab.size(), bb.size());
+    Shape batch(rank, 1), pa(rank, 1), pb(rank, 1);
+    for (size_t k = 0; k < rank; ++k) {
+      pa[k] = k + ab.size() >= rank ? ab[k + ab.size() - rank] : 1;
+      pb[k] = k + bb.size() >= rank ? bb[k + bb.size() - rank] : 1;
+      if (pa[k] != pb[k] && pa[k] != 1 && pb[k] != 1) return errors::Unimplemented("broadcast");
+      batch[k] = std::max(pa[k], pb[k]);
+    }
+    const int64_t count = shape_numel(batch);
+    if (count * M * N != shape_numel(call.output_types[0].shape)) return errors::Unimplemented("output");
+    TD_ASSIGN_OR_RETURN(Arg xa, device_->arg(*call.inputs[0].buffer));
+    TD_ASSIGN_OR_RETURN(Arg xb, device_->arg(*call.inputs[1].buffer));
+    TD_ASSIGN_OR_RETURN(size_t oa, float_offset(xa));
+    TD_ASSIGN_OR_RETURN(size_t ob, float_offset(xb));
+    TD_ASSIGN_OR_RETURN(auto buffer, output(call, call.output_types[0].shape));
+    TD_ASSIGN_OR_RETURN(Arg xc, device_->arg(*buffer));
+    TD_ASSIGN_OR_RETURN(size_t oc, float_offset(xc));
+    GemmCall g;
+    g.a = xa.mem, g.b = xb.mem, g.c = xc.mem;
+    g.n = static_cast<size_t>(N), g.k = static_cast<size_t>(K);
+    g.lda = static_cast<size_t>(K), g.ldb = g.ldc = static_cast<size_t>(N);
+    if (shape_numel(pb) == 1) {  // B shared by every batch entry: one GEMM over the stacked rows of A
+      g.m = static_cast<size_t>(count * M);
+      g.a_off = {oa}, g.b_off = {ob}, g.c_off = {oc};
+    } else {
+      g.m = static_cast<size_t>(M);
+      std::vector<int64_t> idx(rank, 0);
+      for (int64_t t = 0; t < count; ++t) {
+        int64_t ia = 0, ib = 0;
+        for (size_t d = 0; d < rank; ++d) {
+          ia = ia * pa[d] + (pa[d] == 1 ? 0 : idx[d]);
+          ib = ib * pb[d] + (pb[d] == 1 ? 0 : idx[d]);
+        }
+        g.a_off.push_back(oa + static_cast<size_t>(ia * M * K));
+        g.b_off.push_back(ob + static_cast<size_t>(ib * K * N));
+        g.c_off.push_back(oc + static_cast<size_t>(t * M * N));
+        for (size_t d = rank; d-- > 0;) {
+          if (++idx[d] < batch[d]) break;
+          idx[d] = 0;
+        }
+      }
+    }
+    TD_RETURN_IF_ERROR(run_gemm(*device_, g));
+    call.outputs.assign(1, DeviceTensor{DType::kFloat32, call.output_types[0].shape, buffer});
+    return OkStatus();
+  }
+
+  Status gemm(KernelCall& call) {
+    NodeAttrs at(node_);
+    TD_ASSIGN_OR_RETURN(int64_t ta, at.attr_int("transA", 0));
+    TD_ASSIGN_OR_RETURN(int64_t tb, at.attr_int("transB", 0));
+    TD_ASSIGN_OR_RETURN(float alpha, at.attr_float("alpha", 1.0f));
+    TD_ASSIGN_OR_RETURN(float beta, at.attr_float("beta", 1.0f));
+    const Shape& a = call.inputs[0].shape;
+    const Shape& b = call.inputs[1].shape;
+    if (a.size() != 2 || b.size() != 2) return errors::Unimplemented("rank");
+    const int64_t M = ta ? a[1] : a[0], K = ta ? a[0] : a[1];
+    const int64_t N = tb ? b[0] : b[1], K2 = tb ? b[1] : b[0];
+    const Shape& o = call.output_types[0].shape;
+    if (K != K2 || K == 0 || shape_numel(o) != M * N) return errors::Unimplemented("shapes");
+    const bool has_c = call.inputs.size() > 2 && call.inputs[2].defined() && beta != 0.0f;
+    TD_ASSIGN_OR_RETURN(auto buffer, output(call, o));
+    TD_ASSIGN_OR_RETURN(Arg xc, device_->arg(*buffer));
+    if (has_c) {  // C broadcast into the output, then out = alpha A B + beta out
+      const DeviceTensor& c = call.inputs[2];
+      if (c.shape.size() > 2) return errors::Unimplemented("C rank");
+      const std::string key = shape_to_string(c.shape) + shape_to_string(o);
+      if (!fill_ || key != fill_key_) {
+        TD_ASSIGN_OR_RETURN(auto k, codegen::lower_expand(c.shape, Shape{M, N}, DType::kFloat32));
+        static const codegen::OpenClPrinter printer;
+        TD_ASSIGN_OR_RETURN(std::string source, printer.print(k));
+        TD_ASSIGN_OR_RETURN(fill_, device_->program(source, k.name));
+        fill_key_ = key;
+      }
+      TD_ASSIGN_OR_RETURN(Arg xin, device_->arg(*c.buffer));
+      TD_RETURN_IF_ERROR(device_->launch(*fill_, {xin, xc}, M * N));
+    }
+    TD_ASSIGN_OR_RETURN(Arg xa, device_->arg(*call.inputs[0].buffer));
+    TD_ASSIGN_OR_RETURN(Arg xb, device_->arg(*call.inputs[1].buffer));
+    GemmCall g;
+    g.ta = ta != 0, g.tb = tb != 0;
+    g.m = static_cast<size_t>(M), g.n = static_cast<size_t>(N), g.k = static_cast<size_t>(K);
+    g.alpha = alpha, g.beta = has_c ? beta : 0.0f;
+    g.a = xa.mem, g.b = xb.mem, g.c = xc.mem;
+    g.lda = static_cast<size_t>(a[1]), g.ldb = static_cast<size_t>(b[1]), g.ldc = static_cast<size_t>(N);
+    TD_ASSIGN_OR_RETURN(size_t oa, float_offset(xa));
+    TD_ASSIGN_OR_RETURN(size_t ob, float_offset(xb));
+    TD_ASSIGN_OR_RETURN(size_t oc, float_offset(xc));
+    g.a_off = {oa}, g.b_off = {ob}, g.c_off = {oc};
+    TD_RETURN_IF_ERROR(run_gemm(*device_, g));
+    call.outputs.assign(1, DeviceTensor{DType::kFloat32, o, buffer});
+    return OkStatus();
+  }
+
+  Status conv(KernelCall& call) {
+    codegen::OpCall c;
+    c.node = &node_;
+    for (const auto& in : call.inputs) c.inputs.push_back(in.defined() ? in.type() : TensorType{});
+    c.outputs = call.output_types;
+    TD_ASSIGN_OR_RETURN(codegen::ConvGeometry geo, codegen::conv_geometry(c));
+    const int64_t CG = geo.C / geo.G, Mg = geo.M / geo.G, KK = geo.KH * geo.KW, OHW = geo.OH * geo.OW;
+    if (geo.G > 1 && CG == 1) return errors::Unimplemented("depthwise: the generated kernel");
+    if (geo.N == 0 || geo.C == 0 || OHW == 0 || KK == 0) return errors::Unimplemented("empty");
+    const Shape& o = call.output_types[0].shape;
+    TD_ASSIGN_OR_RETURN(auto buffer, output(call, o));
+    TD_ASSIGN_OR_RETURN(Arg xo, device_->arg(*buffer));
+    TD_ASSIGN_OR_RETURN(Arg xx, device_->arg(*call.inputs[0].buffer));
+    TD_ASSIGN_OR_RETURN(Arg xw, device_->arg(*call.inputs[1].buffer));
+    TD_RETURN_IF_ERROR(float_offset(xx).status());
+    TD_ASSIGN_OR_RETURN(size_t ow, float_offset(xw));
+    TD_ASSIGN_OR_RETURN(size_t oo, float_offset(xo));
+    const int64_t tile = device_->conv_tile();
+    Arg xbias;
+    if (geo.bias) {
+      TD_ASSIGN_OR_RETURN(xbias, device_->arg(*call.inputs[2].buffer));
+    }
+    if (geo.bias && tile == 0) {  // the output starts as the bias; the GEMM adds to it (beta = 1)
+      const int64_t total = geo.N * geo.M * OHW;
+      if (!bias_ || bias_n_ != total || bias_inner_ != OHW) {
+        TD_ASSIGN_OR_RETURN(bias_, device_->template_program(codegen::channel_fill_kernel(total, OHW, geo.M)));
+        bias_n_ = total, bias_inner_ = OHW;
+      }
+      TD_RETURN_IF_ERROR(device_->launch(*bias_, {xbias, xo}, total));
+    }
+    // out[n0 .. n0 + part.N) = W * columns: the generated GEMM or CLBlast's.
+    auto multiply = [&](const codegen::ConvGeometry& part, int64_t n0, Arg cols) -> Status {
+      if (tile > 0) {
+        const codegen::TemplateKernel k = codegen::conv_gemm_kernel(part, tile);
+        TD_ASSIGN_OR_RETURN(auto prog, device_->template_program(k));
+        Arg out = xo;
+        out.offset += static_cast<cl_ulong>(n0 * geo.M * OHW * 4);
+        std::vector<Arg> args = {cols, xw};
+        if (geo.bias) args.push_back(xbias);
+        args.push_back(out);
+        return device_->launch(*prog, args, k.n);
+      }
+      TD_ASSIGN_OR_RETURN(size_t ocol, float_offset(cols));
+      GemmCall g;
+      g.m = static_cast<size_t>(Mg), g.n = static_cast<size_t>(OHW), g.k = static_cast<size_t>(CG * KK);
+      g.beta = geo.bias ? 1.0f : 0.0f;
+      g.a = xw.mem, g.b = cols.mem, g.c = xo.mem;
+      g.lda = g.k, g.ldb = g.ldc = g.n;
+      for (int64_t n = 0; n < part.N; ++n)
+        for (int64_t gi = 0; gi < geo.G; ++gi) {
+          g.a_off.push_back(ow + static_cast<size_t>(gi * Mg * CG * KK));
+          g.b_off.push_back(ocol + static_cast<size_t>((n * geo.C + gi * CG) * KK * OHW));
+          g.c_off.push_back(oo + static_cast<size_t>(((n0 + n) * geo.M + gi * Mg) * OHW));
+        }
+      return run_gemm(*device_, g);
+    };
+    if (geo.pointwise()) {  // the input is the column matrix
+      TD_RETURN_IF_ERROR(multiply(geo, 0, xx));
+    } else {
+      // Images in chunks whose columns fit in 256 MiB.
+      const int64_t per_image = geo.C * KK * OHW;
+      const int64_t chunk = std::clamp<int64_t>((int64_t{256} << 20) / 4 / std::max<int64_t>(per_image, 1), 1, geo.N);
+      for (int64_t n0 = 0; n0 < geo.N; n0 += chunk) {
+        codegen::ConvGeometry part = geo;
+        part.N = std::min(chunk, geo.N - n0);
+        TD_ASSIGN_OR_RETURN(auto cols, output(call, Shape{part.N * per_image}));
+        TD_ASSIGN_OR_RETURN(Arg xcol, device_->arg(*cols));
+        const codegen::TemplateKernel k = codegen::im2col_kernel(part);
+        TD_ASSIGN_OR_RETURN(auto prog, device_->template_program(k));
+        Arg in = xx;
+        in.offset += static_cast<cl_ulong>(n0 * geo.C * geo.H * geo.W * 4);
+        TD_RETURN_IF_ERROR(device_->launch(*prog, {in, xcol}, k.n));
+        TD_RETURN_IF_ERROR(multiply(part, n0, xcol));
+      }
+    }
+    call.outputs.assign(1, DeviceTensor{DType::kFloat32, o, buffer});
+    return OkStatus();
+  }
+
+  OpenClDevice* device_;
+  Node node_;
+  TemplateOpKernel fallback_;
+  bool broken_ = false;
+  std::string fill_key_;
+  std::shared_ptr<Program> fill_, bias_;
+  int64_t bias_n_ = 0, bias_inner_ = 0;
+};
+
 const std::map<std::string, std::string>& reduce_ops() {
   static const std::map<std::string, std::string> t = {
       {"ReduceSum", "sum"},         {"ReduceMean", "mean"}, {"ReduceMax", "max"},
@@ -829,6 +1232,16 @@ Result<std::unique_ptr<Kernel>> OpenClKernelTable::create(const Node& node,
   if (reduce_ops().count(node.op) && !inputs.empty() && inputs[0].dtype == DType::kFloat64)
     return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (reduce_ops().count(node.op)) return std::unique_ptr<Kernel>(new ReduceOp(device_, node));
+  if ((device_->blas() && (node.op == "MatMul" || node.op == "Gemm")) || node.op == "Conv") {
+    // A depthwise convolution (one input channel per group) is the generated kernel's.
+    bool depthwise = false;
+    if (node.op == "Conv" && inputs.size() > 1 && inputs[0].defined() && inputs[1].defined() &&
+        inputs[0].shape.size() > 1 && inputs[1].shape.size() > 1) {
+      auto g = NodeAttrs(node).attr_int("group", 1);
+      depthwise = g.ok() && *g > 1 && inputs[1].shape[1] == 1;
+    }
+    if (!depthwise) return std::unique_ptr<Kernel>(new BlasKernel(device_, node));
+  }
   if (codegen::is_template_op(node.op)) return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (codegen::is_template_elementwise(node.op) && !codegen::elementwise_supported(node, inputs, nullptr).ok())
     return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
@@ -1013,10 +1426,349 @@ class OpenClBackend final : public Backend {
 
 }  // namespace
 
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// n x n x n SGEMM buffers filled with values in [-1, 1] (and their host copies, to check).
+struct GemmBench {
+  OpenClDevice* d = nullptr;
+  size_t n = 0;
+  std::vector<float> ha, hb;
+  cl_mem a = nullptr, b = nullptr, c = nullptr;
+  ~GemmBench() {
+    for (cl_mem m : {a, b, c})
+      if (m) clReleaseMemObject(m);
+  }
+  Status init(OpenClDevice* dev, size_t size) {
+    d = dev, n = size;
+    std::mt19937 rng(42);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    ha.resize(n * n), hb.resize(n * n);
+    for (auto& v : ha) v = u(rng);
+    for (auto& v : hb) v = u(rng);
+    cl_int e = CL_SUCCESS;
+    const size_t bytes = n * n * sizeof(float);
+    a = clCreateBuffer(d->context(), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, ha.data(), &e);
+    if (e == CL_SUCCESS) b = clCreateBuffer(d->context(), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, hb.data(), &e);
+    if (e == CL_SUCCESS) c = clCreateBuffer(d->context(), CL_MEM_READ_WRITE, bytes, nullptr, &e);
+    return e == CL_SUCCESS ? OkStatus() : cl_status(e, d->info().name, "allocating SGEMM buffers");
+  }
+  Status run() {
+    GemmCall g;
+    g.m = g.n = g.k = g.lda = g.ldb = g.ldc = n;
+    g.a = a, g.b = b, g.c = c;
+    g.a_off = g.b_off = g.c_off = {0};
+    TD_RETURN_IF_ERROR(run_gemm(*d, g));
+    const cl_int e = clFinish(d->queue());
+    return e == CL_SUCCESS ? OkStatus() : cl_status(e, d->info().name, "running SGEMM");
+  }
+  // GFLOP/s: the best of `repeats` timed runs after one untimed (compiling) run.
+  Result<double> gflops(int repeats) {
+    TD_RETURN_IF_ERROR(run());
+    double best = 1e30;
+    for (int r = 0; r < std::max(repeats, 1); ++r) {
+      const auto t = std::chrono::steady_clock::now();
+      TD_RETURN_IF_ERROR(run());
+      best = std::min(best, seconds_since(t));
+    }
+    return 2.0 * static_cast<double>(n) * n * n / best / 1e9;
+  }
+  // 64 entries of C against double-precision dot products on the host.
+  Status check() {
+    std::vector<float> hc(n * n);
+    cl_int e = clEnqueueReadBuffer(d->queue(), c, CL_TRUE, 0, hc.size() * sizeof(float), hc.data(), 0, nullptr, nullptr);
+    if (e != CL_SUCCESS) return cl_status(e, d->info().name, "reading SGEMM's result");
+    std::mt19937 rng(7);
+    for (int s = 0; s < 64; ++s) {
+      const size_t i = rng() % n, j = rng() % n;
+      double ref = 0, mag = 0;
+      for (size_t k = 0; k < n; ++k) {
+        ref += static_cast<double>(ha[i * n + k]) * hb[k * n + j];
+        mag += std::abs(static_cast<double>(ha[i * n + k]) * hb[k * n + j]);
+      }
+      if (!(std::abs(hc[i * n + j] - ref) <= 1e-4 * mag + 1e-5))
+        return errors::Internal("C[{}][{}] = {} where the host computes {}", i, j, hc[i * n + j], ref);
+    }
+    return OkStatus();
+  }
+};
+
+}  // namespace
+
+std::string tune_file(const std::string& platform, const std::string& model, const std::string& driver) {
+  return tune_path(platform + "|" + model + "|" + driver).string();
+}
+
+Status tune(const TuneOptions& o, std::ostream& out) {
+  const auto start = std::chrono::steady_clock::now();
+  OpenClBackend backend;
+  auto devices = backend.enumerate();
+  OpenClDevice* d = nullptr;
+  std::vector<std::string> names;
+  for (auto& dev : devices) {
+    names.push_back(dev->info().name);
+    if (dev->info().name == o.device) d = dynamic_cast<OpenClDevice*>(dev.get());
+  }
+  if (!d)
+    return errors::NotFound("tune: no device '{}' (OpenCL devices here: {})", o.device,
+                            names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", ")));
+  const auto file = tune_path(d->device_key());
+  out << fmt::format("Tuning {} ({}, driver {}); budget {:.0f} s\n", d->info().name, d->info().model,
+                     d->info().driver_version, o.budget_seconds);
+  std::vector<std::string> lines = {"device " + d->device_key()};
+  auto over = [&] { return seconds_since(start) > o.budget_seconds; };
+
+#ifdef TENSORD_HAVE_CLBLAST
+  if (!d->blas()) return errors::FailedPrecondition("tune: TENSORD_OPENCL_BLAS=0 turns CLBlast off");
+  if (o.sizes.empty()) return errors::InvalidArgument("tune: no SGEMM sizes");
+  using Params = std::unordered_map<std::string, size_t>;
+  Params defaults;
+  // The database's choice (not an earlier tuning: it is the baseline).
+  clblast::ClearCache();
+  if (clblast::RetrieveParameters(d->id(), "Xgemm", clblast::Precision::kSingle, defaults) !=
+      clblast::StatusCode::kSuccess)
+    return errors::Internal("tune: CLBlast has no Xgemm parameters for {}", d->info().name);
+  std::map<int64_t, double> before, after;
+  for (int64_t n : o.sizes) {
+    GemmBench b;
+    TD_RETURN_IF_ERROR(b.init(d, static_cast<size_t>(n)));
+    TD_ASSIGN_OR_RETURN(before[n], b.gflops(o.repeats));
+    out << fmt::format("  SGEMM {}: {:.1f} GFLOP/s with CLBlast's database parameters\n", n, before[n]);
+  }
+  // Candidates: tile sizes (MWG x NWG per work group, KWG deep), work-group shape (MDIMC x
+  // NDIMC), vector widths, local memory (SA/SB) — constraints as CLBlast's tuner states them.
+  const std::vector<Params> candidates = {
+      {{"MWG", 64}, {"NWG", 64}, {"KWG", 32}, {"MDIMC", 8}, {"NDIMC", 8}, {"MDIMA", 8}, {"NDIMB", 8}, {"KWI", 2}, {"VWM", 4}, {"VWN", 4}, {"SA", 0}, {"SB", 0}},
+      {{"MWG", 64}, {"NWG", 64}, {"KWG", 32}, {"MDIMC", 8}, {"NDIMC", 8}, {"MDIMA", 8}, {"NDIMB", 8}, {"KWI", 2}, {"VWM", 8}, {"VWN", 8}, {"SA", 0}, {"SB", 0}},
+      {{"MWG", 128}, {"NWG", 128}, {"KWG", 32}, {"MDIMC", 16}, {"NDIMC", 16}, {"MDIMA", 16}, {"NDIMB", 16}, {"KWI", 2}, {"VWM", 8}, {"VWN", 8}, {"SA", 0}, {"SB", 0}},
+      {{"MWG", 32}, {"NWG", 32}, {"KWG", 32}, {"MDIMC", 8}, {"NDIMC", 8}, {"MDIMA", 8}, {"NDIMB", 8}, {"KWI", 2}, {"VWM", 4}, {"VWN", 4}, {"SA", 0}, {"SB", 0}},
+      {{"MWG", 64}, {"NWG", 64}, {"KWG", 16}, {"MDIMC", 16}, {"NDIMC", 16}, {"MDIMA", 16}, {"NDIMB", 16}, {"KWI", 2}, {"VWM", 4}, {"VWN", 4}, {"SA", 1}, {"SB", 1}},
+      {{"MWG", 32}, {"NWG", 64}, {"KWG", 32}, {"MDIMC", 4}, {"NDIMC", 8}, {"MDIMA", 4}, {"NDIMB", 8}, {"KWI", 1}, {"VWM", 8}, {"VWN", 8}, {"SA", 0}, {"SB", 0}},
+      {{"MWG", 16}, {"NWG", 64}, {"KWG", 64}, {"MDIMC", 2}, {"NDIMC", 8}, {"MDIMA", 2}, {"NDIMB", 8}, {"KWI", 1}, {"VWM", 8}, {"VWN", 8}, {"SA", 0}, {"SB", 0}},
+  };
+  const int64_t n0 = o.sizes.front();
+  GemmBench bench;
+  TD_RETURN_IF_ERROR(bench.init(d, static_cast<size_t>(n0)));
+  Params best = defaults;
+  double best_gflops = before[n0];
+  int tried = 0;
+  for (const Params& change : candidates) {
+    if (tried > 0 && over()) {
+      out << "  (budget spent: the remaining candidates were not tried)\n";
+      break;
+    }
+    Params p = defaults;
+    for (const auto& [k, v] : change) p[k] = v;
+    if (p.count("GEMMK")) p["GEMMK"] = 0;
+    if (p.count("KREG")) p["KREG"] = 1;
+    if (p.count("STRM")) p["STRM"] = 0;
+    if (p.count("STRN")) p["STRN"] = 0;
+    std::string desc;
+    for (const char* k : {"MWG", "NWG", "KWG", "MDIMC", "NDIMC", "VWM", "VWN", "SA", "SB"})
+      desc += fmt::format("{}={} ", k, p[k]);
+    ++tried;
+    if (clblast::OverrideParameters(d->id(), "Xgemm", clblast::Precision::kSingle, p) !=
+        clblast::StatusCode::kSuccess) {
+      out << "  candidate " << desc << ": not accepted by CLBlast\n";
+      continue;
+    }
+    auto g = bench.gflops(1);
+    Status ok = g.ok() ? bench.check() : g.status();
+    if (!ok.ok()) {
+      out << "  candidate " << desc << ": rejected (" << ok.message() << ")\n";
+      continue;
+    }
+    out << fmt::format("  candidate {}: {:.1f} GFLOP/s\n", desc, *g);
+    if (*g > best_gflops) best_gflops = *g, best = p;
+  }
+  clblast::OverrideParameters(d->id(), "Xgemm", clblast::Precision::kSingle, best);
+  const bool changed = best != defaults;
+  if (changed) {
+    std::string kv;
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : best) keys.push_back(k);
+    std::sort(keys.begin(), keys.end());
+    for (const auto& k : keys) kv += fmt::format(" {}={}", k, best[k]);
+    lines.push_back("clblast Xgemm" + kv);
+  }
+  for (int64_t n : o.sizes) {
+    GemmBench b;
+    TD_RETURN_IF_ERROR(b.init(d, static_cast<size_t>(n)));
+    TD_ASSIGN_OR_RETURN(after[n], b.gflops(o.repeats));
+    TD_RETURN_IF_ERROR(b.check());
+  }
+  out << fmt::format("  Xgemm: {} of {} candidates tried; {}\n", tried, candidates.size(),
+                     changed ? "a candidate beats CLBlast's database" : "CLBlast's database stays");
+  for (int64_t n : o.sizes)
+    out << fmt::format("  SGEMM {}: {:.1f} -> {:.1f} GFLOP/s\n", n, before[n], after[n]);
+#endif
+
+  // The convolutions' GEMM: the generated kernel with 4, 8 or 12 output channels per work
+  // item, or CLBlast's SGEMM, timed on the GEMMs of a 3x3 (64 -> 64 channels) and a 1x1
+  // (64 -> 256) convolution over 56 x 56 (ResNet-50's first stage).
+  {
+    std::vector<codegen::ConvGeometry> convs(2);
+    for (auto& g : convs) g.N = 1, g.C = 64, g.H = g.W = g.OH = g.OW = 56, g.bias = false;
+    convs[0].M = 64, convs[0].KH = convs[0].KW = 3;  // its columns: K = 576
+    convs[1].M = 256, convs[1].KH = convs[1].KW = 1;
+    std::vector<cl_mem> mems;
+    auto buffer = [&](size_t floats) -> Result<cl_mem> {
+      cl_int e = CL_SUCCESS;
+      cl_mem m = clCreateBuffer(d->context(), CL_MEM_READ_WRITE, floats * 4, nullptr, &e);
+      if (e != CL_SUCCESS) return cl_status(e, d->info().name, "allocating tuning buffers");
+      const float zero = 0.5f;
+      clEnqueueFillBuffer(d->queue(), m, &zero, sizeof(zero), 0, floats * 4, 0, nullptr, nullptr);
+      mems.push_back(m);
+      return m;
+    };
+    auto time_tile = [&](int64_t tile) -> Result<double> {
+      double total = 0;
+      for (const auto& g : convs) {
+        const size_t K = static_cast<size_t>(g.C * g.KH * g.KW), N = static_cast<size_t>(g.OH * g.OW);
+        TD_ASSIGN_OR_RETURN(cl_mem cols, buffer(K * N));
+        TD_ASSIGN_OR_RETURN(cl_mem w, buffer(static_cast<size_t>(g.M) * K));
+        TD_ASSIGN_OR_RETURN(cl_mem outm, buffer(static_cast<size_t>(g.M) * N));
+        std::function<Status()> once;
+        std::shared_ptr<Program> prog;
+        codegen::TemplateKernel k;
+        if (tile > 0) {
+          k = codegen::conv_gemm_kernel(g, tile);
+          TD_ASSIGN_OR_RETURN(prog, d->template_program(k));
+          once = [&] { return d->launch(*prog, {Arg{cols, 0}, Arg{w, 0}, Arg{outm, 0}}, k.n); };
+        } else {
+          once = [&] {
+            GemmCall c;
+            c.m = static_cast<size_t>(g.M), c.n = N, c.k = K, c.lda = K, c.ldb = c.ldc = N;
+            c.a = w, c.b = cols, c.c = outm, c.a_off = c.b_off = c.c_off = {0};
+            return run_gemm(*d, c);
+          };
+        }
+        TD_RETURN_IF_ERROR(once());  // compiles
+        if (clFinish(d->queue()) != CL_SUCCESS) return errors::Internal("clFinish failed");
+        double best = 1e30;
+        for (int r = 0; r < std::max(o.repeats, 1); ++r) {
+          const auto t0 = std::chrono::steady_clock::now();
+          TD_RETURN_IF_ERROR(once());
+          if (clFinish(d->queue()) != CL_SUCCESS) return errors::Internal("clFinish failed");
+          best = std::min(best, seconds_since(t0));
+        }
+        total += best;
+      }
+      return total;
+    };
+    std::vector<int64_t> tiles = {8, 4, 12};
+    if (d->blas()) tiles.push_back(0);
+    int64_t best_tile = -1;
+    double best_t = 1e30;
+    std::string report;
+    for (int64_t tile : tiles) {
+      if (best_tile >= 0 && over()) break;
+      auto t = time_tile(tile);
+      for (cl_mem m : mems) clReleaseMemObject(m);
+      mems.clear();
+      if (!t.ok()) {
+        report += fmt::format(" {}: failed ({})", tile ? std::to_string(tile) : "CLBlast", t.status().message());
+        continue;
+      }
+      report += fmt::format(" {}: {:.2f} ms", tile ? fmt::format("tiles of {}", tile) : "CLBlast", *t * 1e3);
+      if (*t < best_t) best_t = *t, best_tile = tile;
+    }
+    out << "  convolution GEMMs (3x3 64->64 and 1x1 64->256 over 56x56):" << report << "\n";
+    if (best_tile >= 0) {
+      lines.push_back(fmt::format("conv_gemm {}", best_tile));
+      out << "  convolutions: " << (best_tile ? fmt::format("generated GEMM, tiles of {}", best_tile) : "CLBlast")
+          << "\n";
+    }
+  }
+
+  // The generated kernels' work-group size: im2col of a 3x3 convolution over 64 x 56 x 56 and
+  // the bias fill of its output, each timed over 5 launches per candidate size.
+  {
+    codegen::ConvGeometry geo;
+    geo.N = 1, geo.C = 64, geo.H = geo.W = 56, geo.M = 64, geo.KH = geo.KW = 3, geo.PT = geo.PL = 1;
+    geo.OH = geo.OW = 56;
+    const auto k1 = codegen::im2col_kernel(geo);
+    const auto k2 = codegen::channel_fill_kernel(64 * 56 * 56, 56 * 56, 64);
+    TD_ASSIGN_OR_RETURN(auto p1, d->template_program(k1));
+    TD_ASSIGN_OR_RETURN(auto p2, d->template_program(k2));
+    const size_t col_bytes = static_cast<size_t>(k1.n) * 4, x_bytes = 64 * 56 * 56 * 4;
+    cl_int e = CL_SUCCESS;
+    cl_mem x = clCreateBuffer(d->context(), CL_MEM_READ_WRITE, x_bytes, nullptr, &e);
+    cl_mem col = e == CL_SUCCESS ? clCreateBuffer(d->context(), CL_MEM_READ_WRITE, col_bytes, nullptr, &e) : nullptr;
+    if (e != CL_SUCCESS) {
+      if (x) clReleaseMemObject(x);
+      return cl_status(e, d->info().name, "allocating tuning buffers");
+    }
+    const float zero = 0.0f;
+    clEnqueueFillBuffer(d->queue(), x, &zero, sizeof(zero), 0, x_bytes, 0, nullptr, nullptr);
+    const size_t max_wg = static_cast<size_t>(device_value<size_t>(d->id(), CL_DEVICE_MAX_WORK_GROUP_SIZE, 1));
+    size_t best_local = 0;
+    double best_time = 1e30;
+    std::string report;
+    Status failed;
+    for (size_t local : {8, 16, 32, 64, 128, 256, 512}) {
+      if (local > max_wg || (best_local && over())) break;
+      p1->local_size = p2->local_size = local;
+      double t = 1e30;
+      for (int r = 0; r < 3 && failed.ok(); ++r) {  // best of 3 rounds of 5 launches each
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 5 && failed.ok(); ++i) {
+          failed = d->launch(*p1, {Arg{x, 0}, Arg{col, 0}}, k1.n);
+          if (failed.ok()) failed = d->launch(*p2, {Arg{x, 0}, Arg{col, 0}}, k2.n);
+        }
+        if (failed.ok() && clFinish(d->queue()) != CL_SUCCESS) failed = errors::Internal("clFinish failed");
+        t = std::min(t, seconds_since(t0));
+      }
+      if (!failed.ok()) break;
+      report += fmt::format(" {}: {:.2f} ms", local, t * 1e3 / 5);
+      if (t < best_time * 0.97) best_time = t, best_local = local;  // ties go to the smaller
+    }
+    clReleaseMemObject(x);
+    clReleaseMemObject(col);
+    TD_RETURN_IF_ERROR(failed);
+    out << "  generated kernels, work-group size:" << report << "\n";
+    if (best_local) {
+      lines.push_back(fmt::format("local_size {}", best_local));
+      out << fmt::format("  generated kernels: work groups of {}\n", best_local);
+    }
+  }
+
+  if (file.empty()) {
+    out << "  TENSORD_TUNE_CACHE=off: nothing stored\n";
+    return OkStatus();
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(file.parent_path(), ec);
+  const auto tmp = std::filesystem::path(file.string() + ".tmp" + std::to_string(::getpid()));
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    for (const auto& l : lines) f << l << "\n";
+    if (!f) return errors::Internal("tune: cannot write {}", tmp.string());
+  }
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) return errors::Internal("tune: cannot write {}: {}", file.string(), ec.message());
+  out << fmt::format("Stored in {} ({:.0f} s); later runs on {} read it\n", file.string(), seconds_since(start),
+                     d->info().name);
+  return OkStatus();
+}
+
 std::unique_ptr<Backend> create_opencl_backend() { return std::make_unique<OpenClBackend>(); }
 int64_t programs_built() { return g_programs_built.load(); }
 int64_t kernels_launched() { return g_kernels_launched.load(); }
 int64_t disk_cache_hits() { return g_disk_hits.load(); }
+int64_t blas_calls() { return g_blas_calls.load(); }
+Status set_conv_gemm(Device& device, int64_t tile) {
+  auto* d = dynamic_cast<OpenClDevice*>(&device);
+  if (!d) return errors::InvalidArgument("set_conv_gemm: {} is not an OpenCL device", device.info().name);
+  if (tile < 0 || tile > 16 || (tile == 0 && !d->blas()))
+    return errors::InvalidArgument("set_conv_gemm: {} is not 0 (CLBlast{}) or 1..16", tile,
+                                   d->blas() ? "" : ", not built or turned off");
+  d->set_conv_tile(tile);
+  return OkStatus();
+}
 std::string last_source() {
   std::lock_guard<std::mutex> lock(g_last_mu);
   return g_last_source;

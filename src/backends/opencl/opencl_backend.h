@@ -15,8 +15,10 @@
 // opencl) one line on stderr says why.
 #pragma once
 
+#include <iosfwd>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -29,6 +31,35 @@ int64_t programs_built();
 int64_t kernels_launched();
 // Programs loaded from the disk cache (TENSORD_KERNEL_CACHE) instead of compiled.
 int64_t disk_cache_hits();
+// SGEMM calls made through CLBlast (MatMul, Gemm, Conv), since start.
+int64_t blas_calls();
+
+// `tensord tune`: measures candidate parameters on one device and stores the best in the
+// device's tuning file, which every later start of the backend reads (a device nobody tuned
+// for runs the defaults: CLBlast's database, work groups from the device's limits):
+//  - CLBlast's Xgemm kernel (clblast::OverrideParameters): CLBlast's database choice and a
+//    small set of candidates (tile sizes, vector widths, local memory), each checked against a
+//    host GEMM before it may win, timed on the SGEMM sizes;
+//  - the convolutions' GEMM: the generated register-tiled kernel (4, 8 or 12 output channels
+//    per work item) or CLBlast's SGEMM, timed on two ResNet-50 convolutions;
+//  - the work-group size of the generated kernels (im2col, bias fill, a depthwise convolution
+//    and an element-wise kernel of the sizes of a ResNet/MobileNet layer).
+// The file: TENSORD_TUNE_CACHE (a folder; "off": no file), else $XDG_CACHE_HOME/tensord/tune
+// or ~/.cache/tensord/tune, one file per device name and driver version.
+struct TuneOptions {
+  std::string device = "opencl:0";
+  double budget_seconds = 600;  // past this no new candidate starts (but the first of each kind)
+  std::vector<int64_t> sizes = {1024, 2048};  // SGEMM n = m = k timed (the first one tunes)
+  int repeats = 3;                          // timed runs per measurement (the best counts)
+};
+Status tune(const TuneOptions& options, std::ostream& out);
+// The tuning file a device of this platform, name and driver reads ("" when disabled).
+std::string tune_file(const std::string& platform, const std::string& model, const std::string& driver);
+
+// Which GEMM a device's convolutions use from now on: 0 = CLBlast's SGEMM, 1..16 = the
+// generated kernel with that many output channels per work item (what the tuning file's
+// "conv_gemm" line sets). INVALID_ARGUMENT for another device or value.
+Status set_conv_gemm(Device& device, int64_t tile);
 
 // The OpenCL C source a device would compile for the last generated kernel (tests).
 std::string last_source();
