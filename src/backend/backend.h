@@ -251,6 +251,10 @@ class Device {
   // Optional (whole-run replay): a recorder for an executable whose every step runs here with
   // static shapes and reads no value on the host (nullptr: each run launches step by step).
   virtual std::unique_ptr<RunRecorder> run_recorder() { return nullptr; }
+  // Optional (asynchronous devices): returns when every kernel and copy queued so far has
+  // finished, with the first error any of them hit. The executor calls it at the end of a run,
+  // so a value is ready (Client::wait, a benchmark's clock) only once the device is done.
+  virtual Status synchronize() { return OkStatus(); }
 };
 
 class Backend {

@@ -976,11 +976,14 @@ std::string Executable::describe() const {
 std::vector<Result<DeviceTensor>> Executable::run(const std::vector<Result<DeviceTensor>>& inputs,
                                                   RunServices& services) {
   Impl& x = *impl_;
-  if (x.replay) {
-    std::vector<Result<DeviceTensor>> outs;
-    if (x.run_replayed(inputs, services, &outs)) return outs;
-  }
-  return x.run_steps(inputs, services);
+  std::vector<Result<DeviceTensor>> outs;
+  if (!x.replay || !x.run_replayed(inputs, services, &outs)) outs = x.run_steps(inputs, services);
+  // An asynchronous device (OpenCL, CUDA) has only queued the work: the outputs are ready when
+  // it has finished, and an error found then is every output's.
+  if (Status s = x.devices[0]->synchronize(); !s.ok())
+    for (auto& o : outs)
+      if (o.ok()) o = s;
+  return outs;
 }
 
 std::vector<Result<DeviceTensor>> Executable::Impl::run_steps(const std::vector<Result<DeviceTensor>>& inputs,

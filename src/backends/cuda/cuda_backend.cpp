@@ -416,6 +416,12 @@ class CudaDevice final : public Device {
   const DriverApi* api() const { return api_; }
   bool sync_each() const { return sync_; }
   std::unique_ptr<RunRecorder> run_recorder() override;
+  Status synchronize() override {
+    if (compile_only()) return OkStatus();
+    TD_RETURN_IF_ERROR(enter());
+    CUresult r = api_->cuStreamSynchronize(stream_);
+    return r == CUDA_SUCCESS ? OkStatus() : cu_status(api_, r, info_.name, "finishing a run");
+  }
 
   // The module for `source`, compiled once per device (kept for the device's lifetime).
   Result<std::shared_ptr<Program>> program(const std::string& source, const std::string& kernel_name) {

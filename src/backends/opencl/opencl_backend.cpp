@@ -333,6 +333,10 @@ class OpenClDevice final : public Device {
   // channels per work item (tuning file "conv_gemm", TENSORD_OPENCL_CONV_TILE overrides).
   int64_t conv_tile() const { return conv_tile_; }
   void set_conv_tile(int64_t t) { conv_tile_ = t; }
+  Status synchronize() override {
+    const cl_int e = clFinish(queue_);
+    return e == CL_SUCCESS ? OkStatus() : cl_status(e, info_.name, "finishing a run");
+  }
   // TENSORD_OPENCL_SYNC: every kernel finishes before the next starts (timing, debugging).
   Status finish_if_sync() {
     if (!sync_) return OkStatus();
