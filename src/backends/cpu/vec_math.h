@@ -28,7 +28,8 @@ inline float exp(float x) {
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
   // Scale by 2^n through the exponent bits.
-  const int32_t e = (static_cast<int32_t>(n) + 127) << 23;
+  // (NaN in: n is NaN, and converting it to an integer is undefined — use 0, x is returned.)
+  const int32_t e = (static_cast<int32_t>(nan ? 0.0f : n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &e, sizeof scale);
   const float y = p * scale;
