@@ -234,10 +234,11 @@ class WorkQueue {
       ScopedRunContext scope(&f);
       task.fn(f);  // top-level runs are never preempted
     }
-    if (task.tokens.cancelled()) stats_->cancelled++;
     const int64_t busy = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
     stats_->busy_us += busy;
     busy_us_.fetch_add(busy, std::memory_order_relaxed);
+    // Counted last: a reader who sees the task counted also sees its busy time.
+    if (task.tokens.cancelled()) stats_->cancelled++;
   }
 
   // Runs other sessions' eligible tasks inline, round-robin, for about one slice (each task
