@@ -118,6 +118,7 @@ struct RegionChannel::State {
     uint64_t owner = 0;
     Clock::time_point expires;
     int fd = -1;
+    int pid = 0;  // the sender of the descriptor, as the kernel names it (SO_PEERCRED)
   };
   struct Connection {
     int fd;
@@ -199,6 +200,14 @@ struct RegionChannel::State {
       } else {
         it->second.fd = fds[0];
         fds.clear();
+        // Who sent it, from the kernel (0 when it cannot say, or the sender's process is not
+        // visible in this pid namespace): the one process the session's direct reads may
+        // write into.
+        ucred cred{};
+        socklen_t len = sizeof cred;
+        it->second.pid =
+            getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid > 0 ? cred.pid
+                                                                                        : 0;
         answer = "ok";
       }
     }
@@ -323,7 +332,7 @@ Result<std::string> RegionChannel::issue(uint64_t owner) {
   return ticket;
 }
 
-Result<int> RegionChannel::redeem(uint64_t owner, std::string_view ticket) {
+Result<int> RegionChannel::redeem(uint64_t owner, std::string_view ticket, int* sender_pid) {
   std::lock_guard<std::mutex> lock(state_->mu);
   auto it = state_->tickets.find(std::string(ticket));
   // One answer for a ticket that is unknown, expired, spent or another session's: a session
@@ -340,6 +349,7 @@ Result<int> RegionChannel::redeem(uint64_t owner, std::string_view ticket) {
         "region socket (SCM_RIGHTS) first",
         ticket);
   const int fd = it->second.fd;
+  if (sender_pid) *sender_pid = it->second.pid;
   state_->tickets.erase(it);
   return fd;
 }
