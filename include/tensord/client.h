@@ -55,9 +55,6 @@ struct ClientStats {
   int64_t downloads = 0;
   int64_t copies = 0;
   int64_t runs = 0;  // run() calls on loaded models
-  // read_into() calls a same-host broker wrote straight into the caller's memory (one copy,
-  // no shared-memory region in between; see RemoteClient)
-  int64_t direct_reads = 0;
 };
 
 // A tensor's bytes in this process's memory, shared with the engine (not copied): valid

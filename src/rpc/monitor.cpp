@@ -108,7 +108,7 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
   MetricsInterceptor(std::shared_ptr<RpcMetrics> metrics, RpcMetrics::Method* method)
       : metrics_(std::move(metrics)), method_(method) {
     kind_ = method_->name == "UploadRegion" ? kUploadRegion
-            : method_->name == "ReadRegion" || method_->name == "ReadDirect" ? kReadRegion
+            : method_->name == "ReadRegion" ? kReadRegion
                                             : kOther;
     method_->in_flight.fetch_add(1, std::memory_order_relaxed);
   }

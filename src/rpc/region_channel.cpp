@@ -118,7 +118,6 @@ struct RegionChannel::State {
     uint64_t owner = 0;
     Clock::time_point expires;
     int fd = -1;
-    int pid = 0;  // the sender of the descriptor, as the kernel names it (SO_PEERCRED)
   };
   struct Connection {
     int fd;
@@ -200,14 +199,6 @@ struct RegionChannel::State {
       } else {
         it->second.fd = fds[0];
         fds.clear();
-        // Who sent it, from the kernel (0 when it cannot say, or the sender's process is not
-        // visible in this pid namespace): the one process the session's direct reads may
-        // write into.
-        ucred cred{};
-        socklen_t len = sizeof cred;
-        it->second.pid =
-            getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid > 0 ? cred.pid
-                                                                                        : 0;
         answer = "ok";
       }
     }
@@ -332,7 +323,7 @@ Result<std::string> RegionChannel::issue(uint64_t owner) {
   return ticket;
 }
 
-Result<int> RegionChannel::redeem(uint64_t owner, std::string_view ticket, int* sender_pid) {
+Result<int> RegionChannel::redeem(uint64_t owner, std::string_view ticket) {
   std::lock_guard<std::mutex> lock(state_->mu);
   auto it = state_->tickets.find(std::string(ticket));
   // One answer for a ticket that is unknown, expired, spent or another session's: a session
@@ -349,7 +340,6 @@ Result<int> RegionChannel::redeem(uint64_t owner, std::string_view ticket, int* 
         "region socket (SCM_RIGHTS) first",
         ticket);
   const int fd = it->second.fd;
-  if (sender_pid) *sender_pid = it->second.pid;
   state_->tickets.erase(it);
   return fd;
 }

@@ -48,8 +48,7 @@ class RegionChannel {
 
   // The descriptor that arrived with `ticket`, now the caller's to close. The ticket is spent.
   // NOT_FOUND (the same words) for a ticket that is unknown, expired, spent or `owner`'s not.
-  // `sender_pid`: the process that sent it (SO_PEERCRED; 0 when unknown).
-  Result<int> redeem(uint64_t owner, std::string_view ticket, int* sender_pid = nullptr);
+  Result<int> redeem(uint64_t owner, std::string_view ticket);
 
   // Pending tickets (for tests and accounting).
   size_t pending() const;

@@ -230,9 +230,6 @@ class AttachCall final : public grpc::ClientReadReactor<v1::AttachEvent> {
 // Deferred releases are sent on their own once this many wait.
 constexpr size_t kMaxPendingReleases = 64;
 
-// read_into() values this large into memory that is not a region: written by the broker
-// straight into it (ReadDirect) where it can.
-constexpr int64_t kDirectMinBytes = 1 << 20;
 // Uploads this large go over RemoteClientOptions::upload_streams concurrent streams.
 constexpr int64_t kParallelUploadMinBytes = 64 << 20;
 
@@ -285,13 +282,6 @@ struct RemoteClient::Impl {
   std::vector<std::unique_ptr<ShmRegion>> shm_lent;  // not to be written: tensors use them
   std::shared_ptr<ShmReturns> shm_returns = std::make_shared<ShmReturns>();
   std::atomic<int64_t> shm_serial{0};
-  // Reads written by the broker straight into this process's memory (ReadDirect): 0 = not
-  // tried yet, 1 = they work, -1 = off (refused by the broker or the kernel, or an older
-  // broker). Only from the process that connected (a forked child is another process).
-  std::atomic<int> direct_state{0};
-  const pid_t owner_pid = getpid();
-  std::atomic<int64_t> direct_reads{0};
-  Result<TensorType> read_direct(TensorHandle h, void* dst, int64_t room, bool* unusable);
   std::string region_socket;  // where the memfds go (HandshakeResponse.region_socket)
 
   std::mutex release_mu;
@@ -1369,61 +1359,11 @@ Result<HostTensor> RemoteClient::allocate_host(DType dtype, Shape shape) {
   return HostTensor::uninitialized(dtype, std::move(shape));
 }
 
-// read_into() memory of this process that is not a region: the broker writes the value
-// there itself (ReadDirect, cross-memory attach), one copy instead of two (into a region,
-// then out of it). Only once a region of this process is registered (it is what names this
-// process to the broker), for values of at least kDirectMinBytes. `unusable`: not tried, or
-// refused as a whole (then off for this client), and the caller reads the ordinary way.
-Result<TensorType> RemoteClient::Impl::read_direct(TensorHandle h, void* dst, int64_t room,
-                                                   bool* unusable) {
-  *unusable = true;
-  if (!dst || room < kDirectMinBytes || direct_state.load() < 0 || shm_state.load() != 1 ||
-      shm_serial.load() == 0 || getpid() != owner_pid || cached(h))
-    return errors::Unavailable("read: not direct");
-  flush_releases();
-  grpc::ClientContext ctx;
-  prepare(ctx, kNoDeadline);
-  v1::ReadDirectRequest req;
-  req.set_handle(h);
-  req.set_address(reinterpret_cast<uintptr_t>(dst));
-  req.set_max_bytes(room);
-  v1::ReadRegionResponse resp;
-  grpc::Status gs = stub->ReadDirect(&ctx, req, &resp);
-  if (gs.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
-      (gs.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-       gs.error_message().rfind("ReadDirect:", 0) == 0)) {
-    // An older broker, or writes into this process not possible: the regions then, for good.
-    direct_state = -1;
-    return errors::Unavailable("read: not direct");
-  }
-  *unusable = false;
-  downloads++;
-  TD_RETURN_IF_ERROR(finish(ctx, gs, "read"));
-  const auto& hd = resp.header();
-  auto size = checked_wire_size(hd.dtype(), hd.shape(), "read");
-  if (!size.ok() || *size != hd.total_bytes())
-    return errors::Internal("read: the broker's answer declares {} bytes for {}",
-                            hd.total_bytes(), size.ok() ? "another size" : "a bad type");
-  TensorType type{static_cast<DType>(hd.dtype()), Shape(hd.shape().begin(), hd.shape().end())};
-  if (*size > room || *size == 0) return type;  // no room: nothing written, as read_into says
-  if (!resp.written() || resp.part_bytes() != *size)
-    return errors::Internal("read: the broker did not write the {} bytes of handle {}", *size, h);
-  direct_state = 1;
-  direct_reads++;
-  last_read_bytes = *size;
-  return type;
-}
-
 Result<TensorType> RemoteClient::read_into(TensorHandle h, void* dst, size_t room) {
   const int64_t r = static_cast<int64_t>(std::min<size_t>(room, INT64_MAX));
   {
     bool unusable = false;
     auto direct = impl_->shm_read_direct(h, dst, r, &unusable);
-    if (!unusable) return direct;
-  }
-  {
-    bool unusable = false;
-    auto direct = impl_->read_direct(h, dst, r, &unusable);
     if (!unusable) return direct;
   }
   bool no_dst = false;
@@ -1670,7 +1610,6 @@ ClientStats RemoteClient::stats() {
   ClientStats s{impl_->executes.load(), impl_->uploads.load(), impl_->downloads.load(),
                 impl_->copies.load()};
   s.runs = impl_->runs.load();
-  s.direct_reads = impl_->direct_reads.load();
   return s;
 }
 

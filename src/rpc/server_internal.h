@@ -90,12 +90,6 @@ struct SessionState {
   int in_flight = 0;
   std::unordered_map<uint64_t, std::shared_ptr<Region>> regions;
   uint64_t next_region = 1;
-  // The process that sent this session's region descriptors (SO_PEERCRED) and its start time
-  // (/proc/<pid>/stat, so that a pid reused by another process is not taken for it): the only
-  // process ReadDirect writes into. 0 when none, or when descriptors came from two processes.
-  int direct_pid = 0;
-  uint64_t direct_start = 0;
-  bool direct_mixed = false;
   std::unordered_map<uint64_t, std::shared_ptr<PendingUpload>> uploads;
   uint64_t next_upload = 1;
 };
@@ -326,8 +320,6 @@ class Service final
   grpc::Status ReclaimRegions(grpc::ServerContext* ctx, const v1::ReclaimRegionsRequest* req,
                               v1::ReclaimRegionsResponse* resp) override;
   grpc::Status ReadRegion(grpc::ServerContext* ctx, const v1::ReadRegionRequest* req,
-                          v1::ReadRegionResponse* resp) override;
-  grpc::Status ReadDirect(grpc::ServerContext* ctx, const v1::ReadDirectRequest* req,
                           v1::ReadRegionResponse* resp) override;
 
   // ---------------------------------------------------------------- status.cpp

@@ -7,14 +7,11 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <string>
 
 namespace tensord::rpc::server_impl {
 
@@ -24,28 +21,6 @@ namespace {
 // values no kernel reads as an index, a size or a shape, so that a client breaking its promise
 // can spoil its own results but never make the broker read or write out of bounds.
 bool may_compute_in_place(DType t) { return dtype_is_float(t); }
-
-// When process `pid` started (field 22 of /proc/<pid>/stat, clock ticks since boot); 0 when
-// it cannot be read. A pid and its start time name one process for good.
-uint64_t process_start_time(int pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  FILE* f = std::fopen(path, "re");
-  if (!f) return 0;
-  char buf[1024];
-  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  buf[n] = 0;
-  // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-  const char* p = std::strrchr(buf, ')');
-  if (!p) return 0;
-  int field = 2;  // the field that the text at p belongs to
-  for (++p; *p && field < 22; ++p)
-    if (*p == ' ') ++field;  // a space: the next field begins after it
-  unsigned long long start = 0;
-  if (field != 22 || std::sscanf(p, "%llu", &start) != 1) return 0;
-  return start;
-}
 
 }  // namespace
 
@@ -79,10 +54,8 @@ grpc::Status Service::RegisterRegion(grpc::ServerContext* ctx, const v1::Registe
   if (req->bytes() <= 0 || req->bytes() > (int64_t{1} << 40))
     return fail(ctx, errors::InvalidArgument(
                          "RegisterRegion: region size {} is not in (0, 1 TiB]", req->bytes()));
-  int sender = 0;
-  auto fd = region_channel_->redeem(g.engine_session(), req->ticket(), &sender);
+  auto fd = region_channel_->redeem(g.engine_session(), req->ticket());
   if (!fd.ok()) return fail(ctx, fd.status());
-  const uint64_t sender_start = sender > 0 ? process_start_time(sender) : 0;
   auto region = open_region(*fd, req->bytes());
   close(*fd);  // mapped (or refused): the mapping does not need the descriptor
   if (!region.ok()) return fail(ctx, region.status());
@@ -95,15 +68,6 @@ grpc::Status Service::RegisterRegion(grpc::ServerContext* ctx, const v1::Registe
                                        kMaxRegionsPerSession));
   const uint64_t id = s->next_region++;
   s->regions.emplace(id, std::move(region).value());
-  if (!s->direct_mixed) {
-    if (s->direct_pid == 0 && s->regions.size() == 1 && sender > 0 && sender_start != 0) {
-      s->direct_pid = sender;
-      s->direct_start = sender_start;
-    } else if (s->direct_pid != sender || s->direct_start != sender_start) {
-      s->direct_mixed = true;  // two processes (or an unknown one): nobody is written into
-      s->direct_pid = 0;
-    }
-  }
   resp->set_region(id);
   return grpc::Status::OK;
 }
@@ -209,111 +173,6 @@ grpc::Status Service::ReadRegion(grpc::ServerContext* ctx, const v1::ReadRegionR
   h->mutable_shape()->Assign(t->shape.begin(), t->shape.end());
   h->set_total_bytes(*bytes);
   resp->set_written(*bytes <= span_bytes);
-  return grpc::Status::OK;
-}
-
-// The value straight into the memory of the process that registered this session's regions
-// (process_vm_writev: one kernel copy, for read_into() memory that is not a region). The
-// process is the one the kernel named on the region socket, checked again by its start time
-// before writing; the address and room are the client's word about its own memory, and a bad
-// one only fails the call (EFAULT), since nothing but that process is written into.
-grpc::Status Service::ReadDirect(grpc::ServerContext* ctx, const v1::ReadDirectRequest* req,
-                                 v1::ReadRegionResponse* resp) {
-  Guard g(this, ctx);
-  if (!g.ok()) return fail(ctx, g.status());
-  if (req->max_bytes() <= 0 || req->address() == 0)
-    return fail(ctx, errors::InvalidArgument(
-                         "ReadDirect: address {:#x} and max_bytes {} must both be given",
-                         req->address(), req->max_bytes()));
-  int pid = 0;
-  uint64_t start = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (SessionState* s = g.state_locked()) {
-      pid = s->direct_pid;
-      start = s->direct_start;
-    }
-  }
-  if (pid <= 0)
-    return fail(ctx, errors::FailedPrecondition(
-                         "ReadDirect: this session has no one process to write into (register a "
-                         "shared-memory region from the reading process first)"));
-  auto call = call_token(ctx);
-  TensorType type;
-  const unsigned char* bytes = nullptr;
-  std::shared_ptr<const void> keep;
-  int64_t total = 0;
-  auto mapped = engine_->map_host(g.engine_session(), req->handle(), call.get());
-  if (mapped.ok()) {
-    type = {mapped->view.dtype, mapped->view.shape};
-    bytes = static_cast<const unsigned char*>(mapped->view.data);
-    keep = std::move(mapped->keepalive);
-    auto n = checked_byte_size(type.dtype, type.shape);
-    if (!n.ok()) return fail(ctx, n.status());
-    total = *n;
-  } else if (mapped.status().code() == StatusCode::kFailedPrecondition) {
-    auto info = engine_->info(g.engine_session(), req->handle(), call.get());
-    if (!info.ok()) return fail(ctx, info.status());
-    auto n = checked_byte_size(info->type.dtype, info->type.shape);
-    if (!n.ok()) return fail(ctx, n.status());
-    std::shared_ptr<unsigned char> block;
-    if (*n > 0 && *n <= req->max_bytes()) {
-      block = pool_.get(static_cast<size_t>(*n));
-      if (!block)
-        return fail(ctx, errors::ResourceExhausted(
-                             "read: cannot hold {} bytes in the broker's host memory", *n));
-    }
-    auto t = engine_->read_into(g.engine_session(), req->handle(), block.get(),
-                                block ? static_cast<size_t>(*n) : 0, call.get());
-    if (!t.ok()) return fail(ctx, t.status());
-    type = *t;
-    auto m = checked_byte_size(type.dtype, type.shape);
-    if (!m.ok()) return fail(ctx, m.status());
-    total = *m;
-    if (total > 0 && (!block || total > *n))
-      return fail(ctx, errors::Internal("read: the value of handle {} changed size while read",
-                                        req->handle()));
-    bytes = block.get();
-    keep = std::move(block);
-  } else {
-    return fail(ctx, mapped.status());
-  }
-  auto* h = resp->mutable_header();
-  h->set_dtype(static_cast<int32_t>(type.dtype));
-  h->mutable_shape()->Assign(type.shape.begin(), type.shape.end());
-  h->set_total_bytes(total);
-  if (total > req->max_bytes() || total == 0) return grpc::Status::OK;  // nothing to write
-  if (req->address() > UINT64_MAX - static_cast<uint64_t>(total))
-    return fail(ctx, errors::InvalidArgument("ReadDirect: address {:#x} + {} bytes wraps around",
-                                             req->address(), total));
-  // The same process still (a pid is reused only after its process is gone).
-  if (process_start_time(pid) != start)
-    return fail(ctx, errors::FailedPrecondition(
-                         "ReadDirect: the process that registered this session's regions is gone"));
-  int64_t done = 0;
-  while (done < total) {
-    iovec local{const_cast<unsigned char*>(bytes) + done, static_cast<size_t>(total - done)};
-    iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(req->address() + done)),
-                 static_cast<size_t>(total - done)};
-    const ssize_t w = process_vm_writev(pid, &local, 1, &remote, 1, 0);
-    if (w > 0) {
-      done += w;
-      continue;
-    }
-    const int e = w < 0 ? errno : EFAULT;
-    if (e == EINTR) continue;
-    if (e == EFAULT)
-      return fail(ctx, errors::InvalidArgument(
-                           "ReadDirect: cannot write {} bytes at {:#x} in the client's memory "
-                           "(not mapped writable there)",
-                           total - done, req->address() + done));
-    return fail(ctx, errors::FailedPrecondition(
-                         "ReadDirect: the kernel refuses writes into the client process: {} "
-                         "(read into a shared-memory region instead)",
-                         std::strerror(e)));
-  }
-  resp->set_written(true);
-  resp->set_part_bytes(total);
   return grpc::Status::OK;
 }
 

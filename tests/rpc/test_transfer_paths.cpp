@@ -1,9 +1,7 @@
 // The broker's fast data paths: the engine's zero-copy upload (upload_external), read_into,
 // the quota on loaded models' initializers, and regions lent to the broker (shared memory the
 // broker computes on in place) — values stay right, memory is accounted and comes back.
-#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <sys/mman.h>
 
 #include <atomic>
 #include <chrono>
@@ -16,8 +14,6 @@
 #include "broker_process.h"
 #include "engine/engine.h"
 #include "rpc/remote_client.h"
-#include "rpc/wire.h"
-#include "tensord.grpc.pb.h"
 
 namespace tensord {
 namespace {
@@ -369,99 +365,6 @@ TEST(LentRegions, ReadIntoAllocatedHostMemoryIsWrittenByTheBrokerInOneCall) {
   ASSERT_TRUE((*c)->release(*h).ok());
   c->reset();
   EXPECT_EQ(std::memcmp(buf->data(), want.data(), want.nbytes()), 0);
-}
-
-// read_into() ordinary memory of a same-host client (not a region): the broker writes the
-// value straight into it (ReadDirect, process_vm_writev), one call, one copy; uploaded and
-// computed values alike, nothing written without room. The broker writes only into the
-// process that registered the session's regions: a session without one, an address that is
-// not writable there, are refused by name and the broker keeps serving.
-TEST(LentRegions, ReadIntoOrdinaryMemoryIsWrittenByTheBrokerDirectly) {
-  auto* broker = testing::shared_broker();
-  ASSERT_NE(broker, nullptr);
-  rpc::RemoteClientOptions o;
-  o.transport = "shm";
-  auto c = rpc::RemoteClient::connect(broker->address(), o);
-  ASSERT_TRUE(c.ok()) << c.status().to_string();
-  const int64_t n = 3 << 20;  // 12 MiB of float32: through a region, which names this process
-  auto h = (*c)->upload(ramp(n, 7.0f).view(), "");
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
-  ASSERT_TRUE((*c)->wait(*h).ok());
-  const HostTensor want = ramp(n, 7.0f);
-  std::vector<float> dst(static_cast<size_t>(n), -1.0f);
-  for (int round = 0; round < 2; ++round) {
-    const int64_t calls = (*c)->rpc_count();
-    const int64_t direct = (*c)->stats().direct_reads;
-    auto t = (*c)->read_into(*h, dst.data(), dst.size() * 4);
-    ASSERT_TRUE(t.ok()) << t.status().to_string();
-    EXPECT_EQ(t->shape, Shape{n});
-    EXPECT_EQ((*c)->stats().direct_reads, direct + 1) << "not written by the broker directly";
-    EXPECT_EQ((*c)->rpc_count() - calls, 1);
-    EXPECT_EQ(std::memcmp(dst.data(), want.data(), want.nbytes()), 0);
-  }
-  // A computed value (y = x + 1).
-  auto y = (*c)->execute(add_initializer_graph(n), {*h}, "");
-  ASSERT_TRUE(y.ok()) << y.status().to_string();
-  std::vector<float> out(static_cast<size_t>(n) + 16, 0.0f);
-  auto ty = (*c)->read_into(y->at(0), out.data(), out.size() * 4);
-  ASSERT_TRUE(ty.ok()) << ty.status().to_string();
-  for (int64_t i : {int64_t{0}, int64_t{999}, n - 1})
-    EXPECT_EQ(out[static_cast<size_t>(i)], want.data<float>()[i] + 1.0f) << i;
-  EXPECT_EQ(out[static_cast<size_t>(n)], 0.0f) << "written past the value";
-  // Too little room (but above the direct size): the type, nothing written.
-  std::vector<float> small(static_cast<size_t>(n) / 2, 3.0f);
-  auto ts = (*c)->read_into(*h, small.data(), small.size() * 4);
-  ASSERT_TRUE(ts.ok()) << ts.status().to_string();
-  EXPECT_EQ(ts->shape, Shape{n});
-  EXPECT_EQ(small[0], 3.0f);
-  EXPECT_EQ(small.back(), 3.0f);
-
-  // Raw calls in this session: an address with nothing writable behind it.
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
-  auto stub = v1::Tensord::NewStub(
-      grpc::CreateCustomChannel(broker->address(), grpc::InsecureChannelCredentials(), args));
-  void* ro = mmap(nullptr, 4 << 20, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(ro, MAP_FAILED);
-  auto raw = [&](const std::string& session, uint64_t address, int64_t room) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(20000));
-    if (!session.empty()) ctx.AddMetadata(rpc::kSessionKey, session);
-    v1::ReadDirectRequest req;
-    req.set_handle(*h);
-    req.set_address(address);
-    req.set_max_bytes(room);
-    v1::ReadRegionResponse resp;
-    return stub->ReadDirect(&ctx, req, &resp);
-  };
-  for (uint64_t bad : {uint64_t{4096}, reinterpret_cast<uintptr_t>(ro)}) {
-    grpc::Status s = raw((*c)->session(), bad, int64_t{64} << 20);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
-    EXPECT_NE(s.error_message().find("not mapped writable"), std::string::npos)
-        << s.error_message();
-  }
-  munmap(ro, 4 << 20);
-  EXPECT_EQ(raw((*c)->session(), 0, 64).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(raw((*c)->session(), reinterpret_cast<uintptr_t>(dst.data()), -1).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
-  // Another session, without a region of its own: nobody to write into (and not the handle's
-  // owner either: the handle is not found there or the session is refused first).
-  {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(20000));
-    v1::OpenSessionRequest req;
-    v1::OpenSessionResponse resp;
-    ASSERT_TRUE(stub->OpenSession(&ctx, req, &resp).ok());
-    grpc::Status s = raw(resp.session_id(), reinterpret_cast<uintptr_t>(dst.data()), n * 4);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
-    EXPECT_NE(s.error_message().find("no one process to write into"), std::string::npos)
-        << s.error_message();
-  }
-  // Still serving, still right.
-  std::fill(dst.begin(), dst.end(), 0.0f);
-  ASSERT_TRUE((*c)->read_into(*h, dst.data(), dst.size() * 4).ok());
-  EXPECT_EQ(std::memcmp(dst.data(), want.data(), want.nbytes()), 0);
-  ASSERT_TRUE((*c)->release(*h).ok());
 }
 
 // Without shared memory (gRPC streams, the embedded engine) allocate_host() is ordinary
