@@ -2,6 +2,7 @@
 // regions, and that every fusion gives the reference kernels' results (fusion off).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -354,6 +355,83 @@ TEST(GraphCompiler, LeadingAxesBroadcastsJoinTheProgram) {
   const std::string plan = check(b.g, {random({3, 7, 37}, 23, -3, 3), random({7, 37}, 24)});
   EXPECT_EQ(count(plan, "ElementwiseProgram"), 1) << plan;
   EXPECT_EQ(count(plan, "[reference]"), 0) << plan;
+}
+
+
+// The number `n` in "... n <kind>, ..." of a region's description (0 when absent).
+int primitives(const std::string& plan, const std::string& kind) {
+  int total = 0;
+  const std::string key = " " + kind;
+  for (size_t p = plan.find(key); p != std::string::npos; p = plan.find(key, p + 1)) {
+    const char after = p + key.size() < plan.size() ? plan[p + key.size()] : ' ';
+    if (after != ',' && after != ')') continue;
+    size_t b = p;
+    while (b > 0 && std::isdigit(static_cast<unsigned char>(plan[b - 1]))) --b;
+    if (b < p) total += std::stoi(plan.substr(b, p - b));
+  }
+  return total;
+}
+
+// RegNetY block: 1x1 conv, grouped 3x3 conv (groups of 8 channels), squeeze-excitation
+// (GlobalAveragePool -> 1x1 conv -> ReLU -> 1x1 conv -> Sigmoid -> Mul broadcast), 1x1 conv,
+// residual Add. One region; the activations stay in one layout: the only reorders are the
+// region's input and output (oneDNN's own choice for the grouped conv, nChw8c, needed one in
+// and out of every block and sent the SE Mul to oneDNN's reference binary kernel).
+TEST(GraphCompiler, GroupedConvAndSqueezeExcitationStayInOneLayout) {
+  G b;
+  auto x = b.in("x", {1, 64, 14, 14});
+  auto a = b.op("Relu", {b.bn(b.conv(x, 64, 64, 1, 1, 1, false), 64)});
+  auto gc = b.op("Relu", {b.bn(b.conv(a, 64, 64, 3, 1, 8, false), 64)});
+  auto se = b.op("GlobalAveragePool", {gc});
+  se = b.op("Relu", {b.conv(se, 64, 16, 1)});
+  se = b.op("Sigmoid", {b.conv(se, 16, 64, 1)});
+  auto m = b.op("Mul", {gc, se});
+  auto p = b.bn(b.conv(m, 64, 64, 1, 1, 1, false), 64);
+  auto y = b.op("Relu", {b.op("Add", {x, p})});
+  // A second block, so a layout change between blocks would show as reorders.
+  auto gc2 = b.op("Relu", {b.conv(y, 64, 64, 3, 2, 8)});
+  auto se2 = b.op("Sigmoid", {b.conv(b.op("GlobalAveragePool", {gc2}), 64, 64, 1)});
+  b.out(b.op("Mul", {se2, gc2}));  // broadcast operand first
+  const std::string plan = check(b.g, {random({1, 64, 14, 14}, 21)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_EQ(primitives(plan, "conv"), 8) << plan;
+  EXPECT_EQ(primitives(plan, "binary"), 2) << plan;
+  EXPECT_LE(primitives(plan, "reorder"), 2) << plan;
+}
+
+// Conv1d / MaxPool1d / AveragePool1d / BatchNorm / broadcast Add on [N, C, L] values run in a
+// region (as [N, C, 1, L]) with the reference kernels' results.
+TEST(GraphCompiler, OneDimensionalConvolutionsAndPoolingRunInARegion) {
+  G b;
+  auto x = b.in("x", {2, 3, 101});
+  auto conv1d = [&](const std::string& in, int64_t cin, int64_t cout, int64_t k, int64_t stride,
+                    int64_t pad, int64_t dil) {
+    return b.op("Conv",
+                {in, b.constant(random({cout, cin, k}, b.counter + 3, -0.5f, 0.5f)),
+                 b.constant(random({cout}, b.counter + 5))},
+                {{"kernel_shape", std::vector<int64_t>{k}},
+                 {"strides", std::vector<int64_t>{stride}},
+                 {"dilations", std::vector<int64_t>{dil}},
+                 {"pads", std::vector<int64_t>{pad, pad}}});
+  };
+  auto c1 = b.op("Relu", {conv1d(x, 3, 16, 7, 2, 3, 1)});  // [2, 16, 51]
+  auto mp = b.op("MaxPool", {c1}, {{"kernel_shape", std::vector<int64_t>{2}},
+                                   {"strides", std::vector<int64_t>{2}},
+                                   {"ceil_mode", int64_t{1}}});  // [2, 16, 26]
+  auto c2 = b.op("Relu", {b.bn(conv1d(mp, 16, 16, 3, 1, 2, 2), 16)});
+  auto bias = b.constant(random({16, 1}, 31));
+  auto s = b.op("Add", {c2, bias});
+  auto ap = b.op("AveragePool", {s}, {{"kernel_shape", std::vector<int64_t>{3}},
+                                      {"strides", std::vector<int64_t>{1}},
+                                      {"pads", std::vector<int64_t>{1, 1}}});
+  auto gp = b.op("GlobalAveragePool", {ap});  // [2, 16, 1]
+  b.out(gp);
+  b.out(c1);
+  const std::string plan = check(b.g, {random({2, 3, 101}, 22)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_EQ(primitives(plan, "conv"), 2) << plan;
+  EXPECT_EQ(primitives(plan, "pool"), 3) << plan;
+  EXPECT_EQ(plan.find("[reference]"), std::string::npos) << plan;
 }
 
 }  // namespace

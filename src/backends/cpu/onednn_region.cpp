@@ -61,6 +61,18 @@ bool is_f32_4d_static(const TensorType* t) {
   return t && t->dtype == DType::kFloat32 && t->shape.size() == 4 && shape_is_static(t->shape);
 }
 
+// Activations a region holds: 4-D [N, C, H, W], or 3-D [N, C, L] (1-D convolution and
+// pooling), held as the 4-D [N, C, 1, L] so oneDNN's 2-D kernels and layouts run them.
+bool is_f32_act_static(const TensorType* t) {
+  return t && t->dtype == DType::kFloat32 && (t->shape.size() == 4 || t->shape.size() == 3) &&
+         shape_is_static(t->shape);
+}
+
+Shape act4(const Shape& s) {
+  if (s.size() == 3) return {s[0], s[1], 1, s[2]};
+  return s;
+}
+
 float scalar_of(const HostTensor& t) { return t.data<float>()[0]; }
 
 // The oneDNN eltwise steps of a unary op (HardSigmoid needs two), or an error.
@@ -107,6 +119,15 @@ Shape padded4(const Shape& s) {
   Shape out(4 - std::min<size_t>(4, s.size()), 1);
   out.insert(out.end(), s.begin(), s.end());
   return out;
+}
+
+// An operand of shape `s` broadcast against a result of rank `out_rank` (3 or 4), as 4-D:
+// numpy's alignment to the result's rank, then the result's 4-D view (act4).
+Shape view4(const Shape& s, size_t out_rank) {
+  if (out_rank != 3 || s.size() > 3) return padded4(s);
+  Shape p(3 - s.size(), 1);
+  p.insert(p.end(), s.begin(), s.end());
+  return act4(p);
 }
 
 // Whether `b` broadcasts to the 4-D `a` (numpy rules, b's rank <= 4).
@@ -170,6 +191,24 @@ Result<DenseParams> dense_params(const Node& node, const FusionGraph& g) {
   return p;
 }
 
+// A Pad that pads nothing (PyTorch exports AvgPool2d as Pad with zero pads + AveragePool).
+bool is_identity_pad(const Node& node, const FusionGraph& g) {
+  NodeAttrs a(node);
+  auto mode = a.attr_string("mode", "constant");
+  if (!mode.ok() || *mode != "constant") return false;
+  std::vector<int64_t> pads;
+  if (node.inputs.size() > 1 && !node.inputs[1].empty()) {
+    const HostTensor* p = g.constant(node.inputs[1]);
+    if (!p || p->dtype() != DType::kInt64) return false;
+    pads.assign(p->data<int64_t>(), p->data<int64_t>() + p->numel());
+  } else {
+    auto attr = a.attr_ints("pads");
+    if (!attr.ok()) return false;
+    pads = *attr;
+  }
+  return std::all_of(pads.begin(), pads.end(), [](int64_t v) { return v == 0; });
+}
+
 // Node-level eligibility (the BatchNormalization rule needs the region and is checked there).
 bool eligible(const Node& node, const FusionGraph& g) {
   if (!node.domain.empty() && node.domain != "ai.onnx") return false;
@@ -188,11 +227,13 @@ bool eligible(const Node& node, const FusionGraph& g) {
     return axis.ok() && *axis == 1 && is_f32_4d_static(type(0));
   }
   if (op == "Gemm" || op == "MatMul") return dense_params(node, g).ok();
-  if (!is_f32_4d_static(out)) return false;
+  if (!is_f32_act_static(out)) return false;
+  const size_t rank = out->shape.size();
   if (op == "Conv") {
-    if (node.inputs.size() < 2 || !is_f32_4d_static(type(0))) return false;
+    if (node.inputs.size() < 2 || !is_f32_act_static(type(0)) || type(0)->shape.size() != rank)
+      return false;
     const HostTensor* w = g.constant(node.inputs[1]);
-    if (!w || w->dtype() != DType::kFloat32 || w->shape().size() != 4) return false;
+    if (!w || w->dtype() != DType::kFloat32 || w->shape().size() != rank) return false;
     // Grouped convolutions only where each group maps its channels one to one or the input
     // is one group: oneDNN 2.6's blocked depthwise kernels crash (SIGSEGV) on a channel
     // multiplier (group == in channels, out channels = k * group, k > 1; ONNX's
@@ -209,9 +250,9 @@ bool eligible(const Node& node, const FusionGraph& g) {
     return true;
   }
   if (op == "MaxPool" || op == "AveragePool") {
-    if (!is_f32_4d_static(type(0))) return false;
+    if (!is_f32_act_static(type(0)) || type(0)->shape.size() != rank) return false;
     auto k = a.attr_ints("kernel_shape");
-    if (!k.ok() || k->size() != 2) return false;
+    if (!k.ok() || k->size() != rank - 2) return false;
     auto order = a.attr_int("storage_order", 0);
     if (!order.ok() || *order != 0) return false;
     auto ceil = a.attr_int("ceil_mode", 0);
@@ -219,26 +260,37 @@ bool eligible(const Node& node, const FusionGraph& g) {
     if (!ceil.ok() || !incl.ok() || (*ceil && *incl)) return false;
     return true;
   }
-  if (op == "GlobalAveragePool" || op == "GlobalMaxPool") return is_f32_4d_static(type(0));
-  if (is_unary_eltwise(op)) return is_f32_4d_static(type(0)) && eltwise_steps(node, g).ok();
+  if (op == "GlobalAveragePool" || op == "GlobalMaxPool")
+    return is_f32_act_static(type(0)) && type(0)->shape.size() == rank;
+  if (is_unary_eltwise(op))
+    return is_f32_act_static(type(0)) && type(0)->shape.size() == rank && eltwise_steps(node, g).ok();
   if (is_binary(op)) {
     if (node.inputs.size() != 2) return false;
     const TensorType* x = type(0);
     const TensorType* y = type(1);
     if (!x || !y || x->dtype != DType::kFloat32 || y->dtype != DType::kFloat32) return false;
     if (!shape_is_static(x->shape) || !shape_is_static(y->shape)) return false;
-    if (x->shape == out->shape) return broadcasts_to(y->shape, out->shape);
-    return is_commutative(op) && y->shape == out->shape && broadcasts_to(x->shape, out->shape);
+    if (rank == 3) {
+      // The broadcast operand of a 3-D result: a constant, or a 3-D value (both viewed as 4-D).
+      auto ok3 = [&](size_t i, const TensorType* t) {
+        return t->shape.size() == 3 || (t->shape.size() < 3 && g.constant(node.inputs[i]));
+      };
+      if (!ok3(0, x) || !ok3(1, y)) return false;
+    }
+    const Shape o4 = act4(out->shape);
+    if (x->shape == out->shape) return broadcasts_to(view4(y->shape, rank), o4);
+    return is_commutative(op) && y->shape == out->shape && broadcasts_to(view4(x->shape, rank), o4);
   }
   if (op == "Concat") {
     auto axis = a.attr_int("axis", 0);
-    if (!axis.ok() || (*axis != 1 && *axis != -3)) return false;
+    if (!axis.ok() || (*axis != 1 && *axis != 1 - static_cast<int64_t>(rank))) return false;
     for (size_t i = 0; i < node.inputs.size(); ++i)
-      if (!is_f32_4d_static(type(i))) return false;
+      if (!is_f32_act_static(type(i)) || type(i)->shape.size() != rank) return false;
     return !node.inputs.empty();
   }
+  if (op == "Pad") return is_identity_pad(node, g) && is_f32_act_static(type(0));
   if (op == "BatchNormalization") {
-    if (!is_f32_4d_static(type(0)) || node.inputs.size() != 5) return false;
+    if (!is_f32_act_static(type(0)) || node.inputs.size() != 5) return false;
     for (size_t i = 1; i < 5; ++i) {
       const HostTensor* c = g.constant(node.inputs[i]);
       if (!c || c->dtype() != DType::kFloat32 || c->shape().size() != 1) return false;
@@ -333,6 +385,18 @@ class DnnlRegion final : public FusedKernel {
 
 memory::dims dims_of(const Shape& s) { return memory::dims(s.begin(), s.end()); }
 
+// The 4-D descriptor of `dims` in the same format (tag) as `like`, when `like` has one of the
+// activation formats regions use; plain otherwise. A broadcast operand in its full operand's
+// format lets oneDNN use its JIT binary kernels (a blocked src0 with a plain src1 falls back to
+// the reference kernel, ~100x slower: the squeeze-excitation Mul).
+std::optional<memory::desc> same_format(const memory::desc& like, const memory::dims& dims) {
+  static const Tag tags[] = {Tag::acdb, Tag::abcd, Tag::aBcd16b, Tag::aBcd8b, Tag::aBcd4b};
+  if (like.dims().size() != 4 || dims.size() != 4) return std::nullopt;
+  for (Tag t : tags)
+    if (memory::desc(like.dims(), DT::f32, t) == like) return memory::desc(dims, DT::f32, t);
+  return std::nullopt;
+}
+
 // Row-major float32 of any rank.
 memory::desc plain(const Shape& s) {
   memory::dims strides(s.size(), 1);
@@ -362,7 +426,8 @@ class RegionCompiler {
         return errors::Unimplemented("region input '{}' is not float32", r_.inputs[i]);
       if (!shape_is_static(t->shape) || t->shape.size() > 4)
         return errors::Unimplemented("region input '{}' has no static rank <= 4 shape", r_.inputs[i]);
-      value_slot_[r_.inputs[i]] = add_slot(plain(padded4(t->shape)), DnnlRegion::SlotKind::kInput,
+      const Shape view = t->shape.size() == 3 ? act4(t->shape) : padded4(t->shape);
+      value_slot_[r_.inputs[i]] = add_slot(plain(view), DnnlRegion::SlotKind::kInput,
                                            static_cast<int>(i));
     }
     blocked16_ = choose_layout();
@@ -375,7 +440,8 @@ class RegionCompiler {
       const TensorType* t = g_.type_of(r_.outputs[i]);
       auto src = value(r_.outputs[i]);
       if (!src.ok()) return errors::Internal("region output '{}' was not produced", r_.outputs[i]);
-      const int dst = add_slot(plain(t->shape), DnnlRegion::SlotKind::kOutput, static_cast<int>(i));
+      const int dst = add_slot(plain(act4(t->shape)), DnnlRegion::SlotKind::kOutput,
+                               static_cast<int>(i));
       add_reorder(*src, dst);
     }
     plan_memory();
@@ -546,16 +612,84 @@ class RegionCompiler {
       return OkStatus();
     }
     if (op == "Gemm" || op == "MatMul") return compile_dense(node);
+    if (op == "BatchNormalization") return compile_batchnorm(m);
+    if (op == "Pad") {  // pads nothing (eligible): the same bytes, or a copy if shared
+      TD_ASSIGN_OR_RETURN(int src, value(node.inputs[0]));
+      if (sole_consumer(node.inputs[0]) &&
+          out_->slots_[static_cast<size_t>(src)].kind == SlotKind::kArena) {
+        value_slot_[node.outputs[0]] = src;
+      } else {
+        const int dst = add_arena(out_->slots_[static_cast<size_t>(src)].md);
+        add_reorder(src, dst);
+        value_slot_[node.outputs[0]] = dst;
+      }
+      return OkStatus();
+    }
     return errors::Unimplemented("{} ('{}') cannot run in a oneDNN region (only after a Conv)", op,
                                  node.name);
+  }
+
+  // A BatchNormalization not folded into a Conv: y = x * a + b per channel (a and b from the
+  // running statistics in double, rounded once) as one oneDNN binary Mul with the Add and a
+  // ReLU that is its only consumer as post-ops, in the input's layout.
+  Status compile_batchnorm(size_t m) {
+    const Node& node = *g_.nodes[r_.members[m]];
+    NodeAttrs at(node);
+    TD_ASSIGN_OR_RETURN(float eps, at.attr_float("epsilon", 1e-5f));
+    const int64_t c = type(node.inputs[0]).shape[1];
+    for (size_t i = 1; i < 5; ++i)
+      if (g_.constant(node.inputs[i])->numel() != c)
+        return errors::InvalidArgument("BatchNormalization '{}': parameters do not match {} channels",
+                                       node.name, c);
+    const float* scale = g_.constant(node.inputs[1])->data<float>();
+    const float* shift = g_.constant(node.inputs[2])->data<float>();
+    const float* mean = g_.constant(node.inputs[3])->data<float>();
+    const float* var = g_.constant(node.inputs[4])->data<float>();
+    std::vector<float> mul(static_cast<size_t>(c)), add(static_cast<size_t>(c));
+    for (int64_t o = 0; o < c; ++o) {
+      const double s = double(scale[o]) / std::sqrt(double(var[o]) + double(eps));
+      mul[static_cast<size_t>(o)] = static_cast<float>(s);
+      add[static_cast<size_t>(o)] = static_cast<float>(double(shift[o]) - double(mean[o]) * s);
+    }
+    TD_ASSIGN_OR_RETURN(int src, value(node.inputs[0]));
+    const memory::desc md0 = out_->slots_[static_cast<size_t>(src)].md;
+    const Shape per_c = {1, c, 1, 1};
+    const memory::desc md1 = same_format(md0, dims_of(per_c)).value_or(plain(per_c));
+    dnnl::post_ops post;
+    post.append_binary(Alg::binary_add, md1);
+    std::string v = node.outputs[0];
+    if (auto cns = sole_consumer(v)) {
+      const Node& next = *g_.nodes[r_.members[*cns]];
+      if (next.op == "Relu" && next.inputs[0] == v) {
+        post.append_eltwise(1.0f, Alg::eltwise_relu, 0, 0);
+        fused_members_.insert(*cns);
+        out_->fused_++;
+        v = next.outputs[0];
+      }
+    }
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(post);
+    dnnl::binary::desc desc(Alg::binary_mul, md0, md1, md0);
+    dnnl::binary::primitive_desc pd(desc, attr, cpu_engine());
+    const int s_mul = add_weights(plain(per_c), mul.data(), md1);
+    const int s_add = add_weights(plain(per_c), add.data(), md1);
+    const int dst = add_arena(pd.dst_desc());
+    add_op(dnnl::binary(pd),
+           {{DNNL_ARG_SRC_0, src}, {DNNL_ARG_SRC_1, s_mul}, {DNNL_ARG_DST, dst},
+            {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, s_add}},
+           "scale_shift");
+    value_slot_[v] = dst;
+    return OkStatus();
   }
 
   Status compile_conv(size_t m) {
     const Node& node = *g_.nodes[r_.members[m]];
     NodeAttrs a(node);
-    const Shape& xs = type(node.inputs[0]).shape;
+    const Shape& xs_n = type(node.inputs[0]).shape;  // 3-D (1-D conv) or 4-D
+    const Shape xs = act4(xs_n);
     HostTensor w = *g_.constant(node.inputs[1]);
-    const Shape ws = w.shape();
+    const Shape ws_n = w.shape();
+    const Shape ws = act4(ws_n);
     const int64_t oc = ws[0];
     TD_ASSIGN_OR_RETURN(int64_t group, a.attr_int("group", 1));
     std::vector<float> weights(w.data<float>(), w.data<float>() + w.numel());
@@ -567,12 +701,17 @@ class RegionCompiler {
       std::copy(b->data<float>(), b->data<float>() + oc, bias.begin());
       has_bias = true;
     }
-    const Shape in_spatial(xs.begin() + 2, xs.end());
-    const Shape kernel(ws.begin() + 2, ws.end());
+    const Shape in_spatial(xs_n.begin() + 2, xs_n.end());
+    const Shape kernel(ws_n.begin() + 2, ws_n.end());
     std::vector<int64_t> strides, dilations, pads;
     Shape out_spatial;
     TD_RETURN_IF_ERROR(nn::window_geometry(a, in_spatial, kernel, false, &strides, &dilations,
                                            &pads, &out_spatial));
+    if (in_spatial.size() == 1) {  // 1-D: H = 1
+      strides = {1, strides[0]};
+      dilations = {1, dilations[0]};
+      pads = {0, pads[0], 0, pads[1]};
+    }
     for (int64_t p : pads)
       if (p < 0) return errors::Unimplemented("Conv with negative pads");
 
@@ -633,13 +772,19 @@ class RegionCompiler {
       v = next.outputs[0];
     }
 
-    const Shape& ys = type(v).shape;
+    const Shape ys = act4(type(v).shape);
     memory::dims wdims = dims_of(ws);
     if (group > 1) wdims = {group, oc / group, ws[1], ws[2], ws[3]};
     // Activations: oneDNN's choice, or nChw16c when the region is "blocked16" (see
     // choose_layout); a first layer with fewer than 16 channels reads its input as is.
-    const Tag src_tag = blocked16_ && xs[1] % 16 == 0 ? Tag::aBcd16b : Tag::any;
-    const Tag dst_tag = blocked16_ ? Tag::aBcd16b : Tag::any;
+    Tag src_tag = blocked16_ && xs[1] % 16 == 0 ? Tag::aBcd16b : Tag::any;
+    Tag dst_tag = blocked16_ ? Tag::aBcd16b : Tag::any;
+    // Grouped (not depthwise) convolutions: channels-last. oneDNN's own choice for them is
+    // nChw8c on AVX-512, a layout its binary kernels lack (the squeeze-excitation Mul after
+    // them ran on the reference kernel) and the 1x1 convolutions around them do not use (a
+    // reorder in and out of each); its JIT kernels run them channels-last at the same speed.
+    const bool grouped = group > 1 && !(oc == group && xs[1] == group);
+    if (!blocked16_ && grouped) src_tag = dst_tag = Tag::acdb;
     const memory::desc src_any(dims_of(xs), DT::f32, src_tag);
     const memory::desc wei_any(wdims, DT::f32, Tag::any);
     const memory::desc bias_md({oc}, DT::f32, Tag::a);
@@ -730,8 +875,9 @@ class RegionCompiler {
 
   Status compile_pool(const Node& node) {
     NodeAttrs a(node);
-    const Shape& xs = type(node.inputs[0]).shape;
-    const Shape& ys = type(node.outputs[0]).shape;
+    const Shape& xs_n = type(node.inputs[0]).shape;  // 3-D (1-D pooling) or 4-D
+    const Shape xs = act4(xs_n);
+    const Shape ys = act4(type(node.outputs[0]).shape);
     const bool global = node.op.rfind("Global", 0) == 0;
     const bool max = node.op.find("Max") != std::string::npos;
     memory::dims kernel, strides = {1, 1}, dil = {0, 0}, pl = {0, 0}, pr = {0, 0};
@@ -742,8 +888,14 @@ class RegionCompiler {
       TD_ASSIGN_OR_RETURN(std::vector<int64_t> k, a.attr_ints("kernel_shape"));
       std::vector<int64_t> st, dl, pads;
       Shape out_spatial;
-      TD_RETURN_IF_ERROR(nn::window_geometry(a, Shape(xs.begin() + 2, xs.end()), k, true, &st,
-                                             &dl, &pads, &out_spatial));
+      TD_RETURN_IF_ERROR(nn::window_geometry(a, Shape(xs_n.begin() + 2, xs_n.end()), k, true,
+                                             &st, &dl, &pads, &out_spatial));
+      if (k.size() == 1) {  // 1-D: H = 1
+        k = {1, k[0]};
+        st = {1, st[0]};
+        dl = {1, dl[0]};
+        pads = {0, pads[0], 0, pads[1]};
+      }
       TD_ASSIGN_OR_RETURN(int64_t incl, a.attr_int("count_include_pad", 0));
       if (!max && incl) alg = Alg::pooling_avg_include_padding;
       kernel = {k[0], k[1]};
@@ -802,8 +954,14 @@ class RegionCompiler {
       TD_ASSIGN_OR_RETURN(s1, value_in(other, md0));
       md1 = md0;
     } else {
-      md1 = plain(padded4(type(other).shape));
-      TD_ASSIGN_OR_RETURN(s1, value_in(other, md1));
+      const Shape v1 = view4(type(other).shape, ys.size());
+      md1 = same_format(md0, dims_of(v1)).value_or(plain(v1));
+      const HostTensor* c = g_.constant(other);
+      if (c && c->dtype() == DType::kFloat32) {
+        s1 = add_weights(plain(v1), c->data(), md1);  // in md0's format once, now
+      } else {
+        TD_ASSIGN_OR_RETURN(s1, value_in(other, md1));
+      }
     }
     dnnl::binary::desc desc(binary_alg(node.op), md0, md1, md0);
     dnnl::binary::primitive_desc pd(desc, cpu_engine());
@@ -879,14 +1037,12 @@ std::string region_key(const FusionGraph& g, size_t i, const std::vector<int>& g
                        const std::unordered_map<std::string, int>& uses) {
   const Node& node = *g.nodes[i];
   if (!eligible(node, g)) return "";
-  if (node.op == "BatchNormalization") {
-    // Only folded into the Conv producing its input (its only consumer), in a region.
-    auto p = producer.find(node.inputs[0]);
-    auto u = uses.find(node.inputs[0]);
-    if (p == producer.end() || g.nodes[p->second]->op != "Conv" || group_of[p->second] < 0 ||
-        u == uses.end() || u->second != 1 || g.is_graph_output(node.inputs[0]))
-      return "";
-  }
+  // BatchNormalization: folded into the Conv producing its input when it is that value's only
+  // consumer, else a oneDNN batch normalization (scale-shift with the running statistics,
+  // and a ReLU after it fused), e.g. DenseNet's BN+ReLU before each Conv.
+  (void)group_of;
+  (void)producer;
+  (void)uses;
   return "onednn";
 }
 
