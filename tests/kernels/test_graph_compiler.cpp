@@ -471,5 +471,26 @@ TEST(GraphCompiler, DenseBlockWithBatchNormBeforeConvAndConcatIsOneRegion) {
   EXPECT_EQ(plan.find("[reference]"), std::string::npos) << plan;
 }
 
+// SiLU written as x * Sigmoid(x) (PyTorch's export): a swish post-op of the Conv before it,
+// or one swish primitive after a non-Conv; not when x is read elsewhere too.
+TEST(GraphCompiler, MulOfSigmoidIsOneSwish) {
+  G b;
+  auto x = b.in("x", {1, 16, 10, 10});
+  auto c = b.conv(x, 16, 32, 3);
+  auto s1 = b.op("Mul", {b.op("Sigmoid", {c}), c});  // Conv + swish post-op
+  auto p = b.op("MaxPool", {s1}, {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                                  {"strides", std::vector<int64_t>{2, 2}}});
+  auto s2 = b.op("Mul", {p, b.op("Sigmoid", {p})});  // after a pool: a swish primitive
+  auto c2 = b.conv(s2, 32, 32, 1);
+  auto sig = b.op("Sigmoid", {c2});
+  auto s3 = b.op("Mul", {c2, sig});
+  b.out(s3);
+  b.out(sig);  // read outside: Sigmoid and Mul stay separate
+  const std::string plan = check(b.g, {random({1, 16, 10, 10}, 24, -3, 3)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_EQ(primitives(plan, "eltwise"), 2) << plan;  // the swish after the pool, the Sigmoid
+  EXPECT_EQ(primitives(plan, "binary"), 1) << plan;   // the last Mul
+}
+
 }  // namespace
 }  // namespace tensord

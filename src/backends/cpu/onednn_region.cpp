@@ -750,6 +750,14 @@ class RegionCompiler {
     dnnl::post_ops post;
     std::string residual;
     for (int guard = 0; guard < 4; ++guard) {
+      if (auto sw = swish_of(v)) {  // x * Sigmoid(x): one swish post-op
+        post.append_eltwise(1.0f, Alg::eltwise_swish, 1.0f, 0.0f);
+        fused_members_.insert(sw->first);
+        fused_members_.insert(sw->second);
+        out_->fused_ += 2;
+        v = g_.nodes[r_.members[sw->second]]->outputs[0];
+        continue;
+      }
       auto c = sole_consumer(v);
       if (!c) break;
       const Node& next = *g_.nodes[r_.members[*c]];
@@ -924,8 +932,38 @@ class RegionCompiler {
     return OkStatus();
   }
 
+  // x * Sigmoid(x) (SiLU): when `x` is read only by a Sigmoid and by a Mul of x and that
+  // Sigmoid's output (its only reader), the members of the Sigmoid and of the Mul.
+  std::optional<std::pair<size_t, size_t>> swish_of(const std::string& x) {
+    if (region_outputs_.count(x)) return std::nullopt;
+    auto it = uses_.find(x);
+    if (it == uses_.end() || it->second.size() != 2) return std::nullopt;
+    for (int k = 0; k < 2; ++k) {
+      const size_t sm = it->second[static_cast<size_t>(k)];
+      const size_t mm = it->second[static_cast<size_t>(1 - k)];
+      const Node& sig = *g_.nodes[r_.members[sm]];
+      const Node& mul = *g_.nodes[r_.members[mm]];
+      if (sig.op != "Sigmoid" || sig.inputs[0] != x || mul.op != "Mul") continue;
+      auto c = sole_consumer(sig.outputs[0]);
+      if (!c || *c != mm || mul.inputs.size() != 2) continue;
+      const bool pair = (mul.inputs[0] == x && mul.inputs[1] == sig.outputs[0]) ||
+                        (mul.inputs[1] == x && mul.inputs[0] == sig.outputs[0]);
+      if (pair && sm < mm) return std::make_pair(sm, mm);
+    }
+    return std::nullopt;
+  }
+
   Status compile_eltwise(const Node& node) {
     TD_ASSIGN_OR_RETURN(auto steps, eltwise_steps(node, g_));
+    std::string out_name = node.outputs[0];
+    if (node.op == "Sigmoid") {
+      if (auto sw = swish_of(node.inputs[0]); sw && &*g_.nodes[r_.members[sw->first]] == &node) {
+        steps = {{Alg::eltwise_swish, 1.0f, 0.0f}};
+        fused_members_.insert(sw->second);
+        out_->fused_++;
+        out_name = g_.nodes[r_.members[sw->second]]->outputs[0];
+      }
+    }
     TD_ASSIGN_OR_RETURN(int src, value(node.inputs[0]));
     const memory::desc md = out_->slots_[static_cast<size_t>(src)].md;
     dnnl::primitive_attr attr;
@@ -938,7 +976,7 @@ class RegionCompiler {
     dnnl::eltwise_forward::primitive_desc pd(desc, attr, cpu_engine());
     const int dst = add_arena(pd.dst_desc());
     add_op(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, "eltwise");
-    value_slot_[node.outputs[0]] = dst;
+    value_slot_[out_name] = dst;
     return OkStatus();
   }
 
