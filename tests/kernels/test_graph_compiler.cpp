@@ -492,5 +492,52 @@ TEST(GraphCompiler, MulOfSigmoidIsOneSwish) {
   EXPECT_EQ(primitives(plan, "binary"), 1) << plan;   // the last Mul
 }
 
+HostTensor ints(std::vector<int64_t> v) {
+  HostTensor t(DType::kInt64, {static_cast<int64_t>(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) t.mutable_data<int64_t>()[i] = v[i];
+  return t;
+}
+
+// ShuffleNetV2 units: channel Slices (views of the blocked tensor), a branch of convs, Concat,
+// and the channel shuffle Reshape -> Transpose(0, 2, 1, 3, 4) -> Reshape as one reorder that
+// permutes the channels: one region, no reference kernels, the reference kernels' results.
+// A Reshape/Transpose that is not a channel shuffle still leaves the region.
+TEST(GraphCompiler, ChannelShuffleAndChannelSlicesStayInTheRegion) {
+  G b;
+  auto x = b.in("x", {1, 8, 10, 10});
+  auto v = b.op("Relu", {b.conv(x, 8, 32, 3)});
+  auto shuffle = [&](const std::string& in, int64_t c, int64_t groups) {
+    auto r = b.op("Reshape", {in, b.constant(ints({1, groups, c / groups, 10, 10}))});
+    auto t = b.op("Transpose", {r}, {{"perm", std::vector<int64_t>{0, 2, 1, 3, 4}}});
+    return b.op("Reshape", {t, b.constant(ints({1, c, 10, 10}))});
+  };
+  for (int unit = 0; unit < 2; ++unit) {
+    auto left = b.op("Slice", {v, b.constant(ints({0})), b.constant(ints({16})),
+                               b.constant(ints({1}))});
+    auto right = b.op("Slice", {v, b.constant(ints({16})), b.constant(ints({32})),
+                                b.constant(ints({-3})), b.constant(ints({1}))});
+    auto br = b.op("Relu", {b.conv(right, 16, 16, 1)});
+    br = b.conv(br, 16, 16, 3, 1, 16);
+    br = b.op("Relu", {b.conv(br, 16, 16, 1)});
+    v = shuffle(b.op("Concat", {left, br}, {{"axis", int64_t{1}}}), 32, 2);
+  }
+  auto y = b.op("Add", {v, b.conv(v, 32, 32, 1)});
+  b.out(y);
+  const std::string plan = check(b.g, {random({1, 8, 10, 10}, 25)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_EQ(plan.find("[reference]"), std::string::npos) << plan;
+  EXPECT_EQ(primitives(plan, "concat"), 2) << plan;
+
+  // Transpose of other axes: not a shuffle, runs on the per-node kernels.
+  G o;
+  auto x2 = o.in("x", {1, 8, 10, 10});
+  auto c2 = o.conv(x2, 8, 8, 3);
+  auto r2 = o.op("Reshape", {c2, o.constant(ints({1, 2, 4, 10, 10}))});
+  auto t2 = o.op("Transpose", {r2}, {{"perm", std::vector<int64_t>{0, 1, 2, 4, 3}}});
+  o.out(o.op("Reshape", {t2, o.constant(ints({1, 8, 10, 10}))}));
+  const std::string plan2 = check(o.g, {random({1, 8, 10, 10}, 26)});
+  EXPECT_NE(plan2.find("Transpose"), std::string::npos) << plan2;
+}
+
 }  // namespace
 }  // namespace tensord

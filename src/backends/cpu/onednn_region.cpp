@@ -209,6 +209,118 @@ bool is_identity_pad(const Node& node, const FusionGraph& g) {
   return std::all_of(pads.begin(), pads.end(), [](int64_t v) { return v == 0; });
 }
 
+// ---- channel shuffle and channel slices (ShuffleNet) ----
+
+const Node* producer_of(const FusionGraph& g, const std::string& v) {
+  for (const Node* n : g.nodes)
+    for (const auto& o : n->outputs)
+      if (o == v) return n;
+  return nullptr;
+}
+
+// The only node reading `v` (nullptr when none, several, or `v` is a graph output).
+const Node* sole_reader(const FusionGraph& g, const std::string& v) {
+  if (g.is_graph_output(v)) return nullptr;
+  const Node* user = nullptr;
+  for (const Node* n : g.nodes) {
+    int k = 0;
+    for (const auto& in : n->inputs) k += in == v;
+    for (const auto& in : implicit_inputs(*n)) k += in == v;
+    if (k == 0) continue;
+    if (user || k > 1) return nullptr;
+    user = n;
+  }
+  return user;
+}
+
+// Reshape [N, C, H, W] -> [N, G, C/G, H, W], Transpose perm (0, 2, 1, 3, 4), Reshape back to
+// [N, C, H, W]: a permutation of the channels (each value read only by the next). `head` is
+// the first Reshape; returns G, or 0 when the three are not that.
+int64_t channel_shuffle_groups(const Node& head, const FusionGraph& g) {
+  if (head.op != "Reshape" || head.inputs.empty() || head.outputs.empty()) return 0;
+  const TensorType* x = g.type_of(head.inputs[0]);
+  const TensorType* v = g.type_of(head.outputs[0]);
+  if (!is_f32_4d_static(x) || !v || v->shape.size() != 5 || !shape_is_static(v->shape)) return 0;
+  const Shape& xs = x->shape;
+  const Shape& vs = v->shape;
+  if (vs[0] != xs[0] || vs[1] * vs[2] != xs[1] || vs[3] != xs[2] || vs[4] != xs[3]) return 0;
+  const Node* t = sole_reader(g, head.outputs[0]);
+  if (!t || t->op != "Transpose" || t->inputs[0] != head.outputs[0]) return 0;
+  auto perm = NodeAttrs(*t).attr_ints("perm");
+  if (!perm.ok() || *perm != std::vector<int64_t>{0, 2, 1, 3, 4}) return 0;
+  const Node* tail = sole_reader(g, t->outputs[0]);
+  if (!tail || tail->op != "Reshape" || tail->inputs[0] != t->outputs[0]) return 0;
+  const TensorType* y = g.type_of(tail->outputs[0]);
+  if (!y || y->shape != xs) return 0;
+  return vs[1];
+}
+
+// The first Reshape of the channel shuffle `node` (any of its three nodes) belongs to.
+const Node* channel_shuffle_head(const Node& node, const FusionGraph& g) {
+  const Node* n = &node;
+  for (int up = 0; up < 2 && n && n->op != "Reshape"; ++up) n = producer_of(g, n->inputs[0]);
+  if (n && n->op == "Reshape" && channel_shuffle_groups(*n, g)) return n;
+  if (node.op == "Reshape") {  // the tail: two up
+    const Node* t = producer_of(g, node.inputs[0]);
+    const Node* h = t && t->op == "Transpose" ? producer_of(g, t->inputs[0]) : nullptr;
+    if (h && channel_shuffle_groups(*h, g)) return h;
+  }
+  return nullptr;
+}
+
+std::optional<std::vector<int64_t>> int_constant(const FusionGraph& g, const Node& node, size_t i) {
+  if (i >= node.inputs.size() || node.inputs[i].empty()) return std::nullopt;
+  const HostTensor* c = g.constant(node.inputs[i]);
+  if (!c) return std::nullopt;
+  std::vector<int64_t> out;
+  if (c->dtype() == DType::kInt64) out.assign(c->data<int64_t>(), c->data<int64_t>() + c->numel());
+  else if (c->dtype() == DType::kInt32) out.assign(c->data<int32_t>(), c->data<int32_t>() + c->numel());
+  else return std::nullopt;
+  return out;
+}
+
+// A Slice of a 4-D value along the channels only (constant starts/ends, step 1): the
+// channels [begin, end).
+std::optional<std::pair<int64_t, int64_t>> channel_slice(const Node& node, const FusionGraph& g) {
+  if (node.op != "Slice" || node.inputs.size() < 3) return std::nullopt;
+  const TensorType* x = g.type_of(node.inputs[0]);
+  const TensorType* y = node.outputs.empty() ? nullptr : g.type_of(node.outputs[0]);
+  if (!is_f32_4d_static(x) || !is_f32_4d_static(y)) return std::nullopt;
+  auto starts = int_constant(g, node, 1), ends = int_constant(g, node, 2);
+  if (!starts || !ends || starts->size() != ends->size()) return std::nullopt;
+  std::vector<int64_t> axes(starts->size());
+  for (size_t i = 0; i < axes.size(); ++i) axes[i] = static_cast<int64_t>(i);
+  if (node.inputs.size() > 3 && !node.inputs[3].empty()) {
+    auto a = int_constant(g, node, 3);
+    if (!a || a->size() != starts->size()) return std::nullopt;
+    axes = *a;
+  }
+  if (node.inputs.size() > 4 && !node.inputs[4].empty()) {
+    auto st = int_constant(g, node, 4);
+    if (!st) return std::nullopt;
+    for (int64_t v : *st)
+      if (v != 1) return std::nullopt;
+  }
+  // Only axis 1 may change; the output's shape says how many channels.
+  const Shape& xs = x->shape;
+  const Shape& ys = y->shape;
+  if (ys[0] != xs[0] || ys[2] != xs[2] || ys[3] != xs[3]) return std::nullopt;
+  std::optional<int64_t> begin;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int64_t ax = axes[i] < 0 ? axes[i] + 4 : axes[i];
+    if (ax != 1) {
+      if (ys[static_cast<size_t>(ax)] != xs[static_cast<size_t>(ax)]) return std::nullopt;
+      continue;
+    }
+    int64_t b = (*starts)[i];
+    if (b < 0) b += xs[1];
+    begin = std::clamp<int64_t>(b, 0, xs[1]);
+  }
+  if (!begin) return std::nullopt;
+  if (*begin + ys[1] > xs[1] || ys[1] <= 0) return std::nullopt;
+  return std::make_pair(*begin, *begin + ys[1]);
+}
+
 // Node-level eligibility (the BatchNormalization rule needs the region and is checked there).
 bool eligible(const Node& node, const FusionGraph& g) {
   if (!node.domain.empty() && node.domain != "ai.onnx") return false;
@@ -227,6 +339,8 @@ bool eligible(const Node& node, const FusionGraph& g) {
     return axis.ok() && *axis == 1 && is_f32_4d_static(type(0));
   }
   if (op == "Gemm" || op == "MatMul") return dense_params(node, g).ok();
+  if (op == "Reshape" || op == "Transpose") return channel_shuffle_head(node, g) != nullptr;
+  if (op == "Slice") return channel_slice(node, g).has_value();
   if (!is_f32_act_static(out)) return false;
   const size_t rank = out->shape.size();
   if (op == "Conv") {
@@ -613,6 +727,8 @@ class RegionCompiler {
     }
     if (op == "Gemm" || op == "MatMul") return compile_dense(node);
     if (op == "BatchNormalization") return compile_batchnorm(m);
+    if (op == "Reshape" || op == "Transpose") return compile_shuffle_part(node);
+    if (op == "Slice") return compile_channel_slice(node);
     if (op == "Pad") {  // pads nothing (eligible): the same bytes, or a copy if shared
       TD_ASSIGN_OR_RETURN(int src, value(node.inputs[0]));
       if (sole_consumer(node.inputs[0]) &&
@@ -627,6 +743,75 @@ class RegionCompiler {
     }
     return errors::Unimplemented("{} ('{}') cannot run in a oneDNN region (only after a Conv)", op,
                                  node.name);
+  }
+
+  // The slot of `name` in a dense non-blocked layout (channels-last or plain), as is when it is
+  // already; in channels-last otherwise.
+  Result<int> dense_value(const std::string& name) {
+    TD_ASSIGN_OR_RETURN(int s, value(name));
+    const memory::desc md = out_->slots_[static_cast<size_t>(s)].md;
+    const memory::dims d = md.dims();
+    if (d.size() == 4 && (md == memory::desc(d, DT::f32, Tag::acdb) ||
+                          md == memory::desc(d, DT::f32, Tag::abcd)))
+      return s;
+    return value_in(name, memory::desc(dims_of(type(name).shape), DT::f32, Tag::acdb));
+  }
+
+  // A slot viewing the bytes of slot `of` through `md` (same input, output or arena storage).
+  Result<int> view_of(int of, const memory::desc& md) {
+    const auto& s = out_->slots_[static_cast<size_t>(of)];
+    if (s.kind == SlotKind::kOwned) return errors::Unimplemented("a view of a constant");
+    if (s.kind == SlotKind::kArena) viewed_storages_.insert(s.index);
+    return add_slot(md, s.kind, s.index);
+  }
+
+  // Channel shuffle: the Reshape and Transpose are views (nothing runs); the last Reshape is one
+  // reorder that permutes the channels, in the input's layout.
+  Status compile_shuffle_part(const Node& node) {
+    const Node* head = channel_shuffle_head(node, g_);
+    if (!head) return errors::Internal("'{}' is not part of a channel shuffle", node.name);
+    if (&node != head && node.op == "Transpose") return OkStatus();
+    if (&node == head) {
+      shuffle_groups_[node.outputs[0]] = channel_shuffle_groups(*head, g_);
+      return OkStatus();
+    }
+    const int64_t groups = channel_shuffle_groups(*head, g_);
+    const std::string& x = head->inputs[0];
+    TD_ASSIGN_OR_RETURN(int src, dense_value(x));
+    const memory::desc md = out_->slots_[static_cast<size_t>(src)].md;
+    const Shape& xs = type(x).shape;
+    const int64_t n = xs[0], c = xs[1], h = xs[2], w = xs[3], k = c / groups;
+    const memory::dims st4 = md.data.format_desc.blocking.strides[0] ? memory::dims{
+        md.data.format_desc.blocking.strides[0], md.data.format_desc.blocking.strides[1],
+        md.data.format_desc.blocking.strides[2], md.data.format_desc.blocking.strides[3]}
+        : memory::dims{};
+    if (st4.empty()) return errors::Internal("channel shuffle: no strides");
+    const memory::dims d5 = {n, groups, k, h, w};
+    // Source channel g * K + k; destination channel k * G + g.
+    const memory::desc src5(d5, DT::f32, memory::dims{st4[0], k * st4[1], st4[1], st4[2], st4[3]});
+    const memory::desc dst5(d5, DT::f32,
+                            memory::dims{st4[0], st4[1], groups * st4[1], st4[2], st4[3]});
+    const int dst = add_arena(md);
+    TD_ASSIGN_OR_RETURN(int s5, view_of(src, src5));
+    TD_ASSIGN_OR_RETURN(int d5s, view_of(dst, dst5));
+    add_reorder(s5, d5s);
+    touch(dst);
+    value_slot_[node.outputs[0]] = dst;
+    return OkStatus();
+  }
+
+  // Slice of channels: a view of its input's bytes (channels-last or plain) at an offset.
+  Status compile_channel_slice(const Node& node) {
+    auto range = channel_slice(node, g_);
+    if (!range) return errors::Internal("'{}' is not a channel slice", node.name);
+    TD_ASSIGN_OR_RETURN(int src, dense_value(node.inputs[0]));
+    const memory::desc md = out_->slots_[static_cast<size_t>(src)].md;
+    const Shape& ys = type(node.outputs[0]).shape;
+    const memory::desc view =
+        md.submemory_desc(dims_of(ys), memory::dims{0, range->first, 0, 0});
+    TD_ASSIGN_OR_RETURN(int s, view_of(src, view));
+    value_slot_[node.outputs[0]] = s;
+    return OkStatus();
   }
 
   // A BatchNormalization not folded into a Conv: y = x * a + b per channel (a and b from the
@@ -825,7 +1010,9 @@ class RegionCompiler {
                             std::all_of(ruses.begin(), ruses.end(), [&](size_t u) {
                               return fused_members_.count(u) || u < m;
                             });
-      if (rslot.kind == SlotKind::kArena && rslot.md == pd.dst_desc() && last_use) {
+      // Not into bytes other values view (a channel Slice of the residual).
+      if (rslot.kind == SlotKind::kArena && rslot.md == pd.dst_desc() && last_use &&
+          !viewed_storages_.count(rslot.index)) {
         dst = alias_arena(rs, pd.dst_desc());
       } else {
         dst = add_arena(pd.dst_desc());
@@ -1066,6 +1253,8 @@ class RegionCompiler {
   std::set<size_t> fused_members_;
   std::unordered_map<std::string, std::string> flattened_;  // Flatten output -> its 4-D input
   bool blocked16_ = false;  // convolutions keep activations in nChw16c (choose_layout)
+  std::unordered_map<std::string, int64_t> shuffle_groups_;  // channel shuffle views
+  std::set<int> viewed_storages_;  // arena storages other slots view (Slice): never in place
 };
 
 // ---- partitioning ----
