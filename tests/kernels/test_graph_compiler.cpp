@@ -539,5 +539,37 @@ TEST(GraphCompiler, ChannelShuffleAndChannelSlicesStayInTheRegion) {
   EXPECT_NE(plan2.find("Transpose"), std::string::npos) << plan2;
 }
 
+// ReduceMean over the spatial axes (PyTorch's x.mean([2, 3]) head; axes as an attribute or,
+// opset 18, an input; keepdims 0 or 1) is a global average pooling in the region, and the
+// classifier Gemm after it joins the region as an inner product; over other axes it does not.
+TEST(GraphCompiler, SpatialReduceMeanIsAGlobalPoolInTheRegion) {
+  G b;
+  auto x = b.in("x", {2, 8, 7, 7});
+  auto c = b.op("Relu", {b.conv(x, 8, 16, 3)});
+  auto m = b.op("ReduceMean", {c}, {{"axes", std::vector<int64_t>{-1, 2}}, {"keepdims", int64_t{0}}});
+  auto fc = b.op("Gemm", {m, b.constant(random({10, 16}, 41)), b.constant(random({10}, 42))},
+                 {{"transB", int64_t{1}}});
+  b.out(fc);
+  auto k = b.op("ReduceMean", {c, b.constant(ints({2, 3}))});  // keepdims 1, axes input
+  b.out(k);
+  auto other = b.op("ReduceMean", {c}, {{"axes", std::vector<int64_t>{1}}});
+  b.out(other);
+  const std::string plan = check(b.g, {random({2, 8, 7, 7}, 27)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_EQ(primitives(plan, "pool"), 2) << plan;
+  EXPECT_EQ(primitives(plan, "inner_product"), 1) << plan;
+  EXPECT_EQ(count(plan, "ReduceMean '"), 1) << plan;  // the channel mean, per-node
+
+  // 1-D: [N, C, L] averaged over L.
+  G d;
+  auto x1 = d.in("x", {1, 4, 50});
+  auto c1 = d.op("Conv", {x1, d.constant(random({6, 4, 3}, 43)), d.constant(random({6}, 44))},
+                 {{"kernel_shape", std::vector<int64_t>{3}}});
+  d.out(d.op("ReduceMean", {c1}, {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{0}}}));
+  const std::string plan1 = check(d.g, {random({1, 4, 50}, 28)});
+  EXPECT_EQ(count(plan1, "OneDnnRegion"), 1) << plan1;
+  EXPECT_EQ(count(plan1, "ReduceMean '"), 0) << plan1;
+}
+
 }  // namespace
 }  // namespace tensord

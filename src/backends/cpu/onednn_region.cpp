@@ -321,6 +321,34 @@ std::optional<std::pair<int64_t, int64_t>> channel_slice(const Node& node, const
   return std::make_pair(*begin, *begin + ys[1]);
 }
 
+// ReduceMean over every spatial axis of a 3-D or 4-D value (PyTorch's x.mean([2, 3])): a global
+// average pooling; returns keepdims (0 or 1), or -1 when it is not that.
+int spatial_mean(const Node& node, const FusionGraph& g) {
+  if (node.op != "ReduceMean" || node.inputs.empty() || node.outputs.empty()) return -1;
+  const TensorType* x = g.type_of(node.inputs[0]);
+  if (!is_f32_act_static(x)) return -1;
+  const int64_t rank = static_cast<int64_t>(x->shape.size());
+  NodeAttrs a(node);
+  std::vector<int64_t> axes;
+  if (node.inputs.size() > 1 && !node.inputs[1].empty()) {
+    auto c = int_constant(g, node, 1);
+    if (!c) return -1;
+    axes = *c;
+  } else {
+    auto attr = a.attr_ints("axes");
+    if (!attr.ok()) return -1;
+    axes = *attr;
+  }
+  std::set<int64_t> want, got;
+  for (int64_t d = 2; d < rank; ++d) want.insert(d);
+  for (int64_t v : axes) got.insert(v < 0 ? v + rank : v);
+  if (got != want) return -1;
+  auto keep = a.attr_int("keepdims", 1);
+  auto noop = a.attr_int("noop_with_empty_axes", 0);
+  if (!keep.ok() || !noop.ok() || (*keep != 0 && *keep != 1)) return -1;
+  return static_cast<int>(*keep);
+}
+
 // Node-level eligibility (the BatchNormalization rule needs the region and is checked there).
 bool eligible(const Node& node, const FusionGraph& g) {
   if (!node.domain.empty() && node.domain != "ai.onnx") return false;
@@ -341,6 +369,7 @@ bool eligible(const Node& node, const FusionGraph& g) {
   if (op == "Gemm" || op == "MatMul") return dense_params(node, g).ok();
   if (op == "Reshape" || op == "Transpose") return channel_shuffle_head(node, g) != nullptr;
   if (op == "Slice") return channel_slice(node, g).has_value();
+  if (op == "ReduceMean") return spatial_mean(node, g) >= 0;
   if (!is_f32_act_static(out)) return false;
   const size_t rank = out->shape.size();
   if (op == "Conv") {
@@ -676,7 +705,10 @@ class RegionCompiler {
     return errors::Internal("value '{}' is not available in the region", name);
   }
 
-  const TensorType& type(const std::string& name) { return *g_.type_of(name); }
+  const TensorType& type(const std::string& name) {
+    if (auto it = internal_types_.find(name); it != internal_types_.end()) return it->second;
+    return *g_.type_of(name);
+  }
 
   // Layout of the convolutions' activations. oneDNN's own choice ("any": channels-last with
   // brgemm kernels on AVX-512) is best for small batches and for networks with depthwise or
@@ -729,6 +761,20 @@ class RegionCompiler {
     if (op == "BatchNormalization") return compile_batchnorm(m);
     if (op == "Reshape" || op == "Transpose") return compile_shuffle_part(node);
     if (op == "Slice") return compile_channel_slice(node);
+    if (op == "ReduceMean") {
+      // A GlobalAveragePool; without keepdims its [N, C] result is a view of the pooled
+      // [N, C, 1, 1] (like Flatten: an inner product after it reads the pooled tensor as is).
+      const int keep = spatial_mean(node, g_);
+      if (keep < 0) return errors::Internal("'{}' is not a spatial mean", node.name);
+      const Shape& xs = type(node.inputs[0]).shape;
+      std::string pooled = node.outputs[0];
+      if (keep == 0) {
+        pooled = node.outputs[0] + "#pooled";
+        internal_types_[pooled] = TensorType{DType::kFloat32, Shape{xs[0], xs[1], 1, 1}};
+        flattened_[node.outputs[0]] = pooled;
+      }
+      return compile_global_pool(node.inputs[0], pooled);
+    }
     if (op == "Pad") {  // pads nothing (eligible): the same bytes, or a copy if shared
       TD_ASSIGN_OR_RETURN(int src, value(node.inputs[0]));
       if (sole_consumer(node.inputs[0]) &&
@@ -1068,6 +1114,22 @@ class RegionCompiler {
     return OkStatus();
   }
 
+  Status compile_global_pool(const std::string& in, const std::string& out) {
+    const Shape xs = act4(type(in).shape);
+    TD_ASSIGN_OR_RETURN(int src, value(in));
+    const memory::desc src_md = out_->slots_[static_cast<size_t>(src)].md;
+    const memory::desc dst_any({xs[0], xs[1], 1, 1}, DT::f32, Tag::any);
+    dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                        Alg::pooling_avg_exclude_padding, src_md, dst_any,
+                                        {1, 1}, {xs[2], xs[3]}, {0, 0}, {0, 0}, {0, 0});
+    dnnl::pooling_v2_forward::primitive_desc pd(desc, cpu_engine());
+    TD_ASSIGN_OR_RETURN(src, value_in(in, pd.src_desc()));
+    const int dst = add_arena(pd.dst_desc());
+    add_op(dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, "pool");
+    value_slot_[out] = dst;
+    return OkStatus();
+  }
+
   Status compile_pool(const Node& node) {
     NodeAttrs a(node);
     const Shape& xs_n = type(node.inputs[0]).shape;  // 3-D (1-D pooling) or 4-D
@@ -1254,6 +1316,7 @@ class RegionCompiler {
   std::unordered_map<std::string, std::string> flattened_;  // Flatten output -> its 4-D input
   bool blocked16_ = false;  // convolutions keep activations in nChw16c (choose_layout)
   std::unordered_map<std::string, int64_t> shuffle_groups_;  // channel shuffle views
+  std::unordered_map<std::string, TensorType> internal_types_;  // values only the region has
   std::set<int> viewed_storages_;  // arena storages other slots view (Slice): never in place
 };
 
