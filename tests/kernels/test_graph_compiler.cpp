@@ -2,6 +2,7 @@
 // regions, and that every fusion gives the reference kernels' results (fusion off).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -354,6 +355,220 @@ TEST(GraphCompiler, LeadingAxesBroadcastsJoinTheProgram) {
   const std::string plan = check(b.g, {random({3, 7, 37}, 23, -3, 3), random({7, 37}, 24)});
   EXPECT_EQ(count(plan, "ElementwiseProgram"), 1) << plan;
   EXPECT_EQ(count(plan, "[reference]"), 0) << plan;
+}
+
+
+// The number `n` in "... n <kind>, ..." of a region's description (0 when absent).
+int primitives(const std::string& plan, const std::string& kind) {
+  int total = 0;
+  const std::string key = " " + kind;
+  for (size_t p = plan.find(key); p != std::string::npos; p = plan.find(key, p + 1)) {
+    const char after = p + key.size() < plan.size() ? plan[p + key.size()] : ' ';
+    if (after != ',' && after != ')') continue;
+    size_t b = p;
+    while (b > 0 && std::isdigit(static_cast<unsigned char>(plan[b - 1]))) --b;
+    if (b < p) total += std::stoi(plan.substr(b, p - b));
+  }
+  return total;
+}
+
+// RegNetY block: 1x1 conv, grouped 3x3 conv (groups of 8 channels), squeeze-excitation
+// (GlobalAveragePool -> 1x1 conv -> ReLU -> 1x1 conv -> Sigmoid -> Mul broadcast), 1x1 conv,
+// residual Add. One region; the activations stay in one layout: no reorder between blocks (oneDNN's own choice for the grouped conv, nChw8c, needed one in
+// and out of every block and sent the SE Mul to oneDNN's reference binary kernel).
+TEST(GraphCompiler, GroupedConvAndSqueezeExcitationStayInOneLayout) {
+  G b;
+  auto x = b.in("x", {1, 64, 14, 14});
+  auto a = b.op("Relu", {b.bn(b.conv(x, 64, 64, 1, 1, 1, false), 64)});
+  auto gc = b.op("Relu", {b.bn(b.conv(a, 64, 64, 3, 1, 8, false), 64)});
+  auto se = b.op("GlobalAveragePool", {gc});
+  se = b.op("Relu", {b.conv(se, 64, 16, 1)});
+  se = b.op("Sigmoid", {b.conv(se, 16, 64, 1)});
+  auto m = b.op("Mul", {gc, se});
+  auto p = b.bn(b.conv(m, 64, 64, 1, 1, 1, false), 64);
+  auto y = b.op("Relu", {b.op("Add", {x, p})});
+  // A second block, so a layout change between blocks would show as reorders.
+  auto gc2 = b.op("Relu", {b.conv(y, 64, 64, 3, 2, 8)});
+  auto se2 = b.op("Sigmoid", {b.conv(b.op("GlobalAveragePool", {gc2}), 64, 64, 1)});
+  b.out(b.op("Mul", {se2, gc2}));  // broadcast operand first
+  const std::string plan = check(b.g, {random({1, 64, 14, 14}, 21)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_EQ(primitives(plan, "conv"), 7) << plan;
+  EXPECT_EQ(primitives(plan, "binary"), 2) << plan;
+  // Reorders: the input into the region's layout, the output out of it, and the copy of the
+  // input the residual Add accumulates into (a region input is never written).
+  EXPECT_LE(primitives(plan, "reorder"), 3) << plan;
+}
+
+// Conv1d / MaxPool1d / AveragePool1d / BatchNorm / broadcast Add on [N, C, L] values run in a
+// region (as [N, C, 1, L]) with the reference kernels' results.
+TEST(GraphCompiler, OneDimensionalConvolutionsAndPoolingRunInARegion) {
+  G b;
+  auto x = b.in("x", {2, 3, 101});
+  auto conv1d = [&](const std::string& in, int64_t cin, int64_t cout, int64_t k, int64_t stride,
+                    int64_t pad, int64_t dil) {
+    return b.op("Conv",
+                {in, b.constant(random({cout, cin, k}, b.counter + 3, -0.5f, 0.5f)),
+                 b.constant(random({cout}, b.counter + 5))},
+                {{"kernel_shape", std::vector<int64_t>{k}},
+                 {"strides", std::vector<int64_t>{stride}},
+                 {"dilations", std::vector<int64_t>{dil}},
+                 {"pads", std::vector<int64_t>{pad, pad}}});
+  };
+  auto c1 = b.op("Relu", {conv1d(x, 3, 16, 7, 2, 3, 1)});  // [2, 16, 51]
+  auto mp = b.op("MaxPool", {c1}, {{"kernel_shape", std::vector<int64_t>{2}},
+                                   {"strides", std::vector<int64_t>{2}},
+                                   {"ceil_mode", int64_t{1}}});  // [2, 16, 26]
+  auto c2 = b.op("Relu", {b.bn(conv1d(mp, 16, 16, 3, 1, 2, 2), 16)});
+  auto bias = b.constant(random({16, 1}, 31));
+  auto s = b.op("Add", {c2, bias});
+  auto ap = b.op("AveragePool", {s}, {{"kernel_shape", std::vector<int64_t>{3}},
+                                      {"strides", std::vector<int64_t>{1}},
+                                      {"pads", std::vector<int64_t>{1, 1}}});
+  auto gp = b.op("GlobalAveragePool", {ap});  // [2, 16, 1]
+  b.out(gp);
+  b.out(c1);
+  const std::string plan = check(b.g, {random({2, 3, 101}, 22)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_EQ(primitives(plan, "conv"), 2) << plan;
+  EXPECT_EQ(primitives(plan, "pool"), 3) << plan;
+  EXPECT_EQ(plan.find("[reference]"), std::string::npos) << plan;
+}
+
+// DenseNet: Concat of everything before, then BN+ReLU before a 1x1 and a 3x3 conv; a
+// transition of BN+ReLU, 1x1 conv, Pad of nothing and AveragePool. One region: the
+// BatchNormalizations that no Conv produces run as fused scale-shift(+ReLU) primitives, the
+// Concats on the blocked tensors, the Pad as the same bytes; reference kernels' results.
+TEST(GraphCompiler, DenseBlockWithBatchNormBeforeConvAndConcatIsOneRegion) {
+  G b;
+  auto x = b.in("x", {1, 16, 12, 12});
+  auto stem = b.op("Relu", {b.conv(x, 16, 32, 3)});
+  std::vector<std::string> feats = {stem};
+  int64_t ch = 32;
+  for (int layer = 0; layer < 2; ++layer) {
+    auto cat = feats.size() == 1 ? b.op("Concat", feats, {{"axis", int64_t{1}}})
+                                 : b.op("Concat", feats, {{"axis", int64_t{-3}}});
+    auto h = b.op("Relu", {b.bn(cat, ch)});
+    h = b.op("Relu", {b.conv(h, ch, 32, 1)});
+    feats.push_back(b.conv(h, 32, 8, 3, 1, 1, false));
+    ch += 8;
+  }
+  auto cat = b.op("Concat", feats, {{"axis", int64_t{1}}});
+  auto t = b.conv(b.op("Relu", {b.bn(cat, ch)}), ch, 16, 1, 1, 1, false);
+  HostTensor pads(DType::kInt64, {8});
+  for (int i = 0; i < 8; ++i) pads.mutable_data<int64_t>()[i] = 0;
+  auto padded = b.op("Pad", {t, b.constant(pads)}, {{"mode", std::string("constant")}});
+  auto pool = b.op("AveragePool", {padded}, {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                                             {"strides", std::vector<int64_t>{2, 2}}});
+  // A BatchNormalization of a value other nodes read too (not foldable), without a ReLU.
+  auto c2 = b.conv(pool, 16, 16, 3);
+  auto y = b.op("Add", {b.bn(c2, 16), c2});
+  b.out(y);
+  const std::string plan = check(b.g, {random({1, 16, 12, 12}, 23)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_EQ(primitives(plan, "scale_shift"), 4) << plan;
+  EXPECT_EQ(primitives(plan, "concat"), 3) << plan;
+  EXPECT_EQ(plan.find("[reference]"), std::string::npos) << plan;
+}
+
+// SiLU written as x * Sigmoid(x) (PyTorch's export): a swish post-op of the Conv before it,
+// or one swish primitive after a non-Conv; not when x is read elsewhere too.
+TEST(GraphCompiler, MulOfSigmoidIsOneSwish) {
+  G b;
+  auto x = b.in("x", {1, 16, 10, 10});
+  auto c = b.conv(x, 16, 32, 3);
+  auto s1 = b.op("Mul", {b.op("Sigmoid", {c}), c});  // Conv + swish post-op
+  auto p = b.op("MaxPool", {s1}, {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                                  {"strides", std::vector<int64_t>{2, 2}}});
+  auto s2 = b.op("Mul", {p, b.op("Sigmoid", {p})});  // after a pool: a swish primitive
+  auto c2 = b.conv(s2, 32, 32, 1);
+  auto sig = b.op("Sigmoid", {c2});
+  auto s3 = b.op("Mul", {c2, sig});
+  b.out(s3);
+  b.out(sig);  // read outside: Sigmoid and Mul stay separate
+  const std::string plan = check(b.g, {random({1, 16, 10, 10}, 24, -3, 3)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_EQ(primitives(plan, "eltwise"), 2) << plan;  // the swish after the pool, the Sigmoid
+  EXPECT_EQ(primitives(plan, "binary"), 1) << plan;   // the last Mul
+}
+
+HostTensor ints(std::vector<int64_t> v) {
+  HostTensor t(DType::kInt64, {static_cast<int64_t>(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) t.mutable_data<int64_t>()[i] = v[i];
+  return t;
+}
+
+// ShuffleNetV2 units: channel Slices (views of the blocked tensor), a branch of convs, Concat,
+// and the channel shuffle Reshape -> Transpose(0, 2, 1, 3, 4) -> Reshape as one reorder that
+// permutes the channels: one region, no reference kernels, the reference kernels' results.
+// A Reshape/Transpose that is not a channel shuffle still leaves the region.
+TEST(GraphCompiler, ChannelShuffleAndChannelSlicesStayInTheRegion) {
+  G b;
+  auto x = b.in("x", {1, 8, 10, 10});
+  auto v = b.op("Relu", {b.conv(x, 8, 32, 3)});
+  auto shuffle = [&](const std::string& in, int64_t c, int64_t groups) {
+    auto r = b.op("Reshape", {in, b.constant(ints({1, groups, c / groups, 10, 10}))});
+    auto t = b.op("Transpose", {r}, {{"perm", std::vector<int64_t>{0, 2, 1, 3, 4}}});
+    return b.op("Reshape", {t, b.constant(ints({1, c, 10, 10}))});
+  };
+  for (int unit = 0; unit < 2; ++unit) {
+    auto left = b.op("Slice", {v, b.constant(ints({0})), b.constant(ints({16})),
+                               b.constant(ints({1}))});
+    auto right = b.op("Slice", {v, b.constant(ints({16})), b.constant(ints({32})),
+                                b.constant(ints({-3})), b.constant(ints({1}))});
+    auto br = b.op("Relu", {b.conv(right, 16, 16, 1)});
+    br = b.conv(br, 16, 16, 3, 1, 16);
+    br = b.op("Relu", {b.conv(br, 16, 16, 1)});
+    v = shuffle(b.op("Concat", {left, br}, {{"axis", int64_t{1}}}), 32, 2);
+  }
+  auto y = b.op("Add", {v, b.conv(v, 32, 32, 1)});
+  b.out(y);
+  const std::string plan = check(b.g, {random({1, 8, 10, 10}, 25)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_EQ(plan.find("[reference]"), std::string::npos) << plan;
+  EXPECT_EQ(primitives(plan, "concat"), 2) << plan;
+
+  // Transpose of other axes: not a shuffle, runs on the per-node kernels.
+  G o;
+  auto x2 = o.in("x", {1, 8, 10, 10});
+  auto c2 = o.conv(x2, 8, 8, 3);
+  auto r2 = o.op("Reshape", {c2, o.constant(ints({1, 2, 4, 10, 10}))});
+  auto t2 = o.op("Transpose", {r2}, {{"perm", std::vector<int64_t>{0, 1, 2, 4, 3}}});
+  o.out(o.op("Reshape", {t2, o.constant(ints({1, 8, 10, 10}))}));
+  const std::string plan2 = check(o.g, {random({1, 8, 10, 10}, 26)});
+  EXPECT_NE(plan2.find("Transpose"), std::string::npos) << plan2;
+}
+
+// ReduceMean over the spatial axes (PyTorch's x.mean([2, 3]) head; axes as an attribute or,
+// opset 18, an input; keepdims 0 or 1) is a global average pooling in the region, and the
+// classifier Gemm after it joins the region as an inner product; over other axes it does not.
+TEST(GraphCompiler, SpatialReduceMeanIsAGlobalPoolInTheRegion) {
+  G b;
+  auto x = b.in("x", {2, 8, 7, 7});
+  auto c = b.op("Relu", {b.conv(x, 8, 16, 3)});
+  auto m = b.op("ReduceMean", {c}, {{"axes", std::vector<int64_t>{-1, 2}}, {"keepdims", int64_t{0}}});
+  auto fc = b.op("Gemm", {m, b.constant(random({10, 16}, 41)), b.constant(random({10}, 42))},
+                 {{"transB", int64_t{1}}});
+  b.out(fc);
+  auto k = b.op("ReduceMean", {c, b.constant(ints({2, 3}))});  // keepdims 1, axes input
+  b.out(k);
+  auto other = b.op("ReduceMean", {c}, {{"axes", std::vector<int64_t>{1}}});
+  b.out(other);
+  const std::string plan = check(b.g, {random({2, 8, 7, 7}, 27)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_EQ(primitives(plan, "pool"), 2) << plan;
+  EXPECT_EQ(primitives(plan, "inner_product"), 1) << plan;
+  EXPECT_EQ(count(plan, "ReduceMean '"), 1) << plan;  // the channel mean, per-node
+
+  // 1-D: [N, C, L] averaged over L.
+  G d;
+  auto x1 = d.in("x", {1, 4, 50});
+  auto c1 = d.op("Conv", {x1, d.constant(random({6, 4, 3}, 43)), d.constant(random({6}, 44))},
+                 {{"kernel_shape", std::vector<int64_t>{3}}});
+  d.out(d.op("ReduceMean", {c1}, {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{0}}}));
+  const std::string plan1 = check(d.g, {random({1, 4, 50}, 28)});
+  EXPECT_EQ(count(plan1, "OneDnnRegion"), 1) << plan1;
+  EXPECT_EQ(count(plan1, "ReduceMean '"), 0) << plan1;
 }
 
 }  // namespace

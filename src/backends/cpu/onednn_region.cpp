@@ -61,6 +61,18 @@ bool is_f32_4d_static(const TensorType* t) {
   return t && t->dtype == DType::kFloat32 && t->shape.size() == 4 && shape_is_static(t->shape);
 }
 
+// Activations a region holds: 4-D [N, C, H, W], or 3-D [N, C, L] (1-D convolution and
+// pooling), held as the 4-D [N, C, 1, L] so oneDNN's 2-D kernels and layouts run them.
+bool is_f32_act_static(const TensorType* t) {
+  return t && t->dtype == DType::kFloat32 && (t->shape.size() == 4 || t->shape.size() == 3) &&
+         shape_is_static(t->shape);
+}
+
+Shape act4(const Shape& s) {
+  if (s.size() == 3) return {s[0], s[1], 1, s[2]};
+  return s;
+}
+
 float scalar_of(const HostTensor& t) { return t.data<float>()[0]; }
 
 // The oneDNN eltwise steps of a unary op (HardSigmoid needs two), or an error.
@@ -107,6 +119,15 @@ Shape padded4(const Shape& s) {
   Shape out(4 - std::min<size_t>(4, s.size()), 1);
   out.insert(out.end(), s.begin(), s.end());
   return out;
+}
+
+// An operand of shape `s` broadcast against a result of rank `out_rank` (3 or 4), as 4-D:
+// numpy's alignment to the result's rank, then the result's 4-D view (act4).
+Shape view4(const Shape& s, size_t out_rank) {
+  if (out_rank != 3 || s.size() > 3) return padded4(s);
+  Shape p(3 - s.size(), 1);
+  p.insert(p.end(), s.begin(), s.end());
+  return act4(p);
 }
 
 // Whether `b` broadcasts to the 4-D `a` (numpy rules, b's rank <= 4).
@@ -170,6 +191,164 @@ Result<DenseParams> dense_params(const Node& node, const FusionGraph& g) {
   return p;
 }
 
+// A Pad that pads nothing (PyTorch exports AvgPool2d as Pad with zero pads + AveragePool).
+bool is_identity_pad(const Node& node, const FusionGraph& g) {
+  NodeAttrs a(node);
+  auto mode = a.attr_string("mode", "constant");
+  if (!mode.ok() || *mode != "constant") return false;
+  std::vector<int64_t> pads;
+  if (node.inputs.size() > 1 && !node.inputs[1].empty()) {
+    const HostTensor* p = g.constant(node.inputs[1]);
+    if (!p || p->dtype() != DType::kInt64) return false;
+    pads.assign(p->data<int64_t>(), p->data<int64_t>() + p->numel());
+  } else {
+    auto attr = a.attr_ints("pads");
+    if (!attr.ok()) return false;
+    pads = *attr;
+  }
+  return std::all_of(pads.begin(), pads.end(), [](int64_t v) { return v == 0; });
+}
+
+// ---- channel shuffle and channel slices (ShuffleNet) ----
+
+const Node* producer_of(const FusionGraph& g, const std::string& v) {
+  for (const Node* n : g.nodes)
+    for (const auto& o : n->outputs)
+      if (o == v) return n;
+  return nullptr;
+}
+
+// The only node reading `v` (nullptr when none, several, or `v` is a graph output).
+const Node* sole_reader(const FusionGraph& g, const std::string& v) {
+  if (g.is_graph_output(v)) return nullptr;
+  const Node* user = nullptr;
+  for (const Node* n : g.nodes) {
+    int k = 0;
+    for (const auto& in : n->inputs) k += in == v;
+    for (const auto& in : implicit_inputs(*n)) k += in == v;
+    if (k == 0) continue;
+    if (user || k > 1) return nullptr;
+    user = n;
+  }
+  return user;
+}
+
+// Reshape [N, C, H, W] -> [N, G, C/G, H, W], Transpose perm (0, 2, 1, 3, 4), Reshape back to
+// [N, C, H, W]: a permutation of the channels (each value read only by the next). `head` is
+// the first Reshape; returns G, or 0 when the three are not that.
+int64_t channel_shuffle_groups(const Node& head, const FusionGraph& g) {
+  if (head.op != "Reshape" || head.inputs.empty() || head.outputs.empty()) return 0;
+  const TensorType* x = g.type_of(head.inputs[0]);
+  const TensorType* v = g.type_of(head.outputs[0]);
+  if (!is_f32_4d_static(x) || !v || v->shape.size() != 5 || !shape_is_static(v->shape)) return 0;
+  const Shape& xs = x->shape;
+  const Shape& vs = v->shape;
+  if (vs[0] != xs[0] || vs[1] * vs[2] != xs[1] || vs[3] != xs[2] || vs[4] != xs[3]) return 0;
+  const Node* t = sole_reader(g, head.outputs[0]);
+  if (!t || t->op != "Transpose" || t->inputs[0] != head.outputs[0]) return 0;
+  auto perm = NodeAttrs(*t).attr_ints("perm");
+  if (!perm.ok() || *perm != std::vector<int64_t>{0, 2, 1, 3, 4}) return 0;
+  const Node* tail = sole_reader(g, t->outputs[0]);
+  if (!tail || tail->op != "Reshape" || tail->inputs[0] != t->outputs[0]) return 0;
+  const TensorType* y = g.type_of(tail->outputs[0]);
+  if (!y || y->shape != xs) return 0;
+  return vs[1];
+}
+
+// The first Reshape of the channel shuffle `node` (any of its three nodes) belongs to.
+const Node* channel_shuffle_head(const Node& node, const FusionGraph& g) {
+  const Node* n = &node;
+  for (int up = 0; up < 2 && n && n->op != "Reshape"; ++up) n = producer_of(g, n->inputs[0]);
+  if (n && n->op == "Reshape" && channel_shuffle_groups(*n, g)) return n;
+  if (node.op == "Reshape") {  // the tail: two up
+    const Node* t = producer_of(g, node.inputs[0]);
+    const Node* h = t && t->op == "Transpose" ? producer_of(g, t->inputs[0]) : nullptr;
+    if (h && channel_shuffle_groups(*h, g)) return h;
+  }
+  return nullptr;
+}
+
+std::optional<std::vector<int64_t>> int_constant(const FusionGraph& g, const Node& node, size_t i) {
+  if (i >= node.inputs.size() || node.inputs[i].empty()) return std::nullopt;
+  const HostTensor* c = g.constant(node.inputs[i]);
+  if (!c) return std::nullopt;
+  std::vector<int64_t> out;
+  if (c->dtype() == DType::kInt64) out.assign(c->data<int64_t>(), c->data<int64_t>() + c->numel());
+  else if (c->dtype() == DType::kInt32) out.assign(c->data<int32_t>(), c->data<int32_t>() + c->numel());
+  else return std::nullopt;
+  return out;
+}
+
+// A Slice of a 4-D value along the channels only (constant starts/ends, step 1): the
+// channels [begin, end).
+std::optional<std::pair<int64_t, int64_t>> channel_slice(const Node& node, const FusionGraph& g) {
+  if (node.op != "Slice" || node.inputs.size() < 3) return std::nullopt;
+  const TensorType* x = g.type_of(node.inputs[0]);
+  const TensorType* y = node.outputs.empty() ? nullptr : g.type_of(node.outputs[0]);
+  if (!is_f32_4d_static(x) || !is_f32_4d_static(y)) return std::nullopt;
+  auto starts = int_constant(g, node, 1), ends = int_constant(g, node, 2);
+  if (!starts || !ends || starts->size() != ends->size()) return std::nullopt;
+  std::vector<int64_t> axes(starts->size());
+  for (size_t i = 0; i < axes.size(); ++i) axes[i] = static_cast<int64_t>(i);
+  if (node.inputs.size() > 3 && !node.inputs[3].empty()) {
+    auto a = int_constant(g, node, 3);
+    if (!a || a->size() != starts->size()) return std::nullopt;
+    axes = *a;
+  }
+  if (node.inputs.size() > 4 && !node.inputs[4].empty()) {
+    auto st = int_constant(g, node, 4);
+    if (!st) return std::nullopt;
+    for (int64_t v : *st)
+      if (v != 1) return std::nullopt;
+  }
+  // Only axis 1 may change; the output's shape says how many channels.
+  const Shape& xs = x->shape;
+  const Shape& ys = y->shape;
+  if (ys[0] != xs[0] || ys[2] != xs[2] || ys[3] != xs[3]) return std::nullopt;
+  std::optional<int64_t> begin;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int64_t ax = axes[i] < 0 ? axes[i] + 4 : axes[i];
+    if (ax != 1) {
+      if (ys[static_cast<size_t>(ax)] != xs[static_cast<size_t>(ax)]) return std::nullopt;
+      continue;
+    }
+    int64_t b = (*starts)[i];
+    if (b < 0) b += xs[1];
+    begin = std::clamp<int64_t>(b, 0, xs[1]);
+  }
+  if (!begin) return std::nullopt;
+  if (*begin + ys[1] > xs[1] || ys[1] <= 0) return std::nullopt;
+  return std::make_pair(*begin, *begin + ys[1]);
+}
+
+// ReduceMean over every spatial axis of a 3-D or 4-D value (PyTorch's x.mean([2, 3])): a global
+// average pooling; returns keepdims (0 or 1), or -1 when it is not that.
+int spatial_mean(const Node& node, const FusionGraph& g) {
+  if (node.op != "ReduceMean" || node.inputs.empty() || node.outputs.empty()) return -1;
+  const TensorType* x = g.type_of(node.inputs[0]);
+  if (!is_f32_act_static(x)) return -1;
+  const int64_t rank = static_cast<int64_t>(x->shape.size());
+  NodeAttrs a(node);
+  std::vector<int64_t> axes;
+  if (node.inputs.size() > 1 && !node.inputs[1].empty()) {
+    auto c = int_constant(g, node, 1);
+    if (!c) return -1;
+    axes = *c;
+  } else {
+    auto attr = a.attr_ints("axes");
+    if (!attr.ok()) return -1;
+    axes = *attr;
+  }
+  std::set<int64_t> want, got;
+  for (int64_t d = 2; d < rank; ++d) want.insert(d);
+  for (int64_t v : axes) got.insert(v < 0 ? v + rank : v);
+  if (got != want) return -1;
+  auto keep = a.attr_int("keepdims", 1);
+  auto noop = a.attr_int("noop_with_empty_axes", 0);
+  if (!keep.ok() || !noop.ok() || (*keep != 0 && *keep != 1)) return -1;
+  return static_cast<int>(*keep);
+}
+
 // Node-level eligibility (the BatchNormalization rule needs the region and is checked there).
 bool eligible(const Node& node, const FusionGraph& g) {
   if (!node.domain.empty() && node.domain != "ai.onnx") return false;
@@ -188,11 +367,16 @@ bool eligible(const Node& node, const FusionGraph& g) {
     return axis.ok() && *axis == 1 && is_f32_4d_static(type(0));
   }
   if (op == "Gemm" || op == "MatMul") return dense_params(node, g).ok();
-  if (!is_f32_4d_static(out)) return false;
+  if (op == "Reshape" || op == "Transpose") return channel_shuffle_head(node, g) != nullptr;
+  if (op == "Slice") return channel_slice(node, g).has_value();
+  if (op == "ReduceMean") return spatial_mean(node, g) >= 0;
+  if (!is_f32_act_static(out)) return false;
+  const size_t rank = out->shape.size();
   if (op == "Conv") {
-    if (node.inputs.size() < 2 || !is_f32_4d_static(type(0))) return false;
+    if (node.inputs.size() < 2 || !is_f32_act_static(type(0)) || type(0)->shape.size() != rank)
+      return false;
     const HostTensor* w = g.constant(node.inputs[1]);
-    if (!w || w->dtype() != DType::kFloat32 || w->shape().size() != 4) return false;
+    if (!w || w->dtype() != DType::kFloat32 || w->shape().size() != rank) return false;
     // Grouped convolutions only where each group maps its channels one to one or the input
     // is one group: oneDNN 2.6's blocked depthwise kernels crash (SIGSEGV) on a channel
     // multiplier (group == in channels, out channels = k * group, k > 1; ONNX's
@@ -209,9 +393,9 @@ bool eligible(const Node& node, const FusionGraph& g) {
     return true;
   }
   if (op == "MaxPool" || op == "AveragePool") {
-    if (!is_f32_4d_static(type(0))) return false;
+    if (!is_f32_act_static(type(0)) || type(0)->shape.size() != rank) return false;
     auto k = a.attr_ints("kernel_shape");
-    if (!k.ok() || k->size() != 2) return false;
+    if (!k.ok() || k->size() != rank - 2) return false;
     auto order = a.attr_int("storage_order", 0);
     if (!order.ok() || *order != 0) return false;
     auto ceil = a.attr_int("ceil_mode", 0);
@@ -219,26 +403,37 @@ bool eligible(const Node& node, const FusionGraph& g) {
     if (!ceil.ok() || !incl.ok() || (*ceil && *incl)) return false;
     return true;
   }
-  if (op == "GlobalAveragePool" || op == "GlobalMaxPool") return is_f32_4d_static(type(0));
-  if (is_unary_eltwise(op)) return is_f32_4d_static(type(0)) && eltwise_steps(node, g).ok();
+  if (op == "GlobalAveragePool" || op == "GlobalMaxPool")
+    return is_f32_act_static(type(0)) && type(0)->shape.size() == rank;
+  if (is_unary_eltwise(op))
+    return is_f32_act_static(type(0)) && type(0)->shape.size() == rank && eltwise_steps(node, g).ok();
   if (is_binary(op)) {
     if (node.inputs.size() != 2) return false;
     const TensorType* x = type(0);
     const TensorType* y = type(1);
     if (!x || !y || x->dtype != DType::kFloat32 || y->dtype != DType::kFloat32) return false;
     if (!shape_is_static(x->shape) || !shape_is_static(y->shape)) return false;
-    if (x->shape == out->shape) return broadcasts_to(y->shape, out->shape);
-    return is_commutative(op) && y->shape == out->shape && broadcasts_to(x->shape, out->shape);
+    if (rank == 3) {
+      // The broadcast operand of a 3-D result: a constant, or a 3-D value (both viewed as 4-D).
+      auto ok3 = [&](size_t i, const TensorType* t) {
+        return t->shape.size() == 3 || (t->shape.size() < 3 && g.constant(node.inputs[i]));
+      };
+      if (!ok3(0, x) || !ok3(1, y)) return false;
+    }
+    const Shape o4 = act4(out->shape);
+    if (x->shape == out->shape) return broadcasts_to(view4(y->shape, rank), o4);
+    return is_commutative(op) && y->shape == out->shape && broadcasts_to(view4(x->shape, rank), o4);
   }
   if (op == "Concat") {
     auto axis = a.attr_int("axis", 0);
-    if (!axis.ok() || (*axis != 1 && *axis != -3)) return false;
+    if (!axis.ok() || (*axis != 1 && *axis != 1 - static_cast<int64_t>(rank))) return false;
     for (size_t i = 0; i < node.inputs.size(); ++i)
-      if (!is_f32_4d_static(type(i))) return false;
+      if (!is_f32_act_static(type(i)) || type(i)->shape.size() != rank) return false;
     return !node.inputs.empty();
   }
+  if (op == "Pad") return is_identity_pad(node, g) && is_f32_act_static(type(0));
   if (op == "BatchNormalization") {
-    if (!is_f32_4d_static(type(0)) || node.inputs.size() != 5) return false;
+    if (!is_f32_act_static(type(0)) || node.inputs.size() != 5) return false;
     for (size_t i = 1; i < 5; ++i) {
       const HostTensor* c = g.constant(node.inputs[i]);
       if (!c || c->dtype() != DType::kFloat32 || c->shape().size() != 1) return false;
@@ -333,6 +528,18 @@ class DnnlRegion final : public FusedKernel {
 
 memory::dims dims_of(const Shape& s) { return memory::dims(s.begin(), s.end()); }
 
+// The 4-D descriptor of `dims` in the same format (tag) as `like`, when `like` has one of the
+// activation formats regions use; plain otherwise. A broadcast operand in its full operand's
+// format lets oneDNN use its JIT binary kernels (a blocked src0 with a plain src1 falls back to
+// the reference kernel, ~100x slower: the squeeze-excitation Mul).
+std::optional<memory::desc> same_format(const memory::desc& like, const memory::dims& dims) {
+  static const Tag tags[] = {Tag::acdb, Tag::abcd, Tag::aBcd16b, Tag::aBcd8b, Tag::aBcd4b};
+  if (like.dims().size() != 4 || dims.size() != 4) return std::nullopt;
+  for (Tag t : tags)
+    if (memory::desc(like.dims(), DT::f32, t) == like) return memory::desc(dims, DT::f32, t);
+  return std::nullopt;
+}
+
 // Row-major float32 of any rank.
 memory::desc plain(const Shape& s) {
   memory::dims strides(s.size(), 1);
@@ -362,7 +569,8 @@ class RegionCompiler {
         return errors::Unimplemented("region input '{}' is not float32", r_.inputs[i]);
       if (!shape_is_static(t->shape) || t->shape.size() > 4)
         return errors::Unimplemented("region input '{}' has no static rank <= 4 shape", r_.inputs[i]);
-      value_slot_[r_.inputs[i]] = add_slot(plain(padded4(t->shape)), DnnlRegion::SlotKind::kInput,
+      const Shape view = t->shape.size() == 3 ? act4(t->shape) : padded4(t->shape);
+      value_slot_[r_.inputs[i]] = add_slot(plain(view), DnnlRegion::SlotKind::kInput,
                                            static_cast<int>(i));
     }
     blocked16_ = choose_layout();
@@ -375,7 +583,8 @@ class RegionCompiler {
       const TensorType* t = g_.type_of(r_.outputs[i]);
       auto src = value(r_.outputs[i]);
       if (!src.ok()) return errors::Internal("region output '{}' was not produced", r_.outputs[i]);
-      const int dst = add_slot(plain(t->shape), DnnlRegion::SlotKind::kOutput, static_cast<int>(i));
+      const int dst = add_slot(plain(act4(t->shape)), DnnlRegion::SlotKind::kOutput,
+                               static_cast<int>(i));
       add_reorder(*src, dst);
     }
     plan_memory();
@@ -496,7 +705,10 @@ class RegionCompiler {
     return errors::Internal("value '{}' is not available in the region", name);
   }
 
-  const TensorType& type(const std::string& name) { return *g_.type_of(name); }
+  const TensorType& type(const std::string& name) {
+    if (auto it = internal_types_.find(name); it != internal_types_.end()) return it->second;
+    return *g_.type_of(name);
+  }
 
   // Layout of the convolutions' activations. oneDNN's own choice ("any": channels-last with
   // brgemm kernels on AVX-512) is best for small batches and for networks with depthwise or
@@ -546,16 +758,169 @@ class RegionCompiler {
       return OkStatus();
     }
     if (op == "Gemm" || op == "MatMul") return compile_dense(node);
+    if (op == "BatchNormalization") return compile_batchnorm(m);
+    if (op == "Reshape" || op == "Transpose") return compile_shuffle_part(node);
+    if (op == "Slice") return compile_channel_slice(node);
+    if (op == "ReduceMean") {
+      // A GlobalAveragePool; without keepdims its [N, C] result is a view of the pooled
+      // [N, C, 1, 1] (like Flatten: an inner product after it reads the pooled tensor as is).
+      const int keep = spatial_mean(node, g_);
+      if (keep < 0) return errors::Internal("'{}' is not a spatial mean", node.name);
+      const Shape& xs = type(node.inputs[0]).shape;
+      std::string pooled = node.outputs[0];
+      if (keep == 0) {
+        pooled = node.outputs[0] + "#pooled";
+        internal_types_[pooled] = TensorType{DType::kFloat32, Shape{xs[0], xs[1], 1, 1}};
+        flattened_[node.outputs[0]] = pooled;
+      }
+      return compile_global_pool(node.inputs[0], pooled);
+    }
+    if (op == "Pad") {  // pads nothing (eligible): the same bytes, or a copy if shared
+      TD_ASSIGN_OR_RETURN(int src, value(node.inputs[0]));
+      if (sole_consumer(node.inputs[0]) &&
+          out_->slots_[static_cast<size_t>(src)].kind == SlotKind::kArena) {
+        value_slot_[node.outputs[0]] = src;
+      } else {
+        const int dst = add_arena(out_->slots_[static_cast<size_t>(src)].md);
+        add_reorder(src, dst);
+        value_slot_[node.outputs[0]] = dst;
+      }
+      return OkStatus();
+    }
     return errors::Unimplemented("{} ('{}') cannot run in a oneDNN region (only after a Conv)", op,
                                  node.name);
+  }
+
+  // The slot of `name` in a dense non-blocked layout (channels-last or plain), as is when it is
+  // already; in channels-last otherwise.
+  Result<int> dense_value(const std::string& name) {
+    TD_ASSIGN_OR_RETURN(int s, value(name));
+    const memory::desc md = out_->slots_[static_cast<size_t>(s)].md;
+    const memory::dims d = md.dims();
+    if (d.size() == 4 && (md == memory::desc(d, DT::f32, Tag::acdb) ||
+                          md == memory::desc(d, DT::f32, Tag::abcd)))
+      return s;
+    return value_in(name, memory::desc(dims_of(type(name).shape), DT::f32, Tag::acdb));
+  }
+
+  // A slot viewing the bytes of slot `of` through `md` (same input, output or arena storage).
+  Result<int> view_of(int of, const memory::desc& md) {
+    const auto& s = out_->slots_[static_cast<size_t>(of)];
+    if (s.kind == SlotKind::kOwned) return errors::Unimplemented("a view of a constant");
+    if (s.kind == SlotKind::kArena) viewed_storages_.insert(s.index);
+    return add_slot(md, s.kind, s.index);
+  }
+
+  // Channel shuffle: the Reshape and Transpose are views (nothing runs); the last Reshape is one
+  // reorder that permutes the channels, in the input's layout.
+  Status compile_shuffle_part(const Node& node) {
+    const Node* head = channel_shuffle_head(node, g_);
+    if (!head) return errors::Internal("'{}' is not part of a channel shuffle", node.name);
+    if (&node != head && node.op == "Transpose") return OkStatus();
+    if (&node == head) {
+      shuffle_groups_[node.outputs[0]] = channel_shuffle_groups(*head, g_);
+      return OkStatus();
+    }
+    const int64_t groups = channel_shuffle_groups(*head, g_);
+    const std::string& x = head->inputs[0];
+    TD_ASSIGN_OR_RETURN(int src, dense_value(x));
+    const memory::desc md = out_->slots_[static_cast<size_t>(src)].md;
+    const Shape& xs = type(x).shape;
+    const int64_t n = xs[0], c = xs[1], h = xs[2], w = xs[3], k = c / groups;
+    const memory::dims st4 = md.data.format_desc.blocking.strides[0] ? memory::dims{
+        md.data.format_desc.blocking.strides[0], md.data.format_desc.blocking.strides[1],
+        md.data.format_desc.blocking.strides[2], md.data.format_desc.blocking.strides[3]}
+        : memory::dims{};
+    if (st4.empty()) return errors::Internal("channel shuffle: no strides");
+    const memory::dims d5 = {n, groups, k, h, w};
+    // Source channel g * K + k; destination channel k * G + g.
+    const memory::desc src5(d5, DT::f32, memory::dims{st4[0], k * st4[1], st4[1], st4[2], st4[3]});
+    const memory::desc dst5(d5, DT::f32,
+                            memory::dims{st4[0], st4[1], groups * st4[1], st4[2], st4[3]});
+    const int dst = add_arena(md);
+    TD_ASSIGN_OR_RETURN(int s5, view_of(src, src5));
+    TD_ASSIGN_OR_RETURN(int d5s, view_of(dst, dst5));
+    add_reorder(s5, d5s);
+    touch(dst);
+    value_slot_[node.outputs[0]] = dst;
+    return OkStatus();
+  }
+
+  // Slice of channels: a view of its input's bytes (channels-last or plain) at an offset.
+  Status compile_channel_slice(const Node& node) {
+    auto range = channel_slice(node, g_);
+    if (!range) return errors::Internal("'{}' is not a channel slice", node.name);
+    TD_ASSIGN_OR_RETURN(int src, dense_value(node.inputs[0]));
+    const memory::desc md = out_->slots_[static_cast<size_t>(src)].md;
+    const Shape& ys = type(node.outputs[0]).shape;
+    const memory::desc view =
+        md.submemory_desc(dims_of(ys), memory::dims{0, range->first, 0, 0});
+    TD_ASSIGN_OR_RETURN(int s, view_of(src, view));
+    value_slot_[node.outputs[0]] = s;
+    return OkStatus();
+  }
+
+  // A BatchNormalization not folded into a Conv: y = x * a + b per channel (a and b from the
+  // running statistics in double, rounded once) as one oneDNN binary Mul with the Add and a
+  // ReLU that is its only consumer as post-ops, in the input's layout.
+  Status compile_batchnorm(size_t m) {
+    const Node& node = *g_.nodes[r_.members[m]];
+    NodeAttrs at(node);
+    TD_ASSIGN_OR_RETURN(float eps, at.attr_float("epsilon", 1e-5f));
+    const int64_t c = type(node.inputs[0]).shape[1];
+    for (size_t i = 1; i < 5; ++i)
+      if (g_.constant(node.inputs[i])->numel() != c)
+        return errors::InvalidArgument("BatchNormalization '{}': parameters do not match {} channels",
+                                       node.name, c);
+    const float* scale = g_.constant(node.inputs[1])->data<float>();
+    const float* shift = g_.constant(node.inputs[2])->data<float>();
+    const float* mean = g_.constant(node.inputs[3])->data<float>();
+    const float* var = g_.constant(node.inputs[4])->data<float>();
+    std::vector<float> mul(static_cast<size_t>(c)), add(static_cast<size_t>(c));
+    for (int64_t o = 0; o < c; ++o) {
+      const double s = double(scale[o]) / std::sqrt(double(var[o]) + double(eps));
+      mul[static_cast<size_t>(o)] = static_cast<float>(s);
+      add[static_cast<size_t>(o)] = static_cast<float>(double(shift[o]) - double(mean[o]) * s);
+    }
+    TD_ASSIGN_OR_RETURN(int src, value(node.inputs[0]));
+    const memory::desc md0 = out_->slots_[static_cast<size_t>(src)].md;
+    const Shape per_c = {1, c, 1, 1};
+    const memory::desc md1 = same_format(md0, dims_of(per_c)).value_or(plain(per_c));
+    dnnl::post_ops post;
+    post.append_binary(Alg::binary_add, md1);
+    std::string v = node.outputs[0];
+    if (auto cns = sole_consumer(v)) {
+      const Node& next = *g_.nodes[r_.members[*cns]];
+      if (next.op == "Relu" && next.inputs[0] == v) {
+        post.append_eltwise(1.0f, Alg::eltwise_relu, 0, 0);
+        fused_members_.insert(*cns);
+        out_->fused_++;
+        v = next.outputs[0];
+      }
+    }
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(post);
+    dnnl::binary::desc desc(Alg::binary_mul, md0, md1, md0);
+    dnnl::binary::primitive_desc pd(desc, attr, cpu_engine());
+    const int s_mul = add_weights(plain(per_c), mul.data(), md1);
+    const int s_add = add_weights(plain(per_c), add.data(), md1);
+    const int dst = add_arena(pd.dst_desc());
+    add_op(dnnl::binary(pd),
+           {{DNNL_ARG_SRC_0, src}, {DNNL_ARG_SRC_1, s_mul}, {DNNL_ARG_DST, dst},
+            {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, s_add}},
+           "scale_shift");
+    value_slot_[v] = dst;
+    return OkStatus();
   }
 
   Status compile_conv(size_t m) {
     const Node& node = *g_.nodes[r_.members[m]];
     NodeAttrs a(node);
-    const Shape& xs = type(node.inputs[0]).shape;
+    const Shape& xs_n = type(node.inputs[0]).shape;  // 3-D (1-D conv) or 4-D
+    const Shape xs = act4(xs_n);
     HostTensor w = *g_.constant(node.inputs[1]);
-    const Shape ws = w.shape();
+    const Shape ws_n = w.shape();
+    const Shape ws = act4(ws_n);
     const int64_t oc = ws[0];
     TD_ASSIGN_OR_RETURN(int64_t group, a.attr_int("group", 1));
     std::vector<float> weights(w.data<float>(), w.data<float>() + w.numel());
@@ -567,12 +932,17 @@ class RegionCompiler {
       std::copy(b->data<float>(), b->data<float>() + oc, bias.begin());
       has_bias = true;
     }
-    const Shape in_spatial(xs.begin() + 2, xs.end());
-    const Shape kernel(ws.begin() + 2, ws.end());
+    const Shape in_spatial(xs_n.begin() + 2, xs_n.end());
+    const Shape kernel(ws_n.begin() + 2, ws_n.end());
     std::vector<int64_t> strides, dilations, pads;
     Shape out_spatial;
     TD_RETURN_IF_ERROR(nn::window_geometry(a, in_spatial, kernel, false, &strides, &dilations,
                                            &pads, &out_spatial));
+    if (in_spatial.size() == 1) {  // 1-D: H = 1
+      strides = {1, strides[0]};
+      dilations = {1, dilations[0]};
+      pads = {0, pads[0], 0, pads[1]};
+    }
     for (int64_t p : pads)
       if (p < 0) return errors::Unimplemented("Conv with negative pads");
 
@@ -611,6 +981,14 @@ class RegionCompiler {
     dnnl::post_ops post;
     std::string residual;
     for (int guard = 0; guard < 4; ++guard) {
+      if (auto sw = swish_of(v)) {  // x * Sigmoid(x): one swish post-op
+        post.append_eltwise(1.0f, Alg::eltwise_swish, 1.0f, 0.0f);
+        fused_members_.insert(sw->first);
+        fused_members_.insert(sw->second);
+        out_->fused_ += 2;
+        v = g_.nodes[r_.members[sw->second]]->outputs[0];
+        continue;
+      }
       auto c = sole_consumer(v);
       if (!c) break;
       const Node& next = *g_.nodes[r_.members[*c]];
@@ -633,13 +1011,19 @@ class RegionCompiler {
       v = next.outputs[0];
     }
 
-    const Shape& ys = type(v).shape;
+    const Shape ys = act4(type(v).shape);
     memory::dims wdims = dims_of(ws);
     if (group > 1) wdims = {group, oc / group, ws[1], ws[2], ws[3]};
     // Activations: oneDNN's choice, or nChw16c when the region is "blocked16" (see
     // choose_layout); a first layer with fewer than 16 channels reads its input as is.
-    const Tag src_tag = blocked16_ && xs[1] % 16 == 0 ? Tag::aBcd16b : Tag::any;
-    const Tag dst_tag = blocked16_ ? Tag::aBcd16b : Tag::any;
+    Tag src_tag = blocked16_ && xs[1] % 16 == 0 ? Tag::aBcd16b : Tag::any;
+    Tag dst_tag = blocked16_ ? Tag::aBcd16b : Tag::any;
+    // Grouped (not depthwise) convolutions: channels-last. oneDNN's own choice for them is
+    // nChw8c on AVX-512, a layout its binary kernels lack (the squeeze-excitation Mul after
+    // them ran on the reference kernel) and the 1x1 convolutions around them do not use (a
+    // reorder in and out of each); its JIT kernels run them channels-last at the same speed.
+    const bool grouped = group > 1 && !(oc == group && xs[1] == group);
+    if (!blocked16_ && grouped) src_tag = dst_tag = Tag::acdb;
     const memory::desc src_any(dims_of(xs), DT::f32, src_tag);
     const memory::desc wei_any(wdims, DT::f32, Tag::any);
     const memory::desc bias_md({oc}, DT::f32, Tag::a);
@@ -672,7 +1056,9 @@ class RegionCompiler {
                             std::all_of(ruses.begin(), ruses.end(), [&](size_t u) {
                               return fused_members_.count(u) || u < m;
                             });
-      if (rslot.kind == SlotKind::kArena && rslot.md == pd.dst_desc() && last_use) {
+      // Not into bytes other values view (a channel Slice of the residual).
+      if (rslot.kind == SlotKind::kArena && rslot.md == pd.dst_desc() && last_use &&
+          !viewed_storages_.count(rslot.index)) {
         dst = alias_arena(rs, pd.dst_desc());
       } else {
         dst = add_arena(pd.dst_desc());
@@ -728,10 +1114,27 @@ class RegionCompiler {
     return OkStatus();
   }
 
+  Status compile_global_pool(const std::string& in, const std::string& out) {
+    const Shape xs = act4(type(in).shape);
+    TD_ASSIGN_OR_RETURN(int src, value(in));
+    const memory::desc src_md = out_->slots_[static_cast<size_t>(src)].md;
+    const memory::desc dst_any({xs[0], xs[1], 1, 1}, DT::f32, Tag::any);
+    dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                        Alg::pooling_avg_exclude_padding, src_md, dst_any,
+                                        {1, 1}, {xs[2], xs[3]}, {0, 0}, {0, 0}, {0, 0});
+    dnnl::pooling_v2_forward::primitive_desc pd(desc, cpu_engine());
+    TD_ASSIGN_OR_RETURN(src, value_in(in, pd.src_desc()));
+    const int dst = add_arena(pd.dst_desc());
+    add_op(dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, "pool");
+    value_slot_[out] = dst;
+    return OkStatus();
+  }
+
   Status compile_pool(const Node& node) {
     NodeAttrs a(node);
-    const Shape& xs = type(node.inputs[0]).shape;
-    const Shape& ys = type(node.outputs[0]).shape;
+    const Shape& xs_n = type(node.inputs[0]).shape;  // 3-D (1-D pooling) or 4-D
+    const Shape xs = act4(xs_n);
+    const Shape ys = act4(type(node.outputs[0]).shape);
     const bool global = node.op.rfind("Global", 0) == 0;
     const bool max = node.op.find("Max") != std::string::npos;
     memory::dims kernel, strides = {1, 1}, dil = {0, 0}, pl = {0, 0}, pr = {0, 0};
@@ -742,8 +1145,14 @@ class RegionCompiler {
       TD_ASSIGN_OR_RETURN(std::vector<int64_t> k, a.attr_ints("kernel_shape"));
       std::vector<int64_t> st, dl, pads;
       Shape out_spatial;
-      TD_RETURN_IF_ERROR(nn::window_geometry(a, Shape(xs.begin() + 2, xs.end()), k, true, &st,
-                                             &dl, &pads, &out_spatial));
+      TD_RETURN_IF_ERROR(nn::window_geometry(a, Shape(xs_n.begin() + 2, xs_n.end()), k, true,
+                                             &st, &dl, &pads, &out_spatial));
+      if (k.size() == 1) {  // 1-D: H = 1
+        k = {1, k[0]};
+        st = {1, st[0]};
+        dl = {1, dl[0]};
+        pads = {0, pads[0], 0, pads[1]};
+      }
       TD_ASSIGN_OR_RETURN(int64_t incl, a.attr_int("count_include_pad", 0));
       if (!max && incl) alg = Alg::pooling_avg_include_padding;
       kernel = {k[0], k[1]};
@@ -772,8 +1181,38 @@ class RegionCompiler {
     return OkStatus();
   }
 
+  // x * Sigmoid(x) (SiLU): when `x` is read only by a Sigmoid and by a Mul of x and that
+  // Sigmoid's output (its only reader), the members of the Sigmoid and of the Mul.
+  std::optional<std::pair<size_t, size_t>> swish_of(const std::string& x) {
+    if (region_outputs_.count(x)) return std::nullopt;
+    auto it = uses_.find(x);
+    if (it == uses_.end() || it->second.size() != 2) return std::nullopt;
+    for (int k = 0; k < 2; ++k) {
+      const size_t sm = it->second[static_cast<size_t>(k)];
+      const size_t mm = it->second[static_cast<size_t>(1 - k)];
+      const Node& sig = *g_.nodes[r_.members[sm]];
+      const Node& mul = *g_.nodes[r_.members[mm]];
+      if (sig.op != "Sigmoid" || sig.inputs[0] != x || mul.op != "Mul") continue;
+      auto c = sole_consumer(sig.outputs[0]);
+      if (!c || *c != mm || mul.inputs.size() != 2) continue;
+      const bool pair = (mul.inputs[0] == x && mul.inputs[1] == sig.outputs[0]) ||
+                        (mul.inputs[1] == x && mul.inputs[0] == sig.outputs[0]);
+      if (pair && sm < mm) return std::make_pair(sm, mm);
+    }
+    return std::nullopt;
+  }
+
   Status compile_eltwise(const Node& node) {
     TD_ASSIGN_OR_RETURN(auto steps, eltwise_steps(node, g_));
+    std::string out_name = node.outputs[0];
+    if (node.op == "Sigmoid") {
+      if (auto sw = swish_of(node.inputs[0]); sw && &*g_.nodes[r_.members[sw->first]] == &node) {
+        steps = {{Alg::eltwise_swish, 1.0f, 0.0f}};
+        fused_members_.insert(sw->second);
+        out_->fused_++;
+        out_name = g_.nodes[r_.members[sw->second]]->outputs[0];
+      }
+    }
     TD_ASSIGN_OR_RETURN(int src, value(node.inputs[0]));
     const memory::desc md = out_->slots_[static_cast<size_t>(src)].md;
     dnnl::primitive_attr attr;
@@ -786,7 +1225,7 @@ class RegionCompiler {
     dnnl::eltwise_forward::primitive_desc pd(desc, attr, cpu_engine());
     const int dst = add_arena(pd.dst_desc());
     add_op(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, "eltwise");
-    value_slot_[node.outputs[0]] = dst;
+    value_slot_[out_name] = dst;
     return OkStatus();
   }
 
@@ -802,8 +1241,14 @@ class RegionCompiler {
       TD_ASSIGN_OR_RETURN(s1, value_in(other, md0));
       md1 = md0;
     } else {
-      md1 = plain(padded4(type(other).shape));
-      TD_ASSIGN_OR_RETURN(s1, value_in(other, md1));
+      const Shape v1 = view4(type(other).shape, ys.size());
+      md1 = same_format(md0, dims_of(v1)).value_or(plain(v1));
+      const HostTensor* c = g_.constant(other);
+      if (c && c->dtype() == DType::kFloat32) {
+        s1 = add_weights(plain(v1), c->data(), md1);  // in md0's format once, now
+      } else {
+        TD_ASSIGN_OR_RETURN(s1, value_in(other, md1));
+      }
     }
     dnnl::binary::desc desc(binary_alg(node.op), md0, md1, md0);
     dnnl::binary::primitive_desc pd(desc, cpu_engine());
@@ -870,6 +1315,9 @@ class RegionCompiler {
   std::set<size_t> fused_members_;
   std::unordered_map<std::string, std::string> flattened_;  // Flatten output -> its 4-D input
   bool blocked16_ = false;  // convolutions keep activations in nChw16c (choose_layout)
+  std::unordered_map<std::string, int64_t> shuffle_groups_;  // channel shuffle views
+  std::unordered_map<std::string, TensorType> internal_types_;  // values only the region has
+  std::set<int> viewed_storages_;  // arena storages other slots view (Slice): never in place
 };
 
 // ---- partitioning ----
@@ -879,14 +1327,12 @@ std::string region_key(const FusionGraph& g, size_t i, const std::vector<int>& g
                        const std::unordered_map<std::string, int>& uses) {
   const Node& node = *g.nodes[i];
   if (!eligible(node, g)) return "";
-  if (node.op == "BatchNormalization") {
-    // Only folded into the Conv producing its input (its only consumer), in a region.
-    auto p = producer.find(node.inputs[0]);
-    auto u = uses.find(node.inputs[0]);
-    if (p == producer.end() || g.nodes[p->second]->op != "Conv" || group_of[p->second] < 0 ||
-        u == uses.end() || u->second != 1 || g.is_graph_output(node.inputs[0]))
-      return "";
-  }
+  // BatchNormalization: folded into the Conv producing its input when it is that value's only
+  // consumer, else a oneDNN batch normalization (scale-shift with the running statistics,
+  // and a ReLU after it fused), e.g. DenseNet's BN+ReLU before each Conv.
+  (void)group_of;
+  (void)producer;
+  (void)uses;
   return "onednn";
 }
 
