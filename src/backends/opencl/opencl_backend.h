@@ -33,6 +33,9 @@ int64_t kernels_launched();
 int64_t disk_cache_hits();
 // SGEMM calls made through CLBlast (MatMul, Gemm, Conv), since start.
 int64_t blas_calls();
+// Convolutions fused with what follows them (BatchNorm folded, residual Add, activation) into
+// one generated kernel at compile time, since start.
+int64_t conv_regions_built();
 
 // `tensord tune`: measures candidate parameters on one device and stores the best in the
 // device's tuning file, which every later start of the backend reads (a device nobody tuned
