@@ -2255,7 +2255,8 @@ std::string vec_epilogue(const ConvEpilogue& e, int64_t v, const std::string& r,
 
 }  // namespace
 
-TemplateKernel conv_gemm_vec_kernel(const ConvGeometry& g, int64_t tm, int64_t v, const ConvEpilogue& e) {
+TemplateKernel conv_gemm_vec_kernel(const ConvGeometry& g, int64_t tm, int64_t v, const ConvEpilogue& e,
+                                    bool rows_fastest) {
   const int64_t Mg = g.M / g.G, K = (g.C / g.G) * g.KH * g.KW, NS = g.OH * g.OW;
   tm = std::clamp<int64_t>(tm, 1, 16);
   v = v >= 16 ? 16 : v >= 8 ? 8 : 4;
@@ -2270,12 +2271,15 @@ TemplateKernel conv_gemm_vec_kernel(const ConvGeometry& g, int64_t tm, int64_t v
   k.n = g.N * g.G * tiles_m * tiles_n;
   const std::string vt = fmt::format("float{}", v);
   std::string s = fmt::format(
-      "i64 nt_ = gid % {TN}; i64 t_ = gid / {TN}; i64 m0 = (t_ % {TMS}) * {TM}; i64 b_ = t_ / {TMS};\n"
+      fmt::runtime(rows_fastest
+          ? "i64 m0 = (gid % {TMS}) * {TM}; i64 t_ = gid / {TMS}; i64 nt_ = t_ % {TN}; i64 b_ = t_ / {TN};\n"
+          : "i64 nt_ = gid % {TN}; i64 t_ = gid / {TN}; i64 m0 = (t_ % {TMS}) * {TM}; i64 b_ = t_ / {TMS};\n"),
+      fmt::arg("TN", C(tiles_n)), fmt::arg("TMS", C(tiles_m)), fmt::arg("TM", C(tm)));
+  s += fmt::format(
       "i64 n0 = nt_ * {V};\n"
       "GLOBAL const float* xp = in0 + b_ * {KN} + n0;\n"
       "GLOBAL const float* wp = in1 + (b_ % {G}) * {MK};\n",
-      fmt::arg("TN", C(tiles_n)), fmt::arg("TMS", C(tiles_m)), fmt::arg("TM", C(tm)), fmt::arg("V", C(v)),
-      fmt::arg("KN", C(K * NS)), fmt::arg("G", C(g.G)), fmt::arg("MK", C(Mg * K)));
+      fmt::arg("V", C(v)), fmt::arg("KN", C(K * NS)), fmt::arg("G", C(g.G)), fmt::arg("MK", C(Mg * K)));
   // Rows past Mg (the last tile) read row Mg - 1 and are not stored.
   for (int64_t i = 0; i < tm; ++i) {
     s += fmt::format("GLOBAL const float* w{0} = wp + min(m0 + {0}, {1}) * {2};\n", i, C(Mg - 1), C(K));

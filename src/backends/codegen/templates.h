@@ -105,7 +105,11 @@ std::string epilogue_activation(const ConvEpilogue& e, const std::string& v);
 // micro-kernel, SIMD on a CPU device whatever the work-group vectoriser does). in0 = columns
 // (or the input of a 1x1 window), in1 = weights [G][Mg][K], then bias (e.bias), then the
 // residual (e.residual); out0 = [N][M][OH*OW] after the epilogue.
-TemplateKernel conv_gemm_vec_kernel(const ConvGeometry& g, int64_t tm, int64_t v, const ConvEpilogue& e);
+// rows_fastest: consecutive work items take consecutive row tiles of one column tile (they
+// share the column vector in cache: a CPU device); else consecutive column tiles (coalesced
+// loads on a GPU).
+TemplateKernel conv_gemm_vec_kernel(const ConvGeometry& g, int64_t tm, int64_t v, const ConvEpilogue& e,
+                                    bool rows_fastest = false);
 // OpenCL C only: a depthwise convolution (G = C = M) with each work item computing `v`
 // consecutive outputs of one row (vector loads where the window row is inside the input and
 // the stride is 1 or 2, per-lane loads at the borders). in0 = x, in1 = weights [C][KH][KW],

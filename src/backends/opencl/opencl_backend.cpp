@@ -250,6 +250,9 @@ class OpenClDevice final : public Device {
     if (blas_) info_.backend_version.insert(info_.backend_version.size() - 1, ", CLBlast");
 #endif
     load_tuning();
+    // TENSORD_OPENCL_LOCAL: the generated kernels' work-group size (overrides the tuning file).
+    if (const char* l = std::getenv("TENSORD_OPENCL_LOCAL"); l && *l)
+      tuned_local_ = std::clamp<size_t>(static_cast<size_t>(std::atoll(l)), 1, max_work_group_);
     if (const char* t = std::getenv("TENSORD_OPENCL_CONV_TILE"); t && *t)
       conv_tile_ = std::clamp<int64_t>(std::atoll(t), 0, 16);
     if (!blas_ && conv_tile_ == 0) conv_tile_ = 8;
@@ -326,6 +329,8 @@ class OpenClDevice final : public Device {
   const DeviceInfo& info() const override { return info_; }
   const std::string& name() const { return info_.name; }
   bool fp64() const { return fp64_; }
+  // A CPU device (PoCL's): work items of a group run one after another on one core.
+  bool is_cpu() const { return cpu_; }
   cl_context context() const { return platform_->context; }
   const Platform* platform() const { return platform_.get(); }
   cl_device_id id() const { return id_; }
@@ -518,6 +523,7 @@ class OpenClDevice final : public Device {
   size_t tuned_local_ = 0;  // from the tuning file (0: the device's limits)
   int64_t conv_tile_ = 8;
   bool fp64_ = false;
+  bool cpu_ = (device_value<cl_device_type>(id_, CL_DEVICE_TYPE, 0) & CL_DEVICE_TYPE_CPU) != 0;
   bool sync_ = std::getenv("TENSORD_OPENCL_SYNC") != nullptr;  // finish after every kernel
 #ifdef TENSORD_HAVE_CLBLAST
   bool blas_ = !(std::getenv("TENSORD_OPENCL_BLAS") && std::string(std::getenv("TENSORD_OPENCL_BLAS")) == "0");
@@ -1352,9 +1358,11 @@ class ConvRegion final : public RegionKernel {
     if (e.bias) {
       TD_ASSIGN_OR_RETURN(bias_, upload(bias));
     }
-    static constexpr int64_t kVector = 8;
-    const codegen::TemplateKernel k = depthwise_ ? codegen::depthwise_vec_kernel(geo_, kVector, e)
-                                                 : codegen::conv_gemm_vec_kernel(geo_, tile, kVector, e);
+    int64_t vec = 8;
+    if (const char* v = std::getenv("TENSORD_OPENCL_CONV_VEC"); v && *v) vec = std::atoll(v);
+    const codegen::TemplateKernel k =
+        depthwise_ ? codegen::depthwise_vec_kernel(geo_, 8, e)
+                   : codegen::conv_gemm_vec_kernel(geo_, tile, vec, e, rows_fastest());
     TD_ASSIGN_OR_RETURN(main_, device_->template_program(k));
     main_n_ = k.n;
     if (!depthwise_ && !geo_.pointwise()) {
@@ -1391,6 +1399,10 @@ class ConvRegion final : public RegionKernel {
   int64_t arena_bytes() const override { return arena_; }
   int64_t weight_bytes() const override { return weight_bytes_; }
   std::string describe() const override { return summary_; }
+  bool rows_fastest() const {
+    if (const char* v = std::getenv("TENSORD_OPENCL_CONV_ROWS"); v && *v) return std::atoi(v) != 0;
+    return device_->is_cpu();
+  }
 
  private:
   OpenClDevice* device_;
