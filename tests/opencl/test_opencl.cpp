@@ -974,6 +974,29 @@ TEST(OpenClFusion, ConvolutionChainsAreOneKernelAndAgreeWithTheReference) {
     }
   }
   ASSERT_TRUE(opencl::set_conv_gemm(cl0(), 8).ok());
+
+  // Through the engine, run after run: no clCreateBuffer (the pool holds every size, im2col's
+  // columns included), the same launches, one clFinish (at the end of the run).
+  LocalClientOptions o;
+  o.devices = "cpu:0,opencl:0";
+  auto client = make_local_client(o);
+  ASSERT_TRUE(client.ok());
+  for (int run = 0; run < 3; ++run) {
+    const int64_t buffers = opencl::buffers_created(), launched = opencl::kernels_launched(),
+                  finishes = opencl::queue_finishes();
+    auto got = testing::run_on(**client, g, inputs, "opencl:0");
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    ASSERT_EQ(got->size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k) {
+      ASSERT_TRUE((*got)[k].ok()) << (*got)[k].status().to_string();
+      expect_near(*(*got)[k], want[k], fmt::format("{} (engine run {})", g.outputs[k].name, run));
+    }
+    if (run == 2) {
+      EXPECT_EQ(opencl::buffers_created() - buffers, 0) << "buffers created by a run";
+      EXPECT_EQ(opencl::kernels_launched() - launched, 10);
+      EXPECT_EQ(opencl::queue_finishes() - finishes, 1);
+    }
+  }
 }
 
 // tensord tune writes the device's tuning file (Xgemm checked against the host, the

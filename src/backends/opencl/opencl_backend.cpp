@@ -39,6 +39,14 @@ namespace {
 
 std::atomic<int64_t> g_programs_built{0};
 std::atomic<int64_t> g_kernels_launched{0};
+std::atomic<int64_t> g_buffers_created{0};
+std::atomic<int64_t> g_finishes{0};
+// clFinish, counted (a run should wait once, at its end).
+cl_int finish_queue(cl_command_queue q) {
+  g_finishes++;
+  return clFinish(q);
+}
+std::atomic<int64_t> g_conv_regions{0};
 std::mutex g_last_mu;
 std::string g_last_source;
 
@@ -342,13 +350,13 @@ class OpenClDevice final : public Device {
   int64_t conv_tile() const { return conv_tile_; }
   void set_conv_tile(int64_t t) { conv_tile_ = t; }
   Status synchronize() override {
-    const cl_int e = clFinish(queue_);
+    const cl_int e = finish_queue(queue_);
     return e == CL_SUCCESS ? OkStatus() : cl_status(e, info_.name, "finishing a run");
   }
   // TENSORD_OPENCL_SYNC: every kernel finishes before the next starts (timing, debugging).
   Status finish_if_sync() {
     if (!sync_) return OkStatus();
-    const cl_int e = clFinish(queue_);
+    const cl_int e = finish_queue(queue_);
     return e == CL_SUCCESS ? OkStatus() : cl_status(e, info_.name, "running a kernel");
   }
   // The program of a device-neutral template kernel (codegen/templates.h).
@@ -364,6 +372,7 @@ class OpenClDevice final : public Device {
     cl_mem m = clCreateBuffer(context(), CL_MEM_READ_WRITE, std::max<size_t>(bytes, 1), nullptr, &e);
     if (e != CL_SUCCESS || !m)
       return cl_status(e, info_.name, fmt::format("allocating {} bytes", bytes));
+    g_buffers_created++;
     return static_cast<void*>(m);
   }
   void free(void* ptr, size_t bytes) override {
@@ -396,11 +405,11 @@ class OpenClDevice final : public Device {
     auto* other = dynamic_cast<OpenClDevice*>(src.device);
     if (!other || other->context() != context() || dst.size < src.size) return false;
     if (!src.size) return true;
-    if (other != this && clFinish(other->queue_) != CL_SUCCESS) return false;
+    if (other != this && finish_queue(other->queue_) != CL_SUCCESS) return false;
     cl_int e = clEnqueueCopyBuffer(queue_, static_cast<cl_mem>(src.ptr), static_cast<cl_mem>(dst.ptr),
                                    src.offset, dst.offset, src.size, 0, nullptr, nullptr);
     if (e != CL_SUCCESS) return false;
-    return clFinish(queue_) == CL_SUCCESS;
+    return finish_queue(queue_) == CL_SUCCESS;
   }
 
   // The program for `source`, built once per device (kept for the device's lifetime).
@@ -499,7 +508,7 @@ class OpenClDevice final : public Device {
     if (e != CL_SUCCESS) return cl_status(e, info_.name, "launching a generated kernel");
     g_kernels_launched++;
     if (sync_) {
-      e = clFinish(queue_);
+      e = finish_queue(queue_);
       if (e != CL_SUCCESS) return cl_status(e, info_.name, "running a generated kernel");
     }
     return OkStatus();
@@ -1328,7 +1337,6 @@ class ElementwiseRegion final : public RegionKernel {
 
 // ---- Conv (+ BatchNormalization) (+ Add) (+ activation) as one kernel ----
 
-std::atomic<int64_t> g_conv_regions{0};
 
 // A convolution with constant weights and what follows it: an inference BatchNormalization
 // with constant parameters is folded into the weights and bias at compile time; a residual
@@ -1913,7 +1921,8 @@ Status tune(const TuneOptions& o, std::ostream& out) {
         std::shared_ptr<Program> prog;
         codegen::TemplateKernel k;
         if (tile > 0) {
-          k = codegen::conv_gemm_kernel(g, tile);
+          // The fused convolutions' vectorised GEMM (what models run; ConvRegion).
+          k = codegen::conv_gemm_vec_kernel(g, tile, 8, codegen::ConvEpilogue{}, d->is_cpu());
           TD_ASSIGN_OR_RETURN(prog, d->template_program(k));
           once = [&] { return d->launch(*prog, {Arg{cols, 0}, Arg{w, 0}, Arg{outm, 0}}, k.n); };
         } else {
@@ -2039,6 +2048,8 @@ int64_t kernels_launched() { return g_kernels_launched.load(); }
 int64_t disk_cache_hits() { return g_disk_hits.load(); }
 int64_t blas_calls() { return g_blas_calls.load(); }
 int64_t conv_regions_built() { return g_conv_regions.load(); }
+int64_t buffers_created() { return g_buffers_created.load(); }
+int64_t queue_finishes() { return g_finishes.load(); }
 Status set_conv_gemm(Device& device, int64_t tile) {
   auto* d = dynamic_cast<OpenClDevice*>(&device);
   if (!d) return errors::InvalidArgument("set_conv_gemm: {} is not an OpenCL device", device.info().name);

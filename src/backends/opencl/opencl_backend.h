@@ -36,6 +36,11 @@ int64_t blas_calls();
 // Convolutions fused with what follows them (BatchNorm folded, residual Add, activation) into
 // one generated kernel at compile time, since start.
 int64_t conv_regions_built();
+// cl_mem allocations (clCreateBuffer) made by the devices, since start: a run from the
+// engine's pool makes none once the pool holds its sizes.
+int64_t buffers_created();
+// clFinish calls of the devices' queues (run ends, copies between devices, TENSORD_OPENCL_SYNC).
+int64_t queue_finishes();
 
 // `tensord tune`: measures candidate parameters on one device and stores the best in the
 // device's tuning file, which every later start of the backend reads (a device nobody tuned
