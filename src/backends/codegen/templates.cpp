@@ -2171,16 +2171,23 @@ Result<ConvGeometry> conv_geometry(const OpCall& c) {
 }
 
 TemplateKernel im2col_kernel(const ConvGeometry& g) {
+  // One work item per output row (c, kh, kw, oh): a contiguous store of OW columns, the
+  // window row's loads at a constant stride (a loop the device compiler vectorises; one work
+  // item per element left a CPU device scheduling millions of tiny work items).
   TemplateKernel k;
   k.name = "tensord_im2col";
   k.in_types = {"float"};
   k.out_types = {"float"};
-  k.n = g.N * g.C * g.KH * g.KW * g.OH * g.OW;
+  k.n = g.N * g.C * g.KH * g.KW * g.OH;
   k.body = fmt::format(
-      "i64 ow = gid % {OW}; i64 t = gid / {OW}; i64 oh = t % {OH}; t /= {OH};\n"
+      "i64 oh = gid % {OH}; i64 t = gid / {OH};\n"
       "i64 kw = t % {KW}; t /= {KW}; i64 kh = t % {KH}; t /= {KH};\n"
-      "i64 ih = oh * {SH} - {PT} + kh * {DH}; i64 iw = ow * {SW} - {PL} + kw * {DW};\n"
-      "out0[gid] = (ih >= 0 && ih < {H} && iw >= 0 && iw < {W}) ? in0[(t * {H} + ih) * {W} + iw] : 0.0f;\n",
+      "i64 ih = oh * {SH} - {PT} + kh * {DH};\n"
+      "GLOBAL float* op = out0 + gid * {OW};\n"
+      "if (ih < 0 || ih >= {H}) {{\nfor (i64 ow = 0; ow < {OW}; ++ow) op[ow] = 0.0f;\n}} else {{\n"
+      "GLOBAL const float* ip = in0 + (t * {H} + ih) * {W};\n"
+      "for (i64 ow = 0; ow < {OW}; ++ow) {{\ni64 iw = ow * {SW} - {PL} + kw * {DW};\n"
+      "op[ow] = (iw >= 0 && iw < {W}) ? ip[iw] : 0.0f;\n}}\n}}\n",
       fmt::arg("OW", C(g.OW)), fmt::arg("OH", C(g.OH)), fmt::arg("KW", C(g.KW)), fmt::arg("KH", C(g.KH)),
       fmt::arg("SH", C(g.SH)), fmt::arg("PT", C(g.PT)), fmt::arg("DH", C(g.DH)), fmt::arg("SW", C(g.SW)),
       fmt::arg("PL", C(g.PL)), fmt::arg("DW", C(g.DW)), fmt::arg("H", C(g.H)), fmt::arg("W", C(g.W)));

@@ -78,7 +78,7 @@ struct ConvGeometry {
 };
 Result<ConvGeometry> conv_geometry(const OpCall& call);
 // in0 = x [N][C][H][W] -> out0 = columns [N][C][KH][KW][OH][OW] (zeros where the window is
-// in the padding). `n` work items, one per column element.
+// in the padding). `n` work items, one per output row of columns (OW elements).
 TemplateKernel im2col_kernel(const ConvGeometry& g);
 // The convolution's GEMM as one generated, register-tiled kernel (no BLAS): for each of
 // batches = images x groups, out[b] (Mg x N) = W[b % G] (Mg x K) * in[b] (K x N) (+ bias), with
