@@ -1981,7 +1981,8 @@ Status tune(const TuneOptions& o, std::ostream& out) {
     const auto k2 = codegen::channel_fill_kernel(64 * 56 * 56, 56 * 56, 64);
     TD_ASSIGN_OR_RETURN(auto p1, d->template_program(k1));
     TD_ASSIGN_OR_RETURN(auto p2, d->template_program(k2));
-    const size_t col_bytes = static_cast<size_t>(k1.n) * 4, x_bytes = 64 * 56 * 56 * 4;
+    const size_t col_bytes = static_cast<size_t>(geo.N * geo.C * geo.KH * geo.KW * geo.OH * geo.OW) * 4,
+                 x_bytes = 64 * 56 * 56 * 4;
     cl_int e = CL_SUCCESS;
     cl_mem x = clCreateBuffer(d->context(), CL_MEM_READ_WRITE, x_bytes, nullptr, &e);
     cl_mem col = e == CL_SUCCESS ? clCreateBuffer(d->context(), CL_MEM_READ_WRITE, col_bytes, nullptr, &e) : nullptr;
