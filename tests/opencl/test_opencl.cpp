@@ -849,6 +849,12 @@ TEST(OpenClKernels, ConvolutionAndMatMulGemmPathsAgreeWithTheReference) {
   strict.strict_device = true;
   std::vector<TensorType> types;
   for (const auto& in : g.inputs) types.push_back(in.type);
+  // The node kernels (convolutions with constant weights are otherwise fused regions, tested
+  // in OpenClFusion.ConvolutionChainsAreOneKernelAndAgreeWithTheReference).
+  setenv("TENSORD_OPENCL_NO_CONV_FUSION", "1", 1);
+  struct Unset {
+    ~Unset() { unsetenv("TENSORD_OPENCL_NO_CONV_FUSION"); }
+  } unset;
   for (int64_t tile : {0, 3, 8}) {
     if (tile == 0 && !opencl::set_conv_gemm(cl0(), 0).ok()) continue;  // built without CLBlast
     ASSERT_TRUE(opencl::set_conv_gemm(cl0(), tile).ok());
@@ -870,6 +876,127 @@ TEST(OpenClKernels, ConvolutionAndMatMulGemmPathsAgreeWithTheReference) {
   EXPECT_FALSE(opencl::set_conv_gemm(cl0(), 17).ok());
   EXPECT_FALSE(opencl::set_conv_gemm(cpu0(), 8).ok());
   ASSERT_TRUE(opencl::set_conv_gemm(cl0(), 8).ok());  // the default again
+}
+
+// Conv + BatchNormalization (folded into the weights at compile time) + residual Add +
+// activation as one generated kernel: the 1x1 GEMM path (no im2col), im2col + GEMM, grouped,
+// depthwise at stride 1 and 2 (vector loads inside the rows, per-lane loads at the borders),
+// output widths that are not a multiple of the vector width, and a convolution whose output is
+// also read elsewhere (nothing fused after it).
+TEST(OpenClFusion, ConvolutionChainsAreOneKernelAndAgreeWithTheReference) {
+  REQUIRE_OPENCL();
+  Graph g;
+  g.name = "conv_chains";
+  g.inputs = {{"x", {DType::kFloat32, {2, 8, 11, 13}}}, {"z", {DType::kFloat32, {1, 4, 5, 40}}}};
+  auto f = [](Shape s, uint32_t seed, float lo = -1, float hi = 1) { return random_floats(s, seed, lo, hi); };
+  auto bn = [&](const std::string& p, int64_t c, uint32_t seed) {
+    g.initializers[p + "_s"] = f({c}, seed, 0.5f, 1.5f);
+    g.initializers[p + "_b"] = f({c}, seed + 1);
+    g.initializers[p + "_m"] = f({c}, seed + 2);
+    g.initializers[p + "_v"] = f({c}, seed + 3, 0.2f, 2.0f);
+    return std::vector<std::string>{p + "_s", p + "_b", p + "_m", p + "_v"};
+  };
+  auto bn_node = [&](const std::string& name, const std::string& in, const std::string& out, int64_t c,
+                     uint32_t seed) {
+    auto p = bn(name, c, seed);
+    return node(name, "BatchNormalization", {in, p[0], p[1], p[2], p[3]}, {out},
+                {{"epsilon", Attribute(1e-3f)}});
+  };
+  auto ints = [](std::vector<int64_t> v) { return Attribute(std::move(v)); };
+  g.initializers["w3"] = f({12, 8, 3, 3}, 1);
+  g.initializers["b3"] = f({12}, 2);
+  g.initializers["w1"] = f({8, 8, 1, 1}, 3);
+  g.initializers["wd"] = f({8, 1, 3, 3}, 4);
+  g.initializers["wd2"] = f({8, 1, 3, 3}, 5);
+  g.initializers["wg"] = f({6, 4, 1, 1}, 6);
+  g.initializers["wz"] = f({4, 1, 3, 3}, 7);
+  g.initializers["wz2"] = f({4, 1, 3, 3}, 8);
+  g.initializers["w6"] = f({5, 8, 1, 1}, 9);
+  g.initializers["lo"] = HostTensor::from_vector(std::vector<float>{0.0f}, {});
+  g.initializers["hi"] = HostTensor::from_vector(std::vector<float>{0.5f}, {});
+  g.nodes = {
+      // im2col + GEMM: Conv(bias) + BN + Relu
+      node("c1", "Conv", {"x", "w3", "b3"}, {"c1"}, {{"pads", ints({1, 1, 1, 1})}, {"strides", ints({2, 2})}}),
+      bn_node("bn1", "c1", "n1", 12, 10), node("r1", "Relu", {"n1"}, {"y1"}),
+      // 1x1: Conv + BN + Add(x) + Clip(0, 0.5)
+      node("c2", "Conv", {"x", "w1"}, {"c2"}), bn_node("bn2", "c2", "n2", 8, 20),
+      node("a2", "Add", {"x", "n2"}, {"s2"}), node("k2", "Clip", {"s2", "lo", "hi"}, {"y2"}),
+      // depthwise, stride 1: Conv + BN + HardSwish
+      node("c3", "Conv", {"x", "wd"}, {"c3"}, {{"group", Attribute(int64_t{8})}, {"pads", ints({1, 1, 1, 1})}}),
+      bn_node("bn3", "c3", "n3", 8, 30), node("h3", "HardSwish", {"n3"}, {"y3"}),
+      // depthwise, stride 2, no BN: Conv + LeakyRelu
+      node("c4", "Conv", {"x", "wd2"}, {"c4"},
+           {{"group", Attribute(int64_t{8})}, {"pads", ints({1, 1, 1, 1})}, {"strides", ints({2, 2})}}),
+      node("l4", "LeakyRelu", {"c4"}, {"y4"}, {{"alpha", Attribute(0.1f)}}),
+      // grouped 1x1 + Sigmoid
+      node("c5", "Conv", {"x", "wg"}, {"c5"}, {{"group", Attribute(int64_t{2})}}),
+      node("s5", "Sigmoid", {"c5"}, {"y5"}),
+      // wide rows: the depthwise kernel's vector loads, stride 1 and 2
+      node("cz", "Conv", {"z", "wz"}, {"cz"}, {{"group", Attribute(int64_t{4})}, {"pads", ints({1, 1, 1, 1})}}),
+      bn_node("bnz", "cz", "nz", 4, 40), node("rz", "Relu", {"nz"}, {"yz"}),
+      node("cz2", "Conv", {"z", "wz2"}, {"yz2"},
+           {{"group", Attribute(int64_t{4})}, {"pads", ints({0, 1, 2, 1})}, {"strides", ints({1, 2})}}),
+      // the conv output is a graph output and read by the Relu: nothing fused after it
+      node("c6", "Conv", {"x", "w6"}, {"c6"}), node("r6", "Relu", {"c6"}, {"y6"})};
+  for (const char* o : {"y1", "y2", "y3", "y4", "y5", "yz", "yz2", "c6", "y6"}) g.outputs.push_back({o, {}});
+  std::vector<HostTensor> inputs = {f({2, 8, 11, 13}, 100, -2, 2), f({1, 4, 5, 40}, 101, -2, 2)};
+  auto want = reference(g, inputs);
+  CompileOptions strict;
+  strict.strict_device = true;
+  std::vector<TensorType> types;
+  for (const auto& in : g.inputs) types.push_back(in.type);
+  for (int64_t tile : {3, 8}) {
+    ASSERT_TRUE(opencl::set_conv_gemm(cl0(), tile).ok());
+    const int64_t regions = opencl::conv_regions_built();
+    auto exe = Executable::compile(g, types, target_cl0(), strict);
+    ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+    EXPECT_TRUE((*exe)->fallbacks().empty());
+    EXPECT_EQ(opencl::conv_regions_built() - regions, 8);
+    const std::string d = (*exe)->describe();
+    for (const char* chain : {"Conv+BatchNormalization+Relu as 1 im2col + GEMM kernels",
+                              "Conv+BatchNormalization+Add+Clip as 1 1x1 GEMM kernel",
+                              "Conv+BatchNormalization+HardSwish as 1 depthwise kernel",
+                              "Conv+LeakyRelu as 1 depthwise kernel", "Conv+Sigmoid as 1 1x1 GEMM kernel",
+                              "Conv+BatchNormalization+Relu as 1 depthwise kernel"})
+      EXPECT_NE(d.find(chain), std::string::npos) << chain << "\n" << d;
+    EXPECT_EQ(d.find("Op 'bn1'"), std::string::npos) << d;  // folded, not run
+    TestServices s;
+    std::vector<Result<DeviceTensor>> in;
+    for (const auto& h : inputs) in.push_back(put(s, cl0(), h));
+    const int64_t launched = opencl::kernels_launched();
+    auto outs = (*exe)->run(in, s);
+    // One kernel per chain, im2col for the 3x3 GEMM, the Relu after c6 on its own.
+    EXPECT_EQ(opencl::kernels_launched() - launched, 10);
+    ASSERT_EQ(outs.size(), want.size());
+    for (size_t k = 0; k < outs.size(); ++k) {
+      ASSERT_TRUE(outs[k].ok()) << g.outputs[k].name << ": " << outs[k].status().to_string();
+      expect_near(get(*outs[k]), want[k], fmt::format("{} (tile {})", g.outputs[k].name, tile));
+    }
+  }
+  ASSERT_TRUE(opencl::set_conv_gemm(cl0(), 8).ok());
+
+  // Through the engine, run after run: no clCreateBuffer (the pool holds every size, im2col's
+  // columns included), the same launches, one clFinish (at the end of the run).
+  LocalClientOptions o;
+  o.devices = "cpu:0,opencl:0";
+  auto client = make_local_client(o);
+  ASSERT_TRUE(client.ok());
+  for (int run = 0; run < 3; ++run) {
+    const int64_t buffers = opencl::buffers_created(), launched = opencl::kernels_launched(),
+                  finishes = opencl::queue_finishes();
+    auto got = testing::run_on(**client, g, inputs, "opencl:0");
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    ASSERT_EQ(got->size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k) {
+      ASSERT_TRUE((*got)[k].ok()) << (*got)[k].status().to_string();
+      expect_near(*(*got)[k], want[k], fmt::format("{} (engine run {})", g.outputs[k].name, run));
+    }
+    if (run == 2) {
+      EXPECT_EQ(opencl::buffers_created() - buffers, 0) << "buffers created by a run";
+      EXPECT_EQ(opencl::kernels_launched() - launched, 10);
+      EXPECT_EQ(opencl::queue_finishes() - finishes, 1);
+    }
+  }
 }
 
 // tensord tune writes the device's tuning file (Xgemm checked against the host, the

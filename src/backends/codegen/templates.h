@@ -78,7 +78,7 @@ struct ConvGeometry {
 };
 Result<ConvGeometry> conv_geometry(const OpCall& call);
 // in0 = x [N][C][H][W] -> out0 = columns [N][C][KH][KW][OH][OW] (zeros where the window is
-// in the padding). `n` work items, one per column element.
+// in the padding). `n` work items, one per output row of columns (OW elements).
 TemplateKernel im2col_kernel(const ConvGeometry& g);
 // The convolution's GEMM as one generated, register-tiled kernel (no BLAS): for each of
 // batches = images x groups, out[b] (Mg x N) = W[b % G] (Mg x K) * in[b] (K x N) (+ bias), with
@@ -87,6 +87,34 @@ TemplateKernel im2col_kernel(const ConvGeometry& g);
 // consecutive work items read consecutive columns (vector loads on a CPU device, coalesced
 // on a GPU). in0 = columns, in1 = weights, in2 = bias (when g.bias).
 TemplateKernel conv_gemm_kernel(const ConvGeometry& g, int64_t tile);
+// What a fused convolution does after its sum, in this order: + bias[channel] (a BatchNorm
+// folded into the weights leaves its shift here), + a residual input of the output's shape,
+// then an activation: "" (none), "Relu", "Clip" (alpha = min, beta = max), "LeakyRelu"
+// (alpha), "HardSigmoid" (alpha, beta), "HardSwish", "Sigmoid".
+struct ConvEpilogue {
+  bool bias = false;
+  bool residual = false;
+  std::string activation;
+  float alpha = 0.0f, beta = 0.0f;
+};
+// The activation applied to `v` (a float or floatN expression), as an expression.
+std::string epilogue_activation(const ConvEpilogue& e, const std::string& v);
+// OpenCL C only (vector types, vloadN/vstoreN): the convolution's GEMM with each work item
+// computing `tm` output channels x `v` consecutive output positions (v = 4, 8 or 16) as
+// vectors: per k, one vector load of the columns and `tm` broadcast weights (an outer-product
+// micro-kernel, SIMD on a CPU device whatever the work-group vectoriser does). in0 = columns
+// (or the input of a 1x1 window), in1 = weights [G][Mg][K], then bias (e.bias), then the
+// residual (e.residual); out0 = [N][M][OH*OW] after the epilogue.
+// rows_fastest: consecutive work items take consecutive row tiles of one column tile (they
+// share the column vector in cache: a CPU device); else consecutive column tiles (coalesced
+// loads on a GPU).
+TemplateKernel conv_gemm_vec_kernel(const ConvGeometry& g, int64_t tm, int64_t v, const ConvEpilogue& e,
+                                    bool rows_fastest = false);
+// OpenCL C only: a depthwise convolution (G = C = M) with each work item computing `v`
+// consecutive outputs of one row (vector loads where the window row is inside the input and
+// the stride is 1 or 2, per-lane loads at the borders). in0 = x, in1 = weights [C][KH][KW],
+// then bias / residual as above.
+TemplateKernel depthwise_vec_kernel(const ConvGeometry& g, int64_t v, const ConvEpilogue& e);
 // out0[i] = in0[(i / inner) % channels] over n elements: a bias broadcast over N, C, spatial.
 TemplateKernel channel_fill_kernel(int64_t n, int64_t inner, int64_t channels);
 

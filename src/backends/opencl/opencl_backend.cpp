@@ -16,7 +16,10 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <map>
+#include <optional>
+#include <cmath>
 #include <mutex>
 #include <unordered_map>
 
@@ -36,6 +39,14 @@ namespace {
 
 std::atomic<int64_t> g_programs_built{0};
 std::atomic<int64_t> g_kernels_launched{0};
+std::atomic<int64_t> g_buffers_created{0};
+std::atomic<int64_t> g_finishes{0};
+// clFinish, counted (a run should wait once, at its end).
+cl_int finish_queue(cl_command_queue q) {
+  g_finishes++;
+  return clFinish(q);
+}
+std::atomic<int64_t> g_conv_regions{0};
 std::mutex g_last_mu;
 std::string g_last_source;
 
@@ -247,6 +258,9 @@ class OpenClDevice final : public Device {
     if (blas_) info_.backend_version.insert(info_.backend_version.size() - 1, ", CLBlast");
 #endif
     load_tuning();
+    // TENSORD_OPENCL_LOCAL: the generated kernels' work-group size (overrides the tuning file).
+    if (const char* l = std::getenv("TENSORD_OPENCL_LOCAL"); l && *l)
+      tuned_local_ = std::clamp<size_t>(static_cast<size_t>(std::atoll(l)), 1, max_work_group_);
     if (const char* t = std::getenv("TENSORD_OPENCL_CONV_TILE"); t && *t)
       conv_tile_ = std::clamp<int64_t>(std::atoll(t), 0, 16);
     if (!blas_ && conv_tile_ == 0) conv_tile_ = 8;
@@ -323,6 +337,8 @@ class OpenClDevice final : public Device {
   const DeviceInfo& info() const override { return info_; }
   const std::string& name() const { return info_.name; }
   bool fp64() const { return fp64_; }
+  // A CPU device (PoCL's): work items of a group run one after another on one core.
+  bool is_cpu() const { return cpu_; }
   cl_context context() const { return platform_->context; }
   const Platform* platform() const { return platform_.get(); }
   cl_device_id id() const { return id_; }
@@ -334,13 +350,13 @@ class OpenClDevice final : public Device {
   int64_t conv_tile() const { return conv_tile_; }
   void set_conv_tile(int64_t t) { conv_tile_ = t; }
   Status synchronize() override {
-    const cl_int e = clFinish(queue_);
+    const cl_int e = finish_queue(queue_);
     return e == CL_SUCCESS ? OkStatus() : cl_status(e, info_.name, "finishing a run");
   }
   // TENSORD_OPENCL_SYNC: every kernel finishes before the next starts (timing, debugging).
   Status finish_if_sync() {
     if (!sync_) return OkStatus();
-    const cl_int e = clFinish(queue_);
+    const cl_int e = finish_queue(queue_);
     return e == CL_SUCCESS ? OkStatus() : cl_status(e, info_.name, "running a kernel");
   }
   // The program of a device-neutral template kernel (codegen/templates.h).
@@ -356,6 +372,7 @@ class OpenClDevice final : public Device {
     cl_mem m = clCreateBuffer(context(), CL_MEM_READ_WRITE, std::max<size_t>(bytes, 1), nullptr, &e);
     if (e != CL_SUCCESS || !m)
       return cl_status(e, info_.name, fmt::format("allocating {} bytes", bytes));
+    g_buffers_created++;
     return static_cast<void*>(m);
   }
   void free(void* ptr, size_t bytes) override {
@@ -388,11 +405,11 @@ class OpenClDevice final : public Device {
     auto* other = dynamic_cast<OpenClDevice*>(src.device);
     if (!other || other->context() != context() || dst.size < src.size) return false;
     if (!src.size) return true;
-    if (other != this && clFinish(other->queue_) != CL_SUCCESS) return false;
+    if (other != this && finish_queue(other->queue_) != CL_SUCCESS) return false;
     cl_int e = clEnqueueCopyBuffer(queue_, static_cast<cl_mem>(src.ptr), static_cast<cl_mem>(dst.ptr),
                                    src.offset, dst.offset, src.size, 0, nullptr, nullptr);
     if (e != CL_SUCCESS) return false;
-    return clFinish(queue_) == CL_SUCCESS;
+    return finish_queue(queue_) == CL_SUCCESS;
   }
 
   // The program for `source`, built once per device (kept for the device's lifetime).
@@ -491,7 +508,7 @@ class OpenClDevice final : public Device {
     if (e != CL_SUCCESS) return cl_status(e, info_.name, "launching a generated kernel");
     g_kernels_launched++;
     if (sync_) {
-      e = clFinish(queue_);
+      e = finish_queue(queue_);
       if (e != CL_SUCCESS) return cl_status(e, info_.name, "running a generated kernel");
     }
     return OkStatus();
@@ -515,6 +532,7 @@ class OpenClDevice final : public Device {
   size_t tuned_local_ = 0;  // from the tuning file (0: the device's limits)
   int64_t conv_tile_ = 8;
   bool fp64_ = false;
+  bool cpu_ = (device_value<cl_device_type>(id_, CL_DEVICE_TYPE, 0) & CL_DEVICE_TYPE_CPU) != 0;
   bool sync_ = std::getenv("TENSORD_OPENCL_SYNC") != nullptr;  // finish after every kernel
 #ifdef TENSORD_HAVE_CLBLAST
   bool blas_ = !(std::getenv("TENSORD_OPENCL_BLAS") && std::string(std::getenv("TENSORD_OPENCL_BLAS")) == "0");
@@ -955,6 +973,9 @@ class BlasKernel final : public Kernel {
     const int64_t N = tb ? b[0] : b[1], K2 = tb ? b[1] : b[0];
     const Shape& o = call.output_types[0].shape;
     if (K != K2 || K == 0 || shape_numel(o) != M * N) return errors::Unimplemented("shapes");
+    // A row or two (a classifier at batch 1): the generated kernel, one output per work item
+    // (CLBlast's tiled GEMM wastes its tiles on one row: ~16 ms for 1 x 1280 x 1000 on PoCL).
+    if (M <= 2) return errors::Unimplemented("a matrix-vector product: the generated kernel");
     const bool has_c = call.inputs.size() > 2 && call.inputs[2].defined() && beta != 0.0f;
     TD_ASSIGN_OR_RETURN(auto buffer, output(call, o));
     TD_ASSIGN_OR_RETURN(Arg xc, device_->arg(*buffer));
@@ -1314,11 +1335,273 @@ class ElementwiseRegion final : public RegionKernel {
   int64_t weight_bytes_ = 0;
 };
 
+// ---- Conv (+ BatchNormalization) (+ Add) (+ activation) as one kernel ----
+
+
+// A convolution with constant weights and what follows it: an inference BatchNormalization
+// with constant parameters is folded into the weights and bias at compile time; a residual
+// Add and an activation become the kernel's epilogue. 1x1 windows of stride 1 multiply the
+// input directly (no im2col), depthwise convolutions have their own vectorised kernel, others
+// run im2col + the vectorised GEMM (codegen::conv_gemm_vec_kernel).
+class ConvRegion final : public RegionKernel {
+ public:
+  ConvRegion(OpenClDevice* d, codegen::ConvGeometry geo, bool depthwise, std::string summary)
+      : device_(d), geo_(geo), depthwise_(depthwise), summary_(std::move(summary)) {}
+  ~ConvRegion() override {
+    for (auto& [mem, bytes] : uploads_) device_->free(mem, bytes);
+  }
+  Result<Arg> upload(const std::vector<float>& v) {
+    const size_t bytes = v.size() * sizeof(float);
+    TD_ASSIGN_OR_RETURN(void* mem, device_->allocate(bytes));
+    uploads_.emplace_back(mem, bytes);
+    Buffer b{device_, mem, bytes, 0};
+    TD_RETURN_IF_ERROR(device_->write(b, 0, v.data(), bytes));
+    weight_bytes_ += static_cast<int64_t>(bytes);
+    return Arg{static_cast<cl_mem>(mem), 0};
+  }
+  Status prepare(const std::vector<float>& weights, const std::vector<float>& bias,
+                 const codegen::ConvEpilogue& e, int64_t tile) {
+    epilogue_ = e;
+    TD_ASSIGN_OR_RETURN(weights_, upload(weights));
+    if (e.bias) {
+      TD_ASSIGN_OR_RETURN(bias_, upload(bias));
+    }
+    int64_t vec = 8;
+    if (const char* v = std::getenv("TENSORD_OPENCL_CONV_VEC"); v && *v) vec = std::atoll(v);
+    const codegen::TemplateKernel k =
+        depthwise_ ? codegen::depthwise_vec_kernel(geo_, 8, e)
+                   : codegen::conv_gemm_vec_kernel(geo_, tile, vec, e, rows_fastest());
+    TD_ASSIGN_OR_RETURN(main_, device_->template_program(k));
+    main_n_ = k.n;
+    if (!depthwise_ && !geo_.pointwise()) {
+      const codegen::TemplateKernel c = codegen::im2col_kernel(geo_);
+      TD_ASSIGN_OR_RETURN(im2col_, device_->template_program(c));
+      im2col_n_ = c.n;
+      arena_ = geo_.N * geo_.C * geo_.KH * geo_.KW * geo_.OH * geo_.OW * 4;
+    }
+    return OkStatus();
+  }
+  Status run(const std::vector<DeviceTensor>& inputs, const std::vector<DeviceTensor>& outputs,
+             Allocator& allocator) override {
+    if (inputs.empty() || !inputs[0].buffer || outputs.empty() || !outputs[0].buffer ||
+        (epilogue_.residual && (inputs.size() < 2 || !inputs[1].buffer)))
+      return errors::Internal("{}: fused convolution input or output missing", device_->name());
+    TD_ASSIGN_OR_RETURN(Arg x, device_->arg(*inputs[0].buffer));
+    TD_ASSIGN_OR_RETURN(Arg out, device_->arg(*outputs[0].buffer));
+    std::shared_ptr<Buffer> cols;
+    if (im2col_) {
+      TD_ASSIGN_OR_RETURN(cols, allocator.allocate(static_cast<size_t>(arena_)));
+      TD_ASSIGN_OR_RETURN(Arg c, device_->arg(*cols));
+      TD_RETURN_IF_ERROR(device_->launch(*im2col_, {x, c}, im2col_n_));
+      x = c;
+    }
+    std::vector<Arg> args = {x, weights_};
+    if (epilogue_.bias) args.push_back(bias_);
+    if (epilogue_.residual) {
+      TD_ASSIGN_OR_RETURN(Arg r, device_->arg(*inputs[1].buffer));
+      args.push_back(r);
+    }
+    args.push_back(out);
+    return device_->launch(*main_, args, main_n_);
+  }
+  int64_t arena_bytes() const override { return arena_; }
+  int64_t weight_bytes() const override { return weight_bytes_; }
+  std::string describe() const override { return summary_; }
+  bool rows_fastest() const {
+    if (const char* v = std::getenv("TENSORD_OPENCL_CONV_ROWS"); v && *v) return std::atoi(v) != 0;
+    return device_->is_cpu();
+  }
+
+ private:
+  OpenClDevice* device_;
+  codegen::ConvGeometry geo_;
+  bool depthwise_;
+  std::string summary_;
+  codegen::ConvEpilogue epilogue_;
+  Arg weights_{}, bias_{};
+  std::shared_ptr<Program> main_, im2col_;
+  int64_t main_n_ = 0, im2col_n_ = 0, arena_ = 0;
+  std::vector<std::pair<void*, size_t>> uploads_;
+  int64_t weight_bytes_ = 0;
+};
+
+// The float32 values of a constant (empty when it is not a float32 constant).
+std::vector<float> constant_floats(const FusionGraph& g, const std::string& name) {
+  const HostTensor* t = name.empty() ? nullptr : g.constant(name);
+  if (!t || t->dtype() != DType::kFloat32) return {};
+  return std::vector<float>(t->data<float>(), t->data<float>() + t->numel());
+}
+
+// Conv chains of `g` as regions (their members are marked in `taken`).
+std::vector<Region> conv_regions(OpenClDevice& device, const FusionGraph& g, std::vector<bool>& taken,
+                                 std::vector<std::string>* notes) {
+  std::vector<Region> regions;
+  if (std::getenv("TENSORD_OPENCL_NO_CONV_FUSION")) return regions;
+  // Who reads each value (node indices), to follow single-consumer chains.
+  std::unordered_map<std::string, std::vector<size_t>> readers;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& in : g.nodes[i]->inputs)
+      if (!in.empty()) readers[in].push_back(i);
+  auto here = [&](size_t i) { return g.placed_here.empty() || g.placed_here[i]; };
+  auto domain_ok = [](const Node& n) { return n.domain.empty() || n.domain == "ai.onnx"; };
+  // The one node reading `value` (none when it is a graph output or read more than once).
+  auto sole_reader = [&](const std::string& value) -> std::optional<size_t> {
+    if (g.is_graph_output && g.is_graph_output(value)) return std::nullopt;
+    auto it = readers.find(value);
+    if (it == readers.end() || it->second.size() != 1) return std::nullopt;
+    const size_t j = it->second[0];
+    if (taken[j] || !here(j) || !domain_ok(*g.nodes[j])) return std::nullopt;
+    return j;
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& conv = *g.nodes[i];
+    if (taken[i] || !here(i) || conv.op != "Conv" || !domain_ok(conv) || conv.outputs.size() != 1 ||
+        conv.inputs.size() < 2 || conv.inputs[0].empty())
+      continue;
+    const TensorType* xt = g.type_of(conv.inputs[0]);
+    const TensorType* ot = g.type_of(conv.outputs[0]);
+    const HostTensor* w = g.constant(conv.inputs[1]);
+    if (!xt || !ot || !w || xt->dtype != DType::kFloat32 || w->dtype() != DType::kFloat32 ||
+        !shape_is_static(xt->shape) || !shape_is_static(ot->shape) || shape_numel(ot->shape) == 0 ||
+        g.constant(conv.inputs[0]))
+      continue;
+    const bool has_bias = conv.inputs.size() > 2 && !conv.inputs[2].empty();
+    if (has_bias && !g.constant(conv.inputs[2])) continue;
+    codegen::OpCall call;
+    call.node = &conv;
+    call.inputs = {*xt, w->type()};
+    if (has_bias) call.inputs.push_back(g.constant(conv.inputs[2])->type());
+    call.outputs = {*ot};
+    auto geo_or = codegen::conv_geometry(call);
+    if (!geo_or.ok()) continue;
+    codegen::ConvGeometry geo = *geo_or;
+    if (geo.N == 0 || geo.C == 0 || geo.KW == 0) continue;
+    const int64_t CG = geo.C / geo.G, Mg = geo.M / geo.G, KK = geo.KH * geo.KW;
+    const bool depthwise = geo.G > 1 && CG == 1 && geo.M == geo.C;
+    if (geo.G > 1 && CG == 1 && !depthwise) continue;  // a channel multiplier: the node's kernel
+    std::vector<float> weights(w->data<float>(), w->data<float>() + w->numel());
+    std::vector<float> bias(static_cast<size_t>(geo.M), 0.0f);
+    if (has_bias) {
+      bias = constant_floats(g, conv.inputs[2]);
+      if (bias.size() != static_cast<size_t>(geo.M)) continue;
+    }
+    Region r;
+    r.members = {i};
+    r.inputs = {conv.inputs[0]};
+    std::vector<std::string> ops = {"Conv"};
+    std::string value = conv.outputs[0];
+    codegen::ConvEpilogue e;
+    e.bias = has_bias;
+    // BatchNormalization (inference, constant parameters): folded.
+    if (auto j = sole_reader(value); j && g.nodes[*j]->op == "BatchNormalization") {
+      const Node& bn = *g.nodes[*j];
+      NodeAttrs at(bn);
+      auto eps = at.attr_float("epsilon", 1e-5f);
+      auto training = at.attr_int("training_mode", 0);
+      auto spatial = at.attr_int("spatial", 1);
+      bool ok = bn.inputs.size() == 5 && bn.inputs[0] == value && eps.ok() && training.ok() && *training == 0 &&
+                spatial.ok() && *spatial == 1 && !bn.outputs.empty();
+      for (size_t o = 1; ok && o < bn.outputs.size(); ++o) ok = bn.outputs[o].empty();
+      std::vector<float> sc, sh, mean, var;
+      if (ok) {
+        sc = constant_floats(g, bn.inputs[1]), sh = constant_floats(g, bn.inputs[2]);
+        mean = constant_floats(g, bn.inputs[3]), var = constant_floats(g, bn.inputs[4]);
+        const size_t M = static_cast<size_t>(geo.M);
+        ok = sc.size() == M && sh.size() == M && mean.size() == M && var.size() == M;
+      }
+      if (ok) {
+        const int64_t per = CG * KK;  // weights per output channel
+        for (int64_t m = 0; m < geo.M; ++m) {
+          const size_t k = static_cast<size_t>(m);
+          const float a = sc[k] / std::sqrt(var[k] + *eps);
+          for (int64_t q = 0; q < per; ++q) weights[static_cast<size_t>(m * per + q)] *= a;
+          bias[k] = (bias[k] - mean[k]) * a + sh[k];
+        }
+        e.bias = true;
+        r.members.push_back(*j);
+        ops.push_back("BatchNormalization");
+        value = bn.outputs[0];
+      }
+    }
+    // A residual Add of a value of the output's shape.
+    if (auto j = sole_reader(value); j && g.nodes[*j]->op == "Add" && g.nodes[*j]->inputs.size() == 2 &&
+                                     g.nodes[*j]->outputs.size() == 1) {
+      const Node& add = *g.nodes[*j];
+      const std::string& other = add.inputs[0] == value ? add.inputs[1] : add.inputs[0];
+      const TensorType* t = g.type_of(other);
+      if (add.inputs[0] != add.inputs[1] && !other.empty() && t && t->dtype == DType::kFloat32 &&
+          t->shape == ot->shape && !g.constant(other)) {
+        e.residual = true;
+        r.members.push_back(*j);
+        r.inputs.push_back(other);
+        ops.push_back("Add");
+        value = add.outputs[0];
+      }
+    }
+    // An activation.
+    if (auto j = sole_reader(value); j && g.nodes[*j]->outputs.size() == 1) {
+      const Node& act = *g.nodes[*j];
+      NodeAttrs at(act);
+      bool ok = !act.inputs.empty() && act.inputs[0] == value;
+      if (ok && act.op == "Relu") {
+        e.activation = "Relu";
+      } else if (ok && act.op == "Clip") {
+        float lo = -std::numeric_limits<float>::infinity(), hi = std::numeric_limits<float>::infinity();
+        if (at.has_attr("min") || at.has_attr("max")) {  // before opset 11
+          auto a = at.attr_float("min", lo), b = at.attr_float("max", hi);
+          ok = a.ok() && b.ok();
+          if (ok) lo = *a, hi = *b;
+        }
+        for (size_t k = 1; ok && k < act.inputs.size() && k < 3; ++k) {
+          if (act.inputs[k].empty()) continue;
+          const std::vector<float> v = constant_floats(g, act.inputs[k]);
+          ok = v.size() == 1;
+          if (ok) (k == 1 ? lo : hi) = v[0];
+        }
+        if (ok) e.activation = "Clip", e.alpha = lo, e.beta = hi;
+      } else if (ok && act.op == "LeakyRelu") {
+        auto a = at.attr_float("alpha", 0.01f);
+        if (a.ok()) e.activation = "LeakyRelu", e.alpha = *a;
+      } else if (ok && act.op == "HardSigmoid") {
+        auto a = at.attr_float("alpha", 0.2f), b = at.attr_float("beta", 0.5f);
+        if (a.ok() && b.ok()) e.activation = "HardSigmoid", e.alpha = *a, e.beta = *b;
+      } else if (ok && (act.op == "HardSwish" || act.op == "Sigmoid")) {
+        e.activation = act.op;
+      }
+      if (!e.activation.empty()) {
+        r.members.push_back(*j);
+        ops.push_back(act.op);
+        value = act.outputs[0];
+      }
+    }
+    r.outputs = {value};
+    const std::string summary =
+        fmt::format("OpenClConv: {} as 1 {} kernel{} over {}", fmt::join(ops, "+"),
+                    depthwise ? "depthwise" : geo.pointwise() ? "1x1 GEMM" : "im2col + GEMM",
+                    depthwise || geo.pointwise() ? "" : "s", shape_to_string(ot->shape));
+    auto kernel = std::make_unique<ConvRegion>(&device, geo, depthwise, summary);
+    const int64_t tile = device.conv_tile() > 0 ? device.conv_tile() : 8;
+    if (Status st = kernel->prepare(weights, bias, e, tile); !st.ok()) {
+      if (notes) notes->push_back(fmt::format("{}: {} left unfused: {}", device.name(), conv.label(), st.message()));
+      continue;
+    }
+    (void)Mg;
+    r.kernel = std::move(kernel);
+    for (size_t m : r.members) taken[m] = true;
+    g_conv_regions++;
+    regions.push_back(std::move(r));
+  }
+  return regions;
+}
+
 std::vector<Region> OpenClRegionCompiler::compile(const FusionGraph& g,
                                                   std::vector<std::string>* notes) {
-  if (std::getenv("TENSORD_NO_ELEMENTWISE_FUSION")) return {};
+  std::vector<bool> taken(g.nodes.size(), false);
+  std::vector<Region> regions = conv_regions(*device_, g, taken, notes);
+  if (std::getenv("TENSORD_NO_ELEMENTWISE_FUSION")) return regions;
   auto key = [&](size_t i, const std::vector<int>&) -> std::string {
     if (!g.placed_here.empty() && !g.placed_here[i]) return "";
+    if (taken[i]) return "";
     const Node& node = *g.nodes[i];
     if (node.outputs.size() != 1 || node.outputs[0].empty()) return "";
     const TensorType* out = g.type_of(node.outputs[0]);
@@ -1332,7 +1615,6 @@ std::vector<Region> OpenClRegionCompiler::compile(const FusionGraph& g,
     if (!codegen::elementwise_supported(node, in, g.constant).ok()) return "";
     return "ew:" + shape_to_string(out->shape);
   };
-  std::vector<Region> regions;
   for (auto& r : partition_graph(g, key)) {
     if (r.members.size() < 2 || r.outputs.empty()) continue;  // single nodes: their own kernels
     std::vector<const Node*> nodes;
@@ -1639,7 +1921,8 @@ Status tune(const TuneOptions& o, std::ostream& out) {
         std::shared_ptr<Program> prog;
         codegen::TemplateKernel k;
         if (tile > 0) {
-          k = codegen::conv_gemm_kernel(g, tile);
+          // The fused convolutions' vectorised GEMM (what models run; ConvRegion).
+          k = codegen::conv_gemm_vec_kernel(g, tile, 8, codegen::ConvEpilogue{}, d->is_cpu());
           TD_ASSIGN_OR_RETURN(prog, d->template_program(k));
           once = [&] { return d->launch(*prog, {Arg{cols, 0}, Arg{w, 0}, Arg{outm, 0}}, k.n); };
         } else {
@@ -1698,7 +1981,8 @@ Status tune(const TuneOptions& o, std::ostream& out) {
     const auto k2 = codegen::channel_fill_kernel(64 * 56 * 56, 56 * 56, 64);
     TD_ASSIGN_OR_RETURN(auto p1, d->template_program(k1));
     TD_ASSIGN_OR_RETURN(auto p2, d->template_program(k2));
-    const size_t col_bytes = static_cast<size_t>(k1.n) * 4, x_bytes = 64 * 56 * 56 * 4;
+    const size_t col_bytes = static_cast<size_t>(geo.N * geo.C * geo.KH * geo.KW * geo.OH * geo.OW) * 4,
+                 x_bytes = 64 * 56 * 56 * 4;
     cl_int e = CL_SUCCESS;
     cl_mem x = clCreateBuffer(d->context(), CL_MEM_READ_WRITE, x_bytes, nullptr, &e);
     cl_mem col = e == CL_SUCCESS ? clCreateBuffer(d->context(), CL_MEM_READ_WRITE, col_bytes, nullptr, &e) : nullptr;
@@ -1764,6 +2048,9 @@ int64_t programs_built() { return g_programs_built.load(); }
 int64_t kernels_launched() { return g_kernels_launched.load(); }
 int64_t disk_cache_hits() { return g_disk_hits.load(); }
 int64_t blas_calls() { return g_blas_calls.load(); }
+int64_t conv_regions_built() { return g_conv_regions.load(); }
+int64_t buffers_created() { return g_buffers_created.load(); }
+int64_t queue_finishes() { return g_finishes.load(); }
 Status set_conv_gemm(Device& device, int64_t tile) {
   auto* d = dynamic_cast<OpenClDevice*>(&device);
   if (!d) return errors::InvalidArgument("set_conv_gemm: {} is not an OpenCL device", device.info().name);

@@ -10,7 +10,17 @@
 // Compiled programs are also kept on disk (TENSORD_KERNEL_CACHE, see opencl_backend.cpp),
 // keyed by device, driver version and source; a bad entry is rebuilt, never trusted.
 //
-// Environment: TENSORD_OPENCL=0 hides every OpenCL device. Without an OpenCL platform there
+// A Conv with constant weights is fused at compile time with what follows it (an inference
+// BatchNormalization folded into its weights and bias, a residual Add, an activation) into one
+// generated kernel: a vectorised GEMM straight on NCHW for 1x1 windows, im2col + that GEMM
+// otherwise, a vectorised depthwise kernel for depthwise ones.
+//
+// Environment: TENSORD_OPENCL=0 hides every OpenCL device. TENSORD_OPENCL_NO_CONV_FUSION=1
+// leaves convolutions to the per-node kernels; TENSORD_OPENCL_CONV_VEC (4, 8, 16: outputs per
+// vector of the fused GEMM, default 8), TENSORD_OPENCL_CONV_ROWS (1: consecutive work items
+// take consecutive output-channel tiles, the default on a CPU device; 0: consecutive
+// positions) and TENSORD_OPENCL_LOCAL (the generated kernels' work-group size) are for
+// experiments. Without an OpenCL platform there
 // are no opencl devices; when the user asked for them (TENSORD_DEVICES / TENSORD_DEVICE name
 // opencl) one line on stderr says why.
 #pragma once
@@ -33,6 +43,14 @@ int64_t kernels_launched();
 int64_t disk_cache_hits();
 // SGEMM calls made through CLBlast (MatMul, Gemm, Conv), since start.
 int64_t blas_calls();
+// Convolutions fused with what follows them (BatchNorm folded, residual Add, activation) into
+// one generated kernel at compile time, since start.
+int64_t conv_regions_built();
+// cl_mem allocations (clCreateBuffer) made by the devices, since start: a run from the
+// engine's pool makes none once the pool holds its sizes.
+int64_t buffers_created();
+// clFinish calls of the devices' queues (run ends, copies between devices, TENSORD_OPENCL_SYNC).
+int64_t queue_finishes();
 
 // `tensord tune`: measures candidate parameters on one device and stores the best in the
 // device's tuning file, which every later start of the backend reads (a device nobody tuned
