@@ -180,6 +180,26 @@ class Client {
                                                std::shared_ptr<void> keepalive) {
     return upload(src, device);
   }
+  // CUDA device memory, with no trip through host memory (the GPU counterpart of upload() and
+  // read_into()): `src.data` / `dst` is a CUDA device pointer of this process (cudaMalloc or
+  // cuMemAlloc memory, PyTorch's tensors; not cudaMallocAsync pools). The embedded engine
+  // copies device to device on the GPU holding it; a broker on this host opens the buffer by
+  // its CUDA IPC memory handle on the same GPU and copies there. Both have finished when they
+  // return (the caller may reuse or read its memory); the caller's own writes to `src` must be
+  // finished first (its stream synchronised).
+  // upload_cuda: a new tensor on `device` ("" = the cuda device holding `src.data`; another
+  // device gets a copy). read_into_cuda: as read_into() — written when the value fits in
+  // `room` bytes, its type returned either way. FAILED_PRECONDITION naming why where it cannot
+  // be done: no CUDA here or on the broker, a broker on another host, a pointer that is not
+  // device memory, a GPU the broker does not have.
+  virtual Result<TensorHandle> upload_cuda(const TensorView& src, const std::string& device) {
+    (void)src, (void)device;
+    return Status(StatusCode::kUnimplemented, "upload_cuda: this client cannot take CUDA memory");
+  }
+  virtual Result<TensorType> read_into_cuda(TensorHandle h, void* dst, size_t room) {
+    (void)h, (void)dst, (void)room;
+    return Status(StatusCode::kUnimplemented, "read_into_cuda: this client cannot write CUDA memory");
+  }
   // map_host: waits for the tensor and returns its bytes in place where they are in this
   // process's memory; UNIMPLEMENTED for a remote broker, FAILED_PRECONDITION on a device
   // whose memory is not host memory (then read() copies).

@@ -74,7 +74,14 @@ namespace tensord::cuda {
   X(cuGraphInstantiate)                   \
   X(cuGraphLaunch)                        \
   X(cuGraphDestroy)                       \
-  X(cuGraphExecDestroy)
+  X(cuGraphExecDestroy)                   \
+  X(cuCtxGetCurrent)                      \
+  X(cuDeviceGetUuid)                      \
+  X(cuPointerGetAttribute)                \
+  X(cuMemGetAddressRange)                 \
+  X(cuIpcGetMemHandle)                    \
+  X(cuIpcOpenMemHandle)                   \
+  X(cuIpcCloseMemHandle)
 
 #define TENSORD_CUDA_NVRTC_FUNCTIONS(X) \
   X(nvrtcVersion)                       \

@@ -217,6 +217,9 @@ class CudaDevice final : public Device {
     int driver = 0;
     api->cuDriverGetVersion(&driver);
     cc_ = major * 10 + minor;
+    CUuuid uuid{};
+    if (api->cuDeviceGetUuid(&uuid, dev) == CUDA_SUCCESS)
+      uuid_ = format_uuid(reinterpret_cast<const unsigned char*>(uuid.bytes));
     info_.name = "cuda:" + std::to_string(index);
     info_.kind = "cuda";
     info_.index = index;
@@ -397,6 +400,73 @@ class CudaDevice final : public Device {
       r = api_->cuMemcpyDtoDAsync(address(dst), address(src), src.size, stream_);
     }
     return r == CUDA_SUCCESS;
+  }
+
+  // Foreign memory (CUDA IPC from another process on this host, or a pointer of this
+  // process): a device-to-device copy on the device's stream, finished before returning.
+  Status copy_foreign(const Buffer& buffer, size_t offset, const ForeignMemory& foreign, size_t bytes,
+                      bool to_buffer) override {
+    if (foreign.kind != "cuda")
+      return errors::FailedPrecondition("{} cannot reach {} device memory", info_.name,
+                                        foreign.kind.empty() ? "unnamed" : foreign.kind);
+    if (compile_only())
+      return errors::FailedPrecondition(
+          "{} is a compile-only device (TENSORD_CUDA_COMPILE_ONLY): it has no GPU memory to copy "
+          "CUDA memory into or out of",
+          info_.name);
+    if (!foreign.device_uuid.empty() && foreign.device_uuid != uuid_)
+      return errors::FailedPrecondition("the CUDA memory is on GPU {}, not on {} ({})", foreign.device_uuid,
+                                        info_.name, uuid_.empty() ? "UUID unknown" : uuid_);
+    if (bytes == 0) return OkStatus();
+    if (offset > buffer.size || bytes > buffer.size - offset)
+      return errors::OutOfRange("{}: {} bytes at {} are past the end of a buffer of {}", info_.name, bytes,
+                                offset, buffer.size);
+    if (bytes > foreign.size)
+      return errors::OutOfRange("{}: {} bytes do not fit in the {} bytes of CUDA memory given", info_.name,
+                                bytes, foreign.size);
+    TD_RETURN_IF_ERROR(enter());
+    CUdeviceptr base = 0;
+    bool opened = false;
+    CUresult r = CUDA_SUCCESS;
+    if (!foreign.ipc_handle.empty()) {
+      if (foreign.ipc_handle.size() != CU_IPC_HANDLE_SIZE)
+        return errors::InvalidArgument("CUDA IPC: a memory handle has {} bytes, not {}", foreign.ipc_handle.size(),
+                                       CU_IPC_HANDLE_SIZE);
+      CUipcMemHandle h{};
+      std::memcpy(h.reserved, foreign.ipc_handle.data(), CU_IPC_HANDLE_SIZE);
+      // Reference-counted by the driver per context: concurrent calls naming one handle each
+      // open and close it once.
+      r = api_->cuIpcOpenMemHandle(&base, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+      if (r != CUDA_SUCCESS)
+        return errors::FailedPrecondition(
+            "{}: cannot open the CUDA IPC memory handle: {} (a handle from another GPU or host, of memory "
+            "already freed, or a device or platform without CUDA IPC)",
+            info_.name, cu_error(api_, r));
+      opened = true;
+      // The mapping is the exporter's whole allocation: the bytes asked for must lie in it
+      // (a copy past its end would fault in the broker's context).
+      CUdeviceptr alloc_base = 0;
+      size_t alloc_size = 0;
+      r = api_->cuMemGetAddressRange(&alloc_base, &alloc_size, base);
+      if (r == CUDA_SUCCESS && (foreign.offset > alloc_size || bytes > alloc_size - foreign.offset)) {
+        api_->cuIpcCloseMemHandle(base);
+        return errors::OutOfRange("CUDA IPC: {} bytes at offset {} are outside the exported allocation of {} bytes",
+                                  bytes, foreign.offset, alloc_size);
+      }
+    } else {
+      if (!foreign.pointer) return errors::InvalidArgument("CUDA memory: neither an IPC handle nor a pointer");
+      base = static_cast<CUdeviceptr>(foreign.pointer);
+    }
+    const CUdeviceptr theirs = base + foreign.offset;
+    const CUdeviceptr ours = address(buffer) + offset;
+    if (r == CUDA_SUCCESS)
+      r = to_buffer ? api_->cuMemcpyDtoDAsync(ours, theirs, bytes, stream_)
+                    : api_->cuMemcpyDtoDAsync(theirs, ours, bytes, stream_);
+    if (r == CUDA_SUCCESS) r = api_->cuStreamSynchronize(stream_);
+    if (opened) api_->cuIpcCloseMemHandle(base);
+    return r == CUDA_SUCCESS ? OkStatus()
+                             : cu_status(api_, r, info_.name, to_buffer ? "copying from CUDA memory given"
+                                                                         : "copying into CUDA memory given");
   }
 
   // An event recorded now on the device's stream (one per device, re-recorded each call).
@@ -617,6 +687,7 @@ class CudaDevice final : public Device {
   CUstream stream_ = nullptr;
   std::string compile_arch_;
   int cc_ = 0;
+  std::string uuid_;  // "GPU-…" (format_uuid), "" where the driver did not say
   DeviceInfo info_;
   std::vector<const CudaDevice*> peers_;
   bool sync_ = env_is("TENSORD_CUDA_SYNC", "1");
