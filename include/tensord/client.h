@@ -64,6 +64,15 @@ struct HostMapping {
   std::shared_ptr<const void> keepalive;
 };
 
+// A tensor's bytes in place on its GPU (Client::map_cuda): `view.data` is a CUDA device
+// pointer of this process on CUDA device `device_index` (the driver's ordinal), valid while
+// `keepalive` is held. Tensors are immutable: the bytes must not be written.
+struct CudaMapping {
+  TensorView view;
+  int device_index = 0;
+  std::shared_ptr<const void> keepalive;
+};
+
 class Client {
  public:
   virtual ~Client() = default;
@@ -199,6 +208,15 @@ class Client {
   virtual Result<TensorType> read_into_cuda(TensorHandle h, void* dst, size_t room) {
     (void)h, (void)dst, (void)room;
     return Status(StatusCode::kUnimplemented, "read_into_cuda: this client cannot write CUDA memory");
+  }
+  // map_cuda: waits for the tensor and returns its bytes in place on its GPU where it is on a
+  // cuda device of the embedded engine (DLPack export of cuda tensors, no copy);
+  // FAILED_PRECONDITION on other devices, UNIMPLEMENTED for a broker (its memory is another
+  // process's: read_into_cuda copies into a GPU buffer of the caller).
+  virtual Result<CudaMapping> map_cuda(TensorHandle h) {
+    (void)h;
+    return Status(StatusCode::kUnimplemented,
+                  "map_cuda: this client's tensors are not in this process's GPU memory");
   }
   // map_host: waits for the tensor and returns its bytes in place where they are in this
   // process's memory; UNIMPLEMENTED for a remote broker, FAILED_PRECONDITION on a device

@@ -125,7 +125,7 @@ Result<TensorHandle> LocalClient::upload_external(const TensorView& src,
 // the cuda device holding it (Engine::upload_foreign / read_into_foreign).
 Result<TensorHandle> LocalClient::upload_cuda(const TensorView& src, const std::string& device) {
   TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(src.dtype, src.shape));
-  if (bytes == 0) return upload(src, device);
+  if (bytes == 0) return upload(TensorView{src.dtype, src.shape, nullptr}, device);
   TD_ASSIGN_OR_RETURN(ForeignMemory m, export_device_memory(src.data, static_cast<size_t>(bytes), false));
   uploads_++;
   return engine_->upload_foreign(session_, src.dtype, src.shape, m, device);

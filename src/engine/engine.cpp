@@ -1364,6 +1364,25 @@ Result<HostMapping> Engine::map_host(SessionId session, TensorHandle h, CancelTo
   return HostMapping{TensorView{v->dtype, v->shape, p}, v->buffer};
 }
 
+Result<CudaMapping> Engine::map_cuda(SessionId session, TensorHandle h, CancelToken* call) {
+  TD_ASSIGN_OR_RETURN(auto found, impl_->find_for_wait(session, h));
+  auto& [entry, token] = found;
+  TD_RETURN_IF_ERROR(wait_ready(entry->value, token.get(), call));
+  const Result<DeviceTensor>& v = entry->value.get();
+  if (!v.ok()) return v.status();
+  DeviceSlot* slot = impl_->slots[entry->device].get();
+  const DeviceInfo& info = slot->device->info();
+  ForeignMemory probe;
+  probe.kind = "cuda";
+  // Only a device that reaches CUDA memory has its bytes in it (the compile-only cuda:0 does not).
+  if (info.kind != "cuda" || !slot->device->copy_foreign(Buffer{}, 0, probe, 0, true).ok())
+    return errors::FailedPrecondition("map_cuda: tensor {} on {} is not in CUDA device memory", h, slot->name());
+  // A value is ready once its device has finished the work that made it (Device::synchronize
+  // at the end of a run), so another stream may read it at once.
+  const auto base = reinterpret_cast<uintptr_t>(v->buffer->ptr) + v->buffer->offset;
+  return CudaMapping{TensorView{v->dtype, v->shape, reinterpret_cast<const void*>(base)}, info.index, v->buffer};
+}
+
 Status Engine::wait(SessionId session, TensorHandle h, CancelToken* call) {
   TD_ASSIGN_OR_RETURN(auto found, impl_->find_for_wait(session, h));
   TD_RETURN_IF_ERROR(wait_ready(found.first->value, found.second.get(), call));

@@ -225,6 +225,10 @@ class Engine {
   // bytes in place where the device's memory is host memory, with the buffer as keepalive
   // (the bytes stay valid while it is held). FAILED_PRECONDITION on other devices.
   Result<HostMapping> map_host(SessionId session, TensorHandle h, CancelToken* call = nullptr);
+  // Zero-copy GPU access (DLPack export of cuda tensors): waits until the tensor is ready and
+  // returns its device address on a real cuda device (not the compile-only one), with the
+  // buffer as keepalive. FAILED_PRECONDITION on other devices.
+  Result<CudaMapping> map_cuda(SessionId session, TensorHandle h, CancelToken* call = nullptr);
   Result<TensorInfo> info(SessionId session, TensorHandle h, CancelToken* call = nullptr);
   // See Client::execute. With `run_here_if_idle`, when the device's queue is idle (nothing
   // queued or running) and the outputs are small (256 KiB in all, sizes known at compile time),

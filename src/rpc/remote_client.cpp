@@ -1382,6 +1382,7 @@ Result<HostTensor> RemoteClient::allocate_host(DType dtype, Shape shape) {
 Result<TensorHandle> RemoteClient::upload_cuda(const TensorView& src, const std::string& device) {
   impl_->flush_releases();
   TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(src.dtype, src.shape));
+  if (bytes == 0) return upload(TensorView{src.dtype, src.shape, nullptr}, device);  // no bytes to hand over
   TD_RETURN_IF_ERROR(impl_->cuda_ipc_usable());
   TD_ASSIGN_OR_RETURN(ForeignMemory m, export_device_memory(src.data, static_cast<size_t>(bytes), true));
   v1::UploadCudaIpcRequest req;

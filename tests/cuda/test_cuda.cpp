@@ -463,6 +463,63 @@ TEST(CudaNvrtc, EveryKernelGeneratedForTheOnnxNodeTestsCompiles) {
   for (const auto& e : compile_errors) ADD_FAILURE() << e;
 }
 
+// float16 and bfloat16 in generated kernels: the templates store them as 16-bit words and
+// compute in float (td_h2f / td_bf2f, td_f2h / td_f2bf). Casts to and from each, on the
+// compile-only cuda:0, generate CUDA C that converts, and it compiles with NVRTC. (Only Cast
+// is covered: the element-wise chains and Softmax/reduction templates are float32-only and
+// leave half graphs to cpu:0, which this test would not see.)
+TEST(CudaNvrtc, Float16AndBfloat16KernelsAreGeneratedAndCompile) {
+  REQUIRE_NVRTC();
+  setenv("TENSORD_CUDA_COMPILE_ONLY", "compute_90", 1);
+  LocalClientOptions o;
+  o.devices = "cpu:0,cuda:0";
+  auto client = make_local_client(o);
+  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  struct Case {
+    DType in, out;
+    const char* helper;
+  };
+  const std::vector<Case> cases = {{DType::kFloat16, DType::kFloat32, "td_h2f"},
+                                   {DType::kBFloat16, DType::kFloat32, "td_bf2f"},
+                                   {DType::kFloat32, DType::kFloat16, "td_f2h"},
+                                   {DType::kFloat32, DType::kBFloat16, "td_f2bf"}};
+  for (const Case& c : cases) {
+    const std::string what = std::string(dtype_name(c.in)) + " -> " + dtype_name(c.out);
+    std::vector<std::pair<std::string, std::string>> sources;
+    cuda::set_compile_only_collector([&](const std::string& src, const std::string& kernel) {
+      sources.emplace_back(src, kernel);
+    });
+    Graph g;
+    g.inputs = {{"x", {c.in, {4, 8}}}};
+    g.outputs = {{"y", {c.out, {4, 8}}}};
+    Node n;
+    n.op = "Cast";
+    n.inputs = {"x"};
+    n.outputs = {"y"};
+    n.attrs["to"] = static_cast<int64_t>(c.out);
+    g.nodes = {n};
+    HostTensor x(c.in, {4, 8});
+    auto h = (*client)->upload(x.view(), "cuda:0");
+    ASSERT_TRUE(h.ok());
+    auto y = (*client)->execute(g, {*h}, "cuda:0");
+    ASSERT_TRUE(y.ok()) << what << ": " << y.status().to_string();
+    auto info = (*client)->info((*y)[0]);
+    (void)(*client)->wait((*y)[0]);
+    cuda::set_compile_only_collector(nullptr);
+    EXPECT_EQ(info->device, "cuda:0") << what;
+    ASSERT_FALSE(sources.empty()) << what << ": no CUDA kernel generated";
+    bool converts = false;
+    for (const auto& [src, kernel] : sources) {
+      converts |= src.find(c.helper) != std::string::npos;
+      auto r = cuda::nvrtc_compile(src, "compute_90");
+      EXPECT_TRUE(r.ok()) << what << ": " << r.status().message().substr(0, 1500);
+    }
+    EXPECT_TRUE(converts) << what << ": no " << c.helper << " in its kernels";
+    (void)(*client)->release((*y)[0]);
+  }
+}
+
 TEST(CudaNvrtc, CompiledKernelsComeBackFromTheDiskCache) {
   REQUIRE_NVRTC();
   Graph g;
@@ -799,6 +856,55 @@ TEST(CudaKernels, CudnnConvPoolingTemplatesAndGraphReplaysAgreeWithTheCpu) {
   std::cout << "[ cuda ] conv/pool/softmax on cuda:0 agree with cpu:0 over 5 runs (cuDNN "
             << (cuda::cudnn_version(&why) ? "loaded" : "missing: " + why) << "; graph replays "
             << cuda::graph_replays() - replays << ")\n";
+}
+
+// float16 and bfloat16 MatMul go to cuBLAS (cublasGemmEx, float32 accumulation) like float32;
+// mixed dtypes and half Gemm do not (the templates take them). On the compile-only cuda:0 (the
+// kernel choice needs no GPU; a run counts the call).
+TEST(CudaPlanning, HalfAndBfloat16MatMulsRunOnCublasGemmEx) {
+  REQUIRE_NVRTC();
+  setenv("TENSORD_CUDA_COMPILE_ONLY", "compute_90", 1);
+  auto backend = cuda::create_cuda_backend();
+  auto devices = backend->enumerate();
+  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  ASSERT_EQ(devices.size(), 1u);
+  const KernelTable& table = devices[0]->kernels();
+  Node mm;
+  mm.op = "MatMul";
+  mm.inputs = {"a", "b"};
+  mm.outputs = {"y"};
+  for (DType t : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
+    std::vector<TensorType> in = {{t, {2, 4, 8}}, {t, {8, 3}}};
+    ASSERT_TRUE(table.supports(mm, in, {}).ok()) << dtype_name(t);
+    auto k = table.create(mm, in, {{t, {2, 4, 3}}}, {});
+    ASSERT_TRUE(k.ok()) << dtype_name(t) << ": " << k.status().to_string();
+    EXPECT_EQ((*k)->name(), "cublas") << dtype_name(t);
+  }
+  std::vector<TensorType> mixed = {{DType::kFloat16, {4, 8}}, {DType::kFloat32, {8, 3}}};
+  auto k = table.create(mm, mixed, {{DType::kFloat32, {4, 3}}}, {});
+  EXPECT_TRUE(!k.ok() || (*k)->name() != "cublas") << "mixed dtypes are not one GemmEx call";
+  // Through the engine: a float16 MatMul placed on cuda:0 runs there (one launch: cuBLAS).
+  setenv("TENSORD_CUDA_COMPILE_ONLY", "compute_90", 1);
+  LocalClientOptions o;
+  o.devices = "cpu:0,cuda:0";
+  auto client = make_local_client(o);
+  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  Graph g;
+  g.inputs = {{"a", {DType::kFloat16, {4, 8}}}, {"b", {DType::kFloat16, {8, 3}}}};
+  g.outputs = {{"y", {DType::kFloat16, {4, 3}}}};
+  g.nodes = {mm};
+  HostTensor a(DType::kFloat16, {4, 8}), b(DType::kFloat16, {8, 3});
+  auto ha = (*client)->upload(a.view(), "cuda:0");
+  auto hb = (*client)->upload(b.view(), "cuda:0");
+  ASSERT_TRUE(ha.ok() && hb.ok());
+  const int64_t l0 = cuda::kernels_launched();
+  auto y = (*client)->execute(g, {*ha, *hb}, "cuda:0");
+  ASSERT_TRUE(y.ok()) << y.status().to_string();
+  auto info = (*client)->info((*y)[0]);
+  ASSERT_TRUE((*client)->wait((*y)[0]).ok());
+  EXPECT_EQ(info->device, "cuda:0");
+  EXPECT_EQ(cuda::kernels_launched() - l0, 1);
 }
 
 // ---- CUDA IPC and CUDA memory of the caller (Client::upload_cuda / read_into_cuda) ----

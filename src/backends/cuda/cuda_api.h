@@ -76,6 +76,7 @@ namespace tensord::cuda {
   X(cuGraphDestroy)                       \
   X(cuGraphExecDestroy)                   \
   X(cuCtxGetCurrent)                      \
+  X(cuCtxSynchronize)                     \
   X(cuDeviceGetUuid)                      \
   X(cuPointerGetAttribute)                \
   X(cuMemGetAddressRange)                 \
@@ -153,6 +154,16 @@ struct NvrtcApi {
 };
 struct CublasApi {
   TENSORD_CUDA_CUBLAS_FUNCTIONS(TENSORD_CUDA_MEMBER)
+  // Overloaded in the header (a C++ wrapper taking cudaDataType): the C entry points, typed.
+  cublasStatus_t (*cublasGemmEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                 const void*, const void*, cudaDataType, int, const void*, cudaDataType, int,
+                                 const void*, void*, cudaDataType, int, cublasComputeType_t,
+                                 cublasGemmAlgo_t) = nullptr;
+  cublasStatus_t (*cublasGemmStridedBatchedEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                               int, const void*, const void*, cudaDataType, int, long long int,
+                                               const void*, cudaDataType, int, long long int, const void*, void*,
+                                               cudaDataType, int, long long int, int, cublasComputeType_t,
+                                               cublasGemmAlgo_t) = nullptr;
   std::string path;
 };
 

@@ -456,6 +456,10 @@ class CudaDevice final : public Device {
     } else {
       if (!foreign.pointer) return errors::InvalidArgument("CUDA memory: neither an IPC handle nor a pointer");
       base = static_cast<CUdeviceptr>(foreign.pointer);
+      // This process's memory (DLPack, Client::upload_cuda embedded): its producer's work may
+      // still be queued on another stream of the context (a DLPack producer asked for no
+      // stream, PyTorch's current stream): everything queued in the context finishes first.
+      if (to_buffer) r = api_->cuCtxSynchronize();
     }
     const CUdeviceptr theirs = base + foreign.offset;
     const CUdeviceptr ours = address(buffer) + offset;
@@ -580,11 +584,12 @@ class CudaDevice final : public Device {
     return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(b.ptr)) + b.offset;
   }
 
-  // cuBLAS sgemm / strided-batched sgemm on the device's stream (column-major, as cuBLAS).
+  // cuBLAS sgemm / strided-batched sgemm on the device's stream (column-major, as cuBLAS);
+  // float16 and bfloat16 (`dtype`) through cublasGemmEx with float32 accumulation.
   // Compile-only devices count the call and do nothing.
   Status sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, CUdeviceptr a,
                int64_t lda, int64_t stride_a, CUdeviceptr b, int64_t ldb, int64_t stride_b, float beta,
-               CUdeviceptr c, int64_t ldc, int64_t stride_c, int64_t batch) {
+               CUdeviceptr c, int64_t ldc, int64_t stride_c, int64_t batch, DType dtype = DType::kFloat32) {
     g_kernels_launched++;
     if (compile_only()) return OkStatus();
     for (int64_t v : {m, n, k, lda, ldb, ldc, batch})
@@ -608,7 +613,19 @@ class CudaDevice final : public Device {
     auto* B = reinterpret_cast<const float*>(static_cast<uintptr_t>(b));
     auto* C = reinterpret_cast<float*>(static_cast<uintptr_t>(c));
     cublasStatus_t s;
-    if (batch == 1) {
+    if (dtype != DType::kFloat32) {
+      const cudaDataType t = dtype == DType::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F;
+      const void* Ah = reinterpret_cast<const void*>(static_cast<uintptr_t>(a));
+      const void* Bh = reinterpret_cast<const void*>(static_cast<uintptr_t>(b));
+      void* Ch = reinterpret_cast<void*>(static_cast<uintptr_t>(c));
+      s = batch == 1
+              ? blas_api_->cublasGemmEx(blas_, ta, tb, int(m), int(n), int(k), &alpha, Ah, t, int(lda), Bh, t,
+                                        int(ldb), &beta, Ch, t, int(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
+              : blas_api_->cublasGemmStridedBatchedEx(blas_, ta, tb, int(m), int(n), int(k), &alpha, Ah, t,
+                                                      int(lda), stride_a, Bh, t, int(ldb), stride_b, &beta, Ch, t,
+                                                      int(ldc), stride_c, int(batch), CUBLAS_COMPUTE_32F,
+                                                      CUBLAS_GEMM_DEFAULT);
+    } else if (batch == 1) {
       s = blas_api_->cublasSgemm(blas_, ta, tb, int(m), int(n), int(k), &alpha, A, int(lda), B, int(ldb), &beta, C,
                                  int(ldc));
     } else {
@@ -1045,7 +1062,7 @@ class BlasKernel final : public Kernel {
       if (p.m * p.n * p.batch > 0) {
         if (p.k == 0) return errors::Unimplemented("{}: an empty inner dimension", node_.label());
         TD_RETURN_IF_ERROR(device_->sgemm(false, false, p.n, p.m, p.k, 1.0f, B, p.n, p.stride_b, A, p.k,
-                                          p.stride_a, 0.0f, Y, p.n, p.stride_c, p.batch));
+                                          p.stride_a, 0.0f, Y, p.n, p.stride_c, p.batch, a.dtype));
       }
     } else {  // Gemm
       NodeAttrs attrs(node_);
@@ -1371,9 +1388,14 @@ bool uses_cudnn(const CudaDevice& device, const Node& node, const std::vector<Te
 }
 
 // MatMul/Gemm that cuBLAS runs: static float32, MatMul batches one strided call expresses,
-// 2-D Gemm. The rest goes to the templates (codegen::template_supported decides).
+// 2-D Gemm; MatMul of float16 or bfloat16 too (cublasGemmEx, float32 accumulation). The rest
+// goes to the templates (codegen::template_supported decides).
 bool uses_cublas(const Node& node, const std::vector<TensorType>& inputs) {
   if (inputs.size() < 2 || !inputs[0].defined() || !inputs[1].defined()) return false;
+  if (node.op == "MatMul" && inputs.size() == 2 && inputs[0].dtype == inputs[1].dtype &&
+      (inputs[0].dtype == DType::kFloat16 || inputs[0].dtype == DType::kBFloat16))
+    return shape_is_static(inputs[0].shape) && shape_is_static(inputs[1].shape) &&
+           plan_matmul(inputs[0].shape, inputs[1].shape).ok();
   for (size_t i = 0; i < inputs.size() && i < 3; ++i)
     if (inputs[i].defined() && (inputs[i].dtype != DType::kFloat32 || !shape_is_static(inputs[i].shape)))
       return false;
