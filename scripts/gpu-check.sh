@@ -20,8 +20,11 @@
 # GB/s (cuda_tests); `tensord bench` of mobilenet_v2 and resnet50 at batch 1 and 64 on cuda:0
 # (CUDA graphs on, as by default; mobilenet_v2 at batch 1 once more with TENSORD_CUDA_GRAPHS=0)
 # with PyTorch eager fp32 on the same GPU side by side (gpu_check_torch.py: torchvision models,
-# random weights, and PyTorch's own copy GB/s). It prints one summary and writes every log into
-# LOGDIR. Each step has its own time limit (20+95+40+4x35+15+50 s: 6 minutes at worst). A step
+# random weights, and PyTorch's own copy GB/s); a broker run with a same-host client using CUDA
+# IPC (`tensord serve` on a unix socket, and cuda_tests' CudaIpc.* as its client: GPU buffers
+# handed over by IPC handle, computed on, read back into a GPU buffer, with GB/s). It prints one
+# summary and writes every log into LOGDIR. Each step has its own time limit
+# (15+95+40+4x32+15+20+45 s: 6 minutes at worst). A step
 # that cannot run says why in the summary; the script exits 0 unless it could not start at all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -135,7 +138,7 @@ PY
 
   local t_start=$SECONDS
   # 1. devices (why there are none, on stderr).
-  step 20 devices "${TENSORD[@]}" devices
+  step 15 devices "${TENSORD[@]}" devices
   local has_gpu=0
   grep -q '^cuda:0 ' "$LOG/devices.log" && has_gpu=1
   # 2. conformance: the node tests on cuda:0 and, at the same time, cpu:0 (the reference).
@@ -147,20 +150,30 @@ PY
   fi
   # 3. copy tests, GPU kernel tests and GB/s; the NVRTC compile tests too.
   # (the NVRTC test of every node-test kernel is left to CI: the conformance run compiles them here)
-  step 40 cuda_tests "${CUDA_TESTS[@]}" --gtest_color=no --gtest_filter="-CudaNvrtc.EveryKernel*"
+  step 40 cuda_tests "${CUDA_TESTS[@]}" --gtest_color=no --gtest_filter="-CudaNvrtc.EveryKernel*:CudaIpc.ABroker*"
+  # 3b. a broker on this host, and a client handing it GPU buffers by CUDA IPC (its GB/s).
+  if [ $has_gpu = 1 ]; then
+    local sock="$B/ipc-broker.sock"
+    "${TENSORD[@]}" serve --listen "unix:$sock" >"$LOG/ipc_broker.log" 2>"$LOG/ipc_broker.err" &
+    local broker_pid=$! i
+    for i in $(seq 50); do grep -q "tensord serving on" "$LOG/ipc_broker.log" 2>/dev/null && break; sleep 0.2; done
+    TENSORD_IPC_BROKER="unix:$sock" step 20 cuda_ipc "${CUDA_TESTS[@]}" --gtest_color=no \
+      --gtest_filter="CudaIpc.*"
+    kill "$broker_pid" 2>/dev/null; wait "$broker_pid" 2>/dev/null
+  fi
   # 4. bench on cuda:0, and PyTorch on the same GPU.
   if [ $has_gpu = 1 ]; then
     for net in mobilenet_v2 resnet50; do
       for b in 1 64; do
         local n=$((b == 1 ? 100 : 128))
-        step 35 "bench_${net}_b$b" "${TENSORD[@]}" bench "$net" --device cuda:0 --batch-size $b \
+        step 32 "bench_${net}_b$b" "${TENSORD[@]}" bench "$net" --device cuda:0 --batch-size $b \
           --examples $n --warmup $((b == 1 ? 10 : 64)) --json
       done
     done
     TENSORD_CUDA_GRAPHS=0 step 15 bench_mobilenet_v2_b1_nographs "${TENSORD[@]}" bench mobilenet_v2 \
       --device cuda:0 --batch-size 1 --examples 100 --warmup 10 --json
   fi
-  step 50 torch "$py" "$B/gpu_check_torch.py" --batches 1,64 --seconds 4
+  step 45 torch "$py" "$B/gpu_check_torch.py" --batches 1,64 --seconds 4
   echo "total seconds=$((SECONDS - t_start))" >>"$LOG/steps.txt"
   summary "$LOG" | tee "$LOG/summary.txt"
   rm -rf "$B"
@@ -225,7 +238,16 @@ if torch.get("copies"):
     print("PyTorch copies (GB/s): " + ", ".join(f"{k[:-4]} {v:.1f}" for k, v in torch["copies"].items()))
 elif torch:
     print("PyTorch: " + torch.get("reason", "no figures"))
-print("broker with a same-host client over CUDA IPC: not run (CUDA IPC is not implemented yet)")
+t = read("cuda_ipc.log")
+if not t:
+    print("broker with a same-host client over CUDA IPC: not run (no cuda:0)")
+else:
+    m = re.findall(r"\[  (PASSED|FAILED)  \] (\d+) test", t)
+    skipped = re.findall(r"\[  SKIPPED \] (\d+) test", t)
+    print("broker with a same-host client over CUDA IPC (CudaIpc.*): " + (", ".join(f"{n} {w.lower()}" for w, n in m) + (f", {skipped[0]} skipped" if skipped else "") if m else "did not finish"))
+    for l in t.splitlines():
+        if l.startswith("[ cuda ]") or l.startswith("[  FAILED  ] CudaIpc"):
+            print("  " + l)
 print("steps: " + "; ".join(read("steps.txt").split("\n")).strip("; "))
 PY
 }

@@ -64,6 +64,15 @@ struct HostMapping {
   std::shared_ptr<const void> keepalive;
 };
 
+// A tensor's bytes in place on its GPU (Client::map_cuda): `view.data` is a CUDA device
+// pointer of this process on CUDA device `device_index` (the driver's ordinal), valid while
+// `keepalive` is held. Tensors are immutable: the bytes must not be written.
+struct CudaMapping {
+  TensorView view;
+  int device_index = 0;
+  std::shared_ptr<const void> keepalive;
+};
+
 class Client {
  public:
   virtual ~Client() = default;
@@ -179,6 +188,35 @@ class Client {
   virtual Result<TensorHandle> upload_external(const TensorView& src, const std::string& device,
                                                std::shared_ptr<void> keepalive) {
     return upload(src, device);
+  }
+  // CUDA device memory, with no trip through host memory (the GPU counterpart of upload() and
+  // read_into()): `src.data` / `dst` is a CUDA device pointer of this process (cudaMalloc or
+  // cuMemAlloc memory, PyTorch's tensors; not cudaMallocAsync pools). The embedded engine
+  // copies device to device on the GPU holding it; a broker on this host opens the buffer by
+  // its CUDA IPC memory handle on the same GPU and copies there. Both have finished when they
+  // return (the caller may reuse or read its memory); the caller's own writes to `src` must be
+  // finished first (its stream synchronised).
+  // upload_cuda: a new tensor on `device` ("" = the cuda device holding `src.data`; another
+  // device gets a copy). read_into_cuda: as read_into() — written when the value fits in
+  // `room` bytes, its type returned either way. FAILED_PRECONDITION naming why where it cannot
+  // be done: no CUDA here or on the broker, a broker on another host, a pointer that is not
+  // device memory, a GPU the broker does not have.
+  virtual Result<TensorHandle> upload_cuda(const TensorView& src, const std::string& device) {
+    (void)src, (void)device;
+    return Status(StatusCode::kUnimplemented, "upload_cuda: this client cannot take CUDA memory");
+  }
+  virtual Result<TensorType> read_into_cuda(TensorHandle h, void* dst, size_t room) {
+    (void)h, (void)dst, (void)room;
+    return Status(StatusCode::kUnimplemented, "read_into_cuda: this client cannot write CUDA memory");
+  }
+  // map_cuda: waits for the tensor and returns its bytes in place on its GPU where it is on a
+  // cuda device of the embedded engine (DLPack export of cuda tensors, no copy);
+  // FAILED_PRECONDITION on other devices, UNIMPLEMENTED for a broker (its memory is another
+  // process's: read_into_cuda copies into a GPU buffer of the caller).
+  virtual Result<CudaMapping> map_cuda(TensorHandle h) {
+    (void)h;
+    return Status(StatusCode::kUnimplemented,
+                  "map_cuda: this client's tensors are not in this process's GPU memory");
   }
   // map_host: waits for the tensor and returns its bytes in place where they are in this
   // process's memory; UNIMPLEMENTED for a remote broker, FAILED_PRECONDITION on a device

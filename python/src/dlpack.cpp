@@ -7,6 +7,10 @@
 // (Client::upload_external, zero copy when the engine's device is host memory and the data is
 // 64-byte aligned); elsewhere it is uploaded (one copy). The producer's deleter runs once the
 // engine drops the bytes.
+// CUDA (kDLCUDA): an embedded engine's cuda tensor is lent in place too (Client::map_cuda; the
+// capsule names its GPU); a kDLCUDA tensor is imported with one device-to-device copy
+// (Client::upload_cuda: on the GPU holding it, or by CUDA IPC to a broker on this host), and
+// refused, naming why, where no CUDA device can take it.
 #include <Python.h>
 
 #include <cstring>
@@ -20,7 +24,7 @@ namespace tensord::python {
 namespace {
 
 // ---- the DLPack ABI (dlpack.h v0.8, without the header: Debian ships none)
-enum DLDeviceType : int32_t { kDLCPU = 1, kDLCUDAHost = 3 };
+enum DLDeviceType : int32_t { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3 };
 struct DLDevice {
   int32_t device_type;
   int32_t device_id;
@@ -135,14 +139,15 @@ void capsule_destructor(PyObject* capsule) {
 
 alignas(64) unsigned char empty_bytes[64];
 
-py::capsule make_capsule(const TensorView& view, std::shared_ptr<const void> keepalive) {
+py::capsule make_capsule(const TensorView& view, std::shared_ptr<const void> keepalive,
+                         DLDevice device = {kDLCPU, 0}) {
   DLDataType dt = value_or_throw(to_dl(view.dtype));
   auto* ctx = new ExportContext;
   ctx->keepalive = std::move(keepalive);
   ctx->shape = view.shape;
   DLTensor& t = ctx->managed.dl_tensor;
   t.data = view.data ? const_cast<void*>(view.data) : empty_bytes;
-  t.device = {kDLCPU, 0};
+  t.device = device;
   t.ndim = static_cast<int32_t>(ctx->shape.size());
   t.dtype = dt;
   t.shape = ctx->shape.empty() ? nullptr : ctx->shape.data();
@@ -172,6 +177,17 @@ py::capsule array_dlpack(const Array& a) {
     h = *r;
     client = &a.context()->client();
   }
+  // On a GPU of the embedded engine: lent in place, as kDLCUDA.
+  Result<CudaMapping> on_gpu = Status(StatusCode::kUnknown, "");
+  {
+    py::gil_scoped_release release;
+    on_gpu = client->map_cuda(h);
+  }
+  if (on_gpu.ok())
+    return make_capsule(on_gpu->view, on_gpu->keepalive, DLDevice{kDLCUDA, on_gpu->device_index});
+  if (on_gpu.status().code() != StatusCode::kUnimplemented &&
+      on_gpu.status().code() != StatusCode::kFailedPrecondition)
+    throw_status(on_gpu.status());
   Result<HostMapping> mapped = Status(StatusCode::kUnknown, "");
   {
     py::gil_scoped_release release;
@@ -189,6 +205,19 @@ py::capsule array_dlpack(const Array& a) {
   HostTensor t = value_or_throw(std::move(host));
   auto owner = std::make_shared<HostTensor>(t);
   return make_capsule(owner->view(), std::shared_ptr<const void>(owner, owner->data()));
+}
+
+// Array.__dlpack_device__: (kDLCUDA, ordinal) where __dlpack__ will lend GPU memory, else
+// (kDLCPU, 0).
+py::tuple array_dlpack_device(const Array& a) {
+  Result<CudaMapping> on_gpu = Status(StatusCode::kUnknown, "");
+  {
+    py::gil_scoped_release release;
+    auto h = a.handle();
+    on_gpu = h.ok() ? a.context()->client().map_cuda(*h) : Result<CudaMapping>(h.status());
+  }
+  if (on_gpu.ok()) return py::make_tuple(static_cast<int>(kDLCUDA), on_gpu->device_index);
+  return py::make_tuple(static_cast<int>(kDLCPU), 0);
 }
 
 // The data pointer of an Array's bytes in this process (0 where they are elsewhere): how the
@@ -215,11 +244,12 @@ py::object array_from_capsule(const PyClient& c, py::capsule capsule, const std:
                              "from_dlpack: not a DLPack capsule, or one already consumed"));
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
   const DLTensor& t = managed->dl_tensor;
-  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost)
+  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost &&
+      t.device.device_type != kDLCUDA)
     throw StatusError(Status(StatusCode::kUnimplemented,
                              "from_dlpack: tensors of DLPack device type " +
                                  std::to_string(t.device.device_type) +
-                                 " are not supported (cpu memory only)"));
+                                 " are not supported (cpu memory and CUDA device memory only)"));
   DType dtype = value_or_throw(from_dl(t.dtype));
   Shape shape(t.shape, t.shape + t.ndim);
   for (int64_t d : shape)
@@ -232,6 +262,24 @@ py::object array_from_capsule(const PyClient& c, py::capsule capsule, const std:
     }
   }
   TensorView view{dtype, shape, static_cast<const char*>(t.data) + t.byte_offset};
+  if (t.device.device_type == kDLCUDA) {
+    // GPU memory: one device-to-device copy (upload_cuda), finished before the capsule is
+    // consumed; "" = the cuda device holding it. Refused, naming why, where there is none.
+    Result<TensorHandle> h = Status(StatusCode::kUnknown, "");
+    Result<TensorInfo> info = Status(StatusCode::kUnknown, "");
+    {
+      py::gil_scoped_release release;
+      h = c.client().upload_cuda(view, device);
+      if (h.ok()) info = c.client().info(*h);
+    }
+    if (!h.ok())
+      throw_status(h.status().with_context("from_dlpack: a CUDA tensor (kDLCUDA, device " +
+                                           std::to_string(t.device.device_id) + ")"));
+    check(info.status());
+    if (PyCapsule_SetName(cap, "used_dltensor") != 0) throw py::error_already_set();
+    if (managed->deleter) managed->deleter(managed);  // copied: the producer's memory is free
+    return py::cast(Array::from_handle(c.ctx, *h, TensorType{dtype, shape}, info->device));
+  }
   // Ours now: the producer's deleter runs when the engine drops the bytes (any thread).
   if (PyCapsule_SetName(cap, "used_dltensor") != 0) throw py::error_already_set();
   std::shared_ptr<void> keepalive(managed, [](void* p) { call_with_gil(call_managed_deleter, p); });
@@ -264,6 +312,7 @@ void call_with_gil(void (*fn)(void*), void* arg) {
 void register_dlpack(py::module_& m) {
   m.def("_array_dlpack", &array_dlpack);
   m.def("_array_host_pointer", &array_host_pointer);
+  m.def("_array_dlpack_device", &array_dlpack_device);
   m.def("_array_from_capsule", &array_from_capsule, py::arg("client"), py::arg("capsule"),
         py::arg("device") = "");
   m.def("_drain_releases", [] { drain_pending(nullptr); });

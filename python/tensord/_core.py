@@ -273,7 +273,9 @@ class ndarray:
         return _C._array_dlpack(self._a)
 
     def __dlpack_device__(self):
-        return (1, 0)  # kDLCPU: the embedded engine's cpu memory, or the copy read from a broker
+        # (2, ordinal), kDLCUDA: an embedded engine's cuda tensor, lent in place; else (1, 0),
+        # kDLCPU: the embedded engine's cpu memory, or the copy read from a broker.
+        return tuple(_C._array_dlpack_device(self._a))
 
     # ---- operators
     def __add__(self, o): return add(self, o)
@@ -511,6 +513,9 @@ def from_dlpack(x, device=None, client=None):
     except (BufferError, TypeError, RuntimeError):  # e.g. NumPy's bool arrays (DLPack 0.x)
         return asarray(np.asarray(x), device=device, client=client)
     r = _C._array_from_capsule(client._c, cap, _dev(device))
+    if r is None and getattr(x, "__dlpack_device__", lambda: (1, 0))()[0] == 2:
+        raise ValueError("from_dlpack: a strided CUDA tensor; make it contiguous first "
+                         "(torch: x.contiguous())")
     if r is None:  # strided: one copy through NumPy
         return asarray(np.require(np.from_dlpack(x), requirements="C"), device=device, client=client)
     return _wrap(r, client)

@@ -46,6 +46,18 @@ struct DeviceTensor {
   bool defined() const { return dtype != DType::kUndefined; }
 };
 
+// Device memory the engine does not own (CUDA: a buffer of this process by its address, or of
+// another process on this host by its IPC memory handle), which a device copies to or from
+// without a trip through host memory (Device::copy_foreign; Engine::upload_foreign).
+struct ForeignMemory {
+  std::string kind;         // the device kind that can reach it: "cuda"
+  std::string ipc_handle;   // another process's memory: its IPC handle (CUDA: 64 bytes)
+  uint64_t pointer = 0;     // this process's memory (ipc_handle empty): the device address
+  uint64_t offset = 0;      // bytes from the handle's allocation (or from `pointer`)
+  uint64_t size = 0;        // bytes usable from there
+  std::string device_uuid;  // the GPU holding it ("GPU-…"; "" = not said)
+};
+
 // Given by the engine to kernels: memory on the kernel's device, accounted to the device and
 // the session, failing with RESOURCE_EXHAUSTED past the device's capacity or a quota.
 class Allocator {
@@ -255,7 +267,26 @@ class Device {
   // finished, with the first error any of them hit. The executor calls it at the end of a run,
   // so a value is ready (Client::wait, a benchmark's clock) only once the device is done.
   virtual Status synchronize() { return OkStatus(); }
+  // Optional (foreign device memory): copies `bytes` from `foreign` into `buffer` at `offset`
+  // (to_buffer) or from there into `foreign`, finished when it returns. With bytes 0 it only
+  // says whether it could. FAILED_PRECONDITION naming why where this device cannot reach the
+  // memory (another kind, another GPU, no IPC on this device or platform).
+  virtual Status copy_foreign(const Buffer& buffer, size_t offset, const ForeignMemory& foreign,
+                              size_t bytes, bool to_buffer) {
+    (void)buffer, (void)offset, (void)bytes, (void)to_buffer;
+    return Status(StatusCode::kFailedPrecondition,
+                  info().name + " cannot reach " + (foreign.kind.empty() ? "foreign" : foreign.kind) +
+                      " device memory");
+  }
 };
+
+// Foreign memory of this process for another process on this host: the IPC handle of the
+// device buffer at `ptr` (`bytes` long), its allocation offset and GPU (CUDA: cuIpcGetMemHandle;
+// src/backends/registry.cpp). FAILED_PRECONDITION naming why where it cannot be (no CUDA in this
+// build or process, not device memory, memory that cannot be exported).
+// With `ipc` false: the same description without a handle, for this process (pointer = the
+// allocation's base).
+Result<ForeignMemory> export_device_memory(const void* ptr, size_t bytes, bool ipc = true);
 
 class Backend {
  public:

@@ -49,4 +49,15 @@ std::vector<std::unique_ptr<Backend>> create_backends() {
   return backends;
 }
 
+Result<ForeignMemory> export_device_memory(const void* ptr, size_t bytes, bool ipc) {
+#ifdef TENSORD_HAVE_CUDA
+  return cuda::export_device_memory(ptr, bytes, ipc);
+#else
+  (void)ptr, (void)bytes, (void)ipc;
+  return Status(StatusCode::kFailedPrecondition,
+                "CUDA memory: this build of tensord has no CUDA backend (built with -DTENSORD_CUDA=OFF "
+                "or without the CUDA toolkit)");
+#endif
+}
+
 }  // namespace tensord

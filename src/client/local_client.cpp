@@ -121,6 +121,23 @@ Result<TensorHandle> LocalClient::upload_external(const TensorView& src,
   return engine_->upload_external(session_, src, device, std::move(keepalive));
 }
 
+// CUDA memory of this process: described by pointer (no IPC handle), copied device to device by
+// the cuda device holding it (Engine::upload_foreign / read_into_foreign).
+Result<TensorHandle> LocalClient::upload_cuda(const TensorView& src, const std::string& device) {
+  TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(src.dtype, src.shape));
+  if (bytes == 0) return upload(TensorView{src.dtype, src.shape, nullptr}, device);
+  TD_ASSIGN_OR_RETURN(ForeignMemory m, export_device_memory(src.data, static_cast<size_t>(bytes), false));
+  uploads_++;
+  return engine_->upload_foreign(session_, src.dtype, src.shape, m, device);
+}
+
+Result<TensorType> LocalClient::read_into_cuda(TensorHandle h, void* dst, size_t room) {
+  if (!dst || room == 0) return engine_->read_into(session_, h, nullptr, 0);  // the type alone
+  TD_ASSIGN_OR_RETURN(ForeignMemory m, export_device_memory(dst, room, false));
+  downloads_++;
+  return engine_->read_into_foreign(session_, h, m);
+}
+
 Result<HostMapping> LocalClient::map_host(TensorHandle h) {
   // Not a transfer: the bytes are shared, so not counted as a download.
   return engine_->map_host(session_, h);

@@ -44,6 +44,9 @@ class LocalClient final : public Client {
   Result<TensorHandle> upload_external(const TensorView& src, const std::string& device,
                                        std::shared_ptr<void> keepalive) override;
   Result<HostMapping> map_host(TensorHandle h) override;
+  Result<CudaMapping> map_cuda(TensorHandle h) override { return engine_->map_cuda(session_, h); }
+  Result<TensorHandle> upload_cuda(const TensorView& src, const std::string& device) override;
+  Result<TensorType> read_into_cuda(TensorHandle h, void* dst, size_t room) override;
 
   Engine& engine() { return *engine_; }
   SessionId session() const { return session_; }

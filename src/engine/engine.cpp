@@ -1236,6 +1236,98 @@ Result<TensorType> Engine::read_into(SessionId session, TensorHandle h, void* ds
   return v->type();
 }
 
+// The device that reaches foreign memory (ForeignMemory), or why none does.
+static Result<size_t> foreign_device(const std::vector<std::unique_ptr<DeviceSlot>>& slots,
+                                     const std::vector<std::string>& unavailable, const ForeignMemory& m) {
+  std::vector<std::string> why;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    Device& d = *slots[i]->device;
+    if (d.info().kind != m.kind) continue;
+    Status s = d.copy_foreign(Buffer{}, 0, m, 0, true);
+    if (s.ok()) return i;
+    why.push_back(s.message());
+  }
+  if (why.empty()) {
+    std::string more;
+    for (const auto& u : unavailable)
+      if (u.rfind(m.kind, 0) == 0) more = " (" + u + ")";
+    return errors::FailedPrecondition("{} memory: this engine has no {} device{}", m.kind, m.kind, more);
+  }
+  return errors::FailedPrecondition("{} memory: no device here reaches it: {}", m.kind, fmt::join(why, "; "));
+}
+
+Result<TensorHandle> Engine::upload_foreign(SessionId session, DType dtype, const Shape& shape,
+                                            const ForeignMemory& src, const std::string& device) {
+  if (!dtype_is_valid(static_cast<int32_t>(dtype)))
+    return errors::InvalidArgument("upload: invalid dtype {}", static_cast<int>(dtype));
+  TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(dtype, shape));
+  if (static_cast<uint64_t>(bytes) > src.size)
+    return errors::OutOfRange("upload: {} bytes of {} do not fit in the {} bytes of {} memory given", bytes,
+                              TensorType{dtype, shape}.to_string(), src.size, src.kind);
+  std::optional<size_t> wanted;
+  if (!device.empty()) {
+    TD_ASSIGN_OR_RETURN(size_t d, impl_->find_device(device));
+    wanted = d;
+  }
+  TD_ASSIGN_OR_RETURN(size_t d, foreign_device(impl_->slots, unavailable_, src));
+  TD_ASSIGN_OR_RETURN(SessionRef ref, impl_->ref(session));
+  DeviceSlot* slot = impl_->slots[d].get();
+  EngineAllocator alloc(slot, ref.counter);
+  TD_ASSIGN_OR_RETURN(auto buf, alloc.allocate(static_cast<size_t>(bytes)));
+  // On the device's queue (in order with its kernels and a run being recorded), waited for:
+  // the caller's memory is free again when this returns.
+  auto p = std::make_shared<std::promise<Status>>();
+  auto f = p->get_future();
+  slot->queue->push(make_task(ref, nullptr, [slot, buf, src, bytes, p](Frame& fr) {
+    if (Status c = fr.cancelled(); !c.ok()) return p->set_value(c);
+    p->set_value(slot->device->copy_foreign(*buf, 0, src, static_cast<size_t>(bytes), true));
+  }));
+  TD_RETURN_IF_ERROR(f.get());
+  auto entry = std::make_shared<TensorEntry>();
+  entry->type = {dtype, shape};
+  entry->device = d;
+  entry->value = ready_future(DeviceTensor{dtype, shape, buf});
+  impl_->m.uploads++;
+  TD_ASSIGN_OR_RETURN(TensorHandle h, impl_->add(session, std::move(entry)));
+  if (!wanted || *wanted == d) return h;
+  auto moved = copy(session, h, device);
+  (void)release(session, h);
+  return moved;
+}
+
+Result<TensorType> Engine::read_into_foreign(SessionId session, TensorHandle h, const ForeignMemory& dst,
+                                             CancelToken* call) {
+  TD_ASSIGN_OR_RETURN(auto found, impl_->find_for_wait(session, h));
+  auto& [entry, token] = found;
+  TD_RETURN_IF_ERROR(wait_ready(entry->value, token.get(), call));
+  const Result<DeviceTensor>& v = entry->value.get();
+  if (!v.ok()) return v.status();
+  TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(v->dtype, v->shape));
+  if (bytes == 0 || static_cast<uint64_t>(bytes) > dst.size) return v->type();
+  TD_ASSIGN_OR_RETURN(SessionRef ref, impl_->ref(session));
+  size_t d = entry->device;
+  DeviceTensor value = *v;
+  if (!impl_->slots[d]->device->copy_foreign(Buffer{}, 0, dst, 0, false).ok()) {
+    // Elsewhere (cpu:0, another GPU): moved first to the device that reaches `dst`.
+    TD_ASSIGN_OR_RETURN(d, foreign_device(impl_->slots, unavailable_, dst));
+    ValueFuture moved = impl_->transfer(entry, d, ref);
+    TD_RETURN_IF_ERROR(wait_ready(moved, token.get(), call));
+    if (!moved.get().ok()) return moved.get().status();
+    value = *moved.get();
+  }
+  DeviceSlot* slot = impl_->slots[d].get();
+  auto p = std::make_shared<std::promise<Status>>();
+  auto f = p->get_future();
+  slot->queue->push(make_task(ref, nullptr, [slot, value, dst, bytes, p](Frame& fr) {
+    if (Status c = fr.cancelled(); !c.ok()) return p->set_value(c);
+    p->set_value(slot->device->copy_foreign(*value.buffer, 0, dst, static_cast<size_t>(bytes), false));
+  }));
+  // Waited for to the end, even past a cancelled call: the caller's memory is written until then.
+  TD_RETURN_IF_ERROR(f.get());
+  impl_->m.reads++;
+  return v->type();
+}
+
 Result<HostTensor> Engine::read(SessionId session, TensorHandle h, CancelToken* call) {
   TD_ASSIGN_OR_RETURN(auto found, impl_->find_for_wait(session, h));
   auto& [entry, token] = found;
@@ -1270,6 +1362,25 @@ Result<HostMapping> Engine::map_host(SessionId session, TensorHandle h, CancelTo
     return errors::FailedPrecondition("map_host: tensor {} on {} is not in host memory", h,
                                       slot->name());
   return HostMapping{TensorView{v->dtype, v->shape, p}, v->buffer};
+}
+
+Result<CudaMapping> Engine::map_cuda(SessionId session, TensorHandle h, CancelToken* call) {
+  TD_ASSIGN_OR_RETURN(auto found, impl_->find_for_wait(session, h));
+  auto& [entry, token] = found;
+  TD_RETURN_IF_ERROR(wait_ready(entry->value, token.get(), call));
+  const Result<DeviceTensor>& v = entry->value.get();
+  if (!v.ok()) return v.status();
+  DeviceSlot* slot = impl_->slots[entry->device].get();
+  const DeviceInfo& info = slot->device->info();
+  ForeignMemory probe;
+  probe.kind = "cuda";
+  // Only a device that reaches CUDA memory has its bytes in it (the compile-only cuda:0 does not).
+  if (info.kind != "cuda" || !slot->device->copy_foreign(Buffer{}, 0, probe, 0, true).ok())
+    return errors::FailedPrecondition("map_cuda: tensor {} on {} is not in CUDA device memory", h, slot->name());
+  // A value is ready once its device has finished the work that made it (Device::synchronize
+  // at the end of a run), so another stream may read it at once.
+  const auto base = reinterpret_cast<uintptr_t>(v->buffer->ptr) + v->buffer->offset;
+  return CudaMapping{TensorView{v->dtype, v->shape, reinterpret_cast<const void*>(base)}, info.index, v->buffer};
 }
 
 Status Engine::wait(SessionId session, TensorHandle h, CancelToken* call) {

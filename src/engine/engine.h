@@ -208,11 +208,27 @@ class Engine {
   // whether it was written. Saves read()'s HostTensor when the bytes have a place to go.
   Result<TensorType> read_into(SessionId session, TensorHandle h, void* dst, size_t room,
                                CancelToken* call = nullptr);
+  // Device memory the engine does not own (backend.h ForeignMemory: a CUDA buffer of this
+  // process, or of another process on this host by IPC handle): a new tensor of `dtype` and
+  // `shape` copied device to device from `src` on the device that reaches it (none:
+  // FAILED_PRECONDITION naming why), then moved to `device` when that is another ("" = stay).
+  // The copy has finished when it returns: the caller may reuse its memory.
+  Result<TensorHandle> upload_foreign(SessionId session, DType dtype, const Shape& shape,
+                                      const ForeignMemory& src, const std::string& device);
+  // Waits for the tensor, then copies its bytes into `dst` (device to device, by way of the
+  // device that reaches `dst` where the value is elsewhere) when they fit in dst.size bytes;
+  // returns the value's type either way (as read_into). Finished when it returns.
+  Result<TensorType> read_into_foreign(SessionId session, TensorHandle h, const ForeignMemory& dst,
+                                       CancelToken* call = nullptr);
   Status wait(SessionId session, TensorHandle h, CancelToken* call = nullptr);
   // Zero-copy host access (DLPack export): waits until the tensor is ready and returns its
   // bytes in place where the device's memory is host memory, with the buffer as keepalive
   // (the bytes stay valid while it is held). FAILED_PRECONDITION on other devices.
   Result<HostMapping> map_host(SessionId session, TensorHandle h, CancelToken* call = nullptr);
+  // Zero-copy GPU access (DLPack export of cuda tensors): waits until the tensor is ready and
+  // returns its device address on a real cuda device (not the compile-only one), with the
+  // buffer as keepalive. FAILED_PRECONDITION on other devices.
+  Result<CudaMapping> map_cuda(SessionId session, TensorHandle h, CancelToken* call = nullptr);
   Result<TensorInfo> info(SessionId session, TensorHandle h, CancelToken* call = nullptr);
   // See Client::execute. With `run_here_if_idle`, when the device's queue is idle (nothing
   // queued or running) and the outputs are small (256 KiB in all, sizes known at compile time),

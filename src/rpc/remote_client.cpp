@@ -268,6 +268,24 @@ struct RemoteClient::Impl {
   std::string server_version;
   std::string default_device;
   std::vector<DeviceInfo> devices_at_connect;
+  std::string broker_host_id;  // HandshakeResponse.host_id (its boot id)
+  bool cuda_ipc = false;       // HandshakeResponse.cuda_ipc: it has a cuda device
+
+  // CUDA IPC needs a broker on this host with a cuda device: FAILED_PRECONDITION saying which
+  // it is not.
+  Status cuda_ipc_usable() const {
+    if (broker_host_id.empty() || broker_host_id != host_boot_id())
+      return errors::FailedPrecondition(
+          "CUDA IPC: the broker '{}' runs on another host (its boot id differs from this machine's); "
+          "GPU buffers go by IPC handle only to a broker on this host: use upload()/read_into()",
+          address);
+    if (!cuda_ipc)
+      return errors::FailedPrecondition(
+          "CUDA IPC: the broker '{}' has no cuda device (or is older than CUDA IPC); see `tensord devices` "
+          "on its host",
+          address);
+    return OkStatus();
+  }
 
   std::atomic<int64_t> rpcs{0}, executes{0}, uploads{0}, downloads{0}, copies{0}, runs{0};
   std::string token;
@@ -745,6 +763,8 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
     impl->onnx_models = resp.onnx_models();
     impl->max_model_bytes = resp.max_model_bytes();
     impl->default_device = resp.default_device();
+    impl->broker_host_id = resp.host_id();
+    impl->cuda_ipc = resp.cuda_ipc();
     const bool same_host = resp.shared_memory() && !resp.region_socket().empty() &&
                            !resp.host_id().empty() && resp.host_id() == host_boot_id() &&
                            local_address(address);
@@ -1357,6 +1377,51 @@ Result<HostTensor> RemoteClient::allocate_host(DType dtype, Shape shape) {
     if (region.ok()) return impl_->hand_out(std::move(region).value(), dtype, std::move(shape));
   }
   return HostTensor::uninitialized(dtype, std::move(shape));
+}
+
+Result<TensorHandle> RemoteClient::upload_cuda(const TensorView& src, const std::string& device) {
+  impl_->flush_releases();
+  TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(src.dtype, src.shape));
+  if (bytes == 0) return upload(TensorView{src.dtype, src.shape, nullptr}, device);  // no bytes to hand over
+  TD_RETURN_IF_ERROR(impl_->cuda_ipc_usable());
+  TD_ASSIGN_OR_RETURN(ForeignMemory m, export_device_memory(src.data, static_cast<size_t>(bytes), true));
+  v1::UploadCudaIpcRequest req;
+  auto* header = req.mutable_header();
+  header->set_dtype(static_cast<int32_t>(src.dtype));
+  header->mutable_shape()->Assign(src.shape.begin(), src.shape.end());
+  header->set_device(device);
+  header->set_total_bytes(bytes);
+  to_proto(m, host_boot_id(), req.mutable_memory());
+  grpc::ClientContext ctx;
+  impl_->prepare(ctx, impl_->options.call_timeout);
+  v1::UploadResponse resp;
+  TD_RETURN_IF_ERROR(impl_->finish(ctx, impl_->stub->UploadCudaIpc(&ctx, req, &resp), "upload (CUDA IPC)"));
+  impl_->uploads++;
+  return resp.handle();
+}
+
+Result<TensorType> RemoteClient::read_into_cuda(TensorHandle h, void* dst, size_t room) {
+  impl_->flush_releases();
+  if (!dst || room == 0) {  // the type alone
+    TD_RETURN_IF_ERROR(wait(h));
+    TD_ASSIGN_OR_RETURN(TensorInfo done, info(h));
+    return done.type;
+  }
+  TD_RETURN_IF_ERROR(impl_->cuda_ipc_usable());
+  TD_ASSIGN_OR_RETURN(ForeignMemory m, export_device_memory(dst, room, true));
+  m.size = std::min<uint64_t>(m.size, room);
+  v1::ReadCudaIpcRequest req;
+  req.set_handle(h);
+  to_proto(m, host_boot_id(), req.mutable_memory());
+  grpc::ClientContext ctx;
+  impl_->prepare(ctx, kNoDeadline);  // waits on device work, as read()
+  v1::ReadCudaIpcResponse resp;
+  TD_RETURN_IF_ERROR(impl_->finish(ctx, impl_->stub->ReadCudaIpc(&ctx, req, &resp), "read (CUDA IPC)"));
+  impl_->downloads++;
+  TensorType t;
+  t.dtype = static_cast<DType>(resp.header().dtype());
+  t.shape.assign(resp.header().shape().begin(), resp.header().shape().end());
+  return t;
 }
 
 Result<TensorType> RemoteClient::read_into(TensorHandle h, void* dst, size_t room) {

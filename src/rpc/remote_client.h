@@ -113,6 +113,9 @@ class RemoteClient final : public Client {
   Result<ModelHandle> open_model(const std::string& name, ModelInfo* info = nullptr) override;
   Result<std::vector<ModelInfo>> list_models() override;
   ClientStats stats() override;
+  // CUDA IPC to a broker on this host with a cuda device (CudaIpcMemory in the proto).
+  Result<TensorHandle> upload_cuda(const TensorView& src, const std::string& device) override;
+  Result<TensorType> read_into_cuda(TensorHandle h, void* dst, size_t room) override;
 
   // Loads an ONNX model from its file's bytes: they are streamed to the broker, which imports
   // them with its ONNX importer (src/onnx) and loads the graph like load(). The file must be

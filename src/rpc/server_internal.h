@@ -322,6 +322,13 @@ class Service final
   grpc::Status ReadRegion(grpc::ServerContext* ctx, const v1::ReadRegionRequest* req,
                           v1::ReadRegionResponse* resp) override;
 
+  // ---------------------------------------------------------------- cuda_ipc.cpp
+  grpc::Status UploadCudaIpc(grpc::ServerContext* ctx, const v1::UploadCudaIpcRequest* req,
+                             v1::UploadResponse* resp) override;
+  grpc::Status ReadCudaIpc(grpc::ServerContext* ctx, const v1::ReadCudaIpcRequest* req,
+                           v1::ReadCudaIpcResponse* resp) override;
+  Result<ForeignMemory> cuda_ipc_memory(const v1::CudaIpcMemory& m) const;
+
   // ---------------------------------------------------------------- status.cpp
   // The open sessions as the status page shows them, and BrokerStatus (`tensord status`):
   // the JSON of `monitor` (set once, just after the server starts; null: UNAVAILABLE).

@@ -52,6 +52,8 @@ grpc::Status Service::Handshake(grpc::ServerContext* ctx, const v1::HandshakeReq
   resp->set_max_message_bytes(options_.max_message_bytes > 0 ? options_.max_message_bytes
                                                              : kMaxMessageBytes);
   resp->set_onnx_models(true);
+  for (const auto& d : engine_->devices())
+    if (d.kind == "cuda") resp->set_cuda_ipc(true);
   resp->set_max_model_bytes(options_.max_model_bytes > 0 ? options_.max_model_bytes
                                                          : kMaxGraphBytes);
   return grpc::Status::OK;

@@ -381,6 +381,33 @@ Status check_graph_limits(const Graph& graph, const GraphLimits& limits) {
   return check_graph_limits(graph, limits, 0, nodes);
 }
 
+void to_proto(const ForeignMemory& src, const std::string& host_id, v1::CudaIpcMemory* dst) {
+  dst->set_handle(src.ipc_handle);
+  dst->set_offset(static_cast<int64_t>(src.offset));
+  dst->set_size(static_cast<int64_t>(src.size));
+  dst->set_device_uuid(src.device_uuid);
+  dst->set_host_id(host_id);
+}
+
+Result<ForeignMemory> from_proto(const v1::CudaIpcMemory& src) {
+  constexpr size_t kHandleBytes = 64;  // CU_IPC_HANDLE_SIZE
+  if (src.handle().size() != kHandleBytes)
+    return errors::InvalidArgument("CUDA IPC: a memory handle has {} bytes, not {}", src.handle().size(),
+                                   kHandleBytes);
+  if (src.offset() < 0 || src.size() < 0)
+    return errors::InvalidArgument("CUDA IPC: offset {} and size {} must not be negative", src.offset(),
+                                   src.size());
+  if (src.device_uuid().size() > 64)
+    return errors::InvalidArgument("CUDA IPC: a device UUID of {} characters", src.device_uuid().size());
+  ForeignMemory m;
+  m.kind = "cuda";
+  m.ipc_handle = src.handle();
+  m.offset = static_cast<uint64_t>(src.offset());
+  m.size = static_cast<uint64_t>(src.size());
+  m.device_uuid = src.device_uuid();
+  return m;
+}
+
 std::string host_boot_id() {
   std::string id;
   if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {

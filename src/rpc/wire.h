@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/backend.h"
 #include "tensord.pb.h"
 #include "tensord/client.h"
 #include "tensord/device.h"
@@ -46,6 +47,12 @@ std::string host_boot_id();
 // Same numbers on both sides (tensord::StatusCode is gRPC's numbering); messages unchanged.
 grpc::Status to_grpc(const Status& s);
 Status from_grpc(const grpc::Status& s);
+
+// CUDA IPC memory (CudaIpcMemory): the handle, where the bytes are in its allocation, the GPU,
+// and the sender's host (`host_id`: its boot id). from_proto checks the sizes (a 64-byte
+// handle, offsets and sizes not negative) and that the kind is CUDA IPC.
+void to_proto(const ForeignMemory& src, const std::string& host_id, v1::CudaIpcMemory* dst);
+Result<ForeignMemory> from_proto(const v1::CudaIpcMemory& src);
 
 void to_proto(const DeviceInfo& src, v1::Device* dst);
 DeviceInfo from_proto(const v1::Device& src);

@@ -24,6 +24,9 @@
 #include "backends/codegen/printer.h"
 #include "backends/cuda/cuda_api.h"
 #include "backends/cuda/cuda_backend.h"
+#include "client/local_client.h"
+#include "rpc/broker_process.h"
+#include "rpc/remote_client.h"
 #include "engine/memory_pool.h"
 #include "kernels/op_test_util.h"
 #include "onnx/onnx_import.h"
@@ -460,6 +463,63 @@ TEST(CudaNvrtc, EveryKernelGeneratedForTheOnnxNodeTestsCompiles) {
   for (const auto& e : compile_errors) ADD_FAILURE() << e;
 }
 
+// float16 and bfloat16 in generated kernels: the templates store them as 16-bit words and
+// compute in float (td_h2f / td_bf2f, td_f2h / td_f2bf). Casts to and from each, on the
+// compile-only cuda:0, generate CUDA C that converts, and it compiles with NVRTC. (Only Cast
+// is covered: the element-wise chains and Softmax/reduction templates are float32-only and
+// leave half graphs to cpu:0, which this test would not see.)
+TEST(CudaNvrtc, Float16AndBfloat16KernelsAreGeneratedAndCompile) {
+  REQUIRE_NVRTC();
+  setenv("TENSORD_CUDA_COMPILE_ONLY", "compute_90", 1);
+  LocalClientOptions o;
+  o.devices = "cpu:0,cuda:0";
+  auto client = make_local_client(o);
+  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  struct Case {
+    DType in, out;
+    const char* helper;
+  };
+  const std::vector<Case> cases = {{DType::kFloat16, DType::kFloat32, "td_h2f"},
+                                   {DType::kBFloat16, DType::kFloat32, "td_bf2f"},
+                                   {DType::kFloat32, DType::kFloat16, "td_f2h"},
+                                   {DType::kFloat32, DType::kBFloat16, "td_f2bf"}};
+  for (const Case& c : cases) {
+    const std::string what = std::string(dtype_name(c.in)) + " -> " + dtype_name(c.out);
+    std::vector<std::pair<std::string, std::string>> sources;
+    cuda::set_compile_only_collector([&](const std::string& src, const std::string& kernel) {
+      sources.emplace_back(src, kernel);
+    });
+    Graph g;
+    g.inputs = {{"x", {c.in, {4, 8}}}};
+    g.outputs = {{"y", {c.out, {4, 8}}}};
+    Node n;
+    n.op = "Cast";
+    n.inputs = {"x"};
+    n.outputs = {"y"};
+    n.attrs["to"] = static_cast<int64_t>(c.out);
+    g.nodes = {n};
+    HostTensor x(c.in, {4, 8});
+    auto h = (*client)->upload(x.view(), "cuda:0");
+    ASSERT_TRUE(h.ok());
+    auto y = (*client)->execute(g, {*h}, "cuda:0");
+    ASSERT_TRUE(y.ok()) << what << ": " << y.status().to_string();
+    auto info = (*client)->info((*y)[0]);
+    (void)(*client)->wait((*y)[0]);
+    cuda::set_compile_only_collector(nullptr);
+    EXPECT_EQ(info->device, "cuda:0") << what;
+    ASSERT_FALSE(sources.empty()) << what << ": no CUDA kernel generated";
+    bool converts = false;
+    for (const auto& [src, kernel] : sources) {
+      converts |= src.find(c.helper) != std::string::npos;
+      auto r = cuda::nvrtc_compile(src, "compute_90");
+      EXPECT_TRUE(r.ok()) << what << ": " << r.status().message().substr(0, 1500);
+    }
+    EXPECT_TRUE(converts) << what << ": no " << c.helper << " in its kernels";
+    (void)(*client)->release((*y)[0]);
+  }
+}
+
 TEST(CudaNvrtc, CompiledKernelsComeBackFromTheDiskCache) {
   REQUIRE_NVRTC();
   Graph g;
@@ -796,6 +856,233 @@ TEST(CudaKernels, CudnnConvPoolingTemplatesAndGraphReplaysAgreeWithTheCpu) {
   std::cout << "[ cuda ] conv/pool/softmax on cuda:0 agree with cpu:0 over 5 runs (cuDNN "
             << (cuda::cudnn_version(&why) ? "loaded" : "missing: " + why) << "; graph replays "
             << cuda::graph_replays() - replays << ")\n";
+}
+
+// float16 and bfloat16 MatMul go to cuBLAS (cublasGemmEx, float32 accumulation) like float32;
+// mixed dtypes and half Gemm do not (the templates take them). On the compile-only cuda:0 (the
+// kernel choice needs no GPU; a run counts the call).
+TEST(CudaPlanning, HalfAndBfloat16MatMulsRunOnCublasGemmEx) {
+  REQUIRE_NVRTC();
+  setenv("TENSORD_CUDA_COMPILE_ONLY", "compute_90", 1);
+  auto backend = cuda::create_cuda_backend();
+  auto devices = backend->enumerate();
+  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  ASSERT_EQ(devices.size(), 1u);
+  const KernelTable& table = devices[0]->kernels();
+  Node mm;
+  mm.op = "MatMul";
+  mm.inputs = {"a", "b"};
+  mm.outputs = {"y"};
+  for (DType t : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
+    std::vector<TensorType> in = {{t, {2, 4, 8}}, {t, {8, 3}}};
+    ASSERT_TRUE(table.supports(mm, in, {}).ok()) << dtype_name(t);
+    auto k = table.create(mm, in, {{t, {2, 4, 3}}}, {});
+    ASSERT_TRUE(k.ok()) << dtype_name(t) << ": " << k.status().to_string();
+    EXPECT_EQ((*k)->name(), "cublas") << dtype_name(t);
+  }
+  std::vector<TensorType> mixed = {{DType::kFloat16, {4, 8}}, {DType::kFloat32, {8, 3}}};
+  auto k = table.create(mm, mixed, {{DType::kFloat32, {4, 3}}}, {});
+  EXPECT_TRUE(!k.ok() || (*k)->name() != "cublas") << "mixed dtypes are not one GemmEx call";
+  // Through the engine: a float16 MatMul placed on cuda:0 runs there (one launch: cuBLAS).
+  setenv("TENSORD_CUDA_COMPILE_ONLY", "compute_90", 1);
+  LocalClientOptions o;
+  o.devices = "cpu:0,cuda:0";
+  auto client = make_local_client(o);
+  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  Graph g;
+  g.inputs = {{"a", {DType::kFloat16, {4, 8}}}, {"b", {DType::kFloat16, {8, 3}}}};
+  g.outputs = {{"y", {DType::kFloat16, {4, 3}}}};
+  g.nodes = {mm};
+  HostTensor a(DType::kFloat16, {4, 8}), b(DType::kFloat16, {8, 3});
+  auto ha = (*client)->upload(a.view(), "cuda:0");
+  auto hb = (*client)->upload(b.view(), "cuda:0");
+  ASSERT_TRUE(ha.ok() && hb.ok());
+  const int64_t l0 = cuda::kernels_launched();
+  auto y = (*client)->execute(g, {*ha, *hb}, "cuda:0");
+  ASSERT_TRUE(y.ok()) << y.status().to_string();
+  auto info = (*client)->info((*y)[0]);
+  ASSERT_TRUE((*client)->wait((*y)[0]).ok());
+  EXPECT_EQ(info->device, "cuda:0");
+  EXPECT_EQ(cuda::kernels_launched() - l0, 1);
+}
+
+// ---- CUDA IPC and CUDA memory of the caller (Client::upload_cuda / read_into_cuda) ----
+
+TEST(CudaIpc, UuidsAreWrittenAsNvidiaSmiWritesThem) {
+  const unsigned char b[16] = {0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
+                               0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0xff};
+  EXPECT_EQ(cuda::format_uuid(b), "GPU-01234567-89ab-cdef-0011-2233445566ff");
+}
+
+TEST(CudaIpc, ExportingMemoryThatIsNotAGpuBufferSaysWhy) {
+  std::vector<float> host(16);
+  for (bool ipc : {true, false}) {
+    auto m = export_device_memory(host.data(), 64, ipc);
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.status().code(), StatusCode::kFailedPrecondition) << m.status().to_string();
+    // Without a driver: "no CUDA driver ..."; with one: "not CUDA device memory".
+    EXPECT_NE(m.status().message().find(ipc ? "CUDA IPC" : "CUDA memory"), std::string::npos)
+        << m.status().message();
+  }
+}
+
+// The engine's side without a GPU: an engine with no cuda device, and the compile-only cuda:0,
+// refuse CUDA memory naming why, for uploads and reads alike.
+TEST(CudaIpc, EnginesWithoutAGpuRefuseCudaMemoryNamingWhy) {
+  ForeignMemory m;
+  m.kind = "cuda";
+  m.ipc_handle.assign(64, '\x01');
+  m.size = 1 << 20;
+  HostTensor x = HostTensor::from_vector(std::vector<float>(16, 2.0f), {16});
+  {
+    LocalClientOptions o;
+    o.devices = "cpu:0";
+    auto client = make_local_client(o);
+    ASSERT_TRUE(client.ok()) << client.status().to_string();
+    auto* local = dynamic_cast<LocalClient*>(client->get());
+    ASSERT_NE(local, nullptr);
+    auto h = local->engine().upload_foreign(local->session(), DType::kFloat32, {16}, m, "");
+    ASSERT_FALSE(h.ok());
+    EXPECT_EQ(h.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(h.status().message().find("no cuda device"), std::string::npos) << h.status().message();
+    auto up = local->upload(x.view(), "cpu:0");
+    ASSERT_TRUE(up.ok());
+    auto r = local->engine().read_into_foreign(local->session(), *up, m);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().to_string();
+    // Room too small: the type comes back, nothing is copied, no device is needed.
+    ForeignMemory small = m;
+    small.size = 8;
+    auto t = local->engine().read_into_foreign(local->session(), *up, small);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    EXPECT_EQ(t->shape, (Shape{16}));
+    // More bytes than the memory given: refused before any device is looked at.
+    auto over = local->engine().upload_foreign(local->session(), DType::kFloat32, {1 << 20}, m, "");
+    EXPECT_EQ(over.status().code(), StatusCode::kOutOfRange) << over.status().to_string();
+  }
+  REQUIRE_NVRTC();
+  setenv("TENSORD_CUDA_COMPILE_ONLY", "compute_90", 1);
+  LocalClientOptions o;
+  o.devices = "cpu:0,cuda:0";
+  auto client = make_local_client(o);
+  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  auto* local = dynamic_cast<LocalClient*>(client->get());
+  ASSERT_NE(local, nullptr);
+  auto h = local->engine().upload_foreign(local->session(), DType::kFloat32, {16}, m, "");
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(h.status().message().find("compile-only"), std::string::npos) << h.status().message();
+}
+
+TEST(CudaIpc, TheLocalClientMovesCudaMemoryDeviceToDevice) {
+  REQUIRE_GPU();
+  Device& d = *gpu().cuda[0];
+  const size_t n = 1 << 20;  // floats
+  auto pa = d.allocate(n * 4), pb = d.allocate(n * 4);
+  ASSERT_TRUE(pa.ok() && pb.ok());
+  Buffer a{&d, *pa, n * 4, 0}, b{&d, *pb, n * 4, 0};
+  HostTensor x = random_floats({static_cast<int64_t>(n)}, 7);
+  ASSERT_TRUE(d.write(a, 0, x.data(), n * 4).ok());
+  LocalClientOptions o;
+  o.devices = "cpu:0,cuda:0";
+  auto client = make_local_client(o);
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  // At an offset into the allocation, as a PyTorch view would be.
+  TensorView v{DType::kFloat32, {static_cast<int64_t>(n - 16)}, static_cast<char*>(*pa) + 64};
+  auto h = (*client)->upload_cuda(v, "");
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  auto info = (*client)->info(*h);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->device, "cuda:0");
+  auto back = (*client)->read(*h);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(std::memcmp(back->data(), static_cast<const char*>(x.data()) + 64, (n - 16) * 4), 0);
+  auto t = (*client)->read_into_cuda(*h, *pb, n * 4);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  std::vector<float> out(n);
+  ASSERT_TRUE(d.read(b, 0, out.data(), (n - 16) * 4).ok());
+  EXPECT_EQ(std::memcmp(out.data(), static_cast<const char*>(x.data()) + 64, (n - 16) * 4), 0);
+  // To cpu:0 straight from the GPU buffer (a copy after the device-to-device one).
+  auto hc = (*client)->upload_cuda(v, "cpu:0");
+  ASSERT_TRUE(hc.ok()) << hc.status().to_string();
+  EXPECT_EQ((*client)->info(*hc)->device, "cpu:0");
+  d.free(*pa, n * 4);
+  d.free(*pb, n * 4);
+}
+
+// A broker on this host with a client handing it GPU buffers by CUDA IPC: upload, compute,
+// read back into a GPU buffer, and the GB/s of both (scripts/gpu-check.sh runs it against a
+// broker it starts: TENSORD_IPC_BROKER=ADDRESS; else one is started here).
+TEST(CudaIpc, ABrokerOnThisHostTakesAndReturnsGpuBuffers) {
+  REQUIRE_GPU();
+  std::unique_ptr<testing::BrokerProcess> own;
+  std::string address;
+  if (const char* a = std::getenv("TENSORD_IPC_BROKER"); a && *a) {
+    address = a;
+  } else {
+    if (!fs::exists(TENSORD_CLI_PATH)) GTEST_SKIP() << "no tensord binary at " << TENSORD_CLI_PATH;
+    testing::BrokerOptions bo;
+    bo.cpu_devices = 1;
+    auto b = testing::BrokerProcess::start(bo);
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    own = std::move(b).value();
+    address = own->address();
+  }
+  auto c = rpc::RemoteClient::connect(address);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  Device& d = *gpu().cuda[0];
+  const size_t n = size_t{64} << 20;  // bytes
+  auto pa = d.allocate(n), pb = d.allocate(n);
+  ASSERT_TRUE(pa.ok() && pb.ok());
+  Buffer a{&d, *pa, n, 0}, b{&d, *pb, n, 0};
+  HostTensor x = random_floats({static_cast<int64_t>(n / 4)}, 11);
+  ASSERT_TRUE(d.write(a, 0, x.data(), n).ok());
+  TensorView v{DType::kFloat32, {static_cast<int64_t>(n / 4)}, *pa};
+  auto h = (*c)->upload_cuda(v, "");
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  auto info = (*c)->info(*h);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->device.rfind("cuda:", 0), 0u) << info->device;
+  // Computed on the broker's GPU, read back into this process's GPU buffer.
+  Graph g;
+  g.inputs = {{"x", {DType::kFloat32, {static_cast<int64_t>(n / 4)}}}};
+  g.outputs = {{"y", {DType::kFloat32, {static_cast<int64_t>(n / 4)}}}};
+  Node relu;
+  relu.op = "Relu";
+  relu.inputs = {"x"};
+  relu.outputs = {"y"};
+  g.nodes = {relu};
+  auto y = (*c)->execute(g, {*h}, "");
+  ASSERT_TRUE(y.ok()) << y.status().to_string();
+  auto t = (*c)->read_into_cuda((*y)[0], *pb, n);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  std::vector<float> out(n / 4);
+  ASSERT_TRUE(d.read(b, 0, out.data(), n).ok());
+  const auto* xs = static_cast<const float*>(x.data());
+  size_t wrong = 0;
+  for (size_t i = 0; i < out.size(); ++i) wrong += out[i] != std::max(xs[i], 0.0f);
+  EXPECT_EQ(wrong, 0u);
+  // Too little room: the type comes back, nothing is written.
+  auto small = (*c)->read_into_cuda((*y)[0], *pb, 16);
+  ASSERT_TRUE(small.ok()) << small.status().to_string();
+  auto gbs = [&](const std::function<bool()>& f) {
+    const int reps = 5;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) EXPECT_TRUE(f());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return static_cast<double>(n) * reps / s / 1e9;
+  };
+  const double up = gbs([&] {
+    auto k = (*c)->upload_cuda(v, "");
+    return k.ok() && (*c)->release(*k).ok();
+  });
+  const double down = gbs([&] { return (*c)->read_into_cuda(*h, *pb, n).ok(); });
+  std::cout << "[ cuda ] broker on this host over CUDA IPC, 64 MiB: upload " << up << " GB/s, read " << down
+            << " GB/s (no host copy)\n";
+  d.free(*pa, n);
+  d.free(*pb, n);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 """DLPack with NumPy and PyTorch: zero copies on the embedded engine (the data pointers are
 the same), exactly one copy where the data must move (a broker)."""
+import ctypes
 import gc
 import sys
 
@@ -128,3 +129,67 @@ def test_dlpack_device_and_errors():
     td._tensord._array_from_capsule(td.default_client()._c, cap, "")
     with pytest.raises(ValueError):  # a capsule can be consumed once
         td._tensord._array_from_capsule(td.default_client()._c, cap, "")
+
+
+# ---- CUDA (kDLCUDA) capsules: without a GPU they are refused, naming why -----------------
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
+class FakeCudaTensor:
+    """A DLPack producer claiming a float32[16] on CUDA device `device_id` at a made-up address
+    (nothing may read it: there is no GPU where this test asserts)."""
+
+    def __init__(self, device_id=0):
+        self.shape = (ctypes.c_int64 * 1)(16)
+        self.managed = _DLManagedTensor()
+        t = self.managed.dl_tensor
+        t.data = 0x7f0000000000
+        t.device = _DLDevice(2, device_id)  # kDLCUDA
+        t.ndim = 1
+        t.dtype = _DLDataType(2, 32, 1)  # float32
+        t.shape = self.shape
+        self.device_id = device_id
+
+    def __dlpack_device__(self):
+        return (2, self.device_id)
+
+    def __dlpack__(self, stream=None):
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype = ctypes.py_object
+        new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return new(ctypes.addressof(self.managed), b"dltensor", None)
+
+
+def _has_cuda_device(client):
+    return any(d.kind == "cuda" for d in client.devices())
+
+
+def test_a_cuda_capsule_without_a_cuda_device_is_refused_clearly(client):
+    if _has_cuda_device(client):
+        pytest.skip("this machine has a CUDA device")
+    with pytest.raises(td.TensordError) as e:
+        td.from_dlpack(FakeCudaTensor(), client=client)
+    msg = str(e.value)
+    assert e.value.code in ("FAILED_PRECONDITION",), msg
+    assert "kDLCUDA" in msg and "CUDA" in msg, msg
+    # Refused before anything was read: the client still works.
+    x = td.asarray([1.0, 2.0], client=client)
+    assert x.__dlpack_device__() == (1, 0)
+    np.testing.assert_array_equal(x.numpy(), [1.0, 2.0])

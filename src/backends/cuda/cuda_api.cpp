@@ -177,6 +177,8 @@ const CublasApi* cublas_api(std::string* why) {
           else { ok = false; m = std::string("symbol ") + name + " missing"; }
         };
         TENSORD_CUDA_CUBLAS_FUNCTIONS(TENSORD_CUDA_BINDF)
+        bindf("cublasGemmEx", reinterpret_cast<void**>(&t->cublasGemmEx));
+        bindf("cublasGemmStridedBatchedEx", reinterpret_cast<void**>(&t->cublasGemmStridedBatchedEx));
         return ok;
       },
       why);

@@ -74,7 +74,15 @@ namespace tensord::cuda {
   X(cuGraphInstantiate)                   \
   X(cuGraphLaunch)                        \
   X(cuGraphDestroy)                       \
-  X(cuGraphExecDestroy)
+  X(cuGraphExecDestroy)                   \
+  X(cuCtxGetCurrent)                      \
+  X(cuCtxSynchronize)                     \
+  X(cuDeviceGetUuid)                      \
+  X(cuPointerGetAttribute)                \
+  X(cuMemGetAddressRange)                 \
+  X(cuIpcGetMemHandle)                    \
+  X(cuIpcOpenMemHandle)                   \
+  X(cuIpcCloseMemHandle)
 
 #define TENSORD_CUDA_NVRTC_FUNCTIONS(X) \
   X(nvrtcVersion)                       \
@@ -146,6 +154,16 @@ struct NvrtcApi {
 };
 struct CublasApi {
   TENSORD_CUDA_CUBLAS_FUNCTIONS(TENSORD_CUDA_MEMBER)
+  // Overloaded in the header (a C++ wrapper taking cudaDataType): the C entry points, typed.
+  cublasStatus_t (*cublasGemmEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                 const void*, const void*, cudaDataType, int, const void*, cudaDataType, int,
+                                 const void*, void*, cudaDataType, int, cublasComputeType_t,
+                                 cublasGemmAlgo_t) = nullptr;
+  cublasStatus_t (*cublasGemmStridedBatchedEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                               int, const void*, const void*, cudaDataType, int, long long int,
+                                               const void*, cudaDataType, int, long long int, const void*, void*,
+                                               cudaDataType, int, long long int, int, cublasComputeType_t,
+                                               cublasGemmAlgo_t) = nullptr;
   std::string path;
 };
 

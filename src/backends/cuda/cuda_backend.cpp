@@ -217,6 +217,9 @@ class CudaDevice final : public Device {
     int driver = 0;
     api->cuDriverGetVersion(&driver);
     cc_ = major * 10 + minor;
+    CUuuid uuid{};
+    if (api->cuDeviceGetUuid(&uuid, dev) == CUDA_SUCCESS)
+      uuid_ = format_uuid(reinterpret_cast<const unsigned char*>(uuid.bytes));
     info_.name = "cuda:" + std::to_string(index);
     info_.kind = "cuda";
     info_.index = index;
@@ -399,6 +402,77 @@ class CudaDevice final : public Device {
     return r == CUDA_SUCCESS;
   }
 
+  // Foreign memory (CUDA IPC from another process on this host, or a pointer of this
+  // process): a device-to-device copy on the device's stream, finished before returning.
+  Status copy_foreign(const Buffer& buffer, size_t offset, const ForeignMemory& foreign, size_t bytes,
+                      bool to_buffer) override {
+    if (foreign.kind != "cuda")
+      return errors::FailedPrecondition("{} cannot reach {} device memory", info_.name,
+                                        foreign.kind.empty() ? "unnamed" : foreign.kind);
+    if (compile_only())
+      return errors::FailedPrecondition(
+          "{} is a compile-only device (TENSORD_CUDA_COMPILE_ONLY): it has no GPU memory to copy "
+          "CUDA memory into or out of",
+          info_.name);
+    if (!foreign.device_uuid.empty() && foreign.device_uuid != uuid_)
+      return errors::FailedPrecondition("the CUDA memory is on GPU {}, not on {} ({})", foreign.device_uuid,
+                                        info_.name, uuid_.empty() ? "UUID unknown" : uuid_);
+    if (bytes == 0) return OkStatus();
+    if (offset > buffer.size || bytes > buffer.size - offset)
+      return errors::OutOfRange("{}: {} bytes at {} are past the end of a buffer of {}", info_.name, bytes,
+                                offset, buffer.size);
+    if (bytes > foreign.size)
+      return errors::OutOfRange("{}: {} bytes do not fit in the {} bytes of CUDA memory given", info_.name,
+                                bytes, foreign.size);
+    TD_RETURN_IF_ERROR(enter());
+    CUdeviceptr base = 0;
+    bool opened = false;
+    CUresult r = CUDA_SUCCESS;
+    if (!foreign.ipc_handle.empty()) {
+      if (foreign.ipc_handle.size() != CU_IPC_HANDLE_SIZE)
+        return errors::InvalidArgument("CUDA IPC: a memory handle has {} bytes, not {}", foreign.ipc_handle.size(),
+                                       CU_IPC_HANDLE_SIZE);
+      CUipcMemHandle h{};
+      std::memcpy(h.reserved, foreign.ipc_handle.data(), CU_IPC_HANDLE_SIZE);
+      // Reference-counted by the driver per context: concurrent calls naming one handle each
+      // open and close it once.
+      r = api_->cuIpcOpenMemHandle(&base, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+      if (r != CUDA_SUCCESS)
+        return errors::FailedPrecondition(
+            "{}: cannot open the CUDA IPC memory handle: {} (a handle from another GPU or host, of memory "
+            "already freed, or a device or platform without CUDA IPC)",
+            info_.name, cu_error(api_, r));
+      opened = true;
+      // The mapping is the exporter's whole allocation: the bytes asked for must lie in it
+      // (a copy past its end would fault in the broker's context).
+      CUdeviceptr alloc_base = 0;
+      size_t alloc_size = 0;
+      r = api_->cuMemGetAddressRange(&alloc_base, &alloc_size, base);
+      if (r == CUDA_SUCCESS && (foreign.offset > alloc_size || bytes > alloc_size - foreign.offset)) {
+        api_->cuIpcCloseMemHandle(base);
+        return errors::OutOfRange("CUDA IPC: {} bytes at offset {} are outside the exported allocation of {} bytes",
+                                  bytes, foreign.offset, alloc_size);
+      }
+    } else {
+      if (!foreign.pointer) return errors::InvalidArgument("CUDA memory: neither an IPC handle nor a pointer");
+      base = static_cast<CUdeviceptr>(foreign.pointer);
+      // This process's memory (DLPack, Client::upload_cuda embedded): its producer's work may
+      // still be queued on another stream of the context (a DLPack producer asked for no
+      // stream, PyTorch's current stream): everything queued in the context finishes first.
+      if (to_buffer) r = api_->cuCtxSynchronize();
+    }
+    const CUdeviceptr theirs = base + foreign.offset;
+    const CUdeviceptr ours = address(buffer) + offset;
+    if (r == CUDA_SUCCESS)
+      r = to_buffer ? api_->cuMemcpyDtoDAsync(ours, theirs, bytes, stream_)
+                    : api_->cuMemcpyDtoDAsync(theirs, ours, bytes, stream_);
+    if (r == CUDA_SUCCESS) r = api_->cuStreamSynchronize(stream_);
+    if (opened) api_->cuIpcCloseMemHandle(base);
+    return r == CUDA_SUCCESS ? OkStatus()
+                             : cu_status(api_, r, info_.name, to_buffer ? "copying from CUDA memory given"
+                                                                         : "copying into CUDA memory given");
+  }
+
   // An event recorded now on the device's stream (one per device, re-recorded each call).
   CUresult ready_event(CUevent* ev) {
     std::lock_guard<std::mutex> lock(event_mu_);
@@ -510,11 +584,12 @@ class CudaDevice final : public Device {
     return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(b.ptr)) + b.offset;
   }
 
-  // cuBLAS sgemm / strided-batched sgemm on the device's stream (column-major, as cuBLAS).
+  // cuBLAS sgemm / strided-batched sgemm on the device's stream (column-major, as cuBLAS);
+  // float16 and bfloat16 (`dtype`) through cublasGemmEx with float32 accumulation.
   // Compile-only devices count the call and do nothing.
   Status sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, CUdeviceptr a,
                int64_t lda, int64_t stride_a, CUdeviceptr b, int64_t ldb, int64_t stride_b, float beta,
-               CUdeviceptr c, int64_t ldc, int64_t stride_c, int64_t batch) {
+               CUdeviceptr c, int64_t ldc, int64_t stride_c, int64_t batch, DType dtype = DType::kFloat32) {
     g_kernels_launched++;
     if (compile_only()) return OkStatus();
     for (int64_t v : {m, n, k, lda, ldb, ldc, batch})
@@ -538,7 +613,19 @@ class CudaDevice final : public Device {
     auto* B = reinterpret_cast<const float*>(static_cast<uintptr_t>(b));
     auto* C = reinterpret_cast<float*>(static_cast<uintptr_t>(c));
     cublasStatus_t s;
-    if (batch == 1) {
+    if (dtype != DType::kFloat32) {
+      const cudaDataType t = dtype == DType::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F;
+      const void* Ah = reinterpret_cast<const void*>(static_cast<uintptr_t>(a));
+      const void* Bh = reinterpret_cast<const void*>(static_cast<uintptr_t>(b));
+      void* Ch = reinterpret_cast<void*>(static_cast<uintptr_t>(c));
+      s = batch == 1
+              ? blas_api_->cublasGemmEx(blas_, ta, tb, int(m), int(n), int(k), &alpha, Ah, t, int(lda), Bh, t,
+                                        int(ldb), &beta, Ch, t, int(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
+              : blas_api_->cublasGemmStridedBatchedEx(blas_, ta, tb, int(m), int(n), int(k), &alpha, Ah, t,
+                                                      int(lda), stride_a, Bh, t, int(ldb), stride_b, &beta, Ch, t,
+                                                      int(ldc), stride_c, int(batch), CUBLAS_COMPUTE_32F,
+                                                      CUBLAS_GEMM_DEFAULT);
+    } else if (batch == 1) {
       s = blas_api_->cublasSgemm(blas_, ta, tb, int(m), int(n), int(k), &alpha, A, int(lda), B, int(ldb), &beta, C,
                                  int(ldc));
     } else {
@@ -617,6 +704,7 @@ class CudaDevice final : public Device {
   CUstream stream_ = nullptr;
   std::string compile_arch_;
   int cc_ = 0;
+  std::string uuid_;  // "GPU-…" (format_uuid), "" where the driver did not say
   DeviceInfo info_;
   std::vector<const CudaDevice*> peers_;
   bool sync_ = env_is("TENSORD_CUDA_SYNC", "1");
@@ -974,7 +1062,7 @@ class BlasKernel final : public Kernel {
       if (p.m * p.n * p.batch > 0) {
         if (p.k == 0) return errors::Unimplemented("{}: an empty inner dimension", node_.label());
         TD_RETURN_IF_ERROR(device_->sgemm(false, false, p.n, p.m, p.k, 1.0f, B, p.n, p.stride_b, A, p.k,
-                                          p.stride_a, 0.0f, Y, p.n, p.stride_c, p.batch));
+                                          p.stride_a, 0.0f, Y, p.n, p.stride_c, p.batch, a.dtype));
       }
     } else {  // Gemm
       NodeAttrs attrs(node_);
@@ -1300,9 +1388,14 @@ bool uses_cudnn(const CudaDevice& device, const Node& node, const std::vector<Te
 }
 
 // MatMul/Gemm that cuBLAS runs: static float32, MatMul batches one strided call expresses,
-// 2-D Gemm. The rest goes to the templates (codegen::template_supported decides).
+// 2-D Gemm; MatMul of float16 or bfloat16 too (cublasGemmEx, float32 accumulation). The rest
+// goes to the templates (codegen::template_supported decides).
 bool uses_cublas(const Node& node, const std::vector<TensorType>& inputs) {
   if (inputs.size() < 2 || !inputs[0].defined() || !inputs[1].defined()) return false;
+  if (node.op == "MatMul" && inputs.size() == 2 && inputs[0].dtype == inputs[1].dtype &&
+      (inputs[0].dtype == DType::kFloat16 || inputs[0].dtype == DType::kBFloat16))
+    return shape_is_static(inputs[0].shape) && shape_is_static(inputs[1].shape) &&
+           plan_matmul(inputs[0].shape, inputs[1].shape).ok();
   for (size_t i = 0; i < inputs.size() && i < 3; ++i)
     if (inputs[i].defined() && (inputs[i].dtype != DType::kFloat32 || !shape_is_static(inputs[i].shape)))
       return false;

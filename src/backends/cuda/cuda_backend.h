@@ -108,6 +108,17 @@ int64_t cudnn_version(std::string* why);
 // [offset, size) pairs, in order.
 std::vector<std::pair<size_t, size_t>> plan_chunks(size_t bytes, size_t chunk);
 
+// CUDA IPC (src/backends/cuda/cuda_ipc.cpp). A GPU's UUID as nvidia-smi -L writes it:
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (16 bytes, lowercase hex).
+std::string format_uuid(const unsigned char bytes[16]);
+// The IPC handle of the device buffer at `ptr` of this process (`bytes` long, within one
+// cuMemAlloc/cudaMalloc allocation): cuIpcGetMemHandle of the allocation, the offset of `ptr`
+// in it, the room left from there and the GPU's UUID. FAILED_PRECONDITION naming why where no
+// CUDA driver loads, `ptr` is not device memory, or its memory cannot be exported (memory
+// from cudaMallocAsync pools or cuMemCreate); OUT_OF_RANGE when `bytes` overruns the allocation.
+// With `ipc` false, no handle: this process's pointer (the allocation's base) instead.
+Result<ForeignMemory> export_device_memory(const void* ptr, size_t bytes, bool ipc);
+
 // Test hooks: NVRTC compiles, disk cache hits, kernel launches since start; the CUDA C of the
 // last kernel compiled.
 int64_t programs_built();
