@@ -130,13 +130,16 @@ double median(std::vector<double> v) {
 struct PathFigures {
   std::string path;
   double upload_gbps = 0;
-  double download_gbps = 0;    // read_into(): into the caller's memory, already there
+  double download_gbps = 0;    // read_into() the value uploaded: the caller's memory, already there
   // read_into() memory from Client::allocate_host() (shared memory the broker writes into
-  // directly on shm; an ordinary allocation elsewhere)
+  // directly on shm; an ordinary allocation elsewhere), of the computed value below
   double download_host_gbps = 0;
   // read(): a new HostTensor per call — allocated and page-faulted, except on shared memory
   // where a large value's tensor is the region the broker wrote it into (one copy)
   double read_alloc_gbps = 0;
+  // read_into() the caller's memory of a value the broker computed (Neg of the upload): on
+  // shared memory its bytes are in the broker's memory, not in a region this process wrote
+  double download_computed_gbps = 0;
   double download_ms = 0, upload_ms = 0;
   std::string error;
 };
@@ -154,9 +157,19 @@ PathFigures measure_client(Client& c, const std::string& name, const HostTensor&
     return f;
   }
   if (host->nbytes()) std::memset(host->mutable_data(), 1, host->nbytes());
-  std::vector<double> up, down, down_host, alloc;
+  std::vector<double> up, down, down_host, down_computed, alloc;
   TensorHandle kept = 0;
   Status failed;
+  Graph neg;
+  neg.name = "neg";
+  neg.inputs = {{"x", data.type()}};
+  Node n;
+  n.name = "neg";
+  n.op = "Neg";
+  n.inputs = {"x"};
+  n.outputs = {"y"};
+  neg.nodes = {n};
+  neg.outputs = {{"y", {}}};
   // Round 0 is not counted: the regions and the broker's staging are then warm, as in use.
   for (int round = 0; round <= iterations && failed.ok(); ++round) {
     auto t0 = Clock::now();
@@ -179,22 +192,47 @@ PathFigures measure_client(Client& c, const std::string& name, const HostTensor&
       failed = r.status();
       break;
     }
-    t0 = Clock::now();
-    auto rh = c.read_into(kept, host->mutable_data(), host->nbytes());
-    const double th = seconds(t0);
-    if (!rh.ok()) {
-      failed = rh.status();
+    if (round == 0 && std::memcmp(dst.data(), data.data(), data.nbytes()) != 0)
+      failed = errors::Internal("{}: the bytes read back differ from those uploaded", name);
+    // A computed value (made and waited for before the timed reads): into the caller's
+    // memory, then into allocate_host() memory.
+    auto y = c.execute(neg, {kept}, "");
+    if (!y.ok() || y->size() != 1) {
+      failed = y.ok() ? errors::Internal("{}: Neg gave {} outputs", name, y->size()) : y.status();
+      break;
+    }
+    const TensorHandle computed = (*y)[0];
+    Status st = c.wait(computed);
+    double tc = 0, th = 0;
+    if (st.ok()) {
+      t0 = Clock::now();
+      auto rc = c.read_into(computed, dst.data(), dst.size());
+      tc = seconds(t0);
+      t0 = Clock::now();
+      auto rh = c.read_into(computed, host->mutable_data(), host->nbytes());
+      th = seconds(t0);
+      st = !rc.ok() ? rc.status() : rh.status();
+    }
+    (void)c.release(computed);
+    if (!st.ok()) {
+      failed = st;
       break;
     }
     if (round == 0) {
-      if (std::memcmp(dst.data(), data.data(), data.nbytes()) != 0 ||
-          std::memcmp(host->data(), data.data(), data.nbytes()) != 0)
-        failed = errors::Internal("{}: the bytes read back differ from those uploaded", name);
+      const auto* x = data.data<float>();
+      const auto* got = reinterpret_cast<const float*>(dst.data());
+      const auto* got_host = static_cast<const float*>(host->data());
+      for (int64_t i = 0; i < data.numel() && failed.ok(); ++i)
+        if (got[i] != -x[i] || got_host[i] != -x[i])
+          failed = errors::Internal(
+              "{}: element {} of the computed value read back is {} (allocate_host: {}), not {}",
+              name, i, got[i], got_host[i], -x[i]);
       continue;
     }
     up.push_back(tu);
     down.push_back(td);
     down_host.push_back(th);
+    down_computed.push_back(tc);
   }
   // read() apart: its fresh allocations would disturb the rounds above.
   for (int i = 0; i < std::min(iterations, 3) && failed.ok(); ++i) {
@@ -217,6 +255,7 @@ PathFigures measure_client(Client& c, const std::string& name, const HostTensor&
   f.download_gbps = bytes / median(down) / 1e9;
   f.download_host_gbps = bytes / median(down_host) / 1e9;
   f.read_alloc_gbps = bytes / median(alloc) / 1e9;
+  f.download_computed_gbps = bytes / median(down_computed) / 1e9;
   return f;
 }
 
@@ -395,12 +434,14 @@ int run_transfer(const TransferOptions& options) {
                            {"download_gbps", f.download_gbps},
                            {"download_allocate_host_gbps", f.download_host_gbps},
                            {"read_alloc_gbps", f.read_alloc_gbps},
+                           {"download_computed_gbps", f.download_computed_gbps},
                            {"upload_ms", f.upload_ms},
                            {"download_ms", f.download_ms}};
       if (f.upload_gbps > 0) {
         pj["download_vs_upload"] = f.download_gbps / f.upload_gbps;
         pj["download_allocate_host_vs_upload"] = f.download_host_gbps / f.upload_gbps;
         pj["read_vs_upload"] = f.read_alloc_gbps / f.upload_gbps;
+        pj["download_computed_vs_upload"] = f.download_computed_gbps / f.upload_gbps;
       }
       if (!f.error.empty()) pj["error"] = f.error;
       j["paths"][f.path] = pj;
@@ -424,24 +465,30 @@ int run_transfer(const TransferOptions& options) {
       std::printf("  %-22s %8.2f GB/s\n", "raw loopback TCP", tcp);
     else
       std::printf("  %-22s %8s\n", "raw loopback TCP", "n/a");
-    std::printf("  %-12s %18s  %13s  %13s  %13s\n", "path", "upload", "into memory",
-                "allocate_host", "read()");
+    std::printf("  %-12s %18s  %13s  %13s  %13s  %13s\n", "path", "upload", "uploaded",
+                "computed", "computed@host", "read()");
     for (const auto& f : paths) {
       if (!f.error.empty()) {
         std::printf("  %-22s unavailable: %s\n", f.path.c_str(), f.error.c_str());
         continue;
       }
       auto pct = [&](double g) { return 100 * g / f.upload_gbps; };
-      std::printf("  %-12s %7.2f (%5.1f ms)  %7.2f (%3.0f%%)  %7.2f (%3.0f%%)  %7.2f (%3.0f%%)\n",
-                  f.path.c_str(), f.upload_gbps, f.upload_ms, f.download_gbps,
-                  pct(f.download_gbps), f.download_host_gbps, pct(f.download_host_gbps),
-                  f.read_alloc_gbps, pct(f.read_alloc_gbps));
+      std::printf(
+          "  %-12s %7.2f (%5.1f ms)  %7.2f (%3.0f%%)  %7.2f (%3.0f%%)  %7.2f (%3.0f%%)  %7.2f "
+          "(%3.0f%%)\n",
+          f.path.c_str(), f.upload_gbps, f.upload_ms, f.download_gbps, pct(f.download_gbps),
+          f.download_computed_gbps, pct(f.download_computed_gbps), f.download_host_gbps,
+          pct(f.download_host_gbps), f.read_alloc_gbps, pct(f.read_alloc_gbps));
     }
     std::printf(
-        "  (GB/s, %% of upload. into memory: read_into() the caller's own memory; into\n"
-        "   allocate_host(): read_into() memory from Client::allocate_host(), shared memory\n"
-        "   the broker writes into directly on shm; read(): a new HostTensor each call, over\n"
-        "   the region the broker wrote into on shm)\n");
+        "  (GB/s, %% of upload; reads into memory already there, as a NumPy array's.\n"
+        "   uploaded: read_into() the caller's memory of the value just uploaded; on shm its\n"
+        "   bytes are still in the region this process lent, so one copy out of it.\n"
+        "   computed: the same for a value the broker computed (Neg of the upload); on shm two\n"
+        "   copies, the broker's into a region and this process's out of it, overlapped.\n"
+        "   computed@host: that value into memory from Client::allocate_host(), which on shm\n"
+        "   the broker writes straight into (one copy). read(): a new HostTensor per call,\n"
+        "   over the region the broker wrote into on shm)\n");
     if (paths[2].error.empty())
       std::printf("  embedded read / memcpy:   read_into() %.2fx, read() %.2fx\n",
                   paths[2].download_ms / (bytes / mem / 1e6),

@@ -305,6 +305,23 @@ struct RemoteClient::Impl {
   std::mutex release_mu;
   std::vector<TensorHandle> pending_releases;  // sent with the next Execute/RunModel
 
+  // Values uploaded by lending a region: their bytes stay where this process wrote them (the
+  // broker only reads a lent region, and a value never changes), so reading one is a single
+  // copy out of this process's own mapping, as on the embedded engine. Forgotten on release().
+  struct LentValue {
+    const unsigned char* base = nullptr;
+    TensorType type;
+    int64_t bytes = 0;
+  };
+  std::mutex lent_mu;
+  std::unordered_map<TensorHandle, LentValue> lent_values;
+  std::optional<LentValue> lent_value(TensorHandle h) {
+    std::lock_guard<std::mutex> lock(lent_mu);
+    auto it = lent_values.find(h);
+    if (it == lent_values.end()) return std::nullopt;
+    return it->second;
+  }
+
   std::mutex cache_mu;
   std::unordered_map<TensorHandle, Cached> cache;
   std::deque<TensorHandle> cache_order;
@@ -860,6 +877,10 @@ Result<TensorHandle> RemoteClient::upload(const TensorView& src, const std::stri
       impl_->prepare(ctx, impl_->options.call_timeout);
       Status st = impl_->finish(ctx, impl_->stub->UploadRegion(&ctx, req, &resp), "upload");
       if (lend) {
+        if (st.ok()) {
+          std::lock_guard<std::mutex> lock(impl_->lent_mu);
+          impl_->lent_values[resp.handle()] = {(*region)->base, {src.dtype, src.shape}, *size};
+        }
         impl_->shm_lend(std::move(region).value());  // the broker says when it is free again
       } else {
         impl_->shm_release(std::move(region).value());
@@ -1426,6 +1447,13 @@ Result<TensorType> RemoteClient::read_into_cuda(TensorHandle h, void* dst, size_
 
 Result<TensorType> RemoteClient::read_into(TensorHandle h, void* dst, size_t room) {
   const int64_t r = static_cast<int64_t>(std::min<size_t>(room, INT64_MAX));
+  if (auto lent = impl_->lent_value(h); lent && dst) {
+    // The broker still holds the value (or says why not): then one copy from the region.
+    TD_RETURN_IF_ERROR(wait(h));
+    impl_->downloads++;
+    if (lent->bytes <= r) std::memcpy(dst, lent->base, static_cast<size_t>(lent->bytes));
+    return lent->type;
+  }
   {
     bool unusable = false;
     auto direct = impl_->shm_read_direct(h, dst, r, &unusable);
@@ -1510,6 +1538,10 @@ Result<TensorHandle> RemoteClient::copy(TensorHandle h, const std::string& devic
 }
 
 Status RemoteClient::release(TensorHandle h) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->lent_mu);
+    impl_->lent_values.erase(h);
+  }
   if (impl_->forget(h)) {  // a live handle answered inline: released with the next run
     bool flush = false;
     {

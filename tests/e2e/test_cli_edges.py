@@ -115,6 +115,23 @@ def check_devices_table_and_help():
     print("devices kind column and --help defaults ok")
 
 
+def check_transfer_bench():
+    """`bench transfer` checks the bytes of every read it times (uploaded, computed, into
+    allocate_host() memory, read()) on every path; a small size keeps it quick."""
+    r = run("bench", "transfer", "--size", 3 << 20, "--iterations", 2, "--round-trips", 20,
+            "--json", timeout=300)
+    assert r.returncode == 0, r
+    j = json.loads(r.stdout)
+    assert j["bytes"] == 3 << 20, j
+    for path in ("grpc-stream", "shm", "embedded"):
+        p = j["paths"][path]
+        assert "error" not in p, (path, p)
+        for k in ("upload_gbps", "download_gbps", "download_computed_gbps",
+                  "download_allocate_host_gbps", "read_alloc_gbps"):
+            assert p[k] > 0, (path, k, p)
+    print("bench transfer: every path read back what it wrote")
+
+
 def check_event_files(tmp):
     m = os.path.join(tmp, "mm.onnx")
     logdir = os.path.join(tmp, "logs")
@@ -201,6 +218,7 @@ def main():
         check_device_mistakes(tmp)
         check_settings_refused()
         check_devices_table_and_help()
+        check_transfer_bench()
         check_event_files(tmp)
         check_progress_phases(tmp)
         check_peers_from_copied_binary(tmp)

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "broker_process.h"
+#include "core/errors.h"
 #include "engine/engine.h"
 #include "rpc/remote_client.h"
 
@@ -181,12 +182,17 @@ HostTensor ramp(int64_t n, float offset) {
   return t;
 }
 
-TEST(LentRegions, ValuesStayRightWhileTheirRegionsAreLentAndReused) {
+// A client of the shared broker that must use shared memory.
+Result<std::unique_ptr<rpc::RemoteClient>> shm_client() {
   auto* broker = testing::shared_broker();
-  ASSERT_NE(broker, nullptr);
+  if (!broker) return errors::Unavailable("the shared broker did not start");
   rpc::RemoteClientOptions o;
   o.transport = "shm";
-  auto c = rpc::RemoteClient::connect(broker->address(), o);
+  return rpc::RemoteClient::connect(broker->address(), o);
+}
+
+TEST(LentRegions, ValuesStayRightWhileTheirRegionsAreLentAndReused) {
+  auto c = shm_client();
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   const int64_t base = cpu0_in_use(**c);
   const int64_t n = 2 << 20;  // 8 MiB of float32: lent, not copied
@@ -272,11 +278,7 @@ TEST(LentRegions, StreamedUploadsLandInTheTensorAndAreFreedWithIt) {
 // (one copy). Each such tensor keeps its own bytes while later reads land elsewhere; a region
 // comes back for reuse once its tensor goes, and a tensor outlives the client that read it.
 TEST(LentRegions, LargeReadsReturnTheRegionTheyLandedInAndEachKeepsItsBytes) {
-  auto* broker = testing::shared_broker();
-  ASSERT_NE(broker, nullptr);
-  rpc::RemoteClientOptions o;
-  o.transport = "shm";
-  auto c = rpc::RemoteClient::connect(broker->address(), o);
+  auto c = shm_client();
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   const int64_t n = 3 << 20;  // 12 MiB of float32
   std::vector<TensorHandle> hs;
@@ -325,11 +327,7 @@ TEST(LentRegions, LargeReadsReturnTheRegionTheyLandedInAndEachKeepsItsBytes) {
 // Memory from allocate_host() on shared memory is a region of the client's: read_into() it is
 // written by the broker itself (one copy, one call), at any offset inside it, never past it.
 TEST(LentRegions, ReadIntoAllocatedHostMemoryIsWrittenByTheBrokerInOneCall) {
-  auto* broker = testing::shared_broker();
-  ASSERT_NE(broker, nullptr);
-  rpc::RemoteClientOptions o;
-  o.transport = "shm";
-  auto c = rpc::RemoteClient::connect(broker->address(), o);
+  auto c = shm_client();
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   const int64_t n = 3 << 20;  // 12 MiB of float32
   auto h = (*c)->upload(ramp(n, 5.0f).view(), "");
@@ -365,6 +363,63 @@ TEST(LentRegions, ReadIntoAllocatedHostMemoryIsWrittenByTheBrokerInOneCall) {
   ASSERT_TRUE((*c)->release(*h).ok());
   c->reset();
   EXPECT_EQ(std::memcmp(buf->data(), want.data(), want.nbytes()), 0);
+}
+
+// A value uploaded by lending its region is read back out of that region by the client
+// itself (one copy, as on the embedded engine); the broker still answers for the handle, so a
+// released one is an error, never the stale bytes of a region written again since.
+TEST(LentRegions, ReadIntoAnUploadedValueCopiesItOutOfTheLentRegion) {
+  auto c = shm_client();
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const int64_t n = 2 << 20;  // 8 MiB of float32: lent
+  const HostTensor want = ramp(n, 7.0f);
+  auto h = (*c)->upload(want.view(), "");
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  std::vector<float> out(static_cast<size_t>(n) + 16, -1.0f);
+  for (int round = 0; round < 2; ++round) {
+    const int64_t calls = (*c)->rpc_count();
+    auto t = (*c)->read_into(*h, out.data(), static_cast<size_t>(n) * 4);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    EXPECT_EQ(t->dtype, DType::kFloat32);
+    EXPECT_EQ(t->shape, Shape{n});
+    EXPECT_EQ((*c)->rpc_count() - calls, 1);  // the broker is asked whether it holds the value
+    EXPECT_EQ(std::memcmp(out.data(), want.data(), want.nbytes()), 0);
+    EXPECT_EQ(out[static_cast<size_t>(n)], -1.0f) << "written past the value";
+  }
+  // Too little room: the type only.
+  std::fill(out.begin(), out.end(), -1.0f);
+  auto small = (*c)->read_into(*h, out.data(), 64);
+  ASSERT_TRUE(small.ok()) << small.status().to_string();
+  EXPECT_EQ(small->shape, Shape{n});
+  EXPECT_EQ(out[0], -1.0f);
+  // Computed on by the broker, the uploaded value stays as it was.
+  Graph g;
+  g.name = "neg";
+  g.inputs = {{"x", {DType::kFloat32, {n}}}};
+  Node neg;
+  neg.name = "neg";
+  neg.op = "Neg";
+  neg.inputs = {"x"};
+  neg.outputs = {"y"};
+  g.nodes = {neg};
+  g.outputs = {{"y", {}}};
+  auto y = (*c)->execute(g, {*h}, "");
+  ASSERT_TRUE(y.ok()) << y.status().to_string();
+  ASSERT_TRUE((*c)->read_into((*y)[0], out.data(), static_cast<size_t>(n) * 4).ok());
+  EXPECT_EQ(out[12], -19.0f);
+  ASSERT_TRUE((*c)->read_into(*h, out.data(), static_cast<size_t>(n) * 4).ok());
+  EXPECT_EQ(std::memcmp(out.data(), want.data(), want.nbytes()), 0);
+  // Released: the region goes back to the pool and is lent again; the old handle is an error.
+  ASSERT_TRUE((*c)->release((*y)[0]).ok());
+  ASSERT_TRUE((*c)->release(*h).ok());
+  for (int i = 0; i < 3; ++i) {
+    auto other = (*c)->upload(ramp(n, 100.0f + i).view(), "");
+    ASSERT_TRUE(other.ok()) << other.status().to_string();
+    ASSERT_TRUE((*c)->wait(*other).ok());
+  }
+  auto gone = (*c)->read_into(*h, out.data(), static_cast<size_t>(n) * 4);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.status().code(), StatusCode::kNotFound) << gone.status().to_string();
 }
 
 // Without shared memory (gRPC streams, the embedded engine) allocate_host() is ordinary
