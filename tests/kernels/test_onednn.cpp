@@ -256,12 +256,42 @@ TEST(FastNorm, SoftmaxMatchesReference) {
     for (int64_t i = 0; i < x.numel(); i += 7) x.mutable_data<float>()[i] *= 30.0f;
     expect_fast_matches_reference(op, {x}, {}, "fast");
     expect_fast_matches_reference(op, {random_f32({5, 3}, rng)}, {{"axis", int64_t{1}}}, "fast");
+    // Rows of many 16-value lanes and a tail, and of less than one lane.
+    expect_fast_matches_reference(op, {random_f32({3, 1013}, rng)}, {}, "fast");
+    expect_fast_matches_reference(op, {random_f32({4, 7}, rng)}, {}, "fast");
     // An axis with trailing dims goes to the reference.
     const auto& fast = cpu::KernelRegistry::global().find(op).front();
     Node n;
     n.op = op;
     n.attrs = {{"axis", int64_t{1}}};
     EXPECT_FALSE(fast.accepts(n, {{DType::kFloat32, {2, 3, 4}}}).ok());
+  }
+}
+
+// A NaN anywhere in a row (first, in the 16-value lanes, in the tail) makes the whole row NaN,
+// as the reference's; the other rows are untouched.
+TEST(FastNorm, SoftmaxRowWithNanIsAllNan) {
+  std::mt19937 rng(20);
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    SCOPED_TRACE(op);
+    HostTensor x = random_f32({4, 40}, rng);
+    float* d = x.mutable_data<float>();
+    d[0] = NAN;
+    d[40 + 5] = NAN;
+    d[80 + 37] = NAN;
+    std::vector<HostTensor> bound;
+    const Graph g = one_node_graph(op, {x}, {}, &bound);
+    auto out = run_graph_on_host(g, bound, CompileOptions{true});
+    ASSERT_TRUE(out.ok() && (*out)[0].ok());
+    const float* y = (*out)[0]->data<float>();
+    for (int64_t r = 0; r < 3; ++r)
+      for (int64_t j = 0; j < 40; ++j) EXPECT_TRUE(std::isnan(y[r * 40 + j])) << r << "," << j;
+    double sum = 0;
+    for (int64_t j = 0; j < 40; ++j) {
+      EXPECT_FALSE(std::isnan(y[120 + j]));
+      sum += std::string(op) == "Softmax" ? y[120 + j] : std::exp(y[120 + j]);
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-5);
   }
 }
 
