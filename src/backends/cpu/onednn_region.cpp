@@ -370,6 +370,14 @@ bool eligible(const Node& node, const FusionGraph& g) {
   if (op == "Reshape" || op == "Transpose") return channel_shuffle_head(node, g) != nullptr;
   if (op == "Slice") return channel_slice(node, g).has_value();
   if (op == "ReduceMean") return spatial_mean(node, g) >= 0;
+  // An activation of a contraction's 2-D result (the classifier head's Linear -> HardSwish ->
+  // Linear): a post-op of the inner product, or an eltwise on its 2-D result.
+  if (is_unary_eltwise(op) && out && out->dtype == DType::kFloat32 && out->shape.size() == 2 &&
+      shape_is_static(out->shape)) {
+    const Node* p = producer_of(g, node.inputs[0]);
+    return p && (p->op == "Gemm" || p->op == "MatMul") && dense_params(*p, g).ok() &&
+           eltwise_steps(node, g).ok();
+  }
   if (!is_f32_act_static(out)) return false;
   const size_t rank = out->shape.size();
   if (op == "Conv") {
@@ -1101,7 +1109,23 @@ class RegionCompiler {
                                                              src_any, wei_any, bias_md, dst_any)
                          : dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_inference,
                                                              src_any, wei_any, dst_any);
-    dnnl::inner_product_forward::primitive_desc pd(desc, cpu_engine());
+    // Activations read only by this product's result: its post-ops.
+    std::string v = node.outputs[0];
+    dnnl::post_ops post;
+    for (int guard = 0; guard < 4; ++guard) {
+      auto c = sole_consumer(v);
+      if (!c) break;
+      const Node& next = *g_.nodes[r_.members[*c]];
+      if (!is_unary_eltwise(next.op) || next.inputs[0] != v) break;
+      TD_ASSIGN_OR_RETURN(auto steps, eltwise_steps(next, g_));
+      for (const auto& e : steps) post.append_eltwise(1.0f, e.alg, e.alpha, e.beta);
+      fused_members_.insert(*c);
+      out_->fused_++;
+      v = next.outputs[0];
+    }
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(post);
+    dnnl::inner_product_forward::primitive_desc pd(desc, attr, cpu_engine());
     TD_ASSIGN_OR_RETURN(int src, value_in(src_value, pd.src_desc()));
     const memory::desc wplain(wei_dims, DT::f32, wei_dims.size() == 4 ? Tag::abcd : Tag::ab);
     const int wei = add_weights(wplain, p.weights.data(), pd.weights_desc());
@@ -1110,7 +1134,7 @@ class RegionCompiler {
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
     if (has_bias) args[DNNL_ARG_BIAS] = add_owned(bias_md, p.bias.data());
     add_op(dnnl::inner_product_forward(pd), std::move(args), "inner_product");
-    value_slot_[node.outputs[0]] = dst;
+    value_slot_[v] = dst;
     return OkStatus();
   }
 
@@ -1214,6 +1238,11 @@ class RegionCompiler {
       }
     }
     TD_ASSIGN_OR_RETURN(int src, value(node.inputs[0]));
+    const Shape& xs = type(node.inputs[0]).shape;
+    if (xs.size() == 2 && out_->slots_[static_cast<size_t>(src)].md.dims().size() != 2) {
+      // A 2-D region input is held as [1, 1, M, N] (padded4): the same bytes as [M, N].
+      TD_ASSIGN_OR_RETURN(src, view_of(src, plain(xs)));
+    }
     const memory::desc md = out_->slots_[static_cast<size_t>(src)].md;
     dnnl::primitive_attr attr;
     dnnl::post_ops post;
