@@ -599,5 +599,32 @@ TEST(GraphCompiler, ActivationBetweenLinearLayersStaysInTheRegion) {
   EXPECT_EQ(plan.find("Elementwise"), std::string::npos) << plan;
 }
 
+// A first layer with few input channels reads the region's NCHW input as is (oneDNN's direct
+// kernel, nChw16c out) when it writes 16 channels, which are the same bytes as channels-last:
+// no reorder in, none after it; only the region's output is reordered. With many output
+// channels the input is reordered instead (fewer bytes). The reference kernels' results.
+TEST(GraphCompiler, FirstLayerReadsThePlainInputWithoutAReorder) {
+  {
+    G b;
+    auto x = b.in("x", {1, 3, 33, 31});
+    auto h = b.op("HardSwish", {b.bn(b.conv(x, 3, 16, 3, 2), 16)});
+    h = b.op("Relu", {b.conv(h, 16, 16, 3, 1, 16)});  // depthwise, channels-last
+    b.out(b.conv(h, 16, 24, 1));
+    const std::string plan = check(b.g, {random({1, 3, 33, 31}, 40)});
+    EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+    EXPECT_EQ(primitives(plan, "conv"), 3) << plan;
+    EXPECT_EQ(primitives(plan, "reorder"), 1) << plan;
+  }
+  {
+    G b;
+    auto x = b.in("x", {1, 3, 30, 30});
+    auto h = b.op("Relu", {b.conv(x, 3, 64, 3, 1)});
+    b.out(b.conv(h, 64, 32, 1));
+    const std::string plan = check(b.g, {random({1, 3, 30, 30}, 41)});
+    EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+    EXPECT_EQ(primitives(plan, "reorder"), 2) << plan;
+  }
+}
+
 }  // namespace
 }  // namespace tensord
