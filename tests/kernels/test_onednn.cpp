@@ -295,6 +295,57 @@ TEST(FastNorm, SoftmaxRowWithNanIsAllNan) {
   }
 }
 
+// The fast float32 Resize (image.cpp) against the reference: linear and cubic, each coordinate
+// transformation, up and down, antialias with exclude_outside, an output of one row; a Resize
+// that also scales the channels runs the reference from inside the fast kernel.
+TEST(FastResize, LinearAndCubicMatchReference) {
+  std::mt19937 rng(21);
+  auto f32 = [](std::vector<float> v) {
+    HostTensor t(DType::kFloat32, {static_cast<int64_t>(v.size())});
+    for (size_t i = 0; i < v.size(); ++i) t.mutable_data<float>()[i] = v[i];
+    return t;
+  };
+  auto i64 = [](std::vector<int64_t> v) {
+    HostTensor t(DType::kInt64, {static_cast<int64_t>(v.size())});
+    for (size_t i = 0; i < v.size(); ++i) t.mutable_data<int64_t>()[i] = v[i];
+    return t;
+  };
+  const HostTensor x = random_f32({2, 3, 7, 9}, rng);
+  const HostTensor none;
+  struct Case {
+    std::string mode, ctm;
+    HostTensor scales, sizes;
+    int64_t antialias = 0, exclude = 0;
+  };
+  const std::vector<Case> cases = {
+      {"linear", "half_pixel", none, i64({2, 3, 56, 72})},  // x8, the segmentation heads'
+      {"linear", "align_corners", f32({1, 1, 2, 3}), none},
+      {"linear", "pytorch_half_pixel", none, i64({2, 3, 1, 20})},
+      {"linear", "asymmetric", f32({1, 1, 0.5f, 0.6f}), none, 1},
+      {"cubic", "half_pixel", f32({1, 1, 2.5f, 1.5f}), none},
+      {"cubic", "asymmetric", f32({1, 1, 0.5f, 0.6f}), none, 1, 1},
+      {"linear", "half_pixel", f32({1, 2, 2, 2}), none},  // channels too: the reference
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.mode + " " + c.ctm);
+    expect_fast_matches_reference("Resize", {x, none, c.scales, c.sizes},
+                                  {{"mode", c.mode},
+                                   {"coordinate_transformation_mode", c.ctm},
+                                   {"antialias", c.antialias},
+                                   {"exclude_outside", c.exclude}},
+                                  "fast");
+  }
+  // Nearest and tf_crop_and_resize are the reference's.
+  const auto& fast = cpu::KernelRegistry::global().find("Resize").front();
+  Node n;
+  n.op = "Resize";
+  n.attrs = {{"mode", std::string("nearest")}};
+  EXPECT_FALSE(fast.accepts(n, {x.type()}).ok());
+  n.attrs = {{"mode", std::string("linear")},
+             {"coordinate_transformation_mode", std::string("tf_crop_and_resize")}};
+  EXPECT_FALSE(fast.accepts(n, {x.type()}).ok());
+}
+
 // The element-wise programs' erf (GELU's): within 1e-6 relative of libm's double erf over
 // [-6, 6], exact limits, NaN through.
 TEST(VecMath, ErfMatchesLibm) {
