@@ -7,7 +7,8 @@
 // one axis at a time from the last to the first, which is how its nested 1-D interpolation
 // works; GridSample, RoiAlign and NonMaxSuppression mirror op_grid_sample.py,
 // op_roi_align.py and op_non_max_suppression.py. MaxRoiPool follows onnxruntime (Caffe's
-// ROIPooling). Arithmetic is in double.
+// ROIPooling). Arithmetic is in double. One fast kernel sits beside them, ahead in Resize's
+// list: float32 linear/cubic of the last two axes on the same taps (resize_fast_run).
 #include <omp.h>
 
 #include <algorithm>
