@@ -571,5 +571,60 @@ TEST(GraphCompiler, SpatialReduceMeanIsAGlobalPoolInTheRegion) {
   EXPECT_EQ(count(plan1, "ReduceMean '"), 0) << plan1;
 }
 
+// Activations of a Linear layer's 2-D result stay in the region: a post-op of the inner product
+// when only the next Linear reads them (MobileNetV3's Linear -> HardSwish -> Linear head), an
+// eltwise on the 2-D result when the product is read elsewhere too.
+TEST(GraphCompiler, ActivationBetweenLinearLayersStaysInTheRegion) {
+  G b;
+  auto x = b.in("x", {2, 8, 9, 9});
+  auto pooled = b.op("GlobalAveragePool", {b.op("Relu", {b.conv(x, 8, 32, 3)})});
+  auto flat = b.op("Flatten", {pooled}, {{"axis", int64_t{1}}});
+  auto h = b.op("Gemm", {flat, b.constant(random({24, 32}, 31)), b.constant(random({24}, 32))},
+                {{"transB", int64_t{1}}});
+  auto a = b.op("HardSwish", {h});
+  auto logits = b.op("Gemm", {a, b.constant(random({10, 24}, 33)), b.constant(random({10}, 34))},
+                     {{"transB", int64_t{1}}});
+  auto h2 = b.op("MatMul", {flat, b.constant(random({32, 6}, 35))});
+  auto r = b.op("Relu", {h2});
+  auto y2 = b.op("MatMul", {r, b.constant(random({6, 4}, 36))});
+  b.out(logits);
+  b.out(h2);  // read outside too: its Relu is not a post-op
+  b.out(y2);
+  const std::string plan = check(b.g, {random({2, 8, 9, 9}, 30)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_EQ(primitives(plan, "inner_product"), 4) << plan;
+  EXPECT_EQ(primitives(plan, "eltwise"), 1) << plan;
+  EXPECT_EQ(plan.find("Gemm '"), std::string::npos) << plan;
+  EXPECT_EQ(plan.find("MatMul '"), std::string::npos) << plan;
+  EXPECT_EQ(plan.find("Elementwise"), std::string::npos) << plan;
+}
+
+// A first layer with few input channels reads the region's NCHW input as is (oneDNN's direct
+// kernel, nChw16c out) when it writes 16 channels, which are the same bytes as channels-last:
+// no reorder in, none after it; only the region's output is reordered. With many output
+// channels the input is reordered instead (fewer bytes). The reference kernels' results.
+TEST(GraphCompiler, FirstLayerReadsThePlainInputWithoutAReorder) {
+  {
+    G b;
+    auto x = b.in("x", {1, 3, 33, 31});
+    auto h = b.op("HardSwish", {b.bn(b.conv(x, 3, 16, 3, 2), 16)});
+    h = b.op("Relu", {b.conv(h, 16, 16, 3, 1, 16)});  // depthwise, channels-last
+    b.out(b.conv(h, 16, 24, 1));
+    const std::string plan = check(b.g, {random({1, 3, 33, 31}, 40)});
+    EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+    EXPECT_EQ(primitives(plan, "conv"), 3) << plan;
+    EXPECT_EQ(primitives(plan, "reorder"), 1) << plan;
+  }
+  {
+    G b;
+    auto x = b.in("x", {1, 3, 30, 30});
+    auto h = b.op("Relu", {b.conv(x, 3, 64, 3, 1)});
+    b.out(b.conv(h, 64, 32, 1));
+    const std::string plan = check(b.g, {random({1, 3, 30, 30}, 41)});
+    EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+    EXPECT_EQ(primitives(plan, "reorder"), 2) << plan;
+  }
+}
+
 }  // namespace
 }  // namespace tensord

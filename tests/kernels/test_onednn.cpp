@@ -256,6 +256,9 @@ TEST(FastNorm, SoftmaxMatchesReference) {
     for (int64_t i = 0; i < x.numel(); i += 7) x.mutable_data<float>()[i] *= 30.0f;
     expect_fast_matches_reference(op, {x}, {}, "fast");
     expect_fast_matches_reference(op, {random_f32({5, 3}, rng)}, {{"axis", int64_t{1}}}, "fast");
+    // Rows of many 16-value lanes and a tail, and of less than one lane.
+    expect_fast_matches_reference(op, {random_f32({3, 1013}, rng)}, {}, "fast");
+    expect_fast_matches_reference(op, {random_f32({4, 7}, rng)}, {}, "fast");
     // An axis with trailing dims goes to the reference.
     const auto& fast = cpu::KernelRegistry::global().find(op).front();
     Node n;
@@ -263,6 +266,84 @@ TEST(FastNorm, SoftmaxMatchesReference) {
     n.attrs = {{"axis", int64_t{1}}};
     EXPECT_FALSE(fast.accepts(n, {{DType::kFloat32, {2, 3, 4}}}).ok());
   }
+}
+
+// A NaN anywhere in a row (first, in the 16-value lanes, in the tail) makes the whole row NaN,
+// as the reference's; the other rows are untouched.
+TEST(FastNorm, SoftmaxRowWithNanIsAllNan) {
+  std::mt19937 rng(20);
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    SCOPED_TRACE(op);
+    HostTensor x = random_f32({4, 40}, rng);
+    float* d = x.mutable_data<float>();
+    d[0] = NAN;
+    d[40 + 5] = NAN;
+    d[80 + 37] = NAN;
+    std::vector<HostTensor> bound;
+    const Graph g = one_node_graph(op, {x}, {}, &bound);
+    auto out = run_graph_on_host(g, bound, CompileOptions{true});
+    ASSERT_TRUE(out.ok() && (*out)[0].ok());
+    const float* y = (*out)[0]->data<float>();
+    for (int64_t r = 0; r < 3; ++r)
+      for (int64_t j = 0; j < 40; ++j) EXPECT_TRUE(std::isnan(y[r * 40 + j])) << r << "," << j;
+    double sum = 0;
+    for (int64_t j = 0; j < 40; ++j) {
+      EXPECT_FALSE(std::isnan(y[120 + j]));
+      sum += std::string(op) == "Softmax" ? y[120 + j] : std::exp(y[120 + j]);
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-5);
+  }
+}
+
+// The fast float32 Resize (image.cpp) against the reference: linear and cubic, each coordinate
+// transformation, up and down, antialias with exclude_outside, an output of one row; a Resize
+// that also scales the channels runs the reference from inside the fast kernel.
+TEST(FastResize, LinearAndCubicMatchReference) {
+  std::mt19937 rng(21);
+  auto f32 = [](std::vector<float> v) {
+    HostTensor t(DType::kFloat32, {static_cast<int64_t>(v.size())});
+    for (size_t i = 0; i < v.size(); ++i) t.mutable_data<float>()[i] = v[i];
+    return t;
+  };
+  auto i64 = [](std::vector<int64_t> v) {
+    HostTensor t(DType::kInt64, {static_cast<int64_t>(v.size())});
+    for (size_t i = 0; i < v.size(); ++i) t.mutable_data<int64_t>()[i] = v[i];
+    return t;
+  };
+  const HostTensor x = random_f32({2, 3, 7, 9}, rng);
+  const HostTensor none;
+  struct Case {
+    std::string mode, ctm;
+    HostTensor scales, sizes;
+    int64_t antialias = 0, exclude = 0;
+  };
+  const std::vector<Case> cases = {
+      {"linear", "half_pixel", none, i64({2, 3, 56, 72})},  // x8, the segmentation heads'
+      {"linear", "align_corners", f32({1, 1, 2, 3}), none},
+      {"linear", "pytorch_half_pixel", none, i64({2, 3, 1, 20})},
+      {"linear", "asymmetric", f32({1, 1, 0.5f, 0.6f}), none, 1},
+      {"cubic", "half_pixel", f32({1, 1, 2.5f, 1.5f}), none},
+      {"cubic", "asymmetric", f32({1, 1, 0.5f, 0.6f}), none, 1, 1},
+      {"linear", "half_pixel", f32({1, 2, 2, 2}), none},  // channels too: the reference
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.mode + " " + c.ctm);
+    expect_fast_matches_reference("Resize", {x, none, c.scales, c.sizes},
+                                  {{"mode", c.mode},
+                                   {"coordinate_transformation_mode", c.ctm},
+                                   {"antialias", c.antialias},
+                                   {"exclude_outside", c.exclude}},
+                                  "fast");
+  }
+  // Nearest and tf_crop_and_resize are the reference's.
+  const auto& fast = cpu::KernelRegistry::global().find("Resize").front();
+  Node n;
+  n.op = "Resize";
+  n.attrs = {{"mode", std::string("nearest")}};
+  EXPECT_FALSE(fast.accepts(n, {x.type()}).ok());
+  n.attrs = {{"mode", std::string("linear")},
+             {"coordinate_transformation_mode", std::string("tf_crop_and_resize")}};
+  EXPECT_FALSE(fast.accepts(n, {x.type()}).ok());
 }
 
 // The element-wise programs' erf (GELU's): within 1e-6 relative of libm's double erf over

@@ -370,6 +370,14 @@ bool eligible(const Node& node, const FusionGraph& g) {
   if (op == "Reshape" || op == "Transpose") return channel_shuffle_head(node, g) != nullptr;
   if (op == "Slice") return channel_slice(node, g).has_value();
   if (op == "ReduceMean") return spatial_mean(node, g) >= 0;
+  // An activation of a contraction's 2-D result (the classifier head's Linear -> HardSwish ->
+  // Linear): a post-op of the inner product, or an eltwise on its 2-D result.
+  if (is_unary_eltwise(op) && out && out->dtype == DType::kFloat32 && out->shape.size() == 2 &&
+      shape_is_static(out->shape)) {
+    const Node* p = producer_of(g, node.inputs[0]);
+    return p && (p->op == "Gemm" || p->op == "MatMul") && dense_params(*p, g).ok() &&
+           eltwise_steps(node, g).ok();
+  }
   if (!is_f32_act_static(out)) return false;
   const size_t rank = out->shape.size();
   if (op == "Conv") {
@@ -547,6 +555,35 @@ memory::desc plain(const Shape& s) {
   return memory::desc(dims_of(s), DT::f32, strides);
 }
 
+// The strides of `md` as a plain strided layout, when it is one: no blocking, or one block
+// that covers its whole dimension (nChw16c with 16 channels is channels-last).
+std::optional<memory::dims> plain_strides(const memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked) return std::nullopt;
+  const auto& b = d.format_desc.blocking;
+  memory::dims st(b.strides, b.strides + d.ndims);
+  for (int i = 0; i < d.ndims; ++i)
+    if (d.padded_dims[i] != d.dims[i]) return std::nullopt;
+  if (b.inner_nblks == 0) return st;
+  if (b.inner_nblks != 1 || d.dims[b.inner_idxs[0]] != b.inner_blks[0]) return std::nullopt;
+  st[static_cast<size_t>(b.inner_idxs[0])] = 1;
+  return st;
+}
+
+// Whether `a` and `b` put every element at the same offset: a reorder between them copies
+// nothing, so one may view the other's bytes.
+bool same_bytes(const memory::desc& a, const memory::desc& b) {
+  if (a.data.ndims != b.data.ndims || a.data.data_type != b.data.data_type ||
+      a.data.offset0 != b.data.offset0 || a.dims() != b.dims())
+    return false;
+  const auto sa = plain_strides(a), sb = plain_strides(b);
+  if (!sa || !sb) return false;
+  for (int i = 0; i < a.data.ndims; ++i)
+    if (a.data.dims[i] > 1 && (*sa)[static_cast<size_t>(i)] != (*sb)[static_cast<size_t>(i)])
+      return false;
+  return true;
+}
+
 class RegionCompiler {
  public:
   RegionCompiler(const FusionGraph& g, const FusedGroup& r) : g_(g), r_(r) {}
@@ -672,6 +709,12 @@ class RegionCompiler {
     if (out_->slots_[static_cast<size_t>(slot)].md == want) return slot;
     for (int s : reordered_[name])
       if (out_->slots_[static_cast<size_t>(s)].md == want) return s;
+    if (out_->slots_[static_cast<size_t>(slot)].kind != SlotKind::kOwned &&
+        same_bytes(out_->slots_[static_cast<size_t>(slot)].md, want)) {
+      TD_ASSIGN_OR_RETURN(int view, view_of(slot, want));
+      reordered_[name].push_back(view);
+      return view;
+    }
     const int dst = add_arena(want);
     add_reorder(slot, dst);
     reordered_[name].push_back(dst);
@@ -733,6 +776,14 @@ class RegionCompiler {
       if (ws[0] % 16 != 0 || (xs[1] % 16 != 0 && xs[1] >= 16)) return false;
     }
     return any_conv;
+  }
+
+  // Whether `v` is a region input of rank 3 or 4 (held in its plain NCHW layout).
+  bool reads_plain_input(const std::string& v) {
+    auto it = value_slot_.find(v);
+    return it != value_slot_.end() &&
+           out_->slots_[static_cast<size_t>(it->second)].kind == SlotKind::kInput &&
+           type(v).shape.size() >= 3;
   }
 
   // The single member consuming `v`, if `v` is used exactly once, inside the region only.
@@ -1033,13 +1084,33 @@ class RegionCompiler {
     const memory::dims pl = {pads[0], pads[1]}, pr = {pads[2], pads[3]};
     dnnl::primitive_attr attr;
     attr.set_post_ops(post);
-    auto desc = has_bias ? dnnl::convolution_forward::desc(
-                               dnnl::prop_kind::forward_inference, Alg::convolution_direct,
-                               src_any, wei_any, bias_md, dst_any, st, dl, pl, pr)
-                         : dnnl::convolution_forward::desc(
-                               dnnl::prop_kind::forward_inference, Alg::convolution_direct,
-                               src_any, wei_any, dst_any, st, dl, pl, pr);
-    dnnl::convolution_forward::primitive_desc pd(desc, attr, cpu_engine());
+    auto make_pd = [&](const memory::desc& src_md, const memory::desc& dst_md) {
+      auto desc = has_bias ? dnnl::convolution_forward::desc(
+                                 dnnl::prop_kind::forward_inference, Alg::convolution_direct,
+                                 src_md, wei_any, bias_md, dst_md, st, dl, pl, pr)
+                           : dnnl::convolution_forward::desc(
+                                 dnnl::prop_kind::forward_inference, Alg::convolution_direct,
+                                 src_md, wei_any, dst_md, st, dl, pl, pr);
+      return dnnl::convolution_forward::primitive_desc(desc, attr, cpu_engine());
+    };
+    // A first layer (few input channels) on the region's plain input: oneDNN's direct kernel
+    // reads NCHW as is and writes nChw16c, instead of a reorder of the input to channels-last.
+    // Taken when that writes fewer bytes than the reorder would copy, or none: with 16 output
+    // channels nChw16c is channels-last (same_bytes).
+    std::optional<dnnl::convolution_forward::primitive_desc> direct;
+    if (reads_plain_input(node.inputs[0]) && !blocked16_ && group == 1 && xs[1] < 16 &&
+        (oc == 16 || oc * ys[2] * ys[3] < xs[1] * xs[2] * xs[3])) {
+      try {
+        direct = make_pd(memory::desc(dims_of(xs), DT::f32, Tag::abcd),
+                         memory::desc(dims_of(ys), DT::f32, Tag::aBcd16b));
+        const std::string impl = direct->impl_info_str();
+        if (impl.find("ref") != std::string::npos || impl.find("gemm") != std::string::npos)
+          direct.reset();
+      } catch (const dnnl::error&) {
+        direct.reset();
+      }
+    }
+    dnnl::convolution_forward::primitive_desc pd = direct ? *direct : make_pd(src_any, dst_any);
 
     TD_ASSIGN_OR_RETURN(int src, value_in(node.inputs[0], pd.src_desc()));
     const memory::desc wplain(wdims, DT::f32, group > 1 ? Tag::goihw : Tag::oihw);
@@ -1101,7 +1172,23 @@ class RegionCompiler {
                                                              src_any, wei_any, bias_md, dst_any)
                          : dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_inference,
                                                              src_any, wei_any, dst_any);
-    dnnl::inner_product_forward::primitive_desc pd(desc, cpu_engine());
+    // Activations read only by this product's result: its post-ops.
+    std::string v = node.outputs[0];
+    dnnl::post_ops post;
+    for (int guard = 0; guard < 4; ++guard) {
+      auto c = sole_consumer(v);
+      if (!c) break;
+      const Node& next = *g_.nodes[r_.members[*c]];
+      if (!is_unary_eltwise(next.op) || next.inputs[0] != v) break;
+      TD_ASSIGN_OR_RETURN(auto steps, eltwise_steps(next, g_));
+      for (const auto& e : steps) post.append_eltwise(1.0f, e.alg, e.alpha, e.beta);
+      fused_members_.insert(*c);
+      out_->fused_++;
+      v = next.outputs[0];
+    }
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(post);
+    dnnl::inner_product_forward::primitive_desc pd(desc, attr, cpu_engine());
     TD_ASSIGN_OR_RETURN(int src, value_in(src_value, pd.src_desc()));
     const memory::desc wplain(wei_dims, DT::f32, wei_dims.size() == 4 ? Tag::abcd : Tag::ab);
     const int wei = add_weights(wplain, p.weights.data(), pd.weights_desc());
@@ -1110,7 +1197,7 @@ class RegionCompiler {
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
     if (has_bias) args[DNNL_ARG_BIAS] = add_owned(bias_md, p.bias.data());
     add_op(dnnl::inner_product_forward(pd), std::move(args), "inner_product");
-    value_slot_[node.outputs[0]] = dst;
+    value_slot_[v] = dst;
     return OkStatus();
   }
 
@@ -1214,6 +1301,11 @@ class RegionCompiler {
       }
     }
     TD_ASSIGN_OR_RETURN(int src, value(node.inputs[0]));
+    const Shape& xs = type(node.inputs[0]).shape;
+    if (xs.size() == 2 && out_->slots_[static_cast<size_t>(src)].md.dims().size() != 2) {
+      // A 2-D region input is held as [1, 1, M, N] (padded4): the same bytes as [M, N].
+      TD_ASSIGN_OR_RETURN(src, view_of(src, plain(xs)));
+    }
     const memory::desc md = out_->slots_[static_cast<size_t>(src)].md;
     dnnl::primitive_attr attr;
     dnnl::post_ops post;

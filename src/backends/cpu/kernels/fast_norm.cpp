@@ -172,41 +172,39 @@ Status softmax_accepts(const Node& node, const std::vector<TensorType>& in) {
   return OkStatus();
 }
 
+// Written as simple loops over independent lanes so the compiler vectorises each pass (the
+// exp pass in one loop with a double accumulator ran scalar: 1.6 ms for a ViT attention's
+// 3 x 197 x 197 Softmax). The row max over 16 lanes; exp into y; the sum of y over 16 double
+// lanes (the double reference's accuracy); then the scale. NaN
+// anywhere makes the sum NaN (vec::exp is NaN in, NaN out), and so every output NaN, as the
+// reference's.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void softmax_row(
     const float* __restrict x, int64_t n, bool log, float* __restrict y) {
+  constexpr int64_t L = 16;
+  float m[L];
+  for (int64_t k = 0; k < L; ++k) m[k] = x[0];
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int64_t k = 0; k < L; ++k) m[k] = x[i + k] > m[k] ? x[i + k] : m[k];
   float mx = x[0];
-  bool nan = false;
-  for (int64_t i = 0; i < n; ++i) {
-    mx = x[i] > mx ? x[i] : mx;
-    nan |= x[i] != x[i];
-  }
-  if (nan) {  // the reference's max skips NaN, then every exp is NaN: all NaN
-    for (int64_t i = 0; i < n; ++i) y[i] = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t k = 0; k < L; ++k) mx = m[k] > mx ? m[k] : mx;
+  for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  if (mx != mx) {  // x[0] is NaN: every exp below would be NaN anyway
+    for (int64_t j = 0; j < n; ++j) y[j] = mx;
     return;
   }
-  double s[8] = {};
-  int64_t i = 0;
+  for (int64_t j = 0; j < n; ++j) y[j] = vec::exp(x[j] - mx);
+  double s[L] = {};
+  i = 0;
+  for (; i + L <= n; i += L)
+    for (int64_t k = 0; k < L; ++k) s[k] += y[i + k];
+  double sum = 0;
+  for (int64_t k = 0; k < L; ++k) sum += s[k];
+  for (; i < n; ++i) sum += y[i];
   if (log) {
-    for (; i + 8 <= n; i += 8)
-      for (int k = 0; k < 8; ++k) s[k] += vec::exp(x[i + k] - mx);
-    double sum = 0;
-    for (int k = 0; k < 8; ++k) sum += s[k];
-    for (; i < n; ++i) sum += vec::exp(x[i] - mx);
     const float ls = static_cast<float>(std::log(sum));
     for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - mx) - ls;
     return;
-  }
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) {
-      const float e = vec::exp(x[i + k] - mx);
-      y[i + k] = e;
-      s[k] += e;
-    }
-  double sum = 0;
-  for (int k = 0; k < 8; ++k) sum += s[k];
-  for (; i < n; ++i) {
-    y[i] = vec::exp(x[i] - mx);
-    sum += y[i];
   }
   const float inv = static_cast<float>(1.0 / sum);
   for (int64_t j = 0; j < n; ++j) y[j] *= inv;

@@ -7,7 +7,10 @@
 // one axis at a time from the last to the first, which is how its nested 1-D interpolation
 // works; GridSample, RoiAlign and NonMaxSuppression mirror op_grid_sample.py,
 // op_roi_align.py and op_non_max_suppression.py. MaxRoiPool follows onnxruntime (Caffe's
-// ROIPooling). Arithmetic is in double.
+// ROIPooling). Arithmetic is in double. One fast kernel sits beside them, ahead in Resize's
+// list: float32 linear/cubic of the last two axes on the same taps (resize_fast_run).
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -19,6 +22,8 @@
 
 #include "backends/cpu/dispatch.h"
 #include "backends/cpu/kernel.h"
+#include "backends/cpu/onednn_common.h"
+#include "core/node_attrs.h"
 
 namespace tensord::cpu {
 namespace {
@@ -224,8 +229,16 @@ Result<AxisTaps> axis_taps(const KernelContext& ctx, const ResizeParams& p, int6
   return t;
 }
 
-Status resize_kernel(KernelContext& ctx) {
+// What a Resize does: its parameters, and the taps of every axis.
+struct ResizePlan {
   ResizeParams p;
+  std::vector<double> scales, roi;
+  std::vector<AxisTaps> taps;
+};
+
+Result<ResizePlan> plan_resize(KernelContext& ctx, const Shape& in_shape, const Shape& out_shape) {
+  ResizePlan plan;
+  ResizeParams& p = plan.p;
   TD_ASSIGN_OR_RETURN(std::string mode, ctx.attr_string("mode", "nearest"));
   p.mode = mode == "linear"  ? ResizeMode::kLinear
            : mode == "cubic" ? ResizeMode::kCubic
@@ -242,11 +255,7 @@ Status resize_kernel(KernelContext& ctx) {
   p.antialias = antialias != 0;
   TD_ASSIGN_OR_RETURN(std::string policy, ctx.attr_string("keep_aspect_ratio_policy", "stretch"));
 
-  const TensorView& xv = ctx.input(0);
-  const Shape& in_shape = xv.shape;
   const size_t rank = in_shape.size();
-  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
-  const Shape& out_shape = out.shape;
   // The resized axes (opset 18 `axes`; inference checked them): roi, scales and sizes list
   // these axes only, the others keep scale 1 and roi [0, 1].
   std::vector<size_t> axes;
@@ -292,13 +301,27 @@ Status resize_kernel(KernelContext& ctx) {
         roi[axes[j] + rank] = given[j + axes.size()];
       }
   }
-  if (out.numel() == 0) return OkStatus();
-
   std::vector<AxisTaps> taps(rank);
   for (size_t d = 0; d < rank; ++d) {
     TD_ASSIGN_OR_RETURN(taps[d], axis_taps(ctx, p, in_shape[d], out_shape[d], scales[d], roi[d],
                                            roi[d + rank]));
   }
+  plan.scales = std::move(scales);
+  plan.roi = std::move(roi);
+  plan.taps = std::move(taps);
+  return plan;
+}
+
+Status resize_kernel(KernelContext& ctx) {
+  const TensorView& xv = ctx.input(0);
+  const Shape& in_shape = xv.shape;
+  const size_t rank = in_shape.size();
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const Shape& out_shape = out.shape;
+  if (out.numel() == 0) return OkStatus();
+  TD_ASSIGN_OR_RETURN(ResizePlan plan, plan_resize(ctx, in_shape, out_shape));
+  const ResizeParams& p = plan.p;
+  const std::vector<AxisTaps>& taps = plan.taps;
 
   if (p.mode == ResizeMode::kNearest) {
     // A gather: each axis picks the tap with weight 1 (exact for every dtype).
@@ -367,6 +390,87 @@ Status resize_kernel(KernelContext& ctx) {
     cur_shape[d] = out_d;
   }
   return store_doubles(out, cur);
+}
+
+// The fast float32 Resize (linear or cubic, any antialias) of the last two axes, the leading
+// ones untouched (scale 1, the same size, not tf_crop_and_resize): the segmentation heads'
+// upsampling. The reference's taps; per plane a pass along W into a [H_in, W_out] buffer, then
+// each output row as the weighted sum of its taps' rows (vectorised along W), in float.
+// Planes run across the compute threads. Anything else runs the reference.
+Status resize_fast_accepts(const Node& node, const std::vector<TensorType>& in) {
+  if (in.empty() || in[0].dtype != DType::kFloat32 || in[0].shape.size() < 2)
+    return Status(StatusCode::kUnimplemented, "Resize: the fast kernel is float32 of rank >= 2");
+  NodeAttrs a(node);
+  auto mode = a.attr_string("mode", "nearest");
+  auto ctm = a.attr_string("coordinate_transformation_mode", "half_pixel");
+  if (!mode.ok() || *mode == "nearest" || !ctm.ok() || *ctm == "tf_crop_and_resize")
+    return Status(StatusCode::kUnimplemented, "Resize: the fast kernel is linear/cubic only");
+  return OkStatus();
+}
+
+Status resize_fast_run(KernelContext& ctx) {
+  const TensorView& xv = ctx.input(0);
+  const Shape& in_shape = xv.shape;
+  const size_t rank = in_shape.size();
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const Shape& out_shape = out.shape;
+  if (out.numel() == 0 || xv.dtype != DType::kFloat32) return resize_kernel(ctx);
+  TD_ASSIGN_OR_RETURN(ResizePlan plan, plan_resize(ctx, in_shape, out_shape));
+  if (plan.p.mode == ResizeMode::kNearest || plan.p.ctm == "tf_crop_and_resize")
+    return resize_kernel(ctx);
+  for (size_t d = 0; d + 2 < rank; ++d)
+    if (plan.scales[d] != 1.0 || in_shape[d] != out_shape[d] || plan.roi[d] != 0.0 ||
+        plan.roi[d + rank] != 1.0)
+      return resize_kernel(ctx);
+  const AxisTaps& th = plan.taps[rank - 2];
+  const AxisTaps& tw = plan.taps[rank - 1];
+  const int64_t hi = in_shape[rank - 2], wi = in_shape[rank - 1];
+  const int64_t ho = out_shape[rank - 2], wo = out_shape[rank - 1];
+  const int64_t planes = out.numel() / (ho * wo);
+  std::vector<float> wh(th.weight.begin(), th.weight.end()), ww(tw.weight.begin(), tw.weight.end());
+  const float* x = xv.as<float>();
+  float* y = out.as<float>();
+  auto plane = [&](int64_t pl, std::vector<float>& tmp) {
+    const float* src = x + pl * hi * wi;
+    float* dst = y + pl * ho * wo;
+    tmp.resize(static_cast<size_t>(hi * wo));
+    for (int64_t r = 0; r < hi; ++r) {
+      const float* row = src + r * wi;
+      float* t = tmp.data() + r * wo;
+      for (int64_t o = 0; o < wo; ++o) {
+        float acc = 0;
+        for (int k = 0; k < tw.n; ++k) {
+          const size_t at = static_cast<size_t>(o * tw.n + k);
+          acc += ww[at] * row[tw.index[at]];
+        }
+        t[o] = acc;
+      }
+    }
+    for (int64_t o = 0; o < ho; ++o) {
+      float* d = dst + o * wo;
+      const size_t at0 = static_cast<size_t>(o * th.n);
+      const float* r0 = tmp.data() + th.index[at0] * wo;
+      const float w0 = wh[at0];
+      for (int64_t i = 0; i < wo; ++i) d[i] = w0 * r0[i];
+      for (int k = 1; k < th.n; ++k) {
+        const float* rk = tmp.data() + th.index[at0 + static_cast<size_t>(k)] * wo;
+        const float wk = wh[at0 + static_cast<size_t>(k)];
+        for (int64_t i = 0; i < wo; ++i) d[i] += wk * rk[i];
+      }
+    }
+  };
+  if (planes > 1 && compute_threads() > 1 && out.numel() >= (1 << 15)) {
+#pragma omp parallel num_threads(compute_threads())
+    {
+      std::vector<float> tmp;
+#pragma omp for schedule(static)
+      for (int64_t pl = 0; pl < planes; ++pl) plane(pl, tmp);
+    }
+  } else {
+    std::vector<float> tmp;
+    for (int64_t pl = 0; pl < planes; ++pl) plane(pl, tmp);
+  }
+  return OkStatus();
 }
 
 // ---- GridSample ----
@@ -853,6 +957,7 @@ Status nms_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_reference_image_kernels(KernelRegistry& r) {
+  r.add(KernelDef{"Resize", "fast", resize_fast_accepts, resize_fast_run});
   auto add = [&r](const char* op, KernelFn fn) {
     r.add(KernelDef{op, "reference", nullptr, std::move(fn)});
   };
