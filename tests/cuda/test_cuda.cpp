@@ -9,6 +9,7 @@
 //    with "no CUDA device" elsewhere.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -59,6 +60,26 @@ const bool kEnvironment = [] {
       GTEST_SKIP() << "NVRTC is not loadable here: " << why_;                                  \
     }                                                                                          \
   } while (0)
+
+// The compile-only devices ("cuda:0" whose kernels NVRTC compiles for `arch` but nothing
+// runs): TENSORD_CUDA_COMPILE_ONLY is set only while they are enumerated.
+std::vector<std::unique_ptr<Device>> compile_only_devices(Backend& backend, const std::string& arch = "compute_90") {
+  setenv("TENSORD_CUDA_COMPILE_ONLY", arch.c_str(), 1);
+  auto devices = backend.enumerate();
+  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  return devices;
+}
+// An engine over cpu:0 and the compile-only cuda:0.
+Result<std::unique_ptr<Client>> compile_only_client(const std::string& arch = "compute_90",
+                                                    bool reference_kernels = true) {
+  setenv("TENSORD_CUDA_COMPILE_ONLY", arch.c_str(), 1);
+  LocalClientOptions o;
+  o.devices = "cpu:0,cuda:0";
+  o.reference_kernels = reference_kernels;
+  auto client = make_local_client(o);
+  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  return client;
+}
 
 // ---- library search ----
 
@@ -263,6 +284,53 @@ TEST(CudaLibraries, CudnnLoadsWithoutAGpuAndIsVersion9) {
   EXPECT_EQ(cuda::library_names("cudnn").front(), "libcudnn.so.9");
 }
 
+// float16 in a fused chain (no NVRTC needed): float32 arithmetic, each float16 result rounded
+// where the graph has one (so a Cast to float16 and back inside a chain is not an identity),
+// float32 in and out stored plainly; a float16 input is loaded as float. Without `halves`
+// (the OpenCL backend) the chain is refused, and the OpenCL C printer says it has no half
+// storage.
+TEST(CudaPlanning, HalfChainsComputeInFloatAndRoundWhereTheGraphDoes) {
+  auto node = [](const char* op, std::vector<std::string> in, std::string out, int64_t to) {
+    Node n;
+    n.op = op;
+    n.inputs = std::move(in);
+    n.outputs = {std::move(out)};
+    if (to >= 0) n.attrs["to"] = to;
+    return n;
+  };
+  const Node c1 = node("Cast", {"x"}, "h", static_cast<int64_t>(DType::kFloat16));
+  const Node add = node("Add", {"h", "b"}, "s", -1);
+  const Node c2 = node("Cast", {"s"}, "y", static_cast<int64_t>(DType::kFloat32));
+  std::map<std::string, TensorType> types = {{"x", {DType::kFloat32, {2, 3}}}, {"h", {DType::kFloat16, {2, 3}}},
+                                             {"b", {DType::kFloat16, {2, 3}}}, {"s", {DType::kFloat16, {2, 3}}},
+                                             {"y", {DType::kFloat32, {2, 3}}}};
+  auto type_of = [&](const std::string& n) -> const TensorType* {
+    auto it = types.find(n);
+    return it == types.end() ? nullptr : &it->second;
+  };
+  EXPECT_FALSE(codegen::lower_elementwise({&c1, &add, &c2}, {"y"}, {2, 3}, type_of, nullptr).ok());
+  auto g = codegen::lower_elementwise({&c1, &add, &c2}, {"y"}, {2, 3}, type_of, nullptr, true);
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  int rounds = 0;
+  for (const auto& in : g->kernel.body) {
+    rounds += in.op == "round_f16";
+    EXPECT_NE(in.op, "round_bf16");
+  }
+  EXPECT_EQ(rounds, 2) << "after the Cast to float16 and after the float16 Add";
+  ASSERT_EQ(g->kernel.inputs.size(), 2u);
+  EXPECT_EQ(g->kernel.inputs[0].storage, codegen::Storage::kPlain);  // x: float32
+  EXPECT_EQ(g->kernel.inputs[1].storage, codegen::Storage::kF16);    // b: float16 words
+  ASSERT_EQ(g->kernel.outputs.size(), 1u);
+  EXPECT_EQ(g->kernel.outputs[0].storage, codegen::Storage::kPlain);  // y: float32
+  auto src = codegen::CudaPrinter().print(g->kernel);
+  ASSERT_TRUE(src.ok()) << src.status().to_string();
+  EXPECT_NE(src->find("td_f16_to_f32(td_f32_to_f16("), std::string::npos) << *src;
+  EXPECT_NE(src->find("td_f16_to_f32(in1[i])"), std::string::npos) << *src;
+  auto ocl = codegen::OpenClPrinter().print(g->kernel);
+  ASSERT_FALSE(ocl.ok());
+  EXPECT_NE(ocl.status().message().find("float16"), std::string::npos) << ocl.status().message();
+}
+
 TEST(CudaPlanning, CopiesAreChunkedToTheStagingBuffers) {
   auto c = cuda::plan_chunks(20, 8);
   ASSERT_EQ(c.size(), 3u);
@@ -285,10 +353,8 @@ TEST(CudaPlanning, ArchitectureIsACubinWhenKnownElsePtxOfTheNearestBelow) {
 // the buffer's offset, and bytes in use / reserved add up.
 TEST(CudaPlanning, TheEnginesPoolSubAllocatesCudaAllocations) {
   REQUIRE_NVRTC();
-  setenv("TENSORD_CUDA_COMPILE_ONLY", "sm_90", 1);
   auto backend = cuda::create_cuda_backend();
-  auto devices = backend->enumerate();
-  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  auto devices = compile_only_devices(*backend, "sm_90");
   ASSERT_EQ(devices.size(), 1u) << backend->unavailable_reason();
   Device& d = *devices[0];
   {
@@ -358,8 +424,44 @@ fs::path node_tests_dir() {
   return {};
 }
 
-// Every node test on the pretend device: each kernel the generator emits for it (element-wise
-// chains, reductions, data movement, Gemm's bias broadcast) is printed as CUDA C and compiled.
+// A float32 tensor as float16/bfloat16 (`to`), values rounded.
+HostTensor retyped(const HostTensor& t, DType to) {
+  HostTensor out(to, t.shape());
+  const float* src = t.data<float>();
+  uint16_t* dst = out.mutable_data<uint16_t>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    dst[i] = to == DType::kFloat16 ? float_to_half(src[i]) : float_to_bfloat16(src[i]);
+  return out;
+}
+
+// A node test's graph and inputs with every float32 value that enters it (inputs,
+// initializers, Constant values) and every float32 result as `to`: the suite's float32 cases
+// as float16/bfloat16 cases. False when nothing enters as float32. (Graphs that then do not
+// type-check, e.g. a Cast to float32 feeding a float32-only input, fail at compile time and
+// generate nothing.)
+bool retype_float32(Graph& g, std::vector<HostTensor>& inputs, DType to) {
+  bool any = false;
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    if (g.inputs[i].type.dtype != DType::kFloat32) continue;
+    g.inputs[i].type.dtype = to;
+    if (i < inputs.size() && inputs[i].dtype() == DType::kFloat32) inputs[i] = retyped(inputs[i], to);
+    any = true;
+  }
+  for (auto& [name, t] : g.initializers)
+    if (t.dtype() == DType::kFloat32) t = retyped(t, to), any = true;
+  for (Node& n : g.nodes)
+    if (auto it = n.attrs.find("value"); n.op == "Constant" && it != n.attrs.end())
+      if (const HostTensor* t = it->second.get_if<HostTensor>(); t && t->dtype() == DType::kFloat32)
+        it->second = Attribute(retyped(*t, to)), any = true;
+  for (auto& o : g.outputs)
+    if (o.type.dtype == DType::kFloat32) o.type.dtype = to;
+  return any;
+}
+
+// Every node test on the pretend device, as it is and with its float32 values as float16 and
+// as bfloat16: each kernel the generator emits for it (element-wise chains, reductions, data
+// movement, Softmax/normalisation templates, Gemm's bias broadcast) is printed as CUDA C and
+// compiled; the count of each is printed.
 TEST(CudaNvrtc, EveryKernelGeneratedForTheOnnxNodeTestsCompiles) {
   REQUIRE_NVRTC();
   const fs::path dir = node_tests_dir();
@@ -369,11 +471,7 @@ TEST(CudaNvrtc, EveryKernelGeneratedForTheOnnxNodeTestsCompiles) {
                  << "; or run tests/onnx/generate_node_tests.py " << TENSORD_TEST_GENERATED_ONNX_TESTS_DIR << ")";
   }
   const char* arch = std::getenv("TENSORD_TEST_CUDA_ARCH");
-  setenv("TENSORD_CUDA_COMPILE_ONLY", arch && *arch ? arch : "compute_90", 1);
-  LocalClientOptions o;
-  o.devices = "cpu:0,cuda:0";
-  auto client = make_local_client(o);
-  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  auto client = compile_only_client(arch && *arch ? arch : "compute_90");
   ASSERT_TRUE(client.ok()) << client.status().to_string();
   // Every kernel source the run generates, once, with its test: compiled below, many per NVRTC
   // call (NVRTC's start-up dominates one small kernel's compile).
@@ -390,30 +488,44 @@ TEST(CudaNvrtc, EveryKernelGeneratedForTheOnnxNodeTestsCompiles) {
   std::sort(tests.begin(), tests.end());
   ASSERT_GT(tests.size(), 100u);
   int ran = 0, skipped_loops = 0;
-  for (const auto& t : tests) {
-    auto graph = load_onnx_file((t / "model.onnx").string());
-    if (!graph.ok()) continue;  // out of scope for tensord: the conformance suite says why
-    // Loop and Scan iterate on values, which a compile-only device does not compute (a loop
-    // condition made on it could run forever): left to the GPU run.
-    bool iterates = false;
-    for (const Node& n : graph->nodes) iterates |= n.op == "Loop" || n.op == "Scan";
-    if (iterates) {
-      ++skipped_loops;
-      continue;
+  std::map<DType, int> ran_as;
+  std::map<DType, size_t> kernels_as;  // distinct kernels first generated by each variant
+  for (DType variant : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    const size_t before = sources.size();
+    for (const auto& t : tests) {
+      auto graph = load_onnx_file((t / "model.onnx").string());
+      if (!graph.ok()) continue;  // out of scope for tensord: the conformance suite says why
+      // Loop and Scan iterate on values, which a compile-only device does not compute (a loop
+      // condition made on it could run forever): left to the GPU run.
+      bool iterates = false;
+      for (const Node& n : graph->nodes) iterates |= n.op == "Loop" || n.op == "Scan";
+      if (iterates) {
+        skipped_loops += variant == DType::kFloat32;
+        continue;
+      }
+      std::vector<HostTensor> inputs;
+      bool ok = true;
+      for (size_t i = 0; i < graph->inputs.size() && ok; ++i) {
+        auto x = onnx::read_tensor_file((t / "test_data_set_0" / ("input_" + std::to_string(i) + ".pb")).string());
+        ok = x.ok();
+        if (ok) inputs.push_back(std::move(*x));
+      }
+      if (!ok) continue;
+      if (variant != DType::kFloat32 && !retype_float32(*graph, inputs, variant)) continue;
+      current = t.filename().string() + (variant == DType::kFloat32 ? "" : std::string(" as ") + dtype_name(variant));
+      (void)testing::run_on(**client, *graph, inputs, "cuda:0");  // values: none (compile only)
+      ++ran_as[variant];
+      ran += variant == DType::kFloat32;
     }
-    std::vector<HostTensor> inputs;
-    bool ok = true;
-    for (size_t i = 0; i < graph->inputs.size() && ok; ++i) {
-      auto x = onnx::read_tensor_file((t / "test_data_set_0" / ("input_" + std::to_string(i) + ".pb")).string());
-      ok = x.ok();
-      if (ok) inputs.push_back(std::move(*x));
-    }
-    if (!ok) continue;
-    current = t.filename().string();
-    (void)testing::run_on(**client, *graph, inputs, "cuda:0");  // values: none (compile only)
-    ++ran;
+    kernels_as[variant] = sources.size() - before;
   }
   cuda::set_compile_only_collector(nullptr);
+  // Kernels that load or store float16/bfloat16 words (the printer's and the templates' helpers).
+  size_t half_kernels = 0;
+  for (const auto& [src, kt] : sources)
+    half_kernels += src.find("td_half_word") != std::string::npos || src.find("td_h2f") != std::string::npos ||
+                    src.find("td_bf2f") != std::string::npos || src.find("td_f2h") != std::string::npos ||
+                    src.find("td_f2bf") != std::string::npos;
   const int64_t calls = cuda::kernels_launched() - launched0;
   // Batches of kernels in one translation unit, each renamed apart; a batch that fails is
   // compiled kernel by kernel to name the culprits.
@@ -445,12 +557,17 @@ TEST(CudaNvrtc, EveryKernelGeneratedForTheOnnxNodeTestsCompiles) {
       else compile_errors.push_back(all[i].second.second + ": " + r.status().message().substr(0, 1500));
     }
   }
-  std::cout << "[ cuda ] " << ran << " node tests on the compile-only cuda:0: " << all.size()
-            << " distinct CUDA C kernels generated, " << compiled << " compiled with NVRTC for "
-            << compile_arch << "; " << calls << " kernel and cuBLAS calls (" << skipped_loops
-            << " tests with Loop/Scan left out)\n";
+  std::cout << "[ cuda ] " << ran << " node tests on the compile-only cuda:0 (and "
+            << ran_as[DType::kFloat16] << " as float16, " << ran_as[DType::kBFloat16] << " as bfloat16): "
+            << all.size() << " distinct CUDA C kernels generated (" << kernels_as[DType::kFloat32]
+            << " by the tests as they are, " << kernels_as[DType::kFloat16] << " more as float16, "
+            << kernels_as[DType::kBFloat16] << " more as bfloat16; " << half_kernels
+            << " load or store 16-bit floats), " << compiled << " compiled with NVRTC for " << compile_arch
+            << "; " << calls << " kernel and cuBLAS calls (" << skipped_loops << " tests with Loop/Scan left out)\n";
   EXPECT_GT(ran, 100);
   EXPECT_GT(all.size(), 100u) << "the generator emitted kernels for the suite";
+  EXPECT_GT(kernels_as[DType::kFloat16], 100u) << "float16 chains, reductions, Softmax... are generated";
+  EXPECT_GT(kernels_as[DType::kBFloat16], 100u) << "bfloat16 chains, reductions, Softmax... are generated";
   // The shared templates (codegen/templates.h) run on cuda:0 too: convolution, pooling,
   // Softmax, normalisation and data-movement tests each produced a kernel.
   for (const char* prefix : {"test_conv_", "test_maxpool_", "test_averagepool_", "test_softmax_",
@@ -463,60 +580,77 @@ TEST(CudaNvrtc, EveryKernelGeneratedForTheOnnxNodeTestsCompiles) {
   for (const auto& e : compile_errors) ADD_FAILURE() << e;
 }
 
-// float16 and bfloat16 in generated kernels: the templates store them as 16-bit words and
-// compute in float (td_h2f / td_bf2f, td_f2h / td_f2bf). Casts to and from each, on the
-// compile-only cuda:0, generate CUDA C that converts, and it compiles with NVRTC. (Only Cast
-// is covered: the element-wise chains and Softmax/reduction templates are float32-only and
-// leave half graphs to cpu:0, which this test would not see.)
+// x, w [4, 8] and scale [8] of dtype `dt` (float16/bfloat16): c = Sigmoid(x * w) + x (a
+// chain), then ReduceMean of c over axis 1 (r), Softmax (s), LayerNormalization (ln) and a
+// Cast to float32 (cf).
+Graph half_graph(DType dt) {
+  auto node = [](const char* op, std::vector<std::string> in, std::string out) {
+    Node n;
+    n.op = op;
+    n.inputs = std::move(in);
+    n.outputs = {std::move(out)};
+    return n;
+  };
+  Graph g;
+  g.inputs = {{"x", {dt, {4, 8}}}, {"w", {dt, {4, 8}}}, {"scale", {dt, {8}}}};
+  g.outputs = {{"r", {dt, {4, 1}}}, {"s", {dt, {4, 8}}}, {"ln", {dt, {4, 8}}}, {"cf", {DType::kFloat32, {4, 8}}}};
+  Node cast = node("Cast", {"c"}, "cf");
+  cast.attrs["to"] = static_cast<int64_t>(DType::kFloat32);
+  Node reduce = node("ReduceMean", {"c"}, "r");
+  reduce.attrs["axes"] = std::vector<int64_t>{1};
+  Node softmax = node("Softmax", {"c"}, "s");
+  softmax.attrs["axis"] = int64_t{1};
+  g.nodes = {node("Mul", {"x", "w"}, "a"), node("Sigmoid", {"a"}, "b"), node("Add", {"b", "x"}, "c"), cast,
+             reduce, softmax, node("LayerNormalization", {"c", "scale"}, "ln")};
+  return g;
+}
+
+// float16 and bfloat16 in generated kernels: 16-bit words loaded into float, computed in
+// float, rounded to nearest even where a node's result is of that dtype and when stored. On the
+// compile-only cuda:0, a graph of an element-wise chain (with a Cast to float32 out of it), a
+// reduction, Softmax and LayerNormalization over each dtype is generated entirely as CUDA
+// kernels (nothing left to cpu:0), and every kernel compiles with NVRTC for sm_90 (bfloat16
+// rounding by the cvt instruction) and for sm_75 (in integer code).
 TEST(CudaNvrtc, Float16AndBfloat16KernelsAreGeneratedAndCompile) {
   REQUIRE_NVRTC();
-  setenv("TENSORD_CUDA_COMPILE_ONLY", "compute_90", 1);
-  LocalClientOptions o;
-  o.devices = "cpu:0,cuda:0";
-  auto client = make_local_client(o);
-  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  auto client = compile_only_client();
   ASSERT_TRUE(client.ok()) << client.status().to_string();
-  struct Case {
-    DType in, out;
-    const char* helper;
-  };
-  const std::vector<Case> cases = {{DType::kFloat16, DType::kFloat32, "td_h2f"},
-                                   {DType::kBFloat16, DType::kFloat32, "td_bf2f"},
-                                   {DType::kFloat32, DType::kFloat16, "td_f2h"},
-                                   {DType::kFloat32, DType::kBFloat16, "td_f2bf"}};
-  for (const Case& c : cases) {
-    const std::string what = std::string(dtype_name(c.in)) + " -> " + dtype_name(c.out);
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    const std::string what = dtype_name(dt);
+    const Graph g = half_graph(dt);
     std::vector<std::pair<std::string, std::string>> sources;
     cuda::set_compile_only_collector([&](const std::string& src, const std::string& kernel) {
       sources.emplace_back(src, kernel);
     });
-    Graph g;
-    g.inputs = {{"x", {c.in, {4, 8}}}};
-    g.outputs = {{"y", {c.out, {4, 8}}}};
-    Node n;
-    n.op = "Cast";
-    n.inputs = {"x"};
-    n.outputs = {"y"};
-    n.attrs["to"] = static_cast<int64_t>(c.out);
-    g.nodes = {n};
-    HostTensor x(c.in, {4, 8});
-    auto h = (*client)->upload(x.view(), "cuda:0");
-    ASSERT_TRUE(h.ok());
-    auto y = (*client)->execute(g, {*h}, "cuda:0");
-    ASSERT_TRUE(y.ok()) << what << ": " << y.status().to_string();
-    auto info = (*client)->info((*y)[0]);
-    (void)(*client)->wait((*y)[0]);
+    std::vector<HostTensor> inputs = {HostTensor(dt, {4, 8}), HostTensor(dt, {4, 8}), HostTensor(dt, {8})};
+    const int64_t failures = cuda::compile_failures();
+    auto r = testing::run_on(**client, g, inputs, "cuda:0");
     cuda::set_compile_only_collector(nullptr);
-    EXPECT_EQ(info->device, "cuda:0") << what;
-    ASSERT_FALSE(sources.empty()) << what << ": no CUDA kernel generated";
-    bool converts = false;
+    ASSERT_TRUE(r.ok()) << what << ": " << r.status().to_string();
+    EXPECT_EQ(cuda::compile_failures(), failures);
+    std::set<std::string> kernels;
     for (const auto& [src, kernel] : sources) {
-      converts |= src.find(c.helper) != std::string::npos;
-      auto r = cuda::nvrtc_compile(src, "compute_90");
-      EXPECT_TRUE(r.ok()) << what << ": " << r.status().message().substr(0, 1500);
+      kernels.insert(kernel);
+      const bool halves = src.find("td_half_word") != std::string::npos || src.find("td_h2f") != std::string::npos ||
+                          src.find("td_bf2f") != std::string::npos;
+      EXPECT_TRUE(halves) << what << ": " << kernel << " neither loads nor stores 16-bit floats:\n" << src;
+      for (const char* arch : {"sm_90", "sm_75"}) {
+        auto c = cuda::nvrtc_compile(src, arch);
+        EXPECT_TRUE(c.ok()) << what << " for " << arch << ": " << c.status().message().substr(0, 1500);
+      }
     }
-    EXPECT_TRUE(converts) << what << ": no " << c.helper << " in its kernels";
-    (void)(*client)->release((*y)[0]);
+    // One fused chain (Mul, Sigmoid, Add and the Cast: two outputs), the reduction, Softmax and
+    // LayerNormalization: each a CUDA kernel, none left to cpu:0.
+    for (const char* k : {"tensord_ew", "tensord_reduce", "tensord_softmax", "tensord_layer_norm"})
+      EXPECT_EQ(kernels.count(k), 1u) << what << ": no " << k << " kernel (the op ran elsewhere)";
+    for (const auto& [src, kernel] : sources) {
+      if (kernel != "tensord_ew") continue;
+      const bool f16 = dt == DType::kFloat16;
+      EXPECT_NE(src.find(f16 ? "td_f32_to_f16(" : "td_f32_to_bf16("), std::string::npos)
+          << what << ": the chain rounds and stores its " << what << " output:\n" << src;
+      EXPECT_NE(src.find(f16 ? "td_f16_to_f32(" : "td_bf16_to_f32("), std::string::npos)
+          << what << ": the chain loads its inputs as float:\n" << src;
+    }
   }
 }
 
@@ -535,17 +669,12 @@ TEST(CudaNvrtc, CompiledKernelsComeBackFromTheDiskCache) {
   b.outputs = {"y"};
   g.nodes = {a, b};
   HostTensor x = HostTensor(DType::kFloat32, {3, 5});
-  setenv("TENSORD_CUDA_COMPILE_ONLY", "sm_90", 1);
-  LocalClientOptions o;
-  o.devices = "cpu:0,cuda:0";
-  o.reference_kernels = false;
-  auto first = make_local_client(o);
+  auto first = compile_only_client("sm_90", false);
   ASSERT_TRUE(first.ok()) << first.status().to_string();
   auto r1 = testing::run_on(**first, g, {x}, "cuda:0");
   ASSERT_TRUE(r1.ok()) << r1.status().to_string();
   const int64_t built = cuda::programs_built(), hits = cuda::disk_cache_hits();
-  auto second = make_local_client(o);  // a new engine: new devices, empty memory caches
-  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  auto second = compile_only_client("sm_90", false);  // a new engine: new devices, empty memory caches
   ASSERT_TRUE(second.ok());
   auto r2 = testing::run_on(**second, g, {x}, "cuda:0");
   ASSERT_TRUE(r2.ok()) << r2.status().to_string();
@@ -573,12 +702,7 @@ TEST(CudaGraphs, AStaticModelIsRecordedOnItsSecondRunAndReplayedAfter) {
   g.nodes = {a, b};
   HostTensor x = HostTensor(DType::kFloat32, {2, 8});
   auto run_n = [&](int n, int64_t* captures, int64_t* replays, std::vector<int64_t>* launched) {
-    setenv("TENSORD_CUDA_COMPILE_ONLY", "compute_90", 1);
-    LocalClientOptions o;
-    o.devices = "cpu:0,cuda:0";
-    o.reference_kernels = false;
-    auto client = make_local_client(o);
-    unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+    auto client = compile_only_client("compute_90", false);
     ASSERT_TRUE(client.ok()) << client.status().to_string();
     auto model = (*client)->load(g, "cuda:0");
     ASSERT_TRUE(model.ok()) << model.status().to_string();
@@ -646,6 +770,13 @@ Gpu& gpu() {
     return g;
   }();
   return *g;
+}
+
+// An engine over cpu:0 and the GPU's cuda:0.
+Result<std::unique_ptr<Client>> gpu_client() {
+  LocalClientOptions o;
+  o.devices = "cpu:0,cuda:0";
+  return make_local_client(o);
 }
 
 #define REQUIRE_GPU() \
@@ -753,9 +884,7 @@ HostTensor random_floats(const Shape& s, uint32_t seed) {
 
 TEST(CudaKernels, MatMulGemmAndAFusedChainAgreeWithTheCpu) {
   REQUIRE_GPU();
-  LocalClientOptions o;
-  o.devices = "cpu:0,cuda:0";
-  auto client = make_local_client(o);
+  auto client = gpu_client();
   ASSERT_TRUE(client.ok());
   Graph g;
   g.inputs = {{"a", {DType::kFloat32, {2, 8, 16}}}, {"b", {DType::kFloat32, {16, 4}}}};
@@ -783,14 +912,47 @@ TEST(CudaKernels, MatMulGemmAndAFusedChainAgreeWithTheCpu) {
   for (int64_t i = 0; i < (*want)[0]->numel(); ++i) EXPECT_NEAR(x[i], y[i], 1e-4) << i;
 }
 
+// The float16/bfloat16 graph of the NVRTC test (a fused chain, a reduction, Softmax,
+// LayerNormalization, a Cast out) run on cuda:0 agrees with cpu:0 to within the dtype's
+// rounding (one unit in the last place of a result, as both round each node's result).
+TEST(CudaKernels, HalfAndBfloat16ChainsReductionsAndNormsAgreeWithTheCpu) {
+  REQUIRE_GPU();
+  auto client = gpu_client();
+  ASSERT_TRUE(client.ok());
+  auto floats = [](const HostTensor& t) {
+    std::vector<float> v(static_cast<size_t>(t.numel()));
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (t.dtype() == DType::kFloat32) v[i] = t.data<float>()[i];
+      else if (t.dtype() == DType::kFloat16) v[i] = half_to_float(t.data<uint16_t>()[i]);
+      else v[i] = bfloat16_to_float(t.data<uint16_t>()[i]);
+    }
+    return v;
+  };
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    const Graph g = half_graph(dt);
+    std::vector<HostTensor> in = {retyped(random_floats({4, 8}, 3), dt), retyped(random_floats({4, 8}, 4), dt),
+                                  retyped(random_floats({8}, 5), dt)};
+    auto got = testing::run_on(**client, g, in, "cuda:0");
+    auto want = testing::run_on(**client, g, in, "cpu:0");
+    ASSERT_TRUE(got.ok() && want.ok());
+    const float tol = dt == DType::kFloat16 ? 2e-3f : 1.6e-2f;  // about 2 ulp
+    for (size_t o = 0; o < g.outputs.size(); ++o) {
+      ASSERT_TRUE((*got)[o].ok()) << dtype_name(dt) << " " << g.outputs[o].name << ": " << (*got)[o].status().to_string();
+      ASSERT_TRUE((*want)[o].ok());
+      const std::vector<float> a = floats(*(*got)[o]), b = floats(*(*want)[o]);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_NEAR(a[i], b[i], tol * (1.0f + std::fabs(b[i]))) << dtype_name(dt) << " " << g.outputs[o].name << "[" << i << "]";
+    }
+  }
+}
+
 // Conv (cuDNN, bias as a constant) -> Relu -> MaxPool (cuDNN) -> AveragePool with ceil_mode
 // and a partial window (a template) -> Softmax (a template), loaded on cuda:0 and run five
 // times with new inputs: plain, recorded (CUDA graph) and replayed runs all agree with cpu:0.
 TEST(CudaKernels, CudnnConvPoolingTemplatesAndGraphReplaysAgreeWithTheCpu) {
   REQUIRE_GPU();
-  LocalClientOptions o;
-  o.devices = "cpu:0,cuda:0";
-  auto client = make_local_client(o);
+  auto client = gpu_client();
   ASSERT_TRUE(client.ok());
   Graph g;
   g.inputs = {{"x", {DType::kFloat32, {2, 3, 17, 17}}}};
@@ -863,10 +1025,8 @@ TEST(CudaKernels, CudnnConvPoolingTemplatesAndGraphReplaysAgreeWithTheCpu) {
 // kernel choice needs no GPU; a run counts the call).
 TEST(CudaPlanning, HalfAndBfloat16MatMulsRunOnCublasGemmEx) {
   REQUIRE_NVRTC();
-  setenv("TENSORD_CUDA_COMPILE_ONLY", "compute_90", 1);
   auto backend = cuda::create_cuda_backend();
-  auto devices = backend->enumerate();
-  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  auto devices = compile_only_devices(*backend);
   ASSERT_EQ(devices.size(), 1u);
   const KernelTable& table = devices[0]->kernels();
   Node mm;
@@ -884,11 +1044,7 @@ TEST(CudaPlanning, HalfAndBfloat16MatMulsRunOnCublasGemmEx) {
   auto k = table.create(mm, mixed, {{DType::kFloat32, {4, 3}}}, {});
   EXPECT_TRUE(!k.ok() || (*k)->name() != "cublas") << "mixed dtypes are not one GemmEx call";
   // Through the engine: a float16 MatMul placed on cuda:0 runs there (one launch: cuBLAS).
-  setenv("TENSORD_CUDA_COMPILE_ONLY", "compute_90", 1);
-  LocalClientOptions o;
-  o.devices = "cpu:0,cuda:0";
-  auto client = make_local_client(o);
-  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  auto client = compile_only_client();
   ASSERT_TRUE(client.ok()) << client.status().to_string();
   Graph g;
   g.inputs = {{"a", {DType::kFloat16, {4, 8}}}, {"b", {DType::kFloat16, {8, 3}}}};
@@ -962,11 +1118,7 @@ TEST(CudaIpc, EnginesWithoutAGpuRefuseCudaMemoryNamingWhy) {
     EXPECT_EQ(over.status().code(), StatusCode::kOutOfRange) << over.status().to_string();
   }
   REQUIRE_NVRTC();
-  setenv("TENSORD_CUDA_COMPILE_ONLY", "compute_90", 1);
-  LocalClientOptions o;
-  o.devices = "cpu:0,cuda:0";
-  auto client = make_local_client(o);
-  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  auto client = compile_only_client();
   ASSERT_TRUE(client.ok()) << client.status().to_string();
   auto* local = dynamic_cast<LocalClient*>(client->get());
   ASSERT_NE(local, nullptr);
@@ -985,9 +1137,7 @@ TEST(CudaIpc, TheLocalClientMovesCudaMemoryDeviceToDevice) {
   Buffer a{&d, *pa, n * 4, 0}, b{&d, *pb, n * 4, 0};
   HostTensor x = random_floats({static_cast<int64_t>(n)}, 7);
   ASSERT_TRUE(d.write(a, 0, x.data(), n * 4).ok());
-  LocalClientOptions o;
-  o.devices = "cpu:0,cuda:0";
-  auto client = make_local_client(o);
+  auto client = gpu_client();
   ASSERT_TRUE(client.ok()) << client.status().to_string();
   // At an offset into the allocation, as a PyTorch view would be.
   TensorView v{DType::kFloat32, {static_cast<int64_t>(n - 16)}, static_cast<char*>(*pa) + 64};

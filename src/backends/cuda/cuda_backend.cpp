@@ -802,6 +802,10 @@ std::unique_ptr<RunRecorder> CudaDevice::run_recorder() {
   return std::make_unique<CudaRunRecorder>(this);
 }
 
+// The CUDA C printer has float16/bfloat16 storage: element-wise chains and reductions over
+// them are generated kernels computing in float32 (codegen/kernel_ir.h Storage).
+constexpr bool kHalves = true;
+
 // A lowered, compiled element-wise kernel and how its parameters bind.
 struct Compiled {
   codegen::LoweredGroup lowered;
@@ -813,7 +817,7 @@ Result<Compiled> compile_group(CudaDevice& device, const std::vector<const Node*
                                const std::function<const TensorType*(const std::string&)>& type_of,
                                const std::function<const HostTensor*(const std::string&)>& constant) {
   Compiled c;
-  TD_ASSIGN_OR_RETURN(c.lowered, codegen::lower_elementwise(nodes, outputs, shape, type_of, constant));
+  TD_ASSIGN_OR_RETURN(c.lowered, codegen::lower_elementwise(nodes, outputs, shape, type_of, constant, kHalves));
   static const codegen::CudaPrinter printer;
   TD_ASSIGN_OR_RETURN(std::string source, printer.print(c.lowered.kernel));
   TD_ASSIGN_OR_RETURN(c.program, device.program(source, c.lowered.kernel.name));
@@ -1012,11 +1016,13 @@ class ReduceOp final : public Kernel {
     k.op = codegen::reduce_ops().at(node_.op);
     k.in_shape.assign(x.shape.begin(), x.shape.end());
     k.reduced = mask;
+    k.storage = codegen::storage_of(x.dtype);
     if (k.reduced_numel() == 0 || !shape_is_static(out.shape) || shape_numel(out.shape) != k.out_numel())
       return errors::Internal("{}: cannot reduce {} to {}", node_.label(), shape_to_string(x.shape),
                               shape_to_string(out.shape));
     std::string key = shape_to_string(x.shape);
     for (bool b : mask) key += b ? "1" : "0";
+    key += dtype_name(x.dtype);
     if (!program_ || key != key_) {
       static const codegen::CudaPrinter printer;
       TD_ASSIGN_OR_RETURN(std::string source, printer.print(k));
@@ -1416,12 +1422,13 @@ Status CudaKernelTable::supports(const Node& node, const std::vector<TensorType>
         shape_numel(inputs[0].shape) > 0)
       return OkStatus();  // a float64 template (codegen::plan_template)
     if (codegen::reduce_ops().count(node.op)) {
-      // float32 with a static shape and no empty reduction (those fall back: the reference's
-      // identities for empty inputs are not generated yet).
-      if (inputs[0].dtype != DType::kFloat32 || !shape_is_static(inputs[0].shape) ||
-          shape_numel(inputs[0].shape) == 0)
-        return errors::Unimplemented("{}: {} reduces static float32 tensors only ({})", node.op,
-                                     device_->name(), node.label());
+      // float32/16, bfloat16 with a static shape and no empty reduction (those fall back: the
+      // reference's identities for empty inputs are not generated yet).
+      const DType dt = inputs[0].dtype;
+      if ((dt != DType::kFloat32 && dt != DType::kFloat16 && dt != DType::kBFloat16) ||
+          !shape_is_static(inputs[0].shape) || shape_numel(inputs[0].shape) == 0)
+        return errors::Unimplemented("{}: {} reduces static float32, float16 and bfloat16 tensors only ({})",
+                                     node.op, device_->name(), node.label());
       return OkStatus();
     }
     if (node.op == "Transpose" || node.op == "Expand" || (node.op == "Slice" && node.inputs.size() >= 3)) {
@@ -1431,7 +1438,7 @@ Status CudaKernelTable::supports(const Node& node, const std::vector<TensorType>
                                    device_->name(), node.label());
     }
   }
-  if (Status ir = codegen::elementwise_supported(node, inputs, nullptr); !ir.ok()) {
+  if (Status ir = codegen::elementwise_supported(node, inputs, nullptr, kHalves); !ir.ok()) {
     // Element-wise ops over the dtypes the IR lacks (int8/16, unsigned, float64): templates.
     if (!codegen::is_template_elementwise(node.op) || !codegen::template_elementwise_supported(node, inputs).ok())
       return ir;
@@ -1467,7 +1474,7 @@ Result<std::unique_ptr<Kernel>> CudaKernelTable::create(const Node& node,
     return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (codegen::reduce_ops().count(node.op)) return std::unique_ptr<Kernel>(new ReduceOp(device_, node));
   if (codegen::is_template_op(node.op)) return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
-  if (codegen::is_template_elementwise(node.op) && !codegen::elementwise_supported(node, inputs, nullptr).ok())
+  if (codegen::is_template_elementwise(node.op) && !codegen::elementwise_supported(node, inputs, nullptr, kHalves).ok())
     return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (node.op == "Transpose" || node.op == "Expand" || node.op == "Slice")
     return std::unique_ptr<Kernel>(new MoveKernel(device_, node));
@@ -1549,7 +1556,7 @@ std::vector<Region> CudaRegionCompiler::compile(const FusionGraph& g,
       if (!name.empty() && (!t || !shape_is_static(t->shape))) return "";
       in.push_back(t ? *t : TensorType{});
     }
-    if (!codegen::elementwise_supported(node, in, g.constant).ok()) return "";
+    if (!codegen::elementwise_supported(node, in, g.constant, kHalves).ok()) return "";
     return "ew:" + shape_to_string(out->shape);
   };
   std::vector<Region> regions;
