@@ -106,6 +106,33 @@ Result<PoolPlan> plan_cudnn_pool(const Node& node, const std::vector<int64_t>& x
 // (also where the build had no cudnn.h).
 int64_t cudnn_version(std::string* why);
 
+// cuDNN RNN planning (no GPU needed; src/backends/cuda/rnn_plan.cpp): an ONNX RNN, LSTM or GRU
+// node as cudnnRNNForward (v8+ API) takes it. cuDNN's linear layers of one direction are the
+// input matrices of each gate, then the recurrent ones, in its gate order (LSTM: i, f, g, o;
+// GRU: r, z, h; RNN: one), each a [hidden][input or hidden] row-major matrix with its own bias
+// (CUDNN_RNN_DOUBLE_BIAS) — ONNX's per-gate blocks of W, R and B, in ONNX's gate order (LSTM:
+// i, o, f, c; GRU: z, r, h). UNIMPLEMENTED, naming it, for what cuDNN computes differently:
+// GRU with linear_before_reset=0 (ONNX's default), LSTM peepholes, input_forget, clip,
+// activations other than the defaults (RNN: Tanh or Relu), direction "reverse", layout 1,
+// non-float32 or dynamic shapes.
+struct RnnPlan {
+  enum Cell { kRnnTanh, kRnnRelu, kLstm, kGru } cell = kLstm;
+  int64_t seq = 0, batch = 0, input = 0, hidden = 0;
+  int dirs = 1;
+  int gates = 4;
+  // Per cuDNN gate (0..gates-1): the ONNX gate whose block of W/R/B it is.
+  std::vector<int> onnx_gate;
+  bool has_bias = false, has_seq_lens = false, has_initial_h = false, has_initial_c = false;
+};
+Result<RnnPlan> plan_cudnn_rnn(const Node& node, const std::vector<TensorType>& inputs);
+// Copies direction `dir` of ONNX's W [dirs][gates*hidden][input], R [dirs][gates*hidden][hidden]
+// and B [dirs][2*gates*hidden] (nullptr: zero biases) into cuDNN's weight space `space`
+// (`space_elems` floats): `offsets(l)` gives linear layer l's (matrix, bias) element offsets
+// as cudnnGetRNNWeightParams reports them. OUT_OF_RANGE when one does not fit the space.
+Status pack_rnn_weights(const RnnPlan& plan, int dir, const float* w, const float* r, const float* b,
+                        const std::function<std::pair<int64_t, int64_t>(int)>& offsets, float* space,
+                        size_t space_elems);
+
 // Host<->device copies in chunks of at most `chunk` bytes through two staging buffers:
 // [offset, size) pairs, in order.
 std::vector<std::pair<size_t, size_t>> plan_chunks(size_t bytes, size_t chunk);
