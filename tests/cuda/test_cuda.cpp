@@ -334,7 +334,7 @@ TEST(CudaPlanning, HalfChainsComputeInFloatAndRoundWhereTheGraphDoes) {
 fs::path node_tests_dir();  // below
 
 // cuDNN's RNN equations (cudnnRNNMode_t's documentation), computed on the host from a weight
-// space packed by cuda::pack_rnn_weights: linear layer l of each direction is a [hidden][cols]
+// space filled by cuda::rnn_weight_copies: linear layer l of each direction is a [hidden][cols]
 // matrix plus a bias, in cuDNN's gate order (LSTM: i f g o, then the recurrent ones; GRU: r z h,
 // the reset gate applied to R's product; RNN: W then R). Returns Y [seq][dirs][batch][hidden],
 // then Y_h and (LSTM) Y_c [dirs][batch][hidden].
@@ -348,10 +348,12 @@ std::vector<std::vector<float>> cudnn_rnn_equations(const cuda::RnnPlan& p, cons
     int64_t at = 0;
     for (int l = 0; l < 2 * g; ++l) off.push_back({at, 0}), at += H * (l < g ? I : H);
     for (int l = 0; l < 2 * g; ++l) off[static_cast<size_t>(l)].second = at, at += H;
-    std::vector<float> space(static_cast<size_t>(at), -1.0f);
-    EXPECT_TRUE(cuda::pack_rnn_weights(p, d, in[1], in[2], in[3], [&](int l) { return off[static_cast<size_t>(l)]; },
-                                       space.data(), space.size())
-                    .ok());
+    std::vector<float> space(static_cast<size_t>(at), 0.0f);  // zeroed, as the kernel zeroes it
+    auto copies = cuda::rnn_weight_copies(p, d, [&](int l) { return off[static_cast<size_t>(l)]; }, space.size());
+    EXPECT_TRUE(copies.ok()) << copies.status().to_string();
+    for (const auto& c : copies.ok() ? *copies : std::vector<cuda::RnnCopy>{})
+      std::copy(in[static_cast<size_t>(c.src)] + c.src_offset, in[static_cast<size_t>(c.src)] + c.src_offset + c.count,
+                space.begin() + c.dst_offset);
     auto lin = [&](int l, const float* v) {
       const int64_t cols = l < g ? I : H;
       std::vector<float> out(static_cast<size_t>(H));
@@ -404,7 +406,7 @@ std::vector<std::vector<float>> cudnn_rnn_equations(const cuda::RnnPlan& p, cons
 }
 
 // ONNX's RNN/LSTM/GRU in cuDNN's weight layout, checked against the ONNX project's own outputs:
-// the node tests' LSTM and simple RNN cases, packed by pack_rnn_weights and computed with
+// the node tests' LSTM and simple RNN cases, laid out by rnn_weight_copies and computed with
 // cuDNN's equations, give the tests' expected outputs; a bidirectional GRU with
 // linear_before_reset=1 (cuDNN's GRU) gives what the cpu reference kernel gives. What cuDNN
 // computes differently is refused by name (ONNX's default GRU, peepholes, reverse).

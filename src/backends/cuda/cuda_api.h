@@ -140,7 +140,17 @@ namespace tensord::cuda {
   X(cudnnCreatePoolingDescriptor)              \
   X(cudnnSetPoolingNdDescriptor)               \
   X(cudnnDestroyPoolingDescriptor)             \
-  X(cudnnPoolingForward)
+  X(cudnnPoolingForward)                       \
+  X(cudnnCreateRNNDescriptor)                  \
+  X(cudnnSetRNNDescriptor_v8)                  \
+  X(cudnnDestroyRNNDescriptor)                 \
+  X(cudnnCreateRNNDataDescriptor)              \
+  X(cudnnSetRNNDataDescriptor)                 \
+  X(cudnnDestroyRNNDataDescriptor)             \
+  X(cudnnGetRNNWeightSpaceSize)                \
+  X(cudnnGetRNNWeightParams)                   \
+  X(cudnnGetRNNTempSpaceSizes)                 \
+  X(cudnnRNNForward)
 
 #define TENSORD_CUDA_MEMBER(name) decltype(&::name) name = nullptr;
 

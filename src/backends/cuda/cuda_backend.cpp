@@ -31,6 +31,7 @@ std::atomic<int64_t> g_disk_hits{0};
 std::atomic<int64_t> g_compile_failures{0};
 std::atomic<int64_t> g_graph_captures{0};
 std::atomic<int64_t> g_graph_replays{0};
+std::atomic<int64_t> g_cudnn_rnn_calls{0};
 // The device this thread is recording a run on (CudaRunRecorder), and the stream it records
 // on: that thread's launches for that device go to the recording stream; other threads'
 // launches stay on the device's stream, out of the recording.
@@ -1361,12 +1362,202 @@ class CudnnPoolKernel final : public Kernel {
   std::string key_;
   std::unique_ptr<DnnDescs> descs_;
 };
+
+// RNN / LSTM / GRU (float32, plan_cudnn_rnn) on cudnnRNNForward (v8+ API, inference). The
+// weight space is the kernel's (made, zeroed and laid out once per shape); each run copies
+// ONNX's W/R/B blocks into it device to device (rnn_weight_copies: cuDNN's gate order), so
+// weights that are not constants work too. ONNX's X [seq][batch][input] is cuDNN's
+// sequence-major layout; its Y [seq][dirs][batch][hidden] is cuDNN's [seq][batch][dirs*hidden]
+// for one direction, and a generated transpose after it for two. sequence_lens is left to the
+// templates/cpu for now (refused in uses_cudnn).
+class CudnnRnnKernel final : public Kernel {
+ public:
+  CudnnRnnKernel(CudaDevice* d, const Node& node) : device_(d), node_(node) {}
+  ~CudnnRnnKernel() override { release(); }
+  std::string name() const override { return "cudnn rnn"; }
+  Status run(KernelCall& call) override {
+    std::vector<TensorType> types;
+    std::string key;
+    for (const auto& t : call.inputs) {
+      types.push_back(t.defined() ? t.type() : TensorType{});
+      key += (t.defined() ? shape_to_string(t.shape) : std::string("-")) + ";";
+    }
+    const CudnnApi* api = nullptr;
+    std::unique_lock<std::mutex> dnn_lock;
+    TD_ASSIGN_OR_RETURN(cudnnHandle_t h, device_->dnn(&api, &dnn_lock));
+    const std::string& where = device_->name();
+    if (!rnn_ || key != key_) TD_RETURN_IF_ERROR(prepare(h, api, types, where));
+    key_ = key;
+    const RnnPlan& p = plan_;
+    // ONNX's weight blocks into cuDNN's space, on the device's stream.
+    const DriverApi* drv = device_->api();
+    for (const RnnCopy& c : copies_) {
+      const DeviceTensor& src = call.inputs.at(static_cast<size_t>(c.src));
+      if (!src.defined()) return errors::Internal("{}: input {} missing", node_.label(), c.src);
+      const CUresult r = drv->cuMemcpyDtoDAsync(space_ + static_cast<CUdeviceptr>(c.dst_offset * 4),
+                                                CudaDevice::address(*src.buffer) + static_cast<CUdeviceptr>(c.src_offset * 4),
+                                                static_cast<size_t>(c.count) * 4, device_->stream());
+      if (r != CUDA_SUCCESS) return cu_status(drv, r, where, "copying RNN weights into cuDNN's layout");
+    }
+    const TensorType y_type{DType::kFloat32, {p.seq, p.dirs, p.batch, p.hidden}};
+    auto wanted = [&](size_t o) { return o < node_.outputs.size() && !node_.outputs[o].empty(); };
+    const size_t state_bytes = static_cast<size_t>(p.dirs * p.batch * p.hidden) * 4;
+    TD_ASSIGN_OR_RETURN(auto y, call.allocator->allocate(static_cast<size_t>(shape_numel(y_type.shape)) * 4));
+    std::shared_ptr<Buffer> y_cudnn = y, hy, cy, ws;
+    if (p.dirs > 1) {
+      TD_ASSIGN_OR_RETURN(y_cudnn, call.allocator->allocate(y->size));
+    }
+    if (wanted(1)) {
+      TD_ASSIGN_OR_RETURN(hy, call.allocator->allocate(state_bytes));
+    }
+    if (wanted(2) && p.cell == RnnPlan::kLstm) {
+      TD_ASSIGN_OR_RETURN(cy, call.allocator->allocate(state_bytes));
+    }
+    if (work_bytes_) {
+      TD_ASSIGN_OR_RETURN(ws, call.allocator->allocate(work_bytes_));
+    }
+    auto at = [](const std::shared_ptr<Buffer>& b) { return b ? reinterpret_cast<void*>(CudaDevice::address(*b)) : nullptr; };
+    auto in = [&](size_t i) {
+      return i < call.inputs.size() && call.inputs[i].defined() ? reinterpret_cast<void*>(CudaDevice::address(*call.inputs[i].buffer))
+                                                                : nullptr;
+    };
+    TD_RETURN_IF_ERROR(dnn_status(
+        api,
+        api->cudnnRNNForward(h, rnn_, CUDNN_FWD_MODE_INFERENCE, reinterpret_cast<const int32_t*>(seq_lens_), x_desc_, in(0),
+                             y_desc_, at(y_cudnn), h_desc_, in(5), at(hy), h_desc_,
+                             p.cell == RnnPlan::kLstm ? in(6) : nullptr, at(cy), space_bytes_,
+                             reinterpret_cast<void*>(space_), work_bytes_, at(ws), 0, nullptr),
+        where, "cudnnRNNForward"));
+    TD_RETURN_IF_ERROR(device_->after_call("running a cuDNN RNN"));
+    if (p.dirs > 1) {  // [seq][batch][dirs][hidden] -> [seq][dirs][batch][hidden]
+      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*y_cudnn));
+      TD_ASSIGN_OR_RETURN(Arg o, device_->arg(*y));
+      TD_RETURN_IF_ERROR(device_->launch(*transpose_, {a, o}, shape_numel(y_type.shape)));
+    }
+    call.outputs.assign(node_.outputs.size(), DeviceTensor{});
+    if (wanted(0)) call.outputs[0] = DeviceTensor{DType::kFloat32, y_type.shape, y};
+    const Shape state{p.dirs, p.batch, p.hidden};
+    if (hy) call.outputs[1] = DeviceTensor{DType::kFloat32, state, hy};
+    if (cy) call.outputs[2] = DeviceTensor{DType::kFloat32, state, cy};
+    g_cudnn_rnn_calls++;
+    return OkStatus();
+  }
+
+ private:
+  Status prepare(cudnnHandle_t h, const CudnnApi* api, const std::vector<TensorType>& types, const std::string& where) {
+    release();
+    api_ = api;
+    TD_ASSIGN_OR_RETURN(plan_, plan_cudnn_rnn(node_, types));
+    const RnnPlan& p = plan_;
+    if (p.has_seq_lens) return errors::Unimplemented("{}: sequence_lens on cuDNN", node_.label());
+    const cudnnRNNMode_t mode = p.cell == RnnPlan::kLstm  ? CUDNN_LSTM
+                                : p.cell == RnnPlan::kGru ? CUDNN_GRU
+                                : p.cell == RnnPlan::kRnnRelu ? CUDNN_RNN_RELU
+                                                              : CUDNN_RNN_TANH;
+    const int I = static_cast<int>(p.input), H = static_cast<int>(p.hidden);
+    TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnCreateRNNDescriptor(&rnn_), where, "cudnnCreateRNNDescriptor"));
+    TD_RETURN_IF_ERROR(dnn_status(
+        api,
+        api->cudnnSetRNNDescriptor_v8(rnn_, CUDNN_RNN_ALGO_STANDARD, mode, CUDNN_RNN_DOUBLE_BIAS,
+                                      p.dirs == 2 ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT,
+                                      CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT,
+                                      env_is("TENSORD_CUDA_TF32", "1") ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH, I, H, H, 1,
+                                      nullptr, CUDNN_RNN_PADDED_IO_ENABLED),
+        where, "cudnnSetRNNDescriptor_v8"));
+    const std::vector<int> lens(static_cast<size_t>(p.batch), static_cast<int>(p.seq));
+    for (auto [d, width] : {std::pair<cudnnRNNDataDescriptor_t*, int>{&x_desc_, I}, {&y_desc_, H * p.dirs}}) {
+      TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnCreateRNNDataDescriptor(d), where, "cudnnCreateRNNDataDescriptor"));
+      TD_RETURN_IF_ERROR(dnn_status(api,
+                                    api->cudnnSetRNNDataDescriptor(*d, CUDNN_DATA_FLOAT,
+                                                                   CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED,
+                                                                   static_cast<int>(p.seq), static_cast<int>(p.batch),
+                                                                   width, lens.data(), nullptr),
+                                    where, "cudnnSetRNNDataDescriptor"));
+    }
+    descs_ = std::make_unique<DnnDescs>();
+    descs_->api = api;
+    TD_RETURN_IF_ERROR(descs_->tensor(&descs_->x, {p.dirs, p.batch, p.hidden}, where));
+    h_desc_ = descs_->x;
+    TD_RETURN_IF_ERROR(descs_->tensor(&descs_->y, {1, 1, 1}, where));  // cudnnGetRNNWeightParams' outputs
+    TD_RETURN_IF_ERROR(descs_->tensor(&descs_->b, {1, 1, 1}, where));
+    TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnGetRNNWeightSpaceSize(h, rnn_, &space_bytes_), where,
+                                  "cudnnGetRNNWeightSpaceSize"));
+    size_t reserve = 0;
+    TD_RETURN_IF_ERROR(dnn_status(api,
+                                  api->cudnnGetRNNTempSpaceSizes(h, rnn_, CUDNN_FWD_MODE_INFERENCE, x_desc_, &work_bytes_,
+                                                                 &reserve),
+                                  where, "cudnnGetRNNTempSpaceSizes"));
+    // The weight space (zeroed: biases stay 0 without B) and the sequence lengths, held here.
+    TD_ASSIGN_OR_RETURN(void* space, device_->allocate(space_bytes_));
+    space_ = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(space));
+    const std::vector<unsigned char> zeros(space_bytes_, 0);
+    TD_RETURN_IF_ERROR(device_->write(Buffer{device_, space, space_bytes_, 0}, 0, zeros.data(), space_bytes_));
+    TD_ASSIGN_OR_RETURN(void* lens_mem, device_->allocate(lens.size() * 4));
+    seq_lens_ = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(lens_mem));
+    TD_RETURN_IF_ERROR(device_->write(Buffer{device_, lens_mem, lens.size() * 4, 0}, 0, lens.data(), lens.size() * 4));
+    copies_.clear();
+    for (int d = 0; d < p.dirs; ++d) {
+      std::vector<std::pair<int64_t, int64_t>> off;
+      for (int l = 0; l < 2 * p.gates; ++l) {
+        void* m = nullptr;
+        void* b = nullptr;
+        TD_RETURN_IF_ERROR(dnn_status(api,
+                                      api->cudnnGetRNNWeightParams(h, rnn_, d, space_bytes_, space, l, descs_->y, &m,
+                                                                   descs_->b, &b),
+                                      where, "cudnnGetRNNWeightParams"));
+        auto elems = [&](void* a) { return a ? static_cast<int64_t>(reinterpret_cast<uintptr_t>(a) - space_) / 4 : -1; };
+        off.emplace_back(elems(m), elems(b));
+      }
+      TD_ASSIGN_OR_RETURN(auto c, rnn_weight_copies(p, d, [&](int l) { return off[static_cast<size_t>(l)]; },
+                                                    space_bytes_ / 4));
+      copies_.insert(copies_.end(), c.begin(), c.end());
+    }
+    if (p.dirs > 1) {
+      TD_ASSIGN_OR_RETURN(codegen::ElementwiseKernel k,
+                          codegen::lower_transpose({p.seq, p.batch, p.dirs, p.hidden}, {0, 2, 1, 3}, DType::kFloat32));
+      static const codegen::CudaPrinter printer;
+      TD_ASSIGN_OR_RETURN(std::string source, printer.print(k));
+      TD_ASSIGN_OR_RETURN(transpose_, device_->program(source, k.name));
+    }
+    return OkStatus();
+  }
+  void release() {
+    if (api_) {
+      if (rnn_) api_->cudnnDestroyRNNDescriptor(rnn_);
+      for (auto* d : {x_desc_, y_desc_})
+        if (d) api_->cudnnDestroyRNNDataDescriptor(d);
+    }
+    rnn_ = nullptr, x_desc_ = nullptr, y_desc_ = nullptr, h_desc_ = nullptr;
+    descs_.reset();
+    if (space_) device_->free(reinterpret_cast<void*>(space_), space_bytes_);
+    if (seq_lens_) device_->free(reinterpret_cast<void*>(seq_lens_), static_cast<size_t>(plan_.batch) * 4);
+    space_ = 0, seq_lens_ = 0;
+  }
+
+  CudaDevice* device_;
+  Node node_;
+  std::string key_;
+  RnnPlan plan_;
+  const CudnnApi* api_ = nullptr;
+  cudnnRNNDescriptor_t rnn_ = nullptr;
+  cudnnRNNDataDescriptor_t x_desc_ = nullptr, y_desc_ = nullptr;
+  cudnnTensorDescriptor_t h_desc_ = nullptr;  // owned by descs_
+  std::unique_ptr<DnnDescs> descs_;
+  CUdeviceptr space_ = 0, seq_lens_ = 0;
+  size_t space_bytes_ = 0, work_bytes_ = 0;
+  std::vector<RnnCopy> copies_;
+  std::shared_ptr<Program> transpose_;
+};
 #endif
 
 // Whether cuDNN runs this node on `device` (else the templates do): float32, static shapes,
 // nothing empty, a plan cuDNN can express, and cuDNN usable there.
 bool uses_cudnn(const CudaDevice& device, const Node& node, const std::vector<TensorType>& inputs) {
 #if TENSORD_HAVE_CUDNN_H
+  if (node.op == "RNN" || node.op == "LSTM" || node.op == "GRU") {
+    auto plan = plan_cudnn_rnn(node, inputs);
+    return plan.ok() && !plan->has_seq_lens && device.cudnn_usable();
+  }
   const bool conv = node.op == "Conv", pool = node.op == "MaxPool" || node.op == "AveragePool" ||
                                               node.op == "GlobalAveragePool" || node.op == "GlobalMaxPool";
   if (!conv && !pool) return false;
@@ -1466,6 +1657,8 @@ Result<std::unique_ptr<Kernel>> CudaKernelTable::create(const Node& node,
 #if TENSORD_HAVE_CUDNN_H
   if (uses_cudnn(*device_, node, inputs)) {
     if (node.op == "Conv") return std::unique_ptr<Kernel>(new CudnnConvKernel(device_, node));
+    if (node.op == "RNN" || node.op == "LSTM" || node.op == "GRU")
+      return std::unique_ptr<Kernel>(new CudnnRnnKernel(device_, node));
     return std::unique_ptr<Kernel>(new CudnnPoolKernel(device_, node));
   }
 #endif
@@ -1982,6 +2175,7 @@ int64_t kernels_launched() { return g_kernels_launched.load(); }
 int64_t compile_failures() { return g_compile_failures.load(); }
 int64_t graph_captures() { return g_graph_captures.load(); }
 int64_t graph_replays() { return g_graph_replays.load(); }
+int64_t cudnn_rnn_calls() { return g_cudnn_rnn_calls.load(); }
 std::string last_source() {
   std::lock_guard<std::mutex> lock(g_last_mu);
   return g_last_source;

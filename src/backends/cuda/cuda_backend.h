@@ -125,13 +125,19 @@ struct RnnPlan {
   bool has_bias = false, has_seq_lens = false, has_initial_h = false, has_initial_c = false;
 };
 Result<RnnPlan> plan_cudnn_rnn(const Node& node, const std::vector<TensorType>& inputs);
-// Copies direction `dir` of ONNX's W [dirs][gates*hidden][input], R [dirs][gates*hidden][hidden]
-// and B [dirs][2*gates*hidden] (nullptr: zero biases) into cuDNN's weight space `space`
-// (`space_elems` floats): `offsets(l)` gives linear layer l's (matrix, bias) element offsets
-// as cudnnGetRNNWeightParams reports them. OUT_OF_RANGE when one does not fit the space.
-Status pack_rnn_weights(const RnnPlan& plan, int dir, const float* w, const float* r, const float* b,
-                        const std::function<std::pair<int64_t, int64_t>(int)>& offsets, float* space,
-                        size_t space_elems);
+// How direction `dir` of ONNX's W [dirs][gates*hidden][input], R [dirs][gates*hidden][hidden]
+// and B [dirs][2*gates*hidden] fill cuDNN's weight space of `space_elems` floats: `offsets(l)`
+// gives linear layer l's (matrix, bias) element offsets as cudnnGetRNNWeightParams reports
+// them. One copy per block: `count` elements from input `src` (1: W, 2: R, 3: B) at
+// `src_offset` to `dst_offset` of the space (biases are left out without B: the space is
+// zeroed first). OUT_OF_RANGE when a block does not fit the space.
+struct RnnCopy {
+  int src = 1;
+  int64_t src_offset = 0, dst_offset = 0, count = 0;
+};
+Result<std::vector<RnnCopy>> rnn_weight_copies(const RnnPlan& plan, int dir,
+                                               const std::function<std::pair<int64_t, int64_t>(int)>& offsets,
+                                               size_t space_elems);
 
 // Host<->device copies in chunks of at most `chunk` bytes through two staging buffers:
 // [offset, size) pairs, in order.
@@ -157,6 +163,8 @@ int64_t compile_failures();
 // CUDA graphs: runs recorded, replays launched (compile-only devices count them too).
 int64_t graph_captures();
 int64_t graph_replays();
+// RNN/LSTM/GRU nodes run by cudnnRNNForward.
+int64_t cudnn_rnn_calls();
 std::string last_source();
 
 // Test hook: while set, compile-only devices hand each new kernel (CUDA C source, kernel name)

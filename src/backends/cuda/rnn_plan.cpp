@@ -99,27 +99,26 @@ Result<RnnPlan> plan_cudnn_rnn(const Node& node, const std::vector<TensorType>& 
   return p;
 }
 
-Status pack_rnn_weights(const RnnPlan& plan, int dir, const float* w, const float* r, const float* b,
-                        const std::function<std::pair<int64_t, int64_t>(int)>& offsets, float* space,
-                        size_t space_elems) {
+Result<std::vector<RnnCopy>> rnn_weight_copies(const RnnPlan& plan, int dir,
+                                               const std::function<std::pair<int64_t, int64_t>(int)>& offsets,
+                                               size_t space_elems) {
   const int g = plan.gates;
   const int64_t H = plan.hidden, gh = g * H;
   if (dir < 0 || dir >= plan.dirs || static_cast<int>(plan.onnx_gate.size()) != g)
-    return errors::Internal("pack_rnn_weights: direction {} of {}", dir, plan.dirs);
+    return errors::Internal("cuDNN RNN weights: direction {} of {}", dir, plan.dirs);
+  std::vector<RnnCopy> copies;
   for (int l = 0; l < 2 * g; ++l) {
     const bool input = l < g;
     const int64_t cols = input ? plan.input : H;
     const int64_t gate = plan.onnx_gate[static_cast<size_t>(l % g)];
-    const float* m = (input ? w : r) + (dir * gh + gate * H) * cols;
     const auto [mo, bo] = offsets(l);
     if (mo < 0 || bo < 0 || static_cast<size_t>(mo + H * cols) > space_elems || static_cast<size_t>(bo + H) > space_elems)
       return errors::OutOfRange("cuDNN RNN weights: linear layer {} at ({}, {}) overruns the {} floats of the space", l,
                                 mo, bo, space_elems);
-    std::memcpy(space + mo, m, static_cast<size_t>(H * cols) * sizeof(float));
-    if (b) std::memcpy(space + bo, b + dir * 2 * gh + (input ? 0 : gh) + gate * H, static_cast<size_t>(H) * sizeof(float));
-    else std::fill(space + bo, space + bo + H, 0.0f);
+    copies.push_back(RnnCopy{input ? 1 : 2, (dir * gh + gate * H) * cols, mo, H * cols});
+    if (plan.has_bias) copies.push_back(RnnCopy{3, dir * 2 * gh + (input ? 0 : gh) + gate * H, bo, H});
   }
-  return OkStatus();
+  return copies;
 }
 
 }  // namespace tensord::cuda
