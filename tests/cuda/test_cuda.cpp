@@ -333,6 +333,41 @@ TEST(CudaPlanning, HalfChainsComputeInFloatAndRoundWhereTheGraphDoes) {
 
 fs::path node_tests_dir();  // below
 
+// A bidirectional `op` (RNN, LSTM, GRU with linear_before_reset=1: what cuDNN computes) of
+// seq 4, batch 2, input 3, hidden 5 with biases and initial state, and random inputs.
+std::pair<Graph, std::vector<HostTensor>> recurrent_case(const std::string& op, int gates) {
+  const int64_t S = 4, B = 2, I = 3, H = 5;
+  Graph g;
+  g.inputs = {{"X", {DType::kFloat32, {S, B, I}}}, {"W", {DType::kFloat32, {2, gates * H, I}}},
+              {"R", {DType::kFloat32, {2, gates * H, H}}}, {"B", {DType::kFloat32, {2, 2 * gates * H}}},
+              {"h0", {DType::kFloat32, {2, B, H}}}};
+  Node n;
+  n.op = op;
+  n.inputs = {"X", "W", "R", "B", "", "h0"};
+  n.outputs = {"Y", "Y_h"};
+  g.outputs = {{"Y", {DType::kFloat32, {S, 2, B, H}}}, {"Y_h", {DType::kFloat32, {2, B, H}}}};
+  if (op == "LSTM") {
+    g.inputs.push_back({"c0", {DType::kFloat32, {2, B, H}}});
+    n.inputs.push_back("c0");
+    n.outputs.push_back("Y_c");
+    g.outputs.push_back({"Y_c", {DType::kFloat32, {2, B, H}}});
+  }
+  n.attrs["hidden_size"] = H;
+  n.attrs["direction"] = std::string("bidirectional");
+  if (op == "GRU") n.attrs["linear_before_reset"] = int64_t{1};
+  g.nodes = {n};
+  std::vector<HostTensor> in;
+  uint32_t seed = 11;
+  for (const auto& v : g.inputs) {
+    std::mt19937 rng(seed++);
+    std::uniform_real_distribution<float> u(-0.8f, 0.8f);
+    HostTensor t(DType::kFloat32, v.type.shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = u(rng);
+    in.push_back(std::move(t));
+  }
+  return {g, in};
+}
+
 // cuDNN's RNN equations (cudnnRNNMode_t's documentation), computed on the host from a weight
 // space filled by cuda::rnn_weight_copies: linear layer l of each direction is a [hidden][cols]
 // matrix plus a bias, in cuDNN's gate order (LSTM: i f g o, then the recurrent ones; GRU: r z h,
@@ -485,35 +520,7 @@ TEST(CudaPlanning, OnnxRecurrentWeightsMapToCudnnsLayoutAndEquations) {
   auto client = make_local_client(o);
   ASSERT_TRUE(client.ok());
   auto against_cpu = [&](const std::string& op, int gates, const std::string& what) {
-    const int64_t S = 4, B = 2, I = 3, H = 5;
-    Graph g;
-    g.inputs = {{"X", {DType::kFloat32, {S, B, I}}}, {"W", {DType::kFloat32, {2, gates * H, I}}},
-                {"R", {DType::kFloat32, {2, gates * H, H}}}, {"B", {DType::kFloat32, {2, 2 * gates * H}}},
-                {"h0", {DType::kFloat32, {2, B, H}}}};
-    Node n;
-    n.op = op;
-    n.inputs = {"X", "W", "R", "B", "", "h0"};
-    n.outputs = {"Y", "Y_h"};
-    g.outputs = {{"Y", {DType::kFloat32, {S, 2, B, H}}}, {"Y_h", {DType::kFloat32, {2, B, H}}}};
-    if (op == "LSTM") {
-      g.inputs.push_back({"c0", {DType::kFloat32, {2, B, H}}});
-      n.inputs.push_back("c0");
-      n.outputs.push_back("Y_c");
-      g.outputs.push_back({"Y_c", {DType::kFloat32, {2, B, H}}});
-    }
-    n.attrs["hidden_size"] = H;
-    n.attrs["direction"] = std::string("bidirectional");
-    if (op == "GRU") n.attrs["linear_before_reset"] = int64_t{1};
-    g.nodes = {n};
-    std::vector<HostTensor> in;
-    uint32_t seed = 11;
-    for (const auto& v : g.inputs) {
-      std::mt19937 rng(seed++);
-      std::uniform_real_distribution<float> u(-0.8f, 0.8f);
-      HostTensor t(DType::kFloat32, v.type.shape);
-      for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = u(rng);
-      in.push_back(std::move(t));
-    }
+    auto [g, in] = recurrent_case(op, gates);
     auto ref = testing::run_on(**client, g, in, "cpu:0");
     ASSERT_TRUE(ref.ok()) << what << ": " << ref.status().to_string();
     std::vector<HostTensor> want;
@@ -526,6 +533,20 @@ TEST(CudaPlanning, OnnxRecurrentWeightsMapToCudnnsLayoutAndEquations) {
   against_cpu("LSTM", 4, "LSTM, bidirectional");
   against_cpu("GRU", 3, "GRU linear_before_reset=1, bidirectional");
   against_cpu("RNN", 1, "RNN, bidirectional");
+  // A weight space that cuDNN reports too small for a block: refused, not overrun.
+  auto [g, in] = recurrent_case("LSTM", 4);
+  std::vector<TensorType> types;
+  for (const auto& n : g.nodes[0].inputs) {
+    TensorType t;
+    for (size_t j = 0; j < g.inputs.size(); ++j)
+      if (!n.empty() && g.inputs[j].name == n) t = in[j].type();
+    types.push_back(t);
+  }
+  auto plan = cuda::plan_cudnn_rnn(g.nodes[0], types);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EXPECT_EQ(plan->dirs, 2);
+  auto small = cuda::rnn_weight_copies(*plan, 1, [](int l) { return std::pair<int64_t, int64_t>{l * 15, 200}; }, 200);
+  EXPECT_EQ(small.status().code(), StatusCode::kOutOfRange) << small.status().to_string();
 }
 
 TEST(CudaPlanning, CopiesAreChunkedToTheStagingBuffers) {
@@ -1142,6 +1163,30 @@ TEST(CudaKernels, HalfAndBfloat16ChainsReductionsAndNormsAgreeWithTheCpu) {
         EXPECT_NEAR(a[i], b[i], tol * (1.0f + std::fabs(b[i]))) << dtype_name(dt) << " " << g.outputs[o].name << "[" << i << "]";
     }
   }
+}
+
+// Bidirectional RNN, LSTM and GRU (linear_before_reset=1) on cuDNN (cudnnRNNForward: one call
+// each, counted) agree with cpu:0.
+TEST(CudaKernels, CudnnRecurrentCellsAgreeWithTheCpu) {
+  REQUIRE_GPU();
+  auto client = gpu_client();
+  ASSERT_TRUE(client.ok());
+  const int64_t calls0 = cuda::cudnn_rnn_calls();
+  for (const auto& [op, gates] : std::vector<std::pair<std::string, int>>{{"RNN", 1}, {"LSTM", 4}, {"GRU", 3}}) {
+    auto [g, in] = recurrent_case(op, gates);
+    auto got = testing::run_on(**client, g, in, "cuda:0");
+    auto want = testing::run_on(**client, g, in, "cpu:0");
+    ASSERT_TRUE(got.ok() && want.ok()) << op;
+    for (size_t o = 0; o < g.outputs.size(); ++o) {
+      ASSERT_TRUE((*got)[o].ok()) << op << " " << g.outputs[o].name << ": " << (*got)[o].status().to_string();
+      ASSERT_TRUE((*want)[o].ok());
+      const float* a = static_cast<const float*>((*got)[o]->data());
+      const float* b = static_cast<const float*>((*want)[o]->data());
+      for (int64_t i = 0; i < (*want)[o]->numel(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << op << " " << g.outputs[o].name << "[" << i << "]";
+    }
+  }
+  std::cout << "[ cuda ] cudnnRNNForward calls: " << cuda::cudnn_rnn_calls() - calls0 << "\n";
+  EXPECT_EQ(cuda::cudnn_rnn_calls() - calls0, 3) << "each cell ran on cuDNN";
 }
 
 // Conv (cuDNN, bias as a constant) -> Relu -> MaxPool (cuDNN) -> AveragePool with ceil_mode
