@@ -1305,6 +1305,229 @@ TEST(CudaPlanning, HalfAndBfloat16MatMulsRunOnCublasGemmEx) {
   EXPECT_EQ(cuda::kernels_launched() - l0, 1);
 }
 
+// ---- cuBLASLt epilogues: MatMul/Gemm + bias (+ Relu / tanh-Gelu) as one cublasLtMatmul ----
+
+Node lt_node(const std::string& op, std::vector<std::string> in, std::string out,
+             std::map<std::string, Attribute> attrs = {}) {
+  Node n;
+  n.op = op;
+  n.inputs = std::move(in);
+  n.outputs = {std::move(out)};
+  for (auto& [k, v] : attrs) n.attrs[k] = v;
+  return n;
+}
+
+// plan_lt_fusions over `nodes` with `types`; `outputs` are the graph outputs.
+std::vector<cuda::LtFusion> lt_plan(const std::vector<Node>& nodes, const std::map<std::string, TensorType>& types,
+                                    const std::set<std::string>& outputs, std::vector<std::string>* notes = nullptr) {
+  FusionGraph g;
+  for (const auto& n : nodes) g.nodes.push_back(&n);
+  g.type_of = [&](const std::string& v) -> const TensorType* {
+    auto it = types.find(v);
+    return it == types.end() ? nullptr : &it->second;
+  };
+  g.constant = [](const std::string&) -> const HostTensor* { return nullptr; };
+  g.is_graph_output = [&](const std::string& v) { return outputs.count(v) > 0; };
+  return cuda::plan_lt_fusions(g, notes);
+}
+
+TEST(CudaPlanning, MatMulBiasAndActivationFuseIntoCublasLtEpiloguesOnlyWhereExact) {
+  const TensorType f32_48{DType::kFloat32, {4, 8}}, f32_83{DType::kFloat32, {8, 3}}, f32_43{DType::kFloat32, {4, 3}};
+  std::map<std::string, TensorType> types = {{"a", f32_48},    {"b", f32_83},   {"m", f32_43}, {"s", f32_43},
+                                             {"y", f32_43},    {"bias", {DType::kFloat32, {3}}},
+                                             {"bt", {DType::kFloat32, {3, 8}}}};
+  const Node mm = lt_node("MatMul", {"a", "b"}, "m");
+  const Node add = lt_node("Add", {"m", "bias"}, "s");
+  // MatMul + Add(bias [N]) + Relu: RELU_BIAS, three nodes.
+  auto f = lt_plan({mm, add, lt_node("Relu", {"s"}, "y")}, types, {"y"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].epilogue, cuda::LtFusion::kReluBias);
+  EXPECT_EQ(f[0].members, (std::vector<size_t>{0, 1, 2}));
+  EXPECT_EQ(f[0].bias, "bias");
+  EXPECT_EQ(f[0].output, "y");
+  EXPECT_EQ(std::vector<int64_t>({f[0].m, f[0].n, f[0].k}), std::vector<int64_t>({4, 3, 8}));
+  // The bias on the left of the Add; no activation: BIAS, two nodes.
+  f = lt_plan({mm, lt_node("Add", {"bias", "m"}, "y")}, types, {"y"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].epilogue, cuda::LtFusion::kBias);
+  EXPECT_EQ(f[0].members.size(), 2u);
+  // Gelu: tanh is cuBLASLt's GELU; exact erf stays its own kernel (bias still fused).
+  f = lt_plan({mm, add, lt_node("Gelu", {"s"}, "y", {{"approximate", std::string("tanh")}})}, types, {"y"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].epilogue, cuda::LtFusion::kGeluBias);
+  std::vector<std::string> notes;
+  f = lt_plan({mm, add, lt_node("Gelu", {"s"}, "y", {{"approximate", std::string("none")}})}, types, {"y"}, &notes);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].epilogue, cuda::LtFusion::kBias);
+  EXPECT_EQ(f[0].output, "s") << "the erf Gelu is left out";
+  ASSERT_FALSE(notes.empty());
+  EXPECT_NE(notes.back().find("erf"), std::string::npos) << notes.back();
+  f = lt_plan({mm, add, lt_node("Gelu", {"s"}, "y")}, types, {"y"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].epilogue, cuda::LtFusion::kBias) << "approximate defaults to none";
+  // Biases of the wrong shape: [1, N], [M, N], [N+1]; a scalar.
+  for (Shape bad : {Shape{1, 3}, Shape{4, 3}, Shape{4}, Shape{}}) {
+    auto t = types;
+    t["bias"] = {DType::kFloat32, bad};
+    notes.clear();
+    EXPECT_TRUE(lt_plan({mm, add, lt_node("Relu", {"s"}, "y")}, t, {"y"}, &notes).empty()) << shape_to_string(bad);
+    EXPECT_FALSE(notes.empty()) << "a refusal says why";
+  }
+  // A float16 bias, a float16 MatMul: not fused (float32 only).
+  {
+    auto t = types;
+    t["bias"] = {DType::kFloat16, {3}};
+    EXPECT_TRUE(lt_plan({mm, add}, t, {"s"}).empty());
+  }
+  // Batched MatMul: not fused.
+  {
+    auto t = types;
+    t["a"] = {DType::kFloat32, {2, 4, 8}};
+    t["m"] = t["s"] = {DType::kFloat32, {2, 4, 3}};
+    notes.clear();
+    EXPECT_TRUE(lt_plan({mm, add}, t, {"s"}, &notes).empty());
+    ASSERT_FALSE(notes.empty());
+    EXPECT_NE(notes[0].find("batched"), std::string::npos) << notes[0];
+  }
+  // The product also a graph output, or read twice: not fused (it must exist on its own).
+  EXPECT_TRUE(lt_plan({mm, add}, types, {"s", "m"}).empty());
+  EXPECT_TRUE(lt_plan({mm, add, lt_node("Mul", {"m", "s"}, "y")}, types, {"y"}).empty());
+  // The sum read twice: bias fused, the Relu not.
+  f = lt_plan({mm, add, lt_node("Relu", {"s"}, "r"), lt_node("Mul", {"r", "s"}, "y")}, types, {"y"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].epilogue, cuda::LtFusion::kBias);
+  // Gemm: transA refused; transB=1 fused (B is [N, K]); alpha != 1 refused.
+  notes.clear();
+  EXPECT_TRUE(lt_plan({lt_node("Gemm", {"a", "b"}, "m", {{"transA", int64_t{1}}}), add}, types, {"s"}, &notes).empty());
+  ASSERT_FALSE(notes.empty());
+  EXPECT_NE(notes[0].find("transA"), std::string::npos) << notes[0];
+  f = lt_plan({lt_node("Gemm", {"a", "bt"}, "m", {{"transB", int64_t{1}}}), add}, types, {"s"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_TRUE(f[0].trans_b);
+  EXPECT_EQ(f[0].n, 3);
+  EXPECT_TRUE(lt_plan({lt_node("Gemm", {"a", "b"}, "m", {{"alpha", 2.0f}}), add}, types, {"s"}).empty());
+  // Gemm's own C [N] with beta=1 is the bias: Gemm + Relu, two nodes; C [M, N] is not a bias.
+  f = lt_plan({lt_node("Gemm", {"a", "bt", "bias"}, "m", {{"transB", int64_t{1}}}), lt_node("Relu", {"m"}, "y")},
+              types, {"y"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].epilogue, cuda::LtFusion::kReluBias);
+  EXPECT_EQ(f[0].members, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(f[0].bias, "bias");
+  {
+    auto t = types;
+    t["c"] = f32_43;
+    EXPECT_TRUE(lt_plan({lt_node("Gemm", {"a", "b", "c"}, "m"), lt_node("Relu", {"m"}, "y")}, t, {"y"}).empty());
+  }
+}
+
+// A MatMul + bias + Relu graph and a Gemm(transB) + tanh-Gelu graph on the compile-only cuda:0:
+// each group is one cublasLtMatmul (counted, one launch); an erf Gelu after the bias is its
+// own kernel (compiled with NVRTC); TENSORD_CUDA_LT=0 runs the unfused kernels.
+TEST(CudaNvrtc, BiasEpilogueGroupsAreOneCublasLtCall) {
+  REQUIRE_NVRTC();
+  std::string why;
+  if (!cuda::cublaslt_api(&why)) GTEST_SKIP() << "libcublasLt does not load here: " << why;
+  auto run = [](const Graph& g, const std::vector<HostTensor>& in, int64_t* fused, int64_t* launched) {
+    auto client = compile_only_client("compute_90", false);
+    ASSERT_TRUE(client.ok()) << client.status().to_string();
+    const int64_t f0 = cuda::lt_fused_calls(), l0 = cuda::kernels_launched();
+    auto got = testing::run_on(**client, g, in, "cuda:0");
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    ASSERT_TRUE((*got)[0].ok()) << (*got)[0].status().to_string();
+    EXPECT_EQ((*got)[0]->shape(), g.outputs[0].type.shape);
+    *fused = cuda::lt_fused_calls() - f0;
+    *launched = cuda::kernels_launched() - l0;
+  };
+  Graph g;
+  g.inputs = {{"a", {DType::kFloat32, {4, 8}}}};
+  g.outputs = {{"y", {DType::kFloat32, {4, 3}}}};
+  g.initializers["b"] = HostTensor(DType::kFloat32, {8, 3});
+  g.initializers["bias"] = HostTensor(DType::kFloat32, {3});
+  g.nodes = {lt_node("MatMul", {"a", "b"}, "m"), lt_node("Add", {"m", "bias"}, "s"), lt_node("Relu", {"s"}, "y")};
+  const std::vector<HostTensor> in = {HostTensor(DType::kFloat32, {4, 8})};
+  int64_t fused = 0, launched = 0;
+  run(g, in, &fused, &launched);
+  EXPECT_EQ(fused, 1);
+  EXPECT_EQ(launched, 1) << "MatMul, Add and Relu in one call";
+  setenv("TENSORD_CUDA_LT", "0", 1);
+  run(g, in, &fused, &launched);
+  unsetenv("TENSORD_CUDA_LT");
+  EXPECT_EQ(fused, 0);
+  EXPECT_GE(launched, 2) << "unfused: cuBLAS, then the bias and Relu";
+  // Gemm(transB) with C as the bias, then a tanh Gelu: one call.
+  Graph h = g;
+  h.initializers["b"] = HostTensor(DType::kFloat32, {3, 8});
+  h.nodes = {lt_node("Gemm", {"a", "b", "bias"}, "m", {{"transB", int64_t{1}}}),
+             lt_node("Gelu", {"m"}, "y", {{"approximate", std::string("tanh")}})};
+  run(h, in, &fused, &launched);
+  EXPECT_EQ(fused, 1);
+  EXPECT_EQ(launched, 1);
+  // An exact Gelu: the bias fused, the Gelu its own (hand-written, NVRTC-compiled) kernel.
+  h.nodes[1] = lt_node("Gelu", {"m"}, "y");
+  run(h, in, &fused, &launched);
+  EXPECT_EQ(fused, 1);
+  EXPECT_EQ(launched, 2);
+  EXPECT_NE(cuda::last_source().find("erff("), std::string::npos) << cuda::last_source();
+  // cuBLASLt refusing at run time: each group falls back to the unfused kernels (the bias
+  // broadcast, cuBLAS with beta=1, the activation: compiled here), counted, and keeps running.
+  setenv("TENSORD_CUDA_LT", "refuse", 1);
+  for (int tanh_gelu = 0; tanh_gelu < 2; ++tanh_gelu) {
+    const Graph& graph = tanh_gelu ? h : g;
+    if (tanh_gelu) h.nodes[1] = lt_node("Gelu", {"m"}, "y", {{"approximate", std::string("tanh")}});
+    const int64_t b0 = cuda::lt_fallbacks();
+    run(graph, in, &fused, &launched);
+    EXPECT_EQ(fused, 0);
+    EXPECT_EQ(cuda::lt_fallbacks() - b0, 1);
+    EXPECT_EQ(launched, 3) << "bias, sgemm, activation";
+    if (tanh_gelu) EXPECT_NE(cuda::last_source().find("tanhf("), std::string::npos) << cuda::last_source();
+  }
+  unsetenv("TENSORD_CUDA_LT");
+}
+
+// On a GPU: the fused groups agree with cpu:0 (cuBLASLt fused calls and fallbacks counted).
+TEST(CudaKernels, CublasLtBiasEpiloguesAgreeWithTheCpu) {
+  REQUIRE_GPU();
+  auto client = gpu_client();
+  ASSERT_TRUE(client.ok());
+  const int64_t f0 = cuda::lt_fused_calls(), b0 = cuda::lt_fallbacks();
+  struct Case {
+    const char* name;
+    std::vector<Node> nodes;
+    bool trans_b;
+  };
+  const std::vector<Case> cases = {
+      {"MatMul+Add+Relu", {lt_node("MatMul", {"a", "b"}, "m"), lt_node("Add", {"m", "bias"}, "s"), lt_node("Relu", {"s"}, "y")}, false},
+      {"MatMul+Add", {lt_node("MatMul", {"a", "b"}, "m"), lt_node("Add", {"bias", "m"}, "y")}, false},
+      {"Gemm(transB, C)+tanh Gelu",
+       {lt_node("Gemm", {"a", "b", "bias"}, "m", {{"transB", int64_t{1}}}),
+        lt_node("Gelu", {"m"}, "y", {{"approximate", std::string("tanh")}})},
+       true},
+      {"Gemm+Add+erf Gelu", {lt_node("Gemm", {"a", "b"}, "m"), lt_node("Add", {"m", "bias"}, "s"), lt_node("Gelu", {"s"}, "y")}, false},
+  };
+  const int64_t M = 33, K = 70, N = 47;
+  for (const Case& c : cases) {
+    Graph g;
+    g.inputs = {{"a", {DType::kFloat32, {M, K}}}};
+    g.outputs = {{"y", {DType::kFloat32, {M, N}}}};
+    g.initializers["b"] = random_floats(c.trans_b ? Shape{N, K} : Shape{K, N}, 3);
+    g.initializers["bias"] = random_floats({N}, 4);
+    g.nodes = c.nodes;
+    std::vector<HostTensor> in = {random_floats({M, K}, 5)};
+    auto got = testing::run_on(**client, g, in, "cuda:0");
+    auto want = testing::run_on(**client, g, in, "cpu:0");
+    ASSERT_TRUE(got.ok() && want.ok()) << c.name;
+    ASSERT_TRUE((*got)[0].ok()) << c.name << ": " << (*got)[0].status().to_string();
+    ASSERT_TRUE((*want)[0].ok()) << c.name;
+    const float* x = static_cast<const float*>((*got)[0]->data());
+    const float* y = static_cast<const float*>((*want)[0]->data());
+    for (int64_t i = 0; i < (*want)[0]->numel(); ++i) ASSERT_NEAR(x[i], y[i], 1e-4 * (1 + std::fabs(y[i]))) << c.name << " " << i;
+  }
+  const int64_t fused = cuda::lt_fused_calls() - f0, fallbacks = cuda::lt_fallbacks() - b0;
+  std::cout << "[ cuda ] cuBLASLt bias epilogues: " << fused << " fused calls, " << fallbacks
+            << " unfused fallbacks (4 groups)\n";
+  EXPECT_EQ(fused + fallbacks, 4) << "every group went to cuBLASLt or was counted as falling back";
+}
+
 // ---- CUDA IPC and CUDA memory of the caller (Client::upload_cuda / read_into_cuda) ----
 
 TEST(CudaIpc, UuidsAreWrittenAsNvidiaSmiWritesThem) {

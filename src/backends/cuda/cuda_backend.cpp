@@ -32,6 +32,8 @@ std::atomic<int64_t> g_compile_failures{0};
 std::atomic<int64_t> g_graph_captures{0};
 std::atomic<int64_t> g_graph_replays{0};
 std::atomic<int64_t> g_cudnn_rnn_calls{0};
+std::atomic<int64_t> g_lt_fused_calls{0};
+std::atomic<int64_t> g_lt_fallbacks{0};
 // The device this thread is recording a run on (CudaRunRecorder), and the stream it records
 // on: that thread's launches for that device go to the recording stream; other threads'
 // launches stay on the device's stream, out of the recording.
@@ -254,6 +256,7 @@ class CudaDevice final : public Device {
     api_->cuStreamSynchronize(stream_);
     for (auto& [src, p] : programs_) p.reset();
     if (blas_ && blas_api_) blas_api_->cublasDestroy(blas_);
+    if (lt_ && lt_api_) lt_api_->cublasLtDestroy(lt_);
 #if TENSORD_HAVE_CUDNN_H
     if (dnn_ && dnn_api_) dnn_api_->cudnnDestroy(dnn_);
 #endif
@@ -642,6 +645,117 @@ class CudaDevice final : public Device {
     return OkStatus();
   }
 
+  // A constant a fused kernel keeps: uploaded into its own allocation, recorded in `uploads`
+  // (the kernel frees them) and counted in `weight_bytes`.
+  Result<CUdeviceptr> upload_held(const HostTensor& value, std::vector<std::pair<void*, size_t>>* uploads,
+                                  int64_t* weight_bytes) {
+    const size_t bytes = static_cast<size_t>(value.nbytes());
+    TD_ASSIGN_OR_RETURN(void* mem, allocate(bytes));
+    uploads->emplace_back(mem, bytes);
+    Buffer b{this, mem, bytes, 0};
+    TD_RETURN_IF_ERROR(write(b, 0, value.data(), bytes));
+    *weight_bytes += static_cast<int64_t>(bytes);
+    return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(mem));
+  }
+  // Whether MatMul/Gemm + bias (+activation) groups go to cuBLASLt: TENSORD_CUDA_LT not 0 and
+  // libcublasLt loads (compile-only devices too: they count the call and run nothing).
+  static bool lt_usable() {
+    if (env_is("TENSORD_CUDA_LT", "0")) return false;
+    std::string why;
+    return cublaslt_api(&why) != nullptr;
+  }
+  // Y[m,n] = epilogue(A[m,k]·op(B) + bias[n]), row-major float32, in one cublasLtMatmul on the
+  // device's stream. Row-major Y is column-major Yᵀ = op(B)ᵀ·Aᵀ: cuBLASLt's "A" is our B, and
+  // the bias runs along its rows (n). An error (no heuristic result, NOT_SUPPORTED) means
+  // nothing was queued: the caller runs the unfused path.
+  Status lt_matmul(const LtFusion& f, CUdeviceptr a, CUdeviceptr b, CUdeviceptr bias, CUdeviceptr y) {
+    if (env_is("TENSORD_CUDA_LT", "refuse"))
+      return errors::Unimplemented("{}: cuBLASLt refused the group (TENSORD_CUDA_LT=refuse)", info_.name);
+    if (compile_only()) {
+      g_kernels_launched++;
+      g_lt_fused_calls++;
+      return OkStatus();
+    }
+    TD_RETURN_IF_ERROR(enter());
+    std::lock_guard<std::mutex> lock(lt_mu_);
+    if (!lt_) {
+      std::string why;
+      lt_api_ = cublaslt_api(&why);
+      if (!lt_api_) return errors::Unavailable("{}: cuBLASLt is not available: {}", info_.name, why);
+      if (lt_api_->cublasLtCreate(&lt_) != CUBLAS_STATUS_SUCCESS) {
+        lt_ = nullptr;
+        return errors::Unavailable("{}: cublasLtCreate failed", info_.name);
+      }
+    }
+    const CublasLtApi* L = lt_api_;
+    struct Descs {
+      const CublasLtApi* L;
+      cublasLtMatmulDesc_t op = nullptr;
+      cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ly = nullptr;
+      cublasLtMatmulPreference_t pref = nullptr;
+      ~Descs() {
+        if (pref) L->cublasLtMatmulPreferenceDestroy(pref);
+        for (auto* l : {la, lb, ly})
+          if (l) L->cublasLtMatrixLayoutDestroy(l);
+        if (op) L->cublasLtMatmulDescDestroy(op);
+      }
+    } d{L};
+    auto ok = [&](cublasStatus_t s, const char* what) -> Status {
+      if (s == CUBLAS_STATUS_SUCCESS) return OkStatus();
+      return errors::Unimplemented("{}: {} failed (cuBLAS status {})", info_.name, what, int(s));
+    };
+    const cublasComputeType_t compute =
+        env_is("TENSORD_CUDA_TF32", "1") ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate"));
+    const cublasOperation_t opa = f.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opb = CUBLAS_OP_N;
+    const cublasLtEpilogue_t epi = f.epilogue == LtFusion::kReluBias   ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                   : f.epilogue == LtFusion::kGeluBias ? CUBLASLT_EPILOGUE_GELU_BIAS
+                                                                       : CUBLASLT_EPILOGUE_BIAS;
+    const void* bias_ptr = reinterpret_cast<const void*>(static_cast<uintptr_t>(bias));
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)),
+                          "setting TRANSA"));
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)),
+                          "setting TRANSB"));
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
+                          "setting the epilogue"));
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr,
+                                                            sizeof(bias_ptr)),
+                          "setting the bias"));
+    // Column-major: "A" = Bᵀ as stored ([k][n] row-major is n×k column-major, ld n; transB: k×n, ld k),
+    // "B" = Aᵀ (k×m, ld k), D = Yᵀ (n×m, ld n).
+    const uint64_t n = static_cast<uint64_t>(f.n), m = static_cast<uint64_t>(f.m), k = static_cast<uint64_t>(f.k);
+    TD_RETURN_IF_ERROR(ok(f.trans_b ? L->cublasLtMatrixLayoutCreate(&d.la, CUDA_R_32F, k, n, static_cast<int64_t>(k))
+                                    : L->cublasLtMatrixLayoutCreate(&d.la, CUDA_R_32F, n, k, static_cast<int64_t>(n)),
+                          "cublasLtMatrixLayoutCreate"));
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatrixLayoutCreate(&d.lb, CUDA_R_32F, k, m, static_cast<int64_t>(k)),
+                          "cublasLtMatrixLayoutCreate"));
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatrixLayoutCreate(&d.ly, CUDA_R_32F, n, m, static_cast<int64_t>(n)),
+                          "cublasLtMatrixLayoutCreate"));
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatmulPreferenceCreate(&d.pref), "cublasLtMatmulPreferenceCreate"));
+    const size_t workspace = 0;  // no workspace: nothing to allocate or capture
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                                  &workspace, sizeof(workspace)),
+                          "setting the workspace"));
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatmulAlgoGetHeuristic(lt_, d.op, d.la, d.lb, d.ly, d.ly, d.pref, 1, &heur,
+                                                            &found),
+                          "cublasLtMatmulAlgoGetHeuristic"));
+    if (found < 1) return errors::Unimplemented("{}: cuBLASLt has no algorithm for this epilogue", info_.name);
+    const float alpha = 1.0f, beta = 0.0f;
+    auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(static_cast<uintptr_t>(p)); };
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatmul(lt_, d.op, &alpha, ptr(b), d.la, ptr(a), d.lb, &beta, ptr(y), d.ly,
+                                            ptr(y), d.ly, &heur.algo, nullptr, 0, stream()),
+                          "cublasLtMatmul"));
+    g_kernels_launched++;
+    g_lt_fused_calls++;
+    if (sync_) {
+      CUresult r = api_->cuStreamSynchronize(stream_);
+      if (r != CUDA_SUCCESS) return cu_status(api_, r, info_.name, "running cublasLtMatmul");
+    }
+    return OkStatus();
+  }
+
 #if TENSORD_HAVE_CUDNN_H
   // Whether cuDNN kernels may run here: a real device, TENSORD_CUDNN not 0, libcudnn loads.
   bool cudnn_usable() const {
@@ -721,6 +835,9 @@ class CudaDevice final : public Device {
   std::mutex blas_mu_;
   const CublasApi* blas_api_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+  std::mutex lt_mu_;
+  const CublasLtApi* lt_api_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
 #if TENSORD_HAVE_CUDNN_H
   std::mutex dnn_mu_;
   const CudnnApi* dnn_api_ = nullptr;
@@ -824,6 +941,65 @@ Result<Compiled> compile_group(CudaDevice& device, const std::vector<const Node*
   TD_ASSIGN_OR_RETURN(c.program, device.program(source, c.lowered.kernel.name));
   return c;
 }
+
+// ONNX Gelu over `n` float32 values (the generator has no Gelu): approximate="none" with erf,
+// "tanh" with the tanh approximation, as the cpu reference computes them. Its kernel's name.
+std::string gelu_source(int64_t n, bool tanh_approx, std::string* name) {
+  *name = fmt::format("tensord_gelu_{}_{}", tanh_approx ? "tanh" : "erf", n);
+  const char* body = tanh_approx
+                         ? "0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)))"
+                         : "0.5f * v * (1.0f + erff(v * 0.7071067811865476f))";
+  return fmt::format(
+      "extern \"C\" __global__ void {}(const unsigned char* in0_base, unsigned long long in0_off,\n"
+      "    unsigned char* out0_base, unsigned long long out0_off) {{\n"
+      "  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+      "  if (i >= {}LL) return;\n"
+      "  const float v = ((const float*)(in0_base + in0_off))[i];\n"
+      "  ((float*)(out0_base + out0_off))[i] = {};\n"
+      "}}\n",
+      *name, n, body);
+}
+
+bool gelu_on_device(const Node& node, const std::vector<TensorType>& inputs) {
+  if (node.op != "Gelu" || inputs.size() != 1 || !inputs[0].defined() || inputs[0].dtype != DType::kFloat32 ||
+      !shape_is_static(inputs[0].shape))
+    return false;
+  auto approx = NodeAttrs(node).attr_string("approximate", "none");
+  return approx.ok() && (*approx == "none" || *approx == "tanh");
+}
+
+// Gelu (float32, static) as a hand-written kernel (gelu_source), specialised to each call's size.
+class GeluKernel final : public Kernel {
+ public:
+  GeluKernel(CudaDevice* d, const Node& node) : device_(d), node_(node) {}
+  std::string name() const override { return "gelu"; }
+  Status run(KernelCall& call) override {
+    if (call.inputs.empty() || !call.inputs[0].defined() || call.output_types.empty())
+      return errors::Internal("{}: missing inputs", node_.label());
+    const TensorType& out = call.output_types[0];
+    const int64_t n = shape_numel(out.shape);
+    if (!program_ || n != n_) {
+      TD_ASSIGN_OR_RETURN(std::string approx, NodeAttrs(node_).attr_string("approximate", "none"));
+      std::string name;
+      const std::string source = gelu_source(n, approx == "tanh", &name);
+      TD_ASSIGN_OR_RETURN(program_, device_->program(source, name));
+      n_ = n;
+    }
+    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
+    TD_ASSIGN_OR_RETURN(auto buffer, call.allocator->allocate(static_cast<size_t>(bytes)));
+    TD_ASSIGN_OR_RETURN(Arg x, device_->arg(*call.inputs[0].buffer));
+    TD_ASSIGN_OR_RETURN(Arg y, device_->arg(*buffer));
+    TD_RETURN_IF_ERROR(device_->launch(*program_, {x, y}, n));
+    call.outputs.assign(1, DeviceTensor{out.dtype, out.shape, buffer});
+    return OkStatus();
+  }
+
+ private:
+  CudaDevice* device_;
+  Node node_;
+  int64_t n_ = -1;
+  std::shared_ptr<Program> program_;
+};
 
 // A single node as a generated kernel, specialised to the shapes of each call (the last
 // shapes' kernel is kept; the device keeps every program it built).
@@ -1606,6 +1782,7 @@ Status CudaKernelTable::supports(const Node& node, const std::vector<TensorType>
   const bool domain_ok = node.domain.empty() || node.domain == "ai.onnx";
   if (domain_ok && (node.op == "MatMul" || node.op == "Gemm") && uses_cublas(node, inputs)) return OkStatus();
   if (domain_ok && uses_cudnn(*device_, node, inputs)) return OkStatus();
+  if (domain_ok && gelu_on_device(node, inputs)) return OkStatus();
   if (domain_ok && codegen::is_template_op(node.op)) return codegen::template_supported(node, inputs);
   if (domain_ok && node.outputs.size() == 1 && !inputs.empty() && inputs[0].defined()) {
     if (codegen::is_view_op(node.op)) return OkStatus();
@@ -1662,6 +1839,7 @@ Result<std::unique_ptr<Kernel>> CudaKernelTable::create(const Node& node,
     return std::unique_ptr<Kernel>(new CudnnPoolKernel(device_, node));
   }
 #endif
+  if (gelu_on_device(node, inputs)) return std::unique_ptr<Kernel>(new GeluKernel(device_, node));
   if (codegen::is_view_op(node.op)) return codegen::make_view_kernel(node);
   if (codegen::reduce_ops().count(node.op) && !inputs.empty() && inputs[0].dtype == DType::kFloat64)
     return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
@@ -1684,13 +1862,8 @@ class ElementwiseRegion final : public RegionKernel {
     for (auto& [mem, bytes] : uploads_) device_->free(mem, bytes);
   }
   Status upload(size_t param, const HostTensor& value) {
-    const size_t bytes = static_cast<size_t>(value.nbytes());
-    TD_ASSIGN_OR_RETURN(void* mem, device_->allocate(bytes));
-    uploads_.emplace_back(mem, bytes);
-    Buffer b{device_, mem, bytes, 0};
-    TD_RETURN_IF_ERROR(device_->write(b, 0, value.data(), bytes));
-    held_[param] = Arg{static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(mem)), 0};
-    weight_bytes_ += static_cast<int64_t>(bytes);
+    TD_ASSIGN_OR_RETURN(CUdeviceptr mem, device_->upload_held(value, &uploads_, &weight_bytes_));
+    held_[param] = Arg{mem, 0};
     return OkStatus();
   }
   Status run(const std::vector<DeviceTensor>& inputs, const std::vector<DeviceTensor>& outputs,
@@ -1734,11 +1907,147 @@ class ElementwiseRegion final : public RegionKernel {
   int64_t weight_bytes_ = 0;
 };
 
+// MatMul/Gemm + bias (+ Relu / tanh-Gelu) as one cublasLtMatmul with a bias epilogue
+// (plan_lt_fusions decides which groups). Constant operands were uploaded at compile time. When
+// cuBLASLt refuses the group at run time (no heuristic result, NOT_SUPPORTED), the group runs
+// unfused from then on -- the bias broadcast by a generated kernel, cuBLAS sgemm with beta=1,
+// the activation as its own generated kernel -- and each such run is counted (lt_fallbacks).
+class LtRegion final : public RegionKernel {
+ public:
+  LtRegion(CudaDevice* d, LtFusion f, std::vector<std::string> inputs, const Node* act)
+      : device_(d), f_(std::move(f)), inputs_(std::move(inputs)) {
+    if (act) act_ = std::make_unique<Node>(*act);
+  }
+  ~LtRegion() override {
+    for (auto& [mem, bytes] : uploads_) device_->free(mem, bytes);
+  }
+  Status hold(const std::string& name, const HostTensor& value) {
+    TD_ASSIGN_OR_RETURN(held_[name], device_->upload_held(value, &uploads_, &weight_bytes_));
+    return OkStatus();
+  }
+  Status run(const std::vector<DeviceTensor>& inputs, const std::vector<DeviceTensor>& outputs,
+             Allocator& allocator) override {
+    TD_ASSIGN_OR_RETURN(CUdeviceptr A, operand(f_.a, inputs));
+    TD_ASSIGN_OR_RETURN(CUdeviceptr B, operand(f_.b, inputs));
+    TD_ASSIGN_OR_RETURN(CUdeviceptr bias, operand(f_.bias, inputs));
+    if (outputs.size() != 1 || !outputs[0].buffer)
+      return errors::Internal("{}: cuBLASLt group output not allocated", device_->name());
+    TD_ASSIGN_OR_RETURN(Arg y, device_->arg(*outputs[0].buffer));
+    const CUdeviceptr Y = CudaDevice::address(*outputs[0].buffer);
+    if (!fallback_) {
+      Status fused = device_->lt_matmul(f_, A, B, bias, Y);
+      if (fused.ok()) return fused;
+      if (fused.code() != StatusCode::kUnimplemented) return fused;
+      fallback_ = true;
+      fallback_why_ = fused.message();
+    }
+    g_lt_fallbacks++;
+    // Unfused: Y (or a scratch buffer before the activation) = broadcast bias, += A·op(B).
+    if (!expand_) {
+      TD_ASSIGN_OR_RETURN(codegen::ElementwiseKernel ek, codegen::lower_expand({f_.n}, {f_.m, f_.n}, DType::kFloat32));
+      static const codegen::CudaPrinter printer;
+      TD_ASSIGN_OR_RETURN(std::string source, printer.print(ek));
+      TD_ASSIGN_OR_RETURN(expand_, device_->program(source, ek.name));
+    }
+    std::shared_ptr<Buffer> scratch;
+    Arg target = y;
+    CUdeviceptr T = Y;
+    if (act_) {
+      TD_ASSIGN_OR_RETURN(scratch, allocator.allocate(static_cast<size_t>(f_.m * f_.n) * sizeof(float)));
+      TD_ASSIGN_OR_RETURN(target, device_->arg(*scratch));
+      T = CudaDevice::address(*scratch);
+    }
+    TD_RETURN_IF_ERROR(device_->launch(*expand_, {Arg{bias, 0}, target}, f_.m * f_.n));
+    TD_RETURN_IF_ERROR(device_->sgemm(f_.trans_b, false, f_.n, f_.m, f_.k, 1.0f, B, f_.trans_b ? f_.k : f_.n, 0, A,
+                                      f_.k, 0, 1.0f, T, f_.n, 0, 1));
+    if (!act_) return OkStatus();
+    if (!act_program_ && act_->op == "Gelu") {
+      std::string name;
+      const std::string source = gelu_source(f_.m * f_.n, f_.epilogue == LtFusion::kGeluBias, &name);
+      TD_ASSIGN_OR_RETURN(act_program_, device_->program(source, name));
+    }
+    if (!act_program_) {
+      const TensorType pre{DType::kFloat32, Shape{f_.m, f_.n}};
+      const std::string in = act_->inputs[0], out = act_->outputs[0];
+      auto type_of = [&](const std::string& v) -> const TensorType* {
+        return v == in || v == out ? &pre : nullptr;
+      };
+      TD_ASSIGN_OR_RETURN(Compiled c, compile_group(*device_, {act_.get()}, {act_->outputs[0]}, pre.shape, type_of,
+                                                    nullptr));
+      act_program_ = std::move(c.program);
+    }
+    return device_->launch(*act_program_, {target, y}, f_.m * f_.n);
+  }
+  int64_t arena_bytes() const override { return 0; }
+  int64_t weight_bytes() const override { return weight_bytes_; }
+  std::string describe() const override {
+    static const char* kEpi[] = {"BIAS", "RELU_BIAS", "GELU_BIAS"};
+    return fmt::format("CudaLtEpilogue: {} nodes as one cublasLtMatmul ({}), {}x{}x{}{}", f_.members.size(),
+                       kEpi[f_.epilogue], f_.m, f_.n, f_.k,
+                       fallback_ ? " -- unfused at run time: " + fallback_why_ : std::string());
+  }
+
+ private:
+  Result<CUdeviceptr> operand(const std::string& name, const std::vector<DeviceTensor>& inputs) const {
+    if (auto h = held_.find(name); h != held_.end()) return h->second;
+    for (size_t i = 0; i < inputs_.size() && i < inputs.size(); ++i)
+      if (inputs_[i] == name && inputs[i].buffer) {
+        TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*inputs[i].buffer));
+        (void)a;  // checks the buffer is this device's
+        return CudaDevice::address(*inputs[i].buffer);
+      }
+    return errors::Internal("{}: cuBLASLt group input '{}' missing", device_->name(), name);
+  }
+
+  CudaDevice* device_;
+  LtFusion f_;
+  std::vector<std::string> inputs_;
+  std::unique_ptr<Node> act_;
+  std::map<std::string, CUdeviceptr> held_;
+  std::vector<std::pair<void*, size_t>> uploads_;
+  int64_t weight_bytes_ = 0;
+  bool fallback_ = false;
+  std::string fallback_why_;
+  std::shared_ptr<Program> expand_, act_program_;
+};
+
+// The groups plan_lt_fusions finds, as LtRegions (none where cuBLASLt does not load or
+// TENSORD_CUDA_LT=0); `taken` marks their nodes.
+std::vector<Region> lt_regions(CudaDevice* device, const FusionGraph& g, std::vector<bool>* taken,
+                               std::vector<std::string>* notes) {
+  std::vector<Region> regions;
+  if (!CudaDevice::lt_usable()) return regions;
+  for (LtFusion& f : plan_lt_fusions(g, notes)) {
+    Region r;
+    r.members = f.members;
+    for (const std::string& v : {f.a, f.b, f.bias})
+      if (!g.constant(v) && std::find(r.inputs.begin(), r.inputs.end(), v) == r.inputs.end()) r.inputs.push_back(v);
+    r.outputs = {f.output};
+    const Node* act = f.epilogue == LtFusion::kBias ? nullptr : g.nodes[f.members.back()];
+    const std::vector<std::string> constants = {f.a, f.b, f.bias};
+    auto kernel = std::make_unique<LtRegion>(device, f, r.inputs, act);
+    Status up;
+    for (const std::string& v : constants)
+      if (const HostTensor* c = g.constant(v); c && up.ok()) up = kernel->hold(v, *c);
+    if (!up.ok()) {
+      if (notes) notes->push_back(fmt::format("{}: a cuBLASLt group's constants: {}", device->name(), up.message()));
+      continue;
+    }
+    for (size_t m : f.members) (*taken)[m] = true;
+    r.kernel = std::move(kernel);
+    regions.push_back(std::move(r));
+  }
+  return regions;
+}
+
 std::vector<Region> CudaRegionCompiler::compile(const FusionGraph& g,
                                                   std::vector<std::string>* notes) {
-  if (std::getenv("TENSORD_NO_ELEMENTWISE_FUSION")) return {};
+  std::vector<bool> taken(g.nodes.size(), false);
+  std::vector<Region> regions = lt_regions(device_, g, &taken, notes);
+  if (std::getenv("TENSORD_NO_ELEMENTWISE_FUSION")) return regions;
   auto key = [&](size_t i, const std::vector<int>&) -> std::string {
     if (!g.placed_here.empty() && !g.placed_here[i]) return "";
+    if (taken[i]) return "";
     const Node& node = *g.nodes[i];
     if (node.outputs.size() != 1 || node.outputs[0].empty()) return "";
     const TensorType* out = g.type_of(node.outputs[0]);
@@ -1752,7 +2061,6 @@ std::vector<Region> CudaRegionCompiler::compile(const FusionGraph& g,
     if (!codegen::elementwise_supported(node, in, g.constant, kHalves).ok()) return "";
     return "ew:" + shape_to_string(out->shape);
   };
-  std::vector<Region> regions;
   for (auto& r : partition_graph(g, key)) {
     if (r.members.size() < 2 || r.outputs.empty()) continue;  // single nodes: their own kernels
     std::vector<const Node*> nodes;
@@ -2176,6 +2484,8 @@ int64_t compile_failures() { return g_compile_failures.load(); }
 int64_t graph_captures() { return g_graph_captures.load(); }
 int64_t graph_replays() { return g_graph_replays.load(); }
 int64_t cudnn_rnn_calls() { return g_cudnn_rnn_calls.load(); }
+int64_t lt_fused_calls() { return g_lt_fused_calls.load(); }
+int64_t lt_fallbacks() { return g_lt_fallbacks.load(); }
 std::string last_source() {
   std::lock_guard<std::mutex> lock(g_last_mu);
   return g_last_source;
