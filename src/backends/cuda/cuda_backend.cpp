@@ -1937,7 +1937,8 @@ class LtRegion final : public RegionKernel {
     if (!fallback_) {
       Status fused = device_->lt_matmul(f_, A, B, bias, Y);
       if (fused.ok()) return fused;
-      if (fused.code() != StatusCode::kUnimplemented) return fused;
+      // Refusals (NOT_SUPPORTED, no algorithm) and a handle cuBLASLt cannot make: unfused.
+      if (fused.code() != StatusCode::kUnimplemented && fused.code() != StatusCode::kUnavailable) return fused;
       fallback_ = true;
       fallback_why_ = fused.message();
     }
