@@ -16,8 +16,11 @@
 # from the CUDA installation (ldconfig, LD_LIBRARY_PATH, /usr/local/cuda/lib64) or
 # from PyTorch's nvidia wheels (their lib folders are put into TENSORD_CUDA_LIB_DIR; see
 # src/backends/cuda/cuda_api.h for the full search order). In at most 6 minutes it runs:
-# `tensord devices`; the ONNX node tests on cuda:0 (and cpu:0 to compare); the copy tests and
-# GB/s (cuda_tests); `tensord bench` of mobilenet_v2 and resnet50 at batch 1 and 64 on cuda:0
+# `tensord devices`; the ONNX node tests on cuda:0 (and cpu:0 to compare: their LSTM/RNN cases
+# run on cudnnRNNForward, their float16 cases as generated float16 kernels); the copy tests,
+# GB/s and the GPU kernel tests (cuda_tests: float16/bfloat16 chains, reductions, Softmax and
+# LayerNormalization, cuDNN's RNN/LSTM/GRU and cuBLASLt's bias/ReLU/GELU epilogues against
+# cpu:0, printing the counts of cudnnRNNForward calls and of cuBLASLt fused calls and fallbacks); `tensord bench` of mobilenet_v2 and resnet50 at batch 1 and 64 on cuda:0
 # (CUDA graphs on, as by default; mobilenet_v2 at batch 1 once more with TENSORD_CUDA_GRAPHS=0)
 # with PyTorch eager fp32 on the same GPU side by side (gpu_check_torch.py: torchvision models,
 # random weights, and PyTorch's own copy GB/s); a broker run with a same-host client using CUDA

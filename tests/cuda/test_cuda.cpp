@@ -9,6 +9,7 @@
 //    with "no CUDA device" elsewhere.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -59,6 +60,26 @@ const bool kEnvironment = [] {
       GTEST_SKIP() << "NVRTC is not loadable here: " << why_;                                  \
     }                                                                                          \
   } while (0)
+
+// The compile-only devices ("cuda:0" whose kernels NVRTC compiles for `arch` but nothing
+// runs): TENSORD_CUDA_COMPILE_ONLY is set only while they are enumerated.
+std::vector<std::unique_ptr<Device>> compile_only_devices(Backend& backend, const std::string& arch = "compute_90") {
+  setenv("TENSORD_CUDA_COMPILE_ONLY", arch.c_str(), 1);
+  auto devices = backend.enumerate();
+  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  return devices;
+}
+// An engine over cpu:0 and the compile-only cuda:0.
+Result<std::unique_ptr<Client>> compile_only_client(const std::string& arch = "compute_90",
+                                                    bool reference_kernels = true) {
+  setenv("TENSORD_CUDA_COMPILE_ONLY", arch.c_str(), 1);
+  LocalClientOptions o;
+  o.devices = "cpu:0,cuda:0";
+  o.reference_kernels = reference_kernels;
+  auto client = make_local_client(o);
+  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  return client;
+}
 
 // ---- library search ----
 
@@ -263,6 +284,271 @@ TEST(CudaLibraries, CudnnLoadsWithoutAGpuAndIsVersion9) {
   EXPECT_EQ(cuda::library_names("cudnn").front(), "libcudnn.so.9");
 }
 
+// float16 in a fused chain (no NVRTC needed): float32 arithmetic, each float16 result rounded
+// where the graph has one (so a Cast to float16 and back inside a chain is not an identity),
+// float32 in and out stored plainly; a float16 input is loaded as float. Without `halves`
+// (the OpenCL backend) the chain is refused, and the OpenCL C printer says it has no half
+// storage.
+TEST(CudaPlanning, HalfChainsComputeInFloatAndRoundWhereTheGraphDoes) {
+  auto node = [](const char* op, std::vector<std::string> in, std::string out, int64_t to) {
+    Node n;
+    n.op = op;
+    n.inputs = std::move(in);
+    n.outputs = {std::move(out)};
+    if (to >= 0) n.attrs["to"] = to;
+    return n;
+  };
+  const Node c1 = node("Cast", {"x"}, "h", static_cast<int64_t>(DType::kFloat16));
+  const Node add = node("Add", {"h", "b"}, "s", -1);
+  const Node c2 = node("Cast", {"s"}, "y", static_cast<int64_t>(DType::kFloat32));
+  std::map<std::string, TensorType> types = {{"x", {DType::kFloat32, {2, 3}}}, {"h", {DType::kFloat16, {2, 3}}},
+                                             {"b", {DType::kFloat16, {2, 3}}}, {"s", {DType::kFloat16, {2, 3}}},
+                                             {"y", {DType::kFloat32, {2, 3}}}};
+  auto type_of = [&](const std::string& n) -> const TensorType* {
+    auto it = types.find(n);
+    return it == types.end() ? nullptr : &it->second;
+  };
+  EXPECT_FALSE(codegen::lower_elementwise({&c1, &add, &c2}, {"y"}, {2, 3}, type_of, nullptr).ok());
+  auto g = codegen::lower_elementwise({&c1, &add, &c2}, {"y"}, {2, 3}, type_of, nullptr, true);
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  int rounds = 0;
+  for (const auto& in : g->kernel.body) {
+    rounds += in.op == "round_f16";
+    EXPECT_NE(in.op, "round_bf16");
+  }
+  EXPECT_EQ(rounds, 2) << "after the Cast to float16 and after the float16 Add";
+  ASSERT_EQ(g->kernel.inputs.size(), 2u);
+  EXPECT_EQ(g->kernel.inputs[0].storage, codegen::Storage::kPlain);  // x: float32
+  EXPECT_EQ(g->kernel.inputs[1].storage, codegen::Storage::kF16);    // b: float16 words
+  ASSERT_EQ(g->kernel.outputs.size(), 1u);
+  EXPECT_EQ(g->kernel.outputs[0].storage, codegen::Storage::kPlain);  // y: float32
+  auto src = codegen::CudaPrinter().print(g->kernel);
+  ASSERT_TRUE(src.ok()) << src.status().to_string();
+  EXPECT_NE(src->find("td_f16_to_f32(td_f32_to_f16("), std::string::npos) << *src;
+  EXPECT_NE(src->find("td_f16_to_f32(in1[i])"), std::string::npos) << *src;
+  auto ocl = codegen::OpenClPrinter().print(g->kernel);
+  ASSERT_FALSE(ocl.ok());
+  EXPECT_NE(ocl.status().message().find("float16"), std::string::npos) << ocl.status().message();
+}
+
+fs::path node_tests_dir();  // below
+
+// A bidirectional `op` (RNN, LSTM, GRU with linear_before_reset=1: what cuDNN computes) of
+// seq 4, batch 2, input 3, hidden 5 with biases and initial state, and random inputs.
+std::pair<Graph, std::vector<HostTensor>> recurrent_case(const std::string& op, int gates) {
+  const int64_t S = 4, B = 2, I = 3, H = 5;
+  Graph g;
+  g.inputs = {{"X", {DType::kFloat32, {S, B, I}}}, {"W", {DType::kFloat32, {2, gates * H, I}}},
+              {"R", {DType::kFloat32, {2, gates * H, H}}}, {"B", {DType::kFloat32, {2, 2 * gates * H}}},
+              {"h0", {DType::kFloat32, {2, B, H}}}};
+  Node n;
+  n.op = op;
+  n.inputs = {"X", "W", "R", "B", "", "h0"};
+  n.outputs = {"Y", "Y_h"};
+  g.outputs = {{"Y", {DType::kFloat32, {S, 2, B, H}}}, {"Y_h", {DType::kFloat32, {2, B, H}}}};
+  if (op == "LSTM") {
+    g.inputs.push_back({"c0", {DType::kFloat32, {2, B, H}}});
+    n.inputs.push_back("c0");
+    n.outputs.push_back("Y_c");
+    g.outputs.push_back({"Y_c", {DType::kFloat32, {2, B, H}}});
+  }
+  n.attrs["hidden_size"] = H;
+  n.attrs["direction"] = std::string("bidirectional");
+  if (op == "GRU") n.attrs["linear_before_reset"] = int64_t{1};
+  g.nodes = {n};
+  std::vector<HostTensor> in;
+  uint32_t seed = 11;
+  for (const auto& v : g.inputs) {
+    std::mt19937 rng(seed++);
+    std::uniform_real_distribution<float> u(-0.8f, 0.8f);
+    HostTensor t(DType::kFloat32, v.type.shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = u(rng);
+    in.push_back(std::move(t));
+  }
+  return {g, in};
+}
+
+// cuDNN's RNN equations (cudnnRNNMode_t's documentation), computed on the host from a weight
+// space filled by cuda::rnn_weight_copies: linear layer l of each direction is a [hidden][cols]
+// matrix plus a bias, in cuDNN's gate order (LSTM: i f g o, then the recurrent ones; GRU: r z h,
+// the reset gate applied to R's product; RNN: W then R). Returns Y [seq][dirs][batch][hidden],
+// then Y_h and (LSTM) Y_c [dirs][batch][hidden].
+std::vector<std::vector<float>> cudnn_rnn_equations(const cuda::RnnPlan& p, const std::vector<const float*>& in) {
+  const int64_t S = p.seq, B = p.batch, I = p.input, H = p.hidden;
+  const int g = p.gates;
+  std::vector<float> y(static_cast<size_t>(S * p.dirs * B * H)), yh(static_cast<size_t>(p.dirs * B * H)), yc(yh.size());
+  for (int d = 0; d < p.dirs; ++d) {
+    // This direction's space: the matrices one after another, then the biases.
+    std::vector<std::pair<int64_t, int64_t>> off;
+    int64_t at = 0;
+    for (int l = 0; l < 2 * g; ++l) off.push_back({at, 0}), at += H * (l < g ? I : H);
+    for (int l = 0; l < 2 * g; ++l) off[static_cast<size_t>(l)].second = at, at += H;
+    std::vector<float> space(static_cast<size_t>(at), 0.0f);  // zeroed, as the kernel zeroes it
+    auto copies = cuda::rnn_weight_copies(p, d, [&](int l) { return off[static_cast<size_t>(l)]; }, space.size());
+    EXPECT_TRUE(copies.ok()) << copies.status().to_string();
+    for (const auto& c : copies.ok() ? *copies : std::vector<cuda::RnnCopy>{})
+      std::copy(in[static_cast<size_t>(c.src)] + c.src_offset, in[static_cast<size_t>(c.src)] + c.src_offset + c.count,
+                space.begin() + c.dst_offset);
+    auto lin = [&](int l, const float* v) {
+      const int64_t cols = l < g ? I : H;
+      std::vector<float> out(static_cast<size_t>(H));
+      for (int64_t j = 0; j < H; ++j) {
+        double acc = space[static_cast<size_t>(off[static_cast<size_t>(l)].second + j)];
+        for (int64_t k = 0; k < cols; ++k) acc += double(space[static_cast<size_t>(off[static_cast<size_t>(l)].first + j * cols + k)]) * v[k];
+        out[static_cast<size_t>(j)] = static_cast<float>(acc);
+      }
+      return out;
+    };
+    auto sig = [](float v) { return 1.0f / (1.0f + std::exp(-v)); };
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<float> h(static_cast<size_t>(H), 0.0f), c(h);
+      for (int64_t j = 0; j < H; ++j) {
+        if (in[5]) h[static_cast<size_t>(j)] = in[5][(d * B + b) * H + j];
+        if (in[6]) c[static_cast<size_t>(j)] = in[6][(d * B + b) * H + j];
+      }
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t t = d == 0 ? s : S - 1 - s;
+        const float* x = in[0] + (t * B + b) * I;
+        std::vector<float> nh(h);
+        if (p.cell == cuda::RnnPlan::kLstm) {
+          auto i = lin(0, x), f = lin(1, x), gg = lin(2, x), o = lin(3, x);
+          auto ri = lin(4, h.data()), rf = lin(5, h.data()), rg = lin(6, h.data()), ro = lin(7, h.data());
+          for (size_t j = 0; j < h.size(); ++j) {
+            c[j] = sig(f[j] + rf[j]) * c[j] + sig(i[j] + ri[j]) * std::tanh(gg[j] + rg[j]);
+            nh[j] = sig(o[j] + ro[j]) * std::tanh(c[j]);
+          }
+        } else if (p.cell == cuda::RnnPlan::kGru) {
+          auto r = lin(0, x), z = lin(1, x), n = lin(2, x), rr = lin(3, h.data()), rz = lin(4, h.data()), rn = lin(5, h.data());
+          for (size_t j = 0; j < h.size(); ++j) {
+            const float zz = sig(z[j] + rz[j]);
+            nh[j] = (1.0f - zz) * std::tanh(n[j] + sig(r[j] + rr[j]) * rn[j]) + zz * h[j];
+          }
+        } else {
+          auto a = lin(0, x), ra = lin(1, h.data());
+          for (size_t j = 0; j < h.size(); ++j)
+            nh[j] = p.cell == cuda::RnnPlan::kRnnRelu ? std::max(0.0f, a[j] + ra[j]) : std::tanh(a[j] + ra[j]);
+        }
+        h = nh;
+        for (int64_t j = 0; j < H; ++j) y[static_cast<size_t>(((t * p.dirs + d) * B + b) * H + j)] = h[static_cast<size_t>(j)];
+      }
+      for (int64_t j = 0; j < H; ++j) {
+        yh[static_cast<size_t>((d * B + b) * H + j)] = h[static_cast<size_t>(j)];
+        yc[static_cast<size_t>((d * B + b) * H + j)] = c[static_cast<size_t>(j)];
+      }
+    }
+  }
+  return {y, yh, yc};
+}
+
+// ONNX's RNN/LSTM/GRU in cuDNN's weight layout, checked against the ONNX project's own outputs:
+// the node tests' LSTM and simple RNN cases, laid out by rnn_weight_copies and computed with
+// cuDNN's equations, give the tests' expected outputs; a bidirectional GRU with
+// linear_before_reset=1 (cuDNN's GRU) gives what the cpu reference kernel gives. What cuDNN
+// computes differently is refused by name (ONNX's default GRU, peepholes, reverse).
+TEST(CudaPlanning, OnnxRecurrentWeightsMapToCudnnsLayoutAndEquations) {
+  const fs::path dir = node_tests_dir();
+  if (dir.empty()) {
+    if (in_ci()) FAIL() << "no ONNX node tests under CI=true";
+    GTEST_SKIP() << "no ONNX node tests here";
+  }
+  auto check = [&](const Graph& graph, const std::vector<HostTensor>& values, const std::vector<HostTensor>& want,
+                   const std::string& what) {
+    ASSERT_EQ(graph.nodes.size(), 1u) << what;
+    const Node& node = graph.nodes[0];
+    std::vector<TensorType> types(8);
+    std::vector<const float*> ptrs(8, nullptr);
+    for (size_t i = 0; i < node.inputs.size() && i < 8; ++i) {
+      for (size_t j = 0; j < graph.inputs.size(); ++j)
+        if (!node.inputs[i].empty() && graph.inputs[j].name == node.inputs[i]) {
+          types[i] = values[j].type();
+          if (values[j].dtype() == DType::kFloat32) ptrs[i] = values[j].data<float>();
+        }
+    }
+    auto plan = cuda::plan_cudnn_rnn(node, types);
+    ASSERT_TRUE(plan.ok()) << what << ": " << plan.status().to_string();
+    const auto got = cudnn_rnn_equations(*plan, ptrs);
+    for (size_t o = 0; o < graph.outputs.size(); ++o) {
+      size_t k = 0;
+      while (k < node.outputs.size() && node.outputs[k] != graph.outputs[o].name) ++k;
+      ASSERT_LT(k, 3u) << what;
+      ASSERT_EQ(static_cast<size_t>(want[o].numel()), got[k].size()) << what << " output " << k;
+      for (size_t i = 0; i < got[k].size(); ++i)
+        EXPECT_NEAR(got[k][i], want[o].data<float>()[i], 1e-5) << what << " output " << k << " [" << i << "]";
+    }
+  };
+  auto load = [&](const std::string& name, Graph* g, std::vector<HostTensor>* in, std::vector<HostTensor>* out) {
+    auto graph = load_onnx_file((dir / name / "model.onnx").string());
+    if (!graph.ok()) return false;
+    *g = *graph;
+    for (size_t i = 0; i < g->inputs.size(); ++i)
+      in->push_back(*onnx::read_tensor_file((dir / name / "test_data_set_0" / ("input_" + std::to_string(i) + ".pb")).string()));
+    for (size_t i = 0; i < g->outputs.size(); ++i)
+      out->push_back(*onnx::read_tensor_file((dir / name / "test_data_set_0" / ("output_" + std::to_string(i) + ".pb")).string()));
+    return true;
+  };
+  int checked = 0;
+  for (const char* name : {"test_lstm_defaults", "test_lstm_with_initial_bias", "test_simple_rnn_defaults",
+                           "test_simple_rnn_with_initial_bias"}) {
+    Graph g;
+    std::vector<HostTensor> in, want;
+    if (!load(name, &g, &in, &want)) continue;
+    check(g, in, want, name);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4) << "the LSTM and RNN node tests are in " << dir;
+  for (const auto& [name, why] : std::vector<std::pair<const char*, const char*>>{
+           {"test_gru_defaults", "linear_before_reset=0"}, {"test_lstm_with_peepholes", "peepholes"}}) {
+    Graph g;
+    std::vector<HostTensor> in, want;
+    if (!load(name, &g, &in, &want)) continue;
+    std::vector<TensorType> types;
+    for (const auto& n : g.nodes[0].inputs) {
+      TensorType t;
+      for (size_t j = 0; j < g.inputs.size(); ++j)
+        if (!n.empty() && g.inputs[j].name == n) t = in[j].type();
+      types.push_back(t);
+    }
+    auto plan = cuda::plan_cudnn_rnn(g.nodes[0], types);
+    ASSERT_FALSE(plan.ok()) << name;
+    EXPECT_EQ(plan.status().code(), StatusCode::kUnimplemented) << name;
+    EXPECT_NE(plan.status().message().find(why), std::string::npos) << plan.status().message();
+  }
+  // The node tests' weights are the same in every gate (so they cannot tell a gate order from
+  // another): random bidirectional cells with initial state, against the cpu reference kernel.
+  LocalClientOptions o;
+  o.devices = "cpu:0";
+  auto client = make_local_client(o);
+  ASSERT_TRUE(client.ok());
+  auto against_cpu = [&](const std::string& op, int gates, const std::string& what) {
+    auto [g, in] = recurrent_case(op, gates);
+    auto ref = testing::run_on(**client, g, in, "cpu:0");
+    ASSERT_TRUE(ref.ok()) << what << ": " << ref.status().to_string();
+    std::vector<HostTensor> want;
+    for (auto& r : *ref) {
+      ASSERT_TRUE(r.ok()) << what << ": " << r.status().to_string();
+      want.push_back(*r);
+    }
+    check(g, in, want, what);
+  };
+  against_cpu("LSTM", 4, "LSTM, bidirectional");
+  against_cpu("GRU", 3, "GRU linear_before_reset=1, bidirectional");
+  against_cpu("RNN", 1, "RNN, bidirectional");
+  // A weight space that cuDNN reports too small for a block: refused, not overrun.
+  auto [g, in] = recurrent_case("LSTM", 4);
+  std::vector<TensorType> types;
+  for (const auto& n : g.nodes[0].inputs) {
+    TensorType t;
+    for (size_t j = 0; j < g.inputs.size(); ++j)
+      if (!n.empty() && g.inputs[j].name == n) t = in[j].type();
+    types.push_back(t);
+  }
+  auto plan = cuda::plan_cudnn_rnn(g.nodes[0], types);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EXPECT_EQ(plan->dirs, 2);
+  auto small = cuda::rnn_weight_copies(*plan, 1, [](int l) { return std::pair<int64_t, int64_t>{l * 15, 200}; }, 200);
+  EXPECT_EQ(small.status().code(), StatusCode::kOutOfRange) << small.status().to_string();
+}
+
 TEST(CudaPlanning, CopiesAreChunkedToTheStagingBuffers) {
   auto c = cuda::plan_chunks(20, 8);
   ASSERT_EQ(c.size(), 3u);
@@ -285,10 +571,8 @@ TEST(CudaPlanning, ArchitectureIsACubinWhenKnownElsePtxOfTheNearestBelow) {
 // the buffer's offset, and bytes in use / reserved add up.
 TEST(CudaPlanning, TheEnginesPoolSubAllocatesCudaAllocations) {
   REQUIRE_NVRTC();
-  setenv("TENSORD_CUDA_COMPILE_ONLY", "sm_90", 1);
   auto backend = cuda::create_cuda_backend();
-  auto devices = backend->enumerate();
-  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  auto devices = compile_only_devices(*backend, "sm_90");
   ASSERT_EQ(devices.size(), 1u) << backend->unavailable_reason();
   Device& d = *devices[0];
   {
@@ -358,8 +642,44 @@ fs::path node_tests_dir() {
   return {};
 }
 
-// Every node test on the pretend device: each kernel the generator emits for it (element-wise
-// chains, reductions, data movement, Gemm's bias broadcast) is printed as CUDA C and compiled.
+// A float32 tensor as float16/bfloat16 (`to`), values rounded.
+HostTensor retyped(const HostTensor& t, DType to) {
+  HostTensor out(to, t.shape());
+  const float* src = t.data<float>();
+  uint16_t* dst = out.mutable_data<uint16_t>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    dst[i] = to == DType::kFloat16 ? float_to_half(src[i]) : float_to_bfloat16(src[i]);
+  return out;
+}
+
+// A node test's graph and inputs with every float32 value that enters it (inputs,
+// initializers, Constant values) and every float32 result as `to`: the suite's float32 cases
+// as float16/bfloat16 cases. False when nothing enters as float32. (Graphs that then do not
+// type-check, e.g. a Cast to float32 feeding a float32-only input, fail at compile time and
+// generate nothing.)
+bool retype_float32(Graph& g, std::vector<HostTensor>& inputs, DType to) {
+  bool any = false;
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    if (g.inputs[i].type.dtype != DType::kFloat32) continue;
+    g.inputs[i].type.dtype = to;
+    if (i < inputs.size() && inputs[i].dtype() == DType::kFloat32) inputs[i] = retyped(inputs[i], to);
+    any = true;
+  }
+  for (auto& [name, t] : g.initializers)
+    if (t.dtype() == DType::kFloat32) t = retyped(t, to), any = true;
+  for (Node& n : g.nodes)
+    if (auto it = n.attrs.find("value"); n.op == "Constant" && it != n.attrs.end())
+      if (const HostTensor* t = it->second.get_if<HostTensor>(); t && t->dtype() == DType::kFloat32)
+        it->second = Attribute(retyped(*t, to)), any = true;
+  for (auto& o : g.outputs)
+    if (o.type.dtype == DType::kFloat32) o.type.dtype = to;
+  return any;
+}
+
+// Every node test on the pretend device, as it is and with its float32 values as float16 and
+// as bfloat16: each kernel the generator emits for it (element-wise chains, reductions, data
+// movement, Softmax/normalisation templates, Gemm's bias broadcast) is printed as CUDA C and
+// compiled; the count of each is printed.
 TEST(CudaNvrtc, EveryKernelGeneratedForTheOnnxNodeTestsCompiles) {
   REQUIRE_NVRTC();
   const fs::path dir = node_tests_dir();
@@ -369,11 +689,7 @@ TEST(CudaNvrtc, EveryKernelGeneratedForTheOnnxNodeTestsCompiles) {
                  << "; or run tests/onnx/generate_node_tests.py " << TENSORD_TEST_GENERATED_ONNX_TESTS_DIR << ")";
   }
   const char* arch = std::getenv("TENSORD_TEST_CUDA_ARCH");
-  setenv("TENSORD_CUDA_COMPILE_ONLY", arch && *arch ? arch : "compute_90", 1);
-  LocalClientOptions o;
-  o.devices = "cpu:0,cuda:0";
-  auto client = make_local_client(o);
-  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  auto client = compile_only_client(arch && *arch ? arch : "compute_90");
   ASSERT_TRUE(client.ok()) << client.status().to_string();
   // Every kernel source the run generates, once, with its test: compiled below, many per NVRTC
   // call (NVRTC's start-up dominates one small kernel's compile).
@@ -390,30 +706,44 @@ TEST(CudaNvrtc, EveryKernelGeneratedForTheOnnxNodeTestsCompiles) {
   std::sort(tests.begin(), tests.end());
   ASSERT_GT(tests.size(), 100u);
   int ran = 0, skipped_loops = 0;
-  for (const auto& t : tests) {
-    auto graph = load_onnx_file((t / "model.onnx").string());
-    if (!graph.ok()) continue;  // out of scope for tensord: the conformance suite says why
-    // Loop and Scan iterate on values, which a compile-only device does not compute (a loop
-    // condition made on it could run forever): left to the GPU run.
-    bool iterates = false;
-    for (const Node& n : graph->nodes) iterates |= n.op == "Loop" || n.op == "Scan";
-    if (iterates) {
-      ++skipped_loops;
-      continue;
+  std::map<DType, int> ran_as;
+  std::map<DType, size_t> kernels_as;  // distinct kernels first generated by each variant
+  for (DType variant : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    const size_t before = sources.size();
+    for (const auto& t : tests) {
+      auto graph = load_onnx_file((t / "model.onnx").string());
+      if (!graph.ok()) continue;  // out of scope for tensord: the conformance suite says why
+      // Loop and Scan iterate on values, which a compile-only device does not compute (a loop
+      // condition made on it could run forever): left to the GPU run.
+      bool iterates = false;
+      for (const Node& n : graph->nodes) iterates |= n.op == "Loop" || n.op == "Scan";
+      if (iterates) {
+        skipped_loops += variant == DType::kFloat32;
+        continue;
+      }
+      std::vector<HostTensor> inputs;
+      bool ok = true;
+      for (size_t i = 0; i < graph->inputs.size() && ok; ++i) {
+        auto x = onnx::read_tensor_file((t / "test_data_set_0" / ("input_" + std::to_string(i) + ".pb")).string());
+        ok = x.ok();
+        if (ok) inputs.push_back(std::move(*x));
+      }
+      if (!ok) continue;
+      if (variant != DType::kFloat32 && !retype_float32(*graph, inputs, variant)) continue;
+      current = t.filename().string() + (variant == DType::kFloat32 ? "" : std::string(" as ") + dtype_name(variant));
+      (void)testing::run_on(**client, *graph, inputs, "cuda:0");  // values: none (compile only)
+      ++ran_as[variant];
+      ran += variant == DType::kFloat32;
     }
-    std::vector<HostTensor> inputs;
-    bool ok = true;
-    for (size_t i = 0; i < graph->inputs.size() && ok; ++i) {
-      auto x = onnx::read_tensor_file((t / "test_data_set_0" / ("input_" + std::to_string(i) + ".pb")).string());
-      ok = x.ok();
-      if (ok) inputs.push_back(std::move(*x));
-    }
-    if (!ok) continue;
-    current = t.filename().string();
-    (void)testing::run_on(**client, *graph, inputs, "cuda:0");  // values: none (compile only)
-    ++ran;
+    kernels_as[variant] = sources.size() - before;
   }
   cuda::set_compile_only_collector(nullptr);
+  // Kernels that load or store float16/bfloat16 words (the printer's and the templates' helpers).
+  size_t half_kernels = 0;
+  for (const auto& [src, kt] : sources)
+    half_kernels += src.find("td_half_word") != std::string::npos || src.find("td_h2f") != std::string::npos ||
+                    src.find("td_bf2f") != std::string::npos || src.find("td_f2h") != std::string::npos ||
+                    src.find("td_f2bf") != std::string::npos;
   const int64_t calls = cuda::kernels_launched() - launched0;
   // Batches of kernels in one translation unit, each renamed apart; a batch that fails is
   // compiled kernel by kernel to name the culprits.
@@ -445,12 +775,17 @@ TEST(CudaNvrtc, EveryKernelGeneratedForTheOnnxNodeTestsCompiles) {
       else compile_errors.push_back(all[i].second.second + ": " + r.status().message().substr(0, 1500));
     }
   }
-  std::cout << "[ cuda ] " << ran << " node tests on the compile-only cuda:0: " << all.size()
-            << " distinct CUDA C kernels generated, " << compiled << " compiled with NVRTC for "
-            << compile_arch << "; " << calls << " kernel and cuBLAS calls (" << skipped_loops
-            << " tests with Loop/Scan left out)\n";
+  std::cout << "[ cuda ] " << ran << " node tests on the compile-only cuda:0 (and "
+            << ran_as[DType::kFloat16] << " as float16, " << ran_as[DType::kBFloat16] << " as bfloat16): "
+            << all.size() << " distinct CUDA C kernels generated (" << kernels_as[DType::kFloat32]
+            << " by the tests as they are, " << kernels_as[DType::kFloat16] << " more as float16, "
+            << kernels_as[DType::kBFloat16] << " more as bfloat16; " << half_kernels
+            << " load or store 16-bit floats), " << compiled << " compiled with NVRTC for " << compile_arch
+            << "; " << calls << " kernel and cuBLAS calls (" << skipped_loops << " tests with Loop/Scan left out)\n";
   EXPECT_GT(ran, 100);
   EXPECT_GT(all.size(), 100u) << "the generator emitted kernels for the suite";
+  EXPECT_GT(kernels_as[DType::kFloat16], 100u) << "float16 chains, reductions, Softmax... are generated";
+  EXPECT_GT(kernels_as[DType::kBFloat16], 100u) << "bfloat16 chains, reductions, Softmax... are generated";
   // The shared templates (codegen/templates.h) run on cuda:0 too: convolution, pooling,
   // Softmax, normalisation and data-movement tests each produced a kernel.
   for (const char* prefix : {"test_conv_", "test_maxpool_", "test_averagepool_", "test_softmax_",
@@ -463,60 +798,77 @@ TEST(CudaNvrtc, EveryKernelGeneratedForTheOnnxNodeTestsCompiles) {
   for (const auto& e : compile_errors) ADD_FAILURE() << e;
 }
 
-// float16 and bfloat16 in generated kernels: the templates store them as 16-bit words and
-// compute in float (td_h2f / td_bf2f, td_f2h / td_f2bf). Casts to and from each, on the
-// compile-only cuda:0, generate CUDA C that converts, and it compiles with NVRTC. (Only Cast
-// is covered: the element-wise chains and Softmax/reduction templates are float32-only and
-// leave half graphs to cpu:0, which this test would not see.)
+// x, w [4, 8] and scale [8] of dtype `dt` (float16/bfloat16): c = Sigmoid(x * w) + x (a
+// chain), then ReduceMean of c over axis 1 (r), Softmax (s), LayerNormalization (ln) and a
+// Cast to float32 (cf).
+Graph half_graph(DType dt) {
+  auto node = [](const char* op, std::vector<std::string> in, std::string out) {
+    Node n;
+    n.op = op;
+    n.inputs = std::move(in);
+    n.outputs = {std::move(out)};
+    return n;
+  };
+  Graph g;
+  g.inputs = {{"x", {dt, {4, 8}}}, {"w", {dt, {4, 8}}}, {"scale", {dt, {8}}}};
+  g.outputs = {{"r", {dt, {4, 1}}}, {"s", {dt, {4, 8}}}, {"ln", {dt, {4, 8}}}, {"cf", {DType::kFloat32, {4, 8}}}};
+  Node cast = node("Cast", {"c"}, "cf");
+  cast.attrs["to"] = static_cast<int64_t>(DType::kFloat32);
+  Node reduce = node("ReduceMean", {"c"}, "r");
+  reduce.attrs["axes"] = std::vector<int64_t>{1};
+  Node softmax = node("Softmax", {"c"}, "s");
+  softmax.attrs["axis"] = int64_t{1};
+  g.nodes = {node("Mul", {"x", "w"}, "a"), node("Sigmoid", {"a"}, "b"), node("Add", {"b", "x"}, "c"), cast,
+             reduce, softmax, node("LayerNormalization", {"c", "scale"}, "ln")};
+  return g;
+}
+
+// float16 and bfloat16 in generated kernels: 16-bit words loaded into float, computed in
+// float, rounded to nearest even where a node's result is of that dtype and when stored. On the
+// compile-only cuda:0, a graph of an element-wise chain (with a Cast to float32 out of it), a
+// reduction, Softmax and LayerNormalization over each dtype is generated entirely as CUDA
+// kernels (nothing left to cpu:0), and every kernel compiles with NVRTC for sm_90 (bfloat16
+// rounding by the cvt instruction) and for sm_75 (in integer code).
 TEST(CudaNvrtc, Float16AndBfloat16KernelsAreGeneratedAndCompile) {
   REQUIRE_NVRTC();
-  setenv("TENSORD_CUDA_COMPILE_ONLY", "compute_90", 1);
-  LocalClientOptions o;
-  o.devices = "cpu:0,cuda:0";
-  auto client = make_local_client(o);
-  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  auto client = compile_only_client();
   ASSERT_TRUE(client.ok()) << client.status().to_string();
-  struct Case {
-    DType in, out;
-    const char* helper;
-  };
-  const std::vector<Case> cases = {{DType::kFloat16, DType::kFloat32, "td_h2f"},
-                                   {DType::kBFloat16, DType::kFloat32, "td_bf2f"},
-                                   {DType::kFloat32, DType::kFloat16, "td_f2h"},
-                                   {DType::kFloat32, DType::kBFloat16, "td_f2bf"}};
-  for (const Case& c : cases) {
-    const std::string what = std::string(dtype_name(c.in)) + " -> " + dtype_name(c.out);
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    const std::string what = dtype_name(dt);
+    const Graph g = half_graph(dt);
     std::vector<std::pair<std::string, std::string>> sources;
     cuda::set_compile_only_collector([&](const std::string& src, const std::string& kernel) {
       sources.emplace_back(src, kernel);
     });
-    Graph g;
-    g.inputs = {{"x", {c.in, {4, 8}}}};
-    g.outputs = {{"y", {c.out, {4, 8}}}};
-    Node n;
-    n.op = "Cast";
-    n.inputs = {"x"};
-    n.outputs = {"y"};
-    n.attrs["to"] = static_cast<int64_t>(c.out);
-    g.nodes = {n};
-    HostTensor x(c.in, {4, 8});
-    auto h = (*client)->upload(x.view(), "cuda:0");
-    ASSERT_TRUE(h.ok());
-    auto y = (*client)->execute(g, {*h}, "cuda:0");
-    ASSERT_TRUE(y.ok()) << what << ": " << y.status().to_string();
-    auto info = (*client)->info((*y)[0]);
-    (void)(*client)->wait((*y)[0]);
+    std::vector<HostTensor> inputs = {HostTensor(dt, {4, 8}), HostTensor(dt, {4, 8}), HostTensor(dt, {8})};
+    const int64_t failures = cuda::compile_failures();
+    auto r = testing::run_on(**client, g, inputs, "cuda:0");
     cuda::set_compile_only_collector(nullptr);
-    EXPECT_EQ(info->device, "cuda:0") << what;
-    ASSERT_FALSE(sources.empty()) << what << ": no CUDA kernel generated";
-    bool converts = false;
+    ASSERT_TRUE(r.ok()) << what << ": " << r.status().to_string();
+    EXPECT_EQ(cuda::compile_failures(), failures);
+    std::set<std::string> kernels;
     for (const auto& [src, kernel] : sources) {
-      converts |= src.find(c.helper) != std::string::npos;
-      auto r = cuda::nvrtc_compile(src, "compute_90");
-      EXPECT_TRUE(r.ok()) << what << ": " << r.status().message().substr(0, 1500);
+      kernels.insert(kernel);
+      const bool halves = src.find("td_half_word") != std::string::npos || src.find("td_h2f") != std::string::npos ||
+                          src.find("td_bf2f") != std::string::npos;
+      EXPECT_TRUE(halves) << what << ": " << kernel << " neither loads nor stores 16-bit floats:\n" << src;
+      for (const char* arch : {"sm_90", "sm_75"}) {
+        auto c = cuda::nvrtc_compile(src, arch);
+        EXPECT_TRUE(c.ok()) << what << " for " << arch << ": " << c.status().message().substr(0, 1500);
+      }
     }
-    EXPECT_TRUE(converts) << what << ": no " << c.helper << " in its kernels";
-    (void)(*client)->release((*y)[0]);
+    // One fused chain (Mul, Sigmoid, Add and the Cast: two outputs), the reduction, Softmax and
+    // LayerNormalization: each a CUDA kernel, none left to cpu:0.
+    for (const char* k : {"tensord_ew", "tensord_reduce", "tensord_softmax", "tensord_layer_norm"})
+      EXPECT_EQ(kernels.count(k), 1u) << what << ": no " << k << " kernel (the op ran elsewhere)";
+    for (const auto& [src, kernel] : sources) {
+      if (kernel != "tensord_ew") continue;
+      const bool f16 = dt == DType::kFloat16;
+      EXPECT_NE(src.find(f16 ? "td_f32_to_f16(" : "td_f32_to_bf16("), std::string::npos)
+          << what << ": the chain rounds and stores its " << what << " output:\n" << src;
+      EXPECT_NE(src.find(f16 ? "td_f16_to_f32(" : "td_bf16_to_f32("), std::string::npos)
+          << what << ": the chain loads its inputs as float:\n" << src;
+    }
   }
 }
 
@@ -535,17 +887,12 @@ TEST(CudaNvrtc, CompiledKernelsComeBackFromTheDiskCache) {
   b.outputs = {"y"};
   g.nodes = {a, b};
   HostTensor x = HostTensor(DType::kFloat32, {3, 5});
-  setenv("TENSORD_CUDA_COMPILE_ONLY", "sm_90", 1);
-  LocalClientOptions o;
-  o.devices = "cpu:0,cuda:0";
-  o.reference_kernels = false;
-  auto first = make_local_client(o);
+  auto first = compile_only_client("sm_90", false);
   ASSERT_TRUE(first.ok()) << first.status().to_string();
   auto r1 = testing::run_on(**first, g, {x}, "cuda:0");
   ASSERT_TRUE(r1.ok()) << r1.status().to_string();
   const int64_t built = cuda::programs_built(), hits = cuda::disk_cache_hits();
-  auto second = make_local_client(o);  // a new engine: new devices, empty memory caches
-  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  auto second = compile_only_client("sm_90", false);  // a new engine: new devices, empty memory caches
   ASSERT_TRUE(second.ok());
   auto r2 = testing::run_on(**second, g, {x}, "cuda:0");
   ASSERT_TRUE(r2.ok()) << r2.status().to_string();
@@ -573,12 +920,7 @@ TEST(CudaGraphs, AStaticModelIsRecordedOnItsSecondRunAndReplayedAfter) {
   g.nodes = {a, b};
   HostTensor x = HostTensor(DType::kFloat32, {2, 8});
   auto run_n = [&](int n, int64_t* captures, int64_t* replays, std::vector<int64_t>* launched) {
-    setenv("TENSORD_CUDA_COMPILE_ONLY", "compute_90", 1);
-    LocalClientOptions o;
-    o.devices = "cpu:0,cuda:0";
-    o.reference_kernels = false;
-    auto client = make_local_client(o);
-    unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+    auto client = compile_only_client("compute_90", false);
     ASSERT_TRUE(client.ok()) << client.status().to_string();
     auto model = (*client)->load(g, "cuda:0");
     ASSERT_TRUE(model.ok()) << model.status().to_string();
@@ -646,6 +988,13 @@ Gpu& gpu() {
     return g;
   }();
   return *g;
+}
+
+// An engine over cpu:0 and the GPU's cuda:0.
+Result<std::unique_ptr<Client>> gpu_client() {
+  LocalClientOptions o;
+  o.devices = "cpu:0,cuda:0";
+  return make_local_client(o);
 }
 
 #define REQUIRE_GPU() \
@@ -753,9 +1102,7 @@ HostTensor random_floats(const Shape& s, uint32_t seed) {
 
 TEST(CudaKernels, MatMulGemmAndAFusedChainAgreeWithTheCpu) {
   REQUIRE_GPU();
-  LocalClientOptions o;
-  o.devices = "cpu:0,cuda:0";
-  auto client = make_local_client(o);
+  auto client = gpu_client();
   ASSERT_TRUE(client.ok());
   Graph g;
   g.inputs = {{"a", {DType::kFloat32, {2, 8, 16}}}, {"b", {DType::kFloat32, {16, 4}}}};
@@ -783,14 +1130,71 @@ TEST(CudaKernels, MatMulGemmAndAFusedChainAgreeWithTheCpu) {
   for (int64_t i = 0; i < (*want)[0]->numel(); ++i) EXPECT_NEAR(x[i], y[i], 1e-4) << i;
 }
 
+// The float16/bfloat16 graph of the NVRTC test (a fused chain, a reduction, Softmax,
+// LayerNormalization, a Cast out) run on cuda:0 agrees with cpu:0 to within the dtype's
+// rounding (one unit in the last place of a result, as both round each node's result).
+TEST(CudaKernels, HalfAndBfloat16ChainsReductionsAndNormsAgreeWithTheCpu) {
+  REQUIRE_GPU();
+  auto client = gpu_client();
+  ASSERT_TRUE(client.ok());
+  auto floats = [](const HostTensor& t) {
+    std::vector<float> v(static_cast<size_t>(t.numel()));
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (t.dtype() == DType::kFloat32) v[i] = t.data<float>()[i];
+      else if (t.dtype() == DType::kFloat16) v[i] = half_to_float(t.data<uint16_t>()[i]);
+      else v[i] = bfloat16_to_float(t.data<uint16_t>()[i]);
+    }
+    return v;
+  };
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    const Graph g = half_graph(dt);
+    std::vector<HostTensor> in = {retyped(random_floats({4, 8}, 3), dt), retyped(random_floats({4, 8}, 4), dt),
+                                  retyped(random_floats({8}, 5), dt)};
+    auto got = testing::run_on(**client, g, in, "cuda:0");
+    auto want = testing::run_on(**client, g, in, "cpu:0");
+    ASSERT_TRUE(got.ok() && want.ok());
+    const float tol = dt == DType::kFloat16 ? 2e-3f : 1.6e-2f;  // about 2 ulp
+    for (size_t o = 0; o < g.outputs.size(); ++o) {
+      ASSERT_TRUE((*got)[o].ok()) << dtype_name(dt) << " " << g.outputs[o].name << ": " << (*got)[o].status().to_string();
+      ASSERT_TRUE((*want)[o].ok());
+      const std::vector<float> a = floats(*(*got)[o]), b = floats(*(*want)[o]);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_NEAR(a[i], b[i], tol * (1.0f + std::fabs(b[i]))) << dtype_name(dt) << " " << g.outputs[o].name << "[" << i << "]";
+    }
+  }
+}
+
+// Bidirectional RNN, LSTM and GRU (linear_before_reset=1) on cuDNN (cudnnRNNForward: one call
+// each, counted) agree with cpu:0.
+TEST(CudaKernels, CudnnRecurrentCellsAgreeWithTheCpu) {
+  REQUIRE_GPU();
+  auto client = gpu_client();
+  ASSERT_TRUE(client.ok());
+  const int64_t calls0 = cuda::cudnn_rnn_calls();
+  for (const auto& [op, gates] : std::vector<std::pair<std::string, int>>{{"RNN", 1}, {"LSTM", 4}, {"GRU", 3}}) {
+    auto [g, in] = recurrent_case(op, gates);
+    auto got = testing::run_on(**client, g, in, "cuda:0");
+    auto want = testing::run_on(**client, g, in, "cpu:0");
+    ASSERT_TRUE(got.ok() && want.ok()) << op;
+    for (size_t o = 0; o < g.outputs.size(); ++o) {
+      ASSERT_TRUE((*got)[o].ok()) << op << " " << g.outputs[o].name << ": " << (*got)[o].status().to_string();
+      ASSERT_TRUE((*want)[o].ok());
+      const float* a = static_cast<const float*>((*got)[o]->data());
+      const float* b = static_cast<const float*>((*want)[o]->data());
+      for (int64_t i = 0; i < (*want)[o]->numel(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << op << " " << g.outputs[o].name << "[" << i << "]";
+    }
+  }
+  std::cout << "[ cuda ] cudnnRNNForward calls: " << cuda::cudnn_rnn_calls() - calls0 << "\n";
+  EXPECT_EQ(cuda::cudnn_rnn_calls() - calls0, 3) << "each cell ran on cuDNN";
+}
+
 // Conv (cuDNN, bias as a constant) -> Relu -> MaxPool (cuDNN) -> AveragePool with ceil_mode
 // and a partial window (a template) -> Softmax (a template), loaded on cuda:0 and run five
 // times with new inputs: plain, recorded (CUDA graph) and replayed runs all agree with cpu:0.
 TEST(CudaKernels, CudnnConvPoolingTemplatesAndGraphReplaysAgreeWithTheCpu) {
   REQUIRE_GPU();
-  LocalClientOptions o;
-  o.devices = "cpu:0,cuda:0";
-  auto client = make_local_client(o);
+  auto client = gpu_client();
   ASSERT_TRUE(client.ok());
   Graph g;
   g.inputs = {{"x", {DType::kFloat32, {2, 3, 17, 17}}}};
@@ -863,10 +1267,8 @@ TEST(CudaKernels, CudnnConvPoolingTemplatesAndGraphReplaysAgreeWithTheCpu) {
 // kernel choice needs no GPU; a run counts the call).
 TEST(CudaPlanning, HalfAndBfloat16MatMulsRunOnCublasGemmEx) {
   REQUIRE_NVRTC();
-  setenv("TENSORD_CUDA_COMPILE_ONLY", "compute_90", 1);
   auto backend = cuda::create_cuda_backend();
-  auto devices = backend->enumerate();
-  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  auto devices = compile_only_devices(*backend);
   ASSERT_EQ(devices.size(), 1u);
   const KernelTable& table = devices[0]->kernels();
   Node mm;
@@ -884,11 +1286,7 @@ TEST(CudaPlanning, HalfAndBfloat16MatMulsRunOnCublasGemmEx) {
   auto k = table.create(mm, mixed, {{DType::kFloat32, {4, 3}}}, {});
   EXPECT_TRUE(!k.ok() || (*k)->name() != "cublas") << "mixed dtypes are not one GemmEx call";
   // Through the engine: a float16 MatMul placed on cuda:0 runs there (one launch: cuBLAS).
-  setenv("TENSORD_CUDA_COMPILE_ONLY", "compute_90", 1);
-  LocalClientOptions o;
-  o.devices = "cpu:0,cuda:0";
-  auto client = make_local_client(o);
-  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  auto client = compile_only_client();
   ASSERT_TRUE(client.ok()) << client.status().to_string();
   Graph g;
   g.inputs = {{"a", {DType::kFloat16, {4, 8}}}, {"b", {DType::kFloat16, {8, 3}}}};
@@ -905,6 +1303,229 @@ TEST(CudaPlanning, HalfAndBfloat16MatMulsRunOnCublasGemmEx) {
   ASSERT_TRUE((*client)->wait((*y)[0]).ok());
   EXPECT_EQ(info->device, "cuda:0");
   EXPECT_EQ(cuda::kernels_launched() - l0, 1);
+}
+
+// ---- cuBLASLt epilogues: MatMul/Gemm + bias (+ Relu / tanh-Gelu) as one cublasLtMatmul ----
+
+Node lt_node(const std::string& op, std::vector<std::string> in, std::string out,
+             std::map<std::string, Attribute> attrs = {}) {
+  Node n;
+  n.op = op;
+  n.inputs = std::move(in);
+  n.outputs = {std::move(out)};
+  for (auto& [k, v] : attrs) n.attrs[k] = v;
+  return n;
+}
+
+// plan_lt_fusions over `nodes` with `types`; `outputs` are the graph outputs.
+std::vector<cuda::LtFusion> lt_plan(const std::vector<Node>& nodes, const std::map<std::string, TensorType>& types,
+                                    const std::set<std::string>& outputs, std::vector<std::string>* notes = nullptr) {
+  FusionGraph g;
+  for (const auto& n : nodes) g.nodes.push_back(&n);
+  g.type_of = [&](const std::string& v) -> const TensorType* {
+    auto it = types.find(v);
+    return it == types.end() ? nullptr : &it->second;
+  };
+  g.constant = [](const std::string&) -> const HostTensor* { return nullptr; };
+  g.is_graph_output = [&](const std::string& v) { return outputs.count(v) > 0; };
+  return cuda::plan_lt_fusions(g, notes);
+}
+
+TEST(CudaPlanning, MatMulBiasAndActivationFuseIntoCublasLtEpiloguesOnlyWhereExact) {
+  const TensorType f32_48{DType::kFloat32, {4, 8}}, f32_83{DType::kFloat32, {8, 3}}, f32_43{DType::kFloat32, {4, 3}};
+  std::map<std::string, TensorType> types = {{"a", f32_48},    {"b", f32_83},   {"m", f32_43}, {"s", f32_43},
+                                             {"y", f32_43},    {"bias", {DType::kFloat32, {3}}},
+                                             {"bt", {DType::kFloat32, {3, 8}}}};
+  const Node mm = lt_node("MatMul", {"a", "b"}, "m");
+  const Node add = lt_node("Add", {"m", "bias"}, "s");
+  // MatMul + Add(bias [N]) + Relu: RELU_BIAS, three nodes.
+  auto f = lt_plan({mm, add, lt_node("Relu", {"s"}, "y")}, types, {"y"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].epilogue, cuda::LtFusion::kReluBias);
+  EXPECT_EQ(f[0].members, (std::vector<size_t>{0, 1, 2}));
+  EXPECT_EQ(f[0].bias, "bias");
+  EXPECT_EQ(f[0].output, "y");
+  EXPECT_EQ(std::vector<int64_t>({f[0].m, f[0].n, f[0].k}), std::vector<int64_t>({4, 3, 8}));
+  // The bias on the left of the Add; no activation: BIAS, two nodes.
+  f = lt_plan({mm, lt_node("Add", {"bias", "m"}, "y")}, types, {"y"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].epilogue, cuda::LtFusion::kBias);
+  EXPECT_EQ(f[0].members.size(), 2u);
+  // Gelu: tanh is cuBLASLt's GELU; exact erf stays its own kernel (bias still fused).
+  f = lt_plan({mm, add, lt_node("Gelu", {"s"}, "y", {{"approximate", std::string("tanh")}})}, types, {"y"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].epilogue, cuda::LtFusion::kGeluBias);
+  std::vector<std::string> notes;
+  f = lt_plan({mm, add, lt_node("Gelu", {"s"}, "y", {{"approximate", std::string("none")}})}, types, {"y"}, &notes);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].epilogue, cuda::LtFusion::kBias);
+  EXPECT_EQ(f[0].output, "s") << "the erf Gelu is left out";
+  ASSERT_FALSE(notes.empty());
+  EXPECT_NE(notes.back().find("erf"), std::string::npos) << notes.back();
+  f = lt_plan({mm, add, lt_node("Gelu", {"s"}, "y")}, types, {"y"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].epilogue, cuda::LtFusion::kBias) << "approximate defaults to none";
+  // Biases of the wrong shape: [1, N], [M, N], [N+1]; a scalar.
+  for (Shape bad : {Shape{1, 3}, Shape{4, 3}, Shape{4}, Shape{}}) {
+    auto t = types;
+    t["bias"] = {DType::kFloat32, bad};
+    notes.clear();
+    EXPECT_TRUE(lt_plan({mm, add, lt_node("Relu", {"s"}, "y")}, t, {"y"}, &notes).empty()) << shape_to_string(bad);
+    EXPECT_FALSE(notes.empty()) << "a refusal says why";
+  }
+  // A float16 bias, a float16 MatMul: not fused (float32 only).
+  {
+    auto t = types;
+    t["bias"] = {DType::kFloat16, {3}};
+    EXPECT_TRUE(lt_plan({mm, add}, t, {"s"}).empty());
+  }
+  // Batched MatMul: not fused.
+  {
+    auto t = types;
+    t["a"] = {DType::kFloat32, {2, 4, 8}};
+    t["m"] = t["s"] = {DType::kFloat32, {2, 4, 3}};
+    notes.clear();
+    EXPECT_TRUE(lt_plan({mm, add}, t, {"s"}, &notes).empty());
+    ASSERT_FALSE(notes.empty());
+    EXPECT_NE(notes[0].find("batched"), std::string::npos) << notes[0];
+  }
+  // The product also a graph output, or read twice: not fused (it must exist on its own).
+  EXPECT_TRUE(lt_plan({mm, add}, types, {"s", "m"}).empty());
+  EXPECT_TRUE(lt_plan({mm, add, lt_node("Mul", {"m", "s"}, "y")}, types, {"y"}).empty());
+  // The sum read twice: bias fused, the Relu not.
+  f = lt_plan({mm, add, lt_node("Relu", {"s"}, "r"), lt_node("Mul", {"r", "s"}, "y")}, types, {"y"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].epilogue, cuda::LtFusion::kBias);
+  // Gemm: transA refused; transB=1 fused (B is [N, K]); alpha != 1 refused.
+  notes.clear();
+  EXPECT_TRUE(lt_plan({lt_node("Gemm", {"a", "b"}, "m", {{"transA", int64_t{1}}}), add}, types, {"s"}, &notes).empty());
+  ASSERT_FALSE(notes.empty());
+  EXPECT_NE(notes[0].find("transA"), std::string::npos) << notes[0];
+  f = lt_plan({lt_node("Gemm", {"a", "bt"}, "m", {{"transB", int64_t{1}}}), add}, types, {"s"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_TRUE(f[0].trans_b);
+  EXPECT_EQ(f[0].n, 3);
+  EXPECT_TRUE(lt_plan({lt_node("Gemm", {"a", "b"}, "m", {{"alpha", 2.0f}}), add}, types, {"s"}).empty());
+  // Gemm's own C [N] with beta=1 is the bias: Gemm + Relu, two nodes; C [M, N] is not a bias.
+  f = lt_plan({lt_node("Gemm", {"a", "bt", "bias"}, "m", {{"transB", int64_t{1}}}), lt_node("Relu", {"m"}, "y")},
+              types, {"y"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].epilogue, cuda::LtFusion::kReluBias);
+  EXPECT_EQ(f[0].members, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(f[0].bias, "bias");
+  {
+    auto t = types;
+    t["c"] = f32_43;
+    EXPECT_TRUE(lt_plan({lt_node("Gemm", {"a", "b", "c"}, "m"), lt_node("Relu", {"m"}, "y")}, t, {"y"}).empty());
+  }
+}
+
+// A MatMul + bias + Relu graph and a Gemm(transB) + tanh-Gelu graph on the compile-only cuda:0:
+// each group is one cublasLtMatmul (counted, one launch); an erf Gelu after the bias is its
+// own kernel (compiled with NVRTC); TENSORD_CUDA_LT=0 runs the unfused kernels.
+TEST(CudaNvrtc, BiasEpilogueGroupsAreOneCublasLtCall) {
+  REQUIRE_NVRTC();
+  std::string why;
+  if (!cuda::cublaslt_api(&why)) GTEST_SKIP() << "libcublasLt does not load here: " << why;
+  auto run = [](const Graph& g, const std::vector<HostTensor>& in, int64_t* fused, int64_t* launched) {
+    auto client = compile_only_client("compute_90", false);
+    ASSERT_TRUE(client.ok()) << client.status().to_string();
+    const int64_t f0 = cuda::lt_fused_calls(), l0 = cuda::kernels_launched();
+    auto got = testing::run_on(**client, g, in, "cuda:0");
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    ASSERT_TRUE((*got)[0].ok()) << (*got)[0].status().to_string();
+    EXPECT_EQ((*got)[0]->shape(), g.outputs[0].type.shape);
+    *fused = cuda::lt_fused_calls() - f0;
+    *launched = cuda::kernels_launched() - l0;
+  };
+  Graph g;
+  g.inputs = {{"a", {DType::kFloat32, {4, 8}}}};
+  g.outputs = {{"y", {DType::kFloat32, {4, 3}}}};
+  g.initializers["b"] = HostTensor(DType::kFloat32, {8, 3});
+  g.initializers["bias"] = HostTensor(DType::kFloat32, {3});
+  g.nodes = {lt_node("MatMul", {"a", "b"}, "m"), lt_node("Add", {"m", "bias"}, "s"), lt_node("Relu", {"s"}, "y")};
+  const std::vector<HostTensor> in = {HostTensor(DType::kFloat32, {4, 8})};
+  int64_t fused = 0, launched = 0;
+  run(g, in, &fused, &launched);
+  EXPECT_EQ(fused, 1);
+  EXPECT_EQ(launched, 1) << "MatMul, Add and Relu in one call";
+  setenv("TENSORD_CUDA_LT", "0", 1);
+  run(g, in, &fused, &launched);
+  unsetenv("TENSORD_CUDA_LT");
+  EXPECT_EQ(fused, 0);
+  EXPECT_GE(launched, 2) << "unfused: cuBLAS, then the bias and Relu";
+  // Gemm(transB) with C as the bias, then a tanh Gelu: one call.
+  Graph h = g;
+  h.initializers["b"] = HostTensor(DType::kFloat32, {3, 8});
+  h.nodes = {lt_node("Gemm", {"a", "b", "bias"}, "m", {{"transB", int64_t{1}}}),
+             lt_node("Gelu", {"m"}, "y", {{"approximate", std::string("tanh")}})};
+  run(h, in, &fused, &launched);
+  EXPECT_EQ(fused, 1);
+  EXPECT_EQ(launched, 1);
+  // An exact Gelu: the bias fused, the Gelu its own (hand-written, NVRTC-compiled) kernel.
+  h.nodes[1] = lt_node("Gelu", {"m"}, "y");
+  run(h, in, &fused, &launched);
+  EXPECT_EQ(fused, 1);
+  EXPECT_EQ(launched, 2);
+  EXPECT_NE(cuda::last_source().find("erff("), std::string::npos) << cuda::last_source();
+  // cuBLASLt refusing at run time: each group falls back to the unfused kernels (the bias
+  // broadcast, cuBLAS with beta=1, the activation: compiled here), counted, and keeps running.
+  setenv("TENSORD_CUDA_LT", "refuse", 1);
+  for (int tanh_gelu = 0; tanh_gelu < 2; ++tanh_gelu) {
+    const Graph& graph = tanh_gelu ? h : g;
+    if (tanh_gelu) h.nodes[1] = lt_node("Gelu", {"m"}, "y", {{"approximate", std::string("tanh")}});
+    const int64_t b0 = cuda::lt_fallbacks();
+    run(graph, in, &fused, &launched);
+    EXPECT_EQ(fused, 0);
+    EXPECT_EQ(cuda::lt_fallbacks() - b0, 1);
+    EXPECT_EQ(launched, 3) << "bias, sgemm, activation";
+    if (tanh_gelu) EXPECT_NE(cuda::last_source().find("tanhf("), std::string::npos) << cuda::last_source();
+  }
+  unsetenv("TENSORD_CUDA_LT");
+}
+
+// On a GPU: the fused groups agree with cpu:0 (cuBLASLt fused calls and fallbacks counted).
+TEST(CudaKernels, CublasLtBiasEpiloguesAgreeWithTheCpu) {
+  REQUIRE_GPU();
+  auto client = gpu_client();
+  ASSERT_TRUE(client.ok());
+  const int64_t f0 = cuda::lt_fused_calls(), b0 = cuda::lt_fallbacks();
+  struct Case {
+    const char* name;
+    std::vector<Node> nodes;
+    bool trans_b;
+  };
+  const std::vector<Case> cases = {
+      {"MatMul+Add+Relu", {lt_node("MatMul", {"a", "b"}, "m"), lt_node("Add", {"m", "bias"}, "s"), lt_node("Relu", {"s"}, "y")}, false},
+      {"MatMul+Add", {lt_node("MatMul", {"a", "b"}, "m"), lt_node("Add", {"bias", "m"}, "y")}, false},
+      {"Gemm(transB, C)+tanh Gelu",
+       {lt_node("Gemm", {"a", "b", "bias"}, "m", {{"transB", int64_t{1}}}),
+        lt_node("Gelu", {"m"}, "y", {{"approximate", std::string("tanh")}})},
+       true},
+      {"Gemm+Add+erf Gelu", {lt_node("Gemm", {"a", "b"}, "m"), lt_node("Add", {"m", "bias"}, "s"), lt_node("Gelu", {"s"}, "y")}, false},
+  };
+  const int64_t M = 33, K = 70, N = 47;
+  for (const Case& c : cases) {
+    Graph g;
+    g.inputs = {{"a", {DType::kFloat32, {M, K}}}};
+    g.outputs = {{"y", {DType::kFloat32, {M, N}}}};
+    g.initializers["b"] = random_floats(c.trans_b ? Shape{N, K} : Shape{K, N}, 3);
+    g.initializers["bias"] = random_floats({N}, 4);
+    g.nodes = c.nodes;
+    std::vector<HostTensor> in = {random_floats({M, K}, 5)};
+    auto got = testing::run_on(**client, g, in, "cuda:0");
+    auto want = testing::run_on(**client, g, in, "cpu:0");
+    ASSERT_TRUE(got.ok() && want.ok()) << c.name;
+    ASSERT_TRUE((*got)[0].ok()) << c.name << ": " << (*got)[0].status().to_string();
+    ASSERT_TRUE((*want)[0].ok()) << c.name;
+    const float* x = static_cast<const float*>((*got)[0]->data());
+    const float* y = static_cast<const float*>((*want)[0]->data());
+    for (int64_t i = 0; i < (*want)[0]->numel(); ++i) ASSERT_NEAR(x[i], y[i], 1e-4 * (1 + std::fabs(y[i]))) << c.name << " " << i;
+  }
+  const int64_t fused = cuda::lt_fused_calls() - f0, fallbacks = cuda::lt_fallbacks() - b0;
+  std::cout << "[ cuda ] cuBLASLt bias epilogues: " << fused << " fused calls, " << fallbacks
+            << " unfused fallbacks (4 groups)\n";
+  EXPECT_EQ(fused + fallbacks, 4) << "every group went to cuBLASLt or was counted as falling back";
 }
 
 // ---- CUDA IPC and CUDA memory of the caller (Client::upload_cuda / read_into_cuda) ----
@@ -962,11 +1583,7 @@ TEST(CudaIpc, EnginesWithoutAGpuRefuseCudaMemoryNamingWhy) {
     EXPECT_EQ(over.status().code(), StatusCode::kOutOfRange) << over.status().to_string();
   }
   REQUIRE_NVRTC();
-  setenv("TENSORD_CUDA_COMPILE_ONLY", "compute_90", 1);
-  LocalClientOptions o;
-  o.devices = "cpu:0,cuda:0";
-  auto client = make_local_client(o);
-  unsetenv("TENSORD_CUDA_COMPILE_ONLY");
+  auto client = compile_only_client();
   ASSERT_TRUE(client.ok()) << client.status().to_string();
   auto* local = dynamic_cast<LocalClient*>(client->get());
   ASSERT_NE(local, nullptr);
@@ -985,9 +1602,7 @@ TEST(CudaIpc, TheLocalClientMovesCudaMemoryDeviceToDevice) {
   Buffer a{&d, *pa, n * 4, 0}, b{&d, *pb, n * 4, 0};
   HostTensor x = random_floats({static_cast<int64_t>(n)}, 7);
   ASSERT_TRUE(d.write(a, 0, x.data(), n * 4).ok());
-  LocalClientOptions o;
-  o.devices = "cpu:0,cuda:0";
-  auto client = make_local_client(o);
+  auto client = gpu_client();
   ASSERT_TRUE(client.ok()) << client.status().to_string();
   // At an offset into the allocation, as a PyTorch view would be.
   TensorView v{DType::kFloat32, {static_cast<int64_t>(n - 16)}, static_cast<char*>(*pa) + 64};

@@ -808,6 +808,9 @@ TEST(NnLogSoftmax, Values) {
                            F32({-2.4076059f, -1.4076059f, -0.4076059f}, {1, 3})));
   EXPECT_TRUE(tensors_near(run1("LogSoftmax", {F32({1000, 1000}, {2, 1})}, {{"axis", 0}}),
                            F32({-0.6931472f, -0.6931472f}, {2, 1})));
+  // float16: computed in float, stored rounded (generated on GPU devices too).
+  EXPECT_TRUE(tensors_near(run1("LogSoftmax", {F16({1, 2, 3}, {1, 3})}),
+                           F16({-2.4076059f, -1.4076059f, -0.4076059f}, {1, 3}), 2e-3));
 }
 
 TEST(NnHardmax, FirstMaximum) {
@@ -815,6 +818,7 @@ TEST(NnHardmax, FirstMaximum) {
   EXPECT_TRUE(tensors_near(run1("Hardmax", {x}), F32({0, 1, 0, 1, 0, 0}, {2, 3})));
   EXPECT_TRUE(tensors_near(run1("Hardmax", {x}, {{"axis", 0}}), F32({0, 1, 1, 1, 0, 0}, {2, 3})));
   EXPECT_TRUE(tensors_near(run1("Hardmax", {F64({-1, -1}, {2})}), F64({1, 0}, {2})));
+  EXPECT_TRUE(tensors_near(run1("Hardmax", {F16({1, 3, 3, 2}, {2, 2})}), F16({0, 1, 1, 0}, {2, 2})));
 }
 
 TEST(NnSoftmax, Errors) {

@@ -15,6 +15,17 @@ Result<Scalar> scalar_of(DType dtype) {
   }
 }
 
+Storage storage_of(DType dtype) {
+  if (dtype == DType::kFloat16) return Storage::kF16;
+  if (dtype == DType::kBFloat16) return Storage::kBF16;
+  return Storage::kPlain;
+}
+
+Result<Scalar> compute_scalar_of(DType dtype, bool halves) {
+  if (halves && storage_of(dtype) != Storage::kPlain) return Scalar::kF32;
+  return scalar_of(dtype);
+}
+
 DType dtype_of(Scalar s) {
   switch (s) {
     case Scalar::kF32: return DType::kFloat32;

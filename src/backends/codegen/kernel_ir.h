@@ -23,6 +23,17 @@ enum class Scalar : uint8_t { kF32, kI32, kI64, kBool };
 
 // The Scalar of a tensor dtype (UNIMPLEMENTED for the others).
 Result<Scalar> scalar_of(DType dtype);
+
+// How a value is kept in memory when that differs from the Scalar it is computed in:
+// float16 and bfloat16 tensors are 16-bit words, loaded into float32 (kF32, exact), computed
+// in float32 and rounded to nearest even when stored (or when a node's result is of that
+// dtype, so a fused chain rounds where the graph does).
+enum class Storage : uint8_t { kPlain, kF16, kBF16 };
+// kF16 / kBF16 for float16 / bfloat16, else kPlain.
+Storage storage_of(DType dtype);
+// The Scalar a tensor of `dtype` is computed in: scalar_of, and kF32 for float16/bfloat16
+// when `halves` (a printer that has their conversions), else UNIMPLEMENTED for them.
+Result<Scalar> compute_scalar_of(DType dtype, bool halves);
 DType dtype_of(Scalar s);
 const char* scalar_name(Scalar s);
 
@@ -32,6 +43,7 @@ struct Instr {
   Kind kind = kConst;
   Scalar type = Scalar::kF32;  // the result's type
   // kUnary: "neg" "abs" "sqrt" "exp" "log" "tanh" "sigmoid" "relu" "leaky_relu" "elu" ...
+  //         "round_f16" "round_bf16" (a kF32 rounded to float16/bfloat16 and back)
   // kBinary: "add" "sub" "mul" "div" "pow" "max" "min" "fmod" "prelu"
   //          "eq" "lt" "gt" "le" "ge" (result kBool) "and" "or" "xor" (on kBool)
   std::string op;
@@ -47,12 +59,14 @@ struct Param {
   Scalar type = Scalar::kF32;
   std::vector<int64_t> strides;
   int64_t offset = 0;  // elements before the first one read (Slice)
+  Storage storage = Storage::kPlain;  // kF16/kBF16: 16-bit words loaded as kF32
 };
 
 // An output: contiguous over the index space.
 struct Output {
   int value = -1;
   Scalar type = Scalar::kF32;
+  Storage storage = Storage::kPlain;  // kF16/kBF16: a kF32 value stored rounded
 };
 
 struct ElementwiseKernel {
@@ -64,14 +78,16 @@ struct ElementwiseKernel {
   int64_t numel() const;
 };
 
-// A reduction over some axes of a float32 input: one work item per output element, looping
-// over the reduced elements (Kahan-compensated sums). op: "sum" "mean" "max" "min" "prod"
+// A reduction over some axes of a float32 input (or a float16/bfloat16 one, `storage`, loaded
+// as float32 and stored rounded): one work item per output element, looping over the reduced
+// elements (Kahan-compensated sums in float32). op: "sum" "mean" "max" "min" "prod"
 // "sum_square" "l1" "l2" "log_sum" "log_sum_exp".
 struct ReduceKernel {
   std::string name = "tensord_reduce";
   std::string op;
   std::vector<int64_t> in_shape;
   std::vector<bool> reduced;  // per input dim
+  Storage storage = Storage::kPlain;  // of the input and the output
   int64_t out_numel() const;
   int64_t reduced_numel() const;
 };

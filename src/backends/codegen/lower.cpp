@@ -62,34 +62,38 @@ Status refuse(const Node& node, const std::string& why) {
 }
 
 // The target of a Cast / CastLike.
-Result<Scalar> cast_target(const Node& node, const std::vector<TensorType>& inputs) {
+Result<Scalar> cast_target(const Node& node, const std::vector<TensorType>& inputs, bool halves) {
   if (node.op == "CastLike") {
     if (inputs.size() < 2) return refuse(node, "need the target input");
-    return scalar_of(inputs[1].dtype);
+    return compute_scalar_of(inputs[1].dtype, halves);
   }
   NodeAttrs attrs(node);
   TD_ASSIGN_OR_RETURN(int64_t to, attrs.attr_int("to", 0));
-  return scalar_of(static_cast<DType>(to));
+  return compute_scalar_of(static_cast<DType>(to), halves);
 }
 
 }  // namespace
 
 Status elementwise_supported(const Node& node, const std::vector<TensorType>& inputs,
-                             const std::function<const HostTensor*(const std::string&)>& constant) {
+                             const std::function<const HostTensor*(const std::string&)>& constant,
+                             bool halves) {
   if (!node.domain.empty() && node.domain != "ai.onnx") return refuse(node, "cover ai.onnx only");
   auto it = ops().find(node.op);
   if (it == ops().end()) return refuse(node, "have no such op");
   if (node.outputs.size() != 1) return refuse(node, "produce one output only");
   const Cls cls = it->second.cls;
-  std::vector<Scalar> t;
+  std::vector<Scalar> t;  // what each input is computed in
+  std::vector<DType> dt;  // and its dtype (float16 and float32 both compute in kF32)
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined()) {
       t.push_back(Scalar::kF32);
+      dt.push_back(DType::kFloat32);
       continue;
     }
-    auto s = scalar_of(inputs[i].dtype);
+    auto s = compute_scalar_of(inputs[i].dtype, halves);
     if (!s.ok()) return refuse(node, std::string("have no code for ") + dtype_name(inputs[i].dtype));
     t.push_back(*s);
+    dt.push_back(inputs[i].dtype);
   }
   auto arity = [&](size_t lo, size_t hi) -> Status {
     if (inputs.size() < lo || inputs.size() > hi) return refuse(node, "expect another arity");
@@ -98,8 +102,8 @@ Status elementwise_supported(const Node& node, const std::vector<TensorType>& in
     return OkStatus();
   };
   auto same = [&]() -> Status {
-    for (size_t i = 1; i < t.size(); ++i)
-      if (t[i] != t[0]) return refuse(node, "need inputs of one dtype");
+    for (size_t i = 1; i < dt.size(); ++i)
+      if (dt[i] != dt[0]) return refuse(node, "need inputs of one dtype");
     return OkStatus();
   };
   switch (cls) {
@@ -147,11 +151,11 @@ Status elementwise_supported(const Node& node, const std::vector<TensorType>& in
       return numeric(t[0]) ? OkStatus() : refuse(node, "need numeric inputs");
     case Cls::kWhere:
       TD_RETURN_IF_ERROR(arity(3, 3));
-      if (t[0] != Scalar::kBool || t[1] != t[2]) return refuse(node, "need a bool condition");
+      if (t[0] != Scalar::kBool || dt[1] != dt[2]) return refuse(node, "need a bool condition");
       return OkStatus();
     case Cls::kCast: {
       TD_RETURN_IF_ERROR(arity(1, 2));
-      auto to = cast_target(node, inputs);
+      auto to = cast_target(node, inputs, halves);
       if (!to.ok()) return refuse(node, "cover float32, int32, int64 and bool casts only");
       return OkStatus();
     }
@@ -160,7 +164,7 @@ Status elementwise_supported(const Node& node, const std::vector<TensorType>& in
       if (!numeric(t[0])) return refuse(node, "need a numeric input");
       for (size_t i = 1; i < inputs.size(); ++i) {
         if (!inputs[i].defined()) continue;
-        if (t[i] != t[0]) return refuse(node, "need bounds of the input's dtype");
+        if (dt[i] != dt[0]) return refuse(node, "need bounds of the input's dtype");
         if (!shape_is_static(inputs[i].shape) || shape_numel(inputs[i].shape) != 1)
           return refuse(node, "need one-element bounds");
       }
@@ -173,7 +177,7 @@ Status elementwise_supported(const Node& node, const std::vector<TensorType>& in
 Result<LoweredGroup> lower_elementwise(
     const std::vector<const Node*>& nodes, const std::vector<std::string>& outputs,
     const Shape& out_shape, const std::function<const TensorType*(const std::string&)>& type_of,
-    const std::function<const HostTensor*(const std::string&)>& constant) {
+    const std::function<const HostTensor*(const std::string&)>& constant, bool halves) {
   LoweredGroup g;
   ElementwiseKernel& k = g.kernel;
   k.dims.assign(out_shape.begin(), out_shape.end());
@@ -184,14 +188,19 @@ Result<LoweredGroup> lower_elementwise(
     if (auto it = val.find(name); it != val.end()) return it->second;
     const TensorType* t = type_of(name);
     if (!t) return errors::Internal("generated kernel: no type for '{}'", name);
-    TD_ASSIGN_OR_RETURN(Scalar s, scalar_of(t->dtype));
+    TD_ASSIGN_OR_RETURN(Scalar s, compute_scalar_of(t->dtype, halves));
+    const Storage storage = storage_of(t->dtype);
     const HostTensor* c = constant ? constant(name) : nullptr;
     int v = -1;
     if (c && c->numel() == 1 && c->dtype() == t->dtype) {
       double x = 0;
       bool exact = true;
       switch (s) {
-        case Scalar::kF32: x = c->data<float>()[0]; break;
+        case Scalar::kF32:
+          if (storage == Storage::kF16) x = half_to_float(c->data<uint16_t>()[0]);
+          else if (storage == Storage::kBF16) x = bfloat16_to_float(c->data<uint16_t>()[0]);
+          else x = c->data<float>()[0];
+          break;
         case Scalar::kI32: x = c->data<int32_t>()[0]; break;
         case Scalar::kI64: {
           const int64_t i = c->data<int64_t>()[0];
@@ -208,6 +217,7 @@ Result<LoweredGroup> lower_elementwise(
         return errors::Unimplemented("generated kernel: '{}' has a dynamic shape", name);
       Param p;
       p.type = s;
+      p.storage = storage;
       TD_ASSIGN_OR_RETURN(p.strides, broadcast_strides(t->shape, out_shape));
       k.inputs.push_back(p);
       g.params.push_back(name);
@@ -224,7 +234,7 @@ Result<LoweredGroup> lower_elementwise(
       const TensorType* t = name.empty() ? nullptr : type_of(name);
       in_types.push_back(t ? *t : TensorType{});
     }
-    TD_RETURN_IF_ERROR(elementwise_supported(node, in_types, constant));
+    TD_RETURN_IF_ERROR(elementwise_supported(node, in_types, constant, halves));
     const TensorType* out_t = type_of(node.outputs[0]);
     if (!out_t || out_t->shape != out_shape)
       return errors::Unimplemented("generated kernel: {} is not over the group's shape", node.label());
@@ -281,7 +291,7 @@ Result<LoweredGroup> lower_elementwise(
         r = b.select(in[0], in[1], in[2]);
         break;
       case Cls::kCast: {
-        TD_ASSIGN_OR_RETURN(Scalar to, cast_target(node, in_types));
+        TD_ASSIGN_OR_RETURN(Scalar to, cast_target(node, in_types, halves));
         r = b.type(in[0]) == to ? in[0] : b.cast(to, in[0]);
         break;
       }
@@ -303,10 +313,17 @@ Result<LoweredGroup> lower_elementwise(
         break;
       }
     }
-    auto want = scalar_of(out_t->dtype);
+    auto want = compute_scalar_of(out_t->dtype, halves);
     if (!want.ok() || *want != b.type(r))
       return errors::Internal("generated kernel: {} would produce {}, inference says {}",
                               node.label(), scalar_name(b.type(r)), dtype_name(out_t->dtype));
+    // A float16/bfloat16 result is rounded to its dtype here, as the reference rounds each
+    // node's result; a load of that dtype already is.
+    if (const Storage st = storage_of(out_t->dtype); st != Storage::kPlain) {
+      const Instr& def = k.body[static_cast<size_t>(r)];
+      const bool exact = def.kind == Instr::kLoad && k.inputs[static_cast<size_t>(def.param)].storage == st;
+      if (!exact) r = b.unary(st == Storage::kF16 ? "round_f16" : "round_bf16", r);
+    }
     val[node.outputs[0]] = r;
     counts[node.op]++;
   }
@@ -317,7 +334,9 @@ Result<LoweredGroup> lower_elementwise(
     if (k.body[static_cast<size_t>(v)].kind == Instr::kLoad) {
       // Stored as is: still a value of the body (a load), fine.
     }
-    k.outputs.push_back(Output{v, k.body[static_cast<size_t>(v)].type});
+    const TensorType* t = type_of(name);
+    k.outputs.push_back(Output{v, k.body[static_cast<size_t>(v)].type,
+                               t ? storage_of(t->dtype) : Storage::kPlain});
   }
   simplify(k);
   size_t total = 0;

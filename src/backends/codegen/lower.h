@@ -15,9 +15,12 @@
 namespace tensord::codegen {
 
 // OK when `node` with inputs of these dtypes lowers to generated code (shapes are checked at
-// lowering); `constant` gives values known at compile time (or nullptr).
+// lowering); `constant` gives values known at compile time (or nullptr). `halves`: float16
+// and bfloat16 tensors too, computed in float32 (kernel_ir.h Storage) — for a printer that
+// prints their conversions (CUDA C; the OpenCL C printer has none yet).
 Status elementwise_supported(const Node& node, const std::vector<TensorType>& inputs,
-                             const std::function<const HostTensor*(const std::string&)>& constant);
+                             const std::function<const HostTensor*(const std::string&)>& constant,
+                             bool halves = false);
 
 struct LoweredGroup {
   ElementwiseKernel kernel;
@@ -29,11 +32,13 @@ struct LoweredGroup {
 };
 
 // Lowers `nodes` (topological order, each with one output of shape `out_shape`) storing
-// `outputs` (values of the group, in order). type_of gives every value's type.
+// `outputs` (values of the group, in order). type_of gives every value's type. `halves` as
+// for elementwise_supported: each node whose result is float16/bfloat16 rounds it to that
+// dtype, so a fused chain computes what the node-by-node reference computes.
 Result<LoweredGroup> lower_elementwise(
     const std::vector<const Node*>& nodes, const std::vector<std::string>& outputs,
     const Shape& out_shape, const std::function<const TensorType*(const std::string&)>& type_of,
-    const std::function<const HostTensor*(const std::string&)>& constant);
+    const std::function<const HostTensor*(const std::string&)>& constant, bool halves = false);
 
 // Data movement as a kernel that loads through strides and stores contiguously, for any dtype
 // of 1, 4 or 8 bytes (moved as bits). Transpose: out dim d reads in dim perm[d]. Expand: `in`

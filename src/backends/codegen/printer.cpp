@@ -34,6 +34,33 @@ std::string Printer::float_to_int(Scalar to, const std::string& x) const {
   return x;
 }
 
+Result<std::string> Printer::half_helpers() const {
+  return errors::Unimplemented("the {} printer has no float16/bfloat16 storage", dialect());
+}
+
+Result<std::string> Printer::start(bool halves) const {
+  std::string s = preamble();
+  if (halves) {
+    TD_ASSIGN_OR_RETURN(std::string h, half_helpers());
+    s += h;
+  }
+  return s;
+}
+
+namespace {
+
+const char* to_f32(Storage s) { return s == Storage::kF16 ? "td_f16_to_f32" : "td_bf16_to_f32"; }
+const char* from_f32(Storage s) { return s == Storage::kF16 ? "td_f32_to_f16" : "td_f32_to_bf16"; }
+// A loaded element (`e`) as the value it is computed as, and a value as the element stored.
+std::string load_as(Storage s, const std::string& e) {
+  return s == Storage::kPlain ? e : std::string(to_f32(s)) + "(" + e + ")";
+}
+std::string store_as(Storage s, const std::string& x) {
+  return s == Storage::kPlain ? x : std::string(from_f32(s)) + "(" + x + ")";
+}
+
+}  // namespace
+
 std::string Printer::literal(Scalar type, double value) const {
   switch (type) {
     case Scalar::kF32: {
@@ -66,6 +93,10 @@ Result<std::string> Printer::unary(const Instr& in, Scalar t, const std::string&
            " : (" + x + " == " + zero + " ? " + zero + " : " + x + ")))";
   if (op == "relu") return "(" + x + " < " + zero + " ? " + zero + " : " + x + ")";
   if (op == "not") return "(" + type_name(Scalar::kBool) + ")(!" + x + ")";
+  if (f && (op == "round_f16" || op == "round_bf16")) {
+    const Storage st = op == "round_f16" ? Storage::kF16 : Storage::kBF16;
+    return load_as(st, store_as(st, x));
+  }
   if (!f) return errors::Unimplemented("generated kernels: {} on {}", op, scalar_name(t));
   static const char* kPlain[] = {"sqrt", "exp", "log", "tanh", "floor", "ceil", "sin", "cos",
                                  "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
@@ -141,7 +172,11 @@ Result<std::string> Printer::binary(const Instr& in, Scalar t, const std::string
 
 Result<std::string> Printer::print(const ElementwiseKernel& k) const {
   const size_t rank = k.dims.size();
-  std::string s = preamble();
+  bool halves = false;
+  for (const auto& p : k.inputs) halves |= p.storage != Storage::kPlain;
+  for (const auto& o : k.outputs) halves |= o.storage != Storage::kPlain;
+  for (const auto& in : k.body) halves |= in.op == "round_f16" || in.op == "round_bf16";
+  TD_ASSIGN_OR_RETURN(std::string s, start(halves));
   const std::string i64 = int64_name();
   s += kernel_prefix() + " " + k.name + "(";
   std::string params;
@@ -157,15 +192,16 @@ Result<std::string> Printer::print(const ElementwiseKernel& k) const {
   s += params + ") {\n";
   s += "  const " + i64 + " i = " + global_index() + ";\n";
   s += "  if (i >= " + std::to_string(k.numel()) + "LL) return;\n";
+  auto stored = [&](Scalar t, Storage st) { return st == Storage::kPlain ? type_name(t) : "td_half_word"; };
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     const std::string n = std::to_string(i);
-    s += "  " + global_ptr(type_name(k.inputs[i].type), true) + " in" + n + " = (" +
-         global_ptr(type_name(k.inputs[i].type), true) + ")(in" + n + "_base + in" + n + "_off);\n";
+    const std::string ptr = global_ptr(stored(k.inputs[i].type, k.inputs[i].storage), true);
+    s += "  " + ptr + " in" + n + " = (" + ptr + ")(in" + n + "_base + in" + n + "_off);\n";
   }
   for (size_t i = 0; i < k.outputs.size(); ++i) {
     const std::string n = std::to_string(i);
-    s += "  " + global_ptr(type_name(k.outputs[i].type), false) + " out" + n + " = (" +
-         global_ptr(type_name(k.outputs[i].type), false) + ")(out" + n + "_base + out" + n + "_off);\n";
+    const std::string ptr = global_ptr(stored(k.outputs[i].type, k.outputs[i].storage), false);
+    s += "  " + ptr + " out" + n + " = (" + ptr + ")(out" + n + "_base + out" + n + "_off);\n";
   }
   // Coordinates, only when an input is broadcast along some dims but not all.
   bool need_coords = false;
@@ -203,7 +239,7 @@ Result<std::string> Printer::print(const ElementwiseKernel& k) const {
           }
         }
         if (p.offset != 0) off = std::to_string(p.offset) + "LL + " + off;
-        e = "in" + std::to_string(in.param) + "[" + off + "]";
+        e = load_as(p.storage, "in" + std::to_string(in.param) + "[" + off + "]");
         break;
       }
       case Instr::kConst:
@@ -234,7 +270,7 @@ Result<std::string> Printer::print(const ElementwiseKernel& k) const {
     s += "  const " + type_name(in.type) + " " + v(static_cast<int>(k_)) + " = " + e + ";\n";
   }
   for (size_t o = 0; o < k.outputs.size(); ++o)
-    s += "  out" + std::to_string(o) + "[i] = " + v(k.outputs[o].value) + ";\n";
+    s += "  out" + std::to_string(o) + "[i] = " + store_as(k.outputs[o].storage, v(k.outputs[o].value)) + ";\n";
   s += "}\n";
   return s;
 }
@@ -252,14 +288,15 @@ Result<std::string> Printer::print(const ReduceKernel& k) const {
   std::vector<int64_t> strides(rank, 1);
   for (size_t d = rank; d-- > 1;) strides[d - 1] = strides[d] * k.in_shape[d];
   auto lit = [&](double v) { return literal(Scalar::kF32, v); };
-  std::string s = preamble();
+  TD_ASSIGN_OR_RETURN(std::string s, start(k.storage != Storage::kPlain));
+  const std::string word = k.storage == Storage::kPlain ? "float" : "td_half_word";
   s += kernel_prefix() + " " + k.name + "(" + global_ptr("unsigned char", true) + " in0_base, " +
        uint64_name() + " in0_off, " + global_ptr("unsigned char", false) + " out0_base, " +
        uint64_name() + " out0_off) {\n";
   s += "  const " + i64 + " i = " + global_index() + ";\n";
   s += "  if (i >= " + std::to_string(k.out_numel()) + "LL) return;\n";
-  s += "  " + global_ptr("float", true) + " in0 = (" + global_ptr("float", true) + ")(in0_base + in0_off);\n";
-  s += "  " + global_ptr("float", false) + " out0 = (" + global_ptr("float", false) + ")(out0_base + out0_off);\n";
+  s += "  " + global_ptr(word, true) + " in0 = (" + global_ptr(word, true) + ")(in0_base + in0_off);\n";
+  s += "  " + global_ptr(word, false) + " out0 = (" + global_ptr(word, false) + ")(out0_base + out0_off);\n";
   s += "  " + i64 + " r = i, base = 0;\n";
   for (size_t d = rank; d-- > 0;) {
     if (k.reduced[d] || k.in_shape[d] == 1) continue;
@@ -286,7 +323,8 @@ Result<std::string> Printer::print(const ReduceKernel& k) const {
     s += "  float mx = -" + float_infinity() + ";\n";
     s += "  for (" + i64 + " j = 0; j < " + std::to_string(k.reduced_numel()) + "LL; ++j) {\n";
     s += offset_code();
-    s += "    if (in0[off] > mx) mx = in0[off];\n  }\n";
+    s += "    const float x = " + load_as(k.storage, "in0[off]") + ";\n";
+    s += "    if (x > mx) mx = x;\n  }\n";
     s += "  if (mx == " + float_infinity() + " || mx == -" + float_infinity() + ") mx = " + lit(0) + ";\n";
   }
   s += "  for (" + i64 + " j = 0; j < " + std::to_string(k.reduced_numel()) + "LL; ++j) {\n";
@@ -296,7 +334,7 @@ Result<std::string> Printer::print(const ReduceKernel& k) const {
     const std::string dim = std::to_string(k.in_shape[d]) + "LL";
     s += "    off += (q % " + dim + ") * " + std::to_string(strides[d]) + "LL; q /= " + dim + ";\n";
   }
-  s += "    const float x = in0[off];\n";
+  s += "    const float x = " + load_as(k.storage, "in0[off]") + ";\n";
   if (sum_like) {
     std::string term = "x";
     if (op == "sum_square" || op == "l2") term = "x * x";
@@ -318,7 +356,7 @@ Result<std::string> Printer::print(const ReduceKernel& k) const {
   if (op == "l2") s += "  acc = " + math("sqrt", "acc") + ";\n";
   if (op == "log_sum") s += "  acc = " + math("log", "acc") + ";\n";
   if (op == "log_sum_exp") s += "  acc = " + math("log", "acc") + " + mx;\n";
-  s += "  out0[i] = acc;\n}\n";
+  s += "  out0[i] = " + store_as(k.storage, "acc") + ";\n}\n";
   return s;
 }
 
@@ -377,6 +415,27 @@ std::string CudaPrinter::math(const std::string& fn, const std::string& x) const
 std::string CudaPrinter::math2(const std::string& fn, const std::string& x,
                                const std::string& y) const {
   return fn + "f(" + x + ", " + y + ")";
+}
+
+Result<std::string> CudaPrinter::half_helpers() const {
+  return std::string(R"(typedef unsigned short td_half_word;
+__device__ __forceinline__ float td_f16_to_f32(td_half_word h) {
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
+}
+__device__ __forceinline__ td_half_word td_f32_to_f16(float f) {
+  td_half_word h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+}
+__device__ __forceinline__ float td_bf16_to_f32(td_half_word b) { return __uint_as_float((unsigned int)b << 16); }
+__device__ __forceinline__ td_half_word td_f32_to_bf16(float f) {
+#if __CUDA_ARCH__ >= 800
+  td_half_word b; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(f)); return b;
+#else
+  const unsigned int x = __float_as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (td_half_word)((x >> 16) | 0x40u);
+  return (td_half_word)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+#endif
+}
+)");
 }
 
 std::string CudaPrinter::float_to_int(Scalar to, const std::string& x) const {

@@ -42,9 +42,16 @@ class Printer {
   virtual std::string float_nan() const = 0;
   // Float -> integer conversion with the engine's semantics (truncation toward zero).
   virtual std::string float_to_int(Scalar to, const std::string& x) const;
+  // float16/bfloat16 storage (kernel_ir.h Storage), printed once per source that uses it: the
+  // 16-bit word type `td_half_word` and td_f16_to_f32, td_f32_to_f16, td_bf16_to_f32,
+  // td_f32_to_bf16 (round to nearest even, NaN stays NaN). (optional) Default: UNIMPLEMENTED,
+  // the dialect has no half storage yet.
+  virtual Result<std::string> half_helpers() const;
 
  private:
   std::string literal(Scalar type, double value) const;
+  // The preamble, with the half helpers when `halves`.
+  Result<std::string> start(bool halves) const;
   Result<std::string> unary(const Instr& in, Scalar t, const std::string& x) const;
   Result<std::string> binary(const Instr& in, Scalar t, const std::string& a,
                              const std::string& b) const;
@@ -91,6 +98,10 @@ class CudaPrinter final : public Printer {
   std::string float_infinity() const override { return "__int_as_float(0x7f800000)"; }
   std::string float_nan() const override { return "__int_as_float(0x7fc00000)"; }
   std::string float_to_int(Scalar to, const std::string& x) const override;
+  // The hardware's conversions (PTX cvt; bf16 rounding in integer code below sm_80). Not
+  // cuda_fp16.h's __half/__nv_bfloat16: NVRTC has no built-in copy of those headers, and a GPU
+  // machine with only the driver and PyTorch's wheels may have none to include.
+  Result<std::string> half_helpers() const override;
 };
 
 }  // namespace tensord::codegen

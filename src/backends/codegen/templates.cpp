@@ -103,6 +103,8 @@ int64_t int_attr(const Node& node, const std::string& name) {
 
 Result<std::string> c_type(DType t);
 bool is_half_dtype(DType t);
+std::string load_expr(DType t, const std::string& e);
+std::string store_expr(DType t, const std::string& e);
 
 bool is_f32(const TensorType& t) { return t.defined() && t.dtype == DType::kFloat32; }
 
@@ -442,27 +444,33 @@ Result<OpPlan> plan_softmax(const OpCall& c) {
   TD_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(axis_attr, static_cast<int64_t>(x.size())));
   const int64_t outer = prod(x, 0, static_cast<size_t>(axis)), n = x[static_cast<size_t>(axis)];
   const int64_t inner = prod(x, static_cast<size_t>(axis) + 1, x.size());
+  // float32, or float16/bfloat16 words computed in float (L: load, S: store).
+  const DType dt = c.inputs[0].dtype;
+  TD_ASSIGN_OR_RETURN(const std::string T, c_type(dt));
+  auto L = [&](const std::string& e) { return load_expr(dt, e); };
+  auto S = [&](const std::string& e) { return store_expr(dt, e); };
+  const std::string xj = L(fmt::format("xp[j * {}]", C(inner)));
   OpPlan p;
   p.inputs = {0};
   p.outputs = {0};
   auto& k = p.kernel;
   k.name = "tensord_softmax";
-  k.in_types = {"float"};
-  k.out_types = {"float"};
+  k.in_types = {T};
+  k.out_types = {T};
   k.n = n > 0 ? outer * inner : 0;
   std::string s = fmt::format(
-      "i64 base = (gid / {0}) * {1} + gid % {0};\nGLOBAL const float* xp = in0 + base; GLOBAL float* yp = out0 + base;\n"
-      "float mx = xp[0]; i64 arg = 0;\nfor (i64 j = 1; j < {2}; ++j) {{ float v = xp[j * {0}]; if (v > mx) {{ mx = v; arg = j; }} }}\n",
-      C(inner), C(n * inner), C(n));
+      "i64 base = (gid / {0}) * {1} + gid % {0};\nGLOBAL const {3}* xp = in0 + base; GLOBAL {3}* yp = out0 + base;\n"
+      "float mx = {4}; i64 arg = 0;\nfor (i64 j = 1; j < {2}; ++j) {{ float v = {5}; if (v > mx) {{ mx = v; arg = j; }} }}\n",
+      C(inner), C(n * inner), C(n), T, L("xp[0]"), xj);
   if (c.node->op == "Hardmax") {
-    s += fmt::format("for (i64 j = 0; j < {}; ++j) yp[j * {}] = j == arg ? 1.0f : 0.0f;\n", C(n), C(inner));
+    s += fmt::format("for (i64 j = 0; j < {}; ++j) yp[j * {}] = {};\n", C(n), C(inner), S("j == arg ? 1.0f : 0.0f"));
   } else {
-    s += fmt::format("float sum = 0.0f;\nfor (i64 j = 0; j < {}; ++j) sum += exp(xp[j * {}] - mx);\n", C(n), C(inner));
+    s += fmt::format("float sum = 0.0f;\nfor (i64 j = 0; j < {}; ++j) sum += exp({} - mx);\n", C(n), xj);
     if (c.node->op == "Softmax")
-      s += fmt::format("for (i64 j = 0; j < {}; ++j) yp[j * {}] = exp(xp[j * {}] - mx) / sum;\n", C(n), C(inner), C(inner));
+      s += fmt::format("for (i64 j = 0; j < {}; ++j) yp[j * {}] = {};\n", C(n), C(inner), S("exp(" + xj + " - mx) / sum"));
     else
-      s += fmt::format("float ls = log(sum);\nfor (i64 j = 0; j < {}; ++j) yp[j * {}] = xp[j * {}] - mx - ls;\n",
-                       C(n), C(inner), C(inner));
+      s += fmt::format("float ls = log(sum);\nfor (i64 j = 0; j < {}; ++j) yp[j * {}] = {};\n", C(n), C(inner),
+                       S(xj + " - mx - ls"));
   }
   k.body = s;
   return p;
@@ -490,13 +498,17 @@ Result<OpPlan> plan_layer_norm(const OpCall& c) {
   const int64_t outer = prod(x, 0, static_cast<size_t>(axis));
   const Shape norm(x.begin() + axis, x.end());
   const int64_t row = prod(norm);
+  // X, Scale and B of one dtype: float32, or float16/bfloat16 computed in float.
+  const DType dt = c.inputs[0].dtype;
+  TD_ASSIGN_OR_RETURN(const std::string T, c_type(dt));
+  auto L = [&](const std::string& e) { return load_expr(dt, e); };
   OpPlan p;
   p.inputs = {0, 1};
   p.outputs = {0};
   auto& k = p.kernel;
   k.name = "tensord_layer_norm";
-  k.in_types = {"float", "float"};
-  k.out_types = {"float"};
+  k.in_types = {T, T};
+  k.out_types = {T};
   k.n = row > 0 ? outer : 0;
   std::string decl;
   TD_ASSIGN_OR_RETURN(std::string si, broadcast_index(c.inputs[1].shape, norm, "j", &decl, "s"));
@@ -504,17 +516,17 @@ Result<OpPlan> plan_layer_norm(const OpCall& c) {
   if (c.inputs.size() > 2 && c.inputs[2].defined()) {
     TD_ASSIGN_OR_RETURN(std::string bi, broadcast_index(c.inputs[2].shape, norm, "j", &decl, "b"));
     p.inputs.push_back(2);
-    k.in_types.push_back("float");
-    bias = " + in2[" + bi + "]";
+    k.in_types.push_back(T);
+    bias = " + " + L("in2[" + bi + "]");
   }
   std::string s = fmt::format(
-      "GLOBAL const float* xp = in0 + gid * {0}; GLOBAL float* yp = out0 + gid * {0};\n"
-      "float mean = 0.0f;\nfor (i64 j = 0; j < {0}; ++j) mean += xp[j];\nmean /= {1};\n"
-      "float var = 0.0f;\nfor (i64 j = 0; j < {0}; ++j) {{ float d = xp[j] - mean; var += d * d; }}\n"
+      "GLOBAL const {3}* xp = in0 + gid * {0}; GLOBAL {3}* yp = out0 + gid * {0};\n"
+      "float mean = 0.0f;\nfor (i64 j = 0; j < {0}; ++j) mean += {4};\nmean /= {1};\n"
+      "float var = 0.0f;\nfor (i64 j = 0; j < {0}; ++j) {{ float d = {4} - mean; var += d * d; }}\n"
       "var /= {1};\nfloat inv = 1.0f / sqrt(var + {2});\n",
-      C(row), flit(static_cast<double>(row)), flit(eps));
-  s += fmt::format("for (i64 j = 0; j < {}; ++j) {{\n{}yp[j] = (xp[j] - mean) * inv * in1[{}]{};\n}}\n", C(row),
-                   decl, si, bias);
+      C(row), flit(static_cast<double>(row)), flit(eps), T, L("xp[j]"));
+  s += fmt::format("for (i64 j = 0; j < {}; ++j) {{\n{}yp[j] = {};\n}}\n", C(row), decl,
+                   store_expr(dt, "(" + L("xp[j]") + " - mean) * inv * " + L("in1[" + si + "]") + bias));
   int next = 1;
   for (int out = 1; out <= 2; ++out) {
     if (static_cast<size_t>(out) < c.outputs.size() && c.outputs[static_cast<size_t>(out)].defined()) {
@@ -2045,10 +2057,15 @@ Status template_supported(const Node& node, const std::vector<TensorType>& in) {
     if (node.outputs.size() > 1 && int_attr(node, "storage_order") != 0) return no("storage_order=1");
     return OkStatus();
   }
+  // Softmax and LayerNormalization over float16/bfloat16 too (computed in float).
+  const bool halves_ok = op == "Softmax" || op == "LogSoftmax" || op == "Hardmax" || op == "LayerNormalization";
   if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool" ||
       op == "Softmax" || op == "LogSoftmax" || op == "Hardmax" || op == "LayerNormalization" ||
       op == "InstanceNormalization") {
-    if (!all_f32(3)) return no("float32 only");
+    bool one_half_dtype = halves_ok && is_half_dtype(in[0].dtype);
+    for (size_t i = 1; i < in.size() && i < 3; ++i)
+      one_half_dtype &= !in[i].defined() || in[i].dtype == in[0].dtype;
+    if (!all_f32(3) && !one_half_dtype) return no(halves_ok ? "float32, float16 or bfloat16 only" : "float32 only");
     if (op == "LayerNormalization" && (in.size() < 2 || !in[1].defined())) return no("no scale");
     if (op == "LayerNormalization" && node.attrs.count("stash_type") && int_attr(node, "stash_type") != 1)
       return no("stash_type other than float32");
@@ -2260,6 +2277,18 @@ std::string vec_epilogue(const ConvEpilogue& e, int64_t v, const std::string& r,
   return s;
 }
 
+// A fused convolution's parameters: in0 (the input or its columns), in1 (the weights), the
+// bias (in2) when e.bias, the residual after it when e.residual; one output. Returns the
+// residual's input name ("" without one).
+std::string conv_epilogue_io(const ConvEpilogue& e, TemplateKernel& k) {
+  k.in_types = {"float", "float"};
+  if (e.bias) k.in_types.push_back("float");
+  const std::string res = e.residual ? fmt::format("in{}", k.in_types.size()) : "";
+  if (e.residual) k.in_types.push_back("float");
+  k.out_types = {"float"};
+  return res;
+}
+
 }  // namespace
 
 TemplateKernel conv_gemm_vec_kernel(const ConvGeometry& g, int64_t tm, int64_t v, const ConvEpilogue& e,
@@ -2270,11 +2299,7 @@ TemplateKernel conv_gemm_vec_kernel(const ConvGeometry& g, int64_t tm, int64_t v
   const int64_t tiles_m = (Mg + tm - 1) / tm, tiles_n = (NS + v - 1) / v;
   TemplateKernel k;
   k.name = "tensord_conv_gemm_vec";
-  k.in_types = {"float", "float"};
-  if (e.bias) k.in_types.push_back("float");
-  const std::string res = e.residual ? fmt::format("in{}", k.in_types.size()) : "";
-  if (e.residual) k.in_types.push_back("float");
-  k.out_types = {"float"};
+  const std::string res = conv_epilogue_io(e, k);
   k.n = g.N * g.G * tiles_m * tiles_n;
   const std::string vt = fmt::format("float{}", v);
   std::string s = fmt::format(
@@ -2318,11 +2343,7 @@ TemplateKernel depthwise_vec_kernel(const ConvGeometry& g, int64_t v, const Conv
   const int64_t tiles = (g.OW + v - 1) / v;
   TemplateKernel k;
   k.name = "tensord_depthwise_vec";
-  k.in_types = {"float", "float"};
-  if (e.bias) k.in_types.push_back("float");
-  const std::string res = e.residual ? fmt::format("in{}", k.in_types.size()) : "";
-  if (e.residual) k.in_types.push_back("float");
-  k.out_types = {"float"};
+  const std::string res = conv_epilogue_io(e, k);
   k.n = g.N * g.C * g.OH * tiles;
   const std::string vt = fmt::format("float{}", v);
   std::string s = fmt::format(

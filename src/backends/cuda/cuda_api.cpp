@@ -92,6 +92,21 @@ const T* load_once(const std::string& lib, bool soname_only, Fill fill, std::str
   return table;
 }
 
+// Looks up symbols of one library into a table's slots; the first missing one is named.
+struct Binder {
+  void* handle;
+  std::string* missing;
+  bool ok = true;
+  void operator()(const char* name, void** slot) {
+    if (!ok) return;
+    if (void* f = ::dlsym(handle, name)) *slot = f;
+    else {
+      ok = false;
+      *missing = std::string("symbol ") + name + " missing";
+    }
+  }
+};
+
 }  // namespace
 
 std::vector<std::string> library_names(const std::string& lib) {
@@ -134,16 +149,10 @@ const DriverApi* driver_api(std::string* why) {
   return load_once<DriverApi>(
       "cuda", /*soname_only=*/false,
       [](void* handle, DriverApi* t, std::string* missing) {
-        bool ok = true;
-        std::string& m = *missing;
-        auto bindf = [&](const char* name, void** slot) {
-          if (!ok) return;
-          if (void* f = ::dlsym(handle, name)) *slot = f;
-          else { ok = false; m = std::string("symbol ") + name + " missing"; }
-        };
+        Binder bindf{handle, missing};
 #define TENSORD_CUDA_BINDF(name) bindf(TENSORD_CUDA_STR(name), reinterpret_cast<void**>(&t->name));
         TENSORD_CUDA_DRIVER_FUNCTIONS(TENSORD_CUDA_BINDF)
-        return ok;
+        return bindf.ok;
       },
       why);
 }
@@ -152,15 +161,9 @@ const NvrtcApi* nvrtc_api(std::string* why) {
   return load_once<NvrtcApi>(
       "nvrtc", false,
       [](void* handle, NvrtcApi* t, std::string* missing) {
-        bool ok = true;
-        std::string& m = *missing;
-        auto bindf = [&](const char* name, void** slot) {
-          if (!ok) return;
-          if (void* f = ::dlsym(handle, name)) *slot = f;
-          else { ok = false; m = std::string("symbol ") + name + " missing"; }
-        };
+        Binder bindf{handle, missing};
         TENSORD_CUDA_NVRTC_FUNCTIONS(TENSORD_CUDA_BINDF)
-        return ok;
+        return bindf.ok;
       },
       why);
 }
@@ -169,17 +172,22 @@ const CublasApi* cublas_api(std::string* why) {
   return load_once<CublasApi>(
       "cublas", false,
       [](void* handle, CublasApi* t, std::string* missing) {
-        bool ok = true;
-        std::string& m = *missing;
-        auto bindf = [&](const char* name, void** slot) {
-          if (!ok) return;
-          if (void* f = ::dlsym(handle, name)) *slot = f;
-          else { ok = false; m = std::string("symbol ") + name + " missing"; }
-        };
+        Binder bindf{handle, missing};
         TENSORD_CUDA_CUBLAS_FUNCTIONS(TENSORD_CUDA_BINDF)
         bindf("cublasGemmEx", reinterpret_cast<void**>(&t->cublasGemmEx));
         bindf("cublasGemmStridedBatchedEx", reinterpret_cast<void**>(&t->cublasGemmStridedBatchedEx));
-        return ok;
+        return bindf.ok;
+      },
+      why);
+}
+
+const CublasLtApi* cublaslt_api(std::string* why) {
+  return load_once<CublasLtApi>(
+      "cublasLt", false,
+      [](void* handle, CublasLtApi* t, std::string* missing) {
+        Binder bindf{handle, missing};
+        TENSORD_CUDA_CUBLASLT_FUNCTIONS(TENSORD_CUDA_BINDF)
+        return bindf.ok;
       },
       why);
 }
@@ -189,15 +197,9 @@ const CudnnApi* cudnn_api(std::string* why) {
   return load_once<CudnnApi>(
       "cudnn", false,
       [](void* handle, CudnnApi* t, std::string* missing) {
-        bool ok = true;
-        std::string& m = *missing;
-        auto bindf = [&](const char* name, void** slot) {
-          if (!ok) return;
-          if (void* f = ::dlsym(handle, name)) *slot = f;
-          else { ok = false; m = std::string("symbol ") + name + " missing"; }
-        };
+        Binder bindf{handle, missing};
         TENSORD_CUDA_CUDNN_FUNCTIONS(TENSORD_CUDA_BINDF)
-        return ok;
+        return bindf.ok;
       },
       why);
 }

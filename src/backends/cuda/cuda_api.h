@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <nvrtc.h>
 #if TENSORD_HAVE_CUDNN_H
@@ -108,6 +109,23 @@ namespace tensord::cuda {
   X(cublasSgemm)                         \
   X(cublasSgemmStridedBatched)
 
+// cuBLASLt: MatMul/Gemm with a bias (+ReLU/GELU) epilogue in one call. Optional: where
+// libcublasLt does not load, nothing is fused and MatMul/Gemm run on cuBLAS as before.
+#define TENSORD_CUDA_CUBLASLT_FUNCTIONS(X)     \
+  X(cublasLtCreate)                            \
+  X(cublasLtDestroy)                           \
+  X(cublasLtGetVersion)                        \
+  X(cublasLtMatmulDescCreate)                  \
+  X(cublasLtMatmulDescDestroy)                 \
+  X(cublasLtMatmulDescSetAttribute)            \
+  X(cublasLtMatrixLayoutCreate)                \
+  X(cublasLtMatrixLayoutDestroy)               \
+  X(cublasLtMatmulPreferenceCreate)            \
+  X(cublasLtMatmulPreferenceDestroy)           \
+  X(cublasLtMatmulPreferenceSetAttribute)      \
+  X(cublasLtMatmulAlgoGetHeuristic)            \
+  X(cublasLtMatmul)
+
 // cuDNN 9's legacy API (libcudnn.so.9 dispatches to libcudnn_cnn/ops): convolution with
 // bias/activation, pooling. Only where the build found cudnn.h (TENSORD_HAVE_CUDNN_H).
 #define TENSORD_CUDA_CUDNN_FUNCTIONS(X)        \
@@ -140,7 +158,17 @@ namespace tensord::cuda {
   X(cudnnCreatePoolingDescriptor)              \
   X(cudnnSetPoolingNdDescriptor)               \
   X(cudnnDestroyPoolingDescriptor)             \
-  X(cudnnPoolingForward)
+  X(cudnnPoolingForward)                       \
+  X(cudnnCreateRNNDescriptor)                  \
+  X(cudnnSetRNNDescriptor_v8)                  \
+  X(cudnnDestroyRNNDescriptor)                 \
+  X(cudnnCreateRNNDataDescriptor)              \
+  X(cudnnSetRNNDataDescriptor)                 \
+  X(cudnnDestroyRNNDataDescriptor)             \
+  X(cudnnGetRNNWeightSpaceSize)                \
+  X(cudnnGetRNNWeightParams)                   \
+  X(cudnnGetRNNTempSpaceSizes)                 \
+  X(cudnnRNNForward)
 
 #define TENSORD_CUDA_MEMBER(name) decltype(&::name) name = nullptr;
 
@@ -167,6 +195,11 @@ struct CublasApi {
   std::string path;
 };
 
+struct CublasLtApi {
+  TENSORD_CUDA_CUBLASLT_FUNCTIONS(TENSORD_CUDA_MEMBER)
+  std::string path;
+};
+
 #if TENSORD_HAVE_CUDNN_H
 struct CudnnApi {
   TENSORD_CUDA_CUDNN_FUNCTIONS(TENSORD_CUDA_MEMBER)
@@ -181,6 +214,7 @@ const CudnnApi* cudnn_api(std::string* why);
 const DriverApi* driver_api(std::string* why);
 const NvrtcApi* nvrtc_api(std::string* why);
 const CublasApi* cublas_api(std::string* why);
+const CublasLtApi* cublaslt_api(std::string* why);  // libcublasLt.so.13/12, same search
 
 // The folders searched after the soname (steps 1, 3 and 4 above; step 1 comes first). Pure:
 // reads the environment and the file system, loads nothing (tests, `gpu-check.sh`).

@@ -31,6 +31,9 @@ std::atomic<int64_t> g_disk_hits{0};
 std::atomic<int64_t> g_compile_failures{0};
 std::atomic<int64_t> g_graph_captures{0};
 std::atomic<int64_t> g_graph_replays{0};
+std::atomic<int64_t> g_cudnn_rnn_calls{0};
+std::atomic<int64_t> g_lt_fused_calls{0};
+std::atomic<int64_t> g_lt_fallbacks{0};
 // The device this thread is recording a run on (CudaRunRecorder), and the stream it records
 // on: that thread's launches for that device go to the recording stream; other threads'
 // launches stay on the device's stream, out of the recording.
@@ -253,6 +256,7 @@ class CudaDevice final : public Device {
     api_->cuStreamSynchronize(stream_);
     for (auto& [src, p] : programs_) p.reset();
     if (blas_ && blas_api_) blas_api_->cublasDestroy(blas_);
+    if (lt_ && lt_api_) lt_api_->cublasLtDestroy(lt_);
 #if TENSORD_HAVE_CUDNN_H
     if (dnn_ && dnn_api_) dnn_api_->cudnnDestroy(dnn_);
 #endif
@@ -641,6 +645,117 @@ class CudaDevice final : public Device {
     return OkStatus();
   }
 
+  // A constant a fused kernel keeps: uploaded into its own allocation, recorded in `uploads`
+  // (the kernel frees them) and counted in `weight_bytes`.
+  Result<CUdeviceptr> upload_held(const HostTensor& value, std::vector<std::pair<void*, size_t>>* uploads,
+                                  int64_t* weight_bytes) {
+    const size_t bytes = static_cast<size_t>(value.nbytes());
+    TD_ASSIGN_OR_RETURN(void* mem, allocate(bytes));
+    uploads->emplace_back(mem, bytes);
+    Buffer b{this, mem, bytes, 0};
+    TD_RETURN_IF_ERROR(write(b, 0, value.data(), bytes));
+    *weight_bytes += static_cast<int64_t>(bytes);
+    return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(mem));
+  }
+  // Whether MatMul/Gemm + bias (+activation) groups go to cuBLASLt: TENSORD_CUDA_LT not 0 and
+  // libcublasLt loads (compile-only devices too: they count the call and run nothing).
+  static bool lt_usable() {
+    if (env_is("TENSORD_CUDA_LT", "0")) return false;
+    std::string why;
+    return cublaslt_api(&why) != nullptr;
+  }
+  // Y[m,n] = epilogue(A[m,k]·op(B) + bias[n]), row-major float32, in one cublasLtMatmul on the
+  // device's stream. Row-major Y is column-major Yᵀ = op(B)ᵀ·Aᵀ: cuBLASLt's "A" is our B, and
+  // the bias runs along its rows (n). An error (no heuristic result, NOT_SUPPORTED) means
+  // nothing was queued: the caller runs the unfused path.
+  Status lt_matmul(const LtFusion& f, CUdeviceptr a, CUdeviceptr b, CUdeviceptr bias, CUdeviceptr y) {
+    if (env_is("TENSORD_CUDA_LT", "refuse"))
+      return errors::Unimplemented("{}: cuBLASLt refused the group (TENSORD_CUDA_LT=refuse)", info_.name);
+    if (compile_only()) {
+      g_kernels_launched++;
+      g_lt_fused_calls++;
+      return OkStatus();
+    }
+    TD_RETURN_IF_ERROR(enter());
+    std::lock_guard<std::mutex> lock(lt_mu_);
+    if (!lt_) {
+      std::string why;
+      lt_api_ = cublaslt_api(&why);
+      if (!lt_api_) return errors::Unavailable("{}: cuBLASLt is not available: {}", info_.name, why);
+      if (lt_api_->cublasLtCreate(&lt_) != CUBLAS_STATUS_SUCCESS) {
+        lt_ = nullptr;
+        return errors::Unavailable("{}: cublasLtCreate failed", info_.name);
+      }
+    }
+    const CublasLtApi* L = lt_api_;
+    struct Descs {
+      const CublasLtApi* L;
+      cublasLtMatmulDesc_t op = nullptr;
+      cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ly = nullptr;
+      cublasLtMatmulPreference_t pref = nullptr;
+      ~Descs() {
+        if (pref) L->cublasLtMatmulPreferenceDestroy(pref);
+        for (auto* l : {la, lb, ly})
+          if (l) L->cublasLtMatrixLayoutDestroy(l);
+        if (op) L->cublasLtMatmulDescDestroy(op);
+      }
+    } d{L};
+    auto ok = [&](cublasStatus_t s, const char* what) -> Status {
+      if (s == CUBLAS_STATUS_SUCCESS) return OkStatus();
+      return errors::Unimplemented("{}: {} failed (cuBLAS status {})", info_.name, what, int(s));
+    };
+    const cublasComputeType_t compute =
+        env_is("TENSORD_CUDA_TF32", "1") ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate"));
+    const cublasOperation_t opa = f.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opb = CUBLAS_OP_N;
+    const cublasLtEpilogue_t epi = f.epilogue == LtFusion::kReluBias   ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                   : f.epilogue == LtFusion::kGeluBias ? CUBLASLT_EPILOGUE_GELU_BIAS
+                                                                       : CUBLASLT_EPILOGUE_BIAS;
+    const void* bias_ptr = reinterpret_cast<const void*>(static_cast<uintptr_t>(bias));
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)),
+                          "setting TRANSA"));
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)),
+                          "setting TRANSB"));
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
+                          "setting the epilogue"));
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr,
+                                                            sizeof(bias_ptr)),
+                          "setting the bias"));
+    // Column-major: "A" = Bᵀ as stored ([k][n] row-major is n×k column-major, ld n; transB: k×n, ld k),
+    // "B" = Aᵀ (k×m, ld k), D = Yᵀ (n×m, ld n).
+    const uint64_t n = static_cast<uint64_t>(f.n), m = static_cast<uint64_t>(f.m), k = static_cast<uint64_t>(f.k);
+    TD_RETURN_IF_ERROR(ok(f.trans_b ? L->cublasLtMatrixLayoutCreate(&d.la, CUDA_R_32F, k, n, static_cast<int64_t>(k))
+                                    : L->cublasLtMatrixLayoutCreate(&d.la, CUDA_R_32F, n, k, static_cast<int64_t>(n)),
+                          "cublasLtMatrixLayoutCreate"));
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatrixLayoutCreate(&d.lb, CUDA_R_32F, k, m, static_cast<int64_t>(k)),
+                          "cublasLtMatrixLayoutCreate"));
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatrixLayoutCreate(&d.ly, CUDA_R_32F, n, m, static_cast<int64_t>(n)),
+                          "cublasLtMatrixLayoutCreate"));
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatmulPreferenceCreate(&d.pref), "cublasLtMatmulPreferenceCreate"));
+    const size_t workspace = 0;  // no workspace: nothing to allocate or capture
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                                  &workspace, sizeof(workspace)),
+                          "setting the workspace"));
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatmulAlgoGetHeuristic(lt_, d.op, d.la, d.lb, d.ly, d.ly, d.pref, 1, &heur,
+                                                            &found),
+                          "cublasLtMatmulAlgoGetHeuristic"));
+    if (found < 1) return errors::Unimplemented("{}: cuBLASLt has no algorithm for this epilogue", info_.name);
+    const float alpha = 1.0f, beta = 0.0f;
+    auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void*>(static_cast<uintptr_t>(p)); };
+    TD_RETURN_IF_ERROR(ok(L->cublasLtMatmul(lt_, d.op, &alpha, ptr(b), d.la, ptr(a), d.lb, &beta, ptr(y), d.ly,
+                                            ptr(y), d.ly, &heur.algo, nullptr, 0, stream()),
+                          "cublasLtMatmul"));
+    g_kernels_launched++;
+    g_lt_fused_calls++;
+    if (sync_) {
+      CUresult r = api_->cuStreamSynchronize(stream_);
+      if (r != CUDA_SUCCESS) return cu_status(api_, r, info_.name, "running cublasLtMatmul");
+    }
+    return OkStatus();
+  }
+
 #if TENSORD_HAVE_CUDNN_H
   // Whether cuDNN kernels may run here: a real device, TENSORD_CUDNN not 0, libcudnn loads.
   bool cudnn_usable() const {
@@ -720,6 +835,9 @@ class CudaDevice final : public Device {
   std::mutex blas_mu_;
   const CublasApi* blas_api_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+  std::mutex lt_mu_;
+  const CublasLtApi* lt_api_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
 #if TENSORD_HAVE_CUDNN_H
   std::mutex dnn_mu_;
   const CudnnApi* dnn_api_ = nullptr;
@@ -802,6 +920,10 @@ std::unique_ptr<RunRecorder> CudaDevice::run_recorder() {
   return std::make_unique<CudaRunRecorder>(this);
 }
 
+// The CUDA C printer has float16/bfloat16 storage: element-wise chains and reductions over
+// them are generated kernels computing in float32 (codegen/kernel_ir.h Storage).
+constexpr bool kHalves = true;
+
 // A lowered, compiled element-wise kernel and how its parameters bind.
 struct Compiled {
   codegen::LoweredGroup lowered;
@@ -813,12 +935,71 @@ Result<Compiled> compile_group(CudaDevice& device, const std::vector<const Node*
                                const std::function<const TensorType*(const std::string&)>& type_of,
                                const std::function<const HostTensor*(const std::string&)>& constant) {
   Compiled c;
-  TD_ASSIGN_OR_RETURN(c.lowered, codegen::lower_elementwise(nodes, outputs, shape, type_of, constant));
+  TD_ASSIGN_OR_RETURN(c.lowered, codegen::lower_elementwise(nodes, outputs, shape, type_of, constant, kHalves));
   static const codegen::CudaPrinter printer;
   TD_ASSIGN_OR_RETURN(std::string source, printer.print(c.lowered.kernel));
   TD_ASSIGN_OR_RETURN(c.program, device.program(source, c.lowered.kernel.name));
   return c;
 }
+
+// ONNX Gelu over `n` float32 values (the generator has no Gelu): approximate="none" with erf,
+// "tanh" with the tanh approximation, as the cpu reference computes them. Its kernel's name.
+std::string gelu_source(int64_t n, bool tanh_approx, std::string* name) {
+  *name = fmt::format("tensord_gelu_{}_{}", tanh_approx ? "tanh" : "erf", n);
+  const char* body = tanh_approx
+                         ? "0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)))"
+                         : "0.5f * v * (1.0f + erff(v * 0.7071067811865476f))";
+  return fmt::format(
+      "extern \"C\" __global__ void {}(const unsigned char* in0_base, unsigned long long in0_off,\n"
+      "    unsigned char* out0_base, unsigned long long out0_off) {{\n"
+      "  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+      "  if (i >= {}LL) return;\n"
+      "  const float v = ((const float*)(in0_base + in0_off))[i];\n"
+      "  ((float*)(out0_base + out0_off))[i] = {};\n"
+      "}}\n",
+      *name, n, body);
+}
+
+bool gelu_on_device(const Node& node, const std::vector<TensorType>& inputs) {
+  if (node.op != "Gelu" || inputs.size() != 1 || !inputs[0].defined() || inputs[0].dtype != DType::kFloat32 ||
+      !shape_is_static(inputs[0].shape))
+    return false;
+  auto approx = NodeAttrs(node).attr_string("approximate", "none");
+  return approx.ok() && (*approx == "none" || *approx == "tanh");
+}
+
+// Gelu (float32, static) as a hand-written kernel (gelu_source), specialised to each call's size.
+class GeluKernel final : public Kernel {
+ public:
+  GeluKernel(CudaDevice* d, const Node& node) : device_(d), node_(node) {}
+  std::string name() const override { return "gelu"; }
+  Status run(KernelCall& call) override {
+    if (call.inputs.empty() || !call.inputs[0].defined() || call.output_types.empty())
+      return errors::Internal("{}: missing inputs", node_.label());
+    const TensorType& out = call.output_types[0];
+    const int64_t n = shape_numel(out.shape);
+    if (!program_ || n != n_) {
+      TD_ASSIGN_OR_RETURN(std::string approx, NodeAttrs(node_).attr_string("approximate", "none"));
+      std::string name;
+      const std::string source = gelu_source(n, approx == "tanh", &name);
+      TD_ASSIGN_OR_RETURN(program_, device_->program(source, name));
+      n_ = n;
+    }
+    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
+    TD_ASSIGN_OR_RETURN(auto buffer, call.allocator->allocate(static_cast<size_t>(bytes)));
+    TD_ASSIGN_OR_RETURN(Arg x, device_->arg(*call.inputs[0].buffer));
+    TD_ASSIGN_OR_RETURN(Arg y, device_->arg(*buffer));
+    TD_RETURN_IF_ERROR(device_->launch(*program_, {x, y}, n));
+    call.outputs.assign(1, DeviceTensor{out.dtype, out.shape, buffer});
+    return OkStatus();
+  }
+
+ private:
+  CudaDevice* device_;
+  Node node_;
+  int64_t n_ = -1;
+  std::shared_ptr<Program> program_;
+};
 
 // A single node as a generated kernel, specialised to the shapes of each call (the last
 // shapes' kernel is kept; the device keeps every program it built).
@@ -1012,11 +1193,13 @@ class ReduceOp final : public Kernel {
     k.op = codegen::reduce_ops().at(node_.op);
     k.in_shape.assign(x.shape.begin(), x.shape.end());
     k.reduced = mask;
+    k.storage = codegen::storage_of(x.dtype);
     if (k.reduced_numel() == 0 || !shape_is_static(out.shape) || shape_numel(out.shape) != k.out_numel())
       return errors::Internal("{}: cannot reduce {} to {}", node_.label(), shape_to_string(x.shape),
                               shape_to_string(out.shape));
     std::string key = shape_to_string(x.shape);
     for (bool b : mask) key += b ? "1" : "0";
+    key += dtype_name(x.dtype);
     if (!program_ || key != key_) {
       static const codegen::CudaPrinter printer;
       TD_ASSIGN_OR_RETURN(std::string source, printer.print(k));
@@ -1355,12 +1538,202 @@ class CudnnPoolKernel final : public Kernel {
   std::string key_;
   std::unique_ptr<DnnDescs> descs_;
 };
+
+// RNN / LSTM / GRU (float32, plan_cudnn_rnn) on cudnnRNNForward (v8+ API, inference). The
+// weight space is the kernel's (made, zeroed and laid out once per shape); each run copies
+// ONNX's W/R/B blocks into it device to device (rnn_weight_copies: cuDNN's gate order), so
+// weights that are not constants work too. ONNX's X [seq][batch][input] is cuDNN's
+// sequence-major layout; its Y [seq][dirs][batch][hidden] is cuDNN's [seq][batch][dirs*hidden]
+// for one direction, and a generated transpose after it for two. sequence_lens is left to the
+// templates/cpu for now (refused in uses_cudnn).
+class CudnnRnnKernel final : public Kernel {
+ public:
+  CudnnRnnKernel(CudaDevice* d, const Node& node) : device_(d), node_(node) {}
+  ~CudnnRnnKernel() override { release(); }
+  std::string name() const override { return "cudnn rnn"; }
+  Status run(KernelCall& call) override {
+    std::vector<TensorType> types;
+    std::string key;
+    for (const auto& t : call.inputs) {
+      types.push_back(t.defined() ? t.type() : TensorType{});
+      key += (t.defined() ? shape_to_string(t.shape) : std::string("-")) + ";";
+    }
+    const CudnnApi* api = nullptr;
+    std::unique_lock<std::mutex> dnn_lock;
+    TD_ASSIGN_OR_RETURN(cudnnHandle_t h, device_->dnn(&api, &dnn_lock));
+    const std::string& where = device_->name();
+    if (!rnn_ || key != key_) TD_RETURN_IF_ERROR(prepare(h, api, types, where));
+    key_ = key;
+    const RnnPlan& p = plan_;
+    // ONNX's weight blocks into cuDNN's space, on the device's stream.
+    const DriverApi* drv = device_->api();
+    for (const RnnCopy& c : copies_) {
+      const DeviceTensor& src = call.inputs.at(static_cast<size_t>(c.src));
+      if (!src.defined()) return errors::Internal("{}: input {} missing", node_.label(), c.src);
+      const CUresult r = drv->cuMemcpyDtoDAsync(space_ + static_cast<CUdeviceptr>(c.dst_offset * 4),
+                                                CudaDevice::address(*src.buffer) + static_cast<CUdeviceptr>(c.src_offset * 4),
+                                                static_cast<size_t>(c.count) * 4, device_->stream());
+      if (r != CUDA_SUCCESS) return cu_status(drv, r, where, "copying RNN weights into cuDNN's layout");
+    }
+    const TensorType y_type{DType::kFloat32, {p.seq, p.dirs, p.batch, p.hidden}};
+    auto wanted = [&](size_t o) { return o < node_.outputs.size() && !node_.outputs[o].empty(); };
+    const size_t state_bytes = static_cast<size_t>(p.dirs * p.batch * p.hidden) * 4;
+    TD_ASSIGN_OR_RETURN(auto y, call.allocator->allocate(static_cast<size_t>(shape_numel(y_type.shape)) * 4));
+    std::shared_ptr<Buffer> y_cudnn = y, hy, cy, ws;
+    if (p.dirs > 1) {
+      TD_ASSIGN_OR_RETURN(y_cudnn, call.allocator->allocate(y->size));
+    }
+    if (wanted(1)) {
+      TD_ASSIGN_OR_RETURN(hy, call.allocator->allocate(state_bytes));
+    }
+    if (wanted(2) && p.cell == RnnPlan::kLstm) {
+      TD_ASSIGN_OR_RETURN(cy, call.allocator->allocate(state_bytes));
+    }
+    if (work_bytes_) {
+      TD_ASSIGN_OR_RETURN(ws, call.allocator->allocate(work_bytes_));
+    }
+    auto at = [](const std::shared_ptr<Buffer>& b) { return b ? reinterpret_cast<void*>(CudaDevice::address(*b)) : nullptr; };
+    auto in = [&](size_t i) {
+      return i < call.inputs.size() && call.inputs[i].defined() ? reinterpret_cast<void*>(CudaDevice::address(*call.inputs[i].buffer))
+                                                                : nullptr;
+    };
+    TD_RETURN_IF_ERROR(dnn_status(
+        api,
+        api->cudnnRNNForward(h, rnn_, CUDNN_FWD_MODE_INFERENCE, reinterpret_cast<const int32_t*>(seq_lens_), x_desc_, in(0),
+                             y_desc_, at(y_cudnn), h_desc_, in(5), at(hy), h_desc_,
+                             p.cell == RnnPlan::kLstm ? in(6) : nullptr, at(cy), space_bytes_,
+                             reinterpret_cast<void*>(space_), work_bytes_, at(ws), 0, nullptr),
+        where, "cudnnRNNForward"));
+    TD_RETURN_IF_ERROR(device_->after_call("running a cuDNN RNN"));
+    if (p.dirs > 1) {  // [seq][batch][dirs][hidden] -> [seq][dirs][batch][hidden]
+      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*y_cudnn));
+      TD_ASSIGN_OR_RETURN(Arg o, device_->arg(*y));
+      TD_RETURN_IF_ERROR(device_->launch(*transpose_, {a, o}, shape_numel(y_type.shape)));
+    }
+    call.outputs.assign(node_.outputs.size(), DeviceTensor{});
+    if (wanted(0)) call.outputs[0] = DeviceTensor{DType::kFloat32, y_type.shape, y};
+    const Shape state{p.dirs, p.batch, p.hidden};
+    if (hy) call.outputs[1] = DeviceTensor{DType::kFloat32, state, hy};
+    if (cy) call.outputs[2] = DeviceTensor{DType::kFloat32, state, cy};
+    g_cudnn_rnn_calls++;
+    return OkStatus();
+  }
+
+ private:
+  Status prepare(cudnnHandle_t h, const CudnnApi* api, const std::vector<TensorType>& types, const std::string& where) {
+    release();
+    api_ = api;
+    TD_ASSIGN_OR_RETURN(plan_, plan_cudnn_rnn(node_, types));
+    const RnnPlan& p = plan_;
+    if (p.has_seq_lens) return errors::Unimplemented("{}: sequence_lens on cuDNN", node_.label());
+    const cudnnRNNMode_t mode = p.cell == RnnPlan::kLstm  ? CUDNN_LSTM
+                                : p.cell == RnnPlan::kGru ? CUDNN_GRU
+                                : p.cell == RnnPlan::kRnnRelu ? CUDNN_RNN_RELU
+                                                              : CUDNN_RNN_TANH;
+    const int I = static_cast<int>(p.input), H = static_cast<int>(p.hidden);
+    TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnCreateRNNDescriptor(&rnn_), where, "cudnnCreateRNNDescriptor"));
+    TD_RETURN_IF_ERROR(dnn_status(
+        api,
+        api->cudnnSetRNNDescriptor_v8(rnn_, CUDNN_RNN_ALGO_STANDARD, mode, CUDNN_RNN_DOUBLE_BIAS,
+                                      p.dirs == 2 ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT,
+                                      CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT,
+                                      env_is("TENSORD_CUDA_TF32", "1") ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH, I, H, H, 1,
+                                      nullptr, CUDNN_RNN_PADDED_IO_ENABLED),
+        where, "cudnnSetRNNDescriptor_v8"));
+    const std::vector<int> lens(static_cast<size_t>(p.batch), static_cast<int>(p.seq));
+    for (auto [d, width] : {std::pair<cudnnRNNDataDescriptor_t*, int>{&x_desc_, I}, {&y_desc_, H * p.dirs}}) {
+      TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnCreateRNNDataDescriptor(d), where, "cudnnCreateRNNDataDescriptor"));
+      TD_RETURN_IF_ERROR(dnn_status(api,
+                                    api->cudnnSetRNNDataDescriptor(*d, CUDNN_DATA_FLOAT,
+                                                                   CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED,
+                                                                   static_cast<int>(p.seq), static_cast<int>(p.batch),
+                                                                   width, lens.data(), nullptr),
+                                    where, "cudnnSetRNNDataDescriptor"));
+    }
+    descs_ = std::make_unique<DnnDescs>();
+    descs_->api = api;
+    TD_RETURN_IF_ERROR(descs_->tensor(&descs_->x, {p.dirs, p.batch, p.hidden}, where));
+    h_desc_ = descs_->x;
+    TD_RETURN_IF_ERROR(descs_->tensor(&descs_->y, {1, 1, 1}, where));  // cudnnGetRNNWeightParams' outputs
+    TD_RETURN_IF_ERROR(descs_->tensor(&descs_->b, {1, 1, 1}, where));
+    TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnGetRNNWeightSpaceSize(h, rnn_, &space_bytes_), where,
+                                  "cudnnGetRNNWeightSpaceSize"));
+    size_t reserve = 0;
+    TD_RETURN_IF_ERROR(dnn_status(api,
+                                  api->cudnnGetRNNTempSpaceSizes(h, rnn_, CUDNN_FWD_MODE_INFERENCE, x_desc_, &work_bytes_,
+                                                                 &reserve),
+                                  where, "cudnnGetRNNTempSpaceSizes"));
+    // The weight space (zeroed: biases stay 0 without B) and the sequence lengths, held here.
+    TD_ASSIGN_OR_RETURN(void* space, device_->allocate(space_bytes_));
+    space_ = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(space));
+    const std::vector<unsigned char> zeros(space_bytes_, 0);
+    TD_RETURN_IF_ERROR(device_->write(Buffer{device_, space, space_bytes_, 0}, 0, zeros.data(), space_bytes_));
+    TD_ASSIGN_OR_RETURN(void* lens_mem, device_->allocate(lens.size() * 4));
+    seq_lens_ = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(lens_mem));
+    TD_RETURN_IF_ERROR(device_->write(Buffer{device_, lens_mem, lens.size() * 4, 0}, 0, lens.data(), lens.size() * 4));
+    copies_.clear();
+    for (int d = 0; d < p.dirs; ++d) {
+      std::vector<std::pair<int64_t, int64_t>> off;
+      for (int l = 0; l < 2 * p.gates; ++l) {
+        void* m = nullptr;
+        void* b = nullptr;
+        TD_RETURN_IF_ERROR(dnn_status(api,
+                                      api->cudnnGetRNNWeightParams(h, rnn_, d, space_bytes_, space, l, descs_->y, &m,
+                                                                   descs_->b, &b),
+                                      where, "cudnnGetRNNWeightParams"));
+        auto elems = [&](void* a) { return a ? static_cast<int64_t>(reinterpret_cast<uintptr_t>(a) - space_) / 4 : -1; };
+        off.emplace_back(elems(m), elems(b));
+      }
+      TD_ASSIGN_OR_RETURN(auto c, rnn_weight_copies(p, d, [&](int l) { return off[static_cast<size_t>(l)]; },
+                                                    space_bytes_ / 4));
+      copies_.insert(copies_.end(), c.begin(), c.end());
+    }
+    if (p.dirs > 1) {
+      TD_ASSIGN_OR_RETURN(codegen::ElementwiseKernel k,
+                          codegen::lower_transpose({p.seq, p.batch, p.dirs, p.hidden}, {0, 2, 1, 3}, DType::kFloat32));
+      static const codegen::CudaPrinter printer;
+      TD_ASSIGN_OR_RETURN(std::string source, printer.print(k));
+      TD_ASSIGN_OR_RETURN(transpose_, device_->program(source, k.name));
+    }
+    return OkStatus();
+  }
+  void release() {
+    if (api_) {
+      if (rnn_) api_->cudnnDestroyRNNDescriptor(rnn_);
+      for (auto* d : {x_desc_, y_desc_})
+        if (d) api_->cudnnDestroyRNNDataDescriptor(d);
+    }
+    rnn_ = nullptr, x_desc_ = nullptr, y_desc_ = nullptr, h_desc_ = nullptr;
+    descs_.reset();
+    if (space_) device_->free(reinterpret_cast<void*>(space_), space_bytes_);
+    if (seq_lens_) device_->free(reinterpret_cast<void*>(seq_lens_), static_cast<size_t>(plan_.batch) * 4);
+    space_ = 0, seq_lens_ = 0;
+  }
+
+  CudaDevice* device_;
+  Node node_;
+  std::string key_;
+  RnnPlan plan_;
+  const CudnnApi* api_ = nullptr;
+  cudnnRNNDescriptor_t rnn_ = nullptr;
+  cudnnRNNDataDescriptor_t x_desc_ = nullptr, y_desc_ = nullptr;
+  cudnnTensorDescriptor_t h_desc_ = nullptr;  // owned by descs_
+  std::unique_ptr<DnnDescs> descs_;
+  CUdeviceptr space_ = 0, seq_lens_ = 0;
+  size_t space_bytes_ = 0, work_bytes_ = 0;
+  std::vector<RnnCopy> copies_;
+  std::shared_ptr<Program> transpose_;
+};
 #endif
 
 // Whether cuDNN runs this node on `device` (else the templates do): float32, static shapes,
 // nothing empty, a plan cuDNN can express, and cuDNN usable there.
 bool uses_cudnn(const CudaDevice& device, const Node& node, const std::vector<TensorType>& inputs) {
 #if TENSORD_HAVE_CUDNN_H
+  if (node.op == "RNN" || node.op == "LSTM" || node.op == "GRU") {
+    auto plan = plan_cudnn_rnn(node, inputs);
+    return plan.ok() && !plan->has_seq_lens && device.cudnn_usable();
+  }
   const bool conv = node.op == "Conv", pool = node.op == "MaxPool" || node.op == "AveragePool" ||
                                               node.op == "GlobalAveragePool" || node.op == "GlobalMaxPool";
   if (!conv && !pool) return false;
@@ -1409,6 +1782,7 @@ Status CudaKernelTable::supports(const Node& node, const std::vector<TensorType>
   const bool domain_ok = node.domain.empty() || node.domain == "ai.onnx";
   if (domain_ok && (node.op == "MatMul" || node.op == "Gemm") && uses_cublas(node, inputs)) return OkStatus();
   if (domain_ok && uses_cudnn(*device_, node, inputs)) return OkStatus();
+  if (domain_ok && gelu_on_device(node, inputs)) return OkStatus();
   if (domain_ok && codegen::is_template_op(node.op)) return codegen::template_supported(node, inputs);
   if (domain_ok && node.outputs.size() == 1 && !inputs.empty() && inputs[0].defined()) {
     if (codegen::is_view_op(node.op)) return OkStatus();
@@ -1416,12 +1790,13 @@ Status CudaKernelTable::supports(const Node& node, const std::vector<TensorType>
         shape_numel(inputs[0].shape) > 0)
       return OkStatus();  // a float64 template (codegen::plan_template)
     if (codegen::reduce_ops().count(node.op)) {
-      // float32 with a static shape and no empty reduction (those fall back: the reference's
-      // identities for empty inputs are not generated yet).
-      if (inputs[0].dtype != DType::kFloat32 || !shape_is_static(inputs[0].shape) ||
-          shape_numel(inputs[0].shape) == 0)
-        return errors::Unimplemented("{}: {} reduces static float32 tensors only ({})", node.op,
-                                     device_->name(), node.label());
+      // float32/16, bfloat16 with a static shape and no empty reduction (those fall back: the
+      // reference's identities for empty inputs are not generated yet).
+      const DType dt = inputs[0].dtype;
+      if ((dt != DType::kFloat32 && dt != DType::kFloat16 && dt != DType::kBFloat16) ||
+          !shape_is_static(inputs[0].shape) || shape_numel(inputs[0].shape) == 0)
+        return errors::Unimplemented("{}: {} reduces static float32, float16 and bfloat16 tensors only ({})",
+                                     node.op, device_->name(), node.label());
       return OkStatus();
     }
     if (node.op == "Transpose" || node.op == "Expand" || (node.op == "Slice" && node.inputs.size() >= 3)) {
@@ -1431,7 +1806,7 @@ Status CudaKernelTable::supports(const Node& node, const std::vector<TensorType>
                                    device_->name(), node.label());
     }
   }
-  if (Status ir = codegen::elementwise_supported(node, inputs, nullptr); !ir.ok()) {
+  if (Status ir = codegen::elementwise_supported(node, inputs, nullptr, kHalves); !ir.ok()) {
     // Element-wise ops over the dtypes the IR lacks (int8/16, unsigned, float64): templates.
     if (!codegen::is_template_elementwise(node.op) || !codegen::template_elementwise_supported(node, inputs).ok())
       return ir;
@@ -1459,15 +1834,18 @@ Result<std::unique_ptr<Kernel>> CudaKernelTable::create(const Node& node,
 #if TENSORD_HAVE_CUDNN_H
   if (uses_cudnn(*device_, node, inputs)) {
     if (node.op == "Conv") return std::unique_ptr<Kernel>(new CudnnConvKernel(device_, node));
+    if (node.op == "RNN" || node.op == "LSTM" || node.op == "GRU")
+      return std::unique_ptr<Kernel>(new CudnnRnnKernel(device_, node));
     return std::unique_ptr<Kernel>(new CudnnPoolKernel(device_, node));
   }
 #endif
+  if (gelu_on_device(node, inputs)) return std::unique_ptr<Kernel>(new GeluKernel(device_, node));
   if (codegen::is_view_op(node.op)) return codegen::make_view_kernel(node);
   if (codegen::reduce_ops().count(node.op) && !inputs.empty() && inputs[0].dtype == DType::kFloat64)
     return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (codegen::reduce_ops().count(node.op)) return std::unique_ptr<Kernel>(new ReduceOp(device_, node));
   if (codegen::is_template_op(node.op)) return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
-  if (codegen::is_template_elementwise(node.op) && !codegen::elementwise_supported(node, inputs, nullptr).ok())
+  if (codegen::is_template_elementwise(node.op) && !codegen::elementwise_supported(node, inputs, nullptr, kHalves).ok())
     return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (node.op == "Transpose" || node.op == "Expand" || node.op == "Slice")
     return std::unique_ptr<Kernel>(new MoveKernel(device_, node));
@@ -1484,13 +1862,8 @@ class ElementwiseRegion final : public RegionKernel {
     for (auto& [mem, bytes] : uploads_) device_->free(mem, bytes);
   }
   Status upload(size_t param, const HostTensor& value) {
-    const size_t bytes = static_cast<size_t>(value.nbytes());
-    TD_ASSIGN_OR_RETURN(void* mem, device_->allocate(bytes));
-    uploads_.emplace_back(mem, bytes);
-    Buffer b{device_, mem, bytes, 0};
-    TD_RETURN_IF_ERROR(device_->write(b, 0, value.data(), bytes));
-    held_[param] = Arg{static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(mem)), 0};
-    weight_bytes_ += static_cast<int64_t>(bytes);
+    TD_ASSIGN_OR_RETURN(CUdeviceptr mem, device_->upload_held(value, &uploads_, &weight_bytes_));
+    held_[param] = Arg{mem, 0};
     return OkStatus();
   }
   Status run(const std::vector<DeviceTensor>& inputs, const std::vector<DeviceTensor>& outputs,
@@ -1534,11 +1907,148 @@ class ElementwiseRegion final : public RegionKernel {
   int64_t weight_bytes_ = 0;
 };
 
+// MatMul/Gemm + bias (+ Relu / tanh-Gelu) as one cublasLtMatmul with a bias epilogue
+// (plan_lt_fusions decides which groups). Constant operands were uploaded at compile time. When
+// cuBLASLt refuses the group at run time (no heuristic result, NOT_SUPPORTED), the group runs
+// unfused from then on -- the bias broadcast by a generated kernel, cuBLAS sgemm with beta=1,
+// the activation as its own generated kernel -- and each such run is counted (lt_fallbacks).
+class LtRegion final : public RegionKernel {
+ public:
+  LtRegion(CudaDevice* d, LtFusion f, std::vector<std::string> inputs, const Node* act)
+      : device_(d), f_(std::move(f)), inputs_(std::move(inputs)) {
+    if (act) act_ = std::make_unique<Node>(*act);
+  }
+  ~LtRegion() override {
+    for (auto& [mem, bytes] : uploads_) device_->free(mem, bytes);
+  }
+  Status hold(const std::string& name, const HostTensor& value) {
+    TD_ASSIGN_OR_RETURN(held_[name], device_->upload_held(value, &uploads_, &weight_bytes_));
+    return OkStatus();
+  }
+  Status run(const std::vector<DeviceTensor>& inputs, const std::vector<DeviceTensor>& outputs,
+             Allocator& allocator) override {
+    TD_ASSIGN_OR_RETURN(CUdeviceptr A, operand(f_.a, inputs));
+    TD_ASSIGN_OR_RETURN(CUdeviceptr B, operand(f_.b, inputs));
+    TD_ASSIGN_OR_RETURN(CUdeviceptr bias, operand(f_.bias, inputs));
+    if (outputs.size() != 1 || !outputs[0].buffer)
+      return errors::Internal("{}: cuBLASLt group output not allocated", device_->name());
+    TD_ASSIGN_OR_RETURN(Arg y, device_->arg(*outputs[0].buffer));
+    const CUdeviceptr Y = CudaDevice::address(*outputs[0].buffer);
+    if (!fallback_) {
+      Status fused = device_->lt_matmul(f_, A, B, bias, Y);
+      if (fused.ok()) return fused;
+      // Refusals (NOT_SUPPORTED, no algorithm) and a handle cuBLASLt cannot make: unfused.
+      if (fused.code() != StatusCode::kUnimplemented && fused.code() != StatusCode::kUnavailable) return fused;
+      fallback_ = true;
+      fallback_why_ = fused.message();
+    }
+    g_lt_fallbacks++;
+    // Unfused: Y (or a scratch buffer before the activation) = broadcast bias, += A·op(B).
+    if (!expand_) {
+      TD_ASSIGN_OR_RETURN(codegen::ElementwiseKernel ek, codegen::lower_expand({f_.n}, {f_.m, f_.n}, DType::kFloat32));
+      static const codegen::CudaPrinter printer;
+      TD_ASSIGN_OR_RETURN(std::string source, printer.print(ek));
+      TD_ASSIGN_OR_RETURN(expand_, device_->program(source, ek.name));
+    }
+    std::shared_ptr<Buffer> scratch;
+    Arg target = y;
+    CUdeviceptr T = Y;
+    if (act_) {
+      TD_ASSIGN_OR_RETURN(scratch, allocator.allocate(static_cast<size_t>(f_.m * f_.n) * sizeof(float)));
+      TD_ASSIGN_OR_RETURN(target, device_->arg(*scratch));
+      T = CudaDevice::address(*scratch);
+    }
+    TD_RETURN_IF_ERROR(device_->launch(*expand_, {Arg{bias, 0}, target}, f_.m * f_.n));
+    TD_RETURN_IF_ERROR(device_->sgemm(f_.trans_b, false, f_.n, f_.m, f_.k, 1.0f, B, f_.trans_b ? f_.k : f_.n, 0, A,
+                                      f_.k, 0, 1.0f, T, f_.n, 0, 1));
+    if (!act_) return OkStatus();
+    if (!act_program_ && act_->op == "Gelu") {
+      std::string name;
+      const std::string source = gelu_source(f_.m * f_.n, f_.epilogue == LtFusion::kGeluBias, &name);
+      TD_ASSIGN_OR_RETURN(act_program_, device_->program(source, name));
+    }
+    if (!act_program_) {
+      const TensorType pre{DType::kFloat32, Shape{f_.m, f_.n}};
+      const std::string in = act_->inputs[0], out = act_->outputs[0];
+      auto type_of = [&](const std::string& v) -> const TensorType* {
+        return v == in || v == out ? &pre : nullptr;
+      };
+      TD_ASSIGN_OR_RETURN(Compiled c, compile_group(*device_, {act_.get()}, {act_->outputs[0]}, pre.shape, type_of,
+                                                    nullptr));
+      act_program_ = std::move(c.program);
+    }
+    return device_->launch(*act_program_, {target, y}, f_.m * f_.n);
+  }
+  int64_t arena_bytes() const override { return 0; }
+  int64_t weight_bytes() const override { return weight_bytes_; }
+  std::string describe() const override {
+    static const char* kEpi[] = {"BIAS", "RELU_BIAS", "GELU_BIAS"};
+    return fmt::format("CudaLtEpilogue: {} nodes as one cublasLtMatmul ({}), {}x{}x{}{}", f_.members.size(),
+                       kEpi[f_.epilogue], f_.m, f_.n, f_.k,
+                       fallback_ ? " -- unfused at run time: " + fallback_why_ : std::string());
+  }
+
+ private:
+  Result<CUdeviceptr> operand(const std::string& name, const std::vector<DeviceTensor>& inputs) const {
+    if (auto h = held_.find(name); h != held_.end()) return h->second;
+    for (size_t i = 0; i < inputs_.size() && i < inputs.size(); ++i)
+      if (inputs_[i] == name && inputs[i].buffer) {
+        TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*inputs[i].buffer));
+        (void)a;  // checks the buffer is this device's
+        return CudaDevice::address(*inputs[i].buffer);
+      }
+    return errors::Internal("{}: cuBLASLt group input '{}' missing", device_->name(), name);
+  }
+
+  CudaDevice* device_;
+  LtFusion f_;
+  std::vector<std::string> inputs_;
+  std::unique_ptr<Node> act_;
+  std::map<std::string, CUdeviceptr> held_;
+  std::vector<std::pair<void*, size_t>> uploads_;
+  int64_t weight_bytes_ = 0;
+  bool fallback_ = false;
+  std::string fallback_why_;
+  std::shared_ptr<Program> expand_, act_program_;
+};
+
+// The groups plan_lt_fusions finds, as LtRegions (none where cuBLASLt does not load or
+// TENSORD_CUDA_LT=0); `taken` marks their nodes.
+std::vector<Region> lt_regions(CudaDevice* device, const FusionGraph& g, std::vector<bool>* taken,
+                               std::vector<std::string>* notes) {
+  std::vector<Region> regions;
+  if (!CudaDevice::lt_usable()) return regions;
+  for (LtFusion& f : plan_lt_fusions(g, notes)) {
+    Region r;
+    r.members = f.members;
+    for (const std::string& v : {f.a, f.b, f.bias})
+      if (!g.constant(v) && std::find(r.inputs.begin(), r.inputs.end(), v) == r.inputs.end()) r.inputs.push_back(v);
+    r.outputs = {f.output};
+    const Node* act = f.epilogue == LtFusion::kBias ? nullptr : g.nodes[f.members.back()];
+    const std::vector<std::string> constants = {f.a, f.b, f.bias};
+    auto kernel = std::make_unique<LtRegion>(device, f, r.inputs, act);
+    Status up;
+    for (const std::string& v : constants)
+      if (const HostTensor* c = g.constant(v); c && up.ok()) up = kernel->hold(v, *c);
+    if (!up.ok()) {
+      if (notes) notes->push_back(fmt::format("{}: a cuBLASLt group's constants: {}", device->name(), up.message()));
+      continue;
+    }
+    for (size_t m : f.members) (*taken)[m] = true;
+    r.kernel = std::move(kernel);
+    regions.push_back(std::move(r));
+  }
+  return regions;
+}
+
 std::vector<Region> CudaRegionCompiler::compile(const FusionGraph& g,
                                                   std::vector<std::string>* notes) {
-  if (std::getenv("TENSORD_NO_ELEMENTWISE_FUSION")) return {};
+  std::vector<bool> taken(g.nodes.size(), false);
+  std::vector<Region> regions = lt_regions(device_, g, &taken, notes);
+  if (std::getenv("TENSORD_NO_ELEMENTWISE_FUSION")) return regions;
   auto key = [&](size_t i, const std::vector<int>&) -> std::string {
     if (!g.placed_here.empty() && !g.placed_here[i]) return "";
+    if (taken[i]) return "";
     const Node& node = *g.nodes[i];
     if (node.outputs.size() != 1 || node.outputs[0].empty()) return "";
     const TensorType* out = g.type_of(node.outputs[0]);
@@ -1549,10 +2059,9 @@ std::vector<Region> CudaRegionCompiler::compile(const FusionGraph& g,
       if (!name.empty() && (!t || !shape_is_static(t->shape))) return "";
       in.push_back(t ? *t : TensorType{});
     }
-    if (!codegen::elementwise_supported(node, in, g.constant).ok()) return "";
+    if (!codegen::elementwise_supported(node, in, g.constant, kHalves).ok()) return "";
     return "ew:" + shape_to_string(out->shape);
   };
-  std::vector<Region> regions;
   for (auto& r : partition_graph(g, key)) {
     if (r.members.size() < 2 || r.outputs.empty()) continue;  // single nodes: their own kernels
     std::vector<const Node*> nodes;
@@ -1975,6 +2484,9 @@ int64_t kernels_launched() { return g_kernels_launched.load(); }
 int64_t compile_failures() { return g_compile_failures.load(); }
 int64_t graph_captures() { return g_graph_captures.load(); }
 int64_t graph_replays() { return g_graph_replays.load(); }
+int64_t cudnn_rnn_calls() { return g_cudnn_rnn_calls.load(); }
+int64_t lt_fused_calls() { return g_lt_fused_calls.load(); }
+int64_t lt_fallbacks() { return g_lt_fallbacks.load(); }
 std::string last_source() {
   std::lock_guard<std::mutex> lock(g_last_mu);
   return g_last_source;

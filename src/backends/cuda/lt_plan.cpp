@@ -1,0 +1,128 @@
+// MatMul/Gemm + bias (+ Relu / tanh-Gelu) -> one cublasLtMatmul with a bias epilogue: which
+// groups of a graph cuBLASLt computes as ONNX defines them. Host code only (no GPU, no cuBLASLt).
+#include <map>
+
+#include "backends/cuda/cuda_backend.h"
+#include "core/node_attrs.h"
+
+namespace tensord::cuda {
+namespace {
+
+bool is_f32_static(const TensorType* t) {
+  return t && t->dtype == DType::kFloat32 && shape_is_static(t->shape);
+}
+
+}  // namespace
+
+std::vector<LtFusion> plan_lt_fusions(const FusionGraph& g, std::vector<std::string>* notes) {
+  std::map<std::string, std::vector<size_t>> users;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& in : g.nodes[i]->inputs)
+      if (!in.empty()) users[in].push_back(i);
+  auto here = [&](size_t i) { return g.placed_here.empty() || g.placed_here[i]; };
+  auto domain_ok = [&](const Node& n) { return n.domain.empty() || n.domain == "ai.onnx"; };
+  // The single node reading `v`, when `v` is read once and is no graph output.
+  auto sole_user = [&](const std::string& v) -> const size_t* {
+    auto u = users.find(v);
+    if (u == users.end() || u->second.size() != 1) return nullptr;
+    if (g.is_graph_output && g.is_graph_output(v)) return nullptr;
+    return &u->second[0];
+  };
+  auto note = [&](const Node& n, const std::string& why) {
+    if (notes) notes->push_back(fmt::format("cuBLASLt epilogue: {} not fused: {}", n.label(), why));
+  };
+
+  std::vector<LtFusion> out;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& mm = *g.nodes[i];
+    if (!here(i) || !domain_ok(mm) || (mm.op != "MatMul" && mm.op != "Gemm")) continue;
+    if (mm.inputs.size() < 2 || mm.outputs.size() != 1) continue;
+    const TensorType* ta = g.type_of(mm.inputs[0]);
+    const TensorType* tb = g.type_of(mm.inputs[1]);
+    if (!is_f32_static(ta) || !is_f32_static(tb)) {
+      note(mm, "operands not static float32");
+      continue;
+    }
+    if (ta->shape.size() != 2 || tb->shape.size() != 2) {
+      note(mm, "operands not 2-D (batched MatMul)");
+      continue;
+    }
+    LtFusion f;
+    f.a = mm.inputs[0];
+    f.b = mm.inputs[1];
+    bool gemm_bias = false;
+    if (mm.op == "Gemm") {
+      NodeAttrs at(mm);
+      auto trans_a = at.attr_int("transA", 0), trans_b = at.attr_int("transB", 0);
+      auto alpha = at.attr_float("alpha", 1.0f), beta = at.attr_float("beta", 1.0f);
+      if (!trans_a.ok() || !trans_b.ok() || !alpha.ok() || !beta.ok()) continue;
+      if (*trans_a != 0) {
+        note(mm, "transA");
+        continue;
+      }
+      if (*alpha != 1.0f) {
+        note(mm, "alpha != 1");
+        continue;
+      }
+      f.trans_b = *trans_b != 0;
+      if (mm.inputs.size() > 2 && !mm.inputs[2].empty() && *beta != 0.0f) {
+        const TensorType* tc = g.type_of(mm.inputs[2]);
+        if (*beta != 1.0f || !is_f32_static(tc) || tc->shape.size() != 1) {
+          note(mm, "Gemm's C is not a 1-D bias with beta=1");
+          continue;
+        }
+        f.bias = mm.inputs[2];
+        gemm_bias = true;
+      }
+    }
+    f.m = ta->shape[0];
+    f.k = ta->shape[1];
+    f.n = f.trans_b ? tb->shape[0] : tb->shape[1];
+    if ((f.trans_b ? tb->shape[1] : tb->shape[0]) != f.k || f.m <= 0 || f.n <= 0 || f.k <= 0) continue;
+    if (gemm_bias && g.type_of(f.bias)->shape[0] != f.n) {
+      note(mm, "Gemm's C is not [N]");
+      continue;
+    }
+    f.members.push_back(i);
+    std::string value = mm.outputs[0];
+    if (!gemm_bias) {  // the bias comes from the Add that is the product's only use
+      const size_t* add = sole_user(value);
+      if (!add || !here(*add)) continue;
+      const Node& an = *g.nodes[*add];
+      if (!domain_ok(an) || an.op != "Add" || an.inputs.size() != 2 || an.outputs.size() != 1) continue;
+      const std::string& other = an.inputs[0] == value ? an.inputs[1] : an.inputs[0];
+      if (an.inputs[0] == an.inputs[1]) continue;
+      const TensorType* tbias = g.type_of(other);
+      if (!is_f32_static(tbias) || tbias->shape.size() != 1 || tbias->shape[0] != f.n) {
+        note(an, fmt::format("the bias {} is not a float32 [{}]", other, f.n));
+        continue;
+      }
+      f.bias = other;
+      f.members.push_back(*add);
+      value = an.outputs[0];
+    }
+    if (f.m > 0x7fffffff || f.n > 0x7fffffff || f.k > 0x7fffffff) continue;
+    // An activation that cuBLASLt computes exactly as ONNX does.
+    if (const size_t* act = sole_user(value); act && here(*act)) {
+      const Node& an = *g.nodes[*act];
+      if (domain_ok(an) && an.outputs.size() == 1 && an.inputs.size() == 1) {
+        if (an.op == "Relu") {
+          f.epilogue = LtFusion::kReluBias;
+        } else if (an.op == "Gelu") {
+          auto approx = NodeAttrs(an).attr_string("approximate", "none");
+          if (approx.ok() && *approx == "tanh") f.epilogue = LtFusion::kGeluBias;
+          else note(an, "exact (erf) Gelu: cuBLASLt's GELU epilogue is the tanh approximation");
+        }
+        if (f.epilogue != LtFusion::kBias) {
+          f.members.push_back(*act);
+          value = an.outputs[0];
+        }
+      }
+    }
+    f.output = value;
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace tensord::cuda
