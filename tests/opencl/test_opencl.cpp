@@ -9,10 +9,12 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <random>
 #include <sstream>
@@ -996,6 +998,52 @@ TEST(OpenClFusion, ConvolutionChainsAreOneKernelAndAgreeWithTheReference) {
       EXPECT_EQ(opencl::kernels_launched() - launched, 10);
       EXPECT_EQ(opencl::queue_finishes() - finishes, 1);
     }
+  }
+}
+
+// A fused Relu or Clip keeps a NaN as ONNX (and the reference kernels) do, on the vector
+// path and the tail of a row (143 positions: 17 full vectors of 8 and 7 lanes), for the 1x1
+// GEMM, im2col + GEMM and depthwise kernels; other outputs are unchanged.
+TEST(OpenClFusion, FusedReluAndClipKeepNaN) {
+  REQUIRE_OPENCL();
+  Graph g;
+  g.name = "conv_nan";
+  g.inputs = {{"x", {DType::kFloat32, {1, 4, 11, 13}}}};
+  auto ints = [](std::vector<int64_t> v) { return Attribute(std::move(v)); };
+  g.initializers["w1"] = random_floats({6, 4, 1, 1}, 1, -1, 1);
+  g.initializers["w3"] = random_floats({5, 4, 3, 3}, 2, -1, 1);
+  g.initializers["wd"] = random_floats({4, 1, 3, 3}, 3, -1, 1);
+  g.initializers["lo"] = HostTensor::from_vector(std::vector<float>{-0.25f}, {});
+  g.initializers["hi"] = HostTensor::from_vector(std::vector<float>{0.5f}, {});
+  g.nodes = {node("c1", "Conv", {"x", "w1"}, {"c1"}), node("r1", "Relu", {"c1"}, {"y1"}),
+             node("c2", "Conv", {"x", "w1"}, {"c2"}), node("k2", "Clip", {"c2", "lo", "hi"}, {"y2"}),
+             node("c3", "Conv", {"x", "w3"}, {"c3"}, {{"pads", ints({1, 1, 1, 1})}}),
+             node("r3", "Relu", {"c3"}, {"y3"}),
+             node("c4", "Conv", {"x", "wd"}, {"c4"}, {{"group", Attribute(int64_t{4})}, {"pads", ints({1, 1, 1, 1})}}),
+             node("k4", "Clip", {"c4", "lo", "hi"}, {"y4"})};
+  for (const char* o : {"y1", "y2", "y3", "y4"}) g.outputs.push_back({o, {}});
+  HostTensor x = random_floats({1, 4, 11, 13}, 7, -2, 2);
+  // NaN in a full vector, in the tail of the last row, and at a border of channel 2.
+  for (int64_t i : {int64_t{9}, int64_t{140}, int64_t{2 * 143 + 13}})
+    x.mutable_data<float>()[i] = std::numeric_limits<float>::quiet_NaN();
+  auto want = reference(g, {x});
+  int64_t nans = 0;
+  for (const auto& w : want)
+    for (int64_t i = 0; i < w.numel(); ++i) nans += std::isnan(w.data<float>()[i]) ? 1 : 0;
+  ASSERT_GT(nans, 0) << "the reference keeps no NaN: the test checks nothing";
+  CompileOptions strict;
+  strict.strict_device = true;
+  const int64_t regions = opencl::conv_regions_built();
+  auto exe = Executable::compile(g, {x.type()}, target_cl0(), strict);
+  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+  EXPECT_EQ(opencl::conv_regions_built() - regions, 4) << (*exe)->describe();
+  TestServices s;
+  std::vector<Result<DeviceTensor>> in = {put(s, cl0(), x)};
+  auto outs = (*exe)->run(in, s);
+  ASSERT_EQ(outs.size(), want.size());
+  for (size_t k = 0; k < outs.size(); ++k) {
+    ASSERT_TRUE(outs[k].ok()) << g.outputs[k].name << ": " << outs[k].status().to_string();
+    expect_near(get(*outs[k]), want[k], g.outputs[k].name);
   }
 }
 

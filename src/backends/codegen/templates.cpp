@@ -2245,8 +2245,11 @@ TemplateKernel conv_gemm_kernel(const ConvGeometry& g, int64_t tile) {
 
 std::string epilogue_activation(const ConvEpilogue& e, const std::string& v) {
   const std::string a = flit(e.alpha), b = flit(e.beta);
-  if (e.activation == "Relu") return fmt::format("fmax({}, 0.0f)", v);
-  if (e.activation == "Clip") return fmt::format("fmin(fmax({}, {}), {})", v, a, b);
+  // Relu and Clip keep a NaN (ONNX, the reference kernels); fmax/fmin alone would drop it.
+  // select() on isnan() works for float and floatN alike (a vector's lanes by their MSB).
+  if (e.activation == "Relu") return fmt::format("select(fmax({0}, 0.0f), {0}, isnan({0}))", v);
+  if (e.activation == "Clip")
+    return fmt::format("select(fmin(fmax({0}, {1}), {2}), {0}, isnan({0}))", v, a, b);
   if (e.activation == "LeakyRelu") return fmt::format("({0} >= 0.0f ? {0} : {0} * {1})", v, a);
   if (e.activation == "HardSigmoid") return fmt::format("fmax(fmin({} * {} + {}, 1.0f), 0.0f)", v, a, b);
   if (e.activation == "HardSwish")
