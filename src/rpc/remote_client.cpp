@@ -1448,8 +1448,13 @@ Result<TensorType> RemoteClient::read_into_cuda(TensorHandle h, void* dst, size_
 Result<TensorType> RemoteClient::read_into(TensorHandle h, void* dst, size_t room) {
   const int64_t r = static_cast<int64_t>(std::min<size_t>(room, INT64_MAX));
   if (auto lent = impl_->lent_value(h); lent && dst) {
-    // The broker still holds the value (or says why not): then one copy from the region.
+    // The broker still holds the value (or says why not): then one copy from the region,
+    // under the lock release() takes first, so a release racing this read cannot let the
+    // region be reclaimed (and unmapped) during the copy.
     TD_RETURN_IF_ERROR(wait(h));
+    std::lock_guard<std::mutex> lock(impl_->lent_mu);
+    if (impl_->lent_values.count(h) == 0)
+      return errors::NotFound("read: handle {} was released during the read", h);
     impl_->downloads++;
     if (lent->bytes <= r) std::memcpy(dst, lent->base, static_cast<size_t>(lent->bytes));
     return lent->type;
