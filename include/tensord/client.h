@@ -55,6 +55,9 @@ struct ClientStats {
   int64_t downloads = 0;
   int64_t copies = 0;
   int64_t runs = 0;  // run() calls on loaded models
+  // Reads copied straight out of the session's arena: a same-host broker's values in shared
+  // memory this process maps read-only (one copy, as on the embedded engine).
+  int64_t arena_reads = 0;
 };
 
 // A tensor's bytes in this process's memory, shared with the engine (not copied): valid

@@ -138,7 +138,8 @@ struct PathFigures {
   // where a large value's tensor is the region the broker wrote it into (one copy)
   double read_alloc_gbps = 0;
   // read_into() the caller's memory of a value the broker computed (Neg of the upload): on
-  // shared memory its bytes are in the broker's memory, not in a region this process wrote
+  // shared memory the broker computed it into the session's arena, which this process maps
+  // read-only (one copy out of it)
   double download_computed_gbps = 0;
   double download_ms = 0, upload_ms = 0;
   std::string error;
@@ -484,8 +485,8 @@ int run_transfer(const TransferOptions& options) {
         "  (GB/s, %% of upload; reads into memory already there, as a NumPy array's.\n"
         "   uploaded: read_into() the caller's memory of the value just uploaded; on shm its\n"
         "   bytes are still in the region this process lent, so one copy out of it.\n"
-        "   computed: the same for a value the broker computed (Neg of the upload); on shm two\n"
-        "   copies, the broker's into a region and this process's out of it, overlapped.\n"
+        "   computed: the same for a value the broker computed (Neg of the upload); on shm\n"
+        "   computed into the session's arena, which this process maps read-only: one copy.\n"
         "   computed@host: that value into memory from Client::allocate_host(), which on shm\n"
         "   the broker writes straight into (one copy). read(): a new HostTensor per call,\n"
         "   over the region the broker wrote into on shm)\n");

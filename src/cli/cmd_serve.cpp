@@ -154,6 +154,11 @@ int cmd_serve(const ServeOptions& options) {
       return kExitUsage;
     }
   }
+  if (options.shm_arena_bytes < 0) {
+    serve_error("--shm-arena-bytes must be >= 0 (0: no arenas), got " +
+                std::to_string(options.shm_arena_bytes));
+    return kExitUsage;
+  }
   if (options.max_message_bytes > (1 << 30)) {
     serve_error("--max-message-bytes must be at most 1 GiB (1073741824), got " +
                 std::to_string(options.max_message_bytes));
@@ -225,6 +230,7 @@ int cmd_serve(const ServeOptions& options) {
   ro.max_message_bytes = options.max_message_bytes;
   ro.max_sessions = options.max_sessions;
   ro.max_sessions_per_tenant = options.max_sessions_per_tenant;
+  ro.shm_arena_bytes = options.shm_arena_bytes;
   ro.max_calls_per_session = options.max_calls_per_session;
   ro.max_model_bytes = options.max_model_bytes;
   ro.max_threads = options.max_threads;

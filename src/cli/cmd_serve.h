@@ -24,6 +24,7 @@ struct ServeOptions {
   int64_t max_message_bytes = 64 << 20;
   int64_t max_sessions = 4096;
   int64_t max_sessions_per_tenant = 256;
+  int64_t shm_arena_bytes = int64_t{1} << 30;  // per session; 0 = no arenas
   int64_t max_calls_per_session = 64;
   int64_t max_model_bytes = (int64_t{2} << 30) - 1;
   int64_t max_threads = 256;

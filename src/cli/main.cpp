@@ -153,6 +153,11 @@ int run_main(int argc, char** argv) {
                     "Sessions open at once, all tenants (default 4096)");
   serve->add_option("--max-sessions-per-tenant", serve_opts.max_sessions_per_tenant,
                     "Sessions one tenant may hold open (default 256)");
+  serve->add_option("--shm-arena-bytes", serve_opts.shm_arena_bytes,
+                    "Largest arena per same-host session: shared memory its values of 1 MiB and "
+                    "more live in, mapped read-only by the client so reads are one copy; kept "
+                    "until the session ends (default 1 GiB, capped by --session-memory-limit; "
+                    "0: none)");
   serve->add_option("--max-calls-per-session", serve_opts.max_calls_per_session,
                     "Calls and streams in flight at once per session (default 64)");
   serve->add_option("--max-model-bytes", serve_opts.max_model_bytes,

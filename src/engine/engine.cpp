@@ -354,6 +354,24 @@ struct SessionCounter {
     bytes.fetch_sub(n);
     if (tenant) tenant->bytes.fetch_sub(n);
   }
+
+  // Session counters: where the session's large allocations on host-memory devices go
+  // (Engine::set_session_memory), or null. Set once; read by every allocation.
+  std::shared_ptr<SessionMemory> memory() const {
+    if (memory_min.load(std::memory_order_acquire) == SIZE_MAX) return nullptr;
+    std::lock_guard<std::mutex> lock(memory_mu);
+    return memory_;
+  }
+  void set_memory(std::shared_ptr<SessionMemory> m) {
+    std::lock_guard<std::mutex> lock(memory_mu);
+    memory_ = std::move(m);
+    memory_min.store(memory_ ? memory_->min_bytes() : SIZE_MAX, std::memory_order_release);
+  }
+  std::atomic<size_t> memory_min{SIZE_MAX};  // allocations from this size on ask memory()
+
+ private:
+  mutable std::mutex memory_mu;
+  std::shared_ptr<SessionMemory> memory_;
 };
 
 using ValueFuture = std::shared_future<Result<DeviceTensor>>;
@@ -493,6 +511,22 @@ class EngineAllocator final : public Allocator {
   Result<std::shared_ptr<Buffer>> allocate(size_t bytes) override {
     const int64_t n = static_cast<int64_t>(bytes);
     TD_RETURN_IF_ERROR(reserve(n, /*check_capacity=*/true));
+    if (counter_ && bytes >= counter_->memory_min.load(std::memory_order_relaxed) &&
+        slot_->device->adopts_host_memory()) {
+      if (auto memory = counter_->memory()) {
+        if (void* p = memory->allocate(bytes)) {
+          DeviceSlot* slot = slot_;
+          auto counter = counter_;
+          return std::shared_ptr<Buffer>(new Buffer{slot->device.get(), p, bytes, 0},
+                                         [slot, counter, memory](Buffer* b) {
+                                           memory->release(b->ptr, b->size);
+                                           slot->in_use.fetch_sub(static_cast<int64_t>(b->size));
+                                           counter->uncharge(static_cast<int64_t>(b->size));
+                                           delete b;
+                                         });
+        }
+      }
+    }
     auto block = slot_->pool->allocate(bytes);
     if (!block.ok()) {
       unreserve(n);
@@ -1124,6 +1158,12 @@ Status Engine::close_session(SessionId session) {
   // The tenant's last session: its compiled graphs go too (they are charged to it, and
   // nothing may stay on the broker on behalf of a tenant that has gone).
   if (last_of_tenant) impl_->purge_tenant(last_of_tenant);
+  return OkStatus();
+}
+
+Status Engine::set_session_memory(SessionId session, std::shared_ptr<SessionMemory> memory) {
+  TD_ASSIGN_OR_RETURN(auto counter, impl_->counter(session));
+  counter->set_memory(std::move(memory));
   return OkStatus();
 }
 

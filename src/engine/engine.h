@@ -39,6 +39,19 @@ class Executable;  // engine/executor.h
 
 using SessionId = uint64_t;
 
+// Host memory for one session's large values on devices that compute on host memory (kind
+// "cpu"): a broker places a shared-memory client's values where that client maps them
+// read-only, so reading one is a single copy. Only the session's own allocations of at least
+// min_bytes() come here (never constants or another session's values); allocate() answers
+// nullptr when it has no room, and the device's pool serves instead. Thread-safe.
+class SessionMemory {
+ public:
+  virtual ~SessionMemory() = default;
+  virtual size_t min_bytes() const = 0;
+  virtual void* allocate(size_t bytes) = 0;  // 64-byte aligned at least
+  virtual void release(void* p, size_t bytes) = 0;
+};
+
 struct SessionOptions {
   int64_t memory_limit = 0;         // bytes for this session; 0 = unlimited
   std::string tenant;               // who opened it (a broker's token); "" = no tenant
@@ -187,6 +200,10 @@ class Engine {
   // Frees every tensor of the session and cancels its work: queued work is dropped and
   // running work stops at its next step boundary, their outputs CANCELLED.
   Status close_session(SessionId session);
+
+  // Where the session's large allocations on host-memory devices go from now on (see
+  // SessionMemory); null = the device pools again. Values allocated before stay where they are.
+  Status set_session_memory(SessionId session, std::shared_ptr<SessionMemory> memory);
 
   // Copies host bytes to a new tensor on `device` ("" = default).
   Result<TensorHandle> upload(SessionId session, const TensorView& src, const std::string& device);

@@ -125,7 +125,7 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
     }
     if (kind_ == kReadRegion && methods->QueryInterceptionHookPoint(H::PRE_SEND_MESSAGE)) {
       if (const auto* resp = static_cast<const v1::ReadRegionResponse*>(methods->GetSendMessage()))
-        if (resp->written())
+        if (resp->written() || resp->in_arena())  // (an arena's: the client copies it out)
           metrics_->shm_out_bytes.fetch_add(
               resp->part_bytes() > 0 ? resp->part_bytes() : resp->header().total_bytes(),
               std::memory_order_relaxed);

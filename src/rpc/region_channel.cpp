@@ -113,11 +113,69 @@ Status send_region_fd(const std::string& socket_name, std::string_view ticket, i
   return errors::FailedPrecondition("region socket: the broker refused the descriptor: {}", answer);
 }
 
+Result<int> receive_region_fd(const std::string& socket_name, std::string_view ticket,
+                              std::chrono::milliseconds timeout) {
+  TD_ASSIGN_OR_RETURN(auto addr, socket_address(socket_name));
+  const int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (s < 0) return errors::Unavailable("region socket: socket(): {}", std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{s};
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
+  setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (connect(s, reinterpret_cast<const sockaddr*>(&addr.first), addr.second) != 0)
+    return errors::Unavailable("region socket '{}': cannot connect: {}", socket_name,
+                               std::strerror(errno));
+  ssize_t n;
+  do {
+    n = send(s, ticket.data(), ticket.size(), MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0)
+    return errors::Unavailable("region socket '{}': cannot send the ticket: {}", socket_name,
+                               std::strerror(errno));
+  char reply[512];
+  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 4)];
+  iovec iov{reply, sizeof reply};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = cbuf;
+  m.msg_controllen = sizeof cbuf;
+  do {
+    n = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0)
+    return errors::Unavailable("region socket '{}': no answer from the broker ({})", socket_name,
+                               n < 0 ? std::strerror(errno) : "closed");
+  std::vector<int> fds;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int f;
+      std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof f);
+      fds.push_back(f);
+    }
+  }
+  const std::string answer(reply, static_cast<size_t>(n));
+  if (answer == "ok" && fds.size() == 1) return fds[0];
+  for (int f : fds) close(f);
+  if (answer == "ok")
+    return errors::Internal("region socket: the broker answered with {} descriptors, not one",
+                            fds.size());
+  return errors::FailedPrecondition("region socket: the broker refused the ticket: {}", answer);
+}
+
 struct RegionChannel::State {
   struct Ticket {
     uint64_t owner = 0;
     Clock::time_point expires;
     int fd = -1;
+    bool outgoing = false;  // offer(): fd is the broker's, sent to whoever names the ticket
   };
   struct Connection {
     int fd;
@@ -181,10 +239,23 @@ struct RegionChannel::State {
       }
     }
     std::string answer;
+    int give = -1;  // an offered descriptor, sent with "ok"
     if (n <= 0) {
       answer.clear();  // the peer went away (or failed): nobody to answer
     } else if (m.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) {
       answer = "the message is too long or carries too many descriptors";
+    } else if (fds.empty()) {
+      // A ticket of offer(): its descriptor goes back to the sender.
+      const std::string ticket(buf, static_cast<size_t>(n));
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = tickets.find(ticket);
+      if (it == tickets.end() || !it->second.outgoing || it->second.expires <= Clock::now()) {
+        answer = "expected one descriptor (SCM_RIGHTS) with the ticket, got 0";
+      } else {
+        give = it->second.fd;
+        tickets.erase(it);
+        answer = "ok";
+      }
     } else if (fds.size() != 1) {
       answer =
           "expected one descriptor (SCM_RIGHTS) with the ticket, got " + std::to_string(fds.size());
@@ -194,7 +265,7 @@ struct RegionChannel::State {
       auto it = tickets.find(ticket);
       if (it == tickets.end() || it->second.expires <= Clock::now()) {
         answer = "unknown or expired region ticket (ask for one with RegionTicket, in the session)";
-      } else if (it->second.fd >= 0) {
+      } else if (it->second.fd >= 0 || it->second.outgoing) {
         answer = "this region ticket already carries a descriptor";
       } else {
         it->second.fd = fds[0];
@@ -203,8 +274,24 @@ struct RegionChannel::State {
       }
     }
     for (int f : fds) close(f);
-    if (!answer.empty())
+    if (give >= 0) {
+      iovec out{answer.data(), answer.size()};
+      alignas(cmsghdr) char ob[CMSG_SPACE(sizeof(int))] = {};
+      msghdr r{};
+      r.msg_iov = &out;
+      r.msg_iovlen = 1;
+      r.msg_control = ob;
+      r.msg_controllen = sizeof ob;
+      cmsghdr* c = CMSG_FIRSTHDR(&r);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &give, sizeof(int));
+      (void)sendmsg(conn, &r, MSG_NOSIGNAL | MSG_DONTWAIT);
+      close(give);  // the receiver has its own copy now (or nobody wanted it)
+    } else if (!answer.empty()) {
       (void)send(conn, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     return true;
   }
 
@@ -323,6 +410,23 @@ Result<std::string> RegionChannel::issue(uint64_t owner) {
   return ticket;
 }
 
+Result<std::string> RegionChannel::offer(uint64_t owner, int fd) {
+  auto ticket = issue(owner);
+  if (!ticket.ok()) {
+    close(fd);
+    return ticket.status();
+  }
+  std::lock_guard<std::mutex> lock(state_->mu);
+  auto it = state_->tickets.find(*ticket);
+  if (it == state_->tickets.end()) {  // swept already (a clock jump): nothing to hand out
+    close(fd);
+    return errors::Unavailable("region socket: the ticket expired at once");
+  }
+  it->second.fd = fd;
+  it->second.outgoing = true;
+  return ticket;
+}
+
 Result<int> RegionChannel::redeem(uint64_t owner, std::string_view ticket) {
   std::lock_guard<std::mutex> lock(state_->mu);
   auto it = state_->tickets.find(std::string(ticket));
@@ -334,7 +438,7 @@ Result<int> RegionChannel::redeem(uint64_t owner, std::string_view ticket) {
         "RegisterRegion: no pending region ticket '{}' in this session (tickets are one-time, "
         "expire after {} s, and belong to the session that asked for them)",
         ticket.substr(0, 2 * kTicketBytes), kTicketTtl.count());
-  if (it->second.fd < 0)
+  if (it->second.fd < 0 || it->second.outgoing)
     return errors::FailedPrecondition(
         "RegisterRegion: no descriptor arrived with region ticket '{}': send the memfd over the "
         "region socket (SCM_RIGHTS) first",

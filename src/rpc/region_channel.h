@@ -29,6 +29,11 @@ namespace tensord::rpc {
 Status send_region_fd(const std::string& socket_name, std::string_view ticket, int fd,
                       std::chrono::milliseconds timeout);
 
+// Client side, the other way: sends `ticket` (no descriptor) and returns the descriptor the
+// broker answers with (RegionChannel::offer), now the caller's to close.
+Result<int> receive_region_fd(const std::string& socket_name, std::string_view ticket,
+                              std::chrono::milliseconds timeout);
+
 // Broker side: the region socket, its listening thread, and the pending tickets.
 class RegionChannel {
  public:
@@ -49,6 +54,11 @@ class RegionChannel {
   // The descriptor that arrived with `ticket`, now the caller's to close. The ticket is spent.
   // NOT_FOUND (the same words) for a ticket that is unknown, expired, spent or `owner`'s not.
   Result<int> redeem(uint64_t owner, std::string_view ticket);
+
+  // A one-time ticket for `owner` under which the socket hands `fd` out (the channel owns it
+  // now and closes it once sent or expired): whoever sends the ticket's text with no
+  // descriptor attached gets "ok" with the descriptor.
+  Result<std::string> offer(uint64_t owner, int fd);
 
   // Pending tickets (for tests and accounting).
   size_t pending() const;

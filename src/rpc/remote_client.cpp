@@ -7,6 +7,7 @@
 #include <grpcpp/impl/codegen/rpc_method.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -287,7 +288,8 @@ struct RemoteClient::Impl {
     return OkStatus();
   }
 
-  std::atomic<int64_t> rpcs{0}, executes{0}, uploads{0}, downloads{0}, copies{0}, runs{0};
+  std::atomic<int64_t> rpcs{0}, executes{0}, uploads{0}, downloads{0}, copies{0}, runs{0},
+      arena_reads{0};
   std::string token;
   AttachCall* attach = nullptr;
 
@@ -304,6 +306,47 @@ struct RemoteClient::Impl {
 
   std::mutex release_mu;
   std::vector<TensorHandle> pending_releases;  // sent with the next Execute/RunModel
+
+  // The session's arena (OpenArena), mapped read-only: a value the broker placed there is
+  // read straight out of this mapping, one copy. Asked for once, when shared memory is first
+  // used; unmapped with the client (after the session is closed).
+  struct ArenaMap {
+    const unsigned char* base = nullptr;
+    int64_t bytes = 0;
+    ~ArenaMap() {
+      if (base) munmap(const_cast<unsigned char*>(base), static_cast<size_t>(bytes));
+    }
+  };
+  std::mutex arena_mu;
+  std::atomic<int> arena_state{0};  // 0 = not asked yet, 1 = mapped, -1 = none
+  ArenaMap arena;
+  bool arena_mapped() {
+    if (arena_state.load() == 0) open_arena();
+    return arena_state.load() > 0;
+  }
+  void open_arena() {
+    std::lock_guard<std::mutex> lock(arena_mu);
+    if (arena_state.load() != 0) return;
+    arena_state = -1;
+    grpc::ClientContext ctx;
+    prepare(ctx, options.call_timeout);
+    v1::OpenArenaRequest req;
+    v1::OpenArenaResponse resp;
+    if (!finish(ctx, stub->OpenArena(&ctx, req, &resp), "opening the arena").ok()) return;
+    if (resp.bytes() <= 0) return;
+    auto fd = receive_region_fd(region_socket, resp.ticket(),
+                                std::min<milliseconds>(options.call_timeout, milliseconds(10000)));
+    if (!fd.ok()) return;
+    struct stat st {};
+    void* base = MAP_FAILED;
+    if (fstat(*fd, &st) == 0 && st.st_size >= resp.bytes())
+      base = mmap(nullptr, static_cast<size_t>(resp.bytes()), PROT_READ, MAP_SHARED, *fd, 0);
+    close(*fd);
+    if (base == MAP_FAILED) return;
+    arena.base = static_cast<const unsigned char*>(base);
+    arena.bytes = resp.bytes();
+    arena_state = 1;
+  }
 
   // Values uploaded by lending a region: their bytes stay where this process wrote them (the
   // broker only reads a lent region, and a value never changes), so reading one is a single
@@ -612,6 +655,9 @@ struct RemoteClient::Impl {
     auto r = shm_acquire(bytes, lend);
     if (r.ok()) {
       shm_state = 1;
+      // From the first region on, the session's values live where this process can read them
+      // (values computed before the arena exists stay in the broker's pool).
+      if (arena_state.load() == 0) open_arena();
     } else if (mode == "auto" && shm_state.load() == 0) {
       shm_state = -1;  // e.g. the broker runs as another user: streams from now on
     }
@@ -1226,12 +1272,14 @@ Result<TensorType> RemoteClient::Impl::shm_read(TensorHandle h, int64_t room,
   };
   // A value as large as the last one read: the first part only, the rest pipelined.
   bool ask_part = hint >= kPipelinedReadMinBytes && (room < 0 || room >= hint);
+  const bool in_arena = arena_mapped();
   for (int attempt = 0; attempt < 3; ++attempt) {
     grpc::ClientContext ctx;
     prepare(ctx, kNoDeadline);
     v1::ReadRegionRequest req;
     req.set_handle(h);
     req.set_region((*region)->id);
+    req.set_arena(in_arena);
     const bool part = ask_part;
     if (part) {
       req.set_value_length(std::min(read_part_bytes(hint), (*region)->size));
@@ -1252,6 +1300,19 @@ Result<TensorType> RemoteClient::Impl::shm_read(TensorHandle h, int64_t room,
     TensorType type{static_cast<DType>(hd.dtype()), Shape(hd.shape().begin(), hd.shape().end())};
     if (room >= 0 && total > room) {  // no room: the type is all the caller gets
       (void)place(type, total);
+      return done(type);
+    }
+    if (resp.in_arena()) {  // computed into the arena: one copy out of this process's mapping
+      if (!in_arena || resp.arena_offset() < 0 || resp.arena_offset() > arena.bytes ||
+          total > arena.bytes - resp.arena_offset())
+        return done(errors::Internal(
+            "read: the broker placed handle {} ({} bytes) at offset {} of a {}-byte arena", h,
+            total, resp.arena_offset(), in_arena ? arena.bytes : 0));
+      last_read_bytes = total;
+      auto* dst = static_cast<unsigned char*>(place(type, total));
+      if (dst && total)
+        std::memcpy(dst, arena.base + resp.arena_offset(), static_cast<size_t>(total));
+      arena_reads++;
       return done(type);
     }
     // Written whole (a part of the whole value, or a broker that knows no parts).
@@ -1712,6 +1773,7 @@ ClientStats RemoteClient::stats() {
   ClientStats s{impl_->executes.load(), impl_->uploads.load(), impl_->downloads.load(),
                 impl_->copies.load()};
   s.runs = impl_->runs.load();
+  s.arena_reads = impl_->arena_reads.load();
   return s;
 }
 

@@ -66,6 +66,12 @@ struct RpcServerOptions {
   // Sessions open at once: all tenants together, and per tenant.
   int64_t max_sessions = 4096;
   int64_t max_sessions_per_tenant = 256;
+  // The largest arena (OpenArena: shared memory a same-host client maps read-only, holding
+  // its session's values of at least shm_arena_min_bytes on cpu devices) one session may
+  // have; capped by session_memory_limit. Its pages stay with the session once touched.
+  // 0 = no arenas.
+  int64_t shm_arena_bytes = int64_t{1} << 30;
+  int64_t shm_arena_min_bytes = int64_t{1} << 20;
   // Calls in flight at once naming one session (streams included, Attach excluded).
   int64_t max_calls_per_session = 64;
   // The largest serialized graph LoadModel takes (checked on its header, before a byte).

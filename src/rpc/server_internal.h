@@ -26,6 +26,7 @@
 #include "engine/engine.h"
 #include "rpc/monitor.h"
 #include "rpc/region_channel.h"
+#include "rpc/shm_arena.h"
 #include "rpc/server.h"
 #include "rpc/wire.h"
 #include "tensord.grpc.pb.h"
@@ -90,6 +91,7 @@ struct SessionState {
   int in_flight = 0;
   std::unordered_map<uint64_t, std::shared_ptr<Region>> regions;
   uint64_t next_region = 1;
+  std::shared_ptr<ShmArena> arena;  // OpenArena: where its large cpu values live
   std::unordered_map<uint64_t, std::shared_ptr<PendingUpload>> uploads;
   uint64_t next_upload = 1;
 };
@@ -319,6 +321,8 @@ class Service final
                             v1::UploadResponse* resp) override;
   grpc::Status ReclaimRegions(grpc::ServerContext* ctx, const v1::ReclaimRegionsRequest* req,
                               v1::ReclaimRegionsResponse* resp) override;
+  grpc::Status OpenArena(grpc::ServerContext* ctx, const v1::OpenArenaRequest* req,
+                         v1::OpenArenaResponse* resp) override;
   grpc::Status ReadRegion(grpc::ServerContext* ctx, const v1::ReadRegionRequest* req,
                           v1::ReadRegionResponse* resp) override;
 
@@ -406,6 +410,8 @@ class Service final
   Result<std::shared_ptr<Region>> find_region(const Guard& g, uint64_t id);
   grpc::Status read_region_part(grpc::ServerContext* ctx, const Guard& g, Region& region,
                                 const v1::ReadRegionRequest& req, v1::ReadRegionResponse* resp);
+  bool read_from_arena(grpc::ServerContext* ctx, const Guard& g, const v1::ReadRegionRequest& req,
+                       v1::ReadRegionResponse* resp, grpc::Status* out);
   Result<std::shared_ptr<Region>> open_region(int fd, int64_t bytes);
 
   std::shared_ptr<Engine> engine_;

@@ -132,10 +132,83 @@ grpc::Status Service::ReclaimRegions(grpc::ServerContext* ctx, const v1::Reclaim
   return grpc::Status::OK;
 }
 
+grpc::Status Service::OpenArena(grpc::ServerContext* ctx, const v1::OpenArenaRequest* req,
+                                v1::OpenArenaResponse* resp) {
+  Guard g(this, ctx);
+  if (!g.ok()) return fail(ctx, g.status());
+  if (!region_channel_ || options_.shm_arena_bytes <= 0)
+    return fail(ctx, errors::Unimplemented("this broker offers no arenas"));
+  std::shared_ptr<ShmArena> arena;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SessionState* s = g.state_locked();
+    if (!s) return fail(ctx, errors::NotFound("the session ended during OpenArena"));
+    arena = s->arena;
+  }
+  if (!arena) {
+    int64_t bytes = options_.shm_arena_bytes;
+    if (options_.session_memory_limit > 0) bytes = std::min(bytes, options_.session_memory_limit);
+    auto made = ShmArena::create(static_cast<size_t>(bytes),
+                                 static_cast<size_t>(std::max<int64_t>(options_.shm_arena_min_bytes, 0)));
+    if (!made.ok()) return fail(ctx, made.status());
+    std::lock_guard<std::mutex> lock(mu_);
+    SessionState* s = g.state_locked();
+    if (!s) return fail(ctx, errors::NotFound("the session ended during OpenArena"));
+    if (!s->arena) {  // else another call made one first: that one stays
+      Status st = engine_->set_session_memory(g.engine_session(), *made);
+      if (!st.ok()) return fail(ctx, st);
+      s->arena = *made;
+    }
+    arena = s->arena;
+  }
+  auto fd = arena->client_fd();
+  if (!fd.ok()) return fail(ctx, fd.status());
+  auto ticket = region_channel_->offer(g.engine_session(), *fd);  // owns fd now
+  if (!ticket.ok()) return fail(ctx, ticket.status());
+  resp->set_ticket(*ticket);
+  resp->set_bytes(static_cast<int64_t>(arena->size()));
+  resp->set_min_bytes(static_cast<int64_t>(arena->min_bytes()));
+  return grpc::Status::OK;
+}
+
+// A value of the session's arena, answered by its place there (ReadRegionRequest.arena):
+// true when it was (or the wait for it failed: `out` says so).
+bool Service::read_from_arena(grpc::ServerContext* ctx, const Guard& g,
+                              const v1::ReadRegionRequest& req, v1::ReadRegionResponse* resp,
+                              grpc::Status* out) {
+  std::shared_ptr<ShmArena> arena;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SessionState* s = g.state_locked();
+    if (s) arena = s->arena;
+  }
+  if (!arena) return false;
+  auto call = call_token(ctx);
+  auto mapped = engine_->map_host(g.engine_session(), req.handle(), call.get());
+  if (!mapped.ok()) {
+    if (mapped.status().code() == StatusCode::kFailedPrecondition) return false;  // elsewhere
+    *out = fail(ctx, mapped.status());
+    return true;
+  }
+  auto n = checked_byte_size(mapped->view.dtype, mapped->view.shape);
+  if (!n.ok() || *n == 0) return false;
+  const int64_t at = arena->offset_of(mapped->view.data, static_cast<size_t>(*n));
+  if (at < 0) return false;
+  auto* h = resp->mutable_header();
+  h->set_dtype(static_cast<int32_t>(mapped->view.dtype));
+  h->mutable_shape()->Assign(mapped->view.shape.begin(), mapped->view.shape.end());
+  h->set_total_bytes(*n);
+  resp->set_in_arena(true);
+  resp->set_arena_offset(at);
+  *out = grpc::Status::OK;
+  return true;
+}
+
 grpc::Status Service::ReadRegion(grpc::ServerContext* ctx, const v1::ReadRegionRequest* req,
                                  v1::ReadRegionResponse* resp) {
   Guard g(this, ctx);
   if (!g.ok()) return fail(ctx, g.status());
+  if (grpc::Status st; req->arena() && read_from_arena(ctx, g, *req, resp, &st)) return st;
   auto region = find_region(g, req->region());
   if (!region.ok()) return fail(ctx, region.status());
   if (req->offset() < 0 || req->offset() > (*region)->size || req->max_bytes() < 0)

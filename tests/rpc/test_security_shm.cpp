@@ -550,5 +550,108 @@ TEST_F(SecurityShm, IdleConnectionsOnTheRegionSocketDoNotBlockRegistration) {
   for (int fd : idle) close(fd);
 }
 
+// ------------------------------------------------------------------------------ arenas
+
+// A session's arena (OpenArena) for raw calls: its descriptor off the region socket.
+int open_arena(v1::Tensord::Stub& stub, const std::string& socket, const std::string& s,
+               int64_t* bytes) {
+  grpc::ClientContext ctx;
+  testing::prepare_call(ctx, s);
+  v1::OpenArenaRequest req;
+  v1::OpenArenaResponse resp;
+  grpc::Status st = stub.OpenArena(&ctx, req, &resp);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  *bytes = resp.bytes();
+  auto fd = rpc::receive_region_fd(socket, resp.ticket(), std::chrono::seconds(5));
+  EXPECT_TRUE(fd.ok()) << fd.status().to_string();
+  // A ticket hands its descriptor out once.
+  EXPECT_NE(send_raw(socket, resp.ticket(), {}), "ok");
+  return fd.ok() ? *fd : -1;
+}
+
+// The arena a shared-memory client maps holds values the broker computes on: nobody but the
+// broker may write it, resize it or punch holes in it — through the descriptor it was given,
+// or one re-opened read-write through /proc — and it holds this session's values only.
+TEST_F(SecurityShm, TheArenaIsReadOnlyForItsClientAndHoldsOnlyItsSessionsValues) {
+  const std::string a = open_session();
+  const std::string b = open_session();
+  int64_t bytes = 0, bytes_b = 0;
+  const int fd = open_arena(*stub_, socket_, a, &bytes);
+  const int fd_b = open_arena(*stub_, socket_, b, &bytes_b);
+  ASSERT_GE(fd, 0);
+  ASSERT_GE(fd_b, 0);
+  ASSERT_GT(bytes, 0);
+  EXPECT_EQ(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), MAP_FAILED);
+  const char junk[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_LT(pwrite(fd, junk, sizeof junk, 0), 0);
+  EXPECT_NE(ftruncate(fd, 0), 0);
+  // Re-opened read-write: the seals refuse what the access mode no longer does.
+  const int rw = open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDWR | O_CLOEXEC);
+  if (rw >= 0) {
+    EXPECT_LT(pwrite(rw, junk, sizeof junk, 0), 0);
+    EXPECT_EQ(errno, EPERM);
+    EXPECT_NE(ftruncate(rw, 0), 0);
+    EXPECT_NE(ftruncate(rw, bytes * 2), 0);
+    EXPECT_NE(fallocate(rw, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 1 << 20), 0);
+    EXPECT_EQ(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0), MAP_FAILED);
+    EXPECT_NE(fcntl(rw, F_ADD_SEALS, F_SEAL_WRITE), 0);
+    close(rw);
+  }
+  void* m = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(m, MAP_FAILED) << std::strerror(errno);
+  EXPECT_NE(mprotect(m, 4096, PROT_READ | PROT_WRITE), 0);
+  const auto* arena = static_cast<const unsigned char*>(m);
+
+  // One 4 MiB value per session, uploaded (copied) from a region: both land in their arenas.
+  constexpr int64_t kFloats = 1 << 20;
+  auto upload = [&](const std::string& s, float fill, uint64_t* h) {
+    TestMemfd r(kFloats * 4, F_SEAL_SHRINK);
+    uint64_t region = 0;
+    ASSERT_TRUE(testing::register_fd(*stub_, s, socket_, r.fd, kFloats * 4, &region).ok());
+    auto* f = reinterpret_cast<float*>(r.map());
+    for (int64_t i = 0; i < kFloats; ++i) f[i] = fill;
+    ASSERT_TRUE(upload_region(s, region, 0, kFloats, h).ok());
+  };
+  uint64_t ha = 0, hb = 0;
+  upload(a, 1234.5f, &ha);
+  upload(b, -777.25f, &hb);
+  auto locate = [&](const std::string& s, uint64_t h, v1::ReadRegionResponse* resp) {
+    grpc::ClientContext ctx;
+    testing::prepare_call(ctx, s);
+    v1::ReadRegionRequest req;
+    req.set_handle(h);
+    req.set_arena(true);
+    return stub_->ReadRegion(&ctx, req, resp);
+  };
+  v1::ReadRegionResponse where;
+  grpc::Status st = locate(a, ha, &where);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_TRUE(where.in_arena());
+  EXPECT_FALSE(where.written());
+  EXPECT_EQ(where.header().total_bytes(), kFloats * 4);
+  ASSERT_GE(where.arena_offset(), 0);
+  ASSERT_LE(where.arena_offset() + kFloats * 4, bytes);
+  std::vector<float> got(kFloats);
+  std::memcpy(got.data(), arena + where.arena_offset(), kFloats * 4);
+  EXPECT_EQ(got.front(), 1234.5f);
+  EXPECT_EQ(got.back(), 1234.5f);
+  // B's value is in B's arena, and nowhere in A's.
+  v1::ReadRegionResponse where_b;
+  ASSERT_TRUE(locate(b, hb, &where_b).ok());
+  EXPECT_TRUE(where_b.in_arena());
+  const float bad = -777.25f;
+  // (every page of A's first 16 MiB, where its blocks are: page-aligned, best fit from 0)
+  for (int64_t off = 0; off + 4 <= std::min<int64_t>(bytes, 16 << 20); off += 4096)
+    ASSERT_NE(std::memcmp(arena + off, &bad, 4), 0) << "session B's value in A's arena at " << off;
+  // Another session's handle is not found through A's arena, and a session without an arena
+  // asking for one reads as before.
+  v1::ReadRegionResponse none;
+  EXPECT_EQ(locate(a, hb, &none).error_code(), grpc::StatusCode::NOT_FOUND);
+  munmap(m, static_cast<size_t>(bytes));
+  close(fd);
+  close(fd_b);
+  expect_alive();
+}
+
 }  // namespace
 }  // namespace tensord

@@ -422,6 +422,60 @@ TEST(LentRegions, ReadIntoAnUploadedValueCopiesItOutOfTheLentRegion) {
   EXPECT_EQ(gone.status().code(), StatusCode::kNotFound) << gone.status().to_string();
 }
 
+// A value the broker computed for a shared-memory client lives in the session's arena, which
+// the client maps read-only: read_into() the caller's own memory is one call and one copy out
+// of that mapping. A block reused for the next value reads as that value; small values and
+// values that do not fit the room read as before.
+TEST(LentRegions, ComputedValuesAreReadOutOfTheSessionsArena) {
+  auto c = shm_client();
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const int64_t n = 2 << 20;  // 8 MiB of float32
+  auto h = (*c)->upload(ramp(n, 7.0f).view(), "");
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  Graph g;
+  g.name = "neg";
+  g.inputs = {{"x", {DType::kFloat32, {n}}}};
+  Node neg;
+  neg.name = "neg";
+  neg.op = "Neg";
+  neg.inputs = {"x"};
+  neg.outputs = {"y"};
+  g.nodes = {neg};
+  g.outputs = {{"y", {}}};
+  std::vector<float> out(static_cast<size_t>(n) + 16);
+  for (int round = 0; round < 3; ++round) {
+    auto y = (*c)->execute(g, {*h}, "");
+    ASSERT_TRUE(y.ok()) << y.status().to_string();
+    std::fill(out.begin(), out.end(), -1.0f);
+    const int64_t arena_reads = (*c)->stats().arena_reads;
+    const int64_t calls = (*c)->rpc_count();
+    auto t = (*c)->read_into((*y)[0], out.data(), static_cast<size_t>(n) * 4);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    EXPECT_EQ(t->shape, Shape{n});
+    EXPECT_EQ((*c)->stats().arena_reads - arena_reads, 1) << "not read out of the arena";
+    if (round > 0) EXPECT_EQ((*c)->rpc_count() - calls, 1);  // (the first opens the arena)
+    for (int64_t i = 0; i < n; i += 4099)
+      ASSERT_EQ(out[static_cast<size_t>(i)], -(7.0f + static_cast<float>(i % 1000))) << i;
+    EXPECT_EQ(out[static_cast<size_t>(n)], -1.0f) << "written past the value";
+    // Too little room: the type only, nothing written.
+    std::fill(out.begin(), out.end(), -1.0f);
+    auto small = (*c)->read_into((*y)[0], out.data(), 64);
+    ASSERT_TRUE(small.ok()) << small.status().to_string();
+    EXPECT_EQ(small->shape, Shape{n});
+    EXPECT_EQ(out[0], -1.0f);
+    ASSERT_TRUE((*c)->release((*y)[0]).ok());  // its block holds the next round's value
+  }
+  // A small value (below the arena's minimum) reads through a region as before.
+  const HostTensor tiny = ramp(256, 3.0f);
+  auto th = (*c)->upload(tiny.view(), "");
+  ASSERT_TRUE(th.ok());
+  std::vector<float> back(256);
+  const int64_t arena_reads = (*c)->stats().arena_reads;
+  ASSERT_TRUE((*c)->read_into(*th, back.data(), back.size() * 4).ok());
+  EXPECT_EQ(std::memcmp(back.data(), tiny.data(), tiny.nbytes()), 0);
+  EXPECT_EQ((*c)->stats().arena_reads, arena_reads);
+}
+
 // Without shared memory (gRPC streams, the embedded engine) allocate_host() is ordinary
 // memory that read_into() fills the same way.
 TEST(LentRegions, AllocateHostElsewhereIsOrdinaryMemory) {
