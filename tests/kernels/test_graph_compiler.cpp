@@ -628,3 +628,53 @@ TEST(GraphCompiler, FirstLayerReadsThePlainInputWithoutAReorder) {
 
 }  // namespace
 }  // namespace tensord
+
+namespace tensord {
+namespace {
+
+int total_primitives(const std::string& plan) {
+  const size_t p = plan.find(" primitives (");
+  if (p == std::string::npos) return -1;
+  size_t b = p;
+  while (b > 0 && std::isdigit(static_cast<unsigned char>(plan[b - 1]))) --b;
+  return b < p ? std::stoi(plan.substr(b, p - b)) : -1;
+}
+
+// A block with one large convolution and a small squeeze-excitation tail. The tail's
+// primitives (a few thousand multiply-adds each) run on one thread, the large convolution on
+// the whole team; results are the reference kernels' either way.
+G large_conv_small_tail() {
+  G b;
+  auto x = b.in("x", {1, 64, 56, 56});
+  auto big = b.op("Relu", {b.conv(x, 64, 64, 3)});  // 115M multiply-adds
+  auto se = b.op("GlobalAveragePool", {big});
+  se = b.op("Relu", {b.conv(se, 64, 16, 1)});
+  se = b.op("Sigmoid", {b.conv(se, 16, 64, 1)});
+  b.out(b.op("Mul", {big, se}));
+  return b;
+}
+
+TEST(GraphCompiler, SmallPrimitivesRunOnOneThreadLargeOnesOnTheTeam) {
+  G b = large_conv_small_tail();
+  const std::string plan = check(b.g, {random({1, 64, 56, 56}, 31)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  const int serial = primitives(plan, "serial");
+  EXPECT_GE(serial, 3) << plan;  // the two 1x1 convolutions and the pooling at least
+  EXPECT_LT(serial, total_primitives(plan)) << plan;  // not the large convolution
+}
+
+TEST(GraphCompiler, SerialWorkLimitFromTheEnvironment) {
+  G b = large_conv_small_tail();
+  // Everything below 10^9 work units: every primitive serial, same results.
+  ASSERT_EQ(setenv("TENSORD_SERIAL_WORK_K", "1000000", 1), 0);
+  const std::string all = check(b.g, {random({1, 64, 56, 56}, 32)});
+  EXPECT_EQ(primitives(all, "serial"), total_primitives(all)) << all;
+  // Below 1000: nothing here is that small, every primitive on the team.
+  ASSERT_EQ(setenv("TENSORD_SERIAL_WORK_K", "1", 1), 0);
+  const std::string none = check(b.g, {random({1, 64, 56, 56}, 33)});
+  EXPECT_EQ(primitives(none, "serial"), 0) << none;
+  unsetenv("TENSORD_SERIAL_WORK_K");
+}
+
+}  // namespace
+}  // namespace tensord
