@@ -32,9 +32,12 @@ constexpr size_t kAlign = 64;
 
 // Nodes with less work than this (multiply-adds, or elements read and written; see
 // node_work) run their primitives on one thread: an OpenMP fork and join costs microseconds
-// on idle cores and far more on busy ones, more than halving a small primitive saves.
-// TENSORD_SERIAL_WORK_K (thousands of work units; 1 = split everything) overrides.
-constexpr double kDefaultSerialWork = 1e7;
+// on idle cores and far more on busy ones, more than halving a tiny primitive (the 1x1
+// convolutions of a squeeze-excitation on pooled values) saves. Larger limits measured no
+// better on 2 cores once the compiling thread stopped starting a second OpenMP team
+// (add_weights). TENSORD_SERIAL_WORK_K (thousands of work units; 1 = split everything)
+// overrides.
+constexpr double kDefaultSerialWork = 1e5;
 
 double serial_work_limit() {
   // An invalid value never gets here: the cpu backend's check_settings() refuses it.
@@ -697,8 +700,16 @@ class RegionCompiler {
   int add_weights(const memory::desc& plain_md, const void* data, const memory::desc& want) {
     memory src(plain_md, cpu_engine(), const_cast<void*>(data));
     memory dst(want, cpu_engine());
-    dnnl::reorder(src, dst).execute(cpu_stream(), src, dst);
-    cpu_stream().wait();
+    // On this (compiling) thread alone: a parallel reorder here would start a second OpenMP
+    // team beside the one of the thread that runs the region. With more OpenMP threads than
+    // cores, libgomp spins only ~100 rounds at each barrier and then sleeps in the kernel, so
+    // every parallel primitive of every run would pay futex wake-ups.
+    dnnl::stream& stream = cpu_stream();  // first: its first call sets the thread count
+    const int team = omp_get_max_threads();
+    omp_set_num_threads(1);
+    dnnl::reorder(src, dst).execute(stream, src, dst);
+    stream.wait();
+    omp_set_num_threads(team);
     const int s = add_slot(want, SlotKind::kOwned, -1);
     out_->slots_[static_cast<size_t>(s)].mem = dst;
     out_->weight_bytes_ += static_cast<int64_t>(want.get_size());
