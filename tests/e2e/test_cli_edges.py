@@ -94,7 +94,8 @@ def check_device_mistakes(tmp):
 def check_settings_refused():
     for var, value in (("TENSORD_NUM_THREADS", "abc"), ("TENSORD_NUM_THREADS", "0"),
                        ("TENSORD_NUM_THREADS", "4x"), ("TENSORD_CPU_DEVICES", "x"),
-                       ("TENSORD_CPU_DEVICES", "0"), ("TENSORD_CPU_DEVICES", "65")):
+                       ("TENSORD_CPU_DEVICES", "0"), ("TENSORD_CPU_DEVICES", "65"),
+                       ("TENSORD_SERIAL_WORK_K", "0"), ("TENSORD_SERIAL_WORK_K", "1e3")):
         r = run("devices", env=clean_env(**{var: value}))
         assert r.returncode == 2, (var, value, r)
         assert f"{var}='{value}'" in r.stderr, r.stderr

@@ -5,9 +5,11 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/executor.h"
@@ -624,6 +626,84 @@ TEST(GraphCompiler, FirstLayerReadsThePlainInputWithoutAReorder) {
     EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
     EXPECT_EQ(primitives(plan, "reorder"), 2) << plan;
   }
+}
+
+}  // namespace
+}  // namespace tensord
+
+namespace tensord {
+namespace {
+
+int total_primitives(const std::string& plan) {
+  const size_t p = plan.find(" primitives (");
+  if (p == std::string::npos) return -1;
+  size_t b = p;
+  while (b > 0 && std::isdigit(static_cast<unsigned char>(plan[b - 1]))) --b;
+  return b < p ? std::stoi(plan.substr(b, p - b)) : -1;
+}
+
+// A block with one large convolution and a squeeze-excitation tail. The tail's 1x1
+// convolutions on the pooled values (1024 multiply-adds each) run on one thread, the large
+// convolution on the whole team; results are the reference kernels' either way.
+G large_conv_small_tail() {
+  G b;
+  auto x = b.in("x", {1, 64, 56, 56});
+  auto big = b.op("Relu", {b.conv(x, 64, 64, 3)});  // 115M multiply-adds
+  auto se = b.op("GlobalAveragePool", {big});
+  se = b.op("Relu", {b.conv(se, 64, 16, 1)});
+  se = b.op("Sigmoid", {b.conv(se, 16, 64, 1)});
+  b.out(b.op("Mul", {big, se}));
+  return b;
+}
+
+TEST(GraphCompiler, SmallPrimitivesRunOnOneThreadLargeOnesOnTheTeam) {
+  G b = large_conv_small_tail();
+  const std::string plan = check(b.g, {random({1, 64, 56, 56}, 31)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  const int serial = primitives(plan, "serial");
+  EXPECT_GE(serial, 2) << plan;  // the two 1x1 convolutions at least
+  EXPECT_LT(serial, total_primitives(plan)) << plan;  // not the large convolution
+}
+
+int threads_of_this_process() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) n += !e.path().empty();
+  return n;
+}
+
+// Compiling a region reorders its weights on the compiling thread alone: a parallel reorder
+// there would leave a second OpenMP team (worker threads) beside the one of the thread that
+// runs the region, and with more OpenMP threads than cores libgomp stops spinning at barriers
+// and sleeps in the kernel at every parallel primitive.
+TEST(GraphCompiler, CompilingARegionStartsNoOpenMpTeam) {
+  if (!std::filesystem::exists("/proc/self/task")) GTEST_SKIP() << "no /proc/self/task here";
+  G b = large_conv_small_tail();
+  std::vector<TensorType> types = {{DType::kFloat32, {1, 64, 56, 56}}};
+  int before = 0, after = 0;
+  std::string plan;
+  // A fresh thread, as a client's thread compiling: its OpenMP team would be new.
+  std::thread t([&] {
+    before = threads_of_this_process();
+    auto p = describe_compiled(b.g, types, CompileOptions{true});
+    plan = p.ok() ? *p : p.status().to_string();
+    after = threads_of_this_process();
+  });
+  t.join();
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_EQ(after, before) << "compiling started " << after - before << " threads\n" << plan;
+}
+
+TEST(GraphCompiler, SerialWorkLimitFromTheEnvironment) {
+  G b = large_conv_small_tail();
+  // Everything below 10^9 work units: every primitive serial, same results.
+  ASSERT_EQ(setenv("TENSORD_SERIAL_WORK_K", "1000000", 1), 0);
+  const std::string all = check(b.g, {random({1, 64, 56, 56}, 32)});
+  EXPECT_EQ(primitives(all, "serial"), total_primitives(all)) << all;
+  // Below 1000: nothing here is that small, every primitive on the team.
+  ASSERT_EQ(setenv("TENSORD_SERIAL_WORK_K", "1", 1), 0);
+  const std::string none = check(b.g, {random({1, 64, 56, 56}, 33)});
+  EXPECT_EQ(primitives(none, "serial"), 0) << none;
+  unsetenv("TENSORD_SERIAL_WORK_K");
 }
 
 }  // namespace

@@ -504,6 +504,10 @@ TEST(OneDnn, GruMatchesReference) {
       {4, 2, 3, 6, "bidirectional", 0, 1, true, true, true},  // Conv1d + BiGRU-like
       {7, 6, 5, 4, "bidirectional", 1, 0, true, true, true},  // batch > 4: SGEMM steps
       {9, 7, 6, 8, "forward", 0, 1, true, false, true},
+      // Hidden sizes whose products run in 128- and 64-column blocks plus a remainder.
+      {3, 1, 5, 80, "bidirectional", 0, 1, true, false, false},
+      {3, 2, 7, 96, "forward", 0, 0, true, true, true},
+      {2, 1, 4, 128, "reverse", 0, 1, true, false, true},
   };
   for (const GruCase& k : cases) {
     SCOPED_TRACE("gru " + k.direction + " layout " + std::to_string(k.layout) + " lbr " +

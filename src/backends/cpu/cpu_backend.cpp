@@ -360,6 +360,7 @@ class CpuBackend final : public Backend {
   std::string version() const override { return kVersion; }
   Status check_settings() const override {
     TD_RETURN_IF_ERROR(parse_count_env("TENSORD_CPU_DEVICES", 1, 64).status());
+    TD_RETURN_IF_ERROR(parse_count_env("TENSORD_SERIAL_WORK_K", 1, 1000000).status());
     return parse_count_env("TENSORD_NUM_THREADS", 1, 1024).status();
   }
   std::vector<std::unique_ptr<Device>> enumerate() override {

@@ -11,7 +11,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <omp.h>
+
 #include "backends/cpu/onednn_common.h"
+#include "core/env.h"
 #include "core/errors.h"
 #include "core/graph_utils.h"
 #include "core/node_attrs.h"
@@ -26,6 +29,22 @@ using Tag = memory::format_tag;
 using Alg = dnnl::algorithm;
 
 constexpr size_t kAlign = 64;
+
+// Nodes with less work than this (multiply-adds, or elements read and written; see
+// node_work) run their primitives on one thread: an OpenMP fork and join costs microseconds
+// on idle cores and far more on busy ones, more than halving a tiny primitive (the 1x1
+// convolutions of a squeeze-excitation on pooled values) saves. Larger limits measured no
+// better on 2 cores once the compiling thread stopped starting a second OpenMP team
+// (add_weights). TENSORD_SERIAL_WORK_K (thousands of work units; 1 = split everything)
+// overrides.
+constexpr double kDefaultSerialWork = 1e5;
+
+double serial_work_limit() {
+  // An invalid value never gets here: the cpu backend's check_settings() refuses it.
+  if (auto v = parse_count_env("TENSORD_SERIAL_WORK_K", 1, 1000000); v.ok() && *v > 0)
+    return 1000.0 * *v;
+  return kDefaultSerialWork;
+}
 
 // ---- what a region may contain ----
 
@@ -472,6 +491,7 @@ class DnnlRegion final : public FusedKernel {
     std::unordered_map<int, int> arg_slots;  // DNNL_ARG_* -> slot
     std::unordered_map<int, memory> args;    // bound once (persistent memory objects)
     std::string kind;
+    bool serial = false;  // created for, and run on, one thread (too little work to split)
   };
 
   Status run_host(const std::vector<TensorView>& inputs, const std::vector<MutableTensorView>& outputs,
@@ -499,7 +519,14 @@ class DnnlRegion final : public FusedKernel {
     }
     try {
       dnnl::stream& stream = cpu_stream();
-      for (Op& op : ops_) op.prim.execute(stream, op.args);
+      // A serial op runs inline on this thread: no OpenMP fork and join, which on 2 busy
+      // cores costs more than splitting a small primitive saves.
+      const int team = omp_get_max_threads();
+      for (Op& op : ops_) {
+        if (op.serial) omp_set_num_threads(1);
+        op.prim.execute(stream, op.args);
+        if (op.serial) omp_set_num_threads(team);
+      }
       stream.wait();
     } catch (const dnnl::error& e) {
       return errors::Internal("oneDNN region failed: {}", e.what());
@@ -518,8 +545,9 @@ class DnnlRegion final : public FusedKernel {
       s += fmt::format("{}{} {}", first ? "" : ", ", n, k);
       first = false;
     }
-    return s + fmt::format("), {} fused post-ops, {} activations, arena {} bytes", fused_,
-                           blocked16_ ? "nChw16c" : "oneDNN-chosen", arena_bytes_);
+    return s + fmt::format("), {} fused post-ops, {} activations, {} serial, arena {} bytes",
+                           fused_, blocked16_ ? "nChw16c" : "oneDNN-chosen", serial_ops_,
+                           arena_bytes_);
   }
 
   // Built by RegionCompiler.
@@ -531,6 +559,7 @@ class DnnlRegion final : public FusedKernel {
   int nodes_ = 0;
   int fused_ = 0;
   bool blocked16_ = false;
+  int serial_ops_ = 0;
   std::mutex mu_;  // slots' memory handles are per run
 };
 
@@ -612,8 +641,10 @@ class RegionCompiler {
     }
     blocked16_ = choose_layout();
     out_->blocked16_ = blocked16_;
+    const double serial_below = serial_work_limit();
     for (size_t m = 0; m < r_.members.size(); ++m) {
       if (fused_members_.count(m)) continue;
+      SerialScope scope(*this, node_work(*g_.nodes[r_.members[m]]) < serial_below);
       TD_RETURN_IF_ERROR(compile_node(m));
     }
     for (size_t i = 0; i < r_.outputs.size(); ++i) {
@@ -622,6 +653,7 @@ class RegionCompiler {
       if (!src.ok()) return errors::Internal("region output '{}' was not produced", r_.outputs[i]);
       const int dst = add_slot(plain(act4(t->shape)), DnnlRegion::SlotKind::kOutput,
                                static_cast<int>(i));
+      SerialScope scope(*this, static_cast<double>(shape_numel(t->shape)) < serial_below);
       add_reorder(*src, dst);
     }
     plan_memory();
@@ -668,8 +700,16 @@ class RegionCompiler {
   int add_weights(const memory::desc& plain_md, const void* data, const memory::desc& want) {
     memory src(plain_md, cpu_engine(), const_cast<void*>(data));
     memory dst(want, cpu_engine());
-    dnnl::reorder(src, dst).execute(cpu_stream(), src, dst);
-    cpu_stream().wait();
+    // On this (compiling) thread alone: a parallel reorder here would start a second OpenMP
+    // team beside the one of the thread that runs the region. With more OpenMP threads than
+    // cores, libgomp spins only ~100 rounds at each barrier and then sleeps in the kernel, so
+    // every parallel primitive of every run would pay futex wake-ups.
+    dnnl::stream& stream = cpu_stream();  // first: its first call sets the thread count
+    const int team = omp_get_max_threads();
+    omp_set_num_threads(1);
+    dnnl::reorder(src, dst).execute(stream, src, dst);
+    stream.wait();
+    omp_set_num_threads(team);
     const int s = add_slot(want, SlotKind::kOwned, -1);
     out_->slots_[static_cast<size_t>(s)].mem = dst;
     out_->weight_bytes_ += static_cast<int64_t>(want.get_size());
@@ -687,6 +727,8 @@ class RegionCompiler {
   void add_op(dnnl::primitive prim, std::unordered_map<int, int> arg_slots, std::string kind) {
     DnnlRegion::Op op;
     op.prim = std::move(prim);
+    op.serial = serial_;
+    out_->serial_ops_ += serial_ ? 1 : 0;
     for (const auto& [arg, slot] : arg_slots) {
       touch(slot);
       op.args.emplace(arg, out_->slots_[static_cast<size_t>(slot)].mem);
@@ -1396,9 +1438,52 @@ class RegionCompiler {
     out_->arena_bytes_ = static_cast<int64_t>(peak);
   }
 
+  // Primitives created while a SerialScope(serial = true) lives get one thread (oneDNN fixes a
+  // primitive's thread count when it is created, from OpenMP's max threads) and are marked
+  // serial, so run_host runs them with one thread too.
+  class SerialScope {
+   public:
+    SerialScope(RegionCompiler& c, bool serial) : c_(c), team_(omp_get_max_threads()) {
+      c_.serial_ = serial;
+      if (serial) omp_set_num_threads(1);
+    }
+    ~SerialScope() {
+      if (c_.serial_) omp_set_num_threads(team_);
+      c_.serial_ = false;
+    }
+    SerialScope(const SerialScope&) = delete;
+    SerialScope& operator=(const SerialScope&) = delete;
+
+   private:
+    RegionCompiler& c_;
+    int team_;
+  };
+
+  // A node's work: multiply-adds for a convolution or an inner product, else the elements it
+  // reads and writes. Below serial_work_limit() it runs on one thread.
+  double node_work(const Node& n) {
+    double out = 0, in = 0;
+    for (const auto& o : n.outputs)
+      if (!o.empty() && g_.type_of(o)) out += static_cast<double>(shape_numel(type(o).shape));
+    for (const auto& i : n.inputs)
+      if (!i.empty() && g_.type_of(i) && !g_.constant(i))
+        in += static_cast<double>(shape_numel(type(i).shape));
+    if ((n.op == "Conv" || n.op == "Gemm" || n.op == "MatMul") && n.inputs.size() > 1 &&
+        !n.outputs.empty() && g_.type_of(n.outputs[0])) {
+      const HostTensor* w = g_.constant(n.inputs[1]);
+      const Shape& ys = type(n.outputs[0]).shape;
+      // Each output reads C/group x kernel weights (Conv) or K of them (Gemm, MatMul).
+      const int64_t per = n.op == "Conv" ? (w && !w->shape().empty() ? w->shape()[0] : 0)
+                                         : (ys.empty() ? 0 : ys.back());
+      if (w && per > 0) return out * static_cast<double>(shape_numel(w->shape()) / per);
+    }
+    return in + out;
+  }
+
   const FusionGraph& g_;
   const FusedGroup& r_;
   std::unique_ptr<DnnlRegion> out_;
+  bool serial_ = false;  // primitives being created are serial (SerialScope)
   std::unordered_map<std::string, std::vector<size_t>> uses_;
   std::unordered_map<std::string, size_t> producer_;
   std::unordered_set<std::string> region_outputs_;
