@@ -808,7 +808,7 @@ class RegionCompiler {
       flattened_[node.outputs[0]] = node.inputs[0];  // a view: materialised only if needed
       return OkStatus();
     }
-    if (op == "Gemm" || op == "MatMul") return compile_dense(node);
+    if (op == "Gemm" || op == "MatMul") return compile_dense(m);
     if (op == "BatchNormalization") return compile_batchnorm(m);
     if (op == "Reshape" || op == "Transpose") return compile_shuffle_part(node);
     if (op == "Slice") return compile_channel_slice(node);
@@ -964,6 +964,45 @@ class RegionCompiler {
     return OkStatus();
   }
 
+  // The post-ops of a contraction (member `m`) whose result is `*v`, in graph order: activations
+  // that are the only reader of the value before them (x * Sigmoid(x) as one swish), and, when
+  // `residual` is given, one Add of a same-shaped value that exists before the contraction runs
+  // (a sum post-op; its name goes to *residual). Absorbed members are marked fused; *v becomes
+  // the last absorbed value.
+  Status absorb_post_ops(size_t m, std::string* v, dnnl::post_ops* post, std::string* residual) {
+    for (int guard = 0; guard < 4; ++guard) {
+      if (auto sw = swish_of(*v)) {  // x * Sigmoid(x): one swish post-op
+        post->append_eltwise(1.0f, Alg::eltwise_swish, 1.0f, 0.0f);
+        fused_members_.insert(sw->first);
+        fused_members_.insert(sw->second);
+        out_->fused_ += 2;
+        *v = g_.nodes[r_.members[sw->second]]->outputs[0];
+        continue;
+      }
+      auto c = sole_consumer(*v);
+      if (!c) break;
+      const Node& next = *g_.nodes[r_.members[*c]];
+      if (is_unary_eltwise(next.op) && next.inputs[0] == *v) {
+        TD_ASSIGN_OR_RETURN(auto steps, eltwise_steps(next, g_));
+        for (const auto& e : steps) post->append_eltwise(1.0f, e.alg, e.alpha, e.beta);
+      } else if (residual && next.op == "Add" && residual->empty() && next.inputs.size() == 2) {
+        const std::string& other = next.inputs[0] == *v ? next.inputs[1] : next.inputs[0];
+        if (other == *v || type(other).shape != type(*v).shape) break;
+        // The residual must exist before the contraction runs.
+        auto p = producer_.find(other);
+        if (p != producer_.end() && p->second > m) break;
+        *residual = other;
+        post->append_sum(1.0f);
+      } else {
+        break;
+      }
+      fused_members_.insert(*c);
+      out_->fused_++;
+      *v = next.outputs[0];
+    }
+    return OkStatus();
+  }
+
   Status compile_conv(size_t m) {
     const Node& node = *g_.nodes[r_.members[m]];
     NodeAttrs a(node);
@@ -1031,36 +1070,7 @@ class RegionCompiler {
     // Post-ops: activations and one residual Add, in graph order.
     dnnl::post_ops post;
     std::string residual;
-    for (int guard = 0; guard < 4; ++guard) {
-      if (auto sw = swish_of(v)) {  // x * Sigmoid(x): one swish post-op
-        post.append_eltwise(1.0f, Alg::eltwise_swish, 1.0f, 0.0f);
-        fused_members_.insert(sw->first);
-        fused_members_.insert(sw->second);
-        out_->fused_ += 2;
-        v = g_.nodes[r_.members[sw->second]]->outputs[0];
-        continue;
-      }
-      auto c = sole_consumer(v);
-      if (!c) break;
-      const Node& next = *g_.nodes[r_.members[*c]];
-      if (is_unary_eltwise(next.op) && next.inputs[0] == v) {
-        TD_ASSIGN_OR_RETURN(auto steps, eltwise_steps(next, g_));
-        for (const auto& e : steps) post.append_eltwise(1.0f, e.alg, e.alpha, e.beta);
-      } else if (next.op == "Add" && residual.empty() && next.inputs.size() == 2) {
-        const std::string& other = next.inputs[0] == v ? next.inputs[1] : next.inputs[0];
-        if (other == v || type(other).shape != type(v).shape) break;
-        // The residual must exist before the Conv runs.
-        auto p = producer_.find(other);
-        if (p != producer_.end() && p->second > m) break;
-        residual = other;
-        post.append_sum(1.0f);
-      } else {
-        break;
-      }
-      fused_members_.insert(*c);
-      out_->fused_++;
-      v = next.outputs[0];
-    }
+    TD_RETURN_IF_ERROR(absorb_post_ops(m, &v, &post, &residual));
 
     const Shape ys = act4(type(v).shape);
     memory::dims wdims = dims_of(ws);
@@ -1148,7 +1158,8 @@ class RegionCompiler {
 
   // Gemm/MatMul by constant weights as a oneDNN inner product; fed by a Flatten of a 4-D value,
   // it reads that value in its own layout (weights viewed as [N, C, H, W]).
-  Status compile_dense(const Node& node) {
+  Status compile_dense(size_t m) {
+    const Node& node = *g_.nodes[r_.members[m]];
     TD_ASSIGN_OR_RETURN(DenseParams p, dense_params(node, g_));
     const std::string& a = node.inputs[0];
     auto flat = flattened_.find(a);
@@ -1175,17 +1186,7 @@ class RegionCompiler {
     // Activations read only by this product's result: its post-ops.
     std::string v = node.outputs[0];
     dnnl::post_ops post;
-    for (int guard = 0; guard < 4; ++guard) {
-      auto c = sole_consumer(v);
-      if (!c) break;
-      const Node& next = *g_.nodes[r_.members[*c]];
-      if (!is_unary_eltwise(next.op) || next.inputs[0] != v) break;
-      TD_ASSIGN_OR_RETURN(auto steps, eltwise_steps(next, g_));
-      for (const auto& e : steps) post.append_eltwise(1.0f, e.alg, e.alpha, e.beta);
-      fused_members_.insert(*c);
-      out_->fused_++;
-      v = next.outputs[0];
-    }
+    TD_RETURN_IF_ERROR(absorb_post_ops(m, &v, &post, nullptr));
     dnnl::primitive_attr attr;
     attr.set_post_ops(post);
     dnnl::inner_product_forward::primitive_desc pd(desc, attr, cpu_engine());
