@@ -679,5 +679,35 @@ TEST(GraphCompiler, LinearLayersStopWhereAValueIsReadElsewhere) {
   EXPECT_EQ(count(plan, "Erf '"), 0) << plan;
 }
 
+// Attention: softmax(Q K^T * scale) V on [B, H, T, D]. Q K^T reads K through its strides (the
+// Transpose is absorbed) with the scale as a post-op; P V is a second batched matmul. A
+// Transpose also read elsewhere stays a node; a B with broadcast batch axes stays per-node.
+TEST(GraphCompiler, AttentionProductsAbsorbTheTransposeAndTheScale) {
+  G b;
+  auto q = b.in("q", {2, 3, 5, 4});
+  auto k = b.in("k", {2, 3, 5, 4});
+  auto v = b.in("v", {2, 3, 5, 4});
+  AttributeMap perm = {{"perm", std::vector<int64_t>{0, 1, 3, 2}}};
+  auto s = b.op("MatMul", {q, b.op("Transpose", {k}, perm)});
+  s = b.op("Mul", {s, b.constant(HostTensor::scalar(0.5f))});
+  auto p = b.op("Softmax", {s}, {{"axis", int64_t{-1}}});
+  auto o = b.op("MatMul", {p, v});
+  auto vt = b.op("Transpose", {v}, perm);  // read twice: not absorbed
+  auto o2 = b.op("MatMul", {q, vt});
+  auto o3 = b.op("MatMul", {o, b.in("w", {4, 3})});  // B of rank 2, not constant: per-node
+  b.out(o);
+  b.out(o2);
+  b.out(vt);
+  b.out(o3);
+  const std::string plan =
+      check(b.g, {random({2, 3, 5, 4}, 60, -2, 2), random({2, 3, 5, 4}, 61, -2, 2),
+                  random({2, 3, 5, 4}, 62), random({4, 3}, 63)});
+  EXPECT_EQ(count(plan, "MatMul: [2, 3, 5, 4] x [2, 3, 4, 5] (B transposed) + mul as"), 1) << plan;
+  EXPECT_EQ(count(plan, "MatMul: [2, 3, 5, 5] x [2, 3, 5, 4] as"), 1) << plan;
+  EXPECT_EQ(count(plan, "MatMul: [2, 3, 5, 4] x [2, 3, 4, 5] as"), 1) << plan;
+  EXPECT_EQ(count(plan, "Transpose '"), 1) << plan;
+  EXPECT_EQ(count(plan, "MatMul '"), 1) << plan;
+}
+
 }  // namespace
 }  // namespace tensord

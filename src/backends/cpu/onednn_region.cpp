@@ -216,6 +216,12 @@ struct LinearPlan {
   std::vector<LinearStep> steps;
   int64_t m = 0, k = 0, n = 0;
   std::string src, result;
+  // A batched product of two activations (attention's Q K^T and P V): B is the value
+  // `weights` (read through its last two axes swapped when `b_transposed`: an absorbed
+  // Transpose), and the shapes are kept whole, not folded to [M, K].
+  std::string weights;
+  bool b_transposed = false;
+  Shape a_shape, b_shape, out_shape;
 };
 
 // The constant float32 values of input `i` of `node` when they are one value, or N values
@@ -261,18 +267,26 @@ class LinearMatcher {
     const TensorType* y = g_.type_of(mm.outputs[0]);
     const HostTensor* w = g_.constant(mm.inputs[1]);
     if (!a || a->dtype != DType::kFloat32 || a->shape.size() < 2 || !shape_is_static(a->shape) ||
-        !y || !shape_is_static(y->shape) || y->shape.size() != a->shape.size() || !w ||
-        w->dtype() != DType::kFloat32 || w->shape().size() != 2 ||
-        w->shape()[0] != a->shape.back() || g_.constant(mm.inputs[0]))
+        !y || !shape_is_static(y->shape) || y->shape.size() != a->shape.size() ||
+        g_.constant(mm.inputs[0]))
       return std::nullopt;
     LinearPlan p;
-    p.k = w->shape()[0];
-    p.n = w->shape()[1];
+    p.members = {i};
+    if (w) {
+      if (w->dtype() != DType::kFloat32 || w->shape().size() != 2 ||
+          w->shape()[0] != a->shape.back())
+        return std::nullopt;
+      p.k = w->shape()[0];
+      p.n = w->shape()[1];
+    } else if (!batched_operand(mm, *a, taken, &p)) {
+      return std::nullopt;
+    }
     p.m = 1;
     for (size_t d = 0; d + 1 < a->shape.size(); ++d) p.m *= a->shape[d];
     if (p.m == 0 || p.k == 0 || p.n == 0) return std::nullopt;
     p.src = mm.inputs[0];
-    p.members = {i};
+    p.a_shape = a->shape;
+    p.out_shape = y->shape;
     const Shape out_shape = y->shape;
     std::string v = mm.outputs[0];
     auto free_reader = [&](const std::string& x) -> const Node* {
@@ -353,6 +367,41 @@ class LinearMatcher {
   }
 
  private:
+  // B of a MatMul of two activations: static float32, the same rank as A (>= 3) and the same
+  // leading (batch) axes, no broadcasting. A Transpose swapping B's last two axes that only
+  // this MatMul reads is absorbed (B read through strides). Fills p's batched fields.
+  bool batched_operand(const Node& mm, const TensorType& a, const std::vector<bool>& taken,
+                       LinearPlan* p) {
+    const TensorType* b = g_.type_of(mm.inputs[1]);
+    const size_t rank = a.shape.size();
+    if (!b || b->dtype != DType::kFloat32 || !shape_is_static(b->shape) || rank < 3 ||
+        b->shape.size() != rank || b->shape[rank - 2] != a.shape[rank - 1])
+      return false;
+    for (size_t d = 0; d + 2 < rank; ++d)
+      if (a.shape[d] != b->shape[d]) return false;
+    p->weights = mm.inputs[1];
+    p->b_shape = b->shape;
+    p->k = b->shape[rank - 2];
+    p->n = b->shape[rank - 1];
+    auto pr = producer_.find(mm.inputs[1]);
+    auto rd = readers_.find(mm.inputs[1]);
+    if (pr != producer_.end() && !taken[pr->second] && !g_.is_graph_output(mm.inputs[1]) &&
+        rd != readers_.end() && rd->second.size() == 1) {
+      const Node& t = *g_.nodes[pr->second];
+      auto perm = NodeAttrs(t).attr_ints("perm");
+      std::vector<int64_t> swap(rank);
+      for (size_t d = 0; d < rank; ++d) swap[d] = static_cast<int64_t>(d);
+      std::swap(swap[rank - 1], swap[rank - 2]);
+      if (t.op == "Transpose" && (t.domain.empty() || t.domain == "ai.onnx") && perm.ok() &&
+          *perm == swap && t.inputs.size() == 1 && !g_.constant(t.inputs[0])) {
+        p->weights = t.inputs[0];
+        p->b_transposed = true;
+        p->members.insert(p->members.begin(), pr->second);
+      }
+    }
+    return true;
+  }
+
   // PyTorch's erf GELU of `x`: x * 0.5 * (1 + erf(x / sqrt 2)) as Div (or Mul by 1/sqrt 2),
   // Erf, Add 1, Mul by x, Mul by 0.5 (the two Muls in either order), every intermediate read
   // only by the next. Appends the five nodes to `members` and returns the result's name.
@@ -431,6 +480,9 @@ class LinearKernel final : public FusedKernel {
     std::unordered_map<int, memory> args = args_;
     args[DNNL_ARG_SRC] = memory(src_md_, cpu_engine(), const_cast<void*>(inputs.at(src_).data));
     args[DNNL_ARG_DST] = memory(dst_md_, cpu_engine(), outputs[0].data);
+    if (weights_)
+      args[DNNL_ARG_WEIGHTS] =
+          memory(wei_md_, cpu_engine(), const_cast<void*>(inputs.at(*weights_).data));
     for (const auto& [arg, input] : residual_args_)
       args[arg] = memory(dst_md_, cpu_engine(), const_cast<void*>(inputs.at(input).data));
     try {
@@ -446,8 +498,9 @@ class LinearKernel final : public FusedKernel {
   std::string describe() const override { return describe_; }
 
   dnnl::primitive prim_;
-  memory::desc src_md_, dst_md_;
+  memory::desc src_md_, dst_md_, wei_md_;
   size_t src_ = 0;
+  std::optional<size_t> weights_;  // B as an input (a batched product)
   std::vector<std::pair<int, size_t>> residual_args_;  // post-op argument -> input index
   std::unordered_map<int, memory> args_;              // weights, bias, constant columns
   int64_t weight_bytes_ = 0;
@@ -468,9 +521,26 @@ Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const 
   auto src = input_index(p.src);
   if (!src) return errors::Internal("Linear layer: '{}' is not an input", p.src);
   k->src_ = *src;
-  k->src_md_ = memory::desc({p.m, p.k}, DT::f32, Tag::ab);
-  k->dst_md_ = memory::desc({p.m, p.n}, DT::f32, Tag::ab);
-  const memory::desc row_md({1, p.n}, DT::f32, Tag::ab);
+  // Row-major, or (swap_last) the bytes of the shape with its last two axes swapped.
+  auto plain = [](const Shape& s, bool swap_last = false) {
+    Shape t = s;
+    if (swap_last) std::swap(t[t.size() - 1], t[t.size() - 2]);
+    memory::dims st(t.size(), 1);
+    for (size_t i = t.size(); i-- > 1;) st[i - 1] = st[i] * std::max<int64_t>(t[i], 1);
+    if (swap_last) std::swap(st[st.size() - 1], st[st.size() - 2]);
+    return memory::desc(memory::dims(s.begin(), s.end()), DT::f32, st);
+  };
+  auto text = [](const Shape& s) {
+    std::string out;
+    for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+    return out;
+  };
+  const bool batched = !p.weights.empty();
+  k->src_md_ = batched ? plain(p.a_shape) : memory::desc({p.m, p.k}, DT::f32, Tag::ab);
+  k->dst_md_ = batched ? plain(p.out_shape) : memory::desc({p.m, p.n}, DT::f32, Tag::ab);
+  Shape row(batched ? p.out_shape.size() : 2, 1);
+  row.back() = p.n;
+  const memory::desc row_md = plain(row);
   dnnl::post_ops post;
   std::vector<std::pair<int, const std::vector<float>*>> columns;
   std::string what;
@@ -493,19 +563,29 @@ Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const 
   }
   dnnl::primitive_attr attr;
   attr.set_post_ops(post);
-  const memory::desc wei_any({p.k, p.n}, DT::f32, Tag::any);
+  memory::desc wei_any({p.k, p.n}, DT::f32, Tag::any);
+  if (batched) {
+    wei_any = plain(p.b_shape, p.b_transposed);  // transposed: B^T's bytes read as B
+    auto in = input_index(p.weights);
+    if (!in) return errors::Internal("Linear layer: '{}' is not an input", p.weights);
+    k->weights_ = *in;
+    k->wei_md_ = wei_any;
+  }
   const bool has_bias = !p.bias.empty();
   auto desc = has_bias ? dnnl::matmul::desc(k->src_md_, wei_any, row_md, k->dst_md_)
                        : dnnl::matmul::desc(k->src_md_, wei_any, k->dst_md_);
   dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
-  // Weights reordered once, now, into the layout the primitive chose.
-  const HostTensor* w = g.constant(g.nodes[p.members[0]]->inputs[1]);
-  memory wsrc(memory::desc({p.k, p.n}, DT::f32, Tag::ab), cpu_engine(), const_cast<void*>(w->data()));
-  memory wdst(pd.weights_desc(), cpu_engine());
-  dnnl::reorder(wsrc, wdst).execute(cpu_stream(), wsrc, wdst);
-  cpu_stream().wait();
-  k->args_[DNNL_ARG_WEIGHTS] = wdst;
-  k->weight_bytes_ = static_cast<int64_t>(pd.weights_desc().get_size());
+  if (!batched) {  // weights reordered once, now, into the layout the primitive chose
+    const Node& mm = *g.nodes[p.members[0]];
+    const HostTensor* w = g.constant(mm.inputs[1]);
+    memory wsrc(memory::desc({p.k, p.n}, DT::f32, Tag::ab), cpu_engine(),
+                const_cast<void*>(w->data()));
+    memory wdst(pd.weights_desc(), cpu_engine());
+    dnnl::reorder(wsrc, wdst).execute(cpu_stream(), wsrc, wdst);
+    cpu_stream().wait();
+    k->args_[DNNL_ARG_WEIGHTS] = wdst;
+    k->weight_bytes_ = static_cast<int64_t>(pd.weights_desc().get_size());
+  }
   auto owned = [&](const std::vector<float>& values) {
     memory mem(row_md, cpu_engine());
     std::memcpy(mem.get_data_handle(), values.data(), values.size() * sizeof(float));
@@ -515,9 +595,14 @@ Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const 
   if (has_bias) k->args_[DNNL_ARG_BIAS] = owned(p.bias);
   for (const auto& [arg, values] : columns) k->args_[arg] = owned(*values);
   k->prim_ = dnnl::matmul(pd);
-  k->describe_ = fmt::format("Linear: [{}, {}] x [{}, {}]{}{} as one oneDNN matmul ({}), {} nodes",
-                             p.m, p.k, p.k, p.n, has_bias ? " + bias" : "", what,
-                             pd.impl_info_str(), p.members.size());
+  k->describe_ =
+      batched ? fmt::format("MatMul: [{}] x [{}]{}{}{} as one oneDNN matmul ({}), {} nodes",
+                            text(p.a_shape), text(p.b_shape),
+                            p.b_transposed ? " (B transposed)" : "", has_bias ? " + bias" : "",
+                            what, pd.impl_info_str(), p.members.size())
+              : fmt::format("Linear: [{}, {}] x [{}, {}]{}{} as one oneDNN matmul ({}), {} nodes",
+                            p.m, p.k, p.k, p.n, has_bias ? " + bias" : "", what,
+                            pd.impl_info_str(), p.members.size());
   return std::unique_ptr<FusedKernel>(std::move(k));
 }
 
