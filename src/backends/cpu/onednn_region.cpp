@@ -284,6 +284,10 @@ class LinearMatcher {
     p.m = 1;
     for (size_t d = 0; d + 1 < a->shape.size(); ++d) p.m *= a->shape[d];
     if (p.m == 0 || p.k == 0 || p.n == 0) return std::nullopt;
+    // The result must be A's leading axes and N (what the matmul writes), whatever inference said.
+    Shape want = a->shape;
+    want.back() = p.n;
+    if (y->shape != want || y->dtype != DType::kFloat32) return std::nullopt;
     p.src = mm.inputs[0];
     p.a_shape = a->shape;
     p.out_shape = y->shape;
