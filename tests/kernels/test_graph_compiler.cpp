@@ -659,8 +659,8 @@ TEST(GraphCompiler, LinearLayersStopWhereAValueIsReadElsewhere) {
   auto x = b.in("x", {3, 2, 5, 8});
   auto h = b.op("MatMul", {x, b.constant(random({8, 12}, 51, -0.5f, 0.5f))});
   auto half = b.op("Mul", {h, b.constant(HostTensor::scalar(0.5f))});
-  auto e = b.op("Add", {b.constant(HostTensor::scalar(1.0f)),
-                        b.op("Erf", {b.op("Mul", {h, b.constant(HostTensor::scalar(0.70710678f))})})});
+  auto scaled = b.op("Mul", {h, b.constant(HostTensor::scalar(0.70710678f))});
+  auto e = b.op("Add", {b.constant(HostTensor::scalar(1.0f)), b.op("Erf", {scaled})});
   auto gelu = b.op("Mul", {half, e});
   auto shared = b.op("MatMul", {gelu, b.constant(random({12, 6}, 52, -0.5f, 0.5f))});
   auto r1 = b.op("Relu", {shared});  // `shared` has two readers: not a post-op
