@@ -628,6 +628,89 @@ TEST(GraphCompiler, FirstLayerReadsThePlainInputWithoutAReorder) {
   }
 }
 
+// A transformer MLP block on [B, T, C] tokens: Linear (bias first, as PyTorch exports it) ->
+// erf GELU (Div, Erf, Add 1, Mul x, Mul 0.5) -> Linear -> per-channel scale (layer scale) ->
+// residual Add. Each Linear is one oneDNN matmul with the rest as post-ops; the reference
+// kernels' results.
+TEST(GraphCompiler, LinearLayersTakeBiasGeluScaleAndResidualAsPostOps) {
+  G b;
+  auto x = b.in("x", {2, 7, 16});
+  auto h = b.op("MatMul", {x, b.constant(random({16, 48}, 41, -0.5f, 0.5f))});
+  h = b.op("Add", {b.constant(random({48}, 42)), h});
+  auto d = b.op("Div", {h, b.constant(HostTensor::scalar(1.4142135f))});
+  auto e = b.op("Add", {b.op("Erf", {d}), b.constant(HostTensor::scalar(1.0f))});
+  auto gelu = b.op("Mul", {b.op("Mul", {h, e}), b.constant(HostTensor::scalar(0.5f))});
+  auto y = b.op("MatMul", {gelu, b.constant(random({48, 16}, 43, -0.5f, 0.5f))});
+  y = b.op("Add", {y, b.constant(random({16}, 44))});
+  y = b.op("Mul", {y, b.constant(random({16}, 45))});
+  y = b.op("Add", {x, y});
+  b.out(y);
+  const std::string plan = check(b.g, {random({2, 7, 16}, 40, -2, 2)});
+  EXPECT_EQ(count(plan, "Linear: [14, 16] x [16, 48] + bias + gelu as one oneDNN matmul"), 1)
+      << plan;
+  EXPECT_EQ(count(plan, "Linear: [14, 48] x [48, 16] + bias + mul + residual"), 1) << plan;
+  EXPECT_EQ(count(plan, "MatMul '"), 0) << plan;
+  EXPECT_EQ(count(plan, "Erf '"), 0) << plan;
+  EXPECT_EQ(count(plan, "Elementwise"), 0) << plan;
+}
+
+// The other GELU order ((x * 0.5) * (1 + erf(x * 0.7071))), a Relu, 2-D and 4-D activations;
+// a result read twice, or also a graph output, ends the post-ops there.
+TEST(GraphCompiler, LinearLayersStopWhereAValueIsReadElsewhere) {
+  G b;
+  auto x = b.in("x", {3, 2, 5, 8});
+  auto h = b.op("MatMul", {x, b.constant(random({8, 12}, 51, -0.5f, 0.5f))});
+  auto half = b.op("Mul", {h, b.constant(HostTensor::scalar(0.5f))});
+  auto scaled = b.op("Mul", {h, b.constant(HostTensor::scalar(0.70710678f))});
+  auto e = b.op("Add", {b.constant(HostTensor::scalar(1.0f)), b.op("Erf", {scaled})});
+  auto gelu = b.op("Mul", {half, e});
+  auto shared = b.op("MatMul", {gelu, b.constant(random({12, 6}, 52, -0.5f, 0.5f))});
+  auto r1 = b.op("Relu", {shared});  // `shared` has two readers: not a post-op
+  auto r2 = b.op("Sigmoid", {shared});
+  auto z = b.in("z", {4, 8});
+  auto zl = b.op("MatMul", {z, b.constant(random({8, 3}, 53))});
+  auto zr = b.op("Relu", {zl});
+  b.out(r1);
+  b.out(r2);
+  b.out(zl);  // a graph output: its Relu stays out
+  b.out(zr);
+  const std::string plan = check(b.g, {random({3, 2, 5, 8}, 50, -2, 2), random({4, 8}, 54)});
+  EXPECT_EQ(count(plan, "Linear: [30, 8] x [8, 12] + gelu as"), 1) << plan;
+  EXPECT_EQ(count(plan, "Linear: [30, 12] x [12, 6] as"), 1) << plan;
+  EXPECT_EQ(count(plan, "Linear: [4, 8] x [8, 3] as"), 1) << plan;
+  EXPECT_EQ(count(plan, "Erf '"), 0) << plan;
+}
+
+// Attention: softmax(Q K^T * scale) V on [B, H, T, D]. Q K^T reads K through its strides (the
+// Transpose is absorbed) with the scale as a post-op; P V is a second batched matmul. A
+// Transpose also read elsewhere stays a node; a B with broadcast batch axes stays per-node.
+TEST(GraphCompiler, AttentionProductsAbsorbTheTransposeAndTheScale) {
+  G b;
+  auto q = b.in("q", {2, 3, 5, 4});
+  auto k = b.in("k", {2, 3, 5, 4});
+  auto v = b.in("v", {2, 3, 5, 4});
+  AttributeMap perm = {{"perm", std::vector<int64_t>{0, 1, 3, 2}}};
+  auto s = b.op("MatMul", {q, b.op("Transpose", {k}, perm)});
+  s = b.op("Mul", {s, b.constant(HostTensor::scalar(0.5f))});
+  auto p = b.op("Softmax", {s}, {{"axis", int64_t{-1}}});
+  auto o = b.op("MatMul", {p, v});
+  auto vt = b.op("Transpose", {v}, perm);  // read twice: not absorbed
+  auto o2 = b.op("MatMul", {q, vt});
+  auto o3 = b.op("MatMul", {o, b.in("w", {4, 3})});  // B of rank 2, not constant: per-node
+  b.out(o);
+  b.out(o2);
+  b.out(vt);
+  b.out(o3);
+  const std::string plan =
+      check(b.g, {random({2, 3, 5, 4}, 60, -2, 2), random({2, 3, 5, 4}, 61, -2, 2),
+                  random({2, 3, 5, 4}, 62), random({4, 3}, 63)});
+  EXPECT_EQ(count(plan, "MatMul: [2, 3, 5, 4] x [2, 3, 4, 5] (B transposed) + mul as"), 1) << plan;
+  EXPECT_EQ(count(plan, "MatMul: [2, 3, 5, 5] x [2, 3, 5, 4] as"), 1) << plan;
+  EXPECT_EQ(count(plan, "MatMul: [2, 3, 5, 4] x [2, 3, 4, 5] as"), 1) << plan;
+  EXPECT_EQ(count(plan, "Transpose '"), 1) << plan;
+  EXPECT_EQ(count(plan, "MatMul '"), 1) << plan;
+}
+
 }  // namespace
 }  // namespace tensord
 

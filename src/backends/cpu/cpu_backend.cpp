@@ -271,13 +271,19 @@ class CpuKernelTable final : public KernelTable {
   std::unordered_set<std::string> removed_;
 };
 
-// The cpu region compiler: oneDNN regions (convolutional parts), then element-wise programs
-// over what they left.
+// The cpu region compiler: oneDNN regions (convolutional parts), then Linear layers, then
+// element-wise programs over what they left.
 class CpuRegionCompiler final : public RegionCompiler {
  public:
   std::vector<Region> compile(const FusionGraph& g, std::vector<std::string>* notes) override {
     std::vector<Region> regions;
     if (!std::getenv("TENSORD_NO_ONEDNN_REGIONS")) regions = build_onednn_regions(g, notes);
+    if (!std::getenv("TENSORD_NO_LINEAR_FUSION")) {
+      std::vector<bool> taken(g.nodes.size(), false);
+      for (const auto& r : regions)
+        for (size_t m : r.members) taken[m] = true;
+      for (auto& l : build_linear_layers(g, taken, notes)) regions.push_back(std::move(l));
+    }
     if (!std::getenv("TENSORD_NO_ELEMENTWISE_FUSION")) {
       std::vector<bool> taken(g.nodes.size(), false);
       for (const auto& r : regions)

@@ -210,6 +210,425 @@ Result<DenseParams> dense_params(const Node& node, const FusionGraph& g) {
   return p;
 }
 
+// ---- Linear layers: MatMul by constant weights on activations of any rank ----
+
+// One step after a Linear layer's MatMul, applied to its [M, N] result as a oneDNN post-op.
+struct LinearStep {
+  enum Kind { kEltwise, kConstColumns, kResidual } kind = kEltwise;
+  Eltwise eltwise;              // kEltwise
+  Alg binary = Alg::binary_add;  // kConstColumns: add or mul by N values (or one, broadcast)
+  std::vector<float> columns;   // kConstColumns: N values
+  std::string residual;         // kResidual: a value of the result's shape, added
+
+  static LinearStep activation(Eltwise e) {
+    LinearStep s;
+    s.eltwise = e;
+    return s;
+  }
+};
+
+// A Linear layer: the MatMul, then the ops only its result (and each later step's) feeds, as
+// post-ops; `members` are node indices in topological order, `result` the last value.
+struct LinearPlan {
+  std::vector<size_t> members;
+  std::vector<float> bias;  // oneDNN's bias: the first Add of N constant values, or empty
+  std::vector<LinearStep> steps;
+  int64_t m = 0, k = 0, n = 0;
+  std::string src, result;
+  // A batched product of two activations (attention's Q K^T and P V): B is the value
+  // `weights` (read through its last two axes swapped when `b_transposed`: an absorbed
+  // Transpose), and the shapes are kept whole, not folded to [M, K].
+  std::string weights;
+  bool b_transposed = false;
+  Shape a_shape, b_shape, out_shape;
+};
+
+// The constant float32 values of input `i` of `node` when they are one value, or N values
+// along the last axis only (shape [..., 1, N]); empty otherwise.
+std::vector<float> column_constant(const FusionGraph& g, const Node& node, size_t i, int64_t n,
+                                   size_t out_rank) {
+  const HostTensor* c = i < node.inputs.size() ? g.constant(node.inputs[i]) : nullptr;
+  if (!c || c->dtype() != DType::kFloat32 || c->shape().size() > out_rank) return {};
+  const Shape& s = c->shape();
+  for (size_t d = 0; d + 1 < s.size(); ++d)
+    if (s[d] != 1) return {};
+  if (c->numel() == 1) return std::vector<float>(static_cast<size_t>(n), scalar_of(*c));
+  if (c->numel() != n) return {};
+  return std::vector<float>(c->data<float>(), c->data<float>() + n);
+}
+
+bool is_scalar_constant(const FusionGraph& g, const std::string& v, float want, float tol) {
+  const HostTensor* c = g.constant(v);
+  return c && c->dtype() == DType::kFloat32 && c->numel() == 1 &&
+         std::fabs(scalar_of(*c) - want) <= tol;
+}
+
+class LinearMatcher {
+ public:
+  explicit LinearMatcher(const FusionGraph& g) : g_(g) {
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      for (const auto& o : g.nodes[i]->outputs)
+        if (!o.empty()) producer_[o] = i;
+      for (const auto& v : g.nodes[i]->inputs)
+        if (!v.empty()) readers_[v].push_back(i);
+      for (const auto& v : implicit_inputs(*g.nodes[i])) readers_[v].push_back(i);
+    }
+  }
+
+  // The Linear layer headed by node `i` (a MatMul of a static float32 activation of rank >= 2
+  // by constant [K, N] float32 weights), or nullopt; `taken[j]`: node j is in another group.
+  std::optional<LinearPlan> match(size_t i, const std::vector<bool>& taken) {
+    const Node& mm = *g_.nodes[i];
+    if (mm.op != "MatMul" || taken[i] || mm.inputs.size() != 2 || mm.outputs.size() != 1 ||
+        (!mm.domain.empty() && mm.domain != "ai.onnx"))
+      return std::nullopt;
+    const TensorType* a = g_.type_of(mm.inputs[0]);
+    const TensorType* y = g_.type_of(mm.outputs[0]);
+    const HostTensor* w = g_.constant(mm.inputs[1]);
+    if (!a || a->dtype != DType::kFloat32 || a->shape.size() < 2 || !shape_is_static(a->shape) ||
+        !y || !shape_is_static(y->shape) || y->shape.size() != a->shape.size() ||
+        g_.constant(mm.inputs[0]))
+      return std::nullopt;
+    LinearPlan p;
+    p.members = {i};
+    if (w) {
+      if (w->dtype() != DType::kFloat32 || w->shape().size() != 2 ||
+          w->shape()[0] != a->shape.back())
+        return std::nullopt;
+      p.k = w->shape()[0];
+      p.n = w->shape()[1];
+    } else if (!batched_operand(mm, *a, taken, &p)) {
+      return std::nullopt;
+    }
+    p.m = 1;
+    for (size_t d = 0; d + 1 < a->shape.size(); ++d) p.m *= a->shape[d];
+    if (p.m == 0 || p.k == 0 || p.n == 0) return std::nullopt;
+    // The result must be A's leading axes and N (what the matmul writes), whatever inference said.
+    Shape want = a->shape;
+    want.back() = p.n;
+    if (y->shape != want || y->dtype != DType::kFloat32) return std::nullopt;
+    p.src = mm.inputs[0];
+    p.a_shape = a->shape;
+    p.out_shape = y->shape;
+    const Shape out_shape = y->shape;
+    std::string v = mm.outputs[0];
+    auto free_reader = [&](const std::string& x) -> const Node* {
+      if (g_.is_graph_output(x)) return nullptr;
+      auto it = readers_.find(x);
+      if (it == readers_.end() || it->second.size() != 1 || taken[it->second[0]]) return nullptr;
+      const Node* r = g_.nodes[it->second[0]];
+      if ((!r->domain.empty() && r->domain != "ai.onnx") || r->outputs.size() != 1) return nullptr;
+      const TensorType* t = g_.type_of(r->outputs[0]);
+      if (!t || t->dtype != DType::kFloat32 || t->shape != out_shape) return nullptr;
+      p.members.push_back(it->second[0]);
+      return r;
+    };
+    for (int guard = 0; guard < 8; ++guard) {
+      if (std::optional<std::string> after = gelu_erf(v, taken, &p.members)) {
+        p.steps.push_back(LinearStep::activation({Alg::eltwise_gelu_erf, 0, 0}));
+        v = *after;
+        continue;
+      }
+      const size_t before = p.members.size();
+      const Node* r = free_reader(v);
+      if (!r) break;
+      const std::string& op = r->op;
+      const int vi = r->inputs.size() == 2 ? (r->inputs[0] == v ? 0 : 1) : 0;
+      const std::string& other = r->inputs.size() == 2 ? r->inputs[1 - vi] : std::string();
+      bool ok = false;
+      if (is_unary_eltwise(op) && r->inputs[0] == v) {
+        auto steps = eltwise_steps(*r, g_);
+        if (steps.ok()) {
+          for (const auto& e : *steps) p.steps.push_back(LinearStep::activation(e));
+          ok = true;
+        }
+      } else if ((op == "Add" || op == "Mul" || ((op == "Sub" || op == "Div") && vi == 0)) &&
+                 r->inputs.size() == 2 && other != v) {
+        std::vector<float> cols = column_constant(g_, *r, static_cast<size_t>(1 - vi), p.n,
+                                                  out_shape.size());
+        if (!cols.empty()) {
+          if (op == "Sub")
+            for (float& c : cols) c = -c;
+          if (op == "Div")
+            for (float& c : cols) c = 1.0f / c;
+          const Alg alg = op == "Add" || op == "Sub" ? Alg::binary_add : Alg::binary_mul;
+          if (alg == Alg::binary_add && p.steps.empty() && p.bias.empty()) {
+            p.bias = std::move(cols);
+          } else {
+            LinearStep s;
+            s.kind = LinearStep::kConstColumns;
+            s.binary = alg;
+            s.columns = std::move(cols);
+            p.steps.push_back(std::move(s));
+          }
+          ok = true;
+        } else if (op == "Add" && !g_.constant(other)) {
+          // A residual of the result's shape: it must not be computed from this layer.
+          const TensorType* t = g_.type_of(other);
+          auto pr = producer_.find(other);
+          const bool inside = pr != producer_.end() &&
+                              std::find(p.members.begin(), p.members.end(), pr->second) !=
+                                  p.members.end();
+          if (t && t->dtype == DType::kFloat32 && t->shape == out_shape && !inside) {
+            LinearStep s;
+            s.kind = LinearStep::kResidual;
+            s.residual = other;
+            p.steps.push_back(std::move(s));
+            ok = true;
+          }
+        }
+      }
+      if (!ok) {
+        p.members.resize(before);
+        break;
+      }
+      v = r->outputs[0];
+    }
+    p.result = v;
+    std::sort(p.members.begin(), p.members.end());
+    return p;
+  }
+
+ private:
+  // B of a MatMul of two activations: static float32, the same rank as A (>= 3) and the same
+  // leading (batch) axes, no broadcasting. A Transpose swapping B's last two axes that only
+  // this MatMul reads is absorbed (B read through strides). Fills p's batched fields.
+  bool batched_operand(const Node& mm, const TensorType& a, const std::vector<bool>& taken,
+                       LinearPlan* p) {
+    const TensorType* b = g_.type_of(mm.inputs[1]);
+    const size_t rank = a.shape.size();
+    if (!b || b->dtype != DType::kFloat32 || !shape_is_static(b->shape) || rank < 3 ||
+        b->shape.size() != rank || b->shape[rank - 2] != a.shape[rank - 1])
+      return false;
+    for (size_t d = 0; d + 2 < rank; ++d)
+      if (a.shape[d] != b->shape[d]) return false;
+    p->weights = mm.inputs[1];
+    p->b_shape = b->shape;
+    p->k = b->shape[rank - 2];
+    p->n = b->shape[rank - 1];
+    auto pr = producer_.find(mm.inputs[1]);
+    auto rd = readers_.find(mm.inputs[1]);
+    if (pr != producer_.end() && !taken[pr->second] && !g_.is_graph_output(mm.inputs[1]) &&
+        rd != readers_.end() && rd->second.size() == 1) {
+      const Node& t = *g_.nodes[pr->second];
+      auto perm = NodeAttrs(t).attr_ints("perm");
+      std::vector<int64_t> swap(rank);
+      for (size_t d = 0; d < rank; ++d) swap[d] = static_cast<int64_t>(d);
+      std::swap(swap[rank - 1], swap[rank - 2]);
+      if (t.op == "Transpose" && (t.domain.empty() || t.domain == "ai.onnx") && perm.ok() &&
+          *perm == swap && t.inputs.size() == 1 && !g_.constant(t.inputs[0])) {
+        p->weights = t.inputs[0];
+        p->b_transposed = true;
+        p->members.insert(p->members.begin(), pr->second);
+      }
+    }
+    return true;
+  }
+
+  // PyTorch's erf GELU of `x`: x * 0.5 * (1 + erf(x / sqrt 2)) as Div (or Mul by 1/sqrt 2),
+  // Erf, Add 1, Mul by x, Mul by 0.5 (the two Muls in either order), every intermediate read
+  // only by the next. Appends the five nodes to `members` and returns the result's name.
+  std::optional<std::string> gelu_erf(const std::string& x, const std::vector<bool>& taken,
+                                      std::vector<size_t>* members) {
+    if (g_.is_graph_output(x)) return std::nullopt;
+    auto it = readers_.find(x);
+    if (it == readers_.end() || it->second.size() != 2) return std::nullopt;
+    auto only_reader = [&](const std::string& v) -> std::optional<size_t> {
+      if (g_.is_graph_output(v)) return std::nullopt;
+      auto r = readers_.find(v);
+      if (r == readers_.end() || r->second.size() != 1 || taken[r->second[0]]) return std::nullopt;
+      return r->second[0];
+    };
+    auto other_of = [](const Node& n, const std::string& v) -> std::string {
+      if (n.inputs.size() != 2 || (n.inputs[0] == v) == (n.inputs[1] == v)) return "";
+      return n.inputs[0] == v ? n.inputs[1] : n.inputs[0];
+    };
+    for (int k = 0; k < 2; ++k) {
+      const size_t si = it->second[static_cast<size_t>(k)];
+      const size_t mi = it->second[static_cast<size_t>(1 - k)];
+      if (taken[si] || taken[mi]) continue;
+      const Node& scale = *g_.nodes[si];
+      const bool div = scale.op == "Div" && scale.inputs.size() == 2 && scale.inputs[0] == x &&
+                       is_scalar_constant(g_, scale.inputs[1], 1.41421356f, 1e-4f);
+      const bool mul = scale.op == "Mul" &&
+                       is_scalar_constant(g_, other_of(scale, x), 0.70710678f, 1e-4f);
+      if (!div && !mul) continue;
+      auto ei = only_reader(scale.outputs[0]);
+      if (!ei || g_.nodes[*ei]->op != "Erf") continue;
+      const Node& erf = *g_.nodes[*ei];
+      auto ai = only_reader(erf.outputs[0]);
+      if (!ai || g_.nodes[*ai]->op != "Add" ||
+          !is_scalar_constant(g_, other_of(*g_.nodes[*ai], erf.outputs[0]), 1.0f, 0.0f))
+        continue;
+      const Node& add = *g_.nodes[*ai];
+      // Either x * (1 + erf) then * 0.5, or (x * 0.5) * (1 + erf).
+      const Node& first = *g_.nodes[mi];
+      if (first.op != "Mul") continue;
+      std::optional<size_t> last;
+      if (other_of(first, x) == add.outputs[0]) {
+        last = only_reader(first.outputs[0]);
+        if (!last || g_.nodes[*last]->op != "Mul" ||
+            !is_scalar_constant(g_, other_of(*g_.nodes[*last], first.outputs[0]), 0.5f, 0.0f))
+          continue;
+      } else if (is_scalar_constant(g_, other_of(first, x), 0.5f, 0.0f)) {
+        last = only_reader(first.outputs[0]);
+        if (!last || *last != *only_reader(add.outputs[0]) || g_.nodes[*last]->op != "Mul" ||
+            other_of(*g_.nodes[*last], first.outputs[0]) != add.outputs[0])
+          continue;
+      } else {
+        continue;
+      }
+      if (!only_reader(add.outputs[0])) continue;
+      if (*only_reader(add.outputs[0]) != (other_of(first, x) == add.outputs[0] ? mi : *last))
+        continue;
+      members->insert(members->end(), {si, *ei, *ai, mi, *last});
+      return g_.nodes[*last]->outputs[0];
+    }
+    return std::nullopt;
+  }
+
+  const FusionGraph& g_;
+  std::unordered_map<std::string, size_t> producer_;
+  std::unordered_map<std::string, std::vector<size_t>> readers_;
+};
+
+// A compiled Linear layer: one oneDNN matmul [M, K] x [K, N] with weights reordered once into
+// the layout it wants, the bias and the steps as post-ops. Inputs: the activation and any
+// residual, by name (Region::inputs order).
+class LinearKernel final : public FusedKernel {
+ public:
+  Status run_host(const std::vector<TensorView>& inputs,
+                  const std::vector<MutableTensorView>& outputs, Allocator&) override {
+    if (outputs.size() != 1) return errors::Internal("Linear: {} outputs", outputs.size());
+    std::unordered_map<int, memory> args = args_;
+    args[DNNL_ARG_SRC] = memory(src_md_, cpu_engine(), const_cast<void*>(inputs.at(src_).data));
+    args[DNNL_ARG_DST] = memory(dst_md_, cpu_engine(), outputs[0].data);
+    if (weights_)
+      args[DNNL_ARG_WEIGHTS] =
+          memory(wei_md_, cpu_engine(), const_cast<void*>(inputs.at(*weights_).data));
+    for (const auto& [arg, input] : residual_args_)
+      args[arg] = memory(dst_md_, cpu_engine(), const_cast<void*>(inputs.at(input).data));
+    try {
+      prim_.execute(cpu_stream(), args);
+      cpu_stream().wait();
+    } catch (const dnnl::error& e) {
+      return errors::Internal("Linear layer failed in oneDNN: {}", e.what());
+    }
+    return OkStatus();
+  }
+  int64_t arena_bytes() const override { return 0; }
+  int64_t weight_bytes() const override { return weight_bytes_; }
+  std::string describe() const override { return describe_; }
+
+  dnnl::primitive prim_;
+  memory::desc src_md_, dst_md_, wei_md_;
+  size_t src_ = 0;
+  std::optional<size_t> weights_;  // B as an input (a batched product)
+  std::vector<std::pair<int, size_t>> residual_args_;  // post-op argument -> input index
+  std::unordered_map<int, memory> args_;              // weights, bias, constant columns
+  int64_t weight_bytes_ = 0;
+  std::string describe_;
+};
+
+Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const LinearPlan& p,
+                                                    const FusedGroup& r) {
+  if (r.outputs.size() != 1 || r.outputs[0] != p.result)
+    return errors::Unimplemented("Linear layer '{}': its result is not its only output",
+                                 g.nodes[p.members[0]]->name);
+  auto input_index = [&](const std::string& v) -> std::optional<size_t> {
+    for (size_t i = 0; i < r.inputs.size(); ++i)
+      if (r.inputs[i] == v) return i;
+    return std::nullopt;
+  };
+  auto k = std::make_unique<LinearKernel>();
+  auto src = input_index(p.src);
+  if (!src) return errors::Internal("Linear layer: '{}' is not an input", p.src);
+  k->src_ = *src;
+  // Row-major, or (swap_last) the bytes of the shape with its last two axes swapped.
+  auto plain = [](const Shape& s, bool swap_last = false) {
+    Shape t = s;
+    if (swap_last) std::swap(t[t.size() - 1], t[t.size() - 2]);
+    memory::dims st(t.size(), 1);
+    for (size_t i = t.size(); i-- > 1;) st[i - 1] = st[i] * std::max<int64_t>(t[i], 1);
+    if (swap_last) std::swap(st[st.size() - 1], st[st.size() - 2]);
+    return memory::desc(memory::dims(s.begin(), s.end()), DT::f32, st);
+  };
+  auto text = [](const Shape& s) {
+    std::string out;
+    for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+    return out;
+  };
+  const bool batched = !p.weights.empty();
+  k->src_md_ = batched ? plain(p.a_shape) : memory::desc({p.m, p.k}, DT::f32, Tag::ab);
+  k->dst_md_ = batched ? plain(p.out_shape) : memory::desc({p.m, p.n}, DT::f32, Tag::ab);
+  Shape row(batched ? p.out_shape.size() : 2, 1);
+  row.back() = p.n;
+  const memory::desc row_md = plain(row);
+  dnnl::post_ops post;
+  std::vector<std::pair<int, const std::vector<float>*>> columns;
+  std::string what;
+  for (const LinearStep& s : p.steps) {
+    const int at = post.len();
+    if (s.kind == LinearStep::kEltwise) {
+      post.append_eltwise(1.0f, s.eltwise.alg, s.eltwise.alpha, s.eltwise.beta);
+      what += s.eltwise.alg == Alg::eltwise_gelu_erf ? " + gelu" : " + eltwise";
+    } else if (s.kind == LinearStep::kConstColumns) {
+      post.append_binary(s.binary, row_md);
+      columns.emplace_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(at) | DNNL_ARG_SRC_1, &s.columns);
+      what += s.binary == Alg::binary_add ? " + add" : " + mul";
+    } else {
+      post.append_binary(Alg::binary_add, k->dst_md_);
+      auto in = input_index(s.residual);
+      if (!in) return errors::Internal("Linear layer: '{}' is not an input", s.residual);
+      k->residual_args_.emplace_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(at) | DNNL_ARG_SRC_1, *in);
+      what += " + residual";
+    }
+  }
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(post);
+  memory::desc wei_any({p.k, p.n}, DT::f32, Tag::any);
+  if (batched) {
+    wei_any = plain(p.b_shape, p.b_transposed);  // transposed: B^T's bytes read as B
+    auto in = input_index(p.weights);
+    if (!in) return errors::Internal("Linear layer: '{}' is not an input", p.weights);
+    k->weights_ = *in;
+    k->wei_md_ = wei_any;
+  }
+  const bool has_bias = !p.bias.empty();
+  auto desc = has_bias ? dnnl::matmul::desc(k->src_md_, wei_any, row_md, k->dst_md_)
+                       : dnnl::matmul::desc(k->src_md_, wei_any, k->dst_md_);
+  dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+  if (!batched) {  // weights reordered once, now, into the layout the primitive chose
+    const Node& mm = *g.nodes[p.members[0]];
+    const HostTensor* w = g.constant(mm.inputs[1]);
+    memory wsrc(memory::desc({p.k, p.n}, DT::f32, Tag::ab), cpu_engine(),
+                const_cast<void*>(w->data()));
+    memory wdst(pd.weights_desc(), cpu_engine());
+    dnnl::reorder(wsrc, wdst).execute(cpu_stream(), wsrc, wdst);
+    cpu_stream().wait();
+    k->args_[DNNL_ARG_WEIGHTS] = wdst;
+    k->weight_bytes_ = static_cast<int64_t>(pd.weights_desc().get_size());
+  }
+  auto owned = [&](const std::vector<float>& values) {
+    memory mem(row_md, cpu_engine());
+    std::memcpy(mem.get_data_handle(), values.data(), values.size() * sizeof(float));
+    k->weight_bytes_ += static_cast<int64_t>(values.size() * sizeof(float));
+    return mem;
+  };
+  if (has_bias) k->args_[DNNL_ARG_BIAS] = owned(p.bias);
+  for (const auto& [arg, values] : columns) k->args_[arg] = owned(*values);
+  k->prim_ = dnnl::matmul(pd);
+  k->describe_ =
+      batched ? fmt::format("MatMul: [{}] x [{}]{}{}{} as one oneDNN matmul ({}), {} nodes",
+                            text(p.a_shape), text(p.b_shape),
+                            p.b_transposed ? " (B transposed)" : "", has_bias ? " + bias" : "",
+                            what, pd.impl_info_str(), p.members.size())
+              : fmt::format("Linear: [{}, {}] x [{}, {}]{}{} as one oneDNN matmul ({}), {} nodes",
+                            p.m, p.k, p.k, p.n, has_bias ? " + bias" : "", what,
+                            pd.impl_info_str(), p.members.size());
+  return std::unique_ptr<FusedKernel>(std::move(k));
+}
+
 // A Pad that pads nothing (PyTorch exports AvgPool2d as Pad with zero pads + AveragePool).
 bool is_identity_pad(const Node& node, const FusionGraph& g) {
   NodeAttrs a(node);
@@ -850,7 +1269,7 @@ class RegionCompiler {
       flattened_[node.outputs[0]] = node.inputs[0];  // a view: materialised only if needed
       return OkStatus();
     }
-    if (op == "Gemm" || op == "MatMul") return compile_dense(node);
+    if (op == "Gemm" || op == "MatMul") return compile_dense(m);
     if (op == "BatchNormalization") return compile_batchnorm(m);
     if (op == "Reshape" || op == "Transpose") return compile_shuffle_part(node);
     if (op == "Slice") return compile_channel_slice(node);
@@ -1006,6 +1425,45 @@ class RegionCompiler {
     return OkStatus();
   }
 
+  // The post-ops of a contraction (member `m`) whose result is `*v`, in graph order: activations
+  // that are the only reader of the value before them (x * Sigmoid(x) as one swish), and, when
+  // `residual` is given, one Add of a same-shaped value that exists before the contraction runs
+  // (a sum post-op; its name goes to *residual). Absorbed members are marked fused; *v becomes
+  // the last absorbed value.
+  Status absorb_post_ops(size_t m, std::string* v, dnnl::post_ops* post, std::string* residual) {
+    for (int guard = 0; guard < 4; ++guard) {
+      if (auto sw = swish_of(*v)) {  // x * Sigmoid(x): one swish post-op
+        post->append_eltwise(1.0f, Alg::eltwise_swish, 1.0f, 0.0f);
+        fused_members_.insert(sw->first);
+        fused_members_.insert(sw->second);
+        out_->fused_ += 2;
+        *v = g_.nodes[r_.members[sw->second]]->outputs[0];
+        continue;
+      }
+      auto c = sole_consumer(*v);
+      if (!c) break;
+      const Node& next = *g_.nodes[r_.members[*c]];
+      if (is_unary_eltwise(next.op) && next.inputs[0] == *v) {
+        TD_ASSIGN_OR_RETURN(auto steps, eltwise_steps(next, g_));
+        for (const auto& e : steps) post->append_eltwise(1.0f, e.alg, e.alpha, e.beta);
+      } else if (residual && next.op == "Add" && residual->empty() && next.inputs.size() == 2) {
+        const std::string& other = next.inputs[0] == *v ? next.inputs[1] : next.inputs[0];
+        if (other == *v || type(other).shape != type(*v).shape) break;
+        // The residual must exist before the contraction runs.
+        auto p = producer_.find(other);
+        if (p != producer_.end() && p->second > m) break;
+        *residual = other;
+        post->append_sum(1.0f);
+      } else {
+        break;
+      }
+      fused_members_.insert(*c);
+      out_->fused_++;
+      *v = next.outputs[0];
+    }
+    return OkStatus();
+  }
+
   Status compile_conv(size_t m) {
     const Node& node = *g_.nodes[r_.members[m]];
     NodeAttrs a(node);
@@ -1073,36 +1531,7 @@ class RegionCompiler {
     // Post-ops: activations and one residual Add, in graph order.
     dnnl::post_ops post;
     std::string residual;
-    for (int guard = 0; guard < 4; ++guard) {
-      if (auto sw = swish_of(v)) {  // x * Sigmoid(x): one swish post-op
-        post.append_eltwise(1.0f, Alg::eltwise_swish, 1.0f, 0.0f);
-        fused_members_.insert(sw->first);
-        fused_members_.insert(sw->second);
-        out_->fused_ += 2;
-        v = g_.nodes[r_.members[sw->second]]->outputs[0];
-        continue;
-      }
-      auto c = sole_consumer(v);
-      if (!c) break;
-      const Node& next = *g_.nodes[r_.members[*c]];
-      if (is_unary_eltwise(next.op) && next.inputs[0] == v) {
-        TD_ASSIGN_OR_RETURN(auto steps, eltwise_steps(next, g_));
-        for (const auto& e : steps) post.append_eltwise(1.0f, e.alg, e.alpha, e.beta);
-      } else if (next.op == "Add" && residual.empty() && next.inputs.size() == 2) {
-        const std::string& other = next.inputs[0] == v ? next.inputs[1] : next.inputs[0];
-        if (other == v || type(other).shape != type(v).shape) break;
-        // The residual must exist before the Conv runs.
-        auto p = producer_.find(other);
-        if (p != producer_.end() && p->second > m) break;
-        residual = other;
-        post.append_sum(1.0f);
-      } else {
-        break;
-      }
-      fused_members_.insert(*c);
-      out_->fused_++;
-      v = next.outputs[0];
-    }
+    TD_RETURN_IF_ERROR(absorb_post_ops(m, &v, &post, &residual));
 
     const Shape ys = act4(type(v).shape);
     memory::dims wdims = dims_of(ws);
@@ -1190,7 +1619,8 @@ class RegionCompiler {
 
   // Gemm/MatMul by constant weights as a oneDNN inner product; fed by a Flatten of a 4-D value,
   // it reads that value in its own layout (weights viewed as [N, C, H, W]).
-  Status compile_dense(const Node& node) {
+  Status compile_dense(size_t m) {
+    const Node& node = *g_.nodes[r_.members[m]];
     TD_ASSIGN_OR_RETURN(DenseParams p, dense_params(node, g_));
     const std::string& a = node.inputs[0];
     auto flat = flattened_.find(a);
@@ -1217,17 +1647,7 @@ class RegionCompiler {
     // Activations read only by this product's result: its post-ops.
     std::string v = node.outputs[0];
     dnnl::post_ops post;
-    for (int guard = 0; guard < 4; ++guard) {
-      auto c = sole_consumer(v);
-      if (!c) break;
-      const Node& next = *g_.nodes[r_.members[*c]];
-      if (!is_unary_eltwise(next.op) || next.inputs[0] != v) break;
-      TD_ASSIGN_OR_RETURN(auto steps, eltwise_steps(next, g_));
-      for (const auto& e : steps) post.append_eltwise(1.0f, e.alg, e.alpha, e.beta);
-      fused_members_.insert(*c);
-      out_->fused_++;
-      v = next.outputs[0];
-    }
+    TD_RETURN_IF_ERROR(absorb_post_ops(m, &v, &post, nullptr));
     dnnl::primitive_attr attr;
     attr.set_post_ops(post);
     dnnl::inner_product_forward::primitive_desc pd(desc, attr, cpu_engine());
@@ -1551,6 +1971,47 @@ std::vector<FusedGroup> build_onednn_regions(const FusionGraph& g,
     compiled.push_back(std::move(r));
   }
   return compiled;
+}
+
+std::vector<FusedGroup> build_linear_layers(const FusionGraph& g, const std::vector<bool>& taken_in,
+                                            std::vector<std::string>* notes) {
+  std::vector<bool> taken = taken_in;
+  taken.resize(g.nodes.size(), false);
+  for (size_t i = 0; i < taken.size(); ++i)
+    if (!g.placed_here.empty() && !g.placed_here[i]) taken[i] = true;
+  LinearMatcher matcher(g);
+  std::vector<FusedGroup> out;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    std::optional<LinearPlan> p = matcher.match(i, taken);
+    if (!p) continue;
+    // Every intermediate is read only by the next member, so the group's only output is the
+    // result and nothing outside depends on a member: contracting it makes no cycle.
+    FusedGroup r;
+    r.members = p->members;
+    std::unordered_set<std::string> produced, seen;
+    for (size_t m : r.members)
+      for (const auto& o : g.nodes[m]->outputs) produced.insert(o);
+    for (size_t m : r.members)
+      for (const auto& v : g.nodes[m]->inputs)
+        if (!v.empty() && !produced.count(v) && !g.constant(v) && seen.insert(v).second)
+          r.inputs.push_back(v);
+    r.outputs = {p->result};
+    Result<std::unique_ptr<FusedKernel>> k = errors::Internal("not compiled");
+    try {
+      k = compile_linear(g, *p, r);
+    } catch (const dnnl::error& e) {
+      k = errors::Unimplemented("oneDNN refused the Linear layer '{}': {}", g.nodes[i]->name,
+                                e.what());
+    }
+    if (!k.ok()) {
+      if (notes) notes->push_back(k.status().message());
+      continue;
+    }
+    for (size_t m : r.members) taken[m] = true;
+    r.kernel = std::move(*k);
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 }  // namespace tensord::cpu

@@ -30,4 +30,17 @@ namespace tensord::cpu {
 std::vector<FusedGroup> build_onednn_regions(const FusionGraph& g,
                                              std::vector<std::string>* notes = nullptr);
 
+// Linear layers outside those regions, each one step: a MatMul of a float32 activation of any
+// rank >= 2 (static shape) by constant [K, N] weights, as one oneDNN matmul over [M, K] (the
+// leading axes folded) with the weights reordered once into its layout, and as its post-ops
+// what only its result feeds: an Add of N constant values (the bias), Add/Sub/Mul/Div by N
+// constant values or one, the element-wise activations above, PyTorch's erf GELU
+// pattern (x * 0.5 * (1 + Erf(x / sqrt 2))), and Adds of a same-shaped value (a residual).
+// A MatMul of two activations of the same rank >= 3 and batch axes (attention's Q K^T, P V)
+// is one too, with the same post-ops; a Transpose swapping B's last two axes that only it
+// reads is absorbed (B read through strides). Nodes with `taken[i]` (in another region) or not
+// placed here are left alone.
+std::vector<FusedGroup> build_linear_layers(const FusionGraph& g, const std::vector<bool>& taken,
+                                            std::vector<std::string>* notes = nullptr);
+
 }  // namespace tensord::cpu
