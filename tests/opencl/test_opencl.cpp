@@ -1179,6 +1179,18 @@ TEST(OpenClRecurrent, RnnGruLstmRunOnTheDeviceAndAgreeWithTheReference) {
     ASSERT_TRUE(outs[k].ok()) << g.outputs[k].name << ": " << outs[k].status().to_string();
     expect_near(get(*outs[k]), want[k], g.outputs[k].name);
   }
+  // The recurrent products as the generated matrix-vector kernel (what a CPU device uses at
+  // batch 1-2): only the input projections are GEMMs.
+  setenv("TENSORD_OPENCL_RNN_GEMM", "generated", 1);
+  const int64_t blas2 = opencl::blas_calls();
+  auto outs2 = (*exe)->run(in, s);
+  unsetenv("TENSORD_OPENCL_RNN_GEMM");
+  EXPECT_EQ(opencl::blas_calls() - blas2, 5);
+  ASSERT_EQ(outs2.size(), g.outputs.size());
+  for (size_t k = 0; k < outs2.size(); ++k) {
+    ASSERT_TRUE(outs2[k].ok()) << g.outputs[k].name << ": " << outs2[k].status().to_string();
+    expect_near(get(*outs2[k]), want[k], g.outputs[k].name + " (generated products)");
+  }
 }
 
 // What the generated loop does not cover is refused by name (and falls back to cpu:0 when not

@@ -178,6 +178,23 @@ std::string sig(const std::string& x) {
 
 }  // namespace
 
+TemplateKernel recurrent_matvec_kernel(const RecurrentPlan& p, int64_t row0, int64_t cols) {
+  TemplateKernel k;
+  k.name = "tensord_rnn_matvec";
+  k.n = p.dirs * p.batch * cols;
+  k.in_types = {"float", "float"};
+  k.out_types = {"float"};
+  const int64_t B = p.batch, H = p.hidden, GH = p.gh();
+  k.body = fmt::format(
+      "const i64 d = gid / {0};\nconst i64 b = (gid / {1}) % {2};\nconst i64 g = gid % {1};\n"
+      "GLOBAL const float* a = in0 + (d * {2} + b) * {3};\n"
+      "GLOBAL const float* w = in1 + d * {4} + ({5} + g) * {3};\n"
+      "float acc = 0.0f;\nfor (i64 k = 0; k < {3}; ++k) acc += a[k] * w[k];\n"
+      "out0[(d * {2} + b) * {6} + {5} + g] = acc;\n",
+      C(B * cols), C(cols), C(B), C(H), C(GH * H), C(row0), C(GH));
+  return k;
+}
+
 TemplateKernel recurrent_init_kernel(const RecurrentPlan& p) {
   TemplateKernel k;
   k.name = "tensord_rnn_init";

@@ -44,6 +44,11 @@ struct RecurrentPlan {
 // activations, other dtypes), or INVALID_ARGUMENT for shapes that do not fit.
 Result<RecurrentPlan> plan_recurrent(const Node& node, const std::vector<TensorType>& inputs);
 
+// The recurrent product as one generated kernel instead of a GEMM (a CPU device at batch 1-2,
+// where a tiled BLAS GEMM wastes its tiles on one row): for each direction d, entry b and
+// column g < cols, out0[d][b][row0 + g] (rows of G*H) = sum_k in0[d][b][k] in1[d][row0 + g][k]
+// with in0 [D][B][H] (the state, or RH) and in1 = R [D][G*H][H]. n = D * B * cols.
+TemplateKernel recurrent_matvec_kernel(const RecurrentPlan& p, int64_t row0, int64_t cols);
 // in: [initial_h] [initial_c] (as the plan has them); out: H, [C] (LSTM), [Y_h], [Y_c];
 // n = state_numel().
 TemplateKernel recurrent_init_kernel(const RecurrentPlan& p);

@@ -1250,12 +1250,36 @@ class RecurrentKernel final : public Kernel {
     if (p.bias) reset_args.push_back(bias);
     if (p.lens) reset_args.push_back(lens);
     reset_args.push_back(rh);
+    // The recurrent products: CLBlast's GEMM, or at a batch of one or two on a CPU device the
+    // generated matrix-vector kernel (a tiled GEMM spends its tiles on one row; measured on
+    // PoCL, gru_audio: see the README). TENSORD_OPENCL_RNN_GEMM=clblast / generated forces one.
+    bool generated = device_->is_cpu() && B <= 2;
+    if (const char* e = std::getenv("TENSORD_OPENCL_RNN_GEMM"); e && *e)
+      generated = std::string(e) == "generated";
+    std::shared_ptr<Program> mv_prog, mv_reset_prog;
+    codegen::TemplateKernel mv_k, mv_reset_k;
+    if (generated) {
+      mv_k = codegen::recurrent_matvec_kernel(p, 0, GH);
+      TD_ASSIGN_OR_RETURN(mv_prog, device_->template_program(mv_k));
+      if (gru_reset) {
+        mv_reset_k = codegen::recurrent_matvec_kernel(p, 2 * H, H);
+        TD_ASSIGN_OR_RETURN(mv_reset_prog, device_->template_program(mv_reset_k));
+      }
+    }
     for (int64_t s = 0; s < S; ++s) {
       gate_args[0].offset = reset_args[0].offset = steps.offset + static_cast<cl_ulong>(s * 4);
-      TD_RETURN_IF_ERROR(run_gemm(*device_, rec));
+      if (generated) {
+        TD_RETURN_IF_ERROR(device_->launch(*mv_prog, {h, r, hr}, mv_k.n));
+      } else {
+        TD_RETURN_IF_ERROR(run_gemm(*device_, rec));
+      }
       if (gru_reset) {
         TD_RETURN_IF_ERROR(device_->launch(*reset_prog, reset_args, reset_k.n));
-        TD_RETURN_IF_ERROR(run_gemm(*device_, reset));
+        if (generated) {
+          TD_RETURN_IF_ERROR(device_->launch(*mv_reset_prog, {rh, r, hr}, mv_reset_k.n));
+        } else {
+          TD_RETURN_IF_ERROR(run_gemm(*device_, reset));
+        }
       }
       TD_RETURN_IF_ERROR(device_->launch(*gate_prog, gate_args, gate.n));
     }
