@@ -657,9 +657,13 @@ TEST(CudaNvrtc, GeluAndRecurrentKernelsPrintAndCompile) {
   p.dirs = 2, p.bias = p.peepholes = p.lens = p.initial_h = p.initial_c = p.y = p.y_h = p.y_c = true;
   codegen::RecurrentPlan gru = p;
   gru.kind = codegen::RecurrentPlan::kGru, gru.gates = 3, gru.layout = 1;
+  codegen::RecurrentPlan fused = p, fused_gru = gru;
+  fused.fused = fused_gru.fused = true;
   for (const auto& k : {codegen::recurrent_init_kernel(p), codegen::recurrent_gate_kernel(p),
                         codegen::recurrent_gate_kernel(gru), codegen::recurrent_reset_kernel(gru),
-                        codegen::zero_kernel(7), codegen::iota_kernel(7)}) {
+                        codegen::recurrent_gate_kernel(fused), codegen::recurrent_gate_kernel(fused_gru),
+                        codegen::recurrent_reset_kernel(fused_gru), codegen::zero_kernel(7),
+                        codegen::iota_kernel(7)}) {
     const std::string cu = codegen::print_template(k, codegen::Dialect::kCuda);
     auto r = cuda::nvrtc_compile(cu, "compute_90");
     EXPECT_TRUE(r.ok()) << k.name << ": " << r.status().message().substr(0, 1500);

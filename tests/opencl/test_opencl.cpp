@@ -1179,8 +1179,8 @@ TEST(OpenClRecurrent, RnnGruLstmRunOnTheDeviceAndAgreeWithTheReference) {
     ASSERT_TRUE(outs[k].ok()) << g.outputs[k].name << ": " << outs[k].status().to_string();
     expect_near(get(*outs[k]), want[k], g.outputs[k].name);
   }
-  // The recurrent products as the generated matrix-vector kernel (what a CPU device uses at
-  // batch 1-2): only the input projections are GEMMs.
+  // The step's products inside the step kernels with ping-pong states (what a CPU device uses
+  // at batch 1-2): only the input projections are GEMMs.
   setenv("TENSORD_OPENCL_RNN_GEMM", "generated", 1);
   const int64_t blas2 = opencl::blas_calls();
   auto outs2 = (*exe)->run(in, s);

@@ -136,7 +136,7 @@ std::string state_index(const RecurrentPlan& p) {
 
 // The common head of the step kernels: d, b, j, the step, the entry's length L, whether it
 // is active (else return), its time t and row of X, and pointers xp, hr, wb, rb.
-std::string step_head(const RecurrentPlan& p, int lens_input, int bias_input) {
+std::string step_head(const RecurrentPlan& p, int lens_input, int bias_input, bool copy_state) {
   const int64_t B = p.batch, H = p.hidden, S = p.seq, GH = p.gh();
   std::string s = fmt::format(
       "const i64 d = gid / {0};\nconst i64 b = (gid / {1}) % {2};\nconst i64 j = gid % {1};\n"
@@ -148,13 +148,14 @@ std::string step_head(const RecurrentPlan& p, int lens_input, int bias_input) {
   } else {
     s += fmt::format("const i64 L = {};\n", C(S));
   }
-  s += "if (s >= L) return;\n";
+  // Past its length an entry keeps its state (fused: copied to the buffer the next step reads).
+  s += p.fused && copy_state ? "if (s >= L) { out0[gid] = in2[gid]; return; }\n" : "if (s >= L) return;\n";
   const std::string rev = p.dirs == 2 ? "d == 1" : p.reverse[0] ? "1" : "0";
   s += fmt::format("const i64 t = ({}) ? L - 1 - s : s;\n", rev);
   s += fmt::format("const i64 row = {};\n", p.layout == 0 ? fmt::format("t * {} + b", C(B))
                                                           : fmt::format("b * {} + t", C(S)));
   s += fmt::format("GLOBAL const float* xp = in1 + d * {} + row * {};\n", C(S * B * GH), C(GH));
-  s += fmt::format("GLOBAL const float* hr = in2 + (d * {} + b) * {};\n", C(B), C(GH));
+  if (!p.fused) s += fmt::format("GLOBAL const float* hr = in2 + (d * {} + b) * {};\n", C(B), C(GH));
   if (bias_input >= 0) {
     s += fmt::format("GLOBAL const float* wb = in{} + d * {};\nGLOBAL const float* rb = wb + {};\n", bias_input,
                      C(2 * GH), C(GH));
@@ -162,11 +163,31 @@ std::string step_head(const RecurrentPlan& p, int lens_input, int bias_input) {
   return s;
 }
 
+// Fused: hr<g> = sum_k src_g[k] R[d][g H + j][k] for each (gate g, source row pointer): the
+// step's products in the kernel, one pass over k.
+std::string dots(const RecurrentPlan& p, int r_input, const std::vector<std::pair<int, std::string>>& gates) {
+  const int64_t B = p.batch, H = p.hidden;
+  std::string s = fmt::format("GLOBAL const float* rw = in{} + d * {} + j * {};\n", r_input, C(p.gh() * H), C(H));
+  std::string loop;
+  for (const auto& [g, src] : gates) {
+    s += fmt::format("float hr{} = 0.0f;\nGLOBAL const float* src{} = {} + (d * {} + b) * {};\n", g, g, src, C(B),
+                     C(H));
+    loop += fmt::format("  hr{0} += src{0}[k] * rw[{1} + k];\n", g, C(g * H * H));
+  }
+  return s + fmt::format("for (i64 k = 0; k < {}; ++k) {{\n{}}}\n", C(H), loop);
+}
+
+// H R^T of gate g at unit j: from HR (the GEMMs'), or hr<g> (fused, dots()).
+std::string hr_term(const RecurrentPlan& p, int g) {
+  if (p.fused) return fmt::format("hr{}", g);
+  return g == 0 ? "hr[j]" : fmt::format("hr[{} + j]", C(g * p.hidden));
+}
+
 // The pre-activation of gate g (0-based) at unit j: X W^T + H R^T (+ Wb + Rb).
 std::string pre(const RecurrentPlan& p, int g, bool with_hr = true) {
   const std::string o = g == 0 ? "j" : fmt::format("{} + j", C(g * p.hidden));
   std::string e = "xp[" + o + "]";
-  if (with_hr) e += " + hr[" + o + "]";
+  if (with_hr) e += " + " + hr_term(p, g);
   if (p.bias) e += " + wb[" + o + "]" + (with_hr ? " + rb[" + o + "]" : "");
   return e;
 }
@@ -177,23 +198,6 @@ std::string sig(const std::string& x) {
 }
 
 }  // namespace
-
-TemplateKernel recurrent_matvec_kernel(const RecurrentPlan& p, int64_t row0, int64_t cols) {
-  TemplateKernel k;
-  k.name = "tensord_rnn_matvec";
-  k.n = p.dirs * p.batch * cols;
-  k.in_types = {"float", "float"};
-  k.out_types = {"float"};
-  const int64_t B = p.batch, H = p.hidden, GH = p.gh();
-  k.body = fmt::format(
-      "const i64 d = gid / {0};\nconst i64 b = (gid / {1}) % {2};\nconst i64 g = gid % {1};\n"
-      "GLOBAL const float* a = in0 + (d * {2} + b) * {3};\n"
-      "GLOBAL const float* w = in1 + d * {4} + ({5} + g) * {3};\n"
-      "float acc = 0.0f;\nfor (i64 k = 0; k < {3}; ++k) acc += a[k] * w[k];\n"
-      "out0[(d * {2} + b) * {6} + {5} + g] = acc;\n",
-      C(B * cols), C(cols), C(B), C(H), C(GH * H), C(row0), C(GH));
-  return k;
-}
 
 TemplateKernel recurrent_init_kernel(const RecurrentPlan& p) {
   TemplateKernel k;
@@ -227,13 +231,15 @@ TemplateKernel recurrent_reset_kernel(const RecurrentPlan& p) {
   TemplateKernel k;
   k.name = "tensord_gru_reset";
   k.n = p.state_numel();
-  k.in_types = {"int", "float", "float", "float"};  // step, XP, HR, H
+  k.in_types = {"int", "float", "float", "float"};  // step, XP, HR, H (fused: step, XP, H, R)
   int bias_in = -1, lens_in = -1;
   if (p.bias) bias_in = static_cast<int>(k.in_types.size()), k.in_types.push_back("float");
   if (p.lens) lens_in = static_cast<int>(k.in_types.size()), k.in_types.push_back(p.lens_int64 ? "i64" : "int");
   k.out_types = {"float"};
-  k.body = step_head(p, lens_in, bias_in);
-  k.body += fmt::format("const float rp = {};\nout0[gid] = {} * in3[gid];\n", pre(p, 1), sig("rp"));
+  k.body = step_head(p, lens_in, bias_in, false);
+  if (p.fused) k.body += dots(p, 3, {{1, "in2"}});
+  k.body += fmt::format("const float rp = {};\nout0[gid] = {} * {}[gid];\n", pre(p, 1), sig("rp"),
+                        p.fused ? "in2" : "in3");
   return k;
 }
 
@@ -243,7 +249,10 @@ TemplateKernel recurrent_gate_kernel(const RecurrentPlan& p) {
            : p.kind == RecurrentPlan::kGru ? "tensord_gru_step" : "tensord_lstm_step";
   k.n = p.state_numel();
   const bool lstm = p.kind == RecurrentPlan::kLstm;
-  k.in_types = {"int", "float", "float"};  // step, XP, HR
+  k.in_types = {"int", "float", "float"};  // step, XP, HR (fused: H_{t-1})
+  const bool gru_reset = p.kind == RecurrentPlan::kGru && !p.linear_before_reset;
+  if (p.fused) k.in_types.push_back("float");                // R
+  if (p.fused && gru_reset) k.in_types.push_back("float");  // RH
   int bias_in = -1, peep_in = -1, lens_in = -1;
   if (p.bias) bias_in = static_cast<int>(k.in_types.size()), k.in_types.push_back("float");
   if (p.peepholes) peep_in = static_cast<int>(k.in_types.size()), k.in_types.push_back("float");
@@ -251,22 +260,30 @@ TemplateKernel recurrent_gate_kernel(const RecurrentPlan& p) {
   k.out_types = {"float"};  // H
   if (lstm) k.out_types.push_back("float");  // C
   std::string& s = k.body;
-  s = step_head(p, lens_in, bias_in);
+  s = step_head(p, lens_in, bias_in, true);
   const int64_t H = p.hidden;
+  if (p.fused) {
+    std::vector<std::pair<int, std::string>> gates;
+    for (int g = 0; g < p.gates; ++g) {
+      if (gru_reset && g == 1) continue;  // r came from the reset kernel, as RH
+      gates.emplace_back(g, gru_reset && g == 2 ? "in4" : "in2");
+    }
+    s += dots(p, 3, gates);
+  }
   if (p.kind == RecurrentPlan::kRnn) {
     s += fmt::format("const float a = {};\nconst float h = tanh(a);\n", pre(p, 0));
   } else if (p.kind == RecurrentPlan::kGru) {
     s += fmt::format("const float zp = {};\nconst float z = {};\n", pre(p, 0), sig("zp"));
-    std::string rh = "hr[" + C(2 * H) + " + j]";
+    std::string rh = hr_term(p, 2);
     if (p.bias) rh += " + rb[" + C(2 * H) + " + j]";
     std::string hp = pre(p, 2, false);
     if (p.linear_before_reset) {
       s += fmt::format("const float rp = {};\nconst float r = {};\n", pre(p, 1), sig("rp"));
       s += fmt::format("const float hp = {} + r * ({});\n", hp, rh);
-    } else {  // hr[2H..3H) already holds (r . H) Rh^T (the second GEMM)
+    } else {  // hr[2H..3H) (hr2 fused) already holds (r . H) Rh^T
       s += fmt::format("const float hp = {} + {};\n", hp, rh);
     }
-    s += "const float h = (1.0f - z) * tanh(hp) + z * out0[gid];\n";
+    s += fmt::format("const float h = (1.0f - z) * tanh(hp) + z * {}[gid];\n", p.fused ? "in2" : "out0");
   } else {
     s += "const float cp = out1[gid];\n";
     auto peep = [&](int g, const char* c) {

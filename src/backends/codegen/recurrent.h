@@ -35,6 +35,11 @@ struct RecurrentPlan {
   bool bias = false, peepholes = false, lens = false, initial_h = false, initial_c = false;
   bool lens_int64 = false;
   bool y = false, y_h = false, y_c = false;  // which outputs the node asks for
+  // The step's products H R^T inside the step kernels (one launch per step, two for GRU with
+  // linear_before_reset = 0) instead of in HR from GEMMs: the state then ping-pongs between
+  // two buffers (the kernels read H_{t-1} from one and write H_t to the other, an entry past
+  // its length copying its state over). Set by the backend (a CPU device at batch 1-2).
+  bool fused = false;
   int64_t state_numel() const { return dirs * batch * hidden; }
   int64_t gh() const { return gates * hidden; }
 };
@@ -44,11 +49,6 @@ struct RecurrentPlan {
 // activations, other dtypes), or INVALID_ARGUMENT for shapes that do not fit.
 Result<RecurrentPlan> plan_recurrent(const Node& node, const std::vector<TensorType>& inputs);
 
-// The recurrent product as one generated kernel instead of a GEMM (a CPU device at batch 1-2,
-// where a tiled BLAS GEMM wastes its tiles on one row): for each direction d, entry b and
-// column g < cols, out0[d][b][row0 + g] (rows of G*H) = sum_k in0[d][b][k] in1[d][row0 + g][k]
-// with in0 [D][B][H] (the state, or RH) and in1 = R [D][G*H][H]. n = D * B * cols.
-TemplateKernel recurrent_matvec_kernel(const RecurrentPlan& p, int64_t row0, int64_t cols);
 // in: [initial_h] [initial_c] (as the plan has them); out: H, [C] (LSTM), [Y_h], [Y_c];
 // n = state_numel().
 TemplateKernel recurrent_init_kernel(const RecurrentPlan& p);
@@ -57,8 +57,11 @@ TemplateKernel zero_kernel(int64_t n);
 // out0[i] = i over n int32 (the step numbers).
 TemplateKernel iota_kernel(int64_t n);
 // GRU with linear_before_reset = 0: in: step, XP, HR, H, [B], [lens]; out: RH = r . H.
+// Fused: in: step, XP, H_{t-1}, R, [B], [lens].
 TemplateKernel recurrent_reset_kernel(const RecurrentPlan& p);
 // in: step, XP, HR, [B], [P], [lens]; out: H, [C] (LSTM), [Y], [Y_h], [Y_c].
+// Fused: in: step, XP, H_{t-1}, R, [RH] (GRU, linear_before_reset = 0), [B], [P], [lens];
+// out: H_t, [C], [Y], [Y_h], [Y_c].
 TemplateKernel recurrent_gate_kernel(const RecurrentPlan& p);
 
 }  // namespace tensord::codegen

@@ -1123,6 +1123,12 @@ class RecurrentKernel final : public Kernel {
                                          node_.label(), i, lens[i], p.seq);
     }
     const int64_t D = p.dirs, B = p.batch, H = p.hidden, S = p.seq, GH = p.gh(), I = p.input;
+    // The per-step products: CLBlast's GEMM and a gate kernel, or at a batch of one or two on
+    // a CPU device inside the step kernels (p.fused: a tiled GEMM spends its tiles on one row,
+    // and each launch costs; measured on PoCL, see the README). TENSORD_OPENCL_RNN_GEMM=clblast
+    // or =generated forces one.
+    p.fused = device_->is_cpu() && B <= 2;
+    if (const char* e = std::getenv("TENSORD_OPENCL_RNN_GEMM"); e && *e) p.fused = std::string(e) == "generated";
     auto scratch = [&](int64_t floats) -> Result<std::shared_ptr<Buffer>> {
       return call.allocator->allocate(static_cast<size_t>(floats) * 4);
     };
@@ -1147,7 +1153,10 @@ class RecurrentKernel final : public Kernel {
     TD_ASSIGN_OR_RETURN(auto xp_buf, scratch(D * S * B * GH));
     TD_ASSIGN_OR_RETURN(auto hr_buf, scratch(D * B * GH));
     TD_ASSIGN_OR_RETURN(auto h_buf, scratch(D * B * H));
-    std::shared_ptr<Buffer> c_buf, rh_buf;
+    std::shared_ptr<Buffer> c_buf, rh_buf, h2_buf;  // h2: the other state buffer (fused)
+    if (p.fused) {
+      TD_ASSIGN_OR_RETURN(h2_buf, scratch(D * B * H));
+    }
     if (lstm) {
       TD_ASSIGN_OR_RETURN(c_buf, scratch(D * B * H));
     }
@@ -1160,7 +1169,10 @@ class RecurrentKernel final : public Kernel {
     TD_ASSIGN_OR_RETURN(Arg h, arg_of(h_buf));
     TD_ASSIGN_OR_RETURN(Arg steps, arg_of(steps_buf));
     // Optional operands: an Arg where the plan has them (never passed otherwise).
-    Arg c, rh, bias, peep, lens, h0, c0;
+    Arg c, rh, bias, peep, lens, h0, c0, h2;
+    if (p.fused) {
+      TD_ASSIGN_OR_RETURN(h2, arg_of(h2_buf));
+    }
     auto maybe = [&](bool present, size_t i, Arg* out) -> Status {
       if (!present) return OkStatus();
       TD_ASSIGN_OR_RETURN(*out, input(i));
@@ -1238,48 +1250,36 @@ class RecurrentKernel final : public Kernel {
       reset_k = codegen::recurrent_reset_kernel(p);
       TD_ASSIGN_OR_RETURN(reset_prog, device_->template_program(reset_k));
     }
-    std::vector<Arg> gate_args = {steps, xp, hr};
+    // Argument lists (codegen/recurrent.h); fused, slot 2 (and the gate kernel's output 0)
+    // alternate between the two state buffers.
+    std::vector<Arg> gate_args = {steps, xp, p.fused ? h : hr};
+    if (p.fused) gate_args.push_back(r);
+    if (p.fused && gru_reset) gate_args.push_back(rh);
     if (p.bias) gate_args.push_back(bias);
     if (p.peepholes) gate_args.push_back(peep);
     if (p.lens) gate_args.push_back(lens);
-    gate_args.push_back(h);
+    const size_t gate_out = gate_args.size();
+    gate_args.push_back(p.fused ? h2 : h);
     if (lstm) gate_args.push_back(c);
     for (int o = 0; o < 3; ++o)
       if (o == 0 ? p.y : o == 1 ? p.y_h : p.y_c) gate_args.push_back(outs[static_cast<size_t>(o)]);
-    std::vector<Arg> reset_args = {steps, xp, hr, h};
+    std::vector<Arg> reset_args = {steps, xp, p.fused ? h : hr, p.fused ? r : h};
     if (p.bias) reset_args.push_back(bias);
     if (p.lens) reset_args.push_back(lens);
     reset_args.push_back(rh);
-    // The recurrent products: CLBlast's GEMM, or at a batch of one or two on a CPU device the
-    // generated matrix-vector kernel (a tiled GEMM spends its tiles on one row; measured on
-    // PoCL, gru_audio: see the README). TENSORD_OPENCL_RNN_GEMM=clblast / generated forces one.
-    bool generated = device_->is_cpu() && B <= 2;
-    if (const char* e = std::getenv("TENSORD_OPENCL_RNN_GEMM"); e && *e)
-      generated = std::string(e) == "generated";
-    std::shared_ptr<Program> mv_prog, mv_reset_prog;
-    codegen::TemplateKernel mv_k, mv_reset_k;
-    if (generated) {
-      mv_k = codegen::recurrent_matvec_kernel(p, 0, GH);
-      TD_ASSIGN_OR_RETURN(mv_prog, device_->template_program(mv_k));
-      if (gru_reset) {
-        mv_reset_k = codegen::recurrent_matvec_kernel(p, 2 * H, H);
-        TD_ASSIGN_OR_RETURN(mv_reset_prog, device_->template_program(mv_reset_k));
-      }
-    }
     for (int64_t s = 0; s < S; ++s) {
       gate_args[0].offset = reset_args[0].offset = steps.offset + static_cast<cl_ulong>(s * 4);
-      if (generated) {
-        TD_RETURN_IF_ERROR(device_->launch(*mv_prog, {h, r, hr}, mv_k.n));
+      if (p.fused) {
+        const Arg& prev = s % 2 == 0 ? h : h2;
+        const Arg& next = s % 2 == 0 ? h2 : h;
+        gate_args[2] = reset_args[2] = prev;
+        gate_args[gate_out] = next;
       } else {
         TD_RETURN_IF_ERROR(run_gemm(*device_, rec));
       }
       if (gru_reset) {
         TD_RETURN_IF_ERROR(device_->launch(*reset_prog, reset_args, reset_k.n));
-        if (generated) {
-          TD_RETURN_IF_ERROR(device_->launch(*mv_reset_prog, {rh, r, hr}, mv_reset_k.n));
-        } else {
-          TD_RETURN_IF_ERROR(run_gemm(*device_, reset));
-        }
+        if (!p.fused) TD_RETURN_IF_ERROR(run_gemm(*device_, reset));
       }
       TD_RETURN_IF_ERROR(device_->launch(*gate_prog, gate_args, gate.n));
     }
