@@ -23,6 +23,7 @@
 
 #include "backends/codegen/lower.h"
 #include "backends/codegen/printer.h"
+#include "backends/codegen/recurrent.h"
 #include "backends/cuda/cuda_api.h"
 #include "backends/cuda/cuda_backend.h"
 #include "client/local_client.h"
@@ -620,6 +621,53 @@ TEST(CudaNvrtc, APrintedKernelCompilesToPtxAndCubin) {
   ASSERT_GE(cubin->image.size(), 4u);
   EXPECT_EQ(cubin->image.substr(1, 3), "ELF");
   EXPECT_FALSE(cuda::nvrtc_architectures().empty());
+}
+
+// Gelu (both forms) through the generator's lowering, and the recurrent loop's generated
+// kernels (codegen/recurrent.h, run by the OpenCL backend), print as CUDA C that NVRTC
+// compiles: the second dialect is a printer, not a rewrite.
+TEST(CudaNvrtc, GeluAndRecurrentKernelsPrintAndCompile) {
+  REQUIRE_NVRTC();
+  std::map<std::string, TensorType> t = {{"x", {DType::kFloat32, {4, 8}}}, {"y", {DType::kFloat32, {4, 8}}},
+                                         {"z", {DType::kFloat32, {4, 8}}}};
+  auto type_of = [&](const std::string& n) -> const TensorType* {
+    auto it = t.find(n);
+    return it != t.end() ? &it->second : nullptr;
+  };
+  Node exact;
+  exact.name = "gelu";
+  exact.op = "Gelu";
+  exact.inputs = {"x"};
+  exact.outputs = {"y"};
+  Node approx = exact;
+  approx.name = "gelu_tanh";
+  approx.inputs = {"y"};
+  approx.outputs = {"z"};
+  approx.attrs["approximate"] = Attribute(std::string("tanh"));
+  auto lowered = codegen::lower_elementwise({&exact, &approx}, {"z"}, {4, 8}, type_of, nullptr);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
+  auto src = codegen::CudaPrinter().print(lowered->kernel);
+  ASSERT_TRUE(src.ok()) << src.status().to_string();
+  EXPECT_NE(src->find("erff("), std::string::npos) << *src;
+  EXPECT_NE(src->find("tanhf("), std::string::npos) << *src;
+  auto c = cuda::nvrtc_compile(*src, "compute_90");
+  EXPECT_TRUE(c.ok()) << c.status().message().substr(0, 1500);
+  codegen::RecurrentPlan p;
+  p.kind = codegen::RecurrentPlan::kLstm, p.gates = 4, p.seq = 3, p.batch = 2, p.input = 4, p.hidden = 5;
+  p.dirs = 2, p.bias = p.peepholes = p.lens = p.initial_h = p.initial_c = p.y = p.y_h = p.y_c = true;
+  codegen::RecurrentPlan gru = p;
+  gru.kind = codegen::RecurrentPlan::kGru, gru.gates = 3, gru.layout = 1;
+  codegen::RecurrentPlan fused = p, fused_gru = gru;
+  fused.fused = fused_gru.fused = true;
+  for (const auto& k : {codegen::recurrent_init_kernel(p), codegen::recurrent_gate_kernel(p),
+                        codegen::recurrent_gate_kernel(gru), codegen::recurrent_reset_kernel(gru),
+                        codegen::recurrent_gate_kernel(fused), codegen::recurrent_gate_kernel(fused_gru),
+                        codegen::recurrent_reset_kernel(fused_gru), codegen::zero_kernel(7),
+                        codegen::iota_kernel(7)}) {
+    const std::string cu = codegen::print_template(k, codegen::Dialect::kCuda);
+    auto r = cuda::nvrtc_compile(cu, "compute_90");
+    EXPECT_TRUE(r.ok()) << k.name << ": " << r.status().message().substr(0, 1500);
+  }
 }
 
 TEST(CudaNvrtc, ABadKernelFailsWithNvrtcsLogAndTheSource) {

@@ -22,6 +22,7 @@
 
 #include "backends/codegen/lower.h"
 #include "backends/codegen/printer.h"
+#include "backends/codegen/recurrent.h"
 #include "backends/codegen/templates.h"
 #include "backends/opencl/opencl_backend.h"
 #include "core/errors.h"
@@ -442,6 +443,9 @@ TEST(OpenClKernels, UnaryFloatOpsAgreeWithTheReference) {
   check_fused({{"Sqrt"}, {"Log"}}, {s}, DType::kFloat32, 0.01f, 5);
   check_fused({{"Acosh"}}, {s}, DType::kFloat32, 1.01f, 5);
   check_fused({{"Asin"}, {"Acos"}, {"Atanh"}}, {s}, DType::kFloat32, -0.99f, 0.99f);
+  // Gelu (opset 20): the exact (erf) form and the tanh approximation, fused and alone.
+  check_fused({{"Gelu"}, {"Gelu", 1, {{"approximate", Attribute(std::string("tanh"))}}}}, {s});
+  check_op({"Gelu", {s}, {{"approximate", Attribute(std::string("tanh"))}}});
   // One op as its own (unfused) kernel: the kernel table's path.
   check_op({"Tanh", {s}});
   check_op({"LeakyRelu", {s}, {{"alpha", Attribute(0.3f)}}});
@@ -1101,6 +1105,139 @@ TEST(OpenClKernels, AnOutOfRangeIndexIsAnErrorNamingIt) {
   ASSERT_EQ(outs.size(), 1u);
   ASSERT_FALSE(outs[0].ok());
   EXPECT_NE(outs[0].status().message().find("index 7"), std::string::npos) << outs[0].status().to_string();
+}
+
+// RNN, GRU and LSTM on opencl:0 (strict: no fallback) as a static loop of CLBlast GEMMs and
+// generated step kernels, against the reference kernels on random inputs: every direction,
+// both layouts, GRU with linear_before_reset 0 and 1, with and without B, initial_h /
+// initial_c, LSTM peepholes and input_forget, sequence_lens with different lengths (one 0).
+TEST(OpenClRecurrent, RnnGruLstmRunOnTheDeviceAndAgreeWithTheReference) {
+  REQUIRE_OPENCL();
+  const int64_t S = 5, B = 3, I = 4, H = 6;
+  Graph g;
+  g.name = "recurrent";
+  g.inputs = {{"x", {DType::kFloat32, {S, B, I}}}, {"xb", {DType::kFloat32, {B, S, I}}}};
+  auto f = [](Shape s, uint32_t seed) { return random_floats(s, seed, -1, 1); };
+  auto str = [](const char* v) { return Attribute(std::string(v)); };
+  auto i64 = [](int64_t v) { return Attribute(v); };
+  const Attribute hs = i64(H);
+  // LSTM, bidirectional, everything given, lengths 5, 2, 0.
+  g.initializers["lw"] = f({2, 4 * H, I}, 1);
+  g.initializers["lr"] = f({2, 4 * H, H}, 2);
+  g.initializers["lb"] = f({2, 8 * H}, 3);
+  g.initializers["lens"] = HostTensor::from_vector(std::vector<int32_t>{5, 2, 0}, {B});
+  g.initializers["lh0"] = f({2, B, H}, 4);
+  g.initializers["lc0"] = f({2, B, H}, 5);
+  g.initializers["lp"] = f({2, 3 * H}, 6);
+  // GRU, bidirectional, linear_before_reset 0, B and initial_h.
+  g.initializers["gw"] = f({2, 3 * H, I}, 7);
+  g.initializers["gr"] = f({2, 3 * H, H}, 8);
+  g.initializers["gb"] = f({2, 6 * H}, 9);
+  g.initializers["gh0"] = f({2, B, H}, 10);
+  // GRU, reverse, linear_before_reset 1, layout 1, no B.
+  g.initializers["g1w"] = f({1, 3 * H, I}, 11);
+  g.initializers["g1r"] = f({1, 3 * H, H}, 12);
+  // RNN forward with B; LSTM reverse, layout 1, input_forget, no B.
+  g.initializers["rw"] = f({1, H, I}, 13);
+  g.initializers["rr"] = f({1, H, H}, 14);
+  g.initializers["rb"] = f({1, 2 * H}, 15);
+  g.initializers["l1w"] = f({1, 4 * H, I}, 16);
+  g.initializers["l1r"] = f({1, 4 * H, H}, 17);
+  g.nodes = {
+      node("lstm", "LSTM", {"x", "lw", "lr", "lb", "lens", "lh0", "lc0", "lp"}, {"ly", "lyh", "lyc"},
+           {{"hidden_size", hs}, {"direction", str("bidirectional")}}),
+      node("gru", "GRU", {"x", "gw", "gr", "gb", "", "gh0"}, {"gy", "gyh"},
+           {{"hidden_size", hs}, {"direction", str("bidirectional")}}),
+      node("gru1", "GRU", {"xb", "g1w", "g1r"}, {"g1y", "g1yh"},
+           {{"hidden_size", hs}, {"direction", str("reverse")}, {"linear_before_reset", i64(1)},
+            {"layout", i64(1)}}),
+      node("rnn", "RNN", {"x", "rw", "rr", "rb"}, {"ry", "ryh"}, {{"hidden_size", hs}}),
+      node("lstm1", "LSTM", {"xb", "l1w", "l1r"}, {"", "l1yh", "l1yc"},
+           {{"hidden_size", hs}, {"direction", str("reverse")}, {"layout", i64(1)}, {"input_forget", i64(1)}})};
+  for (const char* o : {"ly", "lyh", "lyc", "gy", "gyh", "g1y", "g1yh", "ry", "ryh", "l1yh", "l1yc"})
+    g.outputs.push_back({o, {}});
+  CompileOptions strict;
+  strict.strict_device = true;
+  auto exe = Executable::compile(g, {g.inputs[0].type, g.inputs[1].type}, target_cl0(), strict);
+  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+  EXPECT_TRUE((*exe)->fallbacks().empty()) << (*exe)->describe();
+  EXPECT_NE((*exe)->describe().find("clblast+generated loop"), std::string::npos) << (*exe)->describe();
+  TestServices s;
+  const std::vector<HostTensor> inputs = {f({S, B, I}, 20), f({B, S, I}, 21)};
+  std::vector<Result<DeviceTensor>> in;
+  for (const auto& h : inputs) in.push_back(put(s, cl0(), h));
+  const int64_t blas = opencl::blas_calls();
+  auto outs = (*exe)->run(in, s);
+  // Per node: one input-projection GEMM, then one GEMM per step (two for GRU with
+  // linear_before_reset 0): 5 nodes x (1 + 5) + 5 more for the first GRU.
+  EXPECT_EQ(opencl::blas_calls() - blas, 5 * (1 + S) + S);
+  EXPECT_EQ(s.transfers, 0);
+  auto want = reference(g, inputs);
+  ASSERT_EQ(outs.size(), g.outputs.size());
+  ASSERT_EQ(want.size(), g.outputs.size());
+  for (size_t k = 0; k < outs.size(); ++k) {
+    ASSERT_TRUE(outs[k].ok()) << g.outputs[k].name << ": " << outs[k].status().to_string();
+    expect_near(get(*outs[k]), want[k], g.outputs[k].name);
+  }
+  // The step's products inside the step kernels with ping-pong states (what a CPU device uses
+  // at batch 1-2): only the input projections are GEMMs.
+  setenv("TENSORD_OPENCL_RNN_GEMM", "generated", 1);
+  const int64_t blas2 = opencl::blas_calls();
+  auto outs2 = (*exe)->run(in, s);
+  unsetenv("TENSORD_OPENCL_RNN_GEMM");
+  EXPECT_EQ(opencl::blas_calls() - blas2, 5);
+  ASSERT_EQ(outs2.size(), g.outputs.size());
+  for (size_t k = 0; k < outs2.size(); ++k) {
+    ASSERT_TRUE(outs2[k].ok()) << g.outputs[k].name << ": " << outs2[k].status().to_string();
+    expect_near(get(*outs2[k]), want[k], g.outputs[k].name + " (generated products)");
+  }
+}
+
+// What the generated loop does not cover is refused by name (and falls back to cpu:0 when not
+// strict); a sequence length out of range is an error naming it.
+TEST(OpenClRecurrent, UncoveredAttributesAreRefusedByNameAndBadLengthsAreErrors) {
+  REQUIRE_OPENCL();
+  const int64_t S = 3, B = 2, I = 2, H = 3;
+  Graph g;
+  g.name = "clipped";
+  g.inputs = {{"x", {DType::kFloat32, {S, B, I}}}};
+  g.initializers["w"] = random_floats({1, 4 * H, I}, 1, -1, 1);
+  g.initializers["r"] = random_floats({1, 4 * H, H}, 2, -1, 1);
+  g.nodes = {node("clipped_lstm", "LSTM", {"x", "w", "r"}, {"y"},
+                  {{"hidden_size", Attribute(H)}, {"clip", Attribute(0.5f)}})};
+  g.outputs = {{"y", {}}};
+  CompileOptions strict;
+  strict.strict_device = true;
+  auto refused = Executable::compile(g, {g.inputs[0].type}, target_cl0(), strict);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("clip"), std::string::npos) << refused.status().to_string();
+  auto fallback = Executable::compile(g, {g.inputs[0].type}, target_cl0(), CompileOptions{});
+  ASSERT_TRUE(fallback.ok()) << fallback.status().to_string();
+  ASSERT_EQ((*fallback)->fallbacks().size(), 1u);
+  EXPECT_EQ((*fallback)->fallbacks()[0].op, "LSTM");
+  Node relu = node("relu_rnn", "RNN", {"x", "w", "r"}, {"y"},
+                   {{"hidden_size", Attribute(H)}, {"activations", Attribute(std::vector<std::string>{"Relu"})}});
+  auto plan = codegen::plan_recurrent(relu, {{DType::kFloat32, {S, B, I}}, {DType::kFloat32, {1, H, I}},
+                                             {DType::kFloat32, {1, H, H}}});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("relu"), std::string::npos) << plan.status().to_string();
+  // sequence_lens[1] = 4 > seq_length 3.
+  Graph bad;
+  bad.name = "bad_lens";
+  bad.inputs = {{"x", {DType::kFloat32, {S, B, I}}}, {"lens", {DType::kInt32, {B}}}};
+  bad.initializers["w"] = random_floats({1, H, I}, 3, -1, 1);
+  bad.initializers["r"] = random_floats({1, H, H}, 4, -1, 1);
+  bad.nodes = {node("rnn_lens", "RNN", {"x", "w", "r", "", "lens"}, {"y"}, {{"hidden_size", Attribute(H)}})};
+  bad.outputs = {{"y", {}}};
+  auto exe = Executable::compile(bad, {bad.inputs[0].type, bad.inputs[1].type}, target_cl0(), strict);
+  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+  TestServices s;
+  auto outs = (*exe)->run({put(s, cl0(), random_floats({S, B, I}, 5)),
+                           put(s, cl0(), HostTensor::from_vector(std::vector<int32_t>{3, 4}, {B}))}, s);
+  ASSERT_EQ(outs.size(), 1u);
+  ASSERT_FALSE(outs[0].ok());
+  EXPECT_NE(outs[0].status().message().find("sequence_lens[1] = 4"), std::string::npos)
+      << outs[0].status().to_string();
 }
 
 TEST(KernelGenerator, TemplatesPrintInBothDialects) {

@@ -35,6 +35,7 @@ const std::map<std::string, OpInfo>& ops() {
       {"Selu", {Cls::kUnaryFloat, "selu"}},       {"Celu", {Cls::kUnaryFloat, "celu"}},
       {"HardSigmoid", {Cls::kUnaryFloat, "hard_sigmoid"}},
       {"ThresholdedRelu", {Cls::kUnaryFloat, "thresholded_relu"}},
+      {"Gelu", {Cls::kUnaryFloat, "gelu"}},
       {"IsNaN", {Cls::kUnaryFloat, "isnan"}},     {"IsInf", {Cls::kUnaryFloat, "isinf"}},
       {"Neg", {Cls::kUnaryNumeric, "neg"}},       {"Abs", {Cls::kUnaryNumeric, "abs"}},
       {"Sign", {Cls::kUnaryNumeric, "sign"}},     {"Relu", {Cls::kUnaryNumeric, "relu"}},
@@ -109,6 +110,12 @@ Status elementwise_supported(const Node& node, const std::vector<TensorType>& in
   switch (cls) {
     case Cls::kUnaryFloat:
       TD_RETURN_IF_ERROR(arity(1, 1));
+      if (node.op == "Gelu") {
+        NodeAttrs attrs(node);
+        auto approx = attrs.attr_string("approximate", "none");
+        if (!approx.ok() || (*approx != "none" && *approx != "tanh"))
+          return refuse(node, "cover Gelu's approximate 'none' and 'tanh' only");
+      }
       return t[0] == Scalar::kF32 ? OkStatus() : refuse(node, "compute it in float32 only");
     case Cls::kUnaryNumeric:
       TD_RETURN_IF_ERROR(arity(1, 1));
@@ -263,6 +270,9 @@ Result<LoweredGroup> lower_elementwise(
         } else if (node.op == "HardSigmoid") {
           TD_ASSIGN_OR_RETURN(alpha, attrs.attr_float("alpha", 0.2f));
           TD_ASSIGN_OR_RETURN(beta, attrs.attr_float("beta", 0.5f));
+        } else if (node.op == "Gelu") {  // alpha 1: the tanh approximation
+          TD_ASSIGN_OR_RETURN(std::string approx, attrs.attr_string("approximate", "none"));
+          alpha = approx == "tanh" ? 1 : 0;
         } else if (node.op == "IsInf") {
           TD_ASSIGN_OR_RETURN(int64_t pos, attrs.attr_int("detect_positive", 1));
           TD_ASSIGN_OR_RETURN(int64_t neg, attrs.attr_int("detect_negative", 1));

@@ -128,6 +128,13 @@ Result<std::string> Printer::unary(const Instr& in, Scalar t, const std::string&
   if (op == "softplus")
     return "(" + x + " > " + lit(0) + " ? " + x + " + " + math("log1p", math("exp", "-" + x)) +
            " : " + math("log1p", math("exp", x)) + ")";
+  if (op == "gelu") {  // ONNX Gelu; alpha 1: approximate = "tanh", else the exact erf form
+    const std::string inner =
+        in.alpha != 0 ? math("tanh", lit(0.7978845608028654) + " * (" + x + " + " + lit(0.044715) + " * " + x +
+                                         " * " + x + " * " + x + ")")
+                      : math("erf", x + " * " + lit(0.7071067811865476));
+    return "(" + lit(0.5) + " * " + x + " * (" + lit(1) + " + " + inner + "))";
+  }
   if (op == "softsign") return "(" + x + " / (" + lit(1) + " + " + math("fabs", x) + "))";
   if (op == "thresholded_relu") return "(" + x + " > " + lit(in.alpha) + " ? " + x + " : " + lit(0) + ")";
   const std::string b = type_name(Scalar::kBool);

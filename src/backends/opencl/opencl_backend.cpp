@@ -29,6 +29,7 @@
 
 #include "backends/codegen/lower.h"
 #include "backends/codegen/printer.h"
+#include "backends/codegen/recurrent.h"
 #include "backends/codegen/templates.h"
 #include "core/errors.h"
 #include "core/node_attrs.h"
@@ -1098,6 +1099,198 @@ class BlasKernel final : public Kernel {
   int64_t bias_n_ = 0, bias_inner_ = 0;
 };
 
+// RNN, GRU and LSTM as a static loop (codegen/recurrent.h): CLBlast GEMMs and generated
+// kernels enqueued on the device's in-order queue, no host round trip per step.
+class RecurrentKernel final : public Kernel {
+ public:
+  RecurrentKernel(OpenClDevice* d, const Node& node) : device_(d), node_(node) {}
+  std::string name() const override { return "clblast+generated loop"; }
+  std::vector<int> host_inputs() const override {
+    // sequence_lens, checked on the host (a bad length is an error naming it, as on cpu:0).
+    return node_.inputs.size() > 4 && !node_.inputs[4].empty() ? std::vector<int>{4} : std::vector<int>{};
+  }
+  Status run(KernelCall& call) override {
+    std::vector<TensorType> types;
+    for (const auto& in : call.inputs) types.push_back(in.defined() ? in.type() : TensorType{});
+    TD_ASSIGN_OR_RETURN(codegen::RecurrentPlan p, codegen::plan_recurrent(node_, types));
+    if (p.lens) {
+      if (call.host_values.size() <= 4 || call.host_values[4].empty())
+        return errors::Internal("{}: no host copy of sequence_lens", node_.label());
+      const std::vector<double> lens = call.host_values[4].to_double_vector();
+      for (size_t i = 0; i < lens.size(); ++i)
+        if (lens[i] < 0 || lens[i] > static_cast<double>(p.seq))
+          return errors::InvalidArgument("{}: sequence_lens[{}] = {} is outside [0, {}] (seq_length)",
+                                         node_.label(), i, lens[i], p.seq);
+    }
+    const int64_t D = p.dirs, B = p.batch, H = p.hidden, S = p.seq, GH = p.gh(), I = p.input;
+    // The per-step products: CLBlast's GEMM and a gate kernel, or at a batch of one or two on
+    // a CPU device inside the step kernels (p.fused: a tiled GEMM spends its tiles on one row,
+    // and each launch costs; measured on PoCL, see the README). TENSORD_OPENCL_RNN_GEMM=clblast
+    // or =generated forces one.
+    p.fused = device_->is_cpu() && B <= 2;
+    if (const char* e = std::getenv("TENSORD_OPENCL_RNN_GEMM"); e && *e) p.fused = std::string(e) == "generated";
+    auto scratch = [&](int64_t floats) -> Result<std::shared_ptr<Buffer>> {
+      return call.allocator->allocate(static_cast<size_t>(floats) * 4);
+    };
+    auto arg_of = [&](const std::shared_ptr<Buffer>& b) { return device_->arg(*b); };
+    auto input = [&](size_t i) { return device_->arg(*call.inputs[i].buffer); };
+    auto launch = [&](const codegen::TemplateKernel& k, const std::vector<Arg>& args) -> Status {
+      TD_ASSIGN_OR_RETURN(auto prog, device_->template_program(k));
+      return device_->launch(*prog, args, k.n);
+    };
+    // Outputs (Y, Y_h, Y_c as the node asks) and scratch.
+    call.outputs.assign(call.output_types.size(), DeviceTensor{});
+    std::vector<Arg> outs(3);
+    for (size_t o = 0; o < call.output_types.size() && o < 3; ++o) {
+      const TensorType& t = call.output_types[o];
+      if (!t.defined() || !(o == 0 ? p.y : o == 1 ? p.y_h : p.y_c)) continue;
+      TD_ASSIGN_OR_RETURN(auto buf, scratch(shape_numel(t.shape)));
+      TD_ASSIGN_OR_RETURN(outs[o], arg_of(buf));
+      call.outputs[o] = DeviceTensor{DType::kFloat32, t.shape, buf};
+    }
+    const bool lstm = p.kind == codegen::RecurrentPlan::kLstm;
+    const bool gru_reset = p.kind == codegen::RecurrentPlan::kGru && !p.linear_before_reset;
+    TD_ASSIGN_OR_RETURN(auto xp_buf, scratch(D * S * B * GH));
+    TD_ASSIGN_OR_RETURN(auto hr_buf, scratch(D * B * GH));
+    TD_ASSIGN_OR_RETURN(auto h_buf, scratch(D * B * H));
+    std::shared_ptr<Buffer> c_buf, rh_buf, h2_buf;  // h2: the other state buffer (fused)
+    if (p.fused) {
+      TD_ASSIGN_OR_RETURN(h2_buf, scratch(D * B * H));
+    }
+    if (lstm) {
+      TD_ASSIGN_OR_RETURN(c_buf, scratch(D * B * H));
+    }
+    if (gru_reset) {
+      TD_ASSIGN_OR_RETURN(rh_buf, scratch(D * B * H));
+    }
+    TD_ASSIGN_OR_RETURN(auto steps_buf, scratch(S));
+    TD_ASSIGN_OR_RETURN(Arg xp, arg_of(xp_buf));
+    TD_ASSIGN_OR_RETURN(Arg hr, arg_of(hr_buf));
+    TD_ASSIGN_OR_RETURN(Arg h, arg_of(h_buf));
+    TD_ASSIGN_OR_RETURN(Arg steps, arg_of(steps_buf));
+    // Optional operands: an Arg where the plan has them (never passed otherwise).
+    Arg c, rh, bias, peep, lens, h0, c0, h2;
+    if (p.fused) {
+      TD_ASSIGN_OR_RETURN(h2, arg_of(h2_buf));
+    }
+    auto maybe = [&](bool present, size_t i, Arg* out) -> Status {
+      if (!present) return OkStatus();
+      TD_ASSIGN_OR_RETURN(*out, input(i));
+      return OkStatus();
+    };
+    TD_RETURN_IF_ERROR(maybe(p.bias, 3, &bias));
+    TD_RETURN_IF_ERROR(maybe(p.lens, 4, &lens));
+    TD_RETURN_IF_ERROR(maybe(p.initial_h, 5, &h0));
+    TD_RETURN_IF_ERROR(maybe(p.initial_c, 6, &c0));
+    TD_RETURN_IF_ERROR(maybe(p.peepholes, 7, &peep));
+    if (lstm) {
+      TD_ASSIGN_OR_RETURN(c, arg_of(c_buf));
+    }
+    if (gru_reset) {
+      TD_ASSIGN_OR_RETURN(rh, arg_of(rh_buf));
+    }
+    TD_ASSIGN_OR_RETURN(Arg x, input(0));
+    TD_ASSIGN_OR_RETURN(Arg w, input(1));
+    TD_ASSIGN_OR_RETURN(Arg r, input(2));
+
+    // The states (initial_h / initial_c or 0), Y_h / Y_c zeroed, Y zeroed when entries may
+    // stop early, the step numbers.
+    std::vector<Arg> init_args;
+    if (p.initial_h) init_args.push_back(h0);
+    if (p.initial_c) init_args.push_back(c0);
+    init_args.push_back(h);
+    if (lstm) init_args.push_back(c);
+    if (p.y_h) init_args.push_back(outs[1]);
+    if (p.y_c) init_args.push_back(outs[2]);
+    TD_RETURN_IF_ERROR(launch(codegen::recurrent_init_kernel(p), init_args));
+    if (p.y && p.lens) TD_RETURN_IF_ERROR(launch(codegen::zero_kernel(shape_numel(call.output_types[0].shape)), {outs[0]}));
+    TD_RETURN_IF_ERROR(launch(codegen::iota_kernel(S), {steps}));
+
+    TD_ASSIGN_OR_RETURN(size_t ox, float_offset(x));
+    TD_ASSIGN_OR_RETURN(size_t ow, float_offset(w));
+    TD_ASSIGN_OR_RETURN(size_t orr, float_offset(r));
+    TD_ASSIGN_OR_RETURN(size_t oxp, float_offset(xp));
+    TD_ASSIGN_OR_RETURN(size_t ohr, float_offset(hr));
+    TD_ASSIGN_OR_RETURN(size_t oh, float_offset(h));
+    // XP[d] = X W[d]^T over every time step at once.
+    GemmCall in_proj;
+    in_proj.tb = true;
+    in_proj.m = static_cast<size_t>(S * B), in_proj.n = static_cast<size_t>(GH), in_proj.k = static_cast<size_t>(I);
+    in_proj.a = x.mem, in_proj.b = w.mem, in_proj.c = xp.mem;
+    in_proj.lda = in_proj.ldb = static_cast<size_t>(I), in_proj.ldc = static_cast<size_t>(GH);
+    // HR[d] = H[d] R[d]^T, per step.
+    GemmCall rec;
+    rec.tb = true;
+    rec.m = static_cast<size_t>(B), rec.n = static_cast<size_t>(GH), rec.k = static_cast<size_t>(H);
+    rec.a = h.mem, rec.b = r.mem, rec.c = hr.mem;
+    rec.lda = rec.ldb = static_cast<size_t>(H), rec.ldc = static_cast<size_t>(GH);
+    // GRU, linear_before_reset = 0: HR[d][:, 2H:3H] = RH[d] Rh[d]^T.
+    GemmCall reset = rec;
+    reset.n = static_cast<size_t>(H);
+    reset.a = rh.mem;
+    for (int64_t d = 0; d < D; ++d) {
+      const auto u = [](int64_t v) { return static_cast<size_t>(v); };
+      in_proj.a_off.push_back(ox), in_proj.b_off.push_back(ow + u(d * GH * I));
+      in_proj.c_off.push_back(oxp + u(d * S * B * GH));
+      rec.a_off.push_back(oh + u(d * B * H)), rec.b_off.push_back(orr + u(d * GH * H));
+      rec.c_off.push_back(ohr + u(d * B * GH));
+      if (gru_reset) {
+        TD_ASSIGN_OR_RETURN(size_t orh, float_offset(rh));
+        reset.a_off.push_back(orh + u(d * B * H)), reset.b_off.push_back(orr + u(d * GH * H + 2 * H * H));
+        reset.c_off.push_back(ohr + u(d * B * GH + 2 * H));
+      }
+    }
+    TD_RETURN_IF_ERROR(run_gemm(*device_, in_proj));
+
+    const codegen::TemplateKernel gate = codegen::recurrent_gate_kernel(p);
+    TD_ASSIGN_OR_RETURN(auto gate_prog, device_->template_program(gate));
+    std::shared_ptr<Program> reset_prog;
+    codegen::TemplateKernel reset_k;
+    if (gru_reset) {
+      reset_k = codegen::recurrent_reset_kernel(p);
+      TD_ASSIGN_OR_RETURN(reset_prog, device_->template_program(reset_k));
+    }
+    // Argument lists (codegen/recurrent.h); fused, slot 2 (and the gate kernel's output 0)
+    // alternate between the two state buffers.
+    std::vector<Arg> gate_args = {steps, xp, p.fused ? h : hr};
+    if (p.fused) gate_args.push_back(r);
+    if (p.fused && gru_reset) gate_args.push_back(rh);
+    if (p.bias) gate_args.push_back(bias);
+    if (p.peepholes) gate_args.push_back(peep);
+    if (p.lens) gate_args.push_back(lens);
+    const size_t gate_out = gate_args.size();
+    gate_args.push_back(p.fused ? h2 : h);
+    if (lstm) gate_args.push_back(c);
+    for (int o = 0; o < 3; ++o)
+      if (o == 0 ? p.y : o == 1 ? p.y_h : p.y_c) gate_args.push_back(outs[static_cast<size_t>(o)]);
+    std::vector<Arg> reset_args = {steps, xp, p.fused ? h : hr, p.fused ? r : h};
+    if (p.bias) reset_args.push_back(bias);
+    if (p.lens) reset_args.push_back(lens);
+    reset_args.push_back(rh);
+    for (int64_t s = 0; s < S; ++s) {
+      gate_args[0].offset = reset_args[0].offset = steps.offset + static_cast<cl_ulong>(s * 4);
+      if (p.fused) {
+        const Arg& prev = s % 2 == 0 ? h : h2;
+        const Arg& next = s % 2 == 0 ? h2 : h;
+        gate_args[2] = reset_args[2] = prev;
+        gate_args[gate_out] = next;
+      } else {
+        TD_RETURN_IF_ERROR(run_gemm(*device_, rec));
+      }
+      if (gru_reset) {
+        TD_RETURN_IF_ERROR(device_->launch(*reset_prog, reset_args, reset_k.n));
+        if (!p.fused) TD_RETURN_IF_ERROR(run_gemm(*device_, reset));
+      }
+      TD_RETURN_IF_ERROR(device_->launch(*gate_prog, gate_args, gate.n));
+    }
+    return device_->finish_if_sync();
+  }
+
+ private:
+  OpenClDevice* device_;
+  Node node_;
+};
+
 const std::map<std::string, std::string>& reduce_ops() {
   static const std::map<std::string, std::string> t = {
       {"ReduceSum", "sum"},         {"ReduceMean", "mean"}, {"ReduceMax", "max"},
@@ -1228,6 +1421,12 @@ Status OpenClKernelTable::supports(const Node& node, const std::vector<TensorTyp
                                    device_->name(), node.label());
     }
   }
+  if (domain_ok && (node.op == "RNN" || node.op == "GRU" || node.op == "LSTM")) {
+    if (!device_->blas())
+      return errors::Unimplemented("{}: {} runs recurrent ops through CLBlast, which it lacks ({})", node.op,
+                                   device_->name(), node.label());
+    return codegen::plan_recurrent(node, inputs).status();
+  }
   if (Status ir = codegen::elementwise_supported(node, inputs, nullptr); !ir.ok()) {
     if (!codegen::is_template_elementwise(node.op)) return ir;
     for (const auto& t : inputs)
@@ -1254,6 +1453,8 @@ Result<std::unique_ptr<Kernel>> OpenClKernelTable::create(const Node& node,
   (void)outputs;
   (void)options;
   if (is_view_op(node.op)) return std::unique_ptr<Kernel>(new ViewKernel(node));
+  if (node.op == "RNN" || node.op == "GRU" || node.op == "LSTM")
+    return std::unique_ptr<Kernel>(new RecurrentKernel(device_, node));
   if (reduce_ops().count(node.op) && !inputs.empty() && inputs[0].dtype == DType::kFloat64)
     return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
   if (reduce_ops().count(node.op)) return std::unique_ptr<Kernel>(new ReduceOp(device_, node));

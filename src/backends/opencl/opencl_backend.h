@@ -15,7 +15,12 @@
 // generated kernel: a vectorised GEMM straight on NCHW for 1x1 windows, im2col + that GEMM
 // otherwise, a vectorised depthwise kernel for depthwise ones.
 //
-// Environment: TENSORD_OPENCL=0 hides every OpenCL device. TENSORD_OPENCL_NO_CONV_FUSION=1
+// RNN, GRU and LSTM run as a static loop on the device's queue (codegen/recurrent.h): one
+// CLBlast GEMM for the input projection of all steps, then per step a GEMM H R^T and a
+// generated gate kernel (at batch 1-2 on a CPU device the products move into the step kernels).
+//
+// Environment: TENSORD_OPENCL=0 hides every OpenCL device. TENSORD_OPENCL_RNN_GEMM=clblast or
+// =generated forces the recurrent ops' per-step products onto CLBlast or into the kernels. TENSORD_OPENCL_NO_CONV_FUSION=1
 // leaves convolutions to the per-node kernels; TENSORD_OPENCL_CONV_VEC (4, 8, 16: outputs per
 // vector of the fused GEMM, default 8), TENSORD_OPENCL_CONV_ROWS (1: consecutive work items
 // take consecutive output-channel tiles, the default on a CPU device; 0: consecutive
