@@ -1120,7 +1120,7 @@ class RecurrentKernel final : public Kernel {
       for (size_t i = 0; i < lens.size(); ++i)
         if (lens[i] < 0 || lens[i] > static_cast<double>(p.seq))
           return errors::InvalidArgument("{}: sequence_lens[{}] = {} is outside [0, {}] (seq_length)",
-                                         node_.label(), i, lens[i], p.seq);
+                                         node_.op, i, lens[i], p.seq);
     }
     const int64_t D = p.dirs, B = p.batch, H = p.hidden, S = p.seq, GH = p.gh(), I = p.input;
     // The per-step products: CLBlast's GEMM and a gate kernel, or at a batch of one or two on
