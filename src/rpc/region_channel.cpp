@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/errors.h"
@@ -63,94 +64,37 @@ Result<std::string> random_hex(size_t bytes) {
   return s;
 }
 
-}  // namespace
+// A descriptor closed when this goes.
+struct FdCloser {
+  int fd;
+  ~FdCloser() { close(fd); }
+};
 
-Status send_region_fd(const std::string& socket_name, std::string_view ticket, int fd,
-                      std::chrono::milliseconds timeout) {
-  TD_ASSIGN_OR_RETURN(auto addr, socket_address(socket_name));
-  const int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (s < 0) return errors::Unavailable("region socket: socket(): {}", std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{s};
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
-  setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (connect(s, reinterpret_cast<const sockaddr*>(&addr.first), addr.second) != 0)
-    return errors::Unavailable("region socket '{}': cannot connect: {}", socket_name,
-                               std::strerror(errno));
-  iovec iov{const_cast<char*>(ticket.data()), ticket.size()};
+// One message: `text`, with `fd` attached (SCM_RIGHTS) unless it is negative.
+ssize_t send_message(int sock, std::string_view text, int fd, int flags) {
+  iovec iov{const_cast<char*>(text.data()), text.size()};
   alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
   msghdr m{};
   m.msg_iov = &iov;
   m.msg_iovlen = 1;
-  m.msg_control = cbuf;
-  m.msg_controllen = sizeof cbuf;
-  cmsghdr* c = CMSG_FIRSTHDR(&m);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  if (fd >= 0) {
+    m.msg_control = cbuf;
+    m.msg_controllen = sizeof cbuf;
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
   ssize_t n;
   do {
-    n = sendmsg(s, &m, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0)
-    return errors::Unavailable("region socket '{}': cannot send the descriptor: {}", socket_name,
-                               std::strerror(errno));
-  char reply[512];
-  do {
-    n = recv(s, reply, sizeof reply, 0);
-  } while (n < 0 && errno == EINTR);
-  if (n <= 0)
-    return errors::Unavailable("region socket '{}': no answer from the broker ({})", socket_name,
-                               n < 0 ? std::strerror(errno) : "closed");
-  const std::string answer(reply, static_cast<size_t>(n));
-  if (answer == "ok") return OkStatus();
-  return errors::FailedPrecondition("region socket: the broker refused the descriptor: {}", answer);
+    n = sendmsg(sock, &m, flags | MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR && !(flags & MSG_DONTWAIT));
+  return n;
 }
 
-Result<int> receive_region_fd(const std::string& socket_name, std::string_view ticket,
-                              std::chrono::milliseconds timeout) {
-  TD_ASSIGN_OR_RETURN(auto addr, socket_address(socket_name));
-  const int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (s < 0) return errors::Unavailable("region socket: socket(): {}", std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{s};
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
-  setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (connect(s, reinterpret_cast<const sockaddr*>(&addr.first), addr.second) != 0)
-    return errors::Unavailable("region socket '{}': cannot connect: {}", socket_name,
-                               std::strerror(errno));
-  ssize_t n;
-  do {
-    n = send(s, ticket.data(), ticket.size(), MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0)
-    return errors::Unavailable("region socket '{}': cannot send the ticket: {}", socket_name,
-                               std::strerror(errno));
-  char reply[512];
-  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 4)];
-  iovec iov{reply, sizeof reply};
-  msghdr m{};
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
-  m.msg_control = cbuf;
-  m.msg_controllen = sizeof cbuf;
-  do {
-    n = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
-  if (n <= 0)
-    return errors::Unavailable("region socket '{}': no answer from the broker ({})", socket_name,
-                               n < 0 ? std::strerror(errno) : "closed");
+// The descriptors a received message carries (now the caller's to close).
+std::vector<int> received_fds(msghdr& m) {
   std::vector<int> fds;
   for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -161,13 +105,68 @@ Result<int> receive_region_fd(const std::string& socket_name, std::string_view t
       fds.push_back(f);
     }
   }
-  const std::string answer(reply, static_cast<size_t>(n));
-  if (answer == "ok" && fds.size() == 1) return fds[0];
+  return fds;
+}
+
+// Client side: connects to the region socket, sends `ticket` (with `fd` attached unless it is
+// negative) and waits up to `timeout` for the answer: its text, and any descriptors with it.
+Result<std::pair<std::string, std::vector<int>>> exchange(const std::string& socket_name,
+                                                          std::string_view ticket, int fd,
+                                                          std::chrono::milliseconds timeout) {
+  TD_ASSIGN_OR_RETURN(auto addr, socket_address(socket_name));
+  const int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (s < 0) return errors::Unavailable("region socket: socket(): {}", std::strerror(errno));
+  FdCloser closer{s};
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
+  setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (connect(s, reinterpret_cast<const sockaddr*>(&addr.first), addr.second) != 0)
+    return errors::Unavailable("region socket '{}': cannot connect: {}", socket_name,
+                               std::strerror(errno));
+  if (send_message(s, ticket, fd, 0) < 0)
+    return errors::Unavailable("region socket '{}': cannot send the {}: {}", socket_name,
+                               fd >= 0 ? "descriptor" : "ticket", std::strerror(errno));
+  char reply[512];
+  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 4)];
+  iovec iov{reply, sizeof reply};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = cbuf;
+  m.msg_controllen = sizeof cbuf;
+  ssize_t n;
+  do {
+    n = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0)
+    return errors::Unavailable("region socket '{}': no answer from the broker ({})", socket_name,
+                               n < 0 ? std::strerror(errno) : "closed");
+  return std::make_pair(std::string(reply, static_cast<size_t>(n)), received_fds(m));
+}
+
+}  // namespace
+
+Status send_region_fd(const std::string& socket_name, std::string_view ticket, int fd,
+                      std::chrono::milliseconds timeout) {
+  TD_ASSIGN_OR_RETURN(auto answer, exchange(socket_name, ticket, fd, timeout));
+  for (int f : answer.second) close(f);  // (the broker sends none with this answer)
+  if (answer.first == "ok") return OkStatus();
+  return errors::FailedPrecondition("region socket: the broker refused the descriptor: {}",
+                                    answer.first);
+}
+
+Result<int> receive_region_fd(const std::string& socket_name, std::string_view ticket,
+                              std::chrono::milliseconds timeout) {
+  TD_ASSIGN_OR_RETURN(auto answer, exchange(socket_name, ticket, -1, timeout));
+  const auto& [text, fds] = answer;
+  if (text == "ok" && fds.size() == 1) return fds[0];
   for (int f : fds) close(f);
-  if (answer == "ok")
+  if (text == "ok")
     return errors::Internal("region socket: the broker answered with {} descriptors, not one",
                             fds.size());
-  return errors::FailedPrecondition("region socket: the broker refused the ticket: {}", answer);
+  return errors::FailedPrecondition("region socket: the broker refused the ticket: {}", text);
 }
 
 struct RegionChannel::State {
@@ -227,17 +226,7 @@ struct RegionChannel::State {
     const ssize_t n = recvmsg(conn, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
     std::vector<int> fds;
-    if (n >= 0) {
-      for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < count; ++i) {
-          int f;
-          std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof f);
-          fds.push_back(f);
-        }
-      }
-    }
+    if (n >= 0) fds = received_fds(m);
     std::string answer;
     int give = -1;  // an offered descriptor, sent with "ok"
     if (n <= 0) {
@@ -274,24 +263,8 @@ struct RegionChannel::State {
       }
     }
     for (int f : fds) close(f);
-    if (give >= 0) {
-      iovec out{answer.data(), answer.size()};
-      alignas(cmsghdr) char ob[CMSG_SPACE(sizeof(int))] = {};
-      msghdr r{};
-      r.msg_iov = &out;
-      r.msg_iovlen = 1;
-      r.msg_control = ob;
-      r.msg_controllen = sizeof ob;
-      cmsghdr* c = CMSG_FIRSTHDR(&r);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(c), &give, sizeof(int));
-      (void)sendmsg(conn, &r, MSG_NOSIGNAL | MSG_DONTWAIT);
-      close(give);  // the receiver has its own copy now (or nobody wanted it)
-    } else if (!answer.empty()) {
-      (void)send(conn, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    }
+    if (!answer.empty()) (void)send_message(conn, answer, give, MSG_DONTWAIT);
+    if (give >= 0) close(give);  // the receiver has its own copy now (or nobody wanted it)
     return true;
   }
 

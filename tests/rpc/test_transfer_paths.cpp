@@ -182,6 +182,21 @@ HostTensor ramp(int64_t n, float offset) {
   return t;
 }
 
+// y = -x over n floats.
+Graph neg_graph(int64_t n) {
+  Graph g;
+  g.name = "neg";
+  g.inputs = {{"x", {DType::kFloat32, {n}}}};
+  Node neg;
+  neg.name = "neg";
+  neg.op = "Neg";
+  neg.inputs = {"x"};
+  neg.outputs = {"y"};
+  g.nodes = {neg};
+  g.outputs = {{"y", {}}};
+  return g;
+}
+
 // A client of the shared broker that must use shared memory.
 Result<std::unique_ptr<rpc::RemoteClient>> shm_client() {
   auto* broker = testing::shared_broker();
@@ -393,16 +408,7 @@ TEST(LentRegions, ReadIntoAnUploadedValueCopiesItOutOfTheLentRegion) {
   EXPECT_EQ(small->shape, Shape{n});
   EXPECT_EQ(out[0], -1.0f);
   // Computed on by the broker, the uploaded value stays as it was.
-  Graph g;
-  g.name = "neg";
-  g.inputs = {{"x", {DType::kFloat32, {n}}}};
-  Node neg;
-  neg.name = "neg";
-  neg.op = "Neg";
-  neg.inputs = {"x"};
-  neg.outputs = {"y"};
-  g.nodes = {neg};
-  g.outputs = {{"y", {}}};
+  const Graph g = neg_graph(n);
   auto y = (*c)->execute(g, {*h}, "");
   ASSERT_TRUE(y.ok()) << y.status().to_string();
   ASSERT_TRUE((*c)->read_into((*y)[0], out.data(), static_cast<size_t>(n) * 4).ok());
@@ -432,16 +438,7 @@ TEST(LentRegions, ComputedValuesAreReadOutOfTheSessionsArena) {
   const int64_t n = 2 << 20;  // 8 MiB of float32
   auto h = (*c)->upload(ramp(n, 7.0f).view(), "");
   ASSERT_TRUE(h.ok()) << h.status().to_string();
-  Graph g;
-  g.name = "neg";
-  g.inputs = {{"x", {DType::kFloat32, {n}}}};
-  Node neg;
-  neg.name = "neg";
-  neg.op = "Neg";
-  neg.inputs = {"x"};
-  neg.outputs = {"y"};
-  g.nodes = {neg};
-  g.outputs = {{"y", {}}};
+  const Graph g = neg_graph(n);
   std::vector<float> out(static_cast<size_t>(n) + 16);
   for (int round = 0; round < 3; ++round) {
     auto y = (*c)->execute(g, {*h}, "");
