@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -84,18 +85,19 @@ class BlockCache {
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      idle_.push_back({p, mapped});
+      idle_.push_back({p, mapped, std::chrono::steady_clock::now()});
       idle_bytes_ += mapped;
     }
     trim(cap_);
   }
 
-  // Unmaps the oldest idle blocks until at most `keep` bytes are idle.
-  void trim(size_t keep) {
+  // Unmaps the oldest idle blocks until at most `keep` bytes are idle, and those idle since
+  // before `cutoff`.
+  void trim(size_t keep, std::chrono::steady_clock::time_point cutoff = {}) {
     std::vector<Block> drop;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      while (idle_bytes_ > keep && !idle_.empty()) {
+      while (!idle_.empty() && (idle_bytes_ > keep || idle_.front().since < cutoff)) {
         drop.push_back(idle_.front());
         idle_bytes_ -= idle_.front().size;
         idle_.erase(idle_.begin());
@@ -113,6 +115,7 @@ class BlockCache {
   struct Block {
     void* p;
     size_t size;
+    std::chrono::steady_clock::time_point since;  // idle since
   };
   std::mutex mu_;
   std::vector<Block> idle_;  // oldest first
@@ -142,5 +145,9 @@ std::shared_ptr<void> allocate_host_bytes(size_t n) {
 }
 
 HostBlockStats host_block_stats() { return cache().stats(); }
+
+void trim_idle_host_blocks(std::chrono::steady_clock::duration idle_for) {
+  cache().trim(SIZE_MAX, std::chrono::steady_clock::now() - idle_for);
+}
 
 }  // namespace tensord

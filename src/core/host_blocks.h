@@ -3,6 +3,7 @@
 // model's outputs copied out each run) does not map and page-fault fresh memory every time.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -19,5 +20,9 @@ struct HostBlockStats {
   int64_t mapped = 0;         // large allocations that mapped fresh memory
 };
 HostBlockStats host_block_stats();
+
+// Unmaps the cached blocks idle for longer than `idle_for` (a broker calls it from time to
+// time, so that memory a burst of transfers used goes back to the system).
+void trim_idle_host_blocks(std::chrono::steady_clock::duration idle_for);
 
 }  // namespace tensord

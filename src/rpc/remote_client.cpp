@@ -254,6 +254,8 @@ struct RemoteClient::Impl {
   Result<TensorType> shm_read_direct(TensorHandle h, void* dst, int64_t room, bool* unusable);
   Result<TensorType> stream_read(TensorHandle h, int64_t room,
                                  const std::function<void*(const TensorType&, int64_t)>& place);
+  Status read_part(TensorHandle h, const TensorType& type, int64_t total, int64_t offset,
+                   int64_t length, unsigned char* base, grpc::ClientContext& ctx);
   Status shm_read_parts(TensorHandle h, ShmRegion& region, unsigned char* dst, int64_t from,
                         int64_t total);
   Result<TensorType> shm_read(TensorHandle h, int64_t room,
@@ -1050,29 +1052,34 @@ Status take_read_chunk(grpc::ByteBuffer& message, bool first, int64_t* total, in
 
 }  // namespace
 
+namespace {
+grpc::ByteBuffer encode_read_request(const v1::ReadRequest& req) {
+  grpc::ByteBuffer request;
+  bool own = false;
+  (void)grpc::SerializationTraits<v1::ReadRequest>::Serialize(req, &request, &own);
+  return request;
+}
+}  // namespace
+
 // A read over gRPC streams: the value's header, then its bytes, parsed from the raw messages
-// straight into the place the caller gives. Large values come over several concurrent streams
-// (one part each), like uploads: one HTTP/2 stream is one thread's work on each side.
+// straight into the place the caller gives. A large value the broker lends in place comes in
+// parts over several concurrent streams (RemoteClientOptions::upload_streams, as uploads): one
+// HTTP/2 stream is one thread's work on each side. The first stream says how the value is
+// split; the others are asked for by offset once its header is here.
 Result<TensorType> RemoteClient::Impl::stream_read(TensorHandle h, int64_t room,
                                                    const ReadPlace& place) {
-  // The first stream: the header, and the whole value (or its first part).
   grpc::ClientContext ctx;
   prepare(ctx, kNoDeadline);  // waits for the value to be computed
   v1::ReadRequest req;
   req.set_handle(h);
   req.set_chunk_bytes(chunk_bytes);
   if (room >= 0) req.set_max_bytes(std::max<int64_t>(room, 1));
-  grpc::ByteBuffer request;
-  {
-    bool own = false;
-    if (!grpc::SerializationTraits<v1::ReadRequest>::Serialize(req, &request, &own).ok())
-      return errors::Internal("read: cannot encode the request");
-  }
+  if (options.upload_streams > 1) req.set_streams(static_cast<int32_t>(options.upload_streams));
   std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel.get(), *raw_read, &ctx,
-                                                                    request));
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+          channel.get(), *raw_read, &ctx, encode_read_request(req)));
   TensorType type;
-  int64_t total = -1, received = 0, end = 0;
+  int64_t total = -1, received = 0, end = 0, part = 0;
   unsigned char* dst = nullptr;
   Status bad;
   bool fits = false;
@@ -1083,11 +1090,36 @@ Result<TensorType> RemoteClient::Impl::stream_read(TensorHandle h, int64_t room,
       return errors::Internal("read: the broker declares {} bytes for a tensor of {} bytes",
                               hd.total_bytes(), *size);
     total = *size;
+    end = total;
+    part = hd.part_bytes();
+    if (part != 0) {  // split: this stream carries [0, part)
+      if (part < 0 || part >= total || (total + part - 1) / part > 16)
+        return errors::Internal("read: the broker splits {} bytes into parts of {}", total, part);
+      end = part;
+    }
     type = {static_cast<DType>(hd.dtype()), Shape(hd.shape().begin(), hd.shape().end())};
     dst = static_cast<unsigned char*>(place(type, total));
     fits = dst != nullptr || total == 0;
-    end = total;
     return OkStatus();
+  };
+  // The other parts, each over a stream of its own, started once the first header is here.
+  std::vector<std::unique_ptr<grpc::ClientContext>> part_ctx;
+  std::vector<Status> part_status;
+  std::vector<std::thread> part_threads;
+  auto start_parts = [&] {
+    const size_t n = static_cast<size_t>((total + part - 1) / part) - 1;
+    part_status.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      part_ctx.push_back(std::make_unique<grpc::ClientContext>());
+      prepare(*part_ctx.back(), kNoDeadline);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t off = part * static_cast<int64_t>(i + 1);
+      const int64_t len = std::min(part, total - off);
+      part_threads.emplace_back([&, i, off, len] {
+        part_status[i] = read_part(h, type, total, off, len, dst, *part_ctx[i]);
+      });
+    }
   };
   grpc::ByteBuffer message;
   bool first = true;
@@ -1095,17 +1127,61 @@ Result<TensorType> RemoteClient::Impl::stream_read(TensorHandle h, int64_t room,
     bad = take_read_chunk(message, first, &total, &received, &end, &dst, on_header);
     message.Clear();
     if (first && bad.ok() && !fits) break;  // no room: the type is all the caller gets
+    if (first && bad.ok() && part > 0) start_parts();
     first = false;
   }
   if (!bad.ok() || (total >= 0 && !fits)) ctx.TryCancel();
   grpc::Status s = reader->Finish();
+  if (!bad.ok() || !s.ok())
+    for (auto& c : part_ctx) c->TryCancel();  // the value is not coming whole: stop the parts
+  for (auto& t : part_threads) t.join();
   if (!bad.ok()) return bad;
   if (!fits && total >= 0) return type;
   TD_RETURN_IF_ERROR(finish(ctx, s, "read"));
   if (total < 0) return errors::Internal("read: the broker sent no tensor");
-  if (received != total)
-    return errors::DataLoss("read: the broker sent {} of {} bytes", received, total);
+  if (received != end)
+    return errors::DataLoss("read: the broker sent {} of {} bytes", received, end);
+  for (const Status& p : part_status) TD_RETURN_IF_ERROR(p);
   return type;
+}
+
+// One part of a split read: bytes [offset, offset + length) of a value whose type the first
+// stream gave, into base + offset. The broker's header must name the same value.
+Status RemoteClient::Impl::read_part(TensorHandle h, const TensorType& type, int64_t total,
+                                     int64_t offset, int64_t length, unsigned char* base,
+                                     grpc::ClientContext& ctx) {
+  v1::ReadRequest req;
+  req.set_handle(h);
+  req.set_chunk_bytes(chunk_bytes);
+  req.set_offset(offset);
+  req.set_length(length);
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+          channel.get(), *raw_read, &ctx, encode_read_request(req)));
+  int64_t declared = total, received = offset, end = offset + length;
+  unsigned char* dst = base;
+  auto same_value = [&](const v1::ReadHeader& hd) -> Status {
+    if (hd.total_bytes() != total || hd.dtype() != static_cast<int32_t>(type.dtype) ||
+        !std::equal(hd.shape().begin(), hd.shape().end(), type.shape.begin(), type.shape.end()))
+      return errors::Internal("read: handle {} answered another type for part {}", h, offset);
+    return OkStatus();
+  };
+  Status bad;
+  grpc::ByteBuffer message;
+  bool first = true;
+  while (bad.ok() && reader->Read(&message)) {
+    bad = take_read_chunk(message, first, &declared, &received, &end, &dst, same_value);
+    message.Clear();
+    first = false;
+  }
+  if (!bad.ok()) ctx.TryCancel();
+  grpc::Status s = reader->Finish();
+  TD_RETURN_IF_ERROR(bad);
+  TD_RETURN_IF_ERROR(finish(ctx, s, "read"));
+  if (received != end)
+    return errors::DataLoss("read: the broker sent {} of the {} bytes at offset {}",
+                            received - offset, length, offset);
+  return OkStatus();
 }
 
 namespace {

@@ -52,8 +52,9 @@ struct RemoteClientOptions {
   // answer, so reading them costs no further round trip; 0 = off. execute() then returns when
   // those small outputs are computed.
   int64_t inline_max_bytes = 256 << 10;
-  // Concurrent streams for one large (>= 64 MiB) gRPC upload (each needs a core on both
-  // sides); 0 = half the cores, at most 4 (TENSORD_UPLOAD_STREAMS overrides); 1 = one stream.
+  // Concurrent streams for one large (>= 64 MiB) gRPC upload or read (each needs a core on
+  // both sides; a read is split only when the broker lends the value without a copy of its
+  // own); 0 = half the cores, at most 4 (TENSORD_UPLOAD_STREAMS overrides); 1 = one stream.
   int64_t upload_streams = 0;
   // Bearer token for a broker started with --token-file; empty = TENSORD_TOKEN. Surrounding
   // whitespace is trimmed; any other byte outside printable ASCII is INVALID_ARGUMENT.

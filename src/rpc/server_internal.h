@@ -1,5 +1,5 @@
 // The broker's service, private to src/rpc: the gRPC method handlers (service.cpp), streamed
-// uploads and downloads with their HostPool (transfers.cpp), shared-memory regions
+// uploads and downloads (transfers.cpp), shared-memory regions
 // (shared_memory.cpp), and the session table with its leases, tenants and tokens
 // (sessions.cpp). server.cpp starts and stops it (rpc/server.h is the public entry).
 #pragma once
@@ -176,44 +176,14 @@ class TokenProcessor final : public grpc::AuthMetadataProcessor {
 
 constexpr int kMaxRegionsPerSession = 256;
 
-// Host memory for streamed uploads. A streamed tensor is received straight into one of these
-// blocks, which then becomes the tensor's storage (Engine::upload_external: no second copy);
-// when the tensor goes, the block comes back here, its pages still mapped, so the next upload
-// of a similar size writes to warm memory instead of faulting in fresh pages (which costs more
-// than the copy itself). Idle blocks are bounded in bytes and dropped after a while unused,
-// like a caching allocator's.
-class HostPool {
- public:
-  static constexpr size_t kMinPooled = 1 << 20;
-  explicit HostPool(size_t max_idle_bytes)
-      : state_(std::make_shared<State>()) { state_->max_idle = max_idle_bytes; }
-
-  // At least `bytes` (64-byte aligned), or null when the host is out of memory.
-  std::shared_ptr<unsigned char> get(size_t bytes);
-
-  // Frees blocks idle since before `cutoff`.
-  void trim(Clock::time_point cutoff);
-
- private:
-  struct Block {
-    unsigned char* p;
-    size_t size;
-    Clock::time_point since;
-  };
-  struct State {
-    std::mutex mu;
-    std::vector<Block> idle;
-    size_t idle_bytes = 0;
-    size_t max_idle = 0;
-    ~State() {
-      for (auto& b : idle) std::free(b.p);
-    }
-  };
-  std::shared_ptr<State> state_;  // shared with the blocks' deleters: tensors may outlive us
-};
-
-// Bytes of idle blocks the broker's HostPool keeps: an eighth of the host's memory, at most 1 GiB.
-size_t host_pool_bytes();
+// Host memory for a transfer's bytes: at least `bytes`, 64-byte aligned, or null when the host
+// has none. A streamed upload is received straight into one, which then becomes the tensor's
+// storage (Engine::upload_external: no second copy). Large blocks come from the process-wide
+// cache of core/host_blocks.h: whole 2 MiB pieces on transparent huge pages, recycled when the
+// tensor goes, so the next transfer of a similar size writes to warm memory instead of faulting
+// in fresh pages (which costs more than the copy itself); the session sweeper unmaps blocks
+// idle for a while.
+std::shared_ptr<unsigned char> host_block(size_t bytes);
 
 class Service;
 
@@ -416,7 +386,6 @@ class Service final
 
   std::shared_ptr<Engine> engine_;
   RpcServerOptions options_;
-  HostPool pool_{host_pool_bytes()};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/host_blocks.h"
 #include "core/log.h"
 
 namespace tensord::rpc::server_impl {
@@ -296,7 +297,7 @@ void Service::reap_loop() {
     }
     lock.unlock();
     for (const auto& [id, s] : expired) (void)close_logged(id, s, "lease expired");
-    pool_.trim(now - std::chrono::seconds(10));
+    trim_idle_host_blocks(std::chrono::seconds(10));
     lock.lock();
   }
 }

@@ -281,7 +281,7 @@ grpc::Status Service::read_region_part(grpc::ServerContext* ctx, const Guard& g,
     if (!n.ok()) return fail(ctx, n.status());
     std::shared_ptr<unsigned char> block;
     if (*n > 0 && (req.max_bytes() == 0 || *n <= req.max_bytes())) {
-      block = pool_.get(static_cast<size_t>(*n));
+      block = host_block(static_cast<size_t>(*n));
       if (!block)
         return fail(ctx, errors::ResourceExhausted(
                              "read: cannot hold {} bytes in the broker's host memory", *n));

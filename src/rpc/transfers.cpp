@@ -1,5 +1,5 @@
 // Streamed uploads and downloads: Upload (raw messages straight into pooled blocks), parallel
-// uploads (BeginUpload .. FinishUpload), UploadInline, Read, and the HostPool.
+// uploads (BeginUpload .. FinishUpload), UploadInline, Read, and their host blocks.
 #include "rpc/server_internal.h"
 
 #include <google/protobuf/io/coded_stream.h>
@@ -10,75 +10,23 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <thread>
+
+#include "core/host_blocks.h"
 
 namespace tensord::rpc::server_impl {
 
-// At least `bytes` (64-byte aligned), or null when the host is out of memory.
-std::shared_ptr<unsigned char> HostPool::get(size_t bytes) {
-  const size_t want = std::max<size_t>((bytes + 63) & ~size_t{63}, 64);
-  unsigned char* p = nullptr;
-  size_t size = want;
-  if (want >= kMinPooled) {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    auto& idle = state_->idle;
-    auto best = idle.end();
-    for (auto it = idle.begin(); it != idle.end(); ++it)
-      if (it->size >= want && it->size <= want + want / 4 &&
-          (best == idle.end() || it->size < best->size))
-        best = it;
-    if (best != idle.end()) {
-      p = best->p;
-      size = best->size;
-      state_->idle_bytes -= best->size;
-      idle.erase(best);
-    }
+std::shared_ptr<unsigned char> host_block(size_t bytes) {
+  try {
+    std::shared_ptr<void> block = allocate_host_bytes(std::max<size_t>(bytes, 1));
+    auto* p = static_cast<unsigned char*>(block.get());
+    return std::shared_ptr<unsigned char>(std::move(block), p);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
   }
-  if (!p) p = static_cast<unsigned char*>(std::aligned_alloc(64, want));
-  if (!p) return nullptr;
-  auto state = state_;
-  return std::shared_ptr<unsigned char>(p, [state, size](unsigned char* q) {
-    if (size >= kMinPooled) {
-      std::lock_guard<std::mutex> lock(state->mu);
-      if (state->idle_bytes + size <= state->max_idle) {
-        state->idle.push_back({q, size, Clock::now()});
-        state->idle_bytes += size;
-        return;
-      }
-    }
-    std::free(q);
-  });
 }
 
-// Frees blocks idle since before `cutoff`.
-void HostPool::trim(Clock::time_point cutoff) {
-  std::vector<unsigned char*> dead;
-  {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    auto& idle = state_->idle;
-    for (auto it = idle.begin(); it != idle.end();) {
-      if (it->since < cutoff) {
-        dead.push_back(it->p);
-        state_->idle_bytes -= it->size;
-        it = idle.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (unsigned char* p : dead) std::free(p);
-}
-
-size_t host_pool_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  const size_t phys = pages > 0 && page > 0 ? static_cast<size_t>(pages) * page : 0;
-  return std::min<size_t>(size_t{1} << 30, phys / 8);
-}
-
-  // A streamed upload (client streaming, raw messages): the header's size is checked before a
-  // byte is taken, then each chunk's data is copied once, from gRPC's receive buffers straight
-  // into a pooled block that becomes the tensor (no staging copy, no second allocation).
-  // Messages are tensord.v1.UploadChunk, parsed here field by field for that reason.
 class Service::UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   UploadReactor(Service* service, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response)
@@ -188,7 +136,7 @@ class Service::UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBu
     // Charged to the session while it arrives (the engine counts it once it is a tensor).
     TD_RETURN_IF_ERROR(guard_.charge(size_, "upload"));
     charged_ = size_;
-    block_ = service_->pool_.get(static_cast<size_t>(size_));
+    block_ = host_block(static_cast<size_t>(size_));
     if (!block_)
       return errors::ResourceExhausted(
           "upload: cannot hold {} bytes in the broker's host memory", size_);
@@ -286,7 +234,7 @@ grpc::Status Service::BeginUpload(grpc::ServerContext* ctx, const v1::UploadHead
   auto pending = std::make_shared<PendingUpload>();
   pending->header = *req;
   pending->size = *size;
-  pending->block = pool_.get(static_cast<size_t>(*size));
+  pending->block = host_block(static_cast<size_t>(*size));
   if (!pending->block) {
     g.uncharge(*size);
     return fail(ctx, errors::ResourceExhausted(
@@ -376,6 +324,9 @@ grpc::Status Service::UploadInline(grpc::ServerContext* ctx, const v1::UploadChu
 class Service::ReadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   static constexpr int kMaxReadThreads = 64;
+  // A value this large, lent in place, may be read over several streams (ReadRequest.streams).
+  static constexpr int64_t kSplitReadMinBytes = 64 << 20;
+  static constexpr int64_t kMaxReadStreams = 16;
 
   ReadReactor(Service* service, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request)
       : service_(service), ctx_(ctx), guard_(service, ctx) {
@@ -438,6 +389,7 @@ class Service::ReadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuf
     const unsigned char* bytes = nullptr;
     int64_t total = 0;
     auto mapped = engine.map_host(session, req.handle(), call.get());
+    const bool lent = mapped.ok();  // sent from the value's own memory
     if (mapped.ok()) {
       type = {mapped->view.dtype, mapped->view.shape};
       bytes = static_cast<const unsigned char*>(mapped->view.data);
@@ -449,7 +401,7 @@ class Service::ReadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuf
       auto n = checked_byte_size(info.type.dtype, info.type.shape);
       std::shared_ptr<unsigned char> block;
       if (n.ok() && *n > 0 && (req.max_bytes() == 0 || *n <= req.max_bytes())) {
-        block = service_->pool_.get(static_cast<size_t>(*n));
+        block = host_block(static_cast<size_t>(*n));
         if (!block)
           return errors::ResourceExhausted(
               "read: cannot hold {} bytes in the broker's host memory", *n);
@@ -481,7 +433,19 @@ class Service::ReadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuf
       messages_.emplace_back(&slice, 1);
       return OkStatus();
     }
-    const int64_t end = req.length() > 0 ? std::min(total, req.offset() + req.length()) : total;
+    int64_t end = req.length() > 0 ? std::min(total, req.offset() + req.length()) : total;
+    if (lent && req.streams() > 1 && req.offset() == 0 && req.length() == 0 &&
+        total >= kSplitReadMinBytes) {
+      // Parts over the client's concurrent streams (one core each on both sides), as a large
+      // upload: each part's stream sends from the same memory, nothing is copied per part.
+      const int64_t k = std::min<int64_t>(req.streams(), kMaxReadStreams);
+      const int64_t part = ((total + k - 1) / k + 63) / 64 * 64;  // k parts at most
+      header.set_part_bytes(part);
+      framing.clear();
+      put_field(framing, 1, header.ByteSizeLong());
+      framing += header.SerializeAsString();
+      end = part;
+    }
     int64_t chunk = req.chunk_bytes() > 0 ? req.chunk_bytes() : service_->options_.chunk_bytes;
     chunk = std::clamp<int64_t>(chunk, 64 << 10, 64 << 20);
     int64_t off = req.offset();

@@ -380,11 +380,13 @@ TEST_F(BrokerFaults, ParallelUploadPartsAreCheckedAtTheFinish) {
   expect_still_serving();
 }
 
-// Through RemoteClient: a 72 MiB upload goes over two streams and reads back intact.
-TEST_F(BrokerFaults, LargeGrpcUploadOverTwoStreamsIsIntact) {
+// Through RemoteClient: a 72 MiB upload goes over three streams and reads back intact over
+// three, into a fresh tensor and into the caller's memory; a buffer one byte short gets the
+// type alone.
+TEST_F(BrokerFaults, LargeGrpcTransfersOverThreeStreamsAreIntact) {
   rpc::RemoteClientOptions o;
   o.transport = "grpc";
-  o.upload_streams = 2;
+  o.upload_streams = 3;
   auto c = rpc::RemoteClient::connect(broker_->address(), o);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   const int64_t n = (72 << 20) / 4 + 5;  // not a multiple of the part size
@@ -396,9 +398,84 @@ TEST_F(BrokerFaults, LargeGrpcUploadOverTwoStreamsIsIntact) {
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   ASSERT_EQ(back->numel(), n);
   EXPECT_EQ(std::memcmp(back->data(), t.data(), static_cast<size_t>(n) * 4), 0);
+  std::vector<float> into(static_cast<size_t>(n), -1.0f);
+  auto type = (*c)->read_into(*h, into.data(), into.size() * 4);
+  ASSERT_TRUE(type.ok()) << type.status().to_string();
+  EXPECT_EQ(type->shape, Shape({n}));
+  EXPECT_EQ(std::memcmp(into.data(), t.data(), static_cast<size_t>(n) * 4), 0);
+  std::vector<float> short_of(static_cast<size_t>(n), -1.0f);
+  auto only = (*c)->read_into(*h, short_of.data(), short_of.size() * 4 - 1);
+  ASSERT_TRUE(only.ok()) << only.status().to_string();
+  EXPECT_EQ(only->shape, Shape({n}));
+  EXPECT_EQ(short_of[0], -1.0f);  // nothing written
   EXPECT_TRUE((*c)->release(*h).ok());
   c->reset();
   EXPECT_EQ(raw_->in_use_settled("cpu:0", base_), base_);
+}
+
+// A split read on the wire (ReadRequest.streams): a value of 64 MiB or more comes as its first
+// part, the header saying how long the parts are (at most `streams` of them, 16 at most); the
+// rest is asked for by offset and length. Smaller values come whole whatever `streams` says.
+TEST_F(BrokerFaults, SplitReadOnTheWire) {
+  const std::string session = raw_->open_session();
+  const int64_t n = (65 << 20) / 4 + 3;  // 65 MiB and 12 bytes
+  std::string data(static_cast<size_t>(n * 4), '\0');
+  for (int64_t i = 0; i < n; ++i) {
+    const float f = static_cast<float>(i % 999983);
+    std::memcpy(&data[static_cast<size_t>(i * 4)], &f, 4);
+  }
+  std::vector<std::string> chunks;
+  for (size_t at = 0; at < data.size(); at += 2 << 20) chunks.push_back(data.substr(at, 2 << 20));
+  uint64_t h = 0, small_h = 0;
+  ASSERT_TRUE(raw_->upload(session, {n}, n * 4, chunks, true, &h).ok());
+  ASSERT_TRUE(raw_->upload(session, {4}, 16, {data.substr(0, 16)}, true, &small_h).ok());
+  auto read = [&](uint64_t handle, int32_t streams, int64_t offset, int64_t length,
+                  int64_t* part_bytes) {
+    grpc::ClientContext ctx;
+    raw_->prepare(ctx, session);
+    v1::ReadRequest req;
+    req.set_handle(handle);
+    req.set_streams(streams);
+    req.set_offset(offset);
+    req.set_length(length);
+    auto r = raw_->stub().Read(&ctx, req);
+    v1::ReadChunk chunk;
+    std::string bytes;
+    bool first = true;
+    while (r->Read(&chunk)) {
+      if (first) {
+        EXPECT_TRUE(chunk.has_header());
+        EXPECT_EQ(chunk.header().total_bytes(), handle == h ? n * 4 : 16);
+        *part_bytes = chunk.header().part_bytes();
+      }
+      first = false;
+      bytes += chunk.data();
+    }
+    EXPECT_TRUE(r->Finish().ok());
+    return bytes;
+  };
+  for (int32_t streams : {3, 40}) {
+    int64_t part = -1, ignored = 0;
+    std::string got = read(h, streams, 0, 0, &part);
+    ASSERT_GT(part, 0) << streams;
+    EXPECT_EQ(part % 64, 0);
+    const int64_t parts = (n * 4 + part - 1) / part;
+    EXPECT_LE(parts, std::min(streams, 16));
+    EXPECT_GE(parts, 2);
+    ASSERT_EQ(static_cast<int64_t>(got.size()), part);  // the first part only
+    for (int64_t off = part; off < n * 4; off += part)
+      got += read(h, 0, off, std::min(part, n * 4 - off), &ignored);
+    EXPECT_TRUE(got == data) << streams;
+  }
+  int64_t part = -1;
+  EXPECT_EQ(read(small_h, 3, 0, 0, &part), data.substr(0, 16));
+  EXPECT_EQ(part, 0);
+  // One stream asked for, or a part asked for: never split.
+  EXPECT_EQ(static_cast<int64_t>(read(h, 1, 0, 0, &part).size()), n * 4);
+  EXPECT_EQ(part, 0);
+  EXPECT_EQ(static_cast<int64_t>(read(h, 4, 64, 1000, &part).size()), 1000);
+  EXPECT_EQ(part, 0);
+  expect_still_serving();
 }
 
 // Read's room and parts (ReadRequest.max_bytes, offset, length): a value larger than the room
