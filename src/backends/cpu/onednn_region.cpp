@@ -30,22 +30,6 @@ using Alg = dnnl::algorithm;
 
 constexpr size_t kAlign = 64;
 
-// Nodes with less work than this (multiply-adds, or elements read and written; see
-// node_work) run their primitives on one thread: an OpenMP fork and join costs microseconds
-// on idle cores and far more on busy ones, more than halving a tiny primitive (the 1x1
-// convolutions of a squeeze-excitation on pooled values) saves. Larger limits measured no
-// better on 2 cores once the compiling thread stopped starting a second OpenMP team
-// (add_weights). TENSORD_SERIAL_WORK_K (thousands of work units; 1 = split everything)
-// overrides.
-constexpr double kDefaultSerialWork = 1e5;
-
-double serial_work_limit() {
-  // An invalid value never gets here: the cpu backend's check_settings() refuses it.
-  if (auto v = parse_count_env("TENSORD_SERIAL_WORK_K", 1, 1000000); v.ok() && *v > 0)
-    return 1000.0 * *v;
-  return kDefaultSerialWork;
-}
-
 // ---- what a region may contain ----
 
 struct Eltwise {
