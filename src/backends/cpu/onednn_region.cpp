@@ -516,6 +516,7 @@ class LinearKernel final : public FusedKernel {
 
 Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const LinearPlan& p,
                                                     const FusedGroup& r) {
+  cpu_stream();  // first: it sets this thread's thread count (see RegionCompiler::compile)
   if (r.outputs.size() != 1 || r.outputs[0] != p.result)
     return errors::Unimplemented("Linear layer '{}': its result is not its only output",
                                  g.nodes[p.members[0]]->name);
@@ -1021,6 +1022,9 @@ class RegionCompiler {
   RegionCompiler(const FusionGraph& g, const FusedGroup& r) : g_(g), r_(r) {}
 
   Result<std::unique_ptr<FusedKernel>> compile() {
+    // First: a stream's first use on a thread sets the thread count (TENSORD_NUM_THREADS),
+    // and a primitive keeps the count it was created with (else OpenMP's default, every core).
+    cpu_stream();
     out_ = std::make_unique<DnnlRegion>();
     out_->nodes_ = static_cast<int>(r_.members.size());
     // Uses of each value inside the region (member positions), for fusion decisions.
