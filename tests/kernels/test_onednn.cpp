@@ -419,6 +419,7 @@ TEST(OneDnn, LstmMatchesReference) {
       {5, 2, 7, 20, "bidirectional", 1, false, true, false, false},
       // Enough work per direction that the two directions run on two threads at once.
       {8, 3, 16, 64, "bidirectional", 0, true, true, true, true},
+      {3, 2, 0, 16, "forward", 0, true, false, true, false},  // no input features
   };
   for (const LstmCase& k : cases) {
     SCOPED_TRACE("lstm " + k.direction + " layout " + std::to_string(k.layout));
@@ -521,6 +522,8 @@ TEST(OneDnn, GruMatchesReference) {
       // Enough work per direction that the two directions run on two threads at once.
       {6, 2, 16, 64, "bidirectional", 1, 0, true, true, true},
       {5, 6, 8, 48, "bidirectional", 0, 1, true, true, true},
+      // No input features: X W^T is zero (its buffer is not zeroed beforehand).
+      {3, 2, 0, 16, "forward", 0, 1, true, false, true},
   };
   for (const GruCase& k : cases) {
     SCOPED_TRACE("gru " + k.direction + " layout " + std::to_string(k.layout) + " lbr " +
