@@ -50,11 +50,12 @@ dnnl_status_t projection_sgemm(int64_t m, int64_t n, int64_t k, const float* a, 
   return st;
 }
 
-// The directions of a bidirectional op at once, one per OpenMP thread: they share nothing but
-// the outputs, where each writes its own slices. One fork and join per call, where splitting each
-// step's small product over the threads would cost one per step; the SGEMMs inside run on their
-// own thread (no nested team). With less work (multiply-adds of one direction) than
-// serial_work_limit(), or one thread, the directions run in turn.
+// The recurrences of a bidirectional op's two directions at once, one per OpenMP thread (the
+// input projections come before, on the whole team): they share nothing but the outputs, where
+// each writes its own slices. One fork and join per call, where splitting each step's small
+// product over the threads would cost one per step; a per-step SGEMM inside (large batches)
+// runs on its own thread (no nested team). With less work (recurrent multiply-adds of one
+// direction) than serial_work_limit(), or one thread, the directions run in turn.
 template <typename F>
 Status run_directions(int64_t num_dir, int64_t work, F&& run) {
   cpu_stream();  // its first use on a thread sets the thread count (TENSORD_NUM_THREADS)
@@ -298,27 +299,32 @@ Status lstm_run(KernelContext& ctx) {
   const size_t state_n = static_cast<size_t>(num_dir * batch * hidden);
   std::vector<float> y(static_cast<size_t>(seq) * state_n, 0.0f), yh(state_n, 0.0f), yc(state_n, 0.0f);
   const int64_t rows = seq * batch;
-  // One direction, with its own scratch; it writes only its own slices of y, yh and yc.
-  auto run_direction = [&](int64_t d) -> Status {
-    // gx: written whole by the projection (not zeroed first: 200 KB a call at seq 100, H 128).
-    std::unique_ptr<float[]> gx(new float[static_cast<size_t>(rows * gh)]);
-    std::vector<float> gr(static_cast<size_t>(batch * gh));
-    std::vector<float> h(static_cast<size_t>(batch * hidden)), c(h.size());
-    const bool reverse = direction == "reverse" || d == 1;
-    const float* wd = w + d * gh * in_size;
-    const float* rd = r + d * gh * hidden;
-    const float* pd = peep ? peep + d * 3 * hidden : nullptr;
-    // gx = X W^T (+ Wb + Rb) for every row of X at once.
-    if (projection_sgemm(rows, gh, in_size, x, wd, gx.get()) != dnnl_success)
+  // gx[d] = X W_d^T (+ Wb + Rb) for every row of X at once, before the directions split (the
+  // SGEMM may use the whole team). Written whole, so not zeroed first (200 KB at seq 100, H 128).
+  std::vector<std::unique_ptr<float[]>> gxs(static_cast<size_t>(num_dir));
+  for (int64_t d = 0; d < num_dir; ++d) {
+    float* gx = new float[static_cast<size_t>(rows * gh)];
+    gxs[static_cast<size_t>(d)].reset(gx);
+    if (projection_sgemm(rows, gh, in_size, x, w + d * gh * in_size, gx) != dnnl_success)
       return ctx.error("dnnl_sgemm failed on the input projection");
     if (b) {
       const float* wb = b + d * 2 * gh;
       const float* rb = wb + gh;
       for (int64_t i = 0; i < rows; ++i) {
-        float* row = gx.get() + i * gh;
+        float* row = gx + i * gh;
         for (int64_t g = 0; g < gh; ++g) row[g] += wb[g] + rb[g];
       }
     }
+  }
+  // One direction's recurrence, with its own scratch; it writes only its own slices of y, yh
+  // and yc.
+  auto run_direction = [&](int64_t d) -> Status {
+    const float* gx = gxs[static_cast<size_t>(d)].get();
+    std::vector<float> gr(static_cast<size_t>(batch * gh));
+    std::vector<float> h(static_cast<size_t>(batch * hidden)), c(h.size());
+    const bool reverse = direction == "reverse" || d == 1;
+    const float* rd = r + d * gh * hidden;
+    const float* pd = peep ? peep + d * 3 * hidden : nullptr;
     for (int64_t bi = 0; bi < batch; ++bi) {
       const int64_t s0 = state_at(d, bi);
       for (int64_t j = 0; j < hidden; ++j) {
@@ -345,7 +351,7 @@ Status lstm_run(KernelContext& ctx) {
         const int64_t len = lens[static_cast<size_t>(bi)];
         if (step >= len) continue;  // this entry's sequence has ended: its state is final
         const int64_t t = reverse ? len - 1 - step : step;
-        const float* gxr = gx.get() + x_row(t, bi) * gh;
+        const float* gxr = gx + x_row(t, bi) * gh;
         const float* grr = gr.data() + bi * gh;
         float* hb = h.data() + bi * hidden;
         if (pd)
@@ -363,7 +369,7 @@ Status lstm_run(KernelContext& ctx) {
     }
     return OkStatus();
   };
-  TD_RETURN_IF_ERROR(run_directions(num_dir, seq * batch * gh * (in_size + hidden), run_direction));
+  TD_RETURN_IF_ERROR(run_directions(num_dir, seq * batch * gh * hidden, run_direction));
   const std::vector<float>* results[3] = {&y, &yh, &yc};
   for (int i = 0; i < 3; ++i) {
     if (!ctx.wants_output(i)) continue;
@@ -434,34 +440,34 @@ Status gru_run(KernelContext& ctx) {
   const size_t state_n = static_cast<size_t>(num_dir * batch * hidden);
   std::vector<float> y(static_cast<size_t>(seq) * state_n, 0.0f), yh(state_n, 0.0f);
   const int64_t rows = seq * batch;
-  // One direction, with its own scratch; it writes only its own slices of y and yh.
+  // gx[d] = X W_d^T + Wb, plus Rb for z and r, and Rbh too when it is outside the reset
+  // product; before the directions split, written whole (as in lstm_run).
+  std::vector<std::unique_ptr<float[]>> gxs(static_cast<size_t>(num_dir));
+  for (int64_t d = 0; d < num_dir; ++d) {
+    float* gx = new float[static_cast<size_t>(rows * gh)];
+    gxs[static_cast<size_t>(d)].reset(gx);
+    if (projection_sgemm(rows, gh, in_size, x, w + d * gh * in_size, gx) != dnnl_success)
+      return ctx.error("dnnl_sgemm failed on the input projection");
+    if (b) {
+      const float* wb = b + d * 2 * gh;
+      const float* rb = wb + gh;
+      const int64_t rb_end = lbr ? 2 * hidden : gh;
+      for (int64_t i = 0; i < rows; ++i) {
+        float* row = gx + i * gh;
+        for (int64_t g = 0; g < gh; ++g) row[g] += wb[g] + (g < rb_end ? rb[g] : 0.0f);
+      }
+    }
+  }
+  const std::vector<float> no_rbh(b ? 0 : static_cast<size_t>(hidden), 0.0f);
+  // One direction's recurrence, with its own scratch; it writes only its own slices of y and yh.
   auto run_direction = [&](int64_t d) -> Status {
-    // gx: written whole by the projection (not zeroed first: 200 KB a call at seq 100, H 128).
-    std::unique_ptr<float[]> gx(new float[static_cast<size_t>(rows * gh)]);
+    const float* gx = gxs[static_cast<size_t>(d)].get();
     std::vector<float> gr(static_cast<size_t>(batch * gh));
     std::vector<float> h(static_cast<size_t>(batch * hidden)), z(h.size()), rg(h.size()),
         rh(h.size());
     const bool reverse = direction == "reverse" || d == 1;
-    const float* wd = w + d * gh * in_size;
     const float* rd = r + d * gh * hidden;
-    // gx = X W^T + Wb, plus Rb for z and r, and Rbh too when it is outside the reset product.
-    if (projection_sgemm(rows, gh, in_size, x, wd, gx.get()) != dnnl_success)
-      return ctx.error("dnnl_sgemm failed on the input projection");
-    std::vector<float> no_rbh;
-    const float* rbh = nullptr;
-    if (!b) {
-      no_rbh.assign(static_cast<size_t>(hidden), 0.0f);
-      rbh = no_rbh.data();
-    } else {
-      const float* wb = b + d * 2 * gh;
-      const float* rb = wb + gh;
-      rbh = rb + 2 * hidden;
-      const int64_t rb_end = lbr ? 2 * hidden : gh;
-      for (int64_t i = 0; i < rows; ++i) {
-        float* row = gx.get() + i * gh;
-        for (int64_t g = 0; g < gh; ++g) row[g] += wb[g] + (g < rb_end ? rb[g] : 0.0f);
-      }
-    }
+    const float* rbh = b ? b + d * 2 * gh + gh + 2 * hidden : no_rbh.data();  // Rb's h block
     for (int64_t bi = 0; bi < batch; ++bi) {
       const int64_t s0 = state_at(d, bi);
       for (int64_t j = 0; j < hidden; ++j) h[static_cast<size_t>(bi * hidden + j)] = h0 ? h0[s0 + j] : 0.0f;
@@ -491,7 +497,7 @@ Status gru_run(KernelContext& ctx) {
         const int64_t len = lens[static_cast<size_t>(bi)];
         if (step >= len) continue;
         const int64_t t = reverse ? len - 1 - step : step;
-        gru_zr(gx.get() + x_row(t, bi) * gh, gr.data() + bi * gh, z.data() + bi * hidden,
+        gru_zr(gx + x_row(t, bi) * gh, gr.data() + bi * gh, z.data() + bi * hidden,
                rg.data() + bi * hidden, hidden);
       }
       if (!lbr) {  // gr_h = (r . H_{t-1}) Rh^T
@@ -509,7 +515,7 @@ Status gru_run(KernelContext& ctx) {
         if (step >= len) continue;
         const int64_t t = reverse ? len - 1 - step : step;
         float* hb = h.data() + bi * hidden;
-        const float* gx_h = gx.get() + x_row(t, bi) * gh + 2 * hidden;
+        const float* gx_h = gx + x_row(t, bi) * gh + 2 * hidden;
         const float* gr_h = gr.data() + bi * gh + 2 * hidden;
         if (lbr)
           gru_h_linear_before_reset(gx_h, gr_h, rbh, z.data() + bi * hidden,
@@ -525,7 +531,7 @@ Status gru_run(KernelContext& ctx) {
     }
     return OkStatus();
   };
-  TD_RETURN_IF_ERROR(run_directions(num_dir, seq * batch * gh * (in_size + hidden), run_direction));
+  TD_RETURN_IF_ERROR(run_directions(num_dir, seq * batch * gh * hidden, run_direction));
   const std::vector<float>* results[2] = {&y, &yh};
   for (int i = 0; i < 2; ++i) {
     if (!ctx.wants_output(i)) continue;
