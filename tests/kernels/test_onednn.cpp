@@ -412,6 +412,14 @@ TEST(OneDnn, LstmMatchesReference) {
       {4, 2, 3, 6, "bidirectional", 0, true, true, true, true},
       {7, 3, 5, 4, "bidirectional", 1, true, false, true, true},
       {80, 2, 16, 32, "forward", 0, true, false, false, false},  // imdb_lstm-like
+      // Hidden 128 (the 128-column product block), and 20 (a vector remainder) with and
+      // without peepholes: the cell without them is a separate function.
+      {6, 1, 16, 128, "forward", 0, true, false, true, false},
+      {5, 1, 7, 20, "reverse", 0, true, false, true, true},
+      {5, 2, 7, 20, "bidirectional", 1, false, true, false, false},
+      // Enough work per direction that the two directions run on two threads at once.
+      {8, 3, 16, 64, "bidirectional", 0, true, true, true, true},
+      {3, 2, 0, 16, "forward", 0, true, false, true, false},  // no input features
   };
   for (const LstmCase& k : cases) {
     SCOPED_TRACE("lstm " + k.direction + " layout " + std::to_string(k.layout));
@@ -508,6 +516,14 @@ TEST(OneDnn, GruMatchesReference) {
       {3, 1, 5, 80, "bidirectional", 0, 1, true, false, false},
       {3, 2, 7, 96, "forward", 0, 0, true, true, true},
       {2, 1, 4, 128, "reverse", 0, 1, true, false, true},
+      // linear_before_reset without B (Rbh taken as zeros), small and SGEMM batches.
+      {4, 1, 3, 20, "bidirectional", 0, 1, false, false, true},
+      {4, 6, 3, 20, "forward", 1, 1, false, true, false},
+      // Enough work per direction that the two directions run on two threads at once.
+      {6, 2, 16, 64, "bidirectional", 1, 0, true, true, true},
+      {5, 6, 8, 48, "bidirectional", 0, 1, true, true, true},
+      // No input features: X W^T is zero (its buffer is not zeroed beforehand).
+      {3, 2, 0, 16, "forward", 0, 1, true, false, true},
   };
   for (const GruCase& k : cases) {
     SCOPED_TRACE("gru " + k.direction + " layout " + std::to_string(k.layout) + " lbr " +

@@ -14,6 +14,9 @@ dnnl::engine& cpu_engine();
 dnnl::stream& cpu_stream();
 // TENSORD_NUM_THREADS when set to 1..1024, else the number of cores.
 int compute_threads();
+// Work (multiply-adds of a convolution or product, else elements read and written) below which
+// a primitive runs on the calling thread alone: TENSORD_SERIAL_WORK_K thousands, default 100k.
+double serial_work_limit();
 // "oneDNN 2.6.3" (the library linked at run time).
 std::string onednn_version();
 

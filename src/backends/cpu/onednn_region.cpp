@@ -30,22 +30,6 @@ using Alg = dnnl::algorithm;
 
 constexpr size_t kAlign = 64;
 
-// Nodes with less work than this (multiply-adds, or elements read and written; see
-// node_work) run their primitives on one thread: an OpenMP fork and join costs microseconds
-// on idle cores and far more on busy ones, more than halving a tiny primitive (the 1x1
-// convolutions of a squeeze-excitation on pooled values) saves. Larger limits measured no
-// better on 2 cores once the compiling thread stopped starting a second OpenMP team
-// (add_weights). TENSORD_SERIAL_WORK_K (thousands of work units; 1 = split everything)
-// overrides.
-constexpr double kDefaultSerialWork = 1e5;
-
-double serial_work_limit() {
-  // An invalid value never gets here: the cpu backend's check_settings() refuses it.
-  if (auto v = parse_count_env("TENSORD_SERIAL_WORK_K", 1, 1000000); v.ok() && *v > 0)
-    return 1000.0 * *v;
-  return kDefaultSerialWork;
-}
-
 // ---- what a region may contain ----
 
 struct Eltwise {
@@ -532,6 +516,7 @@ class LinearKernel final : public FusedKernel {
 
 Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const LinearPlan& p,
                                                     const FusedGroup& r) {
+  cpu_stream();  // first: it sets this thread's thread count (see RegionCompiler::compile)
   if (r.outputs.size() != 1 || r.outputs[0] != p.result)
     return errors::Unimplemented("Linear layer '{}': its result is not its only output",
                                  g.nodes[p.members[0]]->name);
@@ -1037,6 +1022,9 @@ class RegionCompiler {
   RegionCompiler(const FusionGraph& g, const FusedGroup& r) : g_(g), r_(r) {}
 
   Result<std::unique_ptr<FusedKernel>> compile() {
+    // First: a stream's first use on a thread sets the thread count (TENSORD_NUM_THREADS),
+    // and a primitive keeps the count it was created with (else OpenMP's default, every core).
+    cpu_stream();
     out_ = std::make_unique<DnnlRegion>();
     out_->nodes_ = static_cast<int>(r_.members.size());
     // Uses of each value inside the region (member positions), for fusion decisions.

@@ -73,6 +73,28 @@ void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& ar
   cpu_stream().wait();
 }
 
+// One OpenMP thread on this thread while alive when `serial` (a product with less work than
+// serial_work_limit()). oneDNN fixes a primitive's thread count when it is created, so the
+// scope covers creating the primitive and running it. The stream is made first: its first use
+// on a thread sets the thread count.
+class SerialScope {
+ public:
+  explicit SerialScope(double work) : serial_(work < serial_work_limit()) {
+    cpu_stream();
+    team_ = omp_get_max_threads();
+    if (serial_) omp_set_num_threads(1);
+  }
+  ~SerialScope() {
+    if (serial_) omp_set_num_threads(team_);
+  }
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+
+ private:
+  bool serial_;
+  int team_ = 1;
+};
+
 // ---- MatMul ----
 
 // Supported: both operands rank >= 2 with equal (known) batch dims, or a rank-2 B (A's batch
@@ -109,6 +131,7 @@ Status matmul_run(KernelContext& ctx) {
     a_dims = {av.numel() / k, k};
     c_dims = {a_dims[0], b_dims[1]};
   }
+  const SerialScope serial(static_cast<double>(out.numel()) * static_cast<double>(k));
   return with_fallback("MatMul", ctx, [&]() -> Status {
     const memory::desc amd = plain_f32(a_dims), bmd = plain_f32(b_dims), cmd = plain_f32(c_dims);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, cmd), cpu_engine());
@@ -179,6 +202,8 @@ Status gemm_run(KernelContext& ctx) {
                                : bias == BiasKind::kRow  ? c[j]
                                                          : c[i * n + j]);
   }
+  const SerialScope serial(static_cast<double>(m) * static_cast<double>(n) *
+                           static_cast<double>(k));
   return with_fallback("Gemm", ctx, [&]() -> Status {
     const memory::desc amd({m, k}, DT::f32, trans_a ? memory::dims{1, m} : memory::dims{k, 1});
     const memory::desc bmd({k, n}, DT::f32, trans_b ? memory::dims{1, k} : memory::dims{n, 1});
@@ -434,6 +459,22 @@ Status pool_run(KernelContext& ctx, bool max) {
 }
 
 }  // namespace
+
+// Nodes with less work than this (multiply-adds, or elements read and written; see
+// node_work) run their primitives on one thread: an OpenMP fork and join costs microseconds
+// on idle cores and far more on busy ones, more than halving a tiny primitive (the 1x1
+// convolutions of a squeeze-excitation on pooled values) saves. Larger limits measured no
+// better on 2 cores once the compiling thread stopped starting a second OpenMP team
+// (add_weights). TENSORD_SERIAL_WORK_K (thousands of work units; 1 = split everything)
+// overrides.
+constexpr double kDefaultSerialWork = 1e5;
+
+double serial_work_limit() {
+  // An invalid value never gets here: the cpu backend's check_settings() refuses it.
+  if (auto v = parse_count_env("TENSORD_SERIAL_WORK_K", 1, 1000000); v.ok() && *v > 0)
+    return 1000.0 * *v;
+  return kDefaultSerialWork;
+}
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
