@@ -681,6 +681,32 @@ TEST(GraphCompiler, LinearLayersStopWhereAValueIsReadElsewhere) {
   EXPECT_EQ(count(plan, "Erf '"), 0) << plan;
 }
 
+// Gemm by constant weights is the same Linear layer: B as stored [N, K] (transB) or [K, N],
+// alpha folded into the weights, beta * C (of [N], [1, N] or one value) as the bias, the
+// activation after it as a post-op. A C of [M, N] or a transposed A stays a Gemm node.
+TEST(GraphCompiler, GemmByConstantWeightsIsALinearLayer) {
+  G b;
+  auto x = b.in("x", {3, 13});
+  auto y1 = b.op("Gemm", {x, b.constant(random({7, 13}, 71)), b.constant(random({7}, 72))},
+                 {{"transB", int64_t{1}}, {"alpha", 0.5f}, {"beta", 2.0f}});
+  y1 = b.op("Relu", {y1});
+  auto y2 = b.op("Gemm", {x, b.constant(random({13, 5}, 73)),
+                          b.constant(HostTensor::scalar(0.25f))});
+  auto y3 = b.op("Gemm", {x, b.constant(random({13, 4}, 74)), b.constant(random({1, 4}, 75))},
+                 {{"beta", 0.0f}});
+  auto y4 = b.op("Gemm", {x, b.constant(random({13, 6}, 76)), b.constant(random({3, 6}, 77))});
+  auto xt = b.in("xt", {13, 3});
+  auto y5 = b.op("Gemm", {xt, b.constant(random({13, 2}, 78))}, {{"transA", int64_t{1}}});
+  for (const auto& y : {y1, y2, y3, y4, y5}) b.out(y);
+  const std::string plan = check(b.g, {random({3, 13}, 70, -2, 2), random({13, 3}, 79)});
+  EXPECT_EQ(count(plan, "Linear: [3, 13] x [13, 7] (B transposed) + bias + eltwise as"), 1)
+      << plan;
+  EXPECT_EQ(count(plan, "Linear: [3, 13] x [13, 5] + bias as"), 1) << plan;
+  EXPECT_EQ(count(plan, "Linear: [3, 13] x [13, 4] as"), 1) << plan;
+  EXPECT_EQ(count(plan, "Gemm '"), 2) << plan;  // C of [M, N]; transA
+  EXPECT_EQ(count(plan, "Relu '"), 0) << plan;
+}
+
 // Attention: softmax(Q K^T * scale) V on [B, H, T, D]. Q K^T reads K through its strides (the
 // Transpose is absorbed) with the scale as a post-op; P V is a second batched matmul. A
 // Transpose also read elsewhere stays a node; a B with broadcast batch axes stays per-node.

@@ -234,6 +234,9 @@ struct LinearPlan {
   std::vector<float> bias;  // oneDNN's bias: the first Add of N constant values, or empty
   std::vector<LinearStep> steps;
   int64_t m = 0, k = 0, n = 0;
+  // A Gemm's constant B: stored [N, K] (transB), and alpha, folded into the weights once.
+  bool w_transposed = false;
+  float alpha = 1.0f;
   std::string src, result;
   // A batched product of two activations (attention's Q K^T and P V): B is the value
   // `weights` (read through its last two axes swapped when `b_transposed`: an absorbed
@@ -279,6 +282,7 @@ class LinearMatcher {
   // by constant [K, N] float32 weights), or nullopt; `taken[j]`: node j is in another group.
   std::optional<LinearPlan> match(size_t i, const std::vector<bool>& taken) {
     const Node& mm = *g_.nodes[i];
+    if (mm.op == "Gemm") return match_gemm(i, taken);
     if (mm.op != "MatMul" || taken[i] || mm.inputs.size() != 2 || mm.outputs.size() != 1 ||
         (!mm.domain.empty() && mm.domain != "ai.onnx"))
       return std::nullopt;
@@ -310,8 +314,56 @@ class LinearMatcher {
     p.src = mm.inputs[0];
     p.a_shape = a->shape;
     p.out_shape = y->shape;
-    const Shape out_shape = y->shape;
-    std::string v = mm.outputs[0];
+    return follow(std::move(p), mm.outputs[0], taken);
+  }
+
+ private:
+  // A Gemm of a static float32 [M, K] activation (transA 0) by constant float32 weights, with
+  // C absent or constant [N] / [1, N] / one value: the same Linear layer, C * beta its bias.
+  std::optional<LinearPlan> match_gemm(size_t i, const std::vector<bool>& taken) {
+    const Node& gm = *g_.nodes[i];
+    if (taken[i] || gm.inputs.size() < 2 || gm.inputs.size() > 3 || gm.outputs.size() != 1 ||
+        (!gm.domain.empty() && gm.domain != "ai.onnx"))
+      return std::nullopt;
+    NodeAttrs attrs(gm);
+    auto trans_a = attrs.attr_int("transA", 0);
+    auto trans_b = attrs.attr_int("transB", 0);
+    auto alpha = attrs.attr_float("alpha", 1.0f);
+    auto beta = attrs.attr_float("beta", 1.0f);
+    if (!trans_a.ok() || !trans_b.ok() || !alpha.ok() || !beta.ok() || *trans_a != 0 ||
+        !std::isfinite(*alpha))
+      return std::nullopt;
+    const TensorType* a = g_.type_of(gm.inputs[0]);
+    const TensorType* y = g_.type_of(gm.outputs[0]);
+    const HostTensor* w = g_.constant(gm.inputs[1]);
+    if (!a || a->dtype != DType::kFloat32 || a->shape.size() != 2 || !shape_is_static(a->shape) ||
+        g_.constant(gm.inputs[0]) || !w || w->dtype() != DType::kFloat32 ||
+        w->shape().size() != 2 || !y || y->dtype != DType::kFloat32)
+      return std::nullopt;
+    LinearPlan p;
+    p.members = {i};
+    p.w_transposed = *trans_b != 0;
+    p.alpha = *alpha;
+    p.k = w->shape()[p.w_transposed ? 1 : 0];
+    p.n = w->shape()[p.w_transposed ? 0 : 1];
+    p.m = a->shape[0];
+    if (p.k != a->shape[1] || p.m == 0 || p.k == 0 || p.n == 0 ||
+        y->shape != Shape{p.m, p.n})
+      return std::nullopt;
+    if (gm.inputs.size() == 3 && !gm.inputs[2].empty() && *beta != 0.0f) {
+      p.bias = column_constant(g_, gm, 2, p.n, 2);
+      if (p.bias.empty()) return std::nullopt;  // C of another shape, or computed
+      for (float& c : p.bias) c *= *beta;
+    }
+    p.src = gm.inputs[0];
+    p.a_shape = a->shape;
+    p.out_shape = y->shape;
+    return follow(std::move(p), gm.outputs[0], taken);
+  }
+
+  // The steps after the product `v`: activations, constant columns, a residual (see match).
+  std::optional<LinearPlan> follow(LinearPlan p, std::string v, const std::vector<bool>& taken) {
+    const Shape out_shape = p.out_shape;
     auto free_reader = [&](const std::string& x) -> const Node* {
       if (g_.is_graph_output(x)) return nullptr;
       auto it = readers_.find(x);
@@ -389,7 +441,6 @@ class LinearMatcher {
     return p;
   }
 
- private:
   // B of a MatMul of two activations: static float32, the same rank as A (>= 3) and the same
   // leading (batch) axes, no broadcasting. A Transpose swapping B's last two axes that only
   // this MatMul reads is absorbed (B read through strides). Fills p's batched fields.
@@ -599,10 +650,23 @@ Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const 
                        : dnnl::matmul::desc(k->src_md_, wei_any, k->dst_md_);
   dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
   if (!batched) {  // weights reordered once, now, into the layout the primitive chose
-    const Node& mm = *g.nodes[p.members[0]];
-    const HostTensor* w = g.constant(mm.inputs[1]);
-    memory wsrc(memory::desc({p.k, p.n}, DT::f32, Tag::ab), cpu_engine(),
-                const_cast<void*>(w->data()));
+    const Node* mm = nullptr;  // the MatMul or Gemm (a batched product's Transpose may lead)
+    for (size_t m : p.members)
+      if (g.nodes[m]->op == "MatMul" || g.nodes[m]->op == "Gemm") {
+        mm = g.nodes[m];
+        break;
+      }
+    const HostTensor* w = mm ? g.constant(mm->inputs[1]) : nullptr;
+    if (!w) return errors::Internal("Linear layer: no constant weights");
+    std::vector<float> scaled;  // alpha * B, when alpha is not 1
+    const void* wdata = w->data();
+    if (p.alpha != 1.0f) {
+      scaled.assign(w->data<float>(), w->data<float>() + w->numel());
+      for (float& x : scaled) x *= p.alpha;
+      wdata = scaled.data();
+    }
+    memory wsrc(memory::desc({p.k, p.n}, DT::f32, p.w_transposed ? Tag::ba : Tag::ab),
+                cpu_engine(), const_cast<void*>(wdata));
     memory wdst(pd.weights_desc(), cpu_engine());
     dnnl::reorder(wsrc, wdst).execute(cpu_stream(), wsrc, wdst);
     cpu_stream().wait();
@@ -623,8 +687,9 @@ Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const 
                             text(p.a_shape), text(p.b_shape),
                             p.b_transposed ? " (B transposed)" : "", has_bias ? " + bias" : "",
                             what, pd.impl_info_str(), p.members.size())
-              : fmt::format("Linear: [{}, {}] x [{}, {}]{}{} as one oneDNN matmul ({}), {} nodes",
-                            p.m, p.k, p.k, p.n, has_bias ? " + bias" : "", what,
+              : fmt::format("Linear: [{}, {}] x [{}, {}]{}{}{} as one oneDNN matmul ({}), {} nodes",
+                            p.m, p.k, p.k, p.n, p.w_transposed ? " (B transposed)" : "",
+                            has_bias ? " + bias" : "", what,
                             pd.impl_info_str(), p.members.size());
   return std::unique_ptr<FusedKernel>(std::move(k));
 }
