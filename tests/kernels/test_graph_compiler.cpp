@@ -473,6 +473,58 @@ TEST(GraphCompiler, DenseBlockWithBatchNormBeforeConvAndConcatIsOneRegion) {
   EXPECT_EQ(plan.find("[reference]"), std::string::npos) << plan;
 }
 
+// A U-Net decoder step: ConvTranspose (stride 2) -> Relu -> Concat with the skip -> Conv, and
+// odd geometries (pads, output_padding, dilations, no bias, odd channel counts) are one region
+// with the deconvolutions in it: no reorder around them, in oneDNN's layout and in nChw16c.
+// A grouped ConvTranspose stays a per-node kernel. The reference kernels' results.
+G unet_decoder_step() {
+  G b;
+  auto x = b.in("x", {1, 16, 6, 8});
+  auto skip = b.op("Relu", {b.conv(x, 16, 16, 3)});
+  auto down = b.op("MaxPool", {skip}, {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                                       {"strides", std::vector<int64_t>{2, 2}}});
+  auto mid = b.op("Relu", {b.conv(down, 16, 32, 3)});  // [1, 32, 3, 4]
+  auto up = b.op("ConvTranspose",
+                 {mid, b.constant(random({32, 16, 2, 2}, 81, -0.5f, 0.5f)),
+                  b.constant(random({16}, 82))},
+                 {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                  {"strides", std::vector<int64_t>{2, 2}}});  // [1, 16, 6, 8]
+  up = b.op("Relu", {up});
+  auto cat = b.op("Concat", {up, skip}, {{"axis", int64_t{1}}});
+  auto y = b.op("Relu", {b.conv(cat, 32, 16, 3)});
+  // Kernel 3, stride 2, pads 1, output_padding 1, dilation 2, no bias, 16 -> 5 channels.
+  auto odd = b.op("ConvTranspose", {y, b.constant(random({16, 5, 3, 3}, 83, -0.5f, 0.5f))},
+                  {{"kernel_shape", std::vector<int64_t>{3, 3}},
+                   {"strides", std::vector<int64_t>{2, 2}},
+                   {"pads", std::vector<int64_t>{1, 1, 1, 1}},
+                   {"output_padding", std::vector<int64_t>{1, 1}},
+                   {"dilations", std::vector<int64_t>{2, 2}}});
+  b.out(b.conv(b.op("Sigmoid", {odd}), 5, 3, 1));
+  // Two groups: per node.
+  auto grouped = b.op("ConvTranspose",
+                      {y, b.constant(random({16, 4, 2, 2}, 84, -0.5f, 0.5f))},
+                      {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                       {"strides", std::vector<int64_t>{2, 2}},
+                       {"group", int64_t{2}}});
+  b.out(grouped);
+  return b;
+}
+
+TEST(GraphCompiler, ConvTransposeRunsInTheRegionWithoutReorders) {
+  for (const char* layout : {"any", "blocked16"}) {
+    ASSERT_EQ(setenv("TENSORD_CONV_LAYOUT", layout, 1), 0);
+    G b = unet_decoder_step();
+    const std::string plan = check(b.g, {random({1, 16, 6, 8}, 80, -2, 2)});
+    unsetenv("TENSORD_CONV_LAYOUT");
+    EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << layout << "\n" << plan;
+    EXPECT_EQ(primitives(plan, "deconv"), 2) << layout << "\n" << plan;
+    EXPECT_EQ(count(plan, "ConvTranspose '"), 1) << layout << "\n" << plan;  // the grouped one
+    EXPECT_EQ(count(plan, "Relu '"), 0) << layout << "\n" << plan;
+    if (std::string(layout) == "any")  // the input's and the outputs' only
+      EXPECT_LE(primitives(plan, "reorder"), 3) << plan;
+  }
+}
+
 // SiLU written as x * Sigmoid(x) (PyTorch's export): a swish post-op of the Conv before it,
 // or one swish primitive after a non-Conv; not when x is read elsewhere too.
 TEST(GraphCompiler, MulOfSigmoidIsOneSwish) {

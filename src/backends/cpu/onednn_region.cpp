@@ -903,6 +903,23 @@ bool eligible(const Node& node, const FusionGraph& g) {
     }
     return true;
   }
+  // A 2-D transposed convolution (U-Net decoders) with constant weights, one group: a oneDNN
+  // deconvolution in the region's layout, so no reorder to NCHW and back around it.
+  if (op == "ConvTranspose") {
+    if (rank != 4 || node.inputs.size() < 2 || !is_f32_act_static(type(0)) ||
+        type(0)->shape.size() != 4)
+      return false;
+    const HostTensor* w = g.constant(node.inputs[1]);
+    auto group = a.attr_int("group", 1);
+    if (!w || w->dtype() != DType::kFloat32 || w->shape().size() != 4 || !group.ok() ||
+        *group != 1 || w->shape()[0] != type(0)->shape[1] || w->shape()[1] != out->shape[1])
+      return false;
+    if (node.inputs.size() > 2 && !node.inputs[2].empty()) {
+      const HostTensor* b = g.constant(node.inputs[2]);
+      if (!b || b->dtype() != DType::kFloat32 || b->numel() != w->shape()[1]) return false;
+    }
+    return true;
+  }
   if (op == "MaxPool" || op == "AveragePool") {
     if (!is_f32_act_static(type(0)) || type(0)->shape.size() != rank) return false;
     auto k = a.attr_ints("kernel_shape");
@@ -1324,6 +1341,7 @@ class RegionCompiler {
     const Node& node = *g_.nodes[r_.members[m]];
     const std::string& op = node.op;
     if (op == "Conv") return compile_conv(m);
+    if (op == "ConvTranspose") return compile_conv_transpose(m);
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
         op == "GlobalMaxPool")
       return compile_pool(node);
@@ -1526,6 +1544,72 @@ class RegionCompiler {
       out_->fused_++;
       *v = next.outputs[0];
     }
+    return OkStatus();
+  }
+
+  // ConvTranspose (eligible: 2-D, one group, constant weights and bias) as a oneDNN
+  // deconvolution reading and writing the region's layout, activations after it as post-ops.
+  Status compile_conv_transpose(size_t m) {
+    const Node& node = *g_.nodes[r_.members[m]];
+    NodeAttrs a(node);
+    const Shape& xs = type(node.inputs[0]).shape;
+    const HostTensor& w = *g_.constant(node.inputs[1]);
+    const Shape& ws = w.shape();  // [C_in, C_out, kH, kW]
+    const int64_t oc = ws[1];
+    const Shape in_spatial(xs.begin() + 2, xs.end());
+    const Shape kernel(ws.begin() + 2, ws.end());
+    std::vector<int64_t> strides, dilations, pads;
+    Shape out_spatial;
+    TD_RETURN_IF_ERROR(nn::conv_transpose_geometry(a, in_spatial, kernel, &strides, &dilations,
+                                                   &pads, &out_spatial));
+    const Shape& ys = type(node.outputs[0]).shape;
+    if (ys.size() != 4 || ys[1] != oc || ys[2] != out_spatial[0] || ys[3] != out_spatial[1])
+      return errors::Unimplemented("ConvTranspose: output {} is not the geometry's",
+                                   shape_to_string(ys));
+    // oneDNN: dst = (src - 1) * stride + (k - 1) * dilation + 1 - pad_l - pad_r, so pad_r is
+    // what gives ONNX's size (output_padding, output_shape); oneDNN refuses a negative one.
+    memory::dims st(2), dl(2), pl(2), pr(2);
+    for (size_t d = 0; d < 2; ++d) {
+      st[d] = strides[d];
+      dl[d] = dilations[d] - 1;
+      pl[d] = pads[d];
+      pr[d] = (in_spatial[d] - 1) * strides[d] + (kernel[d] - 1) * dilations[d] + 1 - pads[d] -
+              ys[2 + d];
+      if (pr[d] < 0) return errors::Unimplemented("ConvTranspose: negative right padding");
+    }
+    const bool has_bias = node.inputs.size() > 2 && !node.inputs[2].empty();
+    std::string v = node.outputs[0];
+    dnnl::post_ops post;
+    TD_RETURN_IF_ERROR(absorb_post_ops(m, &v, &post, nullptr));
+    const Shape& vs = type(v).shape;
+    // The convolutions' layout: nChw16c in a "blocked16" region, else channels-last (what
+    // oneDNN picks for the convolutions around it on AVX-512; its own choice for the
+    // deconvolution, nChw16c, cost a reorder in and out of each).
+    const Tag src_tag = blocked16_ && xs[1] % 16 == 0 ? Tag::aBcd16b : Tag::acdb;
+    const Tag dst_tag = blocked16_ ? Tag::aBcd16b : Tag::acdb;
+    const memory::desc src_any(dims_of(xs), DT::f32, src_tag);
+    const memory::desc wei_any({oc, xs[1], ws[2], ws[3]}, DT::f32, Tag::any);
+    const memory::desc bias_md({oc}, DT::f32, Tag::a);
+    const memory::desc dst_any(dims_of(vs), DT::f32, dst_tag);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(post);
+    const auto prop = dnnl::prop_kind::forward_inference;
+    const auto alg = Alg::deconvolution_direct;
+    auto desc = has_bias ? dnnl::deconvolution_forward::desc(prop, alg, src_any, wei_any, bias_md,
+                                                             dst_any, st, dl, pl, pr)
+                         : dnnl::deconvolution_forward::desc(prop, alg, src_any, wei_any,
+                                                             dst_any, st, dl, pl, pr);
+    dnnl::deconvolution_forward::primitive_desc pd(desc, attr, cpu_engine());
+    TD_ASSIGN_OR_RETURN(int src, value_in(node.inputs[0], pd.src_desc()));
+    // ONNX's [C_in, C_out, kH, kW] is oneDNN's "io" order.
+    const memory::desc wplain({oc, xs[1], ws[2], ws[3]}, DT::f32, Tag::iohw);
+    const int wei = add_weights(wplain, w.data<float>(), pd.weights_desc());
+    const int dst = add_arena(pd.dst_desc());
+    std::unordered_map<int, int> args = {
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
+    if (has_bias) args[DNNL_ARG_BIAS] = add_owned(bias_md, g_.constant(node.inputs[2])->data<float>());
+    add_op(dnnl::deconvolution_forward(pd), std::move(args), "deconv");
+    value_slot_[v] = dst;
     return OkStatus();
   }
 
@@ -2018,7 +2102,8 @@ std::vector<FusedGroup> build_onednn_regions(const FusionGraph& g,
   std::vector<FusedGroup> compiled;
   for (auto& r : regions) {
     bool has_conv = false;
-    for (size_t m : r.members) has_conv |= g.nodes[m]->op == "Conv";
+    for (size_t m : r.members)
+      has_conv |= g.nodes[m]->op == "Conv" || g.nodes[m]->op == "ConvTranspose";
     if (!has_conv) continue;  // blocked layouts only pay off around convolutions
     if (r.outputs.empty()) continue;  // nothing leaves it: dead code, let the executor skip it
     Result<std::unique_ptr<FusedKernel>> k = errors::Internal("not compiled");
