@@ -789,6 +789,46 @@ TEST(GraphCompiler, AttentionProductsAbsorbTheTransposeAndTheScale) {
   EXPECT_EQ(count(plan, "MatMul '"), 1) << plan;
 }
 
+// Constants of other broadcast shapes after a batched product are post-ops too: a causal
+// mask [T, T] of 0 and -inf over [B, H, T, T] scores, a padding mask [B, 1, 1, T], a per-head
+// scale [H, 1, 1]. Where oneDNN refuses a broadcast, the layer is matched again without it and
+// the op runs after it; the reference kernels' results either way (-inf masked rows included).
+TEST(GraphCompiler, AttentionMasksAreBroadcastPostOps) {
+  const int64_t B = 2, H = 3, T = 5, D = 3;
+  G b;
+  auto q = b.in("q", {B, H, T, D});
+  auto k = b.in("k", {B, H, T, D});
+  auto v = b.in("v", {B, H, T, D});
+  HostTensor causal(DType::kFloat32, {T, T});
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j)
+      causal.mutable_data<float>()[i * T + j] = j > i ? -INFINITY : 0.0f;
+  HostTensor padding(DType::kFloat32, {B, 1, 1, T});
+  for (int64_t i = 0; i < B * T; ++i)
+    padding.mutable_data<float>()[i] = i % T >= T - 1 - i / T ? -1e9f : 0.0f;
+  AttributeMap perm = {{"perm", std::vector<int64_t>{0, 1, 3, 2}}};
+  auto scores = [&](const std::string& mask_op, HostTensor mask) {
+    auto s = b.op("MatMul", {q, b.op("Transpose", {k}, perm)});
+    s = b.op("Mul", {s, b.constant(HostTensor::scalar(0.57735f))});
+    s = b.op(mask_op, {b.constant(std::move(mask)), s});
+    return b.op("MatMul", {b.op("Softmax", {s}, {{"axis", int64_t{-1}}}), v});
+  };
+  b.out(scores("Add", causal));
+  b.out(scores("Add", padding));
+  b.out(scores("Mul", random({H, 1, 1}, 91, 0.5f, 1.5f)));
+  const std::string plan =
+      check(b.g, {random({B, H, T, D}, 92, -2, 2), random({B, H, T, D}, 93, -2, 2),
+                  random({B, H, T, D}, 94)});
+  // The [T, T] mask over two batches has only oneDNN's reference matmul: an Add after it.
+  EXPECT_EQ(count(plan, "MatMul: [2, 3, 5, 3] x [2, 3, 3, 5] (B transposed) + mul + add as"), 1)
+      << plan;
+  EXPECT_EQ(count(plan, "(B transposed) + mul as"), 1) << plan;
+  EXPECT_EQ(count(plan, "(ref:"), 0) << plan;
+  EXPECT_EQ(count(plan, "(B transposed) + mul + mul as"), 1) << plan;
+  EXPECT_EQ(count(plan, "MatMul '"), 0) << plan;
+  EXPECT_EQ(count(plan, "Transpose '"), 0) << plan;
+}
+
 }  // namespace
 }  // namespace tensord
 

@@ -217,7 +217,10 @@ struct LinearStep {
   enum Kind { kEltwise, kConstColumns, kResidual } kind = kEltwise;
   Eltwise eltwise;              // kEltwise
   Alg binary = Alg::binary_add;  // kConstColumns: add or mul by N values (or one, broadcast)
-  std::vector<float> columns;   // kConstColumns: N values
+  std::vector<float> columns;   // kConstColumns: N values, or the values of `shape`
+  // kConstColumns of a constant of another shape broadcasting onto the result (an attention
+  // mask [T, T] over [B, H, T, T]): its shape with leading 1s to the result's rank.
+  Shape shape;
   std::string residual;         // kResidual: a value of the result's shape, added
 
   static LinearStep activation(Eltwise e) {
@@ -414,6 +417,25 @@ class LinearMatcher {
             p.steps.push_back(std::move(s));
           }
           ok = true;
+        } else if (allow_broadcast_constants_ && (op == "Add" || op == "Mul") &&
+                   !p.weights.empty()) {
+          // A batched product's constant operand of another broadcast shape (a mask).
+          const HostTensor* c = g_.constant(other);
+          if (c && c->dtype() == DType::kFloat32 && c->shape().size() <= out_shape.size()) {
+            Shape cs(out_shape.size() - c->shape().size(), 1);
+            cs.insert(cs.end(), c->shape().begin(), c->shape().end());
+            bool fits = true;
+            for (size_t d = 0; d < cs.size(); ++d) fits &= cs[d] == 1 || cs[d] == out_shape[d];
+            if (fits) {
+              LinearStep s;
+              s.kind = LinearStep::kConstColumns;
+              s.binary = op == "Add" ? Alg::binary_add : Alg::binary_mul;
+              s.columns.assign(c->data<float>(), c->data<float>() + c->numel());
+              s.shape = cs;
+              p.steps.push_back(std::move(s));
+              ok = true;
+            }
+          }
         } else if (op == "Add" && !g_.constant(other)) {
           // A residual of the result's shape: it must not be computed from this layer.
           const TensorType* t = g_.type_of(other);
@@ -541,6 +563,11 @@ class LinearMatcher {
   const FusionGraph& g_;
   std::unordered_map<std::string, size_t> producer_;
   std::unordered_map<std::string, std::vector<size_t>> readers_;
+
+ public:
+  // Whether a batched product may take a constant of any broadcast shape as a post-op (off
+  // for a second try where oneDNN refused that broadcast).
+  bool allow_broadcast_constants_ = true;
 };
 
 // A compiled Linear layer: one oneDNN matmul [M, K] x [K, N] with weights reordered once into
@@ -616,7 +643,7 @@ Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const 
   row.back() = p.n;
   const memory::desc row_md = plain(row);
   dnnl::post_ops post;
-  std::vector<std::pair<int, const std::vector<float>*>> columns;
+  std::vector<std::pair<int, const LinearStep*>> columns;
   std::string what;
   for (const LinearStep& s : p.steps) {
     const int at = post.len();
@@ -624,8 +651,8 @@ Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const 
       post.append_eltwise(1.0f, s.eltwise.alg, s.eltwise.alpha, s.eltwise.beta);
       what += s.eltwise.alg == Alg::eltwise_gelu_erf ? " + gelu" : " + eltwise";
     } else if (s.kind == LinearStep::kConstColumns) {
-      post.append_binary(s.binary, row_md);
-      columns.emplace_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(at) | DNNL_ARG_SRC_1, &s.columns);
+      post.append_binary(s.binary, s.shape.empty() ? row_md : plain(s.shape));
+      columns.emplace_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(at) | DNNL_ARG_SRC_1, &s);
       what += s.binary == Alg::binary_add ? " + add" : " + mul";
     } else {
       post.append_binary(Alg::binary_add, k->dst_md_);
@@ -649,6 +676,13 @@ Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const 
   auto desc = has_bias ? dnnl::matmul::desc(k->src_md_, wei_any, row_md, k->dst_md_)
                        : dnnl::matmul::desc(k->src_md_, wei_any, k->dst_md_);
   dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+  // A broadcast post-op oneDNN has no fast kernel for (its reference matmul then) is refused:
+  // the layer is matched again without it.
+  const bool broadcast = std::any_of(p.steps.begin(), p.steps.end(),
+                                     [](const LinearStep& s) { return !s.shape.empty(); });
+  if (broadcast && std::string(pd.impl_info_str()).find("ref") != std::string::npos)
+    return errors::Unimplemented("Linear layer '{}': oneDNN has only its reference matmul for {}",
+                                 g.nodes[p.members[0]]->name, what);
   if (!batched) {  // weights reordered once, now, into the layout the primitive chose
     const Node* mm = nullptr;  // the MatMul or Gemm (a batched product's Transpose may lead)
     for (size_t m : p.members)
@@ -673,14 +707,15 @@ Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const 
     k->args_[DNNL_ARG_WEIGHTS] = wdst;
     k->weight_bytes_ = static_cast<int64_t>(pd.weights_desc().get_size());
   }
-  auto owned = [&](const std::vector<float>& values) {
-    memory mem(row_md, cpu_engine());
+  auto owned = [&](const std::vector<float>& values, const memory::desc& md) {
+    memory mem(md, cpu_engine());
     std::memcpy(mem.get_data_handle(), values.data(), values.size() * sizeof(float));
     k->weight_bytes_ += static_cast<int64_t>(values.size() * sizeof(float));
     return mem;
   };
-  if (has_bias) k->args_[DNNL_ARG_BIAS] = owned(p.bias);
-  for (const auto& [arg, values] : columns) k->args_[arg] = owned(*values);
+  if (has_bias) k->args_[DNNL_ARG_BIAS] = owned(p.bias, row_md);
+  for (const auto& [arg, step] : columns)
+    k->args_[arg] = owned(step->columns, step->shape.empty() ? row_md : plain(step->shape));
   k->prim_ = dnnl::matmul(pd);
   k->describe_ =
       batched ? fmt::format("MatMul: [{}] x [{}]{}{}{} as one oneDNN matmul ({}), {} nodes",
@@ -2132,27 +2167,37 @@ std::vector<FusedGroup> build_linear_layers(const FusionGraph& g, const std::vec
   LinearMatcher matcher(g);
   std::vector<FusedGroup> out;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    std::optional<LinearPlan> p = matcher.match(i, taken);
-    if (!p) continue;
-    // Every intermediate is read only by the next member, so the group's only output is the
-    // result and nothing outside depends on a member: contracting it makes no cycle.
+    // oneDNN takes only some broadcasts of a constant as post-ops: where it refuses one, the
+    // layer is matched again without them.
     FusedGroup r;
-    r.members = p->members;
-    std::unordered_set<std::string> produced, seen;
-    for (size_t m : r.members)
-      for (const auto& o : g.nodes[m]->outputs) produced.insert(o);
-    for (size_t m : r.members)
-      for (const auto& v : g.nodes[m]->inputs)
-        if (!v.empty() && !produced.count(v) && !g.constant(v) && seen.insert(v).second)
-          r.inputs.push_back(v);
-    r.outputs = {p->result};
     Result<std::unique_ptr<FusedKernel>> k = errors::Internal("not compiled");
-    try {
-      k = compile_linear(g, *p, r);
-    } catch (const dnnl::error& e) {
-      k = errors::Unimplemented("oneDNN refused the Linear layer '{}': {}", g.nodes[i]->name,
-                                e.what());
+    for (bool broadcasts : {true, false}) {
+      matcher.allow_broadcast_constants_ = broadcasts;
+      std::optional<LinearPlan> p = matcher.match(i, taken);
+      if (!p) break;
+      // Every intermediate is read only by the next member, so the group's only output is the
+      // result and nothing outside depends on a member: contracting it makes no cycle.
+      r = FusedGroup{};
+      r.members = p->members;
+      std::unordered_set<std::string> produced, seen;
+      for (size_t m : r.members)
+        for (const auto& o : g.nodes[m]->outputs) produced.insert(o);
+      for (size_t m : r.members)
+        for (const auto& v : g.nodes[m]->inputs)
+          if (!v.empty() && !produced.count(v) && !g.constant(v) && seen.insert(v).second)
+            r.inputs.push_back(v);
+      r.outputs = {p->result};
+      try {
+        k = compile_linear(g, *p, r);
+      } catch (const dnnl::error& e) {
+        k = errors::Unimplemented("oneDNN refused the Linear layer '{}': {}", g.nodes[i]->name,
+                                  e.what());
+      }
+      const bool had_broadcast = std::any_of(p->steps.begin(), p->steps.end(),
+                                             [](const LinearStep& s) { return !s.shape.empty(); });
+      if (k.ok() || !had_broadcast) break;
     }
+    if (r.members.empty()) continue;
     if (!k.ok()) {
       if (notes) notes->push_back(k.status().message());
       continue;
