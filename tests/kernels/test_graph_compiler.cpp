@@ -829,6 +829,58 @@ TEST(GraphCompiler, AttentionMasksAreBroadcastPostOps) {
   EXPECT_EQ(count(plan, "Transpose '"), 0) << plan;
 }
 
+// Reshape, Squeeze, Unsqueeze, Flatten and Identity only a product reads are the same bytes:
+// the product reads their input's buffer with its own view (Q, K, V split out of one [3, ...]
+// tensor and squeezed; a Linear layer on a Reshape of the heads; a Reshape to a Shape the
+// compiler folds). One still read elsewhere stays a node.
+TEST(GraphCompiler, ProductsReadThroughSameByteShapeOps) {
+  G b;
+  auto qkv = b.in("qkv", {3, 2, 3, 5, 4});
+  HostTensor sizes(DType::kInt64, {3}), axes(DType::kInt64, {1});
+  for (int i = 0; i < 3; ++i) sizes.mutable_data<int64_t>()[i] = 1;
+  axes.mutable_data<int64_t>()[0] = 0;
+  Node split;
+  split.op = "Split";
+  split.name = "split";
+  split.inputs = {qkv, b.constant(sizes)};
+  split.outputs = {"s0", "s1", "s2"};
+  split.attrs = {{"axis", int64_t{0}}};
+  b.g.nodes.push_back(split);
+  const std::string ax = b.constant(axes);
+  auto q = b.op("Squeeze", {"s0", ax});
+  auto k = b.op("Squeeze", {"s1", ax});
+  auto v = b.op("Squeeze", {"s2", ax});
+  AttributeMap perm = {{"perm", std::vector<int64_t>{0, 1, 3, 2}}};
+  auto s = b.op("MatMul", {q, b.op("Transpose", {k}, perm)});
+  auto o = b.op("MatMul", {b.op("Softmax", {s}, {{"axis", int64_t{-1}}}), v});  // [2, 3, 5, 4]
+  HostTensor shape(DType::kInt64, {2});
+  shape.mutable_data<int64_t>()[0] = 10;
+  shape.mutable_data<int64_t>()[1] = 12;
+  auto flat = b.op("Reshape", {o, b.constant(shape)});  // [10, 12]: not o's rows, same bytes
+  auto y = b.op("MatMul", {flat, b.constant(random({12, 7}, 101))});
+  b.out(y);
+  // Read twice: stays.
+  auto z = b.in("z", {1, 6, 4});
+  auto zs = b.op("Squeeze", {z, ax});
+  b.out(b.op("MatMul", {zs, b.constant(random({4, 3}, 102))}));
+  b.out(zs);
+  // A shape computed from static shapes: folded to a constant, so read through too.
+  auto w = b.in("w", {2, 8});
+  auto ws = b.op("Reshape", {w, b.op("Shape", {b.in("like", {4, 4})})});
+  b.out(b.op("MatMul", {ws, b.constant(random({4, 2}, 103))}));
+  const std::string plan = check(
+      b.g, {random({3, 2, 3, 5, 4}, 100, -2, 2), random({1, 6, 4}, 104), random({2, 8}, 105),
+            random({4, 4}, 106)});
+  EXPECT_EQ(count(plan, "(B transposed) as one oneDNN matmul"), 1) << plan;
+  EXPECT_EQ(count(plan, "Squeeze '"), 1) << plan;  // z's
+  EXPECT_EQ(count(plan, "Reshape '"), 0) << plan;
+  EXPECT_EQ(count(plan, "Linear: [4, 4] x [4, 2] as one oneDNN matmul (brg:avx512_core), 2 nodes"), 1)
+      << plan;
+  EXPECT_EQ(count(plan, "Transpose '"), 0) << plan;
+  EXPECT_EQ(count(plan, "Linear: [10, 12] x [12, 7] as"), 1) << plan;
+  EXPECT_EQ(count(plan, "MatMul '"), 0) << plan;
+}
+
 }  // namespace
 }  // namespace tensord
 

@@ -314,7 +314,7 @@ class LinearMatcher {
     Shape want = a->shape;
     want.back() = p.n;
     if (y->shape != want || y->dtype != DType::kFloat32) return std::nullopt;
-    p.src = mm.inputs[0];
+    p.src = same_bytes_source(mm.inputs[0], taken, &p.members);
     p.a_shape = a->shape;
     p.out_shape = y->shape;
     return follow(std::move(p), mm.outputs[0], taken);
@@ -495,7 +495,41 @@ class LinearMatcher {
         p->members.insert(p->members.begin(), pr->second);
       }
     }
+    p->weights = same_bytes_source(p->weights, taken, &p->members);
     return true;
+  }
+
+  // The value whose bytes `v` is: through Reshape, Flatten, Squeeze, Unsqueeze and Identity
+  // (row-major, the same bytes under another shape) that only the product reads, each added
+  // to `members`. The product reads that value's buffer with its own view of the shape.
+  std::string same_bytes_source(std::string v, const std::vector<bool>& taken,
+                                std::vector<size_t>* members) {
+    for (int guard = 0; guard < 8; ++guard) {
+      auto pr = producer_.find(v);
+      auto rd = readers_.find(v);
+      if (pr == producer_.end() || taken[pr->second] || g_.is_graph_output(v) ||
+          rd == readers_.end() || rd->second.size() != 1)
+        break;
+      const Node& n = *g_.nodes[pr->second];
+      const bool shape_op = n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" ||
+                            n.op == "Unsqueeze" || n.op == "Identity";
+      if (!shape_op || (!n.domain.empty() && n.domain != "ai.onnx") || n.inputs.empty() ||
+          n.outputs.size() != 1 || g_.constant(n.inputs[0]))
+        break;
+      // Its other inputs (a shape, axes) must be constants: the group reads only the data.
+      bool constant_rest = true;
+      for (size_t i = 1; i < n.inputs.size(); ++i)
+        constant_rest &= n.inputs[i].empty() || g_.constant(n.inputs[i]) != nullptr;
+      const TensorType* in = g_.type_of(n.inputs[0]);
+      const TensorType* out = g_.type_of(v);
+      if (!constant_rest || !in || !out || in->dtype != DType::kFloat32 ||
+          !shape_is_static(in->shape) || !shape_is_static(out->shape) ||
+          shape_numel(in->shape) != shape_numel(out->shape))
+        break;
+      members->push_back(pr->second);
+      v = n.inputs[0];
+    }
+    return v;
   }
 
   // PyTorch's erf GELU of `x`: x * 0.5 * (1 + erf(x / sqrt 2)) as Div (or Mul by 1/sqrt 2),
