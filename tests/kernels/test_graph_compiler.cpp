@@ -1,6 +1,7 @@
 // The cpu graph compiler (src/backends/cpu/onednn_region.cpp): which nodes become oneDNN
 // regions, and that every fusion gives the reference kernels' results (fusion off).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cctype>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "engine/executor.h"
+#include "tensord/client.h"
 #include "tensord/graph.h"
 
 namespace tensord {
@@ -879,6 +881,52 @@ TEST(GraphCompiler, ProductsReadThroughSameByteShapeOps) {
   EXPECT_EQ(count(plan, "Transpose '"), 0) << plan;
   EXPECT_EQ(count(plan, "Linear: [10, 12] x [12, 7] as"), 1) << plan;
   EXPECT_EQ(count(plan, "MatMul '"), 0) << plan;
+}
+
+// A product between the serial limit and a few million multiply-adds keeps a one-thread and
+// a team primitive; its first runs time both and keep the faster. Every run, trials included,
+// gives the reference kernels' results: a loaded model run 14 times on new inputs.
+TEST(GraphCompiler, SmallProductsMeasureOneThreadAgainstTheTeam) {
+  G b;
+  auto q = b.in("q", {1, 4, 64, 64});
+  auto k = b.in("k", {1, 4, 64, 64});
+  AttributeMap perm = {{"perm", std::vector<int64_t>{0, 1, 3, 2}}};
+  b.out(b.op("MatMul", {q, b.op("Transpose", {k}, perm)}));  // 1M multiply-adds
+  std::vector<TensorType> types = {{DType::kFloat32, {1, 4, 64, 64}},
+                                   {DType::kFloat32, {1, 4, 64, 64}}};
+  auto plan = describe_compiled(b.g, types, CompileOptions{true});
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  if (omp_get_max_threads() > 1)
+    EXPECT_EQ(count(*plan, "threads measured at run time"), 1) << *plan;
+  auto client = make_local_client({});
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  auto model = (*client)->load(b.g, "cpu:0");
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  for (uint32_t run = 0; run < 14; ++run) {
+    const std::vector<HostTensor> in = {random({1, 4, 64, 64}, 200 + run, -2, 2),
+                                        random({1, 4, 64, 64}, 300 + run, -2, 2)};
+    std::vector<TensorHandle> handles;
+    for (const auto& t : in) {
+      auto h = (*client)->upload(t.view(), "cpu:0");
+      ASSERT_TRUE(h.ok()) << h.status().to_string();
+      handles.push_back(*h);
+    }
+    auto outs = (*client)->run(*model, handles);
+    ASSERT_TRUE(outs.ok()) << outs.status().to_string();
+    auto got = (*client)->read((*outs)[0]);
+    auto ref = run_graph_on_host(b.g, in, CompileOptions{false});
+    ASSERT_TRUE(got.ok() && ref.ok() && (*ref)[0].ok());
+    const HostTensor& want = *(*ref)[0];
+    ASSERT_EQ(got->numel(), want.numel());
+    int64_t bad = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      const double x = got->data<float>()[i], y = want.data<float>()[i];
+      if (!(std::fabs(x - y) <= 1e-4 + 1e-4 * std::fabs(y))) ++bad;
+    }
+    EXPECT_EQ(bad, 0) << "run " << run;
+    for (TensorHandle h : handles) (void)(*client)->release(h);
+    for (TensorHandle h : *outs) (void)(*client)->release(h);
+  }
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 #include "backends/cpu/onednn_region.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -621,18 +623,50 @@ class LinearKernel final : public FusedKernel {
     for (const auto& [arg, input] : residual_args_)
       args[arg] = memory(dst_md_, cpu_engine(), const_cast<void*>(inputs.at(input).data));
     try {
-      prim_.execute(cpu_stream(), args);
-      cpu_stream().wait();
+      execute(args);
     } catch (const dnnl::error& e) {
       return errors::Internal("Linear layer failed in oneDNN: {}", e.what());
     }
     return OkStatus();
   }
+  void execute(const std::unordered_map<int, memory>& args) {
+    if (choice_.load(std::memory_order_acquire) >= 0) return run(serial_, args);
+    std::unique_lock<std::mutex> lock(trial_mu_, std::try_to_lock);
+    if (!lock.owns_lock() || choice_.load() >= 0) return run(serial_, args);
+    // A trial: alternate the two, best of kTrials / 2 each after one warm-up run apiece.
+    constexpr int kTrials = 10;
+    const bool serial = trials_ % 2 == 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    run(serial, args);
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (trials_ >= 2) best_[serial] = std::min(best_[serial], t);
+    if (++trials_ >= kTrials) {
+      serial_ = best_[1] < best_[0];
+      choice_.store(serial_ ? 1 : 0, std::memory_order_release);
+    }
+  }
+  // The serial primitive runs inline on this thread (as a region's serial ops).
+  void run(bool serial, const std::unordered_map<int, memory>& args) {
+    const int team = omp_get_max_threads();
+    if (serial) omp_set_num_threads(1);
+    (serial ? serial_prim_ : prim_).execute(cpu_stream(), args);
+    cpu_stream().wait();
+    if (serial) omp_set_num_threads(team);
+  }
+  std::string describe() const override {
+    const int c = choice_.load(std::memory_order_acquire);
+    return describe_ + (c == 1 ? ", one thread" : c < 0 ? ", threads measured at run time" : "");
+  }
   int64_t arena_bytes() const override { return 0; }
   int64_t weight_bytes() const override { return weight_bytes_; }
-  std::string describe() const override { return describe_; }
 
-  dnnl::primitive prim_;
+  dnnl::primitive prim_;         // for the team
+  dnnl::primitive serial_prim_;  // for one thread (small products; see choose_threads)
+  bool serial_ = false;          // runs serial_prim_ (once choice_ is set)
+  std::atomic<int> choice_{0};   // 0 the team, 1 one thread, -1 still measuring
+  std::mutex trial_mu_;
+  int trials_ = 0;
+  double best_[2] = {1e30, 1e30};
   memory::desc src_md_, dst_md_, wei_md_;
   size_t src_ = 0;
   std::optional<size_t> weights_;  // B as an input (a batched product)
@@ -641,6 +675,38 @@ class LinearKernel final : public FusedKernel {
   int64_t weight_bytes_ = 0;
   std::string describe_;
 };
+
+// One thread or the team for a compiled Linear layer `k` (`macs` multiply-adds a run): below
+// serial_work_limit() one thread, as in regions; up to kMeasuredWork both primitives are kept
+// and the first runs measure which is faster here (an OpenMP fork and join can cost more than
+// splitting a small product saves, the more so on busy cores); above, the team. Measured on
+// the running thread, not here: a parallel run on a compiling thread would leave a second
+// OpenMP team behind (GraphCompiler.CompilingARegionStartsNoOpenMpTeam).
+constexpr double kMeasuredWork = 4e6;
+
+void choose_threads(LinearKernel& k, const dnnl::matmul::desc& desc,
+                    const dnnl::primitive_attr& attr, const dnnl::matmul::primitive_desc& pd,
+                    double macs) {
+  const int team = omp_get_max_threads();
+  if (team <= 1 || macs >= kMeasuredWork) return;
+  omp_set_num_threads(1);
+  try {
+    dnnl::matmul::primitive_desc pd1(desc, attr, cpu_engine());
+    if (pd1.weights_desc() == pd.weights_desc() && pd1.src_desc() == pd.src_desc() &&
+        pd1.dst_desc() == pd.dst_desc())
+      k.serial_prim_ = dnnl::matmul(pd1);
+  } catch (const dnnl::error&) {
+  }
+  omp_set_num_threads(team);
+  if (!k.serial_prim_) return;
+  if (macs < serial_work_limit()) {
+    k.prim_ = k.serial_prim_;
+    k.serial_ = true;
+    k.choice_ = 1;
+  } else {
+    k.choice_ = -1;  // measured by the first runs
+  }
+}
 
 Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const LinearPlan& p,
                                                     const FusedGroup& r) {
@@ -751,6 +817,7 @@ Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const 
   for (const auto& [arg, step] : columns)
     k->args_[arg] = owned(step->columns, step->shape.empty() ? row_md : plain(step->shape));
   k->prim_ = dnnl::matmul(pd);
+  choose_threads(*k, desc, attr, pd, static_cast<double>(p.m) * p.k * p.n);
   k->describe_ =
       batched ? fmt::format("MatMul: [{}] x [{}]{}{}{} as one oneDNN matmul ({}), {} nodes",
                             text(p.a_shape), text(p.b_shape),
