@@ -1,6 +1,7 @@
 // The cpu graph compiler (src/backends/cpu/onednn_region.cpp): which nodes become oneDNN
 // regions, and that every fusion gives the reference kernels' results (fusion off).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cctype>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "engine/executor.h"
+#include "tensord/client.h"
 #include "tensord/graph.h"
 
 namespace tensord {
@@ -473,6 +475,58 @@ TEST(GraphCompiler, DenseBlockWithBatchNormBeforeConvAndConcatIsOneRegion) {
   EXPECT_EQ(plan.find("[reference]"), std::string::npos) << plan;
 }
 
+// A U-Net decoder step: ConvTranspose (stride 2) -> Relu -> Concat with the skip -> Conv, and
+// odd geometries (pads, output_padding, dilations, no bias, odd channel counts) are one region
+// with the deconvolutions in it: no reorder around them, in oneDNN's layout and in nChw16c.
+// A grouped ConvTranspose stays a per-node kernel. The reference kernels' results.
+G unet_decoder_step() {
+  G b;
+  auto x = b.in("x", {1, 16, 6, 8});
+  auto skip = b.op("Relu", {b.conv(x, 16, 16, 3)});
+  auto down = b.op("MaxPool", {skip}, {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                                       {"strides", std::vector<int64_t>{2, 2}}});
+  auto mid = b.op("Relu", {b.conv(down, 16, 32, 3)});  // [1, 32, 3, 4]
+  auto up = b.op("ConvTranspose",
+                 {mid, b.constant(random({32, 16, 2, 2}, 81, -0.5f, 0.5f)),
+                  b.constant(random({16}, 82))},
+                 {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                  {"strides", std::vector<int64_t>{2, 2}}});  // [1, 16, 6, 8]
+  up = b.op("Relu", {up});
+  auto cat = b.op("Concat", {up, skip}, {{"axis", int64_t{1}}});
+  auto y = b.op("Relu", {b.conv(cat, 32, 16, 3)});
+  // Kernel 3, stride 2, pads 1, output_padding 1, dilation 2, no bias, 16 -> 5 channels.
+  auto odd = b.op("ConvTranspose", {y, b.constant(random({16, 5, 3, 3}, 83, -0.5f, 0.5f))},
+                  {{"kernel_shape", std::vector<int64_t>{3, 3}},
+                   {"strides", std::vector<int64_t>{2, 2}},
+                   {"pads", std::vector<int64_t>{1, 1, 1, 1}},
+                   {"output_padding", std::vector<int64_t>{1, 1}},
+                   {"dilations", std::vector<int64_t>{2, 2}}});
+  b.out(b.conv(b.op("Sigmoid", {odd}), 5, 3, 1));
+  // Two groups: per node.
+  auto grouped = b.op("ConvTranspose",
+                      {y, b.constant(random({16, 4, 2, 2}, 84, -0.5f, 0.5f))},
+                      {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                       {"strides", std::vector<int64_t>{2, 2}},
+                       {"group", int64_t{2}}});
+  b.out(grouped);
+  return b;
+}
+
+TEST(GraphCompiler, ConvTransposeRunsInTheRegionWithoutReorders) {
+  for (const char* layout : {"any", "blocked16"}) {
+    ASSERT_EQ(setenv("TENSORD_CONV_LAYOUT", layout, 1), 0);
+    G b = unet_decoder_step();
+    const std::string plan = check(b.g, {random({1, 16, 6, 8}, 80, -2, 2)});
+    unsetenv("TENSORD_CONV_LAYOUT");
+    EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << layout << "\n" << plan;
+    EXPECT_EQ(primitives(plan, "deconv"), 2) << layout << "\n" << plan;
+    EXPECT_EQ(count(plan, "ConvTranspose '"), 1) << layout << "\n" << plan;  // the grouped one
+    EXPECT_EQ(count(plan, "Relu '"), 0) << layout << "\n" << plan;
+    if (std::string(layout) == "any")  // the input's and the outputs' only
+      EXPECT_LE(primitives(plan, "reorder"), 3) << plan;
+  }
+}
+
 // SiLU written as x * Sigmoid(x) (PyTorch's export): a swish post-op of the Conv before it,
 // or one swish primitive after a non-Conv; not when x is read elsewhere too.
 TEST(GraphCompiler, MulOfSigmoidIsOneSwish) {
@@ -681,6 +735,32 @@ TEST(GraphCompiler, LinearLayersStopWhereAValueIsReadElsewhere) {
   EXPECT_EQ(count(plan, "Erf '"), 0) << plan;
 }
 
+// Gemm by constant weights is the same Linear layer: B as stored [N, K] (transB) or [K, N],
+// alpha folded into the weights, beta * C (of [N], [1, N] or one value) as the bias, the
+// activation after it as a post-op. A C of [M, N] or a transposed A stays a Gemm node.
+TEST(GraphCompiler, GemmByConstantWeightsIsALinearLayer) {
+  G b;
+  auto x = b.in("x", {3, 13});
+  auto y1 = b.op("Gemm", {x, b.constant(random({7, 13}, 71)), b.constant(random({7}, 72))},
+                 {{"transB", int64_t{1}}, {"alpha", 0.5f}, {"beta", 2.0f}});
+  y1 = b.op("Relu", {y1});
+  auto y2 = b.op("Gemm", {x, b.constant(random({13, 5}, 73)),
+                          b.constant(HostTensor::scalar(0.25f))});
+  auto y3 = b.op("Gemm", {x, b.constant(random({13, 4}, 74)), b.constant(random({1, 4}, 75))},
+                 {{"beta", 0.0f}});
+  auto y4 = b.op("Gemm", {x, b.constant(random({13, 6}, 76)), b.constant(random({3, 6}, 77))});
+  auto xt = b.in("xt", {13, 3});
+  auto y5 = b.op("Gemm", {xt, b.constant(random({13, 2}, 78))}, {{"transA", int64_t{1}}});
+  for (const auto& y : {y1, y2, y3, y4, y5}) b.out(y);
+  const std::string plan = check(b.g, {random({3, 13}, 70, -2, 2), random({13, 3}, 79)});
+  EXPECT_EQ(count(plan, "Linear: [3, 13] x [13, 7] (B transposed) + bias + eltwise as"), 1)
+      << plan;
+  EXPECT_EQ(count(plan, "Linear: [3, 13] x [13, 5] + bias as"), 1) << plan;
+  EXPECT_EQ(count(plan, "Linear: [3, 13] x [13, 4] as"), 1) << plan;
+  EXPECT_EQ(count(plan, "Gemm '"), 2) << plan;  // C of [M, N]; transA
+  EXPECT_EQ(count(plan, "Relu '"), 0) << plan;
+}
+
 // Attention: softmax(Q K^T * scale) V on [B, H, T, D]. Q K^T reads K through its strides (the
 // Transpose is absorbed) with the scale as a post-op; P V is a second batched matmul. A
 // Transpose also read elsewhere stays a node; a B with broadcast batch axes stays per-node.
@@ -709,6 +789,144 @@ TEST(GraphCompiler, AttentionProductsAbsorbTheTransposeAndTheScale) {
   EXPECT_EQ(count(plan, "MatMul: [2, 3, 5, 4] x [2, 3, 4, 5] as"), 1) << plan;
   EXPECT_EQ(count(plan, "Transpose '"), 1) << plan;
   EXPECT_EQ(count(plan, "MatMul '"), 1) << plan;
+}
+
+// Constants of other broadcast shapes after a batched product are post-ops too: a causal
+// mask [T, T] of 0 and -inf over [B, H, T, T] scores, a padding mask [B, 1, 1, T], a per-head
+// scale [H, 1, 1]. Where oneDNN refuses a broadcast, the layer is matched again without it and
+// the op runs after it; the reference kernels' results either way (-inf masked rows included).
+TEST(GraphCompiler, AttentionMasksAreBroadcastPostOps) {
+  const int64_t B = 2, H = 3, T = 5, D = 3;
+  G b;
+  auto q = b.in("q", {B, H, T, D});
+  auto k = b.in("k", {B, H, T, D});
+  auto v = b.in("v", {B, H, T, D});
+  HostTensor causal(DType::kFloat32, {T, T});
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j)
+      causal.mutable_data<float>()[i * T + j] = j > i ? -INFINITY : 0.0f;
+  HostTensor padding(DType::kFloat32, {B, 1, 1, T});
+  for (int64_t i = 0; i < B * T; ++i)
+    padding.mutable_data<float>()[i] = i % T >= T - 1 - i / T ? -1e9f : 0.0f;
+  AttributeMap perm = {{"perm", std::vector<int64_t>{0, 1, 3, 2}}};
+  auto scores = [&](const std::string& mask_op, HostTensor mask) {
+    auto s = b.op("MatMul", {q, b.op("Transpose", {k}, perm)});
+    s = b.op("Mul", {s, b.constant(HostTensor::scalar(0.57735f))});
+    s = b.op(mask_op, {b.constant(std::move(mask)), s});
+    return b.op("MatMul", {b.op("Softmax", {s}, {{"axis", int64_t{-1}}}), v});
+  };
+  b.out(scores("Add", causal));
+  b.out(scores("Add", padding));
+  b.out(scores("Mul", random({H, 1, 1}, 91, 0.5f, 1.5f)));
+  const std::string plan =
+      check(b.g, {random({B, H, T, D}, 92, -2, 2), random({B, H, T, D}, 93, -2, 2),
+                  random({B, H, T, D}, 94)});
+  // The [T, T] mask over two batches has only oneDNN's reference matmul: an Add after it.
+  EXPECT_EQ(count(plan, "MatMul: [2, 3, 5, 3] x [2, 3, 3, 5] (B transposed) + mul + add as"), 1)
+      << plan;
+  EXPECT_EQ(count(plan, "(B transposed) + mul as"), 1) << plan;
+  EXPECT_EQ(count(plan, "(ref:"), 0) << plan;
+  EXPECT_EQ(count(plan, "(B transposed) + mul + mul as"), 1) << plan;
+  EXPECT_EQ(count(plan, "MatMul '"), 0) << plan;
+  EXPECT_EQ(count(plan, "Transpose '"), 0) << plan;
+}
+
+// Reshape, Squeeze, Unsqueeze, Flatten and Identity only a product reads are the same bytes:
+// the product reads their input's buffer with its own view (Q, K, V split out of one [3, ...]
+// tensor and squeezed; a Linear layer on a Reshape of the heads; a Reshape to a Shape the
+// compiler folds). One still read elsewhere stays a node.
+TEST(GraphCompiler, ProductsReadThroughSameByteShapeOps) {
+  G b;
+  auto qkv = b.in("qkv", {3, 2, 3, 5, 4});
+  HostTensor sizes(DType::kInt64, {3}), axes(DType::kInt64, {1});
+  for (int i = 0; i < 3; ++i) sizes.mutable_data<int64_t>()[i] = 1;
+  axes.mutable_data<int64_t>()[0] = 0;
+  Node split;
+  split.op = "Split";
+  split.name = "split";
+  split.inputs = {qkv, b.constant(sizes)};
+  split.outputs = {"s0", "s1", "s2"};
+  split.attrs = {{"axis", int64_t{0}}};
+  b.g.nodes.push_back(split);
+  const std::string ax = b.constant(axes);
+  auto q = b.op("Squeeze", {"s0", ax});
+  auto k = b.op("Squeeze", {"s1", ax});
+  auto v = b.op("Squeeze", {"s2", ax});
+  AttributeMap perm = {{"perm", std::vector<int64_t>{0, 1, 3, 2}}};
+  auto s = b.op("MatMul", {q, b.op("Transpose", {k}, perm)});
+  auto o = b.op("MatMul", {b.op("Softmax", {s}, {{"axis", int64_t{-1}}}), v});  // [2, 3, 5, 4]
+  HostTensor shape(DType::kInt64, {2});
+  shape.mutable_data<int64_t>()[0] = 10;
+  shape.mutable_data<int64_t>()[1] = 12;
+  auto flat = b.op("Reshape", {o, b.constant(shape)});  // [10, 12]: not o's rows, same bytes
+  auto y = b.op("MatMul", {flat, b.constant(random({12, 7}, 101))});
+  b.out(y);
+  // Read twice: stays.
+  auto z = b.in("z", {1, 6, 4});
+  auto zs = b.op("Squeeze", {z, ax});
+  b.out(b.op("MatMul", {zs, b.constant(random({4, 3}, 102))}));
+  b.out(zs);
+  // A shape computed from static shapes: folded to a constant, so read through too.
+  auto w = b.in("w", {2, 8});
+  auto ws = b.op("Reshape", {w, b.op("Shape", {b.in("like", {4, 4})})});
+  b.out(b.op("MatMul", {ws, b.constant(random({4, 2}, 103))}));
+  const std::string plan = check(
+      b.g, {random({3, 2, 3, 5, 4}, 100, -2, 2), random({1, 6, 4}, 104), random({2, 8}, 105),
+            random({4, 4}, 106)});
+  EXPECT_EQ(count(plan, "(B transposed) as one oneDNN matmul"), 1) << plan;
+  EXPECT_EQ(count(plan, "Squeeze '"), 1) << plan;  // z's
+  EXPECT_EQ(count(plan, "Reshape '"), 0) << plan;
+  EXPECT_EQ(count(plan, "Linear: [4, 4] x [4, 2] as one oneDNN matmul (brg:avx512_core), 2 nodes"), 1)
+      << plan;
+  EXPECT_EQ(count(plan, "Transpose '"), 0) << plan;
+  EXPECT_EQ(count(plan, "Linear: [10, 12] x [12, 7] as"), 1) << plan;
+  EXPECT_EQ(count(plan, "MatMul '"), 0) << plan;
+}
+
+// A product between the serial limit and a few million multiply-adds keeps a one-thread and
+// a team primitive; its first runs time both and keep the faster. Every run, trials included,
+// gives the reference kernels' results: a loaded model run 14 times on new inputs.
+TEST(GraphCompiler, SmallProductsMeasureOneThreadAgainstTheTeam) {
+  G b;
+  auto q = b.in("q", {1, 4, 64, 64});
+  auto k = b.in("k", {1, 4, 64, 64});
+  AttributeMap perm = {{"perm", std::vector<int64_t>{0, 1, 3, 2}}};
+  b.out(b.op("MatMul", {q, b.op("Transpose", {k}, perm)}));  // 1M multiply-adds
+  std::vector<TensorType> types = {{DType::kFloat32, {1, 4, 64, 64}},
+                                   {DType::kFloat32, {1, 4, 64, 64}}};
+  auto plan = describe_compiled(b.g, types, CompileOptions{true});
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  if (omp_get_max_threads() > 1)
+    EXPECT_EQ(count(*plan, "threads measured at run time"), 1) << *plan;
+  auto client = make_local_client({});
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  auto model = (*client)->load(b.g, "cpu:0");
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  for (uint32_t run = 0; run < 14; ++run) {
+    const std::vector<HostTensor> in = {random({1, 4, 64, 64}, 200 + run, -2, 2),
+                                        random({1, 4, 64, 64}, 300 + run, -2, 2)};
+    std::vector<TensorHandle> handles;
+    for (const auto& t : in) {
+      auto h = (*client)->upload(t.view(), "cpu:0");
+      ASSERT_TRUE(h.ok()) << h.status().to_string();
+      handles.push_back(*h);
+    }
+    auto outs = (*client)->run(*model, handles);
+    ASSERT_TRUE(outs.ok()) << outs.status().to_string();
+    auto got = (*client)->read((*outs)[0]);
+    auto ref = run_graph_on_host(b.g, in, CompileOptions{false});
+    ASSERT_TRUE(got.ok() && ref.ok() && (*ref)[0].ok());
+    const HostTensor& want = *(*ref)[0];
+    ASSERT_EQ(got->numel(), want.numel());
+    int64_t bad = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      const double x = got->data<float>()[i], y = want.data<float>()[i];
+      if (!(std::fabs(x - y) <= 1e-4 + 1e-4 * std::fabs(y))) ++bad;
+    }
+    EXPECT_EQ(bad, 0) << "run " << run;
+    for (TensorHandle h : handles) (void)(*client)->release(h);
+    for (TensorHandle h : *outs) (void)(*client)->release(h);
+  }
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 #include "backends/cpu/onednn_region.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -201,7 +203,10 @@ struct LinearStep {
   enum Kind { kEltwise, kConstColumns, kResidual } kind = kEltwise;
   Eltwise eltwise;              // kEltwise
   Alg binary = Alg::binary_add;  // kConstColumns: add or mul by N values (or one, broadcast)
-  std::vector<float> columns;   // kConstColumns: N values
+  std::vector<float> columns;   // kConstColumns: N values, or the values of `shape`
+  // kConstColumns of a constant of another shape broadcasting onto the result (an attention
+  // mask [T, T] over [B, H, T, T]): its shape with leading 1s to the result's rank.
+  Shape shape;
   std::string residual;         // kResidual: a value of the result's shape, added
 
   static LinearStep activation(Eltwise e) {
@@ -218,6 +223,9 @@ struct LinearPlan {
   std::vector<float> bias;  // oneDNN's bias: the first Add of N constant values, or empty
   std::vector<LinearStep> steps;
   int64_t m = 0, k = 0, n = 0;
+  // A Gemm's constant B: stored [N, K] (transB), and alpha, folded into the weights once.
+  bool w_transposed = false;
+  float alpha = 1.0f;
   std::string src, result;
   // A batched product of two activations (attention's Q K^T and P V): B is the value
   // `weights` (read through its last two axes swapped when `b_transposed`: an absorbed
@@ -263,6 +271,7 @@ class LinearMatcher {
   // by constant [K, N] float32 weights), or nullopt; `taken[j]`: node j is in another group.
   std::optional<LinearPlan> match(size_t i, const std::vector<bool>& taken) {
     const Node& mm = *g_.nodes[i];
+    if (mm.op == "Gemm") return match_gemm(i, taken);
     if (mm.op != "MatMul" || taken[i] || mm.inputs.size() != 2 || mm.outputs.size() != 1 ||
         (!mm.domain.empty() && mm.domain != "ai.onnx"))
       return std::nullopt;
@@ -291,11 +300,59 @@ class LinearMatcher {
     Shape want = a->shape;
     want.back() = p.n;
     if (y->shape != want || y->dtype != DType::kFloat32) return std::nullopt;
-    p.src = mm.inputs[0];
+    p.src = same_bytes_source(mm.inputs[0], taken, &p.members);
     p.a_shape = a->shape;
     p.out_shape = y->shape;
-    const Shape out_shape = y->shape;
-    std::string v = mm.outputs[0];
+    return follow(std::move(p), mm.outputs[0], taken);
+  }
+
+ private:
+  // A Gemm of a static float32 [M, K] activation (transA 0) by constant float32 weights, with
+  // C absent or constant [N] / [1, N] / one value: the same Linear layer, C * beta its bias.
+  std::optional<LinearPlan> match_gemm(size_t i, const std::vector<bool>& taken) {
+    const Node& gm = *g_.nodes[i];
+    if (taken[i] || gm.inputs.size() < 2 || gm.inputs.size() > 3 || gm.outputs.size() != 1 ||
+        (!gm.domain.empty() && gm.domain != "ai.onnx"))
+      return std::nullopt;
+    NodeAttrs attrs(gm);
+    auto trans_a = attrs.attr_int("transA", 0);
+    auto trans_b = attrs.attr_int("transB", 0);
+    auto alpha = attrs.attr_float("alpha", 1.0f);
+    auto beta = attrs.attr_float("beta", 1.0f);
+    if (!trans_a.ok() || !trans_b.ok() || !alpha.ok() || !beta.ok() || *trans_a != 0 ||
+        !std::isfinite(*alpha))
+      return std::nullopt;
+    const TensorType* a = g_.type_of(gm.inputs[0]);
+    const TensorType* y = g_.type_of(gm.outputs[0]);
+    const HostTensor* w = g_.constant(gm.inputs[1]);
+    if (!a || a->dtype != DType::kFloat32 || a->shape.size() != 2 || !shape_is_static(a->shape) ||
+        g_.constant(gm.inputs[0]) || !w || w->dtype() != DType::kFloat32 ||
+        w->shape().size() != 2 || !y || y->dtype != DType::kFloat32)
+      return std::nullopt;
+    LinearPlan p;
+    p.members = {i};
+    p.w_transposed = *trans_b != 0;
+    p.alpha = *alpha;
+    p.k = w->shape()[p.w_transposed ? 1 : 0];
+    p.n = w->shape()[p.w_transposed ? 0 : 1];
+    p.m = a->shape[0];
+    if (p.k != a->shape[1] || p.m == 0 || p.k == 0 || p.n == 0 ||
+        y->shape != Shape{p.m, p.n})
+      return std::nullopt;
+    if (gm.inputs.size() == 3 && !gm.inputs[2].empty() && *beta != 0.0f) {
+      p.bias = column_constant(g_, gm, 2, p.n, 2);
+      if (p.bias.empty()) return std::nullopt;  // C of another shape, or computed
+      for (float& c : p.bias) c *= *beta;
+    }
+    p.src = gm.inputs[0];
+    p.a_shape = a->shape;
+    p.out_shape = y->shape;
+    return follow(std::move(p), gm.outputs[0], taken);
+  }
+
+  // The steps after the product `v`: activations, constant columns, a residual (see match).
+  std::optional<LinearPlan> follow(LinearPlan p, std::string v, const std::vector<bool>& taken) {
+    const Shape out_shape = p.out_shape;
     auto free_reader = [&](const std::string& x) -> const Node* {
       if (g_.is_graph_output(x)) return nullptr;
       auto it = readers_.find(x);
@@ -346,6 +403,25 @@ class LinearMatcher {
             p.steps.push_back(std::move(s));
           }
           ok = true;
+        } else if (allow_broadcast_constants_ && (op == "Add" || op == "Mul") &&
+                   !p.weights.empty()) {
+          // A batched product's constant operand of another broadcast shape (a mask).
+          const HostTensor* c = g_.constant(other);
+          if (c && c->dtype() == DType::kFloat32 && c->shape().size() <= out_shape.size()) {
+            Shape cs(out_shape.size() - c->shape().size(), 1);
+            cs.insert(cs.end(), c->shape().begin(), c->shape().end());
+            bool fits = true;
+            for (size_t d = 0; d < cs.size(); ++d) fits &= cs[d] == 1 || cs[d] == out_shape[d];
+            if (fits) {
+              LinearStep s;
+              s.kind = LinearStep::kConstColumns;
+              s.binary = op == "Add" ? Alg::binary_add : Alg::binary_mul;
+              s.columns.assign(c->data<float>(), c->data<float>() + c->numel());
+              s.shape = cs;
+              p.steps.push_back(std::move(s));
+              ok = true;
+            }
+          }
         } else if (op == "Add" && !g_.constant(other)) {
           // A residual of the result's shape: it must not be computed from this layer.
           const TensorType* t = g_.type_of(other);
@@ -373,7 +449,6 @@ class LinearMatcher {
     return p;
   }
 
- private:
   // B of a MatMul of two activations: static float32, the same rank as A (>= 3) and the same
   // leading (batch) axes, no broadcasting. A Transpose swapping B's last two axes that only
   // this MatMul reads is absorbed (B read through strides). Fills p's batched fields.
@@ -406,7 +481,41 @@ class LinearMatcher {
         p->members.insert(p->members.begin(), pr->second);
       }
     }
+    p->weights = same_bytes_source(p->weights, taken, &p->members);
     return true;
+  }
+
+  // The value whose bytes `v` is: through Reshape, Flatten, Squeeze, Unsqueeze and Identity
+  // (row-major, the same bytes under another shape) that only the product reads, each added
+  // to `members`. The product reads that value's buffer with its own view of the shape.
+  std::string same_bytes_source(std::string v, const std::vector<bool>& taken,
+                                std::vector<size_t>* members) {
+    for (int guard = 0; guard < 8; ++guard) {
+      auto pr = producer_.find(v);
+      auto rd = readers_.find(v);
+      if (pr == producer_.end() || taken[pr->second] || g_.is_graph_output(v) ||
+          rd == readers_.end() || rd->second.size() != 1)
+        break;
+      const Node& n = *g_.nodes[pr->second];
+      const bool shape_op = n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" ||
+                            n.op == "Unsqueeze" || n.op == "Identity";
+      if (!shape_op || (!n.domain.empty() && n.domain != "ai.onnx") || n.inputs.empty() ||
+          n.outputs.size() != 1 || g_.constant(n.inputs[0]))
+        break;
+      // Its other inputs (a shape, axes) must be constants: the group reads only the data.
+      bool constant_rest = true;
+      for (size_t i = 1; i < n.inputs.size(); ++i)
+        constant_rest &= n.inputs[i].empty() || g_.constant(n.inputs[i]) != nullptr;
+      const TensorType* in = g_.type_of(n.inputs[0]);
+      const TensorType* out = g_.type_of(v);
+      if (!constant_rest || !in || !out || in->dtype != DType::kFloat32 ||
+          !shape_is_static(in->shape) || !shape_is_static(out->shape) ||
+          shape_numel(in->shape) != shape_numel(out->shape))
+        break;
+      members->push_back(pr->second);
+      v = n.inputs[0];
+    }
+    return v;
   }
 
   // PyTorch's erf GELU of `x`: x * 0.5 * (1 + erf(x / sqrt 2)) as Div (or Mul by 1/sqrt 2),
@@ -474,6 +583,11 @@ class LinearMatcher {
   const FusionGraph& g_;
   std::unordered_map<std::string, size_t> producer_;
   std::unordered_map<std::string, std::vector<size_t>> readers_;
+
+ public:
+  // Whether a batched product may take a constant of any broadcast shape as a post-op (off
+  // for a second try where oneDNN refused that broadcast).
+  bool allow_broadcast_constants_ = true;
 };
 
 // A compiled Linear layer: one oneDNN matmul [M, K] x [K, N] with weights reordered once into
@@ -493,18 +607,50 @@ class LinearKernel final : public FusedKernel {
     for (const auto& [arg, input] : residual_args_)
       args[arg] = memory(dst_md_, cpu_engine(), const_cast<void*>(inputs.at(input).data));
     try {
-      prim_.execute(cpu_stream(), args);
-      cpu_stream().wait();
+      execute(args);
     } catch (const dnnl::error& e) {
       return errors::Internal("Linear layer failed in oneDNN: {}", e.what());
     }
     return OkStatus();
   }
+  void execute(const std::unordered_map<int, memory>& args) {
+    if (choice_.load(std::memory_order_acquire) >= 0) return run(serial_, args);
+    std::unique_lock<std::mutex> lock(trial_mu_, std::try_to_lock);
+    if (!lock.owns_lock() || choice_.load() >= 0) return run(serial_, args);
+    // A trial: alternate the two, best of kTrials / 2 each after one warm-up run apiece.
+    constexpr int kTrials = 10;
+    const bool serial = trials_ % 2 == 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    run(serial, args);
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (trials_ >= 2) best_[serial] = std::min(best_[serial], t);
+    if (++trials_ >= kTrials) {
+      serial_ = best_[1] < best_[0];
+      choice_.store(serial_ ? 1 : 0, std::memory_order_release);
+    }
+  }
+  // The serial primitive runs inline on this thread (as a region's serial ops).
+  void run(bool serial, const std::unordered_map<int, memory>& args) {
+    const int team = omp_get_max_threads();
+    if (serial) omp_set_num_threads(1);
+    (serial ? serial_prim_ : prim_).execute(cpu_stream(), args);
+    cpu_stream().wait();
+    if (serial) omp_set_num_threads(team);
+  }
+  std::string describe() const override {
+    const int c = choice_.load(std::memory_order_acquire);
+    return describe_ + (c == 1 ? ", one thread" : c < 0 ? ", threads measured at run time" : "");
+  }
   int64_t arena_bytes() const override { return 0; }
   int64_t weight_bytes() const override { return weight_bytes_; }
-  std::string describe() const override { return describe_; }
 
-  dnnl::primitive prim_;
+  dnnl::primitive prim_;         // for the team
+  dnnl::primitive serial_prim_;  // for one thread (small products; see choose_threads)
+  bool serial_ = false;          // runs serial_prim_ (once choice_ is set)
+  std::atomic<int> choice_{0};   // 0 the team, 1 one thread, -1 still measuring
+  std::mutex trial_mu_;
+  int trials_ = 0;
+  double best_[2] = {1e30, 1e30};
   memory::desc src_md_, dst_md_, wei_md_;
   size_t src_ = 0;
   std::optional<size_t> weights_;  // B as an input (a batched product)
@@ -513,6 +659,38 @@ class LinearKernel final : public FusedKernel {
   int64_t weight_bytes_ = 0;
   std::string describe_;
 };
+
+// One thread or the team for a compiled Linear layer `k` (`macs` multiply-adds a run): below
+// serial_work_limit() one thread, as in regions; up to kMeasuredWork both primitives are kept
+// and the first runs measure which is faster here (an OpenMP fork and join can cost more than
+// splitting a small product saves, the more so on busy cores); above, the team. Measured on
+// the running thread, not here: a parallel run on a compiling thread would leave a second
+// OpenMP team behind (GraphCompiler.CompilingARegionStartsNoOpenMpTeam).
+constexpr double kMeasuredWork = 4e6;
+
+void choose_threads(LinearKernel& k, const dnnl::matmul::desc& desc,
+                    const dnnl::primitive_attr& attr, const dnnl::matmul::primitive_desc& pd,
+                    double macs) {
+  const int team = omp_get_max_threads();
+  if (team <= 1 || macs >= kMeasuredWork) return;
+  omp_set_num_threads(1);
+  try {
+    dnnl::matmul::primitive_desc pd1(desc, attr, cpu_engine());
+    if (pd1.weights_desc() == pd.weights_desc() && pd1.src_desc() == pd.src_desc() &&
+        pd1.dst_desc() == pd.dst_desc())
+      k.serial_prim_ = dnnl::matmul(pd1);
+  } catch (const dnnl::error&) {
+  }
+  omp_set_num_threads(team);
+  if (!k.serial_prim_) return;
+  if (macs < serial_work_limit()) {
+    k.prim_ = k.serial_prim_;
+    k.serial_ = true;
+    k.choice_ = 1;
+  } else {
+    k.choice_ = -1;  // measured by the first runs
+  }
+}
 
 Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const LinearPlan& p,
                                                     const FusedGroup& r) {
@@ -550,7 +728,7 @@ Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const 
   row.back() = p.n;
   const memory::desc row_md = plain(row);
   dnnl::post_ops post;
-  std::vector<std::pair<int, const std::vector<float>*>> columns;
+  std::vector<std::pair<int, const LinearStep*>> columns;
   std::string what;
   for (const LinearStep& s : p.steps) {
     const int at = post.len();
@@ -558,8 +736,8 @@ Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const 
       post.append_eltwise(1.0f, s.eltwise.alg, s.eltwise.alpha, s.eltwise.beta);
       what += s.eltwise.alg == Alg::eltwise_gelu_erf ? " + gelu" : " + eltwise";
     } else if (s.kind == LinearStep::kConstColumns) {
-      post.append_binary(s.binary, row_md);
-      columns.emplace_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(at) | DNNL_ARG_SRC_1, &s.columns);
+      post.append_binary(s.binary, s.shape.empty() ? row_md : plain(s.shape));
+      columns.emplace_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(at) | DNNL_ARG_SRC_1, &s);
       what += s.binary == Alg::binary_add ? " + add" : " + mul";
     } else {
       post.append_binary(Alg::binary_add, k->dst_md_);
@@ -583,33 +761,56 @@ Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const 
   auto desc = has_bias ? dnnl::matmul::desc(k->src_md_, wei_any, row_md, k->dst_md_)
                        : dnnl::matmul::desc(k->src_md_, wei_any, k->dst_md_);
   dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+  // A broadcast post-op oneDNN has no fast kernel for (its reference matmul then) is refused:
+  // the layer is matched again without it.
+  const bool broadcast = std::any_of(p.steps.begin(), p.steps.end(),
+                                     [](const LinearStep& s) { return !s.shape.empty(); });
+  if (broadcast && std::string(pd.impl_info_str()).find("ref") != std::string::npos)
+    return errors::Unimplemented("Linear layer '{}': oneDNN has only its reference matmul for {}",
+                                 g.nodes[p.members[0]]->name, what);
   if (!batched) {  // weights reordered once, now, into the layout the primitive chose
-    const Node& mm = *g.nodes[p.members[0]];
-    const HostTensor* w = g.constant(mm.inputs[1]);
-    memory wsrc(memory::desc({p.k, p.n}, DT::f32, Tag::ab), cpu_engine(),
-                const_cast<void*>(w->data()));
+    const Node* mm = nullptr;  // the MatMul or Gemm (a batched product's Transpose may lead)
+    for (size_t m : p.members)
+      if (g.nodes[m]->op == "MatMul" || g.nodes[m]->op == "Gemm") {
+        mm = g.nodes[m];
+        break;
+      }
+    const HostTensor* w = mm ? g.constant(mm->inputs[1]) : nullptr;
+    if (!w) return errors::Internal("Linear layer: no constant weights");
+    std::vector<float> scaled;  // alpha * B, when alpha is not 1
+    const void* wdata = w->data();
+    if (p.alpha != 1.0f) {
+      scaled.assign(w->data<float>(), w->data<float>() + w->numel());
+      for (float& x : scaled) x *= p.alpha;
+      wdata = scaled.data();
+    }
+    memory wsrc(memory::desc({p.k, p.n}, DT::f32, p.w_transposed ? Tag::ba : Tag::ab),
+                cpu_engine(), const_cast<void*>(wdata));
     memory wdst(pd.weights_desc(), cpu_engine());
     dnnl::reorder(wsrc, wdst).execute(cpu_stream(), wsrc, wdst);
     cpu_stream().wait();
     k->args_[DNNL_ARG_WEIGHTS] = wdst;
     k->weight_bytes_ = static_cast<int64_t>(pd.weights_desc().get_size());
   }
-  auto owned = [&](const std::vector<float>& values) {
-    memory mem(row_md, cpu_engine());
+  auto owned = [&](const std::vector<float>& values, const memory::desc& md) {
+    memory mem(md, cpu_engine());
     std::memcpy(mem.get_data_handle(), values.data(), values.size() * sizeof(float));
     k->weight_bytes_ += static_cast<int64_t>(values.size() * sizeof(float));
     return mem;
   };
-  if (has_bias) k->args_[DNNL_ARG_BIAS] = owned(p.bias);
-  for (const auto& [arg, values] : columns) k->args_[arg] = owned(*values);
+  if (has_bias) k->args_[DNNL_ARG_BIAS] = owned(p.bias, row_md);
+  for (const auto& [arg, step] : columns)
+    k->args_[arg] = owned(step->columns, step->shape.empty() ? row_md : plain(step->shape));
   k->prim_ = dnnl::matmul(pd);
+  choose_threads(*k, desc, attr, pd, static_cast<double>(p.m) * p.k * p.n);
   k->describe_ =
       batched ? fmt::format("MatMul: [{}] x [{}]{}{}{} as one oneDNN matmul ({}), {} nodes",
                             text(p.a_shape), text(p.b_shape),
                             p.b_transposed ? " (B transposed)" : "", has_bias ? " + bias" : "",
                             what, pd.impl_info_str(), p.members.size())
-              : fmt::format("Linear: [{}, {}] x [{}, {}]{}{} as one oneDNN matmul ({}), {} nodes",
-                            p.m, p.k, p.k, p.n, has_bias ? " + bias" : "", what,
+              : fmt::format("Linear: [{}, {}] x [{}, {}]{}{}{} as one oneDNN matmul ({}), {} nodes",
+                            p.m, p.k, p.k, p.n, p.w_transposed ? " (B transposed)" : "",
+                            has_bias ? " + bias" : "", what,
                             pd.impl_info_str(), p.members.size());
   return std::unique_ptr<FusedKernel>(std::move(k));
 }
@@ -820,6 +1021,23 @@ bool eligible(const Node& node, const FusionGraph& g) {
     if (node.inputs.size() > 2 && !node.inputs[2].empty()) {
       const HostTensor* b = g.constant(node.inputs[2]);
       if (!b || b->dtype() != DType::kFloat32) return false;
+    }
+    return true;
+  }
+  // A 2-D transposed convolution (U-Net decoders) with constant weights, one group: a oneDNN
+  // deconvolution in the region's layout, so no reorder to NCHW and back around it.
+  if (op == "ConvTranspose") {
+    if (rank != 4 || node.inputs.size() < 2 || !is_f32_act_static(type(0)) ||
+        type(0)->shape.size() != 4)
+      return false;
+    const HostTensor* w = g.constant(node.inputs[1]);
+    auto group = a.attr_int("group", 1);
+    if (!w || w->dtype() != DType::kFloat32 || w->shape().size() != 4 || !group.ok() ||
+        *group != 1 || w->shape()[0] != type(0)->shape[1] || w->shape()[1] != out->shape[1])
+      return false;
+    if (node.inputs.size() > 2 && !node.inputs[2].empty()) {
+      const HostTensor* b = g.constant(node.inputs[2]);
+      if (!b || b->dtype() != DType::kFloat32 || b->numel() != w->shape()[1]) return false;
     }
     return true;
   }
@@ -1247,6 +1465,7 @@ class RegionCompiler {
     const Node& node = *g_.nodes[r_.members[m]];
     const std::string& op = node.op;
     if (op == "Conv") return compile_conv(m);
+    if (op == "ConvTranspose") return compile_conv_transpose(m);
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" ||
         op == "GlobalMaxPool")
       return compile_pool(node);
@@ -1449,6 +1668,72 @@ class RegionCompiler {
       out_->fused_++;
       *v = next.outputs[0];
     }
+    return OkStatus();
+  }
+
+  // ConvTranspose (eligible: 2-D, one group, constant weights and bias) as a oneDNN
+  // deconvolution reading and writing the region's layout, activations after it as post-ops.
+  Status compile_conv_transpose(size_t m) {
+    const Node& node = *g_.nodes[r_.members[m]];
+    NodeAttrs a(node);
+    const Shape& xs = type(node.inputs[0]).shape;
+    const HostTensor& w = *g_.constant(node.inputs[1]);
+    const Shape& ws = w.shape();  // [C_in, C_out, kH, kW]
+    const int64_t oc = ws[1];
+    const Shape in_spatial(xs.begin() + 2, xs.end());
+    const Shape kernel(ws.begin() + 2, ws.end());
+    std::vector<int64_t> strides, dilations, pads;
+    Shape out_spatial;
+    TD_RETURN_IF_ERROR(nn::conv_transpose_geometry(a, in_spatial, kernel, &strides, &dilations,
+                                                   &pads, &out_spatial));
+    const Shape& ys = type(node.outputs[0]).shape;
+    if (ys.size() != 4 || ys[1] != oc || ys[2] != out_spatial[0] || ys[3] != out_spatial[1])
+      return errors::Unimplemented("ConvTranspose: output {} is not the geometry's",
+                                   shape_to_string(ys));
+    // oneDNN: dst = (src - 1) * stride + (k - 1) * dilation + 1 - pad_l - pad_r, so pad_r is
+    // what gives ONNX's size (output_padding, output_shape); oneDNN refuses a negative one.
+    memory::dims st(2), dl(2), pl(2), pr(2);
+    for (size_t d = 0; d < 2; ++d) {
+      st[d] = strides[d];
+      dl[d] = dilations[d] - 1;
+      pl[d] = pads[d];
+      pr[d] = (in_spatial[d] - 1) * strides[d] + (kernel[d] - 1) * dilations[d] + 1 - pads[d] -
+              ys[2 + d];
+      if (pr[d] < 0) return errors::Unimplemented("ConvTranspose: negative right padding");
+    }
+    const bool has_bias = node.inputs.size() > 2 && !node.inputs[2].empty();
+    std::string v = node.outputs[0];
+    dnnl::post_ops post;
+    TD_RETURN_IF_ERROR(absorb_post_ops(m, &v, &post, nullptr));
+    const Shape& vs = type(v).shape;
+    // The convolutions' layout: nChw16c in a "blocked16" region, else channels-last (what
+    // oneDNN picks for the convolutions around it on AVX-512; its own choice for the
+    // deconvolution, nChw16c, cost a reorder in and out of each).
+    const Tag src_tag = blocked16_ && xs[1] % 16 == 0 ? Tag::aBcd16b : Tag::acdb;
+    const Tag dst_tag = blocked16_ ? Tag::aBcd16b : Tag::acdb;
+    const memory::desc src_any(dims_of(xs), DT::f32, src_tag);
+    const memory::desc wei_any({oc, xs[1], ws[2], ws[3]}, DT::f32, Tag::any);
+    const memory::desc bias_md({oc}, DT::f32, Tag::a);
+    const memory::desc dst_any(dims_of(vs), DT::f32, dst_tag);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(post);
+    const auto prop = dnnl::prop_kind::forward_inference;
+    const auto alg = Alg::deconvolution_direct;
+    auto desc = has_bias ? dnnl::deconvolution_forward::desc(prop, alg, src_any, wei_any, bias_md,
+                                                             dst_any, st, dl, pl, pr)
+                         : dnnl::deconvolution_forward::desc(prop, alg, src_any, wei_any,
+                                                             dst_any, st, dl, pl, pr);
+    dnnl::deconvolution_forward::primitive_desc pd(desc, attr, cpu_engine());
+    TD_ASSIGN_OR_RETURN(int src, value_in(node.inputs[0], pd.src_desc()));
+    // ONNX's [C_in, C_out, kH, kW] is oneDNN's "io" order.
+    const memory::desc wplain({oc, xs[1], ws[2], ws[3]}, DT::f32, Tag::iohw);
+    const int wei = add_weights(wplain, w.data<float>(), pd.weights_desc());
+    const int dst = add_arena(pd.dst_desc());
+    std::unordered_map<int, int> args = {
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
+    if (has_bias) args[DNNL_ARG_BIAS] = add_owned(bias_md, g_.constant(node.inputs[2])->data<float>());
+    add_op(dnnl::deconvolution_forward(pd), std::move(args), "deconv");
+    value_slot_[v] = dst;
     return OkStatus();
   }
 
@@ -1941,7 +2226,8 @@ std::vector<FusedGroup> build_onednn_regions(const FusionGraph& g,
   std::vector<FusedGroup> compiled;
   for (auto& r : regions) {
     bool has_conv = false;
-    for (size_t m : r.members) has_conv |= g.nodes[m]->op == "Conv";
+    for (size_t m : r.members)
+      has_conv |= g.nodes[m]->op == "Conv" || g.nodes[m]->op == "ConvTranspose";
     if (!has_conv) continue;  // blocked layouts only pay off around convolutions
     if (r.outputs.empty()) continue;  // nothing leaves it: dead code, let the executor skip it
     Result<std::unique_ptr<FusedKernel>> k = errors::Internal("not compiled");
@@ -1970,27 +2256,37 @@ std::vector<FusedGroup> build_linear_layers(const FusionGraph& g, const std::vec
   LinearMatcher matcher(g);
   std::vector<FusedGroup> out;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    std::optional<LinearPlan> p = matcher.match(i, taken);
-    if (!p) continue;
-    // Every intermediate is read only by the next member, so the group's only output is the
-    // result and nothing outside depends on a member: contracting it makes no cycle.
+    // oneDNN takes only some broadcasts of a constant as post-ops: where it refuses one, the
+    // layer is matched again without them.
     FusedGroup r;
-    r.members = p->members;
-    std::unordered_set<std::string> produced, seen;
-    for (size_t m : r.members)
-      for (const auto& o : g.nodes[m]->outputs) produced.insert(o);
-    for (size_t m : r.members)
-      for (const auto& v : g.nodes[m]->inputs)
-        if (!v.empty() && !produced.count(v) && !g.constant(v) && seen.insert(v).second)
-          r.inputs.push_back(v);
-    r.outputs = {p->result};
     Result<std::unique_ptr<FusedKernel>> k = errors::Internal("not compiled");
-    try {
-      k = compile_linear(g, *p, r);
-    } catch (const dnnl::error& e) {
-      k = errors::Unimplemented("oneDNN refused the Linear layer '{}': {}", g.nodes[i]->name,
-                                e.what());
+    for (bool broadcasts : {true, false}) {
+      matcher.allow_broadcast_constants_ = broadcasts;
+      std::optional<LinearPlan> p = matcher.match(i, taken);
+      if (!p) break;
+      // Every intermediate is read only by the next member, so the group's only output is the
+      // result and nothing outside depends on a member: contracting it makes no cycle.
+      r = FusedGroup{};
+      r.members = p->members;
+      std::unordered_set<std::string> produced, seen;
+      for (size_t m : r.members)
+        for (const auto& o : g.nodes[m]->outputs) produced.insert(o);
+      for (size_t m : r.members)
+        for (const auto& v : g.nodes[m]->inputs)
+          if (!v.empty() && !produced.count(v) && !g.constant(v) && seen.insert(v).second)
+            r.inputs.push_back(v);
+      r.outputs = {p->result};
+      try {
+        k = compile_linear(g, *p, r);
+      } catch (const dnnl::error& e) {
+        k = errors::Unimplemented("oneDNN refused the Linear layer '{}': {}", g.nodes[i]->name,
+                                  e.what());
+      }
+      const bool had_broadcast = std::any_of(p->steps.begin(), p->steps.end(),
+                                             [](const LinearStep& s) { return !s.shape.empty(); });
+      if (k.ok() || !had_broadcast) break;
     }
+    if (r.members.empty()) continue;
     if (!k.ok()) {
       if (notes) notes->push_back(k.status().message());
       continue;
