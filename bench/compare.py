@@ -6,13 +6,14 @@ usage: /usr/bin/python3 bench/compare.py [--set zoo|unseen] [--models a,b] [--ba
 
 For each model and batch size: exports torchvision's model with torch.onnx.export (opset 13;
 seeded weights, BatchNorm statistics made non-trivial so folding them matters) into the cache
-folder with an input and PyTorch's eager output as an ONNX test_data_set_0, then runs on that
-file and input
+folder with an input and PyTorch's eager output as an ONNX test_data_set_0 (the golden: eager
+run in float64, rounded to float32; eager float32 kept beside), then runs on that file and input
   - tensord:      `tensord bench --model FILE --data DIR --batch-size B --examples N --json`
   - ONNX Runtime: bench/peers/onnxruntime.js (onnxruntime-node, graph optimisation 'all')
   - PyTorch:      bench/peers/torch.py (jit freeze + optimize_for_inference)
 with the same threads, and prints ms/example and the ratio tensord / ONNX Runtime, plus the
-machine. The peers' outputs are checked against PyTorch's eager output. With the memory check
+machine. The peers' outputs are checked with plaidbench's formula against the float64 golden
+(the PASS criterion) and, beside it, against eager float32. With the memory check
 on (default), a MobileNetV2 batch-1 run of tensord and of ONNX Runtime is repeated under
 `/usr/bin/time -v` and the peak RSS ratio printed.
 
@@ -99,7 +100,8 @@ def export(cache, name, batch):
     data = os.path.join(folder, "test_data_set_0")
     input_npy = os.path.join(folder, "input.npy")
     expected_npy = os.path.join(folder, "expected.npy")
-    done = [model_path, input_npy, expected_npy, os.path.join(data, "output_0.pb")]
+    done = [model_path, input_npy, expected_npy, os.path.join(data, "output_0.pb"),
+            os.path.join(folder, "expected_fp32.npy")]
     if all(os.path.exists(p) for p in done):
         return folder
     import torch
@@ -121,17 +123,16 @@ def export(cache, name, batch):
         model(torch.randn(8, 3, 224, 224, generator=g))
     model.eval()
     x = np.random.default_rng(batch).standard_normal((batch, 3, 224, 224)).astype(np.float32)
-    with torch.no_grad():
-        y = model(torch.from_numpy(x)).numpy()
+    ms = model_set()
+    y, y32 = ms.eager_outputs(torch, model, x)  # the float64 golden, eager float32
     tmp = tempfile.mkdtemp(dir=cache)
     try:
         torch.onnx.export(model, torch.from_numpy(x), os.path.join(tmp, "model.onnx"),
                           opset_version=13, input_names=["input"], output_names=["output"])
         os.makedirs(os.path.join(tmp, "test_data_set_0"))
         save_pb(os.path.join(tmp, "test_data_set_0", "input_0.pb"), x)
-        save_pb(os.path.join(tmp, "test_data_set_0", "output_0.pb"), y)
         np.save(os.path.join(tmp, "input.npy"), x)
-        np.save(os.path.join(tmp, "expected.npy"), y)
+        ms.write_goldens(tmp, y, y32)
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(tmp, folder)
     finally:
@@ -197,13 +198,20 @@ def peer_args(folder, a, batch, out):
             "--outputs", out]
 
 
-def vs_eager(out_path, expected):
+def plaid_fail_ratio(golden, y):
+    """plaidbench's check, `np.allclose(golden, out, rtol=5e-4, atol=1e-6)` (its
+    check_correctness at inference precision: the tolerance scales with the output under test,
+    not the golden one), element by element: the share of elements that fail (NaN fails)."""
+    diff = np.abs(golden.astype(np.float64) - y)
+    return float((~(diff <= 1e-6 + 5e-4 * np.abs(y))).mean())
+
+
+def vs_eager(out_path, expected, expected32=None):
     """An output against PyTorch eager's: `match` is the tests' criterion (rtol 1e-3, atol 1e-4
     of the output's scale, as tests/models/test_zoo_vs_torch.py); plaidbench_fail_ratio is
-    plaidbench's check, `np.allclose(golden, out, rtol=5e-4, atol=1e-6)` (plaidbench's
-    check_correctness at inference precision: the tolerance scales with the output under test,
-    not the golden one), element by element; PASS is a fail ratio of 0. fp32 networks from
-    different libraries seldom pass it exactly on elements near zero."""
+    plaidbench's check against the golden (PyTorch eager in float64, see model_set.py); PASS
+    is a fail ratio of 0. With expected32 (eager float32) its fail ratio is reported beside
+    (fp32_plaidbench_fail_ratio): float32 rounding alone fails elements near zero there."""
     try:
         y = np.load(out_path)
     except (OSError, ValueError) as e:
@@ -213,11 +221,20 @@ def vs_eager(out_path, expected):
     y, ref = y.astype(np.float64), expected.astype(np.float64)
     scale = max(float(np.abs(ref).max()), 1e-30)
     diff = np.abs(ref - y)
-    plaid_bad = ~(diff <= 1e-6 + 5e-4 * np.abs(y))  # NaN compares False: counted as bad
-    return {"match": bool(np.allclose(y, ref, rtol=1e-3, atol=1e-4 * scale)),
-            "max_abs_error": float(np.nanmax(diff)) if np.isfinite(diff).any() else None,
-            "max_error_of_scale": float(np.nanmax(diff)) / scale,
-            "plaidbench_fail_ratio": float(plaid_bad.mean())}
+    res = {"match": bool(np.allclose(y, ref, rtol=1e-3, atol=1e-4 * scale)),
+           "max_abs_error": float(np.nanmax(diff)) if np.isfinite(diff).any() else None,
+           "max_error_of_scale": float(np.nanmax(diff)) / scale,
+           "plaidbench_fail_ratio": plaid_fail_ratio(ref, y)}
+    if expected32 is not None and expected32.shape == y.shape:
+        res["fp32_plaidbench_fail_ratio"] = plaid_fail_ratio(expected32, y)
+    return res
+
+
+def load_goldens(folder):
+    """(the golden, eager float32 or None) of an exported folder."""
+    fp32 = os.path.join(folder, "expected_fp32.npy")
+    return (np.load(os.path.join(folder, "expected.npy")),
+            np.load(fp32) if os.path.exists(fp32) else None)
 
 
 def first_npy(folder):
@@ -227,7 +244,7 @@ def first_npy(folder):
         if names else None
 
 
-def run_tensord(tensord, folder, a, batch, expected):
+def run_tensord(tensord, folder, a, batch, goldens):
     if not tensord:
         return {"available": False, "reason": "no tensord binary (build it, or pass --tensord)"}
     if not has_bench_command(tensord):
@@ -247,13 +264,13 @@ def run_tensord(tensord, folder, a, batch, expected):
         doc["available"] = True
         path = first_npy(out)
         if path:
-            doc["vs_torch_eager"] = vs_eager(path, expected)
+            doc["vs_torch_eager"] = vs_eager(path, *goldens)
         return doc
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
 
-def run_peer(kind, folder, a, batch, expected):
+def run_peer(kind, folder, a, batch, goldens):
     out = tempfile.mkdtemp(prefix=f"{kind}-", dir=a.cache)
     try:
         if kind == "onnxruntime":
@@ -271,7 +288,7 @@ def run_peer(kind, folder, a, batch, expected):
         if doc is None:
             return {"available": False, "reason": f"{kind} peer failed: {err}"}
         if doc.get("available") and doc.get("outputs"):
-            doc["vs_torch_eager"] = vs_eager(next(iter(doc["outputs"].values())), expected)
+            doc["vs_torch_eager"] = vs_eager(next(iter(doc["outputs"].values())), *goldens)
             del doc["outputs"]  # the temp folder goes away
         return doc
     finally:
@@ -391,14 +408,16 @@ def print_table(results, mem, m, markdown):
         print(f"machine: {mach}")
     g, worst, n = geomean_of(rows)
     if g is not None:
-        def passed(kind):
-            return sum(1 for r in results
-                       if (r[kind].get("vs_torch_eager") or {}).get("plaidbench_fail_ratio") == 0)
+        def passed(kind, key="plaidbench_fail_ratio"):
+            return sum(1 for r in results if (r[kind].get("vs_torch_eager") or {}).get(key) == 0)
+        fp32 = "fp32_plaidbench_fail_ratio"
         print(f"{'- ' if markdown else ''}tensord / ONNX Runtime over {n} runs: geometric mean "
               f"{g:.2f}x, worst {worst[2]:.2f}x ({worst[0]} batch {worst[1]}); "
-              f"plaidbench's check against PyTorch eager passed by tensord on "
+              f"plaidbench's check against PyTorch eager float64 passed by tensord on "
               f"{passed('tensord')} of {len(results)}, by ONNX Runtime on "
-              f"{passed('onnxruntime')}")
+              f"{passed('onnxruntime')}, by PyTorch on {passed('torch')} (against eager "
+              f"float32: {passed('tensord', fp32)}, {passed('onnxruntime', fp32)}, "
+              f"{passed('torch', fp32)})")
     for r in results:
         for kind in ("tensord", "onnxruntime", "torch"):
             d = r[kind]
@@ -413,11 +432,13 @@ def print_table(results, mem, m, markdown):
             if isinstance(c, dict):
                 detail = c.get("error") or (
                     f"max error {fmt(c.get('max_error_of_scale'), '.1e')} of the scale, "
-                    f"plaidbench fail_ratio {fmt(c.get('plaidbench_fail_ratio'), '.2g')}")
+                    f"plaidbench fail_ratio {fmt(c.get('plaidbench_fail_ratio'), '.2g')}"
+                    + (f" (vs eager float32 {fmt(c['fp32_plaidbench_fail_ratio'], '.2g')})"
+                       if "fp32_plaidbench_fail_ratio" in c else ""))
                 checks.append(f"{kind} {'match' if c.get('match') else 'DIFFER'} ({detail})")
         if checks:
             print(f"{'- ' if markdown else '  '}{r['model']} b{r['batch']} outputs vs PyTorch "
-                  "eager: " + ", ".join(checks))
+                  "eager float64: " + ", ".join(checks))
     for one in mem or []:
         t, o = one.get("tensord_max_rss_kib"), one.get("onnxruntime_max_rss_kib")
         line = (f"peak RSS, {one['model']} batch 1 ({one['examples']} examples, /usr/bin/time -v): "
@@ -510,16 +531,16 @@ def main():
             except Exception as e:  # an exporter failure: reported, the rest still runs
                 print(f"[{mname} batch {batch}] export failed: {e}", file=log, flush=True)
                 continue
-            expected = np.load(os.path.join(folder, "expected.npy"))
+            goldens = load_goldens(folder)
             r = {"model": mname, "batch": batch}
             t0 = time.time()
             # Rounds interleave the three, so a slow spell of a shared machine hits them all;
             # each keeps its median run (all times in rounds_ms).
             runs = {"tensord": [], "onnxruntime": [], "torch": []}
             for _ in range(a.rounds):
-                runs["tensord"].append(run_tensord(tensord, folder, a, batch, expected))
+                runs["tensord"].append(run_tensord(tensord, folder, a, batch, goldens))
                 for peer in ("onnxruntime", "torch"):
-                    runs[peer].append(run_peer(peer, folder, a, batch, expected) if peer in peers
+                    runs[peer].append(run_peer(peer, folder, a, batch, goldens) if peer in peers
                                       else {"available": False, "reason": "not requested"})
             for kind, docs in runs.items():
                 r[kind] = median_run(docs)

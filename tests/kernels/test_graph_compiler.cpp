@@ -1007,5 +1007,73 @@ TEST(GraphCompiler, SerialWorkLimitFromTheEnvironment) {
   unsetenv("TENSORD_SERIAL_WORK_K");
 }
 
+
+// A classifier over 2,048 features (ResNet-50's) is summed in chunks of 128: one fp32 chain
+// over all of K drifts by ~1e-5 on logits of ~8 (non-negative features after ReLU), enough
+// to fail plaidbench's atol 1e-6 on logits near zero. Against the same features' products
+// summed in double, the region's logits must be at least twice as accurate as one fp32 chain.
+TEST(GraphCompiler, LongClassifierDotProductIsSummedInChunks) {
+  const int64_t batch = 8, k = 2048, n = 64;
+  G b;
+  auto x = b.in("x", {batch, 16, 4, 4});
+  auto pooled = b.op("GlobalAveragePool", {b.op("Relu", {b.conv(x, 16, k, 1)})});
+  auto flat = b.op("Flatten", {pooled}, {{"axis", int64_t{1}}});
+  const HostTensor w = random({n, k}, 51), bias = random({n}, 52);
+  auto logits = b.op("Gemm", {flat, b.constant(w), b.constant(bias)}, {{"transB", int64_t{1}}});
+  b.out(logits);
+  b.out(flat);
+  const HostTensor input = random({batch, 16, 4, 4}, 50);
+  const std::string plan = check(b.g, {input});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_EQ(primitives(plan, "matmul"), 2) << plan;  // the partial products, their sum
+  EXPECT_EQ(primitives(plan, "inner_product"), 0) << plan;
+
+  auto outs = run_graph_on_host(b.g, {input}, CompileOptions{true});
+  ASSERT_TRUE(outs.ok()) << outs.status().to_string();
+  ASSERT_TRUE((*outs)[0].ok() && (*outs)[1].ok());
+  const float* y = (*outs)[0]->data<float>();
+  const float* f = (*outs)[1]->data<float>();
+  const float* pw = w.data<float>();
+  double fused_err = 0, chain_err = 0;
+  for (int64_t i = 0; i < batch; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double exact = bias.data<float>()[j];
+      float chain = 0;
+      for (int64_t q = 0; q < k; ++q) {
+        exact += double(f[i * k + q]) * double(pw[j * k + q]);
+        chain += f[i * k + q] * pw[j * k + q];
+      }
+      chain += bias.data<float>()[j];
+      fused_err = std::max(fused_err, std::fabs(double(y[i * n + j]) - exact));
+      chain_err = std::max(chain_err, std::fabs(double(chain) - exact));
+    }
+  }
+  EXPECT_GT(chain_err, 0.0);
+  EXPECT_LE(fused_err, 0.5 * chain_err) << "fp32 chain " << chain_err << "\n" << plan;
+}
+
+// The chunked sum reads a flattened N x C x H x W value in NCHW order (the weights' order),
+// keeps a following Relu as its post-op, and leaves a short product (K < 1024) to the inner
+// product.
+TEST(GraphCompiler, ChunkedDotProductOverAFlattenedMapWithPostOp) {
+  G b;
+  auto x = b.in("x", {2, 8, 4, 4});
+  auto c = b.op("Relu", {b.conv(x, 8, 64, 3)});
+  auto flat = b.op("Flatten", {c}, {{"axis", int64_t{1}}});  // K = 64 * 4 * 4 = 1024
+  auto h = b.op("Relu", {b.op("Gemm", {flat, b.constant(random({40, 1024}, 61)),
+                                        b.constant(random({40}, 62))},
+                                  {{"transB", int64_t{1}}})});
+  auto logits = b.op("Gemm", {h, b.constant(random({10, 40}, 63)), b.constant(random({10}, 64))},
+                     {{"transB", int64_t{1}}});
+  auto nobias = b.op("MatMul", {flat, b.constant(random({1024, 6}, 65))});
+  b.out(logits);
+  b.out(nobias);
+  const std::string plan = check(b.g, {random({2, 8, 4, 4}, 60)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+  EXPECT_EQ(primitives(plan, "matmul"), 4) << plan;
+  EXPECT_EQ(primitives(plan, "inner_product"), 1) << plan;
+  EXPECT_EQ(plan.find("Relu '"), std::string::npos) << plan;
+}
+
 }  // namespace
 }  // namespace tensord
