@@ -522,8 +522,9 @@ TEST(GraphCompiler, ConvTransposeRunsInTheRegionWithoutReorders) {
     EXPECT_EQ(primitives(plan, "deconv"), 2) << layout << "\n" << plan;
     EXPECT_EQ(count(plan, "ConvTranspose '"), 1) << layout << "\n" << plan;  // the grouped one
     EXPECT_EQ(count(plan, "Relu '"), 0) << layout << "\n" << plan;
-    if (std::string(layout) == "any")  // the input's and the outputs' only
+    if (std::string(layout) == "any") {  // the input's and the outputs' only
       EXPECT_LE(primitives(plan, "reorder"), 3) << plan;
+    }
   }
 }
 
@@ -896,8 +897,9 @@ TEST(GraphCompiler, SmallProductsMeasureOneThreadAgainstTheTeam) {
                                    {DType::kFloat32, {1, 4, 64, 64}}};
   auto plan = describe_compiled(b.g, types, CompileOptions{true});
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
-  if (omp_get_max_threads() > 1)
+  if (omp_get_max_threads() > 1) {
     EXPECT_EQ(count(*plan, "threads measured at run time"), 1) << *plan;
+  }
   auto client = make_local_client({});
   ASSERT_TRUE(client.ok()) << client.status().to_string();
   auto model = (*client)->load(b.g, "cpu:0");
