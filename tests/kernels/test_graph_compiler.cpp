@@ -1056,25 +1056,28 @@ TEST(GraphCompiler, LongClassifierDotProductIsSummedInChunks) {
 
 // The chunked sum reads a flattened N x C x H x W value in NCHW order (the weights' order),
 // keeps a following Relu as its post-op, and leaves a short product (K < 1024) to the inner
-// product.
+// product; so are products of fewer than 4 rows (matrix-vector products, bound by reading the
+// weights), whatever their length.
 TEST(GraphCompiler, ChunkedDotProductOverAFlattenedMapWithPostOp) {
-  G b;
-  auto x = b.in("x", {2, 8, 4, 4});
-  auto c = b.op("Relu", {b.conv(x, 8, 64, 3)});
-  auto flat = b.op("Flatten", {c}, {{"axis", int64_t{1}}});  // K = 64 * 4 * 4 = 1024
-  auto h = b.op("Relu", {b.op("Gemm", {flat, b.constant(random({40, 1024}, 61)),
-                                        b.constant(random({40}, 62))},
-                                  {{"transB", int64_t{1}}})});
-  auto logits = b.op("Gemm", {h, b.constant(random({10, 40}, 63)), b.constant(random({10}, 64))},
-                     {{"transB", int64_t{1}}});
-  auto nobias = b.op("MatMul", {flat, b.constant(random({1024, 6}, 65))});
-  b.out(logits);
-  b.out(nobias);
-  const std::string plan = check(b.g, {random({2, 8, 4, 4}, 60)});
-  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
-  EXPECT_EQ(primitives(plan, "matmul"), 4) << plan;
-  EXPECT_EQ(primitives(plan, "inner_product"), 1) << plan;
-  EXPECT_EQ(plan.find("Relu '"), std::string::npos) << plan;
+  for (int64_t batch : {4, 1}) {
+    G b;
+    auto x = b.in("x", {batch, 8, 4, 4});
+    auto c = b.op("Relu", {b.conv(x, 8, 64, 3)});
+    auto flat = b.op("Flatten", {c}, {{"axis", int64_t{1}}});  // K = 64 * 4 * 4 = 1024
+    auto h = b.op("Relu", {b.op("Gemm", {flat, b.constant(random({40, 1024}, 61)),
+                                          b.constant(random({40}, 62))},
+                                    {{"transB", int64_t{1}}})});
+    auto logits = b.op("Gemm", {h, b.constant(random({10, 40}, 63)), b.constant(random({10}, 64))},
+                       {{"transB", int64_t{1}}});
+    auto nobias = b.op("MatMul", {flat, b.constant(random({1024, 6}, 65))});
+    b.out(logits);
+    b.out(nobias);
+    const std::string plan = check(b.g, {random({batch, 8, 4, 4}, 60)});
+    EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+    EXPECT_EQ(primitives(plan, "matmul"), batch == 4 ? 4 : 0) << plan;
+    EXPECT_EQ(primitives(plan, "inner_product"), batch == 4 ? 1 : 3) << plan;
+    EXPECT_EQ(plan.find("Relu '"), std::string::npos) << plan;
+  }
 }
 
 }  // namespace
