@@ -1,5 +1,7 @@
 #include "tensord/graph.h"
 
+#include "core/text.h"
+
 namespace tensord {
 
 const char* Attribute::kind_name(Kind k) {
@@ -17,8 +19,8 @@ const char* Attribute::kind_name(Kind k) {
 }
 
 std::string Node::label() const {
-  if (name.empty()) return "unnamed node (" + op + ")";
-  return "node '" + name + "' (" + op + ")";
+  if (name.empty()) return "unnamed node (" + clip_text(op, 64) + ")";
+  return "node '" + clip_text(name) + "' (" + clip_text(op, 64) + ")";
 }
 
 }  // namespace tensord

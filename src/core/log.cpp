@@ -4,6 +4,8 @@
 // text and JSON lines carry the same fields.
 #include "core/log.h"
 
+#include "core/text.h"
+
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -133,6 +135,11 @@ bool enabled(Level level) {
   return level != Level::kOff && static_cast<int>(level) >= state().level.load();
 }
 
+// Client-supplied names and messages reach the log: each line stays bounded (a 60 MiB model
+// name took 26 s to write whole).
+constexpr size_t kMaxMessage = 4096;
+constexpr size_t kMaxField = 512;
+
 void write(Level level, std::string_view msg, std::initializer_list<Field> fields) {
   if (!enabled(level)) return;
   try {
@@ -143,7 +150,7 @@ void write(Level level, std::string_view msg, std::initializer_list<Field> field
       line += "\"level\":\"";
       line += level_name(level);
       line += "\",\"msg\":";
-      append_json_string(line, msg);
+      append_json_string(line, clip_text(msg, kMaxMessage));
       for (const Field& f : fields) {
         if (f.value.empty()) continue;
         line += ',';
@@ -151,7 +158,7 @@ void write(Level level, std::string_view msg, std::initializer_list<Field> field
         line += ':';
         // JSON has no NaN or infinity: those stay strings.
         if (f.kind == Field::Kind::kString || f.value.find_first_of("ni") != std::string::npos)
-          append_json_string(line, f.value);
+          append_json_string(line, clip_text(f.value, kMaxField));
         else
           line += f.value;
       }
@@ -162,13 +169,13 @@ void write(Level level, std::string_view msg, std::initializer_list<Field> field
         line += level == Level::kWarn ? "warning" : level_name(level);
         line += ": ";
       }
-      line += msg;
+      line += clip_text(msg, kMaxMessage);
       for (const Field& f : fields) {
         if (f.value.empty()) continue;
         line += ' ';
         line += f.key;
         line += '=';
-        append_text_value(line, f.value);
+        append_text_value(line, clip_text(f.value, kMaxField));
       }
     }
     static constexpr spdlog::level::level_enum kSpd[] = {

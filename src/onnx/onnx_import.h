@@ -33,6 +33,11 @@ struct Model {
 struct ImportOptions {
   // Fail when an op is not in the op registry (all unknown ops are listed in one error).
   bool check_ops = true;
+  // Bounds checked on the serialized bytes before anything is parsed or converted (0 = no
+  // bound): If/Loop/Scan bodies nested inside bodies, and nodes in all, subgraphs included. A
+  // broker sets them so that a hostile file costs one linear scan, not a full import.
+  int max_subgraph_depth = 0;
+  int64_t max_nodes = 0;
 };
 
 // Reads and imports a .onnx file. External data is resolved relative to its folder.

@@ -19,7 +19,11 @@ constexpr int64_t kMaxGraphBytes = (int64_t{2} << 30) - 1;  // protobuf's messag
 // a client must not make the broker read its files). The graph gets the same bounds as one
 // sent as a Graph.
 Result<onnx::Model> import_onnx(const std::string& bytes) {
-  auto model = onnx::import_bytes(bytes, "load model: the ONNX file sent", /*base_dir=*/"");
+  onnx::ImportOptions options;
+  const GraphLimits limits;
+  options.max_subgraph_depth = limits.max_depth;
+  options.max_nodes = limits.max_nodes;
+  auto model = onnx::import_bytes(bytes, "load model: the ONNX file sent", /*base_dir=*/"", options);
   if (!model.ok()) {
     Status s = model.status();
     if (s.code() == StatusCode::kInvalidArgument &&

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/errors.h"
+#include "core/text.h"
 
 namespace tensord::rpc {
 
@@ -51,7 +52,9 @@ void keep_grpc_initialized() {
 
 grpc::Status to_grpc(const Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
+  // Messages quote what a client sent (names, values): bounded, so a huge name cannot make a
+  // huge answer (node labels are clipped where they are made; this is the last guard).
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), clip_text(s.message(), 4096));
 }
 
 Status from_grpc(const grpc::Status& s) {

@@ -222,6 +222,41 @@ def test_config(exe, tmp):
     assert r.returncode == 2 and "--listen is required" in r.stderr, r.stderr
 
 
+HUGE_NAME_CLIENT = """
+import sys, time, tensord
+c = tensord.connect(sys.argv[1])
+t = time.monotonic()
+c.load(sys.argv[2])
+print(f"{time.monotonic() - t:.2f}")
+"""
+
+
+def test_huge_names_are_clipped(exe, tmp):
+    """Issue 27: a model whose name is 60 MiB was written to the log whole (26 s). Log fields
+    quoting what a client sent are clipped to a few hundred bytes, with the length."""
+    from onnx import TensorProto, helper
+    import onnx
+    name = "n" * (60 << 20)
+    g = helper.make_graph([helper.make_node("Relu", ["X"], ["Y"], name="relu")], name,
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2])])
+    path = os.path.join(tmp, "huge_name.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    b = Broker(exe, "--listen", "127.0.0.1:0")
+    r = subprocess.run([sys.executable, "-c", HUGE_NAME_CLIENT, b.address, path],
+                       capture_output=True, text=True, env=clean_env(PYTHONPATH=PYTHON_DIR),
+                       timeout=120)
+    err = b.stop()
+    os.remove(path)
+    assert r.returncode == 0, r.stderr
+    longest = max(len(l) for l in err.splitlines())
+    print(f"[ figures ] load of a model named with 60 MiB: {r.stdout.strip()} s; longest log "
+          f"line {longest} bytes")
+    assert longest < 8192, longest
+    loaded = [l for l in err.splitlines() if "model loaded" in l]
+    assert loaded and f"... ({len(name)} bytes)" in loaded[0], loaded
+
+
 def main(exe, python_dir):
     global PYTHON_DIR
     PYTHON_DIR = python_dir
@@ -233,6 +268,7 @@ def main(exe, python_dir):
         np.save(os.path.join(tmp, "x.npy"), np.ones((2, 3), np.float32))
         test_log(exe, tmp)
         test_config(exe, tmp)
+        test_huge_names_are_clipped(exe, tmp)
     print("ok")
 
 
