@@ -38,7 +38,9 @@ void serve_error(const std::string& message) {
 
 // --token-file: one tenant a line, "NAME:TOKEN" or a bare "TOKEN" (its tenant is then
 // "line-N"); blank lines and lines starting with '#' are skipped, surrounding whitespace
-// trimmed. Tokens are printable ASCII without spaces, each used once; several lines may name
+// trimmed. "operator NAME:TOKEN" (or "operator TOKEN") makes the token an operator's: the
+// status surfaces show it every tenant's figures (a tenant's token sees its own). A token has
+// no spaces, so no line valid before this form changes its meaning. Tokens are printable ASCII without spaces, each used once; several lines may name
 // the same tenant (two tokens while one is being replaced). The file must not be readable or
 // writable by group or others, like ssh's keys.
 Result<std::vector<rpc::RpcServerOptions::Tenant>> read_token_file(const std::string& path) {
@@ -68,6 +70,14 @@ Result<std::vector<rpc::RpcServerOptions::Tenant>> read_token_file(const std::st
     line = line.substr(b, e - b);
     if (line.empty() || line[0] == '#') continue;
     rpc::RpcServerOptions::Tenant t;
+    static constexpr std::string_view kOperator = "operator";
+    if (line.size() > kOperator.size() && line.compare(0, kOperator.size(), kOperator) == 0 &&
+        std::isspace(static_cast<unsigned char>(line[kOperator.size()]))) {
+      t.is_operator = true;
+      size_t rest = kOperator.size();
+      while (rest < line.size() && std::isspace(static_cast<unsigned char>(line[rest]))) ++rest;
+      line = line.substr(rest);
+    }
     const size_t colon = line.find(':');
     if (colon == std::string::npos) {
       t.name = "line-" + std::to_string(n);

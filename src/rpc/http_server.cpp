@@ -1,15 +1,29 @@
 #include "rpc/http_server.h"
 
-#include <httplib.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cstring>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "core/errors.h"
 #include "rpc/server.h"
@@ -105,8 +119,8 @@ bool setup_tls(SSL_CTX& ctx, const HttpServerOptions& o, std::string* why) {
 
 // The page with the current status inside, so it renders before its first refresh. '<' is
 // escaped so that no string in the JSON can end the <script> element.
-std::string status_page(const Monitor& monitor) {
-  std::string json = monitor.status(600).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+std::string status_page(const Monitor& monitor, const StatusView& view) {
+  std::string json = monitor.status(600, view).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::string safe;
   safe.reserve(json.size());
   for (char c : json) {
@@ -120,14 +134,469 @@ std::string status_page(const Monitor& monitor) {
   return page;
 }
 
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMaxHeaderBytes = 16 << 10;  // the request line and headers
+constexpr size_t kMaxQueued = 64;             // requests waiting for a worker
+constexpr auto kWriteTimeout = std::chrono::seconds(10);
+
+// One client connection, from accept to close.
+struct Conn {
+  int fd = -1;
+  SSL* ssl = nullptr;
+  std::string ip;
+  std::string buf;  // what came so far (the request line and headers)
+  Clock::time_point deadline;
+  uint32_t events = EPOLLIN;
+};
+
+struct Request {
+  std::string method, path, query, authorization;
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+const char* reason(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "Unknown";
+  }
+}
+
+std::string render(const Response& r, bool head) {
+  std::string out = "HTTP/1.1 " + std::to_string(r.status) + " " + reason(r.status) + "\r\n";
+  out += "Content-Type: " + r.content_type + "\r\n";
+  out += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
+  out += "Connection: close\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n";
+  for (const auto& [k, v] : r.headers) out += k + ": " + v + "\r\n";
+  out += "\r\n";
+  if (!head) out += r.body;
+  return out;
+}
+
+Response text(int status, std::string body) {
+  Response r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
+// The request line and headers in `raw` (ending with an empty line). False: not HTTP/1.x.
+bool parse_request(const std::string& raw, Request* req) {
+  size_t eol = raw.find('\n');
+  if (eol == std::string::npos) return false;
+  std::string line = raw.substr(0, eol);
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  const size_t sp1 = line.find(' ');
+  const size_t sp2 = line.rfind(' ');
+  if (sp1 == std::string::npos || sp2 == sp1) return false;
+  req->method = line.substr(0, sp1);
+  std::string target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  if (line.compare(sp2 + 1, 7, "HTTP/1.") != 0) return false;
+  const size_t q = target.find('?');
+  req->path = target.substr(0, q);
+  if (q != std::string::npos) req->query = target.substr(q + 1);
+  for (size_t at = eol + 1; at < raw.size();) {
+    size_t end = raw.find('\n', at);
+    if (end == std::string::npos) end = raw.size();
+    std::string h = raw.substr(at, end - at);
+    at = end + 1;
+    if (!h.empty() && h.back() == '\r') h.pop_back();
+    if (h.empty()) break;
+    const size_t colon = h.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = h.substr(0, colon);
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (name != "authorization") continue;
+    size_t b = colon + 1, e = h.size();
+    while (b < e && (h[b] == ' ' || h[b] == '\t')) ++b;
+    while (e > b && (h[e - 1] == ' ' || h[e - 1] == '\t')) --e;
+    req->authorization = h.substr(b, e - b);
+  }
+  return true;
+}
+
+// The value of `key` in a query string; false when it is not there.
+bool query_param(const std::string& query, const std::string& key, std::string* value) {
+  size_t at = 0;
+  while (at <= query.size()) {
+    size_t end = query.find('&', at);
+    if (end == std::string::npos) end = query.size();
+    const std::string part = query.substr(at, end - at);
+    const size_t eq = part.find('=');
+    if (part.substr(0, eq) == key) {
+      *value = eq == std::string::npos ? "" : part.substr(eq + 1);
+      return true;
+    }
+    at = end + 1;
+  }
+  return false;
+}
+
+std::string peer_ip(const sockaddr_storage& ss) {
+  char buf[INET6_ADDRSTRLEN] = {0};
+  if (ss.ss_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(ss).sin_addr, buf, sizeof buf);
+  else if (ss.ss_family == AF_INET6)
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(ss).sin6_addr, buf, sizeof buf);
+  return buf;
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
-  std::unique_ptr<httplib::Server> server;
-  std::thread thread;
+  const Monitor* monitor = nullptr;
+  HttpServerOptions options;
+  SSL_CTX* ssl_ctx = nullptr;
+  int listen_fd = -1, epoll_fd = -1, wake_fd = -1;
   std::string address, url;
+
+  std::thread front;
+  std::vector<std::thread> workers;
+  std::unordered_map<int, std::unique_ptr<Conn>> conns;  // the front's, waiting for headers
+  bool listen_paused = false;                            // out of descriptors: accept later
+  Clock::time_point resume_at;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<std::unique_ptr<Conn>, Request>> queue;
+  std::map<std::string, int> per_ip;
+  int total = 0;
+  bool stopping = false;
+
   std::mutex stop_mu;
   bool stopped = false;
+
+  ~Impl() {
+    if (listen_fd >= 0) close(listen_fd);
+    if (epoll_fd >= 0) close(epoll_fd);
+    if (wake_fd >= 0) close(wake_fd);
+    if (ssl_ctx) SSL_CTX_free(ssl_ctx);
+  }
+
+  void close_conn(std::unique_ptr<Conn> c) {
+    if (c->ssl) {
+      SSL_shutdown(c->ssl);  // best effort (non-blocking)
+      SSL_free(c->ssl);
+    }
+    close(c->fd);
+    std::lock_guard<std::mutex> lock(mu);
+    --total;
+    auto it = per_ip.find(c->ip);
+    if (it != per_ip.end() && --it->second <= 0) per_ip.erase(it);
+  }
+
+  // Writes `data` within the deadline (the socket is non-blocking). False: not all of it.
+  static bool write_all(Conn& c, const std::string& data, Clock::time_point deadline) {
+    size_t at = 0;
+    while (at < data.size()) {
+      short wait = POLLOUT;
+      if (c.ssl) {
+        const int n = SSL_write(c.ssl, data.data() + at, static_cast<int>(data.size() - at));
+        if (n > 0) {
+          at += static_cast<size_t>(n);
+          continue;
+        }
+        const int err = SSL_get_error(c.ssl, n);
+        if (err == SSL_ERROR_WANT_READ) wait = POLLIN;
+        else if (err != SSL_ERROR_WANT_WRITE) return false;
+      } else {
+        const ssize_t n = send(c.fd, data.data() + at, data.size() - at, MSG_NOSIGNAL);
+        if (n > 0) {
+          at += static_cast<size_t>(n);
+          continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return false;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{c.fd, wait, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+    }
+    return true;
+  }
+
+  void answer(std::unique_ptr<Conn> c, const Request& req, const Response& res,
+              Clock::duration budget) {
+    write_all(*c, render(res, req.method == "HEAD"), Clock::now() + budget);
+    close_conn(std::move(c));
+  }
+
+  // Returns false (and fills `res` with a 401) when a token is required and the request has
+  // none that matches; else what it may see.
+  bool allowed(const Request& req, Response& res, StatusView* view) const {
+    if (!options.authorize) return true;
+    if (auto v = options.authorize(req.authorization)) {
+      *view = *v;
+      return true;
+    }
+    res = text(401,
+               "401 Unauthorized: this broker requires a token: send 'Authorization: Bearer TOKEN' "
+               "(or HTTP Basic auth with the token as the password)\n");
+    res.headers.push_back({"WWW-Authenticate", "Basic realm=\"tensord\", charset=\"UTF-8\""});
+    return false;
+  }
+
+  // /healthz and /readyz: cheap, answered by the front thread itself.
+  Response probe(const Request& req) const {
+    if (req.path == "/healthz") return text(200, "ok\n");
+    std::string why;
+    const bool ok = monitor->ready(&why);
+    return text(ok ? 200 : 503, why + "\n");
+  }
+
+  // Everything else, on a worker.
+  Response route(const Request& req) const {
+    Response res;
+    StatusView view;
+    if (req.path == "/metrics") {
+      if (!allowed(req, res, &view)) return res;
+      res.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      res.body = monitor->prometheus(view);
+      return res;
+    }
+    if (req.path == "/api/status") {
+      if (!allowed(req, res, &view)) return res;
+      int history = 600;
+      std::string h;
+      if (query_param(req.query, "history", &h)) {
+        if (h.empty() || h.size() > 6 || h.find_first_not_of("0123456789") != std::string::npos)
+          return text(400, "400 Bad Request: history must be a number of seconds (0 to 600)\n");
+        history = std::min(600, std::stoi(h));
+      }
+      res.content_type = "application/json";
+      res.body = monitor->status(history, view).dump(-1, ' ', false,
+                                                      nlohmann::json::error_handler_t::replace);
+      return res;
+    }
+    if (req.path == "/") {
+      if (!allowed(req, res, &view)) return res;
+      // The page's own script and style only: nothing is loaded from elsewhere.
+      res.headers.push_back(
+          {"Content-Security-Policy",
+           "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+           "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; "
+           "frame-ancestors 'none'"});
+      res.content_type = "text/html; charset=utf-8";
+      res.body = status_page(*monitor, view);
+      return res;
+    }
+    std::string shown = req.path.substr(0, 200);
+    for (char& c : shown)
+      if (static_cast<unsigned char>(c) < 0x20) c = '?';
+    return text(404, "404 Not Found: " + shown + (req.path.size() > 200 ? "..." : "") +
+                         " (endpoints: /, /api/status, /metrics, /healthz, /readyz)\n");
+  }
+
+  void worker_loop() {
+    for (;;) {
+      std::unique_ptr<Conn> c;
+      Request req;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return stopping || !queue.empty(); });
+        if (queue.empty()) return;  // stopping
+        c = std::move(queue.front().first);
+        req = std::move(queue.front().second);
+        queue.pop_front();
+      }
+      Response res;
+      try {
+        res = route(req);
+      } catch (const std::exception& e) {
+        res = text(500, std::string("500 Internal Server Error: ") + e.what() + "\n");
+      }
+      answer(std::move(c), req, res, kWriteTimeout);
+    }
+  }
+
+  void set_events(Conn& c, uint32_t events) {
+    if (c.events == events) return;
+    c.events = events;
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.fd = c.fd;
+    epoll_ctl(epoll_fd, EPOLL_CTL_MOD, c.fd, &ev);
+  }
+
+  void drop(int fd) {
+    auto it = conns.find(fd);
+    if (it == conns.end()) return;
+    std::unique_ptr<Conn> c = std::move(it->second);
+    conns.erase(it);
+    epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+    close_conn(std::move(c));
+  }
+
+  // The request's headers are complete: a probe is answered here, the rest queued.
+  void dispatch(int fd) {
+    auto it = conns.find(fd);
+    std::unique_ptr<Conn> c = std::move(it->second);
+    conns.erase(it);
+    epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+    Request req;
+    if (!parse_request(c->buf, &req)) {
+      answer(std::move(c), req, text(400, "400 Bad Request: not an HTTP/1.x request\n"),
+             std::chrono::milliseconds(100));
+      return;
+    }
+    if (req.method != "GET" && req.method != "HEAD") {
+      Response r = text(405, "405 Method Not Allowed: only GET and HEAD\n");
+      r.headers.push_back({"Allow", "GET, HEAD"});
+      answer(std::move(c), req, r, std::chrono::milliseconds(100));
+      return;
+    }
+    if (req.path == "/healthz" || req.path == "/readyz") {
+      // A small answer into an empty socket buffer: it does not wait (a client that does not
+      // read it within 100 ms loses it).
+      answer(std::move(c), req, probe(req), std::chrono::milliseconds(100));
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (queue.size() < kMaxQueued) {
+        queue.emplace_back(std::move(c), std::move(req));
+        cv.notify_one();
+        return;
+      }
+    }
+    answer(std::move(c), req, text(503, "503 Service Unavailable: too many requests in progress\n"),
+           std::chrono::milliseconds(100));
+  }
+
+  // Reads what the connection has; dispatches it once the headers are complete.
+  void on_readable(int fd) {
+    auto it = conns.find(fd);
+    if (it == conns.end()) return;
+    Conn& c = *it->second;
+    char tmp[4096];
+    for (;;) {
+      ssize_t n;
+      if (c.ssl) {
+        const int r = SSL_read(c.ssl, tmp, sizeof tmp);
+        if (r <= 0) {
+          const int err = SSL_get_error(c.ssl, r);
+          if (err == SSL_ERROR_WANT_READ) return set_events(c, EPOLLIN);
+          if (err == SSL_ERROR_WANT_WRITE) return set_events(c, EPOLLOUT);
+          ERR_clear_error();
+          return drop(fd);  // a failed handshake, plain HTTP on the HTTPS port, a close
+        }
+        n = r;
+      } else {
+        n = recv(fd, tmp, sizeof tmp, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return set_events(c, EPOLLIN);
+        if (n <= 0) return drop(fd);
+      }
+      const size_t from = c.buf.size() > 3 ? c.buf.size() - 3 : 0;
+      c.buf.append(tmp, static_cast<size_t>(n));
+      if (c.buf.find("\r\n\r\n", from) != std::string::npos ||
+          c.buf.find("\n\n", from) != std::string::npos)
+        return dispatch(fd);
+      if (c.buf.size() > kMaxHeaderBytes) {
+        std::unique_ptr<Conn> owned = std::move(it->second);
+        conns.erase(it);
+        epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+        answer(std::move(owned), Request{},
+               text(431, "431 Request Header Fields Too Large: the headers are over 16 KiB\n"),
+               std::chrono::milliseconds(100));
+        return;
+      }
+    }
+  }
+
+  void accept_all() {
+    for (;;) {
+      sockaddr_storage ss{};
+      socklen_t len = sizeof ss;
+      const int fd = accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // Out of descriptors: stop accepting for a moment rather than spin on the listener.
+          epoll_ctl(epoll_fd, EPOLL_CTL_DEL, listen_fd, nullptr);
+          listen_paused = true;
+          resume_at = Clock::now() + std::chrono::milliseconds(100);
+        }
+        return;
+      }
+      auto c = std::make_unique<Conn>();
+      c->fd = fd;
+      c->ip = peer_ip(ss);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        int& from_ip = per_ip[c->ip];
+        if (total >= options.max_connections || from_ip >= options.max_connections_per_ip) {
+          if (from_ip == 0) per_ip.erase(c->ip);
+          close(fd);  // over a cap: closed at once
+          continue;
+        }
+        ++from_ip;
+        ++total;
+      }
+      c->deadline = Clock::now() + options.header_timeout;
+      if (ssl_ctx) {
+        c->ssl = SSL_new(ssl_ctx);
+        if (!c->ssl || SSL_set_fd(c->ssl, fd) != 1) {
+          close_conn(std::move(c));
+          continue;
+        }
+        SSL_set_accept_state(c->ssl);
+      }
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = fd;
+      if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        close_conn(std::move(c));
+        continue;
+      }
+      conns.emplace(fd, std::move(c));
+    }
+  }
+
+  void front_loop() {
+    std::vector<epoll_event> events(64);
+    for (;;) {
+      const int n = epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()), 100);
+      if (n < 0 && errno != EINTR) break;
+      for (int i = 0; i < n; ++i) {
+        const int fd = events[i].data.fd;
+        if (fd == wake_fd) return;
+        if (fd == listen_fd) {
+          accept_all();
+          continue;
+        }
+        on_readable(fd);  // (a handshake may wait for writability too: the same step)
+      }
+      const auto now = Clock::now();
+      if (listen_paused && now >= resume_at) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.fd = listen_fd;
+        epoll_ctl(epoll_fd, EPOLL_CTL_ADD, listen_fd, &ev);
+        listen_paused = false;
+      }
+      std::vector<int> late;
+      for (const auto& [fd, c] : conns)
+        if (now >= c->deadline) late.push_back(fd);
+      for (int fd : late) drop(fd);  // no headers in time: closed, no answer
+    }
+  }
 };
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -140,13 +609,32 @@ void HttpServer::stop() {
   std::lock_guard<std::mutex> lock(impl_->stop_mu);
   if (impl_->stopped) return;
   impl_->stopped = true;
-  impl_->server->stop();
-  if (impl_->thread.joinable()) impl_->thread.join();
+  const uint64_t one = 1;
+  if (write(impl_->wake_fd, &one, sizeof one) < 0) {
+  }
+  if (impl_->front.joinable()) impl_->front.join();
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  for (auto& t : impl_->workers) t.join();  // (they finish the requests queued)
+  std::vector<int> fds;
+  for (const auto& [fd, c] : impl_->conns) fds.push_back(fd);
+  for (int fd : fds) impl_->drop(fd);
+  close(impl_->listen_fd);
+  impl_->listen_fd = -1;
 }
 
 Result<std::unique_ptr<HttpServer>> HttpServer::start(const Monitor* monitor,
                                                       const HttpServerOptions& o) {
   if (!monitor) return errors::InvalidArgument("HttpServer: no monitor");
+  if (o.max_connections < 1 || o.max_connections_per_ip < 1 || o.workers < 1 ||
+      o.header_timeout.count() <= 0)
+    return errors::InvalidArgument(
+        "HttpServer: max_connections {}, max_connections_per_ip {}, workers {} and "
+        "header_timeout {} ms must all be positive",
+        o.max_connections, o.max_connections_per_ip, o.workers, o.header_timeout.count());
   std::string host;
   int port = 0;
   TD_RETURN_IF_ERROR(parse_listen(o.listen, &host, &port));
@@ -159,124 +647,62 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const Monitor* monitor,
         o.listen);
   const bool tls = !o.tls_cert_pem.empty();
   auto impl = std::make_unique<Impl>();
+  impl->monitor = monitor;
+  impl->options = o;
   if (tls) {
+    impl->ssl_ctx = SSL_CTX_new(TLS_server_method());
     std::string why;
-    auto server = std::make_unique<httplib::SSLServer>(
-        [&](SSL_CTX& ctx) { return setup_tls(ctx, o, &why); });
-    if (!server->is_valid())
+    if (!impl->ssl_ctx || !setup_tls(*impl->ssl_ctx, o, &why))
       return errors::InvalidArgument("{}", why.empty() ? "cannot set up TLS for HTTP" : why);
-    impl->server = std::move(server);
-  } else {
-    impl->server = std::make_unique<httplib::Server>();
   }
-  httplib::Server& s = *impl->server;
-  // Not SO_REUSEPORT (httplib's default): a second broker must not share this port.
-  s.set_socket_options([](socket_t sock) {
+
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port_text = std::to_string(port);
+  if (getaddrinfo(host.c_str(), port_text.c_str(), &hints, &found) != 0 || !found)
+    return errors::Unavailable("cannot serve HTTP on '{}': cannot resolve '{}'", o.listen, host);
+  int fd = -1;
+  for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    // Not SO_REUSEPORT: a second broker must not share this port.
     int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  s.new_task_queue = [] { return new httplib::ThreadPool(4); };
-  s.set_read_timeout(std::chrono::seconds(10));
-  s.set_write_timeout(std::chrono::seconds(10));
-  s.set_keep_alive_timeout(30);
-  s.set_payload_max_length(64 << 10);
-
-  const auto authorize = o.authorize;
-  // Returns false (and answers 401) when a token is required and the request has none that
-  // matches.
-  auto allowed = [authorize](const httplib::Request& req, httplib::Response& res) {
-    if (!authorize) return true;
-    if (authorize(req.get_header_value("Authorization"))) return true;
-    res.status = 401;
-    res.set_header("WWW-Authenticate", "Basic realm=\"tensord\", charset=\"UTF-8\"");
-    res.set_content(
-        "401 Unauthorized: this broker requires a token: send 'Authorization: Bearer TOKEN' "
-        "(or HTTP Basic auth with the token as the password)\n",
-        "text/plain; charset=utf-8");
-    return false;
-  };
-  auto common = [](httplib::Response& res) {
-    res.set_header("Cache-Control", "no-store");
-    res.set_header("X-Content-Type-Options", "nosniff");
-  };
-
-  s.Get("/healthz", [common](const httplib::Request&, httplib::Response& res) {
-    common(res);
-    res.set_content("ok\n", "text/plain; charset=utf-8");
-  });
-  s.Get("/readyz", [monitor, common](const httplib::Request&, httplib::Response& res) {
-    common(res);
-    std::string why;
-    const bool ok = monitor->ready(&why);
-    res.status = ok ? 200 : 503;
-    res.set_content(why + "\n", "text/plain; charset=utf-8");
-  });
-  s.Get("/metrics", [monitor, allowed, common](const httplib::Request& req, httplib::Response& res) {
-    common(res);
-    if (!allowed(req, res)) return;
-    res.set_content(monitor->prometheus(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  s.Get("/api/status", [monitor, allowed, common](const httplib::Request& req,
-                                                 httplib::Response& res) {
-    common(res);
-    if (!allowed(req, res)) return;
-    int history = 600;
-    if (req.has_param("history")) {
-      const std::string h = req.get_param_value("history");
-      if (h.empty() || h.size() > 6 || h.find_first_not_of("0123456789") != std::string::npos) {
-        res.status = 400;
-        res.set_content("400 Bad Request: history must be a number of seconds (0 to 600)\n",
-                        "text/plain; charset=utf-8");
-        return;
-      }
-      history = std::min(600, std::stoi(h));
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+      close(fd);
+      fd = -1;
     }
-    res.set_content(monitor->status(history).dump(-1, ' ', false,
-                                                   nlohmann::json::error_handler_t::replace),
-                    "application/json");
-  });
-  s.Get("/", [monitor, allowed, common](const httplib::Request& req, httplib::Response& res) {
-    common(res);
-    if (!allowed(req, res)) return;
-    // The page's own script and style only: nothing is loaded from elsewhere.
-    res.set_header("Content-Security-Policy",
-                   "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-                   "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; "
-                   "frame-ancestors 'none'");
-    res.set_content(status_page(*monitor), "text/html; charset=utf-8");
-  });
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (res.status == 404 && res.body.empty())
-      res.set_content("404 Not Found: " + req.path +
-                          " (endpoints: /, /api/status, /metrics, /healthz, /readyz)\n",
-                      "text/plain; charset=utf-8");
-  });
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown exception";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    res.status = 500;
-    res.set_content("500 Internal Server Error: " + what + "\n", "text/plain; charset=utf-8");
-  });
-
-  int bound = port;
-  if (port == 0) {
-    bound = s.bind_to_any_port(host);
-    if (bound <= 0) bound = 0;
-  } else if (!s.bind_to_port(host, port)) {
-    bound = 0;
   }
-  if (bound == 0)
+  freeaddrinfo(found);
+  if (fd < 0)
     return errors::Unavailable("cannot serve HTTP on '{}' (address in use, or not a local address?)",
                                o.listen);
-  impl->address = bracketed + ":" + std::to_string(bound);
+  impl->listen_fd = fd;
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  const int bound_port = ntohs(bound.ss_family == AF_INET6
+                                   ? reinterpret_cast<sockaddr_in6&>(bound).sin6_port
+                                   : reinterpret_cast<sockaddr_in&>(bound).sin_port);
+  impl->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  impl->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (impl->epoll_fd < 0 || impl->wake_fd < 0)
+    return errors::Unavailable("cannot serve HTTP on '{}': epoll: {}", o.listen,
+                               std::strerror(errno));
+  for (int f : {impl->listen_fd, impl->wake_fd}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = f;
+    epoll_ctl(impl->epoll_fd, EPOLL_CTL_ADD, f, &ev);
+  }
+  impl->address = bracketed + ":" + std::to_string(bound_port);
   impl->url = std::string(tls ? "https://" : "http://") + impl->address;
-  httplib::Server* raw = impl->server.get();
-  impl->thread = std::thread([raw] { raw->listen_after_bind(); });
+  Impl* raw = impl.get();
+  impl->front = std::thread([raw] { raw->front_loop(); });
+  for (int i = 0; i < o.workers; ++i) impl->workers.emplace_back([raw] { raw->worker_loop(); });
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }
 

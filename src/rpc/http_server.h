@@ -9,15 +9,26 @@
 // Security follows the gRPC listener's: when tokens are required, /, /api/status and /metrics
 // need one ("Authorization: Bearer TOKEN", or HTTP Basic auth with the token as the password,
 // which a browser asks for); /healthz and /readyz stay open (they say only up or down, and
-// probes seldom carry secrets). With TLS the endpoints are HTTPS with the same certificate and
-// key, and with a client CA they require client certificates as well. A non-loopback address
-// needs a token or `insecure`, as for gRPC.
+// probes seldom carry secrets). What a token is shown is its StatusView (rpc/monitor.h): an
+// operator's token everything, a tenant's its own figures. With TLS the endpoints are HTTPS
+// with the same certificate and key, and with a client CA they require client certificates as
+// well. A non-loopback address needs a token or `insecure`, as for gRPC.
+//
+// Connections cannot starve it: one thread (epoll) accepts every connection and reads its
+// request's headers (and does the TLS handshake) without blocking, with a deadline
+// (header_timeout) after which the connection is closed; connections past max_connections, or
+// past max_connections_per_ip from one client address, are closed at once. /healthz and
+// /readyz are answered by that thread itself; the other endpoints by a few workers, each given
+// only a request whose headers are complete. Every answer closes its connection (no
+// keep-alive: an idle client holds nothing).
 //
 // Private to src/rpc; RpcServer starts it (RpcServerOptions::http_listen).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "rpc/monitor.h"
@@ -28,10 +39,15 @@ namespace tensord::rpc {
 struct HttpServerOptions {
   // "PORT" or ":PORT" (loopback: 127.0.0.1), "HOST:PORT", "[V6]:PORT"; port 0: a free port.
   std::string listen;
-  // Checks an Authorization header's value; null: no token required.
-  std::function<bool(const std::string& authorization)> authorize;
+  // Checks an Authorization header's value: what it may see, or nullopt (401) when it is no
+  // token of the broker's. Null: no token required (everything is shown).
+  std::function<std::optional<StatusView>(const std::string& authorization)> authorize;
   bool insecure = false;
   std::string tls_cert_pem, tls_key_pem, tls_client_ca_pem;  // PEM contents
+  int max_connections = 256;       // connections held at once (accepted, not yet answered)
+  int max_connections_per_ip = 32;  // of those, from one client address
+  std::chrono::milliseconds header_timeout{5000};  // from accept to the headers' end
+  int workers = 4;                 // threads answering /, /api/status and /metrics
 };
 
 class HttpServer {

@@ -65,9 +65,12 @@ class LogInterceptor : public grpc::experimental::Interceptor {
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
             .count();
-    const std::string_view method = info_->method() ? info_->method() : "?";
+    // The path comes from the wire (any name a caller sends): at most 128 bytes of it.
+    std::string method = info_->method() ? info_->method() : "?";
+    if (method.size() > 128)
+      method = method.substr(0, 128) + "... (" + std::to_string(method.size()) + " bytes)";
     const bool slow = slow_ms_ > 0 && ms > static_cast<double>(slow_ms_) &&
-                      !method.ends_with("/Attach");
+                      !std::string_view(method).ends_with("/Attach");
     log::Level level = log::Level::kTrace;
     if (!status.ok()) {
       switch (status.error_code()) {

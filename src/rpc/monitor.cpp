@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <google/protobuf/descriptor.h>
+
 #include "tensord.pb.h"
 #include "tensord/version.h"
 
@@ -55,16 +57,22 @@ double quantile(const Buckets& b, double q) {
   return RpcMetrics::kBuckets.back();
 }
 
-// Prometheus label values: backslash, double quote and newline escaped.
-std::string label(const std::string& v) {
+// Prometheus label values: backslash, double quote and newline escaped (the text format's
+// escapes), and at most kMaxLabel bytes of the value ("..." marks a cut).
+constexpr size_t kMaxLabel = 128;
+std::string label(const std::string& value) {
+  const std::string_view v = value.size() > kMaxLabel
+                                 ? std::string_view(value).substr(0, kMaxLabel)
+                                 : std::string_view(value);
   std::string out;
-  out.reserve(v.size());
+  out.reserve(v.size() + 3);
   for (char c : v) {
     if (c == '\\') out += "\\\\";
     else if (c == '"') out += "\\\"";
     else if (c == '\n') out += "\\n";
     else out += c;
   }
+  if (value.size() > kMaxLabel) out += "...";
   return out;
 }
 
@@ -105,8 +113,9 @@ std::string device_labels(const std::string& name, const std::string& kind) {
 class MetricsInterceptor final : public grpc::experimental::Interceptor {
  public:
   enum Kind { kOther, kUploadRegion, kReadRegion };
-  MetricsInterceptor(std::shared_ptr<RpcMetrics> metrics, RpcMetrics::Method* method)
-      : metrics_(std::move(metrics)), method_(method) {
+  MetricsInterceptor(std::shared_ptr<RpcMetrics> metrics, RpcMetrics::Method* method,
+                     grpc::ServerContextBase* ctx)
+      : metrics_(std::move(metrics)), method_(method), ctx_(ctx) {
     kind_ = method_->name == "UploadRegion" ? kUploadRegion
             : method_->name == "ReadRegion" ? kReadRegion
                                             : kOther;
@@ -114,7 +123,10 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
   }
   ~MetricsInterceptor() override {
     // A call that ended without a status passing here (cancelled, the broker stopping).
-    if (!done_) finish(grpc::StatusCode::CANCELLED, "the call ended without an answer");
+    if (!done_) {
+      ctx_ = nullptr;  // (the call may be gone: counted without a tenant)
+      finish(grpc::StatusCode::CANCELLED, "the call ended without an answer");
+    }
   }
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
@@ -144,11 +156,15 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
     if (done_) return;
     done_ = true;
     method_->in_flight.fetch_sub(1, std::memory_order_relaxed);
-    metrics_->record(method_, static_cast<int>(code), SteadyClock::now() - start_, message);
+    std::string tenant;
+    if (ctx_ && metrics_->tenant_of) tenant = metrics_->tenant_of(ctx_);
+    metrics_->record(method_, static_cast<int>(code), SteadyClock::now() - start_, message,
+                     tenant);
   }
 
   std::shared_ptr<RpcMetrics> metrics_;
   RpcMetrics::Method* method_;
+  grpc::ServerContextBase* ctx_;
   Kind kind_ = kOther;
   const SteadyClock::time_point start_ = SteadyClock::now();
   int64_t upload_bytes_ = 0;
@@ -163,7 +179,8 @@ class MetricsInterceptorFactory final
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
     const char* path = info->method();
-    return new MetricsInterceptor(metrics_, metrics_->method(path ? path : ""));
+    return new MetricsInterceptor(metrics_, metrics_->method(path ? path : ""),
+                                  info->server_context());
   }
 
  private:
@@ -174,11 +191,23 @@ class MetricsInterceptorFactory final
 
 // ---------------------------------------------------------------- RpcMetrics
 
+RpcMetrics::RpcMetrics() {
+  const auto* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName("tensord.v1.Tensord");
+  if (service)
+    for (int i = 0; i < service->method_count(); ++i) known_.push_back(service->method(i)->name());
+  std::sort(known_.begin(), known_.end());
+}
+
 RpcMetrics::Method* RpcMetrics::method(const char* path) {
+  // Only "/tensord.v1.Tensord/NAME" with a NAME of the service: any other path (a caller may
+  // send any) is "unknown".
+  constexpr std::string_view kPrefix = "/tensord.v1.Tensord/";
   std::string_view p(path);
-  const size_t slash = p.rfind('/');
-  std::string_view name = slash == std::string_view::npos ? p : p.substr(slash + 1);
-  if (name.empty()) name = "unknown";
+  std::string_view name = "unknown";
+  if (p.substr(0, kPrefix.size()) == kPrefix &&
+      std::binary_search(known_.begin(), known_.end(), p.substr(kPrefix.size())))
+    name = p.substr(kPrefix.size());
   std::lock_guard<std::mutex> lock(mu_);
   auto it = methods_.find(name);
   if (it != methods_.end()) return it->second.get();
@@ -190,7 +219,7 @@ RpcMetrics::Method* RpcMetrics::method(const char* path) {
 }
 
 void RpcMetrics::record(Method* m, int code, std::chrono::nanoseconds took,
-                        const std::string& message) {
+                        const std::string& message, const std::string& tenant) {
   if (code < 0 || code >= kCodes) code = static_cast<int>(grpc::StatusCode::UNKNOWN);
   m->codes[code].fetch_add(1, std::memory_order_relaxed);
   const double s = std::chrono::duration<double>(took).count();
@@ -198,10 +227,18 @@ void RpcMetrics::record(Method* m, int code, std::chrono::nanoseconds took,
       std::lower_bound(kBuckets.begin(), kBuckets.end(), s) - kBuckets.begin());
   m->buckets[b].fetch_add(1, std::memory_order_relaxed);
   m->sum_ns.fetch_add(took.count(), std::memory_order_relaxed);
+  if (tenant_of) {  // tokens: each tenant's own figures too
+    std::lock_guard<std::mutex> lock(mu_);
+    TenantMethod& t = by_tenant_[tenant][m->name];
+    ++t.codes[code];
+    ++t.buckets[b];
+    t.sum_ns += took.count();
+  }
   // A client ending its own Attach (closing its session) is not an error worth listing.
   if (code == 0 || (code == 1 && long_lived(m->name))) return;
   Error e;
   e.unix_ms = unix_ms_now();
+  e.tenant = tenant;
   e.method = m->name;
   e.code = code;
   e.message = message.size() > 300 ? message.substr(0, 300) + "..." : message;
@@ -220,6 +257,13 @@ std::vector<const RpcMetrics::Method*> RpcMetrics::methods() const {
 std::vector<RpcMetrics::Error> RpcMetrics::recent_errors() const {
   std::lock_guard<std::mutex> lock(mu_);
   return {errors_.begin(), errors_.end()};
+}
+
+std::map<std::string, RpcMetrics::TenantMethod> RpcMetrics::tenant_methods(
+    const std::string& tenant) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_tenant_.find(tenant);
+  return it == by_tenant_.end() ? std::map<std::string, TenantMethod>{} : it->second;
 }
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> make_metrics_interceptor(
@@ -370,12 +414,61 @@ bool Monitor::ready(std::string* why) const {
   return true;
 }
 
-std::string Monitor::prometheus() const {
-  const EngineMetrics em = src_.engine->metrics();
-  const std::vector<DeviceInfo> devices = src_.engine->devices();
-  const auto methods = src_.rpc->methods();
+// A tenant's /metrics: the devices' capacity, its own sessions and bytes, its own calls.
+std::string Monitor::tenant_prometheus(const std::string& tenant) const {
   Exposition x;
+  x.family("tensord_device_memory_total_bytes", "gauge",
+           "Memory the engine may allocate on the device.");
+  for (const auto& d : src_.engine->devices())
+    x.sample("tensord_device_memory_total_bytes", device_labels(d.name, d.kind), d.memory_bytes);
+  int64_t open = 0, bytes = 0;
+  if (src_.sessions)
+    for (const auto& s : src_.sessions())
+      if (s.tenant == tenant) {
+        ++open;
+        bytes += s.bytes;
+      }
+  x.family("tensord_tenant_sessions_open", "gauge", "Sessions open by this token's tenant.");
+  x.sample("tensord_tenant_sessions_open", "", open);
+  x.family("tensord_tenant_bytes", "gauge",
+           "Bytes held by this token's tenant's sessions (tensors, uploads, staged models).");
+  x.sample("tensord_tenant_bytes", "", bytes);
+  const auto methods = src_.rpc->tenant_methods(tenant);
+  x.family("tensord_rpc_requests_total", "counter",
+           "gRPC calls finished, by method and status code (this tenant's).");
+  std::array<int64_t, RpcMetrics::kCodes> by_code{};
+  for (const auto& [name, m] : methods)
+    for (int c = 0; c < RpcMetrics::kCodes; ++c) {
+      if (m.codes[c] == 0) continue;
+      by_code[c] += m.codes[c];
+      x.sample("tensord_rpc_requests_total",
+               "method=\"" + label(name) + "\",code=\"" + kCodeNames[c] + "\"", m.codes[c]);
+    }
+  x.family("tensord_rpc_errors_total", "counter",
+           "gRPC calls that ended with an error, by code (this tenant's).");
+  for (int c = 1; c < RpcMetrics::kCodes; ++c)
+    if (by_code[c])
+      x.sample("tensord_rpc_errors_total", std::string("code=\"") + kCodeNames[c] + "\"",
+               by_code[c]);
+  x.family("tensord_rpc_duration_seconds", "histogram",
+           "gRPC call latency, by method (this tenant's; Attach: a session's lifetime).");
+  for (const auto& [name, m] : methods) {
+    const std::string ml = "method=\"" + label(name) + "\"";
+    int64_t cum = 0;
+    for (size_t b = 0; b < m.buckets.size(); ++b) {
+      cum += m.buckets[b];
+      const std::string le =
+          b < RpcMetrics::kBuckets.size() ? number(RpcMetrics::kBuckets[b]) : "+Inf";
+      x.sample("tensord_rpc_duration_seconds_bucket", ml + ",le=\"" + le + "\"", cum);
+    }
+    x.sample("tensord_rpc_duration_seconds_sum", ml, static_cast<double>(m.sum_ns) / 1e9);
+    x.sample("tensord_rpc_duration_seconds_count", ml, cum);
+  }
+  return x.take();
+}
 
+std::string Monitor::prometheus(const StatusView& view) const {
+  Exposition x;
   x.family("tensord_build_info", "gauge", "The broker's version (always 1).");
   x.sample("tensord_build_info", "version=\"" + label(kVersion) + "\"", int64_t{1});
   x.family("tensord_start_time_seconds", "gauge", "When the broker started, in Unix seconds.");
@@ -383,6 +476,12 @@ std::string Monitor::prometheus() const {
            std::chrono::duration<double>(started_.time_since_epoch()).count());
   x.family("tensord_ready", "gauge", "1 when the broker is ready (see /readyz), else 0.");
   x.sample("tensord_ready", "", int64_t{ready() ? 1 : 0});
+  if (!view.all) {
+    return x.take() + tenant_prometheus(view.tenant);
+  }
+  const EngineMetrics em = src_.engine->metrics();
+  const std::vector<DeviceInfo> devices = src_.engine->devices();
+  const auto methods = src_.rpc->methods();
 
   // ---- devices
   struct DeviceGauge {
@@ -456,6 +555,21 @@ std::string Monitor::prometheus() const {
   // ---- engine
   x.family("tensord_sessions_open", "gauge", "Sessions open on the broker.");
   x.sample("tensord_sessions_open", "", em.sessions_open);
+  if (src_.tenants && src_.sessions) {  // the operator's view: each tenant's (from the token file)
+    std::map<std::string, std::pair<int64_t, int64_t>> by_tenant;  // sessions, bytes
+    for (const auto& s : src_.sessions()) {
+      auto& t = by_tenant[s.tenant];
+      ++t.first;
+      t.second += s.bytes;
+    }
+    x.family("tensord_tenant_sessions_open", "gauge", "Sessions open, by tenant.");
+    for (const auto& [name, t] : by_tenant)
+      x.sample("tensord_tenant_sessions_open", "tenant=\"" + label(name) + "\"", t.first);
+    x.family("tensord_tenant_bytes", "gauge",
+             "Bytes held by each tenant's sessions (tensors, uploads, staged models).");
+    for (const auto& [name, t] : by_tenant)
+      x.sample("tensord_tenant_bytes", "tenant=\"" + label(name) + "\"", t.second);
+  }
   x.family("tensord_models_loaded", "gauge", "Models loaded by the open sessions.");
   x.sample("tensord_models_loaded", "", em.models_loaded);
   x.family("tensord_executables_cached", "gauge", "Compiled graphs in the executable cache.");
@@ -539,8 +653,9 @@ std::string Monitor::prometheus() const {
   return x.take();
 }
 
-nlohmann::json Monitor::status(int history_seconds) const {
+nlohmann::json Monitor::status(int history_seconds, const StatusView& view) const {
   using nlohmann::json;
+  const bool all = view.all;
   const EngineMetrics em = src_.engine->metrics();
   const std::vector<DeviceInfo> devices = src_.engine->devices();
   const auto methods = src_.rpc->methods();
@@ -560,6 +675,7 @@ nlohmann::json Monitor::status(int history_seconds) const {
   out["ready"] = ready(&why);
   out["ready_reason"] = why;
   out["interval_s"] = std::chrono::duration<double>(interval_).count();
+  out["view"] = {{"operator", all}, {"tenant", all ? json(nullptr) : json(view.tenant)}};
 
   std::map<std::string, int64_t> fallbacks_by_device;
   for (const auto& [key, n] : em.fallbacks) fallbacks_by_device[key.substr(0, key.find(' '))] += n;
@@ -578,6 +694,14 @@ nlohmann::json Monitor::status(int history_seconds) const {
               {"memory_reserved_bytes", d.memory_reserved},
               {"memory_peak_bytes", d.memory_peak},
               {"cpu_fallback_nodes", fallbacks_by_device[d.name]}};
+    if (!all) {  // a tenant: the capacity only (the rest is every tenant's activity)
+      for (const char* k : {"memory_used_bytes", "memory_reserved_bytes", "memory_peak_bytes",
+                            "cpu_fallback_nodes", "tensors", "graphs", "ops", "queue_depth",
+                            "queue_tasks", "queue_wait_s", "busy_s"})
+        j[k] = 0;
+      devs.push_back(std::move(j));
+      continue;
+    }
     for (const auto& e : em.devices) {
       if (e.name != d.name) continue;
       j["tensors"] = e.tensors;
@@ -594,6 +718,10 @@ nlohmann::json Monitor::status(int history_seconds) const {
 
   std::vector<SessionSummary> sessions;
   if (src_.sessions) sessions = src_.sessions();
+  if (!all)
+    std::erase_if(sessions, [&](const SessionSummary& s) { return s.tenant != view.tenant; });
+  int64_t session_bytes = 0;
+  for (const auto& s : sessions) session_bytes += s.bytes;
   json sess = {{"open", sessions.size()}, {"list", json::array()}};
   std::sort(sessions.begin(), sessions.end(),
             [](const SessionSummary& a, const SessionSummary& b) { return a.bytes > b.bytes; });
@@ -607,6 +735,8 @@ nlohmann::json Monitor::status(int history_seconds) const {
                             {"idle_s", s.idle_s}});
   }
   out["sessions"] = std::move(sess);
+  if (!all)
+    out["tenant"] = {{"name", view.tenant}, {"sessions", sessions.size()}, {"bytes", session_bytes}};
 
   json totals = {{"graphs", 0},
                  {"ops", 0},
@@ -631,14 +761,49 @@ nlohmann::json Monitor::status(int history_seconds) const {
   }
   totals["graphs"] = graphs;
   totals["ops"] = ops;
+  if (!all) {  // every tenant's work: none of it shown to one
+    for (auto it = totals.begin(); it != totals.end(); ++it)
+      if (it->is_number()) *it = 0;
+    for (auto it = totals["bytes_moved"].begin(); it != totals["bytes_moved"].end(); ++it) *it = 0;
+  }
 
   json ms = json::array();
   json by_code = json::object();
   int64_t rpcs = 0, errors = 0;
-  for (const auto* m : methods) {
+  // A tenant's: its own calls, by method.
+  struct Row {
+    std::string name;
+    std::array<int64_t, RpcMetrics::kCodes> codes{};
+    std::array<int64_t, RpcMetrics::kBuckets.size() + 1> buckets{};
+    int64_t sum_ns = 0, in_flight = 0;
+  };
+  std::vector<Row> rows;
+  if (all) {
+    for (const auto* m : methods) {
+      Row r;
+      r.name = m->name;
+      for (int c = 0; c < RpcMetrics::kCodes; ++c)
+        r.codes[c] = m->codes[c].load(std::memory_order_relaxed);
+      for (size_t i = 0; i < r.buckets.size(); ++i)
+        r.buckets[i] = m->buckets[i].load(std::memory_order_relaxed);
+      r.sum_ns = m->sum_ns.load(std::memory_order_relaxed);
+      r.in_flight = m->in_flight.load(std::memory_order_relaxed);
+      rows.push_back(std::move(r));
+    }
+  } else {
+    for (const auto& [name, t] : src_.rpc->tenant_methods(view.tenant)) {
+      Row r;
+      r.name = name;
+      r.codes = t.codes;
+      r.buckets = t.buckets;
+      r.sum_ns = t.sum_ns;
+      rows.push_back(std::move(r));
+    }
+  }
+  for (const Row& m : rows) {
     int64_t count = 0, errs = 0;
     for (int c = 0; c < RpcMetrics::kCodes; ++c) {
-      const int64_t n = m->codes[c].load(std::memory_order_relaxed);
+      const int64_t n = m.codes[c];
       count += n;
       if (c != 0 && n) {
         errs += n;
@@ -647,13 +812,12 @@ nlohmann::json Monitor::status(int history_seconds) const {
     }
     rpcs += count;
     errors += errs;
-    std::array<int64_t, RpcMetrics::kBuckets.size() + 1> b{};
-    for (size_t i = 0; i < b.size(); ++i) b[i] = m->buckets[i].load(std::memory_order_relaxed);
-    const double sum_ms = m->sum_ns.load(std::memory_order_relaxed) / 1e6;
-    ms.push_back({{"name", m->name},
+    const auto& b = m.buckets;
+    const double sum_ms = m.sum_ns / 1e6;
+    ms.push_back({{"name", m.name},
                   {"count", count},
                   {"errors", errs},
-                  {"in_flight", m->in_flight.load(std::memory_order_relaxed)},
+                  {"in_flight", m.in_flight},
                   {"mean_ms", count ? sum_ms / count : 0.0},
                   {"p50_ms", quantile(b, 0.5) * 1e3},
                   {"p99_ms", quantile(b, 0.99) * 1e3}});
@@ -669,7 +833,7 @@ nlohmann::json Monitor::status(int history_seconds) const {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t cutoff = unix_ms_now() - int64_t{history_seconds} * 1000;
     for (const auto& s : samples_)
-      if (history_seconds > 0 && s->unix_ms >= cutoff) samples.push_back(s);
+      if (all && history_seconds > 0 && s->unix_ms >= cutoff) samples.push_back(s);
   }
   json cols = {{"t", json::array()},
                {"rpc_per_s", json::array()},
@@ -707,11 +871,15 @@ nlohmann::json Monitor::status(int history_seconds) const {
   out["samples"] = std::move(cols);
 
   json errs = json::array();
-  for (const auto& e : src_.rpc->recent_errors())
-    errs.push_back({{"unix_ms", e.unix_ms},
-                    {"method", e.method},
-                    {"code", kCodeNames[e.code]},
-                    {"message", e.message}});
+  for (const auto& e : src_.rpc->recent_errors()) {
+    if (!all && e.tenant != view.tenant) continue;
+    json j = {{"unix_ms", e.unix_ms},
+              {"method", e.method},
+              {"code", kCodeNames[e.code]},
+              {"message", e.message}};
+    if (all && src_.tenants) j["tenant"] = e.tenant;
+    errs.push_back(std::move(j));
+  }
   out["recent_errors"] = std::move(errs);
   return out;
 }

@@ -33,7 +33,15 @@
 
 namespace tensord::rpc {
 
-// Counters of the broker's gRPC calls.
+// Who is looking at the status: an operator (or anyone, when no token is required) sees every
+// tenant's sessions, errors and figures; a tenant sees its own and the broker's capacity only.
+struct StatusView {
+  bool all = true;
+  std::string tenant;  // when !all: whose figures are shown
+};
+
+// Counters of the broker's gRPC calls. Method names come from the wire: a name that is not
+// one of the service's methods is counted as "unknown", so a caller cannot grow the series.
 class RpcMetrics {
  public:
   static constexpr int kCodes = 17;  // grpc::StatusCode OK .. UNAUTHENTICATED
@@ -51,20 +59,36 @@ class RpcMetrics {
   };
   struct Error {
     int64_t unix_ms = 0;
+    std::string tenant;  // whose call it was ("" without tokens, or unauthenticated)
     std::string method;
     int code = 0;
     std::string message;
   };
   static constexpr size_t kRecentErrors = 50;
+  // One tenant's calls of one method (a tenant's view of the method table).
+  struct TenantMethod {
+    std::array<int64_t, kCodes> codes{};
+    std::array<int64_t, kBuckets.size() + 1> buckets{};
+    int64_t sum_ns = 0;
+  };
 
-  // The counters of the method at gRPC path `path` ("/tensord.v1.Tensord/Execute"), made on
-  // first use; the pointer stays valid as long as this object.
+  RpcMetrics();
+  // The counters of the method at gRPC path `path` ("/tensord.v1.Tensord/Execute"); a path
+  // that is not one of tensord.v1.Tensord's methods gets the "unknown" counters. The pointer
+  // stays valid as long as this object.
   Method* method(const char* path);
-  void record(Method* m, int code, std::chrono::nanoseconds took, const std::string& message);
+  void record(Method* m, int code, std::chrono::nanoseconds took, const std::string& message,
+              const std::string& tenant = "");
   // Every method seen so far, by name.
   std::vector<const Method*> methods() const;
   // The latest errors (at most kRecentErrors), oldest first.
   std::vector<Error> recent_errors() const;
+  // `tenant`'s calls by method name.
+  std::map<std::string, TenantMethod> tenant_methods(const std::string& tenant) const;
+
+  // The tenant of a call (from its token); null: every call is tenant "". Set before the
+  // server starts.
+  std::function<std::string(grpc::ServerContextBase*)> tenant_of;
 
   // Bytes clients moved through shared-memory regions (UploadRegion, ReadRegion).
   std::atomic<int64_t> shm_in_bytes{0}, shm_out_bytes{0};
@@ -72,7 +96,10 @@ class RpcMetrics {
  private:
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<Method>, std::less<>> methods_;
+  std::vector<std::string> known_;  // the service's method names, sorted
   std::deque<Error> errors_;
+  // Tenants come from the token file and methods from known_ (+ "unknown"): both bounded.
+  std::map<std::string, std::map<std::string, TenantMethod>> by_tenant_;
 };
 
 // A server interceptor factory that counts every call in `metrics` (method, status code,
@@ -109,11 +136,14 @@ class Monitor {
   // Stops sampling (idempotent). The renderings still work.
   void stop();
 
-  // GET /metrics: the Prometheus text format, version 0.0.4.
-  std::string prometheus() const;
+  // GET /metrics: the Prometheus text format, version 0.0.4. A tenant's view: the devices'
+  // capacity, its own sessions, bytes and calls.
+  std::string prometheus(const StatusView& view = {}) const;
   // GET /api/status and BrokerStatus: devices, sessions, totals, per-method figures, the
-  // samples of the last `history_seconds` and the recent errors.
-  nlohmann::json status(int history_seconds = 600) const;
+  // samples of the last `history_seconds` and the recent errors. A tenant's view keeps the
+  // document's shape: devices with their capacity (activity figures 0), its own sessions,
+  // calls and errors, no samples (the charts are broker-wide).
+  nlohmann::json status(int history_seconds = 600, const StatusView& view = {}) const;
   // GET /readyz: the engine has devices and the gRPC server accepts calls.
   bool ready(std::string* why = nullptr) const;
 
@@ -122,6 +152,7 @@ class Monitor {
  private:
   void loop();
   void sample();
+  std::string tenant_prometheus(const std::string& tenant) const;
 
   MonitorSources src_;
   const std::chrono::milliseconds interval_;

@@ -192,6 +192,13 @@ Result<std::unique_ptr<RpcServer>> RpcServer::start(std::shared_ptr<Engine> engi
   auto impl = std::make_unique<Impl>();
   std::shared_ptr<Engine> monitored_engine = engine;
   impl->service = std::make_unique<Service>(std::move(engine), options, tenants, auth_in_filter);
+  if (tenants->required()) {  // each tenant's calls and errors, for its own view of the status
+    Service* svc = impl->service.get();
+    impl->rpc_metrics->tenant_of = [svc](grpc::ServerContextBase* ctx) {
+      auto t = svc->tenant_of(ctx);
+      return t.ok() ? *t : std::string();
+    };
+  }
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options.listen, creds, &port);
@@ -266,12 +273,20 @@ Result<std::unique_ptr<RpcServer>> RpcServer::start(std::shared_ptr<Engine> engi
     ho.tls_key_pem = options.tls_key_pem;
     ho.tls_client_ca_pem = options.tls_client_ca_pem;
     if (tenants->required())
-      ho.authorize = [tenants](const std::string& header) {
+      ho.authorize = [tenants](const std::string& header) -> std::optional<StatusView> {
         const std::string bearer = bearer_from_http(header);
+        if (bearer.empty()) return std::nullopt;
         std::multimap<grpc::string_ref, grpc::string_ref> md;
         md.emplace(kAuthKey, bearer);
-        return !bearer.empty() && tenants->authenticate(md).ok();
+        StatusView v;
+        auto t = tenants->authenticate(md, &v.all);
+        if (!t.ok()) return std::nullopt;
+        v.tenant = *t;
+        return v;
       };
+    ho.max_connections = options.http_max_connections;
+    ho.max_connections_per_ip = options.http_max_connections_per_ip;
+    ho.header_timeout = options.http_header_timeout;
     auto http = HttpServer::start(impl->monitor.get(), ho);
     if (!http.ok()) {
       impl->accepting = false;

@@ -42,15 +42,19 @@ struct RpcServerOptions {
   // Size of the chunks Read streams (clients may ask for another size per call).
   int64_t chunk_bytes = 2 << 20;
   // When not empty, every call must carry "authorization: Bearer <token>" (UNAUTHENTICATED
-  // otherwise): one tenant, named "default". Kept for callers with a single token; `tenants`
-  // is the general form (both may be given).
+  // otherwise): one tenant, named "default", an operator. Kept for callers with a single
+  // token; `tenants` is the general form (both may be given).
   std::string token;
   // Tenants: each token names one (`tensord serve --token-file`). A session belongs to the
   // tenant whose token opened it; another tenant's calls cannot see it (NOT_FOUND, as for an
   // id that never existed). Without any token every caller is the same tenant ("").
+  // What the status surfaces (/api/status, the page, /metrics, BrokerStatus) show a token:
+  // an operator's, everything; a tenant's, its own sessions, calls, errors and bytes and the
+  // devices' capacity.
   struct Tenant {
     std::string name;
     std::string token;
+    bool is_operator = false;  // token file: "operator NAME:TOKEN"
   };
   std::vector<Tenant> tenants;
   // A listener on a non-loopback address (0.0.0.0, [::], a LAN address) needs a token or this
@@ -85,6 +89,11 @@ struct RpcServerOptions {
   // /metrics (Prometheus), /healthz, /readyz. "PORT" or ":PORT" (127.0.0.1), "HOST:PORT";
   // port 0 = a free port (RpcServer::http_address). Behind the same tokens and TLS as gRPC.
   std::string http_listen;
+  // HTTP connections held at once, in all and per client address (more are closed at once),
+  // and the time a client has to send its request's headers (then it is closed).
+  int http_max_connections = 256;
+  int http_max_connections_per_ip = 32;
+  std::chrono::milliseconds http_header_timeout{5000};
   // ---- log (core/log.h; the level and format are the process's, set by the caller)
   // A call that takes longer than this is logged as a slow request (a warning); 0 = never.
   int64_t slow_request_ms = 0;

@@ -106,14 +106,22 @@ Result<std::string> new_session_id();
 class Tenants {
  public:
   explicit Tenants(const RpcServerOptions& o) {
-    if (!o.token.empty()) list_.push_back({"default", "Bearer " + o.token});
-    for (const auto& t : o.tenants) list_.push_back({t.name, "Bearer " + t.token});
+    if (!o.token.empty()) list_.push_back({"default", "Bearer " + o.token, true});
+    for (const auto& t : o.tenants)
+      list_.push_back({t.name, "Bearer " + t.token, t.is_operator});
   }
   bool required() const { return !list_.empty(); }
 
   // The tenant whose token the metadata carries ("" when no token is required).
   Result<std::string> authenticate(
       const std::multimap<grpc::string_ref, grpc::string_ref>& md) const {
+    bool op = false;
+    return authenticate(md, &op);
+  }
+  // The same, and whether the token is an operator's (true when no token is required).
+  Result<std::string> authenticate(const std::multimap<grpc::string_ref, grpc::string_ref>& md,
+                                   bool* is_operator) const {
+    *is_operator = list_.empty();
     if (list_.empty()) return std::string();
     auto it = md.find(kAuthKey);
     if (it == md.end())
@@ -133,12 +141,14 @@ class Tenants {
       return Status(StatusCode::kUnauthenticated,
                     "wrong token: the broker refused the 'authorization' metadata (check "
                     "TENSORD_TOKEN against the broker's --token-file)");
+    *is_operator = list_[match].is_operator;
     return list_[match].name;
   }
 
  private:
   struct Entry {
     std::string name, header;
+    bool is_operator = false;
   };
   std::vector<Entry> list_;
 };
@@ -307,6 +317,8 @@ class Service final
   // The open sessions as the status page shows them, and BrokerStatus (`tensord status`):
   // the JSON of `monitor` (set once, just after the server starts; null: UNAVAILABLE).
   std::vector<SessionSummary> session_summaries() const;
+  // What the call's token may see of the status (status.cpp).
+  Result<StatusView> status_view(grpc::ServerContextBase* ctx) const;
   void set_monitor(const Monitor* monitor) { monitor_.store(monitor); }
   grpc::Status BrokerStatus(grpc::ServerContext* ctx, const v1::BrokerStatusRequest* req,
                             v1::BrokerStatusResponse* resp) override;

@@ -38,13 +38,24 @@ std::vector<SessionSummary> Service::session_summaries() const {
   return out;
 }
 
+Result<StatusView> Service::status_view(grpc::ServerContextBase* ctx) const {
+  bool is_operator = false;
+  auto tenant = tenants_->authenticate(ctx->client_metadata(), &is_operator);
+  if (!tenant.ok()) return tenant.status();
+  StatusView v;
+  v.all = is_operator;
+  v.tenant = *tenant;
+  return v;
+}
+
 grpc::Status Service::BrokerStatus(grpc::ServerContext* ctx, const v1::BrokerStatusRequest* req,
                                    v1::BrokerStatusResponse* resp) {
-  if (Status a = check_token(ctx); !a.ok()) return fail(ctx, a);
+  auto view = status_view(ctx);
+  if (!view.ok()) return fail(ctx, view.status());
   const Monitor* monitor = monitor_.load();
   if (!monitor) return fail(ctx, errors::Unavailable("the broker is starting: no status yet"));
   const int history = std::clamp(req->history_seconds(), 0, 600);
-  resp->set_json(monitor->status(history).dump(-1, ' ', false,
+  resp->set_json(monitor->status(history, *view).dump(-1, ' ', false,
                                                 nlohmann::json::error_handler_t::replace));
   return grpc::Status::OK;
 }
