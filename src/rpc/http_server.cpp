@@ -264,6 +264,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const Monitor* monitor,
   });
 
   int bound = port;
+  errno = 0;  // bind()'s reason, if it fails, for the message below
   if (port == 0) {
     bound = s.bind_to_any_port(host);
     if (bound <= 0) bound = 0;
@@ -271,8 +272,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const Monitor* monitor,
     bound = 0;
   }
   if (bound == 0)
-    return errors::Unavailable("cannot serve HTTP on '{}' (address in use, or not a local address?)",
-                               o.listen);
+    return errors::Unavailable("cannot serve HTTP on '{}': {}", o.listen,
+                               errno ? std::strerror(errno) : "address in use, or not local?");
   impl->address = bracketed + ":" + std::to_string(bound);
   impl->url = std::string(tls ? "https://" : "http://") + impl->address;
   httplib::Server* raw = impl->server.get();
