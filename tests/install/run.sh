@@ -2,7 +2,7 @@
 # ctest install_consumer: `cmake --install` into a temp prefix, then an out-of-tree program built
 # with find_package(tensord) (shared and static) and with pkg-config, each run on the embedded
 # engine and against the installed `tensord serve`; and the installed Python package imported
-# by /usr/bin/python3 from the prefix.
+# by /usr/bin/python3 from the prefix; examples/ built out of the tree against the prefix.
 # usage: run.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 BUILD=$(cd "$1" && pwd)
@@ -71,4 +71,10 @@ for c in (td.Client(), td.connect(sys.argv[2])):
     np.testing.assert_allclose((x * 2).sum(axis=1).numpy(), [6.0, 24.0])
 print("python ok")
 PY
+# 4. The examples build out of the tree against the prefix (public headers only) and still
+# match NumPy.
+cmake -S "$SRC/examples" -B "$TMP/examples-build" -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX" \
+  >"$TMP/examples.log" 2>&1 || { cat "$TMP/examples.log"; exit 1; }
+cmake --build "$TMP/examples-build" >>"$TMP/examples.log" 2>&1 || { cat "$TMP/examples.log"; exit 1; }
+env -u TENSORD_ADDRESS /usr/bin/python3 "$SRC/tests/e2e/test_mlp_example.py" "$TMP/examples-build/mlp"
 echo "install_consumer: all ok"
