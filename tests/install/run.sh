@@ -77,4 +77,19 @@ cmake -S "$SRC/examples" -B "$TMP/examples-build" -G Ninja -DCMAKE_PREFIX_PATH="
   >"$TMP/examples.log" 2>&1 || { cat "$TMP/examples.log"; exit 1; }
 cmake --build "$TMP/examples-build" >>"$TMP/examples.log" 2>&1 || { cat "$TMP/examples.log"; exit 1; }
 env -u TENSORD_ADDRESS /usr/bin/python3 "$SRC/tests/e2e/test_mlp_example.py" "$TMP/examples-build/mlp"
+# 5. `bench --vs onnxruntime` from the prefix: without the npm package there, the peer says what
+# to install where (not the checkout's `cd bench && npm ci`); with NODE_PATH it finds one.
+ort_peer() {
+  env -u TENSORD_ADDRESS "$@" "$PREFIX/bin/tensord" bench --model "$TMP/add.onnx" -n 2 \
+    --warmup 0 --json --vs onnxruntime | /usr/bin/python3 -c \
+    'import json, sys; p = json.load(sys.stdin)["peers"]["onnxruntime"]; print(p.get("reason", "available"))'
+}
+if command -v node >/dev/null; then
+  WHY=$(ort_peer NODE_PATH=)
+  grep -qF "npm install --prefix $PREFIX/share/tensord onnxruntime-node" <<<"$WHY" || { echo "$WHY"; exit 1; }
+  if [ -d "$SRC/bench/node_modules/onnxruntime-node" ]; then
+    WHY=$(ort_peer NODE_PATH="$SRC/bench/node_modules")
+    [ "$WHY" = available ] || { echo "$WHY"; exit 1; }
+  fi
+fi
 echo "install_consumer: all ok"
