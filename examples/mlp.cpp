@@ -29,7 +29,8 @@ static HostTensor random_tensor(std::mt19937& rng, tensord::Shape shape, float s
 static bool save_npy(const std::string& path, const tensord::HostTensor& t) {
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
   for (size_t i = 0; i < t.shape().size(); ++i)
-    header += std::to_string(t.shape()[i]) + (t.shape().size() == 1 || i + 1 < t.shape().size() ? "," : "");
+    header += std::to_string(t.shape()[i]) +
+              (t.shape().size() == 1 || i + 1 < t.shape().size() ? "," : "");
   header += "), }";
   while ((10 + header.size() + 1) % 64 != 0) header += ' ';
   header += '\n';

@@ -171,7 +171,8 @@ int run_main(int argc, char** argv) {
                       "List a broker's devices (HOST:PORT or unix:PATH; default TENSORD_ADDRESS)");
   bool devices_verbose = false;
   devices->add_flag("--verbose,-v", devices_verbose,
-                    "Also say why a backend of this build found no devices (always without --json)");
+                    "Also say why a backend of this build found no devices (always so without "
+                    "--json)");
   BrokerFlags broker_flags;
   add_broker_flags(devices, broker_flags);
 

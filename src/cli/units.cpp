@@ -30,8 +30,8 @@ Result<int64_t> parse_size(const std::string& text, const std::string& what) {
   const std::string t = trim(text);
   auto bad = [&](const std::string& why) {
     return Status(StatusCode::kInvalidArgument,
-                  (what.empty() ? "" : what + ": ") + "'" + text + "' is not a size" + (why.empty() ? "" : " (" + why + ")") +
-                      "; give " + kUnits + ", e.g. 4GiB");
+                  (what.empty() ? "" : what + ": ") + "'" + text + "' is not a size" +
+                      (why.empty() ? "" : " (" + why + ")") + "; give " + kUnits + ", e.g. 4GiB");
   };
   size_t end = 0;
   while (end < t.size() && (std::isdigit(static_cast<unsigned char>(t[end])) || t[end] == '.'))
@@ -40,17 +40,28 @@ Result<int64_t> parse_size(const std::string& text, const std::string& what) {
   const std::string unit = lower(trim(t.substr(end)));
   if (number.empty() || number == "." || number.find('.') != number.rfind('.')) return bad("");
   double scale = 0;
-  if (unit.empty() || unit == "b") scale = 1;
-  else if (unit == "k" || unit == "kib") scale = 1024.0;
-  else if (unit == "m" || unit == "mib") scale = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gib") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "t" || unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "kb") scale = 1e3;
-  else if (unit == "mb") scale = 1e6;
-  else if (unit == "gb") scale = 1e9;
-  else if (unit == "tb") scale = 1e12;
-  else return bad("unknown unit '" + trim(t.substr(end)) + "'");
-  if (scale == 1 && number.find('.') != std::string::npos) return bad("not a whole number of bytes");
+  if (unit.empty() || unit == "b")
+    scale = 1;
+  else if (unit == "k" || unit == "kib")
+    scale = 1024.0;
+  else if (unit == "m" || unit == "mib")
+    scale = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tib")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kb")
+    scale = 1e3;
+  else if (unit == "mb")
+    scale = 1e6;
+  else if (unit == "gb")
+    scale = 1e9;
+  else if (unit == "tb")
+    scale = 1e12;
+  else
+    return bad("unknown unit '" + trim(t.substr(end)) + "'");
+  if (scale == 1 && number.find('.') != std::string::npos)
+    return bad("not a whole number of bytes");
   if (scale == 1) {  // exact for every int64
     errno = 0;
     char* stop = nullptr;

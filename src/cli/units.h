@@ -16,7 +16,8 @@ namespace tensord::cli {
 // Bytes from "4096", "4GiB", "512 MiB", "1.5 GiB", "64k": B; KiB, MiB, GiB, TiB (and K, M, G, T)
 // are powers of 1024; kB, MB, GB, TB powers of 1000. Units are case-insensitive. The result
 // must be a whole, non-negative number of bytes below 2^63. Errors (INVALID_ARGUMENT) quote
-// the text and list the units; `what` ("--session-memory-limit"), when not empty, starts the message.
+// the text and list the units; `what` ("--session-memory-limit"), when not empty, starts the
+// message.
 Result<int64_t> parse_size(const std::string& text, const std::string& what);
 
 // Makes `opt` (an int64 option) take sizes: its value is converted by parse_size before
