@@ -3,12 +3,14 @@
 // recorded lazily and runs as one graph when the result is read.
 //
 //   mlp [--device D] [--dump DIR]   (DIR receives x, w1, b1, w2, b2 and y as .npy files)
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 
-#include "core/npy.h"
 #include "tensord/array.h"
 
 using tensord::Array;
@@ -20,6 +22,25 @@ static HostTensor random_tensor(std::mt19937& rng, tensord::Shape shape, float s
   float* p = t.mutable_data<float>();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
   return t;
+}
+
+// A float32 tensor as a NumPy .npy file (format 1.0), with the public API only: the example
+// builds against an installed tensord as well as in the tree.
+static bool save_npy(const std::string& path, const tensord::HostTensor& t) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
+  for (size_t i = 0; i < t.shape().size(); ++i)
+    header += std::to_string(t.shape()[i]) +
+              (t.shape().size() == 1 || i + 1 < t.shape().size() ? "," : "");
+  header += "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream f(path, std::ios::binary);
+  const uint16_t n = static_cast<uint16_t>(header.size());
+  f.write("\x93NUMPY\x01\x00", 8);
+  f.put(static_cast<char>(n & 0xff)).put(static_cast<char>(n >> 8));
+  f << header;
+  f.write(static_cast<const char*>(t.data()), static_cast<std::streamsize>(t.nbytes()));
+  return static_cast<bool>(f);
 }
 
 int main(int argc, char** argv) {
@@ -65,9 +86,9 @@ int main(int argc, char** argv) {
     const std::pair<const char*, const HostTensor*> files[] = {
         {"x", &x}, {"w1", &w1}, {"b1", &b1}, {"w2", &w2}, {"b2", &b2}, {"y", &*y}};
     for (const auto& [name, t] : files) {
-      auto s = tensord::write_npy(dump + "/" + name + ".npy", *t);
-      if (!s.ok()) {
-        std::fprintf(stderr, "mlp: %s\n", s.to_string().c_str());
+      const std::string path = dump + "/" + name + ".npy";
+      if (!save_npy(path, *t)) {
+        std::fprintf(stderr, "mlp: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
         return 1;
       }
     }

@@ -108,11 +108,17 @@ function loadOrt() {
     const version = require('onnxruntime-node/package.json').version;
     return {ort, version};
   } catch (e) {
-    const where = path.join(__dirname, '..', 'node_modules');
+    const top = path.normalize(path.join(__dirname, '..'));
+    const where = path.join(top, 'node_modules');
+    // In a checkout, bench/ has the package.json and lock file; an installed tree
+    // (<prefix>/share/tensord/peers) has neither: install the package next to the peers.
+    const install = fs.existsSync(path.join(top, 'package.json'))
+        ? `run: cd ${top} && ONNXRUNTIME_NODE_INSTALL=skip npm ci`
+        : `run: npm install --prefix ${top} onnxruntime-node, or set NODE_PATH to a ` +
+          'node_modules folder that has it';
     const reason = fs.existsSync(path.join(where, 'onnxruntime-node'))
         ? `onnxruntime-node does not load: ${e.message.split('\n')[0]}`
-        : `onnxruntime-node is not installed (no ${path.normalize(where)}/onnxruntime-node; ` +
-          'run: cd bench && ONNXRUNTIME_NODE_INSTALL=skip npm ci)';
+        : `onnxruntime-node is not installed (no ${where}/onnxruntime-node; ${install})`;
     return {reason};
   }
 }

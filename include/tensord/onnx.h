@@ -13,7 +13,9 @@
 
 namespace tensord {
 
-// Reads a .onnx file; external data files are resolved relative to its folder.
+// Reads a .onnx file; external data files are resolved relative to its folder. The graph is
+// named by the file ("resnet18.onnx", or "resnet18/model.onnx": "resnet18"), which a broker's
+// log and status show, not by the name inside the file.
 Result<Graph> load_onnx_file(const std::string& path);
 // Serialized ModelProto bytes; `what` names the source in errors. External data is refused.
 Result<Graph> load_onnx_bytes(const void* data, size_t size, const std::string& what = "<bytes>");

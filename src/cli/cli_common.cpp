@@ -5,9 +5,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
+#include "cli/suggest.h"
 #include "core/npy.h"
 #include "onnx/onnx_import.h"
 
@@ -44,9 +46,11 @@ Result<ClientAndDevice> open_client(const std::string& device) {
       source = "TENSORD_DEVICE";
     }
   std::string names;
+  std::vector<std::string> all;
   bool found = false;
   for (const auto& d : *devices) {
     names += (names.empty() ? "" : ", ") + d.name;
+    all.push_back(d.name);
     if (d.name == wanted) found = true;
   }
   if (devices->empty())
@@ -58,7 +62,8 @@ Result<ClientAndDevice> open_client(const std::string& device) {
                     "no default device (available: " + names + "; choose one with --device)");
   } else if (!found) {
     return Status(StatusCode::kInvalidArgument,
-                  "unknown device '" + wanted + "' (" + source + "; available: " + names + ")");
+                  "unknown device '" + wanted + "'" + did_you_mean(wanted, all) + " (" + source +
+                      "; available: " + names + ")");
   } else {
     out.device = wanted;
   }
@@ -114,6 +119,14 @@ std::string format_element(const HostTensor& t, int64_t i) {
     default:
       return "?";
   }
+}
+
+std::string model_name_for(const std::string& path) {
+  const std::filesystem::path p = std::filesystem::absolute(path).lexically_normal();
+  std::string stem = p.stem().string();
+  if (stem == "model" && p.has_parent_path() && !p.parent_path().filename().empty())
+    return p.parent_path().filename().string();
+  return stem.empty() ? path : stem;
 }
 
 std::string file_name_for(const std::string& value_name) {

@@ -37,6 +37,11 @@ Result<HostTensor> read_tensor_any(const std::string& path);
 // Element `i` of `t` as text: "3.25", "-7", "true", "nan", "inf".
 std::string format_element(const HostTensor& t, int64_t i);
 
+// The name a model goes by in output, logs and the broker's status: its file's stem
+// ("resnet18.onnx" -> "resnet18"), or its folder's name for a file named model.onnx
+// (".../resnet18/model.onnx" -> "resnet18", the ONNX zoo's and --models' layout).
+std::string model_name_for(const std::string& path);
+
 // Makes an ONNX value name usable as a file name (anything but [A-Za-z0-9._-] becomes '_').
 std::string file_name_for(const std::string& value_name);
 

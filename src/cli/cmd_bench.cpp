@@ -26,6 +26,7 @@
 #include "cli/bench_report.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "cli/suggest.h"
 #include "core/errors.h"
 #include "core/npy.h"
 #include "models/zoo.h"
@@ -240,7 +241,8 @@ std::optional<Failure> make_workload(const BenchOptions& o, int64_t batch, Workl
     }
     w->graph = std::move(model->graph);
     w->model_path = o.model;
-    w->name = fs::path(o.model).stem().string();
+    w->name = model_name_for(o.model);
+    w->graph.name = w->name;  // the broker's log and status name it so (not "torch_jit")
     const int64_t fixed = declared_batch(w->graph);
     if (batch < 0) batch = data_batch > 0 ? data_batch : (fixed > 0 ? fixed : 1);
     if (fixed > 0 && fixed != batch)
@@ -333,7 +335,11 @@ std::optional<Failure> open_target(const BenchOptions& o, Target* t) {
     return Failure{kExitFailure, where + " has no devices" +
                                      (t->address.empty() ? " (check TENSORD_DEVICES)" : "")};
   std::string names;
-  for (const auto& d : *devices) names += (names.empty() ? "" : ", ") + d.name;
+  std::vector<std::string> all;
+  for (const auto& d : *devices) {
+    names += (names.empty() ? "" : ", ") + d.name;
+    all.push_back(d.name);
+  }
   std::string wanted = o.device, source = "--device";
   if (wanted.empty())
     if (const char* env = std::getenv("TENSORD_DEVICE"); env && *env) {
@@ -345,8 +351,8 @@ std::optional<Failure> open_target(const BenchOptions& o, Target* t) {
     for (const auto& d : *devices)
       if (d.name == wanted) chosen = &d;
     if (!chosen)
-      return usage_failure(fmt::format("unknown device '{}' ({}; available on {}: {})", wanted,
-                                       source, where, names));
+      return usage_failure(fmt::format("unknown device '{}'{} ({}; available on {}: {})", wanted,
+                                       did_you_mean(wanted, all), source, where, names));
   } else {
     for (const auto& d : *devices)
       if (!chosen || device_rank(d.kind) > device_rank(chosen->kind)) chosen = &d;
@@ -779,8 +785,9 @@ std::optional<Failure> check_options(const BenchOptions& o) {
   if (!o.network.empty()) {
     const auto names = models::model_names();
     if (std::find(names.begin(), names.end(), o.network) == names.end())
-      return usage_failure(fmt::format("unknown network '{}' (known: {}; or --model FILE.onnx)",
-                                       o.network, fmt::join(names, ", ")));
+      return usage_failure(fmt::format("unknown network '{}'{} (known: {}; or --model FILE.onnx)",
+                                       o.network, did_you_mean(o.network, names),
+                                       fmt::join(names, ", ")));
   }
   if (o.all &&
       (!o.data.empty() || o.batch_size != -1 || !o.export_path.empty() || !o.outputs.empty()))

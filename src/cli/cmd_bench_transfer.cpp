@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cli/cli_common.h"
+#include "cli/units.h"
 #include "cli/commands.h"
 #include "core/errors.h"
 #include "engine/engine.h"
@@ -522,9 +523,9 @@ std::function<int()> add_bench_transfer_command(CLI::App& bench) {
       "trip vs a bare gRPC echo, loopback TCP and memcpy");
   cmd->add_option("--address", options->address,
                   "Broker to measure (default TENSORD_ADDRESS, else one started in this process)");
-  cmd->add_option("--size", options->size, "Bytes per transfer (default 256 MiB)");
-  cmd->add_option("--chunk-bytes", options->chunk_bytes,
-                  "gRPC stream message size, 4 KiB to 64 MiB (default: the client's, 2 MiB)");
+  accept_size(cmd->add_option("--size", options->size, "Bytes per transfer (default 256 MiB)"));
+  accept_size(cmd->add_option("--chunk-bytes", options->chunk_bytes,
+                  "gRPC stream message size, 4 KiB to 64 MiB (default: the client's, 2 MiB)"));
   cmd->add_option("--iterations", options->iterations,
                   "Rounds per figure (the median is kept; memcpy and TCP keep the best)")
       ->capture_default_str();

@@ -11,6 +11,11 @@
 #include <set>
 #include <sstream>
 
+#include <onnx/onnx_pb.h>
+
+#include <fstream>
+#include <random>
+
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "core/npy.h"
@@ -50,6 +55,77 @@ Status check_input(const ValueInfo& declared, const std::string& file, const Hos
   return OkStatus();
 }
 
+// The names of the free dimensions of each graph input ("batch" of float32[batch, 16]), from
+// the ONNX file itself (the graph IR keeps only -1). "" where a dim has no name.
+std::map<std::string, std::vector<std::string>> dim_names(const std::string& path) {
+  std::map<std::string, std::vector<std::string>> out;
+  std::ifstream f(path, std::ios::binary);
+  ::onnx::ModelProto proto;
+  if (!f || !proto.ParseFromIstream(&f)) return out;
+  for (const auto& in : proto.graph().input()) {
+    auto& names = out[in.name()];
+    if (!in.type().has_tensor_type() || !in.type().tensor_type().has_shape()) continue;
+    for (const auto& d : in.type().tensor_type().shape().dim())
+      names.push_back(d.has_dim_param() ? d.dim_param() : "");
+  }
+  return out;
+}
+
+// --random-inputs: values for `in`, its free dims from --dim NAME=N or 1. Floats from a
+// normal distribution, integers 0..9, bools 0/1 (a fixed seed per input: runs repeat).
+Result<HostTensor> random_input(const ValueInfo& in, const std::vector<std::string>& names,
+                                const std::map<std::string, int64_t>& sizes,
+                                std::set<std::string>& used, uint32_t seed) {
+  if (in.type.dtype == DType::kUndefined)
+    return Status(StatusCode::kInvalidArgument,
+                  "input '" + in.name + "' declares no type: --random-inputs cannot make it up; "
+                  "give it as --input " + in.name + "=FILE");
+  Shape shape = in.type.shape;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] >= 0) continue;
+    shape[i] = 1;
+    const std::string name = i < names.size() ? names[i] : "";
+    if (auto it = sizes.find(name); !name.empty() && it != sizes.end()) {
+      shape[i] = it->second;
+      used.insert(name);
+    }
+  }
+  TD_RETURN_IF_ERROR(checked_byte_size(in.type.dtype, shape).status());
+  const int64_t n = shape_numel(shape);
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_int_distribution<int> small(0, in.type.dtype == DType::kBool ? 1 : 9);
+  HostTensor t(in.type.dtype, shape);
+  void* p = t.mutable_data();
+  for (int64_t i = 0; i < n; ++i) {
+    switch (in.type.dtype) {
+      case DType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(normal(rng)); break;
+      case DType::kFloat64: static_cast<double*>(p)[i] = normal(rng); break;
+      case DType::kFloat16:
+        static_cast<uint16_t*>(p)[i] = float_to_half(static_cast<float>(normal(rng)));
+        break;
+      case DType::kBFloat16:
+        static_cast<uint16_t*>(p)[i] = float_to_bfloat16(static_cast<float>(normal(rng)));
+        break;
+      case DType::kInt8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(small(rng)); break;
+      case DType::kUInt8:
+      case DType::kBool: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(small(rng)); break;
+      case DType::kInt16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(small(rng)); break;
+      case DType::kUInt16: static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(small(rng)); break;
+      case DType::kInt32: static_cast<int32_t*>(p)[i] = small(rng); break;
+      case DType::kUInt32: static_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(small(rng)); break;
+      case DType::kInt64: static_cast<int64_t*>(p)[i] = small(rng); break;
+      case DType::kUInt64: static_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(small(rng)); break;
+      default:
+        return Status(StatusCode::kInvalidArgument,
+                      "input '" + in.name + "' is " + dtype_name(in.type.dtype) +
+                          ": --random-inputs cannot make it up; give it as --input " + in.name +
+                          "=FILE");
+    }
+  }
+  return t;
+}
+
 struct BoundInput {
   std::string file;
   HostTensor value;
@@ -58,6 +134,9 @@ struct BoundInput {
 // Binds --input name=FILE and positional files to the graph inputs, reads and checks them.
 // Every error here is bad input (exit 2).
 Result<std::vector<BoundInput>> bind_inputs(const Graph& graph, const RunOptions& options) {
+  if (!options.dims.empty() && !options.random_inputs)
+    return Status(StatusCode::kInvalidArgument,
+                  "--dim sizes the inputs --random-inputs makes up; give --random-inputs too");
   std::string declared_names;
   for (const auto& in : graph.inputs)
     declared_names += (declared_names.empty() ? "'" : ", '") + in.name + "'";
@@ -100,13 +179,49 @@ Result<std::vector<BoundInput>> bind_inputs(const Graph& graph, const RunOptions
   for (const auto& in : graph.inputs)
     if (!file_of.count(in.name))
       missing += (missing.empty() ? "'" : ", '") + in.name + "' " + in.type.to_string();
-  if (!missing.empty())
+  if (!missing.empty() && !options.random_inputs)
     return Status(StatusCode::kInvalidArgument,
-                  "missing input(s) " + missing + "; give them as --input name=FILE or in order");
+                  "missing input(s) " + missing +
+                      "; give them as --input name=FILE or in order, or make them up with "
+                      "--random-inputs");
+
+  // --dim NAME=N: the sizes of free dimensions, for --random-inputs.
+  std::map<std::string, int64_t> sizes;
+  for (const auto& spec : options.dims) {
+    const auto eq = spec.find('=');
+    int64_t n = -1;
+    if (eq != std::string::npos && eq > 0) {
+      try {
+        size_t used = 0;
+        n = std::stoll(spec.substr(eq + 1), &used);
+        if (used != spec.size() - eq - 1) n = -1;
+      } catch (const std::exception&) {
+        n = -1;
+      }
+    }
+    if (n < 1)
+      return Status(StatusCode::kInvalidArgument,
+                    "--dim '" + spec + "' is not of the form NAME=N with N >= 1");
+    sizes[spec.substr(0, eq)] = n;
+  }
+  std::map<std::string, std::vector<std::string>> names;
+  if (options.random_inputs) names = dim_names(options.model);
+  std::set<std::string> used_dims;
 
   std::vector<BoundInput> out;
+  uint32_t seed = 1;
   for (const auto& in : graph.inputs) {
     BoundInput b;
+    if (!file_of.count(in.name)) {
+      auto value = random_input(in, names[in.name], sizes, used_dims, seed++);
+      if (!value.ok()) return value.status();
+      b.file = "random";
+      b.value = std::move(*value);
+      std::cerr << "tensord: random input '" << in.name << "' " << b.value.type().to_string()
+                << "\n";
+      out.push_back(std::move(b));
+      continue;
+    }
     b.file = file_of[in.name];
     auto value = read_tensor_any(b.file);
     if (!value.ok())
@@ -116,6 +231,19 @@ Result<std::vector<BoundInput>> bind_inputs(const Graph& graph, const RunOptions
     b.value = std::move(*value);
     out.push_back(std::move(b));
   }
+  for (const auto& [name, n] : sizes)
+    if (!used_dims.count(name)) {
+      std::set<std::string> free;
+      for (const auto& [input, dims] : names)
+        for (const auto& d : dims)
+          if (!d.empty()) free.insert(d);
+      std::string list;
+      for (const auto& d : free) list += (list.empty() ? "'" : ", '") + d + "'";
+      return Status(StatusCode::kInvalidArgument,
+                    "--dim " + name + "=" + std::to_string(n) +
+                        ": no input made up by --random-inputs has a free dimension '" + name +
+                        "' (free dimensions: " + (list.empty() ? "none" : list) + ")");
+    }
   return out;
 }
 
@@ -162,6 +290,7 @@ int run(const RunOptions& options) {
                     : "cannot load model '" + options.model + "': " + msg);
     return kExitUsage;
   }
+  model->graph.name = model_name_for(options.model);  // the broker's log and status name
   const Graph& graph = model->graph;
 
   // 2. The inputs, checked against the declared types before anything runs.

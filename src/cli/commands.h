@@ -19,6 +19,8 @@ struct RunOptions {
   std::vector<std::string> files;         // positional inputs, for the inputs not named
   std::string output_dir;                 // "" = print a summary per output
   std::string device;                     // "" = the default device
+  bool random_inputs = false;             // make up the inputs no file gives
+  std::vector<std::string> dims;          // "NAME=N", from --dim: a free dimension's size
 };
 
 // `tensord run`: imports a model, feeds it tensors from .npy/.pb files, runs it through a

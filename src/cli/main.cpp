@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -16,6 +19,7 @@
 #include "cli/serve_config.h"
 #include "cli/commands.h"
 #include "cli/suggest.h"
+#include "cli/units.h"
 #include "core/log.h"
 #include "engine/engine.h"
 #include "tensord/client.h"
@@ -26,8 +30,9 @@ namespace {
 using tensord::cli::kExitFailure;
 using tensord::cli::kExitOk;
 using tensord::cli::kExitUsage;
+using tensord::cli::accept_size;
 
-int cmd_devices(bool json, std::string address) {
+int cmd_devices(bool json, bool verbose, std::string address) {
   if (address.empty())
     if (const char* env = std::getenv("TENSORD_ADDRESS")) address = env;
   std::shared_ptr<tensord::Engine> local;
@@ -93,7 +98,9 @@ int cmd_devices(bool json, std::string address) {
       std::cout << "  backend " << d.backend_version << "\n";
     }
   }
-  if (local)  // backends of this build that found no devices say why (one line each)
+  // Backends of this build that found no devices say why (one line each); not mixed into
+  // --json output unless --verbose.
+  if (local && (!json || verbose))
     for (const auto& why : local->unavailable_backends()) std::cerr << "tensord: no " << why << "\n";
   if (devices.empty() && local) {
     const auto& gone = local->filtered_out();
@@ -105,6 +112,49 @@ int cmd_devices(bool json, std::string address) {
     std::cerr << "tensord: the broker at " << address << " has no devices\n";
   }
   return kExitOk;
+}
+
+// --address, --tls-ca and --token-file: the same three flags on every command that talks to
+// a broker; a command's own --address or --tls-ca (bench, status) is kept. Applied through
+// the environment every client reads (TENSORD_ADDRESS, TENSORD_TLS_CA, TENSORD_TOKEN).
+struct BrokerFlags {
+  std::string address, tls_ca, token_file;
+};
+
+void add_broker_flags(CLI::App* cmd, BrokerFlags& f) {
+  if (cmd->get_option_no_throw("--address") == nullptr)
+    cmd->add_option("--address", f.address,
+                    "The broker (HOST:PORT or unix:PATH; default TENSORD_ADDRESS, else the "
+                    "embedded engine)");
+  if (cmd->get_option_no_throw("--tls-ca") == nullptr)
+    cmd->add_option("--tls-ca", f.tls_ca, "Speak TLS to the broker, verified with this PEM CA");
+  cmd->add_option("--token-file", f.token_file,
+                  "The broker's token: the first line of this file (default TENSORD_TOKEN)");
+}
+
+// Exit status to stop with, or -1.
+int apply_broker_flags(const BrokerFlags& f) {
+  if (!f.address.empty()) setenv("TENSORD_ADDRESS", f.address.c_str(), 1);
+  if (!f.tls_ca.empty()) setenv("TENSORD_TLS_CA", f.tls_ca.c_str(), 1);
+  if (f.token_file.empty()) return -1;
+  std::ifstream in(f.token_file);
+  if (!in) {
+    std::cerr << "tensord: --token-file: cannot read '" << f.token_file
+              << "': " << std::strerror(errno) << "\n";
+    return kExitUsage;
+  }
+  std::string line, token;
+  while (token.empty() && std::getline(in, line)) {
+    const size_t b = line.find_first_not_of(" \t\r");
+    if (b == std::string::npos) continue;
+    token = line.substr(b, line.find_last_not_of(" \t\r") - b + 1);
+  }
+  if (token.empty()) {
+    std::cerr << "tensord: --token-file: '" << f.token_file << "' holds no token\n";
+    return kExitUsage;
+  }
+  setenv("TENSORD_TOKEN", token.c_str(), 1);
+  return -1;
 }
 
 int run_main(int argc, char** argv) {
@@ -119,17 +169,20 @@ int run_main(int argc, char** argv) {
   std::string devices_address;
   devices->add_option("--address", devices_address,
                       "List a broker's devices (HOST:PORT or unix:PATH; default TENSORD_ADDRESS)");
-  // TLS to a broker (same as TENSORD_TLS_CA, which every client reads).
-  std::string tls_ca;
-  devices->add_option("--tls-ca", tls_ca, "Speak TLS to the broker, verified with this PEM CA");
+  bool devices_verbose = false;
+  devices->add_flag("--verbose,-v", devices_verbose,
+                    "Also say why a backend of this build found no devices (always so without "
+                    "--json)");
+  BrokerFlags broker_flags;
+  add_broker_flags(devices, broker_flags);
 
   tensord::cli::ServeOptions serve_opts;
   auto* serve = app.add_subcommand("serve", "Serve this machine's devices over gRPC (the broker)");
   serve->add_option("--listen,-l", serve_opts.listen,
                     "HOST:PORT (port 0: any free port) or unix:PATH (required, here or in "
                     "--config)");
-  serve->add_option("--session-memory-limit", serve_opts.session_memory_limit,
-                    "Bytes one session may hold (0: unlimited)");
+  accept_size(serve->add_option("--session-memory-limit", serve_opts.session_memory_limit,
+                    "Bytes one session may hold: 4GiB, 512MiB or plain bytes (0: unlimited)"));
   serve->add_option("--lease-seconds", serve_opts.lease_seconds,
                     "Free a session's tensors when no call names it for this long")
       ->capture_default_str();
@@ -145,36 +198,37 @@ int run_main(int argc, char** argv) {
   serve->add_option("--tls-key", serve_opts.tls_key, "The PEM private key of --tls-cert");
   serve->add_option("--tls-ca", serve_opts.tls_ca,
                     "Require client certificates signed by this PEM CA (mutual TLS)");
-  serve->add_option("--tenant-memory-limit", serve_opts.tenant_memory_limit,
-                    "Bytes all sessions of one tenant (token) may hold together (0: unlimited)");
-  serve->add_option("--max-message-bytes", serve_opts.max_message_bytes,
-                    "Largest message one call may carry (default 64 MiB)");
+  accept_size(serve->add_option("--tenant-memory-limit", serve_opts.tenant_memory_limit,
+                    "Bytes all sessions of one tenant (token) may hold together (0: unlimited)"));
+  accept_size(serve->add_option("--max-message-bytes", serve_opts.max_message_bytes,
+                    "Largest message one call may carry (default 64 MiB)"));
   serve->add_option("--max-sessions", serve_opts.max_sessions,
                     "Sessions open at once, all tenants (default 4096)");
   serve->add_option("--max-sessions-per-tenant", serve_opts.max_sessions_per_tenant,
                     "Sessions one tenant may hold open (default 256)");
-  serve->add_option("--shm-arena-bytes", serve_opts.shm_arena_bytes,
+  accept_size(serve->add_option("--shm-arena-bytes", serve_opts.shm_arena_bytes,
                     "Largest arena per same-host session: shared memory its values of 1 MiB and "
                     "more live in, mapped read-only by the client so reads are one copy; kept "
                     "until the session ends (default 1 GiB, capped by --session-memory-limit; "
-                    "0: none)");
+                    "0: none)"));
   serve->add_option("--max-calls-per-session", serve_opts.max_calls_per_session,
                     "Calls and streams in flight at once per session (default 64)");
-  serve->add_option("--max-model-bytes", serve_opts.max_model_bytes,
-                    "Largest serialized graph LoadModel takes (default 2 GiB - 1)");
+  accept_size(serve->add_option("--max-model-bytes", serve_opts.max_model_bytes,
+                    "Largest serialized graph LoadModel takes (default 2 GiB - 1)"));
   bool serve_strict_device = false;
   serve->add_flag("--strict-device", serve_strict_device,
                   "Refuse graphs with nodes the requested device does not support, naming the "
                   "ops, instead of running them on cpu:0 (TENSORD_STRICT_DEVICE=1)");
   serve->add_option("--max-threads", serve_opts.max_threads,
                     "gRPC threads, one per in-flight call; more calls wait (default 256)");
-  serve->add_option("--grpc-memory-bytes", serve_opts.grpc_memory_bytes,
-                    "Memory gRPC may take for its buffers (default 2 GiB)");
+  accept_size(serve->add_option("--grpc-memory-bytes", serve_opts.grpc_memory_bytes,
+                    "Memory gRPC may take for its buffers (default 2 GiB)"));
   serve->add_option("--http", serve_opts.http,
                     "Also serve HTTP here: the status page (/), /api/status, /metrics "
                     "(Prometheus), /healthz, /readyz. PORT (on 127.0.0.1) or HOST:PORT; same "
                     "tokens and TLS as gRPC");
   auto status_command = tensord::cli::add_status_command(app);
+  add_broker_flags(app.get_subcommand("status"), broker_flags);
 #ifdef TENSORD_CLI_HAVE_OPENCL
   auto tune_command = tensord::cli::add_tune_command(app);
 #endif
@@ -200,6 +254,13 @@ int run_main(int argc, char** argv) {
   run->add_option("--output,-o", run_opts.output_dir,
                   "Write each output to DIR/<output name>.npy (default: print a summary)");
   run->add_option("--device,-d", run_opts.device, "Device to run on (default: TENSORD_DEVICE)");
+  run->add_flag("--random-inputs", run_opts.random_inputs,
+                "Make up the inputs no file gives: the model's declared shapes and types, random "
+                "values (floats normal, integers 0..9)");
+  run->add_option("--dim", run_opts.dims,
+                  "With --random-inputs: the size of a free dimension, NAME=N as the model names "
+                  "it (float32[batch, 16]: --dim batch=8); default 1 (repeatable)")
+      ->allow_extra_args(false);
   bool strict_device = false;
   const char* strict_help =
       "A node the device does not support is an error naming the ops, instead of running on "
@@ -223,9 +284,11 @@ int run_main(int argc, char** argv) {
                "per-example times and correctness), optionally beside onnxruntime and torch");
   tensord::cli::add_bench_options(*bench, bench_opts);
   bench->add_flag("--strict-device", strict_device, strict_help);
-  bench->add_option("--tls-ca", tls_ca, "Speak TLS to the broker, verified with this PEM CA");
   auto bench_transfer = tensord::cli::add_bench_transfer_command(*bench);
   auto bench_load = tensord::cli::add_bench_load_command(*bench);
+  for (CLI::App* cmd : {run, onnx_test, bench, bench->get_subcommand("transfer"),
+                        bench->get_subcommand("load")})
+    add_broker_flags(cmd, broker_flags);
 #endif
 
   try {
@@ -249,14 +312,14 @@ int run_main(int argc, char** argv) {
   }
   if (serve->parsed())
     if (int rc = tensord::cli::finish_serve_options(*serve, serve_opts); rc >= 0) return rc;
-  if (!tls_ca.empty()) setenv("TENSORD_TLS_CA", tls_ca.c_str(), 1);
+  if (int rc = apply_broker_flags(broker_flags); rc >= 0) return rc;
 #ifdef TENSORD_CLI_HAVE_ONNX
   // Read by the engine's options (a broker's own setting applies to its clients).
   if (strict_device || serve_strict_device) setenv("TENSORD_STRICT_DEVICE", "1", 1);
 #else
   if (serve_strict_device) setenv("TENSORD_STRICT_DEVICE", "1", 1);
 #endif
-  if (devices->parsed()) return cmd_devices(json, devices_address);
+  if (devices->parsed()) return cmd_devices(json, devices_verbose, devices_address);
   if (serve->parsed()) return tensord::cli::cmd_serve(serve_opts);
   if (status_command.parsed()) return status_command.run();
 #ifdef TENSORD_CLI_HAVE_OPENCL

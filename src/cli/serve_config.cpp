@@ -21,6 +21,7 @@
 
 #include "cli/cli_common.h"
 #include "cli/cmd_serve.h"
+#include "cli/suggest.h"
 #include "core/log.h"
 
 namespace tensord::cli {
@@ -118,10 +119,14 @@ int apply_config_file(CLI::App& serve, const std::string& path) {
       if (c == '_') c = '-';
     CLI::Option* opt = serve.get_option_no_throw("--" + name);
     if (opt == nullptr || !opt->get_configurable()) {
+      std::vector<std::string> keys;
+      for (CLI::Option* o : configurable(serve)) keys.push_back(key_of(o));
+      const std::string near = nearest(name, keys);
       std::string hint = node.is_table()
                              ? " (there are no sections: every key is at the top level)"
                              : " (keys are `tensord serve`'s flags without the dashes; "
                                "`tensord serve --dump-config` prints them all)";
+      if (!near.empty() && !node.is_table()) hint = " (did you mean '" + near + "'?)";
       return usage_error(where + "unknown key '" + key + "'" + hint);
     }
     std::vector<std::string> values;
@@ -177,7 +182,7 @@ std::string toml_string(const std::string& s) {
 
 bool is_number_type(const CLI::Option* opt) {
   const std::string t = opt->get_type_name();
-  return t == "INT" || t == "UINT" || t == "FLOAT" || t == "NUMBER";
+  return t == "INT" || t == "UINT" || t == "FLOAT" || t == "NUMBER" || t == "SIZE";
 }
 
 // The effective options as a config file: each key with its description as a comment; keys

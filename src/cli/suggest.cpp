@@ -44,6 +44,11 @@ std::string nearest(const std::string& word, const std::vector<std::string>& can
   return "";
 }
 
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
+  const std::string near = nearest(word, candidates);
+  return near.empty() ? "" : " (did you mean '" + near + "'?)";
+}
+
 namespace {
 
 // The subcommand that was being parsed when the parse failed: the deepest parsed one.

@@ -19,6 +19,9 @@ size_t edit_distance(const std::string& a, const std::string& b);
 // (distance at most max(1, |word| / 3), or `word` is a prefix of exactly one candidate).
 std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
 
+// " (did you mean 'X'?)" with X = nearest(word, candidates), or "" when nothing is close.
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
+
 // The message for a failed parse of `app` over argv: the unknown command or flag with the
 // nearest known one ("unknown command 'bnech' (did you mean 'bench'?)"), else CLI11's own
 // message. Ends without a newline.

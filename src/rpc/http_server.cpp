@@ -665,6 +665,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const Monitor* monitor,
   if (getaddrinfo(host.c_str(), port_text.c_str(), &hints, &found) != 0 || !found)
     return errors::Unavailable("cannot serve HTTP on '{}': cannot resolve '{}'", o.listen, host);
   int fd = -1;
+  int bind_errno = 0;  // the reason, for the message when no address could be bound
   for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
     fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) continue;
@@ -672,14 +673,16 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const Monitor* monitor,
     int yes = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+      bind_errno = errno;
       close(fd);
       fd = -1;
     }
   }
   freeaddrinfo(found);
   if (fd < 0)
-    return errors::Unavailable("cannot serve HTTP on '{}' (address in use, or not a local address?)",
-                               o.listen);
+    return errors::Unavailable("cannot serve HTTP on '{}': {}", o.listen,
+                               bind_errno ? std::strerror(bind_errno)
+                                          : "address in use, or not a local address?");
   impl->listen_fd = fd;
   sockaddr_storage bound{};
   socklen_t len = sizeof bound;

@@ -2,7 +2,7 @@
 # ctest install_consumer: `cmake --install` into a temp prefix, then an out-of-tree program built
 # with find_package(tensord) (shared and static) and with pkg-config, each run on the embedded
 # engine and against the installed `tensord serve`; and the installed Python package imported
-# by /usr/bin/python3 from the prefix.
+# by /usr/bin/python3 from the prefix; examples/ built out of the tree against the prefix.
 # usage: run.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 BUILD=$(cd "$1" && pwd)
@@ -71,4 +71,25 @@ for c in (td.Client(), td.connect(sys.argv[2])):
     np.testing.assert_allclose((x * 2).sum(axis=1).numpy(), [6.0, 24.0])
 print("python ok")
 PY
+# 4. The examples build out of the tree against the prefix (public headers only) and still
+# match NumPy.
+cmake -S "$SRC/examples" -B "$TMP/examples-build" -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX" \
+  >"$TMP/examples.log" 2>&1 || { cat "$TMP/examples.log"; exit 1; }
+cmake --build "$TMP/examples-build" >>"$TMP/examples.log" 2>&1 || { cat "$TMP/examples.log"; exit 1; }
+env -u TENSORD_ADDRESS /usr/bin/python3 "$SRC/tests/e2e/test_mlp_example.py" "$TMP/examples-build/mlp"
+# 5. `bench --vs onnxruntime` from the prefix: without the npm package there, the peer says what
+# to install where (not the checkout's `cd bench && npm ci`); with NODE_PATH it finds one.
+ort_peer() {
+  env -u TENSORD_ADDRESS "$@" "$PREFIX/bin/tensord" bench --model "$TMP/add.onnx" -n 2 \
+    --warmup 0 --json --vs onnxruntime | /usr/bin/python3 -c \
+    'import json, sys; p = json.load(sys.stdin)["peers"]["onnxruntime"]; print(p.get("reason", "available"))'
+}
+if command -v node >/dev/null; then
+  WHY=$(ort_peer NODE_PATH=)
+  grep -qF "npm install --prefix $PREFIX/share/tensord onnxruntime-node" <<<"$WHY" || { echo "$WHY"; exit 1; }
+  if [ -d "$SRC/bench/node_modules/onnxruntime-node" ]; then
+    WHY=$(ort_peer NODE_PATH="$SRC/bench/node_modules")
+    [ "$WHY" = available ] || { echo "$WHY"; exit 1; }
+  fi
+fi
 echo "install_consumer: all ok"

@@ -9,6 +9,7 @@
 
 #include "cli/bench_report.h"
 #include "cli/suggest.h"
+#include "cli/units.h"
 #include "core/env.h"
 
 namespace tensord::cli {
@@ -57,6 +58,45 @@ TEST(Suggest, ParseFailureNamesTheNearestCommandAndFlag) {
   EXPECT_NE(message({"bench", "--modle", "x"}).find(
                 "tensord bench: unknown option '--modle' (did you mean '--model'?)"),
             std::string::npos);
+}
+
+TEST(Sizes, BytesAndUnits) {
+  EXPECT_EQ(*parse_size("4096", "x"), 4096);
+  EXPECT_EQ(*parse_size("4GiB", "x"), int64_t{4} << 30);
+  EXPECT_EQ(*parse_size("512 MiB", "x"), int64_t{512} << 20);
+  EXPECT_EQ(*parse_size("1.5gib", "x"), int64_t{3} << 29);
+  EXPECT_EQ(*parse_size("64K", "x"), 65536);
+  EXPECT_EQ(*parse_size("2GB", "x"), 2000000000);
+  EXPECT_EQ(*parse_size("1kB", "x"), 1000);
+  EXPECT_EQ(*parse_size("0", "x"), 0);
+  EXPECT_EQ(*parse_size("9223372036854775807", "x"), INT64_MAX);
+  for (const char* bad : {"", "GiB", "-1", "4 GiX", "1.5", "0.3B", "1.2.3M", "9223372036854775808",
+                          "99999999TiB"}) {
+    auto r = parse_size(bad, "--limit");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(std::string("--limit: '") + bad + "'"), std::string::npos)
+        << r.status().message();
+  }
+}
+
+TEST(Sizes, OptionTakesUnitsAndNamesTheFlag) {
+  CLI::App app;
+  int64_t limit = 0;
+  accept_size(app.add_option("--limit", limit));
+  const char* ok[] = {"t", "--limit", "3MiB"};
+  app.parse(3, ok);
+  EXPECT_EQ(limit, 3 << 20);
+  CLI::App app2;
+  accept_size(app2.add_option("--limit", limit));
+  const char* bad[] = {"t", "--limit", "3 parsecs"};
+  try {
+    app2.parse(3, bad);
+    FAIL() << "accepted 3 parsecs";
+  } catch (const CLI::ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find("--limit"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unknown unit 'parsecs'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Progress, RateAndEta) {

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +11,7 @@
 #include <tuple>
 
 #include "onnx/onnx_import.h"
+#include "tensord/onnx.h"
 
 namespace tensord {
 namespace {
@@ -65,6 +68,23 @@ TEST(OnnxImport, SimpleModel) {
   EXPECT_EQ(r->graph.nodes.size(), 2u);
   ASSERT_EQ(r->graph.initializers.count("w"), 1u);
   EXPECT_EQ(r->graph.initializers.at("w").data<float>()[2], 3.f);
+}
+
+TEST(OnnxImport, LoadOnnxFileNamesTheGraphByItsFileOrFolder) {
+  auto m = base_model();
+  m.mutable_graph()->set_name("torch_jit");
+  add_node(m, "Relu", {"x"}, {"y"}, "relu");
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("tensord_name_test_" + std::to_string(::getpid())) / "resnet18";
+  std::filesystem::create_directories(dir);
+  for (const auto& [file, want] : {std::pair<std::string, std::string>{"model.onnx", "resnet18"},
+                                   {"tiny-mlp.onnx", "tiny-mlp"}}) {
+    std::ofstream(dir / file, std::ios::binary) << m.SerializeAsString();
+    auto g = load_onnx_file((dir / file).string());
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    EXPECT_EQ(g->name, want);
+  }
+  std::filesystem::remove_all(dir.parent_path());
 }
 
 TEST(OnnxImport, CorruptTruncatedAndEmptyFiles) {

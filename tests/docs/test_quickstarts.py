@@ -1,0 +1,60 @@
+"""The README's quickstarts run as written, from a directory outside the repository: the C++
+one (install into $HOME/tensord, build a program against the prefix with pkg-config, run it) and
+the Python one (the package from the build folder). HOME is a fresh temporary folder and the
+working directory another one holding only a `build` link to the build folder, so nothing of the
+checkout is in reach but what the quickstart names. The Node.js quickstart needs the checkout's
+clients/node and a broker; the node_client test covers the same calls.
+
+Usage: test_quickstarts.py BUILD_DIR SOURCE_DIR [cpp|python]...
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def block(readme, heading):
+    """The first ```sh block under `## heading`."""
+    part = readme.split("## " + heading + "\n", 1)[1].split("\n## ", 1)[0]
+    m = re.search(r"```sh\n(.*?)```", part, re.S)
+    assert m, f"no sh block under '## {heading}'"
+    return m.group(1)
+
+
+def run(script, home, cwd):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TENSORD_")}
+    env.update(HOME=home, TENSORD_OPENCL="0")
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def main(build, src, which):
+    build, src = os.path.realpath(build), os.path.realpath(src)
+    with open(os.path.join(src, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    failures = 0
+    with tempfile.TemporaryDirectory(prefix="tensord-quickstart.") as tmp:
+        home, work = os.path.join(tmp, "home"), os.path.join(tmp, "work")
+        os.makedirs(home)
+        os.makedirs(work)
+        os.symlink(build, os.path.join(work, "build"))
+        if "cpp" in which:
+            r = run(block(readme, "Quickstart: C++"), home, work)
+            ok = r.returncode == 0 and r.stdout.split()[-4:] == ["5", "6", "11", "12"]
+            print("C++ quickstart:", "ok" if ok else f"FAILED\n{r.stdout}\n{r.stderr}")
+            failures += not ok
+        if "python" in which:
+            # Its first line sets up and builds: done already by the build this test runs in.
+            script = "\n".join(l for l in block(readme, "Quickstart: Python").splitlines()
+                               if not l.startswith("bash scripts/"))
+            r = run(script, home, work)
+            values = [float(v) for v in re.findall(r"[-\d.]+(?:e[-+]?\d+)?", r.stdout)]
+            ok = r.returncode == 0 and len(values) == 2 and all(abs(v - 2) < 1e-3 for v in values)
+            print("Python quickstart:", "ok" if ok else f"FAILED\n{r.stdout}\n{r.stderr}")
+            failures += not ok
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3:] or ["cpp", "python"]))
