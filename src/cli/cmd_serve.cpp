@@ -97,14 +97,32 @@ Result<std::vector<rpc::RpcServerOptions::Tenant>> read_token_file(const std::st
 // The broker holds a descriptor for every connection (gRPC, HTTP, the region socket), every
 // session's arena and every pending region ticket: the soft limit (often 1,024) is raised to
 // the hard one (capped by fs.nr_open), so that idle sockets cannot leave it unable to open
-// the next one. Logged either way.
-void raise_descriptor_limit() {
+// the next one. Returns the log line's fields, written once the broker serves (a broker that
+// cannot start says only why).
+struct DescriptorLimit {
+  int64_t before = -1, soft = -1, hard = -1;
+  std::string error;
+  void log() const {
+    if (!error.empty())
+      log::warn("descriptor limit not raised",
+                {{"soft", soft}, {"hard", hard}, {"error", error}});
+    else
+      log::info("descriptor limit", {{"soft_before", before}, {"soft", soft}, {"hard", hard}});
+  }
+};
+
+DescriptorLimit raise_descriptor_limit() {
+  DescriptorLimit out;
   rlimit r{};
   if (getrlimit(RLIMIT_NOFILE, &r) != 0) {
-    log::warn("descriptor limit unknown", {{"error", std::strerror(errno)}});
-    return;
+    out.error = std::strerror(errno);
+    return out;
   }
-  const rlim_t before = r.rlim_cur;
+  const auto n = [](rlim_t v) {
+    return v == RLIM_INFINITY ? int64_t{-1} : static_cast<int64_t>(v);
+  };
+  out.before = out.soft = n(r.rlim_cur);
+  out.hard = n(r.rlim_max);
   rlim_t want = r.rlim_max;
   if (want == RLIM_INFINITY) {
     want = 1 << 20;
@@ -117,17 +135,12 @@ void raise_descriptor_limit() {
   if (want > r.rlim_cur) {
     r.rlim_cur = want;
     if (setrlimit(RLIMIT_NOFILE, &r) != 0) {
-      log::warn("descriptor limit not raised", {{"soft", static_cast<int64_t>(before)},
-                                                {"wanted", static_cast<int64_t>(want)},
-                                                {"error", std::strerror(errno)}});
-      return;
+      out.error = std::strerror(errno);
+      return out;
     }
+    out.soft = n(want);
   }
-  log::info("descriptor limit", {{"soft_before", static_cast<int64_t>(before)},
-                                 {"soft", static_cast<int64_t>(r.rlim_cur)},
-                                 {"hard", r.rlim_max == RLIM_INFINITY
-                                              ? int64_t{-1}
-                                              : static_cast<int64_t>(r.rlim_max)}});
+  return out;
 }
 }  // namespace
 
@@ -214,7 +227,7 @@ int cmd_serve(const ServeOptions& options) {
   // From here on the lines are a service's log: with their time (the level and format were
   // set by serve_config.cpp); usage errors above read like any other command's.
   log::set_timestamps(true);
-  raise_descriptor_limit();
+  const DescriptorLimit descriptors = raise_descriptor_limit();
   if (options.cluster) {  // before the engine: rank 0's engine sees the other ranks' devices
     if (options.cluster_timeout_ms <= 0) {
       serve_error("--cluster-timeout-ms must be > 0, got " +
@@ -299,6 +312,7 @@ int cmd_serve(const ServeOptions& options) {
                               : std::to_string(tenants.size()) + " token(s) required")
           << "; " << (tls_cert.empty() ? "no TLS" : tls_ca.empty() ? "TLS" : "mutual TLS");
   log::info(summary.str());
+  descriptors.log();
   if (options.cluster) log::info("cluster: " + cluster::describe());
   if (!tenants.empty() && tls_cert.empty() && !rpc::is_loopback_listen(options.listen))
     log::warn("tokens travel in cleartext on " + options.listen +

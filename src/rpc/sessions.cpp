@@ -50,10 +50,10 @@ Service::Service(std::shared_ptr<Engine> engine, const RpcServerOptions& options
   const int64_t share = names.size() > 1 ? 2 : 1;
   tenant_region_bytes_ = std::max<int64_t>(max_region_bytes_ / share, 1);
   tenant_regions_ = std::max<int64_t>(max_regions_ / share, 1);
-  log::info("shared-memory regions", {{"max_region_bytes", max_region_bytes_},
-                                      {"max_regions", max_regions_},
-                                      {"tenant_region_bytes", tenant_region_bytes_},
-                                      {"tenant_regions", tenant_regions_}});
+  log::debug("shared-memory regions", {{"max_region_bytes", max_region_bytes_},
+                                       {"max_regions", max_regions_},
+                                       {"tenant_region_bytes", tenant_region_bytes_},
+                                       {"tenant_regions", tenant_regions_}});
   reaper_ = std::thread([this] { reap_loop(); });
 }
 

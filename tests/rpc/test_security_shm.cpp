@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -1023,6 +1024,29 @@ TEST(SecurityShmAddressSpace, RegionTicketsAreBoundedPerTenant) {
       << st.error_message();
   std::string t;
   EXPECT_TRUE(b.ticket(TwoTenants::kBob, b.open(TwoTenants::kBob), &t).ok());
+}
+
+// 1,012 idle sockets used to exhaust the default 1,024 descriptors: `tensord serve` raises
+// its soft limit to the hard one at start.
+TEST(SecurityShmAddressSpace, TheBrokerRaisesItsDescriptorLimitToTheHardLimit) {
+  rlimit mine{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &mine), 0);
+  if (mine.rlim_max != RLIM_INFINITY && mine.rlim_max <= 1024)
+    GTEST_SKIP() << "the hard limit is " << mine.rlim_max << ": nothing to raise";
+  rlimit low = mine;
+  low.rlim_cur = 1024;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);  // inherited by the broker
+  auto b = BrokerProcess::start({});
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &mine), 0);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  std::ifstream in("/proc/" + std::to_string((*b)->pid()) + "/limits");
+  std::string line;
+  long long soft = -1, hard = -1;
+  while (std::getline(in, line))
+    if (line.rfind("Max open files", 0) == 0)
+      std::sscanf(line.c_str() + 14, "%lld %lld", &soft, &hard);
+  EXPECT_GT(soft, 1024) << line;
+  if (mine.rlim_max != RLIM_INFINITY) EXPECT_EQ(soft, hard) << line;
 }
 
 // Smaller finding: an offset near 2^63 made the message print a wrapped end
