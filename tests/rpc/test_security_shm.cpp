@@ -1002,6 +1002,59 @@ TEST(SecurityShmAddressSpace, RegionsAreChargedToTheSessionAndTenantLimits) {
   expect_bob_served(b.broker().address());
 }
 
+// A tensor lent a region's bytes (computed on in place) is charged once: by the engine, as the
+// tensor; the region counts only what is not lent.
+TEST(SecurityShmAddressSpace, LentBytesAreChargedOnce) {
+  constexpr int64_t kMiB = 1 << 20;
+  TwoTenants b({"--session-memory-limit", std::to_string(192 * kMiB)});
+  ASSERT_TRUE(b.ok());
+  const std::string s = b.open(TwoTenants::kAlice);
+  TestMemfd m128(128 * kMiB, F_SEAL_SHRINK, "lent"), m32(32 * kMiB, F_SEAL_SHRINK, "more");
+  uint64_t region = 0;
+  ASSERT_TRUE(b.register_fd(TwoTenants::kAlice, s, m128.fd, 128 * kMiB, &region).ok());
+  auto upload = [&](bool lend, uint64_t* handle) {
+    grpc::ClientContext ctx;
+    TwoTenants::prepare(ctx, TwoTenants::kAlice, s);
+    v1::UploadRegionRequest req;
+    req.mutable_header()->set_dtype(1);  // float32
+    req.mutable_header()->add_shape(32 * kMiB);
+    req.mutable_header()->set_total_bytes(128 * kMiB);
+    req.set_region(region);
+    req.set_lend(lend);
+    v1::UploadResponse resp;
+    grpc::Status st = b.stub().UploadRegion(&ctx, req, &resp);
+    *handle = resp.handle();
+    return st;
+  };
+  uint64_t h = 0;
+  grpc::Status st = upload(/*lend=*/true, &h);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  // 128 MiB lent (the tensor) + 32 MiB more of region fit in 192 MiB.
+  uint64_t more = 0;
+  st = b.register_fd(TwoTenants::kAlice, s, m32.fd, 32 * kMiB, &more);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  // Released, the tensor's bytes count as the region's again: 128 + 32 + 64 > 192.
+  {
+    grpc::ClientContext ctx;
+    TwoTenants::prepare(ctx, TwoTenants::kAlice, s);
+    v1::HandleRequest req;
+    req.set_handle(h);
+    v1::ReleaseResponse resp;
+    ASSERT_TRUE(b.stub().Release(&ctx, req, &resp).ok());
+  }
+  TestMemfd m64(64 * kMiB, F_SEAL_SHRINK, "over");
+  // (refused while the tensor lives too, with 32 MiB of region charged; the engine lets it go
+  // asynchronously, after which the region's 128 MiB count again)
+  const std::string again = "167772160 in shared-memory regions";
+  for (int i = 0; i < 100; ++i) {
+    st = b.register_fd(TwoTenants::kAlice, s, m64.fd, 64 * kMiB);
+    ASSERT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+    if (st.error_message().find(again) != std::string::npos) break;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_NE(st.error_message().find(again), std::string::npos) << st.error_message();
+}
+
 // Pending region tickets may hold descriptors: one tenant holds at most 64 of the broker's 256.
 TEST(SecurityShmAddressSpace, RegionTicketsAreBoundedPerTenant) {
   TwoTenants b({});
