@@ -104,8 +104,7 @@ struct DescriptorLimit {
   std::string error;
   void log() const {
     if (!error.empty())
-      log::warn("descriptor limit not raised",
-                {{"soft", soft}, {"hard", hard}, {"error", error}});
+      log::warn("descriptor limit not raised", {{"soft", soft}, {"hard", hard}, {"error", error}});
     else
       log::info("descriptor limit", {{"soft_before", before}, {"soft", soft}, {"hard", hard}});
   }

@@ -417,8 +417,8 @@ Status Service::take_region_budget(const std::string& tenant, int64_t bytes, Reg
         "RegisterRegion: the broker maps at most {} bytes in at most {} shared-memory regions "
         "(tensord serve --max-region-bytes, --max-regions); {} bytes in {} regions are mapped, "
         "{} more bytes do not fit",
-        max_region_bytes_, max_regions_, region_budget_->bytes.load(),
-        region_budget_->count.load(), bytes);
+        max_region_bytes_, max_regions_, region_budget_->bytes.load(), region_budget_->count.load(),
+        bytes);
   region.broker_budget = region_budget_;  // given back by the region from here on
   std::shared_ptr<RegionBudget> mine;
   {
@@ -430,8 +430,8 @@ Status Service::take_region_budget(const std::string& tenant, int64_t bytes, Reg
         "RegisterRegion: a tenant may map at most {} bytes in at most {} shared-memory "
         "regions (half of tensord serve --max-region-bytes {}, --max-regions {}); this "
         "tenant has {} bytes in {} regions mapped, {} more bytes do not fit",
-        tenant_region_bytes_, tenant_regions_, max_region_bytes_, max_regions_,
-        mine->bytes.load(), mine->count.load(), bytes);
+        tenant_region_bytes_, tenant_regions_, max_region_bytes_, max_regions_, mine->bytes.load(),
+        mine->count.load(), bytes);
   region.tenant_budget = std::move(mine);
   return OkStatus();
 }

@@ -30,8 +30,8 @@
 
 #include "broker_process.h"
 #include "rpc/remote_client.h"
-#include "sched_graphs.h"
 #include "rpc/wire.h"
+#include "sched_graphs.h"
 #include "shm_util.h"
 #include "tensord.grpc.pb.h"
 
@@ -659,7 +659,6 @@ TEST_F(SecurityShm, TheArenaIsReadOnlyForItsClientAndHoldsOnlyItsSessionsValues)
   expect_alive();
 }
 
-
 // ------------------------------------------------------------------------------ issue 27
 
 // "VmSize", "VmRSS" of a process, in bytes (-1 when not found).
@@ -680,8 +679,8 @@ class TwoTenants {
     std::string t = (std::filesystem::temp_directory_path() / "tensord-shm.XXXXXX").string();
     dir_ = mkdtemp(t.data()) ? t : "";
     const std::string tokens = dir_ + "/tokens";
-    std::ofstream(tokens, std::ios::binary)
-        << "alice:" << kAlice << "\n" << "bob:" << kBob << "\n";
+    std::ofstream(tokens, std::ios::binary) << "alice:" << kAlice << "\n"
+                                            << "bob:" << kBob << "\n";
     chmod(tokens.c_str(), 0600);
     testing::BrokerOptions o;
     o.args = {"--token-file", tokens};
@@ -761,8 +760,7 @@ class TwoTenants {
     if (region) *region = resp.region();
     return st;
   }
-  grpc::Status unregister(const std::string& token, const std::string& session,
-                          uint64_t region) {
+  grpc::Status unregister(const std::string& token, const std::string& session, uint64_t region) {
     grpc::ClientContext ctx;
     prepare(ctx, token, session);
     v1::RegionRequest req;
@@ -802,9 +800,8 @@ void expect_bob_served(const std::string& address) {
   auto out = (*c)->execute(testing::small_add_graph(), {*ha, *hb}, "");
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   auto sum = (*c)->read(out->at(0));
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                              t0)
-                        .count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(sum.ok()) << sum.status().to_string();
   ASSERT_EQ(static_cast<int64_t>(sum->nbytes()), 16);
   EXPECT_EQ(std::vector<float>(sum->data<float>(), sum->data<float>() + 4),
@@ -882,8 +879,7 @@ TEST(SecurityShmAddressSpace, HugeSealedRegionsAreBoundedAndAnotherTenantIsServe
   ASSERT_EQ(kill(pid, 0), 0) << "the broker died";
 
   // Unregistered, the mappings go; the rest go with the session.
-  for (size_t i = 0; i < 4; ++i)
-    EXPECT_TRUE(b.unregister(TwoTenants::kAlice, s, regions[i]).ok());
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(b.unregister(TwoTenants::kAlice, s, regions[i]).ok());
   {
     TestMemfd m(kPiece, F_SEAL_SHRINK, "again");
     EXPECT_TRUE(b.register_fd(TwoTenants::kAlice, s, m.fd, kPiece).ok());
