@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -103,6 +104,53 @@ Result<std::vector<rpc::RpcServerOptions::Tenant>> read_token_file(const std::st
                   "'" + path + "' holds no token (one a line: NAME:TOKEN or TOKEN)");
   return out;
 }
+// The broker holds a descriptor for every connection (gRPC, HTTP, the region socket), every
+// session's arena and every pending region ticket: the soft limit (often 1,024) is raised to
+// the hard one (capped by fs.nr_open), so that idle sockets cannot leave it unable to open
+// the next one. Returns the log line's fields, written once the broker serves (a broker that
+// cannot start says only why).
+struct DescriptorLimit {
+  int64_t before = -1, soft = -1, hard = -1;
+  std::string error;
+  void log() const {
+    if (!error.empty())
+      log::warn("descriptor limit not raised", {{"soft", soft}, {"hard", hard}, {"error", error}});
+    else
+      log::info("descriptor limit", {{"soft_before", before}, {"soft", soft}, {"hard", hard}});
+  }
+};
+
+DescriptorLimit raise_descriptor_limit() {
+  DescriptorLimit out;
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) {
+    out.error = std::strerror(errno);
+    return out;
+  }
+  const auto n = [](rlim_t v) {
+    return v == RLIM_INFINITY ? int64_t{-1} : static_cast<int64_t>(v);
+  };
+  out.before = out.soft = n(r.rlim_cur);
+  out.hard = n(r.rlim_max);
+  rlim_t want = r.rlim_max;
+  if (want == RLIM_INFINITY) {
+    want = 1 << 20;
+    if (FILE* f = std::fopen("/proc/sys/fs/nr_open", "r")) {
+      unsigned long long v = 0;
+      if (std::fscanf(f, "%llu", &v) == 1 && v > 0) want = static_cast<rlim_t>(v);
+      std::fclose(f);
+    }
+  }
+  if (want > r.rlim_cur) {
+    r.rlim_cur = want;
+    if (setrlimit(RLIMIT_NOFILE, &r) != 0) {
+      out.error = std::strerror(errno);
+      return out;
+    }
+    out.soft = n(want);
+  }
+  return out;
+}
 }  // namespace
 
 int cmd_serve(const ServeOptions& options) {
@@ -156,6 +204,8 @@ int cmd_serve(const ServeOptions& options) {
                          {"--tenant-memory-limit", options.tenant_memory_limit},
                          {"--max-sessions-per-tenant", options.max_sessions_per_tenant},
                          {"--max-calls-per-session", options.max_calls_per_session},
+                         {"--max-region-bytes", options.max_region_bytes},
+                         {"--max-regions", options.max_regions},
                          {"--max-model-bytes", options.max_model_bytes},
                          {"--max-threads", options.max_threads},
                          {"--grpc-memory-bytes", options.grpc_memory_bytes}}) {
@@ -186,6 +236,7 @@ int cmd_serve(const ServeOptions& options) {
   // From here on the lines are a service's log: with their time (the level and format were
   // set by serve_config.cpp); usage errors above read like any other command's.
   log::set_timestamps(true);
+  const DescriptorLimit descriptors = raise_descriptor_limit();
   if (options.cluster) {  // before the engine: rank 0's engine sees the other ranks' devices
     if (options.cluster_timeout_ms <= 0) {
       serve_error("--cluster-timeout-ms must be > 0, got " +
@@ -242,6 +293,8 @@ int cmd_serve(const ServeOptions& options) {
   ro.max_sessions_per_tenant = options.max_sessions_per_tenant;
   ro.shm_arena_bytes = options.shm_arena_bytes;
   ro.max_calls_per_session = options.max_calls_per_session;
+  ro.max_region_bytes = options.max_region_bytes;
+  ro.max_regions = options.max_regions;
   ro.max_model_bytes = options.max_model_bytes;
   ro.max_threads = options.max_threads;
   ro.grpc_memory_bytes = options.grpc_memory_bytes;
@@ -268,6 +321,7 @@ int cmd_serve(const ServeOptions& options) {
                               : std::to_string(tenants.size()) + " token(s) required")
           << "; " << (tls_cert.empty() ? "no TLS" : tls_ca.empty() ? "TLS" : "mutual TLS");
   log::info(summary.str());
+  descriptors.log();
   if (options.cluster) log::info("cluster: " + cluster::describe());
   if (!tenants.empty() && tls_cert.empty() && !rpc::is_loopback_listen(options.listen))
     log::warn("tokens travel in cleartext on " + options.listen +

@@ -26,6 +26,8 @@ struct ServeOptions {
   int64_t max_sessions_per_tenant = 256;
   int64_t shm_arena_bytes = int64_t{1} << 30;  // per session; 0 = no arenas
   int64_t max_calls_per_session = 64;
+  int64_t max_region_bytes = 0;  // mapped shared-memory regions, all sessions; 0 = physical RAM
+  int64_t max_regions = 0;       // their number; 0 = a quarter of vm.max_map_count
   int64_t max_model_bytes = (int64_t{2} << 30) - 1;
   int64_t max_threads = 256;
   int64_t grpc_memory_bytes = int64_t{2} << 30;

@@ -213,6 +213,12 @@ int run_main(int argc, char** argv) {
                     "0: none)"));
   serve->add_option("--max-calls-per-session", serve_opts.max_calls_per_session,
                     "Calls and streams in flight at once per session (default 64)");
+  accept_size(serve->add_option("--max-region-bytes", serve_opts.max_region_bytes,
+                    "Bytes of shared-memory regions mapped at once, all sessions; each region "
+                    "also counts against the memory limits (0: the physical memory, the default)"));
+  serve->add_option("--max-regions", serve_opts.max_regions,
+                    "Shared-memory regions mapped at once, all sessions (0: a quarter of "
+                    "vm.max_map_count, the default)");
   accept_size(serve->add_option("--max-model-bytes", serve_opts.max_model_bytes,
                     "Largest serialized graph LoadModel takes (default 2 GiB - 1)"));
   bool serve_strict_device = false;

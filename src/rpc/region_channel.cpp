@@ -172,6 +172,7 @@ Result<int> receive_region_fd(const std::string& socket_name, std::string_view t
 struct RegionChannel::State {
   struct Ticket {
     uint64_t owner = 0;
+    std::string group;
     Clock::time_point expires;
     int fd = -1;
     bool outgoing = false;  // offer(): fd is the broker's, sent to whoever names the ticket
@@ -355,7 +356,7 @@ Result<std::unique_ptr<RegionChannel>> RegionChannel::open() {
 
 const std::string& RegionChannel::name() const { return state_->name; }
 
-Result<std::string> RegionChannel::issue(uint64_t owner) {
+Result<std::string> RegionChannel::issue(uint64_t owner, const std::string& group) {
   TD_ASSIGN_OR_RETURN(std::string ticket, random_hex(kTicketBytes));
   std::vector<int> dead;
   Status refused;
@@ -363,19 +364,27 @@ Result<std::string> RegionChannel::issue(uint64_t owner) {
     std::lock_guard<std::mutex> lock(state_->mu);
     const auto now = Clock::now();
     state_->sweep_locked(now, dead);
-    size_t mine = 0;
-    for (const auto& [t, v] : state_->tickets) mine += v.owner == owner;
+    size_t mine = 0, ours = 0;
+    for (const auto& [t, v] : state_->tickets) {
+      mine += v.owner == owner;
+      ours += v.group == group;
+    }
     if (mine >= kMaxTicketsPerOwner) {
       refused = errors::ResourceExhausted(
           "RegionTicket: this session already has {} region tickets pending (at most {}; a ticket "
           "is spent by RegisterRegion or expires after {} s)",
           mine, kMaxTicketsPerOwner, kTicketTtl.count());
+    } else if (ours >= kMaxTicketsPerGroup) {
+      refused = errors::ResourceExhausted(
+          "RegionTicket: this tenant's sessions have {} region tickets pending (at most {}; a "
+          "ticket is spent by RegisterRegion or expires after {} s)",
+          ours, kMaxTicketsPerGroup, kTicketTtl.count());
     } else if (state_->tickets.size() >= kMaxTickets) {
       refused = errors::ResourceExhausted(
           "RegionTicket: the broker has {} region tickets pending, its limit; try again in {} s",
           state_->tickets.size(), kTicketTtl.count());
     } else {
-      state_->tickets.emplace(ticket, State::Ticket{owner, now + kTicketTtl, -1});
+      state_->tickets.emplace(ticket, State::Ticket{owner, group, now + kTicketTtl, -1});
     }
   }
   for (int f : dead) close(f);
@@ -383,8 +392,8 @@ Result<std::string> RegionChannel::issue(uint64_t owner) {
   return ticket;
 }
 
-Result<std::string> RegionChannel::offer(uint64_t owner, int fd) {
-  auto ticket = issue(owner);
+Result<std::string> RegionChannel::offer(uint64_t owner, int fd, const std::string& group) {
+  auto ticket = issue(owner, group);
   if (!ticket.ok()) {
     close(fd);
     return ticket.status();

@@ -39,6 +39,9 @@ class RegionChannel {
  public:
   static constexpr std::chrono::seconds kTicketTtl{10};
   static constexpr size_t kMaxTicketsPerOwner = 8;
+  // A ticket may hold a descriptor until it is spent or expires: one group (a tenant) may hold
+  // at most a quarter of them, so that it cannot keep the others from registering regions.
+  static constexpr size_t kMaxTicketsPerGroup = 64;
   static constexpr size_t kMaxTickets = 256;
 
   // Binds "@tensord-fd-<128 random bits>" and starts listening.
@@ -48,8 +51,8 @@ class RegionChannel {
   // The name a client connects to ("@..."), as Handshake advertises it.
   const std::string& name() const;
 
-  // A new one-time ticket for `owner` (a session).
-  Result<std::string> issue(uint64_t owner);
+  // A new one-time ticket for `owner` (a session) of `group` (its tenant).
+  Result<std::string> issue(uint64_t owner, const std::string& group = "");
 
   // The descriptor that arrived with `ticket`, now the caller's to close. The ticket is spent.
   // NOT_FOUND (the same words) for a ticket that is unknown, expired, spent or `owner`'s not.
@@ -58,7 +61,7 @@ class RegionChannel {
   // A one-time ticket for `owner` under which the socket hands `fd` out (the channel owns it
   // now and closes it once sent or expired): whoever sends the ticket's text with no
   // descriptor attached gets "ok" with the descriptor.
-  Result<std::string> offer(uint64_t owner, int fd);
+  Result<std::string> offer(uint64_t owner, int fd, const std::string& group = "");
 
   // Pending tickets (for tests and accounting).
   size_t pending() const;

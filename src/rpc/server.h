@@ -76,6 +76,15 @@ struct RpcServerOptions {
   // 0 = no arenas.
   int64_t shm_arena_bytes = int64_t{1} << 30;
   int64_t shm_arena_min_bytes = int64_t{1} << 20;
+  // Shared-memory regions (RegisterRegion) mapped into the broker at once, all sessions
+  // together: their bytes (0 = the default: the machine's physical memory, at most a quarter of
+  // the 128 TiB address space and half of RLIMIT_AS; no client can fill more shared memory
+  // than the machine has, and the broker keeps the rest of its address space for itself) and
+  // their number (0 = the default: a quarter of vm.max_map_count, one mapping each). With more
+  // than one tenant, one tenant may take at most half of either. Regions also count, by their
+  // mapped size, against session_memory_limit and tenant_memory_limit.
+  int64_t max_region_bytes = 0;
+  int64_t max_regions = 0;
   // Calls in flight at once naming one session (streams included, Attach excluded).
   int64_t max_calls_per_session = 64;
   // The largest serialized graph LoadModel takes (checked on its header, before a byte).

@@ -8,6 +8,7 @@
 #include <grpcpp/security/auth_metadata_processor.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -51,22 +52,63 @@ using Clock = std::chrono::steady_clock;
 // (a lent region: only float dtypes are computed in place, so no kernel reads an index, a size
 // or a shape from client-writable memory; the client spoils only its own results). A region
 // id means something only in the session that registered it (others get NOT_FOUND).
+//
+// Address space. A sealed memfd of 1 TiB costs its owner nothing until written, but mapping it
+// takes 1 TiB of the broker's address space: a few hundred such regions would leave the broker
+// unable to map anything (gRPC's allocator, thread stacks: it dies). So mapped regions are
+// bounded broker-wide, in bytes and in number (RegionBudget: RpcServerOptions::max_region_bytes,
+// max_regions; one tenant at most half of either when there are several), and count by their
+// mapped size against the session's and the tenant's memory limits (less the bytes lent to
+// tensors, which the engine counts already).
+struct RegionBudget {
+  std::atomic<int64_t> bytes{0};
+  std::atomic<int64_t> count{0};
+  // Takes one region of `n` bytes when it fits under both limits (each > 0).
+  bool take(int64_t n, int64_t max_bytes, int64_t max_count) {
+    if (count.fetch_add(1) + 1 > max_count) {
+      count.fetch_sub(1);
+      return false;
+    }
+    if (bytes.fetch_add(n) + n > max_bytes) {
+      bytes.fetch_sub(n);
+      count.fetch_sub(1);
+      return false;
+    }
+    return true;
+  }
+  void give_back(int64_t n) {
+    bytes.fetch_sub(n);
+    count.fetch_sub(1);
+  }
+};
+
 struct Region {
   unsigned char* base = nullptr;
   int64_t size = 0;
   std::string name;  // the memfd's name (the client's choice), for messages to its session
-  // Tensors computing on the region's bytes where they are (UploadRegionRequest.lend).
+  // Tensors computing on the region's bytes where they are (UploadRegionRequest.lend), and
+  // their bytes (counted by the engine: not charged again as the region's).
   std::atomic<int64_t> lent{0};
+  std::atomic<int64_t> lent_bytes{0};
+  // The budgets the mapping was taken from (the broker's, the tenant's), given back once it
+  // is unmapped: when the last transfer or lent tensor over the region has gone.
+  std::shared_ptr<RegionBudget> broker_budget, tenant_budget;
   ~Region() {
     if (base) munmap(base, static_cast<size_t>(size));
+    if (broker_budget) broker_budget->give_back(size);
+    if (tenant_budget) tenant_budget->give_back(size);
   }
+  // What the region costs its session's and tenant's memory limits: its mapped size, less
+  // the bytes lent tensors hold (charged to the session by the engine).
+  int64_t charged() const { return std::max<int64_t>(0, size - lent_bytes.load()); }
   // The bytes [offset, offset + n) of the region, or why not. The file is sealed against
-  // shrinking: the whole mapping stays backed, so the bounds are all there is to check.
+  // shrinking: the whole mapping stays backed, so the bounds are all there is to check. (The
+  // message names the start and the length: their sum may not fit in 64 bits.)
   Result<unsigned char*> span(int64_t offset, int64_t n, const char* what) const {
     if (offset < 0 || n < 0 || offset > size || n > size - offset)
       return errors::OutOfRange(
-          "{}: bytes [{}, {}) are outside shared-memory region '{}' of {} bytes", what, offset,
-          offset + n, name, size);
+          "{}: {} bytes at offset {} are outside shared-memory region '{}' of {} bytes", what, n,
+          offset, name, size);
     return base + offset;
   }
 };
@@ -91,6 +133,12 @@ struct SessionState {
   int in_flight = 0;
   std::unordered_map<uint64_t, std::shared_ptr<Region>> regions;
   uint64_t next_region = 1;
+  // Bytes of its regions charged to its memory limits (Region::charged).
+  int64_t region_bytes() const {
+    int64_t n = 0;
+    for (const auto& [id, r] : regions) n += r->charged();
+    return n;
+  }
   std::shared_ptr<ShmArena> arena;  // OpenArena: where its large cpu values live
   std::unordered_map<uint64_t, std::shared_ptr<PendingUpload>> uploads;
   uint64_t next_upload = 1;
@@ -194,6 +242,10 @@ constexpr int kMaxRegionsPerSession = 256;
 // in fresh pages (which costs more than the copy itself); the session sweeper unmaps blocks
 // idle for a while.
 std::shared_ptr<unsigned char> host_block(size_t bytes);
+
+// The defaults of RpcServerOptions::max_region_bytes and max_regions on this machine.
+int64_t default_max_region_bytes();
+int64_t default_max_regions();
 
 class Service;
 
@@ -394,7 +446,12 @@ class Service final
                                 const v1::ReadRegionRequest& req, v1::ReadRegionResponse* resp);
   bool read_from_arena(grpc::ServerContext* ctx, const Guard& g, const v1::ReadRegionRequest& req,
                        v1::ReadRegionResponse* resp, grpc::Status* out);
-  Result<std::shared_ptr<Region>> open_region(int fd, int64_t bytes);
+  Result<std::shared_ptr<Region>> open_region(int fd, int64_t bytes, const std::string& tenant);
+  // Takes a region of `bytes` from the broker's budget and the tenant's share of it (the
+  // region gives them back when it goes), or RESOURCE_EXHAUSTED naming the limit.
+  Status take_region_budget(const std::string& tenant, int64_t bytes, Region& region);
+  // The tenant's share of the region budget (created on first use). Caller holds mu_.
+  std::shared_ptr<RegionBudget> tenant_region_budget_locked(const std::string& tenant);
 
   std::shared_ptr<Engine> engine_;
   RpcServerOptions options_;
@@ -413,6 +470,13 @@ class Service final
   }();
 
   std::atomic<const Monitor*> monitor_{nullptr};
+
+  // Mapped shared-memory regions: the broker's budget, each tenant's (under mu_), and their
+  // limits (RpcServerOptions::max_region_bytes, max_regions, resolved to their defaults).
+  const std::shared_ptr<RegionBudget> region_budget_ = std::make_shared<RegionBudget>();
+  std::unordered_map<std::string, std::shared_ptr<RegionBudget>> tenant_region_budgets_;
+  int64_t max_region_bytes_ = 0, max_regions_ = 0;
+  int64_t tenant_region_bytes_ = 0, tenant_regions_ = 0;  // one tenant's share
 
   std::recursive_mutex attach_mu_;
   std::set<AttachReactor*> attached_;

@@ -44,6 +44,20 @@ Service::Service(std::shared_ptr<Engine> engine, const RpcServerOptions& options
       options_(options),
       tenants_(std::move(tenants)),
       auth_in_filter_(auth_in_filter) {
+  max_region_bytes_ =
+      options_.max_region_bytes > 0 ? options_.max_region_bytes : default_max_region_bytes();
+  max_regions_ = options_.max_regions > 0 ? options_.max_regions : default_max_regions();
+  std::set<std::string> names;
+  if (!options_.token.empty()) names.insert("default");
+  for (const auto& t : options_.tenants) names.insert(t.name);
+  // Several tenants: none may take more than half of the broker's regions.
+  const int64_t share = names.size() > 1 ? 2 : 1;
+  tenant_region_bytes_ = std::max<int64_t>(max_region_bytes_ / share, 1);
+  tenant_regions_ = std::max<int64_t>(max_regions_ / share, 1);
+  log::debug("shared-memory regions", {{"max_region_bytes", max_region_bytes_},
+                                       {"max_regions", max_regions_},
+                                       {"tenant_region_bytes", tenant_region_bytes_},
+                                       {"tenant_regions", tenant_regions_}});
   reaper_ = std::thread([this] { reap_loop(); });
 }
 
@@ -373,25 +387,32 @@ Status Service::Guard::charge(int64_t bytes, const char* what) const {
   std::lock_guard<std::mutex> lock(service_->mu_);
   SessionState* s = state_locked();
   if (!s) return errors::NotFound("the session ended during {}", what);
+  // Shared-memory regions count by their mapped size (Region::charged).
   if (memory_limit_ > 0) {
-    const int64_t held = service_->engine_->session_bytes(engine_session_) + s->pending_bytes;
+    const int64_t regions = s->region_bytes();
+    const int64_t held =
+        service_->engine_->session_bytes(engine_session_) + s->pending_bytes + regions;
     if (bytes > memory_limit_ - held)
       return errors::ResourceExhausted(
           "session memory limit exceeded: {} of {} bytes would bring the session to {} "
-          "bytes, {} of them still arriving (limit {})",
-          what, bytes, held + bytes, s->pending_bytes + bytes, memory_limit_);
+          "bytes, {} of them still arriving, {} in shared-memory regions (limit {})",
+          what, bytes, held + bytes, s->pending_bytes + bytes, regions, memory_limit_);
   }
   const int64_t tenant_limit = service_->options_.tenant_memory_limit;
   if (tenant_limit > 0 && !s->tenant.empty()) {
-    int64_t pending = 0;  // all of the tenant's sessions
-    for (const auto& [id, other] : service_->sessions_)
-      if (other.tenant == s->tenant) pending += other.pending_bytes;
-    const int64_t held = service_->engine_->tenant_bytes(s->tenant) + pending;
+    int64_t pending = 0, regions = 0;  // all of the tenant's sessions
+    for (const auto& [id, other] : service_->sessions_) {
+      if (other.tenant != s->tenant) continue;
+      pending += other.pending_bytes;
+      regions += other.region_bytes();
+    }
+    const int64_t held = service_->engine_->tenant_bytes(s->tenant) + pending + regions;
     if (bytes > tenant_limit - held)
       return errors::ResourceExhausted(
           "tenant memory limit exceeded: {} of {} bytes would bring the tenant's sessions to "
-          "{} bytes, {} of them still arriving (tensord serve --tenant-memory-limit {})",
-          what, bytes, held + bytes, pending + bytes, tenant_limit);
+          "{} bytes, {} of them still arriving, {} in shared-memory regions (tensord serve "
+          "--tenant-memory-limit {})",
+          what, bytes, held + bytes, pending + bytes, regions, tenant_limit);
   }
   s->pending_bytes += bytes;
   return OkStatus();

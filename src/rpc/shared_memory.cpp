@@ -5,12 +5,14 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace tensord::rpc::server_impl {
@@ -30,7 +32,12 @@ grpc::Status Service::RegionTicket(grpc::ServerContext* ctx, const v1::RegionTic
   if (!g.ok()) return fail(ctx, g.status());
   if (!region_channel_)
     return fail(ctx, errors::Unimplemented("this broker offers no shared memory"));
-  auto ticket = region_channel_->issue(g.engine_session());
+  std::string tenant;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (SessionState* s = g.state_locked()) tenant = s->tenant;
+  }
+  auto ticket = region_channel_->issue(g.engine_session(), tenant);
   if (!ticket.ok()) return fail(ctx, ticket.status());
   resp->set_ticket(*ticket);
   resp->set_ttl_ms(std::chrono::milliseconds(RegionChannel::kTicketTtl).count());
@@ -56,17 +63,48 @@ grpc::Status Service::RegisterRegion(grpc::ServerContext* ctx, const v1::Registe
                          "RegisterRegion: region size {} is not in (0, 1 TiB]", req->bytes()));
   auto fd = region_channel_->redeem(g.engine_session(), req->ticket());
   if (!fd.ok()) return fail(ctx, fd.status());
-  auto region = open_region(*fd, req->bytes());
-  close(*fd);  // mapped (or refused): the mapping does not need the descriptor
+  struct CloseFd {
+    int fd;
+    ~CloseFd() { close(fd); }  // mapped (or refused): the mapping does not need it
+  } close_fd{*fd};
+  const int64_t bytes = req->bytes();
+  // Every limit before the mapping: the session's region count, its memory limit and its
+  // tenant's (the region charged as bytes arriving until it is mapped), the broker's budget
+  // of mapped bytes and regions and the tenant's share of it.
+  std::string tenant;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SessionState* s = g.state_locked();
+    if (!s) return fail(ctx, errors::NotFound("the session ended during RegisterRegion"));
+    if (s->regions.size() >= kMaxRegionsPerSession)
+      return fail(ctx, errors::ResourceExhausted(
+                           "RegisterRegion: a session may register at most {} shared-memory "
+                           "regions; unregister some first",
+                           kMaxRegionsPerSession));
+    tenant = s->tenant;
+  }
+  if (Status c = g.charge(bytes, "registering a shared-memory region"); !c.ok())
+    return fail(ctx, c);
+  struct Uncharge {
+    const Guard& g;
+    int64_t n;
+    ~Uncharge() { g.uncharge(n); }
+  } uncharge{g, bytes};
+  auto region = open_region(*fd, bytes, tenant);
   if (!region.ok()) return fail(ctx, region.status());
   std::lock_guard<std::mutex> lock(mu_);
   SessionState* s = g.state_locked();
   if (!s) return fail(ctx, errors::NotFound("the session ended during RegisterRegion"));
   if (s->regions.size() >= kMaxRegionsPerSession)
-    return fail(
-        ctx, errors::ResourceExhausted("a session may register at most {} shared-memory regions",
-                                       kMaxRegionsPerSession));
+    return fail(ctx, errors::ResourceExhausted(
+                         "RegisterRegion: a session may register at most {} shared-memory "
+                         "regions; unregister some first",
+                         kMaxRegionsPerSession));
   const uint64_t id = s->next_region++;
+  // Charged as a region from here on (Uncharge takes it off the bytes arriving; the lock is
+  // held throughout, so nothing sees it counted twice or not at all).
+  s->pending_bytes -= bytes;
+  uncharge.n = 0;
   s->regions.emplace(id, std::move(region).value());
   resp->set_region(id);
   return grpc::Status::OK;
@@ -105,11 +143,17 @@ grpc::Status Service::UploadRegion(grpc::ServerContext* ctx, const v1::UploadReg
     // are); the region counts as in use until the last tensor over it goes.
     struct Pin {
       std::shared_ptr<Region> region;
-      ~Pin() { region->lent.fetch_sub(1); }
+      int64_t bytes = 0;
+      ~Pin() {
+        region->lent_bytes.fetch_sub(bytes);
+        region->lent.fetch_sub(1);
+      }
     };
     (*region)->lent.fetch_add(1);
+    (*region)->lent_bytes.fetch_add(*size);  // the engine charges them to the session now
     auto pin = std::make_shared<Pin>();
     pin->region = *region;
+    pin->bytes = *size;
     TensorView view{dtype, Shape(h.shape().begin(), h.shape().end()), *ptr};
     auto handle = engine_->upload_external(g.engine_session(), view, h.device(), std::move(pin));
     if (!handle.ok()) return fail(ctx, handle.status());
@@ -161,9 +205,14 @@ grpc::Status Service::OpenArena(grpc::ServerContext* ctx, const v1::OpenArenaReq
     }
     arena = s->arena;
   }
+  std::string tenant;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (SessionState* s = g.state_locked()) tenant = s->tenant;
+  }
   auto fd = arena->client_fd();
   if (!fd.ok()) return fail(ctx, fd.status());
-  auto ticket = region_channel_->offer(g.engine_session(), *fd);  // owns fd now
+  auto ticket = region_channel_->offer(g.engine_session(), *fd, tenant);  // owns fd now
   if (!ticket.ok()) return fail(ctx, ticket.status());
   resp->set_ticket(*ticket);
   resp->set_bytes(static_cast<int64_t>(arena->size()));
@@ -332,9 +381,66 @@ Result<std::shared_ptr<Region>> Service::find_region(const Guard& g, uint64_t id
       "shared-memory region {} is not registered in this session (RegisterRegion first)", id);
 }
 
+int64_t default_max_region_bytes() {
+  // Regions are the clients' shared memory: together they can hold no more than the machine
+  // has, so a real workload never needs more mapped than the physical memory.
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  int64_t n = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{64} << 30;
+  n = std::min(n, int64_t{32} << 40);  // a quarter of x86-64's 128 TiB of user address space
+  rlimit as{};
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
+    n = std::min(n, static_cast<int64_t>(as.rlim_cur / 2));
+  return std::max<int64_t>(n, 1);
+}
+
+int64_t default_max_regions() {
+  // One mapping each: a quarter of the process's mappings (vm.max_map_count, 65530 by
+  // default), the rest left for the allocator, thread stacks and the arenas.
+  int64_t maps = 65530;
+  if (FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
+    long long v = 0;
+    if (std::fscanf(f, "%lld", &v) == 1 && v > 0) maps = v;
+    std::fclose(f);
+  }
+  return std::max<int64_t>(maps / 4, 1);
+}
+
+std::shared_ptr<RegionBudget> Service::tenant_region_budget_locked(const std::string& tenant) {
+  auto& b = tenant_region_budgets_[tenant];
+  if (!b) b = std::make_shared<RegionBudget>();
+  return b;
+}
+
+Status Service::take_region_budget(const std::string& tenant, int64_t bytes, Region& region) {
+  if (!region_budget_->take(bytes, max_region_bytes_, max_regions_))
+    return errors::ResourceExhausted(
+        "RegisterRegion: the broker maps at most {} bytes in at most {} shared-memory regions "
+        "(tensord serve --max-region-bytes, --max-regions); {} bytes in {} regions are mapped, "
+        "{} more bytes do not fit",
+        max_region_bytes_, max_regions_, region_budget_->bytes.load(), region_budget_->count.load(),
+        bytes);
+  region.broker_budget = region_budget_;  // given back by the region from here on
+  std::shared_ptr<RegionBudget> mine;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    mine = tenant_region_budget_locked(tenant);
+  }
+  if (!mine->take(bytes, tenant_region_bytes_, tenant_regions_))
+    return errors::ResourceExhausted(
+        "RegisterRegion: a tenant may map at most {} bytes in at most {} shared-memory "
+        "regions (half of tensord serve --max-region-bytes {}, --max-regions {}); this "
+        "tenant has {} bytes in {} regions mapped, {} more bytes do not fit",
+        tenant_region_bytes_, tenant_regions_, max_region_bytes_, max_regions_, mine->bytes.load(),
+        mine->count.load(), bytes);
+  region.tenant_budget = std::move(mine);
+  return OkStatus();
+}
+
 // Maps a client's region from the descriptor it passed (see Region): a memfd on tmpfs,
-// sealed against shrinking, at least `bytes` long. The caller keeps the descriptor.
-Result<std::shared_ptr<Region>> Service::open_region(int fd, int64_t bytes) {
+// sealed against shrinking, at least `bytes` long, within the broker's budget of mapped
+// regions and the tenant's share of it. The caller keeps the descriptor.
+Result<std::shared_ptr<Region>> Service::open_region(int fd, int64_t bytes,
+                                                     const std::string& tenant) {
   auto r = std::make_shared<Region>();
   {
     char link[320] = {};
@@ -370,6 +476,8 @@ Result<std::shared_ptr<Region>> Service::open_region(int fd, int64_t bytes) {
     return errors::InvalidArgument(
         "RegisterRegion: region '{}' is {} bytes, smaller than the {} bytes declared", r->name,
         static_cast<int64_t>(st.st_size), bytes);
+  r->size = bytes;  // what the budgets get back, mapped or not
+  TD_RETURN_IF_ERROR(take_region_budget(tenant, bytes, *r));
   void* base =
       mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED)

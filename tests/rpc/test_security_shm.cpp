@@ -11,14 +11,19 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -26,6 +31,7 @@
 #include "broker_process.h"
 #include "rpc/remote_client.h"
 #include "rpc/wire.h"
+#include "sched_graphs.h"
 #include "shm_util.h"
 #include "tensord.grpc.pb.h"
 
@@ -650,6 +656,471 @@ TEST_F(SecurityShm, TheArenaIsReadOnlyForItsClientAndHoldsOnlyItsSessionsValues)
   munmap(m, static_cast<size_t>(bytes));
   close(fd);
   close(fd_b);
+  expect_alive();
+}
+
+// ------------------------------------------------------------------------------ issue 27
+
+// "VmSize", "VmRSS" of a process, in bytes (-1 when not found).
+int64_t proc_status_bytes(pid_t pid, const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + ":", 0) == 0) return std::atoll(line.c_str() + key.size() + 1) * 1024;
+  return -1;
+}
+
+// A broker with two tenants (a token file of mode 600 in a fresh folder) and `args`.
+class TwoTenants {
+ public:
+  static constexpr const char* kAlice = "alice-token-0123";
+  static constexpr const char* kBob = "bob-token-4567";
+  explicit TwoTenants(std::vector<std::string> args) {
+    std::string t = (std::filesystem::temp_directory_path() / "tensord-shm.XXXXXX").string();
+    dir_ = mkdtemp(t.data()) ? t : "";
+    const std::string tokens = dir_ + "/tokens";
+    std::ofstream(tokens, std::ios::binary) << "alice:" << kAlice << "\n"
+                                            << "bob:" << kBob << "\n";
+    chmod(tokens.c_str(), 0600);
+    testing::BrokerOptions o;
+    o.args = {"--token-file", tokens};
+    o.args.insert(o.args.end(), args.begin(), args.end());
+    o.cpu_devices = 1;
+    auto b = BrokerProcess::start(o);
+    EXPECT_TRUE(b.ok()) << b.status().to_string();
+    if (!b.ok()) return;
+    broker_ = std::move(b).value();
+    grpc::ChannelArguments ca;
+    ca.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+    stub_ = v1::Tensord::NewStub(
+        grpc::CreateCustomChannel(broker_->address(), grpc::InsecureChannelCredentials(), ca));
+    grpc::ClientContext ctx;
+    prepare(ctx, kAlice);
+    v1::HandshakeRequest req;
+    v1::HandshakeResponse resp;
+    grpc::Status st = stub_->Handshake(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    socket_ = resp.region_socket();
+  }
+  ~TwoTenants() {
+    broker_.reset();
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+  bool ok() const { return broker_ != nullptr && !socket_.empty(); }
+  BrokerProcess& broker() { return *broker_; }
+  v1::Tensord::Stub& stub() { return *stub_; }
+
+  static void prepare(grpc::ClientContext& ctx, const std::string& token,
+                      const std::string& session = "") {
+    testing::prepare_call(ctx, session);
+    ctx.AddMetadata(rpc::kAuthKey, std::string("Bearer ") + token);
+  }
+  std::string open(const std::string& token) {
+    grpc::ClientContext ctx;
+    prepare(ctx, token);
+    v1::OpenSessionRequest req;
+    v1::OpenSessionResponse resp;
+    grpc::Status st = stub_->OpenSession(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp.session_id();
+  }
+  void close_session(const std::string& token, const std::string& session) {
+    grpc::ClientContext ctx;
+    prepare(ctx, token, session);
+    v1::CloseSessionRequest req;
+    v1::CloseSessionResponse resp;
+    grpc::Status st = stub_->CloseSession(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+  }
+  grpc::Status ticket(const std::string& token, const std::string& session, std::string* t) {
+    grpc::ClientContext ctx;
+    prepare(ctx, token, session);
+    v1::RegionTicketRequest req;
+    v1::RegionTicketResponse resp;
+    grpc::Status st = stub_->RegionTicket(&ctx, req, &resp);
+    *t = resp.ticket();
+    return st;
+  }
+  // The whole registration of `fd` as a region of `bytes` in `session`.
+  grpc::Status register_fd(const std::string& token, const std::string& session, int fd,
+                           int64_t bytes, uint64_t* region = nullptr) {
+    std::string t;
+    grpc::Status st = ticket(token, session, &t);
+    if (!st.ok()) return st;
+    Status sent = rpc::send_region_fd(socket_, t, fd, std::chrono::seconds(5));
+    if (!sent.ok()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, sent.message());
+    grpc::ClientContext ctx;
+    prepare(ctx, token, session);
+    v1::RegisterRegionRequest req;
+    req.set_ticket(t);
+    req.set_bytes(bytes);
+    v1::RegisterRegionResponse resp;
+    st = stub_->RegisterRegion(&ctx, req, &resp);
+    if (region) *region = resp.region();
+    return st;
+  }
+  grpc::Status unregister(const std::string& token, const std::string& session, uint64_t region) {
+    grpc::ClientContext ctx;
+    prepare(ctx, token, session);
+    v1::RegionRequest req;
+    req.set_region(region);
+    v1::UnregisterRegionResponse resp;
+    return stub_->UnregisterRegion(&ctx, req, &resp);
+  }
+
+ private:
+  std::string dir_;
+  std::unique_ptr<BrokerProcess> broker_;
+  std::unique_ptr<v1::Tensord::Stub> stub_;
+  std::string socket_;
+};
+
+// Bob, a normal client (shared memory, as on this host): uploads 64 MiB and checks a few of
+// its values, then a small op answers within a second.
+void expect_bob_served(const std::string& address) {
+  rpc::RemoteClientOptions o;
+  o.token = TwoTenants::kBob;
+  auto c = rpc::RemoteClient::connect(address, o);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  std::vector<float> big(16 << 20);  // 64 MiB
+  for (size_t i = 0; i < big.size(); i += 4096) big[i] = static_cast<float>(i);
+  HostTensor t = HostTensor::from_vector(big, {static_cast<int64_t>(big.size())});
+  auto h = (*c)->upload(t.view(), "");
+  ASSERT_TRUE(h.ok()) << "bob's 64 MiB upload: " << h.status().to_string();
+  EXPECT_EQ((*c)->transport(), "shm");  // his regions are still mapped
+  auto info = (*c)->info(*h);
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  const auto t0 = std::chrono::steady_clock::now();
+  HostTensor a = HostTensor::from_vector<float>({1, 2, 3, 4}, {4});
+  HostTensor b = HostTensor::from_vector<float>({10, 20, 30, 40}, {4});
+  auto ha = (*c)->upload(a.view(), "");
+  auto hb = (*c)->upload(b.view(), "");
+  ASSERT_TRUE(ha.ok() && hb.ok());
+  auto out = (*c)->execute(testing::small_add_graph(), {*ha, *hb}, "");
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  auto sum = (*c)->read(out->at(0));
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(sum.ok()) << sum.status().to_string();
+  ASSERT_EQ(static_cast<int64_t>(sum->nbytes()), 16);
+  EXPECT_EQ(std::vector<float>(sum->data<float>(), sum->data<float>() + 4),
+            (std::vector<float>{11, 22, 33, 44}));
+  EXPECT_LT(ms, 1000.0) << "bob's small op took " << ms << " ms";
+  auto back = (*c)->read(*h);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(std::memcmp(back->data(), t.data(), t.nbytes()), 0);
+}
+
+// Finding 1: sealed memfds of a TiB each cost their owner nothing, but each took a TiB of the
+// broker's address space: ~126 left it unable to map anything (another tenant's upload
+// failed, then the broker died). Mapped regions are now bounded broker-wide (and one tenant
+// takes at most half); refused with RESOURCE_EXHAUSTED naming the limit and the values.
+TEST(SecurityShmAddressSpace, HugeSealedRegionsAreBoundedAndAnotherTenantIsServed) {
+  constexpr int64_t kCap = int64_t{64} << 30;  // --max-region-bytes: alice may map 32 GiB
+  TwoTenants b({"--max-region-bytes", std::to_string(kCap)});
+  ASSERT_TRUE(b.ok());
+  const pid_t pid = b.broker().pid();
+  const int64_t vm0 = proc_status_bytes(pid, "VmSize"), rss0 = proc_status_bytes(pid, "VmRSS");
+  ASSERT_GT(vm0, 0);
+  const std::string s = b.open(TwoTenants::kAlice);
+
+  // One TiB at once: more than the broker maps in all.
+  {
+    TestMemfd tib(int64_t{1} << 40, F_SEAL_SHRINK | F_SEAL_GROW, "tib");
+    grpc::Status st = b.register_fd(TwoTenants::kAlice, s, tib.fd, int64_t{1} << 40);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+    EXPECT_NE(st.error_message().find("the broker maps at most 68719476736 bytes"),
+              std::string::npos)
+        << st.error_message();
+    EXPECT_NE(st.error_message().find("--max-region-bytes"), std::string::npos)
+        << st.error_message();
+    EXPECT_NE(st.error_message().find("1099511627776 more bytes do not fit"), std::string::npos)
+        << st.error_message();
+  }
+  // 4 GiB at a time, until refused: 8 fit in her share.
+  constexpr int64_t kPiece = int64_t{4} << 30;
+  std::vector<std::unique_ptr<TestMemfd>> fds;
+  std::vector<uint64_t> regions;
+  grpc::Status refused;
+  for (int i = 0; i < 300; ++i) {
+    fds.push_back(std::make_unique<TestMemfd>(kPiece, F_SEAL_SHRINK | F_SEAL_GROW, "huge"));
+    uint64_t r = 0;
+    refused = b.register_fd(TwoTenants::kAlice, s, fds.back()->fd, kPiece, &r);
+    if (!refused.ok()) break;
+    regions.push_back(r);
+  }
+  EXPECT_EQ(regions.size(), 8u);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("a tenant may map at most 34359738368 bytes"),
+            std::string::npos)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("--max-region-bytes 68719476736"), std::string::npos)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("this tenant has 34359738368 bytes in 8 regions mapped"),
+            std::string::npos)
+      << refused.error_message();
+  // Another session of hers does not get more.
+  {
+    const std::string s2 = b.open(TwoTenants::kAlice);
+    TestMemfd m(kPiece, F_SEAL_SHRINK, "huge");
+    grpc::Status st = b.register_fd(TwoTenants::kAlice, s2, m.fd, kPiece);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  }
+  const int64_t vm_attack = proc_status_bytes(pid, "VmSize");
+  // Bounded: her 32 GiB and the broker's own growth (threads), nowhere near the address space.
+  EXPECT_LT(vm_attack, vm0 + kCap / 2 + (int64_t{4} << 30))
+      << "VmSize " << vm0 << " -> " << vm_attack;
+  std::printf("broker VmSize: %.1f GiB at start, %.1f GiB with alice's regions mapped\n",
+              vm0 / 1073741824.0, vm_attack / 1073741824.0);
+
+  // Bob is served: his own regions (shared memory), a 64 MiB upload, a small op in a second.
+  expect_bob_served(b.broker().address());
+  ASSERT_EQ(kill(pid, 0), 0) << "the broker died";
+
+  // Unregistered, the mappings go; the rest go with the session.
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(b.unregister(TwoTenants::kAlice, s, regions[i]).ok());
+  {
+    TestMemfd m(kPiece, F_SEAL_SHRINK, "again");
+    EXPECT_TRUE(b.register_fd(TwoTenants::kAlice, s, m.fd, kPiece).ok());
+  }
+  b.close_session(TwoTenants::kAlice, s);
+  const int64_t vm_after = proc_status_bytes(pid, "VmSize");
+  const int64_t rss_after = proc_status_bytes(pid, "VmRSS");
+  std::printf("broker VmSize %.1f GiB after the session closed; VmRSS %.0f -> %.0f MiB\n",
+              vm_after / 1073741824.0, rss0 / 1048576.0, rss_after / 1048576.0);
+  EXPECT_LT(vm_after, vm_attack - kCap / 2 + (int64_t{4} << 30));
+  EXPECT_LT(vm_after, vm0 + (int64_t{4} << 30));
+  // The regions were never touched by the broker; bob's 64 MiB may stay pooled for a while.
+  EXPECT_LT(rss_after, rss0 + rss0 / 10 + (int64_t{160} << 20));
+  // Alice can map again, the full share.
+  const std::string s3 = b.open(TwoTenants::kAlice);
+  TestMemfd m(kCap / 2, F_SEAL_SHRINK, "whole-share");
+  grpc::Status st = b.register_fd(TwoTenants::kAlice, s3, m.fd, kCap / 2);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+}
+
+// The default budget (the machine's physical memory): regions of a TiB are refused long before
+// the address space runs out, naming the flag.
+TEST_F(SecurityShm, TebibyteRegionsAreRefusedUnderTheDefaultBudget) {
+  const std::string s = open_session();
+  const int64_t vm0 = proc_status_bytes(broker_->pid(), "VmSize");
+  const int64_t ram =
+      static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  std::vector<std::unique_ptr<TestMemfd>> fds;
+  std::vector<uint64_t> regions;
+  grpc::Status refused;
+  for (int i = 0; i < 130; ++i) {
+    fds.push_back(std::make_unique<TestMemfd>(int64_t{1} << 40, F_SEAL_SHRINK, "tib"));
+    uint64_t r = 0;
+    refused = testing::register_fd(*stub_, s, socket_, fds.back()->fd, int64_t{1} << 40, &r);
+    if (!refused.ok()) break;
+    regions.push_back(r);
+  }
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("--max-region-bytes"), std::string::npos)
+      << refused.error_message();
+  EXPECT_LE(static_cast<int64_t>(regions.size()), ram / (int64_t{1} << 40));
+  const int64_t vm = proc_status_bytes(broker_->pid(), "VmSize");
+  std::printf("broker VmSize %.2f GiB before, %.2f GiB after %zu TiB regions were accepted\n",
+              vm0 / 1073741824.0, vm / 1073741824.0, regions.size());
+  EXPECT_LT(vm, vm0 + ram + (int64_t{4} << 30));
+  for (uint64_t r : regions) {
+    grpc::ClientContext ctx;
+    testing::prepare_call(ctx, s);
+    v1::RegionRequest req;
+    req.set_region(r);
+    v1::UnregisterRegionResponse resp;
+    EXPECT_TRUE(stub_->UnregisterRegion(&ctx, req, &resp).ok());
+  }
+  expect_alive();
+}
+
+// Regions count by their mapped size against the session's and the tenant's memory limits,
+// and stop counting once unregistered or their session closed.
+TEST(SecurityShmAddressSpace, RegionsAreChargedToTheSessionAndTenantLimits) {
+  constexpr int64_t kMiB = 1 << 20;
+  TwoTenants b({"--session-memory-limit", std::to_string(192 * kMiB), "--tenant-memory-limit",
+                std::to_string(256 * kMiB)});
+  ASSERT_TRUE(b.ok());
+  const std::string s1 = b.open(TwoTenants::kAlice);
+  const std::string s2 = b.open(TwoTenants::kAlice);
+  TestMemfd m128(128 * kMiB, F_SEAL_SHRINK, "r128"), m64(64 * kMiB, F_SEAL_SHRINK, "r64"),
+      m4k(4096, F_SEAL_SHRINK, "r4k");
+  uint64_t r1 = 0;
+  ASSERT_TRUE(b.register_fd(TwoTenants::kAlice, s1, m128.fd, 128 * kMiB, &r1).ok());
+  // The session: 128 + 128 MiB > 192 MiB.
+  grpc::Status st = b.register_fd(TwoTenants::kAlice, s1, m128.fd, 128 * kMiB);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_NE(st.error_message().find("session memory limit exceeded: registering a shared-memory "
+                                    "region of 134217728 bytes would bring the session to "
+                                    "268435456 bytes"),
+            std::string::npos)
+      << st.error_message();
+  EXPECT_NE(st.error_message().find("134217728 in shared-memory regions (limit 201326592)"),
+            std::string::npos)
+      << st.error_message();
+  // The tenant: 128 MiB in s1 and 128 MiB in s2 fill its 256 MiB exactly; a page more does not fit.
+  uint64_t r2 = 0;
+  ASSERT_TRUE(b.register_fd(TwoTenants::kAlice, s2, m128.fd, 128 * kMiB, &r2).ok());
+  st = b.register_fd(TwoTenants::kAlice, s2, m4k.fd, 4096);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_NE(st.error_message().find("tenant memory limit exceeded"), std::string::npos)
+      << st.error_message();
+  EXPECT_NE(st.error_message().find("268435456 in shared-memory regions (tensord serve "
+                                    "--tenant-memory-limit 268435456)"),
+            std::string::npos)
+      << st.error_message();
+  // A streamed upload is refused for the same reason.
+  {
+    grpc::ClientContext ctx;
+    TwoTenants::prepare(ctx, TwoTenants::kAlice, s2);
+    v1::UploadHeader h;
+    h.set_dtype(1);
+    h.add_shape(1024);
+    h.set_total_bytes(4096);
+    v1::BeginUploadResponse resp;
+    grpc::Status up = b.stub().BeginUpload(&ctx, h, &resp);
+    EXPECT_EQ(up.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << up.error_message();
+  }
+  // Bob has his own quota.
+  const std::string bob = b.open(TwoTenants::kBob);
+  EXPECT_TRUE(b.register_fd(TwoTenants::kBob, bob, m128.fd, 128 * kMiB).ok());
+  // Unregistered: the charge goes.
+  ASSERT_TRUE(b.unregister(TwoTenants::kAlice, s1, r1).ok());
+  EXPECT_TRUE(b.register_fd(TwoTenants::kAlice, s2, m64.fd, 64 * kMiB).ok());
+  // A closed session: its regions' charges go with it.
+  b.close_session(TwoTenants::kAlice, s2);
+  const std::string s3 = b.open(TwoTenants::kAlice);
+  EXPECT_TRUE(b.register_fd(TwoTenants::kAlice, s3, m128.fd, 128 * kMiB).ok());
+  EXPECT_TRUE(b.register_fd(TwoTenants::kAlice, s1, m64.fd, 64 * kMiB).ok());
+  b.close_session(TwoTenants::kBob, bob);
+  expect_bob_served(b.broker().address());
+}
+
+// A tensor lent a region's bytes (computed on in place) is charged once: by the engine, as the
+// tensor; the region counts only what is not lent.
+TEST(SecurityShmAddressSpace, LentBytesAreChargedOnce) {
+  constexpr int64_t kMiB = 1 << 20;
+  TwoTenants b({"--session-memory-limit", std::to_string(192 * kMiB)});
+  ASSERT_TRUE(b.ok());
+  const std::string s = b.open(TwoTenants::kAlice);
+  TestMemfd m128(128 * kMiB, F_SEAL_SHRINK, "lent"), m32(32 * kMiB, F_SEAL_SHRINK, "more");
+  uint64_t region = 0;
+  ASSERT_TRUE(b.register_fd(TwoTenants::kAlice, s, m128.fd, 128 * kMiB, &region).ok());
+  auto upload = [&](bool lend, uint64_t* handle) {
+    grpc::ClientContext ctx;
+    TwoTenants::prepare(ctx, TwoTenants::kAlice, s);
+    v1::UploadRegionRequest req;
+    req.mutable_header()->set_dtype(1);  // float32
+    req.mutable_header()->add_shape(32 * kMiB);
+    req.mutable_header()->set_total_bytes(128 * kMiB);
+    req.set_region(region);
+    req.set_lend(lend);
+    v1::UploadResponse resp;
+    grpc::Status st = b.stub().UploadRegion(&ctx, req, &resp);
+    *handle = resp.handle();
+    return st;
+  };
+  uint64_t h = 0;
+  grpc::Status st = upload(/*lend=*/true, &h);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  // 128 MiB lent (the tensor) + 32 MiB more of region fit in 192 MiB.
+  uint64_t more = 0;
+  st = b.register_fd(TwoTenants::kAlice, s, m32.fd, 32 * kMiB, &more);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  // Released, the tensor's bytes count as the region's again: 128 + 32 + 64 > 192.
+  {
+    grpc::ClientContext ctx;
+    TwoTenants::prepare(ctx, TwoTenants::kAlice, s);
+    v1::HandleRequest req;
+    req.set_handle(h);
+    v1::ReleaseResponse resp;
+    ASSERT_TRUE(b.stub().Release(&ctx, req, &resp).ok());
+  }
+  TestMemfd m64(64 * kMiB, F_SEAL_SHRINK, "over");
+  // (refused while the tensor lives too, with 32 MiB of region charged; the engine lets it go
+  // asynchronously, after which the region's 128 MiB count again)
+  const std::string again = "167772160 in shared-memory regions";
+  for (int i = 0; i < 100; ++i) {
+    st = b.register_fd(TwoTenants::kAlice, s, m64.fd, 64 * kMiB);
+    ASSERT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+    if (st.error_message().find(again) != std::string::npos) break;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_NE(st.error_message().find(again), std::string::npos) << st.error_message();
+}
+
+// Pending region tickets may hold descriptors: one tenant holds at most 64 of the broker's 256.
+TEST(SecurityShmAddressSpace, RegionTicketsAreBoundedPerTenant) {
+  TwoTenants b({});
+  ASSERT_TRUE(b.ok());
+  int got = 0;
+  grpc::Status st;
+  for (int i = 0; i < 10 && st.ok(); ++i) {
+    const std::string s = b.open(TwoTenants::kAlice);
+    for (int k = 0; k < 8; ++k) {
+      std::string t;
+      st = b.ticket(TwoTenants::kAlice, s, &t);
+      if (!st.ok()) break;
+      ++got;
+    }
+  }
+  EXPECT_EQ(got, 64);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_NE(st.error_message().find("this tenant's sessions have 64 region tickets pending"),
+            std::string::npos)
+      << st.error_message();
+  std::string t;
+  EXPECT_TRUE(b.ticket(TwoTenants::kBob, b.open(TwoTenants::kBob), &t).ok());
+}
+
+// 1,012 idle sockets used to exhaust the default 1,024 descriptors: `tensord serve` raises
+// its soft limit to the hard one at start.
+TEST(SecurityShmAddressSpace, TheBrokerRaisesItsDescriptorLimitToTheHardLimit) {
+  rlimit mine{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &mine), 0);
+  if (mine.rlim_max != RLIM_INFINITY && mine.rlim_max <= 1024)
+    GTEST_SKIP() << "the hard limit is " << mine.rlim_max << ": nothing to raise";
+  rlimit low = mine;
+  low.rlim_cur = 1024;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);  // inherited by the broker
+  auto b = BrokerProcess::start({});
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &mine), 0);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  std::ifstream in("/proc/" + std::to_string((*b)->pid()) + "/limits");
+  std::string line;
+  long long soft = -1, hard = -1;
+  while (std::getline(in, line))
+    if (line.rfind("Max open files", 0) == 0)
+      std::sscanf(line.c_str() + 14, "%lld %lld", &soft, &hard);
+  EXPECT_GT(soft, 1024) << line;
+  if (mine.rlim_max != RLIM_INFINITY) EXPECT_EQ(soft, hard) << line;
+}
+
+// Smaller finding: an offset near 2^63 made the message print a wrapped end
+// (-9223372036854775745); it names the offset and the length now.
+TEST_F(SecurityShm, AnOffsetNear2To63IsRefusedWithItsOwnValue) {
+  const std::string s = open_session();
+  TestMemfd m(1 << 20, F_SEAL_SHRINK, "small");
+  uint64_t region = 0;
+  ASSERT_TRUE(testing::register_fd(*stub_, s, socket_, m.fd, 1 << 20, &region).ok());
+  for (int64_t offset : {INT64_MAX, INT64_MAX - 63, int64_t{1} << 62, int64_t{1} << 20}) {
+    grpc::Status st = upload_region(s, region, offset, 16);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::OUT_OF_RANGE) << st.error_message();
+    EXPECT_NE(st.error_message().find("64 bytes at offset " + std::to_string(offset) +
+                                      " are outside shared-memory region 'small' of 1048576 bytes"),
+              std::string::npos)
+        << st.error_message();
+    EXPECT_EQ(st.error_message().find("-9"), std::string::npos) << st.error_message();
+  }
+  // A read into the region: the same words.
+  uint64_t h = 0;
+  ASSERT_TRUE(upload_region(s, region, 0, 16, &h).ok());
+  v1::ReadRegionResponse resp;
+  grpc::Status st = read_region(s, h, region, (1 << 20) - 8, &resp);
+  EXPECT_TRUE(st.ok()) << st.error_message();  // answered with the size: no room
+  EXPECT_FALSE(resp.written());
   expect_alive();
 }
 
