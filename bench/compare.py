@@ -220,7 +220,8 @@ def verdict(golden, y):
     fail_ratio = float((~ok).mean()) if ok.size else 0.0
     return {"pass": fail_ratio == 0,
             "fail_ratio": fail_ratio,
-            "max_error": float((diff / (1e-6 / 5e-4 + np.abs(y))).max()) if diff.size else 0.0,
+            "max_error": float(np.where(finite, diff / (1e-6 / 5e-4 + np.abs(np.where(
+                finite, y, 0.0))), 0.0).max()) if diff.size else 0.0,
             "max_abs_error": float(diff.max()) if diff.size else 0.0,
             "max_error_of_scale": float(diff.max()) / scale if diff.size and scale > 0 else 0.0}
 

@@ -385,6 +385,8 @@ struct BenchResult {
   double check_s = 0;           // the oracle's run and the comparison
   int64_t checked_examples = 0;  // examples of the batch compared (0: --no-check)
   Correctness correctness;
+  // --oracle with --data: the oracle's own outputs against the --data ones.
+  std::optional<Correctness> oracle_correctness;
   std::vector<HostTensor> outputs;  // the last timed batch
   std::vector<std::string> output_names;
   std::vector<PeerOutcome> peers;
@@ -781,6 +783,12 @@ std::optional<Failure> bench_one(const BenchOptions& o, Target& t, int64_t batch
       r->correctness = check_against(oracle, r->outputs);
     }
     r->checked_examples = oracle.rows > 0 ? oracle.rows : w.batch;
+    if (oracle.kind != "data" && !w.expected.empty() && !oracle.outputs.empty()) {
+      std::vector<HostTensor> expected;
+      for (const auto& e : w.expected)
+        expected.push_back(oracle.rows > 0 ? first_rows(e, oracle.rows) : e);
+      r->oracle_correctness = compare_outputs(expected, oracle.outputs);
+    }
   }
   r->check_s = seconds_since(t0);
   checking.reset();
@@ -825,6 +833,7 @@ nlohmann::json result_json(const BenchResult& r) {
       {"checked_examples", r.checked_examples},
       {"correctness", r.reference == "none" ? nlohmann::json() : correctness_json(r.correctness)}};
   if (!r.reference_note.empty()) j["reference_note"] = r.reference_note;
+  if (r.oracle_correctness) j["oracle_correctness"] = correctness_json(*r.oracle_correctness);
   nlohmann::json peers = nlohmann::json::object();
   for (const auto& p : r.peers) {
     nlohmann::json pj = {{"available", p.run.available}};
@@ -874,6 +883,9 @@ void print_human(const BenchResult& r) {
       std::cout << fmt::format(", the first {} of {} examples", r.checked_examples, r.batch);
     if (!r.reference_note.empty()) std::cout << "; " << r.reference_note;
     std::cout << fmt::format("; check {:.2f} s)\n", r.check_s);
+    if (r.oracle_correctness)
+      std::cout << "The oracle against the --data outputs: "
+                << correctness_line(*r.oracle_correctness) << "\n";
   }
   for (const auto& p : r.peers) std::cout << peer_summary(r, p) << "\n";
 }
@@ -1114,7 +1126,8 @@ void add_bench_options(CLI::App& bench, BenchOptions& o) {
                    "What the outputs are checked against: fast (cpu:0's fast path, float32; the "
                    "default for a device other than a cpu), reference (the cpu reference "
                    "kernels; the default on a cpu), float64 (the graph in float64 on the "
-                   "reference kernels). Default: --data's outputs when given");
+                   "reference kernels). Default: --data's outputs when given; --oracle with "
+                   "--data checks the outputs against the oracle and the oracle against --data");
   bench.add_flag("--no-check", o.no_check, "Skip the correctness check (and say so)");
   bench.add_option("--examples,-n", o.examples,
                    fmt::format("Timed examples (default {}, {} with --all); a multiple of the "
