@@ -371,7 +371,8 @@ class Runner {
           "output " + std::to_string(i) + " ('" + graph.outputs[i].name + "')";
       auto actual = client_.read((*outs)[i]);
       if (!actual.ok()) return failed(which + ": " + actual.status().message());
-      if (std::string why = compare(*actual, expected[i], compare_values, rtol_, atol_); !why.empty())
+      if (std::string why = compare(*actual, expected[i], compare_values, rtol_, atol_);
+          !why.empty())
         return failed(which + " " + why);
     }
     return {};

@@ -15,8 +15,7 @@ constexpr int64_t kDouble = static_cast<int64_t>(DType::kFloat64);
 
 bool has_dtype_attr(const std::string& op) {
   return op == "RandomNormal" || op == "RandomUniform" || op == "RandomNormalLike" ||
-         op == "RandomUniformLike" || op == "EyeLike" || op == "Multinomial" ||
-         op == "Bernoulli";
+         op == "RandomUniformLike" || op == "EyeLike" || op == "Multinomial" || op == "Bernoulli";
 }
 
 void widen_types(std::vector<ValueInfo>& values) {
