@@ -55,8 +55,7 @@ Correctness compare_outputs(const std::vector<HostTensor>& reference,
       c.max_abs_error = std::max(c.max_abs_error, diff);
       c.max_error = std::max(c.max_error, diff / (kAtol / kRtol + std::abs(out)));
       if (diff > 0)
-        c.max_error_of_scale =
-            std::max(c.max_error_of_scale, scale > 0 ? diff / scale : HUGE_VAL);
+        c.max_error_of_scale = std::max(c.max_error_of_scale, scale > 0 ? diff / scale : HUGE_VAL);
       if (!(diff <= kScaleTol * scale + kRtol * std::abs(ref))) ++c.failed;
     }
   }
@@ -77,11 +76,10 @@ HostTensor first_rows(const HostTensor& t, int64_t rows) {
 }
 
 std::string correctness_line(const Correctness& c) {
-  std::string line =
-      fmt::format("{}, max_error {:.1e}, max_abs_error {:.1e}, max_error_of_scale {:.1e}, "
-                  "fail_ratio {:.3g}",
-                  c.pass ? "PASS" : "FAIL", c.max_error, c.max_abs_error, c.max_error_of_scale,
-                  c.fail_ratio);
+  std::string line = fmt::format(
+      "{}, max_error {:.1e}, max_abs_error {:.1e}, max_error_of_scale {:.1e}, "
+      "fail_ratio {:.3g}",
+      c.pass ? "PASS" : "FAIL", c.max_error, c.max_abs_error, c.max_error_of_scale, c.fail_ratio);
   if (c.nonfinite) line += fmt::format(" ({} NaN/Inf elements)", c.nonfinite);
   if (!c.problem.empty()) line += " (" + c.problem + ")";
   return line;

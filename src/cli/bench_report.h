@@ -36,8 +36,8 @@ struct Correctness {
 };
 
 constexpr double kRtol = 5e-4;
-constexpr double kAtol = 1e-6;       // plaidbench's, for max_error only
-constexpr double kScaleTol = 1e-5;   // of the output's scale
+constexpr double kAtol = 1e-6;      // plaidbench's, for max_error only
+constexpr double kScaleTol = 1e-5;  // of the output's scale
 
 Correctness compare_outputs(const std::vector<HostTensor>& reference,
                             const std::vector<HostTensor>& outputs);

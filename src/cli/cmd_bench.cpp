@@ -380,9 +380,9 @@ struct BenchResult {
   int64_t batch = 0, examples = 0, warmup = 0;
   double compile_s = 0, execution_s = 0, per_example_s = 0;
   int64_t peak_device_bytes = 0;
-  std::string reference;  // "data", "cpu-fast", "cpu-reference", "float64" or "none"
-  std::string reference_note;  // "" or e.g. "float32 at 2 nodes with no float64 kernel: a, b"
-  double check_s = 0;           // the oracle's run and the comparison
+  std::string reference;         // "data", "cpu-fast", "cpu-reference", "float64" or "none"
+  std::string reference_note;    // "" or e.g. "float32 at 2 nodes with no float64 kernel: a, b"
+  double check_s = 0;            // the oracle's run and the comparison
   int64_t checked_examples = 0;  // examples of the batch compared (0: --no-check)
   Correctness correctness;
   // --oracle with --data: the oracle's own outputs against the --data ones.
@@ -515,8 +515,7 @@ std::string oracle_phrase(const std::string& kind) {
 // Runs `graph` on `inputs` in a private engine on cpu:0: the reference kernels, or the fast
 // path (fusion, oneDNN). Errors keep the engine's message (it names the failing node).
 Result<std::vector<HostTensor>> run_on_cpu(const Graph& graph,
-                                           const std::vector<HostTensor>& inputs,
-                                           bool reference) {
+                                           const std::vector<HostTensor>& inputs, bool reference) {
   LocalClientOptions oracle;
   oracle.devices = "cpu:0";
   oracle.reference_kernels = reference;
@@ -630,15 +629,15 @@ Oracle run_oracle(const std::string& kind, const Workload& w, const BenchOptions
   }
   if (!outs.ok() && kind == "float64") {
     // No float64 run at all: the float32 reference kernels, said in the verdict.
-    r.note = "float64 run failed (" + outs.status().message() +
-             "), float32 reference kernels instead";
+    r.note =
+        "float64 run failed (" + outs.status().message() + "), float32 reference kernels instead";
     r.kind = "cpu-reference";
     rows = -1;
     outs = run_on_cpu(w.graph, w.inputs, true);
   }
   if (!outs.ok()) {
-    r.note = (r.note.empty() ? "" : r.note + "; ") + "the oracle failed: " +
-             outs.status().message();
+    r.note =
+        (r.note.empty() ? "" : r.note + "; ") + "the oracle failed: " + outs.status().message();
     return r;
   }
   if (!kept.empty())
@@ -671,8 +670,8 @@ struct TempDir {
   }
 };
 
-void run_peers(const BenchOptions& o, const Workload& w, const Oracle* reference,
-               int64_t examples, int threads, BenchResult* r) {
+void run_peers(const BenchOptions& o, const Workload& w, const Oracle* reference, int64_t examples,
+               int threads, BenchResult* r) {
   TempDir tmp;
   auto not_run = [&](const std::string& why) {
     for (const auto& p : o.vs) {
@@ -768,8 +767,8 @@ std::optional<Failure> bench_one(const BenchOptions& o, Target& t, int64_t batch
   const std::string kind = oracle_kind(o, w, t);
   std::optional<PhaseTicker> checking;
   if (kind != "none" && kind != "data")
-    checking.emplace(fmt::format("check: {} batch {} against {}", w.name, w.batch,
-                                 oracle_phrase(kind)));
+    checking.emplace(
+        fmt::format("check: {} batch {} against {}", w.name, w.batch, oracle_phrase(kind)));
   const auto t0 = Clock::now();
   Oracle oracle = run_oracle(kind, w, o, r->outputs);
   r->reference = oracle.kind;
@@ -891,10 +890,9 @@ void print_human(const BenchResult& r) {
 }
 
 void print_table(const std::vector<BenchResult>& results, const std::vector<std::string>& peers) {
-  std::string head =
-      fmt::format("{:<14} {:>5} {:>10} {:>12} {:>11}  {:<11} {:>9} {:>8} {:>7}", "network",
-                  "batch", "compile s", "execution s", "ms/example", "correctness", "max_error",
-                  "of scale", "check s");
+  std::string head = fmt::format("{:<14} {:>5} {:>10} {:>12} {:>11}  {:<11} {:>9} {:>8} {:>7}",
+                                 "network", "batch", "compile s", "execution s", "ms/example",
+                                 "correctness", "max_error", "of scale", "check s");
   for (const auto& p : peers) head += fmt::format("  {:>20}", "vs " + p);
   std::cout << head << "\n";
   for (const auto& r : results) {
@@ -989,8 +987,8 @@ std::optional<Failure> check_options(const BenchOptions& o) {
             "--examples {} is not divisible by batch size {} (--all runs batch 1 and 8)", examples,
             b));
   if (!o.oracle.empty() && o.oracle != "fast" && o.oracle != "reference" && o.oracle != "float64")
-    return usage_failure(fmt::format(
-        "--oracle: unknown oracle '{}' (known: fast, reference, float64)", o.oracle));
+    return usage_failure(
+        fmt::format("--oracle: unknown oracle '{}' (known: fast, reference, float64)", o.oracle));
   if (o.no_check && !o.oracle.empty())
     return usage_failure("give only one of --oracle and --no-check");
   for (const auto& p : o.vs) {

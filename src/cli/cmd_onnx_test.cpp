@@ -31,7 +31,6 @@ namespace fs = std::filesystem;
 namespace tensord::cli {
 namespace {
 
-
 struct TestCase {
   std::string name;  // the folder's name, e.g. "test_conv_with_strides_padding"
   fs::path dir;
@@ -397,8 +396,8 @@ class Runner {
 
 int cmd_onnx_test(const OnnxTestOptions& options) {
   if (!(options.rtol >= 0) || !(options.atol >= 0)) {
-    print_error(fmt::format("--rtol and --atol must be >= 0, got --rtol {} --atol {}",
-                            options.rtol, options.atol));
+    print_error(fmt::format("--rtol and --atol must be >= 0, got --rtol {} --atol {}", options.rtol,
+                            options.atol));
     return kExitUsage;
   }
   auto tests = collect_tests(options.dirs, options.filter);

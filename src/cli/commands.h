@@ -58,8 +58,8 @@ struct BenchOptions {
   std::string export_path;        // write the network as ONNX to this file and stop
   std::string outputs;            // write the last batch's outputs as DIR/<name>.npy
   std::vector<std::string> devices;  // --devices a,b,c: data parallel next to devices[0] alone
-  std::string oracle;             // --oracle fast|reference|float64 ("" = auto)
-  bool no_check = false;          // --no-check: no correctness check at all
+  std::string oracle;                // --oracle fast|reference|float64 ("" = auto)
+  bool no_check = false;             // --no-check: no correctness check at all
 };
 
 // `tensord bench`: plaidbench's measurements (compile, execution, per example, correctness
