@@ -767,8 +767,10 @@ std::optional<Failure> bench_one(const BenchOptions& o, Target& t, int64_t batch
   const std::string kind = oracle_kind(o, w, t);
   std::optional<PhaseTicker> checking;
   if (kind != "none" && kind != "data")
-    checking.emplace(
-        fmt::format("check: {} batch {} against {}", w.name, w.batch, oracle_phrase(kind)));
+    checking.emplace(fmt::format("reference check: {} batch {} on {}", w.name, w.batch,
+                                 kind == "cpu-fast" ? "cpu:0's fast path"
+                                 : kind == "float64" ? "the cpu reference kernels in float64"
+                                                     : "the cpu reference kernels"));
   const auto t0 = Clock::now();
   Oracle oracle = run_oracle(kind, w, o, r->outputs);
   r->reference = oracle.kind;
