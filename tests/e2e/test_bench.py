@@ -10,7 +10,8 @@ Usage: test_bench.py TENSORD_EXE CASE
                output as test_data_set_0: PASS
   verdict      the oracles: --no-check, --oracle fast|reference|float64, the float64 oracle on
                a graph with catastrophic cancellation in float32 (its float32 reference run
-               fails against the truth, its float64 run passes), the slow oracles on a
+               fails against the truth, its float64 run passes; Celu, float32 only, kept in
+               float32 and named in the verdict), the slow oracles on a
                batch's first example, the criterion relative to the output's scale, onnx-test
                --rtol/--atol
 Exits 77 (skip) with a reason when python3-onnx (or, for torchvision, torch) is missing.
@@ -195,6 +196,23 @@ def cancellation_model(path, big=1e4):
         "cancellation", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 64])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 64])],
         [numpy_helper.from_array(np.array(big, dtype=np.float32), "Big")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+def cancellation_celu_model(path):
+    """Y = Celu((X + 1e4) - 1e4): Celu has float32 only (its ONNX schema), so the float64
+    oracle keeps that node in float32, between casts, and says so."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["X", "Big"], ["S"]),
+         helper.make_node("Sub", ["S", "Big"], ["D"]),
+         helper.make_node("Celu", ["D"], ["Y"], name="celu", alpha=1.0)],
+        "cancellation_celu", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 64])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 64])],
+        [numpy_helper.from_array(np.array(1e4, dtype=np.float32), "Big")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, path)
@@ -498,6 +516,24 @@ def check_verdicts(tmp):
     assert r.returncode == 1 and "Correctness: FAIL" in r.stdout, r
     assert "against the graph in float64 on the cpu reference kernels" in r.stdout, r.stdout
     assert "the first 1 of 2 examples" in r.stdout, r.stdout
+
+    # An op with no float64 kernel (Celu) stays float32 in the float64 oracle, named in the
+    # verdict; the rest of the graph is still float64, so the oracle still passes the truth.
+    celu = os.path.join(tmp, "cancel_celu.onnx")
+    cancellation_celu_model(celu)
+    xd = x.astype(np.float64)
+    celu_truth = os.path.join(tmp, "celu_data")
+    write_data_set(celu_truth, [x], [np.where(xd > 0, xd, np.expm1(xd)).astype(np.float32)])
+    r, j = bench_json("--model", celu, "--data", celu_truth, "--oracle", "float64",
+                      "--examples", 2, "--warmup", 0)
+    assert j["reference"] == "float64", j
+    assert j["reference_note"] == "float32 at 1 node with no float64 kernel: celu", j
+    assert j["oracle_correctness"]["pass"] is True, j["oracle_correctness"]
+    r, j = bench_json("--model", celu, "--data", celu_truth, "--oracle", "reference",
+                      "--examples", 2, "--warmup", 0)
+    assert j["oracle_correctness"]["pass"] is False, j["oracle_correctness"]
+    r = bench("--model", celu, "--oracle", "float64", "--examples", 2, "--warmup", 0)
+    assert "float32 at 1 node with no float64 kernel: celu" in r.stdout, r.stdout
 
     # The fast oracle: cpu:0's fast path.
     r, j = bench_json("--model", model, "--oracle", "fast", "--examples", 2, "--warmup", 0)
