@@ -584,7 +584,7 @@ bool outputs_batched(const std::vector<HostTensor>& outs, int64_t batch) {
   return !outs.empty();
 }
 
-Oracle run_oracle(const std::string& kind, const Workload& w, const BenchOptions& o,
+Oracle run_oracle(const std::string& kind, const Workload& w,
                   const std::vector<HostTensor>& device_outputs) {
   Oracle r;
   r.kind = kind;
@@ -772,7 +772,7 @@ std::optional<Failure> bench_one(const BenchOptions& o, Target& t, int64_t batch
                                  : kind == "float64" ? "the cpu reference kernels in float64"
                                                      : "the cpu reference kernels"));
   const auto t0 = Clock::now();
-  Oracle oracle = run_oracle(kind, w, o, r->outputs);
+  Oracle oracle = run_oracle(kind, w, r->outputs);
   r->reference = oracle.kind;
   r->reference_note = oracle.note;
   if (kind != "none") {
