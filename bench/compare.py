@@ -1,7 +1,7 @@
 """tensord next to ONNX Runtime and PyTorch on the same ONNX files, side by side.
 
 usage: /usr/bin/python3 bench/compare.py [--set zoo|unseen] [--models a,b] [--batches 1,8]
-           [--examples N] [--warmup W] [--threads T] [--tensord PATH] [--cache DIR]
+           [--examples N] [--warmup W] [--threads T] [--tensord PATH] [--device D] [--cache DIR]
            [--no-memory] [--json | --markdown]
 
 For each model and batch size: exports torchvision's model with torch.onnx.export (opset 13;
@@ -12,8 +12,9 @@ run in float64, rounded to float32; eager float32 kept beside), then runs on tha
   - ONNX Runtime: bench/peers/onnxruntime.js (onnxruntime-node, graph optimisation 'all')
   - PyTorch:      bench/peers/torch.py (jit freeze + optimize_for_inference)
 with the same threads, and prints ms/example and the ratio tensord / ONNX Runtime, plus the
-machine. The peers' outputs are checked with plaidbench's formula against the float64 golden
-(the PASS criterion) and, beside it, against eager float32. With the memory check
+machine. Every output is checked against the float64 golden with the PASS criterion
+(|d| <= 1e-5 * scale + 5e-4 * |golden|, scale = max |golden|; max_error_of_scale in the table)
+and plaidbench's own formula beside it, also against eager float32. With the memory check
 on (default), a MobileNetV2 batch-1 run of tensord and of ONNX Runtime is repeated under
 `/usr/bin/time -v` and the peak RSS ratio printed.
 
@@ -206,25 +207,45 @@ def plaid_fail_ratio(golden, y):
     return float((~(diff <= 1e-6 + 5e-4 * np.abs(y))).mean())
 
 
+def verdict(golden, y):
+    """The PASS criterion (as `tensord bench`, src/cli/bench_report.h): every element has
+    |d| <= 1e-5 * s + 5e-4 * |golden| with s = max |golden| over the output (its scale); NaN or
+    infinity fails. Beside it plaidbench's figures: max_error = max |d| / (1e-6/5e-4 + |y|),
+    max_abs_error, and max_error_of_scale = max |d| / s; fail_ratio is the criterion's."""
+    ref, y = golden.astype(np.float64), y.astype(np.float64)
+    finite = np.isfinite(ref) & np.isfinite(y)
+    scale = float(np.abs(ref[np.isfinite(ref)]).max()) if np.isfinite(ref).any() else 0.0
+    diff = np.where(finite, np.abs(ref - y), 0.0)
+    ok = finite & (diff <= 1e-5 * scale + 5e-4 * np.abs(ref))
+    fail_ratio = float((~ok).mean()) if ok.size else 0.0
+    return {"pass": fail_ratio == 0,
+            "fail_ratio": fail_ratio,
+            "max_error": float(np.where(finite, diff / (1e-6 / 5e-4 + np.abs(np.where(
+                finite, y, 0.0))), 0.0).max()) if diff.size else 0.0,
+            "max_abs_error": float(diff.max()) if diff.size else 0.0,
+            "max_error_of_scale": float(diff.max()) / scale if diff.size and scale > 0 else 0.0}
+
+
 def vs_eager(out_path, expected, expected32=None):
     """An output against PyTorch eager's: `match` is the tests' criterion (rtol 1e-3, atol 1e-4
-    of the output's scale, as tests/models/test_zoo_vs_torch.py); plaidbench_fail_ratio is
-    plaidbench's check against the golden (PyTorch eager in float64, see model_set.py); PASS
-    is a fail ratio of 0. With expected32 (eager float32) its fail ratio is reported beside
-    (fp32_plaidbench_fail_ratio): float32 rounding alone fails elements near zero there."""
+    of the output's scale, as tests/models/test_zoo_vs_torch.py); `pass`, `fail_ratio`,
+    `max_error`, `max_abs_error` and `max_error_of_scale` are the verdict (verdict() above)
+    against the golden (PyTorch eager in float64, see model_set.py); plaidbench_fail_ratio is
+    plaidbench's own check against it. With expected32 (eager float32) its plaidbench fail
+    ratio is reported beside (fp32_plaidbench_fail_ratio): float32 rounding alone fails
+    elements near zero there."""
     try:
         y = np.load(out_path)
     except (OSError, ValueError) as e:
-        return {"match": False, "error": f"unreadable output ({e})"}
+        return {"match": False, "pass": False, "error": f"unreadable output ({e})"}
     if y.shape != expected.shape:
-        return {"match": False, "error": f"shape {list(y.shape)} != {list(expected.shape)}"}
+        return {"match": False, "pass": False,
+                "error": f"shape {list(y.shape)} != {list(expected.shape)}"}
     y, ref = y.astype(np.float64), expected.astype(np.float64)
     scale = max(float(np.abs(ref).max()), 1e-30)
-    diff = np.abs(ref - y)
-    res = {"match": bool(np.allclose(y, ref, rtol=1e-3, atol=1e-4 * scale)),
-           "max_abs_error": float(np.nanmax(diff)) if np.isfinite(diff).any() else None,
-           "max_error_of_scale": float(np.nanmax(diff)) / scale,
-           "plaidbench_fail_ratio": plaid_fail_ratio(ref, y)}
+    res = {"match": bool(np.allclose(y, ref, rtol=1e-3, atol=1e-4 * scale))}
+    res.update(verdict(ref, y))
+    res["plaidbench_fail_ratio"] = plaid_fail_ratio(ref, y)
     if expected32 is not None and expected32.shape == y.shape:
         res["fp32_plaidbench_fail_ratio"] = plaid_fail_ratio(expected32, y)
     return res
@@ -255,7 +276,7 @@ def run_tensord(tensord, folder, a, batch, goldens):
         cmd = [tensord, "bench", "--model", os.path.join(folder, "model.onnx"),
                "--data", os.path.join(folder, "test_data_set_0"), "--batch-size", str(batch),
                "--examples", str(examples), "--warmup", str(a.warmup), "--json",
-               "--outputs", out]
+               "--outputs", out] + (["--device", a.device] if a.device else [])
         # The peers get --threads; tensord takes its compute threads from the environment.
         env = dict(os.environ, TENSORD_NUM_THREADS=str(a.threads))
         doc, err = run_json(cmd, a.timeout, env)
@@ -368,8 +389,11 @@ def rows_of(results):
     rows = []
     for r in results:
         t, o, p = ms(r["tensord"]), ms(r["onnxruntime"]), ms(r["torch"])
+        c = r["tensord"].get("vs_torch_eager") or {}
         rows.append({"model": r["model"], "batch": r["batch"], "tensord_ms": t, "onnxruntime_ms": o,
-                     "torch_ms": p, "ratio_vs_onnxruntime": t / o if t and o else None})
+                     "torch_ms": p, "ratio_vs_onnxruntime": t / o if t and o else None,
+                     "tensord_pass": c.get("pass"),
+                     "tensord_max_error_of_scale": c.get("max_error_of_scale")})
     return rows
 
 
@@ -390,14 +414,18 @@ def fmt(v, spec):
 def print_table(results, mem, m, markdown):
     rows = rows_of(results)
     mach = machine_line(m)
-    head = ["model", "batch", "tensord ms/ex", "ONNX Runtime", "PyTorch", "tensord/ORT", "machine"]
+    head = ["model", "batch", "tensord ms/ex", "ONNX Runtime", "PyTorch", "tensord/ORT",
+            "tensord verdict (max_error_of_scale)", "machine"]
     body = [[r["model"], str(r["batch"]), fmt(r["tensord_ms"], ".2f"),
              fmt(r["onnxruntime_ms"], ".2f"), fmt(r["torch_ms"], ".2f"),
              fmt(r["ratio_vs_onnxruntime"], ".2f") + ("x" if r["ratio_vs_onnxruntime"] else ""),
+             ("n/a" if r["tensord_pass"] is None else
+              f"{'PASS' if r['tensord_pass'] else 'FAIL'} "
+              f"({fmt(r['tensord_max_error_of_scale'], '.1e')})"),
              mach] for r in rows]
     if markdown:
         print("| " + " | ".join(head) + " |")
-        print("|" + "|".join("---" if i in (0, 6) else "---:" for i in range(len(head))) + "|")
+        print("|" + "|".join("---" if i in (0, 6, 7) else "---:" for i in range(len(head))) + "|")
         for b in body:
             print("| " + " | ".join(b) + " |")
     else:
@@ -408,16 +436,21 @@ def print_table(results, mem, m, markdown):
         print(f"machine: {mach}")
     g, worst, n = geomean_of(rows)
     if g is not None:
-        def passed(kind, key="plaidbench_fail_ratio"):
+        def passed(kind, key="pass"):
+            return sum(1 for r in results if (r[kind].get("vs_torch_eager") or {}).get(key)
+                       is True)
+
+        def plaid_passed(kind, key="plaidbench_fail_ratio"):
             return sum(1 for r in results if (r[kind].get("vs_torch_eager") or {}).get(key) == 0)
         fp32 = "fp32_plaidbench_fail_ratio"
         print(f"{'- ' if markdown else ''}tensord / ONNX Runtime over {n} runs: geometric mean "
               f"{g:.2f}x, worst {worst[2]:.2f}x ({worst[0]} batch {worst[1]}); "
-              f"plaidbench's check against PyTorch eager float64 passed by tensord on "
-              f"{passed('tensord')} of {len(results)}, by ONNX Runtime on "
-              f"{passed('onnxruntime')}, by PyTorch on {passed('torch')} (against eager "
-              f"float32: {passed('tensord', fp32)}, {passed('onnxruntime', fp32)}, "
-              f"{passed('torch', fp32)})")
+              f"PASS against PyTorch eager float64 (|d| <= 1e-5 scale + 5e-4 |ref|): tensord "
+              f"{passed('tensord')} of {len(results)}, ONNX Runtime {passed('onnxruntime')}, "
+              f"PyTorch {passed('torch')}; plaidbench's own check (1e-6 + 5e-4 |out|): "
+              f"{plaid_passed('tensord')}, {plaid_passed('onnxruntime')}, "
+              f"{plaid_passed('torch')} (against eager float32: {plaid_passed('tensord', fp32)}, "
+              f"{plaid_passed('onnxruntime', fp32)}, {plaid_passed('torch', fp32)})")
     for r in results:
         for kind in ("tensord", "onnxruntime", "torch"):
             d = r[kind]
@@ -431,7 +464,11 @@ def print_table(results, mem, m, markdown):
             c = r[kind].get("vs_torch_eager")
             if isinstance(c, dict):
                 detail = c.get("error") or (
-                    f"max error {fmt(c.get('max_error_of_scale'), '.1e')} of the scale, "
+                    f"{'PASS' if c.get('pass') else 'FAIL'}, "
+                    f"max_error_of_scale {fmt(c.get('max_error_of_scale'), '.1e')}, "
+                    f"max_error {fmt(c.get('max_error'), '.1e')}, "
+                    f"max_abs_error {fmt(c.get('max_abs_error'), '.1e')}, "
+                    f"fail_ratio {fmt(c.get('fail_ratio'), '.2g')}, "
                     f"plaidbench fail_ratio {fmt(c.get('plaidbench_fail_ratio'), '.2g')}"
                     + (f" (vs eager float32 {fmt(c['fp32_plaidbench_fail_ratio'], '.2g')})"
                        if "fp32_plaidbench_fail_ratio" in c else ""))
@@ -472,6 +509,8 @@ def main():
                    help="interleaved runs of each (default 3); the median is reported")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--tensord", default="", help="the tensord binary (default: build/tensord)")
+    p.add_argument("--device", default="",
+                   help="the device tensord runs on (default: `tensord bench`'s choice)")
     p.add_argument("--cache", default=os.path.join(
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "tensord-bench"),
         help="where exported models are kept")

@@ -40,6 +40,9 @@ Correctness compare_outputs(const std::vector<HostTensor>& reference,
     }
     const std::vector<double> rv = r.to_double_vector();
     const std::vector<double> ov = o.to_double_vector();
+    double scale = 0;
+    for (double v : rv)
+      if (std::isfinite(v)) scale = std::max(scale, std::abs(v));
     for (size_t i = 0; i < rv.size() && i < ov.size(); ++i) {
       ++c.elements;
       const double ref = rv[i], out = ov[i];
@@ -51,7 +54,9 @@ Correctness compare_outputs(const std::vector<HostTensor>& reference,
       const double diff = std::abs(ref - out);
       c.max_abs_error = std::max(c.max_abs_error, diff);
       c.max_error = std::max(c.max_error, diff / (kAtol / kRtol + std::abs(out)));
-      if (!(diff <= kAtol + kRtol * std::abs(ref))) ++c.failed;
+      if (diff > 0)
+        c.max_error_of_scale = std::max(c.max_error_of_scale, scale > 0 ? diff / scale : HUGE_VAL);
+      if (!(diff <= kScaleTol * scale + kRtol * std::abs(ref))) ++c.failed;
     }
   }
   if (c.failed > 0) c.pass = false;
@@ -60,10 +65,21 @@ Correctness compare_outputs(const std::vector<HostTensor>& reference,
   return c;
 }
 
+HostTensor first_rows(const HostTensor& t, int64_t rows) {
+  if (t.shape().empty() || t.shape()[0] <= rows || rows < 0) return t;
+  Shape shape = t.shape();
+  const size_t row_bytes = shape[0] > 0 ? t.nbytes() / static_cast<size_t>(shape[0]) : 0;
+  shape[0] = rows;
+  HostTensor out(t.dtype(), shape);
+  std::memcpy(out.mutable_data(), t.data(), row_bytes * static_cast<size_t>(rows));
+  return out;
+}
+
 std::string correctness_line(const Correctness& c) {
-  std::string line =
-      fmt::format("{}, max_error {:.1e}, max_abs_error {:.1e}, fail_ratio {:.3g}",
-                  c.pass ? "PASS" : "FAIL", c.max_error, c.max_abs_error, c.fail_ratio);
+  std::string line = fmt::format(
+      "{}, max_error {:.1e}, max_abs_error {:.1e}, max_error_of_scale {:.1e}, "
+      "fail_ratio {:.3g}",
+      c.pass ? "PASS" : "FAIL", c.max_error, c.max_abs_error, c.max_error_of_scale, c.fail_ratio);
   if (c.nonfinite) line += fmt::format(" ({} NaN/Inf elements)", c.nonfinite);
   if (!c.problem.empty()) line += " (" + c.problem + ")";
   return line;

@@ -4,9 +4,14 @@
 //   warmup    = ceil(warmup / batch) untimed batches
 //   execution = examples / batch timed batches, up to kInFlight in flight (the last one waited)
 //   per example = execution / examples
-// The outputs of the last timed batch are compared with the --data expected outputs, else with
-// the same graph on the cpu reference kernels (no fusion, no oneDNN), plaidbench's formula
-// (bench_report.h). Peers (--vs) run the same ONNX model on the same batch as subprocesses.
+// The outputs of the last timed batch are compared (bench_report.h: an element's error
+// relative to its output's scale) with an oracle: the --data expected outputs; else, for a
+// device other than a cpu, cpu:0's fast path (float32); for a cpu device the cpu reference
+// kernels (no fusion, no oneDNN); or what --oracle asks: `reference`, or `float64` (the graph
+// widened to float64 on the reference kernels, float32 only at nodes with no float64 kernel).
+// The slow oracles (reference, float64) run on at most the batch's first kSlowCheckExamples
+// examples when the graph takes a smaller batch. --no-check: none. Peers (--vs) run the same
+// ONNX model on the same batch as subprocesses.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -21,6 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "cli/bench_peers.h"
 #include "cli/bench_report.h"
@@ -28,6 +34,7 @@
 #include "cli/commands.h"
 #include "cli/suggest.h"
 #include "core/errors.h"
+#include "core/graph_float64.h"
 #include "core/npy.h"
 #include "models/zoo.h"
 #include "onnx/onnx_export.h"
@@ -43,6 +50,8 @@ constexpr int64_t kDefaultExamples = 1024;
 constexpr int64_t kAllExamples = 64;  // --all: 4 networks x 2 batch sizes
 constexpr size_t kInFlight = 2;       // batches queued ahead of the one being waited for
 const int64_t kAllBatches[] = {1, 8};
+// Examples of a batch that the reference kernels (and the float64 oracle) check.
+constexpr int64_t kSlowCheckExamples = 1;
 
 // An error with the exit status it deserves (kExitUsage: bad usage or input).
 struct Failure {
@@ -377,8 +386,13 @@ struct BenchResult {
   int64_t batch = 0, examples = 0, warmup = 0;
   double compile_s = 0, execution_s = 0, per_example_s = 0;
   int64_t peak_device_bytes = 0;
-  std::string reference;  // "data" or "cpu-reference"
+  std::string reference;         // "data", "cpu-fast", "cpu-reference", "float64" or "none"
+  std::string reference_note;    // "" or e.g. "float32 at 2 nodes with no float64 kernel: a, b"
+  double check_s = 0;            // the oracle's run and the comparison
+  int64_t checked_examples = 0;  // examples of the batch compared (0: --no-check)
   Correctness correctness;
+  // --oracle with --data: the oracle's own outputs against the --data ones.
+  std::optional<Correctness> oracle_correctness;
   std::vector<HostTensor> outputs;  // the last timed batch
   std::vector<std::string> output_names;
   std::vector<PeerOutcome> peers;
@@ -487,27 +501,165 @@ std::optional<Failure> time_workload(Target& t, const Workload& w, int64_t examp
   return std::nullopt;
 }
 
-// The reference outputs: --data's, else the graph on the cpu reference kernels (a private
-// engine on cpu:0 with reference_kernels, through the Client like everything else).
-Result<std::vector<HostTensor>> reference_outputs(const Workload& w) {
-  if (!w.expected.empty()) return w.expected;
+// ---- the oracle ----
+
+struct Oracle {
+  std::string kind;  // "data", "cpu-fast", "cpu-reference", "float64", "none"
+  std::vector<HostTensor> outputs;
+  int64_t rows = -1;  // the outputs are the first `rows` examples of the batch (-1: all)
+  std::string note;
+};
+
+// "against the cpu reference kernels" ...
+std::string oracle_phrase(const std::string& kind) {
+  if (kind == "data") return "the --data outputs";
+  if (kind == "cpu-fast") return "cpu:0's fast path (float32)";
+  if (kind == "float64") return "the graph in float64 on the cpu reference kernels";
+  return "the cpu reference kernels";
+}
+
+// Runs `graph` on `inputs` in a private engine on cpu:0: the reference kernels, or the fast
+// path (fusion, oneDNN). Errors keep the engine's message (it names the failing node).
+Result<std::vector<HostTensor>> run_on_cpu(const Graph& graph,
+                                           const std::vector<HostTensor>& inputs, bool reference) {
   LocalClientOptions oracle;
   oracle.devices = "cpu:0";
-  oracle.reference_kernels = true;
+  oracle.reference_kernels = reference;
   TD_ASSIGN_OR_RETURN(auto client, make_local_client(oracle));
-  std::vector<TensorHandle> inputs;
-  for (const auto& t : w.inputs) {
+  std::vector<TensorHandle> handles;
+  for (const auto& t : inputs) {
     TD_ASSIGN_OR_RETURN(auto h, client->upload(t.view(), "cpu:0"));
-    inputs.push_back(h);
+    handles.push_back(h);
   }
-  TD_ASSIGN_OR_RETURN(auto outs, client->execute(w.graph, inputs, "cpu:0"));
-  std::vector<HostTensor> ref;
+  TD_ASSIGN_OR_RETURN(auto outs, client->execute(graph, handles, "cpu:0"));
+  std::vector<HostTensor> result;
   for (size_t k = 0; k < outs.size(); ++k) {
     auto v = client->read(outs[k]);
-    if (!v.ok()) return v.status().with_context("output '" + w.graph.outputs[k].name + "'");
-    ref.push_back(std::move(*v));
+    if (!v.ok()) return v.status().with_context("output '" + graph.outputs[k].name + "'");
+    result.push_back(std::move(*v));
   }
-  return ref;  // the client's session (and every handle in it) closes with the client
+  return result;  // the client's session (and every handle in it) closes with the client
+}
+
+// The graph widened to float64 on the reference kernels, outputs rounded once to float32.
+// A node the float64 run fails at (no float64 kernel, or a schema that wants float32) is kept
+// in float32 and the run retried; `*kept` lists those nodes.
+Result<std::vector<HostTensor>> run_float64(const Graph& graph,
+                                            const std::vector<HostTensor>& inputs,
+                                            std::vector<std::string>* kept) {
+  std::vector<TensorType> types;
+  std::vector<HostTensor> wide;
+  for (const auto& t : inputs) {
+    types.push_back(t.type());
+    wide.push_back(widen_tensor(t));
+  }
+  std::set<std::string> keep;
+  for (size_t attempt = 0; attempt <= graph.nodes.size(); ++attempt) {
+    TD_ASSIGN_OR_RETURN(Graph g, widen_to_float64(graph, types, keep));
+    auto outs = run_on_cpu(g, wide, true);
+    if (outs.ok()) {
+      for (auto& t : *outs) t = narrow_tensor(t);
+      kept->assign(keep.begin(), keep.end());
+      return outs;
+    }
+    const std::string node = node_named_in(outs.status().message());
+    if (node.empty() || keep.count(node)) return outs.status();
+    bool known = false;
+    for (const auto& n : g.nodes) known |= n.name == node;
+    if (!known) return outs.status();
+    keep.insert(node);
+  }
+  return errors::Internal("the float64 run kept failing");
+}
+
+// The oracle `o.oracle` names (or the automatic one) for `w` on device `t`.
+std::string oracle_kind(const BenchOptions& o, const Workload& w, const Target& t) {
+  if (o.no_check) return "none";
+  if (o.oracle == "fast") return "cpu-fast";
+  if (o.oracle == "reference") return "cpu-reference";
+  if (o.oracle == "float64") return "float64";
+  if (!w.expected.empty()) return "data";
+  return t.info.kind == "cpu" ? "cpu-reference" : "cpu-fast";
+}
+
+// Whether every output has the batch as its leading dimension, so that the first rows of the
+// batch's outputs are the outputs of the batch's first rows.
+bool outputs_batched(const std::vector<HostTensor>& outs, int64_t batch) {
+  for (const auto& t : outs)
+    if (t.shape().empty() || t.shape()[0] != batch) return false;
+  return !outs.empty();
+}
+
+Oracle run_oracle(const std::string& kind, const Workload& w,
+                  const std::vector<HostTensor>& device_outputs) {
+  Oracle r;
+  r.kind = kind;
+  if (kind == "none") return r;
+  if (kind == "data") {
+    r.outputs = w.expected;
+    return r;
+  }
+  const bool slow = kind != "cpu-fast";
+  // The slow oracles on the first examples only: a zoo network is rebuilt at that batch; a
+  // model file whose batch is not fixed takes the smaller inputs as they are.
+  int64_t rows = -1;
+  Graph small;
+  if (slow && w.batch > kSlowCheckExamples && outputs_batched(device_outputs, w.batch)) {
+    if (w.zoo) {
+      auto g = models::build_model(w.name, kSlowCheckExamples);
+      if (g.ok()) {
+        small = std::move(*g);
+        rows = kSlowCheckExamples;
+      }
+    } else if (declared_batch(w.graph) < 0) {
+      small = w.graph;
+      rows = kSlowCheckExamples;
+    }
+  }
+  auto run = [&](const Graph& g, const std::vector<HostTensor>& in,
+                 std::vector<std::string>* kept) -> Result<std::vector<HostTensor>> {
+    if (kind == "float64") return run_float64(g, in, kept);
+    return run_on_cpu(g, in, kind == "cpu-reference");
+  };
+  std::vector<std::string> kept;
+  Result<std::vector<HostTensor>> outs = errors::Internal("not run");
+  if (rows > 0) {
+    std::vector<HostTensor> in;
+    for (const auto& t : w.inputs) in.push_back(first_rows(t, rows));
+    outs = run(small, in, &kept);
+    if (!outs.ok() || !outputs_batched(*outs, rows)) rows = -1;  // the whole batch, then
+  }
+  if (rows < 0) {
+    kept.clear();
+    outs = run(w.graph, w.inputs, &kept);
+  }
+  if (!outs.ok() && kind == "float64") {
+    // No float64 run at all: the float32 reference kernels, said in the verdict.
+    r.note =
+        "float64 run failed (" + outs.status().message() + "), float32 reference kernels instead";
+    r.kind = "cpu-reference";
+    rows = -1;
+    outs = run_on_cpu(w.graph, w.inputs, true);
+  }
+  if (!outs.ok()) {
+    r.note =
+        (r.note.empty() ? "" : r.note + "; ") + "the oracle failed: " + outs.status().message();
+    return r;
+  }
+  if (!kept.empty())
+    r.note = fmt::format("float32 at {} node{} with no float64 kernel: {}", kept.size(),
+                         kept.size() == 1 ? "" : "s", fmt::join(kept, ", "));
+  r.outputs = std::move(*outs);
+  r.rows = rows;
+  return r;
+}
+
+// The outputs (the first `rows` examples of each when rows > 0) against the oracle's.
+Correctness check_against(const Oracle& oracle, const std::vector<HostTensor>& outputs) {
+  if (oracle.rows <= 0) return compare_outputs(oracle.outputs, outputs);
+  std::vector<HostTensor> first;
+  for (const auto& t : outputs) first.push_back(first_rows(t, oracle.rows));
+  return compare_outputs(oracle.outputs, first);
 }
 
 // Temporary folder, removed when this goes out of scope.
@@ -524,8 +676,8 @@ struct TempDir {
   }
 };
 
-void run_peers(const BenchOptions& o, const Workload& w, const std::vector<HostTensor>* reference,
-               int64_t examples, int threads, BenchResult* r) {
+void run_peers(const BenchOptions& o, const Workload& w, const Oracle* reference, int64_t examples,
+               int threads, BenchResult* r) {
   TempDir tmp;
   auto not_run = [&](const std::string& why) {
     for (const auto& p : o.vs) {
@@ -583,7 +735,7 @@ void run_peers(const BenchOptions& o, const Workload& w, const std::vector<HostT
       if (po.note.empty() && !reference) po.note = "no reference";
       if (po.note.empty()) {
         po.compared = true;
-        po.correctness = compare_outputs(*reference, outs);
+        po.correctness = check_against(*reference, outs);
       }
     }
     r->peers.push_back(std::move(po));
@@ -618,23 +770,38 @@ std::optional<Failure> bench_one(const BenchOptions& o, Target& t, int64_t batch
               << std::endl;
   if (auto f = time_workload(t, w, examples, o.warmup, r)) return f;
 
-  r->reference = w.expected.empty() ? "cpu-reference" : "data";
+  const std::string kind = oracle_kind(o, w, t);
   std::optional<PhaseTicker> checking;
-  if (w.expected.empty())
-    checking.emplace(fmt::format("reference check: {} batch {} on the cpu reference kernels",
-                                 w.name, w.batch));
-  auto ref = reference_outputs(w);
-  checking.reset();
-  if (ref.ok()) {
-    r->correctness = compare_outputs(*ref, r->outputs);
-  } else {
-    r->correctness.pass = false;
-    r->correctness.fail_ratio = 1;
-    r->correctness.problem = "the reference kernels failed: " + ref.status().message();
+  if (kind != "none" && kind != "data")
+    checking.emplace(fmt::format("reference check: {} batch {} on {}", w.name, w.batch,
+                                 kind == "cpu-fast" ? "cpu:0's fast path"
+                                 : kind == "float64" ? "the cpu reference kernels in float64"
+                                                     : "the cpu reference kernels"));
+  const auto t0 = Clock::now();
+  Oracle oracle = run_oracle(kind, w, r->outputs);
+  r->reference = oracle.kind;
+  r->reference_note = oracle.note;
+  if (kind != "none") {
+    if (oracle.outputs.empty() && !w.graph.outputs.empty()) {
+      r->correctness.pass = false;
+      r->correctness.fail_ratio = 1;
+      r->correctness.problem = oracle.note;
+    } else {
+      r->correctness = check_against(oracle, r->outputs);
+    }
+    r->checked_examples = oracle.rows > 0 ? oracle.rows : w.batch;
+    if (oracle.kind != "data" && !w.expected.empty() && !oracle.outputs.empty()) {
+      std::vector<HostTensor> expected;
+      for (const auto& e : w.expected)
+        expected.push_back(oracle.rows > 0 ? first_rows(e, oracle.rows) : e);
+      r->oracle_correctness = compare_outputs(expected, oracle.outputs);
+    }
   }
+  r->check_s = seconds_since(t0);
+  checking.reset();
   if (!o.vs.empty())
-    run_peers(o, w, ref.ok() ? &*ref : nullptr, examples, t.info.kind == "cpu" ? t.info.threads : 0,
-              r);
+    run_peers(o, w, kind != "none" && !oracle.outputs.empty() ? &oracle : nullptr, examples,
+              t.info.kind == "cpu" ? t.info.threads : 0, r);
   return std::nullopt;
 }
 
@@ -644,6 +811,7 @@ nlohmann::json correctness_json(const Correctness& c) {
   nlohmann::json j = {{"pass", c.pass},
                       {"max_error", c.max_error},
                       {"max_abs_error", c.max_abs_error},
+                      {"max_error_of_scale", c.max_error_of_scale},
                       {"fail_ratio", c.fail_ratio},
                       {"elements", c.elements},
                       {"failed", c.failed},
@@ -668,7 +836,11 @@ nlohmann::json result_json(const BenchResult& r) {
       {"per_example_s", r.per_example_s},
       {"peak_device_bytes", r.peak_device_bytes},
       {"reference", r.reference},
-      {"correctness", correctness_json(r.correctness)}};
+      {"check_s", r.check_s},
+      {"checked_examples", r.checked_examples},
+      {"correctness", r.reference == "none" ? nlohmann::json() : correctness_json(r.correctness)}};
+  if (!r.reference_note.empty()) j["reference_note"] = r.reference_note;
+  if (r.oracle_correctness) j["oracle_correctness"] = correctness_json(*r.oracle_correctness);
   nlohmann::json peers = nlohmann::json::object();
   for (const auto& p : r.peers) {
     nlohmann::json pj = {{"available", p.run.available}};
@@ -709,23 +881,34 @@ void print_human(const BenchResult& r) {
   std::cout << fmt::format("compile {:.2f} s, execution {:.2f} s, {:.2f} ms per example\n",
                            r.compile_s, r.execution_s, r.per_example_s * 1e3);
   std::cout << "peak device memory " << tensord::format_bytes(r.peak_device_bytes) << "\n";
-  std::cout << "Correctness: " << correctness_line(r.correctness) << " (against "
-            << (r.reference == "data" ? "the --data outputs" : "the cpu reference kernels")
-            << ")\n";
+  if (r.reference == "none") {
+    std::cout << "Correctness: not checked (--no-check)\n";
+  } else {
+    std::cout << "Correctness: " << correctness_line(r.correctness) << " (against "
+              << oracle_phrase(r.reference);
+    if (r.checked_examples < r.batch)
+      std::cout << fmt::format(", the first {} of {} examples", r.checked_examples, r.batch);
+    if (!r.reference_note.empty()) std::cout << "; " << r.reference_note;
+    std::cout << fmt::format("; check {:.2f} s)\n", r.check_s);
+    if (r.oracle_correctness)
+      std::cout << "The oracle against the --data outputs: "
+                << correctness_line(*r.oracle_correctness) << "\n";
+  }
   for (const auto& p : r.peers) std::cout << peer_summary(r, p) << "\n";
 }
 
 void print_table(const std::vector<BenchResult>& results, const std::vector<std::string>& peers) {
-  std::string head =
-      fmt::format("{:<14} {:>5} {:>10} {:>12} {:>11}  {:<11} {:>9}", "network", "batch",
-                  "compile s", "execution s", "ms/example", "correctness", "max_error");
+  std::string head = fmt::format("{:<14} {:>5} {:>10} {:>12} {:>11}  {:<11} {:>9} {:>8} {:>7}",
+                                 "network", "batch", "compile s", "execution s", "ms/example",
+                                 "correctness", "max_error", "of scale", "check s");
   for (const auto& p : peers) head += fmt::format("  {:>20}", "vs " + p);
   std::cout << head << "\n";
   for (const auto& r : results) {
     std::string line =
-        fmt::format("{:<14} {:>5} {:>10.2f} {:>12.2f} {:>11.2f}  {:<11} {:>9.1e}", r.network,
-                    r.batch, r.compile_s, r.execution_s, r.per_example_s * 1e3,
-                    r.correctness.pass ? "PASS" : "FAIL", r.correctness.max_error);
+        fmt::format("{:<14} {:>5} {:>10.2f} {:>12.2f} {:>11.2f}  {:<11} {:>9.1e} {:>8.1e} {:>7.2f}",
+                    r.network, r.batch, r.compile_s, r.execution_s, r.per_example_s * 1e3,
+                    r.reference == "none" ? "-" : (r.correctness.pass ? "PASS" : "FAIL"),
+                    r.correctness.max_error, r.correctness.max_error_of_scale, r.check_s);
     for (const auto& p : r.peers) {
       std::string cell = "n/a";
       if (p.run.available && p.run.per_example_s > 0)
@@ -752,6 +935,8 @@ Status write_events(const std::string& dir, const std::vector<BenchResult>& resu
     TD_RETURN_IF_ERROR(w.add_scalar(p + "max_error", r.correctness.max_error, step));
     TD_RETURN_IF_ERROR(w.add_scalar(p + "max_abs_error", r.correctness.max_abs_error, step));
     TD_RETURN_IF_ERROR(w.add_scalar(p + "fail_ratio", r.correctness.fail_ratio, step));
+    TD_RETURN_IF_ERROR(
+        w.add_scalar(p + "max_error_of_scale", r.correctness.max_error_of_scale, step));
     for (const auto& peer : r.peers) {
       if (!peer.run.available || peer.run.per_example_s <= 0) continue;
       TD_RETURN_IF_ERROR(
@@ -810,6 +995,11 @@ std::optional<Failure> check_options(const BenchOptions& o) {
         return usage_failure(fmt::format(
             "--examples {} is not divisible by batch size {} (--all runs batch 1 and 8)", examples,
             b));
+  if (!o.oracle.empty() && o.oracle != "fast" && o.oracle != "reference" && o.oracle != "float64")
+    return usage_failure(
+        fmt::format("--oracle: unknown oracle '{}' (known: fast, reference, float64)", o.oracle));
+  if (o.no_check && !o.oracle.empty())
+    return usage_failure("give only one of --oracle and --no-check");
   for (const auto& p : o.vs) {
     const auto& known = known_peers();
     if (std::find(known.begin(), known.end(), p) == known.end())
@@ -937,8 +1127,15 @@ void add_bench_options(CLI::App& bench, BenchOptions& o) {
   bench.add_option("--model,-m", o.model, "Benchmark an ONNX model file instead");
   bench.add_option("--data", o.data,
                    "Inputs and expected outputs from an ONNX test_data_set_N folder "
-                   "(input_K.pb, output_K.pb); without it the outputs are checked against the "
-                   "cpu reference kernels");
+                   "(input_K.pb, output_K.pb); without it the outputs are checked against "
+                   "--oracle's");
+  bench.add_option("--oracle", o.oracle,
+                   "What the outputs are checked against: fast (cpu:0's fast path, float32; the "
+                   "default for a device other than a cpu), reference (the cpu reference "
+                   "kernels; the default on a cpu), float64 (the graph in float64 on the "
+                   "reference kernels). Default: --data's outputs when given; --oracle with "
+                   "--data checks the outputs against the oracle and the oracle against --data");
+  bench.add_flag("--no-check", o.no_check, "Skip the correctness check (and say so)");
   bench.add_option("--examples,-n", o.examples,
                    fmt::format("Timed examples (default {}, {} with --all); a multiple of the "
                                "batch size",

@@ -23,16 +23,13 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "core/errors.h"
 #include "onnx/onnx_import.h"
 
 namespace fs = std::filesystem;
 
 namespace tensord::cli {
 namespace {
-
-// ONNX's defaults for the node tests (onnx/backend/test/runner: rtol 1e-3, atol 1e-7).
-constexpr double kRtol = 1e-3;
-constexpr double kAtol = 1e-7;
 
 struct TestCase {
   std::string name;  // the folder's name, e.g. "test_conv_with_strides_padding"
@@ -178,7 +175,8 @@ Result<std::vector<fs::path>> numbered_files(const fs::path& dir, const std::str
 
 // "" when `actual` matches `expected`, else why not ("element 7: 3.2 != expected 3.25 ...").
 // With `values` false only dtype and shape are compared.
-std::string compare(const HostTensor& actual, const HostTensor& expected, bool values) {
+std::string compare(const HostTensor& actual, const HostTensor& expected, bool values, double rtol,
+                    double atol) {
   if (actual.dtype() != expected.dtype())
     return std::string("dtype ") + dtype_name(actual.dtype()) + " != expected " +
            dtype_name(expected.dtype());
@@ -200,7 +198,7 @@ std::string compare(const HostTensor& actual, const HostTensor& expected, bool v
         ok = a[i] == e[i];
       } else {
         const double diff = std::fabs(a[i] - e[i]);
-        ok = diff <= kAtol + kRtol * std::fabs(e[i]);
+        ok = diff <= atol + rtol * std::fabs(e[i]);
         if (!ok) max_diff = std::max(max_diff, diff);
       }
       if (!ok && bad++ == 0) first_bad = i;
@@ -285,7 +283,8 @@ std::string nondeterministic_op(const Graph& graph) {
 
 class Runner {
  public:
-  Runner(Client& client, std::string device) : client_(client), device_(std::move(device)) {}
+  Runner(Client& client, std::string device, double rtol, double atol)
+      : client_(client), device_(std::move(device)), rtol_(rtol), atol_(atol) {}
 
   Outcome run(const TestCase& test) {
     const fs::path model_path = test.dir / "model.onnx";
@@ -371,7 +370,8 @@ class Runner {
           "output " + std::to_string(i) + " ('" + graph.outputs[i].name + "')";
       auto actual = client_.read((*outs)[i]);
       if (!actual.ok()) return failed(which + ": " + actual.status().message());
-      if (std::string why = compare(*actual, expected[i], compare_values); !why.empty())
+      if (std::string why = compare(*actual, expected[i], compare_values, rtol_, atol_);
+          !why.empty())
         return failed(which + " " + why);
     }
     return {};
@@ -389,11 +389,17 @@ class Runner {
 
   Client& client_;
   std::string device_;
+  double rtol_, atol_;
 };
 
 }  // namespace
 
 int cmd_onnx_test(const OnnxTestOptions& options) {
+  if (!(options.rtol >= 0) || !(options.atol >= 0)) {
+    print_error(fmt::format("--rtol and --atol must be >= 0, got --rtol {} --atol {}", options.rtol,
+                            options.atol));
+    return kExitUsage;
+  }
   auto tests = collect_tests(options.dirs, options.filter);
   if (!tests.ok()) {
     print_error(tests.status().message());
@@ -407,7 +413,7 @@ int cmd_onnx_test(const OnnxTestOptions& options) {
   if (tests->empty()) print_error("no test matches --filter '" + options.filter + "'");
   install_crash_reporter();
 
-  Runner runner(*cd->client, cd->device);
+  Runner runner(*cd->client, cd->device, options.rtol, options.atol);
   int passed = 0, failed_count = 0, skipped_count = 0;
   std::map<std::string, int> skip_groups;
   nlohmann::json json_tests = nlohmann::json::array();

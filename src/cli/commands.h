@@ -33,6 +33,10 @@ struct OnnxTestOptions {
   std::string filter;             // glob over test names ("" = all)
   bool json = false;              // one JSON object on stdout instead of lines
   bool verbose = false;           // also print skips and passes
+  // |actual - expected| <= atol + rtol * |expected|: ONNX's defaults for the node tests
+  // (onnx/backend/test/runner).
+  double rtol = 1e-3;
+  double atol = 1e-7;
 };
 
 // `tensord onnx-test`: runs ONNX backend node tests (model.onnx + test_data_set_N/*.pb) and
@@ -56,6 +60,8 @@ struct BenchOptions {
   std::string export_path;        // write the network as ONNX to this file and stop
   std::string outputs;            // write the last batch's outputs as DIR/<name>.npy
   std::vector<std::string> devices;  // --devices a,b,c: data parallel next to devices[0] alone
+  std::string oracle;                // --oracle fast|reference|float64 ("" = auto)
+  bool no_check = false;             // --no-check: no correctness check at all
 };
 
 // `tensord bench`: plaidbench's measurements (compile, execution, per example, correctness

@@ -283,6 +283,12 @@ int run_main(int argc, char** argv) {
   onnx_test->add_option("--filter", test_opts.filter, "Only tests whose name matches this glob");
   onnx_test->add_flag("--json", test_opts.json, "Print one JSON object with every test's result");
   onnx_test->add_flag("--verbose,-v", test_opts.verbose, "Also print passes and skips");
+  onnx_test
+      ->add_option("--rtol", test_opts.rtol,
+                   "Relative tolerance: |actual - expected| <= atol + rtol * |expected|")
+      ->capture_default_str();
+  onnx_test->add_option("--atol", test_opts.atol, "Absolute tolerance (see --rtol)")
+      ->capture_default_str();
 
   tensord::cli::BenchOptions bench_opts;
   auto* bench = app.add_subcommand(

@@ -8,6 +8,12 @@ Usage: test_bench.py TENSORD_EXE CASE
   remote       the same benchmark through a real `tensord serve` gives the same outputs
   torchvision  torchvision's MobileNetV2 exported by torch.onnx.export (opset 13) with torch's
                output as test_data_set_0: PASS
+  verdict      the oracles: --no-check, --oracle fast|reference|float64, the float64 oracle on
+               a graph with catastrophic cancellation in float32 (its float32 reference run
+               fails against the truth, its float64 run passes; Celu, float32 only, kept in
+               float32 and named in the verdict), the slow oracles on a
+               batch's first example, the criterion relative to the output's scale, onnx-test
+               --rtol/--atol
 Exits 77 (skip) with a reason when python3-onnx (or, for torchvision, torch) is missing.
 """
 import json
@@ -170,6 +176,43 @@ def sqrt_model(path):
         [helper.make_node("Sqrt", ["X"], ["Y"])], "sqrt",
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+def cancellation_model(path, big=1e4):
+    """Y = (X + big) - big, then a Cast to FLOAT (a no-op the float64 rewrite must turn into
+    DOUBLE) and a Constant value_float: in float32 the sum rounds X to a multiple of
+    ulp(big) / 2 ~ 5e-4 (catastrophic cancellation), in float64 it is exact: the truth is X."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["Zero"], value_float=0.0),
+         helper.make_node("Add", ["X", "Big"], ["S"]),
+         helper.make_node("Sub", ["S", "Big"], ["D"]),
+         helper.make_node("Cast", ["D"], ["C"], to=TensorProto.FLOAT),
+         helper.make_node("Add", ["C", "Zero"], ["Y"])],
+        "cancellation", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 64])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 64])],
+        [numpy_helper.from_array(np.array(big, dtype=np.float32), "Big")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+def cancellation_celu_model(path):
+    """Y = Celu((X + 1e4) - 1e4): Celu has float32 only (its ONNX schema), so the float64
+    oracle keeps that node in float32, between casts, and says so."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["X", "Big"], ["S"]),
+         helper.make_node("Sub", ["S", "Big"], ["D"]),
+         helper.make_node("Celu", ["D"], ["Y"], name="celu", alpha=1.0)],
+        "cancellation_celu", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 64])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 64])],
+        [numpy_helper.from_array(np.array(1e4, dtype=np.float32), "Big")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, path)
@@ -435,6 +478,125 @@ def check_torchvision(tmp):
     assert r.returncode == 1 and j["correctness"]["fail_ratio"] == 1 / 1000, j["correctness"]
 
 
+def check_verdicts(tmp):
+    model = os.path.join(tmp, "cancel.onnx")
+    cancellation_model(model)
+    x = np.random.default_rng(7).standard_normal((2, 64)).astype(np.float32)
+    truth = os.path.join(tmp, "cancel_data")
+    write_data_set(truth, [x], [x])  # (x + 1e4) - 1e4 = x exactly
+    x32 = (x + np.float32(1e4)) - np.float32(1e4)  # what float32 computes
+    assert np.abs(x32 - x).max() > 1e-4, "the model does not cancel in float32"
+
+    # Default on cpu:0: the cpu reference kernels; float32 against float32 agrees.
+    r, j = bench_json("--model", model, "--examples", 2, "--batch-size", 2, "--warmup", 0)
+    assert r.returncode == 0 and j["reference"] == "cpu-reference", (r.stderr, j)
+    c = j["correctness"]
+    assert c["pass"] and "max_error_of_scale" in c and j["checked_examples"] == 1, j
+    assert j["check_s"] >= 0 and "oracle_correctness" not in j, j
+
+    # The float32 reference run against the truth (--data): FAIL; the float64 run: PASS
+    # (exactly), and then the device's own float32 output FAILs against it.
+    r, j = bench_json("--model", model, "--data", truth, "--oracle", "reference",
+                      "--examples", 2, "--warmup", 0)
+    assert j["reference"] == "cpu-reference", j
+    oc = j["oracle_correctness"]
+    assert oc["pass"] is False and oc["fail_ratio"] > 0.2, oc
+    assert oc["max_error_of_scale"] > 1e-5, oc
+    assert j["correctness"]["pass"] is True and r.returncode == 0, j  # float32 == float32
+    r, j = bench_json("--model", model, "--data", truth, "--oracle", "float64",
+                      "--examples", 2, "--warmup", 0)
+    assert j["reference"] == "float64" and "reference_note" not in j, j
+    oc = j["oracle_correctness"]
+    assert oc["pass"] is True and oc["max_abs_error"] == 0, oc
+    assert r.returncode == 1 and j["correctness"]["pass"] is False, j
+    assert abs(j["correctness"]["max_abs_error"] - np.abs(x32 - x).max()) < 1e-6, j
+    # Without --data the float64 oracle alone makes the verdict, and says so in text.
+    r = bench("--model", model, "--oracle", "float64", "--examples", 2, "--batch-size", 2,
+              "--warmup", 0)
+    assert r.returncode == 1 and "Correctness: FAIL" in r.stdout, r
+    assert "against the graph in float64 on the cpu reference kernels" in r.stdout, r.stdout
+    assert "the first 1 of 2 examples" in r.stdout, r.stdout
+
+    # An op with no float64 kernel (Celu) stays float32 in the float64 oracle, named in the
+    # verdict; the rest of the graph is still float64, so the oracle still passes the truth.
+    celu = os.path.join(tmp, "cancel_celu.onnx")
+    cancellation_celu_model(celu)
+    xd = x.astype(np.float64)
+    celu_truth = os.path.join(tmp, "celu_data")
+    write_data_set(celu_truth, [x], [np.where(xd > 0, xd, np.expm1(xd)).astype(np.float32)])
+    r, j = bench_json("--model", celu, "--data", celu_truth, "--oracle", "float64",
+                      "--examples", 2, "--warmup", 0)
+    assert j["reference"] == "float64", j
+    assert j["reference_note"] == "float32 at 1 node with no float64 kernel: celu", j
+    assert j["oracle_correctness"]["pass"] is True, j["oracle_correctness"]
+    r, j = bench_json("--model", celu, "--data", celu_truth, "--oracle", "reference",
+                      "--examples", 2, "--warmup", 0)
+    assert j["oracle_correctness"]["pass"] is False, j["oracle_correctness"]
+    r = bench("--model", celu, "--oracle", "float64", "--examples", 2, "--warmup", 0)
+    assert "float32 at 1 node with no float64 kernel: celu" in r.stdout, r.stdout
+
+    # The fast oracle: cpu:0's fast path.
+    r, j = bench_json("--model", model, "--oracle", "fast", "--examples", 2, "--warmup", 0)
+    assert r.returncode == 0 and j["reference"] == "cpu-fast", (r.stderr, j)
+    assert j["correctness"]["pass"] and j["checked_examples"] == 1, j
+
+    # --no-check: no verdict, exit 0 even for a model the float64 oracle fails, said so.
+    r = bench("--model", model, "--no-check", "--examples", 2, "--warmup", 0)
+    assert r.returncode == 0 and "Correctness: not checked (--no-check)" in r.stdout, r
+    r, j = bench_json("--model", model, "--no-check", "--examples", 2, "--warmup", 0)
+    assert r.returncode == 0 and j["reference"] == "none" and j["correctness"] is None, j
+    assert j["checked_examples"] == 0, j
+
+    # Bad usage: an unknown oracle, or both.
+    r = bench("--model", model, "--oracle", "gpu")
+    assert r.returncode == 2 and "unknown oracle 'gpu'" in r.stderr, r
+    r = bench("--model", model, "--oracle", "fast", "--no-check")
+    assert r.returncode == 2 and "--no-check" in r.stderr, r
+
+    # A zoo network at batch 2: the reference kernels check its first example; --oracle
+    # float64 runs the whole network in float64 and passes.
+    r, j = bench_json("imdb_lstm", "--examples", 2, "--batch-size", 2, "--warmup", 0,
+                      "--oracle", "float64")
+    assert r.returncode == 0 and j["correctness"]["pass"], (r.stderr, j)
+    assert j["checked_examples"] == 1 and j["reference"] == "float64", j
+
+    # The criterion is relative to the output's scale: an element near zero may be off by
+    # 1e-5 of the largest |ref|, not more.
+    aff = os.path.join(tmp, "affine_scale.onnx")
+    f = affine_model(aff)
+    xa = np.array([[1, 2, 3], [-1, 0.5, 4]], dtype=np.float32)
+    y = f(xa).astype(np.float32)
+    scale = float(np.abs(y).max())
+    near = np.unravel_index(np.argmin(np.abs(y)), y.shape)
+    for off, ok in ((0.5e-5 * scale, True), (3e-5 * scale, False)):
+        yy = y.copy()
+        yy[near] += off
+        d = os.path.join(tmp, f"affine_scale_{ok}")
+        write_data_set(d, [xa], [yy])
+        r, j = bench_json("--model", aff, "--data", d, "--examples", 2, "--warmup", 0)
+        assert j["correctness"]["pass"] is ok, (off, abs(y[near]), j["correctness"])
+        assert abs(j["correctness"]["max_error_of_scale"] - off / scale) < 1e-6, j
+
+    # `tensord onnx-test --rtol/--atol`: an expected output 0.2% off fails ONNX's default
+    # rtol 1e-3 and passes --rtol 3e-3 or a large --atol; a negative one is bad usage.
+    case = os.path.join(tmp, "onnx_tests", "test_affine_off")
+    os.makedirs(case)
+    affine_model(os.path.join(case, "model.onnx"))
+    write_data_set(os.path.join(case, "test_data_set_0"), [xa], [y * np.float32(1.002)])
+    suite = os.path.dirname(case)
+
+    def onnx_test(*args):
+        return subprocess.run([EXE, "onnx-test", suite, *args], capture_output=True, text=True,
+                              env=clean_env(), timeout=60)
+    r = onnx_test()
+    assert r.returncode == 1 and "0 passed, 1 failed" in r.stdout, r
+    for args in (["--rtol", "3e-3"], ["--atol", "1"]):
+        r = onnx_test(*args)
+        assert r.returncode == 0 and "1 passed, 0 failed" in r.stdout, (args, r)
+    r = onnx_test("--atol", "-1")
+    assert r.returncode == 2 and "--atol" in r.stderr, r
+
+
 def main():
     global EXE
     EXE, case = sys.argv[1], sys.argv[2]
@@ -452,6 +614,8 @@ def main():
             check_remote(tmp)
         elif case == "torchvision":
             check_torchvision(tmp)
+        elif case == "verdict":
+            check_verdicts(tmp)
         else:
             raise SystemExit(f"unknown case {case}")
     print("ok")
