@@ -806,7 +806,12 @@ struct Engine::Impl {
       EngineAllocator alloc(slot_of.at(&d), nullptr);
       return alloc.allocate(bytes);
     };
-    TD_ASSIGN_OR_RETURN(auto exe, Executable::compile(graph, types, t, options));
+    auto compiled = Executable::compile(graph, types, t, options);
+    if (!compiled.ok()) {
+      return_memory_to_system(t.budget->peak());  // what a refused compile had folded
+      return compiled.status();
+    }
+    std::unique_ptr<Executable> exe = std::move(compiled).value();
     if (!exe->fallbacks().empty()) {
       std::lock_guard<std::mutex> lock(fallback_mu);
       for (const auto& f : exe->fallbacks()) {
@@ -1794,6 +1799,8 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
           if (!v.type.shape.empty()) v.type.shape[0] = -1;
       return impl_->compile(target, free0, launch.types, m->options, budget);
     };
+    std::vector<std::unique_ptr<LoadedModel::Form>> dead;  // destroyed after m->mu
+    int64_t freed = 0;
     if (!m->counter) {
       // A named model: forms per tenant, charged to it, least recently used dropped first.
       const std::shared_ptr<SessionCounter>& session_counter = launch.ref.counter;
@@ -1801,7 +1808,6 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
       const std::string tenant_name = tenant ? tenant->tenant_name : std::string();
       const std::string prefix = std::to_string(tenant_name.size()) + ":" + tenant_name + "|";
       key = prefix + key;
-      std::vector<std::unique_ptr<LoadedModel::Form>> dead;  // destroyed after the lock
       std::lock_guard<std::mutex> lock(m->mu);  // one compile per input types
       auto it = m->forms.find(key);
       if (it != m->forms.end() && it->second->tenant == tenant) {
@@ -1821,6 +1827,8 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
             if (f->first.compare(0, prefix.size(), prefix) == 0 &&
                 (victim == m->forms.end() || f->second->used < victim->second->used))
               victim = f;
+          freed += victim->second->counted +
+                   (victim->second->exe ? victim->second->exe->held_bytes() : 0);
           dead.push_back(std::move(victim->second));
           m->forms.erase(victim);
         }
@@ -1837,7 +1845,7 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
           form->tenant = tenant;
           form->counted = bytes;
         }
-        auto compiled = compile_form(impl_->make_budget(tenant, session_counter));
+        auto compiled = compile_form(impl_->make_budget(tenant, nullptr));
         if (!compiled.ok()) return compiled.status();  // form uncharges
         impl_->m.compiles++;
         exe = std::shared_ptr<Executable>(std::move(compiled).value());
@@ -1874,6 +1882,8 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
         m->executables.emplace(key, exe);
       }
     }
+    dead.clear();  // the forms evicted (their executables, unless a run still holds one)
+    return_memory_to_system(freed);
   }
   {
     DeviceSlot& slot = *impl_->slots[launch.target];

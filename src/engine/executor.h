@@ -6,6 +6,7 @@
 // profiling (TENSORD_PROFILE=1).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -68,11 +69,17 @@ class CompileBudget {
       uncharge_(-bytes);
     }
     held_ += bytes;
+    peak_ = std::max(peak_, held_);
     return Status();
   }
   int64_t held() const {
     std::lock_guard<std::mutex> lock(mu_);
     return held_;
+  }
+  // The most it held at once (what a failed compile had created before it failed).
+  int64_t peak() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_;
   }
   int64_t folded() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -91,6 +98,7 @@ class CompileBudget {
   UnchargeFn uncharge_;
   mutable std::mutex mu_;
   int64_t held_ = 0;
+  int64_t peak_ = 0;
   int64_t folded_ = 0;
   bool capped_ = false;
 };
