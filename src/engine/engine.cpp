@@ -1,6 +1,9 @@
 #include "engine/engine.h"
 
 #include <fnmatch.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <condition_variable>
 #include <cstdlib>
@@ -402,10 +405,35 @@ struct LoadedModel {
   // Null for a named model (Engine::add_named_model): held once, charged to nobody.
   std::shared_ptr<SessionCounter> counter;
   int64_t counted = 0;
+  // A named model's compiled forms, by tenant and input types (see Engine::add_named_model):
+  // each charged to the tenant whose run compiled it (`counted`, a per-node cost; the
+  // executable's own budget holds its folded constants and prepared weights).
+  struct Form {
+    std::shared_ptr<Executable> exe;
+    std::shared_ptr<SessionCounter> tenant;  // null: sessions without a tenant (nobody pays)
+    int64_t counted = 0;
+    uint64_t used = 0;  // for least-recently-used eviction
+    ~Form() {
+      if (tenant) tenant->uncharge(counted);
+    }
+  };
+  std::map<std::string, std::unique_ptr<Form>> forms;  // under mu
+  uint64_t tick = 0;                                   // under mu
   ~LoadedModel() {
     if (counter) counter->uncharge(counted);
   }
 };
+
+// Gives freed heap memory back to the system after large frees (dropped executables, their
+// folded constants): glibc keeps freed chunks of a size it has seen freed before (the
+// mmap threshold rises to them), so without this a broker's RSS stays at its peak.
+void return_memory_to_system(int64_t freed) {
+#if defined(__GLIBC__)
+  if (freed >= (int64_t{8} << 20)) malloc_trim(0);
+#else
+  (void)freed;
+#endif
+}
 
 
 // A compiled executable in the engine's cache: the key is the full canonical signature (no
@@ -417,6 +445,9 @@ struct CacheEntry {
   std::vector<TensorType> types;
   size_t num_inputs = 0;
   int64_t bytes = 0;
+  // What the executable holds beyond the graph (folded constants, prepared weights): charged
+  // by its own budget, counted here against the cache's bound.
+  int64_t held = 0;
   std::shared_ptr<SessionCounter> tenant;  // charged `bytes`; null: nobody's (embedded use)
   CacheEntry() = default;
   CacheEntry(const CacheEntry&) = delete;
@@ -642,6 +673,8 @@ struct Engine::Impl {
   std::mutex cache_mu;
   size_t cache_capacity = 512;
   int64_t cache_max_bytes = int64_t{1} << 30;
+  int64_t max_folded_bytes = int64_t{256} << 20;
+  size_t named_forms_per_tenant = 16;
   int64_t cache_bytes = 0;
   std::list<std::unique_ptr<CacheEntry>> lru;
   std::unordered_map<std::string_view, decltype(lru)::iterator> cache;  // views of entries' keys
@@ -729,11 +762,43 @@ struct Engine::Impl {
   };
 
   // Compiles `graph` for the device of `slot` with fallback placement on cpu:0.
+  // What a compile's own bytes (folded constants, prepared weights, device copies of
+  // constants) are charged to: held on `holder` (a tenant's counter, or a session's for its
+  // own models: then its tenant too) while the executable lives; `session` (the session
+  // compiling) must also stay within its limit while they are. Both null: nobody pays, only
+  // the folding cap applies.
+  std::shared_ptr<CompileBudget> make_budget(std::shared_ptr<SessionCounter> holder,
+                                             std::shared_ptr<SessionCounter> session) {
+    if (session == holder) session = nullptr;  // holder->charge checks it already
+    if (session && session->limit <= 0) session = nullptr;
+    if (!holder && !session) return std::make_shared<CompileBudget>(max_folded_bytes, nullptr, nullptr);
+    auto pending = std::make_shared<std::atomic<int64_t>>(0);
+    auto charge = [holder, session, pending](int64_t n, const std::string& what) -> Status {
+      if (session) {
+        const int64_t s = session->bytes.load() + pending->load() + n;
+        if (s > session->limit)
+          return errors::ResourceExhausted(
+              "session memory limit exceeded: {} would bring the session to {} of its {} limit",
+              what, format_bytes(s), format_bytes(session->limit));
+      }
+      if (holder) TD_RETURN_IF_ERROR(holder->charge(n, what));
+      *pending += n;
+      return OkStatus();
+    };
+    auto uncharge = [holder, pending](int64_t n) {
+      if (holder) holder->uncharge(n);
+      *pending -= n;
+    };
+    return std::make_shared<CompileBudget>(max_folded_bytes, std::move(charge), std::move(uncharge));
+  }
+
   Result<std::unique_ptr<Executable>> compile(size_t device, const Graph& graph,
                                               const std::vector<TensorType>& types,
-                                              CompileOptions options) {
+                                              CompileOptions options,
+                                              std::shared_ptr<CompileBudget> budget) {
     options.strict_device |= strict_device;
     CompileTarget t;
+    t.budget = budget ? std::move(budget) : make_budget(nullptr, nullptr);
     t.device = slots[device]->device.get();
     t.fallback = fallback ? fallback->device.get() : nullptr;
     t.host = host;
@@ -741,7 +806,12 @@ struct Engine::Impl {
       EngineAllocator alloc(slot_of.at(&d), nullptr);
       return alloc.allocate(bytes);
     };
-    TD_ASSIGN_OR_RETURN(auto exe, Executable::compile(graph, types, t, options));
+    auto compiled = Executable::compile(graph, types, t, options);
+    if (!compiled.ok()) {
+      return_memory_to_system(t.budget->peak());  // what a refused compile had folded
+      return compiled.status();
+    }
+    std::unique_ptr<Executable> exe = std::move(compiled).value();
     if (!exe->fallbacks().empty()) {
       std::lock_guard<std::mutex> lock(fallback_mu);
       for (const auto& f : exe->fallbacks()) {
@@ -848,20 +918,47 @@ struct Engine::Impl {
   std::unique_ptr<CacheEntry> evict_lru_locked(decltype(lru)::iterator it) {
     std::unique_ptr<CacheEntry> dead = std::move(*it);
     cache.erase(dead->key);
-    cache_bytes -= dead->bytes;
+    cache_bytes -= dead->bytes + dead->held;
     lru.erase(it);
     return dead;
   }
 
   // Every cached executable of `tenant` (its last session closed).
+  // And the forms of named models it compiled. The memory goes back to the system.
   void purge_tenant(const std::shared_ptr<SessionCounter>& tenant) {
-    std::vector<std::unique_ptr<CacheEntry>> dead;
-    std::lock_guard<std::mutex> lock(cache_mu);
-    for (auto it = lru.begin(); it != lru.end();) {
-      auto next = std::next(it);
-      if ((*it)->tenant == tenant) dead.push_back(evict_lru_locked(it));
-      it = next;
-    }
+    int64_t freed = 0;
+    {
+      std::vector<std::unique_ptr<CacheEntry>> dead;
+      {
+        std::lock_guard<std::mutex> lock(cache_mu);
+        for (auto it = lru.begin(); it != lru.end();) {
+          auto next = std::next(it);
+          if ((*it)->tenant == tenant) dead.push_back(evict_lru_locked(it));
+          it = next;
+        }
+      }
+      for (const auto& e : dead) freed += e->bytes + (e->exe ? e->exe->held_bytes() : 0);
+      std::vector<std::unique_ptr<LoadedModel::Form>> dead_forms;
+      std::vector<std::shared_ptr<LoadedModel>> models;
+      {
+        std::lock_guard<std::mutex> lock(named_mu);
+        for (const auto& [name, n] : named)
+          if (n.model) models.push_back(n.model);
+      }
+      for (const auto& m : models) {
+        std::lock_guard<std::mutex> lock(m->mu);
+        for (auto it = m->forms.begin(); it != m->forms.end();) {
+          if (it->second->tenant == tenant) {
+            dead_forms.push_back(std::move(it->second));
+            it = m->forms.erase(it);
+          } else {
+            ++it;
+          }
+        }
+      }
+      for (const auto& f : dead_forms) freed += f->counted + (f->exe ? f->exe->held_bytes() : 0);
+    }  // destroyed here
+    return_memory_to_system(freed);
   }
 
   // The executable of `graph` for `types` on `device`, compiled or from the cache. The cache
@@ -892,8 +989,11 @@ struct Engine::Impl {
         return e.exe;
       }
     }
-    // Compile outside the lock; a concurrent compile of the same key is harmless.
-    TD_ASSIGN_OR_RETURN(std::unique_ptr<Executable> exe, compile(device, graph, types, options));
+    // Compile outside the lock; a concurrent compile of the same key is harmless. What the
+    // compile creates is charged to the tenant as it is created (the session's limit is
+    // checked too), and held while the executable lives.
+    TD_ASSIGN_OR_RETURN(std::unique_ptr<Executable> exe,
+                        compile(device, graph, types, options, make_budget(tenant, counter)));
     m.compiles++;
     std::shared_ptr<Executable> shared(std::move(exe));
     auto entry = std::make_unique<CacheEntry>();
@@ -901,7 +1001,8 @@ struct Engine::Impl {
     entry->types = types;
     entry->num_inputs = graph.inputs.size();
     entry->bytes = estimate_executable_bytes(graph);
-    if (entry->bytes > cache_max_bytes) return shared;  // runs, but is not kept
+    entry->held = shared->held_bytes();
+    if (entry->bytes + entry->held > cache_max_bytes) return shared;  // runs, but is not kept
     std::vector<std::unique_ptr<CacheEntry>> dead;  // destroyed after the lock is released
     std::lock_guard<std::mutex> lock(cache_mu);
     if (cache.count(key)) return shared;
@@ -920,7 +1021,7 @@ struct Engine::Impl {
       }
     }
     entry->key = std::move(key);
-    cache_bytes += entry->bytes;
+    cache_bytes += entry->bytes + entry->held;
     lru.push_front(std::move(entry));
     cache.emplace(lru.front()->key, lru.begin());
     while (!lru.empty() && (lru.size() > cache_capacity || cache_bytes > cache_max_bytes))
@@ -934,6 +1035,10 @@ EngineOptions EngineOptions::from_env() {
   if (const char* d = std::getenv("TENSORD_DEVICES")) o.device_filter = d;
   if (const char* d = std::getenv("TENSORD_DEVICE")) o.default_device = d;
   if (const char* v = std::getenv("TENSORD_STRICT_DEVICE")) o.strict_device = *v && *v != '0';
+  if (const char* v = std::getenv("TENSORD_MAX_FOLDED_BYTES"); v && *v)
+    o.max_folded_bytes = std::max<int64_t>(0, std::atoll(v));
+  if (const char* v = std::getenv("TENSORD_NAMED_MODEL_FORMS"); v && std::atoll(v) > 0)
+    o.named_model_forms_per_tenant = static_cast<size_t>(std::atoll(v));
   if (const char* t = std::getenv("TENSORD_TIME_SLICE_MS")) {
     const double ms = std::atof(t);
     if (ms > 0) o.time_slice = std::chrono::microseconds(static_cast<int64_t>(ms * 1000));
@@ -1021,6 +1126,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   impl->peer_copy = options.peer_copy;
   impl->cache_capacity = std::max<size_t>(options.executable_cache_size, 1);
   impl->cache_max_bytes = std::max<int64_t>(options.executable_cache_bytes, 0);
+  impl->max_folded_bytes = std::max<int64_t>(options.max_folded_bytes, 0);
+  impl->named_forms_per_tenant = std::max<size_t>(options.named_model_forms_per_tenant, 1);
   std::vector<std::string> filtered_out;
   impl->strict_device = options.strict_device;
   auto backends = create_backends();
@@ -1158,6 +1265,15 @@ Status Engine::close_session(SessionId session) {
   // The tenant's last session: its compiled graphs go too (they are charged to it, and
   // nothing may stay on the broker on behalf of a tenant that has gone).
   if (last_of_tenant) impl_->purge_tenant(last_of_tenant);
+  bool none_left;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    none_left = impl_->sessions.empty();
+  }
+  if (none_left) {  // the broker is idle: what the sessions freed goes back to the system
+    dead = Session{};
+    return_memory_to_system(INT64_MAX);
+  }
   return OkStatus();
 }
 
@@ -1675,48 +1791,99 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
     // declared first dimension left free.
     std::string key = elsewhere ? fmt::format("@{}/free0;", target) : std::string();
     for (const auto& t : launch.types) key += t.to_string() + ";";
-    std::lock_guard<std::mutex> lock(m->mu);  // one compile per input types
-    auto it = m->executables.find(key);
-    if (it != m->executables.end()) {
-      impl_->m.cache_hits++;
-      exe = it->second;
+    auto compile_form = [&](std::shared_ptr<CompileBudget> budget) {
+      if (!elsewhere) return impl_->compile(m->device, graph, launch.types, m->options, budget);
+      Graph free0 = graph;
+      for (auto* list : {&free0.inputs, &free0.outputs})
+        for (ValueInfo& v : *list)
+          if (!v.type.shape.empty()) v.type.shape[0] = -1;
+      return impl_->compile(target, free0, launch.types, m->options, budget);
+    };
+    std::vector<std::unique_ptr<LoadedModel::Form>> dead;  // destroyed after m->mu
+    int64_t freed = 0;
+    if (!m->counter) {
+      // A named model: forms per tenant, charged to it, least recently used dropped first.
+      const std::shared_ptr<SessionCounter>& session_counter = launch.ref.counter;
+      std::shared_ptr<SessionCounter> tenant = session_counter ? session_counter->tenant : nullptr;
+      const std::string tenant_name = tenant ? tenant->tenant_name : std::string();
+      const std::string prefix = std::to_string(tenant_name.size()) + ":" + tenant_name + "|";
+      key = prefix + key;
+      std::lock_guard<std::mutex> lock(m->mu);  // one compile per input types
+      auto it = m->forms.find(key);
+      if (it != m->forms.end() && it->second->tenant == tenant) {
+        impl_->m.cache_hits++;
+        it->second->used = ++m->tick;
+        exe = it->second->exe;
+      } else {
+        // Room among this tenant's forms of the model: its least recently used go.
+        auto count_mine = [&] {
+          size_t n = 0;
+          for (const auto& [k, f] : m->forms) n += k.compare(0, prefix.size(), prefix) == 0;
+          return n;
+        };
+        while (count_mine() >= impl_->named_forms_per_tenant) {
+          auto victim = m->forms.end();
+          for (auto f = m->forms.begin(); f != m->forms.end(); ++f)
+            if (f->first.compare(0, prefix.size(), prefix) == 0 &&
+                (victim == m->forms.end() || f->second->used < victim->second->used))
+              victim = f;
+          freed += victim->second->counted +
+                   (victim->second->exe ? victim->second->exe->held_bytes() : 0);
+          dead.push_back(std::move(victim->second));
+          m->forms.erase(victim);
+        }
+        int64_t init = 0;
+        for (const auto& [name, t] : graph.initializers) init += static_cast<int64_t>(t.nbytes());
+        auto form = std::make_unique<LoadedModel::Form>();
+        // The graph and its initializers are the model's (held once); a form costs its nodes.
+        const int64_t bytes = std::max<int64_t>(0, estimate_executable_bytes(graph) - init);
+        if (tenant) {
+          TD_RETURN_IF_ERROR(tenant->charge(
+              bytes, fmt::format("compiling named model '{}' for new input types ({} of its "
+                                 "forms are this tenant's)",
+                                 graph.name, count_mine())));
+          form->tenant = tenant;
+          form->counted = bytes;
+        }
+        auto compiled = compile_form(impl_->make_budget(tenant, nullptr));
+        if (!compiled.ok()) return compiled.status();  // form uncharges
+        impl_->m.compiles++;
+        exe = std::shared_ptr<Executable>(std::move(compiled).value());
+        form->exe = exe;
+        form->used = ++m->tick;
+        m->forms[key] = std::move(form);
+      }
     } else {
-      // Each compiled form lives as long as the model and is charged with it.
-      if (m->executables.size() >= kMaxExecutablesPerModel)
-        return errors::ResourceExhausted(
-            "run: model '{}' has been compiled for {} different input types already (the "
-            "limit); {}",
-            graph.name, m->executables.size(),
-            m->counter ? "unload and load it again"
-                       : "a named model keeps its compiled forms while the broker runs");
-      // (A named model has no counter: its executables are held once, charged to nobody.)
-      const int64_t bytes = m->counter ? estimate_executable_bytes(graph) : 0;
-      if (m->counter) {
+      std::lock_guard<std::mutex> lock(m->mu);  // one compile per input types
+      auto it = m->executables.find(key);
+      if (it != m->executables.end()) {
+        impl_->m.cache_hits++;
+        exe = it->second;
+      } else {
+        // Each compiled form lives as long as the model and is charged with it: a per-node
+        // cost here, its folded constants and prepared weights by its budget.
+        if (m->executables.size() >= kMaxExecutablesPerModel)
+          return errors::ResourceExhausted(
+              "run: model '{}' has been compiled for {} different input types already (the "
+              "limit); unload and load it again",
+              graph.name, m->executables.size());
+        const int64_t bytes = estimate_executable_bytes(graph);
         TD_RETURN_IF_ERROR(m->counter->charge(
             bytes, fmt::format("compiling model '{}' for new input types", graph.name)));
         m->counted += bytes;
-      }
-      Result<std::unique_ptr<Executable>> compiled = Status(StatusCode::kInternal, "");
-      if (elsewhere) {
-        Graph free0 = graph;
-        for (auto* list : {&free0.inputs, &free0.outputs})
-          for (ValueInfo& v : *list)
-            if (!v.type.shape.empty()) v.type.shape[0] = -1;
-        compiled = impl_->compile(target, free0, launch.types, m->options);
-      } else {
-        compiled = impl_->compile(m->device, graph, launch.types, m->options);
-      }
-      if (!compiled.ok()) {
-        if (m->counter) {
+        auto compiled = compile_form(impl_->make_budget(m->counter, m->counter));
+        if (!compiled.ok()) {
           m->counter->uncharge(bytes);
           m->counted -= bytes;
+          return compiled.status();
         }
-        return compiled.status();
+        impl_->m.compiles++;
+        exe = std::shared_ptr<Executable>(std::move(compiled).value());
+        m->executables.emplace(key, exe);
       }
-      impl_->m.compiles++;
-      exe = std::shared_ptr<Executable>(std::move(compiled).value());
-      m->executables.emplace(key, exe);
     }
+    dead.clear();  // the forms evicted (their executables, unless a run still holds one)
+    return_memory_to_system(freed);
   }
   {
     DeviceSlot& slot = *impl_->slots[launch.target];

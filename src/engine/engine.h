@@ -116,6 +116,17 @@ struct EngineOptions {
   // Time slice: how long a graph runs before other sessions' queued work on its device runs
   // inline at its next step boundary (TENSORD_TIME_SLICE_MS). See "Fairness" above.
   std::chrono::microseconds time_slice{20000};
+  // Constants folded at compile time that one executable may keep (TENSORD_MAX_FOLDED_BYTES);
+  // past it nodes are computed at run time instead (0: no cap). The folded bytes, weights
+  // prepared for a device and device copies of constants are charged to the tenant (or the
+  // session, for its own models) as they are created: a compile that would pass a quota is
+  // refused then, with RESOURCE_EXHAUSTED naming the node and the limit.
+  int64_t max_folded_bytes = int64_t{256} << 20;
+  // Compiled forms (one per input types) of one named model that one tenant may keep
+  // (TENSORD_NAMED_MODEL_FORMS): its least recently used form goes to make room for a new
+  // one, so no tenant can use up another's forms. The tenant that compiled a form pays for
+  // it until its last session closes.
+  size_t named_model_forms_per_tenant = 16;
   // Every compile as with CompileOptions::strict_device: a node the requested device does not
   // support is an error naming the ops instead of a fallback to cpu:0 (TENSORD_STRICT_DEVICE=1).
   bool strict_device = false;
@@ -279,8 +290,12 @@ class Engine {
 
   // Named models (`tensord serve --models DIR`, LocalClientOptions::models_dir): graphs loaded
   // once for the whole engine, not for a session, and shared by every session that opens them.
-  // Their initializers and the executables compiled for them are held once, for the engine's
-  // lifetime, and charged to no session or tenant. A session's handle (open_named_model) runs
+  // Their initializers are held once, for the engine's lifetime, and charged to no session or
+  // tenant. Their compiled forms (one per input types) are kept per tenant: charged to the
+  // tenant whose run compiled one (what it holds beyond the shared graph: folded constants,
+  // prepared weights, a per-node cost), at most EngineOptions::named_model_forms_per_tenant
+  // per model and tenant (least recently used dropped first), dropped when the tenant's last
+  // session closes. Sessions without a tenant share one set, charged to nobody. A session's handle (open_named_model) runs
   // like a loaded model's (its outputs belong to the session); unload() drops that handle only.
   // add_named_model: `info` carries the name and what the source declared (opset, producer);
   // device, inputs, outputs and weight_bytes are filled in here. ALREADY_EXISTS for a name

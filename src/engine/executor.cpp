@@ -134,6 +134,8 @@ struct Executable::Impl {
   std::deque<Node> synthetic_nodes;  // the nodes region and copy steps point to
   std::vector<std::string> notes;    // why a compiler left something alone
   std::vector<Fallback> fallbacks;
+  int64_t held = 0;         // bytes charged to target.budget for this executable (build)
+  int64_t held_folded = 0;  // of which folded constants
 
   std::mutex subgraph_mu;
   std::map<std::string, std::shared_ptr<Executable>> subgraph_cache;
@@ -248,13 +250,83 @@ Result<std::vector<HostTensor>> evaluate_on_host(Device* host, const Node& node,
 Status Executable::Impl::build(const std::vector<TensorType>& input_types, bool fold_constants) {
   const Graph& g = graph;
   ConstantEvaluator evaluator;
+  CompileBudget* budget = target.budget.get();
+  Status refused;              // a quota refused a folded value: the compile fails with it
+  int64_t charged_folded = 0;  // folded bytes this build charged (intermediates included)
+  std::unordered_set<std::string> folded_names;
   if (fold_constants && target.host) {
     Device* host = target.host;
-    evaluator = [host](const Node& node, const std::vector<TensorView>& inputs) {
-      return evaluate_on_host(host, node, inputs);
+    evaluator = [&, host](const Node& node,
+                          const std::vector<TensorView>& inputs) -> Result<std::vector<HostTensor>> {
+      if (!budget) return evaluate_on_host(host, node, inputs);
+      if (!refused.ok()) return refused;
+      // The outputs' size before they exist: the cap and the quota are checked first.
+      std::vector<TensorType> in_types;
+      std::vector<const TensorView*> in_values;
+      for (size_t i = 0; i < node.inputs.size(); ++i) {
+        const bool has = !node.inputs[i].empty() && i < inputs.size();
+        in_types.push_back(has ? inputs[i].type() : TensorType{});
+        in_values.push_back(has ? &inputs[i] : nullptr);
+      }
+      InferenceContext ctx(node, std::move(in_types), std::move(in_values));
+      TD_RETURN_IF_ERROR(infer_node(OpRegistry::global(), ctx));
+      int64_t bytes = 0;
+      for (const auto& t : ctx.output_types()) {
+        if (!t.defined()) continue;
+        TD_ASSIGN_OR_RETURN(int64_t b, checked_byte_size(t.dtype, t.shape));
+        bytes += b;
+      }
+      if (!budget->reserve_folded(bytes))  // past the cap: computed at run time instead
+        return errors::ResourceExhausted("folding cap of {} reached", format_bytes(budget->max_folded()));
+      Status s = budget->charge(
+          bytes, fmt::format("folding {} node '{}' of graph '{}' to {} of constants at compile "
+                             "time ({} folded so far)",
+                             node.op, node.name, g.name, format_bytes(bytes),
+                             format_bytes(budget->folded() - bytes)));
+      if (!s.ok()) {
+        budget->release_folded(bytes);
+        refused = s;
+        return s;
+      }
+      auto r = evaluate_on_host(host, node, inputs);
+      int64_t real = 0;
+      if (r.ok())
+        for (const auto& t : *r) real += static_cast<int64_t>(t.nbytes());
+      if (!r.ok() || real != bytes) {  // exact: what was created, or nothing
+        budget->release_folded(bytes);
+        (void)budget->charge(-bytes, "");
+        if (!r.ok()) return r;
+        (void)budget->reserve_folded(real);  // real < bytes in practice; never refused
+        Status again = budget->charge(real, "folding a constant at compile time");
+        if (!again.ok()) {
+          budget->release_folded(real);
+          refused = again;
+          return again;
+        }
+        bytes = real;
+      }
+      charged_folded += bytes;
+      for (const auto& out : node.outputs)
+        if (!out.empty()) folded_names.insert(out);
+      return r;
     };
   }
   TD_ASSIGN_OR_RETURN(GraphTypes types, infer_graph(OpRegistry::global(), g, input_types, evaluator));
+  // A build that fails gives its charge back (the budget dies with this Impl otherwise).
+  struct GiveBack {
+    CompileBudget* budget;
+    int64_t* charged;
+    int64_t* folded;
+    bool done = false;
+    ~GiveBack() {
+      if (done || !budget) return;
+      budget->release_folded(*folded);
+      (void)budget->charge(-*charged, "");
+    }
+  };
+  int64_t charged_total = charged_folded;
+  GiveBack give_back{budget, &charged_total, &charged_folded};
+  if (!refused.ok()) return refused;
   for (const auto& in : g.inputs) input_ids.push_back(id_of(in.name));
   for (const auto& [name, t] : g.initializers)
     constants.emplace_back(id_of(name), std::make_shared<const HostTensor>(t));
@@ -315,6 +387,46 @@ Status Executable::Impl::build(const std::vector<TensorType>& input_types, bool 
   TD_RETURN_IF_ERROR(insert_copies());
   values_count = ids.size();
   TD_RETURN_IF_ERROR(materialise_constants());
+  // What the executable keeps: the constants read at run time (the device's copies, or the
+  // host tensors themselves where the device adopts host memory) that are not the graph's own
+  // initializers, and the weights the region compilers prepared. Folded values that only fed
+  // other folded nodes go now.
+  {
+    std::unordered_set<const void*> seen;
+    int64_t kept_folded = 0, copies = 0, weights = 0;
+    std::unordered_map<int, std::string> name_of;
+    for (const auto& [n, i] : ids) name_of.emplace(i, n);
+    for (const auto& [id, t] : device_constants) {
+      if (!t.buffer) continue;
+      const Device* d = t.buffer->device;
+      const bool adopted = d && d->adopts_host_memory();
+      if (!adopted) {
+        copies += static_cast<int64_t>(t.buffer->size);
+        continue;
+      }
+      std::string name = name_of[id];
+      if (auto at = name.find('@'); at != std::string::npos && !folded_names.count(name))
+        name = name.substr(0, at);  // an alias of a constant on another device
+      if (folded_names.count(name) && seen.insert(t.buffer->ptr).second)
+        kept_folded += static_cast<int64_t>(t.buffer->size);
+    }
+    for (const Step& st : steps)
+      if (st.region) weights += std::max<int64_t>(0, st.region->weight_bytes());
+    constants.clear();  // device_constants hold what runs read
+    held_folded = kept_folded;
+    held = kept_folded + copies + weights;
+    if (budget) {
+      budget->release_folded(charged_folded - kept_folded);
+      charged_folded = kept_folded;
+      TD_RETURN_IF_ERROR(budget->charge(
+          held - charged_total,
+          fmt::format("keeping graph '{}' compiled ({} of folded constants, {} of prepared "
+                      "weights, {} of device copies of constants)",
+                      g.name, format_bytes(kept_folded), format_bytes(weights),
+                      format_bytes(copies))));
+      charged_total = held;
+    }
+  }
   // Last use of every value, so intermediates are freed as soon as possible.
   last_use.assign(values_count, -1);
   for (size_t s = 0; s < steps.size(); ++s) {
@@ -332,6 +444,7 @@ Status Executable::Impl::build(const std::vector<TensorType>& input_types, bool 
                           fallbacks.size(), device_name(devices[1]), device_name(devices[0]),
                           fmt::join(ops, ", "), fallbacks.front().why));
   }
+  give_back.done = true;
   return OkStatus();
 }
 
@@ -783,6 +896,9 @@ Result<std::vector<DeviceTensor>> Executable::Impl::run_subgraph(
 }
 
 Executable::Executable(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+int64_t Executable::held_bytes() const { return impl_->held; }
+int64_t Executable::folded_bytes() const { return impl_->held_folded; }
 
 Executable::~Executable() {
   if (!impl_->profile || impl_->profile->by_kernel.empty()) return;

@@ -6,14 +6,102 @@
 // profiling (TENSORD_PROFILE=1).
 #pragma once
 
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
 
 namespace tensord {
+
+// The bytes one compile creates and its executable then holds: constants folded at compile
+// time, weights prepared by region compilers, device copies of constants. Shared by an
+// executable and the executables of its subgraphs (compiled when they first run), so one
+// budget covers the whole tree; given back when the last of them goes.
+//
+// Each piece is charged as it is created (`charge`, e.g. against the tenant's and session's
+// quotas: an error refuses the compile at that point, before the bytes exist), and the total
+// is settled to what the executable really keeps once it is built (folded values that only
+// fed other folded nodes are dropped). Folding also stops at `max_folded_bytes` per
+// executable: past it a node is left to run time, where its outputs are the run's values,
+// counted against the session and freed after their last use — as ONNX Runtime leaves a
+// constant-only subgraph unfolded rather than fail a model (a legitimate model may exceed
+// any cap; only the memory held between runs is bounded).
+class CompileBudget {
+ public:
+  using ChargeFn = std::function<Status(int64_t bytes, const std::string& what)>;
+  using UnchargeFn = std::function<void(int64_t bytes)>;
+  // max_folded_bytes <= 0: no cap. charge/uncharge may be null (nothing is charged).
+  CompileBudget(int64_t max_folded_bytes, ChargeFn charge, UnchargeFn uncharge)
+      : max_folded_(max_folded_bytes), charge_(std::move(charge)), uncharge_(std::move(uncharge)) {}
+  ~CompileBudget() {
+    if (uncharge_ && held_ > 0) uncharge_(held_);
+  }
+  CompileBudget(const CompileBudget&) = delete;
+  CompileBudget& operator=(const CompileBudget&) = delete;
+
+  // Whether `bytes` more folded bytes stay under the cap (reserved when true).
+  bool reserve_folded(int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (max_folded_ > 0 && folded_ + bytes > max_folded_) {
+      capped_ = true;
+      return false;
+    }
+    folded_ += bytes;
+    return true;
+  }
+  void release_folded(int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    folded_ -= bytes;
+  }
+  // Charges `bytes` (may be negative: gives back). Error: nothing charged.
+  Status charge(int64_t bytes, const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bytes > 0 && charge_) {
+      Status s = charge_(bytes, what);
+      if (!s.ok()) return s;
+    } else if (bytes < 0 && uncharge_) {
+      uncharge_(-bytes);
+    }
+    held_ += bytes;
+    peak_ = std::max(peak_, held_);
+    return Status();
+  }
+  int64_t held() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return held_;
+  }
+  // The most it held at once (what a failed compile had created before it failed).
+  int64_t peak() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_;
+  }
+  int64_t folded() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return folded_;
+  }
+  int64_t max_folded() const { return max_folded_; }
+  // Whether some node was left to run time because of the cap.
+  bool capped() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return capped_;
+  }
+
+ private:
+  const int64_t max_folded_;
+  ChargeFn charge_;
+  UnchargeFn uncharge_;
+  mutable std::mutex mu_;
+  int64_t held_ = 0;
+  int64_t peak_ = 0;
+  int64_t folded_ = 0;
+  bool capped_ = false;
+};
 
 // Where a graph is compiled for.
 struct CompileTarget {
@@ -23,6 +111,9 @@ struct CompileTarget {
   // Memory for constants on devices that cannot adopt host memory (accounted by the engine).
   // Null: the device's raw allocations.
   std::function<Result<std::shared_ptr<Buffer>>(Device&, size_t)> allocate_constant;
+  // What the compile's bytes are charged to, and the cap on folding (see CompileBudget).
+  // Null: nothing charged, no cap.
+  std::shared_ptr<CompileBudget> budget;
 };
 
 // What a run needs from whoever runs it (the engine, or run_graph_on_host).
@@ -64,6 +155,11 @@ class Executable {
   std::string describe() const;
   const std::vector<Fallback>& fallbacks() const;
   const std::string& fallback_device() const;
+  // Bytes this executable holds beyond its graph (folded constants kept, weights prepared by
+  // region compilers, device copies of constants), as charged to its budget.
+  int64_t held_bytes() const;
+  // Bytes of constants folded at compile time that it keeps.
+  int64_t folded_bytes() const;
 
   struct Impl;
 

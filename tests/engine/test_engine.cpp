@@ -392,6 +392,87 @@ TEST(Engine, TenantsShareOneLimitAndOwnTheirExecutables) {
   EXPECT_TRUE(e->close_session(b2).ok());
 }
 
+// Issue 27, finding 2: `n` ConstantOfShape nodes of 65,534 float64 (512 KiB each) read by one
+// Sum: every node folds at compile time.
+Graph folding_graph(int n) {
+  Graph g;
+  g.name = "folds";
+  g.initializers.emplace("shape", HostTensor::from_vector<int64_t>({65534}, {1}));
+  std::vector<std::string> parts;
+  for (int i = 0; i < n; ++i) {
+    parts.push_back("c" + std::to_string(i));
+    g.nodes.push_back(node(parts.back(), "ConstantOfShape", {"shape"}, {parts.back()}));
+    g.nodes.back().attrs.emplace("value", Attribute(HostTensor::from_vector<double>({1.0}, {1})));
+  }
+  g.nodes.push_back(node("sum", "Sum", parts, {"out"}));
+  g.outputs = {{"out", {}}};
+  return g;
+}
+
+std::unique_ptr<Engine> engine_with(EngineOptions o) {
+  setenv("TENSORD_CPU_DEVICES", "1", 1);
+  auto created = Engine::create(o);
+  unsetenv("TENSORD_CPU_DEVICES");
+  return created.ok() ? std::move(created).value() : nullptr;
+}
+
+// The constants a compile folds are charged to the tenant exactly as they are made (and held
+// while the executable is cached); past the per-executable cap the rest are computed at run
+// time, with the same result; everything goes back with the tenant's last session.
+TEST(Engine, FoldedConstantsAreChargedExactlyAndCapped) {
+  constexpr int64_t kPiece = 65534 * 8;
+  for (int64_t cap : {int64_t{0}, int64_t{4} << 20}) {
+    EngineOptions o;
+    o.max_folded_bytes = cap;
+    auto e = engine_with(o);
+    ASSERT_NE(e, nullptr);
+    SessionOptions so;
+    so.tenant = "t";
+    const SessionId s = e->open_session(so);
+    auto y = e->execute(s, folding_graph(32), {}, "");
+    ASSERT_TRUE(y.ok()) << y.status().to_string();
+    auto v = e->read(s, (*y)[0]);
+    ASSERT_TRUE(v.ok()) << v.status().to_string();
+    EXPECT_EQ(v->to_double_vector()[123], 32.0) << "cap " << cap;
+    ASSERT_TRUE(e->release(s, (*y)[0]).ok());
+    for (int i = 0; i < 200 && e->session_bytes(s) != 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // Held now: the cached executable's graph estimate (under 64 KiB here) and its folded
+    // constants: all 32 without a cap, as many as fit in 4 MiB with it.
+    const int64_t held = e->tenant_bytes("t");
+    const int64_t folded = cap == 0 ? 32 * kPiece : (cap / kPiece) * kPiece;
+    EXPECT_GE(held, folded) << "cap " << cap;
+    EXPECT_LT(held, folded + (64 << 10)) << "cap " << cap;
+    ASSERT_TRUE(e->close_session(s).ok());
+    EXPECT_EQ(e->tenant_bytes("t"), 0);
+  }
+}
+
+// A compile that would fold past the tenant's limit is refused while folding, naming the node
+// and the limit; nothing stays charged, and the tenant's other work goes on.
+TEST(Engine, FoldingPastTheTenantLimitIsRefusedDuringTheCompile) {
+  auto e = engine_with(EngineOptions{});
+  ASSERT_NE(e, nullptr);
+  SessionOptions so;
+  so.tenant = "t";
+  so.tenant_memory_limit = 4 << 20;
+  const SessionId s = e->open_session(so);
+  auto y = e->execute(s, folding_graph(64), {}, "");  // 32 MiB to fold
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(y.status().code(), StatusCode::kResourceExhausted) << y.status().to_string();
+  for (const char* word : {"tenant memory limit", "ConstantOfShape", "'c", "4.0 MiB"})
+    EXPECT_NE(y.status().message().find(word), std::string::npos)
+        << word << " not in: " << y.status().message();
+  EXPECT_EQ(e->tenant_bytes("t"), 0);
+  auto ok = e->execute(s, folding_graph(4), {}, "");
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  auto v = e->read(s, (*ok)[0]);
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  EXPECT_EQ(v->to_double_vector()[0], 4.0);
+  ASSERT_TRUE(e->close_session(s).ok());
+  EXPECT_EQ(e->tenant_bytes("t"), 0);
+}
+
 // The executable cache is bounded in bytes too: a graph whose constants exceed the bound runs
 // but is not kept, and the bytes held by the cache never pass it.
 TEST(Engine, ExecutableCacheIsBoundedInBytes) {
