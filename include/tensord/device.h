@@ -14,6 +14,9 @@ struct DeviceInfo {
   std::string model;    // "AMD EPYC 7B13", "NVIDIA H200", ...
   int64_t memory_bytes = 0;  // total memory the engine may allocate on it
   int64_t memory_in_use = 0;  // bytes currently held by tensors on it
+  // Bytes held by the constants of compiled graphs the engine keeps cached (not in
+  // memory_in_use; part of memory_reserved): they stay after the sessions that ran them close.
+  int64_t memory_cached = 0;
   int64_t memory_peak = 0;    // the most bytes held at once since the engine started
   // Bytes the engine's caching allocator holds from the device (in use + cached for reuse).
   int64_t memory_reserved = 0;

@@ -312,8 +312,11 @@ Status Frame::checkpoint() {
 struct DeviceSlot {
   std::unique_ptr<Device> device;
   std::unique_ptr<DevicePool> pool;  // the caching allocator (created with the slot)
-  std::atomic<int64_t> in_use{0};
+  std::atomic<int64_t> in_use{0};  // every allocation, for the capacity check
   std::atomic<int64_t> peak{0};
+  // Of in_use: compiled executables' constants (held while they are cached, whoever's
+  // sessions are gone), reported apart from the bytes tensors hold (DeviceInfo::memory_cached).
+  std::atomic<int64_t> cached{0};
   std::unique_ptr<WorkQueue> queue;
   std::atomic<int64_t> graphs{0}, ops{0};  // graphs submitted here, and their nodes
   const std::string& name() const { return device->info().name; }
@@ -329,29 +332,41 @@ struct SessionCounter {
   std::string tenant_name;                 // set on tenant counters
   int sessions = 0;                        // tenant counters: open sessions (under Impl::mu)
 
+  // Bytes held outside the engine on the session's behalf (Engine::external_bytes: the
+  // shared-memory regions a broker maps for it); tenant counters: the sum over its sessions.
+  // Not in `bytes`, but counted with them against the limits.
+  std::atomic<int64_t> external{0};
+
   // Adds n bytes to this counter and its tenant's. When a limit would be passed nothing is
   // added and the error says which limit, with `what` ("allocating 4 MiB on cpu:0") in it.
   Status charge(int64_t n, const std::string& what) {
     const int64_t s = bytes.fetch_add(n) + n;
-    if (limit > 0 && n > 0 && s > limit) {
+    const int64_t ext = external.load();
+    if (limit > 0 && n > 0 && s + ext > limit) {
       bytes.fetch_sub(n);
       const char* whose = tenant_name.empty() ? "session" : "tenant";
-      return errors::ResourceExhausted("{} memory limit exceeded: {} would bring the {} to {} of "
-                                       "its {} limit",
-                                       whose, what, whose, format_bytes(s), format_bytes(limit));
+      return errors::ResourceExhausted("{} memory limit exceeded: {} would bring the {} to {}{} "
+                                       "of its {} limit",
+                                       whose, what, whose, format_bytes(s + ext),
+                                       external_note(ext), format_bytes(limit));
     }
     if (tenant) {
       const int64_t t = tenant->bytes.fetch_add(n) + n;
-      if (tenant->limit > 0 && n > 0 && t > tenant->limit) {
+      const int64_t text = tenant->external.load();
+      if (tenant->limit > 0 && n > 0 && t + text > tenant->limit) {
         tenant->bytes.fetch_sub(n);
         bytes.fetch_sub(n);
         return errors::ResourceExhausted(
             "tenant memory limit exceeded: {} would bring the tenant's sessions, models and "
-            "compiled graphs to {} of its {} limit",
-            what, format_bytes(t), format_bytes(tenant->limit));
+            "compiled graphs to {}{} of its {} limit",
+            what, format_bytes(t + text), external_note(text), format_bytes(tenant->limit));
       }
     }
     return OkStatus();
+  }
+  static std::string external_note(int64_t ext) {
+    return ext > 0 ? fmt::format(" ({} of them in shared-memory regions)", format_bytes(ext))
+                   : std::string();
   }
   void uncharge(int64_t n) {
     bytes.fetch_sub(n);
@@ -536,8 +551,9 @@ Status wait_ready(const Future& f, const CancelToken* session, CancelToken* call
 // Allocations for one session on one device: accounted to both, refused past either limit.
 class EngineAllocator final : public Allocator {
  public:
-  EngineAllocator(DeviceSlot* slot, std::shared_ptr<SessionCounter> counter)
-      : slot_(slot), counter_(std::move(counter)) {}
+  // `cached`: an executable's constants (counted in DeviceSlot::cached too).
+  EngineAllocator(DeviceSlot* slot, std::shared_ptr<SessionCounter> counter, bool cached = false)
+      : slot_(slot), counter_(std::move(counter)), cached_(cached) {}
 
   Result<std::shared_ptr<Buffer>> allocate(size_t bytes) override {
     const int64_t n = static_cast<int64_t>(bytes);
@@ -566,9 +582,12 @@ class EngineAllocator final : public Allocator {
     DeviceSlot* slot = slot_;
     auto counter = counter_;
     const DevicePool::Block blk = *block;
+    const bool cached = cached_;
+    if (cached) slot->cached.fetch_add(n);
     return std::shared_ptr<Buffer>(new Buffer{slot->device.get(), blk.base, bytes, blk.offset},
-                                   [slot, counter, blk](Buffer* b) {
+                                   [slot, counter, blk, cached](Buffer* b) {
                                      slot->pool->free(blk);
+                                     if (cached) slot->cached.fetch_sub(static_cast<int64_t>(b->size));
                                      slot->in_use.fetch_sub(static_cast<int64_t>(b->size));
                                      if (counter) counter->uncharge(static_cast<int64_t>(b->size));
                                      delete b;
@@ -624,6 +643,7 @@ class EngineAllocator final : public Allocator {
   }
   DeviceSlot* slot_;
   std::shared_ptr<SessionCounter> counter_;
+  bool cached_ = false;
 };
 
 Result<HostTensor> read_to_host(DeviceSlot& slot, const DeviceTensor& t) {
@@ -775,7 +795,8 @@ struct Engine::Impl {
     auto pending = std::make_shared<std::atomic<int64_t>>(0);
     auto charge = [holder, session, pending](int64_t n, const std::string& what) -> Status {
       if (session) {
-        const int64_t s = session->bytes.load() + pending->load() + n;
+        const int64_t s =
+            session->bytes.load() + session->external.load() + pending->load() + n;
         if (s > session->limit)
           return errors::ResourceExhausted(
               "session memory limit exceeded: {} would bring the session to {} of its {} limit",
@@ -803,7 +824,7 @@ struct Engine::Impl {
     t.fallback = fallback ? fallback->device.get() : nullptr;
     t.host = host;
     t.allocate_constant = [this](Device& d, size_t bytes) -> Result<std::shared_ptr<Buffer>> {
-      EngineAllocator alloc(slot_of.at(&d), nullptr);
+      EngineAllocator alloc(slot_of.at(&d), nullptr, /*cached=*/true);
       return alloc.allocate(bytes);
     };
     auto compiled = Executable::compile(graph, types, t, options);
@@ -1200,7 +1221,10 @@ std::vector<DeviceInfo> Engine::devices() const {
   std::vector<DeviceInfo> out;
   for (const auto& s : impl_->slots) {
     DeviceInfo info = s->device->info();
-    info.memory_in_use = s->in_use.load();
+    // (Two loads: exact when no constant is being made or freed meanwhile.)
+    const int64_t cached = s->cached.load();
+    info.memory_in_use = std::max<int64_t>(0, s->in_use.load() - cached);
+    info.memory_cached = cached;
     info.memory_peak = s->peak.load();
     info.memory_reserved = s->pool->reserved();
     out.push_back(std::move(info));
@@ -1286,6 +1310,26 @@ Status Engine::set_session_memory(SessionId session, std::shared_ptr<SessionMemo
 int64_t Engine::session_bytes(SessionId session) const {
   auto c = impl_->counter(session);
   return c.ok() ? (*c)->bytes.load() : 0;
+}
+
+namespace {
+class CounterExternalBytes final : public ExternalBytes {
+ public:
+  explicit CounterExternalBytes(std::shared_ptr<SessionCounter> c) : c_(std::move(c)) {}
+  void add(int64_t delta) override {
+    c_->external.fetch_add(delta);
+    if (c_->tenant) c_->tenant->external.fetch_add(delta);
+  }
+  int64_t bytes() const override { return c_->external.load(); }
+
+ private:
+  std::shared_ptr<SessionCounter> c_;
+};
+}  // namespace
+
+Result<std::shared_ptr<ExternalBytes>> Engine::external_bytes(SessionId session) {
+  TD_ASSIGN_OR_RETURN(auto counter, impl_->counter(session));
+  return std::shared_ptr<ExternalBytes>(std::make_shared<CounterExternalBytes>(std::move(counter)));
 }
 
 Result<TensorHandle> Engine::upload(SessionId session, const TensorView& src,

@@ -52,6 +52,18 @@ class SessionMemory {
   virtual void release(void* p, size_t bytes) = 0;
 };
 
+// Bytes a session holds outside the engine (a broker's shared-memory regions mapped for it):
+// counted with its tensors against its memory limit and its tenant's, so what the engine
+// allocates for it is refused once tensors and these together would pass a limit. Not part of
+// Engine::session_bytes() or tenant_bytes(). Thread-safe (atomics only: callable under any
+// lock). The holder takes back what it added before the session closes.
+class ExternalBytes {
+ public:
+  virtual ~ExternalBytes() = default;
+  virtual void add(int64_t delta) = 0;  // negative: taken back
+  virtual int64_t bytes() const = 0;    // the session's total
+};
+
 struct SessionOptions {
   int64_t memory_limit = 0;         // bytes for this session; 0 = unlimited
   std::string tenant;               // who opened it (a broker's token); "" = no tenant
@@ -316,6 +328,9 @@ class Engine {
   EngineMetrics metrics() const;
   // Bytes held by the session's tensors (as allocated by the engine on its behalf).
   int64_t session_bytes(SessionId session) const;
+  // The session's bytes held outside the engine (see ExternalBytes); NOT_FOUND for a session
+  // that is not open.
+  Result<std::shared_ptr<ExternalBytes>> external_bytes(SessionId session);
 
   struct Impl;  // defined in engine.cpp
 

@@ -497,6 +497,10 @@ std::string Monitor::prometheus(const StatusView& view) const {
         DeviceGauge{"tensord_device_memory_reserved_bytes",
                     "Bytes the caching allocator holds from the device (used + cached).",
                     &DeviceInfo::memory_reserved},
+        DeviceGauge{"tensord_device_memory_cached_bytes",
+                    "Bytes held by the constants of cached compiled graphs (not in used; in "
+                    "reserved).",
+                    &DeviceInfo::memory_cached},
         DeviceGauge{"tensord_device_memory_peak_bytes",
                     "The most bytes held on the device at once since the broker started.",
                     &DeviceInfo::memory_peak}}) {
@@ -692,12 +696,13 @@ nlohmann::json Monitor::status(int history_seconds, const StatusView& view) cons
               {"memory_total_bytes", d.memory_bytes},
               {"memory_used_bytes", d.memory_in_use},
               {"memory_reserved_bytes", d.memory_reserved},
+              {"memory_cached_bytes", d.memory_cached},
               {"memory_peak_bytes", d.memory_peak},
               {"cpu_fallback_nodes", fallbacks_by_device[d.name]}};
     if (!all) {  // a tenant: the capacity only (the rest is every tenant's activity)
-      for (const char* k : {"memory_used_bytes", "memory_reserved_bytes", "memory_peak_bytes",
-                            "cpu_fallback_nodes", "tensors", "graphs", "ops", "queue_depth",
-                            "queue_tasks", "queue_wait_s", "busy_s"})
+      for (const char* k : {"memory_used_bytes", "memory_reserved_bytes", "memory_cached_bytes",
+                            "memory_peak_bytes", "cpu_fallback_nodes", "tensors", "graphs", "ops",
+                            "queue_depth", "queue_tasks", "queue_wait_s", "busy_s"})
         j[k] = 0;
       devs.push_back(std::move(j));
       continue;

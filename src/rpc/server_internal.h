@@ -101,6 +101,33 @@ struct Region {
   // What the region costs its session's and tenant's memory limits: its mapped size, less
   // the bytes lent tensors hold (charged to the session by the engine).
   int64_t charged() const { return std::max<int64_t>(0, size - lent_bytes.load()); }
+  // The engine counts charged() against the session's and tenant's limits too (its own
+  // allocation checks), through the session's ExternalBytes, while the region is registered:
+  // attach() at RegisterRegion, detach() at UnregisterRegion and when the session closes;
+  // lend()/unlend() as tensors over the region come and go (a Pin, possibly after detach).
+  void attach(std::shared_ptr<ExternalBytes> e) {
+    std::lock_guard<std::mutex> lock(ext_mu_);
+    ext_ = std::move(e);
+    sync_locked();
+  }
+  void detach() {
+    std::lock_guard<std::mutex> lock(ext_mu_);
+    if (ext_) ext_->add(-contributed_);
+    contributed_ = 0;
+    ext_.reset();
+  }
+  void lend(int64_t n) {
+    std::lock_guard<std::mutex> lock(ext_mu_);
+    lent.fetch_add(1);
+    lent_bytes.fetch_add(n);
+    sync_locked();
+  }
+  void unlend(int64_t n) {
+    std::lock_guard<std::mutex> lock(ext_mu_);
+    lent_bytes.fetch_sub(n);
+    lent.fetch_sub(1);
+    sync_locked();
+  }
   // The bytes [offset, offset + n) of the region, or why not. The file is sealed against
   // shrinking: the whole mapping stays backed, so the bounds are all there is to check. (The
   // message names the start and the length: their sum may not fit in 64 bits.)
@@ -111,6 +138,17 @@ struct Region {
           offset, name, size);
     return base + offset;
   }
+
+ private:
+  void sync_locked() {
+    if (!ext_) return;
+    const int64_t c = charged();
+    ext_->add(c - contributed_);
+    contributed_ = c;
+  }
+  std::mutex ext_mu_;  // a leaf: only atomics under it
+  std::shared_ptr<ExternalBytes> ext_;
+  int64_t contributed_ = 0;  // what ext_ holds of this region
 };
 
 // A parallel upload in progress (BeginUpload .. FinishUpload): the bytes, and the parts received.

@@ -101,6 +101,8 @@ void Service::drop_session(const std::string& id) {
 // Closes the engine session of `s` (already out of the table) with one log line saying why.
 Status Service::close_logged(const std::string& id, const SessionState& s, const char* why) {
   const int64_t bytes = engine_->session_bytes(s.engine_session);
+  // Its regions stop counting in the engine (its tenant's other sessions go on).
+  for (const auto& [rid, r] : s.regions) r->detach();
   Status st = engine_->close_session(s.engine_session);
   log::info("session closed", {{"session", id.substr(0, 8)},
                                {"reason", why},

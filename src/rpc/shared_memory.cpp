@@ -90,6 +90,8 @@ grpc::Status Service::RegisterRegion(grpc::ServerContext* ctx, const v1::Registe
     int64_t n;
     ~Uncharge() { g.uncharge(n); }
   } uncharge{g, bytes};
+  auto ext = engine_->external_bytes(g.engine_session());
+  if (!ext.ok()) return fail(ctx, ext.status());
   auto region = open_region(*fd, bytes, tenant);
   if (!region.ok()) return fail(ctx, region.status());
   std::lock_guard<std::mutex> lock(mu_);
@@ -105,6 +107,7 @@ grpc::Status Service::RegisterRegion(grpc::ServerContext* ctx, const v1::Registe
   // held throughout, so nothing sees it counted twice or not at all).
   s->pending_bytes -= bytes;
   uncharge.n = 0;
+  (*region)->attach(std::move(ext).value());  // the engine's limit checks see it from now on
   s->regions.emplace(id, std::move(region).value());
   resp->set_region(id);
   return grpc::Status::OK;
@@ -123,6 +126,7 @@ grpc::Status Service::UnregisterRegion(grpc::ServerContext* ctx, const v1::Regio
                                       req->region()));
   dead = std::move(it->second);
   s->regions.erase(it);
+  dead->detach();  // lent tensors may keep it mapped, charged by the engine as tensors
   return grpc::Status::OK;
 }
 
@@ -144,13 +148,9 @@ grpc::Status Service::UploadRegion(grpc::ServerContext* ctx, const v1::UploadReg
     struct Pin {
       std::shared_ptr<Region> region;
       int64_t bytes = 0;
-      ~Pin() {
-        region->lent_bytes.fetch_sub(bytes);
-        region->lent.fetch_sub(1);
-      }
+      ~Pin() { region->unlend(bytes); }
     };
-    (*region)->lent.fetch_add(1);
-    (*region)->lent_bytes.fetch_add(*size);  // the engine charges them to the session now
+    (*region)->lend(*size);  // the engine charges them to the session now, as a tensor
     auto pin = std::make_shared<Pin>();
     pin->region = *region;
     pin->bytes = *size;

@@ -1051,6 +1051,97 @@ TEST(SecurityShmAddressSpace, LentBytesAreChargedOnce) {
   EXPECT_NE(st.error_message().find(again), std::string::npos) << st.error_message();
 }
 
+// The engine's own allocation checks see the session's regions too (Engine::external_bytes):
+// before, a session that registered regions first and then computed held regions + tensors,
+// about twice its limit (only the broker's checks of uploads and registrations counted the
+// regions). Now a computation whose output would pass the limit with the region's bytes is
+// refused RESOURCE_EXHAUSTED naming the limit, and runs once the region is unregistered.
+TEST(SecurityShmAddressSpace, RegionsCountInTheEnginesLimitChecks) {
+  constexpr int64_t kMiB = 1 << 20;
+  constexpr int64_t kLimit = 64 * kMiB;
+  TwoTenants b({"--session-memory-limit", std::to_string(kLimit)});
+  ASSERT_TRUE(b.ok());
+  const std::string s = b.open(TwoTenants::kAlice);
+  TestMemfd m48(48 * kMiB, F_SEAL_SHRINK, "three-quarters");  // 0.75 of the limit
+  uint64_t region = 0;
+  ASSERT_TRUE(b.register_fd(TwoTenants::kAlice, s, m48.fd, 48 * kMiB, &region).ok());
+
+  // shape: int64[1] = {8 Mi}, uploaded (a runtime input: nothing is folded at compile time).
+  uint64_t shape = 0;
+  {
+    grpc::ClientContext ctx;
+    TwoTenants::prepare(ctx, TwoTenants::kAlice, s);
+    v1::UploadChunk req;
+    req.mutable_header()->set_dtype(static_cast<int32_t>(DType::kInt64));
+    req.mutable_header()->add_shape(1);
+    req.mutable_header()->set_total_bytes(8);
+    const int64_t n = 8 * kMiB;  // float32: 32 MiB, half the limit
+    req.set_data(std::string(reinterpret_cast<const char*>(&n), 8));
+    v1::UploadResponse resp;
+    grpc::Status st = b.stub().UploadInline(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    shape = resp.handle();
+  }
+  Graph g;
+  g.name = "fill";
+  g.inputs = {{"shape", {DType::kInt64, {1}}}};
+  g.nodes.push_back(testing::sched_node(
+      "fill", "ConstantOfShape", {"shape"}, {"y"},
+      {{"value", Attribute(HostTensor::from_vector<float>({1.0f}, {1}))}}));
+  g.outputs = {{"y", {}}};
+  // Executes the graph and waits for its output: the status of the computation.
+  auto run = [&](uint64_t* out) {
+    v1::ExecuteRequest req;
+    rpc::to_proto(g, req.mutable_graph());
+    req.add_inputs(shape);
+    v1::ExecuteResponse resp;
+    {
+      grpc::ClientContext ctx;
+      TwoTenants::prepare(ctx, TwoTenants::kAlice, s);
+      grpc::Status st = b.stub().Execute(&ctx, req, &resp);
+      if (!st.ok()) return st;
+    }
+    if (resp.outputs_size() != 1)
+      return grpc::Status(grpc::StatusCode::INTERNAL, "expected one output");
+    *out = resp.outputs(0);
+    grpc::ClientContext ctx;
+    TwoTenants::prepare(ctx, TwoTenants::kAlice, s);
+    v1::HandleRequest w;
+    w.set_handle(*out);
+    v1::WaitResponse wr;
+    return b.stub().Wait(&ctx, w, &wr);
+  };
+  uint64_t y = 0;
+  grpc::Status st = run(&y);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_NE(st.error_message().find("session memory limit exceeded"), std::string::npos)
+      << st.error_message();
+  EXPECT_NE(st.error_message().find("of its 64.0 MiB limit"), std::string::npos)
+      << st.error_message();
+  EXPECT_NE(st.error_message().find("48.0 MiB of them in shared-memory regions"),
+            std::string::npos)
+      << st.error_message();
+
+  // Unregistered: the same computation fits.
+  ASSERT_TRUE(b.unregister(TwoTenants::kAlice, s, region).ok());
+  st = run(&y);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  {
+    grpc::ClientContext ctx;
+    TwoTenants::prepare(ctx, TwoTenants::kAlice, s);
+    v1::HandleRequest req;
+    req.set_handle(y);
+    v1::InfoResponse resp;
+    ASSERT_TRUE(b.stub().Info(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.type().shape_size(), 1);
+    EXPECT_EQ(resp.type().shape(0), 8 * kMiB);
+  }
+  // Registered again next to the 32 MiB tensor: 32 + 48 > 64 is refused by the broker as before.
+  st = b.register_fd(TwoTenants::kAlice, s, m48.fd, 48 * kMiB);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  b.close_session(TwoTenants::kAlice, s);
+}
+
 // Pending region tickets may hold descriptors: one tenant holds at most 64 of the broker's 256.
 TEST(SecurityShmAddressSpace, RegionTicketsAreBoundedPerTenant) {
   TwoTenants b({});
