@@ -103,7 +103,7 @@ class WireScan {
     uint64_t r = 0;
     for (int shift = 0; shift < 64 && p < end; shift += 7) {
       const uint8_t b = *p++;
-      r |= uint64_t{b & 0x7f} << shift;
+      r |= static_cast<uint64_t>(b & 0x7f) << shift;
       if (!(b & 0x80)) {
         *v = r;
         return true;
