@@ -261,15 +261,25 @@ class ndarray:
 
     to_device = to  # the array API's spelling
 
-    def astype(self, dtype, copy=True):
-        return astype(self, dtype, copy=copy)
+    def astype(self, dtype, copy=True, device=None):
+        return astype(self, dtype, copy=copy, device=device)
+
+    def __array_namespace__(self, *, api_version=None):
+        """The array API namespace: the tensord module."""
+        if api_version is not None and api_version not in ("2021.12", "2022.12", "2023.12",
+                                                           "2024.12"):
+            raise ValueError(f"api_version {api_version!r} is not supported (2024.12 is)")
+        import tensord
+        return tensord
 
     def __setitem__(self, key, value):
         raise TypeError("tensord arrays are immutable; build a new one (tensord.where, "
                         "tensord.concat, ...)")
 
     # ---- DLPack
-    def __dlpack__(self, stream=None):
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        if copy is False and dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"__dlpack__: dl_device {dl_device} needs a copy, and copy=False")
         return _C._array_dlpack(self._a)
 
     def __dlpack_device__(self):
@@ -500,7 +510,7 @@ def triu(x, k=0):
     return _op("Trilu", [x, _like(x, np.int64(k))], {"upper": 1})
 
 
-def from_dlpack(x, device=None, client=None):
+def from_dlpack(x, /, *, device=None, copy=None, client=None):
     """An array sharing ``x``'s memory (a NumPy array, a PyTorch cpu tensor, any DLPack
     producer): zero copy on the embedded engine's cpu devices when the data is 64-byte aligned
     (PyTorch's always is), one copy otherwise (a broker, unaligned or strided data). The
@@ -566,8 +576,10 @@ def _cast_operand(v, dt, ref):
     return _wrap(ref._client._c.from_numpy(a, ref._a.device), ref._client)
 
 
-def astype(x, dtype, copy=True):
+def astype(x, dtype, /, *, copy=True, device=None):
     dtype = _np_dtype(dtype)
+    if device is not None and str(device) != x._a.device:
+        x = x.to(device)
     if x.dtype == dtype:
         return x
     return _op("Cast", [x], {"to": _CODE[dtype]})
@@ -917,9 +929,13 @@ def _getitem(x, key):
         dt = key.dtype if k is not None else np.asarray(key).dtype
         if dt == bool_:  # mask: the selected elements, flattened (data-dependent size)
             mask = k if k is not None else asarray(key, device=x.device, client=x._client)
-            if tuple(mask.shape) != tuple(x.shape):
+            m = mask.ndim
+            if tuple(mask.shape) != tuple(x.shape)[:m]:
                 raise IndexError(f"boolean index of shape {mask.shape} does not match {x.shape}")
-            return _op("Compress", [reshape(x, (-1,)), reshape(mask, (-1,))], {"axis": 0})
+            rest = tuple(x.shape)[m:]
+            # a 0-d mask adds an axis of 1 (True) or 0 (False); a k-d one flattens k axes
+            flat = reshape(x, (int(np.prod(mask.shape, dtype=np.int64)),) + rest)
+            return _op("Compress", [flat, reshape(mask, (-1,))], {"axis": 0})
         idx = k if k is not None else asarray(np.asarray(key, dtype=np.int64), device=x.device,
                                                client=x._client)
         if x.ndim == 0:
