@@ -495,8 +495,8 @@ def repeat(x, repeats, /, *, axis=None):
     a = _axis(axis, x.ndim)
     n = x.shape[a]
     reps = repeats.numpy() if isinstance(repeats, ndarray) else np.asarray(repeats)
-    if reps.ndim == 0:
-        reps = np.full(n, int(reps))
+    if reps.ndim == 0 or reps.shape == (1,):
+        reps = np.full(n, int(reps.reshape(-1)[0]))
     if reps.shape != (n,):
         raise InvalidArgument(f"repeat: {reps.shape[0]} counts for an axis of {n}")
     if (reps < 0).any():

@@ -259,7 +259,9 @@ class ndarray:
             return self
         return _wrap(self._a.to(str(device)), self._client)
 
-    to_device = to  # the array API's spelling
+    def to_device(self, device, /, *, stream=None):
+        """The array API's spelling of ``to``."""
+        return self.to(device)
 
     def astype(self, dtype, copy=True, device=None):
         return astype(self, dtype, copy=copy, device=device)
@@ -310,6 +312,10 @@ class ndarray:
     def __ror__(self, o): return bitwise_or(o, self)
     def __xor__(self, o): return bitwise_xor(self, o)
     def __rxor__(self, o): return bitwise_xor(o, self)
+    def __lshift__(self, o): return _shift("bitwise_left_shift", self, o)
+    def __rlshift__(self, o): return _shift("bitwise_left_shift", o, self)
+    def __rshift__(self, o): return _shift("bitwise_right_shift", self, o)
+    def __rrshift__(self, o): return _shift("bitwise_right_shift", o, self)
     def __neg__(self): return negative(self)
     def __pos__(self): return self
     def __abs__(self): return abs(self)
@@ -352,6 +358,11 @@ class ndarray:
     def all(self, axis=None, keepdims=False): return all(self, axis=axis, keepdims=keepdims)
     def clip(self, min=None, max=None): return clip(self, min, max)
     def dot(self, o): return matmul(self, o)
+
+
+def _shift(name, x, y):
+    from . import _api
+    return getattr(_api, name)(x, y)
 
 
 def _wrap(a, client):
@@ -812,11 +823,16 @@ def swapaxes(x, a, b):
     return permute_dims(x, perm)
 
 
-def moveaxis(x, source, destination):
+def moveaxis(x, source, destination, /):
     n = x.ndim
-    s, d = _axis(source, n), _axis(destination, n)
-    perm = [i for i in range(n) if i != s]
-    perm.insert(d, s)
+    src = [source] if isinstance(source, int) else list(source)
+    dst = [destination] if isinstance(destination, int) else list(destination)
+    if len(src) != len(dst):
+        raise InvalidArgument(f"moveaxis: {len(src)} sources for {len(dst)} destinations")
+    src, dst = _axes(src, n), _axes(dst, n)
+    perm = [i for i in range(n) if i not in src]
+    for d, s in sorted(zip(dst, src)):
+        perm.insert(d, s)
     return permute_dims(x, perm)
 
 
@@ -945,6 +961,11 @@ def _getitem(x, key):
         return _op("Gather", [x, astype(idx, int64)], {"axis": 0})
     if not isinstance(key, tuple):
         key = (key,)
+    if builtins.any(isinstance(k, ndarray) for k in key) and builtins.all(
+            isinstance(k, ndarray) and k.dtype.kind in "iu" or
+            (not isinstance(k, (ndarray, bool)) and isinstance(k, (int, np.integer)))
+            for k in key):
+        return _getitem_arrays(x, key)
     n_ell = builtins.sum(1 for k in key if k is Ellipsis)
     if n_ell > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
@@ -1003,12 +1024,29 @@ def _getitem(x, key):
     return r
 
 
+def _getitem_arrays(x, key):
+    """``x[i, j_array, ...]``: integer arrays and ints, broadcast together (one GatherND)."""
+    if len(key) > x.ndim:
+        raise IndexError(f"too many indices: {len(key)} for an array of {x.ndim} dims")
+    idx = []
+    for k, n in zip(key, x.shape):
+        if not isinstance(k, ndarray):
+            if not -n <= int(k) < n:
+                raise IndexError(f"index {k} is out of bounds for an axis of size {n}")
+            k = _like(x, np.int64(k), np.int64)
+        k = astype(k, int64)
+        idx.append(where(k < 0, k + n, k))
+    shape = np.broadcast_shapes(*(k.shape for k in idx))
+    idx = [expand_dims(broadcast_to(k, shape), -1) for k in idx]
+    return _op("GatherND", [x, concat(idx, axis=-1) if len(idx) > 1 else idx[0]])
+
+
 # ---------------------------------------------------------------- reductions
 def _reduce(op_type, x, axis, keepdims, axes_as_input=False):
     x = asarray(x)
     axes = _axes(axis, x.ndim)
-    if x.ndim == 0:
-        return x if not keepdims else x
+    if x.ndim == 0 or (axis is not None and not axes):  # axis=(): nothing is reduced
+        return x
     attrs = {"keepdims": int(bool(keepdims))}
     if axes_as_input:
         return _op(op_type, [x, _ints(x, axes)], attrs)
