@@ -235,7 +235,8 @@ def atan2(x1, x2, /):
     r = w(yz, w(sx, copysign(pi_, y), y), r)               # y = ±0
     yi, xi = _c.isinf(y), _c.isinf(x)
     fin_y = _c.logical_not(yi)
-    r = w(_c.logical_and(fin_y, xi), w(sx, copysign(pi_, y), w(sy, _c.negative(_c.multiply(y, 0)), _c.multiply(y, 0))), r)
+    r = w(_c.logical_and(fin_y, xi),
+          w(sx, copysign(pi_, y), copysign(_like(y, 0.0, y.dtype), y)), r)
     both = _c.logical_and(yi, xi)
     r = w(both, copysign(w(sx, _c.multiply(quarter, 3), quarter), y), r)
     r = w(_c.logical_and(yi, _c.logical_not(xi)), copysign(half, y), r)
