@@ -22,6 +22,7 @@ from ._api import *  # noqa: F401,F403 - the rest of the array API namespace
 from ._api import __array_namespace_info__, __array_api_version__  # noqa: F401
 bool = bool_  # noqa: A001 - the array API's name for the boolean dtype
 from . import nn  # noqa: F401
+from . import linalg  # noqa: F401
 
 __version__ = _tensord.__version__
 

@@ -18,7 +18,7 @@ from ._errors import InvalidArgument
 __all__ = [
     "e", "pi", "inf", "nan", "newaxis", "iinfo", "finfo", "iinfo_object", "finfo_object",
     "result_type", "can_cast", "isdtype", "atan2", "arctan2", "hypot", "copysign", "logaddexp",
-    "signbit", "positive", "bitwise_left_shift", "bitwise_right_shift", "real", "imag", "conj",
+    "signbit", "positive", "nextafter", "bitwise_left_shift", "bitwise_right_shift", "real", "imag", "conj",
     "sort", "argsort", "nonzero", "searchsorted", "count_nonzero", "unique_values",
     "unique_counts", "unique_inverse", "unique_all", "roll", "repeat", "unstack",
     "broadcast_shapes", "take_along_axis", "meshgrid", "matrix_transpose", "tensordot", "diff",
@@ -343,6 +343,35 @@ def bitwise_right_shift(x1, x2, /):
     pos = astype(lsr(x), d)
     negr = _c.bitwise_invert(astype(lsr(_c.bitwise_invert(x)), d))
     return _c.where(neg, negr, pos)
+
+
+def nextafter(x1, x2, /):
+    """The next representable value after x1 toward x2, by arithmetic (ONNX has no bitcast):
+    the unit in the last place from x1's binary exponent, halved going down at a power of 2."""
+    x, y = _operands(x1, x2, float_result=True)
+    d = x.dtype
+    mant, tiny = (52, -1074) if d == float64 else (23, -149)
+    w = _c.where
+    ax = _c.abs(x)
+    safe = w(_c.equal(ax, 0), _like(x, 1, d), ax)
+    e = _c.floor(_c.log2(safe))
+    two = _like(x, 2.0, d)
+    p = _c.pow(two, e)
+    e = w(_c.greater(p, safe), _c.subtract(e, 1), e)
+    e = w(_c.less_equal(_c.multiply(_c.pow(two, e), 2), safe), _c.add(e, 1), e)
+    p = _c.pow(two, e)
+    ulp_up = _c.pow(two, _c.maximum(_c.subtract(e, mant), _like(x, tiny, d)))
+    ulp_down = w(_c.logical_and(_c.equal(safe, p), _c.greater(e, tiny + mant)),
+                 _c.divide(ulp_up, 2), ulp_up)
+    away = _c.equal(_c.greater(y, x), _c.greater(x, 0))
+    sgn = w(_c.less(x, 0), _like(x, -1, d), _like(x, 1, d))
+    r = w(away, _c.add(x, _c.multiply(sgn, ulp_up)), _c.subtract(x, _c.multiply(sgn, ulp_down)))
+    smallest = _like(x, float(np.finfo(d).smallest_subnormal), d)
+    r = w(_c.equal(x, 0), copysign(smallest, _c.subtract(y, x)), r)
+    r = w(_c.isinf(x), w(_c.isinf(y) & _c.equal(x, y), x,
+                         _c.multiply(sgn, _like(x, float(np.finfo(d).max), d))), r)
+    r = w(_c.equal(x, y), y, r)
+    return w(_c.logical_or(_c.isnan(x), _c.isnan(y)), _like(x, math.nan, d), r)
 
 
 def real(x, /):

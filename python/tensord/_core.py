@@ -275,8 +275,21 @@ class ndarray:
         return tensord
 
     def __setitem__(self, key, value):
-        raise TypeError("tensord arrays are immutable; build a new one (tensord.where, "
-                        "tensord.concat, ...)")
+        """``x[key] = value``: records a new value for this array object (a ScatterND into a
+        copy of the old one) and rebinds it. Copy on write: other arrays made from the old
+        value, by indexing or any op, keep it (tensord has no views). The cost is one copy of
+        the whole array per assignment, when the graph runs."""
+        n = self.size
+        pos = reshape(arange(n, dtype=int64, device=self.device, client=self._client),
+                      self.shape)
+        sel = _getitem(pos, key)
+        if isinstance(value, ndarray):
+            v = astype(value, self.dtype)
+        else:
+            v = _like(self, np.asarray(value, dtype=self.dtype), self.dtype)
+        v = reshape(broadcast_to(v, sel.shape) if tuple(v.shape) != tuple(sel.shape) else v, (-1,))
+        flat = _op("ScatterND", [reshape(self, (-1,)), reshape(sel, (-1, 1)), v])
+        self._a = reshape(flat, self.shape)._a
 
     # ---- DLPack
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
