@@ -205,7 +205,10 @@ class ndarray:
 
     get = numpy  # CuPy's spelling
 
-    def __array__(self, dtype=None):
+    def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError("__array__: a tensord array is computed into new memory; "
+                             "copy=False cannot be honoured")
         a = self.numpy()
         return a if dtype is None else a.astype(dtype, copy=False)
 
