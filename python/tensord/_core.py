@@ -205,7 +205,10 @@ class ndarray:
 
     get = numpy  # CuPy's spelling
 
-    def __array__(self, dtype=None):
+    def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError("__array__: a tensord array is computed into new memory; "
+                             "copy=False cannot be honoured")
         a = self.numpy()
         return a if dtype is None else a.astype(dtype, copy=False)
 
@@ -259,17 +262,42 @@ class ndarray:
             return self
         return _wrap(self._a.to(str(device)), self._client)
 
-    to_device = to  # the array API's spelling
+    def to_device(self, device, /, *, stream=None):
+        """The array API's spelling of ``to``."""
+        return self.to(device)
 
-    def astype(self, dtype, copy=True):
-        return astype(self, dtype, copy=copy)
+    def astype(self, dtype, copy=True, device=None):
+        return astype(self, dtype, copy=copy, device=device)
+
+    def __array_namespace__(self, *, api_version=None):
+        """The array API namespace: the tensord module."""
+        if api_version is not None and api_version not in ("2021.12", "2022.12", "2023.12",
+                                                           "2024.12"):
+            raise ValueError(f"api_version {api_version!r} is not supported (2024.12 is)")
+        import tensord
+        return tensord
 
     def __setitem__(self, key, value):
-        raise TypeError("tensord arrays are immutable; build a new one (tensord.where, "
-                        "tensord.concat, ...)")
+        """``x[key] = value``: records a new value for this array object (a ScatterND into a
+        copy of the old one) and rebinds it. Copy on write: other arrays made from the old
+        value, by indexing or any op, keep it (tensord has no views). The cost is one copy of
+        the whole array per assignment, when the graph runs."""
+        n = self.size
+        pos = reshape(arange(n, dtype=int64, device=self.device, client=self._client),
+                      self.shape)
+        sel = _getitem(pos, key)
+        if isinstance(value, ndarray):
+            v = astype(value, self.dtype)
+        else:
+            v = _like(self, np.asarray(value, dtype=self.dtype), self.dtype)
+        v = reshape(broadcast_to(v, sel.shape) if tuple(v.shape) != tuple(sel.shape) else v, (-1,))
+        flat = _op("ScatterND", [reshape(self, (-1,)), reshape(sel, (-1, 1)), v])
+        self._a = reshape(flat, self.shape)._a
 
     # ---- DLPack
-    def __dlpack__(self, stream=None):
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        if copy is False and dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"__dlpack__: dl_device {dl_device} needs a copy, and copy=False")
         return _C._array_dlpack(self._a)
 
     def __dlpack_device__(self):
@@ -300,6 +328,10 @@ class ndarray:
     def __ror__(self, o): return bitwise_or(o, self)
     def __xor__(self, o): return bitwise_xor(self, o)
     def __rxor__(self, o): return bitwise_xor(o, self)
+    def __lshift__(self, o): return _shift("bitwise_left_shift", self, o)
+    def __rlshift__(self, o): return _shift("bitwise_left_shift", o, self)
+    def __rshift__(self, o): return _shift("bitwise_right_shift", self, o)
+    def __rrshift__(self, o): return _shift("bitwise_right_shift", o, self)
     def __neg__(self): return negative(self)
     def __pos__(self): return self
     def __abs__(self): return abs(self)
@@ -342,6 +374,11 @@ class ndarray:
     def all(self, axis=None, keepdims=False): return all(self, axis=axis, keepdims=keepdims)
     def clip(self, min=None, max=None): return clip(self, min, max)
     def dot(self, o): return matmul(self, o)
+
+
+def _shift(name, x, y):
+    from . import _api
+    return getattr(_api, name)(x, y)
 
 
 def _wrap(a, client):
@@ -500,7 +537,7 @@ def triu(x, k=0):
     return _op("Trilu", [x, _like(x, np.int64(k))], {"upper": 1})
 
 
-def from_dlpack(x, device=None, client=None):
+def from_dlpack(x, /, *, device=None, copy=None, client=None):
     """An array sharing ``x``'s memory (a NumPy array, a PyTorch cpu tensor, any DLPack
     producer): zero copy on the embedded engine's cpu devices when the data is 64-byte aligned
     (PyTorch's always is), one copy otherwise (a broker, unaligned or strided data). The
@@ -566,8 +603,10 @@ def _cast_operand(v, dt, ref):
     return _wrap(ref._client._c.from_numpy(a, ref._a.device), ref._client)
 
 
-def astype(x, dtype, copy=True):
+def astype(x, dtype, /, *, copy=True, device=None):
     dtype = _np_dtype(dtype)
+    if device is not None and str(device) != x._a.device:
+        x = x.to(device)
     if x.dtype == dtype:
         return x
     return _op("Cast", [x], {"to": _CODE[dtype]})
@@ -800,11 +839,16 @@ def swapaxes(x, a, b):
     return permute_dims(x, perm)
 
 
-def moveaxis(x, source, destination):
+def moveaxis(x, source, destination, /):
     n = x.ndim
-    s, d = _axis(source, n), _axis(destination, n)
-    perm = [i for i in range(n) if i != s]
-    perm.insert(d, s)
+    src = [source] if isinstance(source, int) else list(source)
+    dst = [destination] if isinstance(destination, int) else list(destination)
+    if len(src) != len(dst):
+        raise InvalidArgument(f"moveaxis: {len(src)} sources for {len(dst)} destinations")
+    src, dst = _axes(src, n), _axes(dst, n)
+    perm = [i for i in range(n) if i not in src]
+    for d, s in sorted(zip(dst, src)):
+        perm.insert(d, s)
     return permute_dims(x, perm)
 
 
@@ -917,9 +961,13 @@ def _getitem(x, key):
         dt = key.dtype if k is not None else np.asarray(key).dtype
         if dt == bool_:  # mask: the selected elements, flattened (data-dependent size)
             mask = k if k is not None else asarray(key, device=x.device, client=x._client)
-            if tuple(mask.shape) != tuple(x.shape):
+            m = mask.ndim
+            if tuple(mask.shape) != tuple(x.shape)[:m]:
                 raise IndexError(f"boolean index of shape {mask.shape} does not match {x.shape}")
-            return _op("Compress", [reshape(x, (-1,)), reshape(mask, (-1,))], {"axis": 0})
+            rest = tuple(x.shape)[m:]
+            # a 0-d mask adds an axis of 1 (True) or 0 (False); a k-d one flattens k axes
+            flat = reshape(x, (int(np.prod(mask.shape, dtype=np.int64)),) + rest)
+            return _op("Compress", [flat, reshape(mask, (-1,))], {"axis": 0})
         idx = k if k is not None else asarray(np.asarray(key, dtype=np.int64), device=x.device,
                                                client=x._client)
         if x.ndim == 0:
@@ -929,6 +977,11 @@ def _getitem(x, key):
         return _op("Gather", [x, astype(idx, int64)], {"axis": 0})
     if not isinstance(key, tuple):
         key = (key,)
+    if builtins.any(isinstance(k, ndarray) for k in key) and builtins.all(
+            isinstance(k, ndarray) and k.dtype.kind in "iu" or
+            (not isinstance(k, (ndarray, bool)) and isinstance(k, (int, np.integer)))
+            for k in key):
+        return _getitem_arrays(x, key)
     n_ell = builtins.sum(1 for k in key if k is Ellipsis)
     if n_ell > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
@@ -987,12 +1040,29 @@ def _getitem(x, key):
     return r
 
 
+def _getitem_arrays(x, key):
+    """``x[i, j_array, ...]``: integer arrays and ints, broadcast together (one GatherND)."""
+    if len(key) > x.ndim:
+        raise IndexError(f"too many indices: {len(key)} for an array of {x.ndim} dims")
+    idx = []
+    for k, n in zip(key, x.shape):
+        if not isinstance(k, ndarray):
+            if not -n <= int(k) < n:
+                raise IndexError(f"index {k} is out of bounds for an axis of size {n}")
+            k = _like(x, np.int64(k), np.int64)
+        k = astype(k, int64)
+        idx.append(where(k < 0, k + n, k))
+    shape = np.broadcast_shapes(*(k.shape for k in idx))
+    idx = [expand_dims(broadcast_to(k, shape), -1) for k in idx]
+    return _op("GatherND", [x, concat(idx, axis=-1) if len(idx) > 1 else idx[0]])
+
+
 # ---------------------------------------------------------------- reductions
 def _reduce(op_type, x, axis, keepdims, axes_as_input=False):
     x = asarray(x)
     axes = _axes(axis, x.ndim)
-    if x.ndim == 0:
-        return x if not keepdims else x
+    if x.ndim == 0 or (axis is not None and not axes):  # axis=(): nothing is reduced
+        return x
     attrs = {"keepdims": int(bool(keepdims))}
     if axes_as_input:
         return _op(op_type, [x, _ints(x, axes)], attrs)
