@@ -1,11 +1,12 @@
 """The README's quickstarts run as written, from a directory outside the repository: the C++
 one (install into $HOME/tensord, build a program against the prefix with pkg-config, run it) and
-the Python one (the package from the build folder). HOME is a fresh temporary folder and the
-working directory another one holding only a `build` link to the build folder, so nothing of the
-checkout is in reach but what the quickstart names. The Node.js quickstart needs the checkout's
-clients/node and a broker; the node_client test covers the same calls.
+the Python one (the package from the build folder), and the Node.js one (a broker from the build
+folder, the client from the checkout's clients/node, its socket moved into the test's folder).
+HOME is a fresh temporary folder and the working directory another one holding only a `build`
+link to the build folder (and, for Node.js, a `clients` link), so nothing of the checkout is in
+reach but what the quickstart names.
 
-Usage: test_quickstarts.py BUILD_DIR SOURCE_DIR [cpp|python]...
+Usage: test_quickstarts.py BUILD_DIR SOURCE_DIR [cpp|python|node]...
 """
 import os
 import re
@@ -53,8 +54,22 @@ def main(build, src, which):
             ok = r.returncode == 0 and len(values) == 2 and all(abs(v - 2) < 1e-3 for v in values)
             print("Python quickstart:", "ok" if ok else f"FAILED\n{r.stdout}\n{r.stderr}")
             failures += not ok
+        if "node" in which:
+            import shutil
+            if not shutil.which("node") or not shutil.which("npm"):
+                print("Node.js quickstart: skipped (no node or npm on PATH)")
+            else:
+                os.symlink(os.path.join(src, "clients"), os.path.join(work, "clients"))
+                sock = os.path.join(tmp, "tensord.sock")
+                # The broker it starts in the background is stopped when the script ends.
+                script = ("trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" +
+                          block(readme, "Quickstart: Node.js").replace("/tmp/tensord.sock", sock))
+                r = run(script, home, work)
+                ok = r.returncode == 0 and "[ 1, 0, 3, 0 ]" in r.stdout
+                print("Node.js quickstart:", "ok" if ok else f"FAILED\n{r.stdout}\n{r.stderr}")
+                failures += not ok
     return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3:] or ["cpp", "python"]))
+    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3:] or ["cpp", "python", "node"]))
