@@ -10,6 +10,40 @@ const { dtypeName } = require('./dtypes');
 
 const MODEL_FORMAT_ONNX = 1;  // tensord.v1.ModelFormat
 
+/** A model file's name as the C++ and Python clients give it: the folder of DIR/NAME/model.onnx, else the file's name without .onnx. */
+function modelNameOfPath(p) {
+  const path = require('path');
+  const base = path.basename(p);
+  if (base === 'model.onnx') {
+    const dir = path.basename(path.dirname(path.resolve(p)));
+    if (dir) return dir;
+  }
+  return base.endsWith('.onnx') ? base.slice(0, -5) : base;
+}
+
+function varint(n) {
+  const out = [];
+  while (n > 0x7f) {
+    out.push((n & 0x7f) | 0x80);
+    n = Math.floor(n / 128);
+  }
+  out.push(n);
+  return out;
+}
+
+/**
+ * The ModelProto's bytes with the graph named `name`: one more `graph` field (7) holding only a
+ * name (2) is appended. Protobuf merges a message field that appears twice, and the last
+ * scalar wins, so the broker reads the whole graph under this name (the protocol has no field
+ * for it). The file itself is not changed.
+ */
+function withGraphName(bytes, name) {
+  if (!name) return bytes;
+  const utf8 = Buffer.from(name, 'utf8');
+  const graph = Buffer.concat([Buffer.from([0x12, ...varint(utf8.length)]), utf8]);
+  return Buffer.concat([bytes, Buffer.from([0x3a, ...varint(graph.length)]), graph]);
+}
+
 /**
  * A path or the file's bytes -> the bytes (NOT_FOUND for a path that cannot be read).
  * @param {string|Uint8Array} source
@@ -18,7 +52,7 @@ const MODEL_FORMAT_ONNX = 1;  // tensord.v1.ModelFormat
 function readOnnxSource(source) {
   if (typeof source === 'string') {
     try {
-      return fs.readFileSync(source);
+      return withGraphName(fs.readFileSync(source), modelNameOfPath(source));
     } catch (e) {
       throw new TensordError('NOT_FOUND', `loadOnnx: cannot open '${source}': ${e.code || e.message}`,
                              { local: true });

@@ -108,6 +108,7 @@ test('fixture mlp: loaded once from bytes, run many times, inputs by name, other
 test('loaded once: the broker keeps the model; each run sends only handles', async () => {
   const model = await c.loadOnnx(path.join(FIXTURES, 'mlp', 'model.onnx'));
   assert.match(model.handle, /^[1-9][0-9]*$/, 'LoadModel answered with a model handle');
+  assert.equal(model.name, 'mlp', 'named by its folder, as the C++ and Python clients name it');
   const { inputs, outputs } = dataset(path.join(FIXTURES, 'mlp'));
   const x = await c.upload(inputs[0]);
   const n0 = c.rpcCount;
