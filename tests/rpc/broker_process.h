@@ -15,6 +15,21 @@
 
 namespace tensord::testing {
 
+// Built with ASan or TSan: their allocators keep freed memory (quarantine, their own caches)
+// and shadow it, so resident-memory figures say nothing about glibc's. Memory bounds are
+// checked in the Release build only; the figures are printed in both.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitizedBuild = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool kSanitizedBuild = true;
+#else
+inline constexpr bool kSanitizedBuild = false;
+#endif
+#else
+inline constexpr bool kSanitizedBuild = false;
+#endif
+
 struct BrokerOptions {
   std::vector<std::string> args;  // extra `tensord serve` flags
   bool tcp = false;               // 127.0.0.1:0 instead of a unix socket

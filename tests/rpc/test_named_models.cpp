@@ -488,11 +488,15 @@ TEST(NamedModels, ManyBatchSizesOfOneTenantNeitherBlockAnotherNorGrowWithoutBoun
             << baseline / 1048576 << " MiB -> peak " << peak / 1048576 << " MiB, "
             << after / 1048576 << " MiB after its session closed\n";
   // 16 forms of about 16 MiB of prepared weights each, not 64.
-  EXPECT_LT(peak - baseline, int64_t{480} << 20);
+  if (!testing::kSanitizedBuild) {
+    EXPECT_LT(peak - baseline, int64_t{480} << 20);
+  }
   // Alice's 16 forms (about 16 MiB of prepared weights each) went back. Not yet within 10% of
   // the baseline: 30-40 MiB stay (measured 83-99 -> 122-124 MiB), process-wide, not per form;
   // suspected oneDNN's primitive cache of the 65 shapes' JIT kernels (unverified).
-  EXPECT_LE(after, baseline + std::max<int64_t>(baseline / 10, int64_t{64} << 20));
+  if (!testing::kSanitizedBuild) {
+    EXPECT_LE(after, baseline + std::max<int64_t>(baseline / 10, int64_t{64} << 20));
+  }
   EXPECT_TRUE(run_batch(**bob, *mb, 66).ok());
   std::error_code ec;
   std::filesystem::remove_all(t, ec);

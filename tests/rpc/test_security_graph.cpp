@@ -377,7 +377,9 @@ TEST(SecurityGraphFold, FoldedConstantsAreChargedToTheTenantAndGiveBackTheirMemo
     std::printf("[ figures ] 4,000 folded ConstantOfShape under a 64 MiB tenant limit: broker RSS "
                 "%.1f MiB -> peak %.1f MiB, %.1f MiB after the refusal\n",
                 baseline / 1048576.0, peak.load() / 1048576.0, after_attack / 1048576.0);
-    EXPECT_LT(peak.load() - baseline, int64_t{256} << 20) << "the folded bytes passed the quota";
+    if (!testing::kSanitizedBuild) {
+      EXPECT_LT(peak.load() - baseline, int64_t{256} << 20) << "the folded bytes passed the quota";
+    }
     // Alice is still served within her quota: 100 folded constants (50 MiB) fit in it, and
     // stay held (charged to her) while her executable is cached.
     expect_small_op(*alice, "alice (after)");
@@ -400,7 +402,9 @@ TEST(SecurityGraphFold, FoldedConstantsAreChargedToTheTenantAndGiveBackTheirMemo
   std::printf("[ figures ] broker RSS after the tenant's last session closed: %.1f MiB "
               "(baseline %.1f MiB)\n",
               after_close / 1048576.0, baseline / 1048576.0);
-  EXPECT_LE(after_close, baseline + baseline / 10);
+  if (!testing::kSanitizedBuild) {
+    EXPECT_LE(after_close, baseline + baseline / 10);
+  }
 }
 
 }  // namespace

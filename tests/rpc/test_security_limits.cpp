@@ -21,17 +21,7 @@
 namespace tensord {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+constexpr bool kSanitized = testing::kSanitizedBuild;
 
 using std::chrono::milliseconds;
 using testing::BrokerOptions;
@@ -134,7 +124,9 @@ TEST(SecurityLimits, DeepOrHugeOnnxTreesAreRefusedOnTheirBytes) {
               deep.size(), s, rss0 / 1048576.0, hwm / 1048576.0);
   // The file itself is staged (charged to the session) while it arrives: a few times its
   // size at most, not hundreds of MiB of converted graphs.
-  if (!kSanitized) EXPECT_LT(hwm - rss0, int64_t{200} << 20);
+  if (!kSanitized) {
+    EXPECT_LT(hwm - rss0, int64_t{200} << 20);
+  }
 
   // Flat, but over the node limit.
   ::onnx::GraphProto flat;
