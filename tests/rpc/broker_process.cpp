@@ -1,5 +1,7 @@
 #include "broker_process.h"
 
+#include <fstream>
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -183,6 +185,14 @@ BrokerProcess* shared_broker() {
     g_shared = std::move(b).value();
   }
   return g_shared.get();
+}
+
+int64_t proc_status_bytes(pid_t pid, const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + ":", 0) == 0) return std::atoll(line.c_str() + key.size() + 1) * 1024;
+  return -1;
 }
 
 }  // namespace tensord::testing

@@ -64,6 +64,9 @@ class BrokerProcess {
   std::string pending_;  // stdout read past the ready line
 };
 
+// "VmRSS", "VmHWM", "VmSize", ... of a process (/proc/PID/status), in bytes; -1 when absent.
+int64_t proc_status_bytes(pid_t pid, const std::string& key);
+
 // The broker shared by the tests of one test process, started on first use and stopped at
 // exit (SIGTERM, then a clean exit is expected). Fails the calling test if it cannot start.
 BrokerProcess* shared_broker();

@@ -32,6 +32,7 @@ namespace {
 using std::chrono::milliseconds;
 using testing::BrokerOptions;
 using testing::BrokerProcess;
+using testing::proc_status_bytes;
 
 // A fresh folder for the test's files (token files, certificates), removed at the end.
 class TempDir {
@@ -67,14 +68,6 @@ Result<std::unique_ptr<BrokerProcess>> start(std::vector<std::string> args, bool
   return BrokerProcess::start(o);
 }
 
-// "VmHWM" or "VmRSS" of a process, in bytes.
-int64_t proc_status_bytes(pid_t pid, const std::string& key) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(key + ":", 0) == 0) return std::atoll(line.c_str() + key.size() + 1) * 1024;
-  return -1;
-}
 
 int thread_count(pid_t pid) {
   int n = 0;

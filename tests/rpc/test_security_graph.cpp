@@ -27,6 +27,7 @@ namespace {
 
 using testing::BrokerOptions;
 using testing::BrokerProcess;
+using testing::proc_status_bytes;
 
 Node node(std::string name, std::string op, std::vector<std::string> in,
           std::vector<std::string> out, AttributeMap attrs = {}) {
@@ -259,14 +260,6 @@ class TokenDir {
   std::string path_;
 };
 
-// Resident memory of a process, in bytes (/proc/PID/status VmRSS).
-int64_t rss_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
-  return -1;
-}
 
 std::unique_ptr<rpc::RemoteClient> connect_as(const BrokerProcess& b, const std::string& token) {
   rpc::RemoteClientOptions o;
@@ -350,14 +343,14 @@ TEST(SecurityGraphFold, FoldedConstantsAreChargedToTheTenantAndGiveBackTheirMemo
       (void)alice->release((*out)[0]);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    baseline = rss_of((*b)->pid());
+    baseline = proc_status_bytes((*b)->pid(), "VmRSS");
     ASSERT_GT(baseline, 0);
 
     std::atomic<bool> done{false};
     std::atomic<int64_t> peak{0};
     std::thread watch([&] {  // the broker's RSS while the attack runs
       while (!done.load()) {
-        peak = std::max<int64_t>(peak.load(), rss_of((*b)->pid()));
+        peak = std::max<int64_t>(peak.load(), proc_status_bytes((*b)->pid(), "VmRSS"));
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
     });
@@ -373,7 +366,7 @@ TEST(SecurityGraphFold, FoldedConstantsAreChargedToTheTenantAndGiveBackTheirMemo
     EXPECT_NE(st.message().find("tenant memory limit"), std::string::npos) << st.message();
     EXPECT_NE(st.message().find("ConstantOfShape"), std::string::npos) << st.message();
     EXPECT_NE(st.message().find("64.0 MiB"), std::string::npos) << st.message();
-    const int64_t after_attack = rss_of((*b)->pid());
+    const int64_t after_attack = proc_status_bytes((*b)->pid(), "VmRSS");
     std::printf("[ figures ] 4,000 folded ConstantOfShape under a 64 MiB tenant limit: broker RSS "
                 "%.1f MiB -> peak %.1f MiB, %.1f MiB after the refusal\n",
                 baseline / 1048576.0, peak.load() / 1048576.0, after_attack / 1048576.0);
@@ -390,12 +383,12 @@ TEST(SecurityGraphFold, FoldedConstantsAreChargedToTheTenantAndGiveBackTheirMemo
     EXPECT_EQ(v->to_double_vector()[0], 14.0 * 28 + 1 + 2);  // 14 x (1 + ... + 7), then 1 and 2
     (void)alice->release((*fits)[0]);
     std::printf("[ figures ] 100 folded ConstantOfShape (50 MiB) within the quota: broker RSS "
-                "%.1f MiB\n", rss_of((*b)->pid()) / 1048576.0);
+                "%.1f MiB\n", proc_status_bytes((*b)->pid(), "VmRSS") / 1048576.0);
   }  // alice's session closes: whatever the compile held goes back
   expect_small_op(*bob, "bob (after)");
   int64_t after_close = 0;
   for (int i = 0; i < 50; ++i) {  // the close is asynchronous to the client's return
-    after_close = rss_of((*b)->pid());
+    after_close = proc_status_bytes((*b)->pid(), "VmRSS");
     if (after_close <= baseline + baseline / 10) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

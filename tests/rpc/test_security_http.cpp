@@ -38,6 +38,7 @@ namespace {
 using std::chrono::milliseconds;
 using testing::BrokerOptions;
 using testing::BrokerProcess;
+using testing::proc_status_bytes;
 using Clock = std::chrono::steady_clock;
 
 struct HttpBroker {
@@ -172,13 +173,6 @@ int open_fds(pid_t pid) {
   return n;
 }
 
-int64_t rss_bytes(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return -1;
-}
 
 // A liveness probe's budget on a loaded 2-core machine.
 constexpr double kProbeSeconds = 1.0;
@@ -413,7 +407,7 @@ TEST(SecurityHttp, UnknownMethodNamesAreOneSeries) {
   const pid_t pid = (*b)->broker->pid();
   auto before = http_get(port, "/metrics");
   ASSERT_EQ(before.status, 200);
-  const int64_t rss_before = rss_bytes(pid);
+  const int64_t rss_before = proc_status_bytes(pid, "VmRSS");
   auto channel = grpc::CreateChannel((*b)->broker->address(), grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);
   grpc::CompletionQueue cq;
@@ -446,7 +440,7 @@ TEST(SecurityHttp, UnknownMethodNamesAreOneSeries) {
   EXPECT_EQ(unimplemented, kCalls);
   auto after = http_get(port, "/metrics");
   ASSERT_EQ(after.status, 200);
-  const int64_t rss_after = rss_bytes(pid);
+  const int64_t rss_after = proc_status_bytes(pid, "VmRSS");
   std::cerr << "/metrics " << before.body.size() << " -> " << after.body.size() << " bytes; RSS "
             << rss_before / 1048576.0 << " -> " << rss_after / 1048576.0 << " MiB\n";
   EXPECT_LT(after.body.size(), before.body.size() + 8192);

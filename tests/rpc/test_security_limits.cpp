@@ -26,6 +26,7 @@ constexpr bool kSanitized = testing::kSanitizedBuild;
 using std::chrono::milliseconds;
 using testing::BrokerOptions;
 using testing::BrokerProcess;
+using testing::proc_status_bytes;
 
 Result<std::unique_ptr<BrokerProcess>> start(std::vector<std::string> args = {}) {
   BrokerOptions o;
@@ -34,13 +35,6 @@ Result<std::unique_ptr<BrokerProcess>> start(std::vector<std::string> args = {})
   return BrokerProcess::start(o);
 }
 
-int64_t proc_status_bytes(pid_t pid, const std::string& key) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(key + ":", 0) == 0) return std::atoll(line.c_str() + key.size() + 1) * 1024;
-  return -1;
-}
 
 // The broker still answers a small op within a second, from a fresh client.
 void expect_small_op_served(const std::string& address) {

@@ -40,6 +40,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using testing::BrokerProcess;
+using testing::proc_status_bytes;
 using testing::TestMemfd;
 
 class SecurityShm : public ::testing::Test {
@@ -661,14 +662,6 @@ TEST_F(SecurityShm, TheArenaIsReadOnlyForItsClientAndHoldsOnlyItsSessionsValues)
 
 // ------------------------------------------------------------------------------ issue 27
 
-// "VmSize", "VmRSS" of a process, in bytes (-1 when not found).
-int64_t proc_status_bytes(pid_t pid, const std::string& key) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(key + ":", 0) == 0) return std::atoll(line.c_str() + key.size() + 1) * 1024;
-  return -1;
-}
 
 // A broker with two tenants (a token file of mode 600 in a fresh folder) and `args`.
 class TwoTenants {
