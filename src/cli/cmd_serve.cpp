@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cctype>
 #include <cerrno>
@@ -208,7 +209,10 @@ int cmd_serve(const ServeOptions& options) {
                          {"--max-regions", options.max_regions},
                          {"--max-model-bytes", options.max_model_bytes},
                          {"--max-threads", options.max_threads},
-                         {"--grpc-memory-bytes", options.grpc_memory_bytes}}) {
+                         {"--grpc-memory-bytes", options.grpc_memory_bytes},
+                         {"--http-max-connections", options.http_max_connections},
+                         {"--http-max-connections-per-ip", options.http_max_connections_per_ip},
+                         {"--http-header-timeout-ms", options.http_header_timeout_ms}}) {
     if (v < 0) {
       serve_error(std::string(flag) + " must be >= 0 (0: the default), got " + std::to_string(v));
       return kExitUsage;
@@ -256,6 +260,9 @@ int cmd_serve(const ServeOptions& options) {
   struct ClusterStop {
     ~ClusterStop() { cluster::stop(); }
   } cluster_stop;
+  // The engine reads its options from the environment (EngineOptions::from_env).
+  setenv("TENSORD_MAX_COMPILES_PER_TENANT", std::to_string(options.max_compiles_per_tenant).c_str(),
+         1);
   auto engine = Engine::shared();
   if (!engine.ok()) {
     serve_error(engine.status().to_string());
@@ -299,6 +306,13 @@ int cmd_serve(const ServeOptions& options) {
   ro.max_threads = options.max_threads;
   ro.grpc_memory_bytes = options.grpc_memory_bytes;
   ro.http_listen = options.http;
+  if (options.http_max_connections > 0)
+    ro.http_max_connections = static_cast<int>(std::min<int64_t>(options.http_max_connections, 1 << 20));
+  if (options.http_max_connections_per_ip > 0)
+    ro.http_max_connections_per_ip =
+        static_cast<int>(std::min<int64_t>(options.http_max_connections_per_ip, 1 << 20));
+  if (options.http_header_timeout_ms > 0)
+    ro.http_header_timeout = std::chrono::milliseconds(options.http_header_timeout_ms);
   ro.slow_request_ms = options.slow_request_ms;
   ro.lease =
       std::chrono::milliseconds(std::max<int64_t>(1, std::llround(options.lease_seconds * 1000.0)));

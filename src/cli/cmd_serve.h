@@ -30,10 +30,14 @@ struct ServeOptions {
   int64_t max_regions = 0;       // their number; 0 = a quarter of vm.max_map_count
   int64_t max_model_bytes = (int64_t{2} << 30) - 1;
   int64_t max_threads = 256;
+  int64_t max_compiles_per_tenant = 2;  // EngineOptions::max_compiles_per_tenant
   int64_t grpc_memory_bytes = int64_t{2} << 30;
   // "" = none; else serve the status page, /metrics, /healthz, /readyz over HTTP here
   // ("PORT" on 127.0.0.1, or "HOST:PORT"; see RpcServerOptions::http_listen).
   std::string http;
+  int64_t http_max_connections = 256;        // connections waiting for an answer, all clients
+  int64_t http_max_connections_per_ip = 32;  // of those, from one client address
+  int64_t http_header_timeout_ms = 5000;     // from accept to the request's headers' end
   // Log (core/log.h) and config file (serve_config.h).
   std::string log_level = "info";    // trace | debug | info | warn | error | off
   std::string log_format = "text";   // text | json

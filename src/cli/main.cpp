@@ -225,6 +225,10 @@ int run_main(int argc, char** argv) {
   serve->add_flag("--strict-device", serve_strict_device,
                   "Refuse graphs with nodes the requested device does not support, naming the "
                   "ops, instead of running them on cpu:0 (TENSORD_STRICT_DEVICE=1)");
+  serve->add_option("--max-compiles-per-tenant", serve_opts.max_compiles_per_tenant,
+                    "Compiles one tenant may run at once; up to 16 times as many wait, more are "
+                    "refused (default 2; 0: no limit)")
+      ->check(CLI::Range(int64_t{0}, int64_t{65536}));
   serve->add_option("--max-threads", serve_opts.max_threads,
                     "gRPC threads, one per in-flight call; more calls wait (default 256)");
   accept_size(serve->add_option("--grpc-memory-bytes", serve_opts.grpc_memory_bytes,
@@ -233,6 +237,15 @@ int run_main(int argc, char** argv) {
                     "Also serve HTTP here: the status page (/), /api/status, /metrics "
                     "(Prometheus), /healthz, /readyz. PORT (on 127.0.0.1) or HOST:PORT; same "
                     "tokens and TLS as gRPC");
+  serve->add_option("--http-max-connections", serve_opts.http_max_connections,
+                    "HTTP connections held at once, all clients; at the cap a new one takes the "
+                    "place of the oldest unfinished request of the address holding the most "
+                    "(default 256)");
+  serve->add_option("--http-max-connections-per-ip", serve_opts.http_max_connections_per_ip,
+                    "HTTP connections held at once from one client address (default 32)");
+  serve->add_option("--http-header-timeout-ms", serve_opts.http_header_timeout_ms,
+                    "An HTTP client must send its request's headers within this long of "
+                    "connecting (default 5000)");
   auto status_command = tensord::cli::add_status_command(app);
   add_broker_flags(app.get_subcommand("status"), broker_flags);
 #ifdef TENSORD_CLI_HAVE_OPENCL

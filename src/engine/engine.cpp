@@ -5,6 +5,7 @@
 #include <malloc.h>
 #endif
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,7 @@
 
 #include "core/errors.h"
 #include "core/graph_utils.h"
+#include "core/text.h"
 #include "engine/executor.h"
 #include "engine/memory_pool.h"
 
@@ -331,6 +333,8 @@ struct SessionCounter {
   std::shared_ptr<SessionCounter> tenant;  // null: the session belongs to no tenant
   std::string tenant_name;                 // set on tenant counters
   int sessions = 0;                        // tenant counters: open sessions (under Impl::mu)
+  // Tenant counters: compiles running and waiting for a place (under Impl::compile_mu).
+  int compiles_running = 0, compiles_waiting = 0;
 
   // Bytes held outside the engine on the session's behalf (Engine::external_bytes: the
   // shared-memory regions a broker maps for it); tenant counters: the sum over its sessions.
@@ -700,7 +704,7 @@ struct Engine::Impl {
   std::unordered_map<std::string_view, decltype(lru)::iterator> cache;  // views of entries' keys
 
   struct Counters {
-    std::atomic<int64_t> executes{0}, compiles{0}, cache_hits{0}, uploads{0}, reads{0},
+    std::atomic<int64_t> executes{0}, compiles{0}, compiles_waited{0}, cache_hits{0}, uploads{0}, reads{0},
         copies_same{0}, copies_peer{0}, copies_staged{0}, copies_mapped{0}, implicit_moves{0},
         node_errors{0}, bytes_host_to_device{0}, bytes_device_to_host{0}, bytes_peer{0},
         bytes_staged{0}, fallback_nodes{0};
@@ -811,6 +815,58 @@ struct Engine::Impl {
       *pending -= n;
     };
     return std::make_shared<CompileBudget>(max_folded_bytes, std::move(charge), std::move(uncharge));
+  }
+
+  // Compiles of one tenant at once: EngineOptions::max_compiles_per_tenant run, up to 16 times
+  // as many wait (holding their callers' threads), more are refused, so that a tenant sending
+  // many large graphs takes at most that many cores and a bounded number of a broker's threads.
+  std::mutex compile_mu;
+  std::condition_variable compile_cv;
+  int max_compiles_per_tenant = 2;
+
+  class CompileSlot {
+   public:
+    CompileSlot() = default;
+    CompileSlot(Impl* impl, std::shared_ptr<SessionCounter> tenant)
+        : impl_(impl), tenant_(std::move(tenant)) {}
+    CompileSlot(CompileSlot&& o) noexcept : impl_(o.impl_), tenant_(std::move(o.tenant_)) {
+      o.impl_ = nullptr;
+    }
+    CompileSlot& operator=(CompileSlot&&) = delete;
+    ~CompileSlot() {
+      if (!impl_ || !tenant_) return;
+      {
+        std::lock_guard<std::mutex> lock(impl_->compile_mu);
+        --tenant_->compiles_running;
+      }
+      impl_->compile_cv.notify_all();
+    }
+
+   private:
+    Impl* impl_ = nullptr;
+    std::shared_ptr<SessionCounter> tenant_;
+  };
+
+  Result<CompileSlot> admit_compile(const std::shared_ptr<SessionCounter>& tenant,
+                                    const std::string& what) {
+    if (!tenant || max_compiles_per_tenant <= 0) return CompileSlot();
+    const int max_waiting = max_compiles_per_tenant * 16;
+    std::unique_lock<std::mutex> lock(compile_mu);
+    if (tenant->compiles_running >= max_compiles_per_tenant) {
+      if (tenant->compiles_waiting >= max_waiting)
+        return errors::ResourceExhausted(
+            "{}: tenant '{}' has {} compiles running and {} waiting, the most it may (at most "
+            "{} run at once per tenant: tensord serve --max-compiles-per-tenant); retry when "
+            "one has finished",
+            what, clip_text(tenant->tenant_name, 200), tenant->compiles_running,
+            tenant->compiles_waiting, max_compiles_per_tenant);
+      ++tenant->compiles_waiting;
+      m.compiles_waited++;
+      compile_cv.wait(lock, [&] { return tenant->compiles_running < max_compiles_per_tenant; });
+      --tenant->compiles_waiting;
+    }
+    ++tenant->compiles_running;
+    return CompileSlot(this, tenant);
   }
 
   Result<std::unique_ptr<Executable>> compile(size_t device, const Graph& graph,
@@ -1013,6 +1069,7 @@ struct Engine::Impl {
     // Compile outside the lock; a concurrent compile of the same key is harmless. What the
     // compile creates is charged to the tenant as it is created (the session's limit is
     // checked too), and held while the executable lives.
+    TD_ASSIGN_OR_RETURN(CompileSlot slot, admit_compile(tenant, "compiling a graph"));
     TD_ASSIGN_OR_RETURN(std::unique_ptr<Executable> exe,
                         compile(device, graph, types, options, make_budget(tenant, counter)));
     m.compiles++;
@@ -1058,6 +1115,8 @@ EngineOptions EngineOptions::from_env() {
   if (const char* v = std::getenv("TENSORD_STRICT_DEVICE")) o.strict_device = *v && *v != '0';
   if (const char* v = std::getenv("TENSORD_MAX_FOLDED_BYTES"); v && *v)
     o.max_folded_bytes = std::max<int64_t>(0, std::atoll(v));
+  if (const char* v = std::getenv("TENSORD_MAX_COMPILES_PER_TENANT"); v && *v)
+    o.max_compiles_per_tenant = static_cast<int>(std::clamp<long long>(std::atoll(v), 0, 1 << 16));
   if (const char* v = std::getenv("TENSORD_NAMED_MODEL_FORMS"); v && std::atoll(v) > 0)
     o.named_model_forms_per_tenant = static_cast<size_t>(std::atoll(v));
   if (const char* t = std::getenv("TENSORD_TIME_SLICE_MS")) {
@@ -1149,6 +1208,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   impl->cache_max_bytes = std::max<int64_t>(options.executable_cache_bytes, 0);
   impl->max_folded_bytes = std::max<int64_t>(options.max_folded_bytes, 0);
   impl->named_forms_per_tenant = std::max<size_t>(options.named_model_forms_per_tenant, 1);
+  impl->max_compiles_per_tenant = std::max(options.max_compiles_per_tenant, 0);
   std::vector<std::string> filtered_out;
   impl->strict_device = options.strict_device;
   auto backends = create_backends();
@@ -1261,6 +1321,20 @@ SessionId Engine::open_session(const SessionOptions& options) {
   }
   impl_->sessions.emplace(id, std::move(s));
   return id;
+}
+
+int64_t Engine::release_cached_memory() {
+  int64_t released = 0;
+  for (const auto& slot : impl_->slots) {
+    if (!slot->pool) continue;
+    const int64_t before = slot->pool->reserved();
+    slot->pool->trim();
+    released += std::max<int64_t>(0, before - slot->pool->reserved());
+  }
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+  return released;
 }
 
 int64_t Engine::tenant_bytes(const std::string& tenant) const {
@@ -1852,20 +1926,16 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
       const std::string tenant_name = tenant ? tenant->tenant_name : std::string();
       const std::string prefix = std::to_string(tenant_name.size()) + ":" + tenant_name + "|";
       key = prefix + key;
-      std::lock_guard<std::mutex> lock(m->mu);  // one compile per input types
-      auto it = m->forms.find(key);
-      if (it != m->forms.end() && it->second->tenant == tenant) {
-        impl_->m.cache_hits++;
-        it->second->used = ++m->tick;
-        exe = it->second->exe;
-      } else {
-        // Room among this tenant's forms of the model: its least recently used go.
-        auto count_mine = [&] {
-          size_t n = 0;
-          for (const auto& [k, f] : m->forms) n += k.compare(0, prefix.size(), prefix) == 0;
-          return n;
-        };
-        while (count_mine() >= impl_->named_forms_per_tenant) {
+      // Not under m->mu while compiling: the other tenants' runs of the model (their forms
+      // cached or not) go on while one tenant compiles a new form.
+      auto count_mine = [&] {  // under m->mu
+        size_t n = 0;
+        for (const auto& [k, f] : m->forms) n += k.compare(0, prefix.size(), prefix) == 0;
+        return n;
+      };
+      // Room among this tenant's forms of the model: its least recently used go (under m->mu).
+      auto make_room = [&](size_t keep) {
+        while (count_mine() > keep) {
           auto victim = m->forms.end();
           for (auto f = m->forms.begin(); f != m->forms.end(); ++f)
             if (f->first.compare(0, prefix.size(), prefix) == 0 &&
@@ -1876,6 +1946,24 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
           dead.push_back(std::move(victim->second));
           m->forms.erase(victim);
         }
+      };
+      size_t mine = 0;
+      {
+        std::lock_guard<std::mutex> lock(m->mu);
+        auto it = m->forms.find(key);
+        if (it != m->forms.end() && it->second->tenant == tenant) {
+          impl_->m.cache_hits++;
+          it->second->used = ++m->tick;
+          exe = it->second->exe;
+        } else {
+          make_room(impl_->named_forms_per_tenant - 1);
+          mine = count_mine();
+        }
+      }
+      if (!exe) {
+        dead.clear();  // what made room goes before the new form's bytes come
+        return_memory_to_system(freed);
+        freed = 0;
         int64_t init = 0;
         for (const auto& [name, t] : graph.initializers) init += static_cast<int64_t>(t.nbytes());
         auto form = std::make_unique<LoadedModel::Form>();
@@ -1885,17 +1973,32 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
           TD_RETURN_IF_ERROR(tenant->charge(
               bytes, fmt::format("compiling named model '{}' for new input types ({} of its "
                                  "forms are this tenant's)",
-                                 graph.name, count_mine())));
+                                 clip_text(graph.name, 200), mine)));
           form->tenant = tenant;
           form->counted = bytes;
         }
+        TD_ASSIGN_OR_RETURN(
+            Impl::CompileSlot slot,
+            impl_->admit_compile(tenant, fmt::format("compiling named model '{}'",
+                                                     clip_text(graph.name, 200))));
         auto compiled = compile_form(impl_->make_budget(tenant, nullptr));
         if (!compiled.ok()) return compiled.status();  // form uncharges
         impl_->m.compiles++;
         exe = std::shared_ptr<Executable>(std::move(compiled).value());
         form->exe = exe;
-        form->used = ++m->tick;
-        m->forms[key] = std::move(form);
+        std::lock_guard<std::mutex> lock(m->mu);
+        auto it = m->forms.find(key);
+        if (it != m->forms.end() && it->second->tenant == tenant) {
+          // The same form, compiled meanwhile by another run of this tenant: keep that one.
+          it->second->used = ++m->tick;
+          exe = it->second->exe;
+          freed += form->counted + form->exe->held_bytes();
+          dead.push_back(std::move(form));
+        } else {
+          make_room(impl_->named_forms_per_tenant - 1);
+          form->used = ++m->tick;
+          m->forms[key] = std::move(form);
+        }
       }
     } else {
       std::lock_guard<std::mutex> lock(m->mu);  // one compile per input types
@@ -1915,6 +2018,14 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
         TD_RETURN_IF_ERROR(m->counter->charge(
             bytes, fmt::format("compiling model '{}' for new input types", graph.name)));
         m->counted += bytes;
+        auto slot = impl_->admit_compile(m->counter->tenant,
+                                         fmt::format("compiling model '{}' for new input types",
+                                                     clip_text(graph.name, 200)));
+        if (!slot.ok()) {
+          m->counter->uncharge(bytes);
+          m->counted -= bytes;
+          return slot.status();
+        }
         auto compiled = compile_form(impl_->make_budget(m->counter, m->counter));
         if (!compiled.ok()) {
           m->counter->uncharge(bytes);
@@ -2065,6 +2176,7 @@ EngineMetrics Engine::metrics() const {
   EngineMetrics out;
   out.executes = m.executes;
   out.compiles = m.compiles;
+  out.compiles_waited = m.compiles_waited;
   out.cache_hits = m.cache_hits;
   out.uploads = m.uploads;
   out.reads = m.reads;

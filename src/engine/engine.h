@@ -139,6 +139,10 @@ struct EngineOptions {
   // one, so no tenant can use up another's forms. The tenant that compiled a form pays for
   // it until its last session closes.
   size_t named_model_forms_per_tenant = 16;
+  // Compiles one tenant may run at once (0: no limit). Up to 16 times as many wait for a
+  // place; more are refused (RESOURCE_EXHAUSTED, naming the limit). Sessions without a
+  // tenant are not limited.
+  int max_compiles_per_tenant = 2;
   // Every compile as with CompileOptions::strict_device: a node the requested device does not
   // support is an error naming the ops instead of a fallback to cpu:0 (TENSORD_STRICT_DEVICE=1).
   bool strict_device = false;
@@ -150,6 +154,7 @@ struct EngineOptions {
 struct EngineMetrics {
   int64_t executes = 0;
   int64_t compiles = 0;         // executable cache misses
+  int64_t compiles_waited = 0;  // compiles that waited for a place (max_compiles_per_tenant)
   int64_t cache_hits = 0;
   int64_t uploads = 0;
   int64_t reads = 0;
@@ -220,6 +225,11 @@ class Engine {
   SessionId open_session(const SessionOptions& options);
   // Bytes held for a tenant (its sessions' tensors and models, its cached executables).
   int64_t tenant_bytes(const std::string& tenant) const;
+  // Gives back what the devices' caching allocators keep for reuse (freed blocks, idle slabs)
+  // and the heap's free pages. For an idle process (a broker with no call for a while): the
+  // next allocations of those sizes go to the device again. Returns the bytes given back by
+  // the pools.
+  int64_t release_cached_memory();
   // Frees every tensor of the session and cancels its work: queued work is dropped and
   // running work stops at its next step boundary, their outputs CANCELLED.
   Status close_session(SessionId session);

@@ -433,6 +433,28 @@ struct HttpServer::Impl {
     epoll_ctl(epoll_fd, EPOLL_CTL_MOD, c.fd, &ev);
   }
 
+  // The connection to close for a newcomer whose address holds `newcomer_holds`: the oldest
+  // one still sending its headers (the front's) from the address holding the most, when that
+  // address holds more than the newcomer's would with it; -1 when there is none.
+  int eviction_victim_locked(int newcomer_holds) const {
+    const std::string* top = nullptr;
+    int top_count = newcomer_holds + 1;
+    for (const auto& [ip, n] : per_ip)
+      if (n > top_count) {
+        top = &ip;
+        top_count = n;
+      }
+    if (!top) return -1;
+    int victim = -1;
+    Clock::time_point oldest = Clock::time_point::max();
+    for (const auto& [fd, c] : conns)
+      if (c->ip == *top && c->deadline < oldest) {
+        oldest = c->deadline;
+        victim = fd;
+      }
+    return victim;
+  }
+
   void drop(int fd) {
     auto it = conns.find(fd);
     if (it == conns.end()) return;
@@ -538,15 +560,30 @@ struct HttpServer::Impl {
       auto c = std::make_unique<Conn>();
       c->fd = fd;
       c->ip = peer_ip(ss);
+      int victim = -1;
       {
         std::lock_guard<std::mutex> lock(mu);
-        int& from_ip = per_ip[c->ip];
-        if (total >= options.max_connections || from_ip >= options.max_connections_per_ip) {
-          if (from_ip == 0) per_ip.erase(c->ip);
-          close(fd);  // over a cap: closed at once
+        auto it = per_ip.find(c->ip);
+        const int from_ip = it == per_ip.end() ? 0 : it->second;
+        if (from_ip >= options.max_connections_per_ip) {
+          close(fd);  // over the per-address cap: closed at once
           continue;
         }
-        ++from_ip;
+        if (total >= options.max_connections) {
+          victim = eviction_victim_locked(from_ip);
+          if (victim < 0) {
+            close(fd);  // every place is held fairly: closed at once
+            continue;
+          }
+        }
+      }
+      // At the total cap a newcomer (a liveness probe, say) takes the place of the oldest
+      // connection still sending its headers from the address holding the most, so that
+      // connections held idle from a few addresses cannot keep others out.
+      if (victim >= 0) drop(victim);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ++per_ip[c->ip];
         ++total;
       }
       c->deadline = Clock::now() + options.header_timeout;

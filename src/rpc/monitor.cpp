@@ -421,18 +421,26 @@ std::string Monitor::tenant_prometheus(const std::string& tenant) const {
            "Memory the engine may allocate on the device.");
   for (const auto& d : src_.engine->devices())
     x.sample("tensord_device_memory_total_bytes", device_labels(d.name, d.kind), d.memory_bytes);
-  int64_t open = 0, bytes = 0;
+  int64_t open = 0, bytes = 0, regions = 0, region_bytes = 0;
   if (src_.sessions)
     for (const auto& s : src_.sessions())
       if (s.tenant == tenant) {
         ++open;
         bytes += s.bytes;
+        regions += s.regions;
+        region_bytes += s.region_bytes;
       }
   x.family("tensord_tenant_sessions_open", "gauge", "Sessions open by this token's tenant.");
   x.sample("tensord_tenant_sessions_open", "", open);
   x.family("tensord_tenant_bytes", "gauge",
            "Bytes held by this token's tenant's sessions (tensors, uploads, staged models).");
   x.sample("tensord_tenant_bytes", "", bytes);
+  x.family("tensord_tenant_regions_mapped", "gauge",
+           "Shared-memory regions mapped for this token's tenant's sessions.");
+  x.sample("tensord_tenant_regions_mapped", "", regions);
+  x.family("tensord_tenant_region_bytes", "gauge",
+           "Bytes of those regions (they count against the memory limits).");
+  x.sample("tensord_tenant_region_bytes", "", region_bytes);
   const auto methods = src_.rpc->tenant_methods(tenant);
   x.family("tensord_rpc_requests_total", "counter",
            "gRPC calls finished, by method and status code (this tenant's).");
@@ -559,12 +567,30 @@ std::string Monitor::prometheus(const StatusView& view) const {
   // ---- engine
   x.family("tensord_sessions_open", "gauge", "Sessions open on the broker.");
   x.sample("tensord_sessions_open", "", em.sessions_open);
+  if (src_.sessions) {
+    int64_t regions = 0, region_bytes = 0;
+    for (const auto& s : src_.sessions()) {
+      regions += s.regions;
+      region_bytes += s.region_bytes;
+    }
+    x.family("tensord_regions_mapped", "gauge",
+             "Clients' shared-memory regions mapped by the broker, all sessions.");
+    x.sample("tensord_regions_mapped", "", regions);
+    x.family("tensord_region_bytes", "gauge",
+             "Bytes of those regions (each counts against its session's and tenant's memory "
+             "limits).");
+    x.sample("tensord_region_bytes", "", region_bytes);
+  }
   if (src_.tenants && src_.sessions) {  // the operator's view: each tenant's (from the token file)
-    std::map<std::string, std::pair<int64_t, int64_t>> by_tenant;  // sessions, bytes
+    struct TenantSums {
+      int64_t first = 0, second = 0, region_bytes = 0;  // sessions, bytes, region bytes
+    };
+    std::map<std::string, TenantSums> by_tenant;
     for (const auto& s : src_.sessions()) {
       auto& t = by_tenant[s.tenant];
       ++t.first;
       t.second += s.bytes;
+      t.region_bytes += s.region_bytes;
     }
     x.family("tensord_tenant_sessions_open", "gauge", "Sessions open, by tenant.");
     for (const auto& [name, t] : by_tenant)
@@ -573,6 +599,10 @@ std::string Monitor::prometheus(const StatusView& view) const {
              "Bytes held by each tenant's sessions (tensors, uploads, staged models).");
     for (const auto& [name, t] : by_tenant)
       x.sample("tensord_tenant_bytes", "tenant=\"" + label(name) + "\"", t.second);
+    x.family("tensord_tenant_region_bytes", "gauge",
+             "Bytes of shared-memory regions mapped for each tenant's sessions.");
+    for (const auto& [name, t] : by_tenant)
+      x.sample("tensord_tenant_region_bytes", "tenant=\"" + label(name) + "\"", t.region_bytes);
   }
   x.family("tensord_models_loaded", "gauge", "Models loaded by the open sessions.");
   x.sample("tensord_models_loaded", "", em.models_loaded);
@@ -587,6 +617,10 @@ std::string Monitor::prometheus(const StatusView& view) const {
   x.family("tensord_executable_compiles_total", "counter",
            "Graphs compiled (cache misses and models' new input types).");
   x.sample("tensord_executable_compiles_total", "", em.compiles);
+  x.family("tensord_executable_compiles_waited_total", "counter",
+           "Compiles that waited for a place: their tenant had --max-compiles-per-tenant "
+           "running.");
+  x.sample("tensord_executable_compiles_waited_total", "", em.compiles_waited);
   x.family("tensord_uploads_total", "counter", "Tensors uploaded from host memory.");
   x.sample("tensord_uploads_total", "", em.uploads);
   x.family("tensord_reads_total", "counter", "Tensors read back to host memory.");
@@ -725,9 +759,16 @@ nlohmann::json Monitor::status(int history_seconds, const StatusView& view) cons
   if (src_.sessions) sessions = src_.sessions();
   if (!all)
     std::erase_if(sessions, [&](const SessionSummary& s) { return s.tenant != view.tenant; });
-  int64_t session_bytes = 0;
-  for (const auto& s : sessions) session_bytes += s.bytes;
-  json sess = {{"open", sessions.size()}, {"list", json::array()}};
+  int64_t session_bytes = 0, region_bytes = 0, regions = 0;
+  for (const auto& s : sessions) {
+    session_bytes += s.bytes;
+    region_bytes += s.region_bytes;
+    regions += s.regions;
+  }
+  json sess = {{"open", sessions.size()},
+               {"regions", regions},
+               {"region_bytes", region_bytes},
+               {"list", json::array()}};
   std::sort(sessions.begin(), sessions.end(),
             [](const SessionSummary& a, const SessionSummary& b) { return a.bytes > b.bytes; });
   for (size_t i = 0; i < sessions.size() && i < 100; ++i) {
@@ -736,12 +777,16 @@ nlohmann::json Monitor::status(int history_seconds, const StatusView& view) cons
                             {"bytes", s.bytes},
                             {"in_flight", s.in_flight},
                             {"regions", s.regions},
+                            {"region_bytes", s.region_bytes},
                             {"age_s", s.age_s},
                             {"idle_s", s.idle_s}});
   }
   out["sessions"] = std::move(sess);
   if (!all)
-    out["tenant"] = {{"name", view.tenant}, {"sessions", sessions.size()}, {"bytes", session_bytes}};
+    out["tenant"] = {{"name", view.tenant},
+                     {"sessions", sessions.size()},
+                     {"bytes", session_bytes},
+                     {"region_bytes", region_bytes}};
 
   json totals = {{"graphs", 0},
                  {"ops", 0},

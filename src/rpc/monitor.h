@@ -113,7 +113,8 @@ struct SessionSummary {
   std::string tenant;
   int64_t bytes = 0;
   int in_flight = 0;
-  int regions = 0;
+  int regions = 0;          // shared-memory regions mapped for it
+  int64_t region_bytes = 0;  // their mapped bytes (also counted in `bytes`' limits)
   double age_s = 0, idle_s = 0;
 };
 

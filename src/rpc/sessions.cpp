@@ -303,6 +303,11 @@ void Service::reap_loop() {
       options_.lease / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
   std::unique_lock<std::mutex> lock(mu_);
   auto last_trim = Clock::now();
+  // When the engine last did work (a lease renewal is no work: clients renew every few
+  // seconds), and what it had done by then.
+  auto last_active = Clock::now();
+  int64_t work_seen = -1;
+  auto pools_trimmed = Clock::time_point::min();
   while (!stopping_) {
     cv_.wait_for(lock, period);
     if (stopping_) break;
@@ -321,6 +326,27 @@ void Service::reap_loop() {
     lock.unlock();
     for (const auto& [id, s] : expired) (void)close_logged(id, s, "lease expired");
     trim_idle_host_blocks(std::chrono::seconds(10));
+    {
+      const EngineMetrics em = engine_->metrics();
+      // A session closing counts too: its tensors go back to the pools then.
+      const int64_t work = em.executes + em.uploads + em.reads + em.compiles + em.cache_hits +
+                           em.copies_same_device + em.copies_peer + em.copies_staged +
+                           em.copies_mapped + (em.sessions_open << 32);
+      if (work != work_seen) {
+        work_seen = work;
+        last_active = now;
+      }
+    }
+    if (!busy && pools_trimmed < last_active && now - last_active >= std::chrono::seconds(10)) {
+      // No call for 10 s: the devices' caching allocators give back what they keep for reuse
+      // (a tenant's batch-64 runs left 40 MiB of blocks cached for good), and the heap its
+      // free pages.
+      const int64_t released = engine_->release_cached_memory();
+      if (released > 0)
+        log::debug("idle: cached device memory released", {{"bytes", released}});
+      pools_trimmed = now;
+      last_trim = now;
+    }
 #ifdef __GLIBC__
     // malloc keeps what it freed (the stream tuning in wire.cpp keeps big buffers in the
     // arenas on purpose, for speed while busy): a refused 900 MiB message, a dropped

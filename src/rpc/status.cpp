@@ -22,6 +22,7 @@ std::vector<SessionSummary> Service::session_summaries() const {
       r.s.tenant = st.tenant;
       r.s.in_flight = st.in_flight;
       r.s.regions = static_cast<int>(st.regions.size());
+      r.s.region_bytes = st.region_bytes();
       r.s.age_s = std::chrono::duration<double>(now - st.opened).count();
       r.s.idle_s = st.in_flight > 0 ? 0.0 : std::chrono::duration<double>(now - st.last_seen).count();
       r.s.bytes = st.pending_bytes;

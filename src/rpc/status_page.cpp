@@ -93,7 +93,7 @@ td.msg { white-space:normal; word-break:break-word; }
   <section>
     <h2>Sessions <span id="session-count"></span></h2>
     <table id="sessions"><thead><tr>
-      <th>Tenant</th><th class="num">Memory</th><th class="num">In flight</th><th class="num">Regions</th>
+      <th>Tenant</th><th class="num">Memory</th><th class="num">In flight</th><th class="num">Regions</th><th class="num">Region bytes</th>
       <th class="num">Age</th><th class="num">Idle</th>
     </tr></thead><tbody></tbody></table>
   </section>
@@ -245,8 +245,9 @@ function render(st) {
   document.getElementById("session-count").textContent = "(" + st.sessions.open + ")";
   fill(document.querySelector("#sessions tbody"), st.sessions.list.map((x) => el("tr", {class: "session"},
     el("td", {}, x.tenant || "(no token)"), el("td", {class: "num"}, bytes(x.bytes)), el("td", {class: "num"}, x.in_flight),
-    el("td", {class: "num"}, x.regions), el("td", {class: "num"}, dur(x.age_s)), el("td", {class: "num"}, dur(x.idle_s)))),
-    "no sessions open", 6);
+    el("td", {class: "num"}, x.regions), el("td", {class: "num"}, bytes(x.region_bytes || 0)),
+    el("td", {class: "num"}, dur(x.age_s)), el("td", {class: "num"}, dur(x.idle_s)))),
+    "no sessions open", 7);
   fill(document.querySelector("#methods tbody"), st.methods.filter((m) => m.count || m.in_flight).map((m) => el("tr", {},
     el("td", {}, m.name), el("td", {class: "num"}, num(m.count)), el("td", {class: "num"}, num(m.errors)),
     el("td", {class: "num"}, m.in_flight), el("td", {class: "num"}, ms(m.mean_ms)),

@@ -478,7 +478,9 @@ TEST(NamedModels, ManyBatchSizesOfOneTenantNeitherBlockAnotherNorGrowWithoutBoun
     peak = std::max(peak, rss_bytes((*b)->pid()));
   }  // alice's last session closes: her forms go
   int64_t after = 0;
-  for (int i = 0; i < 50; ++i) {  // the close is asynchronous to the client's return
+  // The close is asynchronous to the client's return; the devices' pools give back what
+  // they cache after 10 s without a call.
+  for (int i = 0; i < 200; ++i) {
     after = rss_bytes((*b)->pid());
     if (after <= baseline + baseline / 10) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -491,11 +493,11 @@ TEST(NamedModels, ManyBatchSizesOfOneTenantNeitherBlockAnotherNorGrowWithoutBoun
   if (!testing::kSanitizedBuild) {
     EXPECT_LT(peak - baseline, int64_t{480} << 20);
   }
-  // Alice's 16 forms (about 16 MiB of prepared weights each) went back. Not yet within 10% of
-  // the baseline: 30-40 MiB stay (measured 83-99 -> 122-124 MiB), process-wide, not per form;
-  // suspected oneDNN's primitive cache of the 65 shapes' JIT kernels (unverified).
+  // Alice's 16 forms (about 16 MiB of prepared weights each) went back, and so did the blocks
+  // her runs left in the cpu device's caching allocator (before: 30-40 MiB stayed for good,
+  // 83-99 -> 122-124 MiB; now 81 -> 76 MiB once the broker was idle 10 s).
   if (!testing::kSanitizedBuild) {
-    EXPECT_LE(after, baseline + std::max<int64_t>(baseline / 10, int64_t{64} << 20));
+    EXPECT_LE(after, baseline + baseline / 10);
   }
   EXPECT_TRUE(run_batch(**bob, *mb, 66).ok());
   std::error_code ec;

@@ -400,5 +400,90 @@ TEST(SecurityGraphFold, FoldedConstantsAreChargedToTheTenantAndGiveBackTheirMemo
   }
 }
 
+// A chain of `n` Relu nodes over x, then + `k`: a graph of its own for each k (a cache miss).
+Graph relu_chain(int n, float k) {
+  Graph g;
+  g.name = "chain" + std::to_string(static_cast<int>(k));
+  g.inputs = {{"x", {DType::kFloat32, {4}}}};
+  g.initializers.emplace("k", HostTensor::from_vector<float>({k}, {1}));
+  std::string prev = "x";
+  for (int i = 0; i < n; ++i) {
+    const std::string out = "r" + std::to_string(i);
+    g.nodes.push_back(node(out, "Relu", {prev}, {out}));
+    prev = out;
+  }
+  g.nodes.push_back(node("plus", "Add", {prev, "k"}, {"y"}));
+  g.outputs = {{"y", {}}};
+  return g;
+}
+
+// Known gap closed: compiles ran on the gRPC thread of each call, as many at once as a tenant
+// sent. Now one tenant's compiles run --max-compiles-per-tenant at once, 16 times as many
+// wait, the rest are refused naming the limit; another tenant is served throughout.
+TEST(SecurityGraphCompile, OneTenantsCompilesAreBoundedAndOthersAreServed) {
+  TokenDir dir;
+  BrokerOptions o;
+  o.args = {"--token-file", dir.write("tokens", "alice:alice-token-0123\nbob:bob-token-4567\n"),
+            "--max-compiles-per-tenant", "1"};
+  o.cpu_devices = 1;
+  auto b = BrokerProcess::start(o);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  auto bob = connect_as(**b, "bob-token-4567");
+  ASSERT_NE(bob, nullptr);
+  expect_small_op(*bob, "bob (warm-up)");
+  constexpr int kCalls = 40;  // 1 runs, 16 wait: at least 23 refused
+  std::vector<std::unique_ptr<rpc::RemoteClient>> alices;
+  for (int i = 0; i < kCalls; ++i) {
+    alices.push_back(connect_as(**b, "alice-token-0123"));
+    ASSERT_NE(alices.back(), nullptr);
+  }
+  std::vector<Status> results(kCalls);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kCalls; ++i)
+    threads.emplace_back([&, i] {
+      const Graph g = relu_chain(6000, static_cast<float>(i + 1));
+      HostTensor x = HostTensor::from_vector<float>({-1, 2, -3, 4}, {4});
+      auto h = alices[i]->upload(x.view(), "");
+      if (!h.ok()) {
+        results[i] = h.status();
+        return;
+      }
+      ++ready;
+      while (ready.load() < kCalls) std::this_thread::yield();  // all at once
+      auto out = alices[i]->execute(g, {*h}, "");
+      if (!out.ok()) {
+        results[i] = out.status();
+        return;
+      }
+      auto y = alices[i]->read((*out)[0]);
+      results[i] = y.status();
+      if (y.ok() && y->to_double_vector() != std::vector<double>{1.0 + i, 3.0 + i, 1.0 + i,
+                                                                 5.0 + i})
+        results[i] = Status(StatusCode::kInternal, "wrong values");
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  expect_small_op(*bob, "bob (during)");
+  for (auto& t : threads) t.join();
+  int ok = 0, refused = 0;
+  for (const Status& st : results) {
+    if (st.ok()) {
+      ++ok;
+      continue;
+    }
+    EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
+    EXPECT_NE(st.message().find("compiles running"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("--max-compiles-per-tenant"), std::string::npos) << st.message();
+    ++refused;
+  }
+  std::printf("[ figures ] %d concurrent compiles of one tenant, --max-compiles-per-tenant 1: "
+              "%d ran, %d refused\n", kCalls, ok, refused);
+  EXPECT_GE(ok, 17) << "one running and 16 waiting must all be served";
+  EXPECT_GE(refused, 1) << "every compile was admitted: there is no bound";
+  // Refused calls are retryable: the tenant is served again once its compiles finished.
+  expect_small_op(*alices[1], "alice (after)");
+  expect_small_op(*bob, "bob (after)");
+}
+
 }  // namespace
 }  // namespace tensord

@@ -57,11 +57,13 @@ constexpr const char* kTokens =
     "operator ops:tok-ops\n";
 
 // A broker with --http on a free loopback port; tokens from kTokens when `tokens`.
-Result<std::unique_ptr<HttpBroker>> start_http_broker(bool tokens, bool tcp = false) {
+Result<std::unique_ptr<HttpBroker>> start_http_broker(bool tokens, bool tcp = false,
+                                                      std::vector<std::string> extra = {}) {
   auto h = std::make_unique<HttpBroker>();
   BrokerOptions o;
   o.tcp = tcp;
   o.args = {"--http", "0"};
+  o.args.insert(o.args.end(), extra.begin(), extra.end());
   if (tokens) {
     h->dir = (std::filesystem::temp_directory_path() / "tensord-sechttp.XXXXXX").string();
     if (!mkdtemp(h->dir.data())) return Status(StatusCode::kInternal, "mkdtemp");
@@ -271,6 +273,55 @@ TEST(SecurityHttp, ConnectionsPastTheCapsAreClosedAtOnce) {
     again = http_get(port, "/healthz");
   } while (again.status != 200 && Clock::now() < deadline);
   EXPECT_EQ(again.status, 200);
+}
+
+// The caps as flags, and a probe from a new address served while every place is held: it
+// takes the place of the oldest unfinished connection of the address holding the most.
+TEST(SecurityHttp, CapsAreFlagsAndAProbeGetsInWhileEveryPlaceIsHeld) {
+  auto b = start_http_broker(/*tokens=*/true, /*tcp=*/false,
+                             {"--http-max-connections", "40", "--http-max-connections-per-ip",
+                              "12", "--http-header-timeout-ms", "20000"});
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  const int port = (*b)->port;
+  const pid_t pid = (*b)->broker->pid();
+  const int fds_before = open_fds(pid);
+  // 4 addresses x 12 = 48 > 40: every place is held, by connections that send nothing.
+  std::vector<Socket> crowd;
+  for (int a = 0; a < 4; ++a) {
+    const std::string src = "127.0.3." + std::to_string(10 + a);
+    for (int i = 0; i < 12; ++i) crowd.push_back(connect_from(port, src.c_str()));
+  }
+  std::this_thread::sleep_for(milliseconds(1000));
+  int held = 0;
+  for (const auto& s : crowd) held += closed_within(s, milliseconds(0)) ? 0 : 1;
+  std::printf("[ figures ] --http-max-connections 40: %d of 48 idle connections held\n", held);
+  EXPECT_LE(held, 40);
+  EXPECT_GE(held, 36) << "the cap is 40, not the default 256";
+  EXPECT_LE(open_fds(pid), fds_before + 40 + 8);
+  // Probes from new addresses are answered at once (the header timeout is 20 s: without the
+  // eviction they would wait that long or be refused).
+  for (int i = 0; i < 5; ++i) {
+    const std::string src = "127.0.4." + std::to_string(10 + i);
+    auto h = http_get(port, i % 2 ? "/readyz" : "/healthz", "", src.c_str());
+    EXPECT_EQ(h.status, 200) << "probe " << i << " from " << src;
+    EXPECT_LT(h.seconds, kProbeSeconds) << "probe " << i << " took " << h.seconds << " s";
+  }
+  // So is a token holder's status page.
+  auto m = http_get(port, "/api/status", "tok-ops", "127.0.4.99");
+  EXPECT_EQ(m.status, 200);
+  held = 0;
+  for (const auto& s : crowd) held += closed_within(s, milliseconds(0)) ? 0 : 1;
+  EXPECT_LE(held, 39) << "no held connection made room for the probes";
+  crowd.clear();
+  // A bad value is refused: a usage error (exit 2; its message, naming the flag, goes to
+  // stderr: "--http-max-connections must be >= 0").
+  BrokerOptions bad;
+  bad.args = {"--http", "0", "--http-max-connections", "-1"};
+  bad.ready_timeout = milliseconds(5000);
+  auto r = BrokerProcess::start(bad);
+  EXPECT_FALSE(r.ok()) << "--http-max-connections -1 was accepted";
+  if (!r.ok())
+    EXPECT_NE(r.status().message().find("status 2"), std::string::npos) << r.status().to_string();
 }
 
 // ---------------------------------------------------------------- finding 4

@@ -28,6 +28,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "broker_process.h"
 #include "rpc/remote_client.h"
 #include "rpc/wire.h"
@@ -1060,6 +1062,29 @@ TEST(SecurityShmAddressSpace, RegionsCountInTheEnginesLimitChecks) {
   TestMemfd m48(48 * kMiB, F_SEAL_SHRINK, "three-quarters");  // 0.75 of the limit
   uint64_t region = 0;
   ASSERT_TRUE(b.register_fd(TwoTenants::kAlice, s, m48.fd, 48 * kMiB, &region).ok());
+  // The region's bytes are shown: to its tenant (BrokerStatus, /api/status's document) in its
+  // session's row and its own total, and to nobody else.
+  auto status_of = [&](const char* token) {
+    grpc::ClientContext ctx;
+    TwoTenants::prepare(ctx, token);
+    v1::BrokerStatusRequest req;
+    v1::BrokerStatusResponse resp;
+    grpc::Status st = b.stub().BrokerStatus(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return nlohmann::json::parse(resp.json(), nullptr, /*allow_exceptions=*/false);
+  };
+  {
+    const auto mine = status_of(TwoTenants::kAlice);
+    ASSERT_TRUE(mine.is_object()) << mine.dump();
+    EXPECT_EQ(mine["tenant"]["region_bytes"].get<int64_t>(), 48 * kMiB) << mine["tenant"].dump();
+    EXPECT_EQ(mine["sessions"]["region_bytes"].get<int64_t>(), 48 * kMiB);
+    ASSERT_EQ(mine["sessions"]["list"].size(), 1u);
+    EXPECT_EQ(mine["sessions"]["list"][0]["region_bytes"].get<int64_t>(), 48 * kMiB);
+    EXPECT_EQ(mine["sessions"]["list"][0]["regions"].get<int64_t>(), 1);
+    const auto theirs = status_of(TwoTenants::kBob);
+    ASSERT_TRUE(theirs.is_object());
+    EXPECT_EQ(theirs["tenant"]["region_bytes"].get<int64_t>(), 0) << theirs["tenant"].dump();
+  }
 
   // shape: int64[1] = {8 Mi}, uploaded (a runtime input: nothing is folded at compile time).
   uint64_t shape = 0;
