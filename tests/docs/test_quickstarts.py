@@ -1,6 +1,8 @@
 """The README's quickstarts run as written, from a directory outside the repository: the C++
 one (install into $HOME/tensord, build a program against the prefix with pkg-config, run it) and
-the Python one (the package from the build folder), and the Node.js one (a broker from the build
+the Python one (pip installs the package into a fresh venv from the checkout, reusing the build
+folder; the example runs from $HOME; then `pip wheel` and the wheel into a second venv), and the
+Node.js one (a broker from the build
 folder, the client from the checkout's clients/node, its socket moved into the test's folder).
 HOME is a fresh temporary folder and the working directory another one holding only a `build`
 link to the build folder (and, for Node.js, a `clients` link), so nothing of the checkout is in
@@ -23,9 +25,10 @@ def block(readme, heading):
     return m.group(1)
 
 
-def run(script, home, cwd):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TENSORD_")}
-    env.update(HOME=home, TENSORD_OPENCL="0")
+def run(script, home, cwd, extra_env=None):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("TENSORD_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(HOME=home, TENSORD_OPENCL="0", **(extra_env or {}))
     return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 
@@ -47,12 +50,32 @@ def main(build, src, which):
             failures += not ok
         if "python" in which:
             # Its first line sets up and builds: done already by the build this test runs in.
+            # It runs from the repository root (pip installs "."), with the build folder the
+            # test was given.
             script = "\n".join(l for l in block(readme, "Quickstart: Python").splitlines()
                                if not l.startswith("bash scripts/"))
-            r = run(script, home, work)
-            values = [float(v) for v in re.findall(r"[-\d.]+(?:e[-+]?\d+)?", r.stdout)]
+            pip_env = {"TENSORD_PIP_BUILD_DIR": build}
+            r = run(script, home, src, pip_env)
+            last = r.stdout.strip().splitlines()[-1:] or [""]
+            values = [float(v) for v in re.findall(r"[-\d.]+(?:e[-+]?\d+)?", last[0])]
             ok = r.returncode == 0 and len(values) == 2 and all(abs(v - 2) < 1e-3 for v in values)
-            print("Python quickstart:", "ok" if ok else f"FAILED\n{r.stdout}\n{r.stderr}")
+            print("Python quickstart (pip, venv):", "ok" if ok else f"FAILED\n{r.stdout}\n{r.stderr}")
+            failures += not ok
+            # A wheel, installed into a second venv: the module, the Python files, py.typed.
+            wheels = os.path.join(tmp, "wheels")
+            r = run(f"""
+/usr/bin/python3 -m venv --system-site-packages {tmp}/venv2
+{tmp}/venv2/bin/pip wheel --no-build-isolation --no-deps -w {wheels} {src}
+{tmp}/venv2/bin/pip install --no-deps {wheels}/tensord-*.whl
+cd {home} && {tmp}/venv2/bin/python -c '
+import os, numpy as np, tensord as td
+d = os.path.dirname(td.__file__)
+assert d.startswith("{tmp}/venv2/"), d
+assert os.path.isfile(os.path.join(d, "py.typed"))
+print(float(td.sum(td.asarray(np.arange(4.0))).numpy()))'
+""", home, home, pip_env)
+            ok = r.returncode == 0 and r.stdout.strip().endswith("6.0")
+            print("Python wheel:", "ok" if ok else f"FAILED\n{r.stdout}\n{r.stderr}")
             failures += not ok
         if "node" in which:
             import shutil
