@@ -24,7 +24,7 @@ namespace tensord::python {
 namespace {
 
 // ---- the DLPack ABI (dlpack.h v0.8, without the header: Debian ships none)
-enum DLDeviceType : int32_t { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3 };
+enum DLDeviceType : int32_t { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLOpenCL = 4 };
 struct DLDevice {
   int32_t device_type;
   int32_t device_id;
@@ -163,8 +163,35 @@ py::capsule make_capsule(const TensorView& view, std::shared_ptr<const void> kee
   return py::reinterpret_steal<py::capsule>(cap);
 }
 
-// Array.__dlpack__: zero copy where the bytes are in this process, else one read.
-py::capsule array_dlpack(const Array& a) {
+// The ordinal of an OpenCL device name ("opencl:1", "n2/opencl:0"), or -1 for other kinds.
+int opencl_ordinal(const std::string& device) {
+  const size_t slash = device.rfind('/');
+  const std::string local = slash == std::string::npos ? device : device.substr(slash + 1);
+  if (local.rfind("opencl:", 0) != 0) return -1;
+  try {
+    return std::stoi(local.substr(7));
+  } catch (...) {
+    return 0;
+  }
+}
+
+// A host copy of the array's value as a kDLCPU capsule (one read).
+py::capsule host_copy_capsule(const Array& a, TensorHandle h, Client* client) {
+  (void)a;
+  Result<HostTensor> host = Status(StatusCode::kUnknown, "");
+  {
+    py::gil_scoped_release release;
+    host = client->read(h);
+  }
+  HostTensor t = value_or_throw(std::move(host));
+  auto owner = std::make_shared<HostTensor>(t);
+  return make_capsule(owner->view(), std::shared_ptr<const void>(owner, owner->data()));
+}
+
+// Array.__dlpack__: zero copy where the bytes are in this process, else one read. An OpenCL
+// array is refused unless `to_host` (the caller asked for dl_device kDLCPU): its bytes are in
+// OpenCL memory, which no DLPack consumer here can take, and its __dlpack_device__ says so.
+py::capsule array_dlpack(const Array& a, bool to_host) {
   TensorHandle h;
   Client* client;
   {
@@ -176,6 +203,29 @@ py::capsule array_dlpack(const Array& a) {
     }
     h = *r;
     client = &a.context()->client();
+  }
+  if (const int cl = opencl_ordinal(a.device()); cl >= 0) {
+    if (!to_host) {
+      PyErr_SetString(PyExc_BufferError,
+                      ("__dlpack__: the array lives on " + a.device() +
+                       " (DLPack device (kDLOpenCL=4, " + std::to_string(cl) +
+                       ")), which this consumer cannot take: ask for a host copy with "
+                       "__dlpack__(dl_device=(1, 0)) (from_dlpack(x, device=\"cpu\")), or "
+                       "use x.to(\"cpu:0\") or x.numpy()")
+                          .c_str());
+      throw py::error_already_set();
+    }
+    return host_copy_capsule(a, h, client);
+  }
+  if (to_host) {
+    // Where the bytes are host memory of this process they are lent, else read.
+    Result<HostMapping> mapped = Status(StatusCode::kUnknown, "");
+    {
+      py::gil_scoped_release release;
+      mapped = client->map_host(h);
+    }
+    if (mapped.ok()) return make_capsule(mapped->view, mapped->keepalive);
+    return host_copy_capsule(a, h, client);
   }
   // On a GPU of the embedded engine: lent in place, as kDLCUDA.
   Result<CudaMapping> on_gpu = Status(StatusCode::kUnknown, "");
@@ -197,19 +247,14 @@ py::capsule array_dlpack(const Array& a) {
   const StatusCode code = mapped.status().code();
   if (code != StatusCode::kUnimplemented && code != StatusCode::kFailedPrecondition)
     throw_status(mapped.status());
-  Result<HostTensor> host = Status(StatusCode::kUnknown, "");
-  {
-    py::gil_scoped_release release;
-    host = client->read(h);
-  }
-  HostTensor t = value_or_throw(std::move(host));
-  auto owner = std::make_shared<HostTensor>(t);
-  return make_capsule(owner->view(), std::shared_ptr<const void>(owner, owner->data()));
+  return host_copy_capsule(a, h, client);
 }
 
-// Array.__dlpack_device__: (kDLCUDA, ordinal) where __dlpack__ will lend GPU memory, else
-// (kDLCPU, 0).
+// Array.__dlpack_device__: (kDLCUDA, ordinal) where __dlpack__ will lend GPU memory,
+// (kDLOpenCL, ordinal) for an OpenCL array (embedded or on a broker), else (kDLCPU, 0).
 py::tuple array_dlpack_device(const Array& a) {
+  if (const int cl = opencl_ordinal(a.device()); cl >= 0)
+    return py::make_tuple(static_cast<int>(kDLOpenCL), cl);
   Result<CudaMapping> on_gpu = Status(StatusCode::kUnknown, "");
   {
     py::gil_scoped_release release;
@@ -310,7 +355,7 @@ void call_with_gil(void (*fn)(void*), void* arg) {
 }
 
 void register_dlpack(py::module_& m) {
-  m.def("_array_dlpack", &array_dlpack);
+  m.def("_array_dlpack", &array_dlpack, py::arg("a"), py::arg("to_host") = false);
   m.def("_array_host_pointer", &array_host_pointer);
   m.def("_array_dlpack_device", &array_dlpack_device);
   m.def("_array_from_capsule", &array_from_capsule, py::arg("client"), py::arg("capsule"),
