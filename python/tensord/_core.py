@@ -23,6 +23,11 @@ bool_ = np.dtype("bool")
 int8, int16, int32, int64 = (np.dtype(n) for n in ("int8", "int16", "int32", "int64"))
 uint8, uint16, uint32, uint64 = (np.dtype(n) for n in ("uint8", "uint16", "uint32", "uint64"))
 float16, float32, float64 = (np.dtype(n) for n in ("float16", "float32", "float64"))
+# complex64/complex128: no engine dtype; an array is a pair of real arrays (real part, imaginary
+# part) of the part dtype below, held in one ndarray (``_a``, ``_im``). See docs/api.md.
+complex64, complex128 = np.dtype("complex64"), np.dtype("complex128")
+_PART = {complex64: float32, complex128: float64}
+_COMPLEX_OF = {float16: complex64, float32: complex64, float64: complex128}
 
 # ONNX TensorProto codes (tensord's DType numbering)
 _CODE = {np.dtype(k): v for k, v in {
@@ -36,7 +41,7 @@ def _np_dtype(dtype):
     if isinstance(dtype, str) and dtype == "bfloat16":
         raise InvalidArgument("bfloat16 has no NumPy dtype; use float16 or float32")
     d = np.dtype(dtype)
-    if d not in _CODE:
+    if d not in _CODE and d not in _PART:
         raise InvalidArgument(f"dtype {d} is not supported by tensord")
     return d
 
@@ -149,7 +154,7 @@ class ndarray:
     __array_priority__ = 100
     __array_ufunc__ = None  # NumPy defers to our reflected operators
 
-    __slots__ = ("_a", "_client", "__weakref__")
+    __slots__ = ("_a", "_im", "_client", "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("use tensord.asarray(), tensord.zeros(), ... to make arrays")
@@ -158,6 +163,8 @@ class ndarray:
     @property
     def dtype(self):
         name = self._a.dtype_name
+        if self._im is not None:
+            return complex64 if name == "float32" else complex128
         return np.dtype(name) if name != "bfloat16" else "bfloat16"
 
     @property
@@ -201,6 +208,11 @@ class ndarray:
     # ---- values
     def numpy(self):
         """The value as a new NumPy array (computes it)."""
+        if self._im is not None:  # complex: the two parts combined into one NumPy array
+            re, im = self._a.numpy(), self._im.numpy()
+            out = np.empty(re.shape, self.dtype)
+            out.real, out.imag = re, im
+            return out
         return self._a.numpy()
 
     get = numpy  # CuPy's spelling
@@ -219,9 +231,13 @@ class ndarray:
         return self.numpy().item()
 
     def __float__(self):
+        if self._im is not None:
+            raise TypeError("float() of a complex array; use real() or abs() first")
         return float(self.numpy())
 
     def __int__(self):
+        if self._im is not None:
+            raise TypeError("int() of a complex array; use real() or abs() first")
         return int(self.numpy())
 
     def __index__(self):
@@ -260,6 +276,8 @@ class ndarray:
         """A copy on ``device`` (inside the engine, no trip through Python)."""
         if str(device) == self._a.device:
             return self
+        if self._im is not None:
+            return _cwrap(self._a.to(str(device)), self._im.to(str(device)), self._client)
         return _wrap(self._a.to(str(device)), self._client)
 
     def to_device(self, device, /, *, stream=None):
@@ -282,6 +300,18 @@ class ndarray:
         copy of the old one) and rebinds it. Copy on write: other arrays made from the old
         value, by indexing or any op, keep it (tensord has no views). The cost is one copy of
         the whole array per assignment, when the graph runs."""
+        if self._im is not None:  # complex: each part assigned
+            v = value if isinstance(value, ndarray) else asarray(
+                value, dtype=self.dtype, device=self.device, client=self._client)
+            v = astype(v, self.dtype)
+            re, im = _real_part(self), _imag_part(self)
+            re.__setitem__(key, _real_part(v))
+            im.__setitem__(key, _imag_part(v))
+            self._a, self._im = re._a, im._a
+            return
+        if isinstance(value, ndarray) and value._im is not None:
+            raise InvalidArgument(f"x[...] = complex value: x is {self.dtype}; cast x to a "
+                                  "complex dtype first")
         n = self.size
         pos = reshape(arange(n, dtype=int64, device=self.device, client=self._client),
                       self.shape)
@@ -298,11 +328,20 @@ class ndarray:
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         if copy is False and dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"__dlpack__: dl_device {dl_device} needs a copy, and copy=False")
+        if self._im is not None:
+            # tensord holds a complex array as two real arrays: exported as one NumPy copy on
+            # the CPU (interleaved complex64/complex128), never in place.
+            if copy is False:
+                raise BufferError("__dlpack__: a complex tensord array is two real arrays; it "
+                                  "can only be exported as a copy (copy=False refused)")
+            return self.numpy().__dlpack__()
         return _C._array_dlpack(self._a)
 
     def __dlpack_device__(self):
         # (2, ordinal), kDLCUDA: an embedded engine's cuda tensor, lent in place; else (1, 0),
         # kDLCPU: the embedded engine's cpu memory, or the copy read from a broker.
+        if self._im is not None:  # complex: exported as a NumPy copy on the CPU
+            return (1, 0)
         return tuple(_C._array_dlpack_device(self._a))
 
     # ---- operators
@@ -384,8 +423,54 @@ def _shift(name, x, y):
 def _wrap(a, client):
     obj = object.__new__(ndarray)
     obj._a = a
+    obj._im = None
     obj._client = client
     return obj
+
+
+def _cwrap(re, im, client):
+    """A complex array from two raw real arrays of the same shape and float dtype."""
+    obj = object.__new__(ndarray)
+    obj._a = re
+    obj._im = im
+    obj._client = client
+    return obj
+
+
+def _complex(re, im):
+    """A complex array from two real tensord arrays (float32 -> complex64, else complex128)."""
+    if re.dtype != im.dtype:
+        d = np.result_type(re.dtype, im.dtype)
+        re, im = astype(re, d), astype(im, d)
+    if re.dtype not in (float32, float64):
+        d = float32 if re.dtype == float16 else float64
+        re, im = astype(re, d), astype(im, d)
+    if tuple(re.shape) != tuple(im.shape):
+        shape = np.broadcast_shapes(re.shape, im.shape)
+        re = re if tuple(re.shape) == shape else broadcast_to(re, shape)
+        im = im if tuple(im.shape) == shape else broadcast_to(im, shape)
+    return _cwrap(re._a, im._a, re._client)
+
+
+def _is_complex(v):
+    """Whether ``v`` is a complex tensord array, Python complex, or complex NumPy value."""
+    if isinstance(v, ndarray):
+        return v._im is not None
+    if isinstance(v, complex):
+        return True
+    return isinstance(v, (np.ndarray, np.generic)) and v.dtype.kind == "c"
+
+
+def _real_part(x):
+    """The real part of a tensord array as a real array (the array itself when real)."""
+    return _wrap(x._a, x._client) if x._im is not None else x
+
+
+def _imag_part(x):
+    """The imaginary part as a real array (zeros of x's dtype, float64 for non-float, when real)."""
+    if x._im is not None:
+        return _wrap(x._im, x._client)
+    return zeros_like(x, dtype=x.dtype if x.dtype.kind == "f" else float64)
 
 
 def _op(op_type, inputs, attrs=None, num_outputs=1, client=None):
@@ -437,6 +522,14 @@ def asarray(obj, dtype=None, device=None, copy=None, client=None):
         return r if dtype is None else astype(r, dtype)
     client = client or default_client()
     a = np.asarray(obj, dtype=dtype)
+    if a.dtype.kind == "c":  # two real arrays
+        if a.dtype not in _PART:
+            raise InvalidArgument(f"asarray: dtype {a.dtype} is not supported by tensord "
+                                  "(complex64 and complex128 are)")
+        part = _PART[a.dtype]
+        re = client._c.from_numpy(np.ascontiguousarray(a.real, dtype=part), _dev(device))
+        im = client._c.from_numpy(np.ascontiguousarray(a.imag, dtype=part), _dev(device))
+        return _cwrap(re, im, client)
     if a.dtype not in _CODE:
         if a.dtype.kind == "O":
             raise InvalidArgument("asarray: cannot convert a ragged or object sequence")
@@ -463,6 +556,13 @@ def full(shape, fill_value, dtype=None, device=None, client=None):
             dtype = np.dtype(dtype)
     dtype = _np_dtype(dtype)
     client = client or default_client()
+    if dtype.kind == "c" or isinstance(fill_value, complex):
+        if dtype.kind != "c":
+            raise InvalidArgument(f"full: a complex fill value {fill_value} for dtype {dtype}")
+        v = complex(fill_value)
+        part = _PART[dtype]
+        return _complex(full(shape, v.real, part, device, client),
+                        full(shape, v.imag, part, device, client))
     value = _wrap(client._c.constant(np.asarray(fill_value, dtype=dtype).reshape(()), _dev(device)),
                   client)
     # Made on the device (Expand of a scalar): nothing is uploaded.
@@ -545,6 +645,8 @@ def from_dlpack(x, /, *, device=None, copy=None, client=None):
     if isinstance(x, ndarray):
         return x if device is None else x.to(device)
     client = client or default_client()
+    if "complex" in str(getattr(x, "dtype", "")):  # no complex engine dtype: via NumPy
+        return asarray(np.from_dlpack(x), device=device, client=client)
     try:
         cap = x.__dlpack__()
     except (BufferError, TypeError, RuntimeError):  # e.g. NumPy's bool arrays (DLPack 0.x)
@@ -609,6 +711,16 @@ def astype(x, dtype, /, *, copy=True, device=None):
         x = x.to(device)
     if x.dtype == dtype:
         return x
+    if x._im is not None:
+        re, im = _real_part(x), _imag_part(x)
+        if dtype.kind == "c":
+            return _complex(astype(re, _PART[dtype]), astype(im, _PART[dtype]))
+        if dtype == bool_:
+            return logical_or(not_equal(re, 0), not_equal(im, 0))
+        return astype(re, dtype)  # the imaginary part is discarded (as NumPy)
+    if dtype.kind == "c":
+        re = astype(x, _PART[dtype])
+        return _complex(re, zeros_like(re))
     return _op("Cast", [x], {"to": _CODE[dtype]})
 
 
