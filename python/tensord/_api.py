@@ -295,6 +295,9 @@ def expm1(x, /):
     r = _c.divide(_c.multiply(um1, x), safe)
     r = _c.where(_c.equal(u, 1), x, r)
     r = _c.where(_c.logical_or(_c.isinf(u), _c.equal(u, 0)), um1, r)
+    # below -40, exp(x) - 1 rounds to -1 in both precisions (and a vectorised exp may return
+    # the smallest normal instead of 0 there)
+    r = _c.where(_c.less(x, _like(x, -40.0, x.dtype)), _like(x, -1.0, x.dtype), r)
     return _c.where(_c.isnan(x), x, r)
 
 
@@ -916,6 +919,8 @@ def _c_sign(x):
     m = hypot(a, b)
     safe = _w(_c.equal(m, 0), _k(m, 1), m)
     re, im = _c.divide(a, safe), _c.divide(b, safe)
+    zero = _c.equal(m, 0)  # sign(±0 ± 0j) = +0 + 0j
+    re, im = _w(zero, _k(a, 0.0), re), _w(zero, _k(a, 0.0), im)
     nan = _c.logical_or(_c.isnan(a), _c.isnan(b))
     return _complex(_w(nan, _k(a, math.nan), re), _w(nan, _k(a, math.nan), im))
 
@@ -1133,8 +1138,7 @@ def _casinh(a, b):
     re = _w(big, _c.add(lr, math.log(2)), re)
     im = _w(big, li, im)
     re, im = _c.multiply(re, sg), _c.multiply(im, sg)
-    bz = _c.equal(b, 0)
-    im = _w(_c.logical_and(bz, _c.logical_not(_c.isnan(a))), b, im)
+    im = _w(_c.equal(b, 0), b, im)  # asinh(x ± 0j) = asinh(x) ± 0j, NaN + 0j for x NaN
     return re, im
 
 
@@ -1160,6 +1164,9 @@ def _c_acosh(x):
     lr, li = _clog(a, b)
     re = _w(big, _c.add(lr, math.log(2)), re)
     im = _w(big, li, im)
+    z_nan = _c.logical_and(_c.equal(a, 0), _c.isnan(b))  # acosh(±0 + NaN j) = NaN + πj/2
+    re = _w(z_nan, _k(a, math.nan), re)
+    im = _w(z_nan, _k(a, math.pi / 2), im)
     return _complex(re, im)
 
 
@@ -1172,7 +1179,11 @@ def _catanh(a, b):
     bz = _c.equal(b, 0)
     im = _w(_c.logical_and(bz, _c.less(_c.abs(a), _k(a, 1.0))), b, im)
     az = _c.equal(a, 0)
-    re = _w(_c.logical_and(az, _c.logical_not(_c.isnan(b))), a, re)
+    re = _w(az, a, re)  # atanh(±0 + yi) = ±0 + atan(y) j (NaN j for y NaN)
+    # an infinite part: ±0 + ±πj/2 (NaN j for the other part NaN with an infinite real part)
+    inf = _c.logical_or(_c.isinf(a), _c.isinf(b))
+    re = _w(inf, copysign(_k(a, 0.0), a), re)
+    im = _w(inf, _w(_c.isnan(b), b, copysign(_k(a, math.pi / 2), b)), im)
     return re, im
 
 
@@ -1343,23 +1354,22 @@ _PATCHED = {}
 
 def _install():
     g = globals()
+    mods = [(_c.__dict__, False), (g, True)]  # each module's own version wrapped in place
     for name in list(_COMPLEX_VERSIONS) + list(_LIFTED) + _REFUSED:
-        orig = g.get(name) if name in g and callable(g.get(name)) else getattr(_c, name, None)
-        if orig is None:
-            continue
-        _R[name] = orig
-        if name in _COMPLEX_VERSIONS:
-            new = _dispatch(orig, _COMPLEX_VERSIONS[name])
-        elif name in _LIFTED:
-            new = _lift(orig, _LIFTED[name])
-        else:
-            new = _refuse(name, orig)
-        _PATCHED[name] = new
-    for name, new in _PATCHED.items():
-        if hasattr(_c, name):
-            setattr(_c, name, new)
-        if name in g:
-            g[name] = new
+        for ns, public in mods:
+            orig = ns.get(name)
+            if not callable(orig):
+                continue
+            _R[name] = orig  # _api's version, where it has one, is the public one
+            if name in _COMPLEX_VERSIONS:
+                new = _dispatch(orig, _COMPLEX_VERSIONS[name])
+            elif name in _LIFTED:
+                new = _lift(orig, _LIFTED[name])
+            else:
+                new = _refuse(name, orig)
+            ns[name] = new
+            if public or name not in g:
+                _PATCHED[name] = new
 
 
 _install()

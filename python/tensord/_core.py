@@ -527,8 +527,8 @@ def asarray(obj, dtype=None, device=None, copy=None, client=None):
             raise InvalidArgument(f"asarray: dtype {a.dtype} is not supported by tensord "
                                   "(complex64 and complex128 are)")
         part = _PART[a.dtype]
-        re = client._c.from_numpy(np.ascontiguousarray(a.real, dtype=part), _dev(device))
-        im = client._c.from_numpy(np.ascontiguousarray(a.imag, dtype=part), _dev(device))
+        re = client._c.from_numpy(np.array(a.real, dtype=part, order="C"), _dev(device))
+        im = client._c.from_numpy(np.array(a.imag, dtype=part, order="C"), _dev(device))
         return _cwrap(re, im, client)
     if a.dtype not in _CODE:
         if a.dtype.kind == "O":
