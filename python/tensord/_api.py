@@ -554,6 +554,7 @@ def broadcast_shapes(*shapes):
 
 
 def broadcast_arrays(*arrays):
+    """Each array broadcast to the common shape, keeping its own dtype."""
     arrays = [_arr(a) for a in arrays]
     shape = np.broadcast_shapes(*(a.shape for a in arrays))
     return [_c.broadcast_to(a, shape) if tuple(a.shape) != shape else a for a in arrays]
@@ -627,6 +628,11 @@ def tensordot(x1, x2, /, *, axes=2):
     out_shape = [a.shape[i] for i in free_a] + [b.shape[i] for i in free_b]
     if k == 0:
         return _c.zeros(out_shape, dtype=a.dtype, device=a.device, client=a._client)
+    d = a.dtype
+    if d in (bool_, int8, int16, uint8, uint16):  # no MatMul kernel: through 64 bits, wrapped
+        w = int64 if d.kind == "i" else uint64
+        prod = _op("MatMul", [astype(ma, w), astype(mb, w)])
+        return _c.reshape(astype(prod, d), out_shape)
     return _c.reshape(_op("MatMul", [ma, mb]), out_shape)
 
 
@@ -965,10 +971,12 @@ def _c_expm1(x):
     re, im = _cexp(a, b)
     # exp(a)·cos(b) - 1 = expm1(a)·cos(b) - 2 sin²(b/2), accurate near 0
     s = _c.sin(_c.divide(b, 2))
+    zz = _c.logical_and(_c.equal(a, 0), _c.equal(b, 0))  # expm1(±0 + 0j) = 0 + 0j
     acc = _c.subtract(_c.multiply(expm1(a), _c.cos(b)), _c.multiply(_k(a, 2), _c.multiply(s, s)))
     fin = _c.logical_and(_c.isfinite(a), _c.isfinite(b))
     small = _c.logical_and(fin, _c.less(a, _k(a, 1.0)))
     re = _w(small, acc, _c.subtract(re, 1))
+    re = _w(zz, _k(a, 0.0), re)
     return _complex(re, im)
 
 
@@ -1340,7 +1348,7 @@ _LIFTED = {
     "concat": (0,), "concatenate": (0,), "stack": (0,), "flip": (0,), "tile": (0,),
     "take": (0,), "split": (0,), "_getitem": (0,), "tril": (0,), "triu": (0,),
     "where": (1, 2), "roll": (0,), "repeat": (0,), "unstack": (0,),
-    "broadcast_arrays": "all", "take_along_axis": (0,), "meshgrid": "all",
+    "take_along_axis": (0,), "meshgrid": "all",
     "matrix_transpose": (0,), "diff": (0,), "cumulative_prod": (0,),
 }
 _REFUSED = ["maximum", "minimum", "less", "less_equal", "greater", "greater_equal", "floor",

@@ -476,6 +476,11 @@ def _imag_part(x):
 def _op(op_type, inputs, attrs=None, num_outputs=1, client=None):
     """Records ONNX op ``op_type`` (opset 17) over tensord arrays (None: an omitted optional
     input). Returns one array, or a list when ``num_outputs`` > 1."""
+    cx = [i for i, x in enumerate(inputs) if x is not None and x._im is not None]
+    if cx:  # the engine has no complex dtype: ops on complex arrays are written on their parts
+        raise InvalidArgument(f"{op_type}: input {cx[0]} is complex ({inputs[cx[0]].dtype}); "
+                              f"tensord computes complex arrays as two real arrays, and "
+                              f"{op_type} has no complex version")
     raw = [None if x is None else x._a for x in inputs]
     if client is None:
         client = next((x._client for x in inputs if x is not None), None) or default_client()
@@ -511,6 +516,9 @@ def asarray(obj, dtype=None, device=None, copy=None, client=None):
     dtype = _np_dtype(dtype)
     if isinstance(obj, ndarray):
         r = obj
+        if copy:  # a new array object: x[...] = v rebinds only x (copy on write)
+            r = _wrap(obj._a, obj._client)
+            r._im = obj._im
         if dtype is not None and r.dtype != dtype:
             r = astype(r, dtype)
         if device is not None and str(device) != r._a.device:
@@ -731,7 +739,7 @@ def _binary(op_type, x, y, **kw):
 
 def _to_float(x):
     x = asarray(x) if not isinstance(x, ndarray) else x
-    return x if _is_float(x.dtype) else astype(x, float64)
+    return x if _is_float(x.dtype) or x._im is not None else astype(x, float64)
 
 
 # ---------------------------------------------------------------- element-wise
