@@ -478,15 +478,57 @@ def _op(op_type, inputs, attrs=None, num_outputs=1, client=None):
     input). Returns one array, or a list when ``num_outputs`` > 1."""
     cx = [i for i, x in enumerate(inputs) if x is not None and x._im is not None]
     if cx:  # the engine has no complex dtype: ops on complex arrays are written on their parts
-        raise InvalidArgument(f"{op_type}: input {cx[0]} is complex ({inputs[cx[0]].dtype}); "
-                              f"tensord computes complex arrays as two real arrays, and "
-                              f"{op_type} has no complex version")
+        return _op_on_parts(op_type, inputs, cx, attrs, num_outputs, client)
     raw = [None if x is None else x._a for x in inputs]
     if client is None:
         client = next((x._client for x in inputs if x is not None), None) or default_client()
     outs = _C.op(op_type, raw, attrs or {}, num_outputs)
     res = [_wrap(o, client) for o in outs]
     return res[0] if num_outputs == 1 else res
+
+
+# ONNX ops that are linear in their data inputs (these positions; "all": every input), so a
+# complex array's parts go through them separately: element moves, adds, sums.
+_PART_OPS = {
+    "Gather": (0,), "GatherND": (0,), "GatherElements": (0,), "Slice": (0,), "Reshape": (0,),
+    "Transpose": (0,), "Squeeze": (0,), "Unsqueeze": (0,), "Expand": (0,), "Tile": (0,),
+    "Split": (0,), "Compress": (0,), "Trilu": (0,), "Flatten": (0,), "Identity": (0,),
+    "Concat": "all", "Where": (1, 2), "ScatterND": (0, 2), "ScatterElements": (0, 2),
+    "Add": "all", "Sub": "all", "Neg": (0,), "ReduceSum": (0,), "ReduceMean": (0,),
+    "CumSum": (0,), "Pad": (0, 2),
+}
+
+
+def _op_on_parts(op_type, inputs, cx, attrs, num_outputs, client):
+    spec = _PART_OPS.get(op_type)
+    data = range(len(inputs)) if spec == "all" else (spec or ())
+    other = [i for i in cx if i not in data]
+    if spec is None or other:
+        i = other[0] if other else cx[0]
+        raise InvalidArgument(f"{op_type}: input {i} is complex ({inputs[i].dtype}); tensord "
+                              f"computes complex arrays as two real arrays, and {op_type} has "
+                              f"no complex version")
+    part = float64 if builtins.any(inputs[i].dtype == complex128 for i in cx) else float32
+    for i in data:
+        x = inputs[i]
+        if x is not None and x._im is None and x.dtype != part and x.dtype.kind in "f":
+            part = float64 if x.dtype == float64 else part
+
+    def parts(k):
+        out = list(inputs)
+        for i in data:
+            x = inputs[i]
+            if x is None:
+                continue
+            p = (_real_part(x) if k == 0 else _imag_part(x))
+            out[i] = astype(p, part)
+        return out
+
+    re = _op(op_type, parts(0), attrs, num_outputs, client)
+    im = _op(op_type, parts(1), attrs, num_outputs, client)
+    if num_outputs == 1:
+        return _complex(re, im)
+    return [_complex(r, i) for r, i in zip(re, im)]
 
 
 def op(op_type, *inputs, num_outputs=1, **attrs):
@@ -619,6 +661,9 @@ def arange(start, stop=None, step=1, dtype=None, device=None, client=None):
         if dtype.kind in "iub":
             dtype = np.dtype("int64")
     dtype = _np_dtype(dtype)
+    if dtype.kind == "c" or builtins.any(isinstance(v, complex) for v in (start, stop, step)):
+        raise InvalidArgument("arange: complex values are not supported (the standard defines "
+                              "arange for real numbers); use linspace")
     n = builtins.max(0, int(math.ceil((stop - start) / step)))
     if dtype.kind == "u" or dtype.itemsize < 4 or n == 0:
         return asarray(np.arange(start, stop, step, dtype=dtype), device=device, client=client)

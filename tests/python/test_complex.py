@@ -160,6 +160,11 @@ def test_reductions_and_linear_algebra(client):
     cclose(td.tensordot(x, x, axes=((1,), (1,))), np.tensordot(z, z, axes=((1,), (1,))))
     cclose(td.cumulative_sum(x, axis=1), np.cumsum(z, axis=1))
     np.testing.assert_allclose(td.linalg.vector_norm(x).numpy(), np.linalg.norm(z))
+    sq = a(client, z[:, :2])
+    cclose(td.linalg.trace(sq), np.trace(z[:, :2]))  # raw ONNX element moves/sums: per part
+    cclose(td.linalg.diagonal(sq), np.diagonal(z[:, :2]))
+    cclose(td.op("Transpose", x), z.T)
+    cclose(td.linalg.matrix_power(sq, 3), np.linalg.matrix_power(z[:, :2], 3))
     assert int(td.count_nonzero(a(client, [0j, 1j, 0]))) == 1
     np.testing.assert_array_equal(td.nonzero(a(client, [0j, 1j, 2]))[0].numpy(), [1, 2])
     assert bool(td.any(a(client, [0j, 1j]))) and not bool(td.all(a(client, [0j, 1j])))
