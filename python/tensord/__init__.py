@@ -17,9 +17,13 @@ from ._core import (  # noqa: F401 - names `import *` leaves out or that shadow 
     Client, Device, Model, ndarray, connect, default_client, devices, load, open_model,
     list_models, op, asarray, array,
     from_dlpack, abs, all, any, max, min, pow, round, sum, _host_pointer,
-    bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, float32, float64)
+    bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, float32, float64,
+    complex64, complex128)
 from ._api import *  # noqa: F401,F403 - the rest of the array API namespace
 from ._api import __array_namespace_info__, __array_api_version__  # noqa: F401
+from ._api import _PATCHED
+globals().update({k: v for k, v in _PATCHED.items() if not k.startswith("_")})  # complex-aware
+del _PATCHED
 bool = bool_  # noqa: A001 - the array API's name for the boolean dtype
 from . import nn  # noqa: F401
 from . import linalg  # noqa: F401

@@ -23,6 +23,11 @@ bool_ = np.dtype("bool")
 int8, int16, int32, int64 = (np.dtype(n) for n in ("int8", "int16", "int32", "int64"))
 uint8, uint16, uint32, uint64 = (np.dtype(n) for n in ("uint8", "uint16", "uint32", "uint64"))
 float16, float32, float64 = (np.dtype(n) for n in ("float16", "float32", "float64"))
+# complex64/complex128: no engine dtype; an array is a pair of real arrays (real part, imaginary
+# part) of the part dtype below, held in one ndarray (``_a``, ``_im``). See docs/api.md.
+complex64, complex128 = np.dtype("complex64"), np.dtype("complex128")
+_PART = {complex64: float32, complex128: float64}
+_COMPLEX_OF = {float16: complex64, float32: complex64, float64: complex128}
 
 # ONNX TensorProto codes (tensord's DType numbering)
 _CODE = {np.dtype(k): v for k, v in {
@@ -36,7 +41,7 @@ def _np_dtype(dtype):
     if isinstance(dtype, str) and dtype == "bfloat16":
         raise InvalidArgument("bfloat16 has no NumPy dtype; use float16 or float32")
     d = np.dtype(dtype)
-    if d not in _CODE:
+    if d not in _CODE and d not in _PART:
         raise InvalidArgument(f"dtype {d} is not supported by tensord")
     return d
 
@@ -149,7 +154,7 @@ class ndarray:
     __array_priority__ = 100
     __array_ufunc__ = None  # NumPy defers to our reflected operators
 
-    __slots__ = ("_a", "_client", "__weakref__")
+    __slots__ = ("_a", "_im", "_client", "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("use tensord.asarray(), tensord.zeros(), ... to make arrays")
@@ -158,6 +163,8 @@ class ndarray:
     @property
     def dtype(self):
         name = self._a.dtype_name
+        if self._im is not None:
+            return complex64 if name == "float32" else complex128
         return np.dtype(name) if name != "bfloat16" else "bfloat16"
 
     @property
@@ -201,6 +208,11 @@ class ndarray:
     # ---- values
     def numpy(self):
         """The value as a new NumPy array (computes it)."""
+        if self._im is not None:  # complex: the two parts combined into one NumPy array
+            re, im = self._a.numpy(), self._im.numpy()
+            out = np.empty(re.shape, self.dtype)
+            out.real, out.imag = re, im
+            return out
         return self._a.numpy()
 
     get = numpy  # CuPy's spelling
@@ -219,9 +231,13 @@ class ndarray:
         return self.numpy().item()
 
     def __float__(self):
+        if self._im is not None:
+            raise TypeError("float() of a complex array; use real() or abs() first")
         return float(self.numpy())
 
     def __int__(self):
+        if self._im is not None:
+            raise TypeError("int() of a complex array; use real() or abs() first")
         return int(self.numpy())
 
     def __index__(self):
@@ -260,6 +276,8 @@ class ndarray:
         """A copy on ``device`` (inside the engine, no trip through Python)."""
         if str(device) == self._a.device:
             return self
+        if self._im is not None:
+            return _cwrap(self._a.to(str(device)), self._im.to(str(device)), self._client)
         return _wrap(self._a.to(str(device)), self._client)
 
     def to_device(self, device, /, *, stream=None):
@@ -282,6 +300,18 @@ class ndarray:
         copy of the old one) and rebinds it. Copy on write: other arrays made from the old
         value, by indexing or any op, keep it (tensord has no views). The cost is one copy of
         the whole array per assignment, when the graph runs."""
+        if self._im is not None:  # complex: each part assigned
+            v = value if isinstance(value, ndarray) else asarray(
+                value, dtype=self.dtype, device=self.device, client=self._client)
+            v = astype(v, self.dtype)
+            re, im = _real_part(self), _imag_part(self)
+            re.__setitem__(key, _real_part(v))
+            im.__setitem__(key, _imag_part(v))
+            self._a, self._im = re._a, im._a
+            return
+        if isinstance(value, ndarray) and value._im is not None:
+            raise InvalidArgument(f"x[...] = complex value: x is {self.dtype}; cast x to a "
+                                  "complex dtype first")
         n = self.size
         pos = reshape(arange(n, dtype=int64, device=self.device, client=self._client),
                       self.shape)
@@ -298,11 +328,20 @@ class ndarray:
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         if copy is False and dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"__dlpack__: dl_device {dl_device} needs a copy, and copy=False")
+        if self._im is not None:
+            # tensord holds a complex array as two real arrays: exported as one NumPy copy on
+            # the CPU (interleaved complex64/complex128), never in place.
+            if copy is False:
+                raise BufferError("__dlpack__: a complex tensord array is two real arrays; it "
+                                  "can only be exported as a copy (copy=False refused)")
+            return self.numpy().__dlpack__()
         return _C._array_dlpack(self._a)
 
     def __dlpack_device__(self):
         # (2, ordinal), kDLCUDA: an embedded engine's cuda tensor, lent in place; else (1, 0),
         # kDLCPU: the embedded engine's cpu memory, or the copy read from a broker.
+        if self._im is not None:  # complex: exported as a NumPy copy on the CPU
+            return (1, 0)
         return tuple(_C._array_dlpack_device(self._a))
 
     # ---- operators
@@ -384,19 +423,112 @@ def _shift(name, x, y):
 def _wrap(a, client):
     obj = object.__new__(ndarray)
     obj._a = a
+    obj._im = None
     obj._client = client
     return obj
+
+
+def _cwrap(re, im, client):
+    """A complex array from two raw real arrays of the same shape and float dtype."""
+    obj = object.__new__(ndarray)
+    obj._a = re
+    obj._im = im
+    obj._client = client
+    return obj
+
+
+def _complex(re, im):
+    """A complex array from two real tensord arrays (float32 -> complex64, else complex128)."""
+    if re.dtype != im.dtype:
+        d = np.result_type(re.dtype, im.dtype)
+        re, im = astype(re, d), astype(im, d)
+    if re.dtype not in (float32, float64):
+        d = float32 if re.dtype == float16 else float64
+        re, im = astype(re, d), astype(im, d)
+    if tuple(re.shape) != tuple(im.shape):
+        shape = np.broadcast_shapes(re.shape, im.shape)
+        re = re if tuple(re.shape) == shape else broadcast_to(re, shape)
+        im = im if tuple(im.shape) == shape else broadcast_to(im, shape)
+    return _cwrap(re._a, im._a, re._client)
+
+
+def _is_complex(v):
+    """Whether ``v`` is a complex tensord array, Python complex, or complex NumPy value."""
+    if isinstance(v, ndarray):
+        return v._im is not None
+    if isinstance(v, complex):
+        return True
+    return isinstance(v, (np.ndarray, np.generic)) and v.dtype.kind == "c"
+
+
+def _real_part(x):
+    """The real part of a tensord array as a real array (the array itself when real)."""
+    return _wrap(x._a, x._client) if x._im is not None else x
+
+
+def _imag_part(x):
+    """The imaginary part as a real array (zeros of x's dtype, float64 for non-float, when real)."""
+    if x._im is not None:
+        return _wrap(x._im, x._client)
+    return zeros_like(x, dtype=x.dtype if x.dtype.kind == "f" else float64)
 
 
 def _op(op_type, inputs, attrs=None, num_outputs=1, client=None):
     """Records ONNX op ``op_type`` (opset 17) over tensord arrays (None: an omitted optional
     input). Returns one array, or a list when ``num_outputs`` > 1."""
+    cx = [i for i, x in enumerate(inputs) if x is not None and x._im is not None]
+    if cx:  # the engine has no complex dtype: ops on complex arrays are written on their parts
+        return _op_on_parts(op_type, inputs, cx, attrs, num_outputs, client)
     raw = [None if x is None else x._a for x in inputs]
     if client is None:
         client = next((x._client for x in inputs if x is not None), None) or default_client()
     outs = _C.op(op_type, raw, attrs or {}, num_outputs)
     res = [_wrap(o, client) for o in outs]
     return res[0] if num_outputs == 1 else res
+
+
+# ONNX ops that are linear in their data inputs (these positions; "all": every input), so a
+# complex array's parts go through them separately: element moves, adds, sums.
+_PART_OPS = {
+    "Gather": (0,), "GatherND": (0,), "GatherElements": (0,), "Slice": (0,), "Reshape": (0,),
+    "Transpose": (0,), "Squeeze": (0,), "Unsqueeze": (0,), "Expand": (0,), "Tile": (0,),
+    "Split": (0,), "Compress": (0,), "Trilu": (0,), "Flatten": (0,), "Identity": (0,),
+    "Concat": "all", "Where": (1, 2), "ScatterND": (0, 2), "ScatterElements": (0, 2),
+    "Add": "all", "Sub": "all", "Neg": (0,), "ReduceSum": (0,), "ReduceMean": (0,),
+    "CumSum": (0,), "Pad": (0, 2),
+}
+
+
+def _op_on_parts(op_type, inputs, cx, attrs, num_outputs, client):
+    spec = _PART_OPS.get(op_type)
+    data = range(len(inputs)) if spec == "all" else (spec or ())
+    other = [i for i in cx if i not in data]
+    if spec is None or other:
+        i = other[0] if other else cx[0]
+        raise InvalidArgument(f"{op_type}: input {i} is complex ({inputs[i].dtype}); tensord "
+                              f"computes complex arrays as two real arrays, and {op_type} has "
+                              f"no complex version")
+    part = float64 if builtins.any(inputs[i].dtype == complex128 for i in cx) else float32
+    for i in data:
+        x = inputs[i]
+        if x is not None and x._im is None and x.dtype != part and x.dtype.kind in "f":
+            part = float64 if x.dtype == float64 else part
+
+    def parts(k):
+        out = list(inputs)
+        for i in data:
+            x = inputs[i]
+            if x is None:
+                continue
+            p = (_real_part(x) if k == 0 else _imag_part(x))
+            out[i] = astype(p, part)
+        return out
+
+    re = _op(op_type, parts(0), attrs, num_outputs, client)
+    im = _op(op_type, parts(1), attrs, num_outputs, client)
+    if num_outputs == 1:
+        return _complex(re, im)
+    return [_complex(r, i) for r, i in zip(re, im)]
 
 
 def op(op_type, *inputs, num_outputs=1, **attrs):
@@ -426,6 +558,9 @@ def asarray(obj, dtype=None, device=None, copy=None, client=None):
     dtype = _np_dtype(dtype)
     if isinstance(obj, ndarray):
         r = obj
+        if copy:  # a new array object: x[...] = v rebinds only x (copy on write)
+            r = _wrap(obj._a, obj._client)
+            r._im = obj._im
         if dtype is not None and r.dtype != dtype:
             r = astype(r, dtype)
         if device is not None and str(device) != r._a.device:
@@ -437,6 +572,14 @@ def asarray(obj, dtype=None, device=None, copy=None, client=None):
         return r if dtype is None else astype(r, dtype)
     client = client or default_client()
     a = np.asarray(obj, dtype=dtype)
+    if a.dtype.kind == "c":  # two real arrays
+        if a.dtype not in _PART:
+            raise InvalidArgument(f"asarray: dtype {a.dtype} is not supported by tensord "
+                                  "(complex64 and complex128 are)")
+        part = _PART[a.dtype]
+        re = client._c.from_numpy(np.array(a.real, dtype=part, order="C"), _dev(device))
+        im = client._c.from_numpy(np.array(a.imag, dtype=part, order="C"), _dev(device))
+        return _cwrap(re, im, client)
     if a.dtype not in _CODE:
         if a.dtype.kind == "O":
             raise InvalidArgument("asarray: cannot convert a ragged or object sequence")
@@ -463,6 +606,13 @@ def full(shape, fill_value, dtype=None, device=None, client=None):
             dtype = np.dtype(dtype)
     dtype = _np_dtype(dtype)
     client = client or default_client()
+    if dtype.kind == "c" or isinstance(fill_value, complex):
+        if dtype.kind != "c":
+            raise InvalidArgument(f"full: a complex fill value {fill_value} for dtype {dtype}")
+        v = complex(fill_value)
+        part = _PART[dtype]
+        return _complex(full(shape, v.real, part, device, client),
+                        full(shape, v.imag, part, device, client))
     value = _wrap(client._c.constant(np.asarray(fill_value, dtype=dtype).reshape(()), _dev(device)),
                   client)
     # Made on the device (Expand of a scalar): nothing is uploaded.
@@ -511,6 +661,9 @@ def arange(start, stop=None, step=1, dtype=None, device=None, client=None):
         if dtype.kind in "iub":
             dtype = np.dtype("int64")
     dtype = _np_dtype(dtype)
+    if dtype.kind == "c" or builtins.any(isinstance(v, complex) for v in (start, stop, step)):
+        raise InvalidArgument("arange: complex values are not supported (the standard defines "
+                              "arange for real numbers); use linspace")
     n = builtins.max(0, int(math.ceil((stop - start) / step)))
     if dtype.kind == "u" or dtype.itemsize < 4 or n == 0:
         return asarray(np.arange(start, stop, step, dtype=dtype), device=device, client=client)
@@ -545,6 +698,8 @@ def from_dlpack(x, /, *, device=None, copy=None, client=None):
     if isinstance(x, ndarray):
         return x if device is None else x.to(device)
     client = client or default_client()
+    if "complex" in str(getattr(x, "dtype", "")):  # no complex engine dtype: via NumPy
+        return asarray(np.from_dlpack(x), device=device, client=client)
     try:
         cap = x.__dlpack__()
     except (BufferError, TypeError, RuntimeError):  # e.g. NumPy's bool arrays (DLPack 0.x)
@@ -609,6 +764,16 @@ def astype(x, dtype, /, *, copy=True, device=None):
         x = x.to(device)
     if x.dtype == dtype:
         return x
+    if x._im is not None:
+        re, im = _real_part(x), _imag_part(x)
+        if dtype.kind == "c":
+            return _complex(astype(re, _PART[dtype]), astype(im, _PART[dtype]))
+        if dtype == bool_:
+            return logical_or(not_equal(re, 0), not_equal(im, 0))
+        return astype(re, dtype)  # the imaginary part is discarded (as NumPy)
+    if dtype.kind == "c":
+        re = astype(x, _PART[dtype])
+        return _complex(re, zeros_like(re))
     return _op("Cast", [x], {"to": _CODE[dtype]})
 
 
@@ -619,7 +784,7 @@ def _binary(op_type, x, y, **kw):
 
 def _to_float(x):
     x = asarray(x) if not isinstance(x, ndarray) else x
-    return x if _is_float(x.dtype) else astype(x, float64)
+    return x if _is_float(x.dtype) or x._im is not None else astype(x, float64)
 
 
 # ---------------------------------------------------------------- element-wise
