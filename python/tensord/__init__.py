@@ -18,7 +18,7 @@ from ._core import (  # noqa: F401 - names `import *` leaves out or that shadow 
     list_models, op, asarray, array,
     from_dlpack, abs, all, any, max, min, pow, round, sum, _host_pointer,
     bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, float32, float64,
-    complex64, complex128)
+    complex64, complex128, bfloat16)
 from ._api import *  # noqa: F401,F403 - the rest of the array API namespace
 from ._api import __array_namespace_info__, __array_api_version__  # noqa: F401
 from ._api import _PATCHED

@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from . import _interop
 from . import _tensord as _C
 from ._errors import BY_CODE, InvalidArgument
 
@@ -29,17 +30,58 @@ complex64, complex128 = np.dtype("complex64"), np.dtype("complex128")
 _PART = {complex64: float32, complex128: float64}
 _COMPLEX_OF = {float16: complex64, float32: complex64, float64: complex128}
 
+
+class _BFloat16Type:
+    """tensord's bfloat16 (NumPy has none): a dtype object for `x.dtype`, `astype` and creation
+    functions, equal to the string "bfloat16". Arrays of it compute (promotion: with integers
+    it stays bfloat16, with float16/float32 it becomes float32, with float64 float64), go to
+    and from torch through DLPack, and refuse `.numpy()` (cast them first)."""
+    name = "bfloat16"
+    kind = "f"
+    itemsize = 2
+
+    def __eq__(self, other):
+        return other is self or (isinstance(other, str) and other == "bfloat16")
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    def __hash__(self):
+        return hash("bfloat16")
+
+    def __repr__(self):
+        return "tensord.bfloat16"
+
+    def __str__(self):
+        return "bfloat16"
+
+
+bfloat16 = _BFloat16Type()
+
+
+def _promote_bf16(a, b):
+    """The result dtype of bfloat16 with `b` (a dtype, or a Python scalar's type)."""
+    if b is bfloat16 or b in (bool, int, float) or (isinstance(b, np.dtype) and b.kind in "iub"):
+        return bfloat16
+    if isinstance(b, np.dtype) and b.kind == "f":
+        return float64 if b == float64 else float32
+    raise InvalidArgument(f"no promotion between bfloat16 and {b}")
+
+
 # ONNX TensorProto codes (tensord's DType numbering)
 _CODE = {np.dtype(k): v for k, v in {
     "float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6, "int64": 7,
     "bool": 9, "float16": 10, "float64": 11, "uint32": 12, "uint64": 13}.items()}
+_CODE[bfloat16] = 16
 
 
 def _np_dtype(dtype):
     if dtype is None:
         return None
-    if isinstance(dtype, str) and dtype == "bfloat16":
-        raise InvalidArgument("bfloat16 has no NumPy dtype; use float16 or float32")
+    if dtype is bfloat16 or (isinstance(dtype, str) and dtype == "bfloat16"):
+        return bfloat16
+    if getattr(dtype, "is_floating_point", None) is not None and str(dtype) == "torch.bfloat16":
+        return bfloat16
     d = np.dtype(dtype)
     if d not in _CODE and d not in _PART:
         raise InvalidArgument(f"dtype {d} is not supported by tensord")
@@ -152,7 +194,16 @@ class ndarray:
     """A lazy array on a tensord device. Create with ``tensord.asarray`` and friends."""
 
     __array_priority__ = 100
-    __array_ufunc__ = None  # NumPy defers to our reflected operators
+    # NumPy's ufuncs and functions, and torch's, on tensord arrays (tensord/_interop.py).
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return _interop.array_ufunc(self, ufunc, method, *inputs, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return _interop.array_function(self, func, types, args, kwargs)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return _interop.torch_function(cls, func, types, args, kwargs)
 
     __slots__ = ("_a", "_im", "_client", "__weakref__")
 
@@ -165,7 +216,7 @@ class ndarray:
         name = self._a.dtype_name
         if self._im is not None:
             return complex64 if name == "float32" else complex128
-        return np.dtype(name) if name != "bfloat16" else "bfloat16"
+        return np.dtype(name) if name != "bfloat16" else bfloat16
 
     @property
     def shape(self):
@@ -335,11 +386,18 @@ class ndarray:
                 raise BufferError("__dlpack__: a complex tensord array is two real arrays; it "
                                   "can only be exported as a copy (copy=False refused)")
             return self.numpy().__dlpack__()
-        return _C._array_dlpack(self._a)
+        # dl_device (1, 0): a host copy is asked for (an OpenCL array is exported only so).
+        to_host = dl_device is not None and tuple(dl_device) == (1, 0) and \
+            self.__dlpack_device__() != (1, 0)
+        if to_host and copy is False:
+            raise BufferError(f"__dlpack__: the array is on {self._a.device}: dl_device (1, 0) "
+                              f"needs a copy, and copy=False")
+        return _C._array_dlpack(self._a, to_host)
 
     def __dlpack_device__(self):
-        # (2, ordinal), kDLCUDA: an embedded engine's cuda tensor, lent in place; else (1, 0),
-        # kDLCPU: the embedded engine's cpu memory, or the copy read from a broker.
+        # (2, ordinal), kDLCUDA: an embedded engine's cuda tensor, lent in place; (4, ordinal),
+        # kDLOpenCL: an OpenCL array (exported only as a host copy asked for with dl_device);
+        # else (1, 0), kDLCPU: the embedded engine's cpu memory, or the copy read from a broker.
         if self._im is not None:  # complex: exported as a NumPy copy on the CPU
             return (1, 0)
         return tuple(_C._array_dlpack_device(self._a))
@@ -726,11 +784,22 @@ def _is_scalar(v):
 def _operands(x, y, *, float_result=False):
     """Two operands as arrays of one dtype (NumPy 1.24 promotion: Python scalars and 0-d values
     adopt the array's dtype when they fit)."""
+    x, y = _interop.from_foreign(x), _interop.from_foreign(y)  # torch tensors: through DLPack
     xa, ya = isinstance(x, ndarray), isinstance(y, ndarray)
     if not xa and not ya:
         x = asarray(x)
         xa = True
     ref = x if xa else y
+    if (xa and x.dtype is bfloat16) or (ya and y.dtype is bfloat16):
+        if xa and ya:
+            dt = _promote_bf16(bfloat16, y.dtype if x.dtype is bfloat16 else x.dtype)
+        else:
+            other = y if xa else x
+            dt = _promote_bf16(bfloat16, other.dtype if isinstance(other, (np.ndarray, np.generic))
+                               else type(other))
+        if float_result and dt is bfloat16:
+            pass  # already floating
+        return _cast_operand(x, dt, ref), _cast_operand(y, dt, ref)
     if xa and ya:
         dt = np.result_type(x.dtype, y.dtype)
     else:
@@ -751,7 +820,9 @@ def _operands(x, y, *, float_result=False):
 
 def _cast_operand(v, dt, ref):
     if isinstance(v, ndarray):
-        return v if v.dtype == dt else astype(v, dt)
+        return v if v.dtype is dt or v.dtype == dt else astype(v, dt)
+    if dt is bfloat16:  # a scalar: made in float32 on the array's device, then cast
+        return astype(_cast_operand(v, float32, ref), bfloat16)
     a = np.asarray(v, dtype=dt)
     if a.size <= 1:
         return _like(ref, a, dt)
@@ -762,7 +833,7 @@ def astype(x, dtype, /, *, copy=True, device=None):
     dtype = _np_dtype(dtype)
     if device is not None and str(device) != x._a.device:
         x = x.to(device)
-    if x.dtype == dtype:
+    if x.dtype is dtype or (dtype is not bfloat16 and x.dtype is not bfloat16 and x.dtype == dtype):
         return x
     if x._im is not None:
         re, im = _real_part(x), _imag_part(x)
