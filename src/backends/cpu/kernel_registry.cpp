@@ -42,6 +42,7 @@ const KernelRegistry& KernelRegistry::global() {
     register_reference_control_kernels(*r);
     register_reference_loss_kernels(*r);
     register_reference_opset18_kernels(*r);
+    register_linalg_kernels(*r);  // LAPACKE
     return r;
   }();
   return *registry;
