@@ -106,7 +106,6 @@ class Array {
   static Array error_array(Status status);
 
   // ---- any ONNX op (opset-17 form). The generic entry point every method below uses.
-  // "domain.Op" names an op of another domain: "tensord.Cholesky" (src/core/ops/linalg.cpp).
   static std::vector<Array> op(const std::string& op_type, const std::vector<Array>& inputs,
                                AttributeMap attrs = {}, int num_outputs = 1);
 

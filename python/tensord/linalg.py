@@ -225,7 +225,7 @@ def solve(x1, x2, /):
     x2 is (..., M, K) and the stack dims of x1 and x2 broadcast."""
     a, b = _c._operands(_c._to_float(_c.asarray(x1)), _c._to_float(_c.asarray(x2)))
     a = _matrices(a, "solve", square=True)
-    b = _c._to_float(b) if b.dtype == a.dtype else _c.astype(b, a.dtype)
+    b = b if b.dtype == a.dtype else _c.astype(b, a.dtype)
     m = a.shape[-1]
     if b.ndim == 1:
         if b.shape[0] != m:
@@ -268,7 +268,7 @@ def _rtol(x, rtol):
     if rtol is None:
         eps = float(np.finfo(np.dtype(x.dtype)).eps)
         return _like(x, builtins.max(x.shape[-2], x.shape[-1]) * eps, np.dtype(x.dtype))
-    r = _c.asarray(rtol) if not isinstance(rtol, _c.ndarray) else rtol
+    r = rtol if isinstance(rtol, _c.ndarray) else _like(x, np.asarray(rtol), np.dtype(x.dtype))
     if r.dtype != x.dtype:
         r = _c.astype(r, x.dtype)
     return _c.expand_dims(r, axis=-1) if r.ndim else r

@@ -442,7 +442,8 @@ std::vector<Array> Array::op(const std::string& op_type, const std::vector<Array
   if (device.empty()) device = ctx->client().default_device();
 
   // Inference now, so shapes are known without running and bad calls fail here.
-  // "domain.Op" names an op outside ONNX's default domain ("tensord.Cholesky").
+  // "domain.Op" names an op outside ONNX's default domain: "tensord.Cholesky" (the linalg ops of
+  // src/core/ops/linalg.cpp).
   Node node;
   const size_t dot = op_type.rfind('.');
   node.op = dot == std::string::npos ? op_type : op_type.substr(dot + 1);

@@ -77,14 +77,16 @@ std::vector<std::string> OpRegistry::op_names() const {
 
 Status infer_node(const OpRegistry& registry, InferenceContext& ctx) {
   const Node& node = ctx.node();
+  // ONNX's ops are registered by name; tensord's own ("tensord" domain: the linalg ops of
+  // src/core/ops/linalg.cpp) as "tensord.<op>".
   const std::string domain = node.domain == "ai.onnx" ? "" : node.domain;
   if (!domain.empty() && domain != "tensord")
     return ctx.unimplemented("op domain '{}' is not supported", node.domain);
-  const OpSchema* schema = registry.find(node.op);
-  if (!schema || schema->domain != domain) {
-    if (schema)  // the op exists, in the other domain
+  const OpSchema* schema = registry.find(domain.empty() ? node.op : domain + "." + node.op);
+  if (!schema) {
+    if (registry.find(domain.empty() ? "tensord." + node.op : node.op))
       return ctx.unimplemented("op '{}' is in domain '{}', not '{}'", node.op,
-                               schema->domain.empty() ? "ai.onnx" : schema->domain,
+                               domain.empty() ? "tensord" : "ai.onnx",
                                domain.empty() ? "ai.onnx" : domain);
     return ctx.unimplemented("unknown op '{}'", node.op);
   }

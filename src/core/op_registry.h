@@ -60,7 +60,6 @@ using InferenceFn = std::function<Status(InferenceContext&)>;
 
 struct OpSchema {
   std::string name;
-  std::string domain;  // "" is ONNX's default domain; "tensord" for tensord's own ops (linalg)
   int min_inputs = 0;
   int max_inputs = 0;  // -1: variadic
   int min_outputs = 1;

@@ -129,6 +129,5 @@ void register_reference_math_kernels(KernelRegistry& r);
 void register_reference_control_kernels(KernelRegistry& r);
 void register_reference_loss_kernels(KernelRegistry& r);
 void register_reference_opset18_kernels(KernelRegistry& r);  // Gelu, GroupNormalization, Col2Im ...
-void register_linalg_kernels(KernelRegistry& r);  // tensord domain: Cholesky, Eigh, QR, SVD, ...
 
 }  // namespace tensord::cpu

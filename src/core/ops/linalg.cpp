@@ -2,6 +2,8 @@
 // Eigh, QR, SVD, Solve, Inv and SLogDet. Every op works on the last two dims and is batched over
 // the leading ones; float32 and float64 only (what LAPACK offers). The cpu kernels
 // (src/backends/cpu/kernels/linalg.cpp) call LAPACKE; other devices fall back to cpu:0.
+// Registered as "tensord.<op>" (infer_node looks a node up by domain and op); the cpu kernels
+// by the op alone.
 //
 // Outputs (all in the input's dtype):
 //   Cholesky(X; upper=0)            -> L (or U) [*, n, n]
@@ -23,8 +25,6 @@
 
 namespace tensord {
 namespace {
-
-constexpr const char* kDomain = "tensord";
 
 Status expect_lapack_float(const InferenceContext& ctx, int i) {
   const DType t = ctx.input_dtype(i);
@@ -54,8 +54,7 @@ int64_t min_dim(int64_t a, int64_t b) { return a < 0 || b < 0 ? -1 : std::min(a,
 
 OpSchema square_schema(const char* name, const char* doc, std::set<std::string> attrs) {
   OpSchema s;
-  s.name = name;
-  s.domain = kDomain;
+  s.name = std::string("tensord.") + name;
   s.min_inputs = s.max_inputs = 1;
   s.attributes = std::move(attrs);
   s.doc = doc;
@@ -69,8 +68,7 @@ OpSchema square_schema(const char* name, const char* doc, std::set<std::string> 
 
 OpSchema eigh_schema() {
   OpSchema s;
-  s.name = "Eigh";
-  s.domain = kDomain;
+  s.name = "tensord.Eigh";
   s.min_inputs = s.max_inputs = 1;
   s.min_outputs = 1;
   s.max_outputs = 2;
@@ -92,8 +90,7 @@ OpSchema eigh_schema() {
 
 OpSchema qr_schema() {
   OpSchema s;
-  s.name = "QR";
-  s.domain = kDomain;
+  s.name = "tensord.QR";
   s.min_inputs = s.max_inputs = 1;
   s.min_outputs = s.max_outputs = 2;
   s.attributes = {"mode"};
@@ -115,8 +112,7 @@ OpSchema qr_schema() {
 
 OpSchema svd_schema() {
   OpSchema s;
-  s.name = "SVD";
-  s.domain = kDomain;
+  s.name = "tensord.SVD";
   s.min_inputs = s.max_inputs = 1;
   s.min_outputs = 1;
   s.max_outputs = 3;
@@ -146,8 +142,7 @@ OpSchema svd_schema() {
 
 OpSchema solve_schema() {
   OpSchema s;
-  s.name = "Solve";
-  s.domain = kDomain;
+  s.name = "tensord.Solve";
   s.min_inputs = s.max_inputs = 2;
   s.doc = "X with A X = B for A [*, n, n], B [*, n, k] (same batch dims)";
   s.infer = [](InferenceContext& ctx) -> Status {
@@ -171,8 +166,7 @@ OpSchema solve_schema() {
 
 OpSchema slogdet_schema() {
   OpSchema s;
-  s.name = "SLogDet";
-  s.domain = kDomain;
+  s.name = "tensord.SLogDet";
   s.min_inputs = s.max_inputs = 1;
   s.min_outputs = s.max_outputs = 2;
   s.doc = "sign and natural log of the absolute determinant (0 and -inf when singular)";
