@@ -148,9 +148,10 @@ def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002
         return r if keepdims else _c.reshape(r, x.shape[:-2])
     if ord in (2, -2, "nuc"):
         s = svdvals(x)
-        if s.shape[-1] == 0:
-            raise InvalidArgument(f"matrix_norm: ord={ord!r} of an empty matrix {x.shape}")
-        r = {2: _c.max, -2: _c.min, "nuc": _c.sum}[ord](s, axis=-1, keepdims=False)
+        if s.shape[-1] == 0:  # an empty matrix: every norm is 0
+            r = _c.zeros(x.shape[:-2], dtype=x.dtype, device=x.device, client=x._client)
+        else:
+            r = {2: _c.max, -2: _c.min, "nuc": _c.sum}[ord](s, axis=-1, keepdims=False)
         return _c.reshape(r, x.shape[:-2] + (1, 1)) if keepdims else r
     raise InvalidArgument(f"matrix_norm: ord={ord!r} is not one of 'fro', 'nuc', 1, -1, 2, -2, "
                           "inf, -inf")
