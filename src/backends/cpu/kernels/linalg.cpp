@@ -231,7 +231,7 @@ Status svd_kernel(KernelContext& ctx) {
       T* vb = compute_uv ? vt.as<T>() + b * vr * n : dummy;
       const lapack_int info =
           gesdd(jobz, static_cast<lapack_int>(m), static_cast<lapack_int>(n), a.data(),
-                s.as<T>() + b * k, ub, compute_uv ? ld(uc) : 1, vb, compute_uv ? ld(n) : 1);
+                s.as<T>() + b * k, ub, compute_uv ? ld(uc) : 1, vb, ld(n));  // LAPACKE: ldvt >= n always
       if (info > 0) return ctx.error("the SVD did not converge for matrix {} of the batch", b);
       if (info < 0) return ctx.error("LAPACK ?gesdd: argument {} was invalid", -info);
     }
