@@ -15,7 +15,8 @@ namespace {
 
 // run_op for a node in the `tensord` domain.
 Outputs run_td(const std::string& op, const std::vector<HostTensor>& inputs,
-               AttributeMap attrs = {}, int num_outputs = 1, const std::string& domain = "tensord") {
+               AttributeMap attrs = {}, int num_outputs = 1,
+               const std::string& domain = "tensord") {
   Graph g;
   Node n;
   n.name = "test_" + op;
@@ -56,8 +57,8 @@ std::vector<double> matmul(const std::vector<double>& a, const std::vector<doubl
   return c;
 }
 
-void expect_all_near(const std::vector<double>& got, const std::vector<double>& want,
-                     double tol, const std::string& what) {
+void expect_all_near(const std::vector<double>& got, const std::vector<double>& want, double tol,
+                     const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_NEAR(got[i], want[i], tol) << what << " element " << i;

@@ -94,7 +94,8 @@ OpSchema qr_schema() {
   s.min_inputs = s.max_inputs = 1;
   s.min_outputs = s.max_outputs = 2;
   s.attributes = {"mode"};
-  s.doc = "QR decomposition, mode 'reduced' (Q [*, m, k], R [*, k, n], k = min(m, n)) or 'complete'";
+  s.doc =
+      "QR decomposition, mode 'reduced' (Q [*, m, k], R [*, k, n], k = min(m, n)) or 'complete'";
   s.infer = [](InferenceContext& ctx) -> Status {
     TD_RETURN_IF_ERROR(expect_matrices(ctx, 0, false));
     TD_ASSIGN_OR_RETURN(std::string mode, ctx.attr_string("mode", "reduced"));

@@ -142,8 +142,7 @@ Status eigh_kernel(KernelContext& ctx) {
       const lapack_int info =
           syevd(compute_v ? 'V' : 'N', static_cast<lapack_int>(n), a, w.as<T>() + b * n);
       if (info > 0)
-        return ctx.error("the eigenvalue algorithm did not converge for matrix {} of the batch",
-                         b);
+        return ctx.error("the eigenvalue algorithm did not converge for matrix {} of the batch", b);
       if (info < 0) return ctx.error("LAPACK ?syevd: argument {} was invalid", -info);
     }
     return OkStatus();
@@ -171,8 +170,7 @@ Status qr_kernel(KernelContext& ctx) {
     for (int64_t b = 0; b < batch && m > 0; ++b) {
       const T* in = x.as<T>() + b * m * n;
       std::fill(a.begin(), a.end(), T(0));
-      for (int64_t i = 0; i < m; ++i)
-        std::copy(in + i * n, in + (i + 1) * n, a.data() + i * w);
+      for (int64_t i = 0; i < m; ++i) std::copy(in + i * n, in + (i + 1) * n, a.data() + i * w);
       if (k > 0) {
         lapack_int info = geqrf(static_cast<lapack_int>(m), static_cast<lapack_int>(n), a.data(),
                                 ld(w), tau.data());
@@ -229,9 +227,9 @@ Status svd_kernel(KernelContext& ctx) {
       const char jobz = !compute_uv ? 'N' : full ? 'A' : 'S';
       T* ub = compute_uv ? u.as<T>() + b * m * uc : dummy;
       T* vb = compute_uv ? vt.as<T>() + b * vr * n : dummy;
-      const lapack_int info =
-          gesdd(jobz, static_cast<lapack_int>(m), static_cast<lapack_int>(n), a.data(),
-                s.as<T>() + b * k, ub, compute_uv ? ld(uc) : 1, vb, ld(n));  // LAPACKE: ldvt >= n always
+      const lapack_int info = gesdd(jobz, static_cast<lapack_int>(m), static_cast<lapack_int>(n),
+                                    a.data(), s.as<T>() + b * k, ub, compute_uv ? ld(uc) : 1, vb,
+                                    ld(n));  // LAPACKE: ldvt >= n always
       if (info > 0) return ctx.error("the SVD did not converge for matrix {} of the batch", b);
       if (info < 0) return ctx.error("LAPACK ?gesdd: argument {} was invalid", -info);
     }
