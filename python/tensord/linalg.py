@@ -27,21 +27,29 @@ __all__ = ["matmul", "matrix_transpose", "tensordot", "vecdot", "diagonal", "tra
 
 
 class EighResult(NamedTuple):
+    """eigh's result: eigenvalues (ascending) and eigenvectors (columns)."""
+
     eigenvalues: object
     eigenvectors: object
 
 
 class QRResult(NamedTuple):
+    """qr's result: Q (orthonormal columns) and R (upper triangular)."""
+
     Q: object
     R: object
 
 
 class SlogdetResult(NamedTuple):
+    """slogdet's result: sign (0 when singular) and logabsdet."""
+
     sign: object
     logabsdet: object
 
 
 class SVDResult(NamedTuple):
+    """svd's result: U, S (descending singular values) and Vh."""
+
     U: object
     S: object
     Vh: object
