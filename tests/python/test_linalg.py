@@ -36,6 +36,11 @@ def test_against_numpy(client, rng, dtype):
     want_sign, want_logabs = np.linalg.slogdet(s)
     check(sign, want_sign)
     check(logabs, want_logabs, **tol)
+    for g in (g, np.ascontiguousarray(np.swapaxes(g, -1, -2))):  # tall, then wide
+        _check_qr_svd(client, g, dtype, tol)
+
+
+def _check_qr_svd(client, g, dtype, tol):
     for mode in ("reduced", "complete"):
         q, r = td.linalg.qr(a(client, g, dtype), mode=mode)
         wq, wr = np.linalg.qr(g, mode=mode)
@@ -109,3 +114,19 @@ def test_every_device_falls_back_to_cpu(client):
     for d in client.devices():
         check(td.linalg.inv(a(client, m, np.float32, device=str(d))),
               np.linalg.inv(m).astype(np.float32))
+
+
+def test_empty_stacks_and_matrices(client):
+    """Zero-sized stacks and matrices: the shapes the standard asks for, no LAPACK call."""
+    z = a(client, np.zeros((0, 3, 3)))
+    assert td.linalg.inv(z).numpy().shape == (0, 3, 3)
+    assert td.linalg.eigh(z).eigenvectors.numpy().shape == (0, 3, 3)
+    e = a(client, np.zeros((2, 0, 3)))
+    q, r = td.linalg.qr(e, mode="complete")
+    assert q.numpy().shape == (2, 0, 0) and r.numpy().shape == (2, 0, 3)
+    u, s, vh = td.linalg.svd(e)
+    assert (u.numpy().shape, s.numpy().shape, vh.numpy().shape) == ((2, 0, 0), (2, 0), (2, 3, 3))
+    np.testing.assert_array_equal(vh.numpy()[0], np.eye(3))
+    check(td.linalg.matrix_rank(e), np.zeros(2, np.int64))
+    assert td.linalg.pinv(e).numpy().shape == (2, 3, 0)
+    check(td.linalg.slogdet(a(client, np.zeros((2, 0, 0)))).sign, np.ones(2))
