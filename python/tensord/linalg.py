@@ -1,10 +1,17 @@
-"""The array API's ``linalg`` extension, the part ONNX ops cover: matmul, matrix_transpose,
-tensordot, vecdot, diagonal, trace, outer, cross, vector_norm, matrix_norm (Frobenius, 1, 2 is
-not: it needs singular values), det (ONNX Det) and matrix_power (n >= 0). The decompositions
-(cholesky, eigh, inv, qr, svd, solve, ...) need LAPACK-backed kernels and are not here yet."""
+"""The array API's ``linalg`` extension (2024.12). ONNX ops cover matmul, matrix_transpose,
+tensordot, vecdot, diagonal, trace, outer, cross, vector_norm, det (ONNX Det) and most of
+matrix_norm. The decompositions are tensord-domain ops with LAPACK kernels on cpu:0 (other
+devices fall back to cpu:0): ``tensord.Cholesky``, ``Eigh``, ``QR``, ``SVD``, ``Solve``, ``Inv``
+and ``SLogDet`` (src/core/ops/linalg.cpp); eigvalsh, svdvals, matrix_rank, pinv, the 2/-2/nuc
+matrix norms and negative matrix powers are derived from them here.
+
+Numerical failures surface when the result is evaluated, as ``InvalidArgument`` (a
+``ValueError``, as NumPy's ``LinAlgError`` is) whose message names the problem: "matrix 0 of the
+batch is singular", "... is not positive definite"."""
 
 import builtins
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -14,7 +21,54 @@ from ._core import _op, _axis, _ints, _like, int64, bool_
 from ._errors import InvalidArgument
 
 __all__ = ["matmul", "matrix_transpose", "tensordot", "vecdot", "diagonal", "trace", "outer",
-           "cross", "vector_norm", "matrix_norm", "det", "matrix_power"]
+           "cross", "vector_norm", "matrix_norm", "det", "matrix_power", "cholesky", "eigh",
+           "eigvalsh", "inv", "matrix_rank", "pinv", "qr", "slogdet", "solve", "svd", "svdvals",
+           "EighResult", "QRResult", "SlogdetResult", "SVDResult"]
+
+
+class EighResult(NamedTuple):
+    """eigh's result: eigenvalues (ascending) and eigenvectors (columns)."""
+
+    eigenvalues: object
+    eigenvectors: object
+
+
+class QRResult(NamedTuple):
+    """qr's result: Q (orthonormal columns) and R (upper triangular)."""
+
+    Q: object
+    R: object
+
+
+class SlogdetResult(NamedTuple):
+    """slogdet's result: sign (0 when singular) and logabsdet."""
+
+    sign: object
+    logabsdet: object
+
+
+class SVDResult(NamedTuple):
+    """svd's result: U, S (descending singular values) and Vh."""
+
+    U: object
+    S: object
+    Vh: object
+
+
+def _matrices(x, name, square=False):
+    """x as a float32/float64 stack of matrices (integers become float64, float16 float32)."""
+    x = _c._to_float(_c.asarray(x))
+    if x.dtype not in (_c.float32, _c.float64):
+        x = _c.astype(x, _c.float32)
+    if x.ndim < 2:
+        raise InvalidArgument(f"{name}: needs a stack of matrices (..., M, N), got shape {x.shape}")
+    if square and x.shape[-1] != x.shape[-2]:
+        raise InvalidArgument(f"{name}: needs square matrices (..., M, M), got shape {x.shape}")
+    return x
+
+
+def _td(op_type, inputs, attrs=None, num_outputs=1):
+    return _op("tensord." + op_type, inputs, attrs, num_outputs)
 
 
 def matmul(x1, x2, /):
@@ -91,7 +145,7 @@ def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):  # noqa: A002
 
 
 def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002
-    """Frobenius, 1, -1, inf, -inf norms; 2, -2 and "nuc" need singular values (not yet)."""
+    """Frobenius, 1, -1, inf, -inf norms; 2, -2 and "nuc" from the singular values."""
     x = _c._to_float(_c.asarray(x))
     ax = _c.abs(x)
     if ord == "fro":
@@ -100,7 +154,15 @@ def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002
         s = _c.sum(ax, axis=-2 if ord in (1, -1) else -1, keepdims=True)
         r = (_c.max if ord in (1, math.inf) else _c.min)(s, axis=(-2, -1), keepdims=True)
         return r if keepdims else _c.reshape(r, x.shape[:-2])
-    raise InvalidArgument(f"matrix_norm: ord={ord!r} needs singular values, not implemented")
+    if ord in (2, -2, "nuc"):
+        s = svdvals(x)
+        if s.shape[-1] == 0:  # an empty matrix: every norm is 0
+            r = _c.zeros(x.shape[:-2], dtype=x.dtype, device=x.device, client=x._client)
+        else:
+            r = {2: _c.max, -2: _c.min, "nuc": _c.sum}[ord](s, axis=-1, keepdims=False)
+        return _c.reshape(r, x.shape[:-2] + (1, 1)) if keepdims else r
+    raise InvalidArgument(f"matrix_norm: ord={ord!r} is not one of 'fro', 'nuc', 1, -1, 2, -2, "
+                          "inf, -inf")
 
 
 def det(x, /):
@@ -111,7 +173,7 @@ def det(x, /):
 def matrix_power(x, n, /):
     x = _c.asarray(x)
     if n < 0:
-        raise InvalidArgument("matrix_power: negative powers need an inverse (not implemented)")
+        x, n = inv(x), -n
     m = x.shape[-1]
     r = _c.broadcast_to(_c.eye(m, dtype=x.dtype, device=x.device, client=x._client), x.shape)
     base = x
@@ -122,3 +184,128 @@ def matrix_power(x, n, /):
         if n:
             base = _c.matmul(base, base)
     return r
+
+
+def cholesky(x, /, *, upper=False):
+    """The Cholesky factor L (x = L L^T), or U (x = U^T U) with ``upper``; an error names the
+    matrix of the stack that is not positive definite."""
+    x = _matrices(x, "cholesky", square=True)
+    return _td("Cholesky", [x], {"upper": int(bool(upper))})
+
+
+def eigh(x, /):
+    """Eigenvalues (ascending) and eigenvectors (columns) of symmetric matrices."""
+    x = _matrices(x, "eigh", square=True)
+    w, v = _td("Eigh", [x], {"compute_v": 1}, num_outputs=2)
+    return EighResult(w, v)
+
+
+def eigvalsh(x, /):
+    """Eigenvalues (ascending) of symmetric matrices."""
+    x = _matrices(x, "eigvalsh", square=True)
+    return _td("Eigh", [x], {"compute_v": 0})
+
+
+def inv(x, /):
+    """Inverses of square matrices; an error names a singular one."""
+    x = _matrices(x, "inv", square=True)
+    return _td("Inv", [x])
+
+
+def qr(x, /, *, mode="reduced"):
+    """QR decomposition: mode "reduced" (Q (..., M, K), R (..., K, N), K = min(M, N)) or
+    "complete" (Q (..., M, M), R (..., M, N))."""
+    if mode not in ("reduced", "complete"):
+        raise InvalidArgument(f"qr: mode must be 'reduced' or 'complete', not {mode!r}")
+    x = _matrices(x, "qr")
+    q, r = _td("QR", [x], {"mode": mode}, num_outputs=2)
+    return QRResult(q, r)
+
+
+def slogdet(x, /):
+    """Sign and natural log of the absolute determinant ((0, -inf) for a singular matrix)."""
+    x = _matrices(x, "slogdet", square=True)
+    sign, logabs = _td("SLogDet", [x], num_outputs=2)
+    return SlogdetResult(sign, logabs)
+
+
+def solve(x1, x2, /):
+    """x with x1 @ x = x2. x2 of shape (M,) is one vector for every matrix of x1; otherwise
+    x2 is (..., M, K) and the stack dims of x1 and x2 broadcast."""
+    a, b = _c._operands(_c._to_float(_c.asarray(x1)), _c._to_float(_c.asarray(x2)))
+    a = _matrices(a, "solve", square=True)
+    b = b if b.dtype == a.dtype else _c.astype(b, a.dtype)
+    m = a.shape[-1]
+    if b.ndim == 1:
+        if b.shape[0] != m:
+            raise InvalidArgument(f"solve: x1 {a.shape} and x2 {b.shape}: x2 must have {m} rows")
+        stack = a.shape[:-2]
+        bb = _c.broadcast_to(_c.reshape(b, (m, 1)), stack + (m, 1))
+        return _c.reshape(_td("Solve", [a, bb]), stack + (m,))
+    if b.ndim < 2 or b.shape[-2] != m:
+        raise InvalidArgument(f"solve: x1 {a.shape} and x2 {b.shape}: x2 must be (M,) or "
+                              f"(..., M, K) with M = {m}")
+    try:
+        stack = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    except ValueError:
+        raise InvalidArgument(f"solve: the stack dims of x1 {a.shape} and x2 {b.shape} do not "
+                              "broadcast") from None
+    if a.shape[:-2] != stack:
+        a = _c.broadcast_to(a, stack + a.shape[-2:])
+    if b.shape[:-2] != stack:
+        b = _c.broadcast_to(b, stack + b.shape[-2:])
+    return _td("Solve", [a, b])
+
+
+def svd(x, /, *, full_matrices=True):
+    """U, S (descending), Vh with x = U diag(S) Vh; U (..., M, M) and Vh (..., N, N) with
+    ``full_matrices``, else (..., M, K) and (..., K, N), K = min(M, N)."""
+    x = _matrices(x, "svd")
+    u, s, vh = _td("SVD", [x], {"full_matrices": int(bool(full_matrices)), "compute_uv": 1},
+                   num_outputs=3)
+    return SVDResult(u, s, vh)
+
+
+def svdvals(x, /):
+    """Singular values (descending), shape (..., K), K = min(M, N)."""
+    x = _matrices(x, "svdvals")
+    return _td("SVD", [x], {"compute_uv": 0})
+
+
+def _rtol(x, rtol):
+    """rtol as an array broadcastable against the stack's singular values (..., 1)."""
+    if rtol is None:
+        eps = float(np.finfo(np.dtype(x.dtype)).eps)
+        return _like(x, builtins.max(x.shape[-2], x.shape[-1]) * eps, np.dtype(x.dtype))
+    r = rtol if isinstance(rtol, _c.ndarray) else _like(x, np.asarray(rtol), np.dtype(x.dtype))
+    if r.dtype != x.dtype:
+        r = _c.astype(r, x.dtype)
+    return _c.expand_dims(r, axis=-1) if r.ndim else r
+
+
+def matrix_rank(x, /, *, rtol=None):
+    """The number of singular values above rtol * the largest (rtol default max(M, N) * eps)."""
+    x = _matrices(x, "matrix_rank")
+    s = svdvals(x)
+    if s.shape[-1] == 0:
+        return _c.zeros(x.shape[:-2], dtype=int64, device=x.device, client=x._client)
+    tol = _c.multiply(_c.max(s, axis=-1, keepdims=True), _rtol(x, rtol))
+    return _c.sum(_c.astype(_c.greater(s, tol), int64), axis=-1)
+
+
+def pinv(x, /, *, rtol=None):
+    """Moore-Penrose pseudo-inverse from the SVD; singular values at or below rtol * the largest
+    count as zero (rtol default max(M, N) * eps)."""
+    x = _matrices(x, "pinv")
+    m, n = x.shape[-2], x.shape[-1]
+    if m == 0 or n == 0:
+        return _c.zeros(x.shape[:-2] + (n, m), dtype=x.dtype, device=x.device, client=x._client)
+    u, s, vh = svd(x, full_matrices=False)
+    cutoff = _c.multiply(_c.max(s, axis=-1, keepdims=True), _rtol(x, rtol))
+    big = _c.greater(s, cutoff)
+    one = _like(s, 1, np.dtype(x.dtype))
+    zero = _like(s, 0, np.dtype(x.dtype))
+    sinv = _c.where(big, _c.divide(one, _c.where(big, s, one)), zero)
+    # pinv = Vh^T diag(1/S) U^T
+    vs = _c.multiply(matrix_transpose(vh), _c.expand_dims(sinv, axis=-2))
+    return _c.matmul(vs, matrix_transpose(u))

@@ -17,6 +17,7 @@ namespace detail {
 
 struct PendingNode {
   std::string op;
+  std::string domain;  // "" (ONNX) or e.g. "tensord" (op_type "tensord.Cholesky")
   AttributeMap attrs;
   std::vector<std::shared_ptr<ArrayImpl>> inputs;  // null: omitted optional input
   std::vector<std::weak_ptr<ArrayImpl>> outputs;
@@ -154,6 +155,7 @@ Status flush_locked(const std::shared_ptr<ArrayImpl>& target) {
   for (PendingNode* n : order) {
     Node node;
     node.op = n->op;
+    node.domain = n->domain;
     node.attrs = n->attrs;
     for (const auto& in : n->inputs) node.inputs.push_back(name_of(in));
     for (size_t k = 0; k < n->outputs.size(); ++k) {
@@ -440,8 +442,12 @@ std::vector<Array> Array::op(const std::string& op_type, const std::vector<Array
   if (device.empty()) device = ctx->client().default_device();
 
   // Inference now, so shapes are known without running and bad calls fail here.
+  // "domain.Op" names an op outside ONNX's default domain: "tensord.Cholesky" (the linalg ops of
+  // src/core/ops/linalg.cpp).
   Node node;
-  node.op = op_type;
+  const size_t dot = op_type.rfind('.');
+  node.op = dot == std::string::npos ? op_type : op_type.substr(dot + 1);
+  if (dot != std::string::npos) node.domain = op_type.substr(0, dot);
   node.attrs = std::move(attrs);
   std::vector<TensorType> types;
   std::vector<TensorView> value_storage(inputs.size());
@@ -463,7 +469,8 @@ std::vector<Array> Array::op(const std::string& op_type, const std::vector<Array
   if (!s.ok()) return fail(ctx, s);
 
   auto pending = std::make_shared<PendingNode>();
-  pending->op = op_type;
+  pending->op = node.op;
+  pending->domain = node.domain;
   pending->attrs = std::move(node.attrs);
   pending->device = device;
   for (const Array& a : inputs) pending->inputs.push_back(a.impl_);

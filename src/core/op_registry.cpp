@@ -51,6 +51,7 @@ const OpRegistry& OpRegistry::global() {
     register_control_ops(*r);
     register_loss_ops(*r);
     register_opset18_ops(*r);
+    register_linalg_ops(*r);
     return r;
   }();
   return *registry;
@@ -76,10 +77,19 @@ std::vector<std::string> OpRegistry::op_names() const {
 
 Status infer_node(const OpRegistry& registry, InferenceContext& ctx) {
   const Node& node = ctx.node();
-  if (!node.domain.empty() && node.domain != "ai.onnx")
+  // ONNX's ops are registered by name; tensord's own ("tensord" domain: the linalg ops of
+  // src/core/ops/linalg.cpp) as "tensord.<op>".
+  const std::string domain = node.domain == "ai.onnx" ? "" : node.domain;
+  if (!domain.empty() && domain != "tensord")
     return ctx.unimplemented("op domain '{}' is not supported", node.domain);
-  const OpSchema* schema = registry.find(node.op);
-  if (!schema) return ctx.unimplemented("unknown op '{}'", node.op);
+  const OpSchema* schema = registry.find(domain.empty() ? node.op : domain + "." + node.op);
+  if (!schema) {
+    if (registry.find(domain.empty() ? "tensord." + node.op : node.op))
+      return ctx.unimplemented("op '{}' is in domain '{}', not '{}'", node.op,
+                               domain.empty() ? "tensord" : "ai.onnx",
+                               domain.empty() ? "ai.onnx" : domain);
+    return ctx.unimplemented("unknown op '{}'", node.op);
+  }
   const int n_in = static_cast<int>(node.inputs.size());
   if (n_in < schema->min_inputs || (schema->max_inputs >= 0 && n_in > schema->max_inputs)) {
     if (schema->max_inputs < 0)

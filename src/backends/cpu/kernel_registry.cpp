@@ -2,6 +2,9 @@
 
 namespace tensord::cpu {
 
+void register_linalg_kernels(KernelRegistry& r);  // kernels/linalg.cpp (LAPACKE)
+
+
 Result<MutableTensorView> KernelContext::output(int i) {
   if (i < 0 || i >= num_outputs()) return error("output {} does not exist", i);
   if (allocated_[static_cast<size_t>(i)]) return outputs_[static_cast<size_t>(i)];
@@ -42,6 +45,7 @@ const KernelRegistry& KernelRegistry::global() {
     register_reference_control_kernels(*r);
     register_reference_loss_kernels(*r);
     register_reference_opset18_kernels(*r);
+    register_linalg_kernels(*r);  // LAPACKE
     return r;
   }();
   return *registry;

@@ -19,5 +19,7 @@ void register_loss_ops(OpRegistry& r);         // NegativeLogLikelihoodLoss, Sof
                                                // MeanVarianceNormalization
 void register_opset18_ops(OpRegistry& r);      // Gelu, GroupNormalization, Col2Im, CenterCropPad,
                                                // AffineGrid, DeformConv (opsets 18-20)
+void register_linalg_ops(OpRegistry& r);       // tensord domain: Cholesky, Eigh, QR, SVD, Solve,
+                                               // Inv, SLogDet (LAPACK on cpu)
 
 }  // namespace tensord
