@@ -784,7 +784,9 @@ def _is_scalar(v):
 def _operands(x, y, *, float_result=False):
     """Two operands as arrays of one dtype (NumPy 1.24 promotion: Python scalars and 0-d values
     adopt the array's dtype when they fit)."""
-    x, y = _interop.from_foreign(x), _interop.from_foreign(y)  # torch tensors: through DLPack
+    # torch tensors: through DLPack, into the other operand's client
+    cl = x._client if isinstance(x, ndarray) else y._client if isinstance(y, ndarray) else None
+    x, y = _interop.from_foreign(x, cl), _interop.from_foreign(y, cl)
     xa, ya = isinstance(x, ndarray), isinstance(y, ndarray)
     if not xa and not ya:
         x = asarray(x)

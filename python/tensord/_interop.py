@@ -144,7 +144,7 @@ def torch_function(cls, func, types, args=(), kwargs=None):
     return func(*to_torch(args), **to_torch(kwargs or {}))
 
 
-def from_foreign(x):
+def from_foreign(x, client=None):
     """A torch tensor (or another object with __dlpack__ that is not a NumPy array) as a tensord
     array, through DLPack; anything else unchanged."""
     if _is_td(x) or isinstance(x, (np.ndarray, np.generic, bool, int, float, complex)):
@@ -155,5 +155,5 @@ def from_foreign(x):
             x = x.contiguous()
         if type(x).__module__.startswith("torch") and x.requires_grad:
             x = x.detach()
-        return td.from_dlpack(x)
+        return td.from_dlpack(x, client=client)
     return x
