@@ -57,7 +57,11 @@ class SVDResult(NamedTuple):
 
 def _matrices(x, name, square=False):
     """x as a float32/float64 stack of matrices (integers become float64, float16 float32)."""
-    x = _c._to_float(_c.asarray(x))
+    x = _c.asarray(x)
+    if x.dtype.kind == "c":
+        raise InvalidArgument(f"{name}: complex matrices are not supported yet (tensord's LAPACK "
+                              f"kernels are real; inv, solve and svdvals take complex input)")
+    x = _c._to_float(x)
     if x.dtype not in (_c.float32, _c.float64):
         x = _c.astype(x, _c.float32)
     if x.ndim < 2:
@@ -206,8 +210,28 @@ def eigvalsh(x, /):
     return _td("Eigh", [x], {"compute_v": 0})
 
 
+def _embed(x):
+    """A complex stack X + iY as the real stack [[X, -Y], [Y, X]] (..., 2M, 2N): complex products
+    and inverses are real ones of these."""
+    re, im = _c._real_part(x), _c._imag_part(x)
+    top = _c.concat([re, _a.negative(im)], axis=-1)
+    bottom = _c.concat([im, re], axis=-1)
+    return _c.concat([top, bottom], axis=-2)
+
+
+def _is_complex(x):
+    return isinstance(x, _c.ndarray) and x.dtype.kind == "c"
+
+
 def inv(x, /):
-    """Inverses of square matrices; an error names a singular one."""
+    """Inverses of square matrices; an error names a singular one. Complex ones through the real
+    embedding [[X, -Y], [Y, X]] (its inverse is [[P, -Q], [Q, P]] with inv = P + iQ)."""
+    if _is_complex(x):
+        if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+            raise InvalidArgument(f"inv: needs square matrices (..., M, M), got shape {x.shape}")
+        n = x.shape[-1]
+        m = _td("Inv", [_embed(x)])
+        return _c._complex(m[..., :n, :n], m[..., n:, :n])
     x = _matrices(x, "inv", square=True)
     return _td("Inv", [x])
 
@@ -231,7 +255,15 @@ def slogdet(x, /):
 
 def solve(x1, x2, /):
     """x with x1 @ x = x2. x2 of shape (M,) is one vector for every matrix of x1; otherwise
-    x2 is (..., M, K) and the stack dims of x1 and x2 broadcast."""
+    x2 is (..., M, K) and the stack dims of x1 and x2 broadcast. Complex systems: inv(x1) @ x2
+    (through inv's real embedding)."""
+    if _is_complex(x1) or _is_complex(x2) or isinstance(x1, complex) or isinstance(x2, complex):
+        a, b = _c._operands(_c.asarray(x1), _c.asarray(x2))
+        if a.dtype.kind != "c":
+            a = _c.astype(a, b.dtype)
+        if b.dtype.kind != "c":
+            b = _c.astype(b, a.dtype)
+        return _c.matmul(inv(a), b)
     a, b = _c._operands(_c._to_float(_c.asarray(x1)), _c._to_float(_c.asarray(x2)))
     a = _matrices(a, "solve", square=True)
     b = b if b.dtype == a.dtype else _c.astype(b, a.dtype)
@@ -267,35 +299,58 @@ def svd(x, /, *, full_matrices=True):
 
 
 def svdvals(x, /):
-    """Singular values (descending), shape (..., K), K = min(M, N)."""
+    """Singular values (descending), shape (..., K), K = min(M, N). Complex ones through the real
+    embedding [[X, -Y], [Y, X]], whose singular values are each of X + iY's twice."""
+    if _is_complex(x):
+        if x.ndim < 2:
+            raise InvalidArgument(f"svdvals: needs a stack of matrices (..., M, N), got shape "
+                                  f"{x.shape}")
+        s = _td("SVD", [_embed(x)], {"compute_uv": 0})
+        return s[..., ::2]
     x = _matrices(x, "svdvals")
     return _td("SVD", [x], {"compute_uv": 0})
 
 
-def _rtol(x, rtol):
-    """rtol as an array broadcastable against the stack's singular values (..., 1)."""
+def _rtol(x, rtol, dt=None):
+    """rtol as an array (of the real dtype `dt`, default x's) broadcastable against the stack's
+    singular values (..., 1)."""
+    dt = np.dtype(dt or x.dtype)
     if rtol is None:
-        eps = float(np.finfo(np.dtype(x.dtype)).eps)
-        return _like(x, builtins.max(x.shape[-2], x.shape[-1]) * eps, np.dtype(x.dtype))
-    r = rtol if isinstance(rtol, _c.ndarray) else _like(x, np.asarray(rtol), np.dtype(x.dtype))
-    if r.dtype != x.dtype:
-        r = _c.astype(r, x.dtype)
+        eps = float(np.finfo(dt).eps)
+        return _like(x, builtins.max(x.shape[-2], x.shape[-1]) * eps, dt)
+    r = rtol if isinstance(rtol, _c.ndarray) else _like(x, np.asarray(rtol), dt)
+    if r.dtype != dt:
+        r = _c.astype(r, dt)
     return _c.expand_dims(r, axis=-1) if r.ndim else r
 
 
 def matrix_rank(x, /, *, rtol=None):
     """The number of singular values above rtol * the largest (rtol default max(M, N) * eps)."""
-    x = _matrices(x, "matrix_rank")
-    s = svdvals(x)
+    cx = _is_complex(x)
+    x = x if cx else _matrices(x, "matrix_rank")
+    s = svdvals(x)  # real, for complex stacks too
     if s.shape[-1] == 0:
         return _c.zeros(x.shape[:-2], dtype=int64, device=x.device, client=x._client)
-    tol = _c.multiply(_c.max(s, axis=-1, keepdims=True), _rtol(x, rtol))
+    tol = _c.multiply(_c.max(s, axis=-1, keepdims=True), _rtol(x, rtol, s.dtype))
     return _c.sum(_c.astype(_c.greater(s, tol), int64), axis=-1)
 
 
 def pinv(x, /, *, rtol=None):
     """Moore-Penrose pseudo-inverse from the SVD; singular values at or below rtol * the largest
-    count as zero (rtol default max(M, N) * eps)."""
+    count as zero (rtol default max(M, N) * eps). Complex stacks through the real embedding
+    [[X, -Y], [Y, X]], whose pseudo-inverse is the embedding of X + iY's."""
+    if _is_complex(x):
+        if x.ndim < 2:
+            raise InvalidArgument(f"pinv: needs a stack of matrices (..., M, N), got shape {x.shape}")
+        m, n = x.shape[-2], x.shape[-1]
+        part = _c._PART[x.dtype]
+        if m == 0 or n == 0:
+            return _c.zeros(x.shape[:-2] + (n, m), dtype=x.dtype, device=x.device,
+                            client=x._client)
+        if rtol is None:
+            rtol = builtins.max(m, n) * float(np.finfo(part).eps)
+        p = pinv(_embed(x), rtol=rtol)
+        return _c._complex(p[..., :n, :m], p[..., n:, :m])
     x = _matrices(x, "pinv")
     m, n = x.shape[-2], x.shape[-1]
     if m == 0 or n == 0:
