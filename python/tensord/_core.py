@@ -1033,6 +1033,10 @@ def expand_dims(x, axis=0):
     x = asarray(x)
     axes = axis if isinstance(axis, (tuple, list)) else [axis]
     n = x.ndim + len(axes)
+    for a in axes:  # the standard: IndexError for an axis outside [-ndim - 1, ndim]
+        if not -n <= operator.index(a) < n:
+            raise IndexError(f"expand_dims: axis {a} is out of range for an array of "
+                             f"{x.ndim} dims")
     axes = [_axis(a, n) for a in axes]
     return _op("Unsqueeze", [x, _ints(x, axes)])
 
