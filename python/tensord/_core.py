@@ -270,6 +270,8 @@ class ndarray:
     def eval(self):
         """Computes the value now (and raises its error, if any); returns self."""
         self._a.eval()
+        if self._im is not None:
+            self._im.eval()
         return self
 
     def to(self, device):
@@ -1383,6 +1385,10 @@ class Model:
             if len(values) != len(names):
                 raise InvalidArgument(f"model takes {len(names)} inputs ({names}), got "
                                       f"{len(values)}")
+        for n, v in zip(names, values):
+            if _is_complex(v) or "complex" in str(getattr(v, "dtype", "")):
+                raise InvalidArgument(f"model input {n!r} is complex ({v.dtype}); models take "
+                                      "real tensors (pass real() and imag() as two inputs)")
         arrays = [self._input(v, i) for i, v in enumerate(values)]
         outs = self._m.run([a._a for a in arrays], [str(d) for d in (devices or [])])
         return {n: _wrap(o, self._client) for n, o in zip(self.output_names, outs)}

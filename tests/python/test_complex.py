@@ -224,3 +224,15 @@ def test_refused_with_clear_errors(client):
         td.op("Relu", x)
     with pytest.raises(td.InvalidArgument, match="complex"):
         td.linalg.det(td.reshape(td.concat([x[:4]]), (2, 2)))
+
+
+def test_model_inputs_refuse_complex(client, tmp_path):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "id.onnx"
+    torch.onnx.export(torch.nn.ReLU(), torch.randn(2), str(path), input_names=["x"],
+                      output_names=["y"], opset_version=13)
+    m = td.load(path, client=client)
+    np.testing.assert_array_equal(m(np.array([-1.0, 2.0], np.float32)).numpy(), [0.0, 2.0])
+    for v in (a(client, [1j, 2], np.complex64), np.array([1j, 2], np.complex64)):
+        with pytest.raises(td.InvalidArgument, match="complex"):
+            m(v)
