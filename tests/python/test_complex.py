@@ -28,7 +28,8 @@ def test_dtypes_and_inspection():
     info = td.__array_namespace_info__()
     assert info.dtypes(kind="complex floating") == {"complex64": td.complex64,
                                                     "complex128": td.complex128}
-    assert "complex64" in info.dtypes() and info.default_dtypes()["complex floating"] == td.complex128
+    assert "complex64" in info.dtypes()
+    assert info.default_dtypes()["complex floating"] == td.complex128
     assert td.isdtype(td.complex64, "complex floating") and td.isdtype(td.complex128, "numeric")
     assert not td.isdtype(td.complex64, "real floating")
     assert td.result_type(td.float32, td.complex64) == td.complex64
