@@ -213,9 +213,9 @@ def negative(x, /):
 def pow(x1, x2, /):  # noqa: A001
     x1, x2 = _operands(x1, x2)
     d = x1.dtype
-    if d.kind == "u":  # ONNX Pow on unsigned ints: through int64/uint64 (wraps like C)
-        w = uint64 if d == uint64 else int64
-        return astype(_op("Pow", [astype(x1, w), astype(x2, w)]), d)
+    if d.kind == "u" or d in (int8, int16):  # no Pow kernel: through int64 (wraps like C)
+        # (no uint64 Pow kernel: int64 for uint64 too, the same bits modulo 2^64)
+        return astype(_op("Pow", [astype(x1, int64), astype(x2, int64)]), d)
     if d == bool_:
         raise InvalidArgument("pow: not defined for bool")
     return _op("Pow", [x1, x2])

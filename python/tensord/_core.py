@@ -321,6 +321,8 @@ class ndarray:
     def eval(self):
         """Computes the value now (and raises its error, if any); returns self."""
         self._a.eval()
+        if self._im is not None:
+            self._im.eval()
         return self
 
     def to(self, device):
@@ -1106,6 +1108,10 @@ def expand_dims(x, axis=0):
     x = asarray(x)
     axes = axis if isinstance(axis, (tuple, list)) else [axis]
     n = x.ndim + len(axes)
+    for a in axes:  # the standard: IndexError for an axis outside [-ndim - 1, ndim]
+        if not -n <= operator.index(a) < n:
+            raise IndexError(f"expand_dims: axis {a} is out of range for an array of "
+                             f"{x.ndim} dims")
     axes = [_axis(a, n) for a in axes]
     return _op("Unsqueeze", [x, _ints(x, axes)])
 
@@ -1452,6 +1458,10 @@ class Model:
             if len(values) != len(names):
                 raise InvalidArgument(f"model takes {len(names)} inputs ({names}), got "
                                       f"{len(values)}")
+        for n, v in zip(names, values):
+            if _is_complex(v) or "complex" in str(getattr(v, "dtype", "")):
+                raise InvalidArgument(f"model input {n!r} is complex ({v.dtype}); models take "
+                                      "real tensors (pass real() and imag() as two inputs)")
         arrays = [self._input(v, i) for i, v in enumerate(values)]
         outs = self._m.run([a._a for a in arrays], [str(d) for d in (devices or [])])
         return {n: _wrap(o, self._client) for n, o in zip(self.output_names, outs)}

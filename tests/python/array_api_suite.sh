@@ -16,7 +16,8 @@ if [ ! -x "$SUITE/run.sh" ]; then
   exit 77
 fi
 RESULTS=$(mktemp -d /tmp/tensord-array-api.XXXXXX); trap 'rm -rf "$RESULTS"' EXIT
-RESULTS=$RESULTS ARRAY_API_TESTS_SKIP_DTYPES=${ARRAY_API_TESTS_SKIP_DTYPES-} MAX_EXAMPLES=${MAX_EXAMPLES:-20} TENSORD_PYTHON=$PYDIR "$SUITE/run.sh" || true
+RESULTS=$RESULTS ARRAY_API_TESTS_SKIP_DTYPES=${ARRAY_API_TESTS_SKIP_DTYPES-} \
+  MAX_EXAMPLES=${MAX_EXAMPLES:-20} TENSORD_PYTHON=$PYDIR "$SUITE/run.sh" || true
 /usr/bin/python3 - "$RESULTS/tensord" "$HERE/array_api_expected.txt" <<'PY'
 import collections, json, os, sys
 out, expected_file = sys.argv[1], sys.argv[2]

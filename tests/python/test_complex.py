@@ -28,7 +28,8 @@ def test_dtypes_and_inspection():
     info = td.__array_namespace_info__()
     assert info.dtypes(kind="complex floating") == {"complex64": td.complex64,
                                                     "complex128": td.complex128}
-    assert "complex64" in info.dtypes() and info.default_dtypes()["complex floating"] == td.complex128
+    assert "complex64" in info.dtypes()
+    assert info.default_dtypes()["complex floating"] == td.complex128
     assert td.isdtype(td.complex64, "complex floating") and td.isdtype(td.complex128, "numeric")
     assert not td.isdtype(td.complex64, "real floating")
     assert td.result_type(td.float32, td.complex64) == td.complex64
@@ -224,3 +225,15 @@ def test_refused_with_clear_errors(client):
         td.op("Relu", x)
     with pytest.raises(td.InvalidArgument, match="complex"):
         td.linalg.det(td.reshape(td.concat([x[:4]]), (2, 2)))
+
+
+def test_model_inputs_refuse_complex(client, tmp_path):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "id.onnx"
+    torch.onnx.export(torch.nn.ReLU(), torch.randn(2), str(path), input_names=["x"],
+                      output_names=["y"], opset_version=13)
+    m = td.load(path, client=client)
+    np.testing.assert_array_equal(m(np.array([-1.0, 2.0], np.float32)).numpy(), [0.0, 2.0])
+    for v in (a(client, [1j, 2], np.complex64), np.array([1j, 2], np.complex64)):
+        with pytest.raises(td.InvalidArgument, match="complex"):
+            m(v)
