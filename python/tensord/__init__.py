@@ -27,6 +27,7 @@ del _PATCHED
 bool = bool_  # noqa: A001 - the array API's name for the boolean dtype
 from . import nn  # noqa: F401
 from . import linalg  # noqa: F401
+from . import fft  # noqa: F401
 
 __version__ = _tensord.__version__
 
