@@ -34,3 +34,6 @@ __version__ = _tensord.__version__
 for _name in ("builtins", "math", "operator", "os", "np"):  # _core's imports, not API
     globals().pop(_name, None)
 del _name
+from . import _docs  # noqa: E402
+_docs.attach(globals(), linalg, fft, nn)  # docstrings of the functions defined without one
+del _docs
