@@ -363,6 +363,28 @@ TEST(VecMath, ErfMatchesLibm) {
   EXPECT_TRUE(std::isnan(cpu::vec::erf(NAN)));
 }
 
+// The element-wise programs' exp: within 2 ulp of libm's over its range, and libm's limits
+// beyond it (it used to clamp: exp(-175) was 1.2e-38, FLT_MIN, and exp(100) 3.4e38).
+TEST(VecMath, ExpMatchesLibmAndItsLimits) {
+  double worst = 0;
+  for (double xd = -87; xd <= 88; xd += 1e-3) {
+    const float x = static_cast<float>(xd);
+    const double r = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(cpu::vec::exp(x) - r) / r);
+  }
+  EXPECT_LT(worst, 3e-7);
+  EXPECT_EQ(cpu::vec::exp(-175.0f), 0.0f);
+  EXPECT_EQ(cpu::vec::exp(-INFINITY), 0.0f);
+  EXPECT_EQ(cpu::vec::exp(100.0f), INFINITY);
+  EXPECT_EQ(cpu::vec::exp(INFINITY), INFINITY);
+  EXPECT_EQ(cpu::vec::exp(0.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(cpu::vec::exp(NAN)));
+  EXPECT_EQ(cpu::vec::sigmoid(-200.0f), 0.0f);
+  EXPECT_EQ(cpu::vec::sigmoid(200.0f), 1.0f);
+  EXPECT_EQ(cpu::vec::tanh(100.0f), 1.0f);
+  EXPECT_EQ(cpu::vec::tanh(-100.0f), -1.0f);
+}
+
 // Transpose's strided copy (merged dims, block copies, 16x16 tiles) against a naive loop, on
 // sizes that are not multiples of the tile and permutations of each kind.
 TEST(StridedCopy, TransposeMatchesNaive) {

@@ -1,7 +1,8 @@
 // Branch-free float32 exp, sigmoid and tanh that compilers vectorise (libm's are scalar
 // calls). exp: Cody-Waite range reduction and a degree-6 polynomial, within 2 ulp over
-// [-87, 88]; inputs beyond are clamped (exp saturates to 0 / 3.4e38 there anyway). NaN in,
-// NaN out. Used by the fast kernels; the reference kernels keep libm in double.
+// [-87.3, 88.3]; below that it is 0 (the true value is 0 below -103.9 and a subnormal under
+// 1.2e-38 between), above +inf, as libm's. NaN in, NaN out. Used by the fast kernels; the
+// reference kernels keep libm in double.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +13,9 @@ namespace tensord::cpu::vec {
 inline float exp(float x) {
   const float hi = 88.3762626647949f, lo = -87.3365447504f;
   const bool nan = x != x;
-  x = x > hi ? hi : x;
-  x = x < lo ? lo : x;
+  const bool over = x > hi, under = x < lo;
+  x = over ? hi : x;
+  x = under ? lo : x;
   // x = n ln2 + r, |r| <= ln2 / 2
   // Round to nearest by adding and removing 1.5 * 2^23 (no libm call, so it vectorises).
   const float shifter = 12582912.0f;
@@ -33,7 +35,8 @@ inline float exp(float x) {
   float scale;
   std::memcpy(&scale, &e, sizeof scale);
   const float y = p * scale;
-  return nan ? x : y;
+  // (Clamped inputs gave 3.4e38 and 1.2e-38, FLT_MIN: exp(-175) was 1.2e-38, not 0.)
+  return nan ? x : over ? __builtin_inff() : under ? 0.0f : y;
 }
 
 inline float sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
