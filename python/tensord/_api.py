@@ -1200,10 +1200,15 @@ def _c_atan(x): return _complex(*_times_minus_i(_catanh, *_one(x)))
 
 
 # -- reductions and products
+def _reduction_dtype(x, dtype):
+    """The accumulation dtype of sum/prod: `dtype`, else x's (the standard's for real x)."""
+    return _np_dtype(dtype) if dtype is not None else (x.dtype if x._im is not None
+                                                         else _cdtype(x))
+
+
 def _c_sum(x, axis=None, dtype=None, keepdims=False):
     x = _arr(x)
-    dt = _np_dtype(dtype) if dtype is not None else (x.dtype if x._im is not None
-                                                       else _cdtype(x))
+    dt = _reduction_dtype(x, dtype)
     if dt.kind != "c":
         return _r("sum")(astype(x, dt), axis=axis, keepdims=keepdims)
     x = astype(x, dt)
@@ -1222,8 +1227,7 @@ def _c_mean(x, axis=None, keepdims=False):
 def _c_prod(x, axis=None, dtype=None, keepdims=False):
     """By polar form: the product of the moduli, the sum of the angles."""
     x = _arr(x)
-    dt = _np_dtype(dtype) if dtype is not None else (x.dtype if x._im is not None
-                                                       else _cdtype(x))
+    dt = _reduction_dtype(x, dtype)
     if dt.kind != "c":
         return _r("prod")(astype(x, dt), axis=axis, keepdims=keepdims)
     x = astype(x, dt)

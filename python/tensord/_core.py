@@ -801,8 +801,6 @@ def _operands(x, y, *, float_result=False):
             other = y if xa else x
             dt = _promote_bf16(bfloat16, other.dtype if isinstance(other, (np.ndarray, np.generic))
                                else type(other))
-        if float_result and dt is bfloat16:
-            pass  # already floating
         return _cast_operand(x, dt, ref), _cast_operand(y, dt, ref)
     if xa and ya:
         dt = np.result_type(x.dtype, y.dtype)

@@ -226,10 +226,4 @@ def fftshift(x, /, *, axes=None):
 
 
 def ifftshift(x, /, *, axes=None):
-    x = _c.asarray(x)
-    if axes is None:
-        axes = tuple(range(x.ndim))
-    elif isinstance(axes, int):
-        axes = (axes,)
-    shifts = tuple(-(x.shape[a] // 2) for a in axes)
-    return _a.roll(x, shifts, axis=tuple(axes))
+    return _shift(x, axes, -1)
