@@ -364,19 +364,6 @@ int run_main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // A broker shares its cores between compute and gRPC I/O threads. OpenMP's default lets
-  // idle compute threads busy-wait ~300k spins after each kernel, which starved the I/O threads
-  // on 2 cores (runs 20-70x slower); never spinning (passive) costs a wake-up per kernel (~15%
-  // on MobileNetV2). A short spin (20k, some microseconds) bridges the gaps between a model's
-  // kernels and then sleeps: MobileNetV2 through the broker at ~1.04x the embedded engine.
-  // OpenMP reads these only at process start, so `serve` re-executes itself once with them
-  // unless the user set either.
-  if (argc > 1 && std::string(argv[1]) == "serve" && !std::getenv("OMP_WAIT_POLICY") &&
-      !std::getenv("GOMP_SPINCOUNT")) {
-    setenv("OMP_WAIT_POLICY", "active", 1);
-    setenv("GOMP_SPINCOUNT", "20000", 1);
-    execv("/proc/self/exe", argv);  // returns only on failure: then serve as we are
-  }
   // No exception escapes: anything thrown below (allocation failure, a library's surprise) is
   // reported as a failure with its message.
   try {

@@ -1,7 +1,6 @@
 // The cpu graph compiler (src/backends/cpu/onednn_region.cpp): which nodes become oneDNN
 // regions, and that every fusion gives the reference kernels' results (fusion off).
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cctype>
 #include <cmath>
@@ -16,6 +15,7 @@
 #include "engine/executor.h"
 #include "tensord/client.h"
 #include "tensord/graph.h"
+#include "backends/cpu/thread_pool.h"
 
 namespace tensord {
 namespace {
@@ -897,7 +897,7 @@ TEST(GraphCompiler, SmallProductsMeasureOneThreadAgainstTheTeam) {
                                    {DType::kFloat32, {1, 4, 64, 64}}};
   auto plan = describe_compiled(b.g, types, CompileOptions{true});
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
-  if (omp_get_max_threads() > 1) {
+  if (tensord::cpu::threads_available() > 1) {
     EXPECT_EQ(count(*plan, "threads measured at run time"), 1) << *plan;
   }
   auto client = make_local_client({});
@@ -974,12 +974,13 @@ int threads_of_this_process() {
   return n;
 }
 
-// Compiling a region reorders its weights on the compiling thread alone: a parallel reorder
-// there would leave a second OpenMP team (worker threads) beside the one of the thread that
-// runs the region, and with more OpenMP threads than cores libgomp stops spinning at barriers
-// and sleeps in the kernel at every parallel primitive.
+// Compiling a region (its weights are reordered in parallel) on a fresh thread, as a client's
+// thread compiling, starts no thread: the compiling thread is thread 0 of regions on the
+// engine's pool, which already runs (an OpenMP team of its own per calling thread was what
+// libgomp gave, and with more threads than cores every barrier slept in the kernel).
 TEST(GraphCompiler, CompilingARegionStartsNoOpenMpTeam) {
   if (!std::filesystem::exists("/proc/self/task")) GTEST_SKIP() << "no /proc/self/task here";
+  tensord::cpu::ThreadPool::get();  // started by the first cpu work of the process
   G b = large_conv_small_tail();
   std::vector<TensorType> types = {{DType::kFloat32, {1, 64, 56, 56}}};
   int before = 0, after = 0;
@@ -994,6 +995,67 @@ TEST(GraphCompiler, CompilingARegionStartsNoOpenMpTeam) {
   t.join();
   EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
   EXPECT_EQ(after, before) << "compiling started " << after - before << " threads\n" << plan;
+}
+
+TEST(GraphCompiler, OneDnnRunsOnTheEnginesThreadPool) {
+  if (cpu::ThreadPool::team_size() < 2) GTEST_SKIP() << "one thread: oneDNN forks no region";
+  EXPECT_TRUE(cpu::openmp_bound_to_pool())
+      << "oneDNN's GOMP_parallel went to another OpenMP runtime (libgomp): tensord's must be "
+         "found first by the dynamic linker";
+  const uint64_t before = cpu::openmp_regions_seen();
+  G b = large_conv_small_tail();
+  check(b.g, {random({1, 64, 56, 56}, 41)});
+  EXPECT_GT(cpu::openmp_regions_seen(), before) << "the region's primitives forked nothing";
+}
+
+// The gate: the number of threads in the process stays at the pool's size across
+// compile, run and many sessions, each on a thread of its own (as a broker's gRPC threads or an
+// embedded program's threads): no caller starts a team.
+TEST(GraphCompiler, CompilesAndRunsOnManyThreadsStartNoThreads) {
+  if (!std::filesystem::exists("/proc/self/task")) GTEST_SKIP() << "no /proc/self/task here";
+  cpu::ThreadPool::get();
+  auto client = make_local_client({});
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  G b = large_conv_small_tail();
+  // Warm up: the engine's device threads exist from here on.
+  {
+    auto model = (*client)->load(b.g, "cpu:0");
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+  }
+  const int before = threads_of_this_process();
+  std::atomic<int> peak{0}, failures{0};
+  constexpr int kThreads = 4;
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&, t] {
+      for (int s = 0; s < 3; ++s) {
+        G g = large_conv_small_tail();
+        auto model = (*client)->load(g.g, "cpu:0");
+        if (!model.ok()) {
+          failures.fetch_add(1);
+          return;
+        }
+        const HostTensor in = random({1, 64, 56, 56}, static_cast<uint32_t>(100 + t * 10 + s));
+        auto h = (*client)->upload(in.view(), "cpu:0");
+        if (!h.ok()) {
+          failures.fetch_add(1);
+          return;
+        }
+        auto out = (*client)->run(*model, {*h});
+        if (!out.ok() || !(*client)->read((*out)[0]).ok()) failures.fetch_add(1);
+        int now = threads_of_this_process(), p = peak.load();
+        while (now > p && !peak.compare_exchange_weak(p, now)) {
+        }
+      }
+    });
+  }
+  for (auto& th : ts) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_LE(peak.load(), before + kThreads)
+      << "the callers' own threads and no more: " << cpu::ThreadPool::get().stats().workers
+      << " pool workers";
+  EXPECT_EQ(threads_of_this_process(), before);
+  EXPECT_EQ(cpu::ThreadPool::get().stats().workers, cpu::ThreadPool::team_size() - 1);
 }
 
 TEST(GraphCompiler, SerialWorkLimitFromTheEnvironment) {

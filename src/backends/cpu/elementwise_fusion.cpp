@@ -1,6 +1,5 @@
 #include "backends/cpu/elementwise_fusion.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +11,7 @@
 #include "backends/cpu/vec_math.h"
 #include "core/errors.h"
 #include "core/node_attrs.h"
+#include "backends/cpu/thread_pool.h"
 
 namespace tensord::cpu {
 namespace {
@@ -166,9 +166,10 @@ class ElementwiseProgram final : public FusedKernel {
     std::vector<float*> out(outputs.size());
     for (size_t i = 0; i < outputs.size(); ++i) out[i] = outputs[i].as<float>();
     const int64_t blocks = (numel + kBlock - 1) / kBlock;
-    if (numel >= kParallelMin && compute_threads() > 1) {
-#pragma omp parallel for num_threads(compute_threads()) schedule(static)
-      for (int64_t b = 0; b < blocks; ++b) run_block(b, in, out);
+    if (numel >= kParallelMin && threads_available() > 1) {
+      ThreadPool::get().parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) run_block(b, in, out);
+      });
     } else {
       for (int64_t b = 0; b < blocks; ++b) run_block(b, in, out);
     }

@@ -13,9 +13,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include <omp.h>
 
 #include "backends/cpu/onednn_common.h"
+#include "backends/cpu/thread_pool.h"
 #include "core/env.h"
 #include "core/errors.h"
 #include "core/graph_utils.h"
@@ -642,11 +642,9 @@ class LinearKernel final : public FusedKernel {
   }
   // The serial primitive runs inline on this thread (as a region's serial ops).
   void run(bool serial, const std::unordered_map<int, memory>& args) {
-    const int team = omp_get_max_threads();
-    if (serial) omp_set_num_threads(1);
+    TeamLimit limit(serial ? 1 : 0);
     (serial ? serial_prim_ : prim_).execute(cpu_stream(), args);
     cpu_stream().wait();
-    if (serial) omp_set_num_threads(team);
   }
   std::string describe() const override {
     const int c = choice_.load(std::memory_order_acquire);
@@ -675,24 +673,21 @@ class LinearKernel final : public FusedKernel {
 // serial_work_limit() one thread, as in regions; up to kMeasuredWork both primitives are kept
 // and the first runs measure which is faster here (an OpenMP fork and join can cost more than
 // splitting a small product saves, the more so on busy cores); above, the team. Measured on
-// the running thread, not here: a parallel run on a compiling thread would leave a second
-// OpenMP team behind (GraphCompiler.CompilingARegionStartsNoOpenMpTeam).
+// the running thread, where the runs happen.
 constexpr double kMeasuredWork = 4e6;
 
 void choose_threads(LinearKernel& k, const dnnl::matmul::desc& desc,
                     const dnnl::primitive_attr& attr, const dnnl::matmul::primitive_desc& pd,
                     double macs) {
-  const int team = omp_get_max_threads();
-  if (team <= 1 || macs >= kMeasuredWork) return;
-  omp_set_num_threads(1);
+  if (threads_available() <= 1 || macs >= kMeasuredWork) return;
   try {
+    TeamLimit one(1);
     dnnl::matmul::primitive_desc pd1(desc, attr, cpu_engine());
     if (pd1.weights_desc() == pd.weights_desc() && pd1.src_desc() == pd.src_desc() &&
         pd1.dst_desc() == pd.dst_desc())
       k.serial_prim_ = dnnl::matmul(pd1);
   } catch (const dnnl::error&) {
   }
-  omp_set_num_threads(team);
   if (!k.serial_prim_) return;
   if (macs < serial_work_limit()) {
     k.prim_ = k.serial_prim_;
@@ -705,7 +700,6 @@ void choose_threads(LinearKernel& k, const dnnl::matmul::desc& desc,
 
 Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const LinearPlan& p,
                                                     const FusedGroup& r) {
-  cpu_stream();  // first: it sets this thread's thread count (see RegionCompiler::compile)
   if (r.outputs.size() != 1 || r.outputs[0] != p.result)
     return errors::Unimplemented("Linear layer '{}': its result is not its only output",
                                  g.nodes[p.members[0]]->name);
@@ -1152,13 +1146,11 @@ class DnnlRegion final : public FusedKernel {
     }
     try {
       dnnl::stream& stream = cpu_stream();
-      // A serial op runs inline on this thread: no OpenMP fork and join, which on 2 busy
+      // A serial op runs inline on this thread: no fork and join on the pool, which on 2 busy
       // cores costs more than splitting a small primitive saves.
-      const int team = omp_get_max_threads();
       for (Op& op : ops_) {
-        if (op.serial) omp_set_num_threads(1);
+        TeamLimit limit(op.serial ? 1 : 0);
         op.prim.execute(stream, op.args);
-        if (op.serial) omp_set_num_threads(team);
       }
       stream.wait();
     } catch (const dnnl::error& e) {
@@ -1251,9 +1243,6 @@ class RegionCompiler {
   RegionCompiler(const FusionGraph& g, const FusedGroup& r) : g_(g), r_(r) {}
 
   Result<std::unique_ptr<FusedKernel>> compile() {
-    // First: a stream's first use on a thread sets the thread count (TENSORD_NUM_THREADS),
-    // and a primitive keeps the count it was created with (else OpenMP's default, every core).
-    cpu_stream();
     out_ = std::make_unique<DnnlRegion>();
     out_->nodes_ = static_cast<int>(r_.members.size());
     // Uses of each value inside the region (member positions), for fusion decisions.
@@ -1336,16 +1325,10 @@ class RegionCompiler {
   int add_weights(const memory::desc& plain_md, const void* data, const memory::desc& want) {
     memory src(plain_md, cpu_engine(), const_cast<void*>(data));
     memory dst(want, cpu_engine());
-    // On this (compiling) thread alone: a parallel reorder here would start a second OpenMP
-    // team beside the one of the thread that runs the region. With more OpenMP threads than
-    // cores, libgomp spins only ~100 rounds at each barrier and then sleeps in the kernel, so
-    // every parallel primitive of every run would pay futex wake-ups.
-    dnnl::stream& stream = cpu_stream();  // first: its first call sets the thread count
-    const int team = omp_get_max_threads();
-    omp_set_num_threads(1);
+    // On the pool like any run: the compiling thread is thread 0 of the reorder's region.
+    dnnl::stream& stream = cpu_stream();
     dnnl::reorder(src, dst).execute(stream, src, dst);
     stream.wait();
-    omp_set_num_threads(team);
     const int s = add_slot(want, SlotKind::kOwned, -1);
     out_->slots_[static_cast<size_t>(s)].mem = dst;
     out_->weight_bytes_ += static_cast<int64_t>(want.get_size());
@@ -2213,24 +2196,20 @@ class RegionCompiler {
   }
 
   // Primitives created while a SerialScope(serial = true) lives get one thread (oneDNN fixes a
-  // primitive's thread count when it is created, from OpenMP's max threads) and are marked
+  // primitive's thread count when it is created, from omp_get_max_threads(): TeamLimit) and are marked
   // serial, so run_host runs them with one thread too.
   class SerialScope {
    public:
-    SerialScope(RegionCompiler& c, bool serial) : c_(c), team_(omp_get_max_threads()) {
+    SerialScope(RegionCompiler& c, bool serial) : c_(c), limit_(serial ? 1 : 0) {
       c_.serial_ = serial;
-      if (serial) omp_set_num_threads(1);
     }
-    ~SerialScope() {
-      if (c_.serial_) omp_set_num_threads(team_);
-      c_.serial_ = false;
-    }
+    ~SerialScope() { c_.serial_ = false; }
     SerialScope(const SerialScope&) = delete;
     SerialScope& operator=(const SerialScope&) = delete;
 
    private:
     RegionCompiler& c_;
-    int team_;
+    TeamLimit limit_;
   };
 
   // A node's work: multiply-adds for a convolution or an inner product, else the elements it

@@ -5,7 +5,6 @@
 // threads when there are enough of them. What they do not cover (other dtypes, a Softmax axis
 // with trailing dims, LayerNormalization's Mean/InvStdDev outputs, scales that do not cover
 // the normalised shape) goes to the reference kernels (`accepts` says why).
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -18,6 +17,7 @@
 #include "backends/cpu/onednn_common.h"
 #include "backends/cpu/vec_math.h"
 #include "core/node_attrs.h"
+#include "backends/cpu/thread_pool.h"
 
 namespace tensord::cpu {
 namespace {
@@ -149,9 +149,10 @@ Status layer_norm_run(KernelContext& ctx) {
     scale_shift(xr, inner, mean_hi, static_cast<float>(mean - mean_hi), static_cast<float>(inv),
                 scale, bias, y + r * inner);
   };
-  if (outer > 1 && outer * inner >= kParallelMin && compute_threads() > 1) {
-#pragma omp parallel for num_threads(compute_threads()) schedule(static)
-    for (int64_t r = 0; r < outer; ++r) row(r);
+  if (outer > 1 && outer * inner >= kParallelMin && threads_available() > 1) {
+    ThreadPool::get().parallel_for(outer, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) row(r);
+    });
   } else {
     for (int64_t r = 0; r < outer; ++r) row(r);
   }
@@ -218,9 +219,10 @@ Status softmax_run(KernelContext& ctx, bool log) {
   TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
   const float* x = xv.as<float>();
   float* y = out.as<float>();
-  if (rows > 1 && xv.numel() >= kParallelMin && compute_threads() > 1) {
-#pragma omp parallel for num_threads(compute_threads()) schedule(static)
-    for (int64_t r = 0; r < rows; ++r) softmax_row(x + r * n, n, log, y + r * n);
+  if (rows > 1 && xv.numel() >= kParallelMin && threads_available() > 1) {
+    ThreadPool::get().parallel_for(rows, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) softmax_row(x + r * n, n, log, y + r * n);
+    });
   } else {
     for (int64_t r = 0; r < rows; ++r) softmax_row(x + r * n, n, log, y + r * n);
   }

@@ -9,7 +9,6 @@
 // op_roi_align.py and op_non_max_suppression.py. MaxRoiPool follows onnxruntime (Caffe's
 // ROIPooling). Arithmetic is in double. One fast kernel sits beside them, ahead in Resize's
 // list: float32 linear/cubic of the last two axes on the same taps (resize_fast_run).
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -24,6 +23,7 @@
 #include "backends/cpu/kernel.h"
 #include "backends/cpu/onednn_common.h"
 #include "core/node_attrs.h"
+#include "backends/cpu/thread_pool.h"
 
 namespace tensord::cpu {
 namespace {
@@ -459,13 +459,11 @@ Status resize_fast_run(KernelContext& ctx) {
       }
     }
   };
-  if (planes > 1 && compute_threads() > 1 && out.numel() >= (1 << 15)) {
-#pragma omp parallel num_threads(compute_threads())
-    {
+  if (planes > 1 && threads_available() > 1 && out.numel() >= (1 << 15)) {
+    ThreadPool::get().parallel_for(planes, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> tmp;
-#pragma omp for schedule(static)
-      for (int64_t pl = 0; pl < planes; ++pl) plane(pl, tmp);
-    }
+      for (int64_t pl = begin; pl < end; ++pl) plane(pl, tmp);
+    });
   } else {
     std::vector<float> tmp;
     for (int64_t pl = 0; pl < planes; ++pl) plane(pl, tmp);

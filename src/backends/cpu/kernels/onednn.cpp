@@ -6,7 +6,6 @@
 // cheap. `accepts` refuses what these kernels do not cover, so the reference kernel takes it.
 // Shapes known only at run time that turn out unsupported, and problems oneDNN itself rejects,
 // are handed to the op's reference kernel (last in its list) from inside the run function.
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -21,6 +20,7 @@
 
 #include "backends/cpu/kernel.h"
 #include "backends/cpu/onednn_common.h"
+#include "backends/cpu/thread_pool.h"
 #include "core/env.h"
 #include "core/ops/op_helpers.h"
 
@@ -73,26 +73,15 @@ void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& ar
   cpu_stream().wait();
 }
 
-// One OpenMP thread on this thread while alive when `serial` (a product with less work than
+// One thread (the calling one) while alive when `serial` (a product with less work than
 // serial_work_limit()). oneDNN fixes a primitive's thread count when it is created, so the
-// scope covers creating the primitive and running it. The stream is made first: its first use
-// on a thread sets the thread count.
+// scope covers creating the primitive and running it.
 class SerialScope {
  public:
-  explicit SerialScope(double work) : serial_(work < serial_work_limit()) {
-    cpu_stream();
-    team_ = omp_get_max_threads();
-    if (serial_) omp_set_num_threads(1);
-  }
-  ~SerialScope() {
-    if (serial_) omp_set_num_threads(team_);
-  }
-  SerialScope(const SerialScope&) = delete;
-  SerialScope& operator=(const SerialScope&) = delete;
+  explicit SerialScope(double work) : limit_(work < serial_work_limit() ? 1 : 0) {}
 
  private:
-  bool serial_;
-  int team_ = 1;
+  TeamLimit limit_;
 };
 
 // ---- MatMul ----
@@ -487,22 +476,36 @@ std::string onednn_version() {
          std::to_string(v->patch);
 }
 
-int compute_threads() {
-  static const int n = [] {
-    // An invalid value never gets here: the cpu backend's check_settings() refuses it.
-    if (auto v = parse_count_env("TENSORD_NUM_THREADS", 1, 1024); v.ok() && *v > 0) return *v;
-    const unsigned hw = std::thread::hardware_concurrency();
-    return hw > 0 ? static_cast<int>(hw) : 1;
-  }();
-  return n;
-}
+int compute_threads() { return ThreadPool::team_size(); }
 
 dnnl::stream& cpu_stream() {
-  thread_local dnnl::stream stream = [] {
-    omp_set_num_threads(compute_threads());  // oneDNN's OpenMP pool of this calling thread
-    return dnnl::stream(cpu_engine());
-  }();
+  thread_local dnnl::stream stream(cpu_engine());
   return stream;
+}
+
+bool openmp_bound_to_pool() {
+  static const bool bound = [] {
+    // A ReLU over 1 MiB with two threads allowed: oneDNN splits it into a parallel region.
+    if (ThreadPool::team_size() < 2) return true;  // nothing would fork: nothing to bind
+    TeamLimit two(2);
+    const uint64_t before = openmp_regions_seen();
+    try {
+      dnnl::memory::desc md({1 << 18}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
+      dnnl::memory src(md, cpu_engine()), dst(md, cpu_engine());
+      std::fill_n(static_cast<float*>(src.get_data_handle()), 1 << 18, -1.0f);
+      dnnl::eltwise_forward::primitive_desc pd(
+          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference,
+                                      dnnl::algorithm::eltwise_relu, md, 0.0f),
+          cpu_engine());
+      dnnl::eltwise_forward(pd).execute(cpu_stream(),
+                                        {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+      cpu_stream().wait();
+    } catch (const dnnl::error&) {
+      return false;
+    }
+    return openmp_regions_seen() > before;
+  }();
+  return bound;
 }
 
 void register_onednn_kernels(KernelRegistry& r) {

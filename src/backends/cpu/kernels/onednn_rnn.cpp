@@ -14,7 +14,7 @@
 
 #include <dnnl.h>
 #include <immintrin.h>
-#include <omp.h>
+#include "backends/cpu/thread_pool.h"
 
 #include "backends/cpu/kernel.h"
 #include "backends/cpu/onednn_common.h"
@@ -43,11 +43,8 @@ dnnl_status_t projection_sgemm(int64_t m, int64_t n, int64_t k, const float* a, 
   }
   const bool serial = 2.0 * static_cast<double>(m) * static_cast<double>(n) *
                           static_cast<double>(k) < kSerialGemmFlops;
-  const int team = omp_get_max_threads();
-  if (serial) omp_set_num_threads(1);
-  const dnnl_status_t st = dnnl_sgemm('N', 'T', m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
-  if (serial) omp_set_num_threads(team);
-  return st;
+  TeamLimit limit(serial ? 1 : 0);
+  return dnnl_sgemm('N', 'T', m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
 }
 
 // The recurrences of a bidirectional op's two directions at once, one per OpenMP thread (the
@@ -58,15 +55,15 @@ dnnl_status_t projection_sgemm(int64_t m, int64_t n, int64_t k, const float* a, 
 // direction) than serial_work_limit(), or one thread, the directions run in turn.
 template <typename F>
 Status run_directions(int64_t num_dir, int64_t work, F&& run) {
-  cpu_stream();  // its first use on a thread sets the thread count (TENSORD_NUM_THREADS)
-  if (num_dir < 2 || omp_get_max_threads() < 2 || omp_in_parallel() ||
+  if (num_dir < 2 || threads_available() < 2 ||
       static_cast<double>(work) < serial_work_limit()) {
     for (int64_t d = 0; d < num_dir; ++d) TD_RETURN_IF_ERROR(run(d));
     return OkStatus();
   }
   Status st[2];
-#pragma omp parallel for num_threads(2) schedule(static, 1)
-  for (int d = 0; d < 2; ++d) st[d] = run(d);
+  ThreadPool::get().parallel_for(2, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t d = begin; d < end; ++d) st[d] = run(d);
+  });
   TD_RETURN_IF_ERROR(st[0]);
   return st[1];
 }

@@ -1,0 +1,378 @@
+// The engine's CPU thread pool and the OpenMP entry points oneDNN calls (see thread_pool.h).
+#include "backends/cpu/thread_pool.h"
+
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TENSORD_CPU_RELAX() _mm_pause()
+#else
+#define TENSORD_CPU_RELAX() std::atomic_signal_fence(std::memory_order_seq_cst)
+#endif
+
+#include "core/env.h"
+
+namespace tensord::cpu {
+namespace {
+
+constexpr int kMaxThreads = 1024;
+
+void futex_wait(std::atomic<uint32_t>& word, uint32_t expected) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, nullptr,
+          nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr,
+          nullptr, 0);
+}
+
+int read_team_size() {
+  // An invalid TENSORD_NUM_THREADS never gets here: the cpu backend's check_settings() refuses
+  // it. OMP_NUM_THREADS is honoured as the OpenMP convention users know (its first number).
+  if (auto v = parse_count_env("TENSORD_NUM_THREADS", 1, kMaxThreads); v.ok() && *v > 0)
+    return static_cast<int>(*v);
+  if (const char* omp = std::getenv("OMP_NUM_THREADS")) {
+    const long n = std::strtol(omp, nullptr, 10);
+    if (n >= 1 && n <= kMaxThreads) return static_cast<int>(n);
+  }
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return std::min(n, kMaxThreads);
+  }
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw > 0 ? static_cast<int>(std::min<unsigned>(hw, kMaxThreads)) : 1;
+}
+
+// Microseconds a waiting thread spins before it sleeps: TENSORD_SPIN_US (0..100000).
+int64_t read_spin_us() {
+  if (auto v = parse_count_env("TENSORD_SPIN_US", 0, 100000); v.ok() && *v >= 0) return *v;
+  return 50;
+}
+
+// Where the calling thread is: inside which region, as which thread.
+struct Region;
+struct ThreadState {
+  Region* region = nullptr;  // the region this thread runs a part of (nullptr: none)
+  int num = 0;               // omp_get_thread_num()
+  int size = 1;              // omp_get_num_threads()
+  int level = 0;             // nesting depth of regions (active or not)
+  int limit = 0;             // TeamLimit (0: none)
+};
+thread_local ThreadState t_state;
+
+enum : uint32_t { kIdle = 0, kAssigned = 1, kTaken = 2 };
+
+struct alignas(64) Slot {
+  std::atomic<uint32_t> state{kIdle};
+};
+
+// The one region the workers serve at a time. Reused: its fields are written by the caller
+// holding the pool before it marks the slots kAssigned (release), and read by a worker after
+// it took a slot (acquire), so a worker that saw an older generation never reads a torn region.
+struct Region {
+  void (*fn)(void*) = nullptr;
+  void* data = nullptr;
+  int threads = 1;
+  std::atomic<uint32_t> remaining{0};  // parts not finished (the caller's own excluded)
+  std::atomic<uint32_t> barrier_arrived{0};
+  std::atomic<uint32_t> barrier_gen{0};
+  Slot slots[kMaxThreads];
+};
+
+}  // namespace
+
+struct ThreadPool::Impl {
+  int team = 1;
+  int64_t spin_us = 50;
+  std::vector<std::thread> workers;
+  std::mutex hold;                  // the caller whose region the workers serve
+  std::atomic<uint32_t> dispatch{0};  // bumped for every region: workers wait on it
+  std::atomic<int> sleepers{0};       // threads asleep in futex_wait on any pool word
+  Region region;
+  std::atomic<uint64_t> regions{0}, by_caller{0}, pool_waits{0}, sleeps{0};
+
+  // Waits until `word` differs from `seen` or done() holds: spins spin_us, then sleeps.
+  template <typename Done>
+  void wait(std::atomic<uint32_t>& word, uint32_t seen, Done done) {
+    using clock = std::chrono::steady_clock;
+    if (done()) return;
+    const auto until = clock::now() + std::chrono::microseconds(spin_us);
+    for (int i = 0;; ++i) {
+      for (int k = 0; k < 32; ++k) {
+        if (word.load(std::memory_order_acquire) != seen || done()) return;
+        TENSORD_CPU_RELAX();
+      }
+      if (clock::now() >= until) break;
+    }
+    sleeps.fetch_add(1, std::memory_order_relaxed);
+    while (word.load(std::memory_order_seq_cst) == seen && !done()) {
+      sleepers.fetch_add(1, std::memory_order_seq_cst);
+      if (word.load(std::memory_order_seq_cst) == seen && !done()) futex_wait(word, seen);
+      sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    }
+  }
+
+  void wake(std::atomic<uint32_t>& word) {
+    if (sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(word);
+  }
+
+  // Runs part `num` of the current region on this thread.
+  void run_part(int num) {
+    Region& r = region;
+    const ThreadState saved = t_state;
+    t_state.region = &r;
+    t_state.num = num;
+    t_state.size = r.threads;
+    t_state.level = saved.level + 1;
+    r.fn(r.data);
+    t_state = saved;
+  }
+
+  void finish_part() {
+    if (region.remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) wake(region.remaining);
+  }
+
+  void worker_main(int num) {
+    uint32_t seen = 0;
+    for (;;) {
+      wait(dispatch, seen, [] { return false; });
+      seen = dispatch.load(std::memory_order_acquire);
+      uint32_t expected = kAssigned;
+      if (region.slots[num].state.compare_exchange_strong(expected, kTaken,
+                                                          std::memory_order_acq_rel)) {
+        run_part(num);
+        finish_part();
+      }
+    }
+  }
+
+  void start_workers() {
+    for (int i = 1; i < team; ++i) {
+      workers.emplace_back([this, i] {
+        pthread_setname_np(pthread_self(), "tensord-cpu");
+        worker_main(i);
+      });
+      workers.back().detach();
+    }
+  }
+
+  void run_region(int threads, void (*fn)(void*), void* data) {
+    threads = std::min(threads, team);
+    if (threads <= 1 || t_state.level > 0) {  // serial, or nested (runs inactive, as OpenMP)
+      const ThreadState saved = t_state;
+      t_state.num = 0;
+      t_state.size = 1;
+      t_state.level = saved.level + 1;
+      fn(data);
+      t_state = saved;
+      return;
+    }
+    std::unique_lock<std::mutex> lock(hold, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      pool_waits.fetch_add(1, std::memory_order_relaxed);
+      lock.lock();
+    }
+    regions.fetch_add(1, std::memory_order_relaxed);
+    Region& r = region;
+    r.fn = fn;
+    r.data = data;
+    r.threads = threads;
+    r.barrier_arrived.store(0, std::memory_order_relaxed);
+    r.remaining.store(static_cast<uint32_t>(threads - 1), std::memory_order_relaxed);
+    for (int i = 1; i < threads; ++i) r.slots[i].state.store(kAssigned, std::memory_order_release);
+    dispatch.fetch_add(1, std::memory_order_seq_cst);
+    wake(dispatch);
+    run_part(0);
+    // Parts whose worker has not started yet run here, one at a time: a worker that is asleep
+    // or descheduled does not hold the region up. (A part that waits at a barrier for another
+    // part cannot be among them: this thread passed every barrier of its own part, so every
+    // part had started.)
+    for (int i = 1; i < threads; ++i) {
+      uint32_t expected = kAssigned;
+      if (r.slots[i].state.compare_exchange_strong(expected, kTaken, std::memory_order_acq_rel)) {
+        by_caller.fetch_add(1, std::memory_order_relaxed);
+        run_part(i);
+        finish_part();
+      }
+    }
+    for (uint32_t left; (left = r.remaining.load(std::memory_order_acquire)) != 0;)
+      wait(r.remaining, left, [] { return false; });
+    for (int i = 1; i < threads; ++i) r.slots[i].state.store(kIdle, std::memory_order_relaxed);
+  }
+
+  void barrier() {
+    Region* r = t_state.region;
+    if (r == nullptr || t_state.size <= 1) return;
+    const uint32_t gen = r->barrier_gen.load(std::memory_order_acquire);
+    if (r->barrier_arrived.fetch_add(1, std::memory_order_acq_rel) ==
+        static_cast<uint32_t>(t_state.size - 1)) {
+      r->barrier_arrived.store(0, std::memory_order_relaxed);
+      r->barrier_gen.fetch_add(1, std::memory_order_seq_cst);
+      wake(r->barrier_gen);
+      return;
+    }
+    wait(r->barrier_gen, gen, [] { return false; });
+  }
+};
+
+namespace {
+std::atomic<ThreadPool*> g_pool{nullptr};
+std::mutex g_pool_mu;
+}  // namespace
+
+ThreadPool::ThreadPool() : impl_(new Impl) {
+  impl_->team = team_size();
+  impl_->spin_us = read_spin_us();
+  impl_->start_workers();
+}
+
+ThreadPool& ThreadPool::get() {
+  if (ThreadPool* p = g_pool.load(std::memory_order_acquire)) return *p;
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  if (ThreadPool* p = g_pool.load(std::memory_order_acquire)) return *p;
+  static bool atfork_registered = false;
+  if (!atfork_registered) {
+    // A forked child has none of the parent's workers: it starts its own pool on first use
+    // (the parent's is left behind, never freed).
+    pthread_atfork(nullptr, nullptr, [] {
+      new (&g_pool_mu) std::mutex;
+      g_pool.store(nullptr, std::memory_order_release);
+    });
+    atfork_registered = true;
+  }
+  // Never destroyed: its workers sleep in the kernel until the process exits.
+  auto* p = new ThreadPool();
+  g_pool.store(p, std::memory_order_release);
+  return *p;
+}
+
+void ThreadPool::barrier() { impl_->barrier(); }
+
+int ThreadPool::team_size() {
+  static const int n = read_team_size();
+  return n;
+}
+
+void ThreadPool::run_region(int threads, void (*fn)(void*), void* data) {
+  impl_->run_region(threads, fn, data);
+}
+
+namespace {
+std::atomic<uint64_t> g_openmp_regions{0};
+}  // namespace
+
+uint64_t openmp_regions_seen() { return g_openmp_regions.load(std::memory_order_relaxed); }
+
+namespace {
+struct ForArgs {
+  const std::function<void(int64_t, int64_t)>* body;
+  int64_t n, chunk;
+  std::atomic<int64_t> next{0};
+};
+void for_part(void* p) {
+  auto* a = static_cast<ForArgs*>(p);
+  for (;;) {
+    const int64_t begin = a->next.fetch_add(a->chunk, std::memory_order_relaxed);
+    if (begin >= a->n) return;
+    (*a->body)(begin, std::min(a->n, begin + a->chunk));
+  }
+}
+}  // namespace
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain,
+                              const std::function<void(int64_t, int64_t)>& body) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int threads = static_cast<int>(std::min<int64_t>(threads_available(), n / grain));
+  if (threads <= 1) {
+    body(0, n);
+    return;
+  }
+  // Four chunks per thread: a thread that runs late leaves its chunks to the others.
+  ForArgs args;
+  args.body = &body;
+  args.n = n;
+  args.chunk = std::max(grain, (n + 4 * threads - 1) / (4 * threads));
+  run_region(threads, for_part, &args);
+}
+
+ThreadPoolStats ThreadPool::stats() const {
+  ThreadPoolStats s;
+  s.workers = static_cast<int>(impl_->workers.size());
+  s.regions = impl_->regions.load(std::memory_order_relaxed);
+  s.parts_by_caller = impl_->by_caller.load(std::memory_order_relaxed);
+  s.waits_for_pool = impl_->pool_waits.load(std::memory_order_relaxed);
+  s.sleeps = impl_->sleeps.load(std::memory_order_relaxed);
+  return s;
+}
+
+TeamLimit::TeamLimit(int max_threads) : saved_(t_state.limit) {
+  t_state.limit = max_threads > 0 ? max_threads : 0;
+}
+TeamLimit::~TeamLimit() { t_state.limit = saved_; }
+
+int threads_available() {
+  if (t_state.level > 0) return 1;
+  const int team = ThreadPool::team_size();
+  return t_state.limit > 0 ? std::min(t_state.limit, team) : team;
+}
+
+}  // namespace tensord::cpu
+
+// ---- The OpenMP runtime entry points oneDNN (Debian's libdnnl, built with GCC's OpenMP) calls.
+// Defined here, they come before libgomp's in the dynamic linker's search order wherever
+// libtensord is loaded ahead of libdnnl (always: libdnnl is libtensord's dependency), so
+// oneDNN's regions run on the pool. Also what tensord's own code would reach through
+// `#pragma omp parallel` (it has none left). Semantics as GCC's libgomp for what oneDNN uses:
+// a region gets exactly the threads it asks for (capped at the pool's size), nested regions
+// run with one thread.
+extern "C" {
+
+__attribute__((visibility("default"))) void GOMP_parallel(void (*fn)(void*), void* data,
+                                                          unsigned num_threads, unsigned flags) {
+  (void)flags;  // proc_bind: the pool's threads are not pinned
+  using tensord::cpu::ThreadPool;
+  tensord::cpu::g_openmp_regions.fetch_add(1, std::memory_order_relaxed);
+  const int want = num_threads == 0 ? tensord::cpu::threads_available()
+                                    : static_cast<int>(num_threads);
+  ThreadPool::get().run_region(want, fn, data);
+}
+
+__attribute__((visibility("default"))) void GOMP_barrier() {
+  tensord::cpu::ThreadPool::get().barrier();
+}
+
+// As libgomp: the calling thread's nthreads-var (TeamLimit, else the pool's size), inside a
+// region too (a nested region still runs with one thread).
+__attribute__((visibility("default"))) int omp_get_max_threads() {
+  const int team = tensord::cpu::ThreadPool::team_size();
+  const int limit = tensord::cpu::t_state.limit;
+  return limit > 0 ? std::min(limit, team) : team;
+}
+__attribute__((visibility("default"))) int omp_get_num_threads() {
+  return tensord::cpu::t_state.size;
+}
+__attribute__((visibility("default"))) int omp_get_thread_num() {
+  return tensord::cpu::t_state.num;
+}
+__attribute__((visibility("default"))) int omp_in_parallel() {
+  return tensord::cpu::t_state.region != nullptr ? 1 : 0;
+}
+__attribute__((visibility("default"))) void omp_set_num_threads(int n) {
+  tensord::cpu::t_state.limit = n > 0 ? n : 0;
+}
+}
