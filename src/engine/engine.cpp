@@ -5,6 +5,8 @@
 #include <malloc.h>
 #endif
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
@@ -98,7 +100,10 @@ struct Task {
 class WorkQueue {
  public:
   WorkQueue(std::chrono::microseconds slice, QueueStats* stats)
-      : slice_(slice), stats_(stats), thread_([this] { loop(); }) {}
+      : slice_(slice), stats_(stats), thread_([this] {
+          pthread_setname_np(pthread_self(), "tensord-queue");  // seen in top -H, gdb
+          loop();
+        }) {}
   ~WorkQueue() {
     {
       std::lock_guard<std::mutex> lock(mu_);

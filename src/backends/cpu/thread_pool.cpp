@@ -1,8 +1,11 @@
 // The engine's CPU thread pool and the OpenMP entry points oneDNN calls (see thread_pool.h).
 #include "backends/cpu/thread_pool.h"
 
+#include <elf.h>
+#include <link.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -11,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -235,6 +239,7 @@ std::mutex g_pool_mu;
 }  // namespace
 
 ThreadPool::ThreadPool() : impl_(new Impl) {
+  bind_onednn_openmp();
   impl_->team = team_size();
   impl_->spin_us = read_spin_us();
   impl_->start_workers();
@@ -340,37 +345,133 @@ int threads_available() {
 // `#pragma omp parallel` (it has none left). Semantics as GCC's libgomp for what oneDNN uses:
 // a region gets exactly the threads it asks for (capped at the pool's size), nested regions
 // run with one thread.
+namespace tensord::cpu {
+namespace {
+
+// The OpenMP entry points' bodies. Internal: the address of an exported function taken here
+// would be the one the dynamic linker found first (libgomp's, where it was global first).
+void pool_gomp_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags) {
+  (void)flags;  // proc_bind: the pool's threads are not pinned
+  g_openmp_regions.fetch_add(1, std::memory_order_relaxed);
+  const int want = num_threads == 0 ? threads_available() : static_cast<int>(num_threads);
+  ThreadPool::get().run_region(want, fn, data);
+}
+void pool_gomp_barrier() { ThreadPool::get().barrier(); }
+// As libgomp: the calling thread's nthreads-var (TeamLimit, else the pool's size), inside a
+// region too (a nested region still runs with one thread).
+int pool_omp_get_max_threads() {
+  const int team = ThreadPool::team_size();
+  return t_state.limit > 0 ? std::min(t_state.limit, team) : team;
+}
+int pool_omp_get_num_threads() { return t_state.size; }
+int pool_omp_get_thread_num() { return t_state.num; }
+int pool_omp_in_parallel() { return t_state.region != nullptr ? 1 : 0; }
+
+}  // namespace
+}  // namespace tensord::cpu
+
+
+namespace tensord::cpu {
+
+// oneDNN's calls of the OpenMP runtime, pointed at the functions below. The dynamic linker
+// binds them there by itself wherever libtensord comes before libgomp in its search order, but
+// not where libgomp was loaded into the process's global scope first (Python after `import
+// torch`): then this rewrites the six slots of libdnnl's global offset table, as the linker
+// would have written them. Returns the slots written.
+int bind_onednn_openmp() {
+#if !defined(__x86_64__)
+  return 0;
+#else
+  struct Target {
+    const char* name;
+    void* fn;
+  };
+  static const Target targets[] = {
+      {"GOMP_parallel", reinterpret_cast<void*>(&pool_gomp_parallel)},
+      {"GOMP_barrier", reinterpret_cast<void*>(&pool_gomp_barrier)},
+      {"omp_get_max_threads", reinterpret_cast<void*>(&pool_omp_get_max_threads)},
+      {"omp_get_num_threads", reinterpret_cast<void*>(&pool_omp_get_num_threads)},
+      {"omp_get_thread_num", reinterpret_cast<void*>(&pool_omp_get_thread_num)},
+      {"omp_in_parallel", reinterpret_cast<void*>(&pool_omp_in_parallel)},
+  };
+  int written = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) -> int {
+        if (info->dlpi_name == nullptr || std::strstr(info->dlpi_name, "/libdnnl.so") == nullptr)
+          return 0;
+        const ElfW(Addr) base = info->dlpi_addr;
+        const ElfW(Dyn)* dyn = nullptr;
+        for (int i = 0; i < info->dlpi_phnum; ++i)
+          if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            dyn = reinterpret_cast<const ElfW(Dyn)*>(base + info->dlpi_phdr[i].p_vaddr);
+        if (dyn == nullptr) return 1;
+        // glibc relocates these entries of a loaded object in place; an unrelocated one is
+        // an offset from the base.
+        auto addr = [base](ElfW(Addr) p) { return p < base ? p + base : p; };
+        const ElfW(Sym)* symtab = nullptr;
+        const char* strtab = nullptr;
+        const ElfW(Rela)* jmprel = nullptr;
+        size_t jmprel_bytes = 0;
+        for (const ElfW(Dyn)* d = dyn; d->d_tag != DT_NULL; ++d) {
+          if (d->d_tag == DT_SYMTAB) symtab = reinterpret_cast<const ElfW(Sym)*>(addr(d->d_un.d_ptr));
+          if (d->d_tag == DT_STRTAB) strtab = reinterpret_cast<const char*>(addr(d->d_un.d_ptr));
+          if (d->d_tag == DT_JMPREL) jmprel = reinterpret_cast<const ElfW(Rela)*>(addr(d->d_un.d_ptr));
+          if (d->d_tag == DT_PLTRELSZ) jmprel_bytes = d->d_un.d_val;
+        }
+        if (symtab == nullptr || strtab == nullptr || jmprel == nullptr) return 1;
+        ElfW(Addr) relro_begin = 0, relro_end = 0;
+        for (int i = 0; i < info->dlpi_phnum; ++i)
+          if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO) {
+            relro_begin = base + info->dlpi_phdr[i].p_vaddr;
+            relro_end = relro_begin + info->dlpi_phdr[i].p_memsz;
+          }
+        const long page = sysconf(_SC_PAGESIZE);
+        for (size_t r = 0; r < jmprel_bytes / sizeof(ElfW(Rela)); ++r) {
+          if (ELF64_R_TYPE(jmprel[r].r_info) != R_X86_64_JUMP_SLOT) continue;
+          const char* name = strtab + symtab[ELF64_R_SYM(jmprel[r].r_info)].st_name;
+          for (const Target& t : targets) {
+            if (std::strcmp(name, t.name) != 0) continue;
+            auto** slot = reinterpret_cast<void**>(base + jmprel[r].r_offset);
+            if (*slot == t.fn) break;
+            // The table is read-only after loading (RELRO, BIND_NOW): writable for the write.
+            void* first = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(slot) &
+                                                  ~static_cast<uintptr_t>(page - 1));
+            if (mprotect(first, static_cast<size_t>(page), PROT_READ | PROT_WRITE) != 0) break;
+            __atomic_store_n(slot, t.fn, __ATOMIC_RELEASE);
+            const auto at = reinterpret_cast<ElfW(Addr)>(slot);
+            if (at >= relro_begin && at < relro_end)  // else the page was writable already
+              mprotect(first, static_cast<size_t>(page), PROT_READ);
+            ++*static_cast<int*>(out);
+            break;
+          }
+        }
+        return 1;
+      },
+      &written);
+  return written;
+#endif
+}
+
+}  // namespace tensord::cpu
+
 extern "C" {
 
 __attribute__((visibility("default"))) void GOMP_parallel(void (*fn)(void*), void* data,
                                                           unsigned num_threads, unsigned flags) {
-  (void)flags;  // proc_bind: the pool's threads are not pinned
-  using tensord::cpu::ThreadPool;
-  tensord::cpu::g_openmp_regions.fetch_add(1, std::memory_order_relaxed);
-  const int want = num_threads == 0 ? tensord::cpu::threads_available()
-                                    : static_cast<int>(num_threads);
-  ThreadPool::get().run_region(want, fn, data);
+  tensord::cpu::pool_gomp_parallel(fn, data, num_threads, flags);
 }
-
-__attribute__((visibility("default"))) void GOMP_barrier() {
-  tensord::cpu::ThreadPool::get().barrier();
-}
-
-// As libgomp: the calling thread's nthreads-var (TeamLimit, else the pool's size), inside a
-// region too (a nested region still runs with one thread).
+__attribute__((visibility("default"))) void GOMP_barrier() { tensord::cpu::pool_gomp_barrier(); }
 __attribute__((visibility("default"))) int omp_get_max_threads() {
-  const int team = tensord::cpu::ThreadPool::team_size();
-  const int limit = tensord::cpu::t_state.limit;
-  return limit > 0 ? std::min(limit, team) : team;
+  return tensord::cpu::pool_omp_get_max_threads();
 }
 __attribute__((visibility("default"))) int omp_get_num_threads() {
-  return tensord::cpu::t_state.size;
+  return tensord::cpu::pool_omp_get_num_threads();
 }
 __attribute__((visibility("default"))) int omp_get_thread_num() {
-  return tensord::cpu::t_state.num;
+  return tensord::cpu::pool_omp_get_thread_num();
 }
 __attribute__((visibility("default"))) int omp_in_parallel() {
-  return tensord::cpu::t_state.region != nullptr ? 1 : 0;
+  return tensord::cpu::pool_omp_in_parallel();
 }
 __attribute__((visibility("default"))) void omp_set_num_threads(int n) {
   tensord::cpu::t_state.limit = n > 0 ? n : 0;

@@ -92,6 +92,10 @@ int threads_available();
 // oneDNN then runs on that runtime's teams, which is correct but spins as OpenMP does.
 bool openmp_bound_to_pool();
 
+// Points libdnnl's six OpenMP calls at tensord's (see thread_pool.cpp); the pool does it when
+// it starts. Returns the calls rewritten (0 when the dynamic linker had bound them here).
+int bind_onednn_openmp();
+
 // OpenMP regions (GOMP_parallel calls) the pool has run: oneDNN's, since tensord has none.
 uint64_t openmp_regions_seen();
 

@@ -466,7 +466,10 @@ double serial_work_limit() {
 }
 
 dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine engine = [] {
+    ThreadPool::get();  // before oneDNN forks a region: oneDNN's OpenMP calls bound to the pool
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return engine;
 }
 
