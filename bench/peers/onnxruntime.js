@@ -3,6 +3,7 @@
 //
 //   node bench/peers/onnxruntime.js --model FILE.onnx --input NAME=FILE.npy [...]
 //        [--examples N] [--batch-size B] [--warmup W] [--threads T] [--outputs DIR]
+//        [--start-at UNIX_SECONDS]
 //
 // Runs the model with onnxruntime-node (CPU execution provider, graph optimisation 'all',
 // intraOpNumThreads = T, default: the machine's cores), plaidbench's way: W/B untimed batches,
@@ -70,6 +71,13 @@ function parseArgs(argv) {
         break;
       case '--threads':
         opts.threads = parseCount(flag, value, 0);
+        ++i;
+        break;
+      case '--start-at':  // the timed run starts at this Unix time (s), after the warmup
+        if (value === undefined || !Number.isFinite(Number(value))) {
+          usage(`--start-at must be a Unix time in seconds, got '${value}'`);
+        }
+        opts.startAt = Number(value);
         ++i;
         break;
       case '--outputs':
@@ -193,9 +201,14 @@ async function main() {
   const warmupBatches = Math.floor(opts.warmup / opts.batchSize);
   for (let i = 0; i < warmupBatches; ++i) await session.run(feeds);
   const batches = opts.examples / opts.batchSize;
+  if (opts.startAt && Date.now() / 1000 < opts.startAt) {
+    await new Promise((resolve) => setTimeout(resolve, opts.startAt * 1000 - Date.now()));
+  }
+  const timedStart = Date.now() / 1000;
   const t2 = process.hrtime.bigint();
   for (let i = 0; i < batches; ++i) await session.run(feeds);
   const t3 = process.hrtime.bigint();
+  const timedEnd = Date.now() / 1000;
 
   const result = {
     peer: PEER,
@@ -205,6 +218,8 @@ async function main() {
     compile_s: seconds(t0, t1),
     execution_s: seconds(t2, t3),
     per_example_s: seconds(t2, t3) / opts.examples,
+    timed_start_unix: timedStart,
+    timed_end_unix: timedEnd,
     examples: opts.examples,
     batch_size: opts.batchSize,
     warmup: opts.warmup,

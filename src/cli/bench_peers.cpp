@@ -10,20 +10,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace tensord::cli {
-namespace {
 
 namespace fs = std::filesystem;
 
-struct ProcessResult {
-  int exit_code = -1;  // -1: could not start / killed by a signal
-  std::string out, err;
-  std::string start_error;  // exec failed: why
-};
-
-// Runs argv with stdout and stderr captured; stdin is /dev/null.
 ProcessResult run_process(const std::vector<std::string>& argv) {
   ProcessResult r;
   int out_pipe[2], err_pipe[2], exec_pipe[2];
@@ -90,6 +83,8 @@ ProcessResult run_process(const std::vector<std::string>& argv) {
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
+
+namespace {
 
 std::string last_line(const std::string& text) {
   std::string t = text;
@@ -185,6 +180,8 @@ PeerResult run_peer(const std::string& peer, const PeerRequest& request) {
                std::to_string(request.batch_size), "--warmup", std::to_string(request.warmup)});
   if (request.threads > 0) argv.insert(argv.end(), {"--threads", std::to_string(request.threads)});
   if (!request.outputs_dir.empty()) argv.insert(argv.end(), {"--outputs", request.outputs_dir});
+  if (request.start_at > 0)
+    argv.insert(argv.end(), {"--start-at", fmt::format("{:.3f}", request.start_at)});
 
   const ProcessResult pr = run_process(argv);
   if (!pr.start_error.empty()) {
@@ -212,6 +209,8 @@ PeerResult run_peer(const std::string& peer, const PeerRequest& request) {
     res.compile_s = j.at("compile_s").get<double>();
     res.execution_s = j.at("execution_s").get<double>();
     res.per_example_s = j.at("per_example_s").get<double>();
+    res.timed_start_unix = j.value("timed_start_unix", 0.0);
+    res.timed_end_unix = j.value("timed_end_unix", 0.0);
     if (j.contains("outputs") && j["outputs"].is_object())
       for (const auto& [name, path] : j["outputs"].items())
         if (path.is_string()) res.outputs[name] = path.get<std::string>();

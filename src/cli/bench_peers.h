@@ -35,6 +35,7 @@ struct PeerRequest {
   int64_t examples = 0, batch_size = 1, warmup = 0;
   int threads = 0;  // 0: the peer's default
   std::string outputs_dir;
+  double start_at = 0;  // > 0: the timed run starts at this Unix time (onnxruntime peer)
 };
 
 struct PeerResult {
@@ -45,8 +46,18 @@ struct PeerResult {
   std::string version;
   int threads = 0;
   double compile_s = 0, execution_s = 0, per_example_s = 0;
+  double timed_start_unix = 0, timed_end_unix = 0;  // when reported (onnxruntime peer)
   std::map<std::string, std::string> outputs;  // output name -> .npy
 };
+
+struct ProcessResult {
+  int exit_code = -1;  // -1: could not start / killed by a signal
+  std::string out, err;
+  std::string start_error;  // exec failed: why
+};
+
+// Runs argv (argv[0] looked up on PATH) with stdout and stderr captured; stdin is /dev/null.
+ProcessResult run_process(const std::vector<std::string>& argv);
 
 // Runs one peer script; never throws. A missing script or interpreter is "not available".
 PeerResult run_peer(const std::string& peer, const PeerRequest& request);

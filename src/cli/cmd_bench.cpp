@@ -27,6 +27,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "cli/bench_peers.h"
 #include "cli/bench_report.h"
@@ -385,6 +386,7 @@ struct BenchResult {
   int threads = 0;
   int64_t batch = 0, examples = 0, warmup = 0;
   double compile_s = 0, execution_s = 0, per_example_s = 0;
+  double timed_start_unix = 0, timed_end_unix = 0;  // when the timed run began and ended
   int64_t peak_device_bytes = 0;
   std::string reference;         // "data", "cpu-fast", "cpu-reference", "float64" or "none"
   std::string reference_note;    // "" or e.g. "float32 at 2 nodes with no float64 kernel: a, b"
@@ -443,7 +445,7 @@ Status run_batches(Client& c, ModelHandle model, const std::vector<TensorHandle>
 }
 
 std::optional<Failure> time_workload(Target& t, const Workload& w, int64_t examples, int64_t warmup,
-                                     BenchResult* r) {
+                                     BenchResult* r, double start_at = 0) {
   Client& c = *t.client;
   const std::string on = fmt::format("{} on {}", w.name, t.device);
   const auto t0 = Clock::now();
@@ -474,10 +476,19 @@ std::optional<Failure> time_workload(Target& t, const Workload& w, int64_t examp
   }
   std::vector<TensorHandle> last;
   if (s.ok()) {
+    // --start-at: processes started together run their timed parts at the same time.
+    using Wall = std::chrono::system_clock;
+    auto unix_now = [] {
+      return std::chrono::duration<double>(Wall::now().time_since_epoch()).count();
+    };
+    if (start_at > 0 && unix_now() < start_at)
+      std::this_thread::sleep_for(std::chrono::duration<double>(start_at - unix_now()));
     ProgressBar bar(fmt::format("{} batch {}", w.name, w.batch), examples);
+    r->timed_start_unix = unix_now();
     const auto t1 = Clock::now();
     s = run_batches(c, *model, inputs, examples / w.batch, w.batch, &bar, &last);
     r->execution_s = seconds_since(t1);
+    r->timed_end_unix = unix_now();
   }
   if (!s.ok()) {
     cleanup();
@@ -768,7 +779,7 @@ std::optional<Failure> bench_one(const BenchOptions& o, Target& t, int64_t batch
                              t.info.model,
                              t.info.threads ? fmt::format(", {} threads", t.info.threads) : "")
               << std::endl;
-  if (auto f = time_workload(t, w, examples, o.warmup, r)) return f;
+  if (auto f = time_workload(t, w, examples, o.warmup, r, o.start_at)) return f;
 
   const std::string kind = oracle_kind(o, w, t);
   std::optional<PhaseTicker> checking;
@@ -834,6 +845,8 @@ nlohmann::json result_json(const BenchResult& r) {
       {"compile_s", r.compile_s},
       {"execution_s", r.execution_s},
       {"per_example_s", r.per_example_s},
+      {"timed_start_unix", r.timed_start_unix},
+      {"timed_end_unix", r.timed_end_unix},
       {"peak_device_bytes", r.peak_device_bytes},
       {"reference", r.reference},
       {"check_s", r.check_s},
@@ -1142,6 +1155,9 @@ void add_bench_options(CLI::App& bench, BenchOptions& o) {
                                kDefaultExamples, kAllExamples));
   bench.add_option("--batch-size,-b", o.batch_size,
                    "Examples per batch (default 1, or the --data set's batch)");
+  bench.add_option("--start-at", o.start_at,
+                   "Start the timed run (after compile and warmup) at this Unix time, in "
+                   "seconds: processes started together time the same interval (bench share)");
   bench.add_option("--warmup", o.warmup, "Untimed examples before the timed run")
       ->capture_default_str();
   bench.add_option("--device,-d", o.device,

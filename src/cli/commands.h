@@ -62,6 +62,7 @@ struct BenchOptions {
   std::vector<std::string> devices;  // --devices a,b,c: data parallel next to devices[0] alone
   std::string oracle;                // --oracle fast|reference|float64 ("" = auto)
   bool no_check = false;             // --no-check: no correctness check at all
+  double start_at = 0;  // --start-at: the timed run starts at this Unix time (after warmup)
 };
 
 // `tensord bench`: plaidbench's measurements (compile, execution, per example, correctness
@@ -76,6 +77,8 @@ std::function<int()> add_bench_transfer_command(CLI::App& bench);
 // `tensord bench load` (cmd_bench_load.cpp): concurrent clients against one broker; the same
 // shape as add_bench_transfer_command.
 std::function<int()> add_bench_load_command(CLI::App& bench);
+// `tensord bench share` (cmd_bench_share.cpp): a shared machine, against ONNX Runtime.
+std::function<int()> add_bench_share_command(CLI::App& bench);
 
 // `tensord status` (cmd_status.cpp): a broker's devices, sessions, throughput and errors, like
 // nvidia-smi (--watch: redrawn every second). Adds the subcommand to `app`; main() calls
