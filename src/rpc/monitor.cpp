@@ -942,6 +942,28 @@ nlohmann::json Monitor::status(int history_seconds, const StatusView& view) cons
     errs.push_back(std::move(j));
   }
   out["recent_errors"] = std::move(errs);
+
+  // Named models (`tensord serve --models DIR`), shared by every tenant: their state (ready,
+  // or unavailable with the reason), device, inputs and outputs.
+  json models = json::array();
+  for (const ModelInfo& m : src_.engine->named_models()) {
+    auto values = [](const std::vector<ValueInfo>& vs) {
+      json a = json::array();
+      for (const auto& v : vs)
+        a.push_back({{"name", v.name}, {"dtype", dtype_name(v.type.dtype)}, {"shape", v.type.shape}});
+      return a;
+    };
+    json j = {{"name", m.name},
+              {"state", m.ready ? "ready" : "unavailable"},
+              {"ready", m.ready},
+              {"device", m.device},
+              {"inputs", values(m.inputs)},
+              {"outputs", values(m.outputs)},
+              {"weight_bytes", m.weight_bytes}};
+    if (!m.ready) j["reason"] = m.reason;
+    models.push_back(std::move(j));
+  }
+  out["models"] = std::move(models);
   return out;
 }
 
