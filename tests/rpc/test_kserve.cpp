@@ -20,6 +20,8 @@
 #include "broker_process.h"
 #include "core/npy.h"
 #include "grpc_predict_v2.grpc.pb.h"
+#include "rpc/remote_client.h"
+#include "tensord/run_async.h"
 #include "tensord/tensor.h"
 
 namespace tensord {
@@ -459,6 +461,39 @@ TEST(KServe, TokensAsTheRestOfTheBroker) {
   EXPECT_EQ(yes->status, 200) << yes->body;
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
+}
+
+// C++'s run_async (tensord/run_async.h): several runs in flight as std::futures, each equal to
+// NumPy's result; an error is the future's value.
+TEST(KServe, CppRunAsyncReturnsFutures) {
+  REQUIRE_KS_MODELS();
+  auto b = start_broker(models);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  auto c = rpc::RemoteClient::connect(b->broker->address());
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  auto m = (*c)->open_model("mlp");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto x = read_npy(models.path("mlp/x.npy"));
+  auto want = read_npy(models.path("mlp/y.npy"));
+  ASSERT_TRUE(x.ok() && want.ok());
+  auto in = (*c)->upload(x->view(), "");
+  ASSERT_TRUE(in.ok());
+  std::vector<std::future<Result<std::vector<TensorHandle>>>> futures;
+  for (int i = 0; i < 4; ++i) futures.push_back(run_async(**c, *m, {*in}));
+  for (auto& f : futures) {
+    auto out = f.get();
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    auto y = (*c)->read((*out)[0]);
+    ASSERT_TRUE(y.ok()) << y.status().to_string();
+    const auto got = floats(*y), exp = floats(*want);
+    ASSERT_EQ(got.size(), exp.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], exp[i], 1e-4);
+  }
+  HostTensor wrong = HostTensor::from_vector<float>(std::vector<float>(14, 1.f), {2, 7});
+  auto bad_in = (*c)->upload(wrong.view(), "");
+  ASSERT_TRUE(bad_in.ok());
+  auto bad = run_async(**c, *m, {*bad_in}).get();
+  EXPECT_FALSE(bad.ok());
 }
 
 }  // namespace
