@@ -732,8 +732,8 @@ TEST(HttpStatus, PageWithTokenInUrlListsModelsWithoutOverflow) {
       << dom.substr(0, 6000);
   EXPECT_NE(dom.find("data-model=\"broken\" data-state=\"unavailable\""), std::string::npos);
   // No section wider than its content at 1400 px (the calls table overflowed).
-  for (auto it = std::sregex_iterator(dom.begin(), dom.end(),
-                                      std::regex("<section[^>]*data-overflow=\"([01])\""));
+  const std::regex overflow("<section[^>]*data-overflow=\"([01])\"");
+  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), overflow);
        it != std::sregex_iterator(); ++it)
     EXPECT_EQ((*it)[1].str(), "0") << (*it)[0].str();
   EXPECT_NE(dom.find("id=\"methods-section\" data-overflow=\"0\""), std::string::npos);
