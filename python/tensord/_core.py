@@ -1585,7 +1585,7 @@ def _async_pool():
     with _async_pool_lock:
         if _async_pool_exec is None:
             _async_pool_exec = _futures.ThreadPoolExecutor(
-                max_workers=min(32, (os.cpu_count() or 1) + 4),
+                max_workers=builtins.min(32, (os.cpu_count() or 1) + 4),
                 thread_name_prefix="tensord-run-async")
         return _async_pool_exec
 

@@ -247,7 +247,7 @@ function render(st) {
   chart("chart-throughput", s.t, [
     {name: "calls/s", values: s.rpc_per_s, color: COLORS[0]},
     {name: "graphs/s", values: s.graphs_per_s, color: COLORS[1]},
-    {name: "errors/s", values: s.errors_per_s, color: COLORS[3]}], (v) => num(v, v < 10 ? 1 : 0));
+    {name: "errors/s", values: s.errors_per_s, color: COLORS[3]}], (v, step) => step != null && step < 1 ? String(+v.toFixed(2)) : num(v, v < 10 ? 1 : 0));
   chart("chart-latency", s.t, [
     {name: "p50", values: s.latency_p50_ms, color: COLORS[0]},
     {name: "p99", values: s.latency_p99_ms, color: COLORS[3]},
