@@ -14,10 +14,10 @@ struct DTypeName {
   const char* name;
 };
 constexpr DTypeName kDTypes[] = {
-    {DType::kBool, "BOOL"},       {DType::kUInt8, "UINT8"},     {DType::kUInt16, "UINT16"},
-    {DType::kUInt32, "UINT32"},   {DType::kUInt64, "UINT64"},   {DType::kInt8, "INT8"},
-    {DType::kInt16, "INT16"},     {DType::kInt32, "INT32"},     {DType::kInt64, "INT64"},
-    {DType::kFloat16, "FP16"},    {DType::kFloat32, "FP32"},    {DType::kFloat64, "FP64"},
+    {DType::kBool, "BOOL"},     {DType::kUInt8, "UINT8"},   {DType::kUInt16, "UINT16"},
+    {DType::kUInt32, "UINT32"}, {DType::kUInt64, "UINT64"}, {DType::kInt8, "INT8"},
+    {DType::kInt16, "INT16"},   {DType::kInt32, "INT32"},   {DType::kInt64, "INT64"},
+    {DType::kFloat16, "FP16"},  {DType::kFloat32, "FP32"},  {DType::kFloat64, "FP64"},
     {DType::kBFloat16, "BF16"},
 };
 
@@ -71,8 +71,8 @@ Result<ModelInfo> NamedModelRunner::find(const std::string& model,
     if (m.name != model) continue;
     if (!version.empty() && version != "1")
       return errors::NotFound(
-          "model '{}' has no version '{}' (tensord's named models have one version, \"1\")",
-          model, version);
+          "model '{}' has no version '{}' (tensord's named models have one version, \"1\")", model,
+          version);
     return m;
   }
   std::string names;
@@ -108,13 +108,11 @@ Result<RunResult> NamedModelRunner::run(RunRequest req) {
       return errors::InvalidArgument("model '{}' has no input '{}' (its inputs: {})", info.name,
                                      t.name, names_of(info.inputs));
     if (bound[k])
-      return errors::InvalidArgument("input '{}' of model '{}' is given twice", t.name,
-                                     info.name);
+      return errors::InvalidArgument("input '{}' of model '{}' is given twice", t.name, info.name);
     const TensorType& want = info.inputs[k].type;
     if (want.dtype != DType::kUndefined && t.dtype != want.dtype)
       return errors::InvalidArgument("input '{}' of model '{}' is {}, but {} was given", t.name,
-                                     info.name, datatype_name(want.dtype),
-                                     datatype_name(t.dtype));
+                                     info.name, datatype_name(want.dtype), datatype_name(t.dtype));
     bool shape_ok = want.shape.size() == t.shape.size();
     for (size_t d = 0; shape_ok && d < want.shape.size(); ++d)
       shape_ok = want.shape[d] < 0 || want.shape[d] == t.shape[d];
@@ -136,10 +134,9 @@ Result<RunResult> NamedModelRunner::run(RunRequest req) {
   }
   for (size_t k = 0; k < bound.size(); ++k)
     if (!bound[k])
-      return errors::InvalidArgument("model '{}' needs input '{}' ({} {}), which is missing",
-                                     info.name, info.inputs[k].name,
-                                     datatype_name(info.inputs[k].type.dtype),
-                                     shape_text(info.inputs[k].type.shape));
+      return errors::InvalidArgument(
+          "model '{}' needs input '{}' ({} {}), which is missing", info.name, info.inputs[k].name,
+          datatype_name(info.inputs[k].type.dtype), shape_text(info.inputs[k].type.shape));
   // The outputs asked for (all by default), as indices into the model's.
   std::vector<size_t> wanted;
   if (req.outputs.empty()) {
@@ -149,8 +146,8 @@ Result<RunResult> NamedModelRunner::run(RunRequest req) {
       size_t k = 0;
       while (k < info.outputs.size() && info.outputs[k].name != name) ++k;
       if (k == info.outputs.size())
-        return errors::NotFound("model '{}' has no output '{}' (its outputs: {})", info.name,
-                                name, names_of(info.outputs));
+        return errors::NotFound("model '{}' has no output '{}' (its outputs: {})", info.name, name,
+                                names_of(info.outputs));
       wanted.push_back(k);
     }
   }

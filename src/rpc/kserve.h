@@ -54,7 +54,7 @@ struct RunRequest {
   std::string model;
   std::string version;  // "" = the model's own (tensord's named models have one version)
   std::vector<Tensor> inputs;
-  std::vector<std::string> outputs;  // requested by name; empty = all, in the model's order
+  std::vector<std::string> outputs;   // requested by name; empty = all, in the model's order
   std::shared_ptr<CancelToken> call;  // the caller's deadline / cancellation (may be null)
 };
 

@@ -32,17 +32,50 @@ Status contents_to_bytes(const pb::ModelInferRequest::InferInputTensor& in, DTyp
   const pb::InferTensorContents& c = in.contents();
   int64_t n = -1;
   switch (dtype) {
-    case DType::kBool: n = c.bool_contents_size(); append_as<decltype(c.bool_contents()), uint8_t>(c.bool_contents(), out); break;
-    case DType::kInt8: n = c.int_contents_size(); append_as<decltype(c.int_contents()), int8_t>(c.int_contents(), out); break;
-    case DType::kInt16: n = c.int_contents_size(); append_as<decltype(c.int_contents()), int16_t>(c.int_contents(), out); break;
-    case DType::kInt32: n = c.int_contents_size(); append_as<decltype(c.int_contents()), int32_t>(c.int_contents(), out); break;
-    case DType::kInt64: n = c.int64_contents_size(); append_as<decltype(c.int64_contents()), int64_t>(c.int64_contents(), out); break;
-    case DType::kUInt8: n = c.uint_contents_size(); append_as<decltype(c.uint_contents()), uint8_t>(c.uint_contents(), out); break;
-    case DType::kUInt16: n = c.uint_contents_size(); append_as<decltype(c.uint_contents()), uint16_t>(c.uint_contents(), out); break;
-    case DType::kUInt32: n = c.uint_contents_size(); append_as<decltype(c.uint_contents()), uint32_t>(c.uint_contents(), out); break;
-    case DType::kUInt64: n = c.uint64_contents_size(); append_as<decltype(c.uint64_contents()), uint64_t>(c.uint64_contents(), out); break;
-    case DType::kFloat32: n = c.fp32_contents_size(); append_as<decltype(c.fp32_contents()), float>(c.fp32_contents(), out); break;
-    case DType::kFloat64: n = c.fp64_contents_size(); append_as<decltype(c.fp64_contents()), double>(c.fp64_contents(), out); break;
+    case DType::kBool:
+      n = c.bool_contents_size();
+      append_as<decltype(c.bool_contents()), uint8_t>(c.bool_contents(), out);
+      break;
+    case DType::kInt8:
+      n = c.int_contents_size();
+      append_as<decltype(c.int_contents()), int8_t>(c.int_contents(), out);
+      break;
+    case DType::kInt16:
+      n = c.int_contents_size();
+      append_as<decltype(c.int_contents()), int16_t>(c.int_contents(), out);
+      break;
+    case DType::kInt32:
+      n = c.int_contents_size();
+      append_as<decltype(c.int_contents()), int32_t>(c.int_contents(), out);
+      break;
+    case DType::kInt64:
+      n = c.int64_contents_size();
+      append_as<decltype(c.int64_contents()), int64_t>(c.int64_contents(), out);
+      break;
+    case DType::kUInt8:
+      n = c.uint_contents_size();
+      append_as<decltype(c.uint_contents()), uint8_t>(c.uint_contents(), out);
+      break;
+    case DType::kUInt16:
+      n = c.uint_contents_size();
+      append_as<decltype(c.uint_contents()), uint16_t>(c.uint_contents(), out);
+      break;
+    case DType::kUInt32:
+      n = c.uint_contents_size();
+      append_as<decltype(c.uint_contents()), uint32_t>(c.uint_contents(), out);
+      break;
+    case DType::kUInt64:
+      n = c.uint64_contents_size();
+      append_as<decltype(c.uint64_contents()), uint64_t>(c.uint64_contents(), out);
+      break;
+    case DType::kFloat32:
+      n = c.fp32_contents_size();
+      append_as<decltype(c.fp32_contents()), float>(c.fp32_contents(), out);
+      break;
+    case DType::kFloat64:
+      n = c.fp64_contents_size();
+      append_as<decltype(c.fp64_contents()), double>(c.fp64_contents(), out);
+      break;
     default:
       return errors::InvalidArgument(
           "input '{}': {} data must come as raw_input_contents (the protocol has no typed "
@@ -71,15 +104,16 @@ Result<RunRequest> from_request(const pb::ModelInferRequest& req) {
     t.name = in.name();
     auto dtype = datatype_from_name(in.datatype());
     if (!dtype)
-      return errors::InvalidArgument("input '{}': unknown or unsupported datatype '{}' (tensord "
-                                     "takes {})",
-                                     in.name(), in.datatype(), datatype_names());
+      return errors::InvalidArgument(
+          "input '{}': unknown or unsupported datatype '{}' (tensord "
+          "takes {})",
+          in.name(), in.datatype(), datatype_names());
     t.dtype = *dtype;
     t.shape.assign(in.shape().begin(), in.shape().end());
     for (int64_t d : t.shape)
       if (d < 0)
-        return errors::InvalidArgument("input '{}': negative dimension {} in its shape",
-                                       in.name(), d);
+        return errors::InvalidArgument("input '{}': negative dimension {} in its shape", in.name(),
+                                       d);
     auto bytes = checked_byte_size(t.dtype, t.shape);
     if (!bytes.ok()) return bytes.status().with_context("input '" + in.name() + "'");
     if (raw) {
@@ -194,10 +228,9 @@ class GrpcService final : public pb::GRPCInferenceService::Service {
                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                               std::max(deadline - now, decltype(deadline - now){0})));
     token->poll = [ctx] {
-      return ctx->IsCancelled()
-                 ? Status(StatusCode::kCancelled,
-                          "cancelled: the client cancelled the call or went away")
-                 : OkStatus();
+      return ctx->IsCancelled() ? Status(StatusCode::kCancelled,
+                                         "cancelled: the client cancelled the call or went away")
+                                : OkStatus();
     };
     return token;
   }

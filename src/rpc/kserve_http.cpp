@@ -16,9 +16,8 @@
 // (an output's "parameters": {"binary_data": true}, or the request's
 // "parameters": {"binary_data_output": true}): the answer is then the JSON header followed by
 // those outputs' bytes, its length in Inference-Header-Content-Length.
-#include <nlohmann/json.hpp>
-
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "core/errors.h"
 #include "rpc/kserve.h"
@@ -42,15 +41,28 @@ HttpResponse error_response(const Status& s) {
   switch (s.code()) {
     case StatusCode::kInvalidArgument:
     case StatusCode::kOutOfRange:
-    case StatusCode::kAlreadyExists: status = 400; break;
-    case StatusCode::kNotFound: status = 404; break;
-    case StatusCode::kUnauthenticated: status = 401; break;
-    case StatusCode::kPermissionDenied: status = 403; break;
+    case StatusCode::kAlreadyExists:
+      status = 400;
+      break;
+    case StatusCode::kNotFound:
+      status = 404;
+      break;
+    case StatusCode::kUnauthenticated:
+      status = 401;
+      break;
+    case StatusCode::kPermissionDenied:
+      status = 403;
+      break;
     case StatusCode::kFailedPrecondition:
     case StatusCode::kUnavailable:
-    case StatusCode::kResourceExhausted: status = 503; break;
-    case StatusCode::kDeadlineExceeded: status = 504; break;
-    default: break;
+    case StatusCode::kResourceExhausted:
+      status = 503;
+      break;
+    case StatusCode::kDeadlineExceeded:
+      status = 504;
+      break;
+    default:
+      break;
   }
   return json_response(status, {{"error", s.message()}});
 }
@@ -89,7 +101,8 @@ Status flatten(const json& data, const std::string& name, std::vector<T>* out) {
       } else {
         const int64_t v = data.get<int64_t>();
         if (v < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
-            (v > 0 && static_cast<uint64_t>(v) > static_cast<uint64_t>(std::numeric_limits<T>::max())))
+            (v > 0 &&
+             static_cast<uint64_t>(v) > static_cast<uint64_t>(std::numeric_limits<T>::max())))
           return errors::InvalidArgument("input '{}': {} does not fit its datatype", name, v);
         out->push_back(static_cast<T>(v));
       }
@@ -105,9 +118,10 @@ Status json_to_bytes(const json& data, const std::string& name, int64_t numel, s
   std::vector<T> values;
   TD_RETURN_IF_ERROR(flatten(data, name, &values));
   if (static_cast<int64_t>(values.size()) != numel)
-    return errors::InvalidArgument("input '{}': its data holds {} values, but its shape has {} "
-                                   "elements",
-                                   name, values.size(), numel);
+    return errors::InvalidArgument(
+        "input '{}': its data holds {} values, but its shape has {} "
+        "elements",
+        name, values.size(), numel);
   out->resize(values.size() * sizeof(T));
   if constexpr (std::is_same_v<T, bool>) {
     for (size_t i = 0; i < values.size(); ++i) (*out)[i] = values[i] ? 1 : 0;
@@ -120,17 +134,28 @@ Status json_to_bytes(const json& data, const std::string& name, int64_t numel, s
 Status data_to_bytes(const json& data, DType dtype, const std::string& name, int64_t numel,
                      std::string* out) {
   switch (dtype) {
-    case DType::kBool: return json_to_bytes<bool>(data, name, numel, out);
-    case DType::kUInt8: return json_to_bytes<uint8_t>(data, name, numel, out);
-    case DType::kUInt16: return json_to_bytes<uint16_t>(data, name, numel, out);
-    case DType::kUInt32: return json_to_bytes<uint32_t>(data, name, numel, out);
-    case DType::kUInt64: return json_to_bytes<uint64_t>(data, name, numel, out);
-    case DType::kInt8: return json_to_bytes<int8_t>(data, name, numel, out);
-    case DType::kInt16: return json_to_bytes<int16_t>(data, name, numel, out);
-    case DType::kInt32: return json_to_bytes<int32_t>(data, name, numel, out);
-    case DType::kInt64: return json_to_bytes<int64_t>(data, name, numel, out);
-    case DType::kFloat32: return json_to_bytes<float>(data, name, numel, out);
-    case DType::kFloat64: return json_to_bytes<double>(data, name, numel, out);
+    case DType::kBool:
+      return json_to_bytes<bool>(data, name, numel, out);
+    case DType::kUInt8:
+      return json_to_bytes<uint8_t>(data, name, numel, out);
+    case DType::kUInt16:
+      return json_to_bytes<uint16_t>(data, name, numel, out);
+    case DType::kUInt32:
+      return json_to_bytes<uint32_t>(data, name, numel, out);
+    case DType::kUInt64:
+      return json_to_bytes<uint64_t>(data, name, numel, out);
+    case DType::kInt8:
+      return json_to_bytes<int8_t>(data, name, numel, out);
+    case DType::kInt16:
+      return json_to_bytes<int16_t>(data, name, numel, out);
+    case DType::kInt32:
+      return json_to_bytes<int32_t>(data, name, numel, out);
+    case DType::kInt64:
+      return json_to_bytes<int64_t>(data, name, numel, out);
+    case DType::kFloat32:
+      return json_to_bytes<float>(data, name, numel, out);
+    case DType::kFloat64:
+      return json_to_bytes<double>(data, name, numel, out);
     default:
       return errors::InvalidArgument(
           "input '{}': {} data cannot be given in JSON: send it as binary data (\"parameters\": "
@@ -146,9 +171,12 @@ json bytes_to_json(const std::string& bytes) {
   for (size_t i = 0; i < n; ++i) {
     T v;
     std::memcpy(&v, bytes.data() + i * sizeof(T), sizeof(T));
-    if constexpr (std::is_same_v<T, uint8_t>) out.push_back(static_cast<unsigned>(v));
-    else if constexpr (std::is_same_v<T, int8_t>) out.push_back(static_cast<int>(v));
-    else out.push_back(v);
+    if constexpr (std::is_same_v<T, uint8_t>)
+      out.push_back(static_cast<unsigned>(v));
+    else if constexpr (std::is_same_v<T, int8_t>)
+      out.push_back(static_cast<int>(v));
+    else
+      out.push_back(v);
   }
   return out;
 }
@@ -160,16 +188,26 @@ Result<json> output_data(const Tensor& t) {
       for (char c : t.data) out.push_back(c != 0);
       return out;
     }
-    case DType::kUInt8: return bytes_to_json<uint8_t>(t.data);
-    case DType::kUInt16: return bytes_to_json<uint16_t>(t.data);
-    case DType::kUInt32: return bytes_to_json<uint32_t>(t.data);
-    case DType::kUInt64: return bytes_to_json<uint64_t>(t.data);
-    case DType::kInt8: return bytes_to_json<int8_t>(t.data);
-    case DType::kInt16: return bytes_to_json<int16_t>(t.data);
-    case DType::kInt32: return bytes_to_json<int32_t>(t.data);
-    case DType::kInt64: return bytes_to_json<int64_t>(t.data);
-    case DType::kFloat32: return bytes_to_json<float>(t.data);
-    case DType::kFloat64: return bytes_to_json<double>(t.data);
+    case DType::kUInt8:
+      return bytes_to_json<uint8_t>(t.data);
+    case DType::kUInt16:
+      return bytes_to_json<uint16_t>(t.data);
+    case DType::kUInt32:
+      return bytes_to_json<uint32_t>(t.data);
+    case DType::kUInt64:
+      return bytes_to_json<uint64_t>(t.data);
+    case DType::kInt8:
+      return bytes_to_json<int8_t>(t.data);
+    case DType::kInt16:
+      return bytes_to_json<int16_t>(t.data);
+    case DType::kInt32:
+      return bytes_to_json<int32_t>(t.data);
+    case DType::kInt64:
+      return bytes_to_json<int64_t>(t.data);
+    case DType::kFloat32:
+      return bytes_to_json<float>(t.data);
+    case DType::kFloat64:
+      return bytes_to_json<double>(t.data);
     default:
       return errors::InvalidArgument(
           "output '{}' is {}, which JSON cannot carry: ask for it as binary data (\"parameters\": "
@@ -233,9 +271,9 @@ HttpResponse infer(NamedModelRunner& runner, const HttpRequest& req, const std::
     t.dtype = *dtype;
     for (const json& d : in["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0)
-        return error_response(errors::InvalidArgument(
-            "input '{}': its shape must be non-negative integers, got {}", t.name,
-            in["shape"].dump().substr(0, 100)));
+        return error_response(
+            errors::InvalidArgument("input '{}': its shape must be non-negative integers, got {}",
+                                    t.name, in["shape"].dump().substr(0, 100)));
       t.shape.push_back(d.get<int64_t>());
     }
     auto bytes = checked_byte_size(t.dtype, t.shape);
@@ -329,10 +367,10 @@ std::vector<std::string> split_path(const std::string& path) {
 }
 
 HttpResponse not_found(const HttpRequest& req) {
-  return error_response(errors::NotFound(
-      "no KServe v2 endpoint {} {} (GET /v2, /v2/health/live, /v2/health/ready, "
-      "/v2/models/NAME, /v2/models/NAME/ready; POST /v2/models/NAME/infer)",
-      req.method, req.path.substr(0, 200)));
+  return error_response(
+      errors::NotFound("no KServe v2 endpoint {} {} (GET /v2, /v2/health/live, /v2/health/ready, "
+                       "/v2/models/NAME, /v2/models/NAME/ready; POST /v2/models/NAME/infer)",
+                       req.method, req.path.substr(0, 200)));
 }
 
 }  // namespace

@@ -54,8 +54,8 @@ class KsModels {
       skip_reason = "cannot make a temp folder";
       return;
     }
-    const std::string cmd = "/usr/bin/python3 " TENSORD_RPC_TEST_DIR "/make_named_models.py " +
-                            t + "/models --small";
+    const std::string cmd =
+        "/usr/bin/python3 " TENSORD_RPC_TEST_DIR "/make_named_models.py " + t + "/models --small";
     if (std::system(cmd.c_str()) != 0) {
       skip_reason = "make_named_models.py failed: " + cmd;
       return;
@@ -68,7 +68,7 @@ class KsModels {
   }
 };
 
-#define REQUIRE_KS_MODELS()                  \
+#define REQUIRE_KS_MODELS()                 \
   const KsModels& models = KsModels::get(); \
   if (models.dir.empty()) GTEST_SKIP() << models.skip_reason
 
@@ -321,9 +321,10 @@ TEST(KServe, HttpJsonAndBinaryData) {
 
   // JSON infer (nested data, row-major) on add.
   {
-    json req = {{"id", "7"},
-                {"inputs", {{{"name", "X"}, {"shape", {4}}, {"datatype", "FP32"},
-                             {"data", {1.5, 2.5, 3.5, 4.5}}}}}};
+    json req = {
+        {"id", "7"},
+        {"inputs",
+         {{{"name", "X"}, {"shape", {4}}, {"datatype", "FP32"}, {"data", {1.5, 2.5, 3.5, 4.5}}}}}};
     auto r = c.Post("/v2/models/add/infer", req.dump(), "application/json");
     ASSERT_TRUE(r) << httplib::to_string(r.error());
     ASSERT_EQ(r->status, 200) << r->body;
@@ -342,10 +343,11 @@ TEST(KServe, HttpJsonAndBinaryData) {
   auto want = read_npy(models.path("mlp/y.npy"));
   ASSERT_TRUE(x.ok() && want.ok());
   {
-    json header = {{"inputs", {{{"name", "X"},
-                                {"shape", {2, 1024}},
-                                {"datatype", "FP32"},
-                                {"parameters", {{"binary_data_size", x->nbytes()}}}}}},
+    json header = {{"inputs",
+                    {{{"name", "X"},
+                      {"shape", {2, 1024}},
+                      {"datatype", "FP32"},
+                      {"parameters", {{"binary_data_size", x->nbytes()}}}}}},
                    {"outputs", {{{"name", "Y"}, {"parameters", {{"binary_data", true}}}}}}};
     const std::string h = header.dump();
     std::string body = h + std::string(static_cast<const char*>(x->data()), x->nbytes());
@@ -373,8 +375,8 @@ TEST(KServe, HttpJsonAndBinaryData) {
       for (int k = 0; k < 1024; ++k) row.push_back(px[i * 1024 + k]);
       data.push_back(row);
     }
-    json req = {{"inputs", {{{"name", "X"}, {"shape", {2, 1024}}, {"datatype", "FP32"},
-                             {"data", data}}}}};
+    json req = {
+        {"inputs", {{{"name", "X"}, {"shape", {2, 1024}}, {"datatype", "FP32"}, {"data", data}}}}};
     auto r = c.Post("/v2/models/mlp/infer", req.dump(), "application/json");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
@@ -402,17 +404,18 @@ TEST(KServe, HttpJsonAndBinaryData) {
   expect_error("/v2/models/nosuch/infer", ok4, 404, {"nosuch", "add", "mlp"});
   expect_error("/v2/models/add/infer", "{\"inputs\": [", 400, {"not valid JSON"});
   expect_error("/v2/models/add/infer",
-               R"({"inputs":[{"name":"X","shape":[5],"datatype":"FP32","data":[1,2,3,4,5]}]})",
-               400, {"[5]", "[4]"});
+               R"({"inputs":[{"name":"X","shape":[5],"datatype":"FP32","data":[1,2,3,4,5]}]})", 400,
+               {"[5]", "[4]"});
   expect_error("/v2/models/add/infer",
-               R"({"inputs":[{"name":"X","shape":[4],"datatype":"INT64","data":[1,2,3,4]}]})",
-               400, {"FP32", "INT64"});
+               R"({"inputs":[{"name":"X","shape":[4],"datatype":"INT64","data":[1,2,3,4]}]})", 400,
+               {"FP32", "INT64"});
   expect_error("/v2/models/add/infer",
                R"({"inputs":[{"name":"X","shape":[4],"datatype":"FP32","data":[1,2,3]}]})", 400,
                {"3 values", "4 elements"});
-  expect_error("/v2/models/add/infer",
-               R"({"inputs":[{"name":"X","shape":[4],"datatype":"FP32","data":["a","b","c","d"]}]})",
-               400, {"numbers"});
+  expect_error(
+      "/v2/models/add/infer",
+      R"({"inputs":[{"name":"X","shape":[4],"datatype":"FP32","data":["a","b","c","d"]}]})", 400,
+      {"numbers"});
   expect_error("/v2/models/broken/infer", ok4, 503, {"broken", "not ready"});
   {
     auto r = c.Get("/v2/models/nosuch");
