@@ -244,12 +244,19 @@ bool parse_request(const std::string& raw, Request* req) {
       else
         *out = std::stoll(value);
     };
-    if (name == "authorization") req->authorization = value;
-    else if (name == "content-type") req->content_type = value;
-    else if (name == "expect") req->expect = value;
-    else if (name == "transfer-encoding") req->transfer_encoding = value;
-    else if (name == "content-length") number(&req->content_length);
-    else if (name == "inference-header-content-length") number(&req->inference_header_length);
+    if (name == "authorization") {
+      req->authorization = value;
+    } else if (name == "content-type") {
+      req->content_type = value;
+    } else if (name == "expect") {
+      req->expect = value;
+    } else if (name == "transfer-encoding") {
+      req->transfer_encoding = value;
+    } else if (name == "content-length") {
+      number(&req->content_length);
+    } else if (name == "inference-header-content-length") {
+      number(&req->inference_header_length);
+    }
   }
   return true;
 }
@@ -455,9 +462,9 @@ struct HttpServer::Impl {
     kr.path = req.path;
     kr.content_type = req.content_type;
     kr.body = req.body;
-    kr.inference_header_length = req.inference_header_length == -2 ? -1 : req.inference_header_length;
     if (req.inference_header_length == -2)
       return text(400, "400 Bad Request: malformed Inference-Header-Content-Length\n");
+    kr.inference_header_length = req.inference_header_length;
     kserve::HttpResponse kres = options.v2(kr, tenant);
     Response res;
     res.status = kres.status;
@@ -596,8 +603,9 @@ struct HttpServer::Impl {
       // KServe v2's infer: the body is read by the worker (read_body), bounded here.
       Response r;
       if (!req.transfer_encoding.empty())
-        r = text(411, "411 Length Required: send the body with a Content-Length (no "
-                      "Transfer-Encoding)\n");
+        r = text(411,
+                 "411 Length Required: send the body with a Content-Length (no "
+                 "Transfer-Encoding)\n");
       else if (req.content_length < 0)
         r = text(req.content_length == -1 ? 411 : 400,
                  req.content_length == -1 ? "411 Length Required: a POST needs Content-Length\n"

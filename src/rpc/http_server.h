@@ -56,7 +56,7 @@ struct HttpServerOptions {
   std::function<kserve::HttpResponse(const kserve::HttpRequest&,
                                      const std::optional<std::string>& tenant)>
       v2;
-  int64_t max_body_bytes = int64_t{64} << 20;  // a POST's body (413 beyond)
+  int64_t max_body_bytes = int64_t{64} << 20;     // a POST's body (413 beyond)
   std::chrono::milliseconds body_timeout{30000};  // to receive it once the headers are in
 };
 

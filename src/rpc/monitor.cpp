@@ -200,7 +200,8 @@ RpcMetrics::RpcMetrics() {
   // tensord's own service, and the KServe v2 one served beside it (src/rpc/kserve_grpc.cpp):
   // their methods' full paths, sorted ("/tensord.v1.Tensord/Execute", ...).
   for (const char* name : {"tensord.v1.Tensord", "inference.GRPCInferenceService"}) {
-    const auto* service = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
+    const auto* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
     if (service)
       for (int i = 0; i < service->method_count(); ++i)
         known_.push_back("/" + std::string(name) + "/" + service->method(i)->name());
@@ -950,7 +951,8 @@ nlohmann::json Monitor::status(int history_seconds, const StatusView& view) cons
     auto values = [](const std::vector<ValueInfo>& vs) {
       json a = json::array();
       for (const auto& v : vs)
-        a.push_back({{"name", v.name}, {"dtype", dtype_name(v.type.dtype)}, {"shape", v.type.shape}});
+        a.push_back(
+            {{"name", v.name}, {"dtype", dtype_name(v.type.dtype)}, {"shape", v.type.shape}});
       return a;
     };
     json j = {{"name", m.name},

@@ -15,8 +15,8 @@
 #include "core/errors.h"
 #include "rpc/http_server.h"
 #include "rpc/kserve.h"
-#include "rpc/monitor.h"
 #include "rpc/log_interceptor.h"
+#include "rpc/monitor.h"
 #include "rpc/server_internal.h"
 #include "rpc/wire.h"
 

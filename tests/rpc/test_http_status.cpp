@@ -714,11 +714,13 @@ TEST(HttpStatus, PageWithTokenInUrlListsModelsWithoutOverflow) {
   const std::string flags =
       " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
       "--disable-extensions --disable-background-networking --hide-scrollbars "
-      "--user-data-dir=" + profile + " --virtual-time-budget=5000 --window-size=1400,1800 ";
+      "--user-data-dir=" +
+      profile + " --virtual-time-budget=5000 --window-size=1400,1800 ";
   const std::string env = "HOME=" + profile + " ";
   const std::string url =
       "http://alice:s3cret-token@" + b->host + ":" + std::to_string(b->port) + "/";
-  auto [dom, rc1] = run(env + "timeout 25 " + chromium + flags + "--dump-dom " + url + " 2>/dev/null");
+  auto [dom, rc1] =
+      run(env + "timeout 25 " + chromium + flags + "--dump-dom " + url + " 2>/dev/null");
   if (rc1 != 0 || dom.find("<html") == std::string::npos) {
     if (must) FAIL() << "Chromium could not load the page (exit " << rc1 << ")";
     GTEST_SKIP() << "Chromium cannot run here (exit " << rc1 << "); CI=true makes this a failure";
@@ -738,7 +740,8 @@ TEST(HttpStatus, PageWithTokenInUrlListsModelsWithoutOverflow) {
     EXPECT_EQ((*it)[1].str(), "0") << (*it)[0].str();
   EXPECT_NE(dom.find("id=\"methods-section\" data-overflow=\"0\""), std::string::npos);
   // The busy axis under (next to) no load: five distinct ticks.
-  ASSERT_TRUE(std::regex_search(dom, m, std::regex("id=\"chart-busy\"[^>]*data-ticks=\"([^\"]*)\"")))
+  ASSERT_TRUE(
+      std::regex_search(dom, m, std::regex("id=\"chart-busy\"[^>]*data-ticks=\"([^\"]*)\"")))
       << "no ticks on the busy chart";
   std::set<std::string> ticks;
   std::stringstream ss(m[1].str());
@@ -746,8 +749,8 @@ TEST(HttpStatus, PageWithTokenInUrlListsModelsWithoutOverflow) {
   EXPECT_EQ(ticks.size(), 5u) << "busy ticks: " << m[1].str();
   const std::string png = std::string(TENSORD_BUILD_DIR) + "/status_page_models.png";
   std::filesystem::remove(png);
-  auto [shot, rc2] =
-      run(env + "timeout 25 " + chromium + flags + "--screenshot=" + png + " " + url + " 2>/dev/null");
+  auto [shot, rc2] = run(env + "timeout 25 " + chromium + flags + "--screenshot=" + png + " " +
+                         url + " 2>/dev/null");
   EXPECT_EQ(rc2, 0);
   EXPECT_TRUE(std::filesystem::exists(png)) << "no screenshot at " << png;
 }
