@@ -508,8 +508,15 @@ PYBIND11_MODULE(_tensord, m) {
                                                          v.type.shape));
                                return r;
                              })
-      .def("run", &run_model, py::arg("inputs"),
-           py::arg("devices") = std::vector<std::string>{});
+      .def_property_readonly(
+          "output_types",
+          [](const PyModel& mo) {
+            py::list r;
+            for (const auto& v : mo.outputs)
+              r.append(py::make_tuple(std::string(dtype_name(v.type.dtype)), v.type.shape));
+            return r;
+          })
+      .def("run", &run_model, py::arg("inputs"), py::arg("devices") = std::vector<std::string>{});
 
   register_dlpack(m);
 }

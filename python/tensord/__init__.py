@@ -14,7 +14,8 @@ from ._errors import *  # noqa: F401,F403 - the exception classes
 from ._errors import TensordError  # noqa: F401
 from ._core import *  # noqa: F401,F403
 from ._core import (  # noqa: F401 - names `import *` leaves out or that shadow builtins
-    Client, Device, Model, ndarray, connect, default_client, devices, load, open_model,
+    Client, Device, Model, ModelFuture, TensorSpec, ndarray, connect, default_client, devices,
+    load, open_model,
     list_models, op, asarray, array,
     from_dlpack, abs, all, any, max, min, pow, round, sum, _host_pointer,
     bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, float32, float64,

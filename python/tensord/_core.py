@@ -6,10 +6,14 @@ graph per device, one round trip to a broker) only when they are looked at: ``nu
 by that call.
 """
 
+import asyncio as _asyncio
 import builtins
+import collections as _collections
+import concurrent.futures as _futures
 import math
 import operator
 import os
+import threading as _threading
 
 import numpy as np
 
@@ -1430,6 +1434,43 @@ class Model:
     def output_names(self):
         return list(self._m.output_names)
 
+    @staticmethod
+    def _specs(names, types):
+        return [TensorSpec(n, _spec_dtype(d), tuple(None if k < 0 else k for k in shape))
+                for n, (d, shape) in zip(names, types)]
+
+    @property
+    def inputs(self):
+        """The inputs as ``TensorSpec(name, dtype, shape)``, in the order ``run`` binds them:
+        dtype a NumPy dtype (None where the model does not declare it), shape a tuple with
+        None for a dimension of any size (a symbolic batch)."""
+        return self._specs(self.input_names, self._m.input_types)
+
+    @property
+    def outputs(self):
+        """The outputs as ``TensorSpec(name, dtype, shape)`` (see ``inputs``)."""
+        return self._specs(self.output_names, self._m.output_types)
+
+    @property
+    def input_shapes(self):
+        """The inputs' shapes (tuples; None for a dimension of any size)."""
+        return [s.shape for s in self.inputs]
+
+    @property
+    def input_dtypes(self):
+        """The inputs' dtypes (NumPy dtypes; None where undeclared)."""
+        return [s.dtype for s in self.inputs]
+
+    @property
+    def output_shapes(self):
+        """The outputs' shapes (tuples; None for a dimension known only once run)."""
+        return [s.shape for s in self.outputs]
+
+    @property
+    def output_dtypes(self):
+        """The outputs' dtypes (NumPy dtypes; None where undeclared)."""
+        return [s.dtype for s in self.outputs]
+
     def _input(self, value, i):
         if isinstance(value, ndarray):
             return value
@@ -1464,6 +1505,40 @@ class Model:
         outs = self._m.run([a._a for a in arrays], [str(d) for d in (devices or [])])
         return {n: _wrap(o, self._client) for n, o in zip(self.output_names, outs)}
 
+    def run_async(self, inputs, devices=None):
+        """``run`` in the background: returns a ``ModelFuture`` — a
+        ``concurrent.futures.Future`` (``.result()``, ``.done()``, callbacks) that asyncio code
+        can also ``await`` — whose result is ``run``'s dict by output name, the outputs
+        computed. The inputs are taken (copied to the client's arrays) before it returns, so
+        the caller may change its NumPy arrays afterwards. Errors (a wrong input, a failed
+        run) are the future's exception."""
+        fut = ModelFuture()
+        try:
+            names = self.input_names
+            if isinstance(inputs, dict):
+                bound = {n: self._input(v, names.index(n)) if n in names else v
+                         for n, v in inputs.items()}
+            else:
+                bound = [self._input(v, i) if i < len(names) else v
+                         for i, v in enumerate(inputs)]
+        except Exception as e:  # noqa: BLE001 - delivered through the future
+            fut.set_exception(e)
+            return fut
+
+        def work():
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                outs = self.run(bound, devices)
+                for a in outs.values():
+                    a._a.eval()
+                fut.set_result(outs)
+            except BaseException as e:  # noqa: BLE001
+                fut.set_exception(e)
+
+        _async_pool().submit(work)
+        return fut
+
     def __call__(self, *args, devices=None, **kwargs):
         if kwargs:
             if args:
@@ -1476,6 +1551,43 @@ class Model:
 
     def __repr__(self):
         return f"tensord.Model(inputs={self.input_names}, outputs={self.output_names}, device={str(self.device)!r})"
+
+
+TensorSpec = _collections.namedtuple("TensorSpec", ["name", "dtype", "shape"])
+TensorSpec.__doc__ = ("A model input's or output's name, dtype (a NumPy dtype, None where "
+                      "undeclared) and shape (a tuple, None for a dimension of any size).")
+
+
+def _spec_dtype(name):
+    if name == "undefined":
+        return None
+    if name == "bfloat16":
+        return bfloat16
+    return np.dtype(name)
+
+
+class ModelFuture(_futures.Future):
+    """What ``Model.run_async`` returns: a ``concurrent.futures.Future`` that an asyncio
+    coroutine can also ``await`` (``asyncio.wrap_future``)."""
+
+    def __await__(self):
+        return _asyncio.wrap_future(self).__await__()
+
+
+_async_pool_lock = _threading.Lock()
+_async_pool_exec = None
+
+
+def _async_pool():
+    # A few threads run the models' runs (each mostly waits for the engine or the broker,
+    # without the GIL); made on first use.
+    global _async_pool_exec
+    with _async_pool_lock:
+        if _async_pool_exec is None:
+            _async_pool_exec = _futures.ThreadPoolExecutor(
+                max_workers=builtins.min(32, (os.cpu_count() or 1) + 4),
+                thread_name_prefix="tensord-run-async")
+        return _async_pool_exec
 
 
 def open_model(name, client=None):

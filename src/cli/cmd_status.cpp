@@ -185,6 +185,34 @@ std::string render(const json& st) {
       << cell(latency(m.at("mean_ms")), 10, true) << cell(latency(m.at("p50_ms")), 10, true)
       << cell(latency(m.at("p99_ms")), 10, true) << "\n";
   }
+  if (st.contains("models") && !st.at("models").empty()) {
+    o << "\nModels:\n  " << cell("Name", 18) << cell("State", 13) << cell("Device", 10)
+      << "Inputs -> outputs\n";
+    auto shapes = [](const json& vs) {
+      std::string out;
+      for (const auto& v : vs) {
+        std::string shape;
+        for (const auto& d : v.at("shape"))
+          shape += (shape.empty() ? "" : ",") +
+                   (d.get<int64_t>() < 0 ? std::string("?") : std::to_string(d.get<int64_t>()));
+        out += (out.empty() ? "" : ", ") + v.value("name", "") + " " + v.value("dtype", "") + "[" +
+               shape + "]";
+      }
+      return out;
+    };
+    for (const auto& m : st.at("models")) {
+      const bool ready = m.value("ready", false);
+      o << "  " << cell(m.value("name", ""), 18) << cell(ready ? "ready" : "unavailable", 13)
+        << cell(m.value("device", ""), 10);
+      if (ready) {
+        o << shapes(m.at("inputs")) << " -> " << shapes(m.at("outputs")) << "\n";
+      } else {
+        std::string why = m.value("reason", "");
+        if (why.size() > 90) why = why.substr(0, 87) + "...";
+        o << why << "\n";
+      }
+    }
+  }
   const auto& errs = st.at("recent_errors");
   o << "\nRecent errors: " << (errs.empty() ? "none" : "") << "\n";
   size_t shown = 0;

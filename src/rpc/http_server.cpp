@@ -9,6 +9,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <poll.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -153,6 +154,10 @@ struct Conn {
 
 struct Request {
   std::string method, path, query, authorization;
+  // For a POST (KServe v2's infer): its body's length, and what came of it with the headers.
+  std::string content_type, expect, transfer_encoding, body;
+  int64_t content_length = -1, inference_header_length = -1;
+  size_t header_end = 0;  // where the headers end in the bytes received
 };
 
 struct Response {
@@ -168,10 +173,15 @@ const char* reason(int status) {
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 404: return "Not Found";
+    case 403: return "Forbidden";
     case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Content Too Large";
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
     default: return "Unknown";
   }
 }
@@ -215,16 +225,38 @@ bool parse_request(const std::string& raw, Request* req) {
     std::string h = raw.substr(at, end - at);
     at = end + 1;
     if (!h.empty() && h.back() == '\r') h.pop_back();
-    if (h.empty()) break;
+    if (h.empty()) {
+      req->header_end = std::min(at, raw.size());
+      break;
+    }
     const size_t colon = h.find(':');
     if (colon == std::string::npos) continue;
     std::string name = h.substr(0, colon);
     for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (name != "authorization") continue;
     size_t b = colon + 1, e = h.size();
     while (b < e && (h[b] == ' ' || h[b] == '\t')) ++b;
     while (e > b && (h[e - 1] == ' ' || h[e - 1] == '\t')) --e;
-    req->authorization = h.substr(b, e - b);
+    const std::string value = h.substr(b, e - b);
+    auto number = [&](int64_t* out) {
+      if (value.empty() || value.size() > 18 ||
+          value.find_first_not_of("0123456789") != std::string::npos)
+        *out = -2;  // malformed
+      else
+        *out = std::stoll(value);
+    };
+    if (name == "authorization") {
+      req->authorization = value;
+    } else if (name == "content-type") {
+      req->content_type = value;
+    } else if (name == "expect") {
+      req->expect = value;
+    } else if (name == "transfer-encoding") {
+      req->transfer_encoding = value;
+    } else if (name == "content-length") {
+      number(&req->content_length);
+    } else if (name == "inference-header-content-length") {
+      number(&req->inference_header_length);
+    }
   }
   return true;
 }
@@ -359,10 +391,96 @@ struct HttpServer::Impl {
     return text(ok ? 200 : 503, why + "\n");
   }
 
+  // The rest of a POST's body (what came with the headers is in req.body already), within
+  // body_timeout; after "Expect: 100-continue" the client is told to send it first. False
+  // (and `res` says why): it did not come whole.
+  bool read_body(Conn& c, Request& req, Response* res) const {
+    const auto deadline = Clock::now() + options.body_timeout;
+    const size_t want = static_cast<size_t>(req.content_length);
+    if (req.body.size() > want) req.body.resize(want);  // (no pipelining: Connection: close)
+    if (req.body.size() < want && strcasecmp(req.expect.c_str(), "100-continue") == 0 &&
+        !write_all(c, "HTTP/1.1 100 Continue\r\n\r\n", deadline)) {
+      *res = text(400, "400 Bad Request: the client went away\n");
+      return false;
+    }
+    try {
+      req.body.reserve(want);
+    } catch (const std::bad_alloc&) {
+      *res = text(503, "503 Service Unavailable: no memory for the body\n");
+      return false;
+    }
+    std::string tmp(std::min<size_t>(want - req.body.size(), 1 << 20) + 1, '\0');
+    while (req.body.size() < want) {
+      const size_t room = std::min(tmp.size(), want - req.body.size());
+      short wait = POLLIN;
+      if (c.ssl) {
+        const int n = SSL_read(c.ssl, tmp.data(), static_cast<int>(room));
+        if (n > 0) {
+          req.body.append(tmp.data(), static_cast<size_t>(n));
+          continue;
+        }
+        const int err = SSL_get_error(c.ssl, n);
+        if (err == SSL_ERROR_WANT_WRITE) wait = POLLOUT;
+        else if (err != SSL_ERROR_WANT_READ) break;
+      } else {
+        const ssize_t n = recv(c.fd, tmp.data(), room, 0);
+        if (n > 0) {
+          req.body.append(tmp.data(), static_cast<size_t>(n));
+          continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) break;
+      }
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) {
+        *res = text(408, "408 Request Timeout: the body did not arrive within " +
+                             std::to_string(options.body_timeout.count()) + " ms\n");
+        return false;
+      }
+      pollfd p{c.fd, wait, 0};
+      poll(&p, 1, static_cast<int>(left.count()));
+    }
+    if (req.body.size() < want) {
+      *res = text(400, "400 Bad Request: the connection closed after " +
+                           std::to_string(req.body.size()) + " of the body's " +
+                           std::to_string(want) + " bytes\n");
+      return false;
+    }
+    return true;
+  }
+
+  // /v2/...: KServe v2 (rpc/kserve_http.cpp), with the caller's tenant when its token is good.
+  Response kserve(const Request& req) const {
+    std::optional<std::string> tenant = std::string();
+    if (options.authorize) {
+      auto v = options.authorize(req.authorization);
+      tenant = v ? std::optional<std::string>(v->tenant) : std::nullopt;
+    }
+    kserve::HttpRequest kr;
+    kr.method = req.method;
+    kr.path = req.path;
+    kr.content_type = req.content_type;
+    kr.body = req.body;
+    if (req.inference_header_length == -2)
+      return text(400, "400 Bad Request: malformed Inference-Header-Content-Length\n");
+    kr.inference_header_length = req.inference_header_length;
+    kserve::HttpResponse kres = options.v2(kr, tenant);
+    Response res;
+    res.status = kres.status;
+    res.content_type = kres.content_type;
+    res.body = std::move(kres.body);
+    res.headers = std::move(kres.headers);
+    if (res.status == 401)
+      res.headers.push_back({"WWW-Authenticate", "Basic realm=\"tensord\", charset=\"UTF-8\""});
+    return res;
+  }
+
   // Everything else, on a worker.
   Response route(const Request& req) const {
     Response res;
     StatusView view;
+    if (options.v2 && (req.path == "/v2" || req.path.rfind("/v2/", 0) == 0)) return kserve(req);
     if (req.path == "/metrics") {
       if (!allowed(req, res, &view)) return res;
       res.content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -399,7 +517,7 @@ struct HttpServer::Impl {
     for (char& c : shown)
       if (static_cast<unsigned char>(c) < 0x20) c = '?';
     return text(404, "404 Not Found: " + shown + (req.path.size() > 200 ? "..." : "") +
-                         " (endpoints: /, /api/status, /metrics, /healthz, /readyz)\n");
+                         " (endpoints: /, /api/status, /metrics, /healthz, /readyz, /v2/...)\n");
   }
 
   void worker_loop() {
@@ -416,6 +534,10 @@ struct HttpServer::Impl {
       }
       Response res;
       try {
+        if (req.method == "POST" && !read_body(*c, req, &res)) {
+          answer(std::move(c), req, res, std::chrono::milliseconds(100));
+          continue;
+        }
         res = route(req);
       } catch (const std::exception& e) {
         res = text(500, std::string("500 Internal Server Error: ") + e.what() + "\n");
@@ -476,7 +598,28 @@ struct HttpServer::Impl {
              std::chrono::milliseconds(100));
       return;
     }
-    if (req.method != "GET" && req.method != "HEAD") {
+    const bool v2 = options.v2 && (req.path == "/v2" || req.path.rfind("/v2/", 0) == 0);
+    if (req.method == "POST" && v2) {
+      // KServe v2's infer: the body is read by the worker (read_body), bounded here.
+      Response r;
+      if (!req.transfer_encoding.empty())
+        r = text(411,
+                 "411 Length Required: send the body with a Content-Length (no "
+                 "Transfer-Encoding)\n");
+      else if (req.content_length < 0)
+        r = text(req.content_length == -1 ? 411 : 400,
+                 req.content_length == -1 ? "411 Length Required: a POST needs Content-Length\n"
+                                          : "400 Bad Request: malformed Content-Length\n");
+      else if (req.content_length > options.max_body_bytes)
+        r = text(413, "413 Content Too Large: the body's " + std::to_string(req.content_length) +
+                          " bytes are over the broker's limit of " +
+                          std::to_string(options.max_body_bytes) + "\n");
+      if (r.status != 200) {
+        answer(std::move(c), req, r, std::chrono::milliseconds(100));
+        return;
+      }
+      req.body = c->buf.substr(std::min(req.header_end, c->buf.size()));
+    } else if (req.method != "GET" && req.method != "HEAD") {
       Response r = text(405, "405 Method Not Allowed: only GET and HEAD\n");
       r.headers.push_back({"Allow", "GET, HEAD"});
       answer(std::move(c), req, r, std::chrono::milliseconds(100));

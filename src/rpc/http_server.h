@@ -5,6 +5,8 @@
 //   GET /metrics     Prometheus text format 0.0.4 (Monitor::prometheus)
 //   GET /healthz     200 while the process serves HTTP at all
 //   GET /readyz      200 when the engine has devices and the gRPC server accepts calls, else 503
+//   /v2/...          the KServe v2 inference protocol over HTTP (rpc/kserve.h; GET, and POST
+//                    with a body of Content-Length bytes, at most max_body_bytes)
 //
 // Security follows the gRPC listener's: when tokens are required, /, /api/status and /metrics
 // need one ("Authorization: Bearer TOKEN", or HTTP Basic auth with the token as the password,
@@ -31,6 +33,7 @@
 #include <optional>
 #include <string>
 
+#include "rpc/kserve.h"
 #include "rpc/monitor.h"
 #include "tensord/status.h"
 
@@ -48,6 +51,13 @@ struct HttpServerOptions {
   int max_connections_per_ip = 32;  // of those, from one client address
   std::chrono::milliseconds header_timeout{5000};  // from accept to the headers' end
   int workers = 4;                 // threads answering /, /api/status and /metrics
+  // /v2/...: KServe v2 (kserve::handle_http), given the request with its body and the caller's
+  // tenant (nullopt: no valid token). Null: those paths are 404.
+  std::function<kserve::HttpResponse(const kserve::HttpRequest&,
+                                     const std::optional<std::string>& tenant)>
+      v2;
+  int64_t max_body_bytes = int64_t{64} << 20;     // a POST's body (413 beyond)
+  std::chrono::milliseconds body_timeout{30000};  // to receive it once the headers are in
 };
 
 class HttpServer {

@@ -28,6 +28,11 @@ constexpr const char* kCodeNames[RpcMetrics::kCodes] = {
 // Attach lives as long as its session: its "latency" is a session's lifetime, kept out of
 // the latency figures that mix methods.
 bool long_lived(const std::string& method) { return method == "Attach"; }
+// Whether a call that ended with `code` failed: not OK, and not the normal end of a
+// long-lived call (a client closing its Attach, i.e. its session, ends it CANCELLED).
+bool is_error(const std::string& method, int code) {
+  return code != 0 && !(code == 1 && long_lived(method));
+}
 
 int64_t unix_ms_now() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -192,22 +197,29 @@ class MetricsInterceptorFactory final
 // ---------------------------------------------------------------- RpcMetrics
 
 RpcMetrics::RpcMetrics() {
-  const auto* service =
-      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName("tensord.v1.Tensord");
-  if (service)
-    for (int i = 0; i < service->method_count(); ++i) known_.push_back(service->method(i)->name());
+  // tensord's own service, and the KServe v2 one served beside it (src/rpc/kserve_grpc.cpp):
+  // their methods' full paths, sorted ("/tensord.v1.Tensord/Execute", ...).
+  for (const char* name : {"tensord.v1.Tensord", "inference.GRPCInferenceService"}) {
+    const auto* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
+    if (service)
+      for (int i = 0; i < service->method_count(); ++i)
+        known_.push_back("/" + std::string(name) + "/" + service->method(i)->name());
+  }
   std::sort(known_.begin(), known_.end());
 }
 
 RpcMetrics::Method* RpcMetrics::method(const char* path) {
-  // Only "/tensord.v1.Tensord/NAME" with a NAME of the service: any other path (a caller may
-  // send any) is "unknown".
-  constexpr std::string_view kPrefix = "/tensord.v1.Tensord/";
+  // Only "/SERVICE/NAME" with a NAME of one of the services: any other path (a caller may
+  // send any) is "unknown". tensord's methods are named as they are; KServe's with the
+  // prefix "kserve." ("kserve.ModelInfer").
   std::string_view p(path);
-  std::string_view name = "unknown";
-  if (p.substr(0, kPrefix.size()) == kPrefix &&
-      std::binary_search(known_.begin(), known_.end(), p.substr(kPrefix.size())))
-    name = p.substr(kPrefix.size());
+  std::string name = "unknown";
+  if (std::binary_search(known_.begin(), known_.end(), p)) {
+    const size_t slash = p.rfind('/');
+    name = std::string(p.substr(slash + 1));
+    if (p.rfind("/inference.", 0) == 0) name = "kserve." + name;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = methods_.find(name);
   if (it != methods_.end()) return it->second.get();
@@ -235,7 +247,7 @@ void RpcMetrics::record(Method* m, int code, std::chrono::nanoseconds took,
     t.sum_ns += took.count();
   }
   // A client ending its own Attach (closing its session) is not an error worth listing.
-  if (code == 0 || (code == 1 && long_lived(m->name))) return;
+  if (!is_error(m->name, code)) return;
   Error e;
   e.unix_ms = unix_ms_now();
   e.tenant = tenant;
@@ -339,7 +351,7 @@ void Monitor::sample() {
     for (int c = 0; c < RpcMetrics::kCodes; ++c) {
       const int64_t n = m->codes[c].load(std::memory_order_relaxed);
       snap->rpcs += n;
-      if (c != 0) snap->errors += n;
+      if (is_error(m->name, c)) snap->errors += n;
     }
     if (long_lived(m->name)) continue;
     for (size_t b = 0; b < snap->latency.size(); ++b) {
@@ -448,7 +460,7 @@ std::string Monitor::tenant_prometheus(const std::string& tenant) const {
   for (const auto& [name, m] : methods)
     for (int c = 0; c < RpcMetrics::kCodes; ++c) {
       if (m.codes[c] == 0) continue;
-      by_code[c] += m.codes[c];
+      if (is_error(name, c)) by_code[c] += m.codes[c];
       x.sample("tensord_rpc_requests_total",
                "method=\"" + label(name) + "\",code=\"" + kCodeNames[c] + "\"", m.codes[c]);
     }
@@ -661,7 +673,7 @@ std::string Monitor::prometheus(const StatusView& view) const {
     for (int c = 0; c < RpcMetrics::kCodes; ++c) {
       const int64_t n = m->codes[c].load(std::memory_order_relaxed);
       if (n == 0) continue;
-      by_code[c] += n;
+      if (is_error(m->name, c)) by_code[c] += n;
       x.sample("tensord_rpc_requests_total",
                "method=\"" + label(m->name) + "\",code=\"" + kCodeNames[c] + "\"", n);
     }
@@ -855,7 +867,7 @@ nlohmann::json Monitor::status(int history_seconds, const StatusView& view) cons
     for (int c = 0; c < RpcMetrics::kCodes; ++c) {
       const int64_t n = m.codes[c];
       count += n;
-      if (c != 0 && n) {
+      if (n && is_error(m.name, c)) {
         errs += n;
         by_code[kCodeNames[c]] = by_code.value(kCodeNames[c], int64_t{0}) + n;
       }
@@ -931,6 +943,29 @@ nlohmann::json Monitor::status(int history_seconds, const StatusView& view) cons
     errs.push_back(std::move(j));
   }
   out["recent_errors"] = std::move(errs);
+
+  // Named models (`tensord serve --models DIR`), shared by every tenant: their state (ready,
+  // or unavailable with the reason), device, inputs and outputs.
+  json models = json::array();
+  for (const ModelInfo& m : src_.engine->named_models()) {
+    auto values = [](const std::vector<ValueInfo>& vs) {
+      json a = json::array();
+      for (const auto& v : vs)
+        a.push_back(
+            {{"name", v.name}, {"dtype", dtype_name(v.type.dtype)}, {"shape", v.type.shape}});
+      return a;
+    };
+    json j = {{"name", m.name},
+              {"state", m.ready ? "ready" : "unavailable"},
+              {"ready", m.ready},
+              {"device", m.device},
+              {"inputs", values(m.inputs)},
+              {"outputs", values(m.outputs)},
+              {"weight_bytes", m.weight_bytes}};
+    if (!m.ready) j["reason"] = m.reason;
+    models.push_back(std::move(j));
+  }
+  out["models"] = std::move(models);
   return out;
 }
 

@@ -96,7 +96,7 @@ class RpcMetrics {
  private:
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<Method>, std::less<>> methods_;
-  std::vector<std::string> known_;  // the service's method names, sorted
+  std::vector<std::string> known_;  // the services' methods' full paths, sorted
   std::deque<Error> errors_;
   // Tenants come from the token file and methods from known_ (+ "unknown"): both bounded.
   std::map<std::string, std::map<std::string, TenantMethod>> by_tenant_;

@@ -14,8 +14,9 @@
 
 #include "core/errors.h"
 #include "rpc/http_server.h"
-#include "rpc/monitor.h"
+#include "rpc/kserve.h"
 #include "rpc/log_interceptor.h"
+#include "rpc/monitor.h"
 #include "rpc/server_internal.h"
 #include "rpc/wire.h"
 
@@ -88,6 +89,11 @@ std::string bearer_from_http(const std::string& header) {
 
 struct RpcServer::Impl {
   std::unique_ptr<Service> service;
+  // KServe v2 beside tensord's protocol (rpc/kserve.h): its gRPC service, and the runner both
+  // fronts (gRPC, HTTP) share.
+  std::shared_ptr<kserve::NamedModelRunner> kserve_runner;
+  std::unique_ptr<grpc::Service> kserve_service;
+  std::atomic<const Monitor*> ready_monitor{nullptr};  // `monitor`, once made (for the runner)
   std::unique_ptr<grpc::Server> server;
   std::string address;
   // Monitoring: the calls' counters (filled by an interceptor), the samples, HTTP.
@@ -203,6 +209,22 @@ Result<std::unique_ptr<RpcServer>> RpcServer::start(std::shared_ptr<Engine> engi
   int port = 0;
   builder.AddListeningPort(options.listen, creds, &port);
   builder.RegisterService(impl->service.get());
+  {
+    kserve::NamedModelRunner::Options ko;
+    ko.session_memory_limit = options.session_memory_limit;
+    ko.tenant_memory_limit = options.tenant_memory_limit;
+    Impl* raw = impl.get();
+    ko.ready = [raw](std::string* why) {
+      const Monitor* m = raw->ready_monitor.load();
+      if (!m && why) *why = "the broker is starting";
+      return m && m->ready(why);
+    };
+    impl->kserve_runner = std::make_shared<kserve::NamedModelRunner>(monitored_engine, ko);
+    Service* svc = impl->service.get();
+    impl->kserve_service = kserve::make_grpc_service(
+        impl->kserve_runner, [svc](grpc::ServerContextBase* ctx) { return svc->tenant_of(ctx); });
+    builder.RegisterService(impl->kserve_service.get());
+  }
   // Threads (one per in-flight synchronous call) and gRPC's buffers are bounded: held-open
   // streams get RESOURCE_EXHAUSTED past the thread limit instead of a thread each.
   grpc::ResourceQuota quota("tensord-serve");
@@ -265,6 +287,7 @@ Result<std::unique_ptr<RpcServer>> RpcServer::start(std::shared_ptr<Engine> engi
   sources.tenants = tenants->required();
   impl->monitor = std::make_unique<Monitor>(std::move(sources));
   impl->service->set_monitor(impl->monitor.get());
+  impl->ready_monitor.store(impl->monitor.get());
   if (!options.http_listen.empty()) {
     HttpServerOptions ho;
     ho.listen = options.http_listen;
@@ -287,6 +310,11 @@ Result<std::unique_ptr<RpcServer>> RpcServer::start(std::shared_ptr<Engine> engi
     ho.max_connections = options.http_max_connections;
     ho.max_connections_per_ip = options.http_max_connections_per_ip;
     ho.header_timeout = options.http_header_timeout;
+    std::shared_ptr<kserve::NamedModelRunner> runner = impl->kserve_runner;
+    ho.v2 = [runner](const kserve::HttpRequest& r, const std::optional<std::string>& tenant) {
+      return kserve::handle_http(*runner, r, tenant);
+    };
+    if (options.max_message_bytes > 0) ho.max_body_bytes = options.max_message_bytes;
     auto http = HttpServer::start(impl->monitor.get(), ho);
     if (!http.ok()) {
       impl->accepting = false;
@@ -317,6 +345,7 @@ void RpcServer::shutdown(std::chrono::milliseconds grace) {
   impl_->server->Wait();
   impl_->service->close_all();
   if (impl_->http) impl_->http->stop();
+  impl_->kserve_runner.reset();  // (its sessions closed once the last request has finished)
   impl_->monitor->stop();
   {
     std::lock_guard<std::mutex> lock(impl_->shutdown_mu);

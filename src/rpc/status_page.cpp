@@ -30,7 +30,7 @@ header .meta { color:var(--muted); }
 .pill { display:inline-block; padding:1px 8px; border-radius:10px; font-size:12px; color:#fff; }
 .pill.ok { background:var(--ok); } .pill.bad { background:var(--bad); }
 main { padding:16px 20px; display:grid; gap:16px; grid-template-columns:repeat(auto-fit,minmax(420px,1fr)); }
-section { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:12px 14px; min-width:0; }
+section { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:12px 14px; min-width:0; overflow-x:auto; }
 section.wide { grid-column:1/-1; }
 h2 { font-size:13px; text-transform:uppercase; letter-spacing:.04em; color:var(--muted); margin:0 0 8px; }
 table { width:100%; border-collapse:collapse; font-variant-numeric:tabular-nums; }
@@ -38,6 +38,8 @@ th, td { text-align:left; padding:4px 6px; border-bottom:1px solid var(--line); 
 th { color:var(--muted); font-weight:500; font-size:12px; }
 td.num, th.num { text-align:right; }
 td.msg { white-space:normal; word-break:break-word; }
+td.wrap { white-space:normal; }
+.state-ready { color:var(--ok); } .state-unavailable { color:var(--bad); }
 .bar { position:relative; height:16px; min-width:140px; background:var(--line); border-radius:4px; overflow:hidden; }
 .bar .reserved { position:absolute; inset:0 auto 0 0; background:var(--bar2); }
 .bar .used { position:absolute; inset:0 auto 0 0; background:var(--bar); }
@@ -97,7 +99,13 @@ td.msg { white-space:normal; word-break:break-word; }
       <th class="num">Age</th><th class="num">Idle</th>
     </tr></thead><tbody></tbody></table>
   </section>
-  <section>
+  <section class="wide">
+    <h2>Models <span id="model-count"></span></h2>
+    <table id="models"><thead><tr>
+      <th>Model</th><th>State</th><th>Device</th><th>Inputs</th><th>Outputs</th><th class="num">Weights</th>
+    </tr></thead><tbody></tbody></table>
+  </section>
+  <section class="wide" id="methods-section">
     <h2>Calls by method</h2>
     <table id="methods"><thead><tr>
       <th>Method</th><th class="num">Calls</th><th class="num">Errors</th><th class="num">In flight</th>
@@ -142,7 +150,7 @@ function fill(tbody, rows, empty, cols) {
 }
 
 // A line chart of `series` ([{name, values, color}]) over times `t` (ms), drawn on the canvas.
-function chart(id, t, series, fmt) {
+function chart(id, t, series, fmt, floor) {
   const box = document.getElementById(id);
   const canvas = box.querySelector("canvas");
   const dpr = window.devicePixelRatio || 1;
@@ -156,17 +164,27 @@ function chart(id, t, series, fmt) {
   const L = 64, R = 8, T = 8, B = 20;
   let max = 0;
   for (const s of series) for (const v of s.values) if (v != null && isFinite(v)) max = Math.max(max, v);
-  max = max > 0 ? max * 1.1 : 1;
+  // Four ticks on a 1-2-2.5-5 step that covers the largest value (a floor keeps a near-idle
+  // series from stretching noise over the whole height), labelled with as many decimals as
+  // the step needs: never four labels that read the same.
+  max = Math.max(max, floor || 0);
+  if (!(max > 0)) max = floor || 1;
+  const raw = max / 4, mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 2.5, 5, 10].map((k) => k * mag).find((k) => k >= raw * 0.999);
+  max = step * 4;
   const now = t.length ? t[t.length - 1] : Date.now();
   const span = Math.max(60000, t.length ? now - t[0] : 60000);
   const x = (ti) => L + (w - L - R) * (1 - (now - ti) / span);
   const y = (v) => T + (h - T - B) * (1 - v / max);
   g.font = "11px system-ui,sans-serif"; g.fillStyle = muted; g.strokeStyle = line; g.lineWidth = 1;
+  const ticks = [];
   for (let i = 0; i <= 4; i++) {
-    const v = max * i / 4, yy = Math.round(y(v)) + 0.5;
+    const v = step * i, yy = Math.round(y(v)) + 0.5;
     g.beginPath(); g.moveTo(L, yy); g.lineTo(w - R, yy); g.stroke();
-    g.textAlign = "right"; g.fillText(fmt(v), L - 6, yy + 4);
+    g.textAlign = "right"; g.fillText(fmt(v, step), L - 6, yy + 4);
+    ticks.push(fmt(v, step));
   }
+  box.dataset.ticks = ticks.join("|");
   g.textAlign = "left"; g.fillText("-" + dur(span / 1000), L, h - 5);
   g.textAlign = "right"; g.fillText("now", w - R, h - 5);
   for (const s of series) {
@@ -229,7 +247,7 @@ function render(st) {
   chart("chart-throughput", s.t, [
     {name: "calls/s", values: s.rpc_per_s, color: COLORS[0]},
     {name: "graphs/s", values: s.graphs_per_s, color: COLORS[1]},
-    {name: "errors/s", values: s.errors_per_s, color: COLORS[3]}], (v) => num(v, v < 10 ? 1 : 0));
+    {name: "errors/s", values: s.errors_per_s, color: COLORS[3]}], (v, step) => step != null && step < 1 ? String(+v.toFixed(2)) : num(v, v < 10 ? 1 : 0));
   chart("chart-latency", s.t, [
     {name: "p50", values: s.latency_p50_ms, color: COLORS[0]},
     {name: "p99", values: s.latency_p99_ms, color: COLORS[3]},
@@ -240,7 +258,7 @@ function render(st) {
     {name: "between devices", values: s.bytes_between_per_s, color: COLORS[4]}], (v) => bytes(v) + "/s");
   chart("chart-busy", s.t, st.devices.map((d, i) => ({
     name: d.name + " busy", values: s.busy.map((row) => row[i] == null ? null : row[i] * 100), color: COLORS[i % COLORS.length]})),
-    (v) => v.toFixed(0) + "%");
+    (v) => String(+v.toFixed(3)) + "%", 1);  // at least 0-1%: ticks 0, 0.25, 0.5, 0.75, 1%
 
   document.getElementById("session-count").textContent = "(" + st.sessions.open + ")";
   fill(document.querySelector("#sessions tbody"), st.sessions.list.map((x) => el("tr", {class: "session"},
@@ -252,15 +270,38 @@ function render(st) {
     el("td", {}, m.name), el("td", {class: "num"}, num(m.count)), el("td", {class: "num"}, num(m.errors)),
     el("td", {class: "num"}, m.in_flight), el("td", {class: "num"}, ms(m.mean_ms)),
     el("td", {class: "num"}, ms(m.p50_ms)), el("td", {class: "num"}, ms(m.p99_ms)))), "no calls yet", 7);
+  const models = st.models || [];
+  document.getElementById("model-count").textContent = "(" + models.length + ")";
+  const values = (vs) => vs.map((v) => v.name + " " + v.dtype + "[" + v.shape.map((d) => d < 0 ? "?" : d).join(", ") + "]").join(", ");
+  fill(document.querySelector("#models tbody"), models.map((m) => el("tr", {class: "model", "data-model": m.name, "data-state": m.state},
+    el("td", {}, el("b", {}, m.name)), el("td", {class: "state-" + m.state, title: m.reason || ""}, m.state),
+    el("td", {}, m.device || ""),
+    ...(m.ready ? [el("td", {class: "wrap"}, values(m.inputs)), el("td", {class: "wrap"}, values(m.outputs)),
+                   el("td", {class: "num"}, bytes(m.weight_bytes))]
+                : [el("td", {class: "msg", colspan: 3}, m.reason || "")]))),
+    "no named models (tensord serve --models DIR)", 6);
   fill(document.querySelector("#errors tbody"), st.recent_errors.slice().reverse().slice(0, 20).map((e) => el("tr", {},
     el("td", {}, new Date(e.unix_ms).toLocaleTimeString()), el("td", {}, e.method), el("td", {}, e.code),
     el("td", {class: "msg"}, e.message))), "no errors", 4);
+  // Whether a section's content is wider than the section (scrolls): for tests of the layout.
+  for (const sec of document.querySelectorAll("section"))
+    sec.dataset.overflow = sec.scrollWidth > sec.clientWidth + 1 ? "1" : "0";
   document.body.dataset.rendered = String(Number(document.body.dataset.rendered) + 1);
 }
 
+// /api/status beside the page, without the credentials of a URL like http://tenant:TOKEN@host/
+// (fetch() refuses a URL that carries them): they go in an Authorization header instead, and
+// a browser that keeps them elsewhere sends its own (credentials: same-origin).
+const API = (() => {
+  const u = new URL(location.href);
+  const auth = u.username || u.password
+    ? "Basic " + btoa(decodeURIComponent(u.username) + ":" + decodeURIComponent(u.password)) : null;
+  return {url: u.origin + u.pathname.replace(/[^/]*$/, "") + "api/status", auth};
+})();
 async function refresh() {
   try {
-    const r = await fetch("api/status", {cache: "no-store", credentials: "same-origin"});
+    const r = await fetch(API.url, {cache: "no-store", credentials: "same-origin",
+                                    headers: API.auth ? {Authorization: API.auth} : {}});
     if (!r.ok) throw new Error("HTTP " + r.status);
     render(await r.json());
     document.getElementById("err").textContent = "";

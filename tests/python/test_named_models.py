@@ -81,3 +81,41 @@ def test_embedded_models_dir(models_dir):
     c = td.Client.local(models_dir=models_dir)
     check_mlp(c, models_dir)
     assert [m["name"] for m in c.list_models()] == ["add", "broken", "mlp"]
+
+
+def test_model_shapes_and_dtypes(named_broker):
+    c = td.Client(named_broker.address)
+    m = c.open_model("mlp")
+    assert m.inputs == [td.TensorSpec("X", np.dtype("float32"), (None, 1024))]
+    assert m.outputs == [td.TensorSpec("Y", np.dtype("float32"), (None, 4))]
+    assert m.input_shapes == [(None, 1024)] and m.output_shapes == [(None, 4)]
+    assert m.input_dtypes == [np.float32] and m.output_dtypes == [np.float32]
+    a = c.open_model("add")
+    assert a.input_shapes == [(4,)] and a.output_dtypes == [np.float32]
+
+
+def test_run_async_future_and_await(named_broker, models_dir):
+    import asyncio
+    import concurrent.futures
+
+    c = td.Client(named_broker.address)
+    m = c.open_model("mlp")
+    x = np.load(os.path.join(models_dir, "mlp", "x.npy"))
+    want = np.load(os.path.join(models_dir, "mlp", "y.npy"))
+    xs = x.copy()
+    futs = [m.run_async({"X": xs}) for _ in range(4)]
+    xs[:] = 0  # the inputs were taken when run_async returned
+    for f in futs:
+        assert isinstance(f, concurrent.futures.Future)
+        np.testing.assert_allclose(f.result(timeout=60)["Y"].numpy(), want, rtol=1e-4, atol=1e-5)
+    # A wrong input: the future's exception, not the call's.
+    bad = m.run_async({"X": np.ones((2, 7), np.float32)})
+    with pytest.raises(td.TensordError):
+        bad.result(timeout=60)
+
+    async def main():
+        outs = await asyncio.gather(*[m.run_async([x]) for _ in range(3)])
+        return [o["Y"].numpy() for o in outs]
+
+    for y in asyncio.run(main()):
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)

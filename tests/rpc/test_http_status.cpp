@@ -613,3 +613,147 @@ TEST(HttpStatus, PageRendersDevicesAndChartsInHeadlessChromium) {
 
 }  // namespace
 }  // namespace tensord
+
+namespace tensord {
+namespace {
+
+// Issue 29's fixes, in headless Chromium at 1400 px against a broker with tokens and named
+// models: the page refreshes with the token in its URL (http://tenant:TOKEN@host/: fetch()
+// refuses such URLs, so the page strips them and sends an Authorization header); the named
+// models are listed with their state (ready / unavailable with the reason) on the page, in
+// /api/status and in `tensord status`; a session's normal end (its Attach ends CANCELLED) is
+// no error; no section overflows; the busy axis has distinct ticks under low load.
+TEST(HttpStatus, PageWithTokenInUrlListsModelsWithoutOverflow) {
+  std::string why;
+  const std::string chromium = find_chromium(&why);
+  const char* ci = std::getenv("CI");
+  const bool must = ci && std::string(ci) == "true";
+  if (access("/usr/bin/python3", X_OK) != 0 ||
+      std::system("/usr/bin/python3 -c 'import onnx, numpy' 2>/dev/null") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 with onnx and numpy is needed to write the test models";
+  std::string dir = (std::filesystem::temp_directory_path() / "tensord-page.XXXXXX").string();
+  ASSERT_TRUE(mkdtemp(dir.data()));
+  struct Rm {
+    std::string d;
+    ~Rm() {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  } rm{dir};
+  ASSERT_EQ(std::system(("/usr/bin/python3 " TENSORD_RPC_TEST_DIR "/make_named_models.py " + dir +
+                         "/models --small")
+                            .c_str()),
+            0);
+  const std::string tokens = dir + "/tokens";
+  std::ofstream(tokens) << "alice:s3cret-token\n";
+  chmod(tokens.c_str(), 0600);
+  auto b = start_http_broker({"--token-file", tokens, "--models", dir + "/models"});
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  const httplib::Headers auth = {{"Authorization", "Bearer s3cret-token"}};
+
+  // Sessions that open, work and close: each one's Attach ends CANCELLED, which is no error.
+  for (int i = 0; i < 3; ++i) {
+    rpc::RemoteClientOptions o;
+    o.token = "s3cret-token";
+    auto c = rpc::RemoteClient::connect(b->broker->address(), o);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    HostTensor t = HostTensor::from_vector<float>({1, 2, 3, 4}, {4});
+    auto h = (*c)->upload(t.view(), "cpu:0");
+    ASSERT_TRUE(h.ok());
+    auto out = (*c)->execute(add_graph(), {*h}, "cpu:0");
+    ASSERT_TRUE(out.ok());
+    ASSERT_TRUE((*c)->read((*out)[0]).ok());
+  }
+  nlohmann::json st;
+  for (int i = 0; i < 100; ++i) {  // until the Attach calls have ended and a sample is taken
+    auto r = get(*b, "/api/status?history=60", auth);
+    ASSERT_TRUE(r && r->status == 200);
+    st = nlohmann::json::parse(r->body);
+    int64_t attach = 0;
+    for (const auto& m : st["methods"])
+      if (m["name"] == "Attach") attach = m["count"].get<int64_t>();
+    if (attach >= 3 && st["samples"]["t"].size() >= 2) break;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  for (const auto& m : st["methods"]) {
+    if (m["name"] == "Attach") EXPECT_GE(m["count"].get<int64_t>(), 3) << m.dump();
+    EXPECT_EQ(m["errors"].get<int64_t>(), 0) << m.dump();
+  }
+  EXPECT_EQ(st["totals"]["rpc_errors"].get<int64_t>(), 0) << st["totals"].dump();
+  EXPECT_TRUE(st["recent_errors"].empty()) << st["recent_errors"].dump();
+  EXPECT_TRUE(st["errors_by_code"].empty()) << st["errors_by_code"].dump();
+  // Models in /api/status: state, device, inputs with dtypes and shapes; the reason.
+  std::map<std::string, nlohmann::json> models;
+  for (const auto& m : st["models"]) models[m["name"].get<std::string>()] = m;
+  ASSERT_EQ(models.size(), 3u) << st["models"].dump();
+  EXPECT_EQ(models["mlp"]["state"], "ready");
+  EXPECT_EQ(models["mlp"]["inputs"][0]["dtype"], "float32");
+  EXPECT_EQ(models["mlp"]["inputs"][0]["shape"], nlohmann::json({-1, 1024}));
+  EXPECT_EQ(models["add"]["device"], "cpu:1");
+  EXPECT_EQ(models["broken"]["state"], "unavailable");
+  EXPECT_FALSE(models["broken"]["reason"].get<std::string>().empty());
+  // /metrics: the ended sessions are not errors there either.
+  auto metrics = get(*b, "/metrics", auth);
+  ASSERT_TRUE(metrics && metrics->status == 200);
+  EXPECT_EQ(metrics->body.find("tensord_rpc_errors_total{code=\"CANCELLED\"}"), std::string::npos)
+      << metrics->body;
+  // `tensord status`: the models with their state.
+  auto [text, rc] = run("TENSORD_TOKEN=s3cret-token " + std::string(TENSORD_CLI_PATH) +
+                        " status --address " + b->broker->address() + " 2>&1");
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("Models:"), std::string::npos) << text;
+  EXPECT_NE(text.find("X float32[?,1024]"), std::string::npos) << text;
+  EXPECT_NE(text.find("unavailable"), std::string::npos) << text;
+
+  if (chromium.empty()) {
+    if (must) FAIL() << why << " (CI=true: the status page must be checked)";
+    GTEST_SKIP() << why;
+  }
+  std::string profile = dir + "/chromium";
+  ASSERT_TRUE(std::filesystem::create_directory(profile));
+  const std::string flags =
+      " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
+      "--disable-extensions --disable-background-networking --hide-scrollbars "
+      "--user-data-dir=" +
+      profile + " --virtual-time-budget=5000 --window-size=1400,1800 ";
+  const std::string env = "HOME=" + profile + " ";
+  const std::string url =
+      "http://alice:s3cret-token@" + b->host + ":" + std::to_string(b->port) + "/";
+  auto [dom, rc1] =
+      run(env + "timeout 25 " + chromium + flags + "--dump-dom " + url + " 2>/dev/null");
+  if (rc1 != 0 || dom.find("<html") == std::string::npos) {
+    if (must) FAIL() << "Chromium could not load the page (exit " << rc1 << ")";
+    GTEST_SKIP() << "Chromium cannot run here (exit " << rc1 << "); CI=true makes this a failure";
+  }
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(dom, m, std::regex("id=\"err\">([^<]*)<")));
+  EXPECT_EQ(m[1].str(), "") << "the page could not refresh with the token in its URL";
+  ASSERT_TRUE(std::regex_search(dom, m, std::regex("data-rendered=\"([0-9]+)\"")));
+  EXPECT_GE(std::stoi(m[1]), 2) << "the page rendered its first data only, no refresh";
+  EXPECT_NE(dom.find("data-model=\"mlp\" data-state=\"ready\""), std::string::npos)
+      << dom.substr(0, 6000);
+  EXPECT_NE(dom.find("data-model=\"broken\" data-state=\"unavailable\""), std::string::npos);
+  // No section wider than its content at 1400 px (the calls table overflowed).
+  const std::regex overflow("<section[^>]*data-overflow=\"([01])\"");
+  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), overflow);
+       it != std::sregex_iterator(); ++it)
+    EXPECT_EQ((*it)[1].str(), "0") << (*it)[0].str();
+  EXPECT_NE(dom.find("id=\"methods-section\" data-overflow=\"0\""), std::string::npos);
+  // The busy axis under (next to) no load: five distinct ticks.
+  ASSERT_TRUE(
+      std::regex_search(dom, m, std::regex("id=\"chart-busy\"[^>]*data-ticks=\"([^\"]*)\"")))
+      << "no ticks on the busy chart";
+  std::set<std::string> ticks;
+  std::stringstream ss(m[1].str());
+  for (std::string t; std::getline(ss, t, '|');) ticks.insert(t);
+  EXPECT_EQ(ticks.size(), 5u) << "busy ticks: " << m[1].str();
+  const std::string png = std::string(TENSORD_BUILD_DIR) + "/status_page_models.png";
+  std::filesystem::remove(png);
+  auto [shot, rc2] = run(env + "timeout 25 " + chromium + flags + "--screenshot=" + png + " " +
+                         url + " 2>/dev/null");
+  EXPECT_EQ(rc2, 0);
+  EXPECT_TRUE(std::filesystem::exists(png)) << "no screenshot at " << png;
+}
+
+}  // namespace
+}  // namespace tensord
