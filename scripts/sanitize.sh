@@ -99,12 +99,12 @@ tsan() {
   local t0=$SECONDS
   cmake --build build-tsan -j"$JOBS" --target tensord_cli rpc_tests rpc_test_client mlp
   echo "== sanitize: build-tsan built in $((SECONDS - t0)) s"
-  # libgomp (OpenMP, oneDNN's runtime) is not built with TSan: its barriers and thread pool
-  # hand work over through futexes and atomics TSan cannot see, so every parallel kernel would
-  # be reported as a race between the OpenMP workers. With one OpenMP thread no parallel region
-  # forks, the kernels run on the engine's device threads that TSan does see, and what is
-  # checked is what matters here: the broker's own threads (gRPC handlers, device queues,
-  # sessions, uploads) against each other.
+  # oneDNN is not built with TSan: what its kernels write on the engine's pool threads is not
+  # seen, only the pool's own hand-over (atomics), and TSan has reported uninstrumented writes
+  # as races before. With one thread (OMP_NUM_THREADS=1: the pool's size) no parallel region
+  # forks, the kernels run on the engine's device threads, and what is checked is what matters
+  # here: the broker's own threads (gRPC handlers, device queues, sessions, uploads) against
+  # each other. The pool itself is tested in kernel_tests (ThreadPool.*).
   t0=$SECONDS
   # TENSORD_TEST_KILLED_CLIENTS: SecurityLoad kills 20 client processes instead of 100 (under
   # TSan each costs the broker about a second; the Release and ASan tiers run all 100).

@@ -380,6 +380,7 @@ class CpuBackend final : public Backend {
   Status check_settings() const override {
     TD_RETURN_IF_ERROR(parse_count_env("TENSORD_CPU_DEVICES", 1, 64).status());
     TD_RETURN_IF_ERROR(parse_count_env("TENSORD_SERIAL_WORK_K", 1, 1000000).status());
+    TD_RETURN_IF_ERROR(parse_count_env("TENSORD_SPIN_US", 0, 100000).status());
     return parse_count_env("TENSORD_NUM_THREADS", 1, 1024).status();
   }
   std::vector<std::unique_ptr<Device>> enumerate() override {
