@@ -82,7 +82,7 @@ def train(model="mlp", device="cpu:0", steps=None, lr=None, batch=256, client=No
         xb = td.op("Gather", x_train, idx, axis=0)
         yb = td.op("Gather", y_train, idx, axis=0)
         loss, grads = vg(params, xb, yb)
-        params = opt.step(params, grads)
+        params = opt.step(params, grads, also=loss)  # one graph per step, on the device
         if step % 50 == 0 or step == steps - 1:
             losses.append(float(loss))  # the only read per logged step: 4 bytes
             if log:

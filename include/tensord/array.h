@@ -223,4 +223,9 @@ Array batch_norm(const Array& x, const Array& scale, const Array& bias, const Ar
 // path without a gradient rule makes every result an error naming it.
 std::vector<Array> grad(const Array& loss, const std::vector<Array>& wrt);
 
+// Computes every one of `arrays` (flushing their pending graphs on each device as ONE graph,
+// where Array::eval() would flush one per array) and waits for them: a training step's new
+// parameters, optimiser state and loss in one execute.
+Status eval(const std::vector<Array>& arrays);
+
 }  // namespace tensord

@@ -498,6 +498,15 @@ PYBIND11_MODULE(_tensord, m) {
         return out;
       },
       py::arg("loss"), py::arg("wrt"));
+  // Computes several arrays in one flush (tensord::eval).
+  m.def("eval_all", [](const std::vector<Array>& arrays) {
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = eval(arrays);
+    }
+    check(s);
+  });
 
   py::class_<PyModel, std::shared_ptr<PyModel>>(m, "Model")
       .def_readonly("device", &PyModel::device)

@@ -96,3 +96,15 @@ def grad(f, argnums=0, has_aux=False):
 
     wrapped.__doc__ = f"gradient of {getattr(f, '__name__', 'f')}"
     return wrapped
+
+
+def eval_all(*trees):
+    """Computes every array in ``trees`` (arrays, or lists/tuples/dicts of them) in one flush
+    per device, where evaluating them one by one would run one graph each: a training step's
+    loss, new parameters and optimiser state together."""
+    leaves = []
+    for t in trees:
+        if t is not None:
+            _flatten(t, leaves)
+    if leaves:
+        _C.eval_all([x._a for x in leaves])

@@ -20,7 +20,7 @@ memory the engine frees when nothing uses it).
 
 import numpy as np
 
-from ._autodiff import _flatten, _unflatten
+from ._autodiff import _flatten, _unflatten, eval_all
 from ._core import asarray, sqrt, where
 
 __all__ = ["Optimizer", "Momentum", "Adam", "Adagrad", "SGD"]
@@ -65,8 +65,11 @@ class Optimizer:
     def _init_state(self, p):
         return ()
 
-    def step(self, params, grads):
-        """New parameters (same structure as ``params``) after one update with ``grads``."""
+    def step(self, params, grads, also=None, run=True):
+        """New parameters (same structure as ``params``) after one update with ``grads``.
+        ``run`` (default): the step is computed now, with ``also`` (the loss, metrics), as one
+        graph on the device; nothing is read back. ``run=False`` leaves it pending (lazy) —
+        then something must evaluate it before many steps pile up into one graph."""
         ps, gs = [], []
         _flatten(params, ps)
         _flatten(grads, gs)
@@ -79,6 +82,8 @@ class Optimizer:
             out.append(new_p)
         self._t = self._t + 1.0
         self.steps += 1
+        if run:
+            eval_all(out, self.state, self._t, also)
         return _unflatten(self._spec, iter(out))
 
 

@@ -105,11 +105,21 @@ Result<std::shared_ptr<Context>> resolve_context(std::shared_ptr<Context> ctx) {
 }
 
 Status flush_locked(const std::shared_ptr<ArrayImpl>& target);
+Status flush_many_locked(const std::vector<std::shared_ptr<ArrayImpl>>& targets);
 
 // Materialises `target` (and every pending Array still referenced by the user among its
 // ancestors) with one execute per device. Caller holds the context's lock.
 Status flush_locked(const std::shared_ptr<ArrayImpl>& target) {
-  if (!target->pending()) return OkStatus();
+  return flush_many_locked({target});
+}
+
+// The same for several targets on one device, in one graph (one execute).
+Status flush_many_locked(const std::vector<std::shared_ptr<ArrayImpl>>& targets) {
+  std::vector<std::shared_ptr<ArrayImpl>> pend;
+  for (const auto& t : targets)
+    if (t && t->pending()) pend.push_back(t);
+  if (pend.empty()) return OkStatus();
+  const std::shared_ptr<ArrayImpl>& target = pend[0];
   const std::string device = target->device;
   std::vector<PendingNode*> order;
   std::unordered_set<PendingNode*> visited;
@@ -129,8 +139,16 @@ Status flush_locked(const std::shared_ptr<ArrayImpl>& target) {
         }
         order.push_back(n);
       };
-  visit(target);
+  for (const auto& t : pend) {
+    if (t->device == device) {
+      visit(t);
+    } else if (status.ok()) {
+      status = flush_locked(t);
+    }
+  }
   TD_RETURN_IF_ERROR(status);
+  std::unordered_set<const ArrayImpl*> wanted;
+  for (const auto& t : pend) wanted.insert(t.get());
 
   Graph g;
   std::vector<TensorHandle> bound;
@@ -164,7 +182,7 @@ Status flush_locked(const std::shared_ptr<ArrayImpl>& target) {
       node.outputs.push_back(name);
       if (auto a = n->outputs[k].lock()) {
         names[a.get()] = name;
-        if (a == target || a->user_refs.load() > 0) {
+        if (wanted.count(a.get()) || a->user_refs.load() > 0) {
           g.outputs.push_back({name, a->type});
           out_arrays.push_back(std::move(a));
         }
@@ -349,6 +367,24 @@ Status Array::eval() const {
   TD_RETURN_IF_ERROR(flush(impl_));
   if (impl_->constant) return OkStatus();
   return impl_->ctx->client().wait(impl_->handle);
+}
+
+Status eval(const std::vector<Array>& arrays) {
+  std::vector<std::shared_ptr<ArrayImpl>> impls;
+  for (const Array& a : arrays) {
+    if (!a.impl()) return errors::InvalidArgument("eval: empty Array");
+    if (!a.impl()->error.ok()) return a.impl()->error;
+    if (!impls.empty() && a.impl()->ctx != impls[0]->ctx)
+      return errors::InvalidArgument("eval: arrays of different contexts");
+    impls.push_back(a.impl());
+  }
+  if (impls.empty()) return OkStatus();
+  {
+    std::lock_guard<std::mutex> lock(impls[0]->ctx->state().mu);
+    TD_RETURN_IF_ERROR(flush_many_locked(impls));
+  }
+  for (const Array& a : arrays) TD_RETURN_IF_ERROR(a.eval());
+  return OkStatus();
 }
 
 Result<HostTensor> Array::to_host() const {

@@ -236,7 +236,7 @@ if __name__ == "__main__":
         sys.exit(0)
     bad = 0
     for case in CASES:
-        for dtype in ("float32",):
+        for dtype in ("float32", "float64"):
             try:
                 err = check_case(case, dtype, device, c)
                 ok = err <= TOL[dtype]
