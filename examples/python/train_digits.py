@@ -56,7 +56,7 @@ def logits(model, p, x):
 def train(model="mlp", device="cpu:0", steps=None, lr=None, batch=256, client=None, seed=0,
           log=None):
     """Trains; returns (test accuracy, seconds, final loss, losses)."""
-    steps = steps or {"mlp": 300, "cnn": 300}[model]
+    steps = steps or {"mlp": 300, "cnn": 150}[model]
     lr = lr or {"mlp": 1e-2, "cnn": 1e-2}[model]
     xtr, ytr, xte, yte = load_split(seed)
     client = client or td.default_client()
