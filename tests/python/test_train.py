@@ -144,3 +144,48 @@ def test_digits_reach_97_percent(model):
     acc, seconds, loss, losses = _train(model)
     print(f"{model}: test accuracy {acc:.4f} in {seconds:.1f} s, loss {losses}")
     assert acc >= 0.97, f"{model}: test accuracy {acc:.4f} < 0.97 (losses {losses})"
+
+
+# ---- the training-domain ops themselves (graph ops with a cpu kernel; other devices fall back)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_training_domain_ops_match_the_onnx_formulas(client, dtype):
+    rng = np.random.default_rng(11)
+    shapes = [(3, 4), (5,)]
+    xs, gs, vs = ([rng.standard_normal(s).astype(dtype) for s in shapes] for _ in range(3))
+    hs = [np.abs(rng.standard_normal(s)).astype(dtype) for s in shapes]
+    put = lambda a: td.asarray(a, client=client)  # noqa: E731
+    r = put(np.asarray(0.1, dtype))
+    tol = dict(rtol=1e-5 if dtype == "float32" else 1e-6, atol=1e-6)
+    # attributes are float32 in ONNX: the references use the same rounded values
+    f = lambda v: float(np.float32(v))  # noqa: E731
+    for t in (0, 3):
+        tt = put(np.asarray(t, np.int64))
+        out = td.op("ai.onnx.preview.training.Adam", r, tt, *map(put, xs + gs + vs + hs),
+                    num_outputs=6, alpha=0.8, beta=0.9, epsilon=1e-5, norm_coefficient=0.01,
+                    norm_coefficient_post=0.001)
+        for i in range(2):
+            ex, ev, eh = ref_adam(xs[i], gs[i], vs[i], hs[i], 0.1, t, f(0.8), f(0.9), f(1e-5),
+                                  f(0.01), f(0.001))
+            for got, want in ((out[i], ex), (out[2 + i], ev), (out[4 + i], eh)):
+                np.testing.assert_allclose(got.numpy(), want, **tol)
+        for mode in ("standard", "nesterov"):
+            out = td.op("ai.onnx.preview.training.Momentum", r, tt, *map(put, xs + gs + vs),
+                        num_outputs=4, alpha=0.7, beta=0.5, mode=mode, norm_coefficient=0.01)
+            for i in range(2):
+                ex, ev = ref_momentum(xs[i], gs[i], vs[i], 0.1, t, f(0.7), f(0.5), mode, f(0.01))
+                np.testing.assert_allclose(out[i].numpy(), ex, **tol)
+                np.testing.assert_allclose(out[2 + i].numpy(), ev, **tol)
+        out = td.op("ai.onnx.preview.training.Adagrad", r, tt, *map(put, xs + gs + hs),
+                    num_outputs=4, decay_factor=0.1, epsilon=1e-5, norm_coefficient=0.01)
+        for i in range(2):
+            ex, eh = ref_adagrad(xs[i], gs[i], hs[i], 0.1, t, f(0.1), f(1e-5), f(0.01))
+            np.testing.assert_allclose(out[i].numpy(), ex, **tol)
+            np.testing.assert_allclose(out[2 + i].numpy(), eh, **tol)
+
+
+def test_training_domain_op_arity_errors_name_the_op(client):
+    x = td.asarray(np.ones(3, np.float32), client=client)
+    r = td.asarray(np.asarray(0.1, np.float32), client=client)
+    t = td.asarray(np.asarray(1, np.int64), client=client)
+    with pytest.raises(td.TensordError, match="Adam"):
+        td.op("ai.onnx.preview.training.Adam", r, t, x, x, x, num_outputs=3)
