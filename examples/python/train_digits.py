@@ -54,8 +54,9 @@ def logits(model, p, x):
 
 
 def train(model="mlp", device="cpu:0", steps=None, lr=None, batch=256, client=None, seed=0,
-          log=None):
-    """Trains; returns (test accuracy, seconds, final loss, losses)."""
+          log=None, onnx_op=False):
+    """Trains; returns (test accuracy, seconds, final loss, losses). ``onnx_op``: the Adam
+    update as one ai.onnx.preview.training.Adam node (else element-wise ops)."""
     steps = steps or {"mlp": 300, "cnn": 150}[model]
     lr = lr or {"mlp": 1e-2, "cnn": 1e-2}[model]
     xtr, ytr, xte, yte = load_split(seed)
@@ -63,7 +64,7 @@ def train(model="mlp", device="cpu:0", steps=None, lr=None, batch=256, client=No
     put = lambda a: td.asarray(a, device=device, client=client)  # noqa: E731
     params = {k: put(v) for k, v in init_params(model, seed).items()}
     x_train, y_train = put(xtr), put(ytr)  # uploaded once; batches are gathered on the device
-    opt = td.optim.Adam(params, lr=lr)
+    opt = td.optim.Adam(params, lr=lr, onnx_op=onnx_op)
 
     def loss_fn(p, xb, yb):
         return td.op("SoftmaxCrossEntropyLoss", logits(model, p, xb), yb)
@@ -98,8 +99,10 @@ def main():
     ap.add_argument("--device", default="cpu:0")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--min-accuracy", type=float, default=0.97)
+    ap.add_argument("--onnx-op", action="store_true",
+                    help="update with the ai.onnx.preview.training.Adam op")
     a = ap.parse_args()
-    acc, sec, loss, _ = train(a.model, a.device, a.steps, log=print)
+    acc, sec, loss, _ = train(a.model, a.device, a.steps, log=print, onnx_op=a.onnx_op)
     print(f"{a.model} on {a.device}: test accuracy {acc:.4f}, final loss {loss:.4f}, "
           f"{sec:.1f} s")
     if acc < a.min_accuracy:

@@ -13,6 +13,9 @@ constants), so it is compiled once.
         loss, grads = td.value_and_grad(loss_fn)(params, x, y)
         params = opt.step(params, grads)
 
+``onnx_op=True``: each step is ONE ``ai.onnx.preview.training`` node over every parameter (a
+cpu kernel; other devices run it on cpu:0 by fallback) instead of element-wise ops.
+
 ``params`` may be one array or a list/tuple/dict of arrays; ``step`` returns new arrays in the
 same structure (tensord arrays are values: the updated parameters replace the old ones, whose
 memory the engine frees when nothing uses it).
@@ -21,7 +24,7 @@ memory the engine frees when nothing uses it).
 import numpy as np
 
 from ._autodiff import _flatten, _unflatten, eval_all
-from ._core import asarray, sqrt, where
+from ._core import asarray, op, sqrt, where
 
 __all__ = ["Optimizer", "Momentum", "Adam", "Adagrad", "SGD"]
 
@@ -37,7 +40,10 @@ def _device_scalar(value, like):
 class Optimizer:
     """Base class: keeps per-parameter state on the device; subclasses implement ``_update``."""
 
-    def __init__(self, params, lr):
+    _onnx_op = None  # the ai.onnx.preview.training op of this optimiser
+
+    def __init__(self, params, lr, onnx_op=False):
+        self.onnx_op = bool(onnx_op)
         leaves = []
         self._spec = _flatten(params, leaves)
         if not leaves:
@@ -48,6 +54,10 @@ class Optimizer:
         self._t = _device_scalar(self._t0, self._ref)  # the update count T, on the device
         self.state = [self._init_state(p) for p in leaves]
         self.steps = 0
+        if self.onnx_op:
+            self._ti = asarray(np.asarray(self._t0, np.int64), device=self._ref.device,
+                               client=self._ref._client)
+            self._ti._a.handle()
 
     _t0 = 0
 
@@ -77,13 +87,23 @@ class Optimizer:
             raise ValueError(f"optimizer: {len(ps)} parameters and {len(gs)} gradients for "
                              f"{len(self.state)} states")
         out = []
-        for i, (p, g) in enumerate(zip(ps, gs)):
-            new_p, self.state[i] = self._update(p, g, self.state[i])
-            out.append(new_p)
+        if self.onnx_op:
+            n, k = len(ps), len(self.state[0])
+            groups = [[st[j] for st in self.state] for j in range(k)]
+            res = op(f"ai.onnx.preview.training.{self._onnx_op}", self._lr, self._ti, *ps, *gs,
+                     *[a for grp in groups for a in grp], num_outputs=n * (1 + k),
+                     **self._attrs())
+            out = list(res[:n])
+            self.state = [tuple(res[n * (1 + j) + i] for j in range(k)) for i in range(n)]
+            self._ti = self._ti + 1
+        else:
+            for i, (p, g) in enumerate(zip(ps, gs)):
+                new_p, self.state[i] = self._update(p, g, self.state[i])
+                out.append(new_p)
         self._t = self._t + 1.0
         self.steps += 1
         if run:
-            eval_all(out, self.state, self._t, also)
+            eval_all(out, self.state, self._t, getattr(self, "_ti", None), also)
         return _unflatten(self._spec, iter(out))
 
 
@@ -92,11 +112,18 @@ class Momentum(Optimizer):
     or 1 on the first update); X -= lr * V ("standard") or X -= lr * (G' + alpha * V)
     ("nesterov"). PyTorch's SGD(momentum=m) is alpha=m, beta=1."""
 
-    def __init__(self, params, lr, alpha=0.9, beta=1.0, mode="standard", norm_coefficient=0.0):
+    _onnx_op = "Momentum"
+
+    def __init__(self, params, lr, alpha=0.9, beta=1.0, mode="standard", norm_coefficient=0.0,
+                 onnx_op=False):
         if mode not in ("standard", "nesterov"):
             raise ValueError(f"Momentum: mode must be 'standard' or 'nesterov', got {mode!r}")
         self.alpha, self.beta, self.mode, self.norm_coefficient = alpha, beta, mode, norm_coefficient
-        super().__init__(params, lr)
+        super().__init__(params, lr, onnx_op)
+
+    def _attrs(self):
+        return dict(alpha=self.alpha, beta=self.beta, mode=self.mode,
+                    norm_coefficient=self.norm_coefficient)
 
     def _init_state(self, p):
         return (p * 0.0,)
@@ -117,8 +144,8 @@ class Momentum(Optimizer):
 class SGD(Momentum):
     """Plain gradient descent: X -= lr * G (Momentum with alpha 0)."""
 
-    def __init__(self, params, lr):
-        super().__init__(params, lr, alpha=0.0, beta=1.0)
+    def __init__(self, params, lr, onnx_op=False):
+        super().__init__(params, lr, alpha=0.0, beta=1.0, onnx_op=onnx_op)
 
 
 class Adam(Optimizer):
@@ -128,12 +155,18 @@ class Adam(Optimizer):
     here (PyTorch's bias correction at the first step)."""
 
     _t0 = 1
+    _onnx_op = "Adam"
 
     def __init__(self, params, lr=1e-3, alpha=0.9, beta=0.999, epsilon=1e-6, norm_coefficient=0.0,
-                 norm_coefficient_post=0.0):
+                 norm_coefficient_post=0.0, onnx_op=False):
         self.alpha, self.beta, self.epsilon = alpha, beta, epsilon
         self.norm_coefficient, self.norm_coefficient_post = norm_coefficient, norm_coefficient_post
-        super().__init__(params, lr)
+        super().__init__(params, lr, onnx_op)
+
+    def _attrs(self):
+        return dict(alpha=self.alpha, beta=self.beta, epsilon=self.epsilon,
+                    norm_coefficient=self.norm_coefficient,
+                    norm_coefficient_post=self.norm_coefficient_post)
 
     def _init_state(self, p):
         return (p * 0.0, p * 0.0)
@@ -159,9 +192,16 @@ class Adagrad(Optimizer):
     """ONNX Adagrad: lr' = lr / (1 + T * decay_factor); G' = norm_coefficient * X + G;
     H += G'^2; X -= lr' * G' / (sqrt(H) + epsilon)."""
 
-    def __init__(self, params, lr=1e-2, decay_factor=0.0, epsilon=1e-6, norm_coefficient=0.0):
+    _onnx_op = "Adagrad"
+
+    def __init__(self, params, lr=1e-2, decay_factor=0.0, epsilon=1e-6, norm_coefficient=0.0,
+                 onnx_op=False):
         self.decay_factor, self.epsilon, self.norm_coefficient = decay_factor, epsilon, norm_coefficient
-        super().__init__(params, lr)
+        super().__init__(params, lr, onnx_op)
+
+    def _attrs(self):
+        return dict(decay_factor=self.decay_factor, epsilon=self.epsilon,
+                    norm_coefficient=self.norm_coefficient)
 
     def _init_state(self, p):
         return (p * 0.0,)

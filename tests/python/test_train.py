@@ -38,35 +38,40 @@ def ref_adagrad(x, g, h, r, t, decay, eps, norm):
 
 
 def _steps(client, opt_factory, ref_step, n_state, steps=4):
+    """Both ways of stepping: element-wise ops (exact in float64) and the ONNX op (its float32
+    attributes: close)."""
     rng = np.random.default_rng(3)
     x0 = rng.standard_normal((3, 4)).astype(np.float64)
     grads = [rng.standard_normal((3, 4)) for _ in range(steps)]
-    p = td.asarray(x0, client=client)
-    opt = opt_factory(p)
-    x, state = x0.copy(), [np.zeros_like(x0)] * n_state
-    for k, g in enumerate(grads):
-        p = opt.step(p, td.asarray(g, client=client))
-        x, *state = ref_step(x, g, *state, k)
-        np.testing.assert_allclose(p.numpy(), x, rtol=1e-12, atol=1e-12)
+    for onnx_op, tol in ((False, 1e-12), (True, 1e-6)):
+        p = [td.asarray(x0, client=client), td.asarray(x0[0], client=client)]
+        opt = opt_factory(p, onnx_op)
+        x, state = x0.copy(), [np.zeros_like(x0)] * n_state
+        for k, g in enumerate(grads):
+            p = opt.step(p, [td.asarray(g, client=client), td.asarray(g[0], client=client)])
+            x, *state = ref_step(x, g, *state, k)
+            np.testing.assert_allclose(p[0].numpy(), x, rtol=tol, atol=tol)
+            np.testing.assert_allclose(p[1].numpy(), x[0], rtol=tol, atol=tol)
 
 
 def test_momentum_matches_onnx_formula(client):
     for mode in ("standard", "nesterov"):
-        _steps(client, lambda p: td.optim.Momentum(p, lr=0.1, alpha=0.9, beta=0.5, mode=mode,
-                                                   norm_coefficient=0.01),
+        _steps(client, lambda p, o: td.optim.Momentum(p, lr=0.1, alpha=0.9, beta=0.5, mode=mode,
+                                                      norm_coefficient=0.01, onnx_op=o),
                lambda x, g, v, k: ref_momentum(x, g, v, 0.1, k, 0.9, 0.5, mode, 0.01), 1)
 
 
 def test_adam_matches_onnx_formula(client):
     # tensord's Adam passes T = 1, 2, ... (PyTorch's bias correction from the first step)
-    _steps(client, lambda p: td.optim.Adam(p, lr=0.05, norm_coefficient=0.01,
-                                           norm_coefficient_post=0.001),
+    _steps(client, lambda p, o: td.optim.Adam(p, lr=0.05, norm_coefficient=0.01,
+                                              norm_coefficient_post=0.001, onnx_op=o),
            lambda x, g, v, h, k: ref_adam(x, g, v, h, 0.05, k + 1, 0.9, 0.999, 1e-6, 0.01, 0.001),
            2)
 
 
 def test_adagrad_matches_onnx_formula(client):
-    _steps(client, lambda p: td.optim.Adagrad(p, lr=0.1, decay_factor=0.1, norm_coefficient=0.01),
+    _steps(client, lambda p, o: td.optim.Adagrad(p, lr=0.1, decay_factor=0.1, norm_coefficient=0.01,
+                                              onnx_op=o),
            lambda x, g, h, k: ref_adagrad(x, g, h, 0.1, k, 0.1, 1e-6, 0.01), 1)
 
 
@@ -129,19 +134,20 @@ def test_parameters_stay_on_the_device_between_steps():
     assert float(loss) < first
 
 
-def _train(model, steps=None):
+def _train(model, steps=None, onnx_op=False):
     sys.path.insert(0, EXAMPLES)
     try:
         import train_digits
     finally:
         sys.path.pop(0)
-    return train_digits.train(model, "cpu:0", steps=steps, client=td.Client.local())
+    return train_digits.train(model, "cpu:0", steps=steps, client=td.Client.local(),
+                              onnx_op=onnx_op)
 
 
-@pytest.mark.parametrize("model", ["mlp", "cnn"])
+@pytest.mark.parametrize("model", ["mlp", "cnn", "mlp-onnx-adam"])
 def test_digits_reach_97_percent(model):
     pytest.importorskip("sklearn")
-    acc, seconds, loss, losses = _train(model)
+    acc, seconds, loss, losses = _train(model.split("-")[0], onnx_op=model.endswith("adam"))
     print(f"{model}: test accuracy {acc:.4f} in {seconds:.1f} s, loss {losses}")
     assert acc >= 0.97, f"{model}: test accuracy {acc:.4f} < 0.97 (losses {losses})"
 
