@@ -228,6 +228,13 @@ Status unary_rule(RuleCtx& c) {
   else if (op == "Tanh")
     g = b.op("Mul", {gy, b.op("Sub", {b.scalar(dt, 1.0), b.op("Mul", {c.y(0), c.y(0)})})});
   else if (op == "Identity") g = gy;
+  else if (op == "Reciprocal") g = b.op("Neg", {b.op("Mul", {gy, b.op("Mul", {c.y(0), c.y(0)})})});
+  else if (op == "LeakyRelu")
+    g = b.op("Where", {b.op("Greater", {c.x(0), b.scalar(dt, 0.0)}), gy,
+                       b.op("Mul", {gy, b.scalar(dt, attr_float(c.node, "alpha", 0.01f))})});
+  else if (op == "Erf")
+    g = b.op("Mul", {b.op("Mul", {gy, b.scalar(dt, 1.1283791670955126)}),
+                     b.op("Exp", {b.op("Neg", {b.op("Mul", {c.x(0), c.x(0)})})})});
   else if (op == "Cast") g = b.op("Cast", {gy}, {{"to", int64_t(c.in[0].dtype)}});
   c.gx[0] = g;
   return OkStatus();
@@ -397,6 +404,7 @@ Status slice_rule(RuleCtx& c) {
   TD_ASSIGN_OR_RETURN(auto ends, c.const_ints(2));
   TD_ASSIGN_OR_RETURN(auto axes_in, c.const_ints(3));
   TD_ASSIGN_OR_RETURN(auto steps_in, c.const_ints(4));
+  if (!starts || !ends) return c.error("no starts or ends input");
   std::vector<int64_t> axes = axes_in ? *axes_in : iota(0, static_cast<int64_t>(starts->size()));
   std::vector<int64_t> begin(r, 0), step(r, 1), count(xs.begin(), xs.end());
   bool unit = true;
@@ -715,12 +723,95 @@ Status sce_rule(RuleCtx& c) {
   return OkStatus();
 }
 
+Status where_rule(RuleCtx& c) {
+  Builder& b = c.b;
+  const DType dt = c.out[0].dtype;
+  const std::string zero = b.scalar(dt, 0.0);
+  if (c.needs[1])
+    c.gx[1] = b.unbroadcast(b.op("Where", {c.x(0), c.gy[0], zero}), c.out[0].shape, c.in[1].shape);
+  if (c.needs[2])
+    c.gx[2] = b.unbroadcast(b.op("Where", {c.x(0), zero, c.gy[0]}), c.out[0].shape, c.in[2].shape);
+  return OkStatus();
+}
+
+Status clip_rule(RuleCtx& c) {
+  Builder& b = c.b;
+  std::string keep;
+  if (c.has_input(1)) keep = b.op("GreaterOrEqual", {c.x(0), c.x(1)});
+  if (c.has_input(2)) {
+    std::string le = b.op("LessOrEqual", {c.x(0), c.x(2)});
+    keep = keep.empty() ? le : b.op("And", {keep, le});
+  }
+  c.gx[0] = keep.empty() ? c.gy[0] : b.op("Where", {keep, c.gy[0], b.scalar(c.dtype(), 0.0)});
+  return OkStatus();
+}
+
+Status split_rule(RuleCtx& c) {
+  Builder& b = c.b;
+  const int64_t r = static_cast<int64_t>(c.in[0].shape.size());
+  TD_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(attr_int(c.node, "axis", 0), r));
+  std::vector<std::string> parts;
+  for (size_t k = 0; k < c.node.outputs.size(); ++k)
+    parts.push_back(c.gy[k].empty() ? b.zeros(c.out[k].dtype, c.out[k].shape) : c.gy[k]);
+  c.gx[0] = parts.size() == 1 ? parts[0] : b.op("Concat", parts, {{"axis", axis}});
+  return OkStatus();
+}
+
+Status pad_rule(RuleCtx& c) {
+  Builder& b = c.b;
+  if (attr_string(c.node, "mode", "constant") != "constant")
+    return c.error("mode '" + attr_string(c.node, "mode", "constant") + "' (constant only)");
+  const Shape& xs = c.in[0].shape;
+  const int64_t r = static_cast<int64_t>(xs.size());
+  TD_ASSIGN_OR_RETURN(auto pads, c.const_ints(1));
+  TD_ASSIGN_OR_RETURN(auto axes_in, c.const_ints(3));
+  if (!pads) return c.error("no pads input");
+  std::vector<int64_t> axes = axes_in ? *axes_in : iota(0, r);
+  std::vector<int64_t> st, en, ax;
+  const size_t na = axes.size();
+  for (size_t k = 0; k < na; ++k) {
+    TD_ASSIGN_OR_RETURN(int64_t a, normalize_axis(axes[k], r));
+    const int64_t begin = (*pads)[k], end = (*pads)[na + k];
+    if (begin < 0 || end < 0) return c.error("negative pads (cropping)");
+    st.push_back(begin), en.push_back(begin + xs[a]), ax.push_back(a);
+  }
+  c.gx[0] = b.op("Slice", {c.gy[0], b.ints(st), b.ints(en), b.ints(ax)});
+  return OkStatus();
+}
+
+Status layernorm_rule(RuleCtx& c) {
+  Builder& b = c.b;
+  const Shape& xs = c.in[0].shape;
+  const int64_t r = static_cast<int64_t>(xs.size());
+  TD_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(attr_int(c.node, "axis", -1), r));
+  const DType dt = c.dtype();
+  const std::vector<int64_t> axes = iota(axis, r);
+  auto mean = [&](const std::string& v) {
+    return b.op("ReduceMean", {v}, {{"axes", axes}, {"keepdims", int64_t{1}}});
+  };
+  const std::string d = b.op("Sub", {c.x(0), mean(c.x(0))});
+  const std::string var = mean(b.op("Mul", {d, d}));
+  const std::string inv = b.op("Reciprocal", {b.op("Sqrt", {b.op(
+      "Add", {var, b.scalar(dt, attr_float(c.node, "epsilon", 1e-5f))})})});
+  const std::string xhat = b.op("Mul", {d, inv});
+  const std::string& gy = c.gy[0];
+  if (c.needs[0]) {
+    const std::string gh = b.op("Mul", {gy, c.x(1)});
+    const std::string t = b.op("Sub", {b.op("Sub", {gh, mean(gh)}),
+                                       b.op("Mul", {xhat, mean(b.op("Mul", {gh, xhat}))})});
+    c.gx[0] = b.op("Mul", {inv, t});
+  }
+  if (c.needs[1]) c.gx[1] = b.unbroadcast(b.op("Mul", {gy, xhat}), xs, c.in[1].shape);
+  if (c.has_input(2) && c.needs[2]) c.gx[2] = b.unbroadcast(gy, xs, c.in[2].shape);
+  return OkStatus();
+}
+
 const std::map<std::string, Rule>& rules() {
   static const std::map<std::string, Rule> r = [] {
     std::map<std::string, Rule> m;
     for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow"}) m[op] = binary_rule;
     for (const char* op : {"Neg", "Exp", "Log", "Sqrt", "Abs", "Relu", "Sigmoid", "Tanh",
-                           "Identity", "Cast"})
+                           "Identity", "Cast", "Reciprocal", "LeakyRelu", "Erf"})
       m[op] = unary_rule;
     m["Sum"] = m["Mean"] = variadic_rule;
     m["MatMul"] = matmul_rule;
@@ -737,6 +828,11 @@ const std::map<std::string, Rule>& rules() {
     m["MaxPool"] = maxpool_rule;
     m["AveragePool"] = avgpool_rule;
     m["GlobalAveragePool"] = global_avgpool_rule;
+    m["Where"] = where_rule;
+    m["Clip"] = clip_rule;
+    m["Split"] = split_rule;
+    m["Pad"] = pad_rule;
+    m["LayerNormalization"] = layernorm_rule;
     m["NegativeLogLikelihoodLoss"] = nll_rule;
     m["SoftmaxCrossEntropyLoss"] = sce_rule;
     return m;
@@ -868,7 +964,7 @@ Result<Graph> gradients(const Graph& graph, const std::string& loss,
       c.out.push_back(t);
     }
     // Rules other than the losses' use the first output's gradient only.
-    if (gy[0].empty() && n.op != "SoftmaxCrossEntropyLoss")
+    if (gy[0].empty() && n.op != "SoftmaxCrossEntropyLoss" && n.op != "Split")
       return errors::Unimplemented("gradients: {}: only its first output has a gradient rule",
                                    n.label());
     TD_RETURN_IF_ERROR(rule->second(c));

@@ -8,6 +8,9 @@ import pytest
 
 import tensord as td
 
+# Tests that make their own embedded client run once, under python_embedded.
+embedded_only = pytest.mark.skipif(os.environ.get("TENSORD_PY_MODE") == "remote",
+                                   reason="embedded client of its own: runs under python_embedded")
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python")
 
 
@@ -107,18 +110,19 @@ def test_learning_rate_schedule_as_plain_values(client):
     np.testing.assert_allclose(p.numpy(), [-0.5] * 3)
 
 
-def test_parameters_stay_on_the_device_between_steps():
-    """A step is one graph on the device: no download and one execute per step, whatever the
-    number of parameters (the optimiser state, the step count and the learning rate are device
-    tensors), and the same graph each step."""
-    c = td.Client.local()
+@pytest.mark.parametrize("onnx_op", [False, True])
+def test_parameters_stay_on_the_device_between_steps(client, onnx_op):
+    """A step is one graph on the device (embedded and through a broker): no download and one
+    execute per step, whatever the number of parameters (the optimiser state, the step count and
+    the learning rate are device tensors)."""
+    c = client
     rng = np.random.default_rng(0)
     put = lambda a: td.asarray(a, client=c)  # noqa: E731
     params = [put(rng.standard_normal((16, 8)).astype(np.float32)),
               put(np.zeros(8, np.float32))]
     x = put(rng.standard_normal((32, 16)).astype(np.float32))
     y = put(rng.integers(0, 8, 32).astype(np.int64))
-    opt = td.optim.Adam(params, lr=1e-2)
+    opt = td.optim.Adam(params, lr=1e-2, onnx_op=onnx_op)
     vg = td.value_and_grad(
         lambda p: td.op("SoftmaxCrossEntropyLoss", td.op("Gemm", x, p[0], p[1]), y))
     loss, g = vg(params)
@@ -144,6 +148,7 @@ def _train(model, steps=None, onnx_op=False):
                               onnx_op=onnx_op)
 
 
+@embedded_only
 @pytest.mark.parametrize("model", ["mlp", "cnn", "mlp-onnx-adam"])
 def test_digits_reach_97_percent(model):
     pytest.importorskip("sklearn")
