@@ -28,11 +28,12 @@ std::string gradient_name(const std::string& wrt);
 //
 // Ops on the path from a wrt value to the loss need a gradient rule; one without a rule is
 // UNIMPLEMENTED naming the op and the node ("no gradient rule for op 'Erf' (node ...)").
-// Rules: Add Sub Mul Div Neg Exp Log Sqrt Pow Abs Relu Sigmoid Tanh Identity Cast Sum Mean,
-// MatMul Gemm, ReduceSum ReduceMean, Softmax LogSoftmax, Reshape Flatten Squeeze Unsqueeze
-// Transpose Concat Slice Gather Expand, Conv (group 1, explicit pads), MaxPool (2-D and
-// up, one output) AveragePool GlobalAveragePool, SoftmaxCrossEntropyLoss
-// NegativeLogLikelihoodLoss.
+// Rules (gradient_ops()): Add Sub Mul Div Pow Neg Exp Log Sqrt Abs Reciprocal Relu LeakyRelu
+// Sigmoid Tanh Erf Identity Cast Sum Mean Where Clip, MatMul Gemm, ReduceSum ReduceMean,
+// Softmax LogSoftmax, Reshape Flatten Squeeze Unsqueeze Expand Transpose Concat Split Slice
+// Gather Pad (constant), Conv (any group, explicit pads), MaxPool AveragePool
+// GlobalAveragePool, LayerNormalization, BatchNormalization (training and inference mode),
+// Dropout (its mask output or a seed), SoftmaxCrossEntropyLoss NegativeLogLikelihoodLoss.
 Result<Graph> gradients(const Graph& graph, const std::string& loss,
                         const std::vector<std::string>& wrt,
                         const std::vector<TensorType>& input_types = {});

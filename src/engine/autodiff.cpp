@@ -806,6 +806,81 @@ Status layernorm_rule(RuleCtx& c) {
   return OkStatus();
 }
 
+Status batchnorm_rule(RuleCtx& c) {
+  Builder& b = c.b;
+  const Shape& xs = c.in[0].shape;
+  const int64_t r = static_cast<int64_t>(xs.size());
+  const DType dt = c.dtype();
+  const bool training = attr_int(c.node, "training_mode", 0) != 0;
+  const float eps = attr_float(c.node, "epsilon", 1e-5f);
+  std::vector<int64_t> axes{0};
+  for (int64_t i = 2; i < r; ++i) axes.push_back(i);
+  Shape cshape(r, 1);
+  if (r > 1) cshape[1] = xs[1];
+  auto per_channel = [&](const std::string& v) { return b.reshape(v, cshape); };
+  auto mean = [&](const std::string& v) {
+    return b.op("ReduceMean", {v}, {{"axes", axes}, {"keepdims", int64_t{1}}});
+  };
+  std::string d, var;
+  if (training) {
+    d = b.op("Sub", {c.x(0), mean(c.x(0))});
+    var = mean(b.op("Mul", {d, d}));
+  } else {
+    d = b.op("Sub", {c.x(0), per_channel(c.x(3))});
+    var = per_channel(c.x(4));
+  }
+  const std::string inv =
+      b.op("Reciprocal", {b.op("Sqrt", {b.op("Add", {var, b.scalar(dt, eps)})})});
+  const std::string xhat = b.op("Mul", {d, inv});
+  const std::string& gy = c.gy[0];
+  if (c.needs[0]) {
+    const std::string gh = b.op("Mul", {gy, per_channel(c.x(1))});
+    if (training) {
+      const std::string t = b.op("Sub", {b.op("Sub", {gh, mean(gh)}),
+                                         b.op("Mul", {xhat, mean(b.op("Mul", {gh, xhat}))})});
+      c.gx[0] = b.op("Mul", {inv, t});
+    } else {
+      c.gx[0] = b.op("Mul", {gh, inv});
+    }
+  }
+  if (c.needs[1]) c.gx[1] = b.reduce_sum(b.op("Mul", {gy, xhat}), axes, false);
+  if (c.needs[2]) c.gx[2] = b.reduce_sum(gy, axes, false);
+  if ((c.needs.size() > 3 && c.needs[3]) || (c.needs.size() > 4 && c.needs[4]))
+    return c.error("gradient with respect to the running mean or variance");
+  return OkStatus();
+}
+
+Status dropout_rule(RuleCtx& c) {
+  Builder& b = c.b;
+  bool training = false;
+  if (c.has_input(2)) {
+    TD_ASSIGN_OR_RETURN(auto t, c.const_ints(2));
+    training = t && !t->empty() && (*t)[0] != 0;
+  }
+  if (!training) {
+    c.gx[0] = c.gy[0];
+    return OkStatus();
+  }
+  double ratio = 0.5;
+  if (c.has_input(1)) {
+    auto it = c.constants.find(c.x(1));
+    if (it == c.constants.end()) return c.error("ratio must be a constant");
+    ratio = it->second.to_double_vector().at(0);
+  }
+  std::string mask;
+  if (c.node.outputs.size() > 1 && !c.node.outputs[1].empty()) {
+    mask = c.node.outputs[1];
+  } else if (c.node.attrs.count("seed")) {
+    mask = b.op_n("Dropout", c.node.inputs, c.node.attrs, 2)[1];  // the same seed: the same mask
+  } else {
+    return c.error("training mode without its mask output or a seed (the mask is not known)");
+  }
+  const double scale = ratio < 1 ? 1.0 / (1.0 - ratio) : 0.0;
+  c.gx[0] = b.op("Mul", {b.op("Mul", {c.gy[0], b.op("Cast", {mask}, {{"to", int64_t(c.dtype())}})}),
+                         b.scalar(c.dtype(), scale)});
+  return OkStatus();
+}
+
 const std::map<std::string, Rule>& rules() {
   static const std::map<std::string, Rule> r = [] {
     std::map<std::string, Rule> m;
@@ -833,6 +908,8 @@ const std::map<std::string, Rule>& rules() {
     m["Split"] = split_rule;
     m["Pad"] = pad_rule;
     m["LayerNormalization"] = layernorm_rule;
+    m["BatchNormalization"] = batchnorm_rule;
+    m["Dropout"] = dropout_rule;
     m["NegativeLogLikelihoodLoss"] = nll_rule;
     m["SoftmaxCrossEntropyLoss"] = sce_rule;
     return m;

@@ -149,6 +149,15 @@ CASES = [
     ("LayerNormalization_axis1", [((2, 3, 4), "f"), ((3, 4), "f")],
      lambda x, w: td.op("LayerNormalization", x, w, axis=1, epsilon=1e-3),
      lambda x, w: F.layer_norm(x, (3, 4), w, None, 1e-3)),
+    ("BatchNormalization_train", [((4, 3, 5, 5), "f"), ((3,), "f"), ((3,), "f"), ((3,), "w"),
+                                  ((3,), "w")],
+     lambda x, w, b, m, v: td.op("BatchNormalization", x, w, b, m, v, training_mode=1,
+                                 num_outputs=3)[0],
+     lambda x, w, b, m, v: F.batch_norm(x, m.clone(), v.clone(), w, b, training=True)),
+    ("BatchNormalization_eval", [((4, 3, 5), "f"), ((3,), "f"), ((3,), "f"), ((3,), "w"),
+                                 ((3,), "w")],
+     lambda x, w, b, m, v: td.op("BatchNormalization", x, w, b, m, v),
+     lambda x, w, b, m, v: F.batch_norm(x, m, v, w, b, training=False)),
     ("Chain_MLP", [((8, 6), "f"), ((6, 5), "f"), ((5,), "f"), ((8,), "lab:5")],
      lambda x, w, b, t: td.op("SoftmaxCrossEntropyLoss",
                               td.op("Relu", td.matmul(td.tanh(x), w) + b), t),
@@ -231,6 +240,30 @@ def test_op_without_rule_is_refused_by_name(client):
     x = td.asarray(np.ones((3,), np.float32), client=client)
     with pytest.raises(td.TensordError, match="no gradient rule for op 'Cosh'"):
         td.grad(lambda a: td.sum(td.op("Cosh", a)))(x)
+
+
+def test_dropout_gradient_uses_its_mask_or_its_seed(client):
+    xv = np.random.default_rng(2).standard_normal((20, 30)).astype(np.float32)
+    x = td.asarray(xv, client=client)
+    ratio, train = _like(x, 0.25, np.float32), _like(x, True, np.bool_)
+
+    def with_mask(a):
+        y, m = td.op("Dropout", a, ratio, train, num_outputs=2, seed=7)
+        return td.sum(y * y), m
+
+    g, mask = td.grad(with_mask, has_aux=True)(x)
+    m = mask.numpy().astype(np.float32)
+    assert 0.5 < m.mean() < 0.95
+    np.testing.assert_allclose(g.numpy(), 2 * xv * m / 0.75 ** 2, rtol=1e-5, atol=1e-6)
+    # The mask not kept: recomputed from the seed (the same mask).
+    g2 = td.grad(lambda a: td.sum(td.op("Dropout", a, ratio, train, seed=7) * 3.0))(x)
+    np.testing.assert_allclose(g2.numpy(), 3 * m / 0.75, rtol=1e-6)
+    # Inference mode: the identity.
+    g3 = td.grad(lambda a: td.sum(td.op("Dropout", a, ratio) * 3.0))(x)
+    np.testing.assert_allclose(g3.numpy(), np.full_like(xv, 3.0))
+    # Neither a mask nor a seed: refused, saying why.
+    with pytest.raises(td.TensordError, match="mask"):
+        td.grad(lambda a: td.sum(td.op("Dropout", a, ratio, train)))(x)
 
 
 def test_unrelated_argument_gets_zeros_and_value_and_grad(client):
