@@ -27,13 +27,14 @@ std::string gradient_name(const std::string& wrt);
 // backward graph reduces broadcast gradients to their inputs' shapes.
 //
 // Ops on the path from a wrt value to the loss need a gradient rule; one without a rule is
-// UNIMPLEMENTED naming the op and the node ("no gradient rule for op 'Erf' (node ...)").
-// Rules (gradient_ops()): Add Sub Mul Div Pow Neg Exp Log Sqrt Abs Reciprocal Relu LeakyRelu
-// Sigmoid Tanh Erf Identity Cast Sum Mean Where Clip, MatMul Gemm, ReduceSum ReduceMean,
-// Softmax LogSoftmax, Reshape Flatten Squeeze Unsqueeze Expand Transpose Concat Split Slice
-// Gather Pad (constant), Conv (any group, explicit pads), MaxPool AveragePool
-// GlobalAveragePool, LayerNormalization, BatchNormalization (training and inference mode),
-// Dropout (its mask output or a seed), SoftmaxCrossEntropyLoss NegativeLogLikelihoodLoss.
+// UNIMPLEMENTED naming the op and the node ("no gradient rule for op 'Cosh' (node ...)").
+// Rules (gradient_ops()): Add Sub Mul Div Pow Max Min Neg Exp Log Sqrt Abs Reciprocal Relu
+// LeakyRelu Elu Softplus Gelu Sigmoid Tanh Sin Cos Erf Identity Cast Sum Mean Where Clip,
+// MatMul Gemm, ReduceSum ReduceMean, Softmax LogSoftmax, Reshape Flatten Squeeze Unsqueeze
+// Expand Transpose Concat Split Slice Gather Pad (constant), Conv (any group, explicit pads),
+// MaxPool AveragePool GlobalAveragePool, LayerNormalization, BatchNormalization (training and
+// inference mode), Dropout (its mask output or a seed), SoftmaxCrossEntropyLoss
+// NegativeLogLikelihoodLoss.
 Result<Graph> gradients(const Graph& graph, const std::string& loss,
                         const std::vector<std::string>& wrt,
                         const std::vector<TensorType>& input_types = {});

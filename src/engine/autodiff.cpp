@@ -23,15 +23,26 @@ namespace {
 HostTensor scalar_tensor(DType dtype, double v) {
   HostTensor t(dtype, {});
   switch (dtype) {
-    case DType::kFloat32: *t.mutable_data<float>() = static_cast<float>(v); break;
-    case DType::kFloat64: *t.mutable_data<double>() = v; break;
-    case DType::kFloat16: *t.mutable_data<uint16_t>() = float_to_half(static_cast<float>(v)); break;
+    case DType::kFloat32:
+      *t.mutable_data<float>() = static_cast<float>(v);
+      break;
+    case DType::kFloat64:
+      *t.mutable_data<double>() = v;
+      break;
+    case DType::kFloat16:
+      *t.mutable_data<uint16_t>() = float_to_half(static_cast<float>(v));
+      break;
     case DType::kBFloat16:
       *t.mutable_data<uint16_t>() = float_to_bfloat16(static_cast<float>(v));
       break;
-    case DType::kInt64: *t.mutable_data<int64_t>() = static_cast<int64_t>(v); break;
-    case DType::kInt32: *t.mutable_data<int32_t>() = static_cast<int32_t>(v); break;
-    default: break;
+    case DType::kInt64:
+      *t.mutable_data<int64_t>() = static_cast<int64_t>(v);
+      break;
+    case DType::kInt32:
+      *t.mutable_data<int32_t>() = static_cast<int32_t>(v);
+      break;
+    default:
+      break;
   }
   return t;
 }
@@ -55,8 +66,7 @@ std::string attr_string(const Node& n, const std::string& name, const std::strin
   if (auto v = it->second.get_if<std::string>()) return *v;
   return dflt;
 }
-std::vector<int64_t> attr_ints(const Node& n, const std::string& name,
-                               std::vector<int64_t> dflt) {
+std::vector<int64_t> attr_ints(const Node& n, const std::string& name, std::vector<int64_t> dflt) {
   auto it = n.attrs.find(name);
   if (it == n.attrs.end()) return dflt;
   if (auto v = it->second.get_if<std::vector<int64_t>>()) return *v;
@@ -109,9 +119,7 @@ class Builder {
   std::string expand(const std::string& x, const Shape& shape) {
     return op("Expand", {x, ints(shape)});
   }
-  std::string zeros(DType dtype, const Shape& shape) {
-    return expand(scalar(dtype, 0.0), shape);
-  }
+  std::string zeros(DType dtype, const Shape& shape) { return expand(scalar(dtype, 0.0), shape); }
   // Sums a gradient of shape `gshape` down to `xshape` (NumPy broadcasting undone).
   std::string unbroadcast(const std::string& g, const Shape& gshape, const Shape& xshape) {
     if (gshape == xshape) return g;
@@ -141,10 +149,10 @@ class Builder {
 struct RuleCtx {
   const Node& node;
   Builder& b;
-  std::vector<std::string> gy;          // per output; "" when it gets no gradient
-  std::vector<TensorType> in, out;      // types (static shapes)
-  std::vector<bool> needs;              // per input: a gradient is wanted
-  std::vector<std::string> gx;          // per input: set by the rule ("" = none)
+  std::vector<std::string> gy;      // per output; "" when it gets no gradient
+  std::vector<TensorType> in, out;  // types (static shapes)
+  std::vector<bool> needs;          // per input: a gradient is wanted
+  std::vector<std::string> gx;      // per input: set by the rule ("" = none)
   const std::map<std::string, HostTensor>& constants;
 
   bool has_input(size_t i) const { return i < node.inputs.size() && !node.inputs[i].empty(); }
@@ -216,26 +224,58 @@ Status unary_rule(RuleCtx& c) {
   const std::string& op = c.node.op;
   const DType dt = c.dtype();
   std::string g;
-  if (op == "Neg") g = b.op("Neg", {gy});
-  else if (op == "Exp") g = b.op("Mul", {gy, c.y(0)});
-  else if (op == "Log") g = b.op("Div", {gy, c.x(0)});
-  else if (op == "Sqrt") g = b.op("Div", {b.op("Mul", {gy, b.scalar(dt, 0.5)}), c.y(0)});
-  else if (op == "Abs") g = b.op("Mul", {gy, b.op("Sign", {c.x(0)})});
+  if (op == "Neg")
+    g = b.op("Neg", {gy});
+  else if (op == "Exp")
+    g = b.op("Mul", {gy, c.y(0)});
+  else if (op == "Log")
+    g = b.op("Div", {gy, c.x(0)});
+  else if (op == "Sqrt")
+    g = b.op("Div", {b.op("Mul", {gy, b.scalar(dt, 0.5)}), c.y(0)});
+  else if (op == "Abs")
+    g = b.op("Mul", {gy, b.op("Sign", {c.x(0)})});
   else if (op == "Relu")
     g = b.op("Where", {b.op("Greater", {c.x(0), b.scalar(dt, 0.0)}), gy, b.scalar(dt, 0.0)});
   else if (op == "Sigmoid")
     g = b.op("Mul", {gy, b.op("Mul", {c.y(0), b.op("Sub", {b.scalar(dt, 1.0), c.y(0)})})});
   else if (op == "Tanh")
     g = b.op("Mul", {gy, b.op("Sub", {b.scalar(dt, 1.0), b.op("Mul", {c.y(0), c.y(0)})})});
-  else if (op == "Identity") g = gy;
-  else if (op == "Reciprocal") g = b.op("Neg", {b.op("Mul", {gy, b.op("Mul", {c.y(0), c.y(0)})})});
+  else if (op == "Identity")
+    g = gy;
+  else if (op == "Reciprocal")
+    g = b.op("Neg", {b.op("Mul", {gy, b.op("Mul", {c.y(0), c.y(0)})})});
   else if (op == "LeakyRelu")
     g = b.op("Where", {b.op("Greater", {c.x(0), b.scalar(dt, 0.0)}), gy,
                        b.op("Mul", {gy, b.scalar(dt, attr_float(c.node, "alpha", 0.01f))})});
-  else if (op == "Erf")
+  else if (op == "Sin")
+    g = b.op("Mul", {gy, b.op("Cos", {c.x(0)})});
+  else if (op == "Cos")
+    g = b.op("Neg", {b.op("Mul", {gy, b.op("Sin", {c.x(0)})})});
+  else if (op == "Softplus")
+    g = b.op("Mul", {gy, b.op("Sigmoid", {c.x(0)})});
+  else if (op == "Elu") {
+    // x > 0: 1; else alpha * exp(x) = y + alpha
+    const std::string a = b.scalar(dt, attr_float(c.node, "alpha", 1.0f));
+    g = b.op("Where", {b.op("Greater", {c.x(0), b.scalar(dt, 0.0)}), gy,
+                       b.op("Mul", {gy, b.op("Add", {c.y(0), a})})});
+  } else if (op == "Gelu") {
+    if (attr_string(c.node, "approximate", "none") != "none")
+      return c.error("approximate '" + attr_string(c.node, "approximate", "none") + "'");
+    // d/dx x * Phi(x) = Phi(x) + x * phi(x)
+    const std::string cdf = b.op(
+        "Mul",
+        {b.scalar(dt, 0.5),
+         b.op("Add", {b.scalar(dt, 1.0),
+                      b.op("Erf", {b.op("Mul", {c.x(0), b.scalar(dt, 0.7071067811865476)})})})});
+    const std::string pdf = b.op(
+        "Mul", {b.scalar(dt, 0.3989422804014327),
+                b.op("Exp", {b.op("Mul", {b.op("Mul", {c.x(0), c.x(0)}), b.scalar(dt, -0.5)})})});
+    g = b.op("Mul", {gy, b.op("Add", {cdf, b.op("Mul", {c.x(0), pdf})})});
+  } else if (op == "Erf")
     g = b.op("Mul", {b.op("Mul", {gy, b.scalar(dt, 1.1283791670955126)}),
                      b.op("Exp", {b.op("Neg", {b.op("Mul", {c.x(0), c.x(0)})})})});
-  else if (op == "Cast") g = b.op("Cast", {gy}, {{"to", int64_t(c.in[0].dtype)}});
+  else if (op == "Cast")
+    g = b.op("Cast", {gy}, {{"to", int64_t(c.in[0].dtype)}});
   c.gx[0] = g;
   return OkStatus();
 }
@@ -390,7 +430,8 @@ Status concat_rule(RuleCtx& c) {
   for (size_t i = 0; i < c.node.inputs.size(); ++i) {
     const int64_t len = c.in[i].shape[axis];
     if (c.needs[i])
-      c.gx[i] = c.b.op("Slice", {c.gy[0], c.b.ints({off}), c.b.ints({off + len}), c.b.ints({axis})});
+      c.gx[i] =
+          c.b.op("Slice", {c.gy[0], c.b.ints({off}), c.b.ints({off + len}), c.b.ints({axis})});
     off += len;
   }
   return OkStatus();
@@ -669,7 +710,8 @@ Result<std::string> nll_grad(RuleCtx& c, const std::string& gy, const Shape& xs,
   std::string ws;  // per-sample weight, "" = 1
   if (c.node.attrs.count("ignore_index")) {
     const int64_t ii = attr_int(c.node, "ignore_index", 0);
-    std::string keep = b.op("Not", {b.op("Equal", {t, b.scalar(DType::kInt64, static_cast<double>(ii))})});
+    std::string keep =
+        b.op("Not", {b.op("Equal", {t, b.scalar(DType::kInt64, static_cast<double>(ii))})});
     t = b.op("Where", {keep, t, b.scalar(DType::kInt64, 0)});
     ws = b.op("Cast", {keep}, {{"to", int64_t(dt)}});
   }
@@ -680,9 +722,9 @@ Result<std::string> nll_grad(RuleCtx& c, const std::string& gy, const Shape& xs,
   Shape ar_shape(r, 1);
   ar_shape[1] = classes;
   HostTensor ar = HostTensor::from_vector<int64_t>(iota(0, classes), ar_shape);
-  std::string onehot =
-      b.op("Cast", {b.op("Equal", {b.op("Unsqueeze", {t, b.ints({1})}), b.constant(std::move(ar))})},
-           {{"to", int64_t(dt)}});
+  std::string onehot = b.op(
+      "Cast", {b.op("Equal", {b.op("Unsqueeze", {t, b.ints({1})}), b.constant(std::move(ar))})},
+      {{"to", int64_t(dt)}});
   std::string coef;
   if (reduction == "none" || reduction == "sum") {
     coef = ws.empty() ? gy : b.op("Mul", {gy, ws});
@@ -692,7 +734,8 @@ Result<std::string> nll_grad(RuleCtx& c, const std::string& gy, const Shape& xs,
       for (int64_t i = 2; i < r; ++i) cnt *= xs[i];
       coef = b.op("Mul", {gy, b.scalar(dt, 1.0 / cnt)});
     } else {
-      coef = b.op("Div", {b.op("Mul", {gy, ws}), b.op("ReduceSum", {ws}, {{"keepdims", int64_t{0}}})});
+      coef =
+          b.op("Div", {b.op("Mul", {gy, ws}), b.op("ReduceSum", {ws}, {{"keepdims", int64_t{0}}})});
     }
   } else {
     return c.error("reduction '" + reduction + "'");
@@ -714,7 +757,8 @@ Status sce_rule(RuleCtx& c) {
   if (!c.gy[0].empty()) {
     TD_ASSIGN_OR_RETURN(glp, nll_grad(c, c.gy[0], c.in[0].shape, c.dtype()));
   }
-  if (c.gy.size() > 1 && !c.gy[1].empty()) glp = glp.empty() ? c.gy[1] : b.op("Add", {glp, c.gy[1]});
+  if (c.gy.size() > 1 && !c.gy[1].empty())
+    glp = glp.empty() ? c.gy[1] : b.op("Add", {glp, c.gy[1]});
   std::string lp = c.node.outputs.size() > 1 && !c.node.outputs[1].empty()
                        ? c.node.outputs[1]
                        : b.op("LogSoftmax", {c.x(0)}, {{"axis", int64_t{1}}});
@@ -791,14 +835,15 @@ Status layernorm_rule(RuleCtx& c) {
   };
   const std::string d = b.op("Sub", {c.x(0), mean(c.x(0))});
   const std::string var = mean(b.op("Mul", {d, d}));
-  const std::string inv = b.op("Reciprocal", {b.op("Sqrt", {b.op(
-      "Add", {var, b.scalar(dt, attr_float(c.node, "epsilon", 1e-5f))})})});
+  const std::string inv = b.op(
+      "Reciprocal",
+      {b.op("Sqrt", {b.op("Add", {var, b.scalar(dt, attr_float(c.node, "epsilon", 1e-5f))})})});
   const std::string xhat = b.op("Mul", {d, inv});
   const std::string& gy = c.gy[0];
   if (c.needs[0]) {
     const std::string gh = b.op("Mul", {gy, c.x(1)});
-    const std::string t = b.op("Sub", {b.op("Sub", {gh, mean(gh)}),
-                                       b.op("Mul", {xhat, mean(b.op("Mul", {gh, xhat}))})});
+    const std::string t = b.op(
+        "Sub", {b.op("Sub", {gh, mean(gh)}), b.op("Mul", {xhat, mean(b.op("Mul", {gh, xhat}))})});
     c.gx[0] = b.op("Mul", {inv, t});
   }
   if (c.needs[1]) c.gx[1] = b.unbroadcast(b.op("Mul", {gy, xhat}), xs, c.in[1].shape);
@@ -836,8 +881,8 @@ Status batchnorm_rule(RuleCtx& c) {
   if (c.needs[0]) {
     const std::string gh = b.op("Mul", {gy, per_channel(c.x(1))});
     if (training) {
-      const std::string t = b.op("Sub", {b.op("Sub", {gh, mean(gh)}),
-                                         b.op("Mul", {xhat, mean(b.op("Mul", {gh, xhat}))})});
+      const std::string t = b.op(
+          "Sub", {b.op("Sub", {gh, mean(gh)}), b.op("Mul", {xhat, mean(b.op("Mul", {gh, xhat}))})});
       c.gx[0] = b.op("Mul", {inv, t});
     } else {
       c.gx[0] = b.op("Mul", {gh, inv});
@@ -881,12 +926,24 @@ Status dropout_rule(RuleCtx& c) {
   return OkStatus();
 }
 
+Status minmax_rule(RuleCtx& c) {  // Max, Min: the gradient goes to the input that was chosen
+  Builder& b = c.b;
+  const DType dt = c.out[0].dtype;
+  for (size_t i = 0; i < c.node.inputs.size(); ++i) {
+    if (!c.needs[i]) continue;
+    std::string g = b.op("Where", {b.op("Equal", {c.x(i), c.y(0)}), c.gy[0], b.scalar(dt, 0.0)});
+    c.gx[i] = b.unbroadcast(g, c.out[0].shape, c.in[i].shape);
+  }
+  return OkStatus();
+}
+
 const std::map<std::string, Rule>& rules() {
   static const std::map<std::string, Rule> r = [] {
     std::map<std::string, Rule> m;
     for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow"}) m[op] = binary_rule;
-    for (const char* op : {"Neg", "Exp", "Log", "Sqrt", "Abs", "Relu", "Sigmoid", "Tanh",
-                           "Identity", "Cast", "Reciprocal", "LeakyRelu", "Erf"})
+    for (const char* op :
+         {"Neg", "Exp", "Log", "Sqrt", "Abs", "Relu", "Sigmoid", "Tanh", "Identity", "Cast",
+          "Reciprocal", "LeakyRelu", "Erf", "Sin", "Cos", "Softplus", "Elu", "Gelu"})
       m[op] = unary_rule;
     m["Sum"] = m["Mean"] = variadic_rule;
     m["MatMul"] = matmul_rule;
@@ -904,6 +961,7 @@ const std::map<std::string, Rule>& rules() {
     m["AveragePool"] = avgpool_rule;
     m["GlobalAveragePool"] = global_avgpool_rule;
     m["Where"] = where_rule;
+    m["Max"] = m["Min"] = minmax_rule;
     m["Clip"] = clip_rule;
     m["Split"] = split_rule;
     m["Pad"] = pad_rule;
@@ -954,8 +1012,8 @@ Result<Graph> gradients(const Graph& graph, const std::string& loss,
   for (const std::string& w : wrt) {
     TD_ASSIGN_OR_RETURN(TensorType t, type_of(w));
     if (!dtype_is_float(t.dtype))
-      return errors::InvalidArgument("gradients: '{}' is {}; gradients are for floating point",
-                                     w, dtype_name(t.dtype));
+      return errors::InvalidArgument("gradients: '{}' is {}; gradients are for floating point", w,
+                                     dtype_name(t.dtype));
     from_wrt.insert(w);
   }
   for (size_t i : types.order) {
@@ -1020,10 +1078,8 @@ Result<Graph> gradients(const Graph& graph, const std::string& loss,
                                    n.op, n.label());
     auto rule = rules().find(n.op);
     if (rule == rules().end())
-      return errors::Unimplemented("gradients: no gradient rule for op '{}' ({})", n.op,
-                                   n.label());
-    RuleCtx c{n, b, gy, {}, {}, needs, std::vector<std::string>(n.inputs.size()),
-              types.constants};
+      return errors::Unimplemented("gradients: no gradient rule for op '{}' ({})", n.op, n.label());
+    RuleCtx c{n, b, gy, {}, {}, needs, std::vector<std::string>(n.inputs.size()), types.constants};
     for (const std::string& in : n.inputs) {
       if (in.empty()) {
         c.in.push_back({});

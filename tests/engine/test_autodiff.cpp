@@ -92,8 +92,7 @@ TEST(Autodiff, MlpLossMatchesFiniteDifferences) {
       f64b{DType::kFloat64, {5}};
   g.inputs = {{"x", f64x}, {"w", f64w}, {"b", f64b}};
   g.initializers["labels"] = HostTensor::from_vector<int64_t>({0, 4, 2, 2}, {4});
-  g.nodes = {node("Gemm", {"x", "w", "b"}, {"h"}, {{"alpha", 0.7f}}),
-             node("Tanh", {"h"}, {"t"}),
+  g.nodes = {node("Gemm", {"x", "w", "b"}, {"h"}, {{"alpha", 0.7f}}), node("Tanh", {"h"}, {"t"}),
              node("Mul", {"t", "x2"}, {"u"}),
              node("ReduceSum", {"x"}, {"x2"}, {{"keepdims", int64_t{1}}}),
              node("SoftmaxCrossEntropyLoss", {"u", "labels"}, {"loss"})};
@@ -105,17 +104,16 @@ TEST(Autodiff, MlpLossMatchesFiniteDifferences) {
 TEST(Autodiff, ConvPoolLossMatchesFiniteDifferences) {
   Graph g;
   g.inputs = {{"x", {DType::kFloat64, {1, 2, 5, 5}}}, {"w", {DType::kFloat64, {3, 2, 3, 3}}}};
-  g.nodes = {node("Conv", {"x", "w"}, {"c"}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}),
-             node("MaxPool", {"c"}, {"p"},
-                  {{"kernel_shape", std::vector<int64_t>{2, 2}},
-                   {"strides", std::vector<int64_t>{1, 1}}}),
-             node("AveragePool", {"c"}, {"a"},
-                  {{"kernel_shape", std::vector<int64_t>{3, 3}},
-                   {"strides", std::vector<int64_t>{2, 2}}}),
-             node("Mul", {"p", "p"}, {"pp"}),
-             node("ReduceMean", {"pp"}, {"m"}, {{"keepdims", int64_t{0}}}),
-             node("ReduceSum", {"a"}, {"s"}, {{"keepdims", int64_t{0}}}),
-             node("Add", {"m", "s"}, {"loss"})};
+  g.nodes = {
+      node("Conv", {"x", "w"}, {"c"}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}),
+      node("MaxPool", {"c"}, {"p"},
+           {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{1, 1}}}),
+      node("AveragePool", {"c"}, {"a"},
+           {{"kernel_shape", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{2, 2}}}),
+      node("Mul", {"p", "p"}, {"pp"}),
+      node("ReduceMean", {"pp"}, {"m"}, {{"keepdims", int64_t{0}}}),
+      node("ReduceSum", {"a"}, {"s"}, {{"keepdims", int64_t{0}}}),
+      node("Add", {"m", "s"}, {"loss"})};
   g.outputs = {{"loss", {DType::kFloat64, {}}}};
   check_against_finite_differences(g, {random_f64({1, 2, 5, 5}, 4), random_f64({3, 2, 3, 3}, 5)});
 }

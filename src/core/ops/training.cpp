@@ -23,8 +23,8 @@ OpSchema optimizer_schema(const char* name, int state_groups, std::set<std::stri
     const int groups = 2 + state_groups;  // X, G, state...
     const int tensors = ctx.num_inputs() - 2;
     if (tensors % groups != 0)
-      return ctx.error("expects R, T and {} groups of equally many tensors, got {} inputs",
-                       groups, ctx.num_inputs());
+      return ctx.error("expects R, T and {} groups of equally many tensors, got {} inputs", groups,
+                       ctx.num_inputs());
     const int n = tensors / groups;
     if (ctx.num_outputs() != n * (1 + state_groups))
       return ctx.error("expects {} outputs for {} tensors, got {}", n * (1 + state_groups), n,
@@ -43,8 +43,8 @@ OpSchema optimizer_schema(const char* name, int state_groups, std::set<std::stri
         const TensorType& t = ctx.input_type(2 + g * n + i);
         if (t.dtype != x.dtype || t.shape != x.shape)
           return ctx.error("input {} ({} {}) must match X{} ({} {})", 2 + g * n + i,
-                           dtype_name(t.dtype), shape_to_string(t.shape), i,
-                           dtype_name(x.dtype), shape_to_string(x.shape));
+                           dtype_name(t.dtype), shape_to_string(t.shape), i, dtype_name(x.dtype),
+                           shape_to_string(x.shape));
       }
       for (int o = 0; o < 1 + state_groups; ++o) ctx.set_output(o * n + i, x.dtype, x.shape);
     }

@@ -13,10 +13,14 @@ Result<double> scalar_of(KernelContext& ctx, int i) {
   const TensorView& v = ctx.input(i);
   if (v.numel() != 1) return ctx.error("input {} must be a scalar", i);
   switch (v.dtype) {
-    case DType::kFloat32: return static_cast<double>(*v.as<float>());
-    case DType::kFloat64: return *v.as<double>();
-    case DType::kInt64: return static_cast<double>(*v.as<int64_t>());
-    default: return ctx.error("input {}: unsupported dtype {}", i, dtype_name(v.dtype));
+    case DType::kFloat32:
+      return static_cast<double>(*v.as<float>());
+    case DType::kFloat64:
+      return *v.as<double>();
+    case DType::kInt64:
+      return static_cast<double>(*v.as<int64_t>());
+    default:
+      return ctx.error("input {}: unsupported dtype {}", i, dtype_name(v.dtype));
   }
 }
 
