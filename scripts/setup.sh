@@ -14,7 +14,7 @@ PACKAGES=(
   # tests
   libgtest-dev libgmock-dev python3 python3-numpy python3-torch python3-torchvision python3-onnx
   # the Python package (python/) and its tests
-  pybind11-dev python3-pytest
+  pybind11-dev python3-pytest python3-sklearn
   # TLS tests: a throwaway CA and certificates (tests/rpc/test_security_auth.cpp)
   openssl
   # the status page test: loads / in headless Chromium and keeps a screenshot

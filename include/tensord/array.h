@@ -215,4 +215,17 @@ Array global_avg_pool(const Array& x);
 Array batch_norm(const Array& x, const Array& scale, const Array& bias, const Array& mean,
                  const Array& var, float epsilon = 1e-5f);
 
+// Reverse-mode gradients (tensord/autodiff.h) of `loss` (summed when not a scalar) with
+// respect to each of `wrt`, recorded lazily like any other op: the backward nodes join the
+// pending graph of `loss` and reuse its forward values, so evaluating the loss and the
+// gradients together runs the forward pass once. `wrt` may be any Arrays `loss` was computed
+// from (leaves or intermediate values); one it does not depend on gets zeros. An op on the
+// path without a gradient rule makes every result an error naming it.
+std::vector<Array> grad(const Array& loss, const std::vector<Array>& wrt);
+
+// Computes every one of `arrays` (flushing their pending graphs on each device as ONE graph,
+// where Array::eval() would flush one per array) and waits for them: a training step's new
+// parameters, optimiser state and loss in one execute.
+Status eval(const std::vector<Array>& arrays);
+
 }  // namespace tensord

@@ -485,6 +485,28 @@ PYBIND11_MODULE(_tensord, m) {
 
   m.def("op", &op, py::arg("op_type"), py::arg("inputs"), py::arg("attrs") = py::dict(),
         py::arg("num_outputs") = 1);
+  // Reverse-mode gradients of `loss` with respect to `wrt`, recorded lazily (tensord::grad).
+  m.def(
+      "grad",
+      [](const Array& loss, const std::vector<Array>& wrt) {
+        std::vector<Array> out;
+        {
+          py::gil_scoped_release release;
+          out = grad(loss, wrt);
+        }
+        for (const Array& a : out) check(a.status());
+        return out;
+      },
+      py::arg("loss"), py::arg("wrt"));
+  // Computes several arrays in one flush (tensord::eval).
+  m.def("eval_all", [](const std::vector<Array>& arrays) {
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = eval(arrays);
+    }
+    check(s);
+  });
 
   py::class_<PyModel, std::shared_ptr<PyModel>>(m, "Model")
       .def_readonly("device", &PyModel::device)

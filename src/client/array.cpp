@@ -11,6 +11,7 @@
 
 #include "core/errors.h"
 #include "core/op_registry.h"
+#include "tensord/autodiff.h"
 
 namespace tensord {
 namespace detail {
@@ -104,11 +105,21 @@ Result<std::shared_ptr<Context>> resolve_context(std::shared_ptr<Context> ctx) {
 }
 
 Status flush_locked(const std::shared_ptr<ArrayImpl>& target);
+Status flush_many_locked(const std::vector<std::shared_ptr<ArrayImpl>>& targets);
 
 // Materialises `target` (and every pending Array still referenced by the user among its
 // ancestors) with one execute per device. Caller holds the context's lock.
 Status flush_locked(const std::shared_ptr<ArrayImpl>& target) {
-  if (!target->pending()) return OkStatus();
+  return flush_many_locked({target});
+}
+
+// The same for several targets on one device, in one graph (one execute).
+Status flush_many_locked(const std::vector<std::shared_ptr<ArrayImpl>>& targets) {
+  std::vector<std::shared_ptr<ArrayImpl>> pend;
+  for (const auto& t : targets)
+    if (t && t->pending()) pend.push_back(t);
+  if (pend.empty()) return OkStatus();
+  const std::shared_ptr<ArrayImpl>& target = pend[0];
   const std::string device = target->device;
   std::vector<PendingNode*> order;
   std::unordered_set<PendingNode*> visited;
@@ -128,8 +139,16 @@ Status flush_locked(const std::shared_ptr<ArrayImpl>& target) {
         }
         order.push_back(n);
       };
-  visit(target);
+  for (const auto& t : pend) {
+    if (t->device == device) {
+      visit(t);
+    } else if (status.ok()) {
+      status = flush_locked(t);
+    }
+  }
   TD_RETURN_IF_ERROR(status);
+  std::unordered_set<const ArrayImpl*> wanted;
+  for (const auto& t : pend) wanted.insert(t.get());
 
   Graph g;
   std::vector<TensorHandle> bound;
@@ -163,7 +182,7 @@ Status flush_locked(const std::shared_ptr<ArrayImpl>& target) {
       node.outputs.push_back(name);
       if (auto a = n->outputs[k].lock()) {
         names[a.get()] = name;
-        if (a == target || a->user_refs.load() > 0) {
+        if (wanted.count(a.get()) || a->user_refs.load() > 0) {
           g.outputs.push_back({name, a->type});
           out_arrays.push_back(std::move(a));
         }
@@ -348,6 +367,24 @@ Status Array::eval() const {
   TD_RETURN_IF_ERROR(flush(impl_));
   if (impl_->constant) return OkStatus();
   return impl_->ctx->client().wait(impl_->handle);
+}
+
+Status eval(const std::vector<Array>& arrays) {
+  std::vector<std::shared_ptr<ArrayImpl>> impls;
+  for (const Array& a : arrays) {
+    if (!a.impl()) return errors::InvalidArgument("eval: empty Array");
+    if (!a.impl()->error.ok()) return a.impl()->error;
+    if (!impls.empty() && a.impl()->ctx != impls[0]->ctx)
+      return errors::InvalidArgument("eval: arrays of different contexts");
+    impls.push_back(a.impl());
+  }
+  if (impls.empty()) return OkStatus();
+  {
+    std::lock_guard<std::mutex> lock(impls[0]->ctx->state().mu);
+    TD_RETURN_IF_ERROR(flush_many_locked(impls));
+  }
+  for (const Array& a : arrays) TD_RETURN_IF_ERROR(a.eval());
+  return OkStatus();
 }
 
 Result<HostTensor> Array::to_host() const {
@@ -637,6 +674,144 @@ Array global_avg_pool(const Array& x) { return op1("GlobalAveragePool", {x}); }
 Array batch_norm(const Array& x, const Array& scale, const Array& bias, const Array& mean,
                  const Array& var, float epsilon) {
   return op1("BatchNormalization", {x, scale, bias, mean, var}, {{"epsilon", epsilon}});
+}
+
+// ---------------------------------------------------------------- gradients
+
+std::vector<Array> grad(const Array& loss, const std::vector<Array>& wrt) {
+  auto fail = [&](std::shared_ptr<Context> ctx, Status s) {
+    std::vector<Array> out;
+    for (size_t i = 0; i < wrt.size(); ++i) out.emplace_back(make_error_impl(ctx, s));
+    return out;
+  };
+  const auto& limpl = loss.impl();
+  if (!limpl) return fail(nullptr, errors::InvalidArgument("grad: empty loss Array"));
+  if (!limpl->error.ok()) return fail(limpl->ctx, limpl->error);
+  std::shared_ptr<Context> ctx = limpl->ctx;
+  for (const Array& w : wrt) {
+    if (!w.impl()) return fail(ctx, errors::InvalidArgument("grad: empty Array in wrt"));
+    if (!w.impl()->error.ok()) return fail(ctx, w.impl()->error);
+    if (w.impl()->ctx != ctx)
+      return fail(ctx, errors::InvalidArgument("grad: wrt arrays belong to another context"));
+  }
+  const std::string device = limpl->device;
+  // The pending graph of `loss` on its device, as flush_locked builds it; values from other
+  // devices are computed first and enter as inputs.
+  Graph g;
+  std::unordered_map<const ArrayImpl*, std::string> names;
+  std::unordered_map<std::string, std::shared_ptr<ArrayImpl>> by_name;
+  {
+    std::vector<PendingNode*> order;
+    std::unordered_set<PendingNode*> visited;
+    std::lock_guard<std::mutex> lock(ctx->state().mu);
+    Status status;
+    std::function<void(const std::shared_ptr<ArrayImpl>&)> visit =
+        [&](const std::shared_ptr<ArrayImpl>& a) {
+          if (!status.ok() || !a || !a->pending()) return;
+          PendingNode* n = a->node.get();
+          if (!visited.insert(n).second) return;
+          for (const auto& in : n->inputs) {
+            if (in && in->pending() && in->device != device) {
+              status = flush_locked(in);
+              if (!status.ok()) return;
+            } else {
+              visit(in);
+            }
+          }
+          order.push_back(n);
+        };
+    visit(limpl);
+    if (!status.ok()) return fail(ctx, status);
+    int counter = 0;
+    auto name_of = [&](const std::shared_ptr<ArrayImpl>& a) -> std::string {
+      if (!a) return "";
+      auto it = names.find(a.get());
+      if (it != names.end()) return it->second;
+      std::string name;
+      if (a->handle) {
+        name = "i" + std::to_string(g.inputs.size());
+        g.inputs.push_back({name, a->type});
+      } else if (a->constant) {
+        name = "c" + std::to_string(g.initializers.size());
+        g.initializers.emplace(name, *a->constant);
+      }
+      names.emplace(a.get(), name);
+      by_name.emplace(name, a);
+      return name;
+    };
+    for (PendingNode* n : order) {
+      Node node;
+      node.op = n->op;
+      node.domain = n->domain;
+      node.attrs = n->attrs;
+      for (const auto& in : n->inputs) node.inputs.push_back(name_of(in));
+      for (size_t k = 0; k < n->outputs.size(); ++k) {
+        auto a = n->outputs[k].lock();
+        if (!a && k > 0) {  // an optional output nobody holds: omitted
+          node.outputs.push_back("");
+          continue;
+        }
+        std::string name = "v" + std::to_string(counter++);
+        node.outputs.push_back(name);
+        if (a) {
+          names[a.get()] = name;
+          by_name[name] = a;
+        }
+      }
+      g.nodes.push_back(std::move(node));
+    }
+    if (!limpl->pending()) name_of(limpl);
+  }
+  const std::string loss_name = names.at(limpl.get());
+  std::vector<std::string> wrt_names;
+  std::vector<size_t> wrt_pos;  // index into wrt of each name
+  for (size_t i = 0; i < wrt.size(); ++i) {
+    auto it = names.find(wrt[i].impl().get());
+    if (it == names.end()) continue;  // not on the loss's graph: zeros below
+    wrt_names.push_back(it->second);
+    wrt_pos.push_back(i);
+  }
+  std::vector<Array> out(wrt.size());
+  if (!wrt_names.empty()) {
+    auto gg = gradients(g, loss_name, wrt_names);
+    if (!gg.ok()) return fail(ctx, gg.status());
+    std::unordered_map<std::string, Array> vals;
+    for (auto& [name, impl] : by_name) vals.emplace(name, Array(impl));
+    for (const auto& [name, t] : gg->initializers)
+      if (!g.initializers.count(name)) vals.emplace(name, Array::constant(t, device, ctx));
+    for (size_t i = g.nodes.size(); i < gg->nodes.size(); ++i) {
+      const Node& n = gg->nodes[i];
+      std::vector<Array> ins;
+      for (const std::string& in : n.inputs) {
+        if (in.empty()) {
+          ins.emplace_back();
+          continue;
+        }
+        auto it = vals.find(in);
+        if (it == vals.end())
+          return fail(ctx, errors::Internal("grad: backward value '{}' has no Array", in));
+        ins.push_back(it->second);
+      }
+      std::string op = n.domain.empty() ? n.op : n.domain + "." + n.op;
+      std::vector<Array> res =
+          Array::op(op, ins, n.attrs, static_cast<int>(n.outputs.size()));
+      for (size_t k = 0; k < n.outputs.size(); ++k) {
+        if (!res[k].status().ok()) return fail(ctx, res[k].status());
+        vals[n.outputs[k]] = res[k];
+      }
+    }
+    for (size_t j = 0; j < wrt_names.size(); ++j)
+      out[wrt_pos[j]] = vals.at(gradient_name(wrt_names[j]));
+  }
+  for (size_t i = 0; i < wrt.size(); ++i) {
+    if (out[i].valid()) continue;
+    const auto& w = wrt[i].impl();
+    if (!dtype_is_float(w->type.dtype))
+      return fail(ctx, errors::InvalidArgument("grad: a wrt array is {}, not floating point",
+                                               dtype_name(w->type.dtype)));
+    out[i] = Array::zeros(w->type.shape, w->type.dtype, w->device, ctx);
+  }
+  return out;
 }
 
 }  // namespace tensord

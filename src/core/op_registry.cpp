@@ -37,6 +37,8 @@ void InferenceContext::set_output(int i, DType dtype, Shape shape) {
   if (i < num_outputs()) output_types_[static_cast<size_t>(i)] = TensorType{dtype, std::move(shape)};
 }
 
+void register_training_ops(OpRegistry& r);  // ops/training.cpp: ai.onnx.preview.training
+
 const OpRegistry& OpRegistry::global() {
   static const OpRegistry* registry = [] {
     auto* r = new OpRegistry();
@@ -52,6 +54,7 @@ const OpRegistry& OpRegistry::global() {
     register_loss_ops(*r);
     register_opset18_ops(*r);
     register_linalg_ops(*r);
+    register_training_ops(*r);
     return r;
   }();
   return *registry;
@@ -80,7 +83,7 @@ Status infer_node(const OpRegistry& registry, InferenceContext& ctx) {
   // ONNX's ops are registered by name; tensord's own ("tensord" domain: the linalg ops of
   // src/core/ops/linalg.cpp) as "tensord.<op>".
   const std::string domain = node.domain == "ai.onnx" ? "" : node.domain;
-  if (!domain.empty() && domain != "tensord")
+  if (!domain.empty() && domain != "tensord" && domain != "ai.onnx.preview.training")
     return ctx.unimplemented("op domain '{}' is not supported", node.domain);
   const OpSchema* schema = registry.find(domain.empty() ? node.op : domain + "." + node.op);
   if (!schema) {

@@ -3,6 +3,7 @@
 namespace tensord::cpu {
 
 void register_linalg_kernels(KernelRegistry& r);  // kernels/linalg.cpp (LAPACKE)
+void register_training_kernels(KernelRegistry& r);  // kernels/training.cpp (ai.onnx.preview.training)
 
 
 Result<MutableTensorView> KernelContext::output(int i) {
@@ -46,6 +47,7 @@ const KernelRegistry& KernelRegistry::global() {
     register_reference_loss_kernels(*r);
     register_reference_opset18_kernels(*r);
     register_linalg_kernels(*r);  // LAPACKE
+    register_training_kernels(*r);
     return r;
   }();
   return *registry;
