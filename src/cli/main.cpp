@@ -311,6 +311,7 @@ int run_main(int argc, char** argv) {
   bench->add_flag("--strict-device", strict_device, strict_help);
   auto bench_transfer = tensord::cli::add_bench_transfer_command(*bench);
   auto bench_load = tensord::cli::add_bench_load_command(*bench);
+  auto bench_serve = tensord::cli::add_bench_serve_command(*bench);
   for (CLI::App* cmd : {run, onnx_test, bench, bench->get_subcommand("transfer"),
                         bench->get_subcommand("load")})
     add_broker_flags(cmd, broker_flags);
@@ -355,8 +356,9 @@ int run_main(int argc, char** argv) {
   if (onnx_test->parsed()) return tensord::cli::cmd_onnx_test(test_opts);
   if (bench->parsed())
     return bench->get_subcommands().empty()                    ? tensord::cli::cmd_bench(bench_opts)
-           : bench->get_subcommands()[0]->get_name() == "load" ? bench_load()
-                                                               : bench_transfer();
+           : bench->get_subcommands()[0]->get_name() == "load"  ? bench_load()
+           : bench->get_subcommands()[0]->get_name() == "serve" ? bench_serve()
+                                                                : bench_transfer();
 #endif
   return kExitUsage;
 }
