@@ -76,9 +76,7 @@ struct ModelRunner::Model {
 };
 
 ModelRunner::ModelRunner(std::shared_ptr<Engine> engine, std::map<std::string, ModelConfig> configs)
-    : engine_(std::move(engine)), configs_(std::move(configs)) {
-  session_ = engine_->open_session();
-}
+    : engine_(std::move(engine)), configs_(std::move(configs)) {}
 
 ModelRunner::~ModelRunner() {
   stop_ = true;
@@ -98,7 +96,7 @@ ModelRunner::~ModelRunner() {
         r->done = true;
         r->cv.notify_all();
       }
-  (void)engine_->close_session(session_);
+  if (session_ != 0) (void)engine_->close_session(session_);
 }
 
 ModelRunner::Model* ModelRunner::model_for(const std::string& name) {
@@ -116,19 +114,23 @@ ModelRunner::Model* ModelRunner::model_for(const std::string& name) {
   m->counters.model = m->config.model.empty() ? name : m->config.model;
   m->counters.version = m->config.version > 0 ? std::to_string(m->config.version) : "";
   m->counters.batch_size_counts.assign(kBatchBuckets.size() + 1, 0);
+  // The batches' session is opened with the first batched model (an engine session counts
+  // in tensord_sessions_open).
+  const bool batched = m->config.dynamic_batching && m->config.max_batch_size > 0;
+  if (batched && session_ == 0) session_ = engine_->open_session();
   ModelInfo info;
-  auto h = engine_->open_named_model(session_, name, &info);
+  auto h = batched ? engine_->open_named_model(session_, name, &info)
+                   : Result<ModelHandle>(errors::NotFound("not batched"));
   if (h.ok()) {
     m->handle = *h;
     m->num_inputs = info.inputs.size();
     m->devices = m->config.devices.empty() ? std::vector<std::string>{info.device}
                                            : m->config.devices;
-    if (m->config.dynamic_batching && m->config.max_batch_size > 0)
-      for (const std::string& d : m->devices)
-        for (int i = 0; i < m->config.instances; ++i)
-          threads_.emplace_back([this, raw = m.get(), d] { worker(raw, d); });
+    for (const std::string& d : m->devices)
+      for (int i = 0; i < m->config.instances; ++i)
+        threads_.emplace_back([this, raw = m.get(), d] { worker(raw, d); });
   } else {
-    m->config.dynamic_batching = false;  // runs as without a runner
+    m->config.dynamic_batching = false;  // each request runs alone, counted
   }
   Model* raw = m.get();
   models_.emplace(name, std::move(m));

@@ -78,7 +78,7 @@ class ModelRunner {
   void run_batch(Model& m, const std::string& device, std::vector<std::shared_ptr<Request>> batch);
 
   std::shared_ptr<Engine> engine_;
-  SessionId session_ = 0;  // the batches' own session
+  SessionId session_ = 0;  // the batches' own session (under mu_; opened when first needed)
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<Model>> models_;  // by engine name; created on first run
   std::map<std::string, ModelConfig> configs_;
