@@ -28,6 +28,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <regex>
 #include <thread>
 #include <vector>
@@ -260,7 +261,14 @@ int run_serve_bench(const ServeBenchOptions& o) {
     fs::create_directories(fs::path(tmp) / "models" / name);
     fs::create_symlink(abs_model, fs::path(tmp) / "models" / name / "model.onnx");
     nlohmann::json c = nlohmann::json::object();
-    if (!o.device.empty()) c["device"] = o.device;
+    if (o.device.find(',') != std::string::npos) {  // a list: batches spread over them
+      nlohmann::json list = nlohmann::json::array();
+      std::stringstream ss(o.device);
+      for (std::string d; std::getline(ss, d, ',');) list.push_back(d);
+      c["device"] = list;
+    } else if (!o.device.empty()) {
+      c["device"] = o.device;
+    }
     if (std::string(name) == "batched") {
       c["max_batch_size"] = max_batch;
       c["dynamic_batching"] = {{"max_queue_delay_microseconds", o.delay_us}};
@@ -464,7 +472,7 @@ std::function<int()> add_bench_serve_command(CLI::App& bench) {
   cmd->add_option("--delay-us", o->delay_us,
                   "max_queue_delay_microseconds of the batched model (default 2000)");
   cmd->add_option("--instances", o->instances, "instances of the batched model (default 1)");
-  cmd->add_option("--model-device", o->device, "The models' device in config.json (default: the broker's)");
+  cmd->add_option("--model-device", o->device, "The models' device in config.json, or a comma list (\"cpu:0,cpu:1\": the batched model's batches spread over them; with TENSORD_CPU_DEVICES=2 TENSORD_NUM_THREADS=1) (default: the broker's)");
   cmd->add_flag("--no-peers", o->no_peers, "Skip the ONNX Runtime processes");
   cmd->add_flag("--json", o->json, "Print one JSON object");
   return [o] { return run_serve_bench(*o); };

@@ -48,6 +48,11 @@ struct ModelRunner::Model {
   ModelHandle handle = 0;  // in the runner's session
   size_t num_inputs = 0;
   std::vector<std::string> devices;
+  // Batch sizes a batch is padded up to (zero rows, their outputs dropped), when every size up
+  // to max_batch_size on every device would be more compiled forms than a tenant may keep
+  // (EngineOptions::named_model_forms_per_tenant): powers of two and max_batch_size. Empty:
+  // batches run at their own size.
+  std::vector<int64_t> padded_sizes;
   // Queue (under mu): per tenant, in arrival order; `next` is where the next round starts.
   std::mutex mu;
   std::condition_variable cv;
@@ -126,6 +131,11 @@ ModelRunner::Model* ModelRunner::model_for(const std::string& name) {
     m->num_inputs = info.inputs.size();
     m->devices = m->config.devices.empty() ? std::vector<std::string>{info.device}
                                            : m->config.devices;
+    const size_t forms = EngineOptions::from_env().named_model_forms_per_tenant;
+    if (static_cast<size_t>(m->config.max_batch_size) * m->devices.size() > forms) {
+      for (int64_t b = 1; b < m->config.max_batch_size; b *= 2) m->padded_sizes.push_back(b);
+      m->padded_sizes.push_back(m->config.max_batch_size);
+    }
     for (const std::string& d : m->devices)
       for (int i = 0; i < m->config.instances; ++i)
         threads_.emplace_back([this, raw = m.get(), d] { worker(raw, d); });
@@ -345,12 +355,18 @@ void ModelRunner::run_batch(Model& m, const std::string& device,
   }
   int64_t rows = 0;
   for (auto& r : batch) rows += r->rows;
+  int64_t padded = rows;
+  for (int64_t b : m.padded_sizes)
+    if (b >= rows) {
+      padded = b;
+      break;
+    }
   // Concatenate each input along axis 0 and upload it to the runner's session.
   std::vector<TensorHandle> ins;
   Status s;
   for (size_t i = 0; s.ok() && i < m.num_inputs; ++i) {
     Shape shape = batch[0]->host[i].shape();
-    shape[0] = rows;
+    shape[0] = padded;
     auto cat = HostTensor::uninitialized(batch[0]->host[i].dtype(), shape);
     if (!cat.ok()) {
       s = cat.status();
@@ -361,6 +377,8 @@ void ModelRunner::run_batch(Model& m, const std::string& device,
       std::memcpy(dst, r->host[i].data(), r->host[i].nbytes());
       dst += r->host[i].nbytes();
     }
+    const size_t filled = static_cast<size_t>(dst - static_cast<char*>(cat->mutable_data()));
+    std::memset(dst, 0, cat->nbytes() - filled);  // padding rows
     auto h = engine_->upload(session_, cat->view(), device);
     if (!h.ok()) s = h.status();
     else ins.push_back(*h);
@@ -374,9 +392,9 @@ void ModelRunner::run_batch(Model& m, const std::string& device,
     for (size_t k = 0; s.ok() && k < outs.size(); ++k) {
       auto v = engine_->read(session_, outs[k]);
       if (!v.ok()) s = v.status();
-      else if (v->shape().empty() || v->shape()[0] != rows)
+      else if (v->shape().empty() || v->shape()[0] != padded)
         s = errors::FailedPrecondition("output {} has shape {} (not {} rows on axis 0)", k,
-                                       v->type().to_string(), rows);
+                                       v->type().to_string(), padded);
       else values.push_back(std::move(*v));
     }
   }
@@ -394,7 +412,7 @@ void ModelRunner::run_batch(Model& m, const std::string& device,
     std::vector<TensorHandle> mine;
     Status u;
     for (const HostTensor& v : values) {
-      const size_t row_bytes = v.nbytes() / static_cast<size_t>(rows);
+      const size_t row_bytes = v.nbytes() / static_cast<size_t>(padded);
       Shape shape = v.shape();
       shape[0] = r->rows;
       TensorView piece{v.dtype(), shape,

@@ -18,6 +18,9 @@
 //   read back and uploaded to each request's session (host copies: cheap beside a model run on
 //   cpu; a cost on a GPU).
 // - `instances` batches run at once per device of the config (one worker thread each).
+// - Each batch size is a compiled form: when max_batch_size x devices passes the forms a
+//   tenant may keep (TENSORD_NAMED_MODEL_FORMS, 16), batches are padded with zero rows up to a
+//   power of two (or max_batch_size), so they do not recompile without end.
 #pragma once
 
 #include <atomic>

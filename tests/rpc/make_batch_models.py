@@ -8,7 +8,8 @@
   conv_batched/         the same, batched as mlp_batched
   gather_batched/       Y = GatherElements(X, I, axis 1), X float32[N, 4], I int64[N, 1]: an
                         index out of range fails at run time (a bad request in a good batch)
-  multi_batched/        the mlp on ["cpu:0", "cpu:1"], 2 instances each, max 4, preferred 2 and 4
+  multi_batched/        the mlp on ["cpu:0", "cpu:1"], 2 instances each, max 12, preferred 2 and 4
+                        (12 x 2 devices > 16 forms: batches padded to 1, 2, 4, 8 or 12 rows)
   slow_batched/         the mlp, batched with a 3 s delay (a request cancelled while queued)
   vm/1/, vm/2/          Y = X + 1 and Y = X + 2 (version folders; vm/config.json batches)
   typo/                 config.json with "max_batch_sise" (refused, naming max_batch_size)
@@ -91,7 +92,7 @@ def main():
     save(conv(), out, "conv_batched", BATCHED)
     save(gather(), out, "gather_batched", BATCHED)
     save(mlp(), out, "multi_batched",
-         {"device": ["cpu:0", "cpu:1"], "instances": 2, "max_batch_size": 4,
+         {"device": ["cpu:0", "cpu:1"], "instances": 2, "max_batch_size": 12,
           "dynamic_batching": {"max_queue_delay_microseconds": 100000,
                                "preferred_batch_sizes": [2, 4]}})
     save(mlp(), out, "slow_batched",
