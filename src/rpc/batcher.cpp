@@ -53,6 +53,7 @@ struct ModelRunner::Model {
   // (EngineOptions::named_model_forms_per_tenant): powers of two and max_batch_size. Empty:
   // batches run at their own size.
   std::vector<int64_t> padded_sizes;
+  std::atomic<uint64_t> next_device{0};  // unbatched runs over a config's device list
   // Queue (under mu): per tenant, in arrival order; `next` is where the next round starts.
   std::mutex mu;
   std::condition_variable cv;
@@ -141,6 +142,7 @@ ModelRunner::Model* ModelRunner::model_for(const std::string& name) {
         threads_.emplace_back([this, raw = m.get(), d] { worker(raw, d); });
   } else {
     m->config.dynamic_batching = false;  // each request runs alone, counted
+    m->devices = m->config.devices;      // a list: requests take its devices in turn
   }
   Model* raw = m.get();
   models_.emplace(name, std::move(m));
@@ -187,8 +189,11 @@ Result<std::vector<TensorHandle>> ModelRunner::run(SessionId session, const std:
     m.count_request(ok, queue_us);
     return r;
   };
-  if (!m.config.dynamic_batching || m.config.max_batch_size < 1)
-    return finish(run_alone(m, session, model, inputs, "", call, -1), 0);
+  if (!m.config.dynamic_batching || m.config.max_batch_size < 1) {
+    const std::string device =
+        m.devices.size() > 1 ? m.devices[m.next_device++ % m.devices.size()] : std::string();
+    return finish(run_alone(m, session, model, inputs, device, call, -1), 0);
+  }
 
   auto r = std::make_shared<Request>();
   r->session = session;
