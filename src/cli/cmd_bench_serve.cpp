@@ -28,8 +28,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 #include <regex>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -97,7 +97,8 @@ std::string http_get(int port, const std::string& path) {
     const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
     if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
       char buf[65536];
-      for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
+      for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;)
+        out.append(buf, static_cast<size_t>(n));
     }
   }
   close(fd);
@@ -114,7 +115,8 @@ std::pair<double, double> batch_sums(const std::string& metrics, const std::stri
   while (std::getline(in, line)) {
     const size_t sp = line.rfind(' ');
     if (sp == std::string::npos) continue;
-    if (line.rfind("tensord_model_batch_size_sum" + label, 0) == 0) sum = std::atof(line.c_str() + sp);
+    if (line.rfind("tensord_model_batch_size_sum" + label, 0) == 0)
+      sum = std::atof(line.c_str() + sp);
     if (line.rfind("tensord_model_batch_size_count" + label, 0) == 0)
       count = std::atof(line.c_str() + sp);
   }
@@ -181,7 +183,8 @@ Round run_round(const std::string& address, const std::string& name, int clients
             if (!y.ok())
               st = y.status();
             else if (reference && !close_to(*y, *reference))
-              st = errors::Internal("output differs from the unbatched run's beyond 1e-4 + 1e-3|y|");
+              st =
+                  errors::Internal("output differs from the unbatched run's beyond 1e-4 + 1e-3|y|");
             for (TensorHandle h : *out) (void)(*c)->release(h);
           }
         }
@@ -201,8 +204,9 @@ Round run_round(const std::string& address, const std::string& name, int clients
 
 int run_serve_bench(const ServeBenchOptions& o) {
   if (o.model.empty()) {
-    print_error("bench serve: --model FILE.onnx is required (e.g. `tensord bench mobilenet_v2 "
-                "--export m.onnx`)");
+    print_error(
+        "bench serve: --model FILE.onnx is required (e.g. `tensord bench mobilenet_v2 "
+        "--export m.onnx`)");
     return kExitUsage;
   }
   if (o.clients < 1 || o.seconds <= 0) {
@@ -229,7 +233,8 @@ int run_serve_bench(const ServeBenchOptions& o) {
     for (size_t d = 1; d < s.size(); ++d)
       if (s[d] < 0) {
         print_error("bench serve: input '" + v.name + "' has a free dimension " +
-                    std::to_string(d) + " (" + v.type.to_string() + "); give a model with fixed dims");
+                    std::to_string(d) + " (" + v.type.to_string() +
+                    "); give a model with fixed dims");
         return kExitUsage;
       }
     HostTensor t(DType::kFloat32, s);
@@ -278,9 +283,9 @@ int run_serve_bench(const ServeBenchOptions& o) {
   }
   const std::string address = "unix:" + tmp + "/broker.sock";
   const int http_port = free_port();
-  std::vector<std::string> args = {"/proc/self/exe", "serve", "--listen", address, "--models",
-                                   tmp + "/models", "--http",
-                                   "127.0.0.1:" + std::to_string(http_port)};
+  std::vector<std::string> args = {
+      "/proc/self/exe", "serve",         "--listen", address,
+      "--models",       tmp + "/models", "--http",   "127.0.0.1:" + std::to_string(http_port)};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -360,16 +365,16 @@ int run_serve_bench(const ServeBenchOptions& o) {
     const double rps = static_cast<double>(r.latency.size()) / r.elapsed;
     best_rps = std::max(best_rps, rps);
     total_errors += r.errors;
-    j["rows"].push_back({{"name", std::string("tensord ") +
-                                      (std::string(name) == "plain" ? "no batching"
-                                                                    : "dynamic batching")},
-                         {"requests", r.latency.size()},
-                         {"requests_per_s", rps},
-                         {"p50_ms", percentile(r.latency, 0.5) * 1e3},
-                         {"p99_ms", percentile(r.latency, 0.99) * 1e3},
-                         {"mean_batch", runs > 0 ? (after.first - before.first) / runs : 0.0},
-                         {"errors", r.errors},
-                         {"error_messages", r.messages}});
+    j["rows"].push_back(
+        {{"name", std::string("tensord ") +
+                      (std::string(name) == "plain" ? "no batching" : "dynamic batching")},
+         {"requests", r.latency.size()},
+         {"requests_per_s", rps},
+         {"p50_ms", percentile(r.latency, 0.5) * 1e3},
+         {"p99_ms", percentile(r.latency, 0.99) * 1e3},
+         {"mean_batch", runs > 0 ? (after.first - before.first) / runs : 0.0},
+         {"errors", r.errors},
+         {"error_messages", r.messages}});
   }
   // The peers: N ONNX Runtime processes at once, x1 and x2 threads each, about as many
   // examples each as a client of the faster tensord round ran (so they overlap about as long).
@@ -380,8 +385,8 @@ int run_serve_bench(const ServeBenchOptions& o) {
       (void)write_npy(f, inputs[i]);
       npy.emplace_back(imported->graph.inputs[i].name, f);
     }
-    const int64_t examples = std::clamp<int64_t>(
-        static_cast<int64_t>(best_rps * o.seconds / o.clients), 8, 4000);
+    const int64_t examples =
+        std::clamp<int64_t>(static_cast<int64_t>(best_rps * o.seconds / o.clients), 8, 4000);
     for (int threads : {1, 2}) {
       std::vector<PeerResult> res(static_cast<size_t>(o.clients));
       std::vector<std::thread> ts;
@@ -399,8 +404,8 @@ int run_serve_bench(const ServeBenchOptions& o) {
         });
       for (auto& t : ts) t.join();
       const double wall = std::chrono::duration<double>(Clock::now() - start).count();
-      nlohmann::json row = {{"name", fmt::format("{} onnxruntime processes x{} thread{}",
-                                                 o.clients, threads, threads > 1 ? "s" : "")}};
+      nlohmann::json row = {{"name", fmt::format("{} onnxruntime processes x{} thread{}", o.clients,
+                                                 threads, threads > 1 ? "s" : "")}};
       std::vector<double> per;
       double rps = 0;
       std::string reason;
@@ -435,9 +440,11 @@ int run_serve_bench(const ServeBenchOptions& o) {
   if (o.json) {
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("bench serve: %s, %d clients x %.0f s, batch-1 requests; batching: max %lld, delay %lld us\n",
-                o.model.c_str(), o.clients, o.seconds, static_cast<long long>(max_batch),
-                static_cast<long long>(o.delay_us));
+    std::printf(
+        "bench serve: %s, %d clients x %.0f s, batch-1 requests; batching: max %lld, delay %lld "
+        "us\n",
+        o.model.c_str(), o.clients, o.seconds, static_cast<long long>(max_batch),
+        static_cast<long long>(o.delay_us));
     std::printf("  %-42s %10s %9s %9s %10s\n", "", "req/s", "p50 ms", "p99 ms", "mean batch");
     for (const auto& row : j["rows"]) {
       if (row.contains("available") && !row["available"].get<bool>()) {
@@ -449,7 +456,8 @@ int run_serve_bench(const ServeBenchOptions& o) {
                   row["requests_per_s"].get<double>(), row["p50_ms"].get<double>(),
                   row["p99_ms"].get<double>(), row["mean_batch"].get<double>());
       if (row.contains("error_messages"))
-        for (const auto& m : row["error_messages"]) std::printf("    error: %s\n", m.get<std::string>().c_str());
+        for (const auto& m : row["error_messages"])
+          std::printf("    error: %s\n", m.get<std::string>().c_str());
     }
   }
   return total_errors == 0 ? kExitOk : kExitFailure;
@@ -472,7 +480,10 @@ std::function<int()> add_bench_serve_command(CLI::App& bench) {
   cmd->add_option("--delay-us", o->delay_us,
                   "max_queue_delay_microseconds of the batched model (default 2000)");
   cmd->add_option("--instances", o->instances, "instances of the batched model (default 1)");
-  cmd->add_option("--model-device", o->device, "The models' device in config.json, or a comma list (\"cpu:0,cpu:1\": the batched model's batches spread over them; with TENSORD_CPU_DEVICES=2 TENSORD_NUM_THREADS=1) (default: the broker's)");
+  cmd->add_option("--model-device", o->device,
+                  "The models' device in config.json, or a comma list (\"cpu:0,cpu:1\": the "
+                  "batched model's batches spread over them; with TENSORD_CPU_DEVICES=2 "
+                  "TENSORD_NUM_THREADS=1) (default: the broker's)");
   cmd->add_flag("--no-peers", o->no_peers, "Skip the ONNX Runtime processes");
   cmd->add_flag("--json", o->json, "Print one JSON object");
   return [o] { return run_serve_bench(*o); };

@@ -26,25 +26,24 @@ Status unknown_key(const std::string& file, const std::string& where, const std:
   std::string list;
   for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
   return errors::InvalidArgument("'{}': unknown key '{}'{}{} (the keys are {})", file, key,
-                                 where.empty() ? "" : " in " + where,
-                                 cli::did_you_mean(key, known), list);
+                                 where.empty() ? "" : " in " + where, cli::did_you_mean(key, known),
+                                 list);
 }
 
-Result<int64_t> get_int(const std::string& file, const std::string& key,
-                        const nlohmann::json& v, int64_t lo, int64_t hi) {
+Result<int64_t> get_int(const std::string& file, const std::string& key, const nlohmann::json& v,
+                        int64_t lo, int64_t hi) {
   if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
-    return errors::InvalidArgument("'{}': \"{}\" must be an integer in [{}, {}], got {}", file,
-                                   key, lo, hi, v.dump());
+    return errors::InvalidArgument("'{}': \"{}\" must be an integer in [{}, {}], got {}", file, key,
+                                   lo, hi, v.dump());
   return v.get<int64_t>();
 }
 
 Result<std::vector<ModelConfig::Tensor>> get_tensors(const std::string& file,
-                                                    const std::string& key,
-                                                    const nlohmann::json& v) {
+                                                     const std::string& key,
+                                                     const nlohmann::json& v) {
   if (!v.is_array())
     return errors::InvalidArgument(
-        "'{}': \"{}\" must be a list such as [{{\"name\": \"X\", \"dims\": [-1, 3]}}]", file,
-        key);
+        "'{}': \"{}\" must be a list such as [{{\"name\": \"X\", \"dims\": [-1, 3]}}]", file, key);
   std::vector<ModelConfig::Tensor> out;
   for (const nlohmann::json& t : v) {
     if (!t.is_object())
@@ -96,8 +95,8 @@ Status check_shapes(const std::vector<ValueInfo>& declared,
       for (const ValueInfo& v : declared) names.push_back(v.name);
       std::string list;
       for (const std::string& n : names) list += (list.empty() ? "'" : ", '") + n + "'";
-      return errors::InvalidArgument("config.json {}: the model has no {} '{}'{} (it has {})",
-                                     what, what, w.name, cli::did_you_mean(w.name, names), list);
+      return errors::InvalidArgument("config.json {}: the model has no {} '{}'{} (it has {})", what,
+                                     what, w.name, cli::did_you_mean(w.name, names), list);
     }
     const TensorType& t = it->type;
     if (!w.dtype.empty() && t.defined() && *dtype_from_name(w.dtype) != t.dtype)
@@ -155,7 +154,8 @@ Result<ModelConfig> parse_model_config(const std::string& text, const std::strin
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object())
     return errors::InvalidArgument(
-        "'{}' is not a JSON object (expected e.g. {{\"device\": \"cpu:0\", \"max_batch_size\": 16}})",
+        "'{}' is not a JSON object (expected e.g. {{\"device\": \"cpu:0\", \"max_batch_size\": "
+        "16}})",
         file);
   ModelConfig c;
   for (const auto& [key, value] : j.items()) {
@@ -214,20 +214,18 @@ Result<ModelConfig> parse_model_config(const std::string& text, const std::strin
         c.max_batch_size);
   for (int64_t b : c.preferred_batch_sizes)
     if (b > c.max_batch_size)
-      return errors::InvalidArgument(
-          "'{}': preferred batch size {} is over \"max_batch_size\" {}", file, b,
-          c.max_batch_size);
+      return errors::InvalidArgument("'{}': preferred batch size {} is over \"max_batch_size\" {}",
+                                     file, b, c.max_batch_size);
   return c;
 }
 
 Result<std::vector<ModelInfo>> load_model_repository(Engine& engine, const std::string& dir,
                                                      std::map<std::string, ModelConfig>* configs) {
   std::error_code ec;
-  if (!fs::exists(dir, ec))
-    return errors::NotFound("models folder '{}' does not exist", dir);
+  if (!fs::exists(dir, ec)) return errors::NotFound("models folder '{}' does not exist", dir);
   if (!fs::is_directory(dir, ec))
-    return errors::InvalidArgument("models folder '{}' is not a folder (expected DIR/NAME/model.onnx)",
-                                   dir);
+    return errors::InvalidArgument(
+        "models folder '{}' is not a folder (expected DIR/NAME/model.onnx)", dir);
   std::vector<fs::path> folders;
   fs::directory_iterator it(dir, ec), end;
   if (ec) return errors::InvalidArgument("cannot read models folder '{}': {}", dir, ec.message());
@@ -260,9 +258,9 @@ Result<std::vector<ModelInfo>> load_model_repository(Engine& engine, const std::
     ModelConfig config;
     if (fs::exists(folder / "config.json", ec)) {
       auto c = read_text(folder / "config.json");
-      Result<ModelConfig> parsed =
-          c.ok() ? parse_model_config(*c, (folder / "config.json").string())
-                 : Result<ModelConfig>(c.status());
+      Result<ModelConfig> parsed = c.ok()
+                                       ? parse_model_config(*c, (folder / "config.json").string())
+                                       : Result<ModelConfig>(c.status());
       if (!parsed.ok()) {
         unavailable(info, parsed.status());
         continue;

@@ -30,7 +30,7 @@ struct ModelRunner::Request {
   std::vector<TensorHandle> inputs;
   std::vector<HostTensor> host;  // the inputs' values
   int64_t rows = 0;
-  std::string signature;  // dtypes and dims after the first
+  std::string signature;              // dtypes and dims after the first
   std::shared_ptr<CancelToken> call;  // the caller's (its poll is for the caller's thread only)
   std::shared_ptr<CancelToken> work = std::make_shared<CancelToken>();  // fired when it gives up
   Clock::time_point enqueued;
@@ -130,8 +130,8 @@ ModelRunner::Model* ModelRunner::model_for(const std::string& name) {
   if (h.ok()) {
     m->handle = *h;
     m->num_inputs = info.inputs.size();
-    m->devices = m->config.devices.empty() ? std::vector<std::string>{info.device}
-                                           : m->config.devices;
+    m->devices =
+        m->config.devices.empty() ? std::vector<std::string>{info.device} : m->config.devices;
     const size_t forms = EngineOptions::from_env().named_model_forms_per_tenant;
     if (static_cast<size_t>(m->config.max_batch_size) * m->devices.size() > forms) {
       for (int64_t b = 1; b < m->config.max_batch_size; b *= 2) m->padded_sizes.push_back(b);
@@ -149,12 +149,9 @@ ModelRunner::Model* ModelRunner::model_for(const std::string& name) {
   return raw;
 }
 
-Result<std::vector<TensorHandle>> ModelRunner::run_alone(Model& m, SessionId session,
-                                                         ModelHandle model,
-                                                         const std::vector<TensorHandle>& inputs,
-                                                         const std::string& device,
-                                                         std::shared_ptr<CancelToken> call,
-                                                         int64_t rows) {
+Result<std::vector<TensorHandle>> ModelRunner::run_alone(
+    Model& m, SessionId session, ModelHandle model, const std::vector<TensorHandle>& inputs,
+    const std::string& device, std::shared_ptr<CancelToken> call, int64_t rows) {
   if (rows < 0) {  // not looked at yet: the first input's rows (1 for a scalar)
     rows = 1;
     if (!inputs.empty())
@@ -220,9 +217,8 @@ Result<std::vector<TensorHandle>> ModelRunner::run(SessionId session, const std:
     r->host.push_back(std::move(*v));
   }
   if (!batchable || r->rows < 1 || r->rows > m.config.max_batch_size)
-    return finish(run_alone(m, session, model, inputs, m.devices[0], call,
-                            std::max<int64_t>(r->rows, 1)),
-                  0);
+    return finish(
+        run_alone(m, session, model, inputs, m.devices[0], call, std::max<int64_t>(r->rows, 1)), 0);
   r->enqueued = Clock::now();
   {
     std::lock_guard<std::mutex> lock(m.mu);
@@ -385,22 +381,28 @@ void ModelRunner::run_batch(Model& m, const std::string& device,
     const size_t filled = static_cast<size_t>(dst - static_cast<char*>(cat->mutable_data()));
     std::memset(dst, 0, cat->nbytes() - filled);  // padding rows
     auto h = engine_->upload(session_, cat->view(), device);
-    if (!h.ok()) s = h.status();
-    else ins.push_back(*h);
+    if (!h.ok())
+      s = h.status();
+    else
+      ins.push_back(*h);
   }
   std::vector<TensorHandle> outs;
   std::vector<HostTensor> values;
   if (s.ok()) {
     auto o = engine_->run(session_, m.handle, ins, false, nullptr, device);
-    if (!o.ok()) s = o.status();
-    else outs = *o;
+    if (!o.ok())
+      s = o.status();
+    else
+      outs = *o;
     for (size_t k = 0; s.ok() && k < outs.size(); ++k) {
       auto v = engine_->read(session_, outs[k]);
-      if (!v.ok()) s = v.status();
+      if (!v.ok())
+        s = v.status();
       else if (v->shape().empty() || v->shape()[0] != padded)
         s = errors::FailedPrecondition("output {} has shape {} (not {} rows on axis 0)", k,
                                        v->type().to_string(), padded);
-      else values.push_back(std::move(*v));
+      else
+        values.push_back(std::move(*v));
     }
   }
   for (TensorHandle h : ins) (void)engine_->release(session_, h);
@@ -470,7 +472,8 @@ std::string ModelRunner::prometheus() const {
   };
   auto family = [&](const char* name, const char* type, const char* help, auto value) {
     text += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-    for (const ModelCounters& c : all) text += fmt::format("{}{{{}}} {}\n", name, labels(c), value(c));
+    for (const ModelCounters& c : all)
+      text += fmt::format("{}{{{}}} {}\n", name, labels(c), value(c));
   };
   family("tensord_model_requests_total", "counter", "Runs of the named model requested.",
          [](const ModelCounters& c) { return c.requests; });
@@ -483,14 +486,16 @@ std::string ModelRunner::prometheus() const {
   family("tensord_model_compute_seconds_total", "counter",
          "Time the model's runs took (a batch counted once), in all.",
          [](const ModelCounters& c) { return static_cast<double>(c.compute_us) * 1e-6; });
-  text += "# HELP tensord_model_batch_size Rows per run of the named model (a batch, or a request "
-          "run alone).\n# TYPE tensord_model_batch_size histogram\n";
+  text +=
+      "# HELP tensord_model_batch_size Rows per run of the named model (a batch, or a request "
+      "run alone).\n# TYPE tensord_model_batch_size histogram\n";
   for (const ModelCounters& c : all) {
     int64_t cum = 0;
     for (size_t b = 0; b <= kBatchBuckets.size(); ++b) {
       cum += c.batch_size_counts[b];
       const std::string le = b < kBatchBuckets.size() ? std::to_string(kBatchBuckets[b]) : "+Inf";
-      text += fmt::format("tensord_model_batch_size_bucket{{{},le=\"{}\"}} {}\n", labels(c), le, cum);
+      text +=
+          fmt::format("tensord_model_batch_size_bucket{{{},le=\"{}\"}} {}\n", labels(c), le, cum);
     }
     text += fmt::format("tensord_model_batch_size_sum{{{}}} {}\n", labels(c), c.batch_rows);
     text += fmt::format("tensord_model_batch_size_count{{{}}} {}\n", labels(c), c.batches);

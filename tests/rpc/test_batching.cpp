@@ -69,7 +69,7 @@ class BatchModels {
   }
 };
 
-#define REQUIRE_MODELS()                        \
+#define REQUIRE_MODELS()                          \
   const BatchModels& models = BatchModels::get(); \
   if (models.dir.empty()) GTEST_SKIP() << models.skip_reason
 
@@ -117,8 +117,8 @@ Result<Broker> start(const BatchModels& models) {
   return out;
 }
 
-Result<std::unique_ptr<rpc::RemoteClient>> connect(const std::string& address,
-                                                   milliseconds call_timeout = milliseconds(60000)) {
+Result<std::unique_ptr<rpc::RemoteClient>> connect(
+    const std::string& address, milliseconds call_timeout = milliseconds(60000)) {
   rpc::RemoteClientOptions o;
   o.call_timeout = call_timeout;
   return rpc::RemoteClient::connect(address, o);
@@ -180,7 +180,8 @@ void batches_match(const std::string& batched, const std::string& plain, const S
   std::vector<Result<HostTensor>> got(kClients, Status(StatusCode::kUnknown, "not run"));
   std::vector<std::thread> threads;
   for (int i = 0; i < kClients; ++i)
-    threads.emplace_back([&, i] { got[i] = run_once(b->address(), batched, {input_for(i, shape)}); });
+    threads.emplace_back(
+        [&, i] { got[i] = run_once(b->address(), batched, {input_for(i, shape)}); });
   for (auto& t : threads) t.join();
   for (int i = 0; i < kClients; ++i) {
     ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status().to_string();
@@ -266,7 +267,9 @@ TEST(Batching, CancelledRequestLeavesTheBatch) {
   auto want = run_once(b->address(), "mlp_plain", {input_for(1, {1, 16})});
   ASSERT_TRUE(want.ok()) << want.status().to_string();
   Result<HostTensor> kept = Status(StatusCode::kUnknown, "not run");
-  std::thread other([&] { kept = run_once(b->address(), "slow_batched", {input_for(1, {1, 16})}); });
+  std::thread other([&] {
+    kept = run_once(b->address(), "slow_batched", {input_for(1, {1, 16})});
+  });
   // Connected and uploaded within a generous timeout; the run's deadline is 1 s.
   auto short_client = connect(b->address(), milliseconds(1000));
   ASSERT_TRUE(short_client.ok());
@@ -292,7 +295,8 @@ TEST(Batching, NewestVersionServedUnlessOneIsNamed) {
   auto b = start(models);
   ASSERT_TRUE(b.ok()) << b.status().to_string();
   const HostTensor x = input_for(0, {1, 4});
-  for (auto [name, k] : std::vector<std::pair<std::string, float>>{{"vm", 2}, {"vm:2", 2}, {"vm:1", 1}}) {
+  for (auto [name, k] :
+       std::vector<std::pair<std::string, float>>{{"vm", 2}, {"vm:2", 2}, {"vm:1", 1}}) {
     auto y = run_once(b->address(), name, {x});
     ASSERT_TRUE(y.ok()) << name << ": " << y.status().to_string();
     EXPECT_EQ(y->data<float>()[0], x.data<float>()[0] + k) << name;
