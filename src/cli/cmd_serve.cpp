@@ -268,8 +268,9 @@ int cmd_serve(const ServeOptions& options) {
     serve_error(engine.status().to_string());
     return engine.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
   }
+  std::map<std::string, ModelConfig> model_configs;
   if (!options.models_dir.empty()) {  // named models: loaded once, before clients can connect
-    auto models = load_model_repository(**engine, options.models_dir);
+    auto models = load_model_repository(**engine, options.models_dir, &model_configs);
     if (!models.ok()) {
       serve_error("--models: " + models.status().message());
       return kExitUsage;
@@ -305,6 +306,7 @@ int cmd_serve(const ServeOptions& options) {
   ro.max_model_bytes = options.max_model_bytes;
   ro.max_threads = options.max_threads;
   ro.grpc_memory_bytes = options.grpc_memory_bytes;
+  ro.model_configs = std::move(model_configs);
   ro.http_listen = options.http;
   if (options.http_max_connections > 0)
     ro.http_max_connections = static_cast<int>(std::min<int64_t>(options.http_max_connections, 1 << 20));

@@ -76,6 +76,9 @@ void add_bench_options(CLI::App& bench, BenchOptions& options);
 std::function<int()> add_bench_transfer_command(CLI::App& bench);
 // `tensord bench load` (cmd_bench_load.cpp): concurrent clients against one broker; the same
 // shape as add_bench_transfer_command.
+// `tensord bench serve` (cmd_bench_serve.cpp): named-model serving with and without dynamic
+// batching, beside ONNX Runtime processes.
+std::function<int()> add_bench_serve_command(CLI::App& bench);
 std::function<int()> add_bench_load_command(CLI::App& bench);
 // `tensord bench share` (cmd_bench_share.cpp): a shared machine, against ONNX Runtime.
 std::function<int()> add_bench_share_command(CLI::App& bench);

@@ -312,6 +312,7 @@ int run_main(int argc, char** argv) {
   auto bench_transfer = tensord::cli::add_bench_transfer_command(*bench);
   auto bench_load = tensord::cli::add_bench_load_command(*bench);
   auto bench_share = tensord::cli::add_bench_share_command(*bench);
+  auto bench_serve = tensord::cli::add_bench_serve_command(*bench);
   for (CLI::App* cmd : {run, onnx_test, bench, bench->get_subcommand("transfer"),
                         bench->get_subcommand("load")})
     add_broker_flags(cmd, broker_flags);
@@ -358,6 +359,7 @@ int run_main(int argc, char** argv) {
     return bench->get_subcommands().empty()                     ? tensord::cli::cmd_bench(bench_opts)
            : bench->get_subcommands()[0]->get_name() == "load"  ? bench_load()
            : bench->get_subcommands()[0]->get_name() == "share" ? bench_share()
+           : bench->get_subcommands()[0]->get_name() == "serve" ? bench_serve()
                                                                 : bench_transfer();
 #endif
   return kExitUsage;

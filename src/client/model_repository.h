@@ -2,7 +2,10 @@
 // engine), in the layout of Triton's model repository, reduced to what tensord needs:
 //
 //   DIR/NAME/model.onnx     the model, an ONNX file (external data beside it is read too)
-//   DIR/NAME/config.json    optional: {"device": "cpu:1"}; without it, the default device
+//   DIR/NAME/config.json    optional: device, max_batch_size, dynamic_batching, instances,
+//                           inputs/outputs (see ModelConfig and docs/models.md)
+//   DIR/NAME/V/model.onnx   version folders (V = 1, 2, ...): each is loaded as "NAME:V", and
+//                           "NAME" names the newest; config.json stays in DIR/NAME
 //
 // Each model is imported and loaded once into the engine (Engine::add_named_model), shared by
 // every session. Folders whose names start with '.' are skipped. A model that fails (no
@@ -11,6 +14,7 @@
 // (Engine::add_unavailable_model), and opening it says why.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,9 +23,33 @@
 
 namespace tensord {
 
+// DIR/NAME/config.json. Unknown keys are refused, naming the nearest known one.
+struct ModelConfig {
+  std::vector<std::string> devices;  // "device": "cpu:0" or ["cpu:0", "cpu:1"]; empty = default
+  int64_t max_batch_size = 0;        // rows one run may take (0: no batching)
+  bool dynamic_batching = false;     // "dynamic_batching": {...} present
+  std::vector<int64_t> preferred_batch_sizes;  // run at once when this many rows wait
+  int64_t max_queue_delay_us = 0;    // how long the oldest request waits for others
+  int instances = 1;                 // batches run at once, per device
+  // Shapes checked against the model's declared ones at load (dims -1: any).
+  struct Tensor {
+    std::string name;
+    std::string dtype;  // "" = not checked
+    std::vector<int64_t> dims;
+  };
+  std::vector<Tensor> inputs, outputs;
+  int64_t version = 0;  // the version folder's number; 0 for a plain DIR/NAME/model.onnx
+  std::string model;    // the model's name without the version ("NAME")
+};
+
+// Parses config.json's text; `file` names it in errors.
+Result<ModelConfig> parse_model_config(const std::string& text, const std::string& file);
+
 // Loads DIR's models into `engine`; returns each model's outcome (ready or not, with the
 // reason), sorted by name. Errors only for the folder itself (missing, not a folder,
-// unreadable): NOT_FOUND / INVALID_ARGUMENT, naming it.
-Result<std::vector<ModelInfo>> load_model_repository(Engine& engine, const std::string& dir);
+// unreadable): NOT_FOUND / INVALID_ARGUMENT, naming it. `configs` (optional) receives each
+// loaded model's configuration by its engine name ("NAME" or "NAME:V"; aliases not repeated).
+Result<std::vector<ModelInfo>> load_model_repository(
+    Engine& engine, const std::string& dir, std::map<std::string, ModelConfig>* configs = nullptr);
 
 }  // namespace tensord

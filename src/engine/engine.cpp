@@ -422,6 +422,7 @@ struct TensorEntry {
 struct LoadedModel {
   Graph graph;
   size_t device = 0;
+  std::string named;  // a named model's name (Engine::add_named_model); "" for a session's own
   CompileOptions options;
   std::mutex mu;
   std::map<std::string, std::shared_ptr<Executable>> executables;  // by input types
@@ -2075,6 +2076,7 @@ Status Engine::add_named_model(const Graph& graph, const std::string& device, Mo
   model->graph = graph;
   model->device = target;
   model->options = options;
+  model->named = info.name;
   info.ready = true;
   info.reason.clear();
   info.device = impl_->slots[target]->name();
@@ -2090,6 +2092,28 @@ Status Engine::add_named_model(const Graph& graph, const std::string& device, Mo
   const std::string name = info.name;
   impl_->named.emplace(name, Impl::NamedModel{std::move(info), std::move(model)});
   return OkStatus();
+}
+
+Status Engine::add_named_alias(const std::string& alias, const std::string& target) {
+  std::lock_guard<std::mutex> lock(impl_->named_mu);
+  auto it = impl_->named.find(target);
+  if (it == impl_->named.end())
+    return errors::NotFound("alias '{}': no named model '{}'", alias, target);
+  if (impl_->named.count(alias))
+    return Status(StatusCode::kAlreadyExists,
+                  fmt::format("a named model '{}' is loaded already", alias));
+  Impl::NamedModel entry = it->second;  // the same LoadedModel: one graph, one set of forms
+  entry.info.name = alias;
+  impl_->named.emplace(alias, std::move(entry));
+  return OkStatus();
+}
+
+std::string Engine::named_model_of(SessionId session, ModelHandle model) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto s = impl_->sessions.find(session);
+  if (s == impl_->sessions.end()) return {};
+  auto it = s->second.models.find(model);
+  return it == s->second.models.end() || !it->second ? std::string() : it->second->named;
 }
 
 void Engine::add_unavailable_model(ModelInfo info) {

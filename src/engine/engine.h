@@ -324,6 +324,12 @@ class Engine {
   // taken, NOT_FOUND for an unknown device.
   Status add_named_model(const Graph& graph, const std::string& device, ModelInfo info,
                          const CompileOptions& options = {});
+  // Another name for a named model (a version folder's "NAME" for "NAME:2"): the same model,
+  // listed under both names. NOT_FOUND for an unknown target, ALREADY_EXISTS for a name taken.
+  Status add_named_alias(const std::string& alias, const std::string& target);
+  // The named model a session's handle runs (its name as added, not an alias), or "" for a
+  // session's own model or an unknown handle.
+  std::string named_model_of(SessionId session, ModelHandle model) const;
   // A model that failed to load: listed (named_models) as not ready, with info.reason; opening
   // it is FAILED_PRECONDITION with that reason.
   void add_unavailable_model(ModelInfo info);

@@ -700,7 +700,8 @@ std::string Monitor::prometheus(const StatusView& view) const {
              static_cast<double>(m->sum_ns.load(std::memory_order_relaxed)) / 1e9);
     x.sample("tensord_rpc_duration_seconds_count", ml, cum);
   }
-  return x.take();
+  // Named models (operators only: a model's traffic is every tenant's).
+  return x.take() + (src_.model_metrics ? src_.model_metrics() : std::string());
 }
 
 nlohmann::json Monitor::status(int history_seconds, const StatusView& view) const {

@@ -125,6 +125,8 @@ struct MonitorSources {
   std::function<bool()> accepting;                        // the gRPC server takes calls
   std::string grpc_address;
   bool tenants = false;  // tokens are required (sessions then show their tenant's name)
+  // Named models' counters as Prometheus text (tensord_model_*; rpc/batcher.h). Null: none.
+  std::function<std::string()> model_metrics;
 };
 
 class Monitor {

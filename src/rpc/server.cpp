@@ -284,6 +284,7 @@ Result<std::unique_ptr<RpcServer>> RpcServer::start(std::shared_ptr<Engine> engi
   Impl* raw = impl.get();
   sources.accepting = [raw] { return raw->accepting.load(); };
   sources.grpc_address = impl->address;
+  sources.model_metrics = [runner = service->model_runner()] { return runner->prometheus(); };
   sources.tenants = tenants->required();
   impl->monitor = std::make_unique<Monitor>(std::move(sources));
   impl->service->set_monitor(impl->monitor.get());

@@ -19,10 +19,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "client/model_repository.h"
 #include "engine/engine.h"
 #include "tensord/status.h"
 
@@ -92,6 +94,10 @@ struct RpcServerOptions {
   // gRPC's threads (one per in-flight synchronous call) and memory for its buffers.
   int64_t max_threads = 256;
   int64_t grpc_memory_bytes = int64_t{2} << 30;
+
+  // Named models' configurations by engine name (load_model_repository): dynamic batching
+  // and instances (rpc/batcher.h). Models not here run unbatched, counted all the same.
+  std::map<std::string, ModelConfig> model_configs;
 
   // ---- monitoring (rpc/monitor.h, rpc/http_server.h)
   // When not empty, also serve HTTP here (`--http`): the status page at /, /api/status,

@@ -25,6 +25,7 @@
 #include "core/errors.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "rpc/batcher.h"
 #include "rpc/monitor.h"
 #include "rpc/region_channel.h"
 #include "rpc/shm_arena.h"
@@ -410,6 +411,7 @@ class Service final
   // What the call's token may see of the status (status.cpp).
   Result<StatusView> status_view(grpc::ServerContextBase* ctx) const;
   void set_monitor(const Monitor* monitor) { monitor_.store(monitor); }
+  std::shared_ptr<ModelRunner> model_runner() const { return runner_; }
   grpc::Status BrokerStatus(grpc::ServerContext* ctx, const v1::BrokerStatusRequest* req,
                             v1::BrokerStatusResponse* resp) override;
 
@@ -492,6 +494,7 @@ class Service final
   std::shared_ptr<RegionBudget> tenant_region_budget_locked(const std::string& tenant);
 
   std::shared_ptr<Engine> engine_;
+  std::shared_ptr<ModelRunner> runner_;  // named models' runs (batcher.h)
   RpcServerOptions options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

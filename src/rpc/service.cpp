@@ -241,7 +241,16 @@ grpc::Status Service::RunModel(grpc::ServerContext* ctx, const v1::RunModelReque
   auto call = call_token(ctx);  // as in Execute
   call->arm();
   Disarm disarm{call.get()};
-  auto out = engine_->run(g.engine_session(), req->model(), inputs, false, call, req->device());
+  // Named models go through the runner (per-model counters; dynamic batching where their
+  // config.json asks for it); run_on (a device named) and a session's own models as before.
+  Result<std::vector<TensorHandle>> out = errors::Unavailable("not run");
+  if (req->device().empty() && !engine_->named_model_of(g.engine_session(), req->model()).empty()) {
+    auto tenant = tenant_of(ctx);
+    out = runner_->run(g.engine_session(), tenant.ok() ? *tenant : std::string(), req->model(),
+                       inputs, call);
+  } else {
+    out = engine_->run(g.engine_session(), req->model(), inputs, false, call, req->device());
+  }
   if (!out.ok()) return fail(ctx, out.status());
   return finish_submit(ctx, g, *call, *out, req->inline_max_bytes(), resp->mutable_outputs(),
                        resp->mutable_values());

@@ -1,0 +1,506 @@
+#include "rpc/batcher.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+
+#include "core/errors.h"
+
+namespace tensord::rpc {
+
+using Clock = std::chrono::steady_clock;
+
+const std::vector<int64_t> kBatchBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+
+namespace {
+
+int64_t micros(Clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+}
+
+}  // namespace
+
+struct ModelRunner::Request {
+  SessionId session = 0;
+  std::string tenant;
+  ModelHandle handle = 0;
+  std::vector<TensorHandle> inputs;
+  std::vector<HostTensor> host;  // the inputs' values
+  int64_t rows = 0;
+  std::string signature;              // dtypes and dims after the first
+  std::shared_ptr<CancelToken> call;  // the caller's (its poll is for the caller's thread only)
+  std::shared_ptr<CancelToken> work = std::make_shared<CancelToken>();  // fired when it gives up
+  Clock::time_point enqueued;
+  // The answer (under mu).
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  bool abandoned = false;  // the caller gave up: outputs delivered later are released
+  Result<std::vector<TensorHandle>> result = errors::Unavailable("not run");
+};
+
+struct ModelRunner::Model {
+  std::string name;  // the engine's
+  ModelConfig config;
+  ModelHandle handle = 0;  // in the runner's session
+  size_t num_inputs = 0;
+  std::vector<std::string> devices;
+  // Batch sizes a batch is padded up to (zero rows, their outputs dropped), when every size up
+  // to max_batch_size on every device would be more compiled forms than a tenant may keep
+  // (EngineOptions::named_model_forms_per_tenant): powers of two and max_batch_size. Empty:
+  // batches run at their own size.
+  std::vector<int64_t> padded_sizes;
+  std::atomic<uint64_t> next_device{0};  // unbatched runs over a config's device list
+  // Queue (under mu): per tenant, in arrival order; `next` is where the next round starts.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::string, std::deque<std::shared_ptr<Request>>> queues;
+  size_t queued = 0;
+  std::string next;
+  // Counters (under stats_mu).
+  mutable std::mutex stats_mu;
+  ModelCounters counters;
+
+  void count_run(int64_t rows, int64_t compute_us) {
+    std::lock_guard<std::mutex> lock(stats_mu);
+    counters.batches++;
+    counters.batch_rows += rows;
+    counters.compute_us += compute_us;
+    size_t b = 0;
+    while (b < kBatchBuckets.size() && rows > kBatchBuckets[b]) ++b;
+    counters.batch_size_counts[b]++;
+  }
+  void count_request(bool ok, int64_t queue_us) {
+    std::lock_guard<std::mutex> lock(stats_mu);
+    counters.requests++;
+    counters.failures += !ok;
+    counters.queue_us += queue_us;
+  }
+};
+
+ModelRunner::ModelRunner(std::shared_ptr<Engine> engine, std::map<std::string, ModelConfig> configs)
+    : engine_(std::move(engine)), configs_(std::move(configs)) {}
+
+ModelRunner::~ModelRunner() {
+  stop_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [name, m] : models_) {
+      std::lock_guard<std::mutex> l(m->mu);
+      m->cv.notify_all();
+    }
+  }
+  for (std::thread& t : threads_) t.join();
+  for (auto& [name, m] : models_)
+    for (auto& [tenant, q] : m->queues)
+      for (auto& r : q) {
+        std::lock_guard<std::mutex> l(r->mu);
+        r->result = errors::Unavailable("the broker is stopping");
+        r->done = true;
+        r->cv.notify_all();
+      }
+  if (session_ != 0) (void)engine_->close_session(session_);
+}
+
+ModelRunner::Model* ModelRunner::model_for(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(name);
+  if (it != models_.end()) return it->second.get();
+  auto m = std::make_unique<Model>();
+  m->name = name;
+  auto c = configs_.find(name);
+  if (c != configs_.end()) {
+    m->config = c->second;
+  } else {
+    m->config.model = name;
+  }
+  m->counters.model = m->config.model.empty() ? name : m->config.model;
+  m->counters.version = m->config.version > 0 ? std::to_string(m->config.version) : "";
+  m->counters.batch_size_counts.assign(kBatchBuckets.size() + 1, 0);
+  // The batches' session is opened with the first batched model (an engine session counts
+  // in tensord_sessions_open).
+  const bool batched = m->config.dynamic_batching && m->config.max_batch_size > 0;
+  if (batched && session_ == 0) session_ = engine_->open_session();
+  ModelInfo info;
+  auto h = batched ? engine_->open_named_model(session_, name, &info)
+                   : Result<ModelHandle>(errors::NotFound("not batched"));
+  if (h.ok()) {
+    m->handle = *h;
+    m->num_inputs = info.inputs.size();
+    m->devices =
+        m->config.devices.empty() ? std::vector<std::string>{info.device} : m->config.devices;
+    const size_t forms = EngineOptions::from_env().named_model_forms_per_tenant;
+    if (static_cast<size_t>(m->config.max_batch_size) * m->devices.size() > forms) {
+      for (int64_t b = 1; b < m->config.max_batch_size; b *= 2) m->padded_sizes.push_back(b);
+      m->padded_sizes.push_back(m->config.max_batch_size);
+    }
+    for (const std::string& d : m->devices)
+      for (int i = 0; i < m->config.instances; ++i)
+        threads_.emplace_back([this, raw = m.get(), d] { worker(raw, d); });
+  } else {
+    m->config.dynamic_batching = false;  // each request runs alone, counted
+    m->devices = m->config.devices;      // a list: requests take its devices in turn
+  }
+  Model* raw = m.get();
+  models_.emplace(name, std::move(m));
+  return raw;
+}
+
+Result<std::vector<TensorHandle>> ModelRunner::run_alone(
+    Model& m, SessionId session, ModelHandle model, const std::vector<TensorHandle>& inputs,
+    const std::string& device, std::shared_ptr<CancelToken> call, int64_t rows) {
+  if (rows < 0) {  // not looked at yet: the first input's rows (1 for a scalar)
+    rows = 1;
+    if (!inputs.empty())
+      if (auto i = engine_->info(session, inputs[0], call.get()); i.ok() && !i->type.shape.empty())
+        rows = std::max<int64_t>(i->type.shape[0], 1);
+  }
+  const auto t0 = Clock::now();
+  auto out = engine_->run(session, model, inputs, false, call, device);
+  Status s = out.status();
+  if (out.ok())
+    for (TensorHandle h : *out)
+      if (Status w = engine_->wait(session, h, call.get()); !w.ok() && s.ok()) s = w;
+  m.count_run(rows, micros(Clock::now() - t0));
+  if (!s.ok() && out.ok() && call && !call->check().ok()) {
+    for (TensorHandle h : *out) (void)engine_->release(session, h);
+    return s;
+  }
+  return out;  // a node's error stays with its output, as Engine::run answers
+}
+
+Result<std::vector<TensorHandle>> ModelRunner::run(SessionId session, const std::string& tenant,
+                                                   ModelHandle model,
+                                                   const std::vector<TensorHandle>& inputs,
+                                                   std::shared_ptr<CancelToken> call) {
+  const std::string name = engine_->named_model_of(session, model);
+  if (name.empty()) return engine_->run(session, model, inputs, false, call);
+  Model& m = *model_for(name);
+  auto finish = [&](Result<std::vector<TensorHandle>> r, int64_t queue_us) {
+    bool ok = r.ok();
+    if (ok)
+      for (TensorHandle h : *r) ok = ok && engine_->wait(session, h, nullptr).ok();
+    m.count_request(ok, queue_us);
+    return r;
+  };
+  if (!m.config.dynamic_batching || m.config.max_batch_size < 1) {
+    const std::string device =
+        m.devices.size() > 1 ? m.devices[m.next_device++ % m.devices.size()] : std::string();
+    return finish(run_alone(m, session, model, inputs, device, call, -1), 0);
+  }
+
+  auto r = std::make_shared<Request>();
+  r->session = session;
+  r->tenant = tenant;
+  r->handle = model;
+  r->inputs = inputs;
+  r->call = call;
+  // The inputs' values and shapes: batched only when every input has rows on axis 0, the
+  // same number, and the model takes that many inputs (else it runs alone, and says why).
+  bool batchable = inputs.size() == m.num_inputs && !inputs.empty();
+  for (size_t i = 0; batchable && i < inputs.size(); ++i) {
+    auto v = engine_->read(session, inputs[i], call.get());
+    if (!v.ok()) {
+      m.count_request(false, 0);
+      return v.status().with_context(fmt::format("input {} of model '{}'", i, name));
+    }
+    const Shape& s = v->shape();
+    if (s.empty() || (i > 0 && s[0] != r->rows)) batchable = false;
+    if (!batchable) break;
+    r->rows = s[0];
+    r->signature += std::string(dtype_name(v->dtype())) + "[";
+    for (size_t d = 1; d < s.size(); ++d) r->signature += std::to_string(s[d]) + ",";
+    r->signature += "];";
+    r->host.push_back(std::move(*v));
+  }
+  if (!batchable || r->rows < 1 || r->rows > m.config.max_batch_size)
+    return finish(
+        run_alone(m, session, model, inputs, m.devices[0], call, std::max<int64_t>(r->rows, 1)), 0);
+  r->enqueued = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.queues[tenant].push_back(r);
+    m.queued++;
+    m.cv.notify_all();
+  }
+  // Wait for the answer, giving up when the call does (then the request leaves the queue, or,
+  // taken into a batch already, gets no outputs).
+  std::unique_lock<std::mutex> lock(r->mu);
+  while (!r->done) {
+    r->cv.wait_for(lock, std::chrono::milliseconds(5));
+    if (r->done || !call) continue;
+    Status why = call->check();
+    if (why.ok() && call->poll) why = call->poll();
+    if (why.ok()) continue;
+    call->cancel(why);
+    r->work->cancel(why);
+    r->abandoned = true;
+    lock.unlock();
+    {
+      std::lock_guard<std::mutex> q(m.mu);
+      auto it = m.queues.find(tenant);
+      if (it != m.queues.end()) {
+        auto& dq = it->second;
+        auto at = std::find(dq.begin(), dq.end(), r);
+        if (at != dq.end()) {
+          dq.erase(at);
+          m.queued--;
+          if (dq.empty()) m.queues.erase(it);
+        }
+      }
+    }
+    m.count_request(false, micros(Clock::now() - r->enqueued));
+    return why;
+  }
+  return finish(std::move(r->result), 0);
+}
+
+void ModelRunner::worker(Model* mp, std::string device) {
+  Model& m = *mp;
+  const auto delay = std::chrono::microseconds(m.config.max_queue_delay_us);
+  const int64_t max_rows = m.config.max_batch_size;
+  const auto& preferred = m.config.preferred_batch_sizes;
+  std::unique_lock<std::mutex> lock(m.mu);
+  while (!stop_) {
+    if (m.queued == 0) {
+      m.cv.wait_for(lock, std::chrono::milliseconds(100));
+      continue;
+    }
+    // The oldest request decides the signature and the deadline.
+    std::shared_ptr<Request> oldest;
+    for (auto& [t, q] : m.queues)
+      if (!q.empty() && (!oldest || q.front()->enqueued < oldest->enqueued)) oldest = q.front();
+    int64_t rows = 0;
+    for (auto& [t, q] : m.queues)
+      for (auto& r : q)
+        if (r->signature == oldest->signature) rows += r->rows;
+    const auto deadline = oldest->enqueued + delay;
+    const bool full = rows >= max_rows || (!preferred.empty() && rows >= preferred.back());
+    if (!full && Clock::now() < deadline) {
+      m.cv.wait_until(lock, deadline);
+      continue;
+    }
+    int64_t cap = std::min(rows, max_rows);
+    for (auto p = preferred.rbegin(); p != preferred.rend(); ++p)
+      if (*p <= cap) {
+        cap = *p;
+        break;
+      }
+    // Fill round-robin over the tenants, from `next` on; the oldest goes first.
+    std::vector<std::shared_ptr<Request>> batch;
+    int64_t taken = 0;
+    auto take = [&](std::deque<std::shared_ptr<Request>>& q,
+                    std::deque<std::shared_ptr<Request>>::iterator at) {
+      taken += (*at)->rows;
+      batch.push_back(*at);
+      q.erase(at);
+      m.queued--;
+    };
+    {
+      auto& q = m.queues[oldest->tenant];
+      take(q, std::find(q.begin(), q.end(), oldest));
+    }
+    for (bool progress = true; progress && taken < cap;) {
+      progress = false;
+      auto start = m.queues.upper_bound(m.next);
+      std::vector<std::string> order;
+      for (auto it = start; it != m.queues.end(); ++it) order.push_back(it->first);
+      for (auto it = m.queues.begin(); it != start; ++it) order.push_back(it->first);
+      for (const std::string& t : order) {
+        auto& q = m.queues[t];
+        auto at = std::find_if(q.begin(), q.end(), [&](const std::shared_ptr<Request>& r) {
+          return r->signature == oldest->signature && taken + r->rows <= cap;
+        });
+        if (at == q.end()) continue;
+        take(q, at);
+        m.next = t;
+        progress = true;
+        if (taken >= cap) break;
+      }
+    }
+    for (auto it = m.queues.begin(); it != m.queues.end();)
+      it = it->second.empty() ? m.queues.erase(it) : std::next(it);
+    lock.unlock();
+    run_batch(m, device, std::move(batch));
+    lock.lock();
+  }
+}
+
+void ModelRunner::run_batch(Model& m, const std::string& device,
+                            std::vector<std::shared_ptr<Request>> batch) {
+  const auto start = Clock::now();
+  auto deliver = [&](Request& r, Result<std::vector<TensorHandle>> result) {
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (r.abandoned) {
+      if (result.ok())
+        for (TensorHandle h : *result) (void)engine_->release(r.session, h);
+      return;
+    }
+    r.result = std::move(result);
+    r.done = true;
+    r.cv.notify_all();
+  };
+  {
+    std::lock_guard<std::mutex> lock(m.stats_mu);
+    for (auto& r : batch) m.counters.queue_us += micros(start - r->enqueued);
+  }
+  auto alone = [&](Request& r) {
+    deliver(r, run_alone(m, r.session, r.handle, r.inputs, device, r.work, r.rows));
+  };
+  if (batch.size() == 1) {
+    alone(*batch[0]);
+    return;
+  }
+  int64_t rows = 0;
+  for (auto& r : batch) rows += r->rows;
+  int64_t padded = rows;
+  for (int64_t b : m.padded_sizes)
+    if (b >= rows) {
+      padded = b;
+      break;
+    }
+  // Concatenate each input along axis 0 and upload it to the runner's session.
+  std::vector<TensorHandle> ins;
+  Status s;
+  for (size_t i = 0; s.ok() && i < m.num_inputs; ++i) {
+    Shape shape = batch[0]->host[i].shape();
+    shape[0] = padded;
+    auto cat = HostTensor::uninitialized(batch[0]->host[i].dtype(), shape);
+    if (!cat.ok()) {
+      s = cat.status();
+      break;
+    }
+    char* dst = static_cast<char*>(cat->mutable_data());
+    for (auto& r : batch) {
+      std::memcpy(dst, r->host[i].data(), r->host[i].nbytes());
+      dst += r->host[i].nbytes();
+    }
+    const size_t filled = static_cast<size_t>(dst - static_cast<char*>(cat->mutable_data()));
+    std::memset(dst, 0, cat->nbytes() - filled);  // padding rows
+    auto h = engine_->upload(session_, cat->view(), device);
+    if (!h.ok())
+      s = h.status();
+    else
+      ins.push_back(*h);
+  }
+  std::vector<TensorHandle> outs;
+  std::vector<HostTensor> values;
+  if (s.ok()) {
+    auto o = engine_->run(session_, m.handle, ins, false, nullptr, device);
+    if (!o.ok())
+      s = o.status();
+    else
+      outs = *o;
+    for (size_t k = 0; s.ok() && k < outs.size(); ++k) {
+      auto v = engine_->read(session_, outs[k]);
+      if (!v.ok())
+        s = v.status();
+      else if (v->shape().empty() || v->shape()[0] != padded)
+        s = errors::FailedPrecondition("output {} has shape {} (not {} rows on axis 0)", k,
+                                       v->type().to_string(), padded);
+      else
+        values.push_back(std::move(*v));
+    }
+  }
+  for (TensorHandle h : ins) (void)engine_->release(session_, h);
+  for (TensorHandle h : outs) (void)engine_->release(session_, h);
+  if (!s.ok()) {
+    // One of them may be bad: each runs alone, so only it fails.
+    for (auto& r : batch) alone(*r);
+    return;
+  }
+  m.count_run(rows, micros(Clock::now() - start));
+  // Split the outputs back, each request's rows into its own session.
+  int64_t row = 0;
+  for (auto& r : batch) {
+    std::vector<TensorHandle> mine;
+    Status u;
+    for (const HostTensor& v : values) {
+      const size_t row_bytes = v.nbytes() / static_cast<size_t>(padded);
+      Shape shape = v.shape();
+      shape[0] = r->rows;
+      TensorView piece{v.dtype(), shape,
+                       static_cast<const char*>(v.data()) + row_bytes * static_cast<size_t>(row)};
+      auto h = engine_->upload(r->session, piece, device);
+      if (!h.ok()) {
+        u = h.status();
+        break;
+      }
+      mine.push_back(*h);
+    }
+    row += r->rows;
+    if (!u.ok()) {
+      for (TensorHandle h : mine) (void)engine_->release(r->session, h);
+      deliver(*r, u.with_context("the output of a batched run"));
+    } else {
+      deliver(*r, std::move(mine));
+    }
+  }
+}
+
+std::vector<ModelCounters> ModelRunner::counters() const {
+  std::vector<ModelCounters> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [name, m] : models_) {
+    std::lock_guard<std::mutex> l(m->stats_mu);
+    out.push_back(m->counters);
+  }
+  return out;
+}
+
+std::string ModelRunner::prometheus() const {
+  const std::vector<ModelCounters> all = counters();
+  if (all.empty()) return {};
+  std::string text;
+  auto labels = [](const ModelCounters& c) {
+    auto esc = [](const std::string& s) {
+      std::string o;
+      for (char ch : s) {
+        if (ch == '\\' || ch == '"') o += '\\';
+        if (ch == '\n') {
+          o += "\\n";
+          continue;
+        }
+        o += ch;
+      }
+      return o;
+    };
+    return "model=\"" + esc(c.model) + "\",version=\"" + esc(c.version) + "\"";
+  };
+  auto family = [&](const char* name, const char* type, const char* help, auto value) {
+    text += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    for (const ModelCounters& c : all)
+      text += fmt::format("{}{{{}}} {}\n", name, labels(c), value(c));
+  };
+  family("tensord_model_requests_total", "counter", "Runs of the named model requested.",
+         [](const ModelCounters& c) { return c.requests; });
+  family("tensord_model_failures_total", "counter",
+         "Requests of the named model that failed (or were cancelled).",
+         [](const ModelCounters& c) { return c.failures; });
+  family("tensord_model_queue_seconds_total", "counter",
+         "Time requests waited for a batch to start, in all.",
+         [](const ModelCounters& c) { return static_cast<double>(c.queue_us) * 1e-6; });
+  family("tensord_model_compute_seconds_total", "counter",
+         "Time the model's runs took (a batch counted once), in all.",
+         [](const ModelCounters& c) { return static_cast<double>(c.compute_us) * 1e-6; });
+  text +=
+      "# HELP tensord_model_batch_size Rows per run of the named model (a batch, or a request "
+      "run alone).\n# TYPE tensord_model_batch_size histogram\n";
+  for (const ModelCounters& c : all) {
+    int64_t cum = 0;
+    for (size_t b = 0; b <= kBatchBuckets.size(); ++b) {
+      cum += c.batch_size_counts[b];
+      const std::string le = b < kBatchBuckets.size() ? std::to_string(kBatchBuckets[b]) : "+Inf";
+      text +=
+          fmt::format("tensord_model_batch_size_bucket{{{},le=\"{}\"}} {}\n", labels(c), le, cum);
+    }
+    text += fmt::format("tensord_model_batch_size_sum{{{}}} {}\n", labels(c), c.batch_rows);
+    text += fmt::format("tensord_model_batch_size_count{{{}}} {}\n", labels(c), c.batches);
+  }
+  return text;
+}
+
+}  // namespace tensord::rpc

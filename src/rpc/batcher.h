@@ -1,0 +1,92 @@
+// Named models served to many sessions (`tensord serve --models DIR`): every run of a named
+// model goes through ModelRunner::run, which counts it per model and version, and, for a model
+// whose config.json has "dynamic_batching", queues it with the runs of every session and
+// tenant for the same model and version, concatenates the inputs along axis 0 up to
+// max_batch_size rows (or what has come once the oldest waited max_queue_delay_microseconds),
+// runs the batch once and splits the outputs back into each request's own session.
+//
+// - A request is batched only with requests whose inputs have the same dtypes and the same
+//   dims after the first; one that differs, has more rows than max_batch_size, or inputs of
+//   different first dims runs alone (in its own session, as without batching).
+// - A batch that fails is run again one request at a time, so a bad request fails alone.
+// - A request whose call is cancelled or passes its deadline leaves the queue at once (the
+//   others wait on); one that leaves while its batch runs gets no outputs (the batch goes on).
+// - Fairness: batches are filled round-robin over the tenants with requests waiting, starting
+//   after the tenant served first last time, so one tenant's flood cannot crowd another out.
+// - The batch runs in the runner's own engine session (charged to nobody, as named models'
+//   weights are); its inputs are read to host memory, concatenated and uploaded, its outputs
+//   read back and uploaded to each request's session (host copies: cheap beside a model run on
+//   cpu; a cost on a GPU).
+// - `instances` batches run at once per device of the config (one worker thread each).
+// - Each batch size is a compiled form: when max_batch_size x devices passes the forms a
+//   tenant may keep (TENSORD_NAMED_MODEL_FORMS, 16), batches are padded with zero rows up to a
+//   power of two (or max_batch_size), so they do not recompile without end.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/model_repository.h"
+#include "engine/engine.h"
+
+namespace tensord::rpc {
+
+// What the runner counted for one model and version (the Prometheus families tensord_model_*).
+struct ModelCounters {
+  std::string model, version;  // version "" for a plain DIR/NAME/model.onnx
+  int64_t requests = 0, failures = 0;
+  int64_t queue_us = 0;    // time requests waited before their run started, in all
+  int64_t compute_us = 0;  // time their runs took (a batch's counted once per batch)
+  int64_t batches = 0;     // runs (a batch, or a request run alone)
+  int64_t batch_rows = 0;  // rows of those runs, in all
+  std::vector<int64_t> batch_size_counts;  // runs by rows, in kBatchBuckets (non-cumulative)
+};
+extern const std::vector<int64_t> kBatchBuckets;  // 1, 2, 4, ... 256; past the last: +Inf
+
+class ModelRunner {
+ public:
+  // `configs`: the named models' configurations by engine name (load_model_repository).
+  ModelRunner(std::shared_ptr<Engine> engine, std::map<std::string, ModelConfig> configs);
+  ~ModelRunner();  // stops the workers; requests still queued fail UNAVAILABLE
+
+  // THE entry point for running a named model: `model` is the session's handle of it
+  // (Engine::open_named_model), `inputs` the session's tensors. Returns the session's new
+  // output handles once they are computed (or the error of this request). `tenant` picks the
+  // fairness queue ("" for none). `call`: the request's cancellation and deadline (may be
+  // null). A handle that is not a named model's runs as Engine::run would, uncounted.
+  Result<std::vector<TensorHandle>> run(SessionId session, const std::string& tenant,
+                                        ModelHandle model, const std::vector<TensorHandle>& inputs,
+                                        std::shared_ptr<CancelToken> call);
+
+  std::vector<ModelCounters> counters() const;
+  // The counters in the Prometheus text format (families tensord_model_*; empty: no models).
+  std::string prometheus() const;
+
+  struct Request;
+  struct Model;
+
+ private:
+  Model* model_for(const std::string& engine_name);
+  Result<std::vector<TensorHandle>> run_alone(Model& m, SessionId session, ModelHandle model,
+                                              const std::vector<TensorHandle>& inputs,
+                                              const std::string& device,
+                                              std::shared_ptr<CancelToken> call, int64_t rows);
+  void worker(Model* m, std::string device);
+  void run_batch(Model& m, const std::string& device, std::vector<std::shared_ptr<Request>> batch);
+
+  std::shared_ptr<Engine> engine_;
+  SessionId session_ = 0;  // the batches' own session (under mu_; opened when first needed)
+  mutable std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Model>> models_;  // by engine name; created on first run
+  std::map<std::string, ModelConfig> configs_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;  // under mu_
+};
+
+}  // namespace tensord::rpc

@@ -1,0 +1,344 @@
+// Dynamic batching of named models (src/rpc/batcher.h) and their config.json
+// (src/client/model_repository.h), against a real `tensord serve --models DIR --http 0` and
+// real ONNX files (tests/rpc/make_batch_models.py; /usr/bin/python3 + python3-onnx, the tests
+// skip saying so where those are missing). Batches are counted from /metrics
+// (tensord_model_*). No timed assertions: delays only make batches likely; what is asserted
+// is what must hold however the requests arrive, except that some batch forms when 8 requests
+// wait under a 1 s delay.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "broker_process.h"
+#include "core/errors.h"
+#include "rpc/remote_client.h"
+#include "tensord/client.h"
+#include "tensord/tensor.h"
+
+namespace tensord {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::BrokerOptions;
+using testing::BrokerProcess;
+
+class BatchModels {
+ public:
+  static const BatchModels& get() {
+    static const BatchModels m;
+    return m;
+  }
+  std::string dir, skip_reason;
+
+ private:
+  BatchModels() {
+    if (access("/usr/bin/python3", X_OK) != 0) {
+      skip_reason = "no /usr/bin/python3 to write the ONNX test files";
+      return;
+    }
+    if (std::system("/usr/bin/python3 -c 'import onnx, numpy' 2>/dev/null") != 0) {
+      skip_reason = "/usr/bin/python3 lacks onnx or numpy (Debian python3-onnx, python3-numpy)";
+      return;
+    }
+    std::string t = (std::filesystem::temp_directory_path() / "tensord-batch.XXXXXX").string();
+    if (!mkdtemp(t.data())) {
+      skip_reason = "cannot make a temp folder";
+      return;
+    }
+    const std::string cmd =
+        "/usr/bin/python3 " TENSORD_RPC_TEST_DIR "/make_batch_models.py " + t + "/models";
+    if (std::system(cmd.c_str()) != 0) {
+      skip_reason = "make_batch_models.py failed: " + cmd;
+      return;
+    }
+    dir = t + "/models";
+  }
+  ~BatchModels() {
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::remove_all(std::filesystem::path(dir).parent_path(), ec);
+  }
+};
+
+#define REQUIRE_MODELS()                          \
+  const BatchModels& models = BatchModels::get(); \
+  if (models.dir.empty()) GTEST_SKIP() << models.skip_reason
+
+struct Broker {
+  std::unique_ptr<BrokerProcess> process;
+  std::string host;
+  int port = 0;
+  std::string address() const { return process->address(); }
+  std::string metrics() const {
+    httplib::Client c(host, port);
+    c.set_connection_timeout(5);
+    c.set_read_timeout(10);
+    auto r = c.Get("/metrics");
+    return r && r->status == 200 ? r->body : std::string();
+  }
+  // tensord_model_<family>{model="NAME",version="V"} (0 when absent).
+  double metric(const std::string& family, const std::string& model,
+                const std::string& version = "") const {
+    const std::string key =
+        "tensord_model_" + family + "{model=\"" + model + "\",version=\"" + version + "\"} ";
+    std::istringstream in(metrics());
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind(key, 0) == 0) return std::atof(line.c_str() + key.size());
+    return 0;
+  }
+};
+
+Result<Broker> start(const BatchModels& models) {
+  BrokerOptions o;
+  o.args = {"--models", models.dir, "--http", "0"};
+  o.cpu_devices = 2;  // multi_batched runs on cpu:0 and cpu:1
+  o.ready_timeout = milliseconds(60000);
+  auto b = BrokerProcess::start(o);
+  if (!b.ok()) return b.status();
+  auto line = (*b)->next_line(milliseconds(10000));
+  if (!line.ok()) return line.status();
+  const std::string prefix = "tensord http on ";
+  if (line->rfind(prefix, 0) != 0)
+    return Status(StatusCode::kInternal, "expected the HTTP line, got '" + *line + "'");
+  Broker out;
+  const std::string hostport = line->substr(line->find("://") + 3);
+  out.host = hostport.substr(0, hostport.rfind(':'));
+  out.port = std::stoi(hostport.substr(hostport.rfind(':') + 1));
+  out.process = std::move(b).value();
+  return out;
+}
+
+Result<std::unique_ptr<rpc::RemoteClient>> connect(
+    const std::string& address, milliseconds call_timeout = milliseconds(60000)) {
+  rpc::RemoteClientOptions o;
+  o.call_timeout = call_timeout;
+  return rpc::RemoteClient::connect(address, o);
+}
+
+HostTensor input_for(int who, const Shape& shape) {
+  HostTensor t(DType::kFloat32, shape);
+  float* p = t.mutable_data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    p[i] = static_cast<float>(((i * 7 + who * 13) % 23) - 11) / 7.0f;
+  return t;
+}
+
+// Runs `model` once in a session of its own; the first output.
+Result<HostTensor> run_once(const std::string& address, const std::string& model,
+                            const std::vector<HostTensor>& inputs,
+                            milliseconds call_timeout = milliseconds(60000)) {
+  TD_ASSIGN_OR_RETURN(auto c, connect(address, call_timeout));
+  TD_ASSIGN_OR_RETURN(ModelHandle m, c->open_model(model));
+  std::vector<TensorHandle> in;
+  for (const HostTensor& t : inputs) {
+    TD_ASSIGN_OR_RETURN(TensorHandle h, c->upload(t.view(), ""));
+    in.push_back(h);
+  }
+  TD_ASSIGN_OR_RETURN(auto out, c->run(m, in));
+  return c->read(out.at(0));
+}
+
+// The correctness criterion of the bench and the ONNX tests: |a - b| <= atol + rtol * |b|.
+::testing::AssertionResult close(const HostTensor& a, const HostTensor& b, double rtol = 1e-5,
+                                 double atol = 1e-6) {
+  if (a.type() != b.type())
+    return ::testing::AssertionFailure() << a.type().to_string() << " vs " << b.type().to_string();
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = a.data<float>()[i], y = b.data<float>()[i];
+    if (!(std::fabs(x - y) <= atol + rtol * std::fabs(y)))
+      return ::testing::AssertionFailure() << "element " << i << ": " << x << " vs " << y;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// N sessions at once, each its own input: every output equals the unbatched model's output for
+// that session's own input (so outputs went to the right session), and fewer runs than
+// requests were made (batches formed).
+void batches_match(const std::string& batched, const std::string& plain, const Shape& shape,
+                   bool one_batch = true) {
+  REQUIRE_MODELS();
+  auto b = start(models);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  constexpr int kClients = 8;
+  std::vector<HostTensor> want(kClients);
+  for (int i = 0; i < kClients; ++i) {
+    auto y = run_once(b->address(), plain, {input_for(i, shape)});
+    ASSERT_TRUE(y.ok()) << y.status().to_string();
+    want[i] = std::move(*y);
+  }
+  // Distinct inputs give distinct outputs, or the routing check below would prove nothing.
+  ASSERT_FALSE(close(want[0], want[1]));
+  std::vector<Result<HostTensor>> got(kClients, Status(StatusCode::kUnknown, "not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i)
+    threads.emplace_back(
+        [&, i] { got[i] = run_once(b->address(), batched, {input_for(i, shape)}); });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kClients; ++i) {
+    ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status().to_string();
+    EXPECT_TRUE(close(*got[i], want[i])) << "client " << i;
+  }
+  const double requests = b->metric("requests_total", batched);
+  const double runs = b->metric("batch_size_count", batched);
+  const double rows = b->metric("batch_size_sum", batched);
+  EXPECT_EQ(requests, kClients);
+  EXPECT_EQ(rows, kClients);
+  if (one_batch) EXPECT_LT(runs, kClients) << "no batch formed:\n" << b->metrics();
+  EXPECT_EQ(b->metric("failures_total", batched), 0);
+}
+
+TEST(Batching, MlpBatchesFormAndEachSessionGetsItsOwnRows) {
+  batches_match("mlp_batched", "mlp_plain", {1, 16});
+}
+
+TEST(Batching, ConvBatchesEqualUnbatchedRunsWithinTolerance) {
+  batches_match("conv_batched", "conv_plain", {1, 3, 8, 8});
+}
+
+// Two devices, two instances each, preferred sizes, batches padded with zero rows (12 x 2
+// devices is more sizes than the 16 forms a tenant keeps): whatever batches form, every
+// session gets its own rows, and the padding is not counted.
+TEST(Batching, InstancesOnTwoDevicesKeepEachSessionsRows) {
+  batches_match("multi_batched", "mlp_plain", {1, 16}, /*one_batch=*/false);
+}
+
+// A request whose index is out of range fails at run time: its batch fails, each request is
+// run again alone, and only the bad one fails.
+TEST(Batching, BadRequestInABatchFailsAlone) {
+  REQUIRE_MODELS();
+  auto b = start(models);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  constexpr int kClients = 6, kBad = 3;
+  std::vector<Result<HostTensor>> got(kClients, Status(StatusCode::kUnknown, "not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i)
+    threads.emplace_back([&, i] {
+      HostTensor x = input_for(i, {1, 4});
+      HostTensor idx(DType::kInt64, {1, 1});
+      idx.mutable_data<int64_t>()[0] = i == kBad ? 99 : i % 4;
+      got[i] = run_once(b->address(), "gather_batched", {x, idx});
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kClients; ++i) {
+    if (i == kBad) {
+      EXPECT_FALSE(got[i].ok()) << "an index of 99 into 4 columns ran";
+      continue;
+    }
+    ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status().to_string();
+    EXPECT_EQ(got[i]->data<float>()[0], input_for(i, {1, 4}).data<float>()[i % 4]) << i;
+  }
+  EXPECT_EQ(b->metric("requests_total", "gather_batched"), kClients);
+  EXPECT_EQ(b->metric("failures_total", "gather_batched"), 1);
+}
+
+// Non-batch dims that differ from the queue's: the request runs alone (and here fails alone,
+// the model takes 16 columns), the others batch as usual.
+TEST(Batching, DifferentShapeRunsAlone) {
+  REQUIRE_MODELS();
+  auto b = start(models);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  std::vector<Result<HostTensor>> got(4, Status(StatusCode::kUnknown, "not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      got[i] = run_once(b->address(), "mlp_batched", {input_for(i, {1, i == 0 ? 15 : 16})});
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_FALSE(got[0].ok());
+  for (int i = 1; i < 4; ++i) EXPECT_TRUE(got[i].ok()) << i << ": " << got[i].status().to_string();
+}
+
+// A request whose call passes its deadline while queued (3 s delay) leaves the queue: it fails
+// DEADLINE_EXCEEDED at once, the other request still gets its own output, and the cancelled
+// one's rows are not in the batch.
+TEST(Batching, CancelledRequestLeavesTheBatch) {
+  REQUIRE_MODELS();
+  auto b = start(models);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  auto want = run_once(b->address(), "mlp_plain", {input_for(1, {1, 16})});
+  ASSERT_TRUE(want.ok()) << want.status().to_string();
+  Result<HostTensor> kept = Status(StatusCode::kUnknown, "not run");
+  std::thread other([&] {
+    kept = run_once(b->address(), "slow_batched", {input_for(1, {1, 16})});
+  });
+  // Connected and uploaded within a generous timeout; the run's deadline is 1 s.
+  auto short_client = connect(b->address(), milliseconds(1000));
+  ASSERT_TRUE(short_client.ok());
+  auto m2 = (*short_client)->open_model("slow_batched");
+  ASSERT_TRUE(m2.ok());
+  auto in2 = (*short_client)->upload(input_for(0, {1, 16}).view(), "");
+  ASSERT_TRUE(in2.ok()) << in2.status().to_string();
+  auto out2 = (*short_client)->run(*m2, {*in2});
+  if (out2.ok()) {  // RemoteClient may answer with handles and fail the read
+    auto y = (*short_client)->read(out2->at(0));
+    EXPECT_FALSE(y.ok()) << "the 1 s call waited out a 3 s batching delay";
+  }
+  other.join();
+  ASSERT_TRUE(kept.ok()) << kept.status().to_string();
+  EXPECT_TRUE(close(*kept, *want));
+  EXPECT_GE(b->metric("failures_total", "slow_batched"), 1);
+  // Rows run: only the kept request's (the cancelled one left before its batch formed).
+  EXPECT_EQ(b->metric("batch_size_sum", "slow_batched"), 1);
+}
+
+TEST(Batching, NewestVersionServedUnlessOneIsNamed) {
+  REQUIRE_MODELS();
+  auto b = start(models);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  const HostTensor x = input_for(0, {1, 4});
+  for (auto [name, k] :
+       std::vector<std::pair<std::string, float>>{{"vm", 2}, {"vm:2", 2}, {"vm:1", 1}}) {
+    auto y = run_once(b->address(), name, {x});
+    ASSERT_TRUE(y.ok()) << name << ": " << y.status().to_string();
+    EXPECT_EQ(y->data<float>()[0], x.data<float>()[0] + k) << name;
+  }
+  EXPECT_EQ(b->metric("requests_total", "vm", "2"), 2);
+  EXPECT_EQ(b->metric("requests_total", "vm", "1"), 1);
+  auto c = connect(b->address());
+  ASSERT_TRUE(c.ok());
+  auto list = (*c)->list_models();
+  ASSERT_TRUE(list.ok());
+  std::map<std::string, bool> ready;
+  for (const ModelInfo& m : *list) ready[m.name] = m.ready;
+  EXPECT_TRUE(ready["vm"] && ready["vm:1"] && ready["vm:2"]);
+}
+
+TEST(Batching, ConfigErrorsNameTheKey) {
+  REQUIRE_MODELS();
+  auto b = start(models);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  auto c = connect(b->address());
+  ASSERT_TRUE(c.ok());
+  auto list = (*c)->list_models();
+  ASSERT_TRUE(list.ok());
+  std::map<std::string, ModelInfo> by;
+  for (const ModelInfo& m : *list) by[m.name] = m;
+  ASSERT_TRUE(by.count("typo") && by.count("typo_nested") && by.count("badshape"));
+  EXPECT_FALSE(by["typo"].ready);
+  EXPECT_NE(by["typo"].reason.find("unknown key 'max_batch_sise'"), std::string::npos)
+      << by["typo"].reason;
+  EXPECT_NE(by["typo"].reason.find("did you mean 'max_batch_size'"), std::string::npos)
+      << by["typo"].reason;
+  EXPECT_FALSE(by["typo_nested"].ready);
+  EXPECT_NE(by["typo_nested"].reason.find("'max_queue_delay_us'"), std::string::npos)
+      << by["typo_nested"].reason;
+  EXPECT_NE(by["typo_nested"].reason.find("max_queue_delay_microseconds"), std::string::npos)
+      << by["typo_nested"].reason;
+  EXPECT_FALSE(by["badshape"].ready);
+  EXPECT_NE(by["badshape"].reason.find("input 'X': dims [-1, 17]"), std::string::npos)
+      << by["badshape"].reason;
+  // The others load beside them.
+  EXPECT_TRUE(by["mlp_batched"].ready) << by["mlp_batched"].reason;
+}
+
+}  // namespace
+}  // namespace tensord
