@@ -370,7 +370,8 @@ def _torchvision():
             ("regnet_y_1_6gf", "grouped conv + SE"), ("regnet_y_3_2gf", "grouped conv + SE"),
             ("convnext_tiny", "7x7 depthwise, channels-last LayerNorm"),
             ("swin_t", "shifted windows (Roll), LayerNorm"),
-            ("swin_v2_t", "shifted windows, cosine attention")]:
+            ("swin_v2_t", "shifted windows, cosine attention"),
+            ("maxvit_t", "MBConv + block/grid attention")]:
         m[n] = Model(_tv(n), img, what)
     m["googlenet"] = Model(_tv("googlenet", aux_logits=False, init_weights=True), img,
                            "Inception branches + Concat")

@@ -21,6 +21,7 @@ struct RunOptions {
   std::string device;                     // "" = the default device
   bool random_inputs = false;             // make up the inputs no file gives
   std::vector<std::string> dims;          // "NAME=N", from --dim: a free dimension's size
+  bool profile = false;                   // --profile: per-step times on stderr at the end
 };
 
 // `tensord run`: imports a model, feeds it tensors from .npy/.pb files, runs it through a
@@ -62,6 +63,7 @@ struct BenchOptions {
   std::vector<std::string> devices;  // --devices a,b,c: data parallel next to devices[0] alone
   std::string oracle;                // --oracle fast|reference|float64 ("" = auto)
   bool no_check = false;             // --no-check: no correctness check at all
+  bool profile = false;              // --profile: time per step, reference-kernel shares
 };
 
 // `tensord bench`: plaidbench's measurements (compile, execution, per example, correctness

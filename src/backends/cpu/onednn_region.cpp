@@ -43,6 +43,20 @@ constexpr int64_t kSplitDotMinRows = 4;
 
 bool is_reference(const std::string& impl) { return impl.find("ref") != std::string::npos; }
 
+// The implementation oneDNN chose for a created primitive ("jit:avx2", "ref:any"), or "".
+std::string impl_of(const dnnl::primitive& prim) {
+  if (!prim) return "";
+  const char* info = nullptr;
+  try {
+    if (dnnl_primitive_desc_query(prim.get_primitive_desc(), dnnl_query_impl_info_str, 0,
+                                  &info) != dnnl_success)
+      return "";
+  } catch (const dnnl::error&) {
+    return "";
+  }
+  return info ? std::string(info) : std::string();
+}
+
 // ---- what a region may contain ----
 
 struct Eltwise {
@@ -654,6 +668,13 @@ class LinearKernel final : public FusedKernel {
   }
   int64_t arena_bytes() const override { return 0; }
   int64_t weight_bytes() const override { return weight_bytes_; }
+  std::vector<std::string> reference_impls() const override {
+    std::vector<std::string> out;
+    for (const dnnl::primitive* p : {&prim_, &serial_prim_})
+      if (const std::string impl = impl_of(*p); is_reference(impl))
+        out.push_back("matmul (" + impl + ")");
+    return out;
+  }
 
   dnnl::primitive prim_;         // for the team
   dnnl::primitive serial_prim_;  // for one thread (small products; see choose_threads)
@@ -1169,6 +1190,13 @@ class DnnlRegion final : public FusedKernel {
 
   int64_t arena_bytes() const override { return arena_bytes_; }
   int64_t weight_bytes() const override { return weight_bytes_; }
+  std::vector<std::string> reference_impls() const override {
+    std::vector<std::string> out;
+    for (const Op& op : ops_)
+      if (const std::string impl = impl_of(op.prim); is_reference(impl))
+        out.push_back(op.kind + " (" + impl + ")");
+    return out;
+  }
   std::string describe() const override {
     std::map<std::string, int> counts;
     for (const Op& op : ops_) counts[op.kind]++;
