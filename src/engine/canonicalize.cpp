@@ -57,10 +57,16 @@ class Index {
   std::set<std::string> outputs_;
 };
 
-// A constant value of the graph: an initializer or a Constant node's output.
+// Values folded by the caller (canonicalize's `known`), for the current pass.
+thread_local const std::map<std::string, HostTensor>* t_known = nullptr;
+
+// A constant value of the graph: an initializer, a Constant node's output, or a value the
+// caller folded.
 const HostTensor* constant_of(const Graph& g, const Index& ix, const std::vector<bool>& dead,
                               const std::string& v, HostTensor* scratch) {
   if (auto it = g.initializers.find(v); it != g.initializers.end()) return &it->second;
+  if (t_known)
+    if (auto it = t_known->find(v); it != t_known->end()) return &it->second;
   const Node* p = ix.producer(v, dead);
   if (!p || p->op != "Constant" || !p->domain.empty()) return nullptr;
   if (auto a = p->attrs.find("value"); a != p->attrs.end())
@@ -283,6 +289,64 @@ int layernorm_pass(Graph& g) {
   return count;
 }
 
+// ---- Pad(x, zeros at the spatial ends) -> Conv(x) with the pads added to its own ----
+int pad_conv_pass(Graph& g) {
+  Index ix(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  int count = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& pad = g.nodes[i];
+    if (dead[i] || pad.op != "Pad" || !pad.domain.empty() || pad.inputs.size() < 2 ||
+        pad.inputs.size() > 3 || pad.outputs.size() != 1)
+      continue;
+    auto mode = pad.attrs.find("mode");
+    if (mode != pad.attrs.end()) {
+      const auto* m = mode->second.get_if<std::string>();
+      if (!m || *m != "constant") continue;
+    }
+    if (pad.inputs.size() == 3 && !pad.inputs[2].empty()) {
+      const auto value = scalar_of(g, ix, dead, pad.inputs[2]);
+      if (!value || *value != 0.0) continue;
+    }
+    HostTensor scratch;
+    const HostTensor* pt = constant_of(g, ix, dead, pad.inputs[1], &scratch);
+    if (!pt) continue;
+    auto pads = pt->to_int64_vector();
+    if (!pads.ok() || pads->size() < 6 || pads->size() % 2) continue;
+    const size_t rank = pads->size() / 2;
+    // Nothing on the batch and channel axes, nothing negative (a crop).
+    if ((*pads)[0] || (*pads)[1] || (*pads)[rank] || (*pads)[rank + 1]) continue;
+    if (std::any_of(pads->begin(), pads->end(), [](int64_t p) { return p < 0; })) continue;
+    const auto& readers = ix.readers(pad.outputs[0]);
+    if (readers.size() != 1 || ix.is_output(pad.outputs[0]) || dead[readers[0]]) continue;
+    Node& conv = g.nodes[readers[0]];
+    if (conv.op != "Conv" || !conv.domain.empty() || conv.inputs.empty() ||
+        conv.inputs[0] != pad.outputs[0])
+      continue;
+    if (auto ap = conv.attrs.find("auto_pad"); ap != conv.attrs.end()) {
+      const auto* v = ap->second.get_if<std::string>();
+      if (!v || *v != "NOTSET") continue;
+    }
+    const size_t spatial = rank - 2;
+    std::vector<int64_t> cp(2 * spatial, 0);
+    if (auto it = conv.attrs.find("pads"); it != conv.attrs.end()) {
+      const auto* v = it->second.get_if<std::vector<int64_t>>();
+      if (!v || v->size() != cp.size()) continue;
+      cp = *v;
+    }
+    for (size_t k = 0; k < spatial; ++k) {
+      cp[k] += (*pads)[2 + k];
+      cp[spatial + k] += (*pads)[rank + 2 + k];
+    }
+    conv.attrs["pads"] = cp;
+    conv.inputs[0] = pad.inputs[0];
+    dead[i] = true;
+    ++count;
+  }
+  erase_dead(g, dead);
+  return count;
+}
+
 }  // namespace
 
 CanonicalizeOptions CanonicalizeOptions::from_env() {
@@ -290,7 +354,7 @@ CanonicalizeOptions CanonicalizeOptions::from_env() {
   const char* env = std::getenv("TENSORD_CANONICAL");
   if (!env) return base;
   const std::string s = env;
-  if (s == "0" || s == "none" || s == "off") return CanonicalizeOptions{false, false, false};
+  if (s == "0" || s == "none" || s == "off") return CanonicalizeOptions{false, false, false, false};
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -299,15 +363,38 @@ CanonicalizeOptions CanonicalizeOptions::from_env() {
     if (name == "hardswish") base.hardswish = on;
     if (name == "silu") base.silu = on;
     if (name == "layernorm") base.layernorm = on;
+    if (name == "padconv") base.pad_conv = on;
   }
   return base;
 }
 
-CanonicalizeStats canonicalize(Graph& graph, const CanonicalizeOptions& options) {
+bool canonicalize_wants_constants(const Graph& g, const CanonicalizeOptions& options) {
+  if (!options.pad_conv) return false;
+  std::set<std::string> computed;  // outputs of nodes other than Constant
+  for (const auto& n : g.nodes)
+    if (n.op != "Constant")
+      for (const auto& o : n.outputs) computed.insert(o);
+  std::set<std::string> conv_inputs;
+  for (const auto& n : g.nodes)
+    if (n.op == "Conv" && !n.inputs.empty()) conv_inputs.insert(n.inputs[0]);
+  for (const auto& n : g.nodes)
+    if (n.op == "Pad" && n.inputs.size() >= 2 && n.outputs.size() == 1 &&
+        conv_inputs.count(n.outputs[0]) && computed.count(n.inputs[1]))
+      return true;
+  return false;
+}
+
+CanonicalizeStats canonicalize(Graph& graph, const CanonicalizeOptions& options,
+                               const std::map<std::string, HostTensor>* known) {
+  struct Scope {
+    explicit Scope(const std::map<std::string, HostTensor>* k) { t_known = k; }
+    ~Scope() { t_known = nullptr; }
+  } scope(known);
   CanonicalizeStats stats;
   if (options.hardswish) stats.hardswish = hardswish_pass(graph);
   if (options.layernorm) stats.layernorm = layernorm_pass(graph);
   if (options.silu) stats.silu = silu_pass(graph);
+  if (options.pad_conv) stats.pad_conv = pad_conv_pass(graph);
   return stats;
 }
 

@@ -12,11 +12,14 @@
 //               v = ReduceMean(., axes [-1]); Div(d, Sqrt(Add(v, eps))) [Mul gamma] [Add beta]
 //               -> LayerNormalization(x, gamma, beta; axis -1, epsilon eps)
 //               (LayerNorm before opset 17: BERT-style code and every older export)
+//   padconv:    Conv(Pad(x; constant 0, spatial axes only)) -> Conv(x) with the pads added
+//               (F.pad before a convolution: causal Conv1d stacks, TF-style "same" padding)
 //
-// Switches: CompileOptions (all on by default) and TENSORD_CANONICAL=-hardswish,-silu,...
+// Switches: CompileOptions (all on by default) and TENSORD_CANONICAL=-hardswish,-silu,-layernorm,-padconv
 // (a pass named with '-' is off; "0" or "none": all off).
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "backend/backend.h"
@@ -28,6 +31,7 @@ struct CanonicalizeOptions {
   bool hardswish = true;
   bool silu = true;
   bool layernorm = true;
+  bool pad_conv = true;
   // All on, then TENSORD_CANONICAL applied.
   static CanonicalizeOptions from_env();
 };
@@ -37,9 +41,15 @@ struct CanonicalizeStats {
   int hardswish = 0;
   int silu = 0;
   int layernorm = 0;
+  int pad_conv = 0;
 };
 
 // Rewrites `graph` in place (top level only; subgraph bodies are compiled on their own).
-CanonicalizeStats canonicalize(Graph& graph, const CanonicalizeOptions& options = {});
+// `known`: values the caller folded (small shape computations: the pads F.pad exports as a
+// ConstantOfShape/Concat/Slice/Transpose chain), beside initializers and Constant nodes.
+CanonicalizeStats canonicalize(Graph& graph, const CanonicalizeOptions& options = {},
+                               const std::map<std::string, HostTensor>* known = nullptr);
+// Whether a pass could use folded values (a Pad before a Conv whose pads are computed).
+bool canonicalize_wants_constants(const Graph& graph, const CanonicalizeOptions& options);
 
 }  // namespace tensord

@@ -997,7 +997,24 @@ Result<std::unique_ptr<Executable>> Executable::compile(const Graph& graph,
   impl->graph = graph;
   // Canonical forms of export variants (engine/canonicalize.h) for the fast path; the
   // reference kernels (fuse off, the oracle) see the graph as given.
-  if (options.fuse) canonicalize(impl->graph, CanonicalizeOptions::from_env());
+  if (options.fuse) {
+    const CanonicalizeOptions canonical = CanonicalizeOptions::from_env();
+    std::map<std::string, HostTensor> known;
+    if (target.host && canonicalize_wants_constants(impl->graph, canonical)) {
+      // Small shape computations folded first (inputs of at most 1024 elements each).
+      Device* host = target.host;
+      auto types = infer_graph(
+          OpRegistry::global(), impl->graph, input_types,
+          [host](const Node& n,
+                 const std::vector<TensorView>& in) -> Result<std::vector<HostTensor>> {
+            for (const auto& v : in)
+              if (shape_numel(v.shape) > 1024) return errors::Unimplemented("not small");
+            return evaluate_on_host(host, n, in);
+          });
+      if (types.ok()) known = std::move(types->constants);
+    }
+    canonicalize(impl->graph, canonical, &known);
+  }
   impl->target = target;
   impl->options = options;
   impl->devices = {target.device};

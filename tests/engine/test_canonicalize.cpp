@@ -198,5 +198,40 @@ TEST(Canonicalize, LayerNormLeavesWhatItCannotProve) {
   EXPECT_EQ(g.nodes.size(), 11u);
 }
 
+// F.pad(x, (4, 0)) before a dilated Conv1d, as a causal convolution exports.
+Graph pad_conv_graph(std::vector<int64_t> pads, const char* mode = "constant") {
+  Graph g;
+  g.inputs = {{"x", {DType::kFloat32, {2, 4, 20}}}};
+  g.outputs = {{"y", {DType::kFloat32, {2, 4, 20}}}};
+  g.initializers["pads"] = HostTensor::from_vector<int64_t>(pads, {6});
+  g.initializers["w"] = random_tensor({4, 4, 3}, 11);
+  g.initializers["b"] = random_tensor({4}, 12);
+  g.nodes.push_back(node("Pad", {"x", "pads"}, {"p"}, {{"mode", std::string(mode)}}));
+  g.nodes.push_back(node("Conv", {"p", "w", "b"}, {"y"},
+                         {{"dilations", std::vector<int64_t>{2}},
+                          {"kernel_shape", std::vector<int64_t>{3}}}));
+  return g;
+}
+
+TEST(Canonicalize, ZeroPadBeforeConvBecomesConvPads) {
+  Graph g = pad_conv_graph({0, 0, 4, 0, 0, 0});
+  Graph c = g;
+  EXPECT_EQ(canonicalize(c).pad_conv, 1);
+  ASSERT_EQ(ops_of(c), std::vector<std::string>{"Conv"});
+  EXPECT_EQ(c.nodes[0].inputs[0], "x");
+  EXPECT_EQ(*c.nodes[0].attrs.at("pads").get_if<std::vector<int64_t>>(),
+            (std::vector<int64_t>{4, 0}));
+  expect_same_as_reference(g, {random_tensor({2, 4, 20}, 13)}, 1e-4f);
+  // Not a zero pad of the spatial axes: left alone.
+  Graph channels = pad_conv_graph({0, 1, 4, 0, 0, 0});
+  Graph reflect = pad_conv_graph({0, 0, 4, 0, 0, 0}, "reflect");
+  EXPECT_EQ(canonicalize(channels).pad_conv, 0);
+  EXPECT_EQ(canonicalize(reflect).pad_conv, 0);
+  CanonicalizeOptions off;
+  off.pad_conv = false;
+  Graph o = pad_conv_graph({0, 0, 4, 0, 0, 0});
+  EXPECT_EQ(canonicalize(o, off).pad_conv, 0);
+}
+
 }  // namespace
 }  // namespace tensord

@@ -1894,6 +1894,22 @@ class RegionCompiler {
       }
     }
     dnnl::convolution_forward::primitive_desc pd = direct ? *direct : make_pd(src_any, dst_any);
+    if (is_reference(pd.impl_info_str())) {
+      // oneDNN 2.6's blocked direct kernel lacks some post-op chains (ReLU + sum + ReLU, a
+      // residual block's: a dilated Conv1d stack ran in ref:any at 300x); its channels-last
+      // kernels (brgconv) take them, and a layout of its own choice may.
+      for (Tag t : {Tag::acdb, Tag::any}) {
+        try {
+          auto alt = make_pd(memory::desc(dims_of(xs), DT::f32, t),
+                             memory::desc(dims_of(ys), DT::f32, t));
+          if (!is_reference(alt.impl_info_str())) {
+            pd = alt;
+            break;
+          }
+        } catch (const dnnl::error&) {
+        }
+      }
+    }
 
     TD_ASSIGN_OR_RETURN(int src, value_in(node.inputs[0], pd.src_desc()));
     const memory::desc wplain(wdims, DT::f32, group > 1 ? Tag::goihw : Tag::oihw);
