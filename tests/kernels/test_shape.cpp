@@ -455,7 +455,7 @@ TEST(ShapeScatterElements, AddWithRepeatedRows) {
       run1("ScatterElements",
            {F32({1, 2, 3, 4, 5, 6}, {2, 3}), I32({2, 0, 1, 2}, {2, 2}), F32({7, 8, 9, 10}, {2, 2})},
            {{"axis", 1}, {"reduction", "add"}}),
-      F32({9, 2, 10, 13, 5, 6}, {2, 3})));
+      F32({9, 2, 10, 4, 14, 16}, {2, 3})));
 }
 
 TEST(ShapeScatterElements, BadInputs) {
