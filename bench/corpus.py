@@ -158,7 +158,8 @@ def _encdec(torch):
     class EncLayer(nn.Module):
         def __init__(self):
             super().__init__()
-            self.att, self.n1, self.n2 = _attention(torch, d, heads), nn.LayerNorm(d), nn.LayerNorm(d)
+            self.att = _attention(torch, d, heads)
+            self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
             self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.ReLU(), nn.Linear(4 * d, d))
 
         def forward(self, x, mask):

@@ -235,8 +235,8 @@ int layernorm_pass(Graph& g) {
     const Node* mean = ix.producer(sub->inputs[1], dead);
     if (!mean || !last_axis_mean(*mean) || mean->inputs[0] != x) continue;
     // Every intermediate read only inside the pattern.
-    const size_t i_sqrt = ix.producer_index(div.inputs[1]), i_add = ix.producer_index(sqrt->inputs[0]),
-                 i_var = ix.producer_index(v), i_sq = ix.producer_index(var->inputs[0]),
+    const size_t i_sqrt = ix.producer_index(div.inputs[1]),
+                 i_add = ix.producer_index(sqrt->inputs[0]), i_var = ix.producer_index(v), i_sq = ix.producer_index(var->inputs[0]),
                  i_sub = ix.producer_index(d), i_mean = ix.producer_index(sub->inputs[1]);
     std::vector<size_t> d_readers = {i, i_sq};
     if (dd) d_readers.push_back(i_sq);
@@ -359,7 +359,8 @@ CanonicalizeOptions CanonicalizeOptions::from_env() {
   std::string item;
   while (std::getline(ss, item, ',')) {
     const bool on = item.empty() || item[0] != '-';
-    const std::string name = item.empty() || (item[0] != '-' && item[0] != '+') ? item : item.substr(1);
+    const bool signed_name = !item.empty() && (item[0] == '-' || item[0] == '+');
+    const std::string name = signed_name ? item.substr(1) : item;
     if (name == "hardswish") base.hardswish = on;
     if (name == "silu") base.silu = on;
     if (name == "layernorm") base.layernorm = on;

@@ -15,7 +15,9 @@
 //   padconv:    Conv(Pad(x; constant 0, spatial axes only)) -> Conv(x) with the pads added
 //               (F.pad before a convolution: causal Conv1d stacks, TF-style "same" padding)
 //
-// Switches: CompileOptions (all on by default) and TENSORD_CANONICAL=-hardswish,-silu,-layernorm,-padconv
+// Switches: CanonicalizeOptions (all on by default; the compiler runs the passes on the fast
+// path only, never for the reference kernels) and TENSORD_CANONICAL=-hardswish,-silu,
+// -layernorm,-padconv
 // (a pass named with '-' is off; "0" or "none": all off).
 #pragma once
 

@@ -152,7 +152,8 @@ Graph layernorm_graph(bool with_beta, float exponent = 2.0f) {
   AttributeMap mean = {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}};
   g.nodes.push_back(node("ReduceMean", {"x"}, {"u"}, mean));
   g.nodes.push_back(node("Sub", {"x", "u"}, {"d"}));
-  g.nodes.push_back(node("Constant", {}, {"two"}, {{"value", HostTensor::scalar<float>(exponent)}}));
+  g.nodes.push_back(
+      node("Constant", {}, {"two"}, {{"value", HostTensor::scalar<float>(exponent)}}));
   g.nodes.push_back(node("Pow", {"d", "two"}, {"p"}));
   g.nodes.push_back(node("ReduceMean", {"p"}, {"v"}, mean));
   g.nodes.push_back(node("Constant", {}, {"eps"}, {{"value", HostTensor::scalar<float>(1e-5f)}}));
