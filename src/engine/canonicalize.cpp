@@ -252,12 +252,23 @@ int layernorm_pass(Graph& g) {
       return t && t->shape().size() == 1 && t->numel() > 1 && is_float(t->dtype()) &&
              g.initializers.count(name);
     };
+    // An initializer behind Identity nodes (PyTorch's export replaces initializers equal to
+    // an earlier one, as every fresh LayerNorm's weights are, by an Identity of that one).
+    auto through_identity = [&](std::string name) {
+      for (int hops = 0; hops < 8 && !g.initializers.count(name); ++hops) {
+        const Node* p = ix.producer(name, dead);
+        if (!p || !plain(*p, "Identity", 1)) break;
+        name = p->inputs[0];
+      }
+      return name;
+    };
     const auto& r_div = ix.readers(div.outputs[0]);
     if (r_div.size() != 1 || ix.is_output(div.outputs[0])) continue;
     const size_t i_scale = r_div[0];
     const Node& smul = g.nodes[i_scale];
     if (dead[i_scale] || !plain(smul, "Mul", 2)) continue;
-    const std::string gamma = smul.inputs[0] == div.outputs[0] ? smul.inputs[1] : smul.inputs[0];
+    const std::string gamma =
+        through_identity(smul.inputs[0] == div.outputs[0] ? smul.inputs[1] : smul.inputs[0]);
     if (!vector_const(gamma)) continue;
     size_t last = i_scale;
     std::string beta;
@@ -265,7 +276,8 @@ int layernorm_pass(Graph& g) {
     if (r_mul.size() == 1 && !ix.is_output(smul.outputs[0]) && !dead[r_mul[0]] &&
         plain(g.nodes[r_mul[0]], "Add", 2)) {
       const Node& badd = g.nodes[r_mul[0]];
-      const std::string b = badd.inputs[0] == smul.outputs[0] ? badd.inputs[1] : badd.inputs[0];
+      const std::string b =
+          through_identity(badd.inputs[0] == smul.outputs[0] ? badd.inputs[1] : badd.inputs[0]);
       if (vector_const(b) && g.initializers.at(b).numel() == g.initializers.at(gamma).numel() &&
           g.initializers.at(b).dtype() == g.initializers.at(gamma).dtype()) {
         beta = b;

@@ -183,6 +183,19 @@ TEST(Canonicalize, DecomposedLayerNormBecomesLayerNormalization) {
   }
 }
 
+TEST(Canonicalize, LayerNormScaleBehindIdentity) {
+  // PyTorch's export of a second LayerNorm with the same (fresh) weights: Identity(gamma).
+  Graph g = layernorm_graph(true);
+  g.nodes.push_back(node("Identity", {"gamma"}, {"gamma2"}));
+  for (auto& n : g.nodes)
+    if (n.op == "Mul" && n.inputs[1] == "gamma") n.inputs[1] = "gamma2";
+  Graph c = g;
+  EXPECT_EQ(canonicalize(c).layernorm, 1);
+  for (const auto& n : c.nodes)
+    if (n.op == "LayerNormalization") EXPECT_EQ(n.inputs[1], "gamma");
+  expect_same_as_reference(g, {random_tensor({2, 3, 32}, 10)}, 1e-4f);
+}
+
 TEST(Canonicalize, LayerNormLeavesWhatItCannotProve) {
   Graph cube = layernorm_graph(true, 3.0f);  // Pow 3: not a variance
   EXPECT_EQ(canonicalize(cube).layernorm, 0);
