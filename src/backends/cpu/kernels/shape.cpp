@@ -700,6 +700,64 @@ Status pad_kernel(KernelContext& ctx) {
   });
 }
 
+// Pad in constant mode with no crop: the output filled with the value, then each innermost
+// row of the input copied whole (the reference walks coordinates and compares the mode per
+// element: Swin's window padding spent a quarter of its time there). Negative pads (crops)
+// go to the reference kernel.
+Status pad_fast_accepts(const Node& node, const std::vector<TensorType>&) {
+  if (auto it = node.attrs.find("mode"); it != node.attrs.end()) {
+    const auto* m = it->second.get_if<std::string>();
+    if (!m || *m != "constant") return errors::Unimplemented("fast Pad: constant mode only");
+  }
+  return OkStatus();
+}
+
+Status pad_fast(KernelContext& ctx) {
+  const TensorView& in = ctx.input(0);
+  const int64_t rank = static_cast<int64_t>(in.shape.size());
+  if (rank == 0 || in.numel() == 0) return pad_kernel(ctx);
+  const auto pads = read_ints(ctx.input(1));
+  std::vector<int64_t> axes;
+  if (ctx.has_input(3)) {
+    axes = read_ints(ctx.input(3));
+  } else {
+    for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
+  }
+  const size_t n = axes.size();
+  if (pads.size() != 2 * n) return pad_kernel(ctx);  // its error message
+  std::vector<int64_t> before(static_cast<size_t>(rank), 0);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+    if (a < 0 || a >= rank || pads[i] < 0 || pads[i + n] < 0) return pad_kernel(ctx);
+    before[static_cast<size_t>(a)] = pads[i];
+  }
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const auto out_strides = strides_of(out.shape);
+  const bool has_value = ctx.has_input(2) && ctx.input(2).numel() > 0;
+  const size_t r = static_cast<size_t>(rank);
+  return dispatch_by_size(in.dtype, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    T value{};  // all-zero bits: 0 in every dtype
+    if (has_value) value = ctx.input(2).as<T>()[0];
+    const T* src = in.as<T>();
+    T* dst = out.as<T>();
+    std::fill(dst, dst + out.numel(), value);
+    const int64_t row = in.shape[r - 1];
+    const int64_t rows = in.numel() / row;
+    std::vector<int64_t> coord(r - 1, 0);
+    for (int64_t i = 0; i < rows; ++i) {
+      int64_t off = before[r - 1];
+      for (size_t d = 0; d + 1 < r; ++d) off += (coord[d] + before[d]) * out_strides[d];
+      std::memcpy(dst + off, src + i * row, static_cast<size_t>(row) * sizeof(T));
+      for (size_t d = coord.size(); d-- > 0;) {
+        if (++coord[d] < in.shape[d]) break;
+        coord[d] = 0;
+      }
+    }
+    return OkStatus();
+  });
+}
+
 Status constant_of_shape_kernel(KernelContext& ctx) {
   TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
   const Attribute* a = ctx.attr("value");
@@ -976,6 +1034,7 @@ void register_reference_shape_kernels(KernelRegistry& r) {
   move("Size", size_kernel);
   move("Expand", expand_kernel);
   move("Tile", tile_kernel);
+  r.add(KernelDef{"Pad", "fast", pad_fast_accepts, pad_fast, /*native_low_precision=*/true});
   move("Pad", pad_kernel);
   move("ConstantOfShape", constant_of_shape_kernel);
   move("Trilu", trilu_kernel);
