@@ -26,7 +26,7 @@ and the worst ratio, and peak memory for three of them.
 
 --set corpus / corpus-quick: bench/corpus.py's entries (NAME@oOPSET: every torchvision
 classification, segmentation and video model under 150 MB at opsets 11, 13 and 17, and own
-modules for what torchvision lacks; 67 models, 200 pairs) or its quick subset, each at its own
+modules for what torchvision lacks; 66 models, 196 pairs) or its quick subset, each at its own
 batch, exported once into CACHE/corpus/torch-VERSION. --profile adds one untimed
 `tensord bench --profile` run per model: the share of time on reference kernels and in
 regions with oneDNN ref primitives, in the table.
