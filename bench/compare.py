@@ -1,6 +1,7 @@
 """tensord next to ONNX Runtime and PyTorch on the same ONNX files, side by side.
 
-usage: /usr/bin/python3 bench/compare.py [--set zoo|unseen] [--models a,b] [--batches 1,8]
+usage: /usr/bin/python3 bench/compare.py [--set zoo|unseen|corpus|corpus-quick] [--profile]
+           [--models a,b] [--batches 1,8]
            [--examples N] [--warmup W] [--threads T] [--tensord PATH] [--device D] [--cache DIR]
            [--no-memory] [--json | --markdown]
 
@@ -23,6 +24,13 @@ nobody here tuned for; batch 1 and each model's larger batch unless --batches is
 PyTorch column from that script's own modules, the geometric mean of tensord / ONNX Runtime
 and the worst ratio, and peak memory for three of them.
 
+--set corpus / corpus-quick: bench/corpus.py's entries (NAME@oOPSET: every torchvision
+classification, segmentation and video model under 150 MB at opsets 11, 13 and 17, and own
+modules for what torchvision lacks; 66 models, 196 pairs) or its quick subset, each at its own
+batch, exported once into CACHE/corpus/torch-VERSION. --profile adds one untimed
+`tensord bench --profile` run per model: the share of time on reference kernels and in
+regions with oneDNN ref primitives, in the table.
+
 A part that is missing (no tensord binary or no `bench` command yet, no node_modules, no
 PyTorch) is reported as such in its column; the rest still runs.
 """
@@ -44,8 +52,11 @@ ORT_PEER = os.path.join(HERE, "peers", "onnxruntime.js")
 TORCH_PEER = os.path.join(HERE, "peers", "torch.py")
 MODELS = ("mobilenet_v2", "resnet50")
 MODEL_SET = os.path.join(HERE, "model_set.py")
+CORPUS = os.path.join(HERE, "corpus.py")
 MEMORY_MODELS = {"zoo": ["mobilenet_v2"],
-                 "unseen": ["mobilenet_v3_small", "densenet121", "transformer_encoder"]}
+                 "unseen": ["mobilenet_v3_small", "densenet121", "transformer_encoder"],
+                 "corpus": ["mobilenet_v3_small@o13", "bert_ln@o14", "densenet121@o13"],
+                 "corpus-quick": ["mobilenet_v3_small@o13", "bert_ln@o14"]}
 
 
 def model_set():
@@ -57,7 +68,19 @@ def model_set():
     return ms
 
 
+def corpus():
+    sys.path.insert(0, HERE)
+    try:
+        import corpus as c  # bench/corpus.py
+    finally:
+        sys.path.pop(0)
+    return c
+
+
 def export_for(a, name, batch):
+    if a.set in ("corpus", "corpus-quick"):
+        c = corpus()
+        return c.export(c.cache_root(a.cache), name, batch)
     if a.set == "unseen":
         return model_set().export(os.path.join(a.cache, "unseen"), name, batch)
     return export(a.cache, name, batch)
@@ -303,6 +326,8 @@ def run_peer(kind, folder, a, batch, goldens):
             name = os.path.basename(folder).rsplit("_b", 1)[0]
             if a.set == "unseen":
                 cmd = ["/usr/bin/python3", MODEL_SET, "torch", "--name", name]
+            elif a.set in ("corpus", "corpus-quick"):
+                cmd = ["/usr/bin/python3", CORPUS, "torch", "--name", name]
             else:
                 cmd = ["/usr/bin/python3", TORCH_PEER, "--network", name]
         doc, err = run_json(cmd + peer_args(folder, a, batch, out), a.timeout)
@@ -314,6 +339,27 @@ def run_peer(kind, folder, a, batch, goldens):
         return doc
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def profile_tensord(tensord, folder, a, batch):
+    """One untimed `tensord bench --profile` run: the shares of step time on reference kernels
+    and in regions with oneDNN ref primitives, the ref primitives, the largest reference
+    kernel; None when unavailable."""
+    if not tensord or not has_bench_command(tensord):
+        return None
+    cmd = [tensord, "bench", "--model", os.path.join(folder, "model.onnx"),
+           "--data", os.path.join(folder, "test_data_set_0"), "--batch-size", str(batch),
+           "--examples", str(4 * batch), "--warmup", str(batch), "--json", "--profile",
+           "--no-check"] + (["--device", a.device] if a.device else [])
+    doc, err = run_json(cmd, a.timeout, dict(os.environ, TENSORD_NUM_THREADS=str(a.threads)))
+    prof = (doc or {}).get("profile")
+    if not prof:
+        return {"error": err or "no profile"}
+    refs = [r for r in prof["steps"] if r["kind"] == "reference"]
+    return {"reference_share": prof["reference_share"],
+            "onednn_ref_share": prof["onednn_ref_share"],
+            "onednn_ref_primitives": prof["onednn_ref_primitives"],
+            "top_reference": (f"{refs[0]['step']} {100 * refs[0]['share']:.1f}%" if refs else "")}
 
 
 # ---- peak memory ----
@@ -390,10 +436,14 @@ def rows_of(results):
     for r in results:
         t, o, p = ms(r["tensord"]), ms(r["onnxruntime"]), ms(r["torch"])
         c = r["tensord"].get("vs_torch_eager") or {}
+        prof = r.get("profile") or {}
         rows.append({"model": r["model"], "batch": r["batch"], "tensord_ms": t, "onnxruntime_ms": o,
                      "torch_ms": p, "ratio_vs_onnxruntime": t / o if t and o else None,
                      "tensord_pass": c.get("pass"),
-                     "tensord_max_error_of_scale": c.get("max_error_of_scale")})
+                     "tensord_max_error_of_scale": c.get("max_error_of_scale"),
+                     "reference_share": prof.get("reference_share"),
+                     "onednn_ref_share": prof.get("onednn_ref_share"),
+                     "top_reference": prof.get("top_reference")})
     return rows
 
 
@@ -414,18 +464,24 @@ def fmt(v, spec):
 def print_table(results, mem, m, markdown):
     rows = rows_of(results)
     mach = machine_line(m)
+    profiled = any(r["reference_share"] is not None for r in rows)
     head = ["model", "batch", "tensord ms/ex", "ONNX Runtime", "PyTorch", "tensord/ORT",
-            "tensord verdict (max_error_of_scale)", "machine"]
+            "tensord verdict (max_error_of_scale)"] + \
+        (["reference kernels", "oneDNN ref regions"] if profiled else []) + ["machine"]
     body = [[r["model"], str(r["batch"]), fmt(r["tensord_ms"], ".2f"),
              fmt(r["onnxruntime_ms"], ".2f"), fmt(r["torch_ms"], ".2f"),
              fmt(r["ratio_vs_onnxruntime"], ".2f") + ("x" if r["ratio_vs_onnxruntime"] else ""),
              ("n/a" if r["tensord_pass"] is None else
               f"{'PASS' if r['tensord_pass'] else 'FAIL'} "
-              f"({fmt(r['tensord_max_error_of_scale'], '.1e')})"),
-             mach] for r in rows]
+              f"({fmt(r['tensord_max_error_of_scale'], '.1e')})")] +
+            ([fmt(r["reference_share"] and 100 * r["reference_share"], ".1f") + "%"
+              + (f" ({r['top_reference']})" if r["top_reference"] else ""),
+              fmt(r["onednn_ref_share"] and 100 * r["onednn_ref_share"], ".1f") + "%"]
+             if profiled else []) + [mach] for r in rows]
     if markdown:
         print("| " + " | ".join(head) + " |")
-        print("|" + "|".join("---" if i in (0, 6, 7) else "---:" for i in range(len(head))) + "|")
+        print("|" + "|".join("---" if i in (0, 6, len(head) - 1) else "---:"
+                             for i in range(len(head))) + "|")
         for b in body:
             print("| " + " | ".join(b) + " |")
     else:
@@ -494,8 +550,10 @@ def parse_list(text, conv=str):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--set", choices=("zoo", "unseen"), default="zoo",
-                   help="zoo: MobileNetV2 and ResNet-50 (default); unseen: bench/model_set.py")
+    p.add_argument("--set", choices=("zoo", "unseen", "corpus", "corpus-quick"), default="zoo",
+                   help="zoo: MobileNetV2 and ResNet-50 (default); unseen: bench/model_set.py; "
+                        "corpus, corpus-quick: bench/corpus.py (all NAME@oOPSET entries, or "
+                        "its quick subset)")
     p.add_argument("--models", default="", help="comma list (default: all of the set)")
     p.add_argument("--batches", default="",
                    help="comma list of batch sizes (default 1,8; for --set unseen 1 and each "
@@ -516,25 +574,38 @@ def main():
         help="where exported models are kept")
     p.add_argument("--peers", default="onnxruntime,torch", help="comma list, or '' for none")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-RSS runs")
+    p.add_argument("--profile", action="store_true",
+                   help="one more (untimed) tensord run per model with `tensord bench "
+                        "--profile`: the share of time on reference kernels and in regions "
+                        "with oneDNN ref primitives, in the table")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per run")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="one JSON object on stdout")
     out.add_argument("--markdown", action="store_true", help="a Markdown table (the README's)")
     a = p.parse_args()
 
-    known = list(model_set().MODELS) if a.set == "unseen" else list(MODELS)
+    if a.set == "corpus":
+        known = list(corpus().CORPUS)
+    elif a.set == "corpus-quick":
+        known = list(corpus().QUICK)
+    else:
+        known = list(model_set().MODELS) if a.set == "unseen" else list(MODELS)
+    if a.set == "corpus-quick" and a.models:  # any corpus entry may be named
+        known = list(corpus().CORPUS)
     models = parse_list(a.models) or known
     for mname in models:
         if mname not in known:
             p.error(f"unknown model '{mname}' (known: {', '.join(known)})")
     try:
-        batches = parse_list(a.batches or ("" if a.set == "unseen" else "1,8"), int)
+        batches = parse_list(a.batches or ("" if a.set != "zoo" else "1,8"), int)
     except ValueError:
         p.error(f"--batches must be a comma list of integers, got '{a.batches}'")
 
     def batches_for(mname):
-        if batches or a.set != "unseen":
+        if batches or a.set == "zoo":
             return batches
+        if a.set in ("corpus", "corpus-quick"):
+            return [corpus().batch_of(mname)]
         return model_set().batches_of(mname, "large")
     every = sorted({b for mname in models for b in batches_for(mname)})
     if not every or any(b < 1 for b in every) or a.examples < 1 or a.warmup < 0 or a.rounds < 1:
@@ -583,6 +654,8 @@ def main():
                                       else {"available": False, "reason": "not requested"})
             for kind, docs in runs.items():
                 r[kind] = median_run(docs)
+            if a.profile:
+                r["profile"] = profile_tensord(tensord, folder, a, batch)
             summary = ", ".join(f"{k} {fmt(ms(r[k]), '.2f')} ms"
                                 for k in ("tensord", "onnxruntime", "torch"))
             print(f"[{mname} batch {batch}] {summary} ({time.time() - t0:.0f} s)", file=log,

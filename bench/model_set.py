@@ -420,15 +420,17 @@ def batches_of(name, spec):
 
 # ---- the PyTorch peer for the set ----
 
-def torch_peer(a):
+def torch_peer(a, build_fn=None, make_input=None):
     """PyTorch on the set's own module (the same seeded weights as the exported file): traced,
     frozen and optimize_for_inference'd like bench/peers/torch.py, eager where tracing fails;
-    one JSON line as that peer prints."""
+    one JSON line as that peer prints. build_fn(torch) and make_input(batch, rng) default to
+    this set's model a.name (bench/corpus.py passes its own)."""
     import torch
     torch.set_num_threads(a.threads or (os.cpu_count() or 1))
     t0 = time.perf_counter()
-    model = build(torch, a.name)
-    x = torch.from_numpy(MODELS[a.name][1](a.batch_size, np.random.default_rng(a.batch_size)))
+    model = build_fn(torch) if build_fn else build(torch, a.name)
+    make_input = make_input or MODELS[a.name][1]
+    x = torch.from_numpy(make_input(a.batch_size, np.random.default_rng(a.batch_size)))
     mode = "jit"
     try:
         with torch.no_grad():

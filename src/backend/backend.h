@@ -193,6 +193,9 @@ class RegionKernel {
   virtual int64_t weight_bytes() const = 0;
   // What it does, for profiles and describe(): "OneDnnRegion: 27 nodes as ...".
   virtual std::string describe() const = 0;
+  // The library primitives it runs in a library's reference (slow, portable) implementation,
+  // one line each ("eltwise (ref:any)"): the profile counts such a step as reference time.
+  virtual std::vector<std::string> reference_impls() const { return {}; }
 };
 
 struct Region {

@@ -37,6 +37,7 @@
 #include "core/errors.h"
 #include "core/graph_float64.h"
 #include "core/npy.h"
+#include "engine/executor.h"
 #include "models/zoo.h"
 #include "onnx/onnx_export.h"
 #include "onnx/onnx_import.h"
@@ -398,6 +399,9 @@ struct BenchResult {
   std::vector<HostTensor> outputs;  // the last timed batch
   std::vector<std::string> output_names;
   std::vector<PeerOutcome> peers;
+  // --profile (the embedded engine): the timed runs' steps, reference-kernel shares.
+  std::optional<ProfileTotals> profile;
+  std::string profile_note;  // why there is none (a broker's steps are not seen here)
 };
 
 // Waits for every handle of a batch (first error returned) and releases them unless kept.
@@ -484,11 +488,18 @@ std::optional<Failure> time_workload(Target& t, const Workload& w, int64_t examp
     if (start_at > 0 && unix_now() < start_at)
       std::this_thread::sleep_for(std::chrono::duration<double>(start_at - unix_now()));
     ProgressBar bar(fmt::format("{} batch {}", w.name, w.batch), examples);
+    if (profiling()) reset_profile_totals();
     r->timed_start_unix = unix_now();
     const auto t1 = Clock::now();
     s = run_batches(c, *model, inputs, examples / w.batch, w.batch, &bar, &last);
     r->execution_s = seconds_since(t1);
     r->timed_end_unix = unix_now();
+    if (profiling()) {
+      if (t.address.empty())
+        r->profile = profile_totals();
+      else
+        r->profile_note = "--profile sees the embedded engine's steps only, not a broker's";
+    }
   }
   if (!s.ok()) {
     cleanup();
@@ -831,6 +842,36 @@ nlohmann::json correctness_json(const Correctness& c) {
   return j;
 }
 
+// --profile's figures: shares of step time on reference kernels and in regions with oneDNN
+// reference primitives, the steps (largest first), the ref primitives by region.
+nlohmann::json profile_json(const ProfileTotals& p) {
+  auto share = [&](double s) { return p.total_s > 0 ? s / p.total_s : 0.0; };
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& row : p.rows)
+    steps.push_back({{"step", row.step}, {"kind", row.kind}, {"seconds", row.seconds},
+                     {"calls", row.calls}, {"share", share(row.seconds)}});
+  return {{"total_s", p.total_s},
+          {"reference_share", share(p.reference_s)},
+          {"onednn_ref_share", share(p.onednn_ref_s)},
+          {"onednn_ref_primitives", p.onednn_ref_primitives},
+          {"steps", steps}};
+}
+
+// The human form of --profile: the shares, the ten largest steps, the ref primitives.
+std::string profile_text(const ProfileTotals& p) {
+  auto pct = [&](double s) { return p.total_s > 0 ? 100 * s / p.total_s : 0.0; };
+  std::string out = fmt::format(
+      "profile: {:.3f} ms in steps; reference kernels {:.1f}%, regions with oneDNN ref "
+      "primitives {:.1f}%\n",
+      p.total_s * 1e3, pct(p.reference_s), pct(p.onednn_ref_s));
+  for (size_t i = 0; i < p.rows.size() && i < 10; ++i)
+    out += fmt::format("  {:>10.3f} ms {:>5.1f}% {:>8} calls  {}{}\n", p.rows[i].seconds * 1e3,
+                       pct(p.rows[i].seconds), p.rows[i].calls, p.rows[i].step,
+                       p.rows[i].kind.empty() ? "" : " [" + p.rows[i].kind + "]");
+  for (const auto& r : p.onednn_ref_primitives) out += "  oneDNN ref primitive: " + r + "\n";
+  return out;
+}
+
 nlohmann::json result_json(const BenchResult& r) {
   nlohmann::json j = {
       {"network", r.network},
@@ -854,6 +895,8 @@ nlohmann::json result_json(const BenchResult& r) {
       {"correctness", r.reference == "none" ? nlohmann::json() : correctness_json(r.correctness)}};
   if (!r.reference_note.empty()) j["reference_note"] = r.reference_note;
   if (r.oracle_correctness) j["oracle_correctness"] = correctness_json(*r.oracle_correctness);
+  if (r.profile) j["profile"] = profile_json(*r.profile);
+  if (!r.profile_note.empty()) j["profile_note"] = r.profile_note;
   nlohmann::json peers = nlohmann::json::object();
   for (const auto& p : r.peers) {
     nlohmann::json pj = {{"available", p.run.available}};
@@ -908,6 +951,8 @@ void print_human(const BenchResult& r) {
                 << correctness_line(*r.oracle_correctness) << "\n";
   }
   for (const auto& p : r.peers) std::cout << peer_summary(r, p) << "\n";
+  if (r.profile) std::cout << profile_text(*r.profile);
+  if (!r.profile_note.empty()) std::cout << "profile: " << r.profile_note << "\n";
 }
 
 void print_table(const std::vector<BenchResult>& results, const std::vector<std::string>& peers) {
@@ -1149,6 +1194,10 @@ void add_bench_options(CLI::App& bench, BenchOptions& o) {
                    "reference kernels). Default: --data's outputs when given; --oracle with "
                    "--data checks the outputs against the oracle and the oracle against --data");
   bench.add_flag("--no-check", o.no_check, "Skip the correctness check (and say so)");
+  bench.add_flag("--profile", o.profile,
+                 "Time every step of the timed runs (embedded engine): the share of time on "
+                 "reference kernels and in regions with oneDNN reference (ref:*) primitives, "
+                 "the largest steps");
   bench.add_option("--examples,-n", o.examples,
                    fmt::format("Timed examples (default {}, {} with --all); a multiple of the "
                                "batch size",
@@ -1187,6 +1236,7 @@ void add_bench_options(CLI::App& bench, BenchOptions& o) {
 
 int cmd_bench(const BenchOptions& options) {
   BenchOptions o = options;
+  if (o.profile) set_profiling(true);  // before anything compiles
   // --vs a,b and --vs a --vs b both work.
   std::vector<std::string> peers;
   for (const auto& v : o.vs) {

@@ -19,6 +19,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "core/npy.h"
+#include "engine/executor.h"
 #include "onnx/onnx_import.h"
 
 namespace tensord::cli {
@@ -366,6 +367,9 @@ int run(const RunOptions& options) {
 
 }  // namespace
 
-int cmd_run(const RunOptions& options) { return run(options); }
+int cmd_run(const RunOptions& options) {
+  if (options.profile) set_profiling(true);  // the executable prints its table when it goes
+  return run(options);
+}
 
 }  // namespace tensord::cli

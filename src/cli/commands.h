@@ -21,6 +21,7 @@ struct RunOptions {
   std::string device;                     // "" = the default device
   bool random_inputs = false;             // make up the inputs no file gives
   std::vector<std::string> dims;          // "NAME=N", from --dim: a free dimension's size
+  bool profile = false;                   // --profile: per-step times on stderr at the end
 };
 
 // `tensord run`: imports a model, feeds it tensors from .npy/.pb files, runs it through a
@@ -63,6 +64,7 @@ struct BenchOptions {
   std::string oracle;                // --oracle fast|reference|float64 ("" = auto)
   bool no_check = false;             // --no-check: no correctness check at all
   double start_at = 0;  // --start-at: the timed run starts at this Unix time (after warmup)
+  bool profile = false;              // --profile: time per step, reference-kernel shares
 };
 
 // `tensord bench`: plaidbench's measurements (compile, execution, per example, correctness

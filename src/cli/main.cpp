@@ -280,6 +280,9 @@ int run_main(int argc, char** argv) {
                   "With --random-inputs: the size of a free dimension, NAME=N as the model names "
                   "it (float32[batch, 16]: --dim batch=8); default 1 (repeatable)")
       ->allow_extra_args(false);
+  run->add_flag("--profile", run_opts.profile,
+                "Time every step; the table (with the share on reference kernels and in regions "
+                "with oneDNN ref primitives) goes to stderr when the model is unloaded");
   bool strict_device = false;
   const char* strict_help =
       "A node the device does not support is an error naming the ops, instead of running on "

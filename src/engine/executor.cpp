@@ -18,6 +18,7 @@
 #include "core/graph_utils.h"
 #include "core/log.h"
 #include "core/op_registry.h"
+#include "engine/canonicalize.h"
 
 namespace tensord {
 namespace {
@@ -140,10 +141,13 @@ struct Executable::Impl {
   std::mutex subgraph_mu;
   std::map<std::string, std::shared_ptr<Executable>> subgraph_cache;
 
-  // TENSORD_PROFILE=1: time per op and kernel, printed to stderr when the executable goes.
+  // TENSORD_PROFILE=1 (or set_profiling): time per op and kernel, printed to stderr when the
+  // executable goes, and added to the process's profile_totals().
   struct Profile {
     std::mutex mu;
     std::map<std::string, std::pair<double, int64_t>> by_kernel;  // seconds, calls
+    // Step name -> its kind ("reference", "onednn-ref" or ""), found on its first run.
+    std::map<std::string, std::string> kind;
   };
   std::unique_ptr<Profile> profile;
 
@@ -895,6 +899,65 @@ Result<std::vector<DeviceTensor>> Executable::Impl::run_subgraph(
   return result;
 }
 
+namespace {
+
+struct GlobalProfile {
+  std::mutex mu;
+  std::map<std::string, ProfileRow> rows;
+  std::set<std::string> reference_impls;
+};
+
+GlobalProfile& global_profile() {
+  static GlobalProfile* g = new GlobalProfile;  // never destroyed: executables outlive main
+  return *g;
+}
+
+std::atomic<bool> g_profiling{false};
+
+}  // namespace
+
+void set_profiling(bool on) { g_profiling.store(on); }
+
+bool profiling() { return g_profiling.load() || std::getenv("TENSORD_PROFILE") != nullptr; }
+
+void add_profile_time(const std::string& step, const std::string& kind, double seconds) {
+  auto& g = global_profile();
+  std::lock_guard<std::mutex> lock(g.mu);
+  ProfileRow& r = g.rows[step];
+  r.step = step;
+  r.kind = kind;
+  r.seconds += seconds;
+  r.calls++;
+}
+
+void add_profile_reference_impl(const std::string& what) {
+  auto& g = global_profile();
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.reference_impls.insert(what);
+}
+
+ProfileTotals profile_totals() {
+  auto& g = global_profile();
+  std::lock_guard<std::mutex> lock(g.mu);
+  ProfileTotals t;
+  for (const auto& [name, r] : g.rows) {
+    t.total_s += r.seconds;
+    if (r.kind == "reference") t.reference_s += r.seconds;
+    if (r.kind == "onednn-ref") t.onednn_ref_s += r.seconds;
+    t.rows.push_back(r);
+  }
+  std::sort(t.rows.begin(), t.rows.end(),
+            [](const ProfileRow& a, const ProfileRow& b) { return a.seconds > b.seconds; });
+  t.onednn_ref_primitives.assign(g.reference_impls.begin(), g.reference_impls.end());
+  return t;
+}
+
+void reset_profile_totals() {
+  auto& g = global_profile();
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.rows.clear();  // the ref primitives stay: they are found once per executable
+}
+
 Executable::Executable(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 int64_t Executable::held_bytes() const { return impl_->held; }
@@ -910,9 +973,18 @@ Executable::~Executable() {
   for (const auto& r : rows) total += r.second.first;
   std::string out = fmt::format("tensord profile: {} steps, {:.3f} ms in kernels\n",
                                 impl_->steps.size(), total * 1e3);
-  for (const auto& [name, v] : rows)
-    out += fmt::format("  {:>10.3f} ms {:>5.1f}% {:>8} calls  {}\n", v.first * 1e3,
-                       total > 0 ? 100 * v.first / total : 0.0, v.second, name);
+  double reference = 0, onednn_ref = 0;
+  for (const auto& [name, v] : rows) {
+    const std::string& kind = impl_->profile->kind[name];
+    if (kind == "reference") reference += v.first;
+    if (kind == "onednn-ref") onednn_ref += v.first;
+    out += fmt::format("  {:>10.3f} ms {:>5.1f}% {:>8} calls  {}{}\n", v.first * 1e3,
+                       total > 0 ? 100 * v.first / total : 0.0, v.second, name,
+                       kind == "onednn-ref" ? " [oneDNN ref primitives]" : "");
+  }
+  out += fmt::format("  reference kernels {:.1f}%, regions with oneDNN ref primitives {:.1f}%\n",
+                     total > 0 ? 100 * reference / total : 0.0,
+                     total > 0 ? 100 * onednn_ref / total : 0.0);
   std::fputs(out.c_str(), stderr);
 }
 
@@ -923,10 +995,30 @@ Result<std::unique_ptr<Executable>> Executable::compile(const Graph& graph,
   if (!target.device) return errors::Internal("compile: no target device");
   auto impl = std::make_unique<Impl>();
   impl->graph = graph;
+  // Canonical forms of export variants (engine/canonicalize.h) for the fast path; the
+  // reference kernels (fuse off, the oracle) see the graph as given.
+  if (options.fuse) {
+    const CanonicalizeOptions canonical = CanonicalizeOptions::from_env();
+    std::map<std::string, HostTensor> known;
+    if (target.host && canonicalize_wants_constants(impl->graph, canonical)) {
+      // Small shape computations folded first (inputs of at most 1024 elements each).
+      Device* host = target.host;
+      auto types = infer_graph(
+          OpRegistry::global(), impl->graph, input_types,
+          [host](const Node& n,
+                 const std::vector<TensorView>& in) -> Result<std::vector<HostTensor>> {
+            for (const auto& v : in)
+              if (shape_numel(v.shape) > 1024) return errors::Unimplemented("not small");
+            return evaluate_on_host(host, n, in);
+          });
+      if (types.ok()) known = std::move(types->constants);
+    }
+    canonicalize(impl->graph, canonical, &known);
+  }
   impl->target = target;
   impl->options = options;
   impl->devices = {target.device};
-  if (std::getenv("TENSORD_PROFILE")) impl->profile = std::make_unique<Impl::Profile>();
+  if (profiling()) impl->profile = std::make_unique<Impl::Profile>();
   TD_RETURN_IF_ERROR(impl->build(input_types, /*fold_constants=*/true));
   impl->plan_replay(input_types);
   return std::unique_ptr<Executable>(new Executable(std::move(impl)));
@@ -1131,10 +1223,24 @@ std::vector<Result<DeviceTensor>> Executable::Impl::run_steps(const std::vector<
           st.kind == Step::kRegion ? st.node->name
           : st.kind == Step::kCopy ? st.label
                                    : st.node->op + " [" + (st.kernel ? st.kernel->name() : "-") + "]";
+      const double dt = std::chrono::duration<double>(t1 - t0).count();
       std::lock_guard<std::mutex> lock(x.profile->mu);
       auto& p = x.profile->by_kernel[name];
-      p.first += std::chrono::duration<double>(t1 - t0).count();
+      auto kind = x.profile->kind.find(name);
+      if (kind == x.profile->kind.end()) {
+        std::vector<std::string> refs;
+        if (st.kind == Step::kRegion && st.region) refs = st.region->reference_impls();
+        const std::string k = st.kind == Step::kKernel && st.kernel &&
+                                      st.kernel->name() == "reference"
+                                  ? "reference"
+                              : refs.empty() ? ""
+                                             : "onednn-ref";
+        kind = x.profile->kind.emplace(name, k).first;
+        for (const auto& r : refs) add_profile_reference_impl(name + ": " + r);
+      }
+      p.first += dt;
       p.second++;
+      add_profile_time(name, kind->second, dt);
     } else {
       x.run_step(st, values, services);
     }

@@ -168,6 +168,31 @@ class Executable {
   std::unique_ptr<Impl> impl_;
 };
 
+// ---- profiling ----
+// Executables compiled while profiling() is on (TENSORD_PROFILE set, or set_profiling(true)
+// as `tensord bench --profile` and `tensord run --profile` do) time every step and add it
+// here, process-wide: what share ran on reference kernels (cpu kernels named "reference")
+// and in regions holding a library primitive in its reference implementation (oneDNN's
+// `ref:*`, RegionKernel::reference_impls; the whole region's time counts, an upper bound).
+struct ProfileRow {
+  std::string step;  // "Conv [reference]", a region's name, a copy
+  std::string kind;  // "reference", "onednn-ref" or ""
+  double seconds = 0;
+  int64_t calls = 0;
+};
+struct ProfileTotals {
+  double total_s = 0, reference_s = 0, onednn_ref_s = 0;
+  std::vector<ProfileRow> rows;                   // by seconds, largest first
+  std::vector<std::string> onednn_ref_primitives;  // "region 'r3': eltwise (ref:any)"
+};
+void set_profiling(bool on);
+bool profiling();
+ProfileTotals profile_totals();
+// Forgets the times (not the ref primitives found, which are found once per executable).
+void reset_profile_totals();
+void add_profile_time(const std::string& step, const std::string& kind, double seconds);
+void add_profile_reference_impl(const std::string& what);
+
 // Outside any engine (tests, tools): compiles and runs `graph` on a private cpu device.
 // Each output is a value or the error of the node it depends on.
 Result<std::vector<Result<HostTensor>>> run_graph_on_host(const Graph& graph,

@@ -442,6 +442,22 @@ TEST(ShapeScatterElements, Axis1NegativeIndicesAndReductions) {
       I32({12, 2, 3}, {3})));
 }
 
+// Indices as wide as the data beyond the axis (the fast kernel's form): an add with repeated
+// rows, as message passing's scatter of edge messages onto nodes.
+TEST(ShapeScatterElements, AddWithRepeatedRows) {
+  EXPECT_TRUE(tensors_near(
+      run1("ScatterElements",
+           {F32(std::vector<float>(8, 0.f), {4, 2}), I64({1, 1, 3, 3, 1, 1}, {3, 2}),
+            F32({1, 2, 3, 4, 5, 6}, {3, 2})},
+           {{"reduction", "add"}}),
+      F32({0, 0, 6, 8, 0, 0, 3, 4}, {4, 2})));
+  EXPECT_TRUE(tensors_near(
+      run1("ScatterElements",
+           {F32({1, 2, 3, 4, 5, 6}, {2, 3}), I32({2, 0, 1, 2}, {2, 2}), F32({7, 8, 9, 10}, {2, 2})},
+           {{"axis", 1}, {"reduction", "add"}}),
+      F32({9, 2, 10, 4, 14, 16}, {2, 3})));
+}
+
 TEST(ShapeScatterElements, BadInputs) {
   HostTensor d = F32({1, 2, 3}, {3});
   EXPECT_TRUE(

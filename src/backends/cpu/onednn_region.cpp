@@ -43,6 +43,20 @@ constexpr int64_t kSplitDotMinRows = 4;
 
 bool is_reference(const std::string& impl) { return impl.find("ref") != std::string::npos; }
 
+// The implementation oneDNN chose for a created primitive ("jit:avx2", "ref:any"), or "".
+std::string impl_of(const dnnl::primitive& prim) {
+  if (!prim) return "";
+  const char* info = nullptr;
+  try {
+    if (dnnl_primitive_desc_query(prim.get_primitive_desc(), dnnl_query_impl_info_str, 0,
+                                  &info) != dnnl_success)
+      return "";
+  } catch (const dnnl::error&) {
+    return "";
+  }
+  return info ? std::string(info) : std::string();
+}
+
 // ---- what a region may contain ----
 
 struct Eltwise {
@@ -652,6 +666,13 @@ class LinearKernel final : public FusedKernel {
   }
   int64_t arena_bytes() const override { return 0; }
   int64_t weight_bytes() const override { return weight_bytes_; }
+  std::vector<std::string> reference_impls() const override {
+    std::vector<std::string> out;
+    for (const dnnl::primitive* p : {&prim_, &serial_prim_})
+      if (const std::string impl = impl_of(*p); is_reference(impl))
+        out.push_back("matmul (" + impl + ")");
+    return out;
+  }
 
   dnnl::primitive prim_;         // for the team
   dnnl::primitive serial_prim_;  // for one thread (small products; see choose_threads)
@@ -1161,6 +1182,13 @@ class DnnlRegion final : public FusedKernel {
 
   int64_t arena_bytes() const override { return arena_bytes_; }
   int64_t weight_bytes() const override { return weight_bytes_; }
+  std::vector<std::string> reference_impls() const override {
+    std::vector<std::string> out;
+    for (const Op& op : ops_)
+      if (const std::string impl = impl_of(op.prim); is_reference(impl))
+        out.push_back(op.kind + " (" + impl + ")");
+    return out;
+  }
   std::string describe() const override {
     std::map<std::string, int> counts;
     for (const Op& op : ops_) counts[op.kind]++;
@@ -1849,6 +1877,22 @@ class RegionCompiler {
       }
     }
     dnnl::convolution_forward::primitive_desc pd = direct ? *direct : make_pd(src_any, dst_any);
+    if (is_reference(pd.impl_info_str())) {
+      // oneDNN 2.6's blocked direct kernel lacks some post-op chains (ReLU + sum + ReLU, a
+      // residual block's: a dilated Conv1d stack ran in ref:any at 300x); its channels-last
+      // kernels (brgconv) take them, and a layout of its own choice may.
+      for (Tag t : {Tag::acdb, Tag::any}) {
+        try {
+          auto alt = make_pd(memory::desc(dims_of(xs), DT::f32, t),
+                             memory::desc(dims_of(ys), DT::f32, t));
+          if (!is_reference(alt.impl_info_str())) {
+            pd = alt;
+            break;
+          }
+        } catch (const dnnl::error&) {
+        }
+      }
+    }
 
     TD_ASSIGN_OR_RETURN(int src, value_in(node.inputs[0], pd.src_desc()));
     const memory::desc wplain(wdims, DT::f32, group > 1 ? Tag::goihw : Tag::oihw);

@@ -1,0 +1,414 @@
+#include "engine/canonicalize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "core/graph_utils.h"
+
+namespace tensord {
+namespace {
+
+// Producers and readers of every value of the top-level graph (a subgraph's reads of an
+// outer value count as reads by the node that holds the subgraph), and the graph's outputs.
+class Index {
+ public:
+  explicit Index(const Graph& g) : g_(g) {
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      for (const auto& o : g.nodes[i].outputs)
+        if (!o.empty()) producer_[o] = i;
+      for (const auto& in : g.nodes[i].inputs)
+        if (!in.empty()) readers_[in].push_back(i);
+      for (const auto& in : implicit_inputs(g.nodes[i])) readers_[in].push_back(i);
+    }
+    for (const auto& o : g.outputs) outputs_.insert(o.name);
+  }
+  // The node producing `v` (not yet removed), or null.
+  const Node* producer(const std::string& v, const std::vector<bool>& dead) const {
+    auto it = producer_.find(v);
+    return it == producer_.end() || dead[it->second] ? nullptr : &g_.nodes[it->second];
+  }
+  size_t producer_index(const std::string& v) const { return producer_.at(v); }
+  const std::vector<size_t>& readers(const std::string& v) const {
+    static const std::vector<size_t> none;
+    auto it = readers_.find(v);
+    return it == readers_.end() ? none : it->second;
+  }
+  bool is_output(const std::string& v) const { return outputs_.count(v) > 0; }
+  // `v` is read by exactly the nodes `who` (as a multiset: a node reading it twice is listed
+  // twice) and is not a graph output.
+  bool read_only_by(const std::string& v, std::vector<size_t> who) const {
+    if (is_output(v)) return false;
+    std::vector<size_t> r = readers(v);
+    std::sort(r.begin(), r.end());
+    std::sort(who.begin(), who.end());
+    return r == who;
+  }
+
+ private:
+  const Graph& g_;
+  std::map<std::string, size_t> producer_;
+  std::map<std::string, std::vector<size_t>> readers_;
+  std::set<std::string> outputs_;
+};
+
+// Values folded by the caller (canonicalize's `known`), for the current pass.
+thread_local const std::map<std::string, HostTensor>* t_known = nullptr;
+
+// A constant value of the graph: an initializer, a Constant node's output, or a value the
+// caller folded.
+const HostTensor* constant_of(const Graph& g, const Index& ix, const std::vector<bool>& dead,
+                              const std::string& v, HostTensor* scratch) {
+  if (auto it = g.initializers.find(v); it != g.initializers.end()) return &it->second;
+  if (t_known)
+    if (auto it = t_known->find(v); it != t_known->end()) return &it->second;
+  const Node* p = ix.producer(v, dead);
+  if (!p || p->op != "Constant" || !p->domain.empty()) return nullptr;
+  if (auto a = p->attrs.find("value"); a != p->attrs.end())
+    if (const auto* t = a->second.get_if<HostTensor>()) return t;
+  if (auto a = p->attrs.find("value_float"); a != p->attrs.end())
+    if (const auto* f = a->second.get_if<float>()) {
+      *scratch = HostTensor::scalar<float>(*f);
+      return scratch;
+    }
+  return nullptr;
+}
+
+bool is_float(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 ||
+         t == DType::kBFloat16;
+}
+
+// The single value of a one-element floating constant.
+std::optional<double> scalar_of(const Graph& g, const Index& ix, const std::vector<bool>& dead,
+                                const std::string& v) {
+  HostTensor scratch;
+  const HostTensor* t = constant_of(g, ix, dead, v, &scratch);
+  if (!t || t->numel() != 1 || !is_float(t->dtype())) return std::nullopt;
+  return t->to_double_vector().at(0);
+}
+
+float float_attr(const Node& n, const char* name, float fallback) {
+  auto it = n.attrs.find(name);
+  if (it == n.attrs.end()) return fallback;
+  if (const auto* f = it->second.get_if<float>()) return *f;
+  return std::nanf("");
+}
+
+int64_t int_attr(const Node& n, const char* name, int64_t fallback) {
+  auto it = n.attrs.find(name);
+  if (it == n.attrs.end()) return fallback;
+  if (const auto* i = it->second.get_if<int64_t>()) return *i;
+  return fallback;
+}
+
+bool plain(const Node& n, const char* op, size_t inputs) {
+  return n.op == op && n.domain.empty() && n.inputs.size() == inputs && n.outputs.size() == 1;
+}
+
+void erase_dead(Graph& g, const std::vector<bool>& dead) {
+  std::vector<Node> kept;
+  kept.reserve(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(kept);
+}
+
+// A value name not used in the graph yet.
+std::string fresh_name(const Graph& g, const std::string& base, int* counter) {
+  std::set<std::string> used;
+  for (const auto& n : g.nodes)
+    for (const auto& o : n.outputs) used.insert(o);
+  for (;;) {
+    std::string name = base + "_canonical" + std::to_string((*counter)++);
+    if (!used.count(name) && !g.initializers.count(name)) return name;
+  }
+}
+
+// ---- Mul(x, HardSigmoid(x; 1/6, 0.5)) -> HardSwish(x) ----
+int hardswish_pass(Graph& g) {
+  Index ix(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  int count = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& mul = g.nodes[i];
+    if (dead[i] || !plain(mul, "Mul", 2)) continue;
+    for (int k = 0; k < 2; ++k) {
+      const std::string& s = mul.inputs[static_cast<size_t>(k)];
+      const std::string& x = mul.inputs[static_cast<size_t>(1 - k)];
+      const Node* hs = ix.producer(s, dead);
+      if (!hs || !plain(*hs, "HardSigmoid", 1) || hs->inputs[0] != x) continue;
+      if (std::fabs(float_attr(*hs, "alpha", 0.2f) - 1.0f / 6) > 1e-6f ||
+          std::fabs(float_attr(*hs, "beta", 0.5f) - 0.5f) > 1e-6f)
+        continue;
+      const size_t h = ix.producer_index(s);
+      if (ix.read_only_by(s, {i})) dead[h] = true;  // else it stays for its other readers
+      const std::string in = x;
+      mul.op = "HardSwish";
+      mul.inputs = {in};
+      mul.attrs.clear();
+      ++count;
+      break;
+    }
+  }
+  erase_dead(g, dead);
+  return count;
+}
+
+// ---- Mul(Sigmoid(x), x) -> Mul(x, Sigmoid(x)) with a Sigmoid of its own ----
+int silu_pass(Graph& g) {
+  Index ix(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  std::vector<std::pair<size_t, Node>> added;  // (insert before node i, the new Sigmoid)
+  int counter = 0, count = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& mul = g.nodes[i];
+    if (!plain(mul, "Mul", 2) || mul.inputs[0] == mul.inputs[1]) continue;
+    for (int k = 0; k < 2; ++k) {
+      const std::string s = mul.inputs[static_cast<size_t>(k)];
+      const std::string x = mul.inputs[static_cast<size_t>(1 - k)];
+      const Node* sig = ix.producer(s, dead);
+      if (!sig || !plain(*sig, "Sigmoid", 1) || sig->inputs[0] != x) continue;
+      const bool own = ix.read_only_by(s, {i});
+      if (own && k == 1) break;  // already the canonical form
+      std::string s2 = s;
+      if (!own) {  // the Sigmoid is shared: this Mul gets one of its own
+        Node copy = *sig;
+        s2 = fresh_name(g, s, &counter);
+        copy.name = sig->name.empty() ? "" : sig->name + "_silu" + std::to_string(counter);
+        copy.outputs = {s2};
+        added.emplace_back(i, std::move(copy));
+      }
+      mul.inputs = {x, s2};
+      ++count;
+      break;
+    }
+  }
+  for (auto it = added.rbegin(); it != added.rend(); ++it)
+    g.nodes.insert(g.nodes.begin() + static_cast<std::ptrdiff_t>(it->first), std::move(it->second));
+  return count;
+}
+
+// ---- decomposed LayerNorm -> LayerNormalization ----
+bool last_axis_mean(const Node& n) {
+  if (!plain(n, "ReduceMean", 1) || int_attr(n, "keepdims", 1) != 1) return false;
+  auto it = n.attrs.find("axes");
+  if (it == n.attrs.end()) return false;
+  const auto* axes = it->second.get_if<std::vector<int64_t>>();
+  return axes && axes->size() == 1 && (*axes)[0] == -1;
+}
+
+int layernorm_pass(Graph& g) {
+  Index ix(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  int count = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& div = g.nodes[i];
+    if (dead[i] || !plain(div, "Div", 2)) continue;
+    const std::string d = div.inputs[0];
+    const Node* sqrt = ix.producer(div.inputs[1], dead);
+    if (!sqrt || !plain(*sqrt, "Sqrt", 1)) continue;
+    const Node* add = ix.producer(sqrt->inputs[0], dead);
+    if (!add || !plain(*add, "Add", 2)) continue;
+    std::optional<double> eps;
+    std::string v;
+    for (int k = 0; k < 2 && !eps; ++k)
+      if ((eps = scalar_of(g, ix, dead, add->inputs[static_cast<size_t>(k)])))
+        v = add->inputs[static_cast<size_t>(1 - k)];
+    if (!eps || !(*eps >= 0)) continue;
+    const Node* var = ix.producer(v, dead);
+    if (!var || !last_axis_mean(*var)) continue;
+    const Node* sq = ix.producer(var->inputs[0], dead);
+    if (!sq) continue;
+    const bool pow2 = plain(*sq, "Pow", 2) && sq->inputs[0] == d &&
+                      scalar_of(g, ix, dead, sq->inputs[1]) == 2.0;
+    const bool dd = plain(*sq, "Mul", 2) && sq->inputs[0] == d && sq->inputs[1] == d;
+    if (!pow2 && !dd) continue;
+    const Node* sub = ix.producer(d, dead);
+    if (!sub || !plain(*sub, "Sub", 2)) continue;
+    const std::string x = sub->inputs[0];
+    const Node* mean = ix.producer(sub->inputs[1], dead);
+    if (!mean || !last_axis_mean(*mean) || mean->inputs[0] != x) continue;
+    // Every intermediate read only inside the pattern.
+    const size_t i_sqrt = ix.producer_index(div.inputs[1]),
+                 i_add = ix.producer_index(sqrt->inputs[0]), i_var = ix.producer_index(v), i_sq = ix.producer_index(var->inputs[0]),
+                 i_sub = ix.producer_index(d), i_mean = ix.producer_index(sub->inputs[1]);
+    std::vector<size_t> d_readers = {i, i_sq};
+    if (dd) d_readers.push_back(i_sq);
+    if (!ix.read_only_by(sub->inputs[1], {i_sub}) || !ix.read_only_by(d, d_readers) ||
+        !ix.read_only_by(sq->outputs[0], {i_var}) || !ix.read_only_by(v, {i_add}) ||
+        !ix.read_only_by(add->outputs[0], {i_sqrt}) || !ix.read_only_by(sqrt->outputs[0], {i}))
+      continue;
+    // The scale (required: LayerNormalization's Scale) and the optional bias: 1-D float
+    // constants of more than one element (a 1-element one could broadcast over any width).
+    auto vector_const = [&](const std::string& name) {
+      HostTensor scratch;
+      const HostTensor* t = constant_of(g, ix, dead, name, &scratch);
+      return t && t->shape().size() == 1 && t->numel() > 1 && is_float(t->dtype()) &&
+             g.initializers.count(name);
+    };
+    // An initializer behind Identity nodes (PyTorch's export replaces initializers equal to
+    // an earlier one, as every fresh LayerNorm's weights are, by an Identity of that one).
+    auto through_identity = [&](std::string name) {
+      for (int hops = 0; hops < 8 && !g.initializers.count(name); ++hops) {
+        const Node* p = ix.producer(name, dead);
+        if (!p || !plain(*p, "Identity", 1)) break;
+        name = p->inputs[0];
+      }
+      return name;
+    };
+    const auto& r_div = ix.readers(div.outputs[0]);
+    if (r_div.size() != 1 || ix.is_output(div.outputs[0])) continue;
+    const size_t i_scale = r_div[0];
+    const Node& smul = g.nodes[i_scale];
+    if (dead[i_scale] || !plain(smul, "Mul", 2)) continue;
+    const std::string gamma =
+        through_identity(smul.inputs[0] == div.outputs[0] ? smul.inputs[1] : smul.inputs[0]);
+    if (!vector_const(gamma)) continue;
+    size_t last = i_scale;
+    std::string beta;
+    const auto& r_mul = ix.readers(smul.outputs[0]);
+    if (r_mul.size() == 1 && !ix.is_output(smul.outputs[0]) && !dead[r_mul[0]] &&
+        plain(g.nodes[r_mul[0]], "Add", 2)) {
+      const Node& badd = g.nodes[r_mul[0]];
+      const std::string b =
+          through_identity(badd.inputs[0] == smul.outputs[0] ? badd.inputs[1] : badd.inputs[0]);
+      if (vector_const(b) && g.initializers.at(b).numel() == g.initializers.at(gamma).numel() &&
+          g.initializers.at(b).dtype() == g.initializers.at(gamma).dtype()) {
+        beta = b;
+        last = r_mul[0];
+      }
+    }
+    Node ln;
+    ln.name = g.nodes[last].name.empty() ? "" : g.nodes[last].name + "_layernorm";
+    ln.op = "LayerNormalization";
+    ln.inputs = {x, gamma};
+    if (!beta.empty()) ln.inputs.push_back(beta);
+    ln.outputs = {g.nodes[last].outputs[0]};
+    ln.attrs["axis"] = int64_t{-1};
+    ln.attrs["epsilon"] = static_cast<float>(*eps);
+    for (size_t k : {i_mean, i_sub, i_sq, i_var, i_add, i_sqrt, i, i_scale}) dead[k] = true;
+    g.nodes[last] = std::move(ln);
+    dead[last] = false;
+    ++count;
+  }
+  erase_dead(g, dead);
+  return count;
+}
+
+// ---- Pad(x, zeros at the spatial ends) -> Conv(x) with the pads added to its own ----
+int pad_conv_pass(Graph& g) {
+  Index ix(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  int count = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& pad = g.nodes[i];
+    if (dead[i] || pad.op != "Pad" || !pad.domain.empty() || pad.inputs.size() < 2 ||
+        pad.inputs.size() > 3 || pad.outputs.size() != 1)
+      continue;
+    auto mode = pad.attrs.find("mode");
+    if (mode != pad.attrs.end()) {
+      const auto* m = mode->second.get_if<std::string>();
+      if (!m || *m != "constant") continue;
+    }
+    if (pad.inputs.size() == 3 && !pad.inputs[2].empty()) {
+      const auto value = scalar_of(g, ix, dead, pad.inputs[2]);
+      if (!value || *value != 0.0) continue;
+    }
+    HostTensor scratch;
+    const HostTensor* pt = constant_of(g, ix, dead, pad.inputs[1], &scratch);
+    if (!pt) continue;
+    auto pads = pt->to_int64_vector();
+    if (!pads.ok() || pads->size() < 6 || pads->size() % 2) continue;
+    const size_t rank = pads->size() / 2;
+    // Nothing on the batch and channel axes, nothing negative (a crop).
+    if ((*pads)[0] || (*pads)[1] || (*pads)[rank] || (*pads)[rank + 1]) continue;
+    if (std::any_of(pads->begin(), pads->end(), [](int64_t p) { return p < 0; })) continue;
+    const auto& readers = ix.readers(pad.outputs[0]);
+    if (readers.size() != 1 || ix.is_output(pad.outputs[0]) || dead[readers[0]]) continue;
+    Node& conv = g.nodes[readers[0]];
+    if (conv.op != "Conv" || !conv.domain.empty() || conv.inputs.empty() ||
+        conv.inputs[0] != pad.outputs[0])
+      continue;
+    if (auto ap = conv.attrs.find("auto_pad"); ap != conv.attrs.end()) {
+      const auto* v = ap->second.get_if<std::string>();
+      if (!v || *v != "NOTSET") continue;
+    }
+    const size_t spatial = rank - 2;
+    std::vector<int64_t> cp(2 * spatial, 0);
+    if (auto it = conv.attrs.find("pads"); it != conv.attrs.end()) {
+      const auto* v = it->second.get_if<std::vector<int64_t>>();
+      if (!v || v->size() != cp.size()) continue;
+      cp = *v;
+    }
+    for (size_t k = 0; k < spatial; ++k) {
+      cp[k] += (*pads)[2 + k];
+      cp[spatial + k] += (*pads)[rank + 2 + k];
+    }
+    conv.attrs["pads"] = cp;
+    conv.inputs[0] = pad.inputs[0];
+    dead[i] = true;
+    ++count;
+  }
+  erase_dead(g, dead);
+  return count;
+}
+
+}  // namespace
+
+CanonicalizeOptions CanonicalizeOptions::from_env() {
+  CanonicalizeOptions base;
+  const char* env = std::getenv("TENSORD_CANONICAL");
+  if (!env) return base;
+  const std::string s = env;
+  if (s == "0" || s == "none" || s == "off") return CanonicalizeOptions{false, false, false, false};
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const bool on = item.empty() || item[0] != '-';
+    const bool signed_name = !item.empty() && (item[0] == '-' || item[0] == '+');
+    const std::string name = signed_name ? item.substr(1) : item;
+    if (name == "hardswish") base.hardswish = on;
+    if (name == "silu") base.silu = on;
+    if (name == "layernorm") base.layernorm = on;
+    if (name == "padconv") base.pad_conv = on;
+  }
+  return base;
+}
+
+bool canonicalize_wants_constants(const Graph& g, const CanonicalizeOptions& options) {
+  if (!options.pad_conv) return false;
+  std::set<std::string> computed;  // outputs of nodes other than Constant
+  for (const auto& n : g.nodes)
+    if (n.op != "Constant")
+      for (const auto& o : n.outputs) computed.insert(o);
+  std::set<std::string> conv_inputs;
+  for (const auto& n : g.nodes)
+    if (n.op == "Conv" && !n.inputs.empty()) conv_inputs.insert(n.inputs[0]);
+  for (const auto& n : g.nodes)
+    if (n.op == "Pad" && n.inputs.size() >= 2 && n.outputs.size() == 1 &&
+        conv_inputs.count(n.outputs[0]) && computed.count(n.inputs[1]))
+      return true;
+  return false;
+}
+
+CanonicalizeStats canonicalize(Graph& graph, const CanonicalizeOptions& options,
+                               const std::map<std::string, HostTensor>* known) {
+  struct Scope {
+    explicit Scope(const std::map<std::string, HostTensor>* k) { t_known = k; }
+    ~Scope() { t_known = nullptr; }
+  } scope(known);
+  CanonicalizeStats stats;
+  if (options.hardswish) stats.hardswish = hardswish_pass(graph);
+  if (options.layernorm) stats.layernorm = layernorm_pass(graph);
+  if (options.silu) stats.silu = silu_pass(graph);
+  if (options.pad_conv) stats.pad_conv = pad_conv_pass(graph);
+  return stats;
+}
+
+}  // namespace tensord

@@ -1,0 +1,57 @@
+// Canonical forms of export variants: device-independent graph rewrites run before placement,
+// so that a backend sees one form of a pattern however the model was exported (ONNX Runtime's
+// "basic" graph transformers do the same). Each pass is exact in real arithmetic and matches
+// only what it can prove from the graph (attributes, constant values, readers of each value).
+//
+//   hardswish:  Mul(x, HardSigmoid(x; alpha 1/6, beta 0.5)) -> HardSwish(x)
+//               (HardSwish before opset 14, as every PyTorch export of MobileNetV3 writes it)
+//   silu:       Mul(Sigmoid(x), x) -> Mul(x, Sigmoid(x)), the Sigmoid placed right before the
+//               Mul and read by it alone (a second reader gets its own Sigmoid), the form the
+//               cpu backend fuses into one swish
+//   layernorm:  u = ReduceMean(x, axes [-1]); d = Sub(x, u); Pow(d, 2) | Mul(d, d);
+//               v = ReduceMean(., axes [-1]); Div(d, Sqrt(Add(v, eps))) [Mul gamma] [Add beta]
+//               -> LayerNormalization(x, gamma, beta; axis -1, epsilon eps)
+//               (LayerNorm before opset 17: BERT-style code and every older export)
+//   padconv:    Conv(Pad(x; constant 0, spatial axes only)) -> Conv(x) with the pads added
+//               (F.pad before a convolution: causal Conv1d stacks, TF-style "same" padding)
+//
+// Switches: CanonicalizeOptions (all on by default; the compiler runs the passes on the fast
+// path only, never for the reference kernels) and TENSORD_CANONICAL=-hardswish,-silu,
+// -layernorm,-padconv
+// (a pass named with '-' is off; "0" or "none": all off).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "backend/backend.h"
+#include "tensord/graph.h"
+
+namespace tensord {
+
+struct CanonicalizeOptions {
+  bool hardswish = true;
+  bool silu = true;
+  bool layernorm = true;
+  bool pad_conv = true;
+  // All on, then TENSORD_CANONICAL applied.
+  static CanonicalizeOptions from_env();
+};
+
+// What the passes did: how many patterns each rewrote.
+struct CanonicalizeStats {
+  int hardswish = 0;
+  int silu = 0;
+  int layernorm = 0;
+  int pad_conv = 0;
+};
+
+// Rewrites `graph` in place (top level only; subgraph bodies are compiled on their own).
+// `known`: values the caller folded (small shape computations: the pads F.pad exports as a
+// ConstantOfShape/Concat/Slice/Transpose chain), beside initializers and Constant nodes.
+CanonicalizeStats canonicalize(Graph& graph, const CanonicalizeOptions& options = {},
+                               const std::map<std::string, HostTensor>* known = nullptr);
+// Whether a pass could use folded values (a Pad before a Conv whose pads are computed).
+bool canonicalize_wants_constants(const Graph& graph, const CanonicalizeOptions& options);
+
+}  // namespace tensord

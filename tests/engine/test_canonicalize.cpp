@@ -1,0 +1,251 @@
+// Canonical forms of export variants (engine/canonicalize.h): each pass rewrites the form an
+// exporter writes (ONNX graphs as PyTorch 1.13 exports them before opsets 14 and 17), leaves
+// alone what it cannot prove (other readers, other constants), can be switched off, and the
+// fast path on the rewritten graph agrees with the reference kernels on the original.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+
+#include "engine/canonicalize.h"
+#include "engine/executor.h"
+
+namespace tensord {
+namespace {
+
+Node node(std::string op, std::vector<std::string> in, std::vector<std::string> out,
+          AttributeMap attrs = {}) {
+  Node n;
+  n.name = out.empty() ? op : out[0] + "_node";
+  n.op = std::move(op);
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+HostTensor random_tensor(Shape shape, uint32_t seed) {
+  HostTensor t(DType::kFloat32, shape);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = d(rng);
+  return t;
+}
+
+std::vector<std::string> ops_of(const Graph& g) {
+  std::vector<std::string> ops;
+  for (const auto& n : g.nodes) ops.push_back(n.op);
+  return ops;
+}
+
+// The fast path (canonicalised at compile) against the reference kernels on the graph as given.
+void expect_same_as_reference(const Graph& g, const std::vector<HostTensor>& inputs,
+                              float tol = 1e-5f) {
+  CompileOptions ref;
+  ref.fuse = false;
+  auto want = run_graph_on_host(g, inputs, ref);
+  auto got = run_graph_on_host(g, inputs);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ASSERT_EQ(want->size(), got->size());
+  for (size_t k = 0; k < want->size(); ++k) {
+    ASSERT_TRUE((*want)[k].ok()) << (*want)[k].status().message();
+    ASSERT_TRUE((*got)[k].ok()) << (*got)[k].status().message();
+    const HostTensor& a = *(*want)[k];
+    const HostTensor& b = *(*got)[k];
+    ASSERT_EQ(a.shape(), b.shape());
+    for (int64_t i = 0; i < a.numel(); ++i)
+      ASSERT_NEAR(a.data<float>()[i], b.data<float>()[i],
+                  tol * (1 + std::fabs(a.data<float>()[i])))
+          << "element " << i;
+  }
+}
+
+// Mul(x, HardSigmoid(x)) as torch.onnx.export writes nn.Hardswish at opset 13.
+Graph hardswish_graph(float alpha = 1.0f / 6, bool swapped = false) {
+  Graph g;
+  g.inputs = {{"x", {DType::kFloat32, {1, 4, 5, 5}}}};
+  g.outputs = {{"y", {DType::kFloat32, {1, 4, 5, 5}}}};
+  g.nodes.push_back(node("HardSigmoid", {"x"}, {"hs"}, {{"alpha", alpha}, {"beta", 0.5f}}));
+  g.nodes.push_back(swapped ? node("Mul", {"hs", "x"}, {"y"}) : node("Mul", {"x", "hs"}, {"y"}));
+  return g;
+}
+
+TEST(Canonicalize, HardSigmoidTimesXBecomesHardSwish) {
+  for (bool swapped : {false, true}) {
+    Graph g = hardswish_graph(1.0f / 6, swapped);
+    Graph c = g;
+    auto stats = canonicalize(c);
+    EXPECT_EQ(stats.hardswish, 1);
+    ASSERT_EQ(ops_of(c), std::vector<std::string>{"HardSwish"});
+    EXPECT_EQ(c.nodes[0].inputs, std::vector<std::string>{"x"});
+    EXPECT_EQ(c.nodes[0].outputs, std::vector<std::string>{"y"});
+    expect_same_as_reference(g, {random_tensor({1, 4, 5, 5}, 1)});
+  }
+}
+
+TEST(Canonicalize, HardSwishLeavesOtherAlphasAndSharedHardSigmoids) {
+  Graph g = hardswish_graph(0.2f);  // HardSigmoid's default alpha: not HardSwish
+  EXPECT_EQ(canonicalize(g).hardswish, 0);
+  EXPECT_EQ(ops_of(g), (std::vector<std::string>{"HardSigmoid", "Mul"}));
+  // The HardSigmoid read elsewhere too: it stays for that reader, the Mul still becomes
+  // HardSwish.
+  Graph s = hardswish_graph();
+  s.outputs.push_back({"hs", {DType::kFloat32, {1, 4, 5, 5}}});
+  EXPECT_EQ(canonicalize(s).hardswish, 1);
+  EXPECT_EQ(ops_of(s), (std::vector<std::string>{"HardSigmoid", "HardSwish"}));
+  expect_same_as_reference(hardswish_graph(), {random_tensor({1, 4, 5, 5}, 2)});
+}
+
+TEST(Canonicalize, PassesCanBeSwitchedOff) {
+  Graph g = hardswish_graph();
+  CanonicalizeOptions off;
+  off.hardswish = false;
+  EXPECT_EQ(canonicalize(g, off).hardswish, 0);
+  EXPECT_EQ(ops_of(g), (std::vector<std::string>{"HardSigmoid", "Mul"}));
+  setenv("TENSORD_CANONICAL", "-hardswish,-layernorm", 1);
+  const auto env = CanonicalizeOptions::from_env();
+  unsetenv("TENSORD_CANONICAL");
+  EXPECT_FALSE(env.hardswish);
+  EXPECT_FALSE(env.layernorm);
+  EXPECT_TRUE(env.silu);
+  setenv("TENSORD_CANONICAL", "0", 1);
+  const auto none = CanonicalizeOptions::from_env();
+  unsetenv("TENSORD_CANONICAL");
+  EXPECT_FALSE(none.hardswish || none.silu || none.layernorm);
+}
+
+TEST(Canonicalize, SiluGetsItsOwnSigmoidInTheFusedOrder) {
+  // Sigmoid(x) read by two Muls, one of them Mul(Sigmoid(x), x): each Mul of x gets a Sigmoid
+  // of its own, second operand.
+  Graph g;
+  g.inputs = {{"x", {DType::kFloat32, {2, 16}}}, {"z", {DType::kFloat32, {2, 16}}}};
+  g.outputs = {{"y", {DType::kFloat32, {2, 16}}}, {"w", {DType::kFloat32, {2, 16}}}};
+  g.nodes.push_back(node("Sigmoid", {"x"}, {"s"}));
+  g.nodes.push_back(node("Mul", {"s", "x"}, {"y"}));
+  g.nodes.push_back(node("Mul", {"s", "z"}, {"w"}));
+  Graph c = g;
+  EXPECT_EQ(canonicalize(c).silu, 1);
+  ASSERT_EQ(ops_of(c), (std::vector<std::string>{"Sigmoid", "Sigmoid", "Mul", "Mul"}));
+  EXPECT_EQ(c.nodes[2].inputs[0], "x");
+  EXPECT_EQ(c.nodes[1].outputs[0], c.nodes[2].inputs[1]);
+  EXPECT_EQ(c.nodes[1].inputs[0], "x");
+  EXPECT_EQ(c.nodes[3].inputs, (std::vector<std::string>{"s", "z"}));
+  // Already canonical: nothing to do.
+  Graph d;
+  d.inputs = {{"x", {DType::kFloat32, {2, 16}}}};
+  d.outputs = {{"y", {DType::kFloat32, {2, 16}}}};
+  d.nodes.push_back(node("Sigmoid", {"x"}, {"s"}));
+  d.nodes.push_back(node("Mul", {"x", "s"}, {"y"}));
+  EXPECT_EQ(canonicalize(d).silu, 0);
+  expect_same_as_reference(g, {random_tensor({2, 16}, 3), random_tensor({2, 16}, 4)});
+}
+
+// LayerNorm as BERT code before opset 17 exports it: ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/
+// Div, then Mul gamma, Add beta (constants as initializers, eps and 2 as Constant nodes).
+Graph layernorm_graph(bool with_beta, float exponent = 2.0f) {
+  Graph g;
+  const int64_t c = 32;
+  g.inputs = {{"x", {DType::kFloat32, {2, 3, c}}}};
+  g.outputs = {{"y", {DType::kFloat32, {2, 3, c}}}};
+  AttributeMap mean = {{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}};
+  g.nodes.push_back(node("ReduceMean", {"x"}, {"u"}, mean));
+  g.nodes.push_back(node("Sub", {"x", "u"}, {"d"}));
+  g.nodes.push_back(
+      node("Constant", {}, {"two"}, {{"value", HostTensor::scalar<float>(exponent)}}));
+  g.nodes.push_back(node("Pow", {"d", "two"}, {"p"}));
+  g.nodes.push_back(node("ReduceMean", {"p"}, {"v"}, mean));
+  g.nodes.push_back(node("Constant", {}, {"eps"}, {{"value", HostTensor::scalar<float>(1e-5f)}}));
+  g.nodes.push_back(node("Add", {"v", "eps"}, {"e"}));
+  g.nodes.push_back(node("Sqrt", {"e"}, {"s"}));
+  g.nodes.push_back(node("Div", {"d", "s"}, {"n"}));
+  g.nodes.push_back(node("Mul", {"n", "gamma"}, {with_beta ? "m" : "y"}));
+  if (with_beta) g.nodes.push_back(node("Add", {"m", "beta"}, {"y"}));
+  g.initializers["gamma"] = random_tensor({c}, 7);
+  if (with_beta) g.initializers["beta"] = random_tensor({c}, 8);
+  return g;
+}
+
+TEST(Canonicalize, DecomposedLayerNormBecomesLayerNormalization) {
+  for (bool with_beta : {true, false}) {
+    Graph g = layernorm_graph(with_beta);
+    Graph c = g;
+    EXPECT_EQ(canonicalize(c).layernorm, 1);
+    // The Constant nodes stay (dead, for the compiler to drop); the chain is one node.
+    ASSERT_EQ(ops_of(c), (std::vector<std::string>{"Constant", "Constant", "LayerNormalization"}));
+    const Node& ln = c.nodes[2];
+    EXPECT_EQ(ln.inputs, with_beta ? (std::vector<std::string>{"x", "gamma", "beta"})
+                                   : (std::vector<std::string>{"x", "gamma"}));
+    EXPECT_EQ(ln.outputs, std::vector<std::string>{"y"});
+    EXPECT_FLOAT_EQ(*ln.attrs.at("epsilon").get_if<float>(), 1e-5f);
+    expect_same_as_reference(g, {random_tensor({2, 3, 32}, 9)}, 1e-4f);
+  }
+}
+
+TEST(Canonicalize, LayerNormScaleBehindIdentity) {
+  // PyTorch's export of a second LayerNorm with the same (fresh) weights: Identity(gamma).
+  Graph g = layernorm_graph(true);
+  g.nodes.push_back(node("Identity", {"gamma"}, {"gamma2"}));
+  for (auto& n : g.nodes)
+    if (n.op == "Mul" && n.inputs[1] == "gamma") n.inputs[1] = "gamma2";
+  Graph c = g;
+  EXPECT_EQ(canonicalize(c).layernorm, 1);
+  for (const auto& n : c.nodes)
+    if (n.op == "LayerNormalization") EXPECT_EQ(n.inputs[1], "gamma");
+  expect_same_as_reference(g, {random_tensor({2, 3, 32}, 10)}, 1e-4f);
+}
+
+TEST(Canonicalize, LayerNormLeavesWhatItCannotProve) {
+  Graph cube = layernorm_graph(true, 3.0f);  // Pow 3: not a variance
+  EXPECT_EQ(canonicalize(cube).layernorm, 0);
+  Graph shared = layernorm_graph(true);  // the centred value read elsewhere too
+  shared.outputs.push_back({"d", {DType::kFloat32, {2, 3, 32}}});
+  EXPECT_EQ(canonicalize(shared).layernorm, 0);
+  Graph axis = layernorm_graph(true);  // the mean over another axis
+  axis.nodes[0].attrs["axes"] = std::vector<int64_t>{1};
+  EXPECT_EQ(canonicalize(axis).layernorm, 0);
+  CanonicalizeOptions off;
+  off.layernorm = false;
+  Graph g = layernorm_graph(true);
+  EXPECT_EQ(canonicalize(g, off).layernorm, 0);
+  EXPECT_EQ(g.nodes.size(), 11u);
+}
+
+// F.pad(x, (4, 0)) before a dilated Conv1d, as a causal convolution exports.
+Graph pad_conv_graph(std::vector<int64_t> pads, const char* mode = "constant") {
+  Graph g;
+  g.inputs = {{"x", {DType::kFloat32, {2, 4, 20}}}};
+  g.outputs = {{"y", {DType::kFloat32, {2, 4, 20}}}};
+  g.initializers["pads"] = HostTensor::from_vector<int64_t>(pads, {6});
+  g.initializers["w"] = random_tensor({4, 4, 3}, 11);
+  g.initializers["b"] = random_tensor({4}, 12);
+  g.nodes.push_back(node("Pad", {"x", "pads"}, {"p"}, {{"mode", std::string(mode)}}));
+  g.nodes.push_back(node("Conv", {"p", "w", "b"}, {"y"},
+                         {{"dilations", std::vector<int64_t>{2}},
+                          {"kernel_shape", std::vector<int64_t>{3}}}));
+  return g;
+}
+
+TEST(Canonicalize, ZeroPadBeforeConvBecomesConvPads) {
+  Graph g = pad_conv_graph({0, 0, 4, 0, 0, 0});
+  Graph c = g;
+  EXPECT_EQ(canonicalize(c).pad_conv, 1);
+  ASSERT_EQ(ops_of(c), std::vector<std::string>{"Conv"});
+  EXPECT_EQ(c.nodes[0].inputs[0], "x");
+  EXPECT_EQ(*c.nodes[0].attrs.at("pads").get_if<std::vector<int64_t>>(),
+            (std::vector<int64_t>{4, 0}));
+  expect_same_as_reference(g, {random_tensor({2, 4, 20}, 13)}, 1e-4f);
+  // Not a zero pad of the spatial axes: left alone.
+  Graph channels = pad_conv_graph({0, 1, 4, 0, 0, 0});
+  Graph reflect = pad_conv_graph({0, 0, 4, 0, 0, 0}, "reflect");
+  EXPECT_EQ(canonicalize(channels).pad_conv, 0);
+  EXPECT_EQ(canonicalize(reflect).pad_conv, 0);
+  CanonicalizeOptions off;
+  off.pad_conv = false;
+  Graph o = pad_conv_graph({0, 0, 4, 0, 0, 0});
+  EXPECT_EQ(canonicalize(o, off).pad_conv, 0);
+}
+
+}  // namespace
+}  // namespace tensord

@@ -1,0 +1,82 @@
+"""No reference kernels on a hot path (issue 31): for a few models of bench/corpus.py's quick
+subset, `tensord bench --profile` must show no oneDNN primitive in a `ref` implementation in
+any region, and no reference kernel (a cpu kernel named "reference", summed over the nodes of
+one op) above 5% of the model's step time. The outputs must also PASS against PyTorch's
+float64 golden.
+
+usage: test_corpus_reference.py TENSORD [ENTRY...]     (default: CI_MODELS below)
+The exports are cached in $TENSORD_CORPUS_CACHE (default ~/.cache/tensord-bench) under
+corpus/torch-VERSION. Exit 77 (skip) without PyTorch/torchvision/onnx.
+"""
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench")
+# Kept small for CI (a minute or two on two cores once exported): the forms issue 31 names.
+CI_MODELS = ["mobilenet_v3_small@o13", "bert_ln@o14", "tcn@o17", "efficientnet_b0@o13"]
+MAX_REFERENCE_SHARE = 0.05
+
+try:
+    import torch  # noqa: F401
+    import torchvision  # noqa: F401
+    import onnx  # noqa: F401
+except ImportError as e:
+    print(f"SKIP: PyTorch/torchvision/onnx not installed ({e})")
+    sys.exit(77)
+
+sys.path.insert(0, BENCH)
+import corpus  # noqa: E402  (bench/corpus.py)
+
+
+def check(tensord, key):
+    """The problems of one entry (empty: it passes) and its profile summary."""
+    cache = os.environ.get("TENSORD_CORPUS_CACHE", corpus.default_cache())
+    folder = corpus.export(corpus.cache_root(cache), key)
+    batch = corpus.batch_of(key)
+    cmd = [tensord, "bench", "--model", os.path.join(folder, "model.onnx"), "--data",
+           os.path.join(folder, "test_data_set_0"), "--batch-size", str(batch), "--examples",
+           str(4 * batch), "--warmup", str(batch), "--json", "--profile"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    try:
+        doc = json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return [f"tensord bench failed (exit {p.returncode}): {p.stderr.strip()[-500:]}"], ""
+    problems = []
+    if not (doc.get("correctness") or {}).get("pass"):
+        problems.append(f"outputs FAIL against the golden: {doc.get('correctness')}")
+    prof = doc.get("profile")
+    if not prof:
+        return problems + ["no profile in `tensord bench --profile --json`"], ""
+    for r in prof["onednn_ref_primitives"]:
+        problems.append(f"oneDNN ref implementation: {r}")
+    for row in prof["steps"]:
+        if row["kind"] == "reference" and row["share"] > MAX_REFERENCE_SHARE:
+            problems.append(f"reference kernel {row['step']}: {100 * row['share']:.1f}% of the "
+                            f"time ({row['calls']} calls)")
+    summary = (f"reference kernels {100 * prof['reference_share']:.1f}%, regions with oneDNN "
+               f"ref primitives {100 * prof['onednn_ref_share']:.1f}%, "
+               f"{1e3 * doc['per_example_s']:.2f} ms/example")
+    return problems, summary
+
+
+def main(argv):
+    if len(argv) < 2:
+        print(__doc__)
+        return 2
+    tensord, keys = argv[1], argv[2:] or CI_MODELS
+    failed = 0
+    for key in keys:
+        problems, summary = check(tensord, key)
+        print(f"{'FAIL' if problems else 'ok  '} {key}: {summary}", flush=True)
+        for pr in problems:
+            print(f"     {pr}")
+        failed += bool(problems)
+    print(f"{failed} of {len(keys)} models with reference kernels on a hot path")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
