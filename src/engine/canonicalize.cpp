@@ -176,6 +176,11 @@ int silu_pass(Graph& g) {
       if (!sig || !plain(*sig, "Sigmoid", 1) || sig->inputs[0] != x) continue;
       const bool own = ix.read_only_by(s, {i});
       if (own && k == 1) break;  // already the canonical form
+      // A Sigmoid the graph also returns is computed anyway: a copy would be one more kernel
+      // (the Mul's swish cannot fuse into a producer the output reads too).
+      if (!own && std::any_of(g.outputs.begin(), g.outputs.end(),
+                              [&](const auto& o) { return o.name == s; }))
+        break;
       std::string s2 = s;
       if (!own) {  // the Sigmoid is shared: this Mul gets one of its own
         Node copy = *sig;

@@ -320,14 +320,15 @@ TEST(GraphCompiler, ElementwiseChainIsOneProgram) {
 }
 
 TEST(GraphCompiler, ElementwiseProgramSplitsAroundOtherOpsAndShapes) {
-  // A broadcast along a trailing axis (a column), and a Softmax in the middle, keep their own
-  // kernels; a large tensor runs across threads; NaN stays NaN through Max/Min/Relu/Clip.
+  // A broadcast along a trailing axis (a column) joins the program; a Softmax in the middle
+  // keeps its own kernel; a large tensor runs across threads; NaN stays NaN through
+  // Max/Min/Relu/Clip.
   G b;
   auto x = b.in("x", {4, 70000});
   auto col = b.in("col", {4, 1});
   auto lo = b.constant(HostTensor::scalar(0.0f));
   auto v = b.op("Relu", {b.op("Mul", {x, x})});
-  auto w = b.op("Add", {v, col});  // [4, 1] broadcast: not a program operand
+  auto w = b.op("Add", {v, col});  // [4, 1]: a broadcast operand of the program
   auto s = b.op("Softmax", {w}, {{"axis", int64_t{1}}});
   auto z = b.op("Clip", {b.op("Max", {s, b.op("Min", {x, lo})}), lo});
   b.out(z);
@@ -335,7 +336,7 @@ TEST(GraphCompiler, ElementwiseProgramSplitsAroundOtherOpsAndShapes) {
   xs.mutable_data<float>()[5] = std::nanf("");
   const std::string plan = check(b.g, {xs, random({4, 1}, 14)});
   EXPECT_EQ(count(plan, "ElementwiseProgram"), 2) << plan;
-  EXPECT_NE(plan.find("Add '"), std::string::npos) << plan;
+  EXPECT_EQ(plan.find("Add '"), std::string::npos) << plan;
   EXPECT_NE(plan.find("Softmax '"), std::string::npos) << plan;
   auto out = run_graph_on_host(b.g, {xs, random({4, 1}, 14)});
   ASSERT_TRUE(out.ok() && (*out)[0].ok());
@@ -361,6 +362,25 @@ TEST(GraphCompiler, LeadingAxesBroadcastsJoinTheProgram) {
   EXPECT_EQ(count(plan, "[reference]"), 0) << plan;
 }
 
+
+TEST(GraphCompiler, AnyNumpyBroadcastJoinsTheProgram) {
+  // An attention mask [B, 1, 1, T] onto scores [B, h, T, T] (a BERT encoder's), a per-head
+  // constant [h, 1, 1] and a column [T, 1]: broadcasts along inner and middle axes, read
+  // through strides, with blocks of 512 values that end mid-row.
+  G b;
+  auto scores = b.in("scores", {2, 3, 19, 19});
+  auto mask = b.in("mask", {2, 1, 1, 19});
+  auto col = b.in("col", {19, 1});
+  auto head = b.constant(random({3, 1, 1}, 61));
+  auto v = b.op("Add", {scores, mask});
+  v = b.op("Mul", {head, v});
+  v = b.op("Sub", {v, col});
+  b.out(b.op("Relu", {v}));
+  const std::string plan = check(b.g, {random({2, 3, 19, 19}, 62, -3, 3),
+                                       random({2, 1, 1, 19}, 63), random({19, 1}, 64)});
+  EXPECT_EQ(count(plan, "ElementwiseProgram"), 1) << plan;
+  EXPECT_EQ(count(plan, "[reference]"), 0) << plan;
+}
 
 // The number `n` in "... n <kind>, ..." of a region's description (0 when absent).
 int primitives(const std::string& plan, const std::string& kind) {

@@ -45,12 +45,80 @@ bool is_binary(Op op) { return op <= Op::kMin; }
 // An operand: a register, a group input (full or one value), a constant scalar, or a value
 // broadcast along the leading axes (a bias: an input or a constant whose shape, leading 1s
 // dropped, is the output's trailing dims; it repeats with period `period`).
+// Any other NumPy broadcast (an attention mask [B,1,1,T] onto [B,h,T,T]): kInputBcast /
+// kConstBcast, read through `bcast` (the output's dims, the operand's element strides with 0
+// along a broadcast axis).
+constexpr size_t kMaxBroadcastRank = 16;
+struct Broadcast {
+  std::vector<int64_t> dims, strides;
+};
 struct Operand {
-  enum Kind : uint8_t { kReg, kInput, kInputScalar, kScalar, kInputRow, kConstRow } kind = kScalar;
+  enum Kind : uint8_t {
+    kReg, kInput, kInputScalar, kScalar, kInputRow, kConstRow, kInputBcast, kConstBcast
+  } kind = kScalar;
   int index = 0;
   float value = 0;
   int64_t period = 0;
+  int bcast = -1;  // kInputBcast / kConstBcast: the program's broadcasts[bcast]
 };
+
+// dst[0:n] = the broadcast operand's values at output elements [start, start + n).
+void fill_broadcast(float* dst, const float* base, const Broadcast& b, int64_t start, int64_t n) {
+  const size_t r = b.dims.size();
+  int64_t idx[kMaxBroadcastRank];
+  int64_t rem = start, off = 0;
+  for (size_t d = r; d-- > 0;) {
+    idx[d] = rem % b.dims[d];
+    rem /= b.dims[d];
+    off += idx[d] * b.strides[d];
+  }
+  const int64_t inner = b.dims[r - 1], s = b.strides[r - 1];
+  for (int64_t i = 0; i < n;) {
+    const int64_t len = std::min(n - i, inner - idx[r - 1]);
+    if (s == 0) {
+      std::fill(dst + i, dst + i + len, base[off]);
+    } else {
+      const float* p = base + off;
+      for (int64_t k = 0; k < len; ++k) dst[i + k] = p[k * s];
+    }
+    i += len;
+    idx[r - 1] += len;
+    off += len * s;
+    if (idx[r - 1] < inner) continue;
+    off -= inner * s;  // the innermost axis wrapped: carry into the outer ones
+    idx[r - 1] = 0;
+    for (size_t d = r - 1; d-- > 0;) {
+      off += b.strides[d];
+      if (++idx[d] < b.dims[d]) break;
+      off -= b.dims[d] * b.strides[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+// Whether `t` broadcasts onto `out` by NumPy's rules (rank at most out's and
+// kMaxBroadcastRank; each of its dims, aligned right, 1 or out's).
+bool is_numpy_broadcast(const Shape& t, const Shape& out) {
+  if (t.size() > out.size() || out.size() > kMaxBroadcastRank || out.empty()) return false;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const int64_t td = t[t.size() - 1 - i], od = out[out.size() - 1 - i];
+    if (td != 1 && td != od) return false;
+  }
+  return true;
+}
+
+Broadcast broadcast_of(const Shape& t, const Shape& out) {
+  Broadcast b;
+  b.dims.assign(out.begin(), out.end());
+  b.strides.assign(out.size(), 0);
+  int64_t stride = 1;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const size_t td = t.size() - 1 - i, od = out.size() - 1 - i;
+    if (t[td] != 1) b.strides[od] = stride;
+    stride *= t[td];
+  }
+  return b;
+}
 
 // dst[0:n] = base[(start + i) % period] for i in [0, n).
 void fill_periodic(float* dst, const float* base, int64_t period, int64_t start, int64_t n) {
@@ -155,6 +223,7 @@ class ElementwiseProgram final : public FusedKernel {
   std::vector<Instr> code;
   std::vector<std::pair<int, int>> stores;  // (register, output index)
   std::vector<std::vector<float>> constants;  // kConstRow operands' values
+  std::vector<Broadcast> broadcasts;         // kInputBcast / kConstBcast operands' maps
   int registers = 0;
   int64_t numel = 0;
   std::string summary;
@@ -198,6 +267,14 @@ class ElementwiseProgram final : public FusedKernel {
           return scratch;
         case Operand::kConstRow:
           fill_periodic(scratch, constants[static_cast<size_t>(o.index)].data(), o.period, start, n);
+          return scratch;
+        case Operand::kInputBcast:
+          fill_broadcast(scratch, in[static_cast<size_t>(o.index)],
+                         broadcasts[static_cast<size_t>(o.bcast)], start, n);
+          return scratch;
+        case Operand::kConstBcast:
+          fill_broadcast(scratch, constants[static_cast<size_t>(o.index)].data(),
+                         broadcasts[static_cast<size_t>(o.bcast)], start, n);
           return scratch;
       }
       return scratch;
@@ -246,7 +323,7 @@ std::string node_key(const FusionGraph& g, const Node& node) {
     const TensorType* t = node.inputs[i].empty() ? nullptr : g.type_of(node.inputs[i]);
     if (!t || t->dtype != DType::kFloat32) return "";
     if (t->shape != out->shape && !is_scalar_type(t) &&
-        !(shape_is_static(t->shape) && is_row_broadcast(t->shape, out->shape)))
+        !(shape_is_static(t->shape) && is_numpy_broadcast(t->shape, out->shape)))
       return "";
   }
   return "ew:" + shape_to_string(out->shape);
@@ -281,12 +358,18 @@ Result<std::unique_ptr<FusedKernel>> compile_program(const FusionGraph& g, const
         o.value = c->data<float>()[0];
         return o;
       }
-      if (c->dtype() != DType::kFloat32 || !is_row_broadcast(c->shape(), out_type->shape))
-        return errors::Unimplemented("constant '{}' does not broadcast along leading axes", v);
-      o.kind = Operand::kConstRow;
+      if (c->dtype() != DType::kFloat32 || !is_numpy_broadcast(c->shape(), out_type->shape))
+        return errors::Unimplemented("constant '{}' does not broadcast onto the output", v);
       o.index = static_cast<int>(prog->constants.size());
-      o.period = c->numel();
       prog->constants.emplace_back(c->data<float>(), c->data<float>() + c->numel());
+      if (is_row_broadcast(c->shape(), out_type->shape)) {
+        o.kind = Operand::kConstRow;
+        o.period = c->numel();
+      } else {
+        o.kind = Operand::kConstBcast;
+        o.bcast = static_cast<int>(prog->broadcasts.size());
+        prog->broadcasts.push_back(broadcast_of(c->shape(), out_type->shape));
+      }
       return o;
     }
     auto in = input_index.find(v);
@@ -296,8 +379,15 @@ Result<std::unique_ptr<FusedKernel>> compile_program(const FusionGraph& g, const
     if (is_scalar_type(t) && prog->numel != 1) {
       o.kind = Operand::kInputScalar;
     } else if (t && t->shape != out_type->shape && shape_numel(t->shape) != prog->numel) {
-      o.kind = Operand::kInputRow;  // node_key admitted it: a leading-axes broadcast
-      o.period = shape_numel(t->shape);
+      // node_key admitted it: a NumPy broadcast
+      if (is_row_broadcast(t->shape, out_type->shape)) {
+        o.kind = Operand::kInputRow;
+        o.period = shape_numel(t->shape);
+      } else {
+        o.kind = Operand::kInputBcast;
+        o.bcast = static_cast<int>(prog->broadcasts.size());
+        prog->broadcasts.push_back(broadcast_of(t->shape, out_type->shape));
+      }
     } else {
       o.kind = Operand::kInput;
     }

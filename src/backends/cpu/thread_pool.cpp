@@ -63,7 +63,9 @@ int read_team_size() {
 
 // Microseconds a waiting thread spins before it sleeps: TENSORD_SPIN_US (0..100000).
 int64_t read_spin_us() {
-  if (auto v = parse_count_env("TENSORD_SPIN_US", 0, 100000); v.ok() && *v >= 0) return *v;
+  const char* env = std::getenv("TENSORD_SPIN_US");
+  if (env == nullptr || *env == '\0') return 50;  // unset: parse_count_env says 0
+  if (auto v = parse_count_env("TENSORD_SPIN_US", 0, 100000); v.ok()) return *v;
   return 50;
 }
 
