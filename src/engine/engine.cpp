@@ -28,6 +28,7 @@
 #include "core/text.h"
 #include "engine/executor.h"
 #include "engine/memory_pool.h"
+#include "backends/cpu/thread_pool.h"
 
 namespace tensord {
 namespace {
@@ -87,30 +88,43 @@ struct Task {
   bool eligible() const { return tokens.cancelled() || !ready || ready(); }
 };
 
-// One thread running a device's tasks: per-session FIFOs served round-robin (order within a
+// The threads running a device's tasks: per-session FIFOs served round-robin (order within a
 // session is kept; sessions share no tensors, so their order is free), with time slicing: a
-// task that has run past the slice while other sessions have work queued runs that work
-// inline at its next checkpoint (one level deep, another session's only), then resumes.
+// task that has run past the slice while other sessions have work queued (and no runner is
+// free to take it) runs that work inline at its next checkpoint (one level deep, another
+// session's only), then resumes.
+//
+// Runners: one thread, or (cpu devices, EngineOptions::cpu_runners) several. A session's tasks
+// never run two at a time: a runner takes the front task of a session no runner is running.
+// Runners besides the first take only tasks whose inputs are ready, so they never block; with
+// several busy at once each one's kernels get its share of the cores (cpu::RunnerScope): two
+// sessions' graphs side by side on 2 cores, each on one thread, instead of taking turns with
+// the whole team at every kernel.
 //
 // Deadlock freedom: a task may block on the result of an older task of its session on
-// another queue. Out of order (round-robin, inline) only tasks whose inputs are ready run, and
-// they never block; when no queued task is ready, the oldest one runs (and may block on older
-// work elsewhere). A chain of blocked queues thus always points at older and older work, so
-// it ends at a queue that makes progress, as with the plain FIFO before.
+// another queue. Out of order (round-robin, inline, other runners) only tasks whose inputs are
+// ready run, and they never block; when no queued task is ready, the first runner runs the
+// oldest one (and may block on older work elsewhere). A chain of blocked queues thus always
+// points at older and older work, so it ends at a queue that makes progress, as with the plain
+// FIFO before.
 class WorkQueue {
  public:
-  WorkQueue(std::chrono::microseconds slice, QueueStats* stats)
-      : slice_(slice), stats_(stats), thread_([this] {
-          pthread_setname_np(pthread_self(), "tensord-queue");  // seen in top -H, gdb
-          loop();
-        }) {}
+  WorkQueue(std::chrono::microseconds slice, QueueStats* stats, int runners = 1)
+      : slice_(slice), stats_(stats) {
+    runners = std::max(1, runners);
+    for (int i = 0; i < runners; ++i)
+      threads_.emplace_back([this, i] {
+        pthread_setname_np(pthread_self(), "tensord-queue");  // seen in top -H, gdb
+        loop(i);
+      });
+  }
   ~WorkQueue() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
     }
     cv_.notify_all();
-    thread_.join();
+    for (auto& t : threads_) t.join();
   }
   void push(Task task) {
     {
@@ -118,29 +132,20 @@ class WorkQueue {
       task.seq = next_seq_++;
       enqueue_locked(std::move(task), /*front=*/false);
     }
-    cv_.notify_one();
+    notify();
   }
   // Runs `task` on the calling thread when nothing is queued or running and its inputs are
-  // ready (then true), keeping the queue's order: the queue thread takes no task meanwhile.
-  // Else false, nothing done.
+  // ready (then true), keeping the queue's order: no runner takes a task of its session
+  // meanwhile. Else false, nothing done.
   bool run_here_if_idle(Task& task) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (busy_ || stop_ || !fifos_.empty() || !task.eligible()) return false;
-      busy_ = true;
-      running_ = task.session;
-      update_flag_locked();
+      if (busy_ > 0 || stop_ || !fifos_.empty() || !task.eligible()) return false;
+      start_locked(task.session);
     }
     started_.fetch_add(1, std::memory_order_relaxed);  // waited for nothing
     run_top(task);
-    bool pushed = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      busy_ = false;
-      pushed = !fifos_.empty() || stop_;
-      update_flag_locked();
-    }
-    if (pushed) cv_.notify_one();  // the queue thread waits for them (an idle one sleeps on)
+    finish(task.session);
     return true;
   }
 
@@ -150,7 +155,7 @@ class WorkQueue {
     if (!others_waiting_.load(std::memory_order_relaxed)) return;
     const auto now = Clock::now();
     if (now - f.slice_start < slice_) return;
-    run_others(f.task->session);
+    run_others();
     f.slice_start = Clock::now();
   }
   std::chrono::microseconds slice() const { return slice_; }
@@ -162,6 +167,12 @@ class WorkQueue {
   int64_t busy_us() const { return busy_us_.load(std::memory_order_relaxed); }
 
  private:
+  void notify() {
+    if (threads_.size() == 1)
+      cv_.notify_one();
+    else
+      cv_.notify_all();  // the first runner may be the only one allowed the task
+  }
   void enqueue_locked(Task task, bool front) {
     if (task.queued == Clock::time_point{}) task.queued = Clock::now();
     depth_.fetch_add(1, std::memory_order_relaxed);
@@ -173,16 +184,33 @@ class WorkQueue {
       it->second.push_back(std::move(task));
     update_flag_locked();
   }
-  // Whether a session other than the running one has queued work (read without the lock by
-  // checkpoints, so that most of them cost one atomic load).
-  void update_flag_locked() {
-    const size_t others = fifos_.size() - (busy_ && fifos_.count(running_) ? 1 : 0);
-    others_waiting_.store(others > 0, std::memory_order_relaxed);
+  void start_locked(SessionId s) {
+    ++busy_;
+    ++running_[s];
+    update_flag_locked();
   }
-  // Takes the next task: the first session in round-robin order (other than `exclude`) whose
-  // front task is eligible (and, inline, not known to run long); else, unless `inline_only`,
-  // the oldest front task. False when none.
-  bool pick_locked(std::optional<SessionId> exclude, bool inline_only, Task* out) {
+  void finish(SessionId s) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --busy_;
+      if (--running_[s] == 0) running_.erase(s);
+      update_flag_locked();
+    }
+    notify();  // a runner may wait for this session, or (stopping) for every task to end
+  }
+  bool running_locked(SessionId s) const { return running_.count(s) > 0; }
+  // Whether a session no runner is running has queued work while every runner is busy (read
+  // without the lock by checkpoints, so that most of them cost one atomic load).
+  void update_flag_locked() {
+    size_t others = 0;
+    for (const auto& [s, q] : fifos_) others += running_locked(s) ? 0 : 1;
+    others_waiting_.store(others > 0 && busy_ >= static_cast<int>(threads_.size()),
+                          std::memory_order_relaxed);
+  }
+  // Takes the next task of a session no runner is running: the first in round-robin order
+  // whose front task is eligible (and, inline, not known to run long); else, when `blocking`
+  // (the first runner), the oldest front task, if its session is free. False when none.
+  bool pick_locked(bool inline_only, bool blocking, Task* out) {
     auto take = [&](std::deque<SessionId>::iterator rit) {
       const SessionId s = *rit;
       auto fit = fifos_.find(s);
@@ -203,34 +231,37 @@ class WorkQueue {
       return true;
     };
     for (auto rit = rr_.begin(); rit != rr_.end(); ++rit) {
-      if (exclude && *rit == *exclude) continue;
+      if (running_locked(*rit)) continue;
       const Task& t = fifos_.at(*rit).front();
       if (inline_only && t.long_running && !t.tokens.cancelled()) continue;
       if (t.eligible()) return take(rit);
     }
-    if (inline_only || rr_.empty()) return false;
+    if (inline_only || !blocking || rr_.empty()) return false;
     auto oldest = rr_.begin();
     for (auto rit = rr_.begin(); rit != rr_.end(); ++rit)
       if (fifos_.at(*rit).front().seq < fifos_.at(*oldest).front().seq) oldest = rit;
+    if (running_locked(*oldest)) return false;  // its runner never blocks: it ends soon
     return take(oldest);
   }
 
-  void loop() {
+  void loop(int index) {
+    const bool first = index == 0;
     for (;;) {
       Task task;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return (stop_ && !busy_) || (!fifos_.empty() && !busy_); });
-        if (fifos_.empty()) return;  // stop_ and drained
-        pick_locked(std::nullopt, false, &task);
-        busy_ = true;
-        running_ = task.session;
-        update_flag_locked();
+        bool got = false;
+        cv_.wait(lock, [&] {
+          if (stop_ && fifos_.empty() && (first ? busy_ == 0 : true)) return true;
+          if (first && busy_ > 0 && threads_.size() == 1) return false;
+          got = pick_locked(false, first, &task);
+          return got;
+        });
+        if (!got) return;  // stop_ and drained
+        start_locked(task.session);
       }
       run_top(task);
-      std::lock_guard<std::mutex> lock(mu_);
-      busy_ = false;
-      update_flag_locked();
+      finish(task.session);
     }
   }
 
@@ -241,6 +272,7 @@ class WorkQueue {
     f.task = &task;
     f.slice_start = t0;
     {
+      cpu::RunnerScope runner;
       ScopedRunContext scope(&f);
       task.fn(f);  // top-level runs are never preempted
     }
@@ -253,13 +285,14 @@ class WorkQueue {
 
   // Runs other sessions' eligible tasks inline, round-robin, for about one slice (each task
   // started gets a full slice; one past it is preempted and redone later in its own turn).
-  void run_others(SessionId running) {
+  void run_others() {
     const auto burst_end = Clock::now() + slice_;
     while (Clock::now() < burst_end) {
       Task task;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (!pick_locked(running, /*inline_only=*/true, &task)) return;
+        if (!pick_locked(/*inline_only=*/true, false, &task)) return;
+        ++running_[task.session];
         update_flag_locked();
       }
       Frame f;
@@ -273,13 +306,15 @@ class WorkQueue {
         done = task.fn(f);
       }
       stats_->nested++;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--running_[task.session] == 0) running_.erase(task.session);
       if (done) {
         if (task.tokens.cancelled()) stats_->cancelled++;
+        update_flag_locked();
         continue;
       }
       stats_->preempted++;
       task.long_running = true;
-      std::lock_guard<std::mutex> lock(mu_);
       enqueue_locked(std::move(task), /*front=*/true);  // keeps its place in its session
     }
   }
@@ -290,13 +325,13 @@ class WorkQueue {
   std::condition_variable cv_;
   std::unordered_map<SessionId, std::deque<Task>> fifos_;  // non-empty ones only
   std::deque<SessionId> rr_;                                // the sessions of fifos_, in turn
+  std::unordered_map<SessionId, int> running_;  // sessions with a task running, and how many
   uint64_t next_seq_ = 0;
   bool stop_ = false;
-  bool busy_ = false;  // a task is running (on the queue thread or run_here_if_idle's caller)
-  SessionId running_ = 0;
+  int busy_ = 0;  // runners (or run_here_if_idle's callers) running a top-level task
   std::atomic<bool> others_waiting_{false};
   std::atomic<int64_t> depth_{0}, started_{0}, wait_us_{0}, busy_us_{0};
-  std::thread thread_;
+  std::vector<std::thread> threads_;
 };
 
 Status Frame::cancelled() const { return task->tokens.check(); }
@@ -1125,6 +1160,8 @@ EngineOptions EngineOptions::from_env() {
     o.max_compiles_per_tenant = static_cast<int>(std::clamp<long long>(std::atoll(v), 0, 1 << 16));
   if (const char* v = std::getenv("TENSORD_NAMED_MODEL_FORMS"); v && std::atoll(v) > 0)
     o.named_model_forms_per_tenant = static_cast<size_t>(std::atoll(v));
+  if (const char* v = std::getenv("TENSORD_CPU_RUNNERS"); v && *v)
+    o.cpu_runners = static_cast<int>(std::clamp<long long>(std::atoll(v), 0, 64));
   if (const char* t = std::getenv("TENSORD_TIME_SLICE_MS")) {
     const double ms = std::atof(t);
     if (ms > 0) o.time_slice = std::chrono::microseconds(static_cast<int64_t>(ms * 1000));
@@ -1243,8 +1280,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
         impl->host = slot->device.get();
         impl->fallback = slot.get();
       }
+      int runners = 1;
+      if (info.kind == "cpu" && info.name.find('/') == std::string::npos)
+        runners = options.cpu_runners > 0 ? options.cpu_runners
+                                          : std::min(4, cpu::ThreadPool::team_size());
       slot->queue = std::make_unique<WorkQueue>(
-          std::max(options.time_slice, std::chrono::microseconds(100)), &impl->queue_stats);
+          std::max(options.time_slice, std::chrono::microseconds(100)), &impl->queue_stats,
+          runners);
       impl->slots.push_back(std::move(slot));
     }
   }

@@ -128,6 +128,11 @@ struct EngineOptions {
   // Time slice: how long a graph runs before other sessions' queued work on its device runs
   // inline at its next step boundary (TENSORD_TIME_SLICE_MS). See "Fairness" above.
   std::chrono::microseconds time_slice{20000};
+  // Threads running a cpu device's queue (TENSORD_CPU_RUNNERS): up to this many sessions'
+  // tasks run at once, each with its share of the CPU thread pool (one thread each when as many
+  // are busy as the pool has threads). 0: the pool's size, at most 4. 1: one session at a time,
+  // with the whole pool (the other devices' queues always have one thread).
+  int cpu_runners = 0;
   // Constants folded at compile time that one executable may keep (TENSORD_MAX_FOLDED_BYTES);
   // past it nodes are computed at run time instead (0: no cap). The folded bytes, weights
   // prepared for a device and device copies of constants are charged to the tenant (or the

@@ -22,10 +22,13 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-std::shared_ptr<Engine> make_engine(int devices = 1) {
+// One runner per cpu queue by default: the tests of time slicing need the running graph to be
+// the only way in (with more runners another session's work takes a free runner instead).
+std::shared_ptr<Engine> make_engine(int devices = 1, int runners = 1) {
   setenv("TENSORD_CPU_DEVICES", std::to_string(devices).c_str(), 1);
   EngineOptions o;
   o.time_slice = milliseconds(20);
+  o.cpu_runners = runners;
   auto e = Engine::create(o);
   unsetenv("TENSORD_CPU_DEVICES");
   EXPECT_TRUE(e.ok()) << e.status().to_string();
@@ -48,7 +51,8 @@ Node node(std::string name, std::string op, std::vector<std::string> in,
 Graph loop_graph(bool empty_body = false) {
   auto body = std::make_shared<Graph>();
   body->name = "body";
-  body->inputs = {{"i", {DType::kInt64, {}}}, {"c", {DType::kBool, {}}}, {"x", {DType::kFloat32, {1}}}};
+  body->inputs = {
+      {"i", {DType::kInt64, {}}}, {"c", {DType::kBool, {}}}, {"x", {DType::kFloat32, {1}}}};
   if (empty_body) {
     body->outputs = {{"c", {}}, {"x", {}}};
   } else {
@@ -59,7 +63,8 @@ Graph loop_graph(bool empty_body = false) {
   }
   Graph g;
   g.name = "long_loop";
-  g.inputs = {{"M", {DType::kInt64, {}}}, {"cond", {DType::kBool, {}}}, {"x", {DType::kFloat32, {1}}}};
+  g.inputs = {
+      {"M", {DType::kInt64, {}}}, {"cond", {DType::kBool, {}}}, {"x", {DType::kFloat32, {1}}}};
   g.nodes.push_back(node("loop", "Loop", {"M", "cond", "x"}, {"y"},
                          {{"body", Attribute(std::shared_ptr<const Graph>(body))}}));
   g.outputs = {{"y", {}}};
@@ -82,7 +87,8 @@ TensorHandle start_loop(Engine& e, SessionId session, int64_t trips, bool empty_
   auto c = e.upload(session, HostTensor::scalar<bool>(true).view(), "");
   auto x = e.upload(session, HostTensor::from_vector<float>({0.0f}, {1}).view(), "");
   EXPECT_TRUE(m.ok() && c.ok() && x.ok());
-  auto out = e.execute(session, loop_graph(empty_body), {*m, *c, *x}, "", {}, false, std::move(call));
+  auto out =
+      e.execute(session, loop_graph(empty_body), {*m, *c, *x}, "", {}, false, std::move(call));
   EXPECT_TRUE(out.ok()) << out.status().to_string();
   return out.ok() ? out->at(0) : 0;
 }
@@ -115,8 +121,9 @@ TEST(Scheduling, SmallOpOfAnotherSessionIsNotStuckBehindALongLoop) {
     let_it_run();
     double worst = 0;
     for (int i = 0; i < 5; ++i) worst = std::max(worst, small_op_ms(*e, b));
-    std::printf("[ measure  ] trips=%lld: session B's small op behind A's loop: worst of 5 %.2f ms\n",
-                static_cast<long long>(trips), worst);
+    std::printf(
+        "[ measure  ] trips=%lld: session B's small op behind A's loop: worst of 5 %.2f ms\n",
+        static_cast<long long>(trips), worst);
     EXPECT_LT(worst, 2000.0);
     // A's loop is still running (B did not wait for it, it did not end early).
     auto info = e->info(a, y);
@@ -155,7 +162,8 @@ TEST(Scheduling, ClosingTheSessionStopsItsRunningLoopAndDropsItsQueuedWork) {
     waiter.join();
     waited_ms = ms_since(t0);
     EXPECT_EQ(waited.code(), StatusCode::kCancelled) << waited.to_string();
-    EXPECT_NE(waited.message().find("the session was closed"), std::string::npos) << waited.to_string();
+    EXPECT_NE(waited.message().find("the session was closed"), std::string::npos)
+        << waited.to_string();
     // The device is idle again: both of A's tasks ended as cancelled, promptly.
     const auto t1 = Clock::now();
     while (e->metrics().tasks_cancelled < before.tasks_cancelled + 2 && ms_since(t1) < 5000)
@@ -166,9 +174,10 @@ TEST(Scheduling, ClosingTheSessionStopsItsRunningLoopAndDropsItsQueuedWork) {
     std::this_thread::sleep_for(milliseconds(200));
     EXPECT_EQ(e->metrics().busy_us, busy) << "the device still runs something";
     const double after = small_op_ms(*e, b);
-    std::printf("[ measure  ] empty_body=%d: waiter released %.2f ms after close, loop stopped "
-                "within %.2f ms more; next op %.2f ms\n",
-                empty_body, waited_ms, stop_ms, after);
+    std::printf(
+        "[ measure  ] empty_body=%d: waiter released %.2f ms after close, loop stopped "
+        "within %.2f ms more; next op %.2f ms\n",
+        empty_body, waited_ms, stop_ms, after);
     EXPECT_LT(waited_ms, 1000.0);
     EXPECT_LT(after, 1000.0);
     ASSERT_TRUE(e->close_session(b).ok());
@@ -236,8 +245,39 @@ TEST(Scheduling, ASecondLongGraphRunInlineIsPreemptedSoAThirdSessionStillGetsIn)
   ASSERT_TRUE(e->close_session(c).ok());
 }
 
-TEST(Scheduling, OrderWithinASessionIsKeptAndSessionsTakeTurns) {
-  auto e = make_engine();
+// With two runners, another session's work runs beside a long graph on the second runner
+// (nothing nested inside the long one); with both busy, a third session's still gets in inline.
+TEST(Scheduling, TwoRunnersRunTwoSessionsSideBySide) {
+  auto e = make_engine(1, 2);
+  const SessionId a = e->open_session();
+  const SessionId b = e->open_session();
+  const SessionId c = e->open_session();
+  const TensorHandle ya = start_loop(*e, a, INT64_MAX);
+  let_it_run();
+  double worst = 0;
+  for (int i = 0; i < 5; ++i) worst = std::max(worst, small_op_ms(*e, b));
+  std::printf("[ measure  ] two runners: B's small op beside A's endless loop: worst %.2f ms\n",
+              worst);
+  EXPECT_LT(worst, 2000.0);
+  EXPECT_EQ(e->metrics().tasks_nested, 0);  // B's ops ran on the second runner
+  const TensorHandle yb = start_loop(*e, b, INT64_MAX);
+  let_it_run();
+  worst = 0;
+  for (int i = 0; i < 5; ++i) worst = std::max(worst, small_op_ms(*e, c));
+  std::printf("[ measure  ] two runners both busy: C's small op: worst %.2f ms\n", worst);
+  EXPECT_LT(worst, 2000.0);
+  EXPECT_GT(e->metrics().tasks_nested, 0);
+  (void)ya;
+  (void)yb;
+  ASSERT_TRUE(e->close_session(a).ok());
+  ASSERT_TRUE(e->close_session(b).ok());
+  ASSERT_TRUE(e->close_session(c).ok());
+}
+
+class SchedulingRunners : public ::testing::TestWithParam<int> {};
+
+TEST_P(SchedulingRunners, OrderWithinASessionIsKeptAndSessionsTakeTurns) {
+  auto e = make_engine(1, GetParam());
   const SessionId a = e->open_session();
   const SessionId b = e->open_session();
   // A queues many ops behind a 300 ms loop; B's op, queued last, does not wait for all of A's.
@@ -259,29 +299,34 @@ TEST(Scheduling, OrderWithinASessionIsKeptAndSessionsTakeTurns) {
   EXPECT_EQ(ry->to_double_vector(), std::vector<double>{3e5});
 }
 
+INSTANTIATE_TEST_SUITE_P(Runners, SchedulingRunners, ::testing::Values(1, 2, 4));
+
 TEST(Scheduling, WorkAcrossTwoDevicesOfManySessionsCompletes) {
-  // Transfers between devices and round-robin picking: no deadlock, right values.
-  auto e = make_engine(2);
-  std::vector<std::thread> threads;
-  std::atomic<int> good{0};
-  for (int t = 0; t < 6; ++t) {
-    threads.emplace_back([&, t] {
-      const SessionId s = e->open_session();
-      auto p = e->upload(s, HostTensor::from_vector<float>({1, 2, 3, 4}, {4}).view(),
-                         t % 2 ? "cpu:1" : "cpu:0");
-      TensorHandle last = *p;
-      for (int i = 0; i < 40; ++i) {
-        auto q = e->execute(s, add_graph(), {last, *p}, i % 2 ? "cpu:0" : "cpu:1");
-        if (!q.ok()) return;
-        last = q->at(0);
-      }
-      auto r = e->read(s, last);
-      if (r.ok() && r->to_double_vector() == std::vector<double>{41, 82, 123, 164}) good++;
-      (void)e->close_session(s);
-    });
+  // Transfers between devices and round-robin picking: no deadlock, right values, with one
+  // runner per queue and with two.
+  for (int runners : {1, 2}) {
+    auto e = make_engine(2, runners);
+    std::vector<std::thread> threads;
+    std::atomic<int> good{0};
+    for (int t = 0; t < 6; ++t) {
+      threads.emplace_back([&, t] {
+        const SessionId s = e->open_session();
+        auto p = e->upload(s, HostTensor::from_vector<float>({1, 2, 3, 4}, {4}).view(),
+                           t % 2 ? "cpu:1" : "cpu:0");
+        TensorHandle last = *p;
+        for (int i = 0; i < 40; ++i) {
+          auto q = e->execute(s, add_graph(), {last, *p}, i % 2 ? "cpu:0" : "cpu:1");
+          if (!q.ok()) return;
+          last = q->at(0);
+        }
+        auto r = e->read(s, last);
+        if (r.ok() && r->to_double_vector() == std::vector<double>{41, 82, 123, 164}) good++;
+        (void)e->close_session(s);
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(good.load(), 6) << runners << " runners";
   }
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(good.load(), 6);
 }
 
 }  // namespace

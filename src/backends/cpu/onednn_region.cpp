@@ -1140,44 +1140,135 @@ class DnnlRegion final : public FusedKernel {
     std::unordered_map<int, memory> args;    // bound once (persistent memory objects)
     std::string kind;
     bool serial = false;  // created for, and run on, one thread (too little work to split)
+    dnnl::primitive one_thread;  // !serial: its one-thread variant (make_serial_variants), or none
   };
+
+  // The memory objects of one run: the slots' (inputs, outputs and arena set per run; owned
+  // ones shared) and each op's arguments over them. Runs of one region at once (sessions
+  // sharing a cached executable, on several device runners) each take their own.
+  struct RunState {
+    std::vector<memory> mems;
+    std::vector<std::unordered_map<int, memory>> args;
+  };
+
+  std::unique_ptr<RunState> take_state() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!free_states_.empty()) {
+        auto st = std::move(free_states_.back());
+        free_states_.pop_back();
+        return st;
+      }
+    }
+    auto st = std::make_unique<RunState>();
+    st->mems.reserve(slots_.size());
+    for (const Slot& s : slots_)
+      st->mems.push_back(s.kind == SlotKind::kOwned ? s.mem
+                                                    : memory(s.md, cpu_engine(), DNNL_MEMORY_NONE));
+    st->args.reserve(ops_.size());
+    for (const Op& op : ops_) {
+      auto args = op.args;
+      for (const auto& [arg, slot] : op.arg_slots) args[arg] = st->mems[static_cast<size_t>(slot)];
+      st->args.push_back(std::move(args));
+    }
+    return st;
+  }
+  void give_back(std::unique_ptr<RunState> st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_states_.push_back(std::move(st));
+  }
+
+  // The one-thread variant of each op created for the team, made the first time a run has one
+  // thread to itself (threads_available() == 1: other sessions' graphs run on the other cores).
+  // The same operation and attributes, created under TeamLimit(1); kept only where oneDNN gives
+  // a non-reference implementation with the same memory layouts for every argument (else the
+  // team primitive runs, correct, on the threads it was created for).
+  void make_serial_variants() {
+    TeamLimit one(1);
+    for (Op& op : ops_) {
+      if (op.serial) continue;
+      const_dnnl_primitive_desc_t pd = nullptr;
+      if (dnnl_primitive_get_primitive_desc(op.prim.get(), &pd) != dnnl_success) continue;
+      const_dnnl_op_desc_t od = nullptr;
+      if (dnnl_primitive_desc_query(pd, dnnl_query_op_d, 0, &od) != dnnl_success || !od) continue;
+      const_dnnl_primitive_attr_t attr = nullptr;
+      if (dnnl_primitive_desc_get_attr(pd, &attr) != dnnl_success) continue;
+      dnnl_primitive_desc_iterator_t it = nullptr;
+      if (dnnl_primitive_desc_iterator_create(&it, od, attr, cpu_engine().get(), nullptr) !=
+          dnnl_success)
+        continue;
+      dnnl_primitive_desc_t pd1 = dnnl_primitive_desc_iterator_fetch(it);
+      dnnl_primitive_desc_iterator_destroy(it);
+      if (!pd1) continue;
+      bool same = true;
+      for (const auto& [arg, mem] : op.args) {
+        (void)mem;
+        const dnnl_memory_desc_t* a = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
+        const dnnl_memory_desc_t* b = dnnl_primitive_desc_query_md(pd1, dnnl_query_exec_arg_md, arg);
+        if (!a || !b || dnnl_memory_desc_equal(a, b) == 0) {
+          same = false;
+          break;
+        }
+      }
+      const char* impl = nullptr;
+      dnnl_primitive_desc_query(pd1, dnnl_query_impl_info_str, 0, &impl);
+      if (same && impl && !is_reference(impl)) {
+        dnnl_primitive_t p = nullptr;
+        if (dnnl_primitive_create(&p, pd1) == dnnl_success) op.one_thread = dnnl::primitive(p);
+      }
+      dnnl_primitive_desc_destroy(pd1);
+    }
+  }
 
   Status run_host(const std::vector<TensorView>& inputs, const std::vector<MutableTensorView>& outputs,
              Allocator& allocator) override {
-    std::lock_guard<std::mutex> lock(mu_);
     std::shared_ptr<Buffer> arena;
     if (arena_bytes_ > 0) {
       TD_ASSIGN_OR_RETURN(arena, allocator.allocate(static_cast<size_t>(arena_bytes_)));
     }
+    // Sharing the cores with other runners: every op on this thread alone.
+    const bool alone = threads_available() <= 1 && ThreadPool::team_size() > 1;
+    if (alone) {
+      try {
+        std::call_once(serial_once_, [this] { make_serial_variants(); });
+      } catch (const dnnl::error&) {  // the team primitives run instead
+      }
+    }
+    std::unique_ptr<RunState> st = take_state();
     char* base = arena ? static_cast<char*>(host_address(*arena)) : nullptr;
-    for (Slot& s : slots_) {
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const Slot& s = slots_[i];
       switch (s.kind) {
         case SlotKind::kInput:
-          s.mem.set_data_handle(const_cast<void*>(inputs.at(static_cast<size_t>(s.index)).data));
+          st->mems[i].set_data_handle(const_cast<void*>(inputs.at(static_cast<size_t>(s.index)).data));
           break;
         case SlotKind::kOutput:
-          s.mem.set_data_handle(outputs.at(static_cast<size_t>(s.index)).data);
+          st->mems[i].set_data_handle(outputs.at(static_cast<size_t>(s.index)).data);
           break;
         case SlotKind::kArena:
-          s.mem.set_data_handle(base + storages_[static_cast<size_t>(s.index)].offset);
+          st->mems[i].set_data_handle(base + storages_[static_cast<size_t>(s.index)].offset);
           break;
         case SlotKind::kOwned:
           break;
       }
     }
+    Status result = OkStatus();
     try {
       dnnl::stream& stream = cpu_stream();
       // A serial op runs inline on this thread: no fork and join on the pool, which on 2 busy
       // cores costs more than splitting a small primitive saves.
-      for (Op& op : ops_) {
-        TeamLimit limit(op.serial ? 1 : 0);
-        op.prim.execute(stream, op.args);
+      for (size_t i = 0; i < ops_.size(); ++i) {
+        const Op& op = ops_[i];
+        const bool variant = alone && !op.serial && op.one_thread;  // read after call_once
+        TeamLimit limit(op.serial || variant ? 1 : 0);
+        (variant ? op.one_thread : op.prim).execute(stream, st->args[i]);
       }
       stream.wait();
     } catch (const dnnl::error& e) {
-      return errors::Internal("oneDNN region failed: {}", e.what());
+      result = errors::Internal("oneDNN region failed: {}", e.what());
     }
-    return OkStatus();
+    give_back(std::move(st));
+    return result;
   }
 
   int64_t arena_bytes() const override { return arena_bytes_; }
@@ -1213,7 +1304,9 @@ class DnnlRegion final : public FusedKernel {
   int fused_ = 0;
   bool blocked16_ = false;
   int serial_ops_ = 0;
-  std::mutex mu_;  // slots' memory handles are per run
+  std::mutex mu_;  // free_states_
+  std::vector<std::unique_ptr<RunState>> free_states_;
+  std::once_flag serial_once_;
 };
 
 memory::dims dims_of(const Shape& s) { return memory::dims(s.begin(), s.end()); }

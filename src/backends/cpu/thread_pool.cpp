@@ -77,6 +77,7 @@ struct ThreadState {
   int size = 1;              // omp_get_num_threads()
   int level = 0;             // nesting depth of regions (active or not)
   int limit = 0;             // TeamLimit (0: none)
+  bool runner = false;       // inside a RunnerScope
 };
 thread_local ThreadState t_state;
 
@@ -332,10 +333,37 @@ TeamLimit::TeamLimit(int max_threads) : saved_(t_state.limit) {
 }
 TeamLimit::~TeamLimit() { t_state.limit = saved_; }
 
+namespace {
+std::atomic<int> g_busy_runners{0};
+
+// The calling thread's nthreads-var: TeamLimit, its share of the pool while other runners are
+// busy too, at most the pool's size.
+int max_threads_here() {
+  int team = ThreadPool::team_size();
+  if (t_state.runner) {
+    const int busy = g_busy_runners.load(std::memory_order_relaxed);
+    if (busy > 1) team = std::max(1, team / busy);
+  }
+  return t_state.limit > 0 ? std::min(t_state.limit, team) : team;
+}
+}  // namespace
+
+RunnerScope::RunnerScope() : counted_(!t_state.runner) {
+  if (!counted_) return;  // a task run inline inside another: the runner is counted once
+  t_state.runner = true;
+  g_busy_runners.fetch_add(1, std::memory_order_relaxed);
+}
+RunnerScope::~RunnerScope() {
+  if (!counted_) return;
+  t_state.runner = false;
+  g_busy_runners.fetch_sub(1, std::memory_order_relaxed);
+}
+
+int busy_runners() { return g_busy_runners.load(std::memory_order_relaxed); }
+
 int threads_available() {
   if (t_state.level > 0) return 1;
-  const int team = ThreadPool::team_size();
-  return t_state.limit > 0 ? std::min(t_state.limit, team) : team;
+  return max_threads_here();
 }
 
 }  // namespace tensord::cpu
@@ -361,10 +389,7 @@ void pool_gomp_parallel(void (*fn)(void*), void* data, unsigned num_threads, uns
 void pool_gomp_barrier() { ThreadPool::get().barrier(); }
 // As libgomp: the calling thread's nthreads-var (TeamLimit, else the pool's size), inside a
 // region too (a nested region still runs with one thread).
-int pool_omp_get_max_threads() {
-  const int team = ThreadPool::team_size();
-  return t_state.limit > 0 ? std::min(t_state.limit, team) : team;
-}
+int pool_omp_get_max_threads() { return max_threads_here(); }
 int pool_omp_get_num_threads() { return t_state.size; }
 int pool_omp_get_thread_num() { return t_state.num; }
 int pool_omp_in_parallel() { return t_state.region != nullptr ? 1 : 0; }

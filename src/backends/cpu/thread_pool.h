@@ -83,7 +83,28 @@ class TeamLimit {
   int saved_;
 };
 
-// Threads the calling thread's next region would get (TeamLimit, nesting, the pool size).
+// A device-queue runner (engine.cpp's WorkQueue) running one task while alive. While more than
+// one runner of the process runs work at once (different sessions' graphs side by side), each
+// one's threads_available() is the pool's size divided among them (1 on a 2-core machine): the
+// sessions then share the cores graph by graph, each running its kernels serially, instead of
+// taking turns at every kernel with the whole team (fork, join and a barrier per primitive).
+// A thread's own TeamLimit still applies on top.
+class RunnerScope {
+ public:
+  RunnerScope();
+  ~RunnerScope();
+  RunnerScope(const RunnerScope&) = delete;
+  RunnerScope& operator=(const RunnerScope&) = delete;
+
+ private:
+  bool counted_;
+};
+
+// Runners running work now (RunnerScope), in the process.
+int busy_runners();
+
+// Threads the calling thread's next region would get (TeamLimit, nesting, sharing with other
+// busy runners, the pool size).
 int threads_available();
 
 // Whether oneDNN's parallel regions run on this pool: runs a small oneDNN primitive with two
