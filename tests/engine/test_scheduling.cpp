@@ -6,7 +6,9 @@
 // printed, not asserted tightly (benchmarks are programs: bench/sched_delay.cpp).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <thread>
 
@@ -297,6 +299,52 @@ TEST_P(SchedulingRunners, OrderWithinASessionIsKeptAndSessionsTakeTurns) {
   auto ry = e->read(a, y);
   ASSERT_TRUE(ry.ok()) << ry.status().to_string();
   EXPECT_EQ(ry->to_double_vector(), std::vector<double>{3e5});
+}
+
+// Two runners, four sessions running the same convolution graph at once (one cached executable,
+// its oneDNN region run by two threads at a time, on its one-thread variants while both are
+// busy): every result equals the one a lone run gives.
+TEST(Scheduling, SessionsSideBySideOnOneCachedRegionAgreeWithALoneRun) {
+  auto e = make_engine(1, 2);
+  Graph g;
+  g.name = "conv";
+  g.inputs = {{"x", {DType::kFloat32, {1, 16, 32, 32}}}};
+  std::vector<float> w(32 * 16 * 3 * 3), x(16 * 32 * 32);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 7919) % 97) / 97.0f - 0.5f;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 104729) % 89) / 89.0f;
+  g.initializers.emplace("w", HostTensor::from_vector<float>(w, {32, 16, 3, 3}));
+  g.nodes.push_back(node("conv", "Conv", {"x", "w"}, {"c"},
+                         {{"pads", Attribute(std::vector<int64_t>{1, 1, 1, 1})}}));
+  g.nodes.push_back(node("relu", "Relu", {"c"}, {"y"}));
+  g.outputs = {{"y", {}}};
+  const HostTensor in = HostTensor::from_vector<float>(x, {1, 16, 32, 32});
+  auto run_once = [&](SessionId s) -> std::vector<double> {
+    auto h = e->upload(s, in.view(), "");
+    if (!h.ok()) return {};
+    auto out = e->execute(s, g, {*h}, "");
+    if (!out.ok()) return {};
+    auto r = e->read(s, out->at(0));
+    return r.ok() ? r->to_double_vector() : std::vector<double>{};
+  };
+  const SessionId lone = e->open_session();
+  const std::vector<double> want = run_once(lone);
+  ASSERT_EQ(want.size(), size_t{32 * 32 * 32});
+  std::atomic<int> bad{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&] {
+      const SessionId s = e->open_session();
+      for (int i = 0; i < 20; ++i) {
+        const std::vector<double> got = run_once(s);
+        bool same = got.size() == want.size();
+        for (size_t k = 0; same && k < got.size(); ++k)
+          same = std::abs(got[k] - want[k]) <= 1e-5 * (1 + std::abs(want[k]));
+        if (!same) bad++;
+      }
+      (void)e->close_session(s);
+    });
+  for (auto& th : ts) th.join();
+  EXPECT_EQ(bad.load(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Runners, SchedulingRunners, ::testing::Values(1, 2, 4));
