@@ -105,15 +105,11 @@ Result<Broker> start(const BatchModels& models) {
   o.ready_timeout = milliseconds(60000);
   auto b = BrokerProcess::start(o);
   if (!b.ok()) return b.status();
-  auto line = (*b)->next_line(milliseconds(10000));
-  if (!line.ok()) return line.status();
-  const std::string prefix = "tensord http on ";
-  if (line->rfind(prefix, 0) != 0)
-    return Status(StatusCode::kInternal, "expected the HTTP line, got '" + *line + "'");
+  auto http = (*b)->next_http_address(milliseconds(10000));
+  if (!http.ok()) return http.status();
   Broker out;
-  const std::string hostport = line->substr(line->find("://") + 3);
-  out.host = hostport.substr(0, hostport.rfind(':'));
-  out.port = std::stoi(hostport.substr(hostport.rfind(':') + 1));
+  out.host = http->host;
+  out.port = http->port;
   out.process = std::move(b).value();
   return out;
 }
