@@ -173,7 +173,9 @@ Result<RunResult> NamedModelRunner::run(RunRequest req) {
     inputs.push_back(h);
   }
   if (req.call) req.call->arm();
-  auto outs = engine_->run(session, model, inputs, /*run_here_if_idle=*/false, req.call);
+  auto outs = options_.model_runner
+                  ? options_.model_runner->run(session, req.tenant, model, inputs, req.call)
+                  : engine_->run(session, model, inputs, /*run_here_if_idle=*/false, req.call);
   if (!outs.ok()) return outs.status().with_context("model '" + info.name + "'");
   handles.insert(handles.end(), outs->begin(), outs->end());
   RunResult result;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "rpc/batcher.h"
 #include "tensord/client.h"
 
 namespace tensord::rpc::kserve {
@@ -69,6 +70,10 @@ class NamedModelRunner {
     int64_t session_memory_limit = 0;  // the broker's limits (RpcServerOptions)
     int64_t tenant_memory_limit = 0;
     std::function<bool(std::string* why)> ready;  // the server is ready (Monitor::ready)
+    // The broker's named-model runner (batcher.h): KServe runs go through it as tensord's own
+    // Run calls do, so they are counted per model and batched with every other session's runs
+    // where the model's config.json enables dynamic batching. Null: Engine::run directly.
+    std::shared_ptr<ModelRunner> model_runner;
   };
   NamedModelRunner(std::shared_ptr<Engine> engine, Options options);
   ~NamedModelRunner();  // closes the sessions

@@ -213,6 +213,7 @@ Result<std::unique_ptr<RpcServer>> RpcServer::start(std::shared_ptr<Engine> engi
     kserve::NamedModelRunner::Options ko;
     ko.session_memory_limit = options.session_memory_limit;
     ko.tenant_memory_limit = options.tenant_memory_limit;
+    ko.model_runner = impl->service->model_runner();  // batching and per-model counters
     Impl* raw = impl.get();
     ko.ready = [raw](std::string* why) {
       const Monitor* m = raw->ready_monitor.load();

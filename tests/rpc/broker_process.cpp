@@ -195,4 +195,20 @@ int64_t proc_status_bytes(pid_t pid, const std::string& key) {
   return -1;
 }
 
+Result<BrokerProcess::HttpAddress> BrokerProcess::next_http_address(
+    std::chrono::milliseconds timeout) {
+  auto line = next_line(timeout);
+  if (!line.ok()) return line.status();
+  const std::string prefix = "tensord http on ";
+  const size_t scheme = line->find("://");
+  if (line->rfind(prefix, 0) != 0 || scheme == std::string::npos)
+    return Status(StatusCode::kInternal, "expected the HTTP line, got '" + *line + "'");
+  HttpAddress out;
+  out.url = line->substr(prefix.size());
+  const std::string hostport = line->substr(scheme + 3);
+  out.host = hostport.substr(0, hostport.rfind(':'));
+  out.port = std::stoi(hostport.substr(hostport.rfind(':') + 1));
+  return out;
+}
+
 }  // namespace tensord::testing

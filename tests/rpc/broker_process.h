@@ -53,6 +53,13 @@ class BrokerProcess {
   // The next line the broker prints on stdout after its ready line (e.g. "tensord http on
   // URL" with --http), without its newline; DEADLINE_EXCEEDED after `timeout`.
   Result<std::string> next_line(std::chrono::milliseconds timeout);
+  // With --http: reads the next line, "tensord http on URL", and returns the URL split (the
+  // fixture every --http test needs). INTERNAL naming the line when it is another.
+  struct HttpAddress {
+    std::string url, host;
+    int port = 0;
+  };
+  Result<HttpAddress> next_http_address(std::chrono::milliseconds timeout);
 
  private:
   BrokerProcess() = default;

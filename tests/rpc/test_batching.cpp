@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -104,15 +105,11 @@ Result<Broker> start(const BatchModels& models) {
   o.ready_timeout = milliseconds(60000);
   auto b = BrokerProcess::start(o);
   if (!b.ok()) return b.status();
-  auto line = (*b)->next_line(milliseconds(10000));
-  if (!line.ok()) return line.status();
-  const std::string prefix = "tensord http on ";
-  if (line->rfind(prefix, 0) != 0)
-    return Status(StatusCode::kInternal, "expected the HTTP line, got '" + *line + "'");
+  auto http = (*b)->next_http_address(milliseconds(10000));
+  if (!http.ok()) return http.status();
   Broker out;
-  const std::string hostport = line->substr(line->find("://") + 3);
-  out.host = hostport.substr(0, hostport.rfind(':'));
-  out.port = std::stoi(hostport.substr(hostport.rfind(':') + 1));
+  out.host = http->host;
+  out.port = http->port;
   out.process = std::move(b).value();
   return out;
 }
@@ -207,6 +204,67 @@ TEST(Batching, ConvBatchesEqualUnbatchedRunsWithinTolerance) {
 // Two devices, two instances each, preferred sizes, batches padded with zero rows (12 x 2
 // devices is more sizes than the 16 forms a tenant keeps): whatever batches form, every
 // session gets its own rows, and the padding is not counted.
+// KServe v2 inference (HTTP/JSON) goes through the same runner as tensord's own Run calls: with
+// dynamic batching in config.json, concurrent KServe requests form batches (counted), and each
+// answer equals the unbatched model's run of its own input.
+TEST(Batching, KServeRequestsAreBatchedAndEqualUnbatchedRuns) {
+  REQUIRE_MODELS();
+  auto b = start(models);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  constexpr int kClients = 8;
+  const Shape shape{1, 16};
+  std::vector<HostTensor> want(kClients);
+  for (int i = 0; i < kClients; ++i) {
+    auto y = run_once(b->address(), "mlp_plain", {input_for(i, shape)});
+    ASSERT_TRUE(y.ok()) << y.status().to_string();
+    want[i] = std::move(*y);
+  }
+  ASSERT_FALSE(close(want[0], want[1]));
+  std::vector<std::string> errors(kClients);
+  std::vector<HostTensor> got(kClients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i)
+    threads.emplace_back([&, i] {
+      const HostTensor x = input_for(i, shape);
+      nlohmann::json body = {
+          {"inputs",
+           {{{"name", "X"},
+             {"datatype", "FP32"},
+             {"shape", {1, 16}},
+             {"data", std::vector<float>(x.data<float>(), x.data<float>() + x.numel())}}}}};
+      httplib::Client c(b->host, b->port);
+      c.set_connection_timeout(5);
+      c.set_read_timeout(60);
+      auto r = c.Post("/v2/models/mlp_batched/infer", body.dump(), "application/json");
+      if (!r || r->status != 200) {
+        errors[i] = r ? std::to_string(r->status) + " " + r->body : std::string("no answer");
+        return;
+      }
+      const nlohmann::json j = nlohmann::json::parse(r->body);
+      const auto& out = j.at("outputs").at(0);
+      Shape s;
+      for (const auto& d : out.at("shape")) s.push_back(d.get<int64_t>());
+      HostTensor y(DType::kFloat32, s);
+      std::vector<float> data = out.at("data").get<std::vector<float>>();
+      if (static_cast<int64_t>(data.size()) != y.numel()) {
+        errors[i] = "output data has " + std::to_string(data.size()) + " values: " + r->body;
+        return;
+      }
+      std::copy(data.begin(), data.end(), y.mutable_data<float>());
+      got[i] = std::move(y);
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kClients; ++i) {
+    ASSERT_TRUE(errors[i].empty()) << "client " << i << ": " << errors[i];
+    EXPECT_TRUE(close(got[i], want[i])) << "client " << i;
+  }
+  EXPECT_EQ(b->metric("requests_total", "mlp_batched"), kClients) << b->metrics();
+  EXPECT_EQ(b->metric("batch_size_sum", "mlp_batched"), kClients);
+  EXPECT_LT(b->metric("batch_size_count", "mlp_batched"), kClients)
+      << "no batch formed:\n" << b->metrics();
+  EXPECT_EQ(b->metric("failures_total", "mlp_batched"), 0);
+}
+
 TEST(Batching, InstancesOnTwoDevicesKeepEachSessionsRows) {
   batches_match("multi_batched", "mlp_plain", {1, 16}, /*one_batch=*/false);
 }

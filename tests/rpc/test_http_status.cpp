@@ -51,16 +51,12 @@ Result<HttpBroker> start_http_broker(std::vector<std::string> extra = {}) {
   o.args.insert(o.args.end(), extra.begin(), extra.end());
   auto b = BrokerProcess::start(o);
   if (!b.ok()) return b.status();
-  auto line = (*b)->next_line(milliseconds(10000));
-  if (!line.ok()) return line.status();
-  const std::string prefix = "tensord http on ";
-  if (line->rfind(prefix, 0) != 0)
-    return Status(StatusCode::kInternal, "expected the HTTP line, got '" + *line + "'");
+  auto http = (*b)->next_http_address(milliseconds(10000));
+  if (!http.ok()) return http.status();
   HttpBroker h;
-  h.url = line->substr(prefix.size());
-  const std::string hostport = h.url.substr(h.url.find("://") + 3);
-  h.host = hostport.substr(0, hostport.rfind(':'));
-  h.port = std::stoi(hostport.substr(hostport.rfind(':') + 1));
+  h.url = http->url;
+  h.host = http->host;
+  h.port = http->port;
   h.broker = std::move(b).value();
   return h;
 }

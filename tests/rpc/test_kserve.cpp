@@ -89,16 +89,11 @@ Result<KsBroker> start_broker(const KsModels& models, std::vector<std::string> e
   o.args.insert(o.args.end(), extra.begin(), extra.end());
   auto b = BrokerProcess::start(o);
   if (!b.ok()) return b.status();
-  auto line = (*b)->next_line(milliseconds(10000));
-  if (!line.ok()) return line.status();
-  const std::string prefix = "tensord http on ";
-  if (line->rfind(prefix, 0) != 0)
-    return Status(StatusCode::kInternal, "expected the HTTP line, got '" + *line + "'");
-  const std::string url = line->substr(prefix.size());
-  const std::string hostport = url.substr(url.find("://") + 3);
+  auto http = (*b)->next_http_address(milliseconds(10000));
+  if (!http.ok()) return http.status();
   KsBroker k;
-  k.host = hostport.substr(0, hostport.rfind(':'));
-  k.http_port = std::stoi(hostport.substr(hostport.rfind(':') + 1));
+  k.host = http->host;
+  k.http_port = http->port;
   k.broker = std::move(b).value();
   return k;
 }
