@@ -26,7 +26,8 @@ import numpy as np
 from ._autodiff import _flatten, _unflatten, eval_all
 from ._core import asarray, op, sqrt, where
 
-__all__ = ["Optimizer", "Momentum", "Adam", "Adagrad", "SGD"]
+__all__ = ["Optimizer", "Momentum", "Adam", "Adagrad", "SGD", "save_checkpoint",
+           "load_checkpoint"]
 
 
 def _device_scalar(value, like):
@@ -105,6 +106,101 @@ class Optimizer:
         if run:
             eval_all(out, self.state, self._t, getattr(self, "_ti", None), also)
         return _unflatten(self._spec, iter(out))
+
+
+    def state_dict(self):
+        """The optimiser's state read back as NumPy arrays: its kind, the step count, the
+        learning rate, the update count T and every per-parameter state tensor
+        (``state.I.J``: parameter I's J-th tensor, as Adam's V and H)."""
+        d = {"kind": np.asarray(type(self).__name__), "steps": np.asarray(self.steps, np.int64),
+             "lr": np.asarray(self._lr_value, np.float64), "t": np.asarray(self._t.numpy())}
+        if self.onnx_op:
+            d["ti"] = np.asarray(self._ti.numpy())
+        for i, st in enumerate(self.state):
+            for j, a in enumerate(st):
+                d[f"state.{i}.{j}"] = np.asarray(a.numpy())
+        return d
+
+    def load_state_dict(self, d):
+        """Puts a ``state_dict()`` back, on this optimiser's device; the optimiser must be of
+        the same kind, over parameters of the same shapes (a ValueError names what differs)."""
+        kind = str(np.asarray(d.get("kind", "")))
+        if kind != type(self).__name__:
+            raise ValueError(f"optimizer checkpoint: it holds {kind or 'no'} state, this is "
+                             f"{type(self).__name__}")
+        dev, cl = self._ref.device, self._ref._client
+
+        def put(a):
+            t = asarray(np.asarray(a), device=dev, client=cl)
+            t._a.handle()
+            return t
+
+        new_state = []
+        for i, st in enumerate(self.state):
+            row = []
+            for j, cur in enumerate(st):
+                key = f"state.{i}.{j}"
+                if key not in d:
+                    raise ValueError(f"optimizer checkpoint: no {key} (it was saved for fewer "
+                                     f"parameters than the {len(self.state)} here)")
+                a = np.asarray(d[key])
+                if tuple(a.shape) != tuple(cur.shape):
+                    raise ValueError(f"optimizer checkpoint: {key} has shape {tuple(a.shape)}, "
+                                     f"the parameter here {tuple(cur.shape)}")
+                row.append(put(a))  # saved from the same dtype
+            new_state.append(tuple(row))
+        if f"state.{len(self.state)}.0" in d:
+            raise ValueError(f"optimizer checkpoint: saved for more parameters than the "
+                             f"{len(self.state)} here")
+        self.state = new_state
+        self.steps = int(np.asarray(d["steps"]))
+        self._lr_value = float(np.asarray(d["lr"]))
+        self._lr = _device_scalar(self._lr_value, self._ref)
+        self._t = put(d["t"])
+        if self.onnx_op:
+            if "ti" not in d:
+                raise ValueError("optimizer checkpoint: saved without onnx_op, loaded with it")
+            self._ti = put(np.asarray(d["ti"], np.int64))
+
+
+def save_checkpoint(path, params, optimizer=None):
+    """Writes ``params`` (one array or a list/tuple/dict of them) and, when given, the
+    optimiser's state to ``path`` as a NumPy ``.npz`` file: ``param.N`` in the order of the
+    parameters' leaves, ``opt.*`` the optimiser's ``state_dict()``. Training resumed from it
+    follows the same trajectory as training that never stopped."""
+    leaves = []
+    _flatten(params, leaves)
+    arrays = {f"param.{i}": np.asarray(p.numpy()) for i, p in enumerate(leaves)}
+    if optimizer is not None:
+        arrays.update({"opt." + k: v for k, v in optimizer.state_dict().items()})
+    np.savez(path, **arrays)
+
+
+def load_checkpoint(path, params, optimizer=None):
+    """Reads a ``save_checkpoint`` file: returns new parameters in the structure, shapes and on
+    the device of ``params`` (whose values are replaced), and loads the optimiser's state into
+    ``optimizer`` when given. A file for other parameters is a ValueError naming the first
+    difference."""
+    leaves = []
+    spec = _flatten(params, leaves)
+    with np.load(path, allow_pickle=False) as z:
+        files = set(z.files)
+        n = sum(1 for f in files if f.startswith("param."))
+        if n != len(leaves):
+            raise ValueError(f"checkpoint {path}: {n} parameters, {len(leaves)} given")
+        out = []
+        for i, p in enumerate(leaves):
+            a = z[f"param.{i}"]
+            if tuple(a.shape) != tuple(p.shape):
+                raise ValueError(f"checkpoint {path}: param.{i} has shape {tuple(a.shape)}, "
+                                 f"the parameter given {tuple(p.shape)}")
+            out.append(asarray(a, device=p.device, client=p._client))
+        if optimizer is not None:
+            opt = {f[4:]: z[f] for f in files if f.startswith("opt.")}
+            if not opt:
+                raise ValueError(f"checkpoint {path}: no optimizer state in it")
+            optimizer.load_state_dict(opt)
+    return _unflatten(spec, iter(out))
 
 
 class Momentum(Optimizer):

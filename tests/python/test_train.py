@@ -200,3 +200,54 @@ def test_training_domain_op_arity_errors_name_the_op(client):
     t = td.asarray(np.asarray(1, np.int64), client=client)
     with pytest.raises(td.TensordError, match="Adam"):
         td.op("ai.onnx.preview.training.Adam", r, t, x, x, x, num_outputs=3)
+
+
+# ---- checkpoints: parameters and optimiser state to a .npz file, and back
+@pytest.mark.parametrize("onnx_op", [False, True])
+def test_resumed_training_follows_the_same_trajectory(client, tmp_path, onnx_op):
+    """Embedded and through a broker: 3 steps, save, fresh parameters and optimiser loaded from
+    the file, 3 more steps == 6 steps without stopping."""
+    rng = np.random.default_rng(7)
+    w0 = rng.standard_normal((4, 3)).astype(np.float32)
+    b0 = np.zeros(3, np.float32)
+    x = td.asarray(rng.standard_normal((8, 4)).astype(np.float32), client=client)
+    vg = td.value_and_grad(lambda p: td.mean(td.tanh(x @ p["w"] + p["b"]) ** 2))
+
+    def fresh():
+        return {"w": td.asarray(w0, client=client), "b": td.asarray(b0, client=client)}
+
+    def steps(p, opt, n):
+        for _ in range(n):
+            loss, g = vg(p)
+            p = opt.step(p, g, also=loss)
+        return p
+
+    p = fresh()
+    straight = steps(p, td.optim.Adam(p, lr=0.05, onnx_op=onnx_op), 6)
+
+    p = fresh()
+    opt = td.optim.Adam(p, lr=0.05, onnx_op=onnx_op)
+    p = steps(p, opt, 3)
+    path = str(tmp_path / "ckpt.npz")
+    td.optim.save_checkpoint(path, p, opt)
+    q = fresh()  # other values, the same structure
+    opt2 = td.optim.Adam(q, lr=0.5, onnx_op=onnx_op)
+    q = td.optim.load_checkpoint(path, q, opt2)
+    assert opt2.steps == 3 and opt2.lr == 0.05
+    np.testing.assert_array_equal(q["w"].numpy(), p["w"].numpy())
+    resumed = steps(q, opt2, 3)
+    for k in ("w", "b"):
+        np.testing.assert_allclose(resumed[k].numpy(), straight[k].numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_a_checkpoint_for_other_parameters_is_refused_by_name(client, tmp_path):
+    p = [td.asarray(np.ones((2, 3), np.float32), client=client)]
+    opt = td.optim.Momentum(p, lr=0.1)
+    path = str(tmp_path / "c.npz")
+    td.optim.save_checkpoint(path, p, opt)
+    with pytest.raises(ValueError, match=r"param.0 has shape \(2, 3\)"):
+        td.optim.load_checkpoint(path, [td.asarray(np.ones((3, 2), np.float32), client=client)])
+    with pytest.raises(ValueError, match="1 parameters, 2 given"):
+        td.optim.load_checkpoint(path, p + p)
+    with pytest.raises(ValueError, match="Momentum state, this is Adam"):
+        td.optim.load_checkpoint(path, p, td.optim.Adam(p))
