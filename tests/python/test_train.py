@@ -157,6 +157,24 @@ def test_digits_reach_97_percent(model):
     assert acc >= 0.97, f"{model}: test accuracy {acc:.4f} < 0.97 (losses {losses})"
 
 
+def test_digits_through_a_broker_match_embedded_training(broker):
+    """The same training, through a real broker and embedded: the same losses step by step
+    (same seed, same batches; tolerance for the two processes' kernel choices) and an MLP that
+    reaches 97% either way."""
+    pytest.importorskip("sklearn")
+    sys.path.insert(0, EXAMPLES)
+    try:
+        import train_digits
+    finally:
+        sys.path.pop(0)
+    remote = train_digits.train("mlp", "cpu:0", client=td.Client(broker.address))
+    local = train_digits.train("mlp", "cpu:0", client=td.Client.local())
+    print(f"through a broker: accuracy {remote[0]:.4f} in {remote[1]:.1f} s; embedded "
+          f"{local[0]:.4f} in {local[1]:.1f} s")
+    assert remote[0] >= 0.97, remote[3]
+    np.testing.assert_allclose(remote[3], local[3], rtol=1e-3, atol=1e-4)
+
+
 # ---- the training-domain ops themselves (graph ops with a cpu kernel; other devices fall back)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_training_domain_ops_match_the_onnx_formulas(client, dtype):
