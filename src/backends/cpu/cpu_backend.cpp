@@ -319,24 +319,55 @@ class CpuDevice final : public Device {
   // blocks, core/host_blocks.h): kernels streaming over large tensors, and the broker's
   // sendmsg() copying a value out to a socket, then take one TLB entry per 2 MiB instead of
   // 512 (under a VM's nested paging the difference is most of a read's time).
+  //
+  // Blocks of 1 MiB or more are mapped from the kernel directly (and unmapped when freed), not
+  // taken from malloc's arenas: a block freed by another thread than the one that allocated it
+  // (several device runners) would otherwise stay in that thread's arena, resident, after
+  // malloc_trim (which does not shrink a thread arena's top).
+  static constexpr size_t kMapped = size_t{1} << 20;
+  static constexpr size_t kHuge = size_t{2} << 20;
+  static size_t block_bytes(size_t bytes, size_t* align) {
+    const bool huge = bytes >= 2 * kHuge && bytes <= SIZE_MAX - 2 * kHuge;
+    *align = huge ? kHuge : kAlignment;
+    const size_t a = bytes >= kMapped ? std::max<size_t>(*align, 4096) : *align;
+    const size_t rounded = (std::max<size_t>(bytes, 1) + a - 1) / a * a;
+    return rounded < bytes ? 0 : rounded;
+  }
   Result<void*> allocate(size_t bytes) override {
-    constexpr size_t kHuge = size_t{2} << 20;
-    const bool huge = bytes >= 2 * kHuge && bytes <= SIZE_MAX - kHuge;
-    const size_t align = huge ? kHuge : kAlignment;
-    const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
-    if (rounded < bytes)
+    size_t align = 0;
+    const size_t rounded = block_bytes(bytes, &align);
+    if (rounded == 0)
       return errors::ResourceExhausted("{}: {} bytes cannot be allocated", info_.name, bytes);
-    void* p = std::aligned_alloc(align, rounded);
+    void* p = nullptr;
+    if (bytes >= kMapped) {
+      const size_t span = rounded + (align > 4096 ? align : 0);
+      void* m = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (m != MAP_FAILED) {
+        char* base = static_cast<char*>(m);
+        char* aligned = reinterpret_cast<char*>(
+            (reinterpret_cast<uintptr_t>(base) + align - 1) / align * align);
+        if (aligned > base) munmap(base, static_cast<size_t>(aligned - base));
+        const size_t tail = span - static_cast<size_t>(aligned - base) - rounded;
+        if (tail > 0) munmap(aligned + rounded, tail);
+        p = aligned;
+      }
+    } else {
+      p = std::aligned_alloc(align, rounded);
+    }
     if (!p)
       return errors::ResourceExhausted("{}: out of host memory allocating {} bytes", info_.name,
                                        bytes);
 #ifdef MADV_HUGEPAGE
-    if (huge) (void)madvise(p, rounded, MADV_HUGEPAGE);
+    if (align == kHuge) (void)madvise(p, rounded, MADV_HUGEPAGE);
 #endif
     return p;
   }
   void free(void* ptr, size_t bytes) override {
-    (void)bytes;
+    if (ptr != nullptr && bytes >= kMapped) {
+      size_t align = 0;
+      munmap(ptr, block_bytes(bytes, &align));
+      return;
+    }
     std::free(ptr);
   }
   Status write(const Buffer& dst, size_t offset, const void* src, size_t bytes) override {

@@ -1144,8 +1144,8 @@ class DnnlRegion final : public FusedKernel {
   };
 
   // The memory objects of one run: the slots' (inputs, outputs and arena set per run; owned
-  // ones shared) and each op's arguments over them. Runs of one region at once (sessions
-  // sharing a cached executable, on several device runners) each take their own.
+  // ones shared) and each op's arguments over them, kept apart from the compiled slots (a
+  // step towards runs of one region at once, which also need their own primitive objects).
   struct RunState {
     std::vector<memory> mems;
     std::vector<std::unordered_map<int, memory>> args;
@@ -1234,6 +1234,10 @@ class DnnlRegion final : public FusedKernel {
       } catch (const dnnl::error&) {  // the team primitives run instead
       }
     }
+    // Runs of one region take turns: one oneDNN primitive object executed by two threads at
+    // once gives wrong results (measured: Scheduling.SessionsSideBySideOnOneCachedRegion...).
+    // Different regions (sessions with their own executables) run side by side.
+    std::lock_guard<std::mutex> run_lock(run_mu_);
     std::unique_ptr<RunState> st = take_state();
     char* base = arena ? static_cast<char*>(host_address(*arena)) : nullptr;
     for (size_t i = 0; i < slots_.size(); ++i) {
@@ -1307,6 +1311,7 @@ class DnnlRegion final : public FusedKernel {
   std::mutex mu_;  // free_states_
   std::vector<std::unique_ptr<RunState>> free_states_;
   std::once_flag serial_once_;
+  std::mutex run_mu_;  // one run at a time (see run_host)
 };
 
 memory::dims dims_of(const Shape& s) { return memory::dims(s.begin(), s.end()); }
