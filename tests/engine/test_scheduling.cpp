@@ -301,59 +301,77 @@ TEST_P(SchedulingRunners, OrderWithinASessionIsKeptAndSessionsTakeTurns) {
   EXPECT_EQ(ry->to_double_vector(), std::vector<double>{3e5});
 }
 
+// x[1,16,32,32] -> Conv(3x3, 32 filters, pads 1) -> Relu, its weights scaled by `scale`: on
+// cpu:0 one oneDNN region.
+Graph conv_relu_graph(float scale) {
+  std::vector<float> w(32 * 16 * 3 * 3);
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] = scale * (static_cast<float>((i * 7919) % 97) / 97.0f - 0.5f);
+  Graph g;
+  g.name = "conv";
+  g.inputs = {{"x", {DType::kFloat32, {1, 16, 32, 32}}}};
+  g.initializers.emplace("w", HostTensor::from_vector<float>(w, {32, 16, 3, 3}));
+  g.nodes.push_back(node("conv", "Conv", {"x", "w"}, {"c"},
+                         {{"pads", Attribute(std::vector<int64_t>{1, 1, 1, 1})}}));
+  g.nodes.push_back(node("relu", "Relu", {"c"}, {"y"}));
+  g.outputs = {{"y", {}}};
+  return g;
+}
+
+// Four sessions on threads of their own, session t running graphs[t % n] 20 times, all at once;
+// returns the runs whose result differs from a lone run of the same graph (each printed).
+int side_by_side_mismatches(Engine& e, const std::vector<Graph>& graphs) {
+  std::vector<float> x(16 * 32 * 32);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 104729) % 89) / 89.0f;
+  const HostTensor in = HostTensor::from_vector<float>(x, {1, 16, 32, 32});
+  auto run_once = [&](SessionId s, const Graph& g) -> std::vector<double> {
+    auto h = e.upload(s, in.view(), "");
+    if (!h.ok()) return {};
+    auto out = e.execute(s, g, {*h}, "");
+    if (!out.ok()) return {};
+    auto r = e.read(s, out->at(0));
+    return r.ok() ? r->to_double_vector() : std::vector<double>{};
+  };
+  std::vector<std::vector<double>> wants;
+  const SessionId lone = e.open_session();
+  for (const Graph& g : graphs) {
+    wants.push_back(run_once(lone, g));
+    EXPECT_EQ(wants.back().size(), size_t{32 * 32 * 32});
+  }
+  std::atomic<int> bad{0};
+  std::vector<std::thread> ts;
+  for (size_t t = 0; t < 4; ++t)
+    ts.emplace_back([&, t] {
+      const Graph& g = graphs[t % graphs.size()];
+      const std::vector<double>& want = wants[t % graphs.size()];
+      const SessionId s = e.open_session();
+      for (int i = 0; i < 20; ++i) {
+        const std::vector<double> got = run_once(s, g);
+        size_t first_bad = 0, count = got.size() == want.size() ? 0 : 1;
+        if (count == 0)
+          for (size_t k = 0; k < got.size(); ++k)
+            if (std::abs(got[k] - want[k]) > 1e-5 * (1 + std::abs(want[k])) && count++ == 0)
+              first_bad = k;
+        if (count > 0) {
+          bad++;
+          std::printf("[ mismatch ] size %zu, %zu elements differ, first at %zu\n", got.size(),
+                      count, first_bad);
+        }
+      }
+      (void)e.close_session(s);
+    });
+  for (auto& th : ts) th.join();
+  (void)e.close_session(lone);
+  return bad.load();
+}
+
 // Two runners, four sessions running the same convolution graph at once (one cached executable:
 // its oneDNN region's runs take turns, on its one-thread variants while both runners are busy):
 // every result equals the one a lone run gives. (Before runs of a region took turns, 1 in 40
 // results here were wrong.)
 TEST(Scheduling, SessionsSideBySideOnOneCachedRegionAgreeWithALoneRun) {
   auto e = make_engine(1, 2);
-  Graph g;
-  g.name = "conv";
-  g.inputs = {{"x", {DType::kFloat32, {1, 16, 32, 32}}}};
-  std::vector<float> w(32 * 16 * 3 * 3), x(16 * 32 * 32);
-  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 7919) % 97) / 97.0f - 0.5f;
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 104729) % 89) / 89.0f;
-  g.initializers.emplace("w", HostTensor::from_vector<float>(w, {32, 16, 3, 3}));
-  g.nodes.push_back(node("conv", "Conv", {"x", "w"}, {"c"},
-                         {{"pads", Attribute(std::vector<int64_t>{1, 1, 1, 1})}}));
-  g.nodes.push_back(node("relu", "Relu", {"c"}, {"y"}));
-  g.outputs = {{"y", {}}};
-  const HostTensor in = HostTensor::from_vector<float>(x, {1, 16, 32, 32});
-  auto run_once = [&](SessionId s) -> std::vector<double> {
-    auto h = e->upload(s, in.view(), "");
-    if (!h.ok()) return {};
-    auto out = e->execute(s, g, {*h}, "");
-    if (!out.ok()) return {};
-    auto r = e->read(s, out->at(0));
-    return r.ok() ? r->to_double_vector() : std::vector<double>{};
-  };
-  const SessionId lone = e->open_session();
-  const std::vector<double> want = run_once(lone);
-  ASSERT_EQ(want.size(), size_t{32 * 32 * 32});
-  std::atomic<int> bad{0};
-  std::vector<std::thread> ts;
-  for (int t = 0; t < 4; ++t)
-    ts.emplace_back([&] {
-      const SessionId s = e->open_session();
-      for (int i = 0; i < 20; ++i) {
-        const std::vector<double> got = run_once(s);
-        bool same = got.size() == want.size();
-        size_t first_bad = 0, count = 0;
-        for (size_t k = 0; same && k < got.size(); ++k)
-          if (std::abs(got[k] - want[k]) > 1e-5 * (1 + std::abs(want[k]))) {
-            if (count++ == 0) first_bad = k;
-          }
-        if (!same || count > 0) {
-          bad++;
-          std::printf("[ mismatch ] size %zu, %zu elements differ, first at %zu: %g vs %g\n",
-                      got.size(), count, first_bad, got.empty() ? 0.0 : got[first_bad],
-                      want[first_bad]);
-        }
-      }
-      (void)e->close_session(s);
-    });
-  for (auto& th : ts) th.join();
-  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(side_by_side_mismatches(*e, {conv_relu_graph(1.0f)}), 0);
 }
 
 // Four sessions, each its own convolution (same shapes, other weights: its own executable and
@@ -361,64 +379,9 @@ TEST(Scheduling, SessionsSideBySideOnOneCachedRegionAgreeWithALoneRun) {
 // equals its lone run.
 TEST(Scheduling, SessionsSideBySideOnTheirOwnRegionsAgreeWithLoneRuns) {
   auto e = make_engine(1, 2);
-  std::vector<float> w(32 * 16 * 3 * 3), x(16 * 32 * 32);
-  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 7919) % 97) / 97.0f - 0.5f;
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 104729) % 89) / 89.0f;
-  auto make = [&](float scale) {
-    Graph g;
-    g.name = "conv";
-    g.inputs = {{"x", {DType::kFloat32, {1, 16, 32, 32}}}};
-    std::vector<float> ws = w;
-    for (float& v : ws) v *= scale;
-    g.initializers.emplace("w", HostTensor::from_vector<float>(ws, {32, 16, 3, 3}));
-    g.nodes.push_back(node("conv", "Conv", {"x", "w"}, {"c"},
-                           {{"pads", Attribute(std::vector<int64_t>{1, 1, 1, 1})}}));
-    g.nodes.push_back(node("relu", "Relu", {"c"}, {"y"}));
-    g.outputs = {{"y", {}}};
-    return g;
-  };
-  const HostTensor in = HostTensor::from_vector<float>(x, {1, 16, 32, 32});
-  auto run_once = [&](SessionId s, const Graph& g) -> std::vector<double> {
-    auto h = e->upload(s, in.view(), "");
-    if (!h.ok()) return {};
-    auto out = e->execute(s, g, {*h}, "");
-    if (!out.ok()) return {};
-    auto r = e->read(s, out->at(0));
-    return r.ok() ? r->to_double_vector() : std::vector<double>{};
-  };
-  std::vector<Graph> graphs;
-  std::vector<std::vector<double>> wants;
-  const SessionId lone = e->open_session();
-  for (int t = 0; t < 4; ++t) {
-    graphs.push_back(make(1.0f + 0.25f * static_cast<float>(t)));
-    wants.push_back(run_once(lone, graphs.back()));
-    ASSERT_EQ(wants.back().size(), size_t{32 * 32 * 32});
-  }
-  std::atomic<int> bad{0};
-  std::vector<std::thread> ts;
-  for (int t = 0; t < 4; ++t)
-    ts.emplace_back([&, t] {
-      const auto& want = wants[static_cast<size_t>(t)];
-      const SessionId s = e->open_session();
-      for (int i = 0; i < 20; ++i) {
-        const std::vector<double> got = run_once(s, graphs[static_cast<size_t>(t)]);
-        bool same = got.size() == want.size();
-        size_t first_bad = 0, count = 0;
-        for (size_t k = 0; same && k < got.size(); ++k)
-          if (std::abs(got[k] - want[k]) > 1e-5 * (1 + std::abs(want[k]))) {
-            if (count++ == 0) first_bad = k;
-          }
-        if (!same || count > 0) {
-          bad++;
-          std::printf("[ mismatch ] size %zu, %zu elements differ, first at %zu: %g vs %g\n",
-                      got.size(), count, first_bad, got.empty() ? 0.0 : got[first_bad],
-                      want[first_bad]);
-        }
-      }
-      (void)e->close_session(s);
-    });
-  for (auto& th : ts) th.join();
-  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(side_by_side_mismatches(*e, {conv_relu_graph(1.0f), conv_relu_graph(1.25f),
+                                         conv_relu_graph(1.5f), conv_relu_graph(1.75f)}),
+            0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Runners, SchedulingRunners, ::testing::Values(1, 2, 4));
