@@ -1143,41 +1143,6 @@ class DnnlRegion final : public FusedKernel {
     dnnl::primitive one_thread;  // !serial: its one-thread variant (make_serial_variants), or none
   };
 
-  // The memory objects of one run: the slots' (inputs, outputs and arena set per run; owned
-  // ones shared) and each op's arguments over them, kept apart from the compiled slots (a
-  // step towards runs of one region at once, which also need their own primitive objects).
-  struct RunState {
-    std::vector<memory> mems;
-    std::vector<std::unordered_map<int, memory>> args;
-  };
-
-  std::unique_ptr<RunState> take_state() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!free_states_.empty()) {
-        auto st = std::move(free_states_.back());
-        free_states_.pop_back();
-        return st;
-      }
-    }
-    auto st = std::make_unique<RunState>();
-    st->mems.reserve(slots_.size());
-    for (const Slot& s : slots_)
-      st->mems.push_back(s.kind == SlotKind::kOwned ? s.mem
-                                                    : memory(s.md, cpu_engine(), DNNL_MEMORY_NONE));
-    st->args.reserve(ops_.size());
-    for (const Op& op : ops_) {
-      auto args = op.args;
-      for (const auto& [arg, slot] : op.arg_slots) args[arg] = st->mems[static_cast<size_t>(slot)];
-      st->args.push_back(std::move(args));
-    }
-    return st;
-  }
-  void give_back(std::unique_ptr<RunState> st) {
-    std::lock_guard<std::mutex> lock(mu_);
-    free_states_.push_back(std::move(st));
-  }
-
   // The one-thread variant of each op created for the team, made the first time a run has one
   // thread to itself (threads_available() == 1: other sessions' graphs run on the other cores).
   // The same operation and attributes, created under TeamLimit(1); kept only where oneDNN gives
@@ -1238,19 +1203,17 @@ class DnnlRegion final : public FusedKernel {
     // once gives wrong results (measured: Scheduling.SessionsSideBySideOnOneCachedRegion...).
     // Different regions (sessions with their own executables) run side by side.
     std::lock_guard<std::mutex> run_lock(run_mu_);
-    std::unique_ptr<RunState> st = take_state();
     char* base = arena ? static_cast<char*>(host_address(*arena)) : nullptr;
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      const Slot& s = slots_[i];
+    for (Slot& s : slots_) {
       switch (s.kind) {
         case SlotKind::kInput:
-          st->mems[i].set_data_handle(const_cast<void*>(inputs.at(static_cast<size_t>(s.index)).data));
+          s.mem.set_data_handle(const_cast<void*>(inputs.at(static_cast<size_t>(s.index)).data));
           break;
         case SlotKind::kOutput:
-          st->mems[i].set_data_handle(outputs.at(static_cast<size_t>(s.index)).data);
+          s.mem.set_data_handle(outputs.at(static_cast<size_t>(s.index)).data);
           break;
         case SlotKind::kArena:
-          st->mems[i].set_data_handle(base + storages_[static_cast<size_t>(s.index)].offset);
+          s.mem.set_data_handle(base + storages_[static_cast<size_t>(s.index)].offset);
           break;
         case SlotKind::kOwned:
           break;
@@ -1265,13 +1228,12 @@ class DnnlRegion final : public FusedKernel {
         const Op& op = ops_[i];
         const bool variant = alone && !op.serial && op.one_thread;  // read after call_once
         TeamLimit limit(op.serial || variant ? 1 : 0);
-        (variant ? op.one_thread : op.prim).execute(stream, st->args[i]);
+        (variant ? op.one_thread : op.prim).execute(stream, op.args);
       }
       stream.wait();
     } catch (const dnnl::error& e) {
       result = errors::Internal("oneDNN region failed: {}", e.what());
     }
-    give_back(std::move(st));
     return result;
   }
 
@@ -1308,10 +1270,8 @@ class DnnlRegion final : public FusedKernel {
   int fused_ = 0;
   bool blocked16_ = false;
   int serial_ops_ = 0;
-  std::mutex mu_;  // free_states_
-  std::vector<std::unique_ptr<RunState>> free_states_;
   std::once_flag serial_once_;
-  std::mutex run_mu_;  // one run at a time (see run_host)
+  std::mutex run_mu_;  // one run at a time: slots' memory handles are per run (see run_host)
 };
 
 memory::dims dims_of(const Shape& s) { return memory::dims(s.begin(), s.end()); }
