@@ -266,6 +266,10 @@ class Device {
   // Optional (whole-run replay): a recorder for an executable whose every step runs here with
   // static shapes and reads no value on the host (nullptr: each run launches step by step).
   virtual std::unique_ptr<RunRecorder> run_recorder() { return nullptr; }
+  // Optional: work for this device is about to start (a broker's request arrived, a run was
+  // submitted). A cpu device wakes its sleeping pool threads now, so that they are up when
+  // the first kernel needs them instead of the caller running it alone while they wake.
+  virtual void expect_work() {}
   // Optional (asynchronous devices): returns when every kernel and copy queued so far has
   // finished, with the first error any of them hit. The executor calls it at the end of a run,
   // so a value is ready (Client::wait, a benchmark's clock) only once the device is done.

@@ -41,6 +41,7 @@
 #include "models/zoo.h"
 #include "onnx/onnx_export.h"
 #include "onnx/onnx_import.h"
+#include "rpc/remote_client.h"
 
 namespace tensord::cli {
 namespace {
@@ -402,7 +403,42 @@ struct BenchResult {
   // --profile (the embedded engine): the timed runs' steps, reference-kernel shares.
   std::optional<ProfileTotals> profile;
   std::string profile_note;  // why there is none (a broker's steps are not seen here)
+  // --breakdown through a broker: the median of each request phase over the timed runs, in
+  // microseconds, in the order of a request's life; the requests timed.
+  std::vector<std::pair<std::string, double>> breakdown;
+  int64_t breakdown_requests = 0;
+  std::string breakdown_note;  // why there is none
 };
+
+// The medians of the timed requests' phases (rpc::RequestTiming), in a request's order.
+std::vector<std::pair<std::string, double>> breakdown_medians(
+    const std::vector<rpc::RequestTiming>& timings) {
+  auto median = [&](double rpc::RequestTiming::*field) {
+    std::vector<double> v;
+    v.reserve(timings.size());
+    for (const auto& t : timings) v.push_back(t.*field);
+    if (v.empty()) return 0.0;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<double> transport;
+  for (const auto& t : timings) transport.push_back(t.transport());
+  std::nth_element(transport.begin(), transport.begin() + transport.size() / 2, transport.end());
+  const double transport_median = transport.empty() ? 0.0 : transport[transport.size() / 2];
+  return {{"client_encode", median(&rpc::RequestTiming::encode)},
+          {"transport_grpc_interceptors", transport_median},
+          {"request_to_handler", median(&rpc::RequestTiming::there)},
+          {"handler_to_answer", median(&rpc::RequestTiming::back)},
+          {"session_auth", median(&rpc::RequestTiming::session)},
+          {"graph_decode", median(&rpc::RequestTiming::parse)},
+          {"inputs_and_cache_lookup", median(&rpc::RequestTiming::prepare)},
+          {"queue_handoff", median(&rpc::RequestTiming::handoff)},
+          {"execution", median(&rpc::RequestTiming::run)},
+          {"outputs_into_answer", median(&rpc::RequestTiming::outputs)},
+          {"client_decode", median(&rpc::RequestTiming::decode)},
+          {"broker_handler", median(&rpc::RequestTiming::handler)},
+          {"round_trip", median(&rpc::RequestTiming::call)}};
+}
 
 // Waits for every handle of a batch (first error returned) and releases them unless kept.
 Status retire(Client& c, const std::vector<TensorHandle>& outs, bool keep) {
@@ -449,7 +485,8 @@ Status run_batches(Client& c, ModelHandle model, const std::vector<TensorHandle>
 }
 
 std::optional<Failure> time_workload(Target& t, const Workload& w, int64_t examples, int64_t warmup,
-                                     BenchResult* r, double start_at = 0) {
+                                     BenchResult* r, double start_at = 0,
+                                     bool breakdown = false) {
   Client& c = *t.client;
   const std::string on = fmt::format("{} on {}", w.name, t.device);
   const auto t0 = Clock::now();
@@ -489,11 +526,25 @@ std::optional<Failure> time_workload(Target& t, const Workload& w, int64_t examp
       std::this_thread::sleep_for(std::chrono::duration<double>(start_at - unix_now()));
     ProgressBar bar(fmt::format("{} batch {}", w.name, w.batch), examples);
     if (profiling()) reset_profile_totals();
+    auto* remote = breakdown ? dynamic_cast<rpc::RemoteClient*>(&c) : nullptr;
+    if (remote) {
+      remote->set_breakdown(true);
+      (void)remote->take_breakdown();
+    } else if (breakdown) {
+      r->breakdown_note = "--breakdown times requests through a broker (--address); "
+                          "the embedded engine answers without one";
+    }
     r->timed_start_unix = unix_now();
     const auto t1 = Clock::now();
     s = run_batches(c, *model, inputs, examples / w.batch, w.batch, &bar, &last);
     r->execution_s = seconds_since(t1);
     r->timed_end_unix = unix_now();
+    if (remote) {
+      remote->set_breakdown(false);
+      const auto timings = remote->take_breakdown();
+      r->breakdown = breakdown_medians(timings);
+      r->breakdown_requests = static_cast<int64_t>(timings.size());
+    }
     if (profiling()) {
       if (t.address.empty())
         r->profile = profile_totals();
@@ -790,7 +841,7 @@ std::optional<Failure> bench_one(const BenchOptions& o, Target& t, int64_t batch
                              t.info.model,
                              t.info.threads ? fmt::format(", {} threads", t.info.threads) : "")
               << std::endl;
-  if (auto f = time_workload(t, w, examples, o.warmup, r, o.start_at)) return f;
+  if (auto f = time_workload(t, w, examples, o.warmup, r, o.start_at, o.breakdown)) return f;
 
   const std::string kind = oracle_kind(o, w, t);
   std::optional<PhaseTicker> checking;
@@ -897,6 +948,13 @@ nlohmann::json result_json(const BenchResult& r) {
   if (r.oracle_correctness) j["oracle_correctness"] = correctness_json(*r.oracle_correctness);
   if (r.profile) j["profile"] = profile_json(*r.profile);
   if (!r.profile_note.empty()) j["profile_note"] = r.profile_note;
+  if (!r.breakdown.empty()) {
+    nlohmann::json b = nlohmann::json::object();
+    for (const auto& [phase, us] : r.breakdown) b[phase + "_us"] = us;
+    b["requests"] = r.breakdown_requests;
+    j["breakdown"] = b;
+  }
+  if (!r.breakdown_note.empty()) j["breakdown_note"] = r.breakdown_note;
   nlohmann::json peers = nlohmann::json::object();
   for (const auto& p : r.peers) {
     nlohmann::json pj = {{"available", p.run.available}};
@@ -953,6 +1011,17 @@ void print_human(const BenchResult& r) {
   for (const auto& p : r.peers) std::cout << peer_summary(r, p) << "\n";
   if (r.profile) std::cout << profile_text(*r.profile);
   if (!r.profile_note.empty()) std::cout << "profile: " << r.profile_note << "\n";
+  if (!r.breakdown.empty()) {
+    std::cout << fmt::format("request breakdown (median of {} requests, microseconds):\n",
+                             r.breakdown_requests);
+    for (const auto& [phase, us] : r.breakdown) {
+      // The transport's two halves (same host only: -1 when the broker's clock is not ours).
+      const bool half = phase == "request_to_handler" || phase == "handler_to_answer";
+      if (half && us < 0) continue;
+      std::cout << fmt::format("  {}{:<28} {:>9.1f}\n", half ? "  " : "", phase, us);
+    }
+  }
+  if (!r.breakdown_note.empty()) std::cout << "breakdown: " << r.breakdown_note << "\n";
 }
 
 void print_table(const std::vector<BenchResult>& results, const std::vector<std::string>& peers) {
@@ -1194,6 +1263,10 @@ void add_bench_options(CLI::App& bench, BenchOptions& o) {
                    "reference kernels). Default: --data's outputs when given; --oracle with "
                    "--data checks the outputs against the oracle and the oracle against --data");
   bench.add_flag("--no-check", o.no_check, "Skip the correctness check (and say so)");
+  bench.add_flag("--breakdown", o.breakdown,
+                 "Through a broker (--address): each timed request's phases, here and on the "
+                 "broker (encode, transport, session, input and cache lookup, queue hand-off, "
+                 "execution, outputs, decode), as medians");
   bench.add_flag("--profile", o.profile,
                  "Time every step of the timed runs (embedded engine): the share of time on "
                  "reference kernels and in regions with oneDNN reference (ref:*) primitives, "

@@ -65,6 +65,7 @@ struct BenchOptions {
   bool no_check = false;             // --no-check: no correctness check at all
   double start_at = 0;  // --start-at: the timed run starts at this Unix time (after warmup)
   bool profile = false;              // --profile: time per step, reference-kernel shares
+  bool breakdown = false;            // --breakdown: each request's phases (through a broker)
 };
 
 // `tensord bench`: plaidbench's measurements (compile, execution, per example, correctness

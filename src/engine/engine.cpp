@@ -1818,6 +1818,7 @@ Result<std::vector<TensorHandle>> Engine::submit(SessionId session, Launch launc
   Task task;
   task.session = session;
   task.tokens.session = launch.ref.token;
+  std::shared_ptr<CallTrace> trace = call ? call->trace : nullptr;
   task.tokens.call = std::move(call);
   // The inputs are held until the outputs are computed, then dropped *before* the outputs
   // are published: whoever sees an output may rely on the inputs' bytes being let go (an
@@ -1828,8 +1829,15 @@ Result<std::vector<TensorHandle>> Engine::submit(SessionId session, Launch launc
       if (!is_ready(e->value)) return false;
     return true;
   };
-  task.fn = [impl, slot, exe, in, promises,
+  task.fn = [impl, slot, exe, in, promises, trace,
              counter = std::move(launch.ref.counter)](Frame& f) mutable {
+    auto stamp = [](std::atomic<int64_t>& at) {
+      at.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                   Clock::now().time_since_epoch())
+                   .count(),
+               std::memory_order_relaxed);
+    };
+    if (trace) stamp(trace->started_ns);
     std::vector<Result<DeviceTensor>> outs;
     if (Status c = f.cancelled(); !c.ok()) {
       outs.assign(promises.size(), c);  // dropped before it ran
@@ -1848,6 +1856,7 @@ Result<std::vector<TensorHandle>> Engine::submit(SessionId session, Launch launc
       // Stopped part way: every output says why, not the step it stopped at.
       if (Status c = f.cancelled(); !c.ok()) outs.assign(promises.size(), c);
     }
+    if (trace) stamp(trace->finished_ns);  // (before the outputs are published)
     in->clear();
     for (size_t i = 0; i < promises.size(); ++i) {
       if (i < outs.size()) {
@@ -1874,7 +1883,11 @@ Result<std::vector<TensorHandle>> Engine::submit(SessionId session, Launch launc
     }
     if (out_bytes > kRunHereMaxOutputBytes) here_if_idle = false;
   }
-  if (!here_if_idle || !slot->queue->run_here_if_idle(task)) slot->queue->push(std::move(task));
+  if (here_if_idle && trace) trace->on_caller.store(true, std::memory_order_relaxed);
+  if (!here_if_idle || !slot->queue->run_here_if_idle(task)) {
+    if (trace) trace->on_caller.store(false, std::memory_order_relaxed);
+    slot->queue->push(std::move(task));
+  }
   return handles;
 }
 
@@ -1950,6 +1963,8 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
     TD_ASSIGN_OR_RETURN(target, impl_->find_device(device));
   }
   const bool elsewhere = !device.empty();
+  // The device's threads wake while the inputs are checked and the compiled form is found.
+  if (target < impl_->slots.size()) impl_->slots[target]->device->expect_work();
   TD_ASSIGN_OR_RETURN(Launch launch, prepare(session, inputs, "", true, target, call.get()));
   std::shared_ptr<Executable> exe;
   if (launch.input_error.ok()) {

@@ -70,6 +70,14 @@ struct SessionOptions {
   int64_t tenant_memory_limit = 0;  // bytes for all of the tenant's sessions; 0 = unlimited
 };
 
+// A call's request breakdown (tensord bench --breakdown): when the engine started and ended
+// its work (steady clock, ns since its epoch; 0 = not yet), and whether it ran on the calling
+// thread. Stamped by the engine when the call's token carries one.
+struct CallTrace {
+  std::atomic<int64_t> started_ns{0}, finished_ns{0};
+  std::atomic<bool> on_caller{false};
+};
+
 // Why work or a wait should stop: cancelled explicitly, or past a deadline (steady clock).
 // Thread-safe; cheap to check (an atomic load, and a clock read while a deadline is set).
 class CancelToken {
@@ -92,6 +100,8 @@ class CancelToken {
   // "the client went away". Set it before the token is shared; it must stay valid while
   // waits use the token and until disarm() returns.
   std::function<Status()> poll;
+  // Optional: the call's timing, filled in by the engine (set before the token is shared).
+  std::shared_ptr<CallTrace> trace;
 
   // Armed: work submitted with the token also stops at its deadline or a failing poll (the
   // call that submitted it has not answered yet, so nobody else can want its results; e.g.

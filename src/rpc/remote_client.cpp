@@ -23,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <utility>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
@@ -290,6 +291,58 @@ struct RemoteClient::Impl {
     return OkStatus();
   }
 
+  // Request breakdown (set_breakdown): the timings kept, at most kMaxTimings.
+  static constexpr size_t kMaxTimings = 1 << 20;
+  std::atomic<bool> breakdown{false};
+  std::mutex timings_mu;
+  std::vector<RequestTiming> timings;
+  using Steady = std::chrono::steady_clock;
+  static double us(Steady::time_point a, Steady::time_point b) {
+    return std::chrono::duration<double, std::micro>(b - a).count();
+  }
+  // Asks for the broker's phases on `ctx` when the breakdown is on.
+  bool ask_breakdown(grpc::ClientContext& ctx) {
+    if (!breakdown.load(std::memory_order_relaxed)) return false;
+    ctx.AddMetadata(kBreakdownKey, "1");
+    return true;
+  }
+  void keep_timing(const grpc::ClientContext& ctx, Steady::time_point t0, Steady::time_point t1,
+                   Steady::time_point t2, Steady::time_point t3) {
+    RequestTiming t;
+    t.encode = us(t0, t1);
+    t.call = us(t1, t2);
+    t.decode = us(t2, t3);
+    const auto& trailers = ctx.GetServerTrailingMetadata();
+    int64_t entry_ns = 0, exit_ns = 0;
+    if (auto it = trailers.find(kBreakdownKey); it != trailers.end()) {
+      std::istringstream in(std::string(it->second.data(), it->second.size()));
+      std::string item;
+      while (in >> item) {
+        const size_t eq = item.find('=');
+        if (eq == std::string::npos) continue;
+        const std::string key = item.substr(0, eq);
+        const double v = std::strtod(item.c_str() + eq + 1, nullptr);
+        if (key == "entry_ns") entry_ns = std::strtoll(item.c_str() + eq + 1, nullptr, 10);
+        if (key == "exit_ns") exit_ns = std::strtoll(item.c_str() + eq + 1, nullptr, 10);
+        for (auto [name, field] :
+             {std::pair{"session", &t.session}, std::pair{"parse", &t.parse},
+              std::pair{"prepare", &t.prepare}, std::pair{"handoff", &t.handoff},
+              std::pair{"run", &t.run}, std::pair{"outputs", &t.outputs},
+              std::pair{"handler", &t.handler}})
+          if (key == name) *field = v;
+      }
+    }
+    // The same host: the handler ran inside this side's call on the shared clock.
+    auto ns = [](Steady::time_point p) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(p.time_since_epoch()).count();
+    };
+    if (entry_ns >= ns(t1) && exit_ns >= entry_ns && exit_ns <= ns(t2)) {
+      t.there = static_cast<double>(entry_ns - ns(t1)) / 1e3;
+      t.back = static_cast<double>(ns(t2) - exit_ns) / 1e3;
+    }
+    std::lock_guard<std::mutex> lock(timings_mu);
+    if (timings.size() < kMaxTimings) timings.push_back(t);
+  }
   std::atomic<int64_t> rpcs{0}, executes{0}, uploads{0}, downloads{0}, copies{0}, runs{0},
       arena_reads{0};
   std::string token;
@@ -1644,6 +1697,7 @@ Result<std::vector<TensorHandle>> RemoteClient::execute(const Graph& graph,
                                                         const std::vector<TensorHandle>& inputs,
                                                         const std::string& device) {
   impl_->executes++;
+  const auto t0 = Impl::Steady::now();
   TD_RETURN_IF_ERROR(check_graph_limits(graph));
   v1::ExecuteRequest req;
   to_proto(graph, req.mutable_graph());
@@ -1661,9 +1715,15 @@ Result<std::vector<TensorHandle>> RemoteClient::execute(const Graph& graph,
         "broker's message limit of {} (tensord serve --max-message-bytes); load() a graph with "
         "large initializers once (streamed) and run() it",
         n, impl_->max_message);
-  TD_RETURN_IF_ERROR(impl_->finish(ctx, impl_->stub->Execute(&ctx, req, &resp), "execute"));
+  const bool timed = impl_->ask_breakdown(ctx);
+  const auto t1 = Impl::Steady::now();
+  const grpc::Status called = impl_->stub->Execute(&ctx, req, &resp);
+  const auto t2 = Impl::Steady::now();
+  TD_RETURN_IF_ERROR(impl_->finish(ctx, called, "execute"));
   impl_->remember(resp.outputs(), resp.values());
-  return std::vector<TensorHandle>(resp.outputs().begin(), resp.outputs().end());
+  std::vector<TensorHandle> out(resp.outputs().begin(), resp.outputs().end());
+  if (timed) impl_->keep_timing(ctx, t0, t1, t2, Impl::Steady::now());
+  return out;
 }
 
 Result<TensorHandle> RemoteClient::copy(TensorHandle h, const std::string& device) {
@@ -1772,6 +1832,7 @@ Result<LoadedModel> RemoteClient::load_onnx(std::string_view onnx_bytes,
 Result<std::vector<TensorHandle>> RemoteClient::run(ModelHandle model,
                                                     const std::vector<TensorHandle>& inputs) {
   impl_->runs++;
+  const auto t0 = Impl::Steady::now();
   v1::RunModelRequest req;
   req.set_model(model);
   req.mutable_inputs()->Assign(inputs.begin(), inputs.end());
@@ -1780,10 +1841,16 @@ Result<std::vector<TensorHandle>> RemoteClient::run(ModelHandle model,
   req.mutable_release()->Assign(released.begin(), released.end());
   grpc::ClientContext ctx;
   impl_->prepare(ctx, impl_->options.call_timeout);
+  const bool timed = impl_->ask_breakdown(ctx);
   v1::RunModelResponse resp;
-  TD_RETURN_IF_ERROR(impl_->finish(ctx, impl_->stub->RunModel(&ctx, req, &resp), "run"));
+  const auto t1 = Impl::Steady::now();
+  const grpc::Status called = impl_->stub->RunModel(&ctx, req, &resp);
+  const auto t2 = Impl::Steady::now();
+  TD_RETURN_IF_ERROR(impl_->finish(ctx, called, "run"));
   impl_->remember(resp.outputs(), resp.values());
-  return std::vector<TensorHandle>(resp.outputs().begin(), resp.outputs().end());
+  std::vector<TensorHandle> out(resp.outputs().begin(), resp.outputs().end());
+  if (timed) impl_->keep_timing(ctx, t0, t1, t2, Impl::Steady::now());
+  return out;
 }
 
 // As run(), with the device set and nothing inlined: the broker answers at once (parts of a
@@ -1861,6 +1928,13 @@ const std::string& RemoteClient::address() const { return impl_->address; }
 const std::string& RemoteClient::session() const { return impl_->session; }
 std::string RemoteClient::server_version() const { return impl_->server_version; }
 int64_t RemoteClient::rpc_count() const { return impl_->rpcs.load(); }
+
+void RemoteClient::set_breakdown(bool on) { impl_->breakdown.store(on); }
+
+std::vector<RequestTiming> RemoteClient::take_breakdown() {
+  std::lock_guard<std::mutex> lock(impl_->timings_mu);
+  return std::exchange(impl_->timings, {});
+}
 
 Status RemoteClient::echo(int64_t payload_bytes) {
   if (payload_bytes < 0 || payload_bytes > kMaxMessageBytes / 2)

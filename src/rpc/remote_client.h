@@ -82,6 +82,22 @@ struct LoadedModel {
   std::string producer;               // "pytorch 2.1.0"
 };
 
+// One run()/execute() request's phases in microseconds (RemoteClient::set_breakdown): this
+// side's, and the broker's from its answer's trailer (0 where the broker sent none).
+struct RequestTiming {
+  double encode = 0, call = 0, decode = 0;  // here: build the request, the call, take the answer
+  // The broker: auth and session lookup, graph decoding (execute), input checks and the
+  // compiled-form lookup, waiting for a device runner, the run, reading the outputs into the
+  // answer (with the handler's wake-up after a queued run), the whole handler.
+  double session = 0, parse = 0, prepare = 0, handoff = 0, run = 0, outputs = 0, handler = 0;
+  // What neither side's handler saw: the transport, gRPC on both sides, the interceptors.
+  double transport() const { return call > handler ? call - handler : 0; }
+  // Its two halves, on the same host (a shared steady clock; -1 when the broker is elsewhere
+  // or sent no clock): from this side's send to the handler's start, and from the handler's
+  // end to the answer here.
+  double there = -1, back = -1;
+};
+
 class RemoteClient final : public Client {
  public:
   // `address`: "HOST:PORT" or "unix:PATH". UNAVAILABLE if no broker answers there within
@@ -134,6 +150,10 @@ class RemoteClient final : public Client {
   // gRPC calls made by this client so far (a stream counts once; heartbeats are not
   // counted). Tests use it to check that a lazy chain costs one round trip.
   int64_t rpc_count() const;
+  // Request breakdown (tensord bench --breakdown): while on, each run()/execute() asks the
+  // broker for its phases and keeps them with this side's; take_breakdown() hands them over.
+  void set_breakdown(bool on);
+  std::vector<RequestTiming> take_breakdown();
   // One bare unary round trip carrying `payload_bytes` each way (for benchmarks).
   Status echo(int64_t payload_bytes);
   // Whether bulk transfers go through shared memory now ("shm") or gRPC streams ("grpc").

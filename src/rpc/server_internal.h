@@ -288,6 +288,30 @@ int64_t default_max_regions();
 
 class Service;
 
+// The broker's side of a request breakdown (kBreakdownKey): clock reads at the handler's
+// phases, the engine's start and end of the work (CallTrace), and the trailer at the end of
+// the handler. Costs one metadata lookup when the client did not ask.
+class RequestBreakdown {
+ public:
+  explicit RequestBreakdown(grpc::ServerContextBase* ctx);
+  ~RequestBreakdown();
+  RequestBreakdown(const RequestBreakdown&) = delete;
+  RequestBreakdown& operator=(const RequestBreakdown&) = delete;
+  void session_found() { stamp(&session_); }  // auth and session lookup done
+  void parsed() { stamp(&parsed_); }           // Execute: the graph decoded
+  void submitted() { stamp(&submitted_); }     // the engine call returned
+  void answered() { stamp(&answered_); }       // the outputs are in the answer
+  void attach(CancelToken& call) {
+    if (ctx_) call.trace = trace_;
+  }
+
+ private:
+  void stamp(int64_t* at);
+  grpc::ServerContextBase* ctx_ = nullptr;  // null: not asked
+  std::shared_ptr<CallTrace> trace_;
+  int64_t start_ = 0, session_ = 0, parsed_ = 0, submitted_ = 0, answered_ = 0;
+};
+
 // Attach: holds the session for as long as the client's call lives (callback API: no thread
 // is held while it waits).
 class AttachReactor final : public grpc::ServerWriteReactor<v1::AttachEvent> {

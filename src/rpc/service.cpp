@@ -40,7 +40,50 @@ Result<onnx::Model> import_onnx(const std::string& bytes) {
   return model;
 }
 
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
+
+RequestBreakdown::RequestBreakdown(grpc::ServerContextBase* ctx) {
+  const auto& md = ctx->client_metadata();
+  if (md.find(kBreakdownKey) == md.end()) return;
+  ctx_ = ctx;
+  trace_ = std::make_shared<CallTrace>();
+  start_ = steady_ns();
+}
+
+void RequestBreakdown::stamp(int64_t* at) {
+  if (ctx_) *at = steady_ns();
+}
+
+// Phases in microseconds; a phase the call did not reach is 0. With the work run on the
+// handler's thread there is no hand-off; with it queued, "outputs" includes the wake-up of
+// the handler's thread after the run.
+RequestBreakdown::~RequestBreakdown() {
+  if (!ctx_) return;
+  const int64_t end = steady_ns();
+  const int64_t started = trace_->started_ns.load(std::memory_order_relaxed);
+  const int64_t finished = trace_->finished_ns.load(std::memory_order_relaxed);
+  const bool here = trace_->on_caller.load(std::memory_order_relaxed);
+  auto span = [](int64_t from, int64_t to) {
+    return from > 0 && to > from ? static_cast<double>(to - from) / 1e3 : 0.0;
+  };
+  const int64_t ready = parsed_ > 0 ? parsed_ : session_;
+  const int64_t answered = answered_ > 0 ? answered_ : end;
+  const double prepare = span(ready, here && started > 0 ? started : submitted_);
+  const double handoff = here ? 0.0 : span(submitted_, started);
+  ctx_->AddTrailingMetadata(
+      kBreakdownKey,
+      fmt::format("session={:.1f} parse={:.1f} prepare={:.1f} handoff={:.1f} run={:.1f} "
+                  "outputs={:.1f} handler={:.1f} entry_ns={} exit_ns={}",
+                  span(start_, session_), span(session_, parsed_), prepare, handoff,
+                  span(started, finished), span(finished, answered), span(start_, end), start_,
+                  end));
+}
 
 grpc::Status Service::Handshake(grpc::ServerContext* ctx, const v1::HandshakeRequest* req,
                                 v1::HandshakeResponse* resp) {
@@ -110,10 +153,13 @@ grpc::Status Service::Info(grpc::ServerContext* ctx, const v1::HandleRequest* re
 
 grpc::Status Service::Execute(grpc::ServerContext* ctx, const v1::ExecuteRequest* req,
                               v1::ExecuteResponse* resp) {
+  RequestBreakdown breakdown(ctx);
   Guard g(this, ctx);
   if (!g.ok()) return fail(ctx, g.status());
+  breakdown.session_found();
   auto graph = from_proto(req->graph());
   if (!graph.ok()) return fail(ctx, graph.status().with_context("execute"));
+  breakdown.parsed();
   for (uint64_t h : req->release())  // released by the client since its last call
     (void)engine_->release(g.engine_session(), h);
   std::vector<TensorHandle> inputs(req->inputs().begin(), req->inputs().end());
@@ -124,14 +170,18 @@ grpc::Status Service::Execute(grpc::ServerContext* ctx, const v1::ExecuteRequest
   // client goes away: the client never learns the output handles then, so nobody can want
   // the results; they are released (call_token, finish_submit).
   auto call = call_token(ctx);
+  breakdown.attach(*call);
   call->arm();  // until the answer: the work stops at the deadline too
   Disarm disarm{call.get()};
   // Small results are waited for below: run here when the device is idle (no hand-off).
   auto out = engine_->execute(g.engine_session(), *graph, inputs, req->device(), {},
                               req->inline_max_bytes() > 0, call);
+  breakdown.submitted();
   if (!out.ok()) return fail(ctx, out.status());
-  return finish_submit(ctx, g, *call, *out, req->inline_max_bytes(), resp->mutable_outputs(),
-                       resp->mutable_values());
+  grpc::Status answer = finish_submit(ctx, g, *call, *out, req->inline_max_bytes(),
+                                      resp->mutable_outputs(), resp->mutable_values());
+  breakdown.answered();
+  return answer;
 }
 
 grpc::Status Service::LoadModel(grpc::ServerContext* ctx,
@@ -230,15 +280,19 @@ grpc::Status Service::LoadModelInline(grpc::ServerContext* ctx, const v1::LoadMo
 
 grpc::Status Service::RunModel(grpc::ServerContext* ctx, const v1::RunModelRequest* req,
                                v1::RunModelResponse* resp) {
+  RequestBreakdown breakdown(ctx);
   Guard g(this, ctx);
   if (!g.ok()) return fail(ctx, g.status());
+  breakdown.session_found();
   for (uint64_t h : req->release())  // released by the client since its last call
     (void)engine_->release(g.engine_session(), h);
   std::vector<TensorHandle> inputs(req->inputs().begin(), req->inputs().end());
-  // Queued on the device's thread even when the answer waits for the outputs: a model's
-  // kernels keep their thread (oneDNN and OpenMP state live per thread), and its run dwarfs
-  // the hand-off.
+  // When the answer waits for the outputs (inline values) and the device is idle, the model
+  // runs on this thread, as Execute's graphs do: no hand-off to the device's runner and back
+  // (two thread wake-ups per request). The cpu pool makes any thread a region's thread 0, so
+  // this starts no thread team of its own. Otherwise it is queued on the device's runners.
   auto call = call_token(ctx);  // as in Execute
+  breakdown.attach(*call);
   call->arm();
   Disarm disarm{call.get()};
   // Named models go through the runner (per-model counters; dynamic batching where their
@@ -249,11 +303,15 @@ grpc::Status Service::RunModel(grpc::ServerContext* ctx, const v1::RunModelReque
     out = runner_->run(g.engine_session(), tenant.ok() ? *tenant : std::string(), req->model(),
                        inputs, call);
   } else {
-    out = engine_->run(g.engine_session(), req->model(), inputs, false, call, req->device());
+    out = engine_->run(g.engine_session(), req->model(), inputs,
+                       req->inline_max_bytes() > 0 && req->device().empty(), call, req->device());
   }
+  breakdown.submitted();
   if (!out.ok()) return fail(ctx, out.status());
-  return finish_submit(ctx, g, *call, *out, req->inline_max_bytes(), resp->mutable_outputs(),
-                       resp->mutable_values());
+  grpc::Status answer = finish_submit(ctx, g, *call, *out, req->inline_max_bytes(),
+                                      resp->mutable_outputs(), resp->mutable_values());
+  breakdown.answered();
+  return answer;
 }
 
 grpc::Status Service::UnloadModel(grpc::ServerContext* ctx, const v1::ModelRequest* req,

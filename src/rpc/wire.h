@@ -22,6 +22,12 @@ namespace tensord::rpc {
 // Metadata keys (see proto/tensord.proto).
 inline constexpr const char* kSessionKey = "tensord-session";
 inline constexpr const char* kErrorKey = "tensord-error";
+// A RunModel/Execute call carrying this metadata (any value) gets its phases on the broker
+// back in the trailing metadata of the same name: "session=U parse=U prepare=U handoff=U
+// run=U outputs=U handler=U" in microseconds, then "entry_ns=N exit_ns=N": the handler's start
+// and end on the steady clock (CLOCK_MONOTONIC: comparable with a client's on the same host,
+// which splits the transport into the request's way there and the answer's way back).
+inline constexpr const char* kBreakdownKey = "tensord-breakdown";
 
 // Bulk bytes travel in chunks of this size (Upload, Read). Large enough that per-message
 // overhead vanishes, small enough to pipeline through HTTP/2 flow control.

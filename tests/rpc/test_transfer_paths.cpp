@@ -493,5 +493,58 @@ TEST(LentRegions, AllocateHostElsewhereIsOrdinaryMemory) {
   ASSERT_TRUE((*c)->release(*h).ok());
 }
 
+// tensord bench --breakdown: a run() and an execute() asked for their phases get the broker's
+// back (session lookup, the run, the outputs), each phase inside the round trip, and the two
+// halves of the transport measured on the shared clock; the answers stay right.
+TEST(RequestBreakdown, RunsAndExecutesReportTheirPhasesInsideTheRoundTrip) {
+  auto* broker = testing::shared_broker();
+  ASSERT_NE(broker, nullptr);
+  auto c = rpc::RemoteClient::connect(broker->address());
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const int64_t n = 4096;
+  auto model = (*c)->load(neg_graph(n), "cpu:0");
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto x = (*c)->upload(ramp(n, 1.0f).view(), "cpu:0");
+  ASSERT_TRUE(x.ok()) << x.status().to_string();
+  // Not asked: nothing kept.
+  auto first = (*c)->run(*model, {*x});
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_TRUE((*c)->take_breakdown().empty());
+  (*c)->set_breakdown(true);
+  for (int i = 0; i < 5; ++i) {
+    auto out = (*c)->run(*model, {*x});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    auto y = (*c)->read((*out)[0]);
+    ASSERT_TRUE(y.ok()) << y.status().to_string();
+    EXPECT_EQ(y->data<float>()[n - 1], -(1.0f + static_cast<float>((n - 1) % 1000)));
+    ASSERT_TRUE((*c)->release((*out)[0]).ok());
+  }
+  auto ex = (*c)->execute(add_initializer_graph(n), {*x}, "cpu:0");
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  (*c)->set_breakdown(false);
+  const auto timings = (*c)->take_breakdown();
+  ASSERT_EQ(timings.size(), 6u);
+  for (size_t i = 0; i < timings.size(); ++i) {
+    const rpc::RequestTiming& t = timings[i];
+    SCOPED_TRACE(i);
+    EXPECT_GT(t.call, 0);
+    EXPECT_GT(t.handler, 0) << "the broker sent no breakdown";
+    EXPECT_GT(t.run, 0) << "the engine did not stamp the run";
+    EXPECT_LE(t.handler, t.call);
+    EXPECT_LE(t.session + t.parse + t.prepare + t.handoff + t.run + t.outputs,
+              t.handler + 1.0);  // (each rounded to 0.1 us)
+    // The same host: the handler ran inside the call on the shared clock.
+    EXPECT_GE(t.there, 0);
+    EXPECT_GE(t.back, 0);
+    EXPECT_LE(t.there + t.back, t.transport() + 1.0);
+  }
+  EXPECT_GT(timings[5].parse, 0) << "execute() decodes its graph";
+  EXPECT_EQ(timings[0].parse, 0) << "run() has no graph to decode";
+  for (TensorHandle h : *ex) ASSERT_TRUE((*c)->release(h).ok());
+  for (TensorHandle h : *first) ASSERT_TRUE((*c)->release(h).ok());
+  ASSERT_TRUE((*c)->release(*x).ok());
+  ASSERT_TRUE((*c)->unload(*model).ok());
+}
+
 }  // namespace
 }  // namespace tensord

@@ -26,6 +26,7 @@
 #include "backends/cpu/fusion.h"
 #include "backends/cpu/onednn_common.h"
 #include "backends/cpu/onednn_region.h"
+#include "backends/cpu/thread_pool.h"
 #include "core/graph_utils.h"
 #include "tensord/version.h"
 
@@ -313,6 +314,7 @@ class CpuDevice final : public Device {
   }
 
   const DeviceInfo& info() const override { return info_; }
+  void expect_work() override { ThreadPool::get().prewake(); }
 
   // Raw host memory, 64-byte aligned (the engine's pool caches and sub-allocates it). Blocks
   // of 4 MiB or more are whole 2 MiB pieces the kernel may back with huge pages (as host

@@ -111,13 +111,18 @@ struct ThreadPool::Impl {
   std::atomic<int> sleepers{0};       // threads asleep in futex_wait on any pool word
   Region region;
   std::atomic<uint64_t> regions{0}, by_caller{0}, pool_waits{0}, sleeps{0};
+  // prewake(): workers keep spinning until this (steady clock, ns) at least.
+  std::atomic<int64_t> spin_until_ns{0};
 
   // Waits until `word` differs from `seen` or done() holds: spins spin_us, then sleeps.
   template <typename Done>
   void wait(std::atomic<uint32_t>& word, uint32_t seen, Done done) {
     using clock = std::chrono::steady_clock;
     if (done()) return;
-    const auto until = clock::now() + std::chrono::microseconds(spin_us);
+    auto until = clock::now() + std::chrono::microseconds(spin_us);
+    const clock::time_point prewoken{
+        std::chrono::nanoseconds(spin_until_ns.load(std::memory_order_relaxed))};
+    if (prewoken > until) until = prewoken;
     for (int i = 0;; ++i) {
       for (int k = 0; k < 32; ++k) {
         if (word.load(std::memory_order_acquire) != seen || done()) return;
@@ -221,6 +226,21 @@ struct ThreadPool::Impl {
     for (int i = 1; i < threads; ++i) r.slots[i].state.store(kIdle, std::memory_order_relaxed);
   }
 
+  void prewake() {
+    using clock = std::chrono::steady_clock;
+    if (team <= 1) return;
+    const int64_t until = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              (clock::now() + std::chrono::microseconds(kPrewakeSpinUs))
+                                  .time_since_epoch())
+                              .count();
+    spin_until_ns.store(until, std::memory_order_relaxed);
+    // Only sleepers need the bump: a worker that sees it finds no slot assigned to it (or the
+    // current region's, which it may take) and waits again, spinning until spin_until_ns.
+    if (sleepers.load(std::memory_order_seq_cst) == 0) return;
+    dispatch.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_all(dispatch);
+  }
+
   void barrier() {
     Region* r = t_state.region;
     if (r == nullptr || t_state.size <= 1) return;
@@ -317,6 +337,8 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   args.chunk = std::max(grain, (n + 4 * threads - 1) / (4 * threads));
   run_region(threads, for_part, &args);
 }
+
+void ThreadPool::prewake() { impl_->prewake(); }
 
 ThreadPoolStats ThreadPool::stats() const {
   ThreadPoolStats s;
