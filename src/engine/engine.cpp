@@ -253,7 +253,10 @@ class WorkQueue {
         bool got = false;
         cv_.wait(lock, [&] {
           if (stop_ && fifos_.empty() && (first ? busy_ == 0 : true)) return true;
-          if (first && busy_ > 0 && threads_.size() == 1) return false;
+          // At most one top-level task per runner at once, callers running one here
+          // (run_here_if_idle: a broker's handler thread) included: more would share the
+          // cores more thinly than the runners were sized for.
+          if (busy_ >= static_cast<int>(threads_.size())) return false;
           got = pick_locked(false, first, &task);
           return got;
         });

@@ -338,7 +338,13 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   run_region(threads, for_part, &args);
 }
 
-void ThreadPool::prewake() { impl_->prewake(); }
+// Only an idle device's next run gets the whole team: while a runner runs work, a new graph
+// runs beside it with its share of the cores (RunnerScope), one thread on 2 cores, and
+// workers spinning for it would take a core from the graphs that do run.
+void ThreadPool::prewake() {
+  if (busy_runners() > 0) return;
+  impl_->prewake();
+}
 
 ThreadPoolStats ThreadPool::stats() const {
   ThreadPoolStats s;

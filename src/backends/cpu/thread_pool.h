@@ -53,11 +53,12 @@ class ThreadPool {
   // 0..threads-1), the caller being thread 0. Nested inside a region: fn(data) once, serially.
   void run_region(int threads, void (*fn)(void*), void* data);
 
-  // Work is coming (Device::expect_work): sleeping workers wake and spin for up to
-  // kPrewakeSpinUs (longer than TENSORD_SPIN_US), so the next region finds them up. Cheap when
-  // they are awake already.
+  // Work is coming (Device::expect_work): when no runner is busy, sleeping workers wake and
+  // spin for up to kPrewakeSpinUs (longer than TENSORD_SPIN_US), so the next region finds them
+  // up. Cheap when they are awake already; nothing while runners run work (a graph started
+  // then runs beside them on its share of the cores, without the workers).
   void prewake();
-  static constexpr int64_t kPrewakeSpinUs = 1000;
+  static constexpr int64_t kPrewakeSpinUs = 500;
   // GOMP_barrier: waits until every thread of the calling thread's region arrived here.
   void barrier();
 
