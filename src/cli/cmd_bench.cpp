@@ -406,6 +406,7 @@ struct BenchResult {
   // --breakdown through a broker: the median of each request phase over the timed runs, in
   // microseconds, in the order of a request's life; the requests timed.
   std::vector<std::pair<std::string, double>> breakdown;
+  int in_flight = 0;  // batches queued ahead of the one waited for (0: --wait-each)
   int64_t breakdown_requests = 0;
   std::string breakdown_note;  // why there is none
 };
@@ -464,7 +465,7 @@ Status retire(Client& c, const std::vector<TensorHandle>& outs, bool keep) {
 // *last (when given).
 Status run_batches(Client& c, ModelHandle model, const std::vector<TensorHandle>& inputs,
                    int64_t count, int64_t batch, ProgressBar* bar,
-                   std::vector<TensorHandle>* last) {
+                   std::vector<TensorHandle>* last, size_t in_flight = kInFlight) {
   std::deque<std::vector<TensorHandle>> pending;
   int64_t done = 0;
   Status status = OkStatus();
@@ -475,7 +476,7 @@ Status run_batches(Client& c, ModelHandle model, const std::vector<TensorHandle>
       break;
     }
     pending.push_back(std::move(*outs));
-    while (pending.size() > kInFlight && status.ok()) {
+    while (pending.size() > in_flight && status.ok()) {
       status = retire(c, pending.front(), false);
       pending.pop_front();
       ++done;
@@ -495,8 +496,13 @@ Status run_batches(Client& c, ModelHandle model, const std::vector<TensorHandle>
 
 std::optional<Failure> time_workload(Target& t, const Workload& w, int64_t examples, int64_t warmup,
                                      BenchResult* r, double start_at = 0,
-                                     bool breakdown = false) {
+                                     bool breakdown = false, bool wait_each = false) {
   Client& c = *t.client;
+  // Through a broker, runs are pipelined as the embedded engine's are (the next is queued
+  // while the last computes), unless each is waited for.
+  const size_t in_flight = wait_each ? 0 : kInFlight;
+  if (auto* remote = dynamic_cast<rpc::RemoteClient*>(&c)) remote->set_pipeline_runs(!wait_each);
+  r->in_flight = static_cast<int>(in_flight);
   const std::string on = fmt::format("{} on {}", w.name, t.device);
   const auto t0 = Clock::now();
   std::optional<PhaseTicker> compiling(std::in_place, "compile " + on);
@@ -522,7 +528,8 @@ std::optional<Failure> time_workload(Target& t, const Workload& w, int64_t examp
   compiling.reset();
   if (s.ok() && warmup > 0) {
     ProgressBar bar("warmup " + w.name, ((warmup + w.batch - 1) / w.batch) * w.batch);
-    s = run_batches(c, *model, inputs, (warmup + w.batch - 1) / w.batch, w.batch, &bar, nullptr);
+    s = run_batches(c, *model, inputs, (warmup + w.batch - 1) / w.batch, w.batch, &bar, nullptr,
+                    in_flight);
   }
   std::vector<TensorHandle> last;
   if (s.ok()) {
@@ -545,7 +552,7 @@ std::optional<Failure> time_workload(Target& t, const Workload& w, int64_t examp
     }
     r->timed_start_unix = unix_now();
     const auto t1 = Clock::now();
-    s = run_batches(c, *model, inputs, examples / w.batch, w.batch, &bar, &last);
+    s = run_batches(c, *model, inputs, examples / w.batch, w.batch, &bar, &last, in_flight);
     r->execution_s = seconds_since(t1);
     r->timed_end_unix = unix_now();
     if (remote) {
@@ -850,7 +857,8 @@ std::optional<Failure> bench_one(const BenchOptions& o, Target& t, int64_t batch
                              t.info.model,
                              t.info.threads ? fmt::format(", {} threads", t.info.threads) : "")
               << std::endl;
-  if (auto f = time_workload(t, w, examples, o.warmup, r, o.start_at, o.breakdown)) return f;
+  if (auto f = time_workload(t, w, examples, o.warmup, r, o.start_at, o.breakdown, o.wait_each))
+    return f;
 
   const std::string kind = oracle_kind(o, w, t);
   std::optional<PhaseTicker> checking;
@@ -946,6 +954,7 @@ nlohmann::json result_json(const BenchResult& r) {
       {"compile_s", r.compile_s},
       {"execution_s", r.execution_s},
       {"per_example_s", r.per_example_s},
+      {"queued_ahead", r.in_flight},
       {"timed_start_unix", r.timed_start_unix},
       {"timed_end_unix", r.timed_end_unix},
       {"peak_device_bytes", r.peak_device_bytes},
@@ -1272,6 +1281,9 @@ void add_bench_options(CLI::App& bench, BenchOptions& o) {
                    "reference kernels). Default: --data's outputs when given; --oracle with "
                    "--data checks the outputs against the oracle and the oracle against --data");
   bench.add_flag("--no-check", o.no_check, "Skip the correctness check (and say so)");
+  bench.add_flag("--wait-each", o.wait_each,
+                 "Wait for each batch's outputs before the next run (default: up to 2 queued "
+                 "ahead, embedded and through a broker alike)");
   bench.add_flag("--breakdown", o.breakdown,
                  "Through a broker (--address): each timed request's phases, here and on the "
                  "broker (encode, transport, session, input and cache lookup, queue hand-off, "

@@ -66,6 +66,7 @@ struct BenchOptions {
   double start_at = 0;  // --start-at: the timed run starts at this Unix time (after warmup)
   bool profile = false;              // --profile: time per step, reference-kernel shares
   bool breakdown = false;            // --breakdown: each request's phases (through a broker)
+  bool wait_each = false;            // --wait-each: no run queued ahead of the one waited for
 };
 
 // `tensord bench`: plaidbench's measurements (compile, execution, per example, correctness

@@ -291,6 +291,72 @@ struct RemoteClient::Impl {
     return OkStatus();
   }
 
+  // ---- pipelined runs (RemoteClientOptions::pipeline_runs)
+  // One run() whose answer has not been taken yet: the call's state, and what it answered.
+  struct PendingRun {
+    grpc::ClientContext ctx;
+    v1::RunModelRequest req;
+    v1::RunModelResponse resp;
+    std::chrono::steady_clock::time_point t0, t1;
+    bool timed = false;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status status;
+    std::vector<TensorHandle> outputs;  // the broker's handles
+  };
+  // Handles that stand for a pending run's outputs have this bit (the broker's count up from
+  // 1 and never reach it).
+  static constexpr TensorHandle kProvisional = TensorHandle{1} << 62;
+  std::atomic<bool> pipeline{false};  // options.pipeline_runs, or set_pipeline_runs()
+  std::mutex runs_mu;
+  std::condition_variable runs_cv;
+  int64_t runs_in_flight = 0;
+  uint64_t next_provisional = 0;
+  std::unordered_map<TensorHandle, std::pair<std::shared_ptr<PendingRun>, size_t>> provisional;
+  std::unordered_map<ModelHandle, size_t> model_outputs;  // models loaded here: their outputs
+
+  // `h`, or the broker's handle a provisional one stands for once its run has answered (its
+  // error if the run failed).
+  Result<TensorHandle> resolve(TensorHandle h) {
+    if ((h & kProvisional) == 0) return h;
+    std::shared_ptr<PendingRun> p;
+    size_t index = 0;
+    {
+      std::lock_guard<std::mutex> lock(runs_mu);
+      auto it = provisional.find(h);
+      if (it == provisional.end())
+        return errors::NotFound("tensor handle {} does not exist in this session (released?)", h);
+      p = it->second.first;
+      index = it->second.second;
+    }
+    std::unique_lock<std::mutex> lock(p->mu);
+    p->cv.wait(lock, [&] { return p->done; });
+    if (!p->status.ok()) return p->status;
+    if (index >= p->outputs.size())
+      return errors::Internal("run answered {} outputs, output {} was asked for",
+                              p->outputs.size(), index);
+    return p->outputs[index];
+  }
+  Result<std::vector<TensorHandle>> resolve_all(const std::vector<TensorHandle>& hs) {
+    std::vector<TensorHandle> out;
+    out.reserve(hs.size());
+    for (TensorHandle h : hs) {
+      TD_ASSIGN_OR_RETURN(TensorHandle r, resolve(h));
+      out.push_back(r);
+    }
+    return out;
+  }
+  void loaded(ModelHandle model, size_t outputs) {
+    std::lock_guard<std::mutex> lock(runs_mu);
+    model_outputs[model] = outputs;
+  }
+  // Until every pending run has answered (the session closes after them).
+  void wait_runs() {
+    std::unique_lock<std::mutex> lock(runs_mu);
+    runs_cv.wait(lock, [&] { return runs_in_flight == 0; });
+  }
+
   // Request breakdown (set_breakdown): the timings kept, at most kMaxTimings.
   static constexpr size_t kMaxTimings = 1 << 20;
   std::atomic<bool> breakdown{false};
@@ -764,6 +830,7 @@ struct RemoteClient::Impl {
 RemoteClient::RemoteClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 RemoteClient::~RemoteClient() {
+  impl_->wait_runs();  // their callbacks use impl_
   if (impl_->heartbeat.joinable()) {
     {
       std::lock_guard<std::mutex> lock(impl_->hb_mu);
@@ -793,6 +860,7 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
   auto impl = std::make_unique<Impl>();
   impl->address = address;
   impl->options = options;
+  impl->pipeline.store(options.pipeline_runs);
   {
     const char* from = "RemoteClientOptions.token";
     std::string token = options.token;
@@ -1554,7 +1622,8 @@ Result<HostTensor> RemoteClient::Impl::shm_read_adopt(TensorHandle h, bool* unus
   return errors::Unavailable("read: not through a region");
 }
 
-Result<HostTensor> RemoteClient::read(TensorHandle h) {
+Result<HostTensor> RemoteClient::read(TensorHandle handle) {
+  TD_ASSIGN_OR_RETURN(const TensorHandle h, impl_->resolve(handle));
   {
     bool unusable = false;
     auto adopted = impl_->shm_read_adopt(h, &unusable);
@@ -1611,7 +1680,8 @@ Result<TensorHandle> RemoteClient::upload_cuda(const TensorView& src, const std:
   return resp.handle();
 }
 
-Result<TensorType> RemoteClient::read_into_cuda(TensorHandle h, void* dst, size_t room) {
+Result<TensorType> RemoteClient::read_into_cuda(TensorHandle handle, void* dst, size_t room) {
+  TD_ASSIGN_OR_RETURN(const TensorHandle h, impl_->resolve(handle));
   impl_->flush_releases();
   if (!dst || room == 0) {  // the type alone
     TD_RETURN_IF_ERROR(wait(h));
@@ -1635,7 +1705,8 @@ Result<TensorType> RemoteClient::read_into_cuda(TensorHandle h, void* dst, size_
   return t;
 }
 
-Result<TensorType> RemoteClient::read_into(TensorHandle h, void* dst, size_t room) {
+Result<TensorType> RemoteClient::read_into(TensorHandle handle, void* dst, size_t room) {
+  TD_ASSIGN_OR_RETURN(const TensorHandle h, impl_->resolve(handle));
   const int64_t r = static_cast<int64_t>(std::min<size_t>(room, INT64_MAX));
   if (auto lent = impl_->lent_value(h); lent && dst) {
     // The broker still holds the value (or says why not): then one copy from the region,
@@ -1668,7 +1739,8 @@ Result<TensorType> RemoteClient::read_into(TensorHandle h, void* dst, size_t roo
   return t;
 }
 
-Status RemoteClient::wait(TensorHandle h) {
+Status RemoteClient::wait(TensorHandle handle) {
+  TD_ASSIGN_OR_RETURN(const TensorHandle h, impl_->resolve(handle));
   if (auto c = impl_->cached(h)) return c->status;
   impl_->flush_releases();
   grpc::ClientContext ctx;
@@ -1679,7 +1751,8 @@ Status RemoteClient::wait(TensorHandle h) {
   return impl_->finish(ctx, impl_->stub->Wait(&ctx, req, &resp), "wait");
 }
 
-Result<TensorInfo> RemoteClient::info(TensorHandle h) {
+Result<TensorInfo> RemoteClient::info(TensorHandle handle) {
+  TD_ASSIGN_OR_RETURN(const TensorHandle h, impl_->resolve(handle));
   if (auto c = impl_->cached(h); c && c->status.ok()) return TensorInfo{c->value.type(), c->device};
   impl_->flush_releases();
   grpc::ClientContext ctx;
@@ -1694,8 +1767,9 @@ Result<TensorInfo> RemoteClient::info(TensorHandle h) {
 }
 
 Result<std::vector<TensorHandle>> RemoteClient::execute(const Graph& graph,
-                                                        const std::vector<TensorHandle>& inputs,
+                                                        const std::vector<TensorHandle>& in,
                                                         const std::string& device) {
+  TD_ASSIGN_OR_RETURN(const std::vector<TensorHandle> inputs, impl_->resolve_all(in));
   impl_->executes++;
   const auto t0 = Impl::Steady::now();
   TD_RETURN_IF_ERROR(check_graph_limits(graph));
@@ -1726,7 +1800,8 @@ Result<std::vector<TensorHandle>> RemoteClient::execute(const Graph& graph,
   return out;
 }
 
-Result<TensorHandle> RemoteClient::copy(TensorHandle h, const std::string& device) {
+Result<TensorHandle> RemoteClient::copy(TensorHandle handle, const std::string& device) {
+  TD_ASSIGN_OR_RETURN(const TensorHandle h, impl_->resolve(handle));
   impl_->flush_releases();
   impl_->copies++;
   grpc::ClientContext ctx;
@@ -1739,7 +1814,24 @@ Result<TensorHandle> RemoteClient::copy(TensorHandle h, const std::string& devic
   return resp.handle();
 }
 
-Status RemoteClient::release(TensorHandle h) {
+Status RemoteClient::release(TensorHandle handle) {
+  TensorHandle h = handle;
+  if (handle & Impl::kProvisional) {
+    // A pending run's output: its answer first (a failed run's outputs hold nothing).
+    {
+      std::lock_guard<std::mutex> lock(impl_->runs_mu);
+      if (impl_->provisional.count(handle) == 0)
+        return errors::NotFound("tensor handle {} does not exist in this session (released?)",
+                                handle);
+    }
+    auto r = impl_->resolve(handle);
+    {
+      std::lock_guard<std::mutex> lock(impl_->runs_mu);
+      impl_->provisional.erase(handle);
+    }
+    if (!r.ok()) return OkStatus();
+    h = *r;
+  }
   {
     std::lock_guard<std::mutex> lock(impl_->lent_mu);
     impl_->lent_values.erase(h);
@@ -1776,6 +1868,7 @@ Result<ModelHandle> RemoteClient::load(const Graph& graph, const std::string& de
     impl_->prepare(ctx, impl_->options.call_timeout);
     TD_RETURN_IF_ERROR(
         impl_->finish(ctx, impl_->stub->LoadModelInline(&ctx, req, &resp), "loading a model"));
+    impl_->loaded(resp.model(), graph.outputs.size());
     return resp.model();
   }
   // Large (a model's weights): the serialized graph in stream chunks.
@@ -1787,6 +1880,7 @@ Result<ModelHandle> RemoteClient::load(const Graph& graph, const std::string& de
     return errors::Internal("load: cannot serialize the graph");
   req.Clear();
   TD_RETURN_IF_ERROR(impl_->load_stream(bytes, v1::MODEL_FORMAT_GRAPH, device, &resp));
+  impl_->loaded(resp.model(), graph.outputs.size());
   return resp.model();
 }
 
@@ -1830,7 +1924,17 @@ Result<LoadedModel> RemoteClient::load_onnx(std::string_view onnx_bytes,
 }
 
 Result<std::vector<TensorHandle>> RemoteClient::run(ModelHandle model,
-                                                    const std::vector<TensorHandle>& inputs) {
+                                                    const std::vector<TensorHandle>& in) {
+  TD_ASSIGN_OR_RETURN(std::vector<TensorHandle> inputs, impl_->resolve_all(in));
+  if (impl_->pipeline.load(std::memory_order_relaxed)) {
+    size_t outputs = 0;
+    {
+      std::lock_guard<std::mutex> lock(impl_->runs_mu);
+      auto it = impl_->model_outputs.find(model);
+      outputs = it == impl_->model_outputs.end() ? 0 : it->second;
+    }
+    if (outputs > 0) return run_pipelined(model, inputs, outputs);
+  }
   impl_->runs++;
   const auto t0 = Impl::Steady::now();
   v1::RunModelRequest req;
@@ -1853,11 +1957,62 @@ Result<std::vector<TensorHandle>> RemoteClient::run(ModelHandle model,
   return out;
 }
 
+// run() with pipeline_runs: the request goes out on gRPC's callback API and this returns
+// handles standing for the outputs; the answer, when it comes, is taken as run() takes it.
+Result<std::vector<TensorHandle>> RemoteClient::run_pipelined(
+    ModelHandle model, const std::vector<TensorHandle>& inputs, size_t outputs) {
+  impl_->runs++;
+  auto p = std::make_shared<Impl::PendingRun>();
+  p->t0 = Impl::Steady::now();
+  p->req.set_model(model);
+  p->req.mutable_inputs()->Assign(inputs.begin(), inputs.end());
+  p->req.set_inline_max_bytes(impl_->options.inline_max_bytes);
+  const auto released = impl_->take_releases();
+  p->req.mutable_release()->Assign(released.begin(), released.end());
+  impl_->prepare(p->ctx, impl_->options.call_timeout);
+  p->timed = impl_->ask_breakdown(p->ctx);
+  std::vector<TensorHandle> handles;
+  {
+    std::lock_guard<std::mutex> lock(impl_->runs_mu);
+    for (size_t i = 0; i < outputs; ++i) {
+      const TensorHandle h = Impl::kProvisional | ++impl_->next_provisional;
+      impl_->provisional.emplace(h, std::make_pair(p, i));
+      handles.push_back(h);
+    }
+    ++impl_->runs_in_flight;
+  }
+  Impl* impl = impl_.get();
+  p->t1 = Impl::Steady::now();
+  impl_->stub->async()->RunModel(&p->ctx, &p->req, &p->resp, [impl, p](grpc::Status called) {
+    const auto t2 = Impl::Steady::now();
+    Status s = impl->finish(p->ctx, called, "run");
+    std::vector<TensorHandle> out;
+    if (s.ok()) {
+      impl->remember(p->resp.outputs(), p->resp.values());
+      out.assign(p->resp.outputs().begin(), p->resp.outputs().end());
+      if (p->timed) impl->keep_timing(p->ctx, p->t0, p->t1, t2, Impl::Steady::now());
+    }
+    {
+      std::lock_guard<std::mutex> lock(p->mu);
+      p->status = std::move(s);
+      p->outputs = std::move(out);
+      p->done = true;
+    }
+    p->cv.notify_all();
+    // Notified under the lock: the destructor, woken, frees impl only after it is released.
+    std::lock_guard<std::mutex> lock(impl->runs_mu);
+    --impl->runs_in_flight;
+    impl->runs_cv.notify_all();
+  });
+  return handles;
+}
+
 // As run(), with the device set and nothing inlined: the broker answers at once (parts of a
 // data-parallel run are all in flight before the first is read).
 Result<std::vector<TensorHandle>> RemoteClient::run_on(ModelHandle model,
-                                                       const std::vector<TensorHandle>& inputs,
+                                                       const std::vector<TensorHandle>& in,
                                                        const std::string& device) {
+  TD_ASSIGN_OR_RETURN(const std::vector<TensorHandle> inputs, impl_->resolve_all(in));
   if (device.empty())
     return Status(StatusCode::kInvalidArgument,
                   "run_on: no device given (run() runs on the model's own)");
@@ -1878,6 +2033,11 @@ Result<std::vector<TensorHandle>> RemoteClient::run_on(ModelHandle model,
 }
 
 Status RemoteClient::unload(ModelHandle model) {
+  impl_->wait_runs();  // runs already made run, as the embedded engine's do
+  {
+    std::lock_guard<std::mutex> lock(impl_->runs_mu);
+    impl_->model_outputs.erase(model);
+  }
   impl_->flush_releases();
   grpc::ClientContext ctx;
   impl_->prepare(ctx, impl_->options.call_timeout);
@@ -1930,6 +2090,8 @@ std::string RemoteClient::server_version() const { return impl_->server_version;
 int64_t RemoteClient::rpc_count() const { return impl_->rpcs.load(); }
 
 void RemoteClient::set_breakdown(bool on) { impl_->breakdown.store(on); }
+
+void RemoteClient::set_pipeline_runs(bool on) { impl_->pipeline.store(on); }
 
 std::vector<RequestTiming> RemoteClient::take_breakdown() {
   std::lock_guard<std::mutex> lock(impl_->timings_mu);

@@ -70,6 +70,13 @@ struct RemoteClientOptions {
   std::string transport;
   // Transfers at least this large go through shared memory when it is in use.
   int64_t shm_min_bytes = 64 << 10;
+  // Pipelined runs: run() of a model this client loaded sends the request and returns at
+  // once, as the embedded engine's run() does, with handles that stand for the broker's until
+  // its answer arrives (any later call with one waits for that answer). A client can then
+  // queue the next run while the broker computes the last, and the round trip is hidden.
+  // Errors of the run itself (a wrong input, a failed kernel) then come from wait(), read()
+  // and the calls that use its outputs, not from run(). Off: run() returns with the answer.
+  bool pipeline_runs = false;
 };
 
 // A model loaded from an ONNX file by the broker (RemoteClient::load_onnx).
@@ -153,6 +160,8 @@ class RemoteClient final : public Client {
   // Request breakdown (tensord bench --breakdown): while on, each run()/execute() asks the
   // broker for its phases and keeps them with this side's; take_breakdown() hands them over.
   void set_breakdown(bool on);
+  // RemoteClientOptions::pipeline_runs, changed (for the runs made after the call).
+  void set_pipeline_runs(bool on);
   std::vector<RequestTiming> take_breakdown();
   // One bare unary round trip carrying `payload_bytes` each way (for benchmarks).
   Status echo(int64_t payload_bytes);
@@ -165,6 +174,9 @@ class RemoteClient final : public Client {
 
  private:
   explicit RemoteClient(std::unique_ptr<Impl> impl);
+  Result<std::vector<TensorHandle>> run_pipelined(ModelHandle model,
+                                                  const std::vector<TensorHandle>& inputs,
+                                                  size_t outputs);
   std::unique_ptr<Impl> impl_;
 };
 

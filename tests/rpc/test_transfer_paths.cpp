@@ -546,5 +546,63 @@ TEST(RequestBreakdown, RunsAndExecutesReportTheirPhasesInsideTheRoundTrip) {
   ASSERT_TRUE((*c)->unload(*model).ok());
 }
 
+// RemoteClientOptions::pipeline_runs: run() returns before the broker answers, with handles
+// standing for the outputs. Chained runs (each one's output the next one's input) give the
+// right value; a failed run's error comes from wait()/read() of its outputs; a pending output
+// released at once is gone; a client destroyed with runs in flight waits for them.
+TEST(PipelinedRuns, ChainedRunsAreRightAndErrorsComeFromTheirOutputs) {
+  auto* broker = testing::shared_broker();
+  ASSERT_NE(broker, nullptr);
+  rpc::RemoteClientOptions o;
+  o.pipeline_runs = true;
+  auto c = rpc::RemoteClient::connect(broker->address(), o);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const int64_t n = 1000;
+  auto model = (*c)->load(neg_graph(n), "cpu:0");
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto x = (*c)->upload(ramp(n, 3.0f).view(), "cpu:0");
+  ASSERT_TRUE(x.ok()) << x.status().to_string();
+  const int64_t calls = (*c)->rpc_count();
+  std::vector<TensorHandle> chain{*x};
+  for (int i = 0; i < 5; ++i) {
+    auto out = (*c)->run(*model, {chain.back()});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    ASSERT_EQ(out->size(), 1u);
+    chain.push_back((*out)[0]);
+  }
+  EXPECT_EQ((*c)->rpc_count() - calls, 5) << "one call per run, nothing else";
+  auto y = (*c)->read(chain.back());
+  ASSERT_TRUE(y.ok()) << y.status().to_string();
+  for (int64_t i : {int64_t{0}, n - 1})
+    EXPECT_EQ(y->data<float>()[i], -(3.0f + static_cast<float>(i % 1000))) << i;
+  auto info = (*c)->info(chain[2]);
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  EXPECT_EQ(info->type.shape, Shape{n});
+  for (size_t i = 1; i < chain.size(); ++i) ASSERT_TRUE((*c)->release(chain[i]).ok()) << i;
+  auto gone = (*c)->read(chain[3]);
+  EXPECT_EQ(gone.status().code(), StatusCode::kNotFound) << gone.status().to_string();
+  // A wrong input: run() answers, its output carries the broker's error.
+  auto bad_in = (*c)->upload(HostTensor::from_vector<int32_t>({1, 2, 3}, {3}).view(), "cpu:0");
+  ASSERT_TRUE(bad_in.ok());
+  auto bad = (*c)->run(*model, {*bad_in});
+  ASSERT_TRUE(bad.ok()) << "a pipelined run answers before the broker checks it";
+  Status waited = (*c)->wait((*bad)[0]);
+  EXPECT_FALSE(waited.ok());
+  EXPECT_EQ(waited.code(), StatusCode::kInvalidArgument) << waited.to_string();
+  EXPECT_FALSE((*c)->read((*bad)[0]).ok());
+  EXPECT_TRUE((*c)->release((*bad)[0]).ok());
+  // Released while pending: the answer is taken, the output freed on the broker.
+  auto quick = (*c)->run(*model, {*x});
+  ASSERT_TRUE(quick.ok());
+  EXPECT_TRUE((*c)->release((*quick)[0]).ok());
+  EXPECT_EQ((*c)->release((*quick)[0]).code(), StatusCode::kNotFound);
+  // Runs in flight when the client goes: it waits for their answers, then closes.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*c)->run(*model, {*x}).ok());
+  c->reset();
+  // The broker still serves (the session closed cleanly).
+  auto again = rpc::RemoteClient::connect(broker->address());
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+}
+
 }  // namespace
 }  // namespace tensord
