@@ -110,9 +110,8 @@ struct Task {
 class WorkQueue {
  public:
   WorkQueue(std::chrono::microseconds slice, QueueStats* stats, int runners = 1)
-      : slice_(slice), stats_(stats) {
-    runners = std::max(1, runners);
-    for (int i = 0; i < runners; ++i)
+      : slice_(slice), stats_(stats), runners_(std::max(1, runners)) {
+    for (int i = 0; i < runners_; ++i)
       threads_.emplace_back([this, i] {
         pthread_setname_np(pthread_self(), "tensord-queue");  // seen in top -H, gdb
         loop(i);
@@ -168,7 +167,7 @@ class WorkQueue {
 
  private:
   void notify() {
-    if (threads_.size() == 1)
+    if (runners_ == 1)
       cv_.notify_one();
     else
       cv_.notify_all();  // the first runner may be the only one allowed the task
@@ -204,7 +203,7 @@ class WorkQueue {
   void update_flag_locked() {
     size_t others = 0;
     for (const auto& [s, q] : fifos_) others += running_locked(s) ? 0 : 1;
-    others_waiting_.store(others > 0 && busy_ >= static_cast<int>(threads_.size()),
+    others_waiting_.store(others > 0 && busy_ >= runners_,
                           std::memory_order_relaxed);
   }
   // Takes the next task of a session no runner is running: the first in round-robin order
@@ -256,7 +255,7 @@ class WorkQueue {
           // At most one top-level task per runner at once, callers running one here
           // (run_here_if_idle: a broker's handler thread) included: more would share the
           // cores more thinly than the runners were sized for.
-          if (busy_ >= static_cast<int>(threads_.size())) return false;
+          if (busy_ >= runners_) return false;
           got = pick_locked(false, first, &task);
           return got;
         });
@@ -332,6 +331,9 @@ class WorkQueue {
   uint64_t next_seq_ = 0;
   bool stop_ = false;
   int busy_ = 0;  // runners (or run_here_if_idle's callers) running a top-level task
+  // The runner threads' count, fixed before they start (threads_ is still being filled while
+  // the first ones run).
+  const int runners_;
   std::atomic<bool> others_waiting_{false};
   std::atomic<int64_t> depth_{0}, started_{0}, wait_us_{0}, busy_us_{0};
   std::vector<std::thread> threads_;
