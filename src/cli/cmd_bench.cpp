@@ -411,45 +411,6 @@ struct BenchResult {
   std::string breakdown_note;  // why there is none
 };
 
-// The medians of the timed requests' phases (rpc::RequestTiming), in a request's order.
-std::vector<std::pair<std::string, double>> breakdown_medians(
-    const std::vector<rpc::RequestTiming>& timings) {
-  auto median = [&](double rpc::RequestTiming::*field) {
-    std::vector<double> v;
-    v.reserve(timings.size());
-    for (const auto& t : timings) v.push_back(t.*field);
-    if (v.empty()) return 0.0;
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-  };
-  std::vector<double> transport;
-  for (const auto& t : timings) transport.push_back(t.transport());
-  std::nth_element(transport.begin(), transport.begin() + transport.size() / 2, transport.end());
-  const double transport_median = transport.empty() ? 0.0 : transport[transport.size() / 2];
-  // The tail: a request's mean and 99th percentile (what a per-example average pays).
-  std::vector<double> calls;
-  for (const auto& t : timings) calls.push_back(t.call);
-  std::sort(calls.begin(), calls.end());
-  double mean_call = 0;
-  for (double c : calls) mean_call += c / static_cast<double>(calls.size());
-  const double p99_call = calls.empty() ? 0.0 : calls[calls.size() * 99 / 100];
-  return {{"client_encode", median(&rpc::RequestTiming::encode)},
-          {"transport_grpc_interceptors", transport_median},
-          {"request_to_handler", median(&rpc::RequestTiming::there)},
-          {"handler_to_answer", median(&rpc::RequestTiming::back)},
-          {"session_auth", median(&rpc::RequestTiming::session)},
-          {"graph_decode", median(&rpc::RequestTiming::parse)},
-          {"inputs_and_cache_lookup", median(&rpc::RequestTiming::prepare)},
-          {"queue_handoff", median(&rpc::RequestTiming::handoff)},
-          {"execution", median(&rpc::RequestTiming::run)},
-          {"outputs_into_answer", median(&rpc::RequestTiming::outputs)},
-          {"client_decode", median(&rpc::RequestTiming::decode)},
-          {"broker_handler", median(&rpc::RequestTiming::handler)},
-          {"round_trip", median(&rpc::RequestTiming::call)},
-          {"round_trip_mean", mean_call},
-          {"round_trip_p99", p99_call}};
-}
-
 // Waits for every handle of a batch (first error returned) and releases them unless kept.
 Status retire(Client& c, const std::vector<TensorHandle>& outs, bool keep) {
   Status first = OkStatus();
@@ -558,7 +519,7 @@ std::optional<Failure> time_workload(Target& t, const Workload& w, int64_t examp
     if (remote) {
       remote->set_breakdown(false);
       const auto timings = remote->take_breakdown();
-      r->breakdown = breakdown_medians(timings);
+      r->breakdown = rpc::median_phases(timings);
       r->breakdown_requests = static_cast<int64_t>(timings.size());
     }
     if (profiling()) {

@@ -370,24 +370,7 @@ RoundTrip measure_round_trip(const std::string& address, int iterations) {
   for (TensorHandle h : outputs) (void)(*c)->release(h);
   outputs.clear();
   const auto timings = (*c)->take_breakdown();
-  auto median = [&](auto field) {
-    std::vector<double> v;
-    for (const auto& t : timings) v.push_back(field(t));
-    if (v.empty()) return 0.0;
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-  };
-  using T = rpc::RequestTiming;
-  r.add_phases = {{"encode", median([](const T& t) { return t.encode; })},
-                  {"to_handler", median([](const T& t) { return t.there; })},
-                  {"session", median([](const T& t) { return t.session; })},
-                  {"graph_decode", median([](const T& t) { return t.parse; })},
-                  {"lookup", median([](const T& t) { return t.prepare; })},
-                  {"handoff", median([](const T& t) { return t.handoff; })},
-                  {"run", median([](const T& t) { return t.run; })},
-                  {"outputs", median([](const T& t) { return t.outputs; })},
-                  {"to_answer", median([](const T& t) { return t.back; })},
-                  {"decode", median([](const T& t) { return t.decode; })}};
+  r.add_phases = rpc::median_phases(timings);
   r.add_cpu_us = add_cpu / iterations * 1e6;
   r.echo_cpu_us = echo_cpu / iterations * 1e6;
   return r;

@@ -2109,6 +2109,43 @@ Status RemoteClient::echo(int64_t payload_bytes) {
   return impl_->finish(ctx, impl_->stub->Echo(&ctx, req, &resp), "echo");
 }
 
+// The medians of the timed requests' phases (RequestTiming), in a request's order.
+std::vector<std::pair<std::string, double>> median_phases(
+    const std::vector<RequestTiming>& timings) {
+  using T = RequestTiming;
+  auto median = [&](auto of) {
+    std::vector<double> v;
+    v.reserve(timings.size());
+    for (const T& t : timings) v.push_back(of(t));
+    if (v.empty()) return 0.0;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  auto field = [&](double T::*f) { return median([f](const T& t) { return t.*f; }); };
+  // The tail: a request's mean and 99th percentile (what a per-example average pays).
+  std::vector<double> calls;
+  for (const T& t : timings) calls.push_back(t.call);
+  std::sort(calls.begin(), calls.end());
+  double mean_call = 0;
+  for (double c : calls) mean_call += c / static_cast<double>(calls.size());
+  const double p99_call = calls.empty() ? 0.0 : calls[calls.size() * 99 / 100];
+  return {{"client_encode", field(&T::encode)},
+          {"transport_grpc_interceptors", median([](const T& t) { return t.transport(); })},
+          {"request_to_handler", field(&T::there)},
+          {"handler_to_answer", field(&T::back)},
+          {"session_auth", field(&T::session)},
+          {"graph_decode", field(&T::parse)},
+          {"inputs_and_cache_lookup", field(&T::prepare)},
+          {"queue_handoff", field(&T::handoff)},
+          {"execution", field(&T::run)},
+          {"outputs_into_answer", field(&T::outputs)},
+          {"client_decode", field(&T::decode)},
+          {"broker_handler", field(&T::handler)},
+          {"round_trip", field(&T::call)},
+          {"round_trip_mean", mean_call},
+          {"round_trip_p99", p99_call}};
+}
+
 Result<std::string> broker_status(const std::string& address, const RemoteClientOptions& options,
                                   int history_seconds) {
   if (address.empty()) return errors::InvalidArgument("status: empty broker address");

@@ -32,6 +32,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tensord/client.h"
@@ -104,6 +105,11 @@ struct RequestTiming {
   // end to the answer here.
   double there = -1, back = -1;
 };
+
+// The medians of requests' phases in a request's order (name, microseconds), then the round
+// trip's mean and 99th percentile: what tensord bench --breakdown and bench transfer print.
+std::vector<std::pair<std::string, double>> median_phases(
+    const std::vector<RequestTiming>& timings);
 
 class RemoteClient final : public Client {
  public:
