@@ -158,9 +158,14 @@ int cmd_serve(const ServeOptions& options) {
   // glibc gives every thread that contends for malloc an arena of its own, up to 8 per core,
   // and keeps what they grew: a broker with hundreds of gRPC threads then stays 10% or more
   // above its baseline after a burst of clients has gone (measured with `tensord bench load`,
-  // 64 clients x 60 s). Two arenas keep RSS within 1% of it at a few % of throughput. The
-  // environment's MALLOC_ARENA_MAX wins.
-  if (!std::getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 2);
+  // 64 clients x 60 s). One arena: malloc_trim (the idle trim in sessions.cpp) gives back the
+  // main arena's top, but never a thread arena's, so with two a tenant's compile that ran on
+  // a runner holding the second arena left up to its peak resident after the tenant had gone
+  // (SecurityGraphFold.FoldedConstantsAreChargedToTheTenantAndGiveBackTheirMemory: 74 MiB
+  // against a 41 MiB baseline, about one CI run in three). Large tensors do not use malloc
+  // (cpu_backend.cpp maps them), so the one arena's contention is small. The environment's
+  // MALLOC_ARENA_MAX wins.
+  if (!std::getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 1);
   if (options.session_memory_limit < 0) {
     serve_error("--session-memory-limit must be >= 0, got " +
                 std::to_string(options.session_memory_limit));
@@ -269,6 +274,10 @@ int cmd_serve(const ServeOptions& options) {
     return engine.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
   }
   std::map<std::string, ModelConfig> model_configs;
+  if (options.model_control && options.models_dir.empty()) {
+    serve_error("--model-control needs --models DIR (the folder models are loaded from)");
+    return kExitUsage;
+  }
   if (!options.models_dir.empty()) {  // named models: loaded once, before clients can connect
     auto models = load_model_repository(**engine, options.models_dir, &model_configs);
     if (!models.ok()) {
@@ -307,6 +316,8 @@ int cmd_serve(const ServeOptions& options) {
   ro.max_threads = options.max_threads;
   ro.grpc_memory_bytes = options.grpc_memory_bytes;
   ro.model_configs = std::move(model_configs);
+  ro.models_dir = options.models_dir;
+  ro.model_control = options.model_control;
   ro.http_listen = options.http;
   if (options.http_max_connections > 0)
     ro.http_max_connections = static_cast<int>(std::min<int64_t>(options.http_max_connections, 1 << 20));

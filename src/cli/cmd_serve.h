@@ -20,6 +20,7 @@ struct ServeOptions {
   // (see client/model_repository.h). A model that fails to load is reported and left out
   // (listed as unavailable); a missing folder stops the broker. "" = none.
   std::string models_dir;
+  bool model_control = false;  // --model-control: `tensord models load|unload` while serving
   // Limits (see RpcServerOptions).
   int64_t max_message_bytes = 64 << 20;
   int64_t max_sessions = 4096;

@@ -95,6 +95,8 @@ struct StatusCommand {
   std::function<int()> run;
 };
 StatusCommand add_status_command(CLI::App& app);
+// `tensord models list|load|unload` (cmd_models.cpp): named models and model control.
+StatusCommand add_models_command(CLI::App& app);
 
 // `tensord tune` (built with the OpenCL backend): cmd_tune.cpp.
 struct TuneCommand {

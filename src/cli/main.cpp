@@ -248,6 +248,8 @@ int run_main(int argc, char** argv) {
                     "connecting (default 5000)");
   auto status_command = tensord::cli::add_status_command(app);
   add_broker_flags(app.get_subcommand("status"), broker_flags);
+  auto models_command = tensord::cli::add_models_command(app);
+  add_broker_flags(app.get_subcommand("models"), broker_flags);
 #ifdef TENSORD_CLI_HAVE_OPENCL
   auto tune_command = tensord::cli::add_tune_command(app);
 #endif
@@ -255,6 +257,9 @@ int run_main(int argc, char** argv) {
   serve->add_option("--models", serve_opts.models_dir,
                     "Named models: load every DIR/NAME/model.onnx once at start, shared by all "
                     "sessions (clients: open_model(NAME))");
+  serve->add_flag("--model-control", serve_opts.model_control,
+                  "With --models: let an operator load, reload and unload DIR/NAME while "
+                  "serving (`tensord models load|unload NAME`; any caller without tokens)");
   serve->add_flag("--cluster", serve_opts.cluster,
                   "Run as one rank of a cluster started by mpirun/srun: rank 0 serves every "
                   "rank's devices as n<rank>/<device>, the other ranks work for it");
@@ -352,6 +357,7 @@ int run_main(int argc, char** argv) {
   if (devices->parsed()) return cmd_devices(json, devices_verbose, devices_address);
   if (serve->parsed()) return tensord::cli::cmd_serve(serve_opts);
   if (status_command.parsed()) return status_command.run();
+  if (models_command.parsed()) return models_command.run();
 #ifdef TENSORD_CLI_HAVE_OPENCL
   if (tune_command.parsed()) return tune_command.run();
 #endif

@@ -8,6 +8,7 @@
 
 #include "cli/suggest.h"
 #include "core/errors.h"
+#include "core/graph_utils.h"
 #include "onnx/onnx_import.h"
 
 namespace tensord {
@@ -116,31 +117,39 @@ Status check_shapes(const std::vector<ValueInfo>& declared,
   return OkStatus();
 }
 
-// One model file -> loaded into the engine as `name`, or why not.
-Status load_one(Engine& engine, const fs::path& file, const std::string& name,
-                const ModelConfig& config, ModelInfo& info) {
+// One model file, imported and checked (not yet in the engine).
+struct Prepared {
+  Graph graph;
+  std::string device;
+  ModelInfo info;
+  ModelConfig config;
+};
+
+Result<Prepared> prepare_one(const Engine& engine, const fs::path& file, const std::string& name,
+                             const ModelConfig& config) {
   std::error_code ec;
   if (!fs::is_regular_file(file, ec))
     return errors::NotFound("no model.onnx in '{}' (a named model is DIR/NAME/model.onnx)",
                             file.parent_path().string());
   TD_ASSIGN_OR_RETURN(onnx::Model model, onnx::import_file(file.string()));
-  info.name = name;
-  info.opset = model.opset;
-  info.ir_version = model.ir_version;
-  info.producer = model.producer;
+  Prepared p;
+  p.info.name = name;
+  p.info.opset = model.opset;
+  p.info.ir_version = model.ir_version;
+  p.info.producer = model.producer;
   TD_RETURN_IF_ERROR(check_shapes(model.graph.inputs, config.inputs, "input"));
   TD_RETURN_IF_ERROR(check_shapes(model.graph.outputs, config.outputs, "output"));
-  const std::string device = config.devices.empty() ? std::string() : config.devices[0];
-  for (size_t i = 1; i < config.devices.size(); ++i) {
+  TD_RETURN_IF_ERROR(topological_order(model.graph).status());
+  p.device = config.devices.empty() ? std::string() : config.devices[0];
+  for (const std::string& d : config.devices) {
     bool found = false;
-    for (const DeviceInfo& d : engine.devices()) found = found || d.name == config.devices[i];
+    for (const DeviceInfo& have : engine.devices()) found = found || have.name == d;
     if (!found)
-      return errors::NotFound("device '{}' of config.json is not one of this broker's",
-                              config.devices[i]);
+      return errors::NotFound("device '{}' of config.json is not one of this broker's", d);
   }
-  Status s = engine.add_named_model(model.graph, device, info);
-  if (!s.ok() && !device.empty()) return s.with_context("device '" + device + "' of config.json");
-  return s;
+  p.graph = std::move(model.graph);
+  p.config = config;
+  return p;
 }
 
 bool all_digits(const std::string& s) {
@@ -219,6 +228,149 @@ Result<ModelConfig> parse_model_config(const std::string& text, const std::strin
   return c;
 }
 
+namespace {
+
+// Paths relative to DIR: clients see the reason too, and the broker's folders are not their
+// business.
+std::string without_dir(std::string reason, const std::string& dir) {
+  for (std::string prefix : {(fs::path(dir) / "").string(), fs::path(dir).string()})
+    for (size_t at; !prefix.empty() && (at = reason.find(prefix)) != std::string::npos;)
+      reason.erase(at, prefix.size());
+  return reason;
+}
+
+// DIR/NAME into the engine: "NAME", or "NAME:V" for each version folder and "NAME" for the
+// newest that loaded. Every file is imported and checked before the engine is touched. A first
+// load lists what failed as unavailable (the others still load). A reload (`reload`: NAME may
+// be loaded already) is all or nothing while NAME is loaded and ready: any failure leaves the
+// loaded model as it is and is returned; otherwise the new versions replace the old at once
+// and versions no longer in the folder are removed. `names` receives the engine names put in.
+Status load_folder(Engine& engine, const std::string& dir, const std::string& name, bool reload,
+                   std::vector<std::string>& names, std::map<std::string, ModelConfig>* configs) {
+  const fs::path folder = fs::path(dir) / name;
+  std::error_code ec;
+  bool was_ready = false;
+  if (reload)
+    for (const ModelInfo& m : engine.named_models()) was_ready = was_ready || (m.name == name && m.ready);
+  ModelInfo info;
+  info.name = name;
+  Status failed;  // the first failure
+  std::vector<Prepared> ready;
+  std::vector<std::pair<ModelInfo, Status>> unavailable;
+  ModelConfig config;
+  if (!fs::is_directory(folder, ec))
+    return errors::NotFound("no folder '{}' in the models folder (a named model is "
+                            "DIR/NAME/model.onnx)", name);
+  if (fs::exists(folder / "config.json", ec)) {
+    auto c = read_text(folder / "config.json");
+    Result<ModelConfig> parsed = c.ok() ? parse_model_config(*c, (folder / "config.json").string())
+                                        : Result<ModelConfig>(c.status());
+    if (parsed.ok())
+      config = std::move(*parsed);
+    else
+      failed = parsed.status();
+  }
+  config.model = name;
+  std::string newest;
+  if (failed.ok()) {
+    // Version folders: NAME/1/model.onnx, NAME/2/model.onnx ...
+    std::vector<int64_t> versions;
+    for (fs::directory_iterator v(folder, ec), vend; !ec && v != vend; v.increment(ec)) {
+      const std::string n = v->path().filename().string();
+      std::error_code e2;
+      if (all_digits(n) && v->is_directory(e2)) versions.push_back(std::stoll(n));
+    }
+    std::sort(versions.begin(), versions.end());
+    if (versions.empty()) {
+      auto p = prepare_one(engine, folder / "model.onnx", name, config);
+      if (p.ok()) {
+        ready.push_back(std::move(*p));
+      } else {
+        failed = p.status();
+      }
+    }
+    for (int64_t v : versions) {
+      const std::string vname = name + ":" + std::to_string(v);
+      ModelConfig vconfig = config;
+      vconfig.version = v;
+      auto p = prepare_one(engine, folder / std::to_string(v) / "model.onnx", vname, vconfig);
+      if (p.ok()) {
+        newest = vname;
+        ready.push_back(std::move(*p));
+        continue;
+      }
+      ModelInfo vinfo;
+      vinfo.name = vname;
+      unavailable.emplace_back(vinfo, p.status());
+      if (failed.ok()) failed = p.status().with_context("version " + std::to_string(v));
+    }
+  }
+  if (!failed.ok()) failed = Status(failed.code(), without_dir(failed.message(), dir));
+  if (was_ready && !failed.ok())
+    return failed.with_context("reloading '" + name + "' (the loaded model stays)");
+  // Commit.
+  if (reload) {
+    std::vector<std::string> keep;
+    for (const Prepared& p : ready) keep.push_back(p.info.name);
+    for (const auto& [u, s] : unavailable) keep.push_back(u.name);
+    if (!newest.empty() || !failed.ok()) keep.push_back(name);
+    for (const ModelInfo& m : engine.named_models())
+      if (m.name.rfind(name + ":", 0) == 0 &&
+          std::find(keep.begin(), keep.end(), m.name) == keep.end())
+        engine.remove_named_models(m.name);
+  }
+  auto mark_unavailable = [&](ModelInfo i, const Status& s) {
+    i.reason = without_dir(s.message(), dir);
+    engine.add_unavailable_model(i, reload);
+    names.push_back(i.name);
+  };
+  for (Prepared& p : ready) {
+    const std::string n = p.info.name;
+    Status s = engine.add_named_model(p.graph, p.device, p.info, {}, reload);
+    if (!s.ok() && !p.device.empty()) s = s.with_context("device '" + p.device + "' of config.json");
+    if (!s.ok()) {
+      mark_unavailable(p.info, s);
+      if (failed.ok()) failed = s;
+      continue;
+    }
+    names.push_back(n);
+    if (configs) (*configs)[n] = std::move(p.config);
+  }
+  for (auto& [u, s] : unavailable) mark_unavailable(u, s);
+  if (!newest.empty()) {
+    names.push_back(name);
+    if (Status s = engine.add_named_alias(name, newest, reload); !s.ok()) {
+      mark_unavailable(info, s);
+      if (failed.ok()) failed = s;
+    }
+  } else if (ready.empty()) {
+    mark_unavailable(info, failed);
+  }
+  return failed;
+}
+
+}  // namespace
+
+Result<std::vector<ModelInfo>> load_named_model(Engine& engine, const std::string& dir,
+                                                const std::string& name,
+                                                std::map<std::string, ModelConfig>* configs) {
+  if (name.empty() || name[0] == '.' || name.find('/') != std::string::npos ||
+      name.find('\\') != std::string::npos || name.find(':') != std::string::npos ||
+      name.size() > 255)
+    return errors::InvalidArgument(
+        "'{}' is not a model's name (a folder of the models folder: no '/', ':' or leading '.')",
+        name);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return errors::NotFound("models folder '{}' does not exist", dir);
+  std::vector<std::string> names;
+  Status s = load_folder(engine, dir, name, /*reload=*/true, names, configs);
+  if (!s.ok()) return s;  // what did not load is listed unavailable, with the reason
+  std::vector<ModelInfo> out;
+  for (auto& m : engine.named_models())
+    if (m.name == name || m.name.rfind(name + ":", 0) == 0) out.push_back(std::move(m));
+  return out;
+}
+
 Result<std::vector<ModelInfo>> load_model_repository(Engine& engine, const std::string& dir,
                                                      std::map<std::string, ModelConfig>* configs) {
   std::error_code ec;
@@ -238,76 +390,11 @@ Result<std::vector<ModelInfo>> load_model_repository(Engine& engine, const std::
     folders.push_back(it->path());
   }
   std::sort(folders.begin(), folders.end());
-  // Paths relative to DIR: clients see the reason too, and the broker's folders are not
-  // their business.
-  auto unavailable = [&](ModelInfo info, const Status& s) {
-    info.ready = false;
-    info.reason = s.message();
-    for (std::string prefix : {(fs::path(dir) / "").string(), fs::path(dir).string()}) {
-      for (size_t at; !prefix.empty() && (at = info.reason.find(prefix)) != std::string::npos;)
-        info.reason.erase(at, prefix.size());
-    }
-    engine.add_unavailable_model(info);
-  };
   std::vector<std::string> names;  // what this folder put into the engine
   for (const fs::path& folder : folders) {
-    const std::string name = folder.filename().string();
-    names.push_back(name);
-    ModelInfo info;
-    info.name = name;
-    ModelConfig config;
-    if (fs::exists(folder / "config.json", ec)) {
-      auto c = read_text(folder / "config.json");
-      Result<ModelConfig> parsed = c.ok()
-                                       ? parse_model_config(*c, (folder / "config.json").string())
-                                       : Result<ModelConfig>(c.status());
-      if (!parsed.ok()) {
-        unavailable(info, parsed.status());
-        continue;
-      }
-      config = std::move(*parsed);
-    }
-    config.model = name;
-    // Version folders: NAME/1/model.onnx, NAME/2/model.onnx ...
-    std::vector<int64_t> versions;
-    for (fs::directory_iterator v(folder, ec), vend; !ec && v != vend; v.increment(ec)) {
-      const std::string n = v->path().filename().string();
-      std::error_code e2;
-      if (all_digits(n) && v->is_directory(e2)) versions.push_back(std::stoll(n));
-    }
-    std::sort(versions.begin(), versions.end());
-    if (versions.empty()) {
-      Status s = load_one(engine, folder / "model.onnx", name, config, info);
-      if (!s.ok()) {
-        unavailable(info, s);
-      } else if (configs) {
-        (*configs)[name] = config;
-      }
-      continue;
-    }
-    std::string newest;
-    Status newest_error;
-    for (int64_t v : versions) {
-      const std::string vname = name + ":" + std::to_string(v);
-      names.push_back(vname);
-      ModelInfo vinfo;
-      vinfo.name = vname;
-      ModelConfig vconfig = config;
-      vconfig.version = v;
-      Status s = load_one(engine, folder / std::to_string(v) / "model.onnx", vname, vconfig, vinfo);
-      if (!s.ok()) {
-        unavailable(vinfo, s);
-        newest_error = s.with_context("version " + std::to_string(v));
-        continue;
-      }
-      newest = vname;
-      if (configs) (*configs)[vname] = vconfig;
-    }
-    if (newest.empty()) {
-      unavailable(info, newest_error);
-    } else if (Status s = engine.add_named_alias(name, newest); !s.ok()) {
-      unavailable(info, s);
-    }
+    Status s = load_folder(engine, dir, folder.filename().string(), /*reload=*/false, names,
+                           configs);
+    (void)s;  // the outcome is the engine's list (a model that failed is listed unavailable)
   }
   // The outcome of this folder's models (the engine may hold others too).
   std::vector<ModelInfo> out;

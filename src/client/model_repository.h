@@ -52,4 +52,15 @@ Result<ModelConfig> parse_model_config(const std::string& text, const std::strin
 Result<std::vector<ModelInfo>> load_model_repository(
     Engine& engine, const std::string& dir, std::map<std::string, ModelConfig>* configs = nullptr);
 
+// Model control (`tensord models load NAME`): loads DIR/NAME, or reloads it while it serves.
+// Every file is imported and checked first; while NAME is loaded and ready, a reload is all or
+// nothing (any failure returns it and leaves the loaded model serving), else the new versions
+// replace the old at once and versions gone from the folder are removed. Sessions that opened
+// the old model keep running it (Engine::add_named_model). Returns NAME's entries (NAME and
+// NAME:V). INVALID_ARGUMENT for a name that is not a plain folder name, NOT_FOUND for no such
+// folder. `configs` receives the loaded entries' configurations.
+Result<std::vector<ModelInfo>> load_named_model(Engine& engine, const std::string& dir,
+                                                const std::string& name,
+                                                std::map<std::string, ModelConfig>* configs);
+
 }  // namespace tensord

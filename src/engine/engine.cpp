@@ -463,6 +463,7 @@ struct LoadedModel {
   Graph graph;
   size_t device = 0;
   std::string named;  // a named model's name (Engine::add_named_model); "" for a session's own
+  uint64_t serial = 0;  // a named model's: which load of that name (higher = newer)
   CompileOptions options;
   std::mutex mu;
   std::map<std::string, std::shared_ptr<Executable>> executables;  // by input types
@@ -739,6 +740,7 @@ struct Engine::Impl {
   mutable std::mutex named_mu;
   std::map<std::string, NamedModel> named;   // under named_mu
   std::set<std::string> named_sources;       // under named_mu
+  uint64_t named_serial = 0;                 // under named_mu: the last named load's
 
   std::mutex cache_mu;
   size_t cache_capacity = 512;
@@ -2131,7 +2133,7 @@ Status Engine::unload(SessionId session, ModelHandle model) {
 }
 
 Status Engine::add_named_model(const Graph& graph, const std::string& device, ModelInfo info,
-                               const CompileOptions& options) {
+                               const CompileOptions& options, bool replace) {
   TD_ASSIGN_OR_RETURN(size_t target, impl_->find_device(device));
   TD_RETURN_IF_ERROR(topological_order(graph).status());  // cycles, dangling names
   auto model = std::make_shared<LoadedModel>();  // no counter: charged to nobody
@@ -2147,42 +2149,82 @@ Status Engine::add_named_model(const Graph& graph, const std::string& device, Mo
   info.weight_bytes = 0;
   for (const auto& [name, t] : graph.initializers)
     info.weight_bytes += static_cast<int64_t>(t.nbytes());
+  std::shared_ptr<LoadedModel> old;  // dropped outside the lock (its forms uncharge tenants)
   std::lock_guard<std::mutex> lock(impl_->named_mu);
-  if (impl_->named.count(info.name))
+  auto it = impl_->named.find(info.name);
+  if (it != impl_->named.end() && !replace)
     return Status(StatusCode::kAlreadyExists,
                   fmt::format("a named model '{}' is loaded already", info.name));
+  model->serial = ++impl_->named_serial;
   const std::string name = info.name;
-  impl_->named.emplace(name, Impl::NamedModel{std::move(info), std::move(model)});
+  if (it != impl_->named.end()) {
+    old = std::move(it->second.model);
+    it->second = Impl::NamedModel{std::move(info), std::move(model)};
+  } else {
+    impl_->named.emplace(name, Impl::NamedModel{std::move(info), std::move(model)});
+  }
   return OkStatus();
 }
 
-Status Engine::add_named_alias(const std::string& alias, const std::string& target) {
+Status Engine::add_named_alias(const std::string& alias, const std::string& target, bool replace) {
   std::lock_guard<std::mutex> lock(impl_->named_mu);
   auto it = impl_->named.find(target);
   if (it == impl_->named.end())
     return errors::NotFound("alias '{}': no named model '{}'", alias, target);
-  if (impl_->named.count(alias))
+  auto at = impl_->named.find(alias);
+  if (at != impl_->named.end() && !replace)
     return Status(StatusCode::kAlreadyExists,
                   fmt::format("a named model '{}' is loaded already", alias));
   Impl::NamedModel entry = it->second;  // the same LoadedModel: one graph, one set of forms
   entry.info.name = alias;
-  impl_->named.emplace(alias, std::move(entry));
+  if (at != impl_->named.end())
+    at->second = std::move(entry);
+  else
+    impl_->named.emplace(alias, std::move(entry));
   return OkStatus();
 }
 
-std::string Engine::named_model_of(SessionId session, ModelHandle model) const {
+std::vector<std::string> Engine::remove_named_models(const std::string& model) {
+  std::vector<std::string> removed;
+  std::vector<std::shared_ptr<LoadedModel>> dropped;  // freed outside the lock
+  std::lock_guard<std::mutex> lock(impl_->named_mu);
+  for (auto it = impl_->named.begin(); it != impl_->named.end();) {
+    const std::string& n = it->first;
+    if (n == model || (n.size() > model.size() + 1 && n.compare(0, model.size(), model) == 0 &&
+                       n[model.size()] == ':')) {
+      removed.push_back(n);
+      dropped.push_back(std::move(it->second.model));
+      it = impl_->named.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return removed;
+}
+
+std::string Engine::named_model_of(SessionId session, ModelHandle model, uint64_t* serial) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  if (serial) *serial = 0;
   auto s = impl_->sessions.find(session);
   if (s == impl_->sessions.end()) return {};
   auto it = s->second.models.find(model);
-  return it == s->second.models.end() || !it->second ? std::string() : it->second->named;
+  if (it == s->second.models.end() || !it->second) return {};
+  if (serial) *serial = it->second->serial;
+  return it->second->named;
 }
 
-void Engine::add_unavailable_model(ModelInfo info) {
+void Engine::add_unavailable_model(ModelInfo info, bool replace) {
   info.ready = false;
+  std::shared_ptr<LoadedModel> old;  // dropped outside the lock
   std::lock_guard<std::mutex> lock(impl_->named_mu);
   const std::string name = info.name;
-  impl_->named.emplace(name, Impl::NamedModel{std::move(info), nullptr});  // a loaded one stays
+  auto it = impl_->named.find(name);
+  if (it == impl_->named.end()) {
+    impl_->named.emplace(name, Impl::NamedModel{std::move(info), nullptr});
+  } else if (replace) {
+    old = std::move(it->second.model);
+    it->second = Impl::NamedModel{std::move(info), nullptr};
+  }  // else a loaded one stays
 }
 
 Result<ModelHandle> Engine::open_named_model(SessionId session, const std::string& name,

@@ -336,18 +336,28 @@ class Engine {
   // like a loaded model's (its outputs belong to the session); unload() drops that handle only.
   // add_named_model: `info` carries the name and what the source declared (opset, producer);
   // device, inputs, outputs and weight_bytes are filled in here. ALREADY_EXISTS for a name
-  // taken, NOT_FOUND for an unknown device.
+  // taken (unless `replace`), NOT_FOUND for an unknown device.
+  // Replacing or removing a named model (model control: `tensord models load|unload`) takes
+  // its name away from later opens only: handles sessions opened before keep running the
+  // model they opened, which lives until the last of them is unloaded.
   Status add_named_model(const Graph& graph, const std::string& device, ModelInfo info,
-                         const CompileOptions& options = {});
+                         const CompileOptions& options = {}, bool replace = false);
   // Another name for a named model (a version folder's "NAME" for "NAME:2"): the same model,
-  // listed under both names. NOT_FOUND for an unknown target, ALREADY_EXISTS for a name taken.
-  Status add_named_alias(const std::string& alias, const std::string& target);
+  // listed under both names. NOT_FOUND for an unknown target, ALREADY_EXISTS for a name taken
+  // (unless `replace`).
+  Status add_named_alias(const std::string& alias, const std::string& target,
+                         bool replace = false);
+  // Removes the named model `model` and its versions ("model:V"); returns the names removed.
+  std::vector<std::string> remove_named_models(const std::string& model);
   // The named model a session's handle runs (its name as added, not an alias), or "" for a
-  // session's own model or an unknown handle.
-  std::string named_model_of(SessionId session, ModelHandle model) const;
+  // session's own model or an unknown handle. `serial` (optional): which load of that name the
+  // handle runs (each add_named_model takes a higher one; 0 for a session's own model).
+  std::string named_model_of(SessionId session, ModelHandle model,
+                             uint64_t* serial = nullptr) const;
   // A model that failed to load: listed (named_models) as not ready, with info.reason; opening
-  // it is FAILED_PRECONDITION with that reason.
-  void add_unavailable_model(ModelInfo info);
+  // it is FAILED_PRECONDITION with that reason. A loaded one of that name stays, unless
+  // `replace`.
+  void add_unavailable_model(ModelInfo info, bool replace = false);
   // NOT_FOUND naming the model and listing those there are.
   Result<ModelHandle> open_named_model(SessionId session, const std::string& name,
                                        ModelInfo* info = nullptr);

@@ -42,10 +42,16 @@ struct ModelRunner::Request {
   Result<std::vector<TensorHandle>> result = errors::Unavailable("not run");
 };
 
+struct ModelRunner::Stats {
+  std::mutex mu;
+  ModelCounters counters;
+};
+
 struct ModelRunner::Model {
   std::string name;  // the engine's
   ModelConfig config;
   ModelHandle handle = 0;  // in the runner's session
+  uint64_t serial = 0;     // the engine's load of `name` this model runs (Engine::named_model_of)
   size_t num_inputs = 0;
   std::vector<std::string> devices;
   // Batch sizes a batch is padded up to (zero rows, their outputs dropped), when every size up
@@ -60,12 +66,13 @@ struct ModelRunner::Model {
   std::map<std::string, std::deque<std::shared_ptr<Request>>> queues;
   size_t queued = 0;
   std::string next;
-  // Counters (under stats_mu).
-  mutable std::mutex stats_mu;
-  ModelCounters counters;
+  bool retired = false;  // replaced: takes no more requests; its workers stop once it is empty
+  int workers = 0;       // running (the last one out of a retired model unloads `handle`)
+  std::shared_ptr<Stats> stats;  // shared with the name's later loads
 
   void count_run(int64_t rows, int64_t compute_us) {
-    std::lock_guard<std::mutex> lock(stats_mu);
+    std::lock_guard<std::mutex> lock(stats->mu);
+    ModelCounters& counters = stats->counters;
     counters.batches++;
     counters.batch_rows += rows;
     counters.compute_us += compute_us;
@@ -74,10 +81,14 @@ struct ModelRunner::Model {
     counters.batch_size_counts[b]++;
   }
   void count_request(bool ok, int64_t queue_us) {
-    std::lock_guard<std::mutex> lock(stats_mu);
-    counters.requests++;
-    counters.failures += !ok;
-    counters.queue_us += queue_us;
+    std::lock_guard<std::mutex> lock(stats->mu);
+    stats->counters.requests++;
+    stats->counters.failures += !ok;
+    stats->counters.queue_us += queue_us;
+  }
+  void count_queue(int64_t queue_us) {
+    std::lock_guard<std::mutex> lock(stats->mu);
+    stats->counters.queue_us += queue_us;
   }
 };
 
@@ -88,38 +99,93 @@ ModelRunner::~ModelRunner() {
   stop_ = true;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [name, m] : models_) {
-      std::lock_guard<std::mutex> l(m->mu);
-      m->cv.notify_all();
-    }
+    auto wake = [](Model& m) {
+      std::lock_guard<std::mutex> l(m.mu);
+      m.cv.notify_all();
+    };
+    for (auto& [name, m] : models_) wake(*m);
+    for (auto& m : retired_) wake(*m);
   }
   for (std::thread& t : threads_) t.join();
-  for (auto& [name, m] : models_)
-    for (auto& [tenant, q] : m->queues)
+  auto fail_queued = [](Model& m) {
+    for (auto& [tenant, q] : m.queues)
       for (auto& r : q) {
         std::lock_guard<std::mutex> l(r->mu);
         r->result = errors::Unavailable("the broker is stopping");
         r->done = true;
         r->cv.notify_all();
       }
+  };
+  for (auto& [name, m] : models_) fail_queued(*m);
+  for (auto& m : retired_) fail_queued(*m);
   if (session_ != 0) (void)engine_->close_session(session_);
 }
 
-ModelRunner::Model* ModelRunner::model_for(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+void ModelRunner::retire_locked(const std::string& name) {
   auto it = models_.find(name);
-  if (it != models_.end()) return it->second.get();
+  if (it == models_.end()) return;
+  std::unique_ptr<Model> m = std::move(it->second);
+  models_.erase(it);
+  {
+    std::lock_guard<std::mutex> l(m->mu);
+    m->retired = true;
+    m->cv.notify_all();
+    if (m->workers == 0 && m->handle != 0) (void)engine_->unload(session_, m->handle);
+  }
+  retired_.push_back(std::move(m));  // callers inside run() and its workers may still hold it
+}
+
+void ModelRunner::replace_models(const std::string& model,
+                                 const std::map<std::string, ModelConfig>& configs) {
+  auto ours = [&](const std::string& n) {
+    return n == model || (n.size() > model.size() && n.compare(0, model.size(), model) == 0 &&
+                          n[model.size()] == ':');
+  };
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> names;
+  for (const auto& [n, m] : models_)
+    if (ours(n)) names.push_back(n);
+  for (const std::string& n : names) retire_locked(n);
+  for (auto it = configs_.begin(); it != configs_.end();)
+    it = ours(it->first) ? configs_.erase(it) : std::next(it);
+  for (const auto& [n, c] : configs) configs_[n] = c;
+  // An unloaded name's counters go (a reload keeps them, as the name is still served).
+  for (auto it = stats_.begin(); it != stats_.end();)
+    it = ours(it->first) && !configs.count(it->first) && !(it->first == model && !configs.empty())
+             ? stats_.erase(it)
+             : std::next(it);
+}
+
+ModelRunner::Model* ModelRunner::model_for(const std::string& name, uint64_t serial,
+                                           bool* current) {
+  std::lock_guard<std::mutex> lock(mu_);
+  *current = true;
+  auto it = models_.find(name);
+  if (it != models_.end()) {
+    Model* have = it->second.get();
+    if (serial <= have->serial || have->serial == 0) {
+      *current = serial == have->serial || have->serial == 0;
+      return have;
+    }
+    retire_locked(name);  // a newer load than the runner's (model control)
+  }
   auto m = std::make_unique<Model>();
   m->name = name;
+  m->serial = serial;
+  std::shared_ptr<Stats>& stats = stats_[name];
+  if (!stats) stats = std::make_shared<Stats>();
+  m->stats = stats;
   auto c = configs_.find(name);
   if (c != configs_.end()) {
     m->config = c->second;
   } else {
     m->config.model = name;
   }
-  m->counters.model = m->config.model.empty() ? name : m->config.model;
-  m->counters.version = m->config.version > 0 ? std::to_string(m->config.version) : "";
-  m->counters.batch_size_counts.assign(kBatchBuckets.size() + 1, 0);
+  if (stats->counters.batch_size_counts.empty()) {
+    stats->counters.model = m->config.model.empty() ? name : m->config.model;
+    stats->counters.version = m->config.version > 0 ? std::to_string(m->config.version) : "";
+    stats->counters.batch_size_counts.assign(kBatchBuckets.size() + 1, 0);
+  }
   // The batches' session is opened with the first batched model (an engine session counts
   // in tensord_sessions_open).
   const bool batched = m->config.dynamic_batching && m->config.max_batch_size > 0;
@@ -129,6 +195,8 @@ ModelRunner::Model* ModelRunner::model_for(const std::string& name) {
                    : Result<ModelHandle>(errors::NotFound("not batched"));
   if (h.ok()) {
     m->handle = *h;
+    (void)engine_->named_model_of(session_, m->handle, &m->serial);
+    *current = serial == m->serial;
     m->num_inputs = info.inputs.size();
     m->devices =
         m->config.devices.empty() ? std::vector<std::string>{info.device} : m->config.devices;
@@ -138,8 +206,10 @@ ModelRunner::Model* ModelRunner::model_for(const std::string& name) {
       m->padded_sizes.push_back(m->config.max_batch_size);
     }
     for (const std::string& d : m->devices)
-      for (int i = 0; i < m->config.instances; ++i)
+      for (int i = 0; i < m->config.instances; ++i) {
+        m->workers++;
         threads_.emplace_back([this, raw = m.get(), d] { worker(raw, d); });
+      }
   } else {
     m->config.dynamic_batching = false;  // each request runs alone, counted
     m->devices = m->config.devices;      // a list: requests take its devices in turn
@@ -176,9 +246,11 @@ Result<std::vector<TensorHandle>> ModelRunner::run(SessionId session, const std:
                                                    ModelHandle model,
                                                    const std::vector<TensorHandle>& inputs,
                                                    std::shared_ptr<CancelToken> call) {
-  const std::string name = engine_->named_model_of(session, model);
+  uint64_t serial = 0;
+  const std::string name = engine_->named_model_of(session, model, &serial);
   if (name.empty()) return engine_->run(session, model, inputs, false, call);
-  Model& m = *model_for(name);
+  bool current = true;
+  Model& m = *model_for(name, serial, &current);
   auto finish = [&](Result<std::vector<TensorHandle>> r, int64_t queue_us) {
     bool ok = r.ok();
     if (ok)
@@ -186,7 +258,7 @@ Result<std::vector<TensorHandle>> ModelRunner::run(SessionId session, const std:
     m.count_request(ok, queue_us);
     return r;
   };
-  if (!m.config.dynamic_batching || m.config.max_batch_size < 1) {
+  if (!m.config.dynamic_batching || m.config.max_batch_size < 1 || !current) {
     const std::string device =
         m.devices.size() > 1 ? m.devices[m.next_device++ % m.devices.size()] : std::string();
     return finish(run_alone(m, session, model, inputs, device, call, -1), 0);
@@ -221,7 +293,11 @@ Result<std::vector<TensorHandle>> ModelRunner::run(SessionId session, const std:
         run_alone(m, session, model, inputs, m.devices[0], call, std::max<int64_t>(r->rows, 1)), 0);
   r->enqueued = Clock::now();
   {
-    std::lock_guard<std::mutex> lock(m.mu);
+    std::unique_lock<std::mutex> lock(m.mu);
+    if (m.retired) {  // replaced since model_for: this one runs alone, on its own handle's model
+      lock.unlock();
+      return finish(run_alone(m, session, model, inputs, m.devices[0], call, r->rows), 0);
+    }
     m.queues[tenant].push_back(r);
     m.queued++;
     m.cv.notify_all();
@@ -266,6 +342,7 @@ void ModelRunner::worker(Model* mp, std::string device) {
   std::unique_lock<std::mutex> lock(m.mu);
   while (!stop_) {
     if (m.queued == 0) {
+      if (m.retired) break;
       m.cv.wait_for(lock, std::chrono::milliseconds(100));
       continue;
     }
@@ -327,6 +404,10 @@ void ModelRunner::worker(Model* mp, std::string device) {
     run_batch(m, device, std::move(batch));
     lock.lock();
   }
+  if (--m.workers == 0 && m.retired && !stop_) {
+    lock.unlock();
+    (void)engine_->unload(session_, m.handle);  // the replaced model goes with its last run
+  }
 }
 
 void ModelRunner::run_batch(Model& m, const std::string& device,
@@ -343,10 +424,7 @@ void ModelRunner::run_batch(Model& m, const std::string& device,
     r.done = true;
     r.cv.notify_all();
   };
-  {
-    std::lock_guard<std::mutex> lock(m.stats_mu);
-    for (auto& r : batch) m.counters.queue_us += micros(start - r->enqueued);
-  }
+  for (auto& r : batch) m.count_queue(micros(start - r->enqueued));
   auto alone = [&](Request& r) {
     deliver(r, run_alone(m, r.session, r.handle, r.inputs, device, r.work, r.rows));
   };
@@ -444,9 +522,9 @@ void ModelRunner::run_batch(Model& m, const std::string& device,
 std::vector<ModelCounters> ModelRunner::counters() const {
   std::vector<ModelCounters> out;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [name, m] : models_) {
-    std::lock_guard<std::mutex> l(m->stats_mu);
-    out.push_back(m->counters);
+  for (const auto& [name, st] : stats_) {
+    std::lock_guard<std::mutex> l(st->mu);
+    if (!st->counters.batch_size_counts.empty()) out.push_back(st->counters);
   }
   return out;
 }

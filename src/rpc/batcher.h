@@ -21,6 +21,10 @@
 // - Each batch size is a compiled form: when max_batch_size x devices passes the forms a
 //   tenant may keep (TENSORD_NAMED_MODEL_FORMS, 16), batches are padded with zero rows up to a
 //   power of two (or max_batch_size), so they do not recompile without end.
+// - Model control (`tensord models load|unload`): replace_models retires a model's batchers;
+//   requests already queued run on the version they were queued for, later ones on the new.
+//   A session's handle opened before a reload runs the model it opened, alone. The counters
+//   of a name carry over a reload and go with an unload.
 #pragma once
 
 #include <atomic>
@@ -64,15 +68,23 @@ class ModelRunner {
                                         ModelHandle model, const std::vector<TensorHandle>& inputs,
                                         std::shared_ptr<CancelToken> call);
 
+  // Model control: `model`'s entries ("model" and "model:V") take these configurations (none:
+  // unloaded); their batchers are retired (they finish what is queued, then stop).
+  void replace_models(const std::string& model, const std::map<std::string, ModelConfig>& configs);
+
   std::vector<ModelCounters> counters() const;
   // The counters in the Prometheus text format (families tensord_model_*; empty: no models).
   std::string prometheus() const;
 
   struct Request;
   struct Model;
+  struct Stats;
 
  private:
-  Model* model_for(const std::string& engine_name);
+  // The runner's model for the engine name and the load (`serial`) a session's handle runs;
+  // `current` false: the handle is an older load's (it runs alone).
+  Model* model_for(const std::string& engine_name, uint64_t serial, bool* current);
+  void retire_locked(const std::string& engine_name);  // under mu_
   Result<std::vector<TensorHandle>> run_alone(Model& m, SessionId session, ModelHandle model,
                                               const std::vector<TensorHandle>& inputs,
                                               const std::string& device,
@@ -84,6 +96,8 @@ class ModelRunner {
   SessionId session_ = 0;  // the batches' own session (under mu_; opened when first needed)
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<Model>> models_;  // by engine name; created on first run
+  std::vector<std::unique_ptr<Model>> retired_;  // replaced (their workers finish, then stop)
+  std::map<std::string, std::shared_ptr<Stats>> stats_;  // by engine name, across reloads
   std::map<std::string, ModelConfig> configs_;
   std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;  // under mu_

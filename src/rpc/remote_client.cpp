@@ -2146,9 +2146,18 @@ std::vector<std::pair<std::string, double>> median_phases(
           {"round_trip_p99", p99_call}};
 }
 
-Result<std::string> broker_status(const std::string& address, const RemoteClientOptions& options,
-                                  int history_seconds) {
-  if (address.empty()) return errors::InvalidArgument("status: empty broker address");
+namespace {
+
+// A stub for one call that needs no session (BrokerStatus, model control), and the context
+// carrying the token (options, else TENSORD_TOKEN) and a deadline of the connect timeout.
+struct OneCall {
+  std::unique_ptr<v1::Tensord::Stub> stub;
+  grpc::ClientContext ctx;
+};
+
+Status one_call(const std::string& address, const RemoteClientOptions& options, const char* what,
+                OneCall& call) {
+  if (address.empty()) return errors::InvalidArgument("{}: empty broker address", what);
   keep_grpc_initialized();
   std::string token = options.token;
   const char* from = "RemoteClientOptions.token";
@@ -2162,23 +2171,57 @@ Result<std::string> broker_status(const std::string& address, const RemoteClient
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
   TD_ASSIGN_OR_RETURN(auto creds, channel_credentials(options));
-  auto channel = grpc::CreateCustomChannel(address, creds, args);
-  auto stub = v1::Tensord::NewStub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_wait_for_ready(false);
-  ctx.set_deadline(std::chrono::system_clock::now() + options.connect_timeout);
-  if (!token.empty()) ctx.AddMetadata(kAuthKey, "Bearer " + token);
-  v1::BrokerStatusRequest req;
-  req.set_history_seconds(history_seconds);
-  v1::BrokerStatusResponse resp;
-  const grpc::Status s = stub->BrokerStatus(&ctx, req, &resp);
-  if (s.ok()) return resp.json();
+  call.stub = v1::Tensord::NewStub(grpc::CreateCustomChannel(address, creds, args));
+  call.ctx.set_wait_for_ready(false);
+  call.ctx.set_deadline(std::chrono::system_clock::now() + options.connect_timeout);
+  if (!token.empty()) call.ctx.AddMetadata(kAuthKey, "Bearer " + token);
+  return OkStatus();
+}
+
+Status one_call_status(const std::string& address, const grpc::Status& s, const char* too_old) {
   if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED)
-    return errors::FailedPrecondition("broker '{}' is too old to report its status", address);
+    return errors::FailedPrecondition("broker '{}' is too old {}", address, too_old);
   Status st = from_grpc(s);
   if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded)
     return errors::Unavailable("broker '{}' is unavailable ({})", address, s.error_message());
   return st;
+}
+
+}  // namespace
+
+Result<std::string> broker_status(const std::string& address, const RemoteClientOptions& options,
+                                  int history_seconds) {
+  OneCall call;
+  TD_RETURN_IF_ERROR(one_call(address, options, "status", call));
+  v1::BrokerStatusRequest req;
+  req.set_history_seconds(history_seconds);
+  v1::BrokerStatusResponse resp;
+  const grpc::Status s = call.stub->BrokerStatus(&call.ctx, req, &resp);
+  if (s.ok()) return resp.json();
+  return one_call_status(address, s, "to report its status");
+}
+
+Result<std::vector<ModelInfo>> control_model(const std::string& address, ModelControl op,
+                                             const std::string& name,
+                                             const RemoteClientOptions& options) {
+  OneCall call;
+  TD_RETURN_IF_ERROR(one_call(address, options, "models", call));
+  std::vector<ModelInfo> out;
+  grpc::Status s;
+  if (op == ModelControl::kList) {
+    v1::ListModelsResponse resp;
+    s = call.stub->ListModels(&call.ctx, v1::ListModelsRequest(), &resp);
+    for (const auto& m : resp.models()) out.push_back(from_proto(m));
+  } else {
+    v1::NamedModelRequest req;
+    req.set_name(name);
+    v1::NamedModelResponse resp;
+    s = op == ModelControl::kLoad ? call.stub->LoadNamedModel(&call.ctx, req, &resp)
+                                  : call.stub->UnloadNamedModel(&call.ctx, req, &resp);
+    for (const auto& m : resp.models()) out.push_back(from_proto(m));
+  }
+  if (s.ok()) return out;
+  return one_call_status(address, s, "for model control");
 }
 
 }  // namespace tensord::rpc

@@ -193,4 +193,13 @@ Result<std::string> broker_status(const std::string& address,
                                   const RemoteClientOptions& options = {},
                                   int history_seconds = 0);
 
+// Model control, with no session (`tensord models`): kList lists the broker's named models;
+// kLoad loads or reloads DIR/NAME and kUnload takes NAME away (a broker started with
+// `--models DIR --model-control`, an operator's token). Returns NAME's entries after the change
+// (kList: every model). Token and TLS as for broker_status.
+enum class ModelControl { kList, kLoad, kUnload };
+Result<std::vector<ModelInfo>> control_model(const std::string& address, ModelControl op,
+                                             const std::string& name = "",
+                                             const RemoteClientOptions& options = {});
+
 }  // namespace tensord::rpc

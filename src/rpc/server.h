@@ -98,6 +98,11 @@ struct RpcServerOptions {
   // Named models' configurations by engine name (load_model_repository): dynamic batching
   // and instances (rpc/batcher.h). Models not here run unbatched, counted all the same.
   std::map<std::string, ModelConfig> model_configs;
+  // Model control (LoadNamedModel/UnloadNamedModel, `tensord models load|unload`): the folder
+  // named models come from, and whether control is on (`tensord serve --model-control`; off:
+  // FAILED_PRECONDITION). Operators only (any caller without tokens).
+  std::string models_dir;
+  bool model_control = false;
 
   // ---- monitoring (rpc/monitor.h, rpc/http_server.h)
   // When not empty, also serve HTTP here (`--http`): the status page at /, /api/status,

@@ -388,6 +388,11 @@ class Service final
                           v1::ListModelsResponse* resp) override;
   grpc::Status OpenModel(grpc::ServerContext* ctx, const v1::OpenModelRequest* req,
                          v1::OpenModelResponse* resp) override;
+  Status check_model_control(grpc::ServerContextBase* ctx, const char* what) const;
+  grpc::Status LoadNamedModel(grpc::ServerContext* ctx, const v1::NamedModelRequest* req,
+                              v1::NamedModelResponse* resp) override;
+  grpc::Status UnloadNamedModel(grpc::ServerContext* ctx, const v1::NamedModelRequest* req,
+                                v1::NamedModelResponse* resp) override;
   grpc::Status Copy(grpc::ServerContext* ctx, const v1::CopyRequest* req,
                     v1::CopyResponse* resp) override;
   grpc::Status Release(grpc::ServerContext* ctx, const v1::HandleRequest* req,
@@ -520,6 +525,7 @@ class Service final
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<ModelRunner> runner_;  // named models' runs (batcher.h)
   RpcServerOptions options_;
+  std::mutex model_control_mu_;  // one load or unload at a time
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;

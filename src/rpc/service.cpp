@@ -342,6 +342,61 @@ grpc::Status Service::OpenModel(grpc::ServerContext* ctx, const v1::OpenModelReq
   return grpc::Status::OK;
 }
 
+// Model control: operators only, on a broker started with --model-control.
+Status Service::check_model_control(grpc::ServerContextBase* ctx, const char* what) const {
+  bool is_operator = false;
+  auto tenant = tenants_->authenticate(ctx->client_metadata(), &is_operator);
+  if (!tenant.ok()) return tenant.status();
+  if (!options_.model_control || options_.models_dir.empty())
+    return errors::FailedPrecondition(
+        "{}: model control is off on this broker (start it with `tensord serve --models DIR "
+        "--model-control`)",
+        what);
+  if (!is_operator)
+    return errors::PermissionDenied(
+        "{}: tenant '{}' may not load or unload models (an operator's token may: \"operator "
+        "NAME:TOKEN\" in the broker's --token-file)",
+        what, *tenant);
+  return OkStatus();
+}
+
+grpc::Status Service::LoadNamedModel(grpc::ServerContext* ctx, const v1::NamedModelRequest* req,
+                                     v1::NamedModelResponse* resp) {
+  if (Status a = check_model_control(ctx, "LoadNamedModel"); !a.ok()) return fail(ctx, a);
+  std::lock_guard<std::mutex> lock(model_control_mu_);
+  std::map<std::string, ModelConfig> configs;
+  auto loaded = load_named_model(*engine_, options_.models_dir, req->name(), &configs);
+  if (!loaded.ok()) {
+    // What did load (a first load's good versions) serves; its batchers start afresh.
+    runner_->replace_models(req->name(), configs);
+    return fail(ctx, loaded.status().with_context("loading model '" + req->name() + "'"));
+  }
+  runner_->replace_models(req->name(), configs);
+  log::info("model control: loaded '" + req->name() + "' (" + std::to_string(loaded->size()) +
+            " entries)");
+  for (const ModelInfo& m : *loaded) to_proto(m, resp->add_models());
+  return grpc::Status::OK;
+}
+
+grpc::Status Service::UnloadNamedModel(grpc::ServerContext* ctx, const v1::NamedModelRequest* req,
+                                       v1::NamedModelResponse* resp) {
+  (void)resp;
+  if (Status a = check_model_control(ctx, "UnloadNamedModel"); !a.ok()) return fail(ctx, a);
+  std::lock_guard<std::mutex> lock(model_control_mu_);
+  const std::vector<std::string> removed = engine_->remove_named_models(req->name());
+  if (removed.empty()) {
+    std::string names;
+    for (const ModelInfo& m : engine_->named_models())
+      names += (names.empty() ? "'" : ", '") + m.name + "'";
+    return fail(ctx, errors::NotFound("UnloadNamedModel: no model named '{}' is loaded{}",
+                                      req->name(),
+                                      names.empty() ? "" : " (the models are " + names + ")"));
+  }
+  runner_->replace_models(req->name(), {});
+  log::info("model control: unloaded '" + req->name() + "'");
+  return grpc::Status::OK;
+}
+
 grpc::Status Service::Copy(grpc::ServerContext* ctx, const v1::CopyRequest* req,
                            v1::CopyResponse* resp) {
   Guard g(this, ctx);
