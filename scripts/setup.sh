@@ -9,6 +9,8 @@ PACKAGES=(
   # libraries
   libfmt-dev libspdlog-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libprotobuf-dev protobuf-compiler libonnx-dev
   libgrpc++-dev protobuf-compiler-grpc libdnnl-dev
+  # examples/train_digits.cpp reads the digits CSV (gzip)
+  zlib1g-dev
   # `tensord serve --http` (status page, /metrics): cpp-httplib, built with OpenSSL (HTTPS)
   libcpp-httplib-dev libssl-dev
   # tests
@@ -20,8 +22,11 @@ PACKAGES=(
   # the status page test: loads / in headless Chromium and keeps a screenshot
   # (tests/rpc/test_http_status.cpp; fonts so that the screenshot has text)
   chromium fonts-dejavu-core
-  # benchmarks: Google Benchmark (bench/micro.cpp), GNU time (peak RSS in bench/compare.py)
-  libbenchmark-dev time
+  # benchmarks: Google Benchmark (bench/micro.cpp), GNU time (peak RSS in bench/compare.py),
+  # OpenBLAS (its OpenMP build: the runtime PyTorch uses too): the BLAS of PyTorch's and NumPy's
+  # matrix products (bench/train.py's peer; with Debian's reference libblas3 alone PyTorch's mm
+  # runs at about 2 GFLOP/s)
+  libbenchmark-dev time libopenblas0-openmp
   # sanitizer and fuzz tier (scripts/sanitize.sh): clang with its sanitizer and libFuzzer
   # runtimes (libclang-rt-14-dev), and clang's OpenMP (libomp-14-dev) for the cpu backend
   clang libclang-rt-14-dev libomp-14-dev

@@ -29,6 +29,7 @@ bool = bool_  # noqa: A001 - the array API's name for the boolean dtype
 from ._autodiff import grad, value_and_grad, eval_all  # noqa: F401
 from . import nn  # noqa: F401
 from . import optim  # noqa: F401
+from . import onnxfn  # noqa: F401
 from . import linalg  # noqa: F401
 from . import fft  # noqa: F401
 

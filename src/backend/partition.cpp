@@ -30,43 +30,75 @@ std::vector<Region> partition_graph(
   }
   std::vector<int> group_of(n, -1);
   std::vector<std::vector<size_t>> groups;
-  struct Open {
-    int group = -1;
-    std::unordered_set<std::string> tainted;  // outside values that depend on the group
+  // Dependencies, with each group contracted to one node (a region runs as a unit: every
+  // output of it waits for every input). vdeps[v]: the groups value v depends on through no
+  // other group (its producer's group, or, for a value made outside any group, those of what
+  // its producer read). gdeps[G]: the groups G's members read from (the same way). A group
+  // depends on H when H is reachable over gdeps; a node may join group O only if none of its
+  // reads from outside O depends on O (else the contraction would close a cycle). Both sets
+  // are kept per group, not per value made so far: a group that comes to depend on another
+  // later makes every value it produced depend on it too.
+  std::unordered_map<std::string, std::unordered_set<int>> vdeps;
+  std::vector<std::unordered_set<int>> gdeps;
+  auto depends_on = [&](const std::unordered_set<int>& from, int target) {
+    std::vector<int> stack(from.begin(), from.end());
+    std::unordered_set<int> seen(from.begin(), from.end());
+    while (!stack.empty()) {
+      const int g = stack.back();
+      stack.pop_back();
+      if (g == target) return true;
+      for (int h : gdeps[static_cast<size_t>(g)])
+        if (seen.insert(h).second) stack.push_back(h);
+    }
+    return false;
   };
-  std::map<std::string, Open> open;  // by key
+  std::map<std::string, int> open;  // by key: the group a node of that key may join
   for (size_t i = 0; i < n; ++i) {
     const Node& node = *g.nodes[i];
     const std::vector<std::string> reads = reads_of(node);
     const bool here = g.placed_here.empty() || g.placed_here[i];
     const std::string k = here ? key(i, group_of) : std::string();
     if (!k.empty()) {
-      Open& o = open[k];
-      bool joins = o.group >= 0;
-      for (const auto& v : reads)
-        if (!v.empty() && o.tainted.count(v)) joins = false;
-      if (!joins) {
+      auto it = open.find(k);
+      int o = it == open.end() ? -1 : it->second;
+      if (o >= 0)
+        for (const auto& v : reads) {
+          if (v.empty()) continue;
+          auto p = producer.find(v);
+          if (p != producer.end() && group_of[p->second] == o) continue;  // inside the group
+          auto d = vdeps.find(v);
+          if (d != vdeps.end() && depends_on(d->second, o)) {
+            o = -1;  // would close a cycle: a new group of this key
+            break;
+          }
+        }
+      if (o < 0) {
         groups.emplace_back();
-        o.group = static_cast<int>(groups.size() - 1);
-        o.tainted.clear();
+        gdeps.emplace_back();
+        o = static_cast<int>(groups.size() - 1);
+        open[k] = o;
       }
-      group_of[i] = o.group;
-      groups[static_cast<size_t>(o.group)].push_back(i);
+      group_of[i] = o;
+      groups[static_cast<size_t>(o)].push_back(i);
     }
-    // Values this node produces depend on every open group it reads from (directly or
-    // through tainted values), unless it is a member of that group.
-    for (auto& [ok, o] : open) {
-      if (o.group < 0 || group_of[i] == o.group) continue;
-      bool depends = false;
-      for (const auto& v : reads) {
-        if (v.empty()) continue;
-        auto p = producer.find(v);
-        if (o.tainted.count(v) || (p != producer.end() && group_of[p->second] == o.group))
-          depends = true;
-      }
-      if (depends)
-        for (const auto& out : node.outputs)
-          if (!out.empty()) o.tainted.insert(out);
+    // What this node's reads bring in.
+    std::unordered_set<int> in;
+    for (const auto& v : reads) {
+      if (v.empty()) continue;
+      auto p = producer.find(v);
+      if (p != producer.end() && group_of[p->second] >= 0 && group_of[p->second] == group_of[i])
+        continue;
+      auto d = vdeps.find(v);
+      if (d != vdeps.end()) in.insert(d->second.begin(), d->second.end());
+    }
+    if (group_of[i] >= 0) {
+      auto& gd = gdeps[static_cast<size_t>(group_of[i])];
+      gd.insert(in.begin(), in.end());
+      for (const auto& out : node.outputs)
+        if (!out.empty()) vdeps[out] = {group_of[i]};
+    } else {
+      for (const auto& out : node.outputs)
+        if (!out.empty() && !in.empty()) vdeps[out] = in;
     }
   }
   std::vector<Region> result;

@@ -7,11 +7,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <set>
+#include <algorithm>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "backend/backend.h"
 #include "engine/executor.h"
 #include "tensord/client.h"
 #include "tensord/graph.h"
@@ -241,6 +245,67 @@ TEST(GraphCompiler, OutsideNodeBetweenRegionNodesDoesNotMakeACycle) {
   b.out(y);
   const std::string plan = check(b.g, {random({1, 4, 6, 6}, 6)});
   EXPECT_NE(plan.find("Softmax"), std::string::npos) << plan;
+}
+
+// partition_graph contracts each group into one step: no group may then depend on itself.
+// Here group B comes to depend on group A (b2 reads X, made from a1) only after b1, an earlier
+// member of B, was made; a2 (key A) reading b1 must start a new group, or A -> X -> B -> A.
+// (A transformer's training step hit this as "cyclic region": the check followed values, not
+// groups, so b1 looked independent of A.)
+TEST(GraphCompiler, PartitionNeverContractsIntoACycle) {
+  auto node = [](const char* op, std::vector<std::string> in, const char* out) {
+    Node n;
+    n.op = op;
+    n.name = out;
+    n.inputs = std::move(in);
+    n.outputs = {out};
+    return n;
+  };
+  const std::vector<Node> nodes = {node("Relu", {"x"}, "a1"), node("Neg", {"x"}, "b1"),
+                                   node("Softmax", {"a1"}, "X"), node("Add", {"b1", "X"}, "b2"),
+                                   node("Exp", {"b1"}, "a2"), node("Add", {"a2", "b2"}, "y")};
+  FusionGraph g;
+  for (const Node& n : nodes) g.nodes.push_back(&n);
+  g.constant = [](const std::string&) -> const HostTensor* { return nullptr; };
+  g.is_graph_output = [](const std::string& v) { return v == "y"; };
+  auto key = [&](size_t i, const std::vector<int>&) -> std::string {
+    const std::string& op = g.nodes[i]->op;
+    if (op == "Relu" || op == "Exp") return "A";
+    if (op == "Neg" || op == "Add") return "B";
+    return "";
+  };
+  const std::vector<Region> regions = partition_graph(g, key);
+  // Contract and sort: every region must become ready.
+  std::map<std::string, int> unit_of_value;
+  std::vector<int> unit(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) unit[i] = static_cast<int>(regions.size() + i);
+  for (size_t r = 0; r < regions.size(); ++r)
+    for (size_t m : regions[r].members) unit[m] = static_cast<int>(r);
+  for (size_t i = 0; i < nodes.size(); ++i) unit_of_value[nodes[i].outputs[0]] = unit[i];
+  std::map<int, std::set<int>> deps;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    deps[unit[i]];
+    for (const std::string& v : nodes[i].inputs)
+      if (unit_of_value.count(v) && unit_of_value[v] != unit[i]) deps[unit[i]].insert(unit_of_value[v]);
+  }
+  std::set<int> done;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (auto& [u, d] : deps)
+      if (!done.count(u) && std::all_of(d.begin(), d.end(), [&](int x) { return done.count(x); })) {
+        done.insert(u);
+        progress = true;
+      }
+  }
+  EXPECT_EQ(done.size(), deps.size()) << "the contracted regions form a cycle";
+  // a1 and a2 are in different groups.
+  int ga1 = -1, ga2 = -1;
+  for (size_t r = 0; r < regions.size(); ++r)
+    for (size_t m : regions[r].members) {
+      if (m == 0) ga1 = static_cast<int>(r);
+      if (m == 4) ga2 = static_cast<int>(r);
+    }
+  EXPECT_NE(ga1, ga2);
 }
 
 TEST(GraphCompiler, NoRegionWithoutConvOrForOtherTypes) {

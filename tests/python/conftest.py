@@ -19,10 +19,10 @@ MODES = {"both": ["embedded", "remote"]}.get(os.environ.get("TENSORD_PY_MODE", "
 
 
 class Broker:
-    def __init__(self, cli, cpu_devices=2, args=()):
+    def __init__(self, cli, cpu_devices=2, args=(), env=None):
         self.dir = tempfile.mkdtemp(prefix="tensord-py-")
         self.address = f"unix:{self.dir}/broker.sock"
-        env = dict(os.environ, TENSORD_CPU_DEVICES=str(cpu_devices))
+        env = dict(os.environ if env is None else env, TENSORD_CPU_DEVICES=str(cpu_devices))
         env.pop("TENSORD_ADDRESS", None)
         self.proc = subprocess.Popen([cli, "serve", "--listen", self.address, *args], env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -30,6 +30,44 @@ def _conv_td(x, w, b=None, **attrs):
     return td.op("Conv", x, w, b, **attrs) if b is not None else td.op("Conv", x, w, **attrs)
 
 
+# LSTM/GRU (unrolled by the gradient) against torch.lstm / torch.gru: ONNX stacks the gates
+# i, o, f, c (LSTM) and z, r, h (GRU); torch i, f, g, o and r, z, n. torch's GRU is ONNX's
+# linear_before_reset=1; the linear_before_reset=0 case is written out in torch ops.
+def _blocks(w, order, n):
+    h = w.shape[0] // n
+    return torch.cat([w[k * h:(k + 1) * h] for k in order], 0)
+
+
+def _torch_rnn(kind, x, W, R, B, h0, c0=None):
+    n, order = (4, (0, 2, 3, 1)) if kind == "lstm" else (3, (1, 0, 2))
+    D = W.shape[0]
+    params = []
+    for d in range(D):
+        h = R.shape[2]
+        params += [_blocks(W[d], order, n), _blocks(R[d], order, n),
+                   _blocks(B[d, :n * h], order, n), _blocks(B[d, n * h:], order, n)]
+    fn = torch.lstm if kind == "lstm" else torch.gru
+    hx = (h0, c0) if kind == "lstm" else h0
+    y = fn(x, hx, params, True, 1, 0.0, False, D == 2, False)[0]
+    s, b = x.shape[0], x.shape[1]
+    return y.reshape(s, b, D, -1).permute(0, 2, 1, 3)
+
+
+def _torch_gru_lbr0(x, W, R, B, h0):
+    h = h0[0]
+    H = R.shape[2]
+    ys = []
+    for t in range(x.shape[0]):
+        xw = x[t] @ W[0].T + B[0, :3 * H]
+        rz = h @ R[0, :2 * H].T + B[0, 3 * H:5 * H]
+        z = torch.sigmoid(xw[:, :H] + rz[:, :H])
+        r = torch.sigmoid(xw[:, H:2 * H] + rz[:, H:])
+        hh = torch.tanh(xw[:, 2 * H:] + (r * h) @ R[0, 2 * H:].T + B[0, 5 * H:])
+        h = (1 - z) * hh + z * h
+        ys.append(h)
+    return torch.stack(ys, 0).unsqueeze(1)
+
+
 # (name, input specs, tensord fn, torch fn). An input spec: (shape, kind) with kind "f" random
 # normal, "p" positive, "w" positive and not differentiated (loss weights), "i:N" integer indices in [0, N), "lab:N[:ignore]" labels.
 CASES = [
@@ -169,6 +207,35 @@ CASES = [
      lambda x, w, b, t: td.op("SoftmaxCrossEntropyLoss",
                               td.op("Relu", td.matmul(td.tanh(x), w) + b), t),
      lambda x, w, b, t: F.cross_entropy(torch.relu(torch.tanh(x) @ w + b), t)),
+    ("ConvTranspose", [((2, 3, 5, 5), "f"), ((3, 4, 3, 3), "f"), ((4,), "f")],
+     lambda x, w, b: td.op("ConvTranspose", x, w, b),
+     lambda x, w, b: F.conv_transpose2d(x, w, b)),
+    ("ConvTranspose_strided", [((2, 4, 4, 5), "f"), ((4, 2, 3, 2), "f")],
+     lambda x, w: td.op("ConvTranspose", x, w, strides=[2, 3], pads=[1, 0, 1, 1],
+                        output_padding=[1, 2]),
+     lambda x, w: F.conv_transpose2d(x, w, stride=(2, 3), padding=(1, 0), output_padding=(1, 2))
+     [:, :, :, :-1]),
+    ("ConvTranspose_group_dilated", [((1, 4, 5, 4), "f"), ((4, 3, 2, 2), "f"), ((6,), "f")],
+     lambda x, w, b: td.op("ConvTranspose", x, w, b, group=2, dilations=[2, 1]),
+     lambda x, w, b: F.conv_transpose2d(x, w, b, groups=2, dilation=(2, 1))),
+    ("LSTM_bidirectional", [((5, 3, 4), "f"), ((2, 12, 4), "f"), ((2, 12, 3), "f"),
+                            ((2, 24), "f"), ((2, 3, 3), "f"), ((2, 3, 3), "f")],
+     lambda x, w, r, b, h, c: td.op("LSTM", x, w, r, b, None, h, c, hidden_size=3,
+                                    direction="bidirectional", num_outputs=3)[0],
+     lambda x, w, r, b, h, c: _torch_rnn("lstm", x, w, r, b, h, c)),
+    ("LSTM_last_state", [((4, 2, 3), "f"), ((1, 8, 3), "f"), ((1, 8, 2), "f"), ((1, 16), "f")],
+     lambda x, w, r, b: td.op("LSTM", x, w, r, b, hidden_size=2, num_outputs=3)[1],
+     lambda x, w, r, b: _torch_rnn("lstm", x, w, r, b, torch.zeros(1, 2, 2, dtype=x.dtype),
+                                   torch.zeros(1, 2, 2, dtype=x.dtype))[-1]),
+    ("GRU_reverse_lbr1", [((5, 3, 4), "f"), ((1, 9, 4), "f"), ((1, 9, 3), "f"),
+                          ((1, 18), "f"), ((1, 3, 3), "f")],
+     lambda x, w, r, b, h: td.op("GRU", x, w, r, b, None, h, hidden_size=3, direction="reverse",
+                                 linear_before_reset=1, num_outputs=2)[0],
+     lambda x, w, r, b, h: _torch_rnn("gru", x.flip(0), w, r, b, h).flip(0)),
+    ("GRU_lbr0", [((4, 2, 3), "f"), ((1, 6, 3), "f"), ((1, 6, 2), "f"), ((1, 12), "f"),
+                  ((1, 2, 2), "f")],
+     lambda x, w, r, b, h: td.op("GRU", x, w, r, b, None, h, hidden_size=2, num_outputs=2)[0],
+     _torch_gru_lbr0),
 ]
 
 TOL = {"float32": 1e-4, "float64": 1e-10}
@@ -247,6 +314,16 @@ def test_op_without_rule_is_refused_by_name(client):
     x = td.asarray(np.ones((3,), np.float32), client=client)
     with pytest.raises(td.TensordError, match="no gradient rule for op 'Cosh'"):
         td.grad(lambda a: td.sum(td.op("Cosh", a)))(x)
+
+
+def test_rnn_forms_the_gradient_does_not_take_are_refused_by_name(client):
+    rng = np.random.default_rng(4)
+    x = td.asarray(rng.standard_normal((3, 2, 4)).astype(np.float32), client=client)
+    w = td.asarray(rng.standard_normal((1, 8, 4)).astype(np.float32), client=client)
+    r = td.asarray(rng.standard_normal((1, 8, 2)).astype(np.float32), client=client)
+    with pytest.raises(td.TensordError, match="LSTM '.*': clip is not supported"):
+        td.grad(lambda a: td.sum(td.op("LSTM", a, w, r, hidden_size=2, clip=1.0,
+                                       num_outputs=3)[0]))(x)
 
 
 def test_dropout_gradient_uses_its_mask_or_its_seed(client):

@@ -30,7 +30,7 @@ def tasks():
         try:
             with open(f"/proc/self/task/{t}/comm") as f:
                 n += not f.read().startswith("tensord-")
-        except FileNotFoundError:  # ended meanwhile
+        except (FileNotFoundError, ProcessLookupError):  # ended meanwhile (ENOENT or ESRCH)
             pass
     return n
 

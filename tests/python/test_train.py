@@ -1,6 +1,7 @@
 """Training (issue 34): td.optim against the ONNX training-domain formulas, parameters and state
 kept on the device between steps, and models trained on scikit-learn's digits."""
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -155,6 +156,41 @@ def test_digits_reach_97_percent(model):
     acc, seconds, loss, losses = _train(model.split("-")[0], onnx_op=model.endswith("adam"))
     print(f"{model}: test accuracy {acc:.4f} in {seconds:.1f} s, loss {losses}")
     assert acc >= 0.97, f"{model}: test accuracy {acc:.4f} < 0.97 (losses {losses})"
+
+
+@embedded_only
+@pytest.mark.parametrize("through", ["embedded", "broker"])
+def test_cnn_reaches_97_percent_on_opencl(through):
+    """The CNN on opencl:0 (PoCL here), embedded and through a real broker, in a process of its
+    own with OpenCL enabled (the tiers may disable it); examples/python/train_digits.py exits
+    non-zero below 97%."""
+    pytest.importorskip("sklearn")
+    cli = os.environ.get("TENSORD_CLI")
+    if through == "broker" and (not cli or not os.path.exists(cli)):
+        pytest.skip("TENSORD_CLI does not name the tensord binary: no broker to train through")
+    env = dict(os.environ)
+    env.pop("TENSORD_OPENCL", None)
+    env.pop("TENSORD_ADDRESS", None)
+    probe = subprocess.run([sys.executable, "-c", "import tensord as td; print("
+                            "[str(d) for d in td.Client.local().devices()])"],
+                           env=env, capture_output=True, text=True, timeout=120)
+    if "opencl:0" not in probe.stdout:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI without an opencl:0 device: " + probe.stdout + probe.stderr)
+        pytest.skip("no opencl:0 device: " + probe.stdout.strip())
+    from conftest import Broker
+    b = Broker(cli, env=env) if through == "broker" else None
+    try:
+        if b:
+            b_env = dict(env, TENSORD_ADDRESS=b.address)
+        r = subprocess.run([sys.executable, os.path.join(EXAMPLES, "train_digits.py"), "--model",
+                            "cnn", "--device", "opencl:0"], env=b_env if b else env,
+                           capture_output=True, text=True, timeout=300)
+    finally:
+        if b:
+            b.stop()
+    print(r.stdout[-400:])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
 
 
 def test_digits_through_a_broker_match_embedded_training(broker):

@@ -193,16 +193,22 @@ Status reduce_mask(const KernelContext& ctx, bool axes_from_input, std::vector<b
   return OkStatus();
 }
 
+// The axes as a mask; true when there is nothing to reduce (noop_with_empty_axes): then the
+// input has been copied to the output.
+Result<bool> reduce_prologue(KernelContext& ctx, bool axes_from_input, const TensorView& in,
+                             const MutableTensorView& out, std::vector<bool>* mask) {
+  bool noop = false;
+  TD_RETURN_IF_ERROR(reduce_mask(ctx, axes_from_input, mask, &noop));
+  if (noop && in.nbytes()) std::memcpy(out.data, in.data, static_cast<size_t>(in.nbytes()));
+  return noop;
+}
+
 Status reduce_kernel(KernelContext& ctx, Reduce op, bool axes_from_input) {
   TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
   const TensorView& in = ctx.input(0);
   std::vector<bool> mask;
-  bool noop = false;
-  TD_RETURN_IF_ERROR(reduce_mask(ctx, axes_from_input, &mask, &noop));
-  if (noop) {
-    if (in.nbytes()) std::memcpy(out.data, in.data, static_cast<size_t>(in.nbytes()));
-    return OkStatus();
-  }
+  TD_ASSIGN_OR_RETURN(bool copied, reduce_prologue(ctx, axes_from_input, in, out, &mask));
+  if (copied) return OkStatus();
   const auto st = strides_of(in.shape);
   Shape kept_shape, red_shape;
   std::vector<int64_t> kept_st, red_st;
@@ -290,6 +296,96 @@ Status arg_kernel(KernelContext& ctx, bool is_max) {
   });
 }
 
+// ReduceSum / ReduceMean over float32, fast: the axes collapsed into alternating runs of kept
+// and reduced dimensions, the innermost run walked contiguously (kept: rows accumulated
+// element-wise; reduced: each row summed), in double, in one pass over the input. The
+// reductions gradients are made of (bias gradients over [N, T, D] or NCHW, broadcast
+// gradients summed back), which the reference (a gather of each output's values) took 1.6 ms
+// for; any axes are taken.
+Status reduce_sum_fast(KernelContext& ctx, bool mean, bool axes_from_input) {
+  TD_ASSIGN_OR_RETURN(MutableTensorView out, ctx.output(0));
+  const TensorView& in = ctx.input(0);
+  std::vector<bool> mask;
+  TD_ASSIGN_OR_RETURN(bool copied, reduce_prologue(ctx, axes_from_input, in, out, &mask));
+  if (copied) return OkStatus();
+  // Collapse into runs: sizes[k], reduced[k] (dims of size 1 join any run).
+  std::vector<int64_t> sizes;
+  std::vector<bool> reduced;
+  int64_t count = 1;
+  for (size_t d = 0; d < in.shape.size(); ++d) {
+    const int64_t n = in.shape[d];
+    if (mask[d]) count *= n;
+    if (n == 1) continue;
+    if (!sizes.empty() && reduced.back() == mask[d]) {
+      sizes.back() *= n;
+    } else {
+      sizes.push_back(n);
+      reduced.push_back(mask[d]);
+    }
+  }
+  const int64_t total = in.numel();
+  const int64_t outs = out.numel();
+  std::vector<double> acc(static_cast<size_t>(outs), 0.0);
+  const float* x = in.as<float>();
+  if (total > 0 && !sizes.empty()) {
+    const size_t k = sizes.size() - 1;
+    const int64_t inner = sizes[k];
+    // Input strides of the runs; output strides of the kept runs (0 for reduced ones).
+    std::vector<int64_t> ist(sizes.size()), ost(sizes.size());
+    int64_t is = 1, os = 1;
+    for (size_t g = sizes.size(); g-- > 0;) {
+      ist[g] = is;
+      is *= sizes[g];
+      ost[g] = reduced[g] ? 0 : os;
+      if (!reduced[g]) os *= sizes[g];
+    }
+    std::vector<int64_t> pos(k, 0);
+    const int64_t rows = total / inner;
+    int64_t in_off = 0, out_off = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = x + in_off;
+      if (reduced[k]) {
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        int64_t i = 0;
+        for (; i + 4 <= inner; i += 4) {
+          s0 += row[i];
+          s1 += row[i + 1];
+          s2 += row[i + 2];
+          s3 += row[i + 3];
+        }
+        for (; i < inner; ++i) s0 += row[i];
+        acc[static_cast<size_t>(out_off)] += (s0 + s1) + (s2 + s3);
+      } else {
+        double* a = acc.data() + out_off;
+        for (int64_t i = 0; i < inner; ++i) a[i] += row[i];
+      }
+      // The next row: an odometer over the outer runs.
+      for (size_t g = k; g-- > 0;) {
+        in_off += ist[g];
+        out_off += ost[g];
+        if (++pos[g] < sizes[g]) break;
+        in_off -= ist[g] * sizes[g];
+        out_off -= ost[g] * sizes[g];
+        pos[g] = 0;
+      }
+    }
+  } else if (total > 0) {  // every dim is 1
+    acc[0] = x[0];
+  }
+  float* y = out.as<float>();
+  const double scale = mean ? (count > 0 ? 1.0 / static_cast<double>(count)
+                                         : std::numeric_limits<double>::quiet_NaN())
+                            : 1.0;
+  for (int64_t o = 0; o < outs; ++o) y[o] = static_cast<float>(acc[static_cast<size_t>(o)] * scale);
+  return OkStatus();
+}
+
+Status reduce_fast_accepts(const Node& node, const std::vector<TensorType>& in) {
+  if (in.empty() || in[0].dtype != DType::kFloat32)
+    return Status(StatusCode::kUnimplemented, node.op + ": fast kernel is float32 only");
+  return OkStatus();
+}
+
 }  // namespace
 
 void register_reference_reduction_kernels(KernelRegistry& r) {
@@ -303,6 +399,11 @@ void register_reference_reduction_kernels(KernelRegistry& r) {
                                                 {"ReduceLogSum", Reduce::kLogSum},
                                                 {"ReduceLogSumExp", Reduce::kLogSumExp},
                                                 {"ReduceSumSquare", Reduce::kSumSquare}};
+  // Fast ReduceSum/ReduceMean first (float32).
+  r.add(KernelDef{"ReduceSum", "fast", reduce_fast_accepts,
+                  [](KernelContext& ctx) { return reduce_sum_fast(ctx, false, true); }});
+  r.add(KernelDef{"ReduceMean", "fast", reduce_fast_accepts,
+                  [](KernelContext& ctx) { return reduce_sum_fast(ctx, true, false); }});
   for (const auto& [name, op] : ops) {
     const bool from_input = op == Reduce::kSum;
     r.add(KernelDef{name, "reference", nullptr, [op = op, from_input](KernelContext& ctx) {
