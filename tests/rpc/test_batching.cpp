@@ -20,10 +20,10 @@
 #include <thread>
 #include <vector>
 
-#include "batch_models.h"
 #include "broker_process.h"
 #include "core/errors.h"
 #include "rpc/remote_client.h"
+#include "script_models.h"
 #include "tensord/client.h"
 #include "tensord/tensor.h"
 
@@ -34,11 +34,9 @@ using std::chrono::milliseconds;
 using testing::BrokerOptions;
 using testing::BrokerProcess;
 
-using testing::BatchModels;
+using testing::ScriptModels;
 
-#define REQUIRE_MODELS()                          \
-  const BatchModels& models = BatchModels::get(); \
-  if (models.dir.empty()) GTEST_SKIP() << models.skip_reason
+#define REQUIRE_MODELS() REQUIRE_SCRIPT_MODELS(models, "make_batch_models.py")
 
 struct Broker {
   std::unique_ptr<BrokerProcess> process;
@@ -64,7 +62,7 @@ struct Broker {
   }
 };
 
-Result<Broker> start(const BatchModels& models) {
+Result<Broker> start(const ScriptModels& models) {
   BrokerOptions o;
   o.args = {"--models", models.dir, "--http", "0"};
   o.cpu_devices = 2;  // multi_batched runs on cpu:0 and cpu:1

@@ -23,6 +23,7 @@
 #include "core/npy.h"
 #include "grpc_predict_v2.grpc.pb.h"
 #include "rpc/remote_client.h"
+#include "script_models.h"
 #include "tensord/run_async.h"
 #include "tensord/tensor.h"
 
@@ -34,45 +35,9 @@ using std::chrono::milliseconds;
 using testing::BrokerOptions;
 using testing::BrokerProcess;
 
-// The folder of make_named_models.py (--small), written once per test process.
-class KsModels {
- public:
-  static const KsModels& get() {
-    static const KsModels m;
-    return m;
-  }
-  std::string dir, skip_reason;
-  std::string path(const std::string& rel) const { return dir + "/" + rel; }
+using testing::ScriptModels;
 
- private:
-  KsModels() {
-    if (access("/usr/bin/python3", X_OK) != 0 ||
-        std::system("/usr/bin/python3 -c 'import onnx, numpy' 2>/dev/null") != 0) {
-      skip_reason = "/usr/bin/python3 with onnx and numpy is needed to write the test models";
-      return;
-    }
-    std::string t = (std::filesystem::temp_directory_path() / "tensord-kserve.XXXXXX").string();
-    if (!mkdtemp(t.data())) {
-      skip_reason = "cannot make a temp folder";
-      return;
-    }
-    const std::string cmd =
-        "/usr/bin/python3 " TENSORD_RPC_TEST_DIR "/make_named_models.py " + t + "/models --small";
-    if (std::system(cmd.c_str()) != 0) {
-      skip_reason = "make_named_models.py failed: " + cmd;
-      return;
-    }
-    dir = t + "/models";
-  }
-  ~KsModels() {
-    std::error_code ec;
-    if (!dir.empty()) std::filesystem::remove_all(std::filesystem::path(dir).parent_path(), ec);
-  }
-};
-
-#define REQUIRE_KS_MODELS()                 \
-  const KsModels& models = KsModels::get(); \
-  if (models.dir.empty()) GTEST_SKIP() << models.skip_reason
+#define REQUIRE_KS_MODELS() REQUIRE_SCRIPT_MODELS(models, "make_named_models.py", "--small")
 
 // A broker on 127.0.0.1 (gRPC) with --http, serving the models.
 struct KsBroker {
@@ -81,7 +46,7 @@ struct KsBroker {
   int http_port = 0;
 };
 
-Result<KsBroker> start_broker(const KsModels& models, std::vector<std::string> extra = {}) {
+Result<KsBroker> start_broker(const ScriptModels& models, std::vector<std::string> extra = {}) {
   BrokerOptions o;
   o.tcp = true;
   o.cpu_devices = 2;  // add/config.json puts its model on cpu:1
@@ -434,7 +399,7 @@ TEST(KServe, HttpBodiesAreBoundedByTheMessageLimit) {
   // bodies) gets the 413 without sending the body. (One that sends the body anyway may see
   // the connection reset under it instead: the broker does not read what it refuses.)
   if (access("/usr/bin/curl", X_OK) == 0) {
-    const std::string file = KsModels::get().dir + "/../big.json";
+    const std::string file = models.dir + "/../big.json";
     std::ofstream(file) << std::string(2 << 20, ' ');
     const std::string cmd = "/usr/bin/curl -s -H 'Expect: 100-continue' --data-binary @" + file +
                             " -w '\\n%{http_code}' http://" + b->host + ":" +

@@ -19,10 +19,10 @@
 #include <thread>
 #include <vector>
 
-#include "batch_models.h"
 #include "broker_process.h"
 #include "core/errors.h"
 #include "rpc/remote_client.h"
+#include "script_models.h"
 #include "tensord/client.h"
 #include "tensord/tensor.h"
 
@@ -32,13 +32,13 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 using testing::BrokerOptions;
-using testing::BatchModels;
 using testing::BrokerProcess;
+using testing::ScriptModels;
 
 // A models folder the test changes: DIR/adder/model.onnx (X + k) with a batching config.
 struct LiveFolder {
   std::string source, root, dir;
-  explicit LiveFolder(const BatchModels& src) : source(src.dir) {
+  explicit LiveFolder(const ScriptModels& src) : source(src.dir) {
     root = (fs::temp_directory_path() / "tensord-live.XXXXXX").string();
     if (!mkdtemp(root.data())) return;
     dir = root + "/models";
@@ -58,9 +58,7 @@ struct LiveFolder {
   }
 };
 
-#define REQUIRE_MODELS()                            \
-  const BatchModels& source = BatchModels::get();       \
-  if (source.dir.empty()) GTEST_SKIP() << source.skip_reason
+#define REQUIRE_MODELS() REQUIRE_SCRIPT_MODELS(source, "make_batch_models.py")
 
 Result<std::unique_ptr<BrokerProcess>> start(const std::string& dir,
                                              std::vector<std::string> extra = {"--model-control"}) {

@@ -21,6 +21,7 @@
 #include "core/errors.h"
 #include "core/npy.h"
 #include "rpc/remote_client.h"
+#include "script_models.h"
 #include "tensord/client.h"
 #include "tensord/tensor.h"
 
@@ -30,50 +31,11 @@ namespace {
 using testing::BrokerOptions;
 using testing::BrokerProcess;
 
-// The folder of make_named_models.py, written once per test process.
-class ModelsDir {
- public:
-  static const ModelsDir& get() {
-    static const ModelsDir m;
-    return m;
-  }
-  std::string dir, skip_reason;
-  std::string path(const std::string& rel) const { return dir + "/" + rel; }
+using testing::ScriptModels;
 
- private:
-  ModelsDir() {
-    if (access("/usr/bin/python3", X_OK) != 0) {
-      skip_reason = "no /usr/bin/python3 to write the ONNX test files";
-      return;
-    }
-    if (std::system("/usr/bin/python3 -c 'import onnx, numpy' 2>/dev/null") != 0) {
-      skip_reason = "/usr/bin/python3 lacks onnx or numpy (Debian python3-onnx, python3-numpy)";
-      return;
-    }
-    std::string t = (std::filesystem::temp_directory_path() / "tensord-named.XXXXXX").string();
-    if (!mkdtemp(t.data())) {
-      skip_reason = "cannot make a temp folder";
-      return;
-    }
-    const std::string cmd =
-        "/usr/bin/python3 " TENSORD_RPC_TEST_DIR "/make_named_models.py " + t + "/models";
-    if (std::system(cmd.c_str()) != 0) {
-      skip_reason = "make_named_models.py failed: " + cmd;
-      return;
-    }
-    dir = t + "/models";
-  }
-  ~ModelsDir() {
-    std::error_code ec;
-    if (!dir.empty()) std::filesystem::remove_all(std::filesystem::path(dir).parent_path(), ec);
-  }
-};
+#define REQUIRE_MODELS() REQUIRE_SCRIPT_MODELS(models, "make_named_models.py")
 
-#define REQUIRE_MODELS()                   \
-  const ModelsDir& models = ModelsDir::get(); \
-  if (models.dir.empty()) GTEST_SKIP() << models.skip_reason
-
-Result<std::unique_ptr<BrokerProcess>> start(const ModelsDir& models,
+Result<std::unique_ptr<BrokerProcess>> start(const ScriptModels& models,
                                              std::vector<std::string> extra = {}) {
   BrokerOptions o;
   o.args = {"--models", models.dir};
@@ -106,7 +68,7 @@ int64_t memory_in_use(Client& c) {
 }
 
 // Runs the mlp model on x.npy, compares with y.npy (NumPy's float64 result, rounded).
-void expect_mlp_runs(Client& c, ModelHandle m, const ModelsDir& models, const char* who) {
+void expect_mlp_runs(Client& c, ModelHandle m, const ScriptModels& models, const char* who) {
   auto x = read_npy(models.path("mlp/x.npy"));
   auto want = read_npy(models.path("mlp/y.npy"));
   ASSERT_TRUE(x.ok() && want.ok());

@@ -21,6 +21,7 @@
 #include "onnx/onnx_import.h"
 #include "rpc/remote_client.h"
 #include "rpc/wire.h"
+#include "script_models.h"
 #include "tensord.grpc.pb.h"
 #include "tensord/client.h"
 #include "tensord/tensor.h"
@@ -39,55 +40,20 @@ std::string read_bytes(const std::string& path) {
   return s.str();
 }
 
-// The models of make_onnx_models.py, written once per test process into a temp folder.
-class Models {
- public:
-  static const Models& get() {
-    static const Models m;
-    return m;
-  }
-  // Empty when they could not be made, with the reason in skip_reason.
-  std::string dir, skip_reason;
-  std::string mlp() const { return dir + "/mlp/model.onnx"; }
-  std::string external() const { return dir + "/external/model.onnx"; }
-  std::string unsupported() const { return dir + "/unsupported/model.onnx"; }
+// The models of make_onnx_models.py, by name.
+struct OnnxModels {
+  const testing::ScriptModels& files;
+  std::string mlp() const { return files.path("mlp/model.onnx"); }
+  std::string external() const { return files.path("external/model.onnx"); }
+  std::string unsupported() const { return files.path("unsupported/model.onnx"); }
   std::string data(const std::string& model, const char* name) const {
-    return dir + "/" + model + "/test_data_set_0/" + name;
-  }
-
- private:
-  Models() {
-    const char* python = "/usr/bin/python3";
-    if (access(python, X_OK) != 0) {
-      skip_reason = "no /usr/bin/python3 to write the ONNX test files";
-      return;
-    }
-    if (std::system("/usr/bin/python3 -c 'import onnx, numpy' 2>/dev/null") != 0) {
-      skip_reason = "/usr/bin/python3 lacks onnx or numpy (Debian python3-onnx, python3-numpy)";
-      return;
-    }
-    std::string t = (std::filesystem::temp_directory_path() / "tensord-onnx-load.XXXXXX").string();
-    if (!mkdtemp(t.data())) {
-      skip_reason = "cannot make a temp folder";
-      return;
-    }
-    const std::string cmd =
-        std::string(python) + " " TENSORD_RPC_TEST_DIR "/make_onnx_models.py " + t;
-    if (std::system(cmd.c_str()) != 0) {
-      skip_reason = "make_onnx_models.py failed: " + cmd;
-      return;
-    }
-    dir = t;
-  }
-  ~Models() {
-    std::error_code ec;
-    if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    return files.path(model + "/test_data_set_0/" + name);
   }
 };
 
-#define REQUIRE_MODELS()                \
-  const Models& models = Models::get(); \
-  if (models.dir.empty()) GTEST_SKIP() << models.skip_reason
+#define REQUIRE_MODELS()                               \
+  REQUIRE_SCRIPT_MODELS(files, "make_onnx_models.py"); \
+  const OnnxModels models{files}
 
 Result<std::unique_ptr<BrokerProcess>> start(std::vector<std::string> args = {}) {
   BrokerOptions o;
