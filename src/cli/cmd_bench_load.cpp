@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/broker_address.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "core/errors.h"
@@ -269,13 +270,8 @@ int run_load(const LoadOptions& options) {
     print_error("bench load: --seconds must be in (0, 86400], got " + std::to_string(options.seconds));
     return kExitUsage;
   }
-  std::string address = options.address;
-  if (address.empty())
-    if (const char* env = std::getenv("TENSORD_ADDRESS")) address = env;
-  if (address.empty()) {
-    print_error("bench load: no broker: pass --address (or set TENSORD_ADDRESS)");
-    return kExitUsage;
-  }
+  const std::string address = broker_address(options.address, "bench load");
+  if (address.empty()) return kExitUsage;
   const int64_t pid = options.broker_pid > 0 ? options.broker_pid : unix_peer_pid(address);
   const int64_t rss_start = rss_bytes(pid);
 

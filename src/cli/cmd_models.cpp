@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli/broker_address.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "rpc/remote_client.h"
@@ -21,6 +22,7 @@ struct ModelsOptions {
   std::string name;     // load/unload: the model (a folder of the broker's DIR)
   std::string address;  // "" = TENSORD_ADDRESS
   bool json = false;
+  std::string tls_ca;
 };
 
 std::string tensors(const std::vector<ValueInfo>& list) {
@@ -31,13 +33,9 @@ std::string tensors(const std::vector<ValueInfo>& list) {
 }
 
 int run_models(ModelsOptions o) {
-  if (o.address.empty())
-    if (const char* env = std::getenv("TENSORD_ADDRESS")) o.address = env;
-  if (o.address.empty()) {
-    std::cerr << "tensord: models needs a broker: --address HOST:PORT or unix:PATH (or "
-                 "TENSORD_ADDRESS)\n";
-    return kExitUsage;
-  }
+  o.address = broker_address(o.address, "models");
+  if (o.address.empty()) return kExitUsage;
+  if (!o.tls_ca.empty()) setenv("TENSORD_TLS_CA", o.tls_ca.c_str(), 1);
   rpc::ModelControl op = rpc::ModelControl::kList;
   if (o.action == "load") op = rpc::ModelControl::kLoad;
   if (o.action == "unload") op = rpc::ModelControl::kUnload;
@@ -98,6 +96,7 @@ StatusCommand add_models_command(CLI::App& app) {
   cmd->add_option("--address", options->address,
                   "The broker (HOST:PORT or unix:PATH; default TENSORD_ADDRESS)");
   cmd->add_flag("--json", options->json, "Print the models as JSON");
+  cmd->add_option("--tls-ca", options->tls_ca, "Speak TLS to the broker, verified with this PEM CA");
   return {[cmd] { return cmd->parsed(); }, [options] { return run_models(*options); }};
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "cli/broker_address.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "rpc/remote_client.h"
@@ -229,13 +230,8 @@ std::string render(const json& st) {
 }
 
 int run_status(StatusOptions o) {
-  if (o.address.empty())
-    if (const char* env = std::getenv("TENSORD_ADDRESS")) o.address = env;
-  if (o.address.empty()) {
-    std::cerr << "tensord: status needs a broker: --address HOST:PORT or unix:PATH (or "
-                 "TENSORD_ADDRESS)\n";
-    return kExitUsage;
-  }
+  o.address = broker_address(o.address, "status");
+  if (o.address.empty()) return kExitUsage;
   if (!(o.interval > 0) || !std::isfinite(o.interval)) {
     std::cerr << "tensord: --interval must be > 0 seconds\n";
     return kExitUsage;
