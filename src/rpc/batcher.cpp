@@ -68,6 +68,8 @@ struct ModelRunner::Model {
   std::string next;
   bool retired = false;  // replaced: takes no more requests; its workers stop once it is empty
   int workers = 0;       // running (the last one out of a retired model unloads `handle`)
+  std::vector<std::thread> threads;  // the workers (under the runner's mu_)
+  std::atomic<size_t> exited{0};     // workers past their last touch of this model
   std::shared_ptr<Stats> stats;  // shared with the name's later loads
 
   void count_run(int64_t rows, int64_t compute_us) {
@@ -106,7 +108,11 @@ ModelRunner::~ModelRunner() {
     for (auto& [name, m] : models_) wake(*m);
     for (auto& m : retired_) wake(*m);
   }
-  for (std::thread& t : threads_) t.join();
+  auto join = [](Model& m) {
+    for (std::thread& t : m.threads) t.join();
+  };
+  for (auto& [name, m] : models_) join(*m);
+  for (auto& m : retired_) join(*m);
   auto fail_queued = [](Model& m) {
     for (auto& [tenant, q] : m.queues)
       for (auto& r : q) {
@@ -124,7 +130,7 @@ ModelRunner::~ModelRunner() {
 void ModelRunner::retire_locked(const std::string& name) {
   auto it = models_.find(name);
   if (it == models_.end()) return;
-  std::unique_ptr<Model> m = std::move(it->second);
+  std::shared_ptr<Model> m = std::move(it->second);
   models_.erase(it);
   {
     std::lock_guard<std::mutex> l(m->mu);
@@ -133,6 +139,18 @@ void ModelRunner::retire_locked(const std::string& name) {
     if (m->workers == 0 && m->handle != 0) (void)engine_->unload(session_, m->handle);
   }
   retired_.push_back(std::move(m));  // callers inside run() and its workers may still hold it
+}
+
+void ModelRunner::reap_locked() {
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    Model& m = **it;
+    if (it->use_count() > 1 || m.exited.load(std::memory_order_acquire) < m.threads.size()) {
+      ++it;
+      continue;
+    }
+    for (std::thread& t : m.threads) t.join();  // each has returned from worker() already
+    it = retired_.erase(it);
+  }
 }
 
 void ModelRunner::replace_models(const std::string& model,
@@ -146,6 +164,7 @@ void ModelRunner::replace_models(const std::string& model,
   for (const auto& [n, m] : models_)
     if (ours(n)) names.push_back(n);
   for (const std::string& n : names) retire_locked(n);
+  reap_locked();  // an earlier load's, once its last request has gone
   for (auto it = configs_.begin(); it != configs_.end();)
     it = ours(it->first) ? configs_.erase(it) : std::next(it);
   for (const auto& [n, c] : configs) configs_[n] = c;
@@ -156,20 +175,21 @@ void ModelRunner::replace_models(const std::string& model,
              : std::next(it);
 }
 
-ModelRunner::Model* ModelRunner::model_for(const std::string& name, uint64_t serial,
-                                           bool* current) {
+std::shared_ptr<ModelRunner::Model> ModelRunner::model_for(const std::string& name,
+                                                          uint64_t serial, bool* current) {
   std::lock_guard<std::mutex> lock(mu_);
   *current = true;
   auto it = models_.find(name);
   if (it != models_.end()) {
-    Model* have = it->second.get();
+    const std::shared_ptr<Model>& have = it->second;
     if (serial <= have->serial || have->serial == 0) {
       *current = serial == have->serial || have->serial == 0;
       return have;
     }
     retire_locked(name);  // a newer load than the runner's (model control)
+    reap_locked();
   }
-  auto m = std::make_unique<Model>();
+  auto m = std::make_shared<Model>();
   m->name = name;
   m->serial = serial;
   std::shared_ptr<Stats>& stats = stats_[name];
@@ -208,15 +228,17 @@ ModelRunner::Model* ModelRunner::model_for(const std::string& name, uint64_t ser
     for (const std::string& d : m->devices)
       for (int i = 0; i < m->config.instances; ++i) {
         m->workers++;
-        threads_.emplace_back([this, raw = m.get(), d] { worker(raw, d); });
+        m->threads.emplace_back([this, raw = m.get(), d] {
+          worker(raw, d);
+          raw->exited.fetch_add(1, std::memory_order_release);  // its last touch of *raw
+        });
       }
   } else {
     m->config.dynamic_batching = false;  // each request runs alone, counted
     m->devices = m->config.devices;      // a list: requests take its devices in turn
   }
-  Model* raw = m.get();
-  models_.emplace(name, std::move(m));
-  return raw;
+  models_.emplace(name, m);
+  return m;
 }
 
 Result<std::vector<TensorHandle>> ModelRunner::run_alone(
@@ -250,7 +272,8 @@ Result<std::vector<TensorHandle>> ModelRunner::run(SessionId session, const std:
   const std::string name = engine_->named_model_of(session, model, &serial);
   if (name.empty()) return engine_->run(session, model, inputs, false, call);
   bool current = true;
-  Model& m = *model_for(name, serial, &current);
+  const std::shared_ptr<Model> held = model_for(name, serial, &current);  // kept while it runs
+  Model& m = *held;
   auto finish = [&](Result<std::vector<TensorHandle>> r, int64_t queue_us) {
     bool ok = r.ok();
     if (ok)

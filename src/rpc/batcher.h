@@ -83,8 +83,9 @@ class ModelRunner {
  private:
   // The runner's model for the engine name and the load (`serial`) a session's handle runs;
   // `current` false: the handle is an older load's (it runs alone).
-  Model* model_for(const std::string& engine_name, uint64_t serial, bool* current);
+  std::shared_ptr<Model> model_for(const std::string& engine_name, uint64_t serial, bool* current);
   void retire_locked(const std::string& engine_name);  // under mu_
+  void reap_locked();  // under mu_: frees retired models no worker or caller holds any more
   Result<std::vector<TensorHandle>> run_alone(Model& m, SessionId session, ModelHandle model,
                                               const std::vector<TensorHandle>& inputs,
                                               const std::string& device,
@@ -95,12 +96,12 @@ class ModelRunner {
   std::shared_ptr<Engine> engine_;
   SessionId session_ = 0;  // the batches' own session (under mu_; opened when first needed)
   mutable std::mutex mu_;
-  std::map<std::string, std::unique_ptr<Model>> models_;  // by engine name; created on first run
-  std::vector<std::unique_ptr<Model>> retired_;  // replaced (their workers finish, then stop)
+  // By engine name; created on first run. A caller inside run() holds its model too.
+  std::map<std::string, std::shared_ptr<Model>> models_;
+  std::vector<std::shared_ptr<Model>> retired_;  // replaced (their workers finish, then stop)
   std::map<std::string, std::shared_ptr<Stats>> stats_;  // by engine name, across reloads
   std::map<std::string, ModelConfig> configs_;
   std::atomic<bool> stop_{false};
-  std::vector<std::thread> threads_;  // under mu_
 };
 
 }  // namespace tensord::rpc
