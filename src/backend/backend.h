@@ -331,4 +331,12 @@ const std::string& local_node_prefix();
 std::vector<Region> partition_graph(
     const FusionGraph& g, const std::function<std::string(size_t, const std::vector<int>&)>& key);
 
+// The groups (disjoint member lists over g.nodes) to give back to their nodes so that
+// contracting the others leaves the graph acyclic, in increasing order. Each partitioner keeps
+// its own groups acyclic, but the groups of two (the cpu backend has three; or two devices'
+// regions) can still close a cycle through each other: the executor checks them all at once.
+// Of the groups stuck in the dependency order, the last one is given back, until none is.
+std::vector<size_t> groups_closing_cycles(const FusionGraph& g,
+                                          const std::vector<std::vector<size_t>>& groups);
+
 }  // namespace tensord

@@ -1,5 +1,6 @@
 #include "backend/backend.h"
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -127,6 +128,61 @@ std::vector<Region> partition_graph(
     result.push_back(std::move(fg));
   }
   return result;
+}
+
+std::vector<size_t> groups_closing_cycles(const FusionGraph& g,
+                                          const std::vector<std::vector<size_t>>& groups) {
+  const size_t n = g.nodes.size();
+  std::unordered_map<std::string, size_t> producer;
+  for (size_t i = 0; i < n; ++i)
+    for (const auto& o : g.nodes[i]->outputs)
+      if (!o.empty()) producer[o] = i;
+  std::vector<std::vector<size_t>> node_deps(n);  // the nodes each node reads from
+  for (size_t i = 0; i < n; ++i)
+    for (const auto& v : reads_of(*g.nodes[i])) {
+      auto p = producer.find(v);
+      if (!v.empty() && p != producer.end() && p->second != i) node_deps[i].push_back(p->second);
+    }
+  std::vector<bool> dropped(groups.size(), false);
+  std::vector<size_t> out;
+  for (;;) {
+    // Units: the kept groups, then every node outside them; Kahn over the contraction.
+    std::vector<size_t> unit(n);
+    for (size_t i = 0; i < n; ++i) unit[i] = groups.size() + i;
+    for (size_t r = 0; r < groups.size(); ++r)
+      if (!dropped[r])
+        for (size_t m : groups[r]) unit[m] = r;
+    const size_t units = groups.size() + n;
+    std::vector<std::unordered_set<size_t>> deps(units);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t p : node_deps[i])
+        if (unit[p] != unit[i]) deps[unit[i]].insert(unit[p]);
+    std::vector<std::vector<size_t>> users(units);
+    std::vector<size_t> pending(units, 0);
+    std::vector<size_t> ready;
+    for (size_t u = 0; u < units; ++u) {
+      pending[u] = deps[u].size();
+      for (size_t d : deps[u]) users[d].push_back(u);
+      if (pending[u] == 0) ready.push_back(u);
+    }
+    while (!ready.empty()) {
+      const size_t u = ready.back();
+      ready.pop_back();
+      for (size_t w : users[u])
+        if (--pending[w] == 0) ready.push_back(w);
+    }
+    size_t stuck = groups.size();
+    for (size_t r = groups.size(); r-- > 0;)
+      if (!dropped[r] && pending[r] > 0) {
+        stuck = r;
+        break;
+      }
+    if (stuck == groups.size()) break;  // (a stuck node alone cannot be: the graph is acyclic)
+    dropped[stuck] = true;
+    out.push_back(stuck);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace tensord

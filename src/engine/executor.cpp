@@ -525,6 +525,21 @@ void Executable::Impl::form_regions(const GraphTypes& types) {
     }
   }
   if (regions.empty()) return;
+  // Together the regions of several compilers (or devices) may close a cycle that none of
+  // them closes alone: those regions go back to their nodes.
+  std::vector<std::vector<size_t>> groups;
+  for (const auto& [d, r] : regions) groups.push_back(r.members);
+  const std::vector<size_t> cyclic = groups_closing_cycles(rg, groups);
+  for (size_t k = cyclic.size(); k-- > 0;) {
+    const size_t r = cyclic[k];
+    notes.push_back(fmt::format("{}: a region ({}) was given back to its nodes: with other "
+                                "regions it would close a cycle",
+                                device_name(devices[regions[r].first]),
+                                regions[r].second.kernel->describe()));
+    for (size_t m : regions[r].second.members) taken[m] = false;
+    regions.erase(regions.begin() + static_cast<std::ptrdiff_t>(r));
+  }
+  if (regions.empty()) return;
   std::vector<Step> all;
   for (auto& [d, r] : regions) {
     Node& node = synthetic_nodes.emplace_back();

@@ -308,6 +308,32 @@ TEST(GraphCompiler, PartitionNeverContractsIntoACycle) {
   EXPECT_NE(ga1, ga2);
 }
 
+// Groups that are each acyclic can close a cycle together (two partitioners' groups, or two
+// devices'): A = {a1, a2} and B = {b1, b2} with A -> X -> B (b2 reads X, made from a1) and
+// B -> A (a2 reads b1). The executor gives the last stuck group back to its nodes.
+TEST(GraphCompiler, GroupsThatTogetherCloseACycleAreFound) {
+  auto node = [](const char* op, std::vector<std::string> in, const char* out) {
+    Node n;
+    n.op = op;
+    n.name = out;
+    n.inputs = std::move(in);
+    n.outputs = {out};
+    return n;
+  };
+  const std::vector<Node> nodes = {node("Relu", {"x"}, "a1"), node("Neg", {"x"}, "b1"),
+                                   node("Softmax", {"a1"}, "X"), node("Add", {"b1", "X"}, "b2"),
+                                   node("Exp", {"b1"}, "a2"), node("Add", {"a2", "b2"}, "y")};
+  FusionGraph g;
+  for (const Node& n : nodes) g.nodes.push_back(&n);
+  EXPECT_EQ(groups_closing_cycles(g, {{0, 4}, {1, 3}}), (std::vector<size_t>{1}));
+  EXPECT_EQ(groups_closing_cycles(g, {{1, 3}, {0, 4}}), (std::vector<size_t>{1}));
+  EXPECT_TRUE(groups_closing_cycles(g, {{0, 4}}).empty());
+  EXPECT_TRUE(groups_closing_cycles(g, {{0, 2}, {1, 3}, {4, 5}}).empty());
+  EXPECT_TRUE(groups_closing_cycles(g, {}).empty());
+  // A cycle through a node outside every group: {a1, y} reads b2, which reads X (from a1).
+  EXPECT_EQ(groups_closing_cycles(g, {{0, 5}}), (std::vector<size_t>{0}));
+}
+
 TEST(GraphCompiler, NoRegionWithoutConvOrForOtherTypes) {
   G b;
   auto x = b.in("x", {1, 4, 6, 6});
