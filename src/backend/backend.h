@@ -14,9 +14,12 @@
 // one thread at a time.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tensord/device.h"
@@ -179,6 +182,23 @@ struct FusionGraph {
   std::function<const HostTensor*(const std::string&)> constant;
   // Whether a value is a graph output (it must then leave a fused step).
   std::function<bool(const std::string&)> is_graph_output;
+
+  // The use/def index every region compiler reads (one place, so that none misses a read):
+  // the nodes reading a value, one entry per read, reads inside a node's subgraphs (If, Loop
+  // and Scan bodies reading the outer scope) included; and the node making it. Built from
+  // `nodes` on first use (index_uses() builds it again after `nodes` changed).
+  // (src/backend/partition.cpp)
+  const std::vector<size_t>& readers_of(const std::string& value) const;
+  // The node making `value`, or -1 (a graph input, an initializer or a folded constant).
+  int64_t producer_of(const std::string& value) const;
+  // The node that reads `value` once when nothing else reads it and it is no graph output.
+  std::optional<size_t> sole_reader(const std::string& value) const;
+  void index_uses() const;
+
+ private:
+  mutable bool indexed_ = false;
+  mutable std::unordered_map<std::string, std::vector<size_t>> readers_;
+  mutable std::unordered_map<std::string, size_t> producer_;
 };
 
 // A compiled fused step: inputs on the device, outputs allocated by the engine with the

@@ -18,17 +18,41 @@ std::vector<std::string> reads_of(const Node& node) {
 
 }  // namespace
 
+void FusionGraph::index_uses() const {
+  readers_.clear();
+  producer_.clear();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (const auto& o : nodes[i]->outputs)
+      if (!o.empty()) producer_[o] = i;
+    for (const auto& v : reads_of(*nodes[i]))
+      if (!v.empty()) readers_[v].push_back(i);
+  }
+  indexed_ = true;
+}
+
+const std::vector<size_t>& FusionGraph::readers_of(const std::string& value) const {
+  static const std::vector<size_t> none;
+  if (!indexed_) index_uses();
+  auto it = readers_.find(value);
+  return it == readers_.end() ? none : it->second;
+}
+
+int64_t FusionGraph::producer_of(const std::string& value) const {
+  if (!indexed_) index_uses();
+  auto it = producer_.find(value);
+  return it == producer_.end() ? -1 : static_cast<int64_t>(it->second);
+}
+
+std::optional<size_t> FusionGraph::sole_reader(const std::string& value) const {
+  if (is_graph_output && is_graph_output(value)) return std::nullopt;
+  const std::vector<size_t>& r = readers_of(value);
+  if (r.size() != 1) return std::nullopt;
+  return r[0];
+}
+
 std::vector<Region> partition_graph(
     const FusionGraph& g, const std::function<std::string(size_t, const std::vector<int>&)>& key) {
   const size_t n = g.nodes.size();
-  std::unordered_map<std::string, size_t> producer;
-  std::unordered_map<std::string, std::vector<size_t>> consumers;
-  for (size_t i = 0; i < n; ++i) {
-    for (const auto& o : g.nodes[i]->outputs)
-      if (!o.empty()) producer[o] = i;
-    for (const auto& v : reads_of(*g.nodes[i]))
-      if (!v.empty()) consumers[v].push_back(i);
-  }
   std::vector<int> group_of(n, -1);
   std::vector<std::vector<size_t>> groups;
   // Dependencies, with each group contracted to one node (a region runs as a unit: every
@@ -65,8 +89,8 @@ std::vector<Region> partition_graph(
       if (o >= 0)
         for (const auto& v : reads) {
           if (v.empty()) continue;
-          auto p = producer.find(v);
-          if (p != producer.end() && group_of[p->second] == o) continue;  // inside the group
+          const int64_t p = g.producer_of(v);
+          if (p >= 0 && group_of[static_cast<size_t>(p)] == o) continue;  // inside the group
           auto d = vdeps.find(v);
           if (d != vdeps.end() && depends_on(d->second, o)) {
             o = -1;  // would close a cycle: a new group of this key
@@ -86,8 +110,9 @@ std::vector<Region> partition_graph(
     std::unordered_set<int> in;
     for (const auto& v : reads) {
       if (v.empty()) continue;
-      auto p = producer.find(v);
-      if (p != producer.end() && group_of[p->second] >= 0 && group_of[p->second] == group_of[i])
+      const int64_t p = g.producer_of(v);
+      if (p >= 0 && group_of[static_cast<size_t>(p)] >= 0 &&
+          group_of[static_cast<size_t>(p)] == group_of[i])
         continue;
       auto d = vdeps.find(v);
       if (d != vdeps.end()) in.insert(d->second.begin(), d->second.end());
@@ -110,8 +135,8 @@ std::vector<Region> partition_graph(
     for (size_t i : fg.members) {
       for (const auto& v : reads_of(*g.nodes[i])) {
         if (v.empty() || seen.count(v) || g.constant(v)) continue;
-        auto p = producer.find(v);
-        if (p != producer.end() && group_of[p->second] == static_cast<int>(gi)) continue;
+        const int64_t p = g.producer_of(v);
+        if (p >= 0 && group_of[static_cast<size_t>(p)] == static_cast<int>(gi)) continue;
         seen.insert(v);
         fg.inputs.push_back(v);
       }
@@ -120,7 +145,7 @@ std::vector<Region> partition_graph(
       for (const auto& o : g.nodes[i]->outputs) {
         if (o.empty()) continue;
         bool out = g.is_graph_output(o);
-        for (size_t c : consumers[o])
+        for (size_t c : g.readers_of(o))
           if (group_of[c] != static_cast<int>(gi)) out = true;
         if (out) fg.outputs.push_back(o);
       }
@@ -133,15 +158,11 @@ std::vector<Region> partition_graph(
 std::vector<size_t> groups_closing_cycles(const FusionGraph& g,
                                           const std::vector<std::vector<size_t>>& groups) {
   const size_t n = g.nodes.size();
-  std::unordered_map<std::string, size_t> producer;
-  for (size_t i = 0; i < n; ++i)
-    for (const auto& o : g.nodes[i]->outputs)
-      if (!o.empty()) producer[o] = i;
   std::vector<std::vector<size_t>> node_deps(n);  // the nodes each node reads from
   for (size_t i = 0; i < n; ++i)
     for (const auto& v : reads_of(*g.nodes[i])) {
-      auto p = producer.find(v);
-      if (!v.empty() && p != producer.end() && p->second != i) node_deps[i].push_back(p->second);
+      const int64_t p = v.empty() ? -1 : g.producer_of(v);
+      if (p >= 0 && static_cast<size_t>(p) != i) node_deps[i].push_back(static_cast<size_t>(p));
     }
   std::vector<bool> dropped(groups.size(), false);
   std::vector<size_t> out;

@@ -487,6 +487,7 @@ void Executable::Impl::place(Step& step, const std::vector<TensorType>& in_types
 void Executable::Impl::form_regions(const GraphTypes& types) {
   FusionGraph rg;
   for (const Step& st : steps) rg.nodes.push_back(st.node);
+  rg.index_uses();  // who reads and makes each value, for every region compiler below
   rg.type_of = [&types](const std::string& name) -> const TensorType* {
     auto it = types.values.find(name);
     return it != types.values.end() && it->second.ok() ? &*it->second : nullptr;

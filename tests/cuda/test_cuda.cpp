@@ -1440,6 +1440,16 @@ TEST(CudaPlanning, MatMulBiasAndActivationFuseIntoCublasLtEpiloguesOnlyWhereExac
   // The product also a graph output, or read twice: not fused (it must exist on its own).
   EXPECT_TRUE(lt_plan({mm, add}, types, {"s", "m"}).empty());
   EXPECT_TRUE(lt_plan({mm, add, lt_node("Mul", {"m", "s"}, "y")}, types, {"y"}).empty());
+  // The product read again only inside a Loop's body (the outer scope): not fused either.
+  {
+    auto body = std::make_shared<Graph>();
+    body->inputs = {{"i", {DType::kInt64, {}}}, {"c", {DType::kBool, {}}}};
+    body->nodes = {lt_node("Identity", {"c"}, "c_out"), lt_node("Relu", {"m"}, "r")};
+    body->outputs = {{"c_out", {}}, {"r", {}}};
+    Node loop = lt_node("Loop", {"trips", ""}, "z");
+    loop.attrs["body"] = Attribute(std::shared_ptr<const Graph>(body));
+    EXPECT_TRUE(lt_plan({mm, add, loop}, types, {"s", "z"}).empty());
+  }
   // The sum read twice: bias fused, the Relu not.
   f = lt_plan({mm, add, lt_node("Relu", {"s"}, "r"), lt_node("Mul", {"r", "s"}, "y")}, types, {"y"});
   ASSERT_EQ(f.size(), 1u);

@@ -1005,6 +1005,53 @@ TEST(OpenClFusion, ConvolutionChainsAreOneKernelAndAgreeWithTheReference) {
   }
 }
 
+// A Conv's output read by a Relu and, inside a Loop's body, by an Add (a read of the outer
+// scope, not among the Loop's inputs): the Conv's output must stay a value of its own, so no
+// Conv+Relu chain may be fused. (Readers counted from node inputs alone saw the Relu as the
+// only one, fused, and the Loop found no value to read.)
+Graph conv_read_inside_a_loop() {
+  Graph g;
+  g.name = "conv_read_in_loop";
+  g.inputs = {{"x", {DType::kFloat32, {1, 8, 6, 6}}}, {"acc", {DType::kFloat32, {1, 8, 6, 6}}}};
+  g.initializers["w"] = random_floats({8, 8, 1, 1}, 11, -1, 1);
+  g.initializers["M"] = HostTensor::scalar<int64_t>(2);
+  g.initializers["go"] = HostTensor::scalar<bool>(true);
+  auto body = std::make_shared<Graph>();
+  body->name = "body";
+  body->inputs = {{"i", {DType::kInt64, {}}}, {"c_in", {DType::kBool, {}}},
+                  {"a", {DType::kFloat32, {1, 8, 6, 6}}}};
+  body->nodes = {node("keep", "Identity", {"c_in"}, {"c_out"}),
+                 node("add", "Add", {"a", "conv"}, {"a_out"})};
+  body->outputs = {{"c_out", {}}, {"a_out", {}}};
+  g.nodes = {node("conv", "Conv", {"x", "w"}, {"conv"}), node("relu", "Relu", {"conv"}, {"y"}),
+             node("loop", "Loop", {"M", "go", "acc"}, {"z"},
+                  {{"body", Attribute(std::shared_ptr<const Graph>(body))}})};
+  g.outputs = {{"y", {}}, {"z", {}}};
+  return g;
+}
+
+TEST(OpenClFusion, NothingIsFusedAcrossAValueReadInsideALoopBody) {
+  REQUIRE_OPENCL();
+  const Graph g = conv_read_inside_a_loop();
+  const std::vector<HostTensor> inputs = {random_floats({1, 8, 6, 6}, 12),
+                                          random_floats({1, 8, 6, 6}, 13)};
+  auto want = reference(g, inputs);
+  LocalClientOptions o;
+  o.devices = "cpu:0,opencl:0";
+  auto client = make_local_client(o);
+  ASSERT_TRUE(client.ok());
+  for (const char* device : {"opencl:0", "cpu:0"}) {
+    auto got = testing::run_on(**client, g, inputs, device);
+    ASSERT_TRUE(got.ok()) << device << ": " << got.status().to_string();
+    ASSERT_EQ(got->size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k) {
+      ASSERT_TRUE((*got)[k].ok()) << device << " " << g.outputs[k].name << ": "
+                                  << (*got)[k].status().to_string();
+      expect_near(*(*got)[k], want[k], fmt::format("{} on {}", g.outputs[k].name, device));
+    }
+  }
+}
+
 // A fused Relu or Clip keeps a NaN as ONNX (and the reference kernels) do, on the vector
 // path and the tail of a row (143 positions: 17 full vectors of 8 and 7 lanes), for the 1x1
 // GEMM, im2col + GEMM and depthwise kernels; other outputs are unchanged.

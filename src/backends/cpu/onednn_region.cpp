@@ -282,15 +282,7 @@ bool is_scalar_constant(const FusionGraph& g, const std::string& v, float want, 
 
 class LinearMatcher {
  public:
-  explicit LinearMatcher(const FusionGraph& g) : g_(g) {
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      for (const auto& o : g.nodes[i]->outputs)
-        if (!o.empty()) producer_[o] = i;
-      for (const auto& v : g.nodes[i]->inputs)
-        if (!v.empty()) readers_[v].push_back(i);
-      for (const auto& v : implicit_inputs(*g.nodes[i])) readers_[v].push_back(i);
-    }
-  }
+  explicit LinearMatcher(const FusionGraph& g) : g_(g) {}
 
   // The Linear layer headed by node `i` (a MatMul of a static float32 activation of rank >= 2
   // by constant [K, N] float32 weights), or nullopt; `taken[j]`: node j is in another group.
@@ -379,14 +371,13 @@ class LinearMatcher {
   std::optional<LinearPlan> follow(LinearPlan p, std::string v, const std::vector<bool>& taken) {
     const Shape out_shape = p.out_shape;
     auto free_reader = [&](const std::string& x) -> const Node* {
-      if (g_.is_graph_output(x)) return nullptr;
-      auto it = readers_.find(x);
-      if (it == readers_.end() || it->second.size() != 1 || taken[it->second[0]]) return nullptr;
-      const Node* r = g_.nodes[it->second[0]];
+      const std::optional<size_t> j = g_.sole_reader(x);
+      if (!j || taken[*j]) return nullptr;
+      const Node* r = g_.nodes[*j];
       if ((!r->domain.empty() && r->domain != "ai.onnx") || r->outputs.size() != 1) return nullptr;
       const TensorType* t = g_.type_of(r->outputs[0]);
       if (!t || t->dtype != DType::kFloat32 || t->shape != out_shape) return nullptr;
-      p.members.push_back(it->second[0]);
+      p.members.push_back(*j);
       return r;
     };
     for (int guard = 0; guard < 8; ++guard) {
@@ -450,10 +441,9 @@ class LinearMatcher {
         } else if (op == "Add" && !g_.constant(other)) {
           // A residual of the result's shape: it must not be computed from this layer.
           const TensorType* t = g_.type_of(other);
-          auto pr = producer_.find(other);
-          const bool inside = pr != producer_.end() &&
-                              std::find(p.members.begin(), p.members.end(), pr->second) !=
-                                  p.members.end();
+          const int64_t pr = g_.producer_of(other);
+          const bool inside = pr >= 0 && std::find(p.members.begin(), p.members.end(),
+                                                   static_cast<size_t>(pr)) != p.members.end();
           if (t && t->dtype == DType::kFloat32 && t->shape == out_shape && !inside) {
             LinearStep s;
             s.kind = LinearStep::kResidual;
@@ -490,11 +480,9 @@ class LinearMatcher {
     p->b_shape = b->shape;
     p->k = b->shape[rank - 2];
     p->n = b->shape[rank - 1];
-    auto pr = producer_.find(mm.inputs[1]);
-    auto rd = readers_.find(mm.inputs[1]);
-    if (pr != producer_.end() && !taken[pr->second] && !g_.is_graph_output(mm.inputs[1]) &&
-        rd != readers_.end() && rd->second.size() == 1) {
-      const Node& t = *g_.nodes[pr->second];
+    const int64_t pr = g_.producer_of(mm.inputs[1]);
+    if (pr >= 0 && !taken[static_cast<size_t>(pr)] && g_.sole_reader(mm.inputs[1])) {
+      const Node& t = *g_.nodes[static_cast<size_t>(pr)];
       auto perm = NodeAttrs(t).attr_ints("perm");
       std::vector<int64_t> swap(rank);
       for (size_t d = 0; d < rank; ++d) swap[d] = static_cast<int64_t>(d);
@@ -503,7 +491,7 @@ class LinearMatcher {
           *perm == swap && t.inputs.size() == 1 && !g_.constant(t.inputs[0])) {
         p->weights = t.inputs[0];
         p->b_transposed = true;
-        p->members.insert(p->members.begin(), pr->second);
+        p->members.insert(p->members.begin(), static_cast<size_t>(pr));
       }
     }
     p->weights = same_bytes_source(p->weights, taken, &p->members);
@@ -516,12 +504,9 @@ class LinearMatcher {
   std::string same_bytes_source(std::string v, const std::vector<bool>& taken,
                                 std::vector<size_t>* members) {
     for (int guard = 0; guard < 8; ++guard) {
-      auto pr = producer_.find(v);
-      auto rd = readers_.find(v);
-      if (pr == producer_.end() || taken[pr->second] || g_.is_graph_output(v) ||
-          rd == readers_.end() || rd->second.size() != 1)
-        break;
-      const Node& n = *g_.nodes[pr->second];
+      const int64_t pr = g_.producer_of(v);
+      if (pr < 0 || taken[static_cast<size_t>(pr)] || !g_.sole_reader(v)) break;
+      const Node& n = *g_.nodes[static_cast<size_t>(pr)];
       const bool shape_op = n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" ||
                             n.op == "Unsqueeze" || n.op == "Identity";
       if (!shape_op || (!n.domain.empty() && n.domain != "ai.onnx") || n.inputs.empty() ||
@@ -537,7 +522,7 @@ class LinearMatcher {
           !shape_is_static(in->shape) || !shape_is_static(out->shape) ||
           shape_numel(in->shape) != shape_numel(out->shape))
         break;
-      members->push_back(pr->second);
+      members->push_back(static_cast<size_t>(pr));
       v = n.inputs[0];
     }
     return v;
@@ -549,21 +534,19 @@ class LinearMatcher {
   std::optional<std::string> gelu_erf(const std::string& x, const std::vector<bool>& taken,
                                       std::vector<size_t>* members) {
     if (g_.is_graph_output(x)) return std::nullopt;
-    auto it = readers_.find(x);
-    if (it == readers_.end() || it->second.size() != 2) return std::nullopt;
+    const std::vector<size_t>& xr = g_.readers_of(x);
+    if (xr.size() != 2) return std::nullopt;
     auto only_reader = [&](const std::string& v) -> std::optional<size_t> {
-      if (g_.is_graph_output(v)) return std::nullopt;
-      auto r = readers_.find(v);
-      if (r == readers_.end() || r->second.size() != 1 || taken[r->second[0]]) return std::nullopt;
-      return r->second[0];
+      const std::optional<size_t> j = g_.sole_reader(v);
+      return j && !taken[*j] ? j : std::nullopt;
     };
     auto other_of = [](const Node& n, const std::string& v) -> std::string {
       if (n.inputs.size() != 2 || (n.inputs[0] == v) == (n.inputs[1] == v)) return "";
       return n.inputs[0] == v ? n.inputs[1] : n.inputs[0];
     };
     for (int k = 0; k < 2; ++k) {
-      const size_t si = it->second[static_cast<size_t>(k)];
-      const size_t mi = it->second[static_cast<size_t>(1 - k)];
+      const size_t si = xr[static_cast<size_t>(k)];
+      const size_t mi = xr[static_cast<size_t>(1 - k)];
       if (taken[si] || taken[mi]) continue;
       const Node& scale = *g_.nodes[si];
       const bool div = scale.op == "Div" && scale.inputs.size() == 2 && scale.inputs[0] == x &&
@@ -606,8 +589,6 @@ class LinearMatcher {
   }
 
   const FusionGraph& g_;
-  std::unordered_map<std::string, size_t> producer_;
-  std::unordered_map<std::string, std::vector<size_t>> readers_;
 
  public:
   // Whether a batched product may take a constant of any broadcast shape as a post-op (off
@@ -862,25 +843,14 @@ bool is_identity_pad(const Node& node, const FusionGraph& g) {
 // ---- channel shuffle and channel slices (ShuffleNet) ----
 
 const Node* producer_of(const FusionGraph& g, const std::string& v) {
-  for (const Node* n : g.nodes)
-    for (const auto& o : n->outputs)
-      if (o == v) return n;
-  return nullptr;
+  const int64_t p = g.producer_of(v);
+  return p >= 0 ? g.nodes[static_cast<size_t>(p)] : nullptr;
 }
 
 // The only node reading `v` (nullptr when none, several, or `v` is a graph output).
 const Node* sole_reader(const FusionGraph& g, const std::string& v) {
-  if (g.is_graph_output(v)) return nullptr;
-  const Node* user = nullptr;
-  for (const Node* n : g.nodes) {
-    int k = 0;
-    for (const auto& in : n->inputs) k += in == v;
-    for (const auto& in : implicit_inputs(*n)) k += in == v;
-    if (k == 0) continue;
-    if (user || k > 1) return nullptr;
-    user = n;
-  }
-  return user;
+  const std::optional<size_t> j = g.sole_reader(v);
+  return j ? g.nodes[*j] : nullptr;
 }
 
 // Reshape [N, C, H, W] -> [N, G, C/G, H, W], Transpose perm (0, 2, 1, 3, 4), Reshape back to
@@ -2354,17 +2324,12 @@ class RegionCompiler {
 
 // ---- partitioning ----
 
-std::string region_key(const FusionGraph& g, size_t i, const std::vector<int>& group_of,
-                       const std::unordered_map<std::string, size_t>& producer,
-                       const std::unordered_map<std::string, int>& uses) {
+std::string region_key(const FusionGraph& g, size_t i) {
   const Node& node = *g.nodes[i];
   if (!eligible(node, g)) return "";
   // BatchNormalization: folded into the Conv producing its input when it is that value's only
   // consumer, else a oneDNN batch normalization (scale-shift with the running statistics,
   // and a ReLU after it fused), e.g. DenseNet's BN+ReLU before each Conv.
-  (void)group_of;
-  (void)producer;
-  (void)uses;
   return "onednn";
 }
 
@@ -2372,19 +2337,8 @@ std::string region_key(const FusionGraph& g, size_t i, const std::vector<int>& g
 
 std::vector<FusedGroup> build_onednn_regions(const FusionGraph& g,
                                              std::vector<std::string>* notes) {
-  std::unordered_map<std::string, size_t> producer;
-  std::unordered_map<std::string, int> uses;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    for (const auto& o : g.nodes[i]->outputs)
-      if (!o.empty()) producer[o] = i;
-    for (const auto& v : g.nodes[i]->inputs)
-      if (!v.empty()) uses[v]++;
-    for (const auto& v : implicit_inputs(*g.nodes[i])) uses[v]++;
-  }
-  std::vector<FusedGroup> regions =
-      partition_graph(g, [&](size_t i, const std::vector<int>& group_of) {
-        return region_key(g, i, group_of, producer, uses);
-      });
+  std::vector<FusedGroup> regions = partition_graph(
+      g, [&](size_t i, const std::vector<int>&) { return region_key(g, i); });
   std::vector<FusedGroup> compiled;
   for (auto& r : regions) {
     bool has_conv = false;

@@ -15,18 +15,14 @@ bool is_f32_static(const TensorType* t) {
 }  // namespace
 
 std::vector<LtFusion> plan_lt_fusions(const FusionGraph& g, std::vector<std::string>* notes) {
-  std::map<std::string, std::vector<size_t>> users;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (const auto& in : g.nodes[i]->inputs)
-      if (!in.empty()) users[in].push_back(i);
   auto here = [&](size_t i) { return g.placed_here.empty() || g.placed_here[i]; };
   auto domain_ok = [&](const Node& n) { return n.domain.empty() || n.domain == "ai.onnx"; };
-  // The single node reading `v`, when `v` is read once and is no graph output.
+  // The single node reading `v`, when `v` is read once (a read inside a subgraph included) and
+  // is no graph output.
   auto sole_user = [&](const std::string& v) -> const size_t* {
-    auto u = users.find(v);
-    if (u == users.end() || u->second.size() != 1) return nullptr;
-    if (g.is_graph_output && g.is_graph_output(v)) return nullptr;
-    return &u->second[0];
+    const std::vector<size_t>& u = g.readers_of(v);
+    if (u.size() != 1 || (g.is_graph_output && g.is_graph_output(v))) return nullptr;
+    return &u[0];
   };
   auto note = [&](const Node& n, const std::string& why) {
     if (notes) notes->push_back(fmt::format("cuBLASLt epilogue: {} not fused: {}", n.label(), why));

@@ -1638,20 +1638,13 @@ std::vector<Region> conv_regions(OpenClDevice& device, const FusionGraph& g, std
                                  std::vector<std::string>* notes) {
   std::vector<Region> regions;
   if (std::getenv("TENSORD_OPENCL_NO_CONV_FUSION")) return regions;
-  // Who reads each value (node indices), to follow single-consumer chains.
-  std::unordered_map<std::string, std::vector<size_t>> readers;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (const auto& in : g.nodes[i]->inputs)
-      if (!in.empty()) readers[in].push_back(i);
   auto here = [&](size_t i) { return g.placed_here.empty() || g.placed_here[i]; };
   auto domain_ok = [](const Node& n) { return n.domain.empty() || n.domain == "ai.onnx"; };
-  // The one node reading `value` (none when it is a graph output or read more than once).
+  // The one node reading `value`, to follow single-consumer chains (none when it is a graph
+  // output or read more than once, a read inside a subgraph included).
   auto sole_reader = [&](const std::string& value) -> std::optional<size_t> {
-    if (g.is_graph_output && g.is_graph_output(value)) return std::nullopt;
-    auto it = readers.find(value);
-    if (it == readers.end() || it->second.size() != 1) return std::nullopt;
-    const size_t j = it->second[0];
-    if (taken[j] || !here(j) || !domain_ok(*g.nodes[j])) return std::nullopt;
+    const std::optional<size_t> j = g.sole_reader(value);
+    if (!j || taken[*j] || !here(*j) || !domain_ok(*g.nodes[*j])) return std::nullopt;
     return j;
   };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
