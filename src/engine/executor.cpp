@@ -21,6 +21,11 @@
 #include "engine/canonicalize.h"
 
 namespace tensord {
+
+// What a value holds that no step wrote: a compiler bug, said as one.
+constexpr const char* kNeverProduced =
+    "no step of the compiled graph produced this value (a tensord bug: please report it with "
+    "the model)";
 namespace {
 
 // Inputs at most this many elements are read to the host for run-time shape inference on a
@@ -229,7 +234,7 @@ Result<std::vector<HostTensor>> evaluate_on_host(Device* host, const Node& node,
   TD_RETURN_IF_ERROR(impl->build(types, /*fold_constants=*/false));
   HostServices services;
   std::vector<Result<DeviceTensor>> values(impl->values_count,
-                                           Result<DeviceTensor>(errors::Internal("unset")));
+                                           Result<DeviceTensor>(errors::Internal(kNeverProduced)));
   std::vector<HostTensor> result;
   // Run the steps directly (no Executable object needed for one node).
   for (size_t i = 0; i < impl->input_ids.size(); ++i)
@@ -1214,7 +1219,7 @@ std::vector<Result<DeviceTensor>> Executable::Impl::run_steps(const std::vector<
                                                               RunServices& services) {
   Impl& x = *this;
   std::vector<Result<DeviceTensor>> values(x.values_count,
-                                           Result<DeviceTensor>(errors::Internal("unset")));
+                                           Result<DeviceTensor>(errors::Internal(kNeverProduced)));
   Device* target = x.devices[0];
   for (size_t i = 0; i < x.input_ids.size() && i < inputs.size(); ++i) {
     const auto& in = inputs[i];
