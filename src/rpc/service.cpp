@@ -366,12 +366,11 @@ grpc::Status Service::LoadNamedModel(grpc::ServerContext* ctx, const v1::NamedMo
   std::lock_guard<std::mutex> lock(model_control_mu_);
   std::map<std::string, ModelConfig> configs;
   auto loaded = load_named_model(*engine_, options_.models_dir, req->name(), &configs);
-  if (!loaded.ok()) {
-    // What did load (a first load's good versions) serves; its batchers start afresh.
-    runner_->replace_models(req->name(), configs);
+  // What loaded serves, its batchers afresh. A failed reload loaded nothing (`configs` is
+  // empty): the model it leaves serving keeps its batchers and configuration.
+  if (loaded.ok() || !configs.empty()) runner_->replace_models(req->name(), configs);
+  if (!loaded.ok())
     return fail(ctx, loaded.status().with_context("loading model '" + req->name() + "'"));
-  }
-  runner_->replace_models(req->name(), configs);
   log::info("model control: loaded '" + req->name() + "' (" + std::to_string(loaded->size()) +
             " entries)");
   for (const ModelInfo& m : *loaded) to_proto(m, resp->add_models());

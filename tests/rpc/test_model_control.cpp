@@ -176,7 +176,11 @@ TEST(ModelControl, LoadReloadAndUnloadWhileServing) {
       << bad.status().to_string();
   EXPECT_EQ(bad.status().message().find(live.dir), std::string::npos)  // no broker paths
       << bad.status().to_string();
+  // ... batching as before: a lone request still waits out the queue delay (0.5 s) for others.
+  const auto before_run = std::chrono::steady_clock::now();
   EXPECT_EQ(added_fresh(addr, "adder"), 2.0f);
+  EXPECT_GE(std::chrono::steady_clock::now() - before_run, milliseconds(400))
+      << "the failed reload dropped the model's batching configuration";
   live.put_adder(2);
 
   // Unload: new opens fail naming the model; handles opened before still run.
