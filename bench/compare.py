@@ -178,14 +178,26 @@ def last_json_line(text):
 
 
 def run_json(cmd, timeout, env=None):
-    """Runs cmd; returns (json or None, error string or None)."""
+    """Runs cmd; returns (json or None, error string or None). Under /usr/bin/time where it is
+    installed: the JSON gets the process's peak resident set, max_rss_kib (the whole process as a
+    user sees it: runtime, weights, arena; for the ONNX Runtime peer, node's too)."""
+    fd, rss_file = tempfile.mkstemp(prefix="rss-")
+    os.close(fd)
+    timed = os.path.exists("/usr/bin/time")
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        p = subprocess.run((["/usr/bin/time", "-f", "%M", "-o", rss_file] if timed else []) + cmd,
+                           capture_output=True, text=True, timeout=timeout, env=env)
+        with open(rss_file) as f:
+            rss = f.read().strip().splitlines()
     except FileNotFoundError as e:
         return None, f"cannot start {cmd[0]}: {e.strerror}"
     except subprocess.TimeoutExpired:
         return None, f"timed out after {timeout} s"
+    finally:
+        os.unlink(rss_file)
     doc = last_json_line(p.stdout)
+    if doc is not None and rss and rss[-1].isdigit():
+        doc["max_rss_kib"] = int(rss[-1])
     # `tensord bench` exits 1 on a correctness FAIL but still prints its figures.
     if doc is None or (p.returncode != 0 and "per_example_s" not in doc):
         err = (p.stderr.strip().splitlines() or p.stdout.strip().splitlines() or ["no output"])
@@ -288,6 +300,16 @@ def first_npy(folder):
         if names else None
 
 
+def tensord_env(a):
+    """tensord takes its compute threads from the environment (the peers get --threads). With
+    --device, TENSORD_DEVICES names only that device, so no other backend is probed (as the
+    ONNX Runtime peer loads only its CPU provider; PoCL alone maps 65 MB)."""
+    env = dict(os.environ, TENSORD_NUM_THREADS=str(a.threads))
+    if a.device:
+        env["TENSORD_DEVICES"] = a.device
+    return env
+
+
 def run_tensord(tensord, folder, a, batch, goldens):
     if not tensord:
         return {"available": False, "reason": "no tensord binary (build it, or pass --tensord)"}
@@ -300,8 +322,7 @@ def run_tensord(tensord, folder, a, batch, goldens):
                "--data", os.path.join(folder, "test_data_set_0"), "--batch-size", str(batch),
                "--examples", str(examples), "--warmup", str(a.warmup), "--json",
                "--outputs", out] + (["--device", a.device] if a.device else [])
-        # The peers get --threads; tensord takes its compute threads from the environment.
-        env = dict(os.environ, TENSORD_NUM_THREADS=str(a.threads))
+        env = tensord_env(a)
         doc, err = run_json(cmd, a.timeout, env)
         if doc is None:
             return {"available": False, "reason": f"tensord bench failed: {err}"}
@@ -351,7 +372,7 @@ def profile_tensord(tensord, folder, a, batch):
            "--data", os.path.join(folder, "test_data_set_0"), "--batch-size", str(batch),
            "--examples", str(4 * batch), "--warmup", str(batch), "--json", "--profile",
            "--no-check"] + (["--device", a.device] if a.device else [])
-    doc, err = run_json(cmd, a.timeout, dict(os.environ, TENSORD_NUM_THREADS=str(a.threads)))
+    doc, err = run_json(cmd, a.timeout, tensord_env(a))
     prof = (doc or {}).get("profile")
     if not prof:
         return {"error": err or "no profile"}
@@ -422,7 +443,15 @@ def median_run(docs):
     ok.sort(key=lambda d: d["per_example_s"])
     doc = dict(ok[len(ok) // 2])
     doc["rounds_ms"] = [round(1e3 * d["per_example_s"], 3) for d in docs]
+    rss = [d["max_rss_kib"] for d in docs if d.get("max_rss_kib")]
+    if rss:  # the peak over the rounds
+        doc["max_rss_kib"] = max(rss)
     return doc
+
+
+def rss_mib(doc):
+    kib = (doc or {}).get("max_rss_kib") if (doc or {}).get("available") else None
+    return kib / 1024 if kib else None
 
 
 def ms(doc):
@@ -437,7 +466,10 @@ def rows_of(results):
         t, o, p = ms(r["tensord"]), ms(r["onnxruntime"]), ms(r["torch"])
         c = r["tensord"].get("vs_torch_eager") or {}
         prof = r.get("profile") or {}
+        tr, orr = rss_mib(r["tensord"]), rss_mib(r["onnxruntime"])
         rows.append({"model": r["model"], "batch": r["batch"], "tensord_ms": t, "onnxruntime_ms": o,
+                     "tensord_rss_mib": tr, "onnxruntime_rss_mib": orr,
+                     "rss_ratio_vs_onnxruntime": tr / orr if tr and orr else None,
                      "torch_ms": p, "ratio_vs_onnxruntime": t / o if t and o else None,
                      "tensord_pass": c.get("pass"),
                      "tensord_max_error_of_scale": c.get("max_error_of_scale"),
@@ -447,14 +479,19 @@ def rows_of(results):
     return rows
 
 
-def geomean_of(rows):
+def geomean_of(rows, key="ratio_vs_onnxruntime"):
     """Geometric mean and worst of tensord / ONNX Runtime over the rows that have both."""
-    ratios = [r["ratio_vs_onnxruntime"] for r in rows if r["ratio_vs_onnxruntime"]]
+    ratios = [r[key] for r in rows if r[key]]
     if not ratios:
         return None, None, 0
-    worst = max(rows, key=lambda r: r["ratio_vs_onnxruntime"] or 0)
+    worst = max(rows, key=lambda r: r[key] or 0)
     return (float(np.exp(np.mean(np.log(ratios)))),
-            (worst["model"], worst["batch"], worst["ratio_vs_onnxruntime"]), len(ratios))
+            (worst["model"], worst["batch"], worst[key]), len(ratios))
+
+
+def rss_summary(rows):
+    """geomean_of for the peak resident set ratio."""
+    return geomean_of(rows, "rss_ratio_vs_onnxruntime")
 
 
 def fmt(v, spec):
@@ -465,8 +502,10 @@ def print_table(results, mem, m, markdown):
     rows = rows_of(results)
     mach = machine_line(m)
     profiled = any(r["reference_share"] is not None for r in rows)
+    rss = any(r["rss_ratio_vs_onnxruntime"] is not None for r in rows)
     head = ["model", "batch", "tensord ms/ex", "ONNX Runtime", "PyTorch", "tensord/ORT",
             "tensord verdict (max_error_of_scale)"] + \
+        (["peak RSS MiB tensord/ORT"] if rss else []) + \
         (["reference kernels", "oneDNN ref regions"] if profiled else []) + ["machine"]
     body = [[r["model"], str(r["batch"]), fmt(r["tensord_ms"], ".2f"),
              fmt(r["onnxruntime_ms"], ".2f"), fmt(r["torch_ms"], ".2f"),
@@ -474,6 +513,8 @@ def print_table(results, mem, m, markdown):
              ("n/a" if r["tensord_pass"] is None else
               f"{'PASS' if r['tensord_pass'] else 'FAIL'} "
               f"({fmt(r['tensord_max_error_of_scale'], '.1e')})")] +
+            ([f"{fmt(r['tensord_rss_mib'], '.0f')}/{fmt(r['onnxruntime_rss_mib'], '.0f')} "
+              f"({fmt(r['rss_ratio_vs_onnxruntime'], '.2f')}x)"] if rss else []) +
             ([fmt(r["reference_share"] and 100 * r["reference_share"], ".1f") + "%"
               + (f" ({r['top_reference']})" if r["top_reference"] else ""),
               fmt(r["onednn_ref_share"] and 100 * r["onednn_ref_share"], ".1f") + "%"]
@@ -507,6 +548,19 @@ def print_table(results, mem, m, markdown):
               f"{plaid_passed('tensord')}, {plaid_passed('onnxruntime')}, "
               f"{plaid_passed('torch')} (against eager float32: {plaid_passed('tensord', fp32)}, "
               f"{plaid_passed('onnxruntime', fp32)}, {plaid_passed('torch', fp32)})")
+        ranked = sorted((r for r in rows if r["ratio_vs_onnxruntime"]),
+                        key=lambda r: -r["ratio_vs_onnxruntime"])
+        if len(ranked) > 10:
+            print(f"{'- ' if markdown else ''}the ten worst: " + ", ".join(
+                f"{r['model']} {r['ratio_vs_onnxruntime']:.2f}x" for r in ranked[:10]))
+    rg, rworst, rn = rss_summary(rows)
+    if rg is not None:
+        above = [r for r in rows if (r["rss_ratio_vs_onnxruntime"] or 0) > 1.3]
+        print(f"{'- ' if markdown else ''}peak RSS tensord / ONNX Runtime (node) over {rn} runs: "
+              f"geometric mean {rg:.2f}x, worst {rworst[2]:.2f}x ({rworst[0]} batch {rworst[1]}); "
+              f"above 1.3x: {len(above)}" +
+              (f" ({', '.join(r['model'] for r in above[:12])}"
+               f"{', ...' if len(above) > 12 else ''})" if above else ""))
     for r in results:
         for kind in ("tensord", "onnxruntime", "torch"):
             d = r[kind]
@@ -675,6 +729,9 @@ def main():
                           "examples": a.examples, "warmup": a.warmup, "rows": rows,
                           "geomean_vs_onnxruntime": g,
                           "worst_vs_onnxruntime": list(worst) if worst else None,
+                          "rss_geomean_vs_onnxruntime": rss_summary(rows)[0],
+                          "rss_worst_vs_onnxruntime": (list(rss_summary(rows)[1])
+                                                       if rss_summary(rows)[1] else None),
                           "runs": results, "memory": mem}))
     else:
         print_table(results, mem, m, a.markdown)

@@ -1245,6 +1245,28 @@ bool device_matches_filter(const std::string& name, const std::string& kind,
   return false;
 }
 
+bool backend_may_match_filter(const std::string& backend, const std::string& filter) {
+  if (filter.empty()) return true;
+  size_t start = 0;
+  while (start <= filter.size()) {
+    size_t end = filter.find(',', start);
+    if (end == std::string::npos) end = filter.size();
+    std::string pat = filter.substr(start, end - start);
+    pat.erase(0, pat.find_first_not_of(" \t"));
+    pat.erase(pat.find_last_not_of(" \t") + 1);
+    if (!pat.empty() && pat != "none") {
+      // A local device's kind is its backend's name and its name "<backend>:<index>"; a
+      // pattern naming another node's device ("n1/cpu:0") does not concern local backends.
+      const size_t colon = pat.find(':');
+      const std::string kind = colon == std::string::npos ? pat : pat.substr(0, colon);
+      if (kind.find('/') == std::string::npos && fnmatch(kind.c_str(), backend.c_str(), 0) == 0)
+        return true;
+    }
+    start = end + 1;
+  }
+  return false;
+}
+
 Engine::Engine(std::unique_ptr<Impl> impl, EngineOptions options,
                std::vector<std::string> filtered_out)
     : impl_(std::move(impl)), options_(std::move(options)), filtered_out_(std::move(filtered_out)) {}
@@ -1265,6 +1287,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
   for (const auto& backend : backends) TD_RETURN_IF_ERROR(backend->check_settings());
   std::vector<std::string> unavailable;
   for (auto& backend : backends) {
+    // A backend none of whose devices the filter can admit is not even asked: discovery can
+    // cost (PoCL's clGetPlatformIDs maps LLVM, 65 MB of resident memory). cpu:0 is always
+    // enumerated, since constant folding needs it.
+    if (backend->name() != "cpu" && !backend_may_match_filter(backend->name(), options.device_filter)) {
+      filtered_out.push_back(backend->name() + ":* (not probed)");
+      continue;
+    }
     auto enumerated = backend->enumerate();
     if (enumerated.empty()) {
       const std::string why = backend->unavailable_reason();

@@ -394,5 +394,8 @@ class Engine {
 // Matches a device name against a TENSORD_DEVICES-style filter (exposed for tests).
 bool device_matches_filter(const std::string& device_name, const std::string& kind,
                            const std::string& filter);
+// Whether any of a backend's local devices (kind = the backend's name) could pass the filter;
+// the engine does not enumerate a backend for which this is false.
+bool backend_may_match_filter(const std::string& backend, const std::string& filter);
 
 }  // namespace tensord

@@ -72,6 +72,16 @@ TEST(Engine, DevicesAndFilters) {
   EXPECT_TRUE(device_matches_filter("cpu:3", "cpu", "opencl:*, cpu"));
   EXPECT_FALSE(device_matches_filter("cpu:3", "cpu", "cuda:*"));
   EXPECT_FALSE(device_matches_filter("cpu:0", "cpu", "none"));
+
+  // Backends the filter cannot admit are not probed at all (PoCL maps 65 MB just to list).
+  EXPECT_TRUE(backend_may_match_filter("opencl", ""));
+  EXPECT_TRUE(backend_may_match_filter("opencl", "cpu:0, opencl:1"));
+  EXPECT_TRUE(backend_may_match_filter("opencl", "open*"));
+  EXPECT_TRUE(backend_may_match_filter("cuda", "*:0"));
+  EXPECT_FALSE(backend_may_match_filter("opencl", "cpu:0"));
+  EXPECT_FALSE(backend_may_match_filter("opencl", "cpu,cuda:*"));
+  EXPECT_FALSE(backend_may_match_filter("opencl", "none"));
+  EXPECT_FALSE(backend_may_match_filter("opencl", "n1/opencl:0"));
 }
 
 TEST(Engine, BadDefaultDeviceIsAClearError) {
