@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <set>
@@ -364,6 +365,102 @@ int pad_conv_pass(Graph& g) {
   return count;
 }
 
+// ---- common subexpressions: one node per (op, inputs, attributes) ----
+
+// Ops whose result is not a function of their inputs and attributes alone.
+bool nondeterministic(const Node& n) {
+  static const std::set<std::string> kRandom = {"RandomNormal", "RandomUniform",
+                                                "RandomNormalLike", "RandomUniformLike",
+                                                "Multinomial", "Bernoulli", "Dropout"};
+  return !n.domain.empty() ? n.domain != "ai.onnx.preview.training" : kRandom.count(n.op) > 0;
+}
+
+// The node's attributes as a string, or nullopt for one that is not worth comparing (a
+// subgraph, a tensor of more than 64 values).
+std::optional<std::string> attrs_key(const Node& n) {
+  std::ostringstream k;
+  k.precision(9);
+  for (const auto& [name, a] : n.attrs) {
+    k << name << '=' << a.value().index() << ':';
+    if (const auto* i = a.get_if<int64_t>()) {
+      k << *i;
+    } else if (const auto* f = a.get_if<float>()) {
+      uint32_t bits;
+      std::memcpy(&bits, f, sizeof bits);
+      k << bits;
+    } else if (const auto* str = a.get_if<std::string>()) {
+      k << str->size() << ':' << *str;
+    } else if (const auto* is = a.get_if<std::vector<int64_t>>()) {
+      for (int64_t v : *is) k << v << ',';
+    } else if (const auto* fs = a.get_if<std::vector<float>>()) {
+      for (float v : *fs) {
+        uint32_t bits;
+        std::memcpy(&bits, &v, sizeof bits);
+        k << bits << ',';
+      }
+    } else if (const auto* ss = a.get_if<std::vector<std::string>>()) {
+      for (const auto& v : *ss) k << v.size() << ':' << v << ',';
+    } else if (const auto* t = a.get_if<HostTensor>()) {
+      if (t->numel() > 64) return std::nullopt;
+      k << static_cast<int>(t->dtype()) << '[' << shape_to_string(t->shape()) << ']';
+      const auto* b = static_cast<const unsigned char*>(t->data());
+      for (size_t i = 0; i < t->nbytes(); ++i) k << static_cast<int>(b[i]) << '.';
+    } else {
+      return std::nullopt;  // a subgraph
+    }
+    k << ';';
+  }
+  return k.str();
+}
+
+int cse_pass(Graph& g) {
+  std::set<std::string> graph_outputs, implicit;
+  for (const auto& o : g.outputs) graph_outputs.insert(o.name);
+  for (const auto& n : g.nodes)
+    for (const auto& v : implicit_inputs(n)) implicit.insert(v);
+  std::map<std::string, std::string> renamed;  // a dropped node's output -> the kept one's
+  std::map<std::string, size_t> first;         // key -> the node that computes it
+  std::vector<bool> dead(g.nodes.size(), false);
+  int count = 0;
+  for (size_t j = 0; j < g.nodes.size(); ++j) {
+    Node& n = g.nodes[j];
+    for (auto& in : n.inputs)
+      if (auto r = renamed.find(in); r != renamed.end()) in = r->second;
+    if (n.inputs.empty() || nondeterministic(n)) continue;
+    auto attrs = attrs_key(n);
+    if (!attrs) continue;
+    std::string key = n.domain + '|' + n.op + '|';
+    for (const auto& in : n.inputs) key += std::to_string(in.size()) + ':' + in + ',';
+    key += '|' + *attrs;
+    auto [it, fresh] = first.emplace(key, j);
+    if (fresh) continue;
+    Node& kept = g.nodes[it->second];
+    // Each output of the duplicate becomes the kept node's (a name a subgraph reads or the
+    // graph returns is not renamed: then both nodes stay).
+    bool ok = true;
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      const std::string& o = n.outputs[k];
+      const bool kept_has = k < kept.outputs.size() && !kept.outputs[k].empty();
+      if (!o.empty() && kept_has && (graph_outputs.count(o) || implicit.count(o))) ok = false;
+    }
+    if (!ok) continue;
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      const std::string& o = n.outputs[k];
+      if (o.empty()) continue;
+      if (k < kept.outputs.size() && !kept.outputs[k].empty()) {
+        renamed[o] = kept.outputs[k];
+      } else {  // an optional output only the duplicate asked for (MaxPool's Indices)
+        if (kept.outputs.size() <= k) kept.outputs.resize(k + 1);
+        kept.outputs[k] = o;
+      }
+    }
+    dead[j] = true;
+    ++count;
+  }
+  erase_dead(g, dead);
+  return count;
+}
+
 }  // namespace
 
 CanonicalizeOptions CanonicalizeOptions::from_env() {
@@ -371,7 +468,7 @@ CanonicalizeOptions CanonicalizeOptions::from_env() {
   const char* env = std::getenv("TENSORD_CANONICAL");
   if (!env) return base;
   const std::string s = env;
-  if (s == "0" || s == "none" || s == "off") return CanonicalizeOptions{false, false, false, false};
+  if (s == "0" || s == "none" || s == "off") return CanonicalizeOptions{false, false, false, false, false};
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -382,6 +479,7 @@ CanonicalizeOptions CanonicalizeOptions::from_env() {
     if (name == "silu") base.silu = on;
     if (name == "layernorm") base.layernorm = on;
     if (name == "padconv") base.pad_conv = on;
+    if (name == "cse") base.cse = on;
   }
   return base;
 }
@@ -409,6 +507,7 @@ CanonicalizeStats canonicalize(Graph& graph, const CanonicalizeOptions& options,
     ~Scope() { t_known = nullptr; }
   } scope(known);
   CanonicalizeStats stats;
+  if (options.cse) stats.cse = cse_pass(graph);
   if (options.hardswish) stats.hardswish = hardswish_pass(graph);
   if (options.layernorm) stats.layernorm = layernorm_pass(graph);
   if (options.silu) stats.silu = silu_pass(graph);

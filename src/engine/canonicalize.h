@@ -14,10 +14,14 @@
 //               (LayerNorm before opset 17: BERT-style code and every older export)
 //   padconv:    Conv(Pad(x; constant 0, spatial axes only)) -> Conv(x) with the pads added
 //               (F.pad before a convolution: causal Conv1d stacks, TF-style "same" padding)
+//   cse:        nodes with the same op, inputs and attributes computed once (not random ops,
+//               subgraphs or tensors of more than 64 values); a duplicate asking for an
+//               optional output the first left out (MaxPool's Indices: the forward pool and
+//               its gradient) gives it to the first (runs before the other passes)
 //
 // Switches: CanonicalizeOptions (all on by default; the compiler runs the passes on the fast
 // path only, never for the reference kernels) and TENSORD_CANONICAL=-hardswish,-silu,
-// -layernorm,-padconv
+// -layernorm,-padconv,-cse
 // (a pass named with '-' is off; "0" or "none": all off).
 #pragma once
 
@@ -34,6 +38,7 @@ struct CanonicalizeOptions {
   bool silu = true;
   bool layernorm = true;
   bool pad_conv = true;
+  bool cse = true;
   // All on, then TENSORD_CANONICAL applied.
   static CanonicalizeOptions from_env();
 };
@@ -44,6 +49,7 @@ struct CanonicalizeStats {
   int silu = 0;
   int layernorm = 0;
   int pad_conv = 0;
+  int cse = 0;
 };
 
 // Rewrites `graph` in place (top level only; subgraph bodies are compiled on their own).

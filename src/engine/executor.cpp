@@ -46,6 +46,9 @@ struct Step {
   std::vector<TensorType> output_types;  // from compile-time inference
   bool static_outputs = true;            // all output shapes known at compile time
   bool fallback = false;                 // placed on the fallback device
+  // A Reshape-like node (the bytes unchanged, only the shape) whose output is an intermediate
+  // on a cpu device: its output shares the input's buffer instead of a copy (mark_views).
+  bool view = false;
   std::string label;                     // copies and regions: what describe() prints
 };
 
@@ -184,6 +187,7 @@ struct Executable::Impl {
 
   Status build(const std::vector<TensorType>& input_types, bool fold_constants);
   void place(Step& step, const std::vector<TensorType>& in_types);
+  void mark_views();
   void form_regions(const GraphTypes& types);
   Status insert_copies();
   Status materialise_constants();
@@ -444,6 +448,7 @@ Status Executable::Impl::build(const std::vector<TensorType>& input_types, bool 
     for (int id : steps[s].implicit) last_use[static_cast<size_t>(id)] = static_cast<int>(s);
   }
   for (int id : output_ids) last_use[static_cast<size_t>(id)] = INT32_MAX;
+  mark_views();
   if (!fallbacks.empty() && fold_constants) {
     std::map<std::string, int> by_op;
     for (const auto& f : fallbacks) by_op[f.op]++;
@@ -455,6 +460,28 @@ Status Executable::Impl::build(const std::vector<TensorType>& input_types, bool 
   }
   give_back.done = true;
   return OkStatus();
+}
+
+// Views: Reshape, Flatten, Squeeze, Unsqueeze and Identity keep every byte where it is, so on
+// a cpu device their output can be the input's buffer under the new shape (as NumPy's and
+// PyTorch's reshape are views). Only for intermediates with shapes known at compile time: a
+// graph output stays a buffer of its own (a client may hold it while writing the input).
+// No kernel writes into its inputs, so a buffer shared by a value and its view is only read.
+void Executable::Impl::mark_views() {
+  static const std::set<std::string> kViewOps = {"Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                                                 "Identity"};
+  if (std::getenv("TENSORD_VIEWS") && std::string(std::getenv("TENSORD_VIEWS")) == "0") return;
+  const std::set<int> outputs(output_ids.begin(), output_ids.end());
+  for (Step& st : steps) {
+    if (st.kind != Step::kKernel || !st.error.ok() || !st.node || !st.node->domain.empty() ||
+        !kViewOps.count(st.node->op) || !st.static_outputs || st.outputs.size() != 1 ||
+        st.outputs[0] < 0 || outputs.count(st.outputs[0]) || st.inputs.empty() ||
+        st.inputs[0] < 0 || st.output_types.size() != 1 ||
+        st.output_types[0].dtype == DType::kUndefined ||
+        devices[st.device]->info().kind != "cpu")
+      continue;
+    st.view = true;
+  }
 }
 
 // Placement: the target device if it supports the node, else the fallback device.
@@ -725,6 +752,15 @@ void Executable::Impl::run_step(const Step& step, std::vector<Result<DeviceTenso
       return;
     }
     case Step::kKernel:
+      if (step.view) {
+        const auto& v = values[static_cast<size_t>(step.inputs[0])];
+        if (!v.ok()) return poison(step, v.status(), values);
+        const TensorType& t = step.output_types[0];
+        if (v->dtype == t.dtype && shape_numel(v->shape) == shape_numel(t.shape) && v->buffer) {
+          values[static_cast<size_t>(step.outputs[0])] = DeviceTensor{t.dtype, t.shape, v->buffer};
+          return;
+        }
+      }
       return run_kernel(step, values, services);
   }
 }
@@ -1243,6 +1279,7 @@ std::vector<Result<DeviceTensor>> Executable::Impl::run_steps(const std::vector<
       const std::string name =
           st.kind == Step::kRegion ? st.node->name
           : st.kind == Step::kCopy ? st.label
+          : st.view                ? st.node->op + " [view]"
                                    : st.node->op + " [" + (st.kernel ? st.kernel->name() : "-") + "]";
       const double dt = std::chrono::duration<double>(t1 - t0).count();
       std::lock_guard<std::mutex> lock(x.profile->mu);
@@ -1251,7 +1288,7 @@ std::vector<Result<DeviceTensor>> Executable::Impl::run_steps(const std::vector<
       if (kind == x.profile->kind.end()) {
         std::vector<std::string> refs;
         if (st.kind == Step::kRegion && st.region) refs = st.region->reference_impls();
-        const std::string k = st.kind == Step::kKernel && st.kernel &&
+        const std::string k = st.kind == Step::kKernel && st.kernel && !st.view &&
                                       st.kernel->name() == "reference"
                                   ? "reference"
                               : refs.empty() ? ""

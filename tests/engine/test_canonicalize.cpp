@@ -247,5 +247,55 @@ TEST(Canonicalize, ZeroPadBeforeConvBecomesConvPads) {
   EXPECT_EQ(canonicalize(o, off).pad_conv, 0);
 }
 
+// The forward MaxPool and its gradient's MaxPool with Indices (as td.grad writes them), a
+// Relu computed twice, and what must stay: random ops, a duplicate the graph returns.
+Graph duplicates_graph() {
+  Graph g;
+  g.inputs = {{"x", {DType::kFloat32, {2, 3, 6, 6}}}};
+  g.outputs = {{"s", {DType::kFloat32, {2, 3, 3, 3}}},
+               {"t", {DType::kFloat32, {2, 3, 3, 3}}},
+               {"fi", {DType::kFloat32, {2, 3, 3, 3}}},
+               {"r3", {DType::kFloat32, {2, 3, 3, 3}}}};
+  const AttributeMap pool = {{"kernel_shape", std::vector<int64_t>{2, 2}},
+                             {"strides", std::vector<int64_t>{2, 2}}};
+  g.nodes.push_back(node("MaxPool", {"x"}, {"y1"}, pool));
+  g.nodes.push_back(node("Relu", {"y1"}, {"r1"}));
+  g.nodes.push_back(node("Relu", {"y1"}, {"r2"}));
+  g.nodes.push_back(node("Add", {"r1", "r2"}, {"s"}));
+  g.nodes.push_back(node("MaxPool", {"x"}, {"y2", "idx"}, pool));
+  g.nodes.push_back(node("Add", {"y2", "r1"}, {"t"}));
+  g.nodes.push_back(node("Cast", {"idx"}, {"fi"}, {{"to", int64_t{1}}}));
+  g.nodes.push_back(node("Relu", {"y1"}, {"r3"}));  // the same Relu, but a graph output
+  g.nodes.push_back(node("RandomUniformLike", {"x"}, {"u1"}));
+  g.nodes.push_back(node("RandomUniformLike", {"x"}, {"u2"}));
+  return g;
+}
+
+TEST(Canonicalize, CommonSubexpressionsAreComputedOnce) {
+  Graph g = duplicates_graph();
+  Graph c = g;
+  EXPECT_EQ(canonicalize(c).cse, 2);
+  EXPECT_EQ(ops_of(c), (std::vector<std::string>{"MaxPool", "Relu", "Add", "Add", "Cast", "Relu",
+                                                 "RandomUniformLike", "RandomUniformLike"}));
+  // The forward pool now also gives the Indices its gradient asked for.
+  EXPECT_EQ(c.nodes[0].outputs, (std::vector<std::string>{"y1", "idx"}));
+  EXPECT_EQ(c.nodes[2].inputs, (std::vector<std::string>{"r1", "r1"}));
+  EXPECT_EQ(c.nodes[3].inputs, (std::vector<std::string>{"y1", "r1"}));
+  // Other attributes are another computation.
+  Graph other = duplicates_graph();
+  other.nodes[4].attrs["strides"] = std::vector<int64_t>{1, 1};
+  other.outputs[1].type.shape = {2, 3, 5, 5};
+  other.outputs[2].type.shape = {2, 3, 5, 5};
+  other.nodes[5] = node("Relu", {"y2"}, {"t"});
+  EXPECT_EQ(canonicalize(other).cse, 1);
+  CanonicalizeOptions off;
+  off.cse = false;
+  Graph o = duplicates_graph();
+  EXPECT_EQ(canonicalize(o, off).cse, 0);
+  EXPECT_EQ(o.nodes.size(), g.nodes.size());
+  g.nodes.resize(8);  // the random ones out: the outputs are compared with the reference's
+  expect_same_as_reference(g, {random_tensor({2, 3, 6, 6}, 21)});
+}
+
 }  // namespace
 }  // namespace tensord

@@ -115,6 +115,34 @@ int count(const std::string& s, const std::string& what) {
   return n;
 }
 
+TEST(GraphCompiler, ReshapesOfIntermediatesAreViewsOfTheirBytes) {
+  // a = Relu(x) is read by a Reshape (a view of a's buffer) and later by an Add; the Flatten
+  // the graph returns gets a buffer of its own.
+  G b;
+  auto x = b.in("x", {2, 6, 4});
+  auto a = b.op("Relu", {x});
+  auto r = b.op("Reshape", {a, b.constant(HostTensor::from_vector<int64_t>({12, 4}, {2}))});
+  b.out(b.op("Softmax", {r}, {{"axis", int64_t{-1}}}));
+  b.out(b.op("Add", {a, a}));
+  b.out(b.op("Flatten", {x}));
+  auto steps = [&](bool views) {
+    if (!views) setenv("TENSORD_VIEWS", "0", 1);
+    set_profiling(true);
+    reset_profile_totals();
+    check(b.g, {random({2, 6, 4}, 41)});
+    std::set<std::string> names;
+    for (const auto& row : profile_totals().rows) names.insert(row.step);
+    set_profiling(false);
+    unsetenv("TENSORD_VIEWS");
+    return names;
+  };
+  auto on = steps(true);
+  EXPECT_TRUE(on.count("Reshape [view]")) << ::testing::PrintToString(on);
+  EXPECT_TRUE(on.count("Flatten [reference]")) << ::testing::PrintToString(on);
+  auto off = steps(false);
+  EXPECT_FALSE(off.count("Reshape [view]")) << ::testing::PrintToString(off);
+}
+
 TEST(GraphCompiler, ConvBatchNormReluIsOneRegionWithFoldedBn) {
   G b;
   auto x = b.in("x", {2, 8, 12, 12});

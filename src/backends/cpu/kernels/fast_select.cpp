@@ -265,19 +265,25 @@ Status maxpool_indices_run(KernelContext& ctx) {
           const int64_t w0 = c * sw - pw;
           const int64_t wlo = std::max<int64_t>(w0, 0), whi = std::min<int64_t>(w0 + kw, iw);
           // Row-major over the in-bounds taps: the first maximum wins, as the reference's.
-          float best = 0;
-          int64_t at = -1;
-          for (int64_t h = hlo; h < hhi; ++h)
-            for (int64_t w = wlo; w < whi; ++w) {
-              const float v = xp[h * iw + w];
-              if (at < 0 || v > best) {
-                best = v;
-                at = h * iw + w;
-              }
-            }
+          // Branch-free after the first tap (which maximum wins is data-dependent: a branch
+          // mispredicts about every other tap); a NaN tap never wins, as `v > best` there.
           const int64_t f = (p * oh + r) * ow + c;
+          if (hlo >= hhi || wlo >= whi) {
+            y[f] = 0;
+            if (idx) idx[f] = -1;
+            continue;
+          }
+          int64_t at = hlo * iw + wlo;
+          float best = xp[at];
+          for (int64_t h = hlo; h < hhi; ++h)
+            for (int64_t w = (h == hlo ? wlo + 1 : wlo); w < whi; ++w) {
+              const float v = xp[h * iw + w];
+              const bool more = v > best;
+              best = more ? v : best;
+              at = more ? h * iw + w : at;
+            }
           y[f] = best;
-          if (idx) idx[f] = at < 0 ? -1 : p * ih * iw + at;
+          if (idx) idx[f] = p * ih * iw + at;
         }
       }
     }
