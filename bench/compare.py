@@ -3,7 +3,7 @@
 usage: /usr/bin/python3 bench/compare.py [--set zoo|unseen|corpus|corpus-quick] [--profile]
            [--models a,b] [--batches 1,8]
            [--examples N] [--warmup W] [--threads T] [--tensord PATH] [--device D] [--cache DIR]
-           [--no-memory] [--json | --markdown]
+           [--no-memory] [--json | --markdown] [--from-json FILE]
 
 For each model and batch size: exports torchvision's model with torch.onnx.export (opset 13;
 seeded weights, BatchNorm statistics made non-trivial so folding them matters) into the cache
@@ -633,10 +633,18 @@ def main():
                         "--profile`: the share of time on reference kernels and in regions "
                         "with oneDNN ref primitives, in the table")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per run")
+    p.add_argument("--from-json", default="",
+                   help="print the table of a saved --json run instead of running (with "
+                        "--markdown: the README's form)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="one JSON object on stdout")
     out.add_argument("--markdown", action="store_true", help="a Markdown table (the README's)")
     a = p.parse_args()
+    if a.from_json:
+        with open(a.from_json) as f:
+            saved = json.load(f)
+        print_table(saved["runs"], saved.get("memory"), saved["machine"], a.markdown)
+        return
 
     if a.set == "corpus":
         known = list(corpus().CORPUS)

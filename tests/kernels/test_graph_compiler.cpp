@@ -477,6 +477,35 @@ TEST(GraphCompiler, AnyNumpyBroadcastJoinsTheProgram) {
   EXPECT_EQ(count(plan, "[reference]"), 0) << plan;
 }
 
+TEST(GraphCompiler, ComparisonsAndWhereJoinTheProgram) {
+  // Relu's gradient as td.grad writes it, Where(Greater(x, 0), dy, 0), beside a LeakyRelu
+  // gradient and every comparison; a comparison read outside the program (the Cast) is stored
+  // as bool; a bool input of the program's size is its condition; NaN compares false.
+  G b;
+  auto x = b.in("x", {3, 1000});
+  auto dy = b.in("dy", {3, 1000});
+  const std::string m = "m";
+  b.g.inputs.push_back({m, {DType::kBool, {3, 1000}}});
+  auto zero = b.constant(HostTensor::scalar(0.0f));
+  auto pos = b.op("Greater", {x, zero});
+  auto g = b.op("Where", {pos, dy, zero});
+  g = b.op("Add", {g, b.op("Where", {pos, dy, b.op("Mul", {dy, b.constant(HostTensor::scalar(0.01f))})})});
+  for (const char* cmp : {"Less", "GreaterOrEqual", "LessOrEqual", "Equal"})
+    g = b.op("Add", {g, b.op("Where", {b.op(cmp, {x, dy}), x, dy})});
+  g = b.op("Where", {m, g, b.op("Neg", {g})});
+  b.out(g);
+  b.out(b.op("Cast", {pos}, {{"to", int64_t{1}}}));
+  HostTensor xs = random({3, 1000}, 71, -2, 2), ds = random({3, 1000}, 72, -2, 2);
+  xs.mutable_data<float>()[7] = std::nanf("");
+  xs.mutable_data<float>()[8] = ds.data<float>()[8];  // Equal, LessOrEqual, GreaterOrEqual hold
+  HostTensor ms(DType::kBool, {3, 1000});
+  for (int64_t i = 0; i < ms.numel(); ++i) ms.mutable_data<bool>()[i] = i % 3 == 0;
+  const std::string plan = check(b.g, {xs, ds, ms});
+  EXPECT_EQ(count(plan, "ElementwiseProgram"), 1) << plan;
+  EXPECT_EQ(count(plan, "[reference]"), 1) << plan;  // the Cast
+  EXPECT_EQ(plan.find("Where '"), std::string::npos) << plan;
+}
+
 // The number `n` in "... n <kind>, ..." of a region's description (0 when absent).
 int primitives(const std::string& plan, const std::string& kind) {
   int total = 0;

@@ -22,8 +22,10 @@ constexpr int64_t kParallelMin = 1 << 15;  // below this, threads cost more than
 
 enum class Op : uint8_t {
   kAdd, kSub, kMul, kDiv, kMax, kMin,                              // binary
+  kGreater, kLess, kGreaterOrEqual, kLessOrEqual, kEqual,          // binary, bool results
   kRelu, kNeg, kAbs, kSqrt, kExp, kLog, kTanh, kSigmoid, kReciprocal, kFloor, kCeil,
-  kLeakyRelu, kElu, kHardSigmoid, kHardSwish, kSoftplus, kClip, kErf  // unary
+  kLeakyRelu, kElu, kHardSigmoid, kHardSwish, kSoftplus, kClip, kErf,  // unary
+  kWhere                                                           // ternary
 };
 
 const std::map<std::string, Op>& op_table() {
@@ -36,11 +38,15 @@ const std::map<std::string, Op>& op_table() {
       {"Floor", Op::kFloor},     {"Ceil", Op::kCeil},         {"LeakyRelu", Op::kLeakyRelu},
       {"Elu", Op::kElu},         {"HardSigmoid", Op::kHardSigmoid},
       {"HardSwish", Op::kHardSwish}, {"Softplus", Op::kSoftplus}, {"Clip", Op::kClip},
-      {"Erf", Op::kErf}};
+      {"Erf", Op::kErf},         {"Greater", Op::kGreater},   {"Less", Op::kLess},
+      {"GreaterOrEqual", Op::kGreaterOrEqual}, {"LessOrEqual", Op::kLessOrEqual},
+      {"Equal", Op::kEqual},     {"Where", Op::kWhere}};
   return t;
 }
 
-bool is_binary(Op op) { return op <= Op::kMin; }
+bool is_binary(Op op) { return op <= Op::kEqual; }
+// A comparison's result is bool: 1.0f / 0.0f in a register, one byte when stored.
+bool is_comparison(Op op) { return op >= Op::kGreater && op <= Op::kEqual; }
 
 // An operand: a register, a group input (full or one value), a constant scalar, or a value
 // broadcast along the leading axes (a bias: an input or a constant whose shape, leading 1s
@@ -54,7 +60,8 @@ struct Broadcast {
 };
 struct Operand {
   enum Kind : uint8_t {
-    kReg, kInput, kInputScalar, kScalar, kInputRow, kConstRow, kInputBcast, kConstBcast
+    kReg, kInput, kInputScalar, kScalar, kInputRow, kConstRow, kInputBcast, kConstBcast,
+    kInputBool  // a bool input of the output's size (Where's condition), read as 1.0f / 0.0f
   } kind = kScalar;
   int index = 0;
   float value = 0;
@@ -146,14 +153,15 @@ bool is_row_broadcast(const Shape& t, const Shape& out) {
 struct Instr {
   Op op;
   int dst = 0;
-  Operand a, b;
+  Operand a, b, c;  // c: Where's third
   float alpha = 0, beta = 0;
 };
 
 // One instruction over a block. Compiled for AVX-512, AVX2 and baseline x86-64 (the loader
 // picks one); exp and sigmoid use the vectorisable vec_math.h forms.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void execute(
-    const Instr& ins, float* d, const float* a, const float* b, int64_t n, const float* bscalar) {
+    const Instr& ins, float* d, const float* a, const float* b, int64_t n, const float* bscalar,
+    const float* c) {
   // d may be a or b (registers are reused in place): same-index loops only, no __restrict.
   // bscalar: b is one value (a constant or a one-element input), not an array.
   const float al = ins.alpha, be = ins.beta;
@@ -182,6 +190,15 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void execute(
         d[i] = (a[i] != a[i] || b[i] != b[i]) ? std::numeric_limits<float>::quiet_NaN()
                                               : (b[i] < a[i] ? b[i] : a[i]);
       break;
+    // Comparisons: false with a NaN operand (IEEE), as the reference kernels.
+    case Op::kGreater: for (int64_t i = 0; i < n; ++i) d[i] = a[i] > b[i] ? 1.0f : 0.0f; break;
+    case Op::kLess: for (int64_t i = 0; i < n; ++i) d[i] = a[i] < b[i] ? 1.0f : 0.0f; break;
+    case Op::kGreaterOrEqual:
+      for (int64_t i = 0; i < n; ++i) d[i] = a[i] >= b[i] ? 1.0f : 0.0f;
+      break;
+    case Op::kLessOrEqual: for (int64_t i = 0; i < n; ++i) d[i] = a[i] <= b[i] ? 1.0f : 0.0f; break;
+    case Op::kEqual: for (int64_t i = 0; i < n; ++i) d[i] = a[i] == b[i] ? 1.0f : 0.0f; break;
+    case Op::kWhere: for (int64_t i = 0; i < n; ++i) d[i] = a[i] != 0.0f ? b[i] : c[i]; break;
     case Op::kRelu: for (int64_t i = 0; i < n; ++i) d[i] = a[i] < 0.0f ? 0.0f : a[i]; break;
     case Op::kNeg: for (int64_t i = 0; i < n; ++i) d[i] = -a[i]; break;
     case Op::kAbs: for (int64_t i = 0; i < n; ++i) d[i] = std::fabs(a[i]); break;
@@ -222,6 +239,7 @@ class ElementwiseProgram final : public FusedKernel {
  public:
   std::vector<Instr> code;
   std::vector<std::pair<int, int>> stores;  // (register, output index)
+  std::vector<bool> bool_output;             // per output: bool (a comparison's), one byte each
   std::vector<std::vector<float>> constants;  // kConstRow operands' values
   std::vector<Broadcast> broadcasts;         // kInputBcast / kConstBcast operands' maps
   int registers = 0;
@@ -231,9 +249,10 @@ class ElementwiseProgram final : public FusedKernel {
   Status run_host(const std::vector<TensorView>& inputs, const std::vector<MutableTensorView>& outputs,
              Allocator&) override {
     std::vector<const float*> in(inputs.size());
-    for (size_t i = 0; i < inputs.size(); ++i) in[i] = inputs[i].as<float>();
+    // (a bool input or output is bytes behind the same pointer: see kInputBool, bool_output)
+    for (size_t i = 0; i < inputs.size(); ++i) in[i] = static_cast<const float*>(inputs[i].data);
     std::vector<float*> out(outputs.size());
-    for (size_t i = 0; i < outputs.size(); ++i) out[i] = outputs[i].as<float>();
+    for (size_t i = 0; i < outputs.size(); ++i) out[i] = static_cast<float*>(outputs[i].data);
     const int64_t blocks = (numel + kBlock - 1) / kBlock;
     if (numel >= kParallelMin && threads_available() > 1) {
       ThreadPool::get().parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
@@ -255,7 +274,7 @@ class ElementwiseProgram final : public FusedKernel {
     alignas(64) float regs[kMaxRegisters][kBlock];
     const int64_t start = block * kBlock;
     const int64_t n = std::min(kBlock, numel - start);
-    alignas(64) float sa[kBlock], sb[kBlock];
+    alignas(64) float sa[kBlock], sb[kBlock], sc[kBlock];
     auto src = [&](const Operand& o, float* scratch) -> const float* {
       switch (o.kind) {
         case Operand::kReg: return regs[o.index];
@@ -276,13 +295,18 @@ class ElementwiseProgram final : public FusedKernel {
           fill_broadcast(scratch, constants[static_cast<size_t>(o.index)].data(),
                          broadcasts[static_cast<size_t>(o.bcast)], start, n);
           return scratch;
+        case Operand::kInputBool: {
+          const auto* p = reinterpret_cast<const uint8_t*>(in[static_cast<size_t>(o.index)]) + start;
+          for (int64_t i = 0; i < n; ++i) scratch[i] = p[i] ? 1.0f : 0.0f;
+          return scratch;
+        }
       }
       return scratch;
     };
     for (const Instr& ins : code) {
       const float* bs = nullptr;
       const float* b = nullptr;
-      if (is_binary(ins.op)) {
+      if (is_binary(ins.op) || ins.op == Op::kWhere) {
         if (ins.b.kind == Operand::kScalar && ins.op <= Op::kDiv) {
           bs = &ins.b.value;
         } else if (ins.b.kind == Operand::kInputScalar && ins.op <= Op::kDiv) {
@@ -291,9 +315,17 @@ class ElementwiseProgram final : public FusedKernel {
           b = src(ins.b, sb);
         }
       }
-      execute(ins, regs[ins.dst], src(ins.a, sa), b, n, bs);
+      const float* c = ins.op == Op::kWhere ? src(ins.c, sc) : nullptr;
+      execute(ins, regs[ins.dst], src(ins.a, sa), b, n, bs, c);
     }
-    for (const auto& [reg, o] : stores) std::copy(regs[reg], regs[reg] + n, out[static_cast<size_t>(o)] + start);
+    for (const auto& [reg, o] : stores) {
+      if (bool_output[static_cast<size_t>(o)]) {
+        auto* p = reinterpret_cast<uint8_t*>(out[static_cast<size_t>(o)]) + start;
+        for (int64_t i = 0; i < n; ++i) p[i] = regs[reg][i] != 0.0f;
+      } else {
+        std::copy(regs[reg], regs[reg] + n, out[static_cast<size_t>(o)] + start);
+      }
+    }
   }
 };
 
@@ -305,9 +337,28 @@ std::string node_key(const FusionGraph& g, const Node& node) {
   auto it = op_table().find(node.op);
   if (it == op_table().end() || node.outputs.size() != 1 || node.outputs[0].empty()) return "";
   const TensorType* out = g.type_of(node.outputs[0]);
-  if (!out || out->dtype != DType::kFloat32 || !shape_is_static(out->shape) ||
+  const DType out_dtype = is_comparison(it->second) ? DType::kBool : DType::kFloat32;
+  if (!out || out->dtype != out_dtype || !shape_is_static(out->shape) ||
       shape_numel(out->shape) == 0)
     return "";
+  if (it->second == Op::kWhere) {
+    // The condition: a bool of the output's size (leading 1s aside), or a constant.
+    if (node.inputs.size() != 3 || node.inputs[0].empty()) return "";
+    const TensorType* c = g.type_of(node.inputs[0]);
+    const HostTensor* k = g.constant(node.inputs[0]);
+    if (!c || c->dtype != DType::kBool || !shape_is_static(c->shape)) return "";
+    if (!(k && k->numel() == 1) && (shape_numel(c->shape) != shape_numel(out->shape) ||
+                                    !is_numpy_broadcast(c->shape, out->shape)))
+      return "";
+    for (size_t i = 1; i < 3; ++i) {
+      const TensorType* t = node.inputs[i].empty() ? nullptr : g.type_of(node.inputs[i]);
+      if (!t || t->dtype != DType::kFloat32) return "";
+      if (t->shape != out->shape && !is_scalar_type(t) &&
+          !(shape_is_static(t->shape) && is_numpy_broadcast(t->shape, out->shape)))
+        return "";
+    }
+    return "ew:" + shape_to_string(out->shape);
+  }
   const size_t arity = is_binary(it->second) ? 2 : 1;
   if (it->second == Op::kClip) {
     if (node.inputs.empty() || node.inputs.size() > 3) return "";
@@ -333,6 +384,10 @@ Result<std::unique_ptr<FusedKernel>> compile_program(const FusionGraph& g, const
   auto prog = std::make_unique<ElementwiseProgram>();
   const TensorType* out_type = g.type_of(g.nodes[grp.members.back()]->outputs[0]);
   prog->numel = shape_numel(out_type->shape);
+  for (const auto& o : grp.outputs) {
+    const TensorType* t = g.type_of(o);
+    prog->bool_output.push_back(t && t->dtype == DType::kBool);
+  }
   std::unordered_map<std::string, int> input_index;
   for (size_t i = 0; i < grp.inputs.size(); ++i) input_index[grp.inputs[i]] = static_cast<int>(i);
   // Last use of each value inside the group, to reuse registers.
@@ -353,9 +408,10 @@ Result<std::unique_ptr<FusedKernel>> compile_program(const FusionGraph& g, const
       return o;
     }
     if (const HostTensor* c = g.constant(v)) {
-      if (c->numel() == 1) {
+      if (c->numel() == 1 && (c->dtype() == DType::kFloat32 || c->dtype() == DType::kBool)) {
         o.kind = Operand::kScalar;
-        o.value = c->data<float>()[0];
+        o.value = c->dtype() == DType::kBool ? (*static_cast<const uint8_t*>(c->data()) ? 1.0f : 0.0f)
+                                             : c->data<float>()[0];
         return o;
       }
       if (c->dtype() != DType::kFloat32 || !is_numpy_broadcast(c->shape(), out_type->shape))
@@ -376,6 +432,12 @@ Result<std::unique_ptr<FusedKernel>> compile_program(const FusionGraph& g, const
     if (in == input_index.end()) return errors::Internal("'{}' is not an input of the program", v);
     const TensorType* t = g.type_of(v);
     o.index = in->second;
+    if (t && t->dtype == DType::kBool) {  // Where's condition: node_key admits the output's size
+      if (shape_numel(t->shape) != prog->numel)
+        return errors::Internal("bool '{}' is not of the output's size", v);
+      o.kind = Operand::kInputBool;
+      return o;
+    }
     if (is_scalar_type(t) && prog->numel != 1) {
       o.kind = Operand::kInputScalar;
     } else if (t && t->shape != out_type->shape && shape_numel(t->shape) != prog->numel) {
@@ -400,8 +462,11 @@ Result<std::unique_ptr<FusedKernel>> compile_program(const FusionGraph& g, const
     ins.op = op_table().at(node.op);
     op_counts[node.op]++;
     TD_ASSIGN_OR_RETURN(ins.a, operand(node.inputs[0]));
-    if (is_binary(ins.op)) {
+    if (is_binary(ins.op) || ins.op == Op::kWhere) {
       TD_ASSIGN_OR_RETURN(ins.b, operand(node.inputs[1]));
+    }
+    if (ins.op == Op::kWhere) {
+      TD_ASSIGN_OR_RETURN(ins.c, operand(node.inputs[2]));
     }
     switch (ins.op) {
       case Op::kLeakyRelu: {

@@ -2,7 +2,10 @@
 // (Add, Mul, Relu, Sigmoid, Clip ... with same-shape or one-element operands) is compiled
 // into one pass over memory: the data is read once, every op runs on a block of a few
 // hundred values held in cache, and only the values needed outside the group are written.
-// Large tensors are split across the compute threads.
+// Large tensors are split across the compute threads. Comparisons (Greater, Less, ...,
+// Equal) of float32 operands and Where join too: a bool lives in a register as 1.0f / 0.0f,
+// is stored as one byte when read outside, and a bool input of the output's size is read as
+// Where's condition (ReLU's gradient, Where(Greater(x, 0), dy, 0), is one pass).
 #pragma once
 
 #include <string>
