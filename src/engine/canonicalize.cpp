@@ -338,7 +338,22 @@ int pad_conv_pass(Graph& g) {
     const auto& readers = ix.readers(pad.outputs[0]);
     if (readers.size() != 1 || ix.is_output(pad.outputs[0]) || dead[readers[0]]) continue;
     Node& conv = g.nodes[readers[0]];
-    if (conv.op != "Conv" || !conv.domain.empty() || conv.inputs.empty() ||
+    // An AveragePool counting its padding (count_include_pad 1, or no pads of its own) takes
+    // the zeros as its pads exactly (avg_pool2d(padding=p, count_include_pad=True) exported
+    // before opset 19: Inception v3's pools); not with ceil_mode, whose last window may run
+    // past the pads.
+    const bool pool = conv.op == "AveragePool";
+    if (pool) {
+      bool zero_pads = true;
+      if (auto it = conv.attrs.find("pads"); it != conv.attrs.end()) {
+        const auto* v = it->second.get_if<std::vector<int64_t>>();
+        zero_pads = v && std::all_of(v->begin(), v->end(), [](int64_t p) { return p == 0; });
+      }
+      if (int_attr(conv, "ceil_mode", 0) != 0 ||
+          (int_attr(conv, "count_include_pad", 0) == 0 && !zero_pads))
+        continue;
+    }
+    if ((conv.op != "Conv" && !pool) || !conv.domain.empty() || conv.inputs.empty() ||
         conv.inputs[0] != pad.outputs[0])
       continue;
     if (auto ap = conv.attrs.find("auto_pad"); ap != conv.attrs.end()) {
@@ -357,6 +372,7 @@ int pad_conv_pass(Graph& g) {
       cp[spatial + k] += (*pads)[rank + 2 + k];
     }
     conv.attrs["pads"] = cp;
+    if (pool) conv.attrs["count_include_pad"] = int64_t{1};
     conv.inputs[0] = pad.inputs[0];
     dead[i] = true;
     ++count;
@@ -492,7 +508,8 @@ bool canonicalize_wants_constants(const Graph& g, const CanonicalizeOptions& opt
       for (const auto& o : n.outputs) computed.insert(o);
   std::set<std::string> conv_inputs;
   for (const auto& n : g.nodes)
-    if (n.op == "Conv" && !n.inputs.empty()) conv_inputs.insert(n.inputs[0]);
+    if ((n.op == "Conv" || n.op == "AveragePool") && !n.inputs.empty())
+      conv_inputs.insert(n.inputs[0]);
   for (const auto& n : g.nodes)
     if (n.op == "Pad" && n.inputs.size() >= 2 && n.outputs.size() == 1 &&
         conv_inputs.count(n.outputs[0]) && computed.count(n.inputs[1]))

@@ -13,7 +13,9 @@
 //               -> LayerNormalization(x, gamma, beta; axis -1, epsilon eps)
 //               (LayerNorm before opset 17: BERT-style code and every older export)
 //   padconv:    Conv(Pad(x; constant 0, spatial axes only)) -> Conv(x) with the pads added
-//               (F.pad before a convolution: causal Conv1d stacks, TF-style "same" padding)
+//               (F.pad before a convolution: causal Conv1d stacks, TF-style "same" padding);
+//               also into an AveragePool that counts its padding (count_include_pad 1 or no
+//               pads of its own; not ceil_mode): avg_pool2d(padding, count_include_pad=True)
 //   cse:        nodes with the same op, inputs and attributes computed once (not random ops,
 //               subgraphs or tensors of more than 64 values); a duplicate asking for an
 //               optional output the first left out (MaxPool's Indices: the forward pool and

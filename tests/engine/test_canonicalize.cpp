@@ -247,6 +247,36 @@ TEST(Canonicalize, ZeroPadBeforeConvBecomesConvPads) {
   EXPECT_EQ(canonicalize(o, off).pad_conv, 0);
 }
 
+TEST(Canonicalize, ZeroPadBeforeAnAveragePoolCountingPadsBecomesItsPads) {
+  // avg_pool2d(x, 3, stride 1, padding 1, count_include_pad=True) as exported before opset 19.
+  auto graph = [](AttributeMap pool) {
+    Graph g;
+    g.inputs = {{"x", {DType::kFloat32, {1, 3, 7, 7}}}};
+    g.outputs = {{"y", {DType::kFloat32, {1, 3, 7, 7}}}};
+    g.initializers["pads"] = HostTensor::from_vector<int64_t>({0, 0, 1, 1, 0, 0, 1, 1}, {8});
+    g.nodes.push_back(node("Pad", {"x", "pads"}, {"p"}));
+    pool["kernel_shape"] = std::vector<int64_t>{3, 3};
+    g.nodes.push_back(node("AveragePool", {"p"}, {"y"}, pool));
+    return g;
+  };
+  for (int64_t include : {0, 1}) {
+    Graph g = graph({{"count_include_pad", include}});
+    Graph c = g;
+    EXPECT_EQ(canonicalize(c).pad_conv, 1);
+    ASSERT_EQ(ops_of(c), std::vector<std::string>{"AveragePool"});
+    EXPECT_EQ(*c.nodes[0].attrs.at("pads").get_if<std::vector<int64_t>>(),
+              (std::vector<int64_t>{1, 1, 1, 1}));
+    EXPECT_EQ(*c.nodes[0].attrs.at("count_include_pad").get_if<int64_t>(), 1);
+    expect_same_as_reference(g, {random_tensor({1, 3, 7, 7}, 31)});
+  }
+  // Pads of its own not counted, or ceil_mode: left alone.
+  Graph own = graph({{"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+  own.outputs[0].type.shape = {1, 3, 9, 9};
+  EXPECT_EQ(canonicalize(own).pad_conv, 0);
+  Graph ceil = graph({{"ceil_mode", int64_t{1}}, {"count_include_pad", int64_t{1}}});
+  EXPECT_EQ(canonicalize(ceil).pad_conv, 0);
+}
+
 // The forward MaxPool and its gradient's MaxPool with Indices (as td.grad writes them), a
 // Relu computed twice, and what must stay: random ops, a duplicate the graph returns.
 Graph duplicates_graph() {

@@ -954,18 +954,23 @@ TEST(GraphCompiler, AttentionMasksAreBroadcastPostOps) {
   for (int64_t i = 0; i < B * T; ++i)
     padding.mutable_data<float>()[i] = i % T >= T - 1 - i / T ? -1e9f : 0.0f;
   AttributeMap perm = {{"perm", std::vector<int64_t>{0, 1, 3, 2}}};
-  auto scores = [&](const std::string& mask_op, HostTensor mask) {
+  // Each chain its own keys (the same product thrice would be computed once: canonicalize's
+  // cse).
+  auto scores = [&](const std::string& mask_op, HostTensor mask, const std::string& k) {
     auto s = b.op("MatMul", {q, b.op("Transpose", {k}, perm)});
     s = b.op("Mul", {s, b.constant(HostTensor::scalar(0.57735f))});
     s = b.op(mask_op, {b.constant(std::move(mask)), s});
     return b.op("MatMul", {b.op("Softmax", {s}, {{"axis", int64_t{-1}}}), v});
   };
-  b.out(scores("Add", causal));
-  b.out(scores("Add", padding));
-  b.out(scores("Mul", random({H, 1, 1}, 91, 0.5f, 1.5f)));
+  auto k2 = b.in("k2", {B, H, T, D});
+  auto k3 = b.in("k3", {B, H, T, D});
+  b.out(scores("Add", causal, k));
+  b.out(scores("Add", padding, k2));
+  b.out(scores("Mul", random({H, 1, 1}, 91, 0.5f, 1.5f), k3));
   const std::string plan =
       check(b.g, {random({B, H, T, D}, 92, -2, 2), random({B, H, T, D}, 93, -2, 2),
-                  random({B, H, T, D}, 94)});
+                  random({B, H, T, D}, 94), random({B, H, T, D}, 95, -2, 2),
+                  random({B, H, T, D}, 96, -2, 2)});
   // The [T, T] mask over two batches has only oneDNN's reference matmul: an Add after it.
   EXPECT_EQ(count(plan, "MatMul: [2, 3, 5, 3] x [2, 3, 3, 5] (B transposed) + mul + add as"), 1)
       << plan;

@@ -2231,6 +2231,35 @@ class RegionCompiler {
       srcs.push_back(out_->slots_[static_cast<size_t>(s)].md);
     }
     dnnl::concat::primitive_desc pd(1, srcs, cpu_engine());
+    if (is_reference(pd.impl_info_str()) && srcs[0].data.ndims >= 3) {
+      // Sources in different layouts (an Inception block's branches: convolutions in one,
+      // a pool in another) get oneDNN's reference concat, element by element (Inception v3
+      // spent most of its region time there). Every source reordered into one layout (the
+      // blocked one where all channel counts allow, else channels-last) takes its simple
+      // concat: a copy of contiguous blocks.
+      const int nd = srcs[0].data.ndims;
+      bool by16 = true;
+      for (const auto& md : srcs) by16 = by16 && md.data.dims[1] % 16 == 0;
+      std::vector<Tag> tags;
+      if (by16) tags.push_back(nd == 3 ? Tag::aBc16b : nd == 4 ? Tag::aBcd16b : Tag::aBcde16b);
+      tags.push_back(nd == 3 ? Tag::acb : nd == 4 ? Tag::acdb : Tag::acdeb);
+      for (Tag t : tags) {
+        if (nd > 5) break;
+        std::vector<memory::desc> same;
+        for (const auto& md : srcs) same.emplace_back(md.dims(), DT::f32, t);
+        try {
+          dnnl::concat::primitive_desc alt(1, same, cpu_engine());
+          if (is_reference(alt.impl_info_str())) continue;
+          for (size_t i = 0; i < slots.size(); ++i) {
+            TD_ASSIGN_OR_RETURN(int r, value_in(node.inputs[i], same[i]));
+            slots[i] = r;
+          }
+          pd = alt;
+          break;
+        } catch (const dnnl::error&) {
+        }
+      }
+    }
     const int dst = add_arena(pd.dst_desc());
     std::unordered_map<int, int> args = {{DNNL_ARG_DST, dst}};
     for (size_t i = 0; i < slots.size(); ++i)
