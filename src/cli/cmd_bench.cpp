@@ -893,10 +893,14 @@ std::string profile_text(const ProfileTotals& p) {
       "profile: {:.3f} ms in steps; reference kernels {:.1f}%, regions with oneDNN ref "
       "primitives {:.1f}%\n",
       p.total_s * 1e3, pct(p.reference_s), pct(p.onednn_ref_s));
-  for (size_t i = 0; i < p.rows.size() && i < 10; ++i)
+  for (size_t i = 0; i < p.rows.size() && i < 10; ++i) {
+    // A kernel step's name says "[reference]" already; a region's kind ("onednn-ref") is added.
+    const std::string& kind = p.rows[i].kind;
+    const bool named = p.rows[i].step.find("[" + kind + "]") != std::string::npos;
     out += fmt::format("  {:>10.3f} ms {:>5.1f}% {:>8} calls  {}{}\n", p.rows[i].seconds * 1e3,
                        pct(p.rows[i].seconds), p.rows[i].calls, p.rows[i].step,
-                       p.rows[i].kind.empty() ? "" : " [" + p.rows[i].kind + "]");
+                       kind.empty() || named ? "" : " [" + kind + "]");
+  }
   for (const auto& r : p.onednn_ref_primitives) out += "  oneDNN ref primitive: " + r + "\n";
   return out;
 }

@@ -1062,12 +1062,13 @@ TEST(OpenClFusion, FusedReluAndClipKeepNaN) {
   g.inputs = {{"x", {DType::kFloat32, {1, 4, 11, 13}}}};
   auto ints = [](std::vector<int64_t> v) { return Attribute(std::move(v)); };
   g.initializers["w1"] = random_floats({6, 4, 1, 1}, 1, -1, 1);
+  g.initializers["w2"] = random_floats({6, 4, 1, 1}, 4, -1, 1);  // (one w1 Conv twice: cse)
   g.initializers["w3"] = random_floats({5, 4, 3, 3}, 2, -1, 1);
   g.initializers["wd"] = random_floats({4, 1, 3, 3}, 3, -1, 1);
   g.initializers["lo"] = HostTensor::from_vector(std::vector<float>{-0.25f}, {});
   g.initializers["hi"] = HostTensor::from_vector(std::vector<float>{0.5f}, {});
   g.nodes = {node("c1", "Conv", {"x", "w1"}, {"c1"}), node("r1", "Relu", {"c1"}, {"y1"}),
-             node("c2", "Conv", {"x", "w1"}, {"c2"}), node("k2", "Clip", {"c2", "lo", "hi"}, {"y2"}),
+             node("c2", "Conv", {"x", "w2"}, {"c2"}), node("k2", "Clip", {"c2", "lo", "hi"}, {"y2"}),
              node("c3", "Conv", {"x", "w3"}, {"c3"}, {{"pads", ints({1, 1, 1, 1})}}),
              node("r3", "Relu", {"c3"}, {"y3"}),
              node("c4", "Conv", {"x", "wd"}, {"c4"}, {{"group", Attribute(int64_t{4})}, {"pads", ints({1, 1, 1, 1})}}),
