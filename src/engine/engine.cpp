@@ -1226,9 +1226,12 @@ Status CancelToken::check() const {
   return OkStatus();
 }
 
-bool device_matches_filter(const std::string& name, const std::string& kind,
-                           const std::string& filter) {
-  if (filter.empty()) return true;
+namespace {
+
+// The patterns of a TENSORD_DEVICES-style filter: comma-separated, trimmed, without the empty
+// ones and "none".
+std::vector<std::string> filter_patterns(const std::string& filter) {
+  std::vector<std::string> out;
   size_t start = 0;
   while (start <= filter.size()) {
     size_t end = filter.find(',', start);
@@ -1236,33 +1239,32 @@ bool device_matches_filter(const std::string& name, const std::string& kind,
     std::string pat = filter.substr(start, end - start);
     pat.erase(0, pat.find_first_not_of(" \t"));
     pat.erase(pat.find_last_not_of(" \t") + 1);
-    if (!pat.empty() && pat != "none") {
-      const std::string& subject = pat.find(':') == std::string::npos ? kind : name;
-      if (fnmatch(pat.c_str(), subject.c_str(), 0) == 0) return true;
-    }
+    if (!pat.empty() && pat != "none") out.push_back(std::move(pat));
     start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+bool device_matches_filter(const std::string& name, const std::string& kind,
+                           const std::string& filter) {
+  if (filter.empty()) return true;
+  for (const auto& pat : filter_patterns(filter)) {
+    const std::string& subject = pat.find(':') == std::string::npos ? kind : name;
+    if (fnmatch(pat.c_str(), subject.c_str(), 0) == 0) return true;
   }
   return false;
 }
 
 bool backend_may_match_filter(const std::string& backend, const std::string& filter) {
   if (filter.empty()) return true;
-  size_t start = 0;
-  while (start <= filter.size()) {
-    size_t end = filter.find(',', start);
-    if (end == std::string::npos) end = filter.size();
-    std::string pat = filter.substr(start, end - start);
-    pat.erase(0, pat.find_first_not_of(" \t"));
-    pat.erase(pat.find_last_not_of(" \t") + 1);
-    if (!pat.empty() && pat != "none") {
-      // A local device's kind is its backend's name and its name "<backend>:<index>"; a
-      // pattern naming another node's device ("n1/cpu:0") does not concern local backends.
-      const size_t colon = pat.find(':');
-      const std::string kind = colon == std::string::npos ? pat : pat.substr(0, colon);
-      if (kind.find('/') == std::string::npos && fnmatch(kind.c_str(), backend.c_str(), 0) == 0)
-        return true;
-    }
-    start = end + 1;
+  for (const auto& pat : filter_patterns(filter)) {
+    // A local device's kind is its backend's name and its name "<backend>:<index>"; a
+    // pattern naming another node's device ("n1/cpu:0") does not concern local backends.
+    const std::string kind = pat.substr(0, pat.find(':'));
+    if (kind.find('/') == std::string::npos && fnmatch(kind.c_str(), backend.c_str(), 0) == 0)
+      return true;
   }
   return false;
 }

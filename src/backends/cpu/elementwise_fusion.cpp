@@ -341,6 +341,13 @@ std::string node_key(const FusionGraph& g, const Node& node) {
   if (!out || out->dtype != out_dtype || !shape_is_static(out->shape) ||
       shape_numel(out->shape) == 0)
     return "";
+  // A float32 operand of the output's shape, one value, or a NumPy broadcast onto it.
+  auto float_operand = [&](const std::string& v) {
+    const TensorType* t = v.empty() ? nullptr : g.type_of(v);
+    return t && t->dtype == DType::kFloat32 &&
+           (t->shape == out->shape || is_scalar_type(t) ||
+            (shape_is_static(t->shape) && is_numpy_broadcast(t->shape, out->shape)));
+  };
   if (it->second == Op::kWhere) {
     // The condition: a bool of the output's size (leading 1s aside), or a constant.
     if (node.inputs.size() != 3 || node.inputs[0].empty()) return "";
@@ -350,13 +357,7 @@ std::string node_key(const FusionGraph& g, const Node& node) {
     if (!(k && k->numel() == 1) && (shape_numel(c->shape) != shape_numel(out->shape) ||
                                     !is_numpy_broadcast(c->shape, out->shape)))
       return "";
-    for (size_t i = 1; i < 3; ++i) {
-      const TensorType* t = node.inputs[i].empty() ? nullptr : g.type_of(node.inputs[i]);
-      if (!t || t->dtype != DType::kFloat32) return "";
-      if (t->shape != out->shape && !is_scalar_type(t) &&
-          !(shape_is_static(t->shape) && is_numpy_broadcast(t->shape, out->shape)))
-        return "";
-    }
+    if (!float_operand(node.inputs[1]) || !float_operand(node.inputs[2])) return "";
     return "ew:" + shape_to_string(out->shape);
   }
   const size_t arity = is_binary(it->second) ? 2 : 1;
@@ -370,13 +371,8 @@ std::string node_key(const FusionGraph& g, const Node& node) {
   } else if (node.inputs.size() != arity) {
     return "";
   }
-  for (size_t i = 0; i < std::min(node.inputs.size(), arity); ++i) {
-    const TensorType* t = node.inputs[i].empty() ? nullptr : g.type_of(node.inputs[i]);
-    if (!t || t->dtype != DType::kFloat32) return "";
-    if (t->shape != out->shape && !is_scalar_type(t) &&
-        !(shape_is_static(t->shape) && is_numpy_broadcast(t->shape, out->shape)))
-      return "";
-  }
+  for (size_t i = 0; i < std::min(node.inputs.size(), arity); ++i)
+    if (!float_operand(node.inputs[i])) return "";
   return "ew:" + shape_to_string(out->shape);
 }
 

@@ -12,6 +12,7 @@
 #include <dnnl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 #include <vector>
 
@@ -200,11 +201,11 @@ Status einsum_run(KernelContext& ctx) {
   } else if (nb > 0 && m > 0 && n > 0) {
     // Many small products (attention heads): one per thread; else each product on the team.
     const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-    Status st;
+    std::atomic<bool> failed{false};  // set from any thread of the pool
     auto one = [&](int64_t i) {
       if (dnnl_sgemm('N', 'N', m, n, k, 1.0f, a + i * m * k, k, b + i * k * n, n, 0.0f,
                      c + i * m * n, n) != dnnl_success)
-        st = ctx.error("dnnl_sgemm failed");
+        failed = true;
     };
     if (nb > 1 && flops < (1 << 22) && threads_available() > 1) {
       ThreadPool::get().parallel_for(nb, 1, [&](int64_t lo, int64_t hi) {
@@ -213,7 +214,7 @@ Status einsum_run(KernelContext& ctx) {
     } else {
       for (int64_t i = 0; i < nb; ++i) one(i);
     }
-    TD_RETURN_IF_ERROR(st);
+    if (failed) return ctx.error("dnnl_sgemm failed");
   }
   if (!direct) (void)permute(sc.data(), product_labels, out_labels, plan.sizes, &sa, out);
   return OkStatus();
