@@ -409,6 +409,8 @@ struct BenchResult {
   int in_flight = 0;  // batches queued ahead of the one waited for (0: --wait-each)
   int64_t breakdown_requests = 0;
   std::string breakdown_note;  // why there is none
+  // Through a broker: how the runs went ("run channel" on the broker's host, else "gRPC").
+  std::string transport;
 };
 
 // Waits for every handle of a batch (first error returned) and releases them unless kept.
@@ -516,6 +518,8 @@ std::optional<Failure> time_workload(Target& t, const Workload& w, int64_t examp
     s = run_batches(c, *model, inputs, examples / w.batch, w.batch, &bar, &last, in_flight);
     r->execution_s = seconds_since(t1);
     r->timed_end_unix = unix_now();
+    if (const auto* through = dynamic_cast<const rpc::RemoteClient*>(&c))
+      r->transport = through->uses_run_channel() ? "run channel" : "gRPC";
     if (remote) {
       remote->set_breakdown(false);
       const auto timings = remote->take_breakdown();
@@ -913,6 +917,7 @@ nlohmann::json result_json(const BenchResult& r) {
       {"device_model", r.device_model},
       {"threads", r.threads},
       {"address", r.address.empty() ? nlohmann::json() : nlohmann::json(r.address)},
+      {"transport", r.transport.empty() ? nlohmann::json() : nlohmann::json(r.transport)},
       {"batch", r.batch},
       {"examples", r.examples},
       {"warmup", r.warmup},
@@ -978,6 +983,9 @@ void print_human(const BenchResult& r) {
   std::cout << fmt::format("compile {:.2f} s, execution {:.2f} s, {:.2f} ms per example\n",
                            r.compile_s, r.execution_s, r.per_example_s * 1e3);
   std::cout << "peak device memory " << tensord::format_bytes(r.peak_device_bytes) << "\n";
+  if (!r.transport.empty())
+    std::cout << "through the broker by " << r.transport
+              << (r.transport == "gRPC" ? "" : " (same host: RunModel without gRPC)") << "\n";
   if (r.reference == "none") {
     std::cout << "Correctness: not checked (--no-check)\n";
   } else {

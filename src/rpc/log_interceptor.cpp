@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <string_view>
 
@@ -65,45 +66,12 @@ class LogInterceptor : public grpc::experimental::Interceptor {
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
             .count();
-    // The path comes from the wire (any name a caller sends): at most 128 bytes of it.
-    std::string method = info_->method() ? info_->method() : "?";
-    if (method.size() > 128)
-      method = method.substr(0, 128) + "... (" + std::to_string(method.size()) + " bytes)";
-    const bool slow = slow_ms_ > 0 && ms > static_cast<double>(slow_ms_) &&
-                      !std::string_view(method).ends_with("/Attach");
-    log::Level level = log::Level::kTrace;
-    if (!status.ok()) {
-      switch (status.error_code()) {
-        // The client cancelled or went away (an Attach stream ends so when a client closes).
-        case grpc::StatusCode::CANCELLED: level = log::Level::kDebug; break;
-        case grpc::StatusCode::INTERNAL:
-        case grpc::StatusCode::UNKNOWN:
-        case grpc::StatusCode::DATA_LOSS: level = log::Level::kError; break;
-        default: level = log::Level::kWarn;
-      }
-    }
-    const bool slow_line = slow && log::enabled(log::Level::kWarn);
-    if (!log::enabled(level) && !slow_line) return;
     grpc::ServerContextBase* ctx = info_->server_context();
-    const std::string peer = ctx ? ctx->peer() : "";
-    const std::string session = ctx ? session_prefix(ctx) : "";
-    const auto ms_rounded = static_cast<int64_t>(ms + 0.5);
-    if (slow_line)
-      log::warn("slow request", {{"method", method},
-                                 {"ms", ms_rounded},
-                                 {"code", code_name(status.error_code())},
-                                 {"peer", peer},
-                                 {"session", session}});
-    if (!status.ok())
-      log::write(level, "request failed", {{"method", method},
-                                           {"code", code_name(status.error_code())},
-                                           {"message", status.error_message()},
-                                           {"ms", ms_rounded},
-                                           {"peer", peer},
-                                           {"session", session}});
-    else if (!slow_line)
-      log::trace("request", {{"method", method}, {"code", "OK"}, {"ms", ms_rounded},
-                             {"peer", peer}, {"session", session}});
+    // Only what is logged is gathered (the peer and session cost a string each).
+    log_request(info_->method() ? info_->method() : "?", static_cast<int>(status.error_code()),
+                status.error_message(), ms, slow_ms_,
+                [ctx] { return ctx ? ctx->peer() : std::string(); },
+                [ctx] { return ctx ? session_prefix(ctx) : std::string(); });
   }
 
   grpc::experimental::ServerRpcInfo* info_;
@@ -143,6 +111,50 @@ void grpc_log_to_tensord(gpr_log_func_args* args) {
 }
 
 }  // namespace
+
+void log_request(std::string_view method_path, int code, std::string_view message, double ms,
+                 int64_t slow_ms, const std::function<std::string()>& peer_of,
+                 const std::function<std::string()>& session_of) {
+  const auto status_code = static_cast<grpc::StatusCode>(code);
+  // The path comes from the wire (any name a caller sends): at most 128 bytes of it.
+  std::string method(method_path);
+  if (method.size() > 128)
+    method = method.substr(0, 128) + "... (" + std::to_string(method.size()) + " bytes)";
+  const bool slow = slow_ms > 0 && ms > static_cast<double>(slow_ms) &&
+                    !std::string_view(method).ends_with("/Attach");
+  log::Level level = log::Level::kTrace;
+  if (status_code != grpc::StatusCode::OK) {
+    switch (status_code) {
+      // The client cancelled or went away (an Attach stream ends so when a client closes).
+      case grpc::StatusCode::CANCELLED: level = log::Level::kDebug; break;
+      case grpc::StatusCode::INTERNAL:
+      case grpc::StatusCode::UNKNOWN:
+      case grpc::StatusCode::DATA_LOSS: level = log::Level::kError; break;
+      default: level = log::Level::kWarn;
+    }
+  }
+  const bool slow_line = slow && log::enabled(log::Level::kWarn);
+  if (!log::enabled(level) && !slow_line) return;
+  const std::string peer = peer_of ? peer_of() : "";
+  const std::string session = session_of ? session_of() : "";
+  const auto ms_rounded = static_cast<int64_t>(ms + 0.5);
+  if (slow_line)
+    log::warn("slow request", {{"method", method},
+                               {"ms", ms_rounded},
+                               {"code", code_name(status_code)},
+                               {"peer", peer},
+                               {"session", session}});
+  if (status_code != grpc::StatusCode::OK)
+    log::write(level, "request failed", {{"method", method},
+                                         {"code", code_name(status_code)},
+                                         {"message", std::string(message)},
+                                         {"ms", ms_rounded},
+                                         {"peer", peer},
+                                         {"session", session}});
+  else if (!slow_line)
+    log::trace("request", {{"method", method}, {"code", "OK"}, {"ms", ms_rounded},
+                           {"peer", peer}, {"session", session}});
+}
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> make_log_interceptor_factory(
     int64_t slow_ms) {

@@ -8,8 +8,10 @@
 #include <grpcpp/support/server_interceptor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace tensord::rpc {
 
@@ -17,6 +19,13 @@ namespace tensord::rpc {
 // slow.
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> make_log_interceptor_factory(
     int64_t slow_ms);
+
+// The lines the interceptor writes for one call, for calls that reach a handler another way
+// (the run channel): `method_path` as gRPC names it ("/tensord.v1.Tensord/RunModel"), `code` a
+// gRPC status code. The peer and session are asked for only when a line is written.
+void log_request(std::string_view method_path, int code, std::string_view message, double ms,
+                 int64_t slow_ms, const std::function<std::string()>& peer_of,
+                 const std::function<std::string()>& session_of);
 
 // Routes gRPC's own log (gpr_log) through core/log.h: gRPC's errors at warn, its info at debug,
 // its debug at trace; and sets gRPC's verbosity from tensord's level (unless GRPC_VERBOSITY is

@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -147,6 +148,19 @@ Result<std::pair<std::string, std::vector<int>>> exchange(const std::string& soc
 }
 
 }  // namespace
+
+int64_t seqpacket_send_limit(int fd, int64_t want) {
+  // Linux doubles what is asked (for its bookkeeping), caps the request at wmem_max, and
+  // refuses a message longer than the buffer less 32 bytes; a little more is kept for the
+  // message's own accounting.
+  constexpr int64_t kSlack = 4096;
+  const int ask = static_cast<int>(std::min<int64_t>(want + kSlack, 64 << 20));
+  (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &ask, sizeof ask);
+  int have = 0;
+  socklen_t len = sizeof have;
+  if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &have, &len) != 0) return 0;
+  return std::max<int64_t>(0, std::min<int64_t>(want, static_cast<int64_t>(have) - kSlack));
+}
 
 Status send_region_fd(const std::string& socket_name, std::string_view ticket, int fd,
                       std::chrono::milliseconds timeout) {

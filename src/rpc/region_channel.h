@@ -34,6 +34,11 @@ Status send_region_fd(const std::string& socket_name, std::string_view ticket, i
 Result<int> receive_region_fd(const std::string& socket_name, std::string_view ticket,
                               std::chrono::milliseconds timeout);
 
+// Sizes the send buffer of the SOCK_SEQPACKET socket `fd` for messages of up to `want` bytes
+// where the system allows it (net.core.wmem_max), and returns the largest message `fd` can
+// send: at most `want`.
+int64_t seqpacket_send_limit(int fd, int64_t want);
+
 // Broker side: the region socket, its listening thread, and the pending tickets.
 class RegionChannel {
  public:

@@ -1,12 +1,14 @@
 #include "rpc/remote_client.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/codegen/rpc_method.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -299,6 +301,7 @@ struct RemoteClient::Impl {
     v1::RunModelResponse resp;
     std::chrono::steady_clock::time_point t0, t1;
     bool timed = false;
+    bool channel = false;  // sent on the run channel: its answer is read from there
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
@@ -330,6 +333,7 @@ struct RemoteClient::Impl {
       p = it->second.first;
       index = it->second.second;
     }
+    if (p->channel) drain_channel(p.get());
     std::unique_lock<std::mutex> lock(p->mu);
     p->cv.wait(lock, [&] { return p->done; });
     if (!p->status.ok()) return p->status;
@@ -353,6 +357,7 @@ struct RemoteClient::Impl {
   }
   // Until every pending run has answered (the session closes after them).
   void wait_runs() {
+    if (channel_offered) drain_channel(nullptr);
     std::unique_lock<std::mutex> lock(runs_mu);
     runs_cv.wait(lock, [&] { return runs_in_flight == 0; });
   }
@@ -366,6 +371,178 @@ struct RemoteClient::Impl {
   static double us(Steady::time_point a, Steady::time_point b) {
     return std::chrono::duration<double, std::micro>(b - a).count();
   }
+  // The run channel (OpenRunChannel, same host): RunModel and Execute on a socket of this
+  // session's own, without gRPC's thread hops. Opened on the first call that may use it; a
+  // call another thread holds it for, or too large for a channel message, goes through gRPC.
+  // The broker answers the channel's calls in order: pipelined runs are sent at once and their
+  // answers read, oldest first, by whoever next needs one (no reader thread).
+  bool channel_offered = false;  // same host, the broker offers it, transport not "grpc"
+  std::mutex channel_mu;
+  int channel_fd = -1;
+  bool channel_tried = false;
+  int64_t channel_max = 0;  // the largest message either end takes
+  std::string channel_out, channel_in;
+  std::deque<std::shared_ptr<PendingRun>> channel_pending;  // sent, answer not yet read
+  ~Impl() {
+    if (channel_fd >= 0) close(channel_fd);
+  }
+  void close_channel_locked() {
+    if (channel_fd >= 0) close(channel_fd);
+    channel_fd = -1;
+  }
+  // Opens the channel on first use (once: a broker that refuses it is not asked again).
+  bool channel_open_locked() {
+    if (channel_fd >= 0) return true;
+    if (channel_tried) return false;
+    channel_tried = true;
+    grpc::ClientContext ctx;
+    // Not counted in rpc_count(): a client's one-time setup, not a call of its own.
+    prepare(ctx, options.connect_timeout, /*count=*/false);
+    v1::RunChannelRequest req;
+    v1::RunChannelResponse resp;
+    if (!finish(ctx, stub->OpenRunChannel(&ctx, req, &resp), "opening a run channel").ok())
+      return false;
+    auto fd = receive_region_fd(region_socket, resp.ticket(),
+                                std::min<milliseconds>(options.connect_timeout,
+                                                       milliseconds(10000)));
+    if (!fd.ok()) return false;
+    channel_fd = *fd;
+    channel_max = std::min(resp.max_message_bytes(), seqpacket_send_limit(channel_fd,
+                                                                          kChannelMaxMessage));
+    channel_in.resize(static_cast<size_t>(kChannelMaxMessage));
+    return true;
+  }
+  // Sends `req` (its timeout set from the client's); false when it is too large for a channel
+  // message or the channel broke (then nothing was sent).
+  bool channel_send_locked(v1::ChannelRequest& req) {
+    const milliseconds timeout = options.call_timeout;
+    if (timeout.count() > 0) req.set_timeout_ms(timeout.count());
+    channel_out.clear();
+    if (!req.SerializeToString(&channel_out) ||
+        static_cast<int64_t>(channel_out.size()) > channel_max)
+      return false;
+    if (send(channel_fd, channel_out.data(), channel_out.size(), MSG_NOSIGNAL) < 0) {
+      close_channel_locked();
+      return false;
+    }
+    rpcs++;
+    return true;
+  }
+  // The next answer on the channel. nullopt: the broker ended the channel before reading the
+  // call (its session ended, or it is stopping); otherwise the call's status (the broker's,
+  // or UNAVAILABLE when no answer came in time).
+  std::optional<Status> channel_receive_locked(v1::ChannelAnswer* answer, const char* what,
+                                               Steady::time_point* received) {
+    const milliseconds timeout = options.call_timeout;
+    const auto deadline = Steady::now() + timeout;
+    for (;;) {
+      int wait_ms = -1;
+      if (timeout.count() > 0) {
+        const auto left = std::chrono::duration_cast<milliseconds>(deadline - Steady::now());
+        wait_ms = static_cast<int>(std::max<int64_t>(0, left.count() + 1));
+      }
+      pollfd p{channel_fd, POLLIN, 0};
+      const int ready = ::poll(&p, 1, wait_ms);
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {
+        close_channel_locked();  // its answer would come after the next call's
+        return errors::Unavailable("broker '{}' is unavailable ({} failed: no answer in {} ms)",
+                                   address, what, timeout.count());
+      }
+      break;
+    }
+    const ssize_t n = recv(channel_fd, channel_in.data(), channel_in.size(), MSG_TRUNC);
+    *received = Steady::now();
+    if (n <= 0) {
+      close_channel_locked();
+      return std::nullopt;
+    }
+    if (static_cast<size_t>(n) > channel_in.size() ||
+        !answer->ParseFromArray(channel_in.data(), static_cast<int>(n))) {
+      close_channel_locked();
+      return errors::Internal("{}: the broker's answer on the run channel ({} bytes) is not a "
+                              "tensord.v1.ChannelAnswer",
+                              what, n);
+    }
+    if (answer->code() != 0)
+      return Status(static_cast<StatusCode>(answer->code()), answer->message());
+    return OkStatus();
+  }
+  // `p` has its answer (a pipelined run's, through gRPC or the channel).
+  void finish_pending(const std::shared_ptr<PendingRun>& p, Status s,
+                      std::vector<TensorHandle> out) {
+    {
+      std::lock_guard<std::mutex> lock(p->mu);
+      p->status = std::move(s);
+      p->outputs = std::move(out);
+      p->done = true;
+    }
+    p->cv.notify_all();
+    // Notified under the lock: the destructor, woken, frees this only after it is released.
+    std::lock_guard<std::mutex> lock(runs_mu);
+    --runs_in_flight;
+    runs_cv.notify_all();
+  }
+  // Reads pipelined runs' answers, oldest first, until `until`'s (every one when null).
+  void drain_channel_locked(const PendingRun* until) {
+    while (!channel_pending.empty()) {
+      std::shared_ptr<PendingRun> p = std::move(channel_pending.front());
+      channel_pending.pop_front();
+      v1::ChannelAnswer answer;
+      Steady::time_point t2;
+      std::optional<Status> got =
+          channel_fd >= 0 ? channel_receive_locked(&answer, "run", &t2) : std::nullopt;
+      if (!got)
+        got = errors::Unavailable(
+            "broker '{}': the run channel ended before the broker read this run (its session "
+            "ended, or the broker is stopping)",
+            address);
+      std::vector<TensorHandle> out;
+      if (got->ok()) {
+        remember(answer.run().outputs(), answer.run().values());
+        out.assign(answer.run().outputs().begin(), answer.run().outputs().end());
+        if (p->timed) keep_timing(answer.breakdown(), p->t0, p->t1, t2, Steady::now());
+      }
+      const bool last = p.get() == until;
+      finish_pending(p, std::move(*got), std::move(out));
+      if (last) return;
+    }
+  }
+  void drain_channel(const PendingRun* until) {
+    std::lock_guard<std::mutex> lock(channel_mu);
+    drain_channel_locked(until);
+  }
+  // A run or execute on the channel, as run() and execute() take its answer (`t0`: when the
+  // call began, for the breakdown). nullopt when the channel did not take it: gRPC does.
+  std::optional<Result<std::vector<TensorHandle>>> call_on_channel(v1::ChannelRequest& call,
+                                                                   Steady::time_point t0) {
+    v1::ChannelAnswer answer;
+    call.set_breakdown(breakdown.load(std::memory_order_relaxed));
+    Steady::time_point t1, t2;
+    const bool run = call.has_run();
+    std::optional<Status> done = channel_call(call, &answer, run ? "run" : "execute", &t1, &t2);
+    if (!done) return std::nullopt;
+    if (!done->ok()) return Result<std::vector<TensorHandle>>(std::move(*done));
+    const auto& outputs = run ? answer.run().outputs() : answer.execute().outputs();
+    remember(outputs, run ? answer.run().values() : answer.execute().values());
+    if (call.breakdown()) keep_timing(answer.breakdown(), t0, t1, t2, Steady::now());
+    return std::vector<TensorHandle>(outputs.begin(), outputs.end());
+  }
+  // `req` on the channel, its answer in `answer`. nullopt when the channel did not take the
+  // call (none, busy, too large, or it ended before the broker read it): the caller makes it
+  // through gRPC. Otherwise the call's status.
+  std::optional<Status> channel_call(v1::ChannelRequest& req, v1::ChannelAnswer* answer,
+                                     const char* what, Steady::time_point* sent,
+                                     Steady::time_point* received) {
+    if (!channel_offered) return std::nullopt;
+    std::unique_lock<std::mutex> lock(channel_mu, std::try_to_lock);
+    if (!lock.owns_lock() || !channel_open_locked()) return std::nullopt;
+    drain_channel_locked(nullptr);  // answers come in order: the pipelined runs' first
+    if (channel_fd < 0) return std::nullopt;
+    *sent = Steady::now();
+    if (!channel_send_locked(req)) return std::nullopt;
+    return channel_receive_locked(answer, what, received);
+  }
   // Asks for the broker's phases on `ctx` when the breakdown is on.
   bool ask_breakdown(grpc::ClientContext& ctx) {
     if (!breakdown.load(std::memory_order_relaxed)) return false;
@@ -374,14 +551,22 @@ struct RemoteClient::Impl {
   }
   void keep_timing(const grpc::ClientContext& ctx, Steady::time_point t0, Steady::time_point t1,
                    Steady::time_point t2, Steady::time_point t3) {
+    const auto& trailers = ctx.GetServerTrailingMetadata();
+    auto it = trailers.find(kBreakdownKey);
+    keep_timing(it == trailers.end() ? std::string()
+                                     : std::string(it->second.data(), it->second.size()),
+                t0, t1, t2, t3);
+  }
+  // `phases`: the broker's breakdown text (RequestBreakdown::text).
+  void keep_timing(const std::string& phases, Steady::time_point t0, Steady::time_point t1,
+                   Steady::time_point t2, Steady::time_point t3) {
     RequestTiming t;
     t.encode = us(t0, t1);
     t.call = us(t1, t2);
     t.decode = us(t2, t3);
-    const auto& trailers = ctx.GetServerTrailingMetadata();
     int64_t entry_ns = 0, exit_ns = 0;
-    if (auto it = trailers.find(kBreakdownKey); it != trailers.end()) {
-      std::istringstream in(std::string(it->second.data(), it->second.size()));
+    if (!phases.empty()) {
+      std::istringstream in(phases);
       std::string item;
       while (in >> item) {
         const size_t eq = item.find('=');
@@ -961,6 +1146,7 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::connect(const std::string& a
           "no shared memory); use 'auto' or 'grpc'",
           address);
     if (impl->mode != "grpc" && same_host) impl->shm_state = 0;
+    impl->channel_offered = impl->mode != "grpc" && same_host && resp.run_channel();
     for (const auto& d : resp.devices()) impl->devices_at_connect.push_back(from_proto(d));
   }
   {
@@ -1773,13 +1959,15 @@ Result<std::vector<TensorHandle>> RemoteClient::execute(const Graph& graph,
   impl_->executes++;
   const auto t0 = Impl::Steady::now();
   TD_RETURN_IF_ERROR(check_graph_limits(graph));
-  v1::ExecuteRequest req;
+  v1::ChannelRequest call;
+  v1::ExecuteRequest& req = *call.mutable_execute();
   to_proto(graph, req.mutable_graph());
   req.mutable_inputs()->Assign(inputs.begin(), inputs.end());
   req.set_device(device);
   req.set_inline_max_bytes(impl_->options.inline_max_bytes);
   const auto released = impl_->take_releases();
   req.mutable_release()->Assign(released.begin(), released.end());
+  if (auto out = impl_->call_on_channel(call, t0)) return std::move(*out);
   grpc::ClientContext ctx;
   impl_->prepare(ctx, impl_->options.call_timeout);
   v1::ExecuteResponse resp;
@@ -1937,12 +2125,14 @@ Result<std::vector<TensorHandle>> RemoteClient::run(ModelHandle model,
   }
   impl_->runs++;
   const auto t0 = Impl::Steady::now();
-  v1::RunModelRequest req;
+  v1::ChannelRequest call;
+  v1::RunModelRequest& req = *call.mutable_run();
   req.set_model(model);
   req.mutable_inputs()->Assign(inputs.begin(), inputs.end());
   req.set_inline_max_bytes(impl_->options.inline_max_bytes);
   const auto released = impl_->take_releases();
   req.mutable_release()->Assign(released.begin(), released.end());
+  if (auto out = impl_->call_on_channel(call, t0)) return std::move(*out);
   grpc::ClientContext ctx;
   impl_->prepare(ctx, impl_->options.call_timeout);
   const bool timed = impl_->ask_breakdown(ctx);
@@ -1969,7 +2159,7 @@ Result<std::vector<TensorHandle>> RemoteClient::run_pipelined(
   p->req.set_inline_max_bytes(impl_->options.inline_max_bytes);
   const auto released = impl_->take_releases();
   p->req.mutable_release()->Assign(released.begin(), released.end());
-  impl_->prepare(p->ctx, impl_->options.call_timeout);
+  impl_->prepare(p->ctx, impl_->options.call_timeout, /*count=*/false);  // counted when sent
   p->timed = impl_->ask_breakdown(p->ctx);
   std::vector<TensorHandle> handles;
   {
@@ -1983,6 +2173,20 @@ Result<std::vector<TensorHandle>> RemoteClient::run_pipelined(
   }
   Impl* impl = impl_.get();
   p->t1 = Impl::Steady::now();
+  if (impl_->channel_offered) {  // sent now, its answer read by whoever needs it first
+    std::lock_guard<std::mutex> lock(impl_->channel_mu);
+    if (impl_->channel_open_locked()) {
+      v1::ChannelRequest call;
+      *call.mutable_run() = p->req;
+      call.set_breakdown(p->timed);
+      if (impl_->channel_send_locked(call)) {
+        p->channel = true;
+        impl_->channel_pending.push_back(p);
+        return handles;
+      }
+    }
+  }
+  impl_->rpcs++;
   impl_->stub->async()->RunModel(&p->ctx, &p->req, &p->resp, [impl, p](grpc::Status called) {
     const auto t2 = Impl::Steady::now();
     Status s = impl->finish(p->ctx, called, "run");
@@ -1992,17 +2196,7 @@ Result<std::vector<TensorHandle>> RemoteClient::run_pipelined(
       out.assign(p->resp.outputs().begin(), p->resp.outputs().end());
       if (p->timed) impl->keep_timing(p->ctx, p->t0, p->t1, t2, Impl::Steady::now());
     }
-    {
-      std::lock_guard<std::mutex> lock(p->mu);
-      p->status = std::move(s);
-      p->outputs = std::move(out);
-      p->done = true;
-    }
-    p->cv.notify_all();
-    // Notified under the lock: the destructor, woken, frees impl only after it is released.
-    std::lock_guard<std::mutex> lock(impl->runs_mu);
-    --impl->runs_in_flight;
-    impl->runs_cv.notify_all();
+    impl->finish_pending(p, std::move(s), std::move(out));
   });
   return handles;
 }
@@ -2089,6 +2283,11 @@ const std::string& RemoteClient::session() const { return impl_->session; }
 std::string RemoteClient::server_version() const { return impl_->server_version; }
 int64_t RemoteClient::rpc_count() const { return impl_->rpcs.load(); }
 
+bool RemoteClient::uses_run_channel() const {
+  std::lock_guard<std::mutex> lock(impl_->channel_mu);
+  return impl_->channel_fd >= 0;
+}
+
 void RemoteClient::set_breakdown(bool on) { impl_->breakdown.store(on); }
 
 void RemoteClient::set_pipeline_runs(bool on) { impl_->pipeline.store(on); }
@@ -2130,7 +2329,7 @@ std::vector<std::pair<std::string, double>> median_phases(
   for (double c : calls) mean_call += c / static_cast<double>(calls.size());
   const double p99_call = calls.empty() ? 0.0 : calls[calls.size() * 99 / 100];
   return {{"client_encode", field(&T::encode)},
-          {"transport_grpc_interceptors", median([](const T& t) { return t.transport(); })},
+          {"transport", median([](const T& t) { return t.transport(); })},
           {"request_to_handler", field(&T::there)},
           {"handler_to_answer", field(&T::back)},
           {"session_auth", field(&T::session)},

@@ -160,9 +160,13 @@ class RemoteClient final : public Client {
   // The broker's session id, 32 hex characters (sent as the "tensord-session" metadata).
   const std::string& session() const;
   std::string server_version() const;
-  // gRPC calls made by this client so far (a stream counts once; heartbeats are not
-  // counted). Tests use it to check that a lazy chain costs one round trip.
+  // Calls made by this client so far, through gRPC or the run channel (a stream counts once;
+  // heartbeats and opening the run channel are not counted). Tests use it to check that a
+  // lazy chain costs one round trip.
   int64_t rpc_count() const;
+  // run() and execute() go through a run channel (the broker is on this host and offers one;
+  // opened by the first such call): no gRPC on their way (proto/tensord.proto, OpenRunChannel).
+  bool uses_run_channel() const;
   // Request breakdown (tensord bench --breakdown): while on, each run()/execute() asks the
   // broker for its phases and keeps them with this side's; take_breakdown() hands them over.
   void set_breakdown(bool on);

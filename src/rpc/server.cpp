@@ -198,6 +198,7 @@ Result<std::unique_ptr<RpcServer>> RpcServer::start(std::shared_ptr<Engine> engi
   auto impl = std::make_unique<Impl>();
   std::shared_ptr<Engine> monitored_engine = engine;
   impl->service = std::make_unique<Service>(std::move(engine), options, tenants, auth_in_filter);
+  impl->service->set_rpc_metrics(impl->rpc_metrics);
   if (tenants->required()) {  // each tenant's calls and errors, for its own view of the status
     Service* svc = impl->service.get();
     impl->rpc_metrics->tenant_of = [svc](grpc::ServerContextBase* ctx) {
@@ -345,6 +346,7 @@ void RpcServer::shutdown(std::chrono::milliseconds grace) {
   impl_->service->end_attachments();
   impl_->server->Shutdown(std::chrono::system_clock::now() + grace);
   impl_->server->Wait();
+  impl_->service->stop_run_channels();  // each answers its call in flight first
   impl_->service->close_all();
   if (impl_->http) impl_->http->stop();
   impl_->kserve_runner.reset();  // (its sessions closed once the last request has finished)

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -293,8 +294,11 @@ class Service;
 // the handler. Costs one metadata lookup when the client did not ask.
 class RequestBreakdown {
  public:
-  explicit RequestBreakdown(grpc::ServerContextBase* ctx);
+  explicit RequestBreakdown(grpc::ServerContextBase* ctx);  // the trailer goes when this does
+  explicit RequestBreakdown(bool asked);  // no gRPC call (the run channel): see text()
   ~RequestBreakdown();
+  // The phases, the handler ending now ("" when not asked). The gRPC form's trailer is this.
+  std::string text() const;
   RequestBreakdown(const RequestBreakdown&) = delete;
   RequestBreakdown& operator=(const RequestBreakdown&) = delete;
   void session_found() { stamp(&session_); }  // auth and session lookup done
@@ -302,12 +306,13 @@ class RequestBreakdown {
   void submitted() { stamp(&submitted_); }     // the engine call returned
   void answered() { stamp(&answered_); }       // the outputs are in the answer
   void attach(CancelToken& call) {
-    if (ctx_) call.trace = trace_;
+    if (asked_) call.trace = trace_;
   }
 
  private:
   void stamp(int64_t* at);
-  grpc::ServerContextBase* ctx_ = nullptr;  // null: not asked
+  grpc::ServerContextBase* ctx_ = nullptr;  // the gRPC call whose trailer gets the phases
+  bool asked_ = false;
   std::shared_ptr<CallTrace> trace_;
   int64_t start_ = 0, session_ = 0, parsed_ = 0, submitted_ = 0, answered_ = 0;
 };
@@ -433,6 +438,21 @@ class Service final
                            v1::ReadCudaIpcResponse* resp) override;
   Result<ForeignMemory> cuda_ipc_memory(const v1::CudaIpcMemory& m) const;
 
+  // ---------------------------------------------------------------- run_channel.cpp
+  grpc::Status OpenRunChannel(grpc::ServerContext* ctx, const v1::RunChannelRequest* req,
+                              v1::RunChannelResponse* resp) override;
+  // The calls' counters, which calls through a run channel count in too (set before serving).
+  void set_rpc_metrics(std::shared_ptr<RpcMetrics> metrics) { rpc_metrics_ = std::move(metrics); }
+  // Ends every run channel once its call in flight has answered, and refuses new ones.
+  void stop_run_channels();
+  // Run channels open now (tests and the status).
+  size_t run_channel_count();
+  // At most this many run channels per session, per tenant (with tokens) and in all (each
+  // holds a thread); a client refused one uses gRPC.
+  static constexpr size_t kMaxRunChannelsPerSession = 4;
+  static constexpr size_t kMaxRunChannelsPerTenant = 16;
+  static constexpr size_t kMaxRunChannels = 64;
+
   // ---------------------------------------------------------------- status.cpp
   // The open sessions as the status page shows them, and BrokerStatus (`tensord status`):
   // the JSON of `monitor` (set once, just after the server starts; null: UNAVAILABLE).
@@ -450,6 +470,9 @@ class Service final
   class Guard {
    public:
     Guard(Service* service, grpc::ServerContextBase* ctx);
+    // A call that did not come through gRPC (the run channel): the session and tenant the
+    // channel was opened for.
+    Guard(Service* service, const std::string& session_id, const std::string& tenant);
     ~Guard();
     bool ok() const { return status_.ok(); }
     const Status& status() const { return status_; }
@@ -460,12 +483,15 @@ class Service final
     Status charge(int64_t bytes, const char* what) const;
     void uncharge(int64_t bytes) const;
     const std::string& id() const { return id_; }
+    const std::string& tenant() const { return tenant_; }
     SessionState* state_locked() const;
 
    private:
+    void enter(const std::string& id, const std::string& tenant);
     Service* service_;
     Status status_;
     std::string id_;
+    std::string tenant_;
     SessionId engine_session_ = 0;
     int64_t memory_limit_ = 0;
   };
@@ -499,10 +525,18 @@ class Service final
     ~Disarm() { token->disarm(); }
   };
   static std::shared_ptr<CancelToken> call_token(grpc::ServerContextBase* ctx);
-  grpc::Status finish_submit(grpc::ServerContext* ctx, const Guard& g, CancelToken& call,
-                             const std::vector<TensorHandle>& out, int64_t inline_max_bytes,
-                             google::protobuf::RepeatedField<uint64_t>* outputs,
-                             google::protobuf::RepeatedPtrField<v1::InlineValue>* values);
+  Status finish_submit(const Guard& g, CancelToken& call, const std::vector<TensorHandle>& out,
+                       int64_t inline_max_bytes,
+                       google::protobuf::RepeatedField<uint64_t>* outputs,
+                       google::protobuf::RepeatedPtrField<v1::InlineValue>* values);
+  // Execute's and RunModel's work, whichever way the call came (gRPC, the run channel):
+  // `call` is the call's token.
+  Status execute(const Guard& g, const v1::ExecuteRequest& req,
+                 const std::shared_ptr<CancelToken>& call, RequestBreakdown& breakdown,
+                 v1::ExecuteResponse* resp);
+  Status run_model(const Guard& g, const v1::RunModelRequest& req,
+                   const std::shared_ptr<CancelToken>& call, RequestBreakdown& breakdown,
+                   v1::RunModelResponse* resp);
   void add_inline_values(const Guard& g, const std::vector<TensorHandle>& outputs,
                          int64_t max_bytes,
                          google::protobuf::RepeatedPtrField<v1::InlineValue>* dst,
@@ -541,6 +575,26 @@ class Service final
   }();
 
   std::atomic<const Monitor*> monitor_{nullptr};
+
+  // Run channels: each is a socket pair's broker end served by a thread of its own.
+  struct RunChannel {
+    int fd = -1;  // the broker's end
+    int64_t max_message = 0;  // the largest answer it sends (seqpacket_send_limit)
+    std::string session;
+    std::string tenant;
+    std::thread thread;
+    std::atomic<bool> done{false};
+    ~RunChannel();  // joins the thread, closes the end
+  };
+  void serve_run_channel(RunChannel* c);
+  Status channel_call(const RunChannel& c, v1::ChannelRequest& req, v1::ChannelAnswer* answer,
+                      const char** method);
+  bool session_open(const std::string& id) const;
+  std::shared_ptr<RpcMetrics> rpc_metrics_;
+  std::mutex channels_mu_;
+  std::list<std::unique_ptr<RunChannel>> channels_;
+  bool channels_stopped_ = false;
+  int channels_stop_fd_ = -1;  // an eventfd: readable once the channels are to stop
 
   // Mapped shared-memory regions: the broker's budget, each tenant's (under mu_), and their
   // limits (RpcServerOptions::max_region_bytes, max_regions, resolved to their defaults).

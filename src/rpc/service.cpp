@@ -52,19 +52,26 @@ RequestBreakdown::RequestBreakdown(grpc::ServerContextBase* ctx) {
   const auto& md = ctx->client_metadata();
   if (md.find(kBreakdownKey) == md.end()) return;
   ctx_ = ctx;
+  asked_ = true;
+  trace_ = std::make_shared<CallTrace>();
+  start_ = steady_ns();
+}
+
+RequestBreakdown::RequestBreakdown(bool asked) : asked_(asked) {
+  if (!asked) return;
   trace_ = std::make_shared<CallTrace>();
   start_ = steady_ns();
 }
 
 void RequestBreakdown::stamp(int64_t* at) {
-  if (ctx_) *at = steady_ns();
+  if (asked_) *at = steady_ns();
 }
 
 // Phases in microseconds; a phase the call did not reach is 0. With the work run on the
 // handler's thread there is no hand-off; with it queued, "outputs" includes the wake-up of
 // the handler's thread after the run.
-RequestBreakdown::~RequestBreakdown() {
-  if (!ctx_) return;
+std::string RequestBreakdown::text() const {
+  if (!asked_) return "";
   const int64_t end = steady_ns();
   const int64_t started = trace_->started_ns.load(std::memory_order_relaxed);
   const int64_t finished = trace_->finished_ns.load(std::memory_order_relaxed);
@@ -76,13 +83,15 @@ RequestBreakdown::~RequestBreakdown() {
   const int64_t answered = answered_ > 0 ? answered_ : end;
   const double prepare = span(ready, here && started > 0 ? started : submitted_);
   const double handoff = here ? 0.0 : span(submitted_, started);
-  ctx_->AddTrailingMetadata(
-      kBreakdownKey,
-      fmt::format("session={:.1f} parse={:.1f} prepare={:.1f} handoff={:.1f} run={:.1f} "
-                  "outputs={:.1f} handler={:.1f} entry_ns={} exit_ns={}",
-                  span(start_, session_), span(session_, parsed_), prepare, handoff,
-                  span(started, finished), span(finished, answered), span(start_, end), start_,
-                  end));
+  return fmt::format(
+      "session={:.1f} parse={:.1f} prepare={:.1f} handoff={:.1f} run={:.1f} "
+      "outputs={:.1f} handler={:.1f} entry_ns={} exit_ns={}",
+      span(start_, session_), span(session_, parsed_), prepare, handoff, span(started, finished),
+      span(finished, answered), span(start_, end), start_, end);
+}
+
+RequestBreakdown::~RequestBreakdown() {
+  if (ctx_) ctx_->AddTrailingMetadata(kBreakdownKey, text());
 }
 
 grpc::Status Service::Handshake(grpc::ServerContext* ctx, const v1::HandshakeRequest* req,
@@ -96,6 +105,7 @@ grpc::Status Service::Handshake(grpc::ServerContext* ctx, const v1::HandshakeReq
   resp->set_host_id(host_id_);
   resp->set_shared_memory(region_channel_ != nullptr);
   if (region_channel_) resp->set_region_socket(region_channel_->name());
+  resp->set_run_channel(region_channel_ != nullptr && channels_stop_fd_ >= 0);
   resp->set_max_message_bytes(options_.max_message_bytes > 0 ? options_.max_message_bytes
                                                              : kMaxMessageBytes);
   resp->set_onnx_models(true);
@@ -157,29 +167,35 @@ grpc::Status Service::Execute(grpc::ServerContext* ctx, const v1::ExecuteRequest
   Guard g(this, ctx);
   if (!g.ok()) return fail(ctx, g.status());
   breakdown.session_found();
-  auto graph = from_proto(req->graph());
-  if (!graph.ok()) return fail(ctx, graph.status().with_context("execute"));
+  return fail(ctx, execute(g, *req, call_token(ctx), breakdown, resp));
+}
+
+// Execute's work, whichever way the call came (gRPC or the run channel).
+Status Service::execute(const Guard& g, const v1::ExecuteRequest& req,
+                        const std::shared_ptr<CancelToken>& call, RequestBreakdown& breakdown,
+                        v1::ExecuteResponse* resp) {
+  auto graph = from_proto(req.graph());
+  if (!graph.ok()) return graph.status().with_context("execute");
   breakdown.parsed();
-  for (uint64_t h : req->release())  // released by the client since its last call
+  for (uint64_t h : req.release())  // released by the client since its last call
     (void)engine_->release(g.engine_session(), h);
-  std::vector<TensorHandle> inputs(req->inputs().begin(), req->inputs().end());
+  std::vector<TensorHandle> inputs(req.inputs().begin(), req.inputs().end());
   // Deadline semantics: the work outlives the call (the client consumes its outputs in
   // later calls), so once the call has answered, its deadline no longer bounds the work
   // (only closing the session does). Until it answers — waiting for inline values, or
   // running the graph on this thread — the work stops at the call's deadline or when the
   // client goes away: the client never learns the output handles then, so nobody can want
   // the results; they are released (call_token, finish_submit).
-  auto call = call_token(ctx);
   breakdown.attach(*call);
   call->arm();  // until the answer: the work stops at the deadline too
   Disarm disarm{call.get()};
   // Small results are waited for below: run here when the device is idle (no hand-off).
-  auto out = engine_->execute(g.engine_session(), *graph, inputs, req->device(), {},
-                              req->inline_max_bytes() > 0, call);
+  auto out = engine_->execute(g.engine_session(), *graph, inputs, req.device(), {},
+                              req.inline_max_bytes() > 0, call);
   breakdown.submitted();
-  if (!out.ok()) return fail(ctx, out.status());
-  grpc::Status answer = finish_submit(ctx, g, *call, *out, req->inline_max_bytes(),
-                                      resp->mutable_outputs(), resp->mutable_values());
+  if (!out.ok()) return out.status();
+  Status answer = finish_submit(g, *call, *out, req.inline_max_bytes(), resp->mutable_outputs(),
+                                resp->mutable_values());
   breakdown.answered();
   return answer;
 }
@@ -284,32 +300,36 @@ grpc::Status Service::RunModel(grpc::ServerContext* ctx, const v1::RunModelReque
   Guard g(this, ctx);
   if (!g.ok()) return fail(ctx, g.status());
   breakdown.session_found();
-  for (uint64_t h : req->release())  // released by the client since its last call
+  return fail(ctx, run_model(g, *req, call_token(ctx), breakdown, resp));
+}
+
+// RunModel's work, whichever way the call came (gRPC or the run channel).
+Status Service::run_model(const Guard& g, const v1::RunModelRequest& req,
+                          const std::shared_ptr<CancelToken>& call, RequestBreakdown& breakdown,
+                          v1::RunModelResponse* resp) {
+  for (uint64_t h : req.release())  // released by the client since its last call
     (void)engine_->release(g.engine_session(), h);
-  std::vector<TensorHandle> inputs(req->inputs().begin(), req->inputs().end());
+  std::vector<TensorHandle> inputs(req.inputs().begin(), req.inputs().end());
   // When the answer waits for the outputs (inline values) and the device is idle, the model
   // runs on this thread, as Execute's graphs do: no hand-off to the device's runner and back
   // (two thread wake-ups per request). The cpu pool makes any thread a region's thread 0, so
   // this starts no thread team of its own. Otherwise it is queued on the device's runners.
-  auto call = call_token(ctx);  // as in Execute
   breakdown.attach(*call);
   call->arm();
   Disarm disarm{call.get()};
   // Named models go through the runner (per-model counters; dynamic batching where their
   // config.json asks for it); run_on (a device named) and a session's own models as before.
   Result<std::vector<TensorHandle>> out = errors::Unavailable("not run");
-  if (req->device().empty() && !engine_->named_model_of(g.engine_session(), req->model()).empty()) {
-    auto tenant = tenant_of(ctx);
-    out = runner_->run(g.engine_session(), tenant.ok() ? *tenant : std::string(), req->model(),
-                       inputs, call);
+  if (req.device().empty() && !engine_->named_model_of(g.engine_session(), req.model()).empty()) {
+    out = runner_->run(g.engine_session(), g.tenant(), req.model(), inputs, call);
   } else {
-    out = engine_->run(g.engine_session(), req->model(), inputs,
-                       req->inline_max_bytes() > 0 && req->device().empty(), call, req->device());
+    out = engine_->run(g.engine_session(), req.model(), inputs,
+                       req.inline_max_bytes() > 0 && req.device().empty(), call, req.device());
   }
   breakdown.submitted();
-  if (!out.ok()) return fail(ctx, out.status());
-  grpc::Status answer = finish_submit(ctx, g, *call, *out, req->inline_max_bytes(),
-                                      resp->mutable_outputs(), resp->mutable_values());
+  if (!out.ok()) return out.status();
+  Status answer = finish_submit(g, *call, *out, req.inline_max_bytes(), resp->mutable_outputs(),
+                                resp->mutable_values());
   breakdown.answered();
   return answer;
 }
@@ -441,17 +461,17 @@ std::shared_ptr<CancelToken> Service::call_token(grpc::ServerContextBase* ctx) {
 // The answer of Execute / RunModel: the output handles and the small values inline. When
 // the call gave up while waiting for them (its token fired: deadline, client gone), its work
 // is cancelled and the outputs released, since the client will never see their handles.
-grpc::Status Service::finish_submit(grpc::ServerContext* ctx, const Guard& g, CancelToken& call,
-                                    const std::vector<TensorHandle>& out, int64_t inline_max_bytes,
-                                    google::protobuf::RepeatedField<uint64_t>* outputs,
-                                    google::protobuf::RepeatedPtrField<v1::InlineValue>* values) {
+Status Service::finish_submit(const Guard& g, CancelToken& call,
+                              const std::vector<TensorHandle>& out, int64_t inline_max_bytes,
+                              google::protobuf::RepeatedField<uint64_t>* outputs,
+                              google::protobuf::RepeatedPtrField<v1::InlineValue>* values) {
   outputs->Assign(out.begin(), out.end());
   add_inline_values(g, out, inline_max_bytes, values, &call);
   if (Status s = call.cancelled_status(); !s.ok()) {
     for (TensorHandle h : out) (void)engine_->release(g.engine_session(), h);
-    return fail(ctx, s);
+    return s;
   }
-  return grpc::Status::OK;
+  return OkStatus();
 }
 
 void Service::add_inline_values(const Guard& g, const std::vector<TensorHandle>& outputs,

@@ -2,7 +2,9 @@
 // per-call Guard that charges their memory, and Attach.
 #include "rpc/server_internal.h"
 
+#include <sys/eventfd.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -59,10 +61,13 @@ Service::Service(std::shared_ptr<Engine> engine, const RpcServerOptions& options
                                        {"max_regions", max_regions_},
                                        {"tenant_region_bytes", tenant_region_bytes_},
                                        {"tenant_regions", tenant_regions_}});
+  channels_stop_fd_ = eventfd(0, EFD_CLOEXEC);  // -1: OpenRunChannel refuses (see run_channel.cpp)
   reaper_ = std::thread([this] { reap_loop(); });
 }
 
 Service::~Service() {
+  stop_run_channels();
+  if (channels_stop_fd_ >= 0) close(channels_stop_fd_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
@@ -373,13 +378,22 @@ Service::Guard::Guard(Service* service, grpc::ServerContextBase* ctx) : service_
     status_ = id.status();
     return;
   }
-  std::lock_guard<std::mutex> lock(service->mu_);
-  auto it = service->find_session_locked(*id, *tenant);
-  if (it == service->sessions_.end()) {
-    status_ = service->unknown_session();
+  enter(*id, *tenant);
+}
+
+Service::Guard::Guard(Service* service, const std::string& session_id, const std::string& tenant)
+    : service_(service) {
+  enter(session_id, tenant);
+}
+
+void Service::Guard::enter(const std::string& id, const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(service_->mu_);
+  auto it = service_->find_session_locked(id, tenant);
+  if (it == service_->sessions_.end()) {
+    status_ = service_->unknown_session();
     return;
   }
-  const int64_t max_calls = service->options_.max_calls_per_session;
+  const int64_t max_calls = service_->options_.max_calls_per_session;
   if (max_calls > 0 && it->second.in_flight >= max_calls) {
     status_ = errors::ResourceExhausted(
         "the session has {} calls in flight, its limit (tensord serve "
@@ -389,7 +403,8 @@ Service::Guard::Guard(Service* service, grpc::ServerContextBase* ctx) : service_
   }
   it->second.in_flight++;
   it->second.last_seen = Clock::now();
-  id_ = *id;
+  id_ = id;
+  tenant_ = tenant;
   engine_session_ = it->second.engine_session;
   memory_limit_ = it->second.memory_limit;
 }

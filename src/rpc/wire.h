@@ -38,6 +38,12 @@ inline constexpr int kMaxMessageBytes = 1 << 30;
 
 // The most bytes of output values one Execute/RunModel answer carries inline.
 inline constexpr int64_t kMaxInlineBytes = 64 << 20;
+// The run channel (OpenRunChannel): the largest ChannelRequest or ChannelAnswer either side
+// sends (a SOCK_SEQPACKET message must fit the sender's send buffer: see seqpacket_send_limit),
+// and the most bytes of output values an answer carries inline (larger outputs are read by
+// handle). Both above the clients' default inline budget (256 KiB).
+inline constexpr int64_t kChannelMaxMessage = 320 << 10;
+inline constexpr int64_t kChannelMaxInlineBytes = 288 << 10;
 // Metadata key of the bearer token ("authorization: Bearer <token>").
 inline constexpr const char* kAuthKey = "authorization";
 

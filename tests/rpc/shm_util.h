@@ -11,8 +11,10 @@
 
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
 
+#include "broker_process.h"
 #include "rpc/region_channel.h"
 #include "rpc/wire.h"
 #include "tensord.grpc.pb.h"
@@ -50,6 +52,42 @@ struct TestMemfd {
 inline void prepare_call(grpc::ClientContext& ctx, const std::string& session) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   if (!session.empty()) ctx.AddMetadata(rpc::kSessionKey, session);
+}
+
+// A suite with a broker process of its own (`tensord serve` with no flags), started before the
+// suite's first test and stopped after its last; `broker_` is null when it could not start.
+class OwnBrokerSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto b = BrokerProcess::start({});
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    broker_ = std::move(b).value().release();
+  }
+  static void TearDownTestSuite() {
+    delete broker_;
+    broker_ = nullptr;
+  }
+  inline static BrokerProcess* broker_ = nullptr;
+};
+
+// A stub on `address` with no client library in between, as a hostile but authenticated
+// client would call the broker.
+inline std::unique_ptr<v1::Tensord::Stub> raw_stub(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  return v1::Tensord::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+// A session opened on a raw stub: its id ("" when refused, failing the test).
+inline std::string open_raw_session(v1::Tensord::Stub& stub) {
+  grpc::ClientContext ctx;
+  prepare_call(ctx, "");
+  v1::OpenSessionRequest req;
+  v1::OpenSessionResponse resp;
+  grpc::Status st = stub.OpenSession(&ctx, req, &resp);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  return resp.session_id();
 }
 
 // The broker's region socket, from its Handshake ("" if it offers none).

@@ -57,23 +57,11 @@ TEST(CudaIpcWire, AHandleRoundTripsAndMalformedOnesAreRefused) {
   EXPECT_FALSE(rpc::from_proto(bad).ok());
 }
 
-class CudaIpcRpc : public ::testing::Test {
+class CudaIpcRpc : public testing::OwnBrokerSuite {
  protected:
-  static void SetUpTestSuite() {
-    auto b = testing::BrokerProcess::start({});
-    ASSERT_TRUE(b.ok()) << b.status().to_string();
-    broker_ = std::move(b).value().release();
-  }
-  static void TearDownTestSuite() {
-    delete broker_;
-    broker_ = nullptr;
-  }
   void SetUp() override {
     ASSERT_NE(broker_, nullptr);
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
-    stub_ = v1::Tensord::NewStub(
-        grpc::CreateCustomChannel(broker_->address(), grpc::InsecureChannelCredentials(), args));
+    stub_ = testing::raw_stub(broker_->address());
     grpc::ClientContext ctx;
     testing::prepare_call(ctx, "");
     v1::HandshakeRequest req;
@@ -125,13 +113,11 @@ class CudaIpcRpc : public ::testing::Test {
     EXPECT_TRUE(stub_->Heartbeat(&ctx, req, &resp).ok());
   }
 
-  static testing::BrokerProcess* broker_;
   std::unique_ptr<v1::Tensord::Stub> stub_;
   v1::HandshakeResponse hello_;
   std::string session_;
 };
 
-testing::BrokerProcess* CudaIpcRpc::broker_ = nullptr;
 
 TEST_F(CudaIpcRpc, ABrokerWithoutACudaDeviceRefusesAHandleSayingSo) {
   if (hello_.cuda_ipc()) GTEST_SKIP() << "the broker has a cuda device here";

@@ -45,36 +45,16 @@ using testing::BrokerProcess;
 using testing::proc_status_bytes;
 using testing::TestMemfd;
 
-class SecurityShm : public ::testing::Test {
+class SecurityShm : public testing::OwnBrokerSuite {
  protected:
-  static void SetUpTestSuite() {
-    auto b = BrokerProcess::start({});
-    ASSERT_TRUE(b.ok()) << b.status().to_string();
-    broker_ = std::move(b).value().release();
-  }
-  static void TearDownTestSuite() {
-    delete broker_;
-    broker_ = nullptr;
-  }
   void SetUp() override {
     ASSERT_NE(broker_, nullptr);
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
-    stub_ = v1::Tensord::NewStub(
-        grpc::CreateCustomChannel(broker_->address(), grpc::InsecureChannelCredentials(), args));
+    stub_ = testing::raw_stub(broker_->address());
     socket_ = testing::region_socket(*stub_);
     ASSERT_EQ(socket_.rfind("@tensord-fd-", 0), 0u) << socket_;
   }
 
-  std::string open_session() {
-    grpc::ClientContext ctx;
-    testing::prepare_call(ctx, "");
-    v1::OpenSessionRequest req;
-    v1::OpenSessionResponse resp;
-    grpc::Status st = stub_->OpenSession(&ctx, req, &resp);
-    EXPECT_TRUE(st.ok()) << st.error_message();
-    return resp.session_id();
-  }
+  std::string open_session() { return testing::open_raw_session(*stub_); }
 
   grpc::Status upload_region(const std::string& s, uint64_t region, int64_t offset, int64_t floats,
                              uint64_t* handle = nullptr, bool lend = false) {
@@ -121,12 +101,10 @@ class SecurityShm : public ::testing::Test {
     EXPECT_EQ((*c)->transport(), "shm");
   }
 
-  static BrokerProcess* broker_;
   std::unique_ptr<v1::Tensord::Stub> stub_;
   std::string socket_;
 };
 
-BrokerProcess* SecurityShm::broker_ = nullptr;
 
 // Sends `payload` on the region socket with `fds` attached (any number, none included) and
 // returns the broker's answer ("" when it closed without one).
