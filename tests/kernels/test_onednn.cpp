@@ -2,6 +2,7 @@
 // random Conv, MatMul, Gemm and pooling problems.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -387,6 +388,60 @@ TEST(VecMath, ExpMatchesLibmAndItsLimits) {
 
 // Transpose's strided copy (merged dims, block copies, 16x16 tiles) against a naive loop, on
 // sizes that are not multiples of the tile and permutations of each kind.
+// The fast Slice, Expand and Gather (their copies split across the threads when large) equal
+// the reference kernels bit for bit: a broadcast innermost axis (the message-passing form, int64
+// indices [E,1] to [E,D]), broadcast outer axes, steps, a negative step, rows gathered on axis 0
+// and on an inner axis with negative indices.
+TEST(StridedCopy, LargeSliceExpandAndGatherEqualTheReference) {
+  std::mt19937 rng(23);
+  auto ints = [](std::vector<int64_t> v) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    return HostTensor::from_vector<int64_t>(std::move(v), {n});
+  };
+  std::vector<int64_t> index(4096);
+  for (size_t i = 0; i < index.size(); ++i) index[i] = static_cast<int64_t>((i * 37) % 256);
+  const HostTensor x = random_f32({8, 96, 130}, rng);
+  struct Case {
+    const char* what;
+    std::string op;
+    std::vector<HostTensor> inputs;
+    AttributeMap attrs = {};
+  };
+  std::vector<int64_t> inner_index(300);
+  for (size_t i = 0; i < inner_index.size(); ++i)
+    inner_index[i] = static_cast<int64_t>(i % 3 == 0 ? -1 - static_cast<int64_t>(i % 40) : i / 2);
+  const std::vector<Case> cases = {
+      {"int64 [4096,1] to [4096,64]", "Expand",
+       {HostTensor::from_vector<int64_t>(index, {4096, 1}), ints({4096, 64})}},
+      {"[96,1] to [8,96,130]", "Expand", {random_f32({96, 1}, rng), ints({8, 96, 130})}},
+      {"steps 1,2,1", "Slice", {x, ints({1, 5, 0}), ints({8, 90, 130}), ints({0, 1, 2}),
+                                ints({1, 2, 1})}},
+      {"a negative step and a step of 3", "Slice",
+       {x, ints({7, 2}), ints({-9, 130}), ints({0, 2}), ints({-1, 3})}},
+      {"rows of [256,64] by [4096] int64", "Gather",
+       {random_f32({256, 64}, rng), HostTensor::from_vector<int64_t>(index, {4096})}},
+      {"axis 1 of [8,300,40] by [2,150], negative indices", "Gather",
+       {random_f32({8, 300, 40}, rng),
+        HostTensor::from_vector<int64_t>(inner_index, {2, 150})},
+       {{"axis", int64_t{1}}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.op + " " + c.what);
+    ASSERT_EQ(cpu::KernelRegistry::global().find(c.op).front().name, "fast");
+    std::vector<HostTensor> bound;
+    const Graph g = one_node_graph(c.op, c.inputs, c.attrs, &bound);
+    auto fast = run_graph_on_host(g, bound, CompileOptions{true});
+    auto ref = run_graph_on_host(g, bound, CompileOptions{false});
+    ASSERT_TRUE(fast.ok() && (*fast)[0].ok()) << fast.status().to_string();
+    ASSERT_TRUE(ref.ok() && (*ref)[0].ok()) << ref.status().to_string();
+    const HostTensor& a = *(*fast)[0];
+    const HostTensor& b = *(*ref)[0];
+    ASSERT_EQ(a.shape(), b.shape());
+    EXPECT_GE(a.nbytes(), 1 << 17) << "large enough to be split across the threads";
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), static_cast<size_t>(a.nbytes())), 0);
+  }
+}
+
 TEST(StridedCopy, TransposeMatchesNaive) {
   std::mt19937 rng(19);
   const Shape shape = {2, 3, 37, 21};
