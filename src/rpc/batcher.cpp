@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 
 #include "core/errors.h"
+#include "core/log.h"
 
 namespace tensord::rpc {
 
@@ -59,6 +61,9 @@ struct ModelRunner::Model {
   // (EngineOptions::named_model_forms_per_tenant): powers of two and max_batch_size. Empty:
   // batches run at their own size.
   std::vector<int64_t> padded_sizes;
+  // One row of each input (its declared shape without the batch axis) and its dtype, for the
+  // warm-up runs; empty when a dimension past the first is not declared.
+  std::vector<TensorType> row_types;
   std::atomic<uint64_t> next_device{0};  // unbatched runs over a config's device list
   // Queue (under mu): per tenant, in arrival order; `next` is where the next round starts.
   std::mutex mu;
@@ -67,6 +72,7 @@ struct ModelRunner::Model {
   size_t queued = 0;
   std::string next;
   bool retired = false;  // replaced: takes no more requests; its workers stop once it is empty
+  int warming = 0;       // devices whose first worker is still warming its forms (under mu)
   int workers = 0;       // running (the last one out of a retired model unloads `handle`)
   std::vector<std::thread> threads;  // the workers (under the runner's mu_)
   std::atomic<size_t> exited{0};     // workers past their last touch of this model
@@ -175,6 +181,26 @@ void ModelRunner::replace_models(const std::string& model,
              : std::next(it);
 }
 
+void ModelRunner::start(const std::string& model) {
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [n, c] : configs_) {
+      const bool ours = model.empty() || n == model ||
+                        (n.size() > model.size() && n.compare(0, model.size(), model) == 0 &&
+                         n[model.size()] == ':');
+      if (ours && c.dynamic_batching && c.max_batch_size > 0) names.push_back(n);
+    }
+  }
+  bool current = true;
+  for (const std::string& n : names) {
+    // Serial 0: the engine's current load of the name (model_for reads its serial).
+    const std::shared_ptr<Model> m = model_for(n, 0, &current);
+    std::unique_lock<std::mutex> lock(m->mu);
+    m->cv.wait(lock, [&] { return m->warming == 0 || stop_; });
+  }
+}
+
 std::shared_ptr<ModelRunner::Model> ModelRunner::model_for(const std::string& name,
                                                           uint64_t serial, bool* current) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -218,6 +244,18 @@ std::shared_ptr<ModelRunner::Model> ModelRunner::model_for(const std::string& na
     (void)engine_->named_model_of(session_, m->handle, &m->serial);
     *current = serial == m->serial;
     m->num_inputs = info.inputs.size();
+    for (const ValueInfo& v : info.inputs) {
+      TensorType row{v.type.dtype, v.type.shape};
+      if (!row.shape.empty()) row.shape.erase(row.shape.begin());
+      const bool known = !v.type.shape.empty() && v.type.dtype != DType::kUndefined &&
+                         std::all_of(row.shape.begin(), row.shape.end(),
+                                     [](int64_t d) { return d >= 0; });
+      if (!known) {
+        m->row_types.clear();
+        break;
+      }
+      m->row_types.push_back(std::move(row));
+    }
     m->devices =
         m->config.devices.empty() ? std::vector<std::string>{info.device} : m->config.devices;
     const size_t forms = EngineOptions::from_env().named_model_forms_per_tenant;
@@ -225,10 +263,17 @@ std::shared_ptr<ModelRunner::Model> ModelRunner::model_for(const std::string& na
       for (int64_t b = 1; b < m->config.max_batch_size; b *= 2) m->padded_sizes.push_back(b);
       m->padded_sizes.push_back(m->config.max_batch_size);
     }
+    m->warming = m->config.instances > 0 ? static_cast<int>(m->devices.size()) : 0;
     for (const std::string& d : m->devices)
       for (int i = 0; i < m->config.instances; ++i) {
         m->workers++;
-        m->threads.emplace_back([this, raw = m.get(), d] {
+        m->threads.emplace_back([this, raw = m.get(), d, warm = i == 0] {
+          if (warm) {
+            warm_forms(*raw, d);
+            std::lock_guard<std::mutex> lock(raw->mu);
+            raw->warming--;
+            raw->cv.notify_all();
+          }
           worker(raw, d);
           raw->exited.fetch_add(1, std::memory_order_release);  // its last touch of *raw
         });
@@ -355,6 +400,63 @@ Result<std::vector<TensorHandle>> ModelRunner::run(SessionId session, const std:
     return why;
   }
   return finish(std::move(r->result), 0);
+}
+
+// Each batch size is a compiled form of its own, and the first batch of a size used to compile
+// it while every request waited: on the 2-core VM a MobileNetV2 form took 0.3-0.7 s under load,
+// and new sizes kept appearing for minutes (p99 about 1 s against 75 ms at p50). So each
+// device's first worker runs the model once at every size a batch can take (the padded sizes,
+// or 1..max_batch_size) on zeros, before it serves; requests arriving meanwhile wait in the
+// queue, as they would have for the compiles. As Triton's model warm-up. Skipped for a model
+// whose inputs' shapes past the batch axis are not declared, and with TENSORD_BATCH_WARMUP=0.
+void ModelRunner::warm_forms(Model& m, const std::string& device) {
+  if (m.row_types.size() != m.num_inputs || m.num_inputs == 0) return;
+  if (const char* v = std::getenv("TENSORD_BATCH_WARMUP"); v && std::string(v) == "0") return;
+  std::vector<int64_t> sizes = m.padded_sizes;
+  if (sizes.empty())
+    for (int64_t b = 1; b <= m.config.max_batch_size; ++b) sizes.push_back(b);
+  for (int64_t b : sizes) {
+    {
+      std::lock_guard<std::mutex> lock(m.mu);
+      if (stop_ || m.retired) return;
+    }
+    std::vector<TensorHandle> ins;
+    Status s;
+    for (const TensorType& row : m.row_types) {
+      Shape shape = row.shape;
+      shape.insert(shape.begin(), b);
+      auto zeros = HostTensor::uninitialized(row.dtype, shape);
+      if (!zeros.ok()) {
+        s = zeros.status();
+        break;
+      }
+      std::memset(zeros->mutable_data(), 0, zeros->nbytes());
+      auto h = engine_->upload(session_, zeros->view(), device);
+      if (!h.ok()) {
+        s = h.status();
+        break;
+      }
+      ins.push_back(*h);
+    }
+    if (s.ok()) {
+      auto outs = engine_->run(session_, m.handle, ins, false, nullptr, device);
+      if (outs.ok()) {
+        for (TensorHandle h : *outs) {
+          (void)engine_->wait(session_, h);
+          (void)engine_->release(session_, h);
+        }
+      } else {
+        s = outs.status();
+      }
+    }
+    for (TensorHandle h : ins) (void)engine_->release(session_, h);
+    if (!s.ok()) {  // the requests will say what is wrong; warming stops here
+      log::debug("batch warm-up stopped", {{"model", m.name},
+                                           {"batch", b},
+                                           {"why", s.to_string()}});
+      return;
+    }
+  }
 }
 
 void ModelRunner::worker(Model* mp, std::string device) {

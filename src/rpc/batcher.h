@@ -71,6 +71,11 @@ class ModelRunner {
   // Model control: `model`'s entries ("model" and "model:V") take these configurations (none:
   // unloaded); their batchers are retired (they finish what is queued, then stop).
   void replace_models(const std::string& model, const std::map<std::string, ModelConfig>& configs);
+  // Starts the batchers of `model`'s entries (every model's when empty) with dynamic batching
+  // now rather than at their first request, and returns once their forms are compiled
+  // (warm_forms): at the broker's start (before it serves) and after a load (before it
+  // answers), as Triton warms a model before calling it ready.
+  void start(const std::string& model = "");
 
   std::vector<ModelCounters> counters() const;
   // The counters in the Prometheus text format (families tensord_model_*; empty: no models).
@@ -91,6 +96,9 @@ class ModelRunner {
                                               const std::string& device,
                                               std::shared_ptr<CancelToken> call, int64_t rows);
   void worker(Model* m, std::string device);
+  // Runs the model once at every batch size it may take on `device` (compiles each form
+  // before the first request needs it).
+  void warm_forms(Model& m, const std::string& device);
   void run_batch(Model& m, const std::string& device, std::vector<std::shared_ptr<Request>> batch);
 
   std::shared_ptr<Engine> engine_;

@@ -389,6 +389,7 @@ grpc::Status Service::LoadNamedModel(grpc::ServerContext* ctx, const v1::NamedMo
   // What loaded serves, its batchers afresh. A failed reload loaded nothing (`configs` is
   // empty): the model it leaves serving keeps its batchers and configuration.
   if (loaded.ok() || !configs.empty()) runner_->replace_models(req->name(), configs);
+  if (loaded.ok()) runner_->start(req->name());
   if (!loaded.ok())
     return fail(ctx, loaded.status().with_context("loading model '" + req->name() + "'"));
   log::info("model control: loaded '" + req->name() + "' (" + std::to_string(loaded->size()) +

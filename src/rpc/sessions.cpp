@@ -47,6 +47,7 @@ Service::Service(std::shared_ptr<Engine> engine, const RpcServerOptions& options
       tenants_(std::move(tenants)),
       auth_in_filter_(auth_in_filter) {
   runner_ = std::make_shared<ModelRunner>(engine_, options_.model_configs);
+  runner_->start();  // batched models compile their batch forms now, not at their first request
   max_region_bytes_ =
       options_.max_region_bytes > 0 ? options_.max_region_bytes : default_max_region_bytes();
   max_regions_ = options_.max_regions > 0 ? options_.max_regions : default_max_regions();
