@@ -159,12 +159,17 @@ void ModelRunner::reap_locked() {
   }
 }
 
+namespace {
+// Engine name `n` is model `model` or one of its versions ("model:2").
+bool entry_of(const std::string& n, const std::string& model) {
+  return n == model || (n.size() > model.size() && n.compare(0, model.size(), model) == 0 &&
+                        n[model.size()] == ':');
+}
+}  // namespace
+
 void ModelRunner::replace_models(const std::string& model,
                                  const std::map<std::string, ModelConfig>& configs) {
-  auto ours = [&](const std::string& n) {
-    return n == model || (n.size() > model.size() && n.compare(0, model.size(), model) == 0 &&
-                          n[model.size()] == ':');
-  };
+  auto ours = [&](const std::string& n) { return entry_of(n, model); };
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> names;
   for (const auto& [n, m] : models_)
@@ -186,10 +191,7 @@ void ModelRunner::start(const std::string& model) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [n, c] : configs_) {
-      const bool ours = model.empty() || n == model ||
-                        (n.size() > model.size() && n.compare(0, model.size(), model) == 0 &&
-                         n[model.size()] == ':');
-      if (ours && c.dynamic_batching && c.max_batch_size > 0) names.push_back(n);
+      if ((model.empty() || entry_of(n, model)) && c.dynamic_batching && c.max_batch_size > 0) names.push_back(n);
     }
   }
   bool current = true;

@@ -121,6 +121,11 @@ void Service::serve_run_channel(RunChannel* c) {
   std::string out;
   v1::ChannelRequest req;
   v1::ChannelAnswer answer;
+  // The methods' counters, looked up once (RpcMetrics::method takes a lock and a map lookup).
+  RpcMetrics::Method* const run_counters =
+      rpc_metrics_ ? rpc_metrics_->method(kRunModelPath) : nullptr;
+  RpcMetrics::Method* const execute_counters =
+      rpc_metrics_ ? rpc_metrics_->method(kExecutePath) : nullptr;
   for (;;) {
     pollfd p[2] = {{c->fd, POLLIN, 0}, {channels_stop_fd_, POLLIN, 0}};
     const int ready = poll(p, 2, kIdleCheckMs);
@@ -178,7 +183,7 @@ void Service::serve_run_channel(RunChannel* c) {
     // Counted and logged as the gRPC interceptors count and log the same call.
     const int code = static_cast<int>(to_grpc(s).error_code());
     if (rpc_metrics_) {
-      RpcMetrics::Method* m = rpc_metrics_->method(method);
+      RpcMetrics::Method* m = method == kExecutePath ? execute_counters : run_counters;
       rpc_metrics_->record(m, code, took, s.message(),
                            rpc_metrics_->tenant_of ? c->tenant : std::string());
     }
