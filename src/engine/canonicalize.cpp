@@ -307,6 +307,78 @@ int layernorm_pass(Graph& g) {
   return count;
 }
 
+// ---- the erf GELU, decomposed -> Gelu ----
+int gelu_pass(Graph& g) {
+  Index ix(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  int count = 0;
+  auto near = [](std::optional<double> v, double want) {
+    return v && std::fabs(*v - want) <= 1e-4 * std::fabs(want);
+  };
+  // The operand of a two-input node other than `v` ("" unless exactly one input is `v`).
+  auto other_of = [](const Node& n, const std::string& v) -> std::string {
+    if (n.inputs.size() != 2 || (n.inputs[0] == v) == (n.inputs[1] == v)) return "";
+    return n.inputs[0] == v ? n.inputs[1] : n.inputs[0];
+  };
+  // The node reading `v`, when it alone reads it (once) and `v` is no graph output.
+  auto sole = [&](const std::string& v) -> std::optional<size_t> {
+    const auto& r = ix.readers(v);
+    if (r.size() != 1 || ix.is_output(v) || dead[r[0]]) return std::nullopt;
+    return r[0];
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& scale = g.nodes[i];
+    if (dead[i] || scale.outputs.size() != 1 || !scale.domain.empty()) continue;
+    std::string x;
+    if (plain(scale, "Div", 2) && near(scalar_of(g, ix, dead, scale.inputs[1]), std::sqrt(2.0)))
+      x = scale.inputs[0];
+    else if (plain(scale, "Mul", 2))
+      for (int k = 0; k < 2 && x.empty(); ++k)
+        if (near(scalar_of(g, ix, dead, scale.inputs[static_cast<size_t>(k)]), std::sqrt(0.5)))
+          x = scale.inputs[static_cast<size_t>(1 - k)];
+    if (x.empty()) continue;
+    const auto ie = sole(scale.outputs[0]);
+    if (!ie || !plain(g.nodes[*ie], "Erf", 1)) continue;
+    const std::string e = g.nodes[*ie].outputs[0];
+    const auto ia = sole(e);
+    if (!ia || !plain(g.nodes[*ia], "Add", 2) ||
+        !near(scalar_of(g, ix, dead, other_of(g.nodes[*ia], e)), 1.0))
+      continue;
+    const std::string a = g.nodes[*ia].outputs[0];
+    const auto im = sole(a);  // the Mul reading 1 + erf
+    if (!im || !plain(g.nodes[*im], "Mul", 2)) continue;
+    const Node& m = g.nodes[*im];
+    const std::string other = other_of(m, a);
+    size_t last;
+    if (other == x) {  // (x * (1 + erf)) * 0.5
+      const auto ih = sole(m.outputs[0]);
+      if (!ih || !plain(g.nodes[*ih], "Mul", 2) ||
+          !near(scalar_of(g, ix, dead, other_of(g.nodes[*ih], m.outputs[0])), 0.5))
+        continue;
+      last = *ih;
+    } else {  // (x * 0.5) * (1 + erf)
+      const Node* h = ix.producer(other, dead);
+      if (!h || !plain(*h, "Mul", 2) || other_of(*h, x).empty() ||
+          !near(scalar_of(g, ix, dead, other_of(*h, x)), 0.5) || !ix.read_only_by(other, {*im}))
+        continue;
+      dead[ix.producer_index(other)] = true;
+      last = *im;
+    }
+    Node gelu;
+    gelu.name = g.nodes[last].name.empty() ? "" : g.nodes[last].name + "_gelu";
+    gelu.op = "Gelu";
+    gelu.inputs = {x};
+    gelu.outputs = {g.nodes[last].outputs[0]};
+    gelu.attrs["approximate"] = std::string("none");
+    for (size_t k : {i, *ie, *ia, *im}) dead[k] = true;
+    g.nodes[last] = std::move(gelu);
+    dead[last] = false;
+    ++count;
+  }
+  erase_dead(g, dead);
+  return count;
+}
+
 // ---- Pad(x, zeros at the spatial ends) -> Conv(x) with the pads added to its own ----
 int pad_conv_pass(Graph& g) {
   Index ix(g);
@@ -477,14 +549,165 @@ int cse_pass(Graph& g) {
   return count;
 }
 
+
+// ---- BatchNormalization folded into the contraction before it ----
+
+// A float32/float64 constant of `types`, or null.
+const HostTensor* float_constant(const GraphTypes& types, const std::string& v) {
+  auto it = types.constants.find(v);
+  if (it == types.constants.end()) return nullptr;
+  const DType t = it->second.dtype();
+  return t == DType::kFloat32 || t == DType::kFloat64 ? &it->second : nullptr;
+}
+
+// `values` (in double) as a tensor of `dtype` (float32 or float64) and `shape`.
+HostTensor tensor_of(DType dtype, Shape shape, const std::vector<double>& values) {
+  if (dtype == DType::kFloat64) return HostTensor::from_vector<double>(values, std::move(shape));
+  std::vector<float> f(values.begin(), values.end());
+  return HostTensor::from_vector<float>(f, std::move(shape));
+}
+
+int fold_batchnorm_impl(Graph& g, GraphTypes& types, std::vector<bool>* dropped,
+                        const std::function<bool(const std::string&, HostTensor)>& add_constant) {
+  std::map<std::string, size_t> producer;
+  std::map<std::string, int> reads;  // reads inside subgraphs included
+  std::set<std::string> outputs;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (const auto& o : g.nodes[i].outputs)
+      if (!o.empty()) producer[o] = i;
+    for (const auto& in : g.nodes[i].inputs)
+      if (!in.empty()) ++reads[in];
+    for (const auto& in : implicit_inputs(g.nodes[i])) ++reads[in];
+  }
+  for (const auto& o : g.outputs) outputs.insert(o.name);
+  auto fresh = [&](const std::string& base) {
+    for (int k = 0;; ++k) {
+      std::string name = base + "_bnfold" + std::to_string(k);
+      if (!types.values.count(name) && !types.constants.count(name) && !producer.count(name) &&
+          !g.initializers.count(name))
+        return name;
+    }
+  };
+  int count = 0;
+  for (size_t b = 0; b < g.nodes.size(); ++b) {
+    const Node& bn = g.nodes[b];
+    if ((*dropped)[b] || bn.op != "BatchNormalization" || !bn.domain.empty() ||
+        bn.inputs.size() != 5 || bn.outputs.empty() || bn.outputs[0].empty())
+      continue;
+    // Inference: the running statistics, no statistics asked for (training_mode, or the
+    // optional outputs of opsets before 14).
+    if (int_attr(bn, "training_mode", 0) != 0 || int_attr(bn, "spatial", 1) != 1) continue;
+    if (std::any_of(bn.outputs.begin() + 1, bn.outputs.end(),
+                    [](const std::string& o) { return !o.empty(); }))
+      continue;
+    const float eps = float_attr(bn, "epsilon", 1e-5f);
+    if (!(eps >= 0)) continue;
+    const std::string& x = bn.inputs[0];
+    if (types.constants.count(x) || outputs.count(x) || reads[x] != 1) continue;
+    auto pit = producer.find(x);
+    if (pit == producer.end() || (*dropped)[pit->second]) continue;
+    Node& p = g.nodes[pit->second];
+    const bool conv = p.op == "Conv", convt = p.op == "ConvTranspose", gemm = p.op == "Gemm";
+    if ((!conv && !convt && !gemm) || !p.domain.empty() || p.outputs.size() != 1 ||
+        p.outputs[0] != x || p.inputs.size() < 2)
+      continue;
+    const HostTensor* w = float_constant(types, p.inputs[1]);
+    if (!w || w->numel() == 0) continue;
+    const Shape& ws = w->shape();
+    // Output channels, and the channel of each weight.
+    int64_t m = 0;
+    std::function<int64_t(int64_t)> channel_of;
+    if (conv) {
+      if (ws.size() < 3) continue;
+      m = ws[0];
+      const int64_t per = w->numel() / m;
+      channel_of = [per](int64_t i) { return i / per; };
+    } else if (convt) {
+      const int64_t group = int_attr(p, "group", 1);
+      if (ws.size() < 3 || group < 1 || ws[0] % group) continue;
+      const int64_t per_group = ws[1], in_per_group = ws[0] / group;
+      m = group * per_group;
+      const int64_t kk = w->numel() / (ws[0] * ws[1]);
+      channel_of = [=](int64_t i) {
+        const int64_t c = i / (per_group * kk), o = (i / kk) % per_group;
+        return (c / in_per_group) * per_group + o;
+      };
+    } else {
+      if (ws.size() != 2) continue;
+      const bool trans_b = int_attr(p, "transB", 0) != 0;
+      m = trans_b ? ws[0] : ws[1];
+      const int64_t cols = ws[1];
+      channel_of = trans_b ? std::function<int64_t(int64_t)>([cols](int64_t i) { return i / cols; })
+                           : std::function<int64_t(int64_t)>([cols](int64_t i) { return i % cols; });
+    }
+    std::vector<double> s, shift, mean;
+    bool ok = m > 0;
+    for (size_t k = 1; ok && k < 5; ++k) {
+      const HostTensor* t = float_constant(types, bn.inputs[k]);
+      ok = t && t->numel() == m;
+    }
+    if (!ok) continue;
+    {
+      const std::vector<double> scale = types.constants.at(bn.inputs[1]).to_double_vector();
+      const std::vector<double> var = types.constants.at(bn.inputs[4]).to_double_vector();
+      shift = types.constants.at(bn.inputs[2]).to_double_vector();
+      mean = types.constants.at(bn.inputs[3]).to_double_vector();
+      s.resize(static_cast<size_t>(m));
+      for (size_t o = 0; o < s.size(); ++o) s[o] = scale[o] / std::sqrt(var[o] + double(eps));
+    }
+    // The bias before the fold, per output channel (Gemm: beta * C broadcast over the rows).
+    std::vector<double> bias(static_cast<size_t>(m), 0.0);
+    const std::string bias_in = p.inputs.size() > 2 ? p.inputs[2] : "";
+    if (!bias_in.empty()) {
+      const HostTensor* c = float_constant(types, bias_in);
+      if (!c) continue;
+      const Shape& cs = c->shape();
+      const bool per_channel = c->numel() == m && (cs.size() == 1 || (gemm && cs.size() == 2 && cs[0] == 1));
+      const bool one = gemm && c->numel() == 1 && cs.size() <= 2;
+      if (!per_channel && !one) continue;
+      const std::vector<double> cv = c->to_double_vector();
+      const double beta = gemm ? float_attr(p, "beta", 1.0f) : 1.0;
+      if (!std::isfinite(beta)) continue;
+      for (size_t o = 0; o < bias.size(); ++o) bias[o] = beta * cv[per_channel ? o : 0];
+    }
+    std::vector<double> wv = w->to_double_vector();
+    for (int64_t i = 0; i < static_cast<int64_t>(wv.size()); ++i)
+      wv[static_cast<size_t>(i)] *= s[static_cast<size_t>(channel_of(i))];
+    for (size_t o = 0; o < bias.size(); ++o) bias[o] = (bias[o] - mean[o]) * s[o] + shift[o];
+    const std::string w_name = fresh(p.inputs[1]);
+    const std::string b_name = fresh(bias_in.empty() ? p.inputs[1] + "_bias" : bias_in);
+    HostTensor w2 = tensor_of(w->dtype(), ws, wv);
+    HostTensor b2 = tensor_of(w->dtype(), {m}, bias);
+    const TensorType wt = w2.type(), bt = b2.type();
+    if (!add_constant(w_name, std::move(w2))) continue;
+    if (!add_constant(b_name, std::move(b2))) continue;  // the weight made stays unread
+    types.values.insert_or_assign(w_name, Result<TensorType>(wt));
+    types.values.insert_or_assign(b_name, Result<TensorType>(bt));
+    p.inputs[1] = w_name;
+    p.inputs.resize(3);
+    p.inputs[2] = b_name;
+    if (gemm) p.attrs["beta"] = 1.0f;
+    p.outputs[0] = bn.outputs[0];
+    (*dropped)[b] = true;
+    ++count;
+  }
+  return count;
+}
+
 }  // namespace
+
+int fold_batchnorm(Graph& graph, GraphTypes& types, std::vector<bool>* dropped,
+                   const std::function<bool(const std::string&, HostTensor)>& add_constant) {
+  dropped->resize(graph.nodes.size(), false);
+  return fold_batchnorm_impl(graph, types, dropped, add_constant);
+}
 
 CanonicalizeOptions CanonicalizeOptions::from_env() {
   CanonicalizeOptions base;
   const char* env = std::getenv("TENSORD_CANONICAL");
   if (!env) return base;
   const std::string s = env;
-  if (s == "0" || s == "none" || s == "off") return CanonicalizeOptions{false, false, false, false, false};
+  if (s == "0" || s == "none" || s == "off") return CanonicalizeOptions{false, false, false, false, false, false, false};
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -496,6 +719,8 @@ CanonicalizeOptions CanonicalizeOptions::from_env() {
     if (name == "layernorm") base.layernorm = on;
     if (name == "padconv") base.pad_conv = on;
     if (name == "cse") base.cse = on;
+    if (name == "bnfold") base.bnfold = on;
+    if (name == "gelu") base.gelu = on;
   }
   return base;
 }
@@ -528,6 +753,7 @@ CanonicalizeStats canonicalize(Graph& graph, const CanonicalizeOptions& options,
   if (options.hardswish) stats.hardswish = hardswish_pass(graph);
   if (options.layernorm) stats.layernorm = layernorm_pass(graph);
   if (options.silu) stats.silu = silu_pass(graph);
+  if (options.gelu) stats.gelu = gelu_pass(graph);
   if (options.pad_conv) stats.pad_conv = pad_conv_pass(graph);
   return stats;
 }

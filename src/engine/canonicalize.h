@@ -20,17 +20,30 @@
 //               subgraphs or tensors of more than 64 values); a duplicate asking for an
 //               optional output the first left out (MaxPool's Indices: the forward pool and
 //               its gradient) gives it to the first (runs before the other passes)
+//   gelu:       Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5) -> Gelu(x) (approximate "none"):
+//               the erf GELU as PyTorch exports nn.GELU before opset 20; Mul by 1/sqrt 2 for
+//               the Div, either operand order, the 0.5 on x or on the product; every
+//               intermediate read only by the next
+//   bnfold:     Conv | ConvTranspose (W, [B]) or Gemm (A, B, [C]) read only by an inference
+//               BatchNormalization (scale, bias, mean, var; epsilon) -> the contraction with
+//               W * s and (B - mean) * s + bias, s = scale / sqrt(var + epsilon) per output
+//               channel, computed in double and rounded once (fold_batchnorm: it runs on the
+//               compiler's typed graph, after constant folding, so weights made at compile
+//               time count too; every backend sees the folded form)
 //
 // Switches: CanonicalizeOptions (all on by default; the compiler runs the passes on the fast
 // path only, never for the reference kernels) and TENSORD_CANONICAL=-hardswish,-silu,
-// -layernorm,-padconv,-cse
+// -layernorm,-padconv,-cse,-gelu,-bnfold
 // (a pass named with '-' is off; "0" or "none": all off).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
+#include "core/graph_utils.h"
 #include "tensord/graph.h"
 
 namespace tensord {
@@ -41,6 +54,8 @@ struct CanonicalizeOptions {
   bool layernorm = true;
   bool pad_conv = true;
   bool cse = true;
+  bool bnfold = true;
+  bool gelu = true;
   // All on, then TENSORD_CANONICAL applied.
   static CanonicalizeOptions from_env();
 };
@@ -52,6 +67,7 @@ struct CanonicalizeStats {
   int layernorm = 0;
   int pad_conv = 0;
   int cse = 0;
+  int gelu = 0;
 };
 
 // Rewrites `graph` in place (top level only; subgraph bodies are compiled on their own).
@@ -61,5 +77,14 @@ CanonicalizeStats canonicalize(Graph& graph, const CanonicalizeOptions& options 
                                const std::map<std::string, HostTensor>* known = nullptr);
 // Whether a pass could use folded values (a Pad before a Conv whose pads are computed).
 bool canonicalize_wants_constants(const Graph& graph, const CanonicalizeOptions& options);
+
+// The `bnfold` pass over a graph whose values are typed and whose constants are known
+// (`types`, after infer_graph). Each fold makes a new weight and bias and hands them to
+// `add_constant` (name, value), which registers them as constants of the compile (and
+// charges them); it returns false to refuse one (a quota): that BatchNormalization stays.
+// The folded BatchNormalization's output becomes the contraction's; its node is marked in
+// `dropped` (sized to graph.nodes) and must not run. Returns how many were folded.
+int fold_batchnorm(Graph& graph, GraphTypes& types, std::vector<bool>* dropped,
+                   const std::function<bool(const std::string&, HostTensor)>& add_constant);
 
 }  // namespace tensord

@@ -340,10 +340,38 @@ Status Executable::Impl::build(const std::vector<TensorType>& input_types, bool 
   int64_t charged_total = charged_folded;
   GiveBack give_back{budget, &charged_total, &charged_folded};
   if (!refused.ok()) return refused;
+  // BatchNormalization folded into the contraction before it (engine/canonicalize.h's
+  // bnfold): the weights it makes are charged as folded constants.
+  std::vector<bool> dropped(graph.nodes.size(), false);
+  std::vector<std::string> made;
+  if (options.fuse && fold_constants && CanonicalizeOptions::from_env().bnfold) {
+    fold_batchnorm(graph, types, &dropped, [&](const std::string& name, HostTensor t) {
+      const int64_t bytes = static_cast<int64_t>(t.nbytes());
+      if (budget) {
+        if (!budget->reserve_folded(bytes)) return false;
+        Status s = budget->charge(
+            bytes, fmt::format("folding a BatchNormalization of graph '{}' into {} of weights",
+                               g.name, format_bytes(bytes)));
+        if (!s.ok()) {
+          budget->release_folded(bytes);
+          return false;
+        }
+      }
+      charged_folded += bytes;
+      charged_total += bytes;
+      folded_names.insert(name);
+      made.push_back(name);
+      types.constants[name] = std::move(t);
+      return true;
+    });
+  }
   for (const auto& in : g.inputs) input_ids.push_back(id_of(in.name));
   for (const auto& [name, t] : g.initializers)
     constants.emplace_back(id_of(name), std::make_shared<const HostTensor>(t));
+  for (const auto& name : made)
+    constants.emplace_back(id_of(name), std::make_shared<const HostTensor>(types.constants.at(name)));
   for (size_t idx : types.order) {
+    if (dropped[idx]) continue;
     const Node& node = g.nodes[idx];
     // Folded at compile time: its outputs are constants of the executable.
     bool folded = !node.outputs.empty();

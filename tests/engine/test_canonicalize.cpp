@@ -191,8 +191,11 @@ TEST(Canonicalize, LayerNormScaleBehindIdentity) {
     if (n.op == "Mul" && n.inputs[1] == "gamma") n.inputs[1] = "gamma2";
   Graph c = g;
   EXPECT_EQ(canonicalize(c).layernorm, 1);
-  for (const auto& n : c.nodes)
-    if (n.op == "LayerNormalization") EXPECT_EQ(n.inputs[1], "gamma");
+  for (const auto& n : c.nodes) {
+    if (n.op == "LayerNormalization") {
+      EXPECT_EQ(n.inputs[1], "gamma");
+    }
+  }
   expect_same_as_reference(g, {random_tensor({2, 3, 32}, 10)}, 1e-4f);
 }
 
@@ -325,6 +328,262 @@ TEST(Canonicalize, CommonSubexpressionsAreComputedOnce) {
   EXPECT_EQ(o.nodes.size(), g.nodes.size());
   g.nodes.resize(8);  // the random ones out: the outputs are compared with the reference's
   expect_same_as_reference(g, {random_tensor({2, 3, 6, 6}, 21)});
+}
+
+// ---- gelu: the erf GELU as PyTorch exports nn.GELU before opset 20 ----
+
+// y = GELU(x) in the three orders exporters write: (x * (1 + erf(x / sqrt2))) * 0.5,
+// (x * 0.5) * (1 + erf(x * 1/sqrt2)), and 0.5 * ((1 + erf) * x) with operands swapped.
+Graph gelu_graph(int form) {
+  Graph g;
+  g.inputs = {{"x", {DType::kFloat32, {3, 40}}}};
+  g.outputs = {{"y", {DType::kFloat32, {3, 40}}}};
+  g.initializers["half"] = HostTensor::scalar(0.5f);
+  g.initializers["one"] = HostTensor::scalar(1.0f);
+  g.initializers["sqrt2"] = HostTensor::scalar(1.4142135f);
+  g.initializers["rsqrt2"] = HostTensor::scalar(0.70710678f);
+  if (form == 1) {
+    g.nodes.push_back(node("Mul", {"x", "half"}, {"h"}));
+    g.nodes.push_back(node("Mul", {"x", "rsqrt2"}, {"s"}));
+  } else {
+    g.nodes.push_back(node("Div", {"x", "sqrt2"}, {"s"}));
+  }
+  g.nodes.push_back(node("Erf", {"s"}, {"e"}));
+  g.nodes.push_back(node("Add", form == 2 ? std::vector<std::string>{"one", "e"}
+                                          : std::vector<std::string>{"e", "one"}, {"a"}));
+  if (form == 0) {
+    g.nodes.push_back(node("Mul", {"x", "a"}, {"m"}));
+    g.nodes.push_back(node("Mul", {"m", "half"}, {"y"}));
+  } else if (form == 1) {
+    g.nodes.push_back(node("Mul", {"h", "a"}, {"y"}));
+  } else {
+    g.nodes.push_back(node("Mul", {"a", "x"}, {"m"}));
+    g.nodes.push_back(node("Mul", {"half", "m"}, {"y"}));
+  }
+  return g;
+}
+
+TEST(Canonicalize, DecomposedErfGeluBecomesGelu) {
+  for (int form : {0, 1, 2}) {
+    SCOPED_TRACE(form);
+    Graph g = gelu_graph(form);
+    Graph c = g;
+    EXPECT_EQ(canonicalize(c).gelu, 1);
+    ASSERT_EQ(ops_of(c), std::vector<std::string>{"Gelu"});
+    EXPECT_EQ(c.nodes[0].inputs, std::vector<std::string>{"x"});
+    EXPECT_EQ(c.nodes[0].outputs, std::vector<std::string>{"y"});
+    expect_same_as_reference(g, {random_tensor({3, 40}, 50)}, 1e-5f);
+  }
+}
+
+TEST(Canonicalize, GeluLeavesWhatItCannotProve) {
+  {  // the Erf's output is read elsewhere too
+    Graph g = gelu_graph(0);
+    g.outputs.push_back({"e", {DType::kFloat32, {3, 40}}});
+    EXPECT_EQ(canonicalize(g).gelu, 0);
+  }
+  {  // another constant: not a GELU
+    Graph g = gelu_graph(0);
+    g.initializers["half"] = HostTensor::scalar(0.25f);
+    EXPECT_EQ(canonicalize(g).gelu, 0);
+  }
+  {  // x * 0.5 read by something else as well: that Mul stays, the pattern is left alone
+    Graph g = gelu_graph(1);
+    g.nodes.push_back(node("Neg", {"h"}, {"z"}));
+    g.outputs.push_back({"z", {DType::kFloat32, {3, 40}}});
+    EXPECT_EQ(canonicalize(g).gelu, 0);
+  }
+  CanonicalizeOptions off;
+  off.gelu = false;
+  Graph g = gelu_graph(0);
+  EXPECT_EQ(canonicalize(g, off).gelu, 0);
+  EXPECT_EQ(g.nodes.size(), 5u);
+}
+
+// ---- bnfold: an inference BatchNormalization folded into the contraction before it ----
+
+HostTensor positive_tensor(Shape shape, uint32_t seed) {
+  HostTensor t = random_tensor(std::move(shape), seed);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.mutable_data<float>()[i] = 0.5f + std::fabs(t.mutable_data<float>()[i]);
+  return t;
+}
+
+// x -> `op` (weights "w", bias "b" when `bias`) -> BatchNormalization -> Relu -> y.
+Graph bn_graph(const std::string& op, bool bias, AttributeMap attrs = {}) {
+  Graph g;
+  int64_t m = 6;
+  Shape xs, ws, ys;
+  if (op == "Conv") {
+    xs = {2, 4, 7, 7}, ws = {m, 4, 3, 3}, ys = {2, m, 5, 5};
+  } else if (op == "ConvTranspose") {  // group 2: each group's 2 inputs make 3 outputs
+    xs = {2, 4, 5, 5}, ws = {4, 3, 3, 3}, ys = {2, m, 7, 7};
+    attrs["group"] = int64_t{2};
+  } else {  // Gemm
+    const bool tb = attrs.count("transB") > 0;
+    xs = {3, 5}, ws = tb ? Shape{m, 5} : Shape{5, m}, ys = {3, m};
+  }
+  g.inputs = {{"x", {DType::kFloat32, xs}}};
+  g.outputs = {{"y", {DType::kFloat32, ys}}};
+  g.initializers["w"] = random_tensor(ws, 31);
+  std::vector<std::string> in = {"x", "w"};
+  if (bias) {
+    g.initializers["b"] = random_tensor({m}, 32);
+    in.push_back("b");
+  }
+  g.initializers["scale"] = random_tensor({m}, 33);
+  g.initializers["shift"] = random_tensor({m}, 34);
+  g.initializers["mean"] = random_tensor({m}, 35);
+  g.initializers["var"] = positive_tensor({m}, 36);
+  g.nodes.push_back(node(op, in, {"c"}, attrs));
+  g.nodes.push_back(node("BatchNormalization", {"c", "scale", "shift", "mean", "var"}, {"n"},
+                         {{"epsilon", 1e-3f}}));
+  g.nodes.push_back(node("Relu", {"n"}, {"y"}));
+  return g;
+}
+
+// What the compiler makes of `g` with every cpu region compiler off: a step per node, named.
+std::string described_per_node(const Graph& g, std::shared_ptr<CompileBudget> budget = nullptr) {
+  setenv("TENSORD_NO_ONEDNN_REGIONS", "1", 1);
+  setenv("TENSORD_NO_ELEMENTWISE_FUSION", "1", 1);
+  setenv("TENSORD_NO_LINEAR_FUSION", "1", 1);
+  std::unique_ptr<Device> host;
+  for (auto& backend : create_backends())
+    if (backend->name() == "cpu" && !host) host = std::move(backend->enumerate().front());
+  CompileTarget target;
+  target.device = host.get();
+  target.host = host.get();
+  target.budget = std::move(budget);
+  std::vector<TensorType> in;
+  for (const auto& i : g.inputs) in.push_back(i.type);
+  auto exe = Executable::compile(g, in, target, CompileOptions{});
+  unsetenv("TENSORD_NO_ONEDNN_REGIONS");
+  unsetenv("TENSORD_NO_ELEMENTWISE_FUSION");
+  unsetenv("TENSORD_NO_LINEAR_FUSION");
+  EXPECT_TRUE(exe.ok()) << exe.status().message();
+  return exe.ok() ? (*exe)->describe() : "";
+}
+
+// The passes' view of it: folded on the typed graph, as the compiler does.
+int folds(Graph& g, std::vector<bool>* dropped) {
+  std::vector<TensorType> in;
+  for (const auto& i : g.inputs) in.push_back(i.type);
+  auto types = infer_graph(OpRegistry::global(), g, in);
+  EXPECT_TRUE(types.ok()) << types.status().message();
+  if (!types.ok()) return -1;
+  return fold_batchnorm(g, *types, dropped, [](const std::string&, HostTensor) { return true; });
+}
+
+TEST(Canonicalize, BatchNormFoldsIntoConvConvTransposeAndGemm) {
+  struct Case {
+    std::string op;
+    bool bias;
+    AttributeMap attrs;
+  };
+  const std::vector<Case> cases = {
+      {"Conv", true, {}},
+      {"Conv", false, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}},
+      {"ConvTranspose", true, {}},
+      {"ConvTranspose", false, {}},
+      {"Gemm", true, {{"alpha", 0.5f}, {"beta", 2.0f}}},
+      {"Gemm", false, {{"transB", int64_t{1}}}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.op + (c.bias ? " with bias" : " without bias"));
+    Graph g = bn_graph(c.op, c.bias, c.attrs);
+    if (c.op == "Conv" && !c.bias) g.outputs[0].type.shape = {2, 6, 7, 7};
+    Graph f = g;
+    std::vector<bool> dropped;
+    ASSERT_EQ(folds(f, &dropped), 1);
+    EXPECT_EQ(dropped, (std::vector<bool>{false, true, false}));
+    // The contraction now makes the BatchNormalization's output from new constants.
+    EXPECT_EQ(f.nodes[0].outputs[0], "n");
+    ASSERT_EQ(f.nodes[0].inputs.size(), 3u);
+    EXPECT_NE(f.nodes[0].inputs[1], "w");
+    if (c.op == "Gemm") {
+      const float* beta = f.nodes[0].attrs.at("beta").get_if<float>();
+      ASSERT_TRUE(beta);
+      EXPECT_EQ(*beta, 1.0f);
+    }
+    // Compiled (folded) against the reference kernels on the graph as given.
+    const Shape xs = g.inputs[0].type.shape;
+    expect_same_as_reference(g, {random_tensor(xs, 37)}, 1e-4f);
+    const std::string described = described_per_node(g);
+    EXPECT_NE(described.find(c.op), std::string::npos) << described;
+    EXPECT_EQ(described.find("BatchNormalization"), std::string::npos) << described;
+  }
+}
+
+TEST(Canonicalize, BatchNormFoldLeavesWhatItCannotProve) {
+  std::vector<bool> dropped;
+  {  // the contraction's output has another reader
+    Graph g = bn_graph("Conv", true);
+    g.nodes.push_back(node("Neg", {"c"}, {"z"}));
+    g.outputs.push_back({"z", {DType::kFloat32, {2, 6, 5, 5}}});
+    EXPECT_EQ(folds(g, &dropped), 0);
+  }
+  {  // ... or is a graph output
+    Graph g = bn_graph("Conv", true);
+    g.outputs.push_back({"c", {DType::kFloat32, {2, 6, 5, 5}}});
+    EXPECT_EQ(folds(g, &dropped), 0);
+  }
+  {  // weights that are an input, not a constant
+    Graph g = bn_graph("Conv", true);
+    g.initializers.erase("w");
+    g.inputs.push_back({"w", {DType::kFloat32, {6, 4, 3, 3}}});
+    EXPECT_EQ(folds(g, &dropped), 0);
+  }
+  {  // training mode: batch statistics
+    Graph g = bn_graph("Conv", true);
+    g.nodes[1].attrs["training_mode"] = int64_t{1};
+    EXPECT_EQ(folds(g, &dropped), 0);
+  }
+  {  // a Gemm bias per row and column, not per column
+    Graph g = bn_graph("Gemm", true);
+    g.initializers["b"] = random_tensor({3, 6}, 38);
+    EXPECT_EQ(folds(g, &dropped), 0);
+  }
+  {  // a refused constant (a quota): nothing changes
+    Graph g = bn_graph("Conv", true);
+    std::vector<TensorType> in = {g.inputs[0].type};
+    auto types = infer_graph(OpRegistry::global(), g, in);
+    ASSERT_TRUE(types.ok());
+    Graph before = g;
+    EXPECT_EQ(fold_batchnorm(g, *types, &dropped, [](const std::string&, HostTensor) { return false; }), 0);
+    EXPECT_EQ(g.nodes[0].inputs, before.nodes[0].inputs);
+    EXPECT_EQ(g.nodes[0].outputs, before.nodes[0].outputs);
+  }
+  // Switched off: the compiled graph keeps its BatchNormalization.
+  Graph g = bn_graph("Conv", true);
+  setenv("TENSORD_CANONICAL", "-bnfold", 1);
+  const std::string described = described_per_node(g);
+  unsetenv("TENSORD_CANONICAL");
+  EXPECT_NE(described.find("BatchNormalization"), std::string::npos) << described;
+  expect_same_as_reference(g, {random_tensor({2, 4, 7, 7}, 39)}, 1e-4f);
+}
+
+// The weights a fold makes are charged to the compile's budget, and a budget that refuses
+// them leaves the BatchNormalization to run (same results).
+TEST(Canonicalize, BatchNormFoldIsChargedAndARefusedOneStillRuns) {
+  Graph g = bn_graph("Conv", true);
+  const int64_t made = (6 * 4 * 3 * 3 + 6) * 4;
+  for (bool refuse : {false, true}) {
+    SCOPED_TRACE(refuse ? "refused" : "charged");
+    int64_t charged = 0;
+    auto budget = std::make_shared<CompileBudget>(
+        0,
+        [&](int64_t bytes, const std::string& what) -> Status {
+          if (refuse && what.find("BatchNormalization") != std::string::npos)
+            return errors::ResourceExhausted("over the test's quota: {}", what);
+          charged += bytes;
+          return OkStatus();
+        },
+        [&](int64_t bytes) { charged -= bytes; });
+    const std::string d = described_per_node(g, budget);
+    // Charged while compiling (given back after: nothing outside the compile reads them).
+    EXPECT_EQ(budget->peak() >= made, !refuse) << budget->peak();
+    EXPECT_EQ(d.find("BatchNormalization") == std::string::npos, !refuse) << d;
+  }
 }
 
 }  // namespace

@@ -884,7 +884,7 @@ TEST(OpenClKernels, ConvolutionAndMatMulGemmPathsAgreeWithTheReference) {
   ASSERT_TRUE(opencl::set_conv_gemm(cl0(), 8).ok());  // the default again
 }
 
-// Conv + BatchNormalization (folded into the weights at compile time) + residual Add +
+// Conv + BatchNormalization (folded into the weights by the engine: bnfold) + residual Add +
 // activation as one generated kernel: the 1x1 GEMM path (no im2col), im2col + GEMM, grouped,
 // depthwise at stride 1 and 2 (vector loads inside the rows, per-lane loads at the borders),
 // output widths that are not a multiple of the vector width, and a convolution whose output is
@@ -959,11 +959,11 @@ TEST(OpenClFusion, ConvolutionChainsAreOneKernelAndAgreeWithTheReference) {
     EXPECT_TRUE((*exe)->fallbacks().empty());
     EXPECT_EQ(opencl::conv_regions_built() - regions, 8);
     const std::string d = (*exe)->describe();
-    for (const char* chain : {"Conv+BatchNormalization+Relu as 1 im2col + GEMM kernels",
-                              "Conv+BatchNormalization+Add+Clip as 1 1x1 GEMM kernel",
-                              "Conv+BatchNormalization+HardSwish as 1 depthwise kernel",
+    for (const char* chain : {"Conv+Relu as 1 im2col + GEMM kernels",
+                              "Conv+Add+Clip as 1 1x1 GEMM kernel",
+                              "Conv+HardSwish as 1 depthwise kernel",
                               "Conv+LeakyRelu as 1 depthwise kernel", "Conv+Sigmoid as 1 1x1 GEMM kernel",
-                              "Conv+BatchNormalization+Relu as 1 depthwise kernel"})
+                              "Conv+Relu as 1 depthwise kernel over [1, 4, 5, 40]"})
       EXPECT_NE(d.find(chain), std::string::npos) << chain << "\n" << d;
     EXPECT_EQ(d.find("Op 'bn1'"), std::string::npos) << d;  // folded, not run
     TestServices s;

@@ -24,7 +24,7 @@ enum class Op : uint8_t {
   kAdd, kSub, kMul, kDiv, kMax, kMin,                              // binary
   kGreater, kLess, kGreaterOrEqual, kLessOrEqual, kEqual,          // binary, bool results
   kRelu, kNeg, kAbs, kSqrt, kExp, kLog, kTanh, kSigmoid, kReciprocal, kFloor, kCeil,
-  kLeakyRelu, kElu, kHardSigmoid, kHardSwish, kSoftplus, kClip, kErf,  // unary
+  kLeakyRelu, kElu, kHardSigmoid, kHardSwish, kSoftplus, kClip, kErf, kGelu,  // unary
   kWhere                                                           // ternary
 };
 
@@ -40,7 +40,7 @@ const std::map<std::string, Op>& op_table() {
       {"HardSwish", Op::kHardSwish}, {"Softplus", Op::kSoftplus}, {"Clip", Op::kClip},
       {"Erf", Op::kErf},         {"Greater", Op::kGreater},   {"Less", Op::kLess},
       {"GreaterOrEqual", Op::kGreaterOrEqual}, {"LessOrEqual", Op::kLessOrEqual},
-      {"Equal", Op::kEqual},     {"Where", Op::kWhere}};
+      {"Equal", Op::kEqual},     {"Where", Op::kWhere},       {"Gelu", Op::kGelu}};
   return t;
 }
 
@@ -232,6 +232,14 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void execute(
       }
       break;
     case Op::kErf: for (int64_t i = 0; i < n; ++i) d[i] = vec::erf(a[i]); break;
+    case Op::kGelu:  // alpha 1: approximate "tanh"
+      if (al != 0.0f) {
+        for (int64_t i = 0; i < n; ++i)
+          d[i] = 0.5f * a[i] * (1.0f + vec::tanh(0.7978845608f * (a[i] + 0.044715f * a[i] * a[i] * a[i])));
+      } else {
+        for (int64_t i = 0; i < n; ++i) d[i] = 0.5f * a[i] * (1.0f + vec::erf(a[i] * 0.70710678f));
+      }
+      break;
   }
 }
 
@@ -476,6 +484,14 @@ Result<std::unique_ptr<FusedKernel>> compile_program(const FusionGraph& g, const
       case Op::kHardSigmoid: {
         TD_ASSIGN_OR_RETURN(ins.alpha, attrs.attr_float("alpha", 0.2f));
         TD_ASSIGN_OR_RETURN(ins.beta, attrs.attr_float("beta", 0.5f));
+        break;
+      }
+      case Op::kGelu: {
+        const Result<std::string> approximate = attrs.attr_string("approximate", "none");
+        if (!approximate.ok()) return approximate.status();
+        if (*approximate != "none" && *approximate != "tanh")
+          return errors::InvalidArgument("Gelu: approximate '{}' is neither 'none' nor 'tanh'", *approximate);
+        ins.alpha = *approximate == "tanh" ? 1.0f : 0.0f;
         break;
       }
       case Op::kClip: {

@@ -67,7 +67,7 @@ struct Eltwise {
 bool is_unary_eltwise(const std::string& op) {
   static const std::set<std::string> ops = {"Relu",  "LeakyRelu", "Clip",     "Sigmoid",
                                             "Tanh",  "Elu",       "HardSwish", "HardSigmoid",
-                                            "Softplus", "Exp",    "Abs",       "Sqrt", "Neg"};
+                                            "Softplus", "Exp",    "Abs",       "Sqrt", "Neg", "Gelu"};
   return ops.count(op) > 0;
 }
 
@@ -142,6 +142,12 @@ Result<std::vector<Eltwise>> eltwise_steps(const Node& node, const FusionGraph& 
   if (op == "Abs") return std::vector<Eltwise>{{Alg::eltwise_abs, 0, 0}};
   if (op == "Sqrt") return std::vector<Eltwise>{{Alg::eltwise_sqrt, 0, 0}};
   if (op == "Neg") return std::vector<Eltwise>{{Alg::eltwise_linear, -1, 0}};
+  if (op == "Gelu") {
+    TD_ASSIGN_OR_RETURN(std::string approximate, a.attr_string("approximate", "none"));
+    if (approximate == "none") return std::vector<Eltwise>{{Alg::eltwise_gelu_erf, 0, 0}};
+    if (approximate == "tanh") return std::vector<Eltwise>{{Alg::eltwise_gelu_tanh, 0, 0}};
+    return errors::InvalidArgument("Gelu: approximate '{}' is neither 'none' nor 'tanh'", approximate);
+  }
   return errors::Unimplemented("{} is not an element-wise activation", op);
 }
 
@@ -274,12 +280,6 @@ std::vector<float> column_constant(const FusionGraph& g, const Node& node, size_
   return std::vector<float>(c->data<float>(), c->data<float>() + n);
 }
 
-bool is_scalar_constant(const FusionGraph& g, const std::string& v, float want, float tol) {
-  const HostTensor* c = g.constant(v);
-  return c && c->dtype() == DType::kFloat32 && c->numel() == 1 &&
-         std::fabs(scalar_of(*c) - want) <= tol;
-}
-
 class LinearMatcher {
  public:
   explicit LinearMatcher(const FusionGraph& g) : g_(g) {}
@@ -381,11 +381,6 @@ class LinearMatcher {
       return r;
     };
     for (int guard = 0; guard < 8; ++guard) {
-      if (std::optional<std::string> after = gelu_erf(v, taken, &p.members)) {
-        p.steps.push_back(LinearStep::activation({Alg::eltwise_gelu_erf, 0, 0}));
-        v = *after;
-        continue;
-      }
       const size_t before = p.members.size();
       const Node* r = free_reader(v);
       if (!r) break;
@@ -526,66 +521,6 @@ class LinearMatcher {
       v = n.inputs[0];
     }
     return v;
-  }
-
-  // PyTorch's erf GELU of `x`: x * 0.5 * (1 + erf(x / sqrt 2)) as Div (or Mul by 1/sqrt 2),
-  // Erf, Add 1, Mul by x, Mul by 0.5 (the two Muls in either order), every intermediate read
-  // only by the next. Appends the five nodes to `members` and returns the result's name.
-  std::optional<std::string> gelu_erf(const std::string& x, const std::vector<bool>& taken,
-                                      std::vector<size_t>* members) {
-    if (g_.is_graph_output(x)) return std::nullopt;
-    const std::vector<size_t>& xr = g_.readers_of(x);
-    if (xr.size() != 2) return std::nullopt;
-    auto only_reader = [&](const std::string& v) -> std::optional<size_t> {
-      const std::optional<size_t> j = g_.sole_reader(v);
-      return j && !taken[*j] ? j : std::nullopt;
-    };
-    auto other_of = [](const Node& n, const std::string& v) -> std::string {
-      if (n.inputs.size() != 2 || (n.inputs[0] == v) == (n.inputs[1] == v)) return "";
-      return n.inputs[0] == v ? n.inputs[1] : n.inputs[0];
-    };
-    for (int k = 0; k < 2; ++k) {
-      const size_t si = xr[static_cast<size_t>(k)];
-      const size_t mi = xr[static_cast<size_t>(1 - k)];
-      if (taken[si] || taken[mi]) continue;
-      const Node& scale = *g_.nodes[si];
-      const bool div = scale.op == "Div" && scale.inputs.size() == 2 && scale.inputs[0] == x &&
-                       is_scalar_constant(g_, scale.inputs[1], 1.41421356f, 1e-4f);
-      const bool mul = scale.op == "Mul" &&
-                       is_scalar_constant(g_, other_of(scale, x), 0.70710678f, 1e-4f);
-      if (!div && !mul) continue;
-      auto ei = only_reader(scale.outputs[0]);
-      if (!ei || g_.nodes[*ei]->op != "Erf") continue;
-      const Node& erf = *g_.nodes[*ei];
-      auto ai = only_reader(erf.outputs[0]);
-      if (!ai || g_.nodes[*ai]->op != "Add" ||
-          !is_scalar_constant(g_, other_of(*g_.nodes[*ai], erf.outputs[0]), 1.0f, 0.0f))
-        continue;
-      const Node& add = *g_.nodes[*ai];
-      // Either x * (1 + erf) then * 0.5, or (x * 0.5) * (1 + erf).
-      const Node& first = *g_.nodes[mi];
-      if (first.op != "Mul") continue;
-      std::optional<size_t> last;
-      if (other_of(first, x) == add.outputs[0]) {
-        last = only_reader(first.outputs[0]);
-        if (!last || g_.nodes[*last]->op != "Mul" ||
-            !is_scalar_constant(g_, other_of(*g_.nodes[*last], first.outputs[0]), 0.5f, 0.0f))
-          continue;
-      } else if (is_scalar_constant(g_, other_of(first, x), 0.5f, 0.0f)) {
-        last = only_reader(first.outputs[0]);
-        if (!last || *last != *only_reader(add.outputs[0]) || g_.nodes[*last]->op != "Mul" ||
-            other_of(*g_.nodes[*last], first.outputs[0]) != add.outputs[0])
-          continue;
-      } else {
-        continue;
-      }
-      if (!only_reader(add.outputs[0])) continue;
-      if (*only_reader(add.outputs[0]) != (other_of(first, x) == add.outputs[0] ? mi : *last))
-        continue;
-      members->insert(members->end(), {si, *ei, *ai, mi, *last});
-      return g_.nodes[*last]->outputs[0];
-    }
-    return std::nullopt;
   }
 
   const FusionGraph& g_;
@@ -1821,36 +1756,6 @@ class RegionCompiler {
       if (p < 0) return errors::Unimplemented("Conv with negative pads");
 
     std::string v = node.outputs[0];
-    // BatchNormalization after the Conv: folded into weights and bias.
-    if (auto c = sole_consumer(v)) {
-      const Node& bn = *g_.nodes[r_.members[*c]];
-      if (bn.op == "BatchNormalization" && bn.inputs[0] == v) {
-        NodeAttrs ba(bn);
-        TD_ASSIGN_OR_RETURN(float eps, ba.attr_float("epsilon", 1e-5f));
-        const float* scale = g_.constant(bn.inputs[1])->data<float>();
-        const float* shift = g_.constant(bn.inputs[2])->data<float>();
-        const float* mean = g_.constant(bn.inputs[3])->data<float>();
-        const float* var = g_.constant(bn.inputs[4])->data<float>();
-        for (size_t i = 1; i < 5; ++i)
-          if (g_.constant(bn.inputs[i])->numel() != oc)
-            return errors::InvalidArgument("BatchNormalization parameters do not match {} channels", oc);
-        const int64_t per_oc = w.numel() / oc;
-        // In double, so each folded weight is rounded once.
-        for (int64_t o = 0; o < oc; ++o) {
-          const double s = double(scale[o]) / std::sqrt(double(var[o]) + double(eps));
-          for (int64_t k = 0; k < per_oc; ++k) {
-            float& wk = weights[static_cast<size_t>(o * per_oc + k)];
-            wk = static_cast<float>(double(wk) * s);
-          }
-          float& bo = bias[static_cast<size_t>(o)];
-          bo = static_cast<float>((double(bo) - mean[o]) * s + shift[o]);
-        }
-        has_bias = true;
-        fused_members_.insert(*c);
-        out_->fused_++;
-        v = bn.outputs[0];
-      }
-    }
     // Post-ops: activations and one residual Add, in graph order.
     dnnl::post_ops post;
     std::string residual;
@@ -2356,9 +2261,9 @@ class RegionCompiler {
 std::string region_key(const FusionGraph& g, size_t i) {
   const Node& node = *g.nodes[i];
   if (!eligible(node, g)) return "";
-  // BatchNormalization: folded into the Conv producing its input when it is that value's only
-  // consumer, else a oneDNN batch normalization (scale-shift with the running statistics,
-  // and a ReLU after it fused), e.g. DenseNet's BN+ReLU before each Conv.
+  // BatchNormalization (the engine folded those it could into the Conv before them:
+  // engine/canonicalize.h's bnfold): a oneDNN scale-shift with the running statistics, and a
+  // ReLU after it fused, e.g. DenseNet's BN+ReLU before each Conv.
   return "onednn";
 }
 
