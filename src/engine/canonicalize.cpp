@@ -567,8 +567,70 @@ HostTensor tensor_of(DType dtype, Shape shape, const std::vector<double>& values
   return HostTensor::from_vector<float>(f, std::move(shape));
 }
 
-int fold_batchnorm_impl(Graph& g, GraphTypes& types, std::vector<bool>* dropped,
-                        const std::function<bool(const std::string&, HostTensor)>& add_constant) {
+// y = x * s + t per output channel of a contraction, for the node `n` reading x (the
+// contraction's only output, `m` channels on axis 1 of a rank-`rank` value): an inference
+// BatchNormalization; with `affine`, a Mul, Add or Sub by a constant that varies along the
+// channel axis at most. False: not such a node.
+bool channel_affine(const Node& n, const std::string& x, int64_t m, size_t rank,
+                    const GraphTypes& types, bool bn, bool affine, std::vector<double>* s,
+                    std::vector<double>* t) {
+  if (!n.domain.empty() || n.outputs.empty() || n.outputs[0].empty()) return false;
+  if (n.op == "BatchNormalization") {
+    if (!bn || n.inputs.size() != 5 || n.inputs[0] != x) return false;
+    // Inference: the running statistics, no statistics asked for (training_mode, or the
+    // optional outputs of opsets before 14).
+    if (int_attr(n, "training_mode", 0) != 0 || int_attr(n, "spatial", 1) != 1) return false;
+    if (std::any_of(n.outputs.begin() + 1, n.outputs.end(),
+                    [](const std::string& o) { return !o.empty(); }))
+      return false;
+    const float eps = float_attr(n, "epsilon", 1e-5f);
+    if (!(eps >= 0)) return false;
+    for (size_t k = 1; k < 5; ++k) {
+      const HostTensor* p = float_constant(types, n.inputs[k]);
+      if (!p || p->numel() != m) return false;
+    }
+    const std::vector<double> scale = types.constants.at(n.inputs[1]).to_double_vector();
+    const std::vector<double> shift = types.constants.at(n.inputs[2]).to_double_vector();
+    const std::vector<double> mean = types.constants.at(n.inputs[3]).to_double_vector();
+    const std::vector<double> var = types.constants.at(n.inputs[4]).to_double_vector();
+    s->resize(static_cast<size_t>(m));
+    t->resize(static_cast<size_t>(m));
+    for (size_t o = 0; o < s->size(); ++o) {
+      (*s)[o] = scale[o] / std::sqrt(var[o] + double(eps));
+      (*t)[o] = shift[o] - mean[o] * (*s)[o];
+    }
+    return true;
+  }
+  const bool mul = n.op == "Mul", add = n.op == "Add", sub = n.op == "Sub";
+  if (!affine || (!mul && !add && !sub) || n.inputs.size() != 2 || n.outputs.size() != 1) return false;
+  if ((n.inputs[0] == x) == (n.inputs[1] == x)) return false;
+  if (sub && n.inputs[0] != x) return false;  // c - x negates x: not worth a case
+  const HostTensor* c = float_constant(types, n.inputs[0] == x ? n.inputs[1] : n.inputs[0]);
+  if (!c) return false;
+  // One value, or m values along the channel axis (axis 1 of the output), 1 elsewhere: the
+  // constant's shape right-aligned to the output's, no longer than it.
+  const Shape& cs = c->shape();
+  if (cs.size() > rank) return false;
+  bool per_channel = c->numel() == m && m > 1;
+  for (size_t k = 0; k < cs.size(); ++k) {
+    const size_t axis = rank - cs.size() + k;
+    if (cs[k] != 1 && (axis != 1 || cs[k] != m)) return false;
+  }
+  if (c->numel() != 1 && !per_channel) return false;
+  const std::vector<double> cv = c->to_double_vector();
+  s->assign(static_cast<size_t>(m), 1.0);
+  t->assign(static_cast<size_t>(m), 0.0);
+  for (size_t o = 0; o < s->size(); ++o) {
+    const double v = cv[per_channel ? o : 0];
+    if (mul) (*s)[o] = v;
+    else (*t)[o] = sub ? -v : v;
+  }
+  return true;
+}
+
+int fold_affine_impl(Graph& g, GraphTypes& types, std::vector<bool>* dropped, bool bn,
+                     bool affine,
+                     const std::function<bool(const std::string&, int64_t)>& charge) {
   std::map<std::string, size_t> producer;
   std::map<std::string, int> reads;  // reads inside subgraphs included
   std::set<std::string> outputs;
@@ -580,36 +642,47 @@ int fold_batchnorm_impl(Graph& g, GraphTypes& types, std::vector<bool>* dropped,
     for (const auto& in : implicit_inputs(g.nodes[i])) ++reads[in];
   }
   for (const auto& o : g.outputs) outputs.insert(o.name);
+  std::set<std::string> made;  // constants this pass made (a second fold rewrites them)
   auto fresh = [&](const std::string& base) {
     for (int k = 0;; ++k) {
-      std::string name = base + "_bnfold" + std::to_string(k);
+      std::string name = base + "_folded" + std::to_string(k);
       if (!types.values.count(name) && !types.constants.count(name) && !producer.count(name) &&
           !g.initializers.count(name))
         return name;
     }
   };
+  // A tensor this pass made is rewritten in place; another gets a new one (charged).
+  auto put = [&](const std::string& old, const std::string& base, HostTensor value,
+                 std::string* name) {
+    if (made.count(old) && types.constants.at(old).nbytes() == value.nbytes()) {
+      types.constants.at(old) = std::move(value);
+      *name = old;
+      return true;
+    }
+    *name = fresh(base);
+    if (!charge(*name, static_cast<int64_t>(value.nbytes()))) return false;
+    types.values.insert_or_assign(*name, Result<TensorType>(value.type()));
+    types.constants.insert_or_assign(*name, std::move(value));
+    made.insert(*name);
+    return true;
+  };
   int count = 0;
   for (size_t b = 0; b < g.nodes.size(); ++b) {
-    const Node& bn = g.nodes[b];
-    if ((*dropped)[b] || bn.op != "BatchNormalization" || !bn.domain.empty() ||
-        bn.inputs.size() != 5 || bn.outputs.empty() || bn.outputs[0].empty())
-      continue;
-    // Inference: the running statistics, no statistics asked for (training_mode, or the
-    // optional outputs of opsets before 14).
-    if (int_attr(bn, "training_mode", 0) != 0 || int_attr(bn, "spatial", 1) != 1) continue;
-    if (std::any_of(bn.outputs.begin() + 1, bn.outputs.end(),
-                    [](const std::string& o) { return !o.empty(); }))
-      continue;
-    const float eps = float_attr(bn, "epsilon", 1e-5f);
-    if (!(eps >= 0)) continue;
-    const std::string& x = bn.inputs[0];
-    if (types.constants.count(x) || outputs.count(x) || reads[x] != 1) continue;
-    auto pit = producer.find(x);
-    if (pit == producer.end() || (*dropped)[pit->second]) continue;
-    Node& p = g.nodes[pit->second];
+    const Node& n = g.nodes[b];
+    if ((*dropped)[b] || n.inputs.empty() || n.outputs.empty()) continue;
+    if (n.op != "BatchNormalization" && n.op != "Mul" && n.op != "Add" && n.op != "Sub") continue;
+    // The value read that a contraction made: read only here, no graph output.
+    std::string x;
+    for (const auto& in : n.inputs)
+      if (auto it = producer.find(in); it != producer.end() && !(*dropped)[it->second]) {
+        const Node& c = g.nodes[it->second];
+        if (c.op == "Conv" || c.op == "ConvTranspose" || c.op == "Gemm") x = in;
+      }
+    if (x.empty() || types.constants.count(x) || outputs.count(x) || reads[x] != 1) continue;
+    const size_t pi = producer.at(x);
+    Node& p = g.nodes[pi];
     const bool conv = p.op == "Conv", convt = p.op == "ConvTranspose", gemm = p.op == "Gemm";
-    if ((!conv && !convt && !gemm) || !p.domain.empty() || p.outputs.size() != 1 ||
-        p.outputs[0] != x || p.inputs.size() < 2)
+    if (!p.domain.empty() || p.outputs.size() != 1 || p.outputs[0] != x || p.inputs.size() < 2)
       continue;
     const HostTensor* w = float_constant(types, p.inputs[1]);
     if (!w || w->numel() == 0) continue;
@@ -640,21 +713,11 @@ int fold_batchnorm_impl(Graph& g, GraphTypes& types, std::vector<bool>* dropped,
       channel_of = trans_b ? std::function<int64_t(int64_t)>([cols](int64_t i) { return i / cols; })
                            : std::function<int64_t(int64_t)>([cols](int64_t i) { return i % cols; });
     }
-    std::vector<double> s, shift, mean;
-    bool ok = m > 0;
-    for (size_t k = 1; ok && k < 5; ++k) {
-      const HostTensor* t = float_constant(types, bn.inputs[k]);
-      ok = t && t->numel() == m;
-    }
-    if (!ok) continue;
-    {
-      const std::vector<double> scale = types.constants.at(bn.inputs[1]).to_double_vector();
-      const std::vector<double> var = types.constants.at(bn.inputs[4]).to_double_vector();
-      shift = types.constants.at(bn.inputs[2]).to_double_vector();
-      mean = types.constants.at(bn.inputs[3]).to_double_vector();
-      s.resize(static_cast<size_t>(m));
-      for (size_t o = 0; o < s.size(); ++o) s[o] = scale[o] / std::sqrt(var[o] + double(eps));
-    }
+    auto xt = types.values.find(x);
+    if (m <= 0 || xt == types.values.end() || !xt->second.ok()) continue;
+    const size_t rank = xt->second->shape.size();
+    std::vector<double> s, t;
+    if (rank < 2 || !channel_affine(n, x, m, rank, types, bn, affine, &s, &t)) continue;
     // The bias before the fold, per output channel (Gemm: beta * C broadcast over the rows).
     std::vector<double> bias(static_cast<size_t>(m), 0.0);
     const std::string bias_in = p.inputs.size() > 2 ? p.inputs[2] : "";
@@ -671,23 +734,23 @@ int fold_batchnorm_impl(Graph& g, GraphTypes& types, std::vector<bool>* dropped,
       for (size_t o = 0; o < bias.size(); ++o) bias[o] = beta * cv[per_channel ? o : 0];
     }
     std::vector<double> wv = w->to_double_vector();
-    for (int64_t i = 0; i < static_cast<int64_t>(wv.size()); ++i)
-      wv[static_cast<size_t>(i)] *= s[static_cast<size_t>(channel_of(i))];
-    for (size_t o = 0; o < bias.size(); ++o) bias[o] = (bias[o] - mean[o]) * s[o] + shift[o];
-    const std::string w_name = fresh(p.inputs[1]);
-    const std::string b_name = fresh(bias_in.empty() ? p.inputs[1] + "_bias" : bias_in);
-    HostTensor w2 = tensor_of(w->dtype(), ws, wv);
-    HostTensor b2 = tensor_of(w->dtype(), {m}, bias);
-    const TensorType wt = w2.type(), bt = b2.type();
-    if (!add_constant(w_name, std::move(w2))) continue;
-    if (!add_constant(b_name, std::move(b2))) continue;  // the weight made stays unread
-    types.values.insert_or_assign(w_name, Result<TensorType>(wt));
-    types.values.insert_or_assign(b_name, Result<TensorType>(bt));
+    bool scaled = false;
+    for (double v : s) scaled |= v != 1.0;
+    if (scaled)
+      for (int64_t i = 0; i < static_cast<int64_t>(wv.size()); ++i)
+        wv[static_cast<size_t>(i)] *= s[static_cast<size_t>(channel_of(i))];
+    for (size_t o = 0; o < bias.size(); ++o) bias[o] = bias[o] * s[o] + t[o];
+    std::string w_name = p.inputs[1], b_name;
+    if (scaled && !put(p.inputs[1], p.inputs[1], tensor_of(w->dtype(), ws, wv), &w_name)) continue;
+    if (!put(bias_in, bias_in.empty() ? p.inputs[1] + "_bias" : bias_in,
+             tensor_of(w->dtype(), {m}, bias), &b_name))
+      continue;  // a weight made stays unread
     p.inputs[1] = w_name;
     p.inputs.resize(3);
     p.inputs[2] = b_name;
     if (gemm) p.attrs["beta"] = 1.0f;
-    p.outputs[0] = bn.outputs[0];
+    p.outputs[0] = n.outputs[0];
+    producer[n.outputs[0]] = pi;
     (*dropped)[b] = true;
     ++count;
   }
@@ -696,10 +759,12 @@ int fold_batchnorm_impl(Graph& g, GraphTypes& types, std::vector<bool>* dropped,
 
 }  // namespace
 
-int fold_batchnorm(Graph& graph, GraphTypes& types, std::vector<bool>* dropped,
-                   const std::function<bool(const std::string&, HostTensor)>& add_constant) {
-  dropped->resize(graph.nodes.size(), false);
-  return fold_batchnorm_impl(graph, types, dropped, add_constant);
+int fold_affine(Graph& graph, GraphTypes& types, std::vector<bool>* dropped,
+                const CanonicalizeOptions& options,
+                const std::function<bool(const std::string&, int64_t)>& charge) {
+  dropped->assign(graph.nodes.size(), false);
+  if (!options.bnfold && !options.affine) return 0;
+  return fold_affine_impl(graph, types, dropped, options.bnfold, options.affine, charge);
 }
 
 CanonicalizeOptions CanonicalizeOptions::from_env() {
@@ -707,7 +772,7 @@ CanonicalizeOptions CanonicalizeOptions::from_env() {
   const char* env = std::getenv("TENSORD_CANONICAL");
   if (!env) return base;
   const std::string s = env;
-  if (s == "0" || s == "none" || s == "off") return CanonicalizeOptions{false, false, false, false, false, false, false};
+  if (s == "0" || s == "none" || s == "off") return CanonicalizeOptions{false, false, false, false, false, false, false, false};
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -721,6 +786,7 @@ CanonicalizeOptions CanonicalizeOptions::from_env() {
     if (name == "cse") base.cse = on;
     if (name == "bnfold") base.bnfold = on;
     if (name == "gelu") base.gelu = on;
+    if (name == "affine") base.affine = on;
   }
   return base;
 }

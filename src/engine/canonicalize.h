@@ -26,14 +26,17 @@
 //               intermediate read only by the next
 //   bnfold:     Conv | ConvTranspose (W, [B]) or Gemm (A, B, [C]) read only by an inference
 //               BatchNormalization (scale, bias, mean, var; epsilon) -> the contraction with
-//               W * s and (B - mean) * s + bias, s = scale / sqrt(var + epsilon) per output
-//               channel, computed in double and rounded once (fold_batchnorm: it runs on the
-//               compiler's typed graph, after constant folding, so weights made at compile
-//               time count too; every backend sees the folded form)
+//               W * s and B * s + t per output channel, s = scale / sqrt(var + epsilon),
+//               t = bias - mean * s, computed in double and rounded once
+//   affine:     the same for a Mul, Add or Sub (x - c) by a constant of one value or one per
+//               output channel (a layer scale, a bias kept apart, TensorFlow's unfused BN);
+//               a chain (Conv, BN, Mul, Add) folds step by step into one set of weights.
+//               Both run in fold_affine, on the compiler's typed graph after constant
+//               folding (weights made at compile time count); every backend sees the result
 //
 // Switches: CanonicalizeOptions (all on by default; the compiler runs the passes on the fast
 // path only, never for the reference kernels) and TENSORD_CANONICAL=-hardswish,-silu,
-// -layernorm,-padconv,-cse,-gelu,-bnfold
+// -layernorm,-padconv,-cse,-gelu,-bnfold,-affine
 // (a pass named with '-' is off; "0" or "none": all off).
 #pragma once
 
@@ -56,6 +59,7 @@ struct CanonicalizeOptions {
   bool cse = true;
   bool bnfold = true;
   bool gelu = true;
+  bool affine = true;
   // All on, then TENSORD_CANONICAL applied.
   static CanonicalizeOptions from_env();
 };
@@ -78,13 +82,14 @@ CanonicalizeStats canonicalize(Graph& graph, const CanonicalizeOptions& options 
 // Whether a pass could use folded values (a Pad before a Conv whose pads are computed).
 bool canonicalize_wants_constants(const Graph& graph, const CanonicalizeOptions& options);
 
-// The `bnfold` pass over a graph whose values are typed and whose constants are known
-// (`types`, after infer_graph). Each fold makes a new weight and bias and hands them to
-// `add_constant` (name, value), which registers them as constants of the compile (and
-// charges them); it returns false to refuse one (a quota): that BatchNormalization stays.
-// The folded BatchNormalization's output becomes the contraction's; its node is marked in
-// `dropped` (sized to graph.nodes) and must not run. Returns how many were folded.
-int fold_batchnorm(Graph& graph, GraphTypes& types, std::vector<bool>* dropped,
-                   const std::function<bool(const std::string&, HostTensor)>& add_constant);
+// The `bnfold` and `affine` passes over a graph whose values are typed and whose constants
+// are known (`types`, after infer_graph). Each fold makes a new weight and bias, constants
+// added to `types` once `charge` (name, bytes) accepted them; it returns false to refuse one
+// (a quota): that node stays. A later fold into the same contraction rewrites them in place. A folded node's
+// output becomes the contraction's; the node is marked in `dropped` (sized to graph.nodes)
+// and must not run. Returns how many nodes were folded.
+int fold_affine(Graph& graph, GraphTypes& types, std::vector<bool>* dropped,
+                const CanonicalizeOptions& options,
+                const std::function<bool(const std::string&, int64_t)>& charge);
 
 }  // namespace tensord

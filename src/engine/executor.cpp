@@ -340,17 +340,17 @@ Status Executable::Impl::build(const std::vector<TensorType>& input_types, bool 
   int64_t charged_total = charged_folded;
   GiveBack give_back{budget, &charged_total, &charged_folded};
   if (!refused.ok()) return refused;
-  // BatchNormalization folded into the contraction before it (engine/canonicalize.h's
-  // bnfold): the weights it makes are charged as folded constants.
+  // BatchNormalization and constant Mul/Add folded into the contraction before them
+  // (engine/canonicalize.h's bnfold and affine): the weights made are charged as folded.
   std::vector<bool> dropped(graph.nodes.size(), false);
   std::vector<std::string> made;
-  if (options.fuse && fold_constants && CanonicalizeOptions::from_env().bnfold) {
-    fold_batchnorm(graph, types, &dropped, [&](const std::string& name, HostTensor t) {
-      const int64_t bytes = static_cast<int64_t>(t.nbytes());
+  if (options.fuse && fold_constants) {
+    fold_affine(graph, types, &dropped, CanonicalizeOptions::from_env(),
+                [&](const std::string& name, int64_t bytes) {
       if (budget) {
         if (!budget->reserve_folded(bytes)) return false;
         Status s = budget->charge(
-            bytes, fmt::format("folding a BatchNormalization of graph '{}' into {} of weights",
+            bytes, fmt::format("folding BatchNormalization or a constant Mul/Add of graph '{}' into {} of weights",
                                g.name, format_bytes(bytes)));
         if (!s.ok()) {
           budget->release_folded(bytes);
@@ -361,7 +361,6 @@ Status Executable::Impl::build(const std::vector<TensorType>& input_types, bool 
       charged_total += bytes;
       folded_names.insert(name);
       made.push_back(name);
-      types.constants[name] = std::move(t);
       return true;
     });
   }

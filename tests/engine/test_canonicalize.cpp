@@ -471,7 +471,8 @@ int folds(Graph& g, std::vector<bool>* dropped) {
   auto types = infer_graph(OpRegistry::global(), g, in);
   EXPECT_TRUE(types.ok()) << types.status().message();
   if (!types.ok()) return -1;
-  return fold_batchnorm(g, *types, dropped, [](const std::string&, HostTensor) { return true; });
+  return fold_affine(g, *types, dropped, CanonicalizeOptions{},
+                     [](const std::string&, int64_t) { return true; });
 }
 
 TEST(Canonicalize, BatchNormFoldsIntoConvConvTransposeAndGemm) {
@@ -549,7 +550,9 @@ TEST(Canonicalize, BatchNormFoldLeavesWhatItCannotProve) {
     auto types = infer_graph(OpRegistry::global(), g, in);
     ASSERT_TRUE(types.ok());
     Graph before = g;
-    EXPECT_EQ(fold_batchnorm(g, *types, &dropped, [](const std::string&, HostTensor) { return false; }), 0);
+    EXPECT_EQ(fold_affine(g, *types, &dropped, CanonicalizeOptions{},
+                          [](const std::string&, int64_t) { return false; }),
+              0);
     EXPECT_EQ(g.nodes[0].inputs, before.nodes[0].inputs);
     EXPECT_EQ(g.nodes[0].outputs, before.nodes[0].outputs);
   }
@@ -560,6 +563,47 @@ TEST(Canonicalize, BatchNormFoldLeavesWhatItCannotProve) {
   unsetenv("TENSORD_CANONICAL");
   EXPECT_NE(described.find("BatchNormalization"), std::string::npos) << described;
   expect_same_as_reference(g, {random_tensor({2, 4, 7, 7}, 39)}, 1e-4f);
+}
+
+// Conv -> BN -> Mul (per channel, [M, 1, 1]) -> Add (one value) -> Sub (per channel) folds
+// step by step into one Conv; a Mul by a constant varying along another axis does not fold.
+TEST(Canonicalize, ConstantMulAndAddFoldIntoTheContractionBeforeThem) {
+  Graph g = bn_graph("Conv", false);
+  g.nodes.pop_back();  // the Relu
+  g.initializers["k"] = random_tensor({6, 1, 1}, 40);
+  g.initializers["one"] = HostTensor::scalar(0.25f);
+  g.initializers["d"] = random_tensor({1, 6, 1, 1}, 41);
+  g.nodes.push_back(node("Mul", {"k", "n"}, {"m1"}));
+  g.nodes.push_back(node("Add", {"m1", "one"}, {"m2"}));
+  g.nodes.push_back(node("Sub", {"m2", "d"}, {"y"}));
+  Graph f = g;
+  std::vector<bool> dropped;
+  ASSERT_EQ(folds(f, &dropped), 4);
+  EXPECT_EQ(dropped, (std::vector<bool>{false, true, true, true, true}));
+  EXPECT_EQ(f.nodes[0].outputs[0], "y");
+  expect_same_as_reference(g, {random_tensor({2, 4, 7, 7}, 42)}, 1e-4f);
+  const std::string described = described_per_node(g);
+  EXPECT_EQ(described.find("Mul"), std::string::npos) << described;
+  EXPECT_EQ(described.find("Sub"), std::string::npos) << described;
+
+  // Along the width: not per channel.
+  Graph w = bn_graph("Conv", true);
+  w.nodes.pop_back();
+  w.initializers["k"] = random_tensor({1, 5}, 43);
+  w.nodes.push_back(node("Mul", {"n", "k"}, {"y"}));
+  Graph wf = w;
+  EXPECT_EQ(folds(wf, &dropped), 1);  // the BN only
+  EXPECT_FALSE(dropped[2]);
+  // Switched off: the BN still folds, the Mul and Add stay.
+  Graph off = g;
+  CanonicalizeOptions no_affine;
+  no_affine.affine = false;
+  std::vector<TensorType> in = {off.inputs[0].type};
+  auto types = infer_graph(OpRegistry::global(), off, in);
+  ASSERT_TRUE(types.ok());
+  EXPECT_EQ(fold_affine(off, *types, &dropped, no_affine,
+                        [](const std::string&, int64_t) { return true; }),
+            1);
 }
 
 // The weights a fold makes are charged to the compile's budget, and a budget that refuses
