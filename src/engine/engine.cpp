@@ -976,48 +976,60 @@ struct Engine::Impl {
                             names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", ")));
   }
 
-  Result<std::shared_ptr<TensorEntry>> find_tensor(SessionId session, TensorHandle h) const {
-    std::lock_guard<std::mutex> lock(mu);
+  // The session, its tensor and its model by id, with `mu` held; NOT_FOUND naming what is
+  // missing. (One lookup for every engine call: the messages are the API's.)
+  Result<const Session*> session_locked(SessionId session) const {
     auto s = sessions.find(session);
     if (s == sessions.end()) return errors::NotFound("session {} does not exist", session);
-    auto t = s->second.tensors.find(h);
-    if (t == s->second.tensors.end())
+    return &s->second;
+  }
+  Result<Session*> session_locked(SessionId session) {
+    TD_ASSIGN_OR_RETURN(const Session* s, std::as_const(*this).session_locked(session));
+    return const_cast<Session*>(s);
+  }
+  static Result<std::shared_ptr<TensorEntry>> tensor_in(const Session& s, TensorHandle h) {
+    auto t = s.tensors.find(h);
+    if (t == s.tensors.end())
       return errors::NotFound("tensor handle {} does not exist in this session", h);
     return t->second;
   }
+  static Result<std::shared_ptr<LoadedModel>> model_in(const Session& s, ModelHandle model) {
+    auto it = s.models.find(model);
+    if (it == s.models.end())
+      return errors::NotFound("model handle {} does not exist in this session", model);
+    return it->second;
+  }
+
+  Result<std::shared_ptr<TensorEntry>> find_tensor(SessionId session, TensorHandle h) const {
+    TD_ASSIGN_OR_RETURN(auto both, find_for_wait(session, h));
+    return both.first;
+  }
 
   Result<std::shared_ptr<SessionCounter>> counter(SessionId session) const {
-    std::lock_guard<std::mutex> lock(mu);
-    auto s = sessions.find(session);
-    if (s == sessions.end()) return errors::NotFound("session {} does not exist", session);
-    return s->second.counter;
+    TD_ASSIGN_OR_RETURN(SessionRef r, ref(session));
+    return r.counter;
   }
 
   Result<SessionRef> ref(SessionId session) const {
     std::lock_guard<std::mutex> lock(mu);
-    auto s = sessions.find(session);
-    if (s == sessions.end()) return errors::NotFound("session {} does not exist", session);
-    return SessionRef{session, s->second.counter, s->second.token};
+    TD_ASSIGN_OR_RETURN(const Session* s, session_locked(session));
+    return SessionRef{session, s->counter, s->token};
   }
 
   // A tensor and its session's token (for waits that stop when the session closes).
   Result<std::pair<std::shared_ptr<TensorEntry>, std::shared_ptr<CancelToken>>> find_for_wait(
       SessionId session, TensorHandle h) const {
     std::lock_guard<std::mutex> lock(mu);
-    auto s = sessions.find(session);
-    if (s == sessions.end()) return errors::NotFound("session {} does not exist", session);
-    auto t = s->second.tensors.find(h);
-    if (t == s->second.tensors.end())
-      return errors::NotFound("tensor handle {} does not exist in this session", h);
-    return std::make_pair(t->second, s->second.token);
+    TD_ASSIGN_OR_RETURN(const Session* s, session_locked(session));
+    TD_ASSIGN_OR_RETURN(auto t, tensor_in(*s, h));
+    return std::make_pair(std::move(t), s->token);
   }
 
   Result<TensorHandle> add(SessionId session, std::shared_ptr<TensorEntry> e) {
     std::lock_guard<std::mutex> lock(mu);
-    auto s = sessions.find(session);
-    if (s == sessions.end()) return errors::NotFound("session {} does not exist", session);
+    TD_ASSIGN_OR_RETURN(Session* s, session_locked(session));
     const TensorHandle h = next_handle.fetch_add(1);
-    s->second.tensors.emplace(h, std::move(e));
+    s->tensors.emplace(h, std::move(e));
     return h;
   }
 
@@ -1434,10 +1446,9 @@ Status Engine::close_session(SessionId session) {
   std::shared_ptr<SessionCounter> last_of_tenant;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    auto it = impl_->sessions.find(session);
-    if (it == impl_->sessions.end()) return errors::NotFound("session {} does not exist", session);
-    dead = std::move(it->second);
-    impl_->sessions.erase(it);
+    TD_ASSIGN_OR_RETURN(Session* s, impl_->session_locked(session));
+    dead = std::move(*s);
+    impl_->sessions.erase(session);
     if (const auto& t = dead.counter->tenant; t && --t->sessions == 0) {
       impl_->tenants.erase(t->tenant_name);
       last_of_tenant = t;
@@ -1971,9 +1982,8 @@ Result<ModelHandle> Engine::load(SessionId session, const Graph& graph, const st
   model->options = options;
   const ModelHandle h = impl_->next_handle.fetch_add(1);
   std::lock_guard<std::mutex> lock(impl_->mu);
-  auto s = impl_->sessions.find(session);
-  if (s == impl_->sessions.end()) return errors::NotFound("session {} does not exist", session);
-  s->second.models.emplace(h, std::move(model));
+  TD_ASSIGN_OR_RETURN(Session* s, impl_->session_locked(session));
+  s->models.emplace(h, std::move(model));
   return h;
 }
 
@@ -1985,12 +1995,8 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
   std::shared_ptr<LoadedModel> m;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    auto s = impl_->sessions.find(session);
-    if (s == impl_->sessions.end()) return errors::NotFound("session {} does not exist", session);
-    auto it = s->second.models.find(model);
-    if (it == s->second.models.end())
-      return errors::NotFound("model handle {} does not exist in this session", model);
-    m = it->second;
+    TD_ASSIGN_OR_RETURN(const Session* s, impl_->session_locked(session));
+    TD_ASSIGN_OR_RETURN(m, Impl::model_in(*s, model));
   }
   const Graph& graph = m->graph;
   if (inputs.size() != graph.inputs.size())
@@ -2153,13 +2159,9 @@ Result<std::vector<TensorHandle>> Engine::run(SessionId session, ModelHandle mod
 Status Engine::unload(SessionId session, ModelHandle model) {
   std::shared_ptr<LoadedModel> dead;  // freed outside the lock
   std::lock_guard<std::mutex> lock(impl_->mu);
-  auto s = impl_->sessions.find(session);
-  if (s == impl_->sessions.end()) return errors::NotFound("session {} does not exist", session);
-  auto it = s->second.models.find(model);
-  if (it == s->second.models.end())
-    return errors::NotFound("model handle {} does not exist in this session", model);
-  dead = std::move(it->second);
-  s->second.models.erase(it);
+  TD_ASSIGN_OR_RETURN(Session* s, impl_->session_locked(session));
+  TD_ASSIGN_OR_RETURN(dead, Impl::model_in(*s, model));
+  s->models.erase(model);
   return OkStatus();
 }
 
@@ -2289,9 +2291,8 @@ Result<ModelHandle> Engine::open_named_model(SessionId session, const std::strin
   }
   const ModelHandle h = impl_->next_handle.fetch_add(1);
   std::lock_guard<std::mutex> lock(impl_->mu);
-  auto s = impl_->sessions.find(session);
-  if (s == impl_->sessions.end()) return errors::NotFound("session {} does not exist", session);
-  s->second.models.emplace(h, std::move(model));
+  TD_ASSIGN_OR_RETURN(Session* s, impl_->session_locked(session));
+  s->models.emplace(h, std::move(model));
   return h;
 }
 
@@ -2325,13 +2326,9 @@ Result<TensorHandle> Engine::copy(SessionId session, TensorHandle h, const std::
 Status Engine::release(SessionId session, TensorHandle h) {
   std::shared_ptr<TensorEntry> dead;  // freed outside the lock
   std::lock_guard<std::mutex> lock(impl_->mu);
-  auto s = impl_->sessions.find(session);
-  if (s == impl_->sessions.end()) return errors::NotFound("session {} does not exist", session);
-  auto t = s->second.tensors.find(h);
-  if (t == s->second.tensors.end())
-    return errors::NotFound("tensor handle {} does not exist in this session", h);
-  dead = std::move(t->second);
-  s->second.tensors.erase(t);
+  TD_ASSIGN_OR_RETURN(Session* s, impl_->session_locked(session));
+  TD_ASSIGN_OR_RETURN(dead, Impl::tensor_in(*s, h));
+  s->tensors.erase(h);
   return OkStatus();
 }
 
