@@ -1,3 +1,5 @@
+// tensord::connect (tensord/client.h): the embedded client, or a broker's RemoteClient. It lives
+// beside the gRPC client so that src/client/ (the embedded side) builds without gRPC.
 #include <cstdlib>
 
 #include "rpc/remote_client.h"
