@@ -60,7 +60,55 @@ const OpRegistry& OpRegistry::global() {
   return *registry;
 }
 
+const char* op_kind_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::kElementwise: return "element-wise";
+    case OpKind::kBroadcast: return "broadcast";
+    case OpKind::kReduction: return "reduction";
+    case OpKind::kContraction: return "contraction";
+    case OpKind::kDataMovement: return "data movement";
+    case OpKind::kOpaque: break;
+  }
+  return "opaque";
+}
+
+OpKind op_kind(const std::string& op) {
+  static const std::map<std::string, OpKind> kinds = [] {
+    std::map<std::string, OpKind> k;
+    for (const char* o :
+         {"Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "BitwiseNot", "Cast", "CastLike",
+          "Ceil", "Celu", "Clip", "Cos", "Cosh", "Elu", "Erf", "Exp", "Floor", "Gelu", "HardSigmoid",
+          "HardSwish", "IsInf", "IsNaN", "LeakyRelu", "Log", "Mish", "Neg", "Not", "Reciprocal",
+          "Relu", "Round", "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Softplus", "Softsign",
+          "Sqrt", "Tan", "Tanh", "ThresholdedRelu"})
+      k[o] = OpKind::kElementwise;
+    for (const char* o :
+         {"Add", "And", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Div", "Equal",
+          "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Max", "Mean", "Min", "Mod", "Mul",
+          "Or", "Pow", "PRelu", "Sub", "Sum", "Where", "Xor"})
+      k[o] = OpKind::kBroadcast;
+    for (const char* o :
+         {"ArgMax", "ArgMin", "GlobalAveragePool", "GlobalLpPool", "GlobalMaxPool", "Hardmax",
+          "LogSoftmax", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
+          "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Softmax"})
+      k[o] = OpKind::kReduction;
+    for (const char* o : {"Conv", "ConvInteger", "ConvTranspose", "Einsum", "Gemm", "MatMul",
+                          "MatMulInteger", "QLinearConv", "QLinearMatMul"})
+      k[o] = OpKind::kContraction;
+    for (const char* o :
+         {"Compress", "Concat", "DepthToSpace", "Expand", "Flatten", "Gather", "GatherElements",
+          "GatherND", "Identity", "Pad", "Reshape", "ReverseSequence", "Scatter", "ScatterElements",
+          "ScatterND", "Shape", "Size", "Slice", "SpaceToDepth", "Split", "Squeeze", "Tile",
+          "Transpose", "Unsqueeze"})
+      k[o] = OpKind::kDataMovement;
+    return k;
+  }();
+  auto it = kinds.find(op);
+  return it == kinds.end() ? OpKind::kOpaque : it->second;
+}
+
 void OpRegistry::add(OpSchema schema) {
+  if (schema.kind == OpKind::kOpaque) schema.kind = op_kind(schema.name);
   std::string name = schema.name;
   const bool inserted = schemas_.emplace(name, std::move(schema)).second;
   assert(inserted && "two op families registered the same op");

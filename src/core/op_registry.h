@@ -58,6 +58,23 @@ class InferenceContext : public NodeAttrs {
 
 using InferenceFn = std::function<Status(InferenceContext&)>;
 
+// What an op does to its elements, the property fusion decides by (TVM's OpPatternKind,
+// XLA's "element-wise / reduction / contraction" questions), never a model pattern:
+//   kElementwise   one output element from the same element of one input (Relu, Exp, Cast)
+//   kBroadcast     element-wise over NumPy-broadcast inputs (Add, Mul, Where, Greater)
+//   kReduction     combines elements along axes (ReduceSum, ArgMax, Softmax, global pools)
+//   kContraction   sums products (MatMul, Gemm, Conv, ConvTranspose, Einsum)
+//   kDataMovement  moves or selects elements without arithmetic (Reshape, Transpose, Slice,
+//                  Gather, Concat, Pad)
+//   kOpaque        anything else (windows, recurrences, normalizations, control flow)
+enum class OpKind { kOpaque, kElementwise, kBroadcast, kReduction, kContraction, kDataMovement };
+const char* op_kind_name(OpKind kind);
+// The kind of a standard-domain op by name (kOpaque for one not listed); the one table
+// (src/core/op_registry.cpp) every schema's `kind` comes from.
+OpKind op_kind(const std::string& op);
+// Element-wise in the fusion sense: kElementwise or kBroadcast.
+inline bool is_elementwise_kind(OpKind k) { return k == OpKind::kElementwise || k == OpKind::kBroadcast; }
+
 struct OpSchema {
   std::string name;
   int min_inputs = 0;
@@ -67,6 +84,7 @@ struct OpSchema {
   std::set<std::string> attributes;  // allowed attribute names
   InferenceFn infer;
   std::string doc;  // one line
+  OpKind kind = OpKind::kOpaque;  // set from op_kind(name) when registered
 };
 
 class OpRegistry {

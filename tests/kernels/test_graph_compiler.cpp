@@ -19,7 +19,10 @@
 #include "engine/executor.h"
 #include "tensord/client.h"
 #include "tensord/graph.h"
+#include "backends/cpu/elementwise_fusion.h"
+#include "backends/cpu/onednn_region.h"
 #include "backends/cpu/thread_pool.h"
+#include "core/op_registry.h"
 
 namespace tensord {
 namespace {
@@ -1291,6 +1294,34 @@ TEST(GraphCompiler, ChunkedDotProductOverAFlattenedMapWithPostOp) {
     EXPECT_EQ(primitives(plan, "inner_product"), batch == 4 ? 1 : 3) << plan;
     EXPECT_EQ(plan.find("Relu '"), std::string::npos) << plan;
   }
+}
+
+// Op kinds (core/op_registry.h) are the one answer to "is this op element-wise": every op the
+// table names is registered, and every op a cpu fuser computes element-wise is element-wise
+// or broadcast by its schema (a table that drifts from the schemas fails here).
+TEST(OpKinds, EveryFusedElementwiseOpIsElementwiseByItsSchema) {
+  const OpRegistry& r = OpRegistry::global();
+  int listed = 0;
+  for (const auto& name : r.op_names()) {
+    const OpSchema* s = r.find(name);
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->kind, op_kind(name)) << name;
+    listed += s->kind != OpKind::kOpaque;
+  }
+  EXPECT_GT(listed, 100);
+  for (const char* op : {"Relu", "Add", "ReduceSum", "MatMul", "Transpose", "LSTM"})
+    EXPECT_NE(r.find(op), nullptr) << op;
+  EXPECT_EQ(op_kind("Relu"), OpKind::kElementwise);
+  EXPECT_EQ(op_kind("Where"), OpKind::kBroadcast);
+  EXPECT_EQ(op_kind("Softmax"), OpKind::kReduction);
+  EXPECT_EQ(op_kind("Conv"), OpKind::kContraction);
+  EXPECT_EQ(op_kind("Gather"), OpKind::kDataMovement);
+  EXPECT_EQ(op_kind("LSTM"), OpKind::kOpaque);
+  for (const auto& list : {cpu::elementwise_program_ops(), cpu::onednn_elementwise_ops()})
+    for (const auto& op : list) {
+      EXPECT_NE(r.find(op), nullptr) << op;
+      EXPECT_TRUE(is_elementwise_kind(op_kind(op))) << op << " is " << op_kind_name(op_kind(op));
+    }
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "backends/codegen/templates.h"
 #include "backends/opencl/opencl_backend.h"
 #include "core/errors.h"
+#include "core/op_registry.h"
 #include "engine/executor.h"
 #include "kernels/op_test_util.h"
 #include "tensord/client.h"
@@ -877,7 +878,9 @@ TEST(OpenClKernels, ConvolutionAndMatMulGemmPathsAgreeWithTheReference) {
       ASSERT_TRUE(outs[k].ok()) << g.outputs[k].name << ": " << outs[k].status().to_string();
       expect_near(get(*outs[k]), want[k], fmt::format("{} (conv GEMM tile {})", g.outputs[k].name, tile));
     }
-    if (tile == 0) EXPECT_GE(opencl::blas_calls() - blas, 4);  // 3 convolutions + MatMul
+    if (tile == 0) {
+      EXPECT_GE(opencl::blas_calls() - blas, 4);  // 3 convolutions + MatMul
+    }
   }
   EXPECT_FALSE(opencl::set_conv_gemm(cl0(), 17).ok());
   EXPECT_FALSE(opencl::set_conv_gemm(cpu0(), 8).ok());
@@ -1341,6 +1344,16 @@ TEST(KernelGenerator, BroadcastDimsCollapseAndBothDialectsPrint) {
   EXPECT_EQ(le->kernel.dims, (std::vector<int64_t>{120}));
   EXPECT_NE(codegen::CudaPrinter().print(le->kernel)->find("expf("), std::string::npos);
   EXPECT_NE(codegen::OpenClPrinter().print(le->kernel)->find("exp(v0)"), std::string::npos);
+}
+
+// The generator's element-wise ops are element-wise or broadcast by their schemas' OpKind.
+TEST(OpenClFusion, GeneratedElementwiseOpsAreElementwiseByTheirSchemas) {
+  const std::vector<std::string> ops = codegen::elementwise_ops();
+  EXPECT_GT(ops.size(), 50u);
+  for (const auto& op : ops) {
+    EXPECT_NE(OpRegistry::global().find(op), nullptr) << op;
+    EXPECT_TRUE(is_elementwise_kind(op_kind(op))) << op << " is " << op_kind_name(op_kind(op));
+  }
 }
 
 }  // namespace

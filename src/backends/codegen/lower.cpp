@@ -5,6 +5,7 @@
 
 #include "core/errors.h"
 #include "core/node_attrs.h"
+#include "core/op_registry.h"
 
 namespace tensord::codegen {
 namespace {
@@ -56,6 +57,16 @@ const std::map<std::string, OpInfo>& ops() {
   return t;
 }
 
+}  // namespace
+
+std::vector<std::string> elementwise_ops() {
+  std::vector<std::string> names;
+  for (const auto& [name, info] : ops()) names.push_back(name);
+  return names;
+}
+
+namespace {
+
 bool numeric(Scalar s) { return s != Scalar::kBool; }
 
 Status refuse(const Node& node, const std::string& why) {
@@ -80,7 +91,7 @@ Status elementwise_supported(const Node& node, const std::vector<TensorType>& in
                              bool halves) {
   if (!node.domain.empty() && node.domain != "ai.onnx") return refuse(node, "cover ai.onnx only");
   auto it = ops().find(node.op);
-  if (it == ops().end()) return refuse(node, "have no such op");
+  if (it == ops().end() || !is_elementwise_kind(op_kind(node.op))) return refuse(node, "have no such op");
   if (node.outputs.size() != 1) return refuse(node, "produce one output only");
   const Cls cls = it->second.cls;
   std::vector<Scalar> t;  // what each input is computed in

@@ -18,6 +18,10 @@ namespace tensord::codegen {
 // lowering); `constant` gives values known at compile time (or nullptr). `halves`: float16
 // and bfloat16 tensors too, computed in float32 (kernel_ir.h Storage) — for a printer that
 // prints their conversions (CUDA C; the OpenCL C printer has none yet).
+// The ops the generator computes element-wise (each also element-wise or broadcast by its
+// schema's OpKind, which the generator checks first).
+std::vector<std::string> elementwise_ops();
+
 Status elementwise_supported(const Node& node, const std::vector<TensorType>& inputs,
                              const std::function<const HostTensor*(const std::string&)>& constant,
                              bool halves = false);

@@ -11,6 +11,7 @@
 #include "backends/cpu/vec_math.h"
 #include "core/errors.h"
 #include "core/node_attrs.h"
+#include "core/op_registry.h"
 #include "backends/cpu/thread_pool.h"
 
 namespace tensord::cpu {
@@ -43,6 +44,16 @@ const std::map<std::string, Op>& op_table() {
       {"Equal", Op::kEqual},     {"Where", Op::kWhere},       {"Gelu", Op::kGelu}};
   return t;
 }
+
+}  // namespace
+
+std::vector<std::string> elementwise_program_ops() {
+  std::vector<std::string> names;
+  for (const auto& [name, op] : op_table()) names.push_back(name);
+  return names;
+}
+
+namespace {
 
 bool is_binary(Op op) { return op <= Op::kEqual; }
 // A comparison's result is bool: 1.0f / 0.0f in a register, one byte when stored.
@@ -343,7 +354,9 @@ bool is_scalar_type(const TensorType* t) { return t && shape_is_static(t->shape)
 std::string node_key(const FusionGraph& g, const Node& node) {
   if (!node.domain.empty() && node.domain != "ai.onnx") return "";
   auto it = op_table().find(node.op);
-  if (it == op_table().end() || node.outputs.size() != 1 || node.outputs[0].empty()) return "";
+  if (it == op_table().end() || !is_elementwise_kind(op_kind(node.op)) || node.outputs.size() != 1 ||
+      node.outputs[0].empty())
+    return "";
   const TensorType* out = g.type_of(node.outputs[0]);
   const DType out_dtype = is_comparison(it->second) ? DType::kBool : DType::kFloat32;
   if (!out || out->dtype != out_dtype || !shape_is_static(out->shape) ||

@@ -15,6 +15,10 @@
 
 namespace tensord::cpu {
 
+// The ops a program computes (each also element-wise or broadcast by its schema's OpKind,
+// which grouping checks first).
+std::vector<std::string> elementwise_program_ops();
+
 // Groups and compiles the element-wise nodes of `g` not already `taken` (by oneDNN regions).
 std::vector<FusedGroup> build_elementwise_programs(const FusionGraph& g,
                                                    const std::vector<bool>& taken);

@@ -20,6 +20,7 @@
 #include "core/errors.h"
 #include "core/graph_utils.h"
 #include "core/node_attrs.h"
+#include "core/op_registry.h"
 #include "core/ops/op_helpers.h"
 
 namespace tensord::cpu {
@@ -64,16 +65,25 @@ struct Eltwise {
   float alpha = 0, beta = 0;
 };
 
-bool is_unary_eltwise(const std::string& op) {
+// The element-wise ops with a oneDNN eltwise algorithm (eltwise_of) and the broadcast ops
+// with a oneDNN binary one; an op is taken only when its schema's OpKind says so too.
+const std::set<std::string>& unary_eltwise_ops() {
   static const std::set<std::string> ops = {"Relu",  "LeakyRelu", "Clip",     "Sigmoid",
                                             "Tanh",  "Elu",       "HardSwish", "HardSigmoid",
                                             "Softplus", "Exp",    "Abs",       "Sqrt", "Neg", "Gelu"};
-  return ops.count(op) > 0;
+  return ops;
+}
+const std::set<std::string>& binary_ops() {
+  static const std::set<std::string> ops = {"Add", "Sub", "Mul", "Div", "Max", "Min"};
+  return ops;
+}
+
+bool is_unary_eltwise(const std::string& op) {
+  return unary_eltwise_ops().count(op) > 0 && op_kind(op) == OpKind::kElementwise;
 }
 
 bool is_binary(const std::string& op) {
-  static const std::set<std::string> ops = {"Add", "Sub", "Mul", "Div", "Max", "Min"};
-  return ops.count(op) > 0;
+  return binary_ops().count(op) > 0 && op_kind(op) == OpKind::kBroadcast;
 }
 
 bool is_commutative(const std::string& op) { return op != "Sub" && op != "Div"; }
@@ -2268,6 +2278,12 @@ std::string region_key(const FusionGraph& g, size_t i) {
 }
 
 }  // namespace
+
+std::vector<std::string> onednn_elementwise_ops() {
+  std::vector<std::string> names(unary_eltwise_ops().begin(), unary_eltwise_ops().end());
+  names.insert(names.end(), binary_ops().begin(), binary_ops().end());
+  return names;
+}
 
 std::vector<FusedGroup> build_onednn_regions(const FusionGraph& g,
                                              std::vector<std::string>* notes) {

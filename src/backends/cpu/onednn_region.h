@@ -27,6 +27,10 @@ namespace tensord::cpu {
 
 // Finds the regions of `g` and compiles each. A region oneDNN cannot compile is dropped (its
 // nodes keep their per-node kernels); the reason goes to `notes` when given.
+// The element-wise and broadcast ops a region takes as oneDNN eltwise and binary primitives
+// or post-ops (each also so by its schema's OpKind, which the region checks first).
+std::vector<std::string> onednn_elementwise_ops();
+
 std::vector<FusedGroup> build_onednn_regions(const FusionGraph& g,
                                              std::vector<std::string>* notes = nullptr);
 
