@@ -1698,8 +1698,11 @@ class RegionCompiler {
     }
     const bool has_bias = node.inputs.size() > 2 && !node.inputs[2].empty();
     std::string v = node.outputs[0];
+    // No post-ops: oneDNN's deconvolution is a backward-data convolution whose post-ops run
+    // as a reference loop afterwards (an eltwise post-op made the VAE decoder's deconvolutions
+    // 4-8x slower, under a "jit" implementation name); an activation after it is its own
+    // eltwise primitive, in place.
     dnnl::post_ops post;
-    TD_RETURN_IF_ERROR(absorb_post_ops(m, &v, &post, nullptr));
     const Shape& vs = type(v).shape;
     // The convolutions' layout: nChw16c in a "blocked16" region, else channels-last (what
     // oneDNN picks for the convolutions around it on AVX-512; its own choice for the
