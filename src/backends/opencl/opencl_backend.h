@@ -6,8 +6,11 @@
 // have to be CL_DEVICE_MEM_BASE_ADDR_ALIGN-aligned). Kernels are generated
 // (src/backends/codegen: element-wise ops with broadcasting, fused chains), compiled once per
 // device and kept in memory by source; everything else falls back to cpu:0 through the engine.
+// The generated kernels, the kernel list and the region compiler are the GPU layer shared with
+// the CUDA backend (codegen/gpu_kernels.h); this backend implements its runtime
+// (codegen/gpu_runtime.h) and adds CLBlast, recurrent and fused convolution kernels.
 //
-// Compiled programs are also kept on disk (TENSORD_KERNEL_CACHE, see opencl_backend.cpp),
+// Compiled programs are also kept on disk (TENSORD_KERNEL_CACHE, codegen/gpu_runtime.h),
 // keyed by device, driver version and source; a bad entry is rebuilt, never trusted.
 //
 // A Conv with constant weights is fused at compile time with what follows it (an inference
