@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/tune.h"
 
 namespace tensord::opencl {
 
@@ -72,12 +73,8 @@ int64_t queue_finishes();
 //    and an element-wise kernel of the sizes of a ResNet/MobileNet layer).
 // The file: TENSORD_TUNE_CACHE (a folder; "off": no file), else $XDG_CACHE_HOME/tensord/tune
 // or ~/.cache/tensord/tune, one file per device name and driver version.
-struct TuneOptions {
-  std::string device = "opencl:0";
-  double budget_seconds = 600;  // past this no new candidate starts (but the first of each kind)
-  std::vector<int64_t> sizes = {1024, 2048};  // SGEMM n = m = k timed (the first one tunes)
-  int repeats = 3;                          // timed runs per measurement (the best counts)
-};
+// (TuneOptions: src/backend/tune.h; the CLI reaches this through tune_device().)
+using tensord::TuneOptions;
 Status tune(const TuneOptions& options, std::ostream& out);
 // The tuning file a device of this platform, name and driver reads ("" when disabled).
 std::string tune_file(const std::string& platform, const std::string& model, const std::string& driver);
