@@ -123,8 +123,7 @@ class MoveKernel final : public Kernel {
     return {};
   }
   Status run(KernelCall& call) override {
-    if (call.inputs.empty() || !call.inputs[0].defined() || call.output_types.empty())
-      return errors::Internal("{}: no input", node_.label());
+    TD_RETURN_IF_ERROR(check_unary_call(node_, call));
     const DeviceTensor& x = call.inputs[0];
     const TensorType& out = call.output_types[0];
     if (!shape_is_static(out.shape))
@@ -219,8 +218,7 @@ class ReduceOp final : public Kernel {
     return node_.inputs.size() > 1 && !node_.inputs[1].empty() ? std::vector<int>{1} : std::vector<int>{};
   }
   Status run(KernelCall& call) override {
-    if (call.inputs.empty() || !call.inputs[0].defined() || call.output_types.empty())
-      return errors::Internal("{}: no input", node_.label());
+    TD_RETURN_IF_ERROR(check_unary_call(node_, call));
     const DeviceTensor& x = call.inputs[0];
     const TensorType& out = call.output_types[0];
     const int64_t rank = static_cast<int64_t>(x.shape.size());
