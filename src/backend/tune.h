@@ -17,7 +17,7 @@ struct TuneOptions {
   std::string device = "opencl:0";
   double budget_seconds = 600;  // past this no new candidate starts (but the first of each kind)
   std::vector<int64_t> sizes = {1024, 2048};  // SGEMM n = m = k timed (the first one tunes)
-  int repeats = 3;                          // timed runs per measurement (the best counts)
+  int repeats = 3;                            // timed runs per measurement (the best counts)
 };
 
 // Measures kernel parameters on `options.device` and stores the best where its backend reads

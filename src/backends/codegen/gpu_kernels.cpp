@@ -24,12 +24,14 @@ Result<std::string> print_for(const GpuDevice& device, const ElementwiseKernel& 
   return printer_for(device.dialect()).print(k);
 }
 
-Result<CompiledGroup> compile_group(GpuDevice& device, const std::vector<const Node*>& nodes,
-                                    const std::vector<std::string>& outputs, const Shape& shape,
-                                    const std::function<const TensorType*(const std::string&)>& type_of,
-                                    const std::function<const HostTensor*(const std::string&)>& constant) {
+Result<CompiledGroup> compile_group(
+    GpuDevice& device, const std::vector<const Node*>& nodes,
+    const std::vector<std::string>& outputs, const Shape& shape,
+    const std::function<const TensorType*(const std::string&)>& type_of,
+    const std::function<const HostTensor*(const std::string&)>& constant) {
   CompiledGroup c;
-  TD_ASSIGN_OR_RETURN(c.lowered, lower_elementwise(nodes, outputs, shape, type_of, constant, device.halves()));
+  TD_ASSIGN_OR_RETURN(c.lowered,
+                      lower_elementwise(nodes, outputs, shape, type_of, constant, device.halves()));
   TD_ASSIGN_OR_RETURN(std::string source, print_for(device, c.lowered.kernel));
   TD_ASSIGN_OR_RETURN(c.program, device.program(source, c.lowered.kernel.name));
   return c;
@@ -63,8 +65,8 @@ class GeneratedKernel final : public Kernel {
         auto it = t.find(n);
         return it != t.end() ? &it->second : nullptr;
       };
-      TD_ASSIGN_OR_RETURN(CompiledGroup c,
-                          compile_group(*device_, {&node_}, {node_.outputs[0]}, out.shape, type_of, nullptr));
+      TD_ASSIGN_OR_RETURN(CompiledGroup c, compile_group(*device_, {&node_}, {node_.outputs[0]},
+                                                         out.shape, type_of, nullptr));
       compiled_ = std::make_unique<CompiledGroup>(std::move(c));
       key_ = key;
     }
@@ -95,8 +97,8 @@ class GeneratedKernel final : public Kernel {
 
 // One input to one output by a kernel built for the call's key (the last key's program is
 // kept): data movement and reductions.
-Status run_unary(GpuDevice& device, GpuProgram& program, const DeviceTensor& x, const TensorType& out, int64_t n,
-                 KernelCall& call) {
+Status run_unary(GpuDevice& device, GpuProgram& program, const DeviceTensor& x,
+                 const TensorType& out, int64_t n, KernelCall& call) {
   TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
   TD_ASSIGN_OR_RETURN(auto buffer, call.allocator->allocate(static_cast<size_t>(bytes)));
   TD_ASSIGN_OR_RETURN(GpuArg a, device.arg(*x.buffer));
@@ -187,7 +189,8 @@ class TemplateOpKernel final : public Kernel {
     std::vector<GpuArg> args;
     for (int i : plan.inputs) {
       const auto& t = call.inputs.at(static_cast<size_t>(i));
-      if (!t.defined() || !t.buffer) return errors::Internal("{}: input {} missing", node_.label(), i);
+      if (!t.defined() || !t.buffer)
+        return errors::Internal("{}: input {} missing", node_.label(), i);
       TD_ASSIGN_OR_RETURN(GpuArg a, device_->arg(*t.buffer));
       args.push_back(a);
     }
@@ -215,7 +218,8 @@ class ReduceOp final : public Kernel {
   ReduceOp(GpuDevice* d, const Node& node) : device_(d), node_(node) {}
   std::string name() const override { return "generated"; }
   std::vector<int> host_inputs() const override {
-    return node_.inputs.size() > 1 && !node_.inputs[1].empty() ? std::vector<int>{1} : std::vector<int>{};
+    return node_.inputs.size() > 1 && !node_.inputs[1].empty() ? std::vector<int>{1}
+                                                               : std::vector<int>{};
   }
   Status run(KernelCall& call) override {
     TD_RETURN_IF_ERROR(check_unary_call(node_, call));
@@ -234,7 +238,8 @@ class ReduceOp final : public Kernel {
     k.in_shape.assign(x.shape.begin(), x.shape.end());
     k.reduced = mask;
     k.storage = storage_of(x.dtype);
-    if (k.reduced_numel() == 0 || !shape_is_static(out.shape) || shape_numel(out.shape) != k.out_numel())
+    if (k.reduced_numel() == 0 || !shape_is_static(out.shape) ||
+        shape_numel(out.shape) != k.out_numel())
       return errors::Internal("{}: cannot reduce {} to {}", node_.label(), shape_to_string(x.shape),
                               shape_to_string(out.shape));
     std::string key = shape_to_string(x.shape);
@@ -260,9 +265,14 @@ class ReduceOp final : public Kernel {
 class ElementwiseRegion final : public RegionKernel {
  public:
   ElementwiseRegion(GpuDevice* d, CompiledGroup c, std::vector<std::string> inputs, Shape shape)
-      : device_(d), c_(std::move(c)), inputs_(std::move(inputs)), shape_(std::move(shape)), uploads_(d) {}
+      : device_(d),
+        c_(std::move(c)),
+        inputs_(std::move(inputs)),
+        shape_(std::move(shape)),
+        uploads_(d) {}
   Status upload(size_t param, const HostTensor& value) {
-    TD_ASSIGN_OR_RETURN(held_[param], uploads_.upload(value.data(), static_cast<size_t>(value.nbytes())));
+    TD_ASSIGN_OR_RETURN(held_[param],
+                        uploads_.upload(value.data(), static_cast<size_t>(value.nbytes())));
     return OkStatus();
   }
   Status run(const std::vector<DeviceTensor>& inputs, const std::vector<DeviceTensor>& outputs,
@@ -283,7 +293,8 @@ class ElementwiseRegion final : public RegionKernel {
       args.push_back(a);
     }
     for (const auto& o : outputs) {
-      if (!o.buffer) return errors::Internal("{}: fused kernel output not allocated", device_->name());
+      if (!o.buffer)
+        return errors::Internal("{}: fused kernel output not allocated", device_->name());
       TD_ASSIGN_OR_RETURN(GpuArg a, device_->arg(*o.buffer));
       args.push_back(a);
     }
@@ -292,8 +303,9 @@ class ElementwiseRegion final : public RegionKernel {
   int64_t arena_bytes() const override { return 0; }
   int64_t weight_bytes() const override { return uploads_.bytes(); }
   std::string describe() const override {
-    return fmt::format("{}Elementwise: {} over {} in 1 generated kernel, {} outputs", device_->describe_prefix(),
-                       c_.lowered.summary, shape_to_string(shape_), c_.lowered.kernel.outputs.size());
+    return fmt::format("{}Elementwise: {} over {} in 1 generated kernel, {} outputs",
+                       device_->describe_prefix(), c_.lowered.summary, shape_to_string(shape_),
+                       c_.lowered.kernel.outputs.size());
   }
 
  private:
@@ -319,7 +331,8 @@ bool any_float64(const std::vector<TensorType>& inputs) {
 }
 
 template <typename K>
-std::function<std::unique_ptr<Kernel>(const Node&, const std::vector<TensorType>&)> make(GpuDevice* d) {
+std::function<std::unique_ptr<Kernel>(const Node&, const std::vector<TensorType>&)> make(
+    GpuDevice* d) {
   return [d](const Node& node, const std::vector<TensorType>&) -> std::unique_ptr<Kernel> {
     return std::make_unique<K>(d, node);
   };
@@ -338,20 +351,23 @@ std::vector<GpuKernelEntry> shared_gpu_kernels(GpuDevice* d) {
                   [d](const Node& node, const std::vector<TensorType>& inputs) -> Claim {
                     if (!domain_ok(node) || !is_template_op(node.op)) return std::nullopt;
                     if (!d->no_fp64().empty() && any_float64(inputs))
-                      return errors::Unimplemented("{}: {} {} ({})", node.op, d->name(), d->no_fp64(), node.label());
+                      return errors::Unimplemented("{}: {} {} ({})", node.op, d->name(),
+                                                   d->no_fp64(), node.label());
                     return template_supported(node, inputs);
                   },
                   make<TemplateOpKernel>(d)});
-  list.push_back({"view",
-                  [](const Node& node, const std::vector<TensorType>& inputs) -> Claim {
-                    if (!unary_form(node, inputs) || !is_view_op(node.op)) return std::nullopt;
-                    return OkStatus();
-                  },
-                  [](const Node& node, const std::vector<TensorType>&) { return make_view_kernel(node); }});
+  list.push_back(
+      {"view",
+       [](const Node& node, const std::vector<TensorType>& inputs) -> Claim {
+         if (!unary_form(node, inputs) || !is_view_op(node.op)) return std::nullopt;
+         return OkStatus();
+       },
+       [](const Node& node, const std::vector<TensorType>&) { return make_view_kernel(node); }});
   // Reductions over float64: a template (plan_template).
   list.push_back({"reduce float64",
                   [d](const Node& node, const std::vector<TensorType>& inputs) -> Claim {
-                    if (!unary_form(node, inputs) || !reduce_ops().count(node.op)) return std::nullopt;
+                    if (!unary_form(node, inputs) || !reduce_ops().count(node.op))
+                      return std::nullopt;
                     if (inputs[0].dtype == DType::kFloat64 && d->no_fp64().empty() &&
                         shape_is_static(inputs[0].shape) && shape_numel(inputs[0].shape) > 0)
                       return OkStatus();
@@ -360,56 +376,58 @@ std::vector<GpuKernelEntry> shared_gpu_kernels(GpuDevice* d) {
                   make<TemplateOpKernel>(d)});
   list.push_back({"reduce",
                   [d](const Node& node, const std::vector<TensorType>& inputs) -> Claim {
-                    if (!unary_form(node, inputs) || !reduce_ops().count(node.op)) return std::nullopt;
+                    if (!unary_form(node, inputs) || !reduce_ops().count(node.op))
+                      return std::nullopt;
                     // A static shape and no empty reduction (those fall back: the reference's
                     // identities for empty inputs are not generated yet).
                     const DType dt = inputs[0].dtype;
                     const bool half = dt == DType::kFloat16 || dt == DType::kBFloat16;
-                    if ((dt != DType::kFloat32 && !(half && d->halves())) || !shape_is_static(inputs[0].shape) ||
-                        shape_numel(inputs[0].shape) == 0)
-                      return errors::Unimplemented("{}: {} reduces static {} tensors only ({})", node.op, d->name(),
-                                                   d->halves() ? "float32, float16 and bfloat16" : "float32",
-                                                   node.label());
+                    if ((dt != DType::kFloat32 && !(half && d->halves())) ||
+                        !shape_is_static(inputs[0].shape) || shape_numel(inputs[0].shape) == 0)
+                      return errors::Unimplemented(
+                          "{}: {} reduces static {} tensors only ({})", node.op, d->name(),
+                          d->halves() ? "float32, float16 and bfloat16" : "float32", node.label());
                     return OkStatus();
                   },
                   make<ReduceOp>(d)});
-  list.push_back({"move",
-                  [d](const Node& node, const std::vector<TensorType>& inputs) -> Claim {
-                    if (!unary_form(node, inputs) ||
-                        !(node.op == "Transpose" || node.op == "Expand" ||
-                          (node.op == "Slice" && node.inputs.size() >= 3)))
-                      return std::nullopt;
-                    const size_t size = dtype_size(inputs[0].dtype);
-                    if (size == 1 || size == 4 || size == 8) return OkStatus();
-                    return errors::Unimplemented("{}: {} moves 1-, 4- and 8-byte elements only ({})", node.op,
-                                                 d->name(), node.label());
-                  },
-                  make<MoveKernel>(d)});
+  list.push_back(
+      {"move",
+       [d](const Node& node, const std::vector<TensorType>& inputs) -> Claim {
+         if (!unary_form(node, inputs) || !(node.op == "Transpose" || node.op == "Expand" ||
+                                            (node.op == "Slice" && node.inputs.size() >= 3)))
+           return std::nullopt;
+         const size_t size = dtype_size(inputs[0].dtype);
+         if (size == 1 || size == 4 || size == 8) return OkStatus();
+         return errors::Unimplemented("{}: {} moves 1-, 4- and 8-byte elements only ({})", node.op,
+                                      d->name(), node.label());
+       },
+       make<MoveKernel>(d)});
   // Everything else: element-wise through the kernel IR (lower.h), or an element-wise
   // template for the dtypes the IR lacks (int8/16, unsigned, float64).
-  list.push_back({"elementwise",
-                  [d](const Node& node, const std::vector<TensorType>& inputs) -> Claim {
-                    if (Status ir = elementwise_supported(node, inputs, nullptr, d->halves()); !ir.ok()) {
-                      if (!is_template_elementwise(node.op)) return ir;
-                      if (!d->no_fp64().empty() && any_float64(inputs)) return ir;
-                      if (!template_elementwise_supported(node, inputs).ok()) return ir;
-                      return OkStatus();
-                    }
-                    bool all_static = true;
-                    for (const auto& t : inputs) all_static &= !t.defined() || shape_is_static(t.shape);
-                    if (all_static && node.op != "Clip" && node.op != "CastLike") {
-                      Shape s;
-                      if (!broadcast_shape(inputs, &s))
-                        return errors::Unimplemented("{}: {} inputs do not broadcast ({})", node.op, d->name(),
-                                                     node.label());
-                    }
-                    return OkStatus();
-                  },
-                  [d](const Node& node, const std::vector<TensorType>& inputs) -> std::unique_ptr<Kernel> {
-                    if (!elementwise_supported(node, inputs, nullptr, d->halves()).ok())
-                      return std::make_unique<TemplateOpKernel>(d, node);
-                    return std::make_unique<GeneratedKernel>(d, node);
-                  }});
+  list.push_back(
+      {"elementwise",
+       [d](const Node& node, const std::vector<TensorType>& inputs) -> Claim {
+         if (Status ir = elementwise_supported(node, inputs, nullptr, d->halves()); !ir.ok()) {
+           if (!is_template_elementwise(node.op)) return ir;
+           if (!d->no_fp64().empty() && any_float64(inputs)) return ir;
+           if (!template_elementwise_supported(node, inputs).ok()) return ir;
+           return OkStatus();
+         }
+         bool all_static = true;
+         for (const auto& t : inputs) all_static &= !t.defined() || shape_is_static(t.shape);
+         if (all_static && node.op != "Clip" && node.op != "CastLike") {
+           Shape s;
+           if (!broadcast_shape(inputs, &s))
+             return errors::Unimplemented("{}: {} inputs do not broadcast ({})", node.op, d->name(),
+                                          node.label());
+         }
+         return OkStatus();
+       },
+       [d](const Node& node, const std::vector<TensorType>& inputs) -> std::unique_ptr<Kernel> {
+         if (!elementwise_supported(node, inputs, nullptr, d->halves()).ok())
+           return std::make_unique<TemplateOpKernel>(d, node);
+         return std::make_unique<GeneratedKernel>(d, node);
+       }});
   return list;
 }
 
@@ -426,7 +444,8 @@ const GpuKernelEntry* GpuKernelTable::find(const Node& node, const std::vector<T
       return &e;
     }
   }
-  *status = errors::Unimplemented("{}: {} has no kernel for it ({})", node.op, device_->name(), node.label());
+  *status = errors::Unimplemented("{}: {} has no kernel for it ({})", node.op, device_->name(),
+                                  node.label());
   return nullptr;
 }
 
@@ -438,7 +457,8 @@ Status GpuKernelTable::supports(const Node& node, const std::vector<TensorType>&
   return s;
 }
 
-Result<std::unique_ptr<Kernel>> GpuKernelTable::create(const Node& node, const std::vector<TensorType>& inputs,
+Result<std::unique_ptr<Kernel>> GpuKernelTable::create(const Node& node,
+                                                       const std::vector<TensorType>& inputs,
                                                        const std::vector<TensorType>& outputs,
                                                        const CompileOptions& options) const {
   (void)outputs;
@@ -449,7 +469,8 @@ Result<std::unique_ptr<Kernel>> GpuKernelTable::create(const Node& node, const s
   return e->create(node, inputs);
 }
 
-std::vector<Region> GpuRegionCompiler::compile(const FusionGraph& g, std::vector<std::string>* notes) {
+std::vector<Region> GpuRegionCompiler::compile(const FusionGraph& g,
+                                               std::vector<std::string>* notes) {
   std::vector<bool> taken(g.nodes.size(), false);
   std::vector<Region> regions;
   if (first_) regions = first_(g, &taken, notes);
@@ -479,8 +500,8 @@ std::vector<Region> GpuRegionCompiler::compile(const FusionGraph& g, std::vector
     auto c = compile_group(*device_, nodes, r.outputs, shape, g.type_of, g.constant);
     if (!c.ok()) {
       if (notes)
-        notes->push_back(fmt::format("{}: {} element-wise nodes left unfused: {}", device_->name(), nodes.size(),
-                                     c.status().message()));
+        notes->push_back(fmt::format("{}: {} element-wise nodes left unfused: {}", device_->name(),
+                                     nodes.size(), c.status().message()));
       continue;
     }
     // Constants that are not literals: uploaded once, held by the kernel.
@@ -490,7 +511,9 @@ std::vector<Region> GpuRegionCompiler::compile(const FusionGraph& g, std::vector
     for (size_t p = 0; p < constants.size() && up.ok(); ++p)
       if (constants[p]) up = kernel->upload(p, *constants[p]);
     if (!up.ok()) {
-      if (notes) notes->push_back(fmt::format("{}: a fused kernel's constants: {}", device_->name(), up.message()));
+      if (notes)
+        notes->push_back(
+            fmt::format("{}: a fused kernel's constants: {}", device_->name(), up.message()));
       continue;
     }
     r.kernel = std::move(kernel);

@@ -48,7 +48,8 @@ class GpuKernelTable final : public KernelTable {
                                          const CompileOptions& options) const override;
 
  private:
-  const GpuKernelEntry* find(const Node& node, const std::vector<TensorType>& inputs, Status* status) const;
+  const GpuKernelEntry* find(const Node& node, const std::vector<TensorType>& inputs,
+                             Status* status) const;
   GpuDevice* device_;
   std::vector<GpuKernelEntry> entries_;
 };
@@ -56,8 +57,8 @@ class GpuKernelTable final : public KernelTable {
 // Regions a backend forms before the shared element-wise fusion (library calls with
 // epilogues, fused convolutions), marking their members in `taken`; what it left alone and why
 // goes to `notes` (may be null).
-using BackendRegions =
-    std::function<std::vector<Region>(const FusionGraph& g, std::vector<bool>* taken, std::vector<std::string>* notes)>;
+using BackendRegions = std::function<std::vector<Region>(
+    const FusionGraph& g, std::vector<bool>* taken, std::vector<std::string>* notes)>;
 
 // The backend's regions (optional), then chains of element-wise nodes of one static shape as
 // one generated kernel each (TENSORD_NO_ELEMENTWISE_FUSION: none).
@@ -78,10 +79,11 @@ struct CompiledGroup {
   std::shared_ptr<GpuProgram> program;
 };
 // `nodes` (element-wise, one output shape) lowered, printed in the device's dialect and built.
-Result<CompiledGroup> compile_group(GpuDevice& device, const std::vector<const Node*>& nodes,
-                                    const std::vector<std::string>& outputs, const Shape& shape,
-                                    const std::function<const TensorType*(const std::string&)>& type_of,
-                                    const std::function<const HostTensor*(const std::string&)>& constant);
+Result<CompiledGroup> compile_group(
+    GpuDevice& device, const std::vector<const Node*>& nodes,
+    const std::vector<std::string>& outputs, const Shape& shape,
+    const std::function<const TensorType*(const std::string&)>& type_of,
+    const std::function<const HostTensor*(const std::string&)>& constant);
 
 // A node the templates generate (templates.h), specialised to each call's shapes (what a
 // backend's library kernel falls back to).

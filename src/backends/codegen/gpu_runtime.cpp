@@ -19,16 +19,19 @@ std::filesystem::path cache_folder(const char* env, const char* sub) {
   const char* v = std::getenv(env);
   if (v && std::string(v) == "off") return {};
   if (v && *v) return v;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::filesystem::path(x) / "tensord" / sub;
-  if (const char* h = std::getenv("HOME"); h && *h) return std::filesystem::path(h) / ".cache" / "tensord" / sub;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return std::filesystem::path(x) / "tensord" / sub;
+  if (const char* h = std::getenv("HOME"); h && *h)
+    return std::filesystem::path(h) / ".cache" / "tensord" / sub;
   return {};
 }
 
-ProgramDiskCache::ProgramDiskCache(std::string magic, const std::string& device_key, const std::string& source,
-                                   const std::string& ext)
+ProgramDiskCache::ProgramDiskCache(std::string magic, const std::string& device_key,
+                                   const std::string& source, const std::string& ext)
     : magic_(std::move(magic)), source_hash_(fnv1a(source.data(), source.size())) {
   if (const auto dir = cache_folder("TENSORD_KERNEL_CACHE", "kernels"); !dir.empty())
-    file_ = dir / fmt::format("{:016x}-{:016x}.{}", fnv1a(device_key.data(), device_key.size()), source_hash_, ext);
+    file_ = dir / fmt::format("{:016x}-{:016x}.{}", fnv1a(device_key.data(), device_key.size()),
+                              source_hash_, ext);
 }
 
 std::string ProgramDiskCache::load() const {
@@ -42,7 +45,8 @@ std::string ProgramDiskCache::load() const {
       hdr[1] > (uint64_t{1} << 30))
     return {};
   std::string bin(hdr[1], '\0');
-  if (!f.read(bin.data(), static_cast<std::streamsize>(bin.size())) || fnv1a(bin.data(), bin.size()) != hdr[2])
+  if (!f.read(bin.data(), static_cast<std::streamsize>(bin.size())) ||
+      fnv1a(bin.data(), bin.size()) != hdr[2])
     return {};
   return bin;
 }
@@ -93,7 +97,8 @@ Result<GpuArg> HeldBuffers::upload(const void* data, size_t bytes) {
   return allocation_arg(mem);
 }
 
-Result<std::shared_ptr<GpuProgram>> GpuDevice::program(const std::string& source, const std::string& kernel_name) {
+Result<std::shared_ptr<GpuProgram>> GpuDevice::program(const std::string& source,
+                                                       const std::string& kernel_name) {
   {
     std::lock_guard<std::mutex> lock(programs_mu_);
     if (auto it = programs_.find(source); it != programs_.end()) return it->second;

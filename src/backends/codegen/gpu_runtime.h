@@ -121,7 +121,8 @@ class GpuDevice : public Device {
 
   // The program for `source` whose kernel is `kernel_name`: built once per device (build())
   // and kept for the device's lifetime, keyed by source.
-  Result<std::shared_ptr<GpuProgram>> program(const std::string& source, const std::string& kernel_name);
+  Result<std::shared_ptr<GpuProgram>> program(const std::string& source,
+                                              const std::string& kernel_name);
   // The program of a device-neutral template kernel (templates.h), printed in dialect().
   Result<std::shared_ptr<GpuProgram>> template_program(const TemplateKernel& k);
   // Enqueues `p` over `n` work items on the device's queue with these buffer arguments
@@ -134,7 +135,8 @@ class GpuDevice : public Device {
  protected:
   // Compiles `source` (through the disk cache where the backend keeps one) and finds
   // `kernel_name` in it. Errors name the device and carry the compiler's log.
-  virtual Result<std::shared_ptr<GpuProgram>> build(const std::string& source, const std::string& kernel_name) = 0;
+  virtual Result<std::shared_ptr<GpuProgram>> build(const std::string& source,
+                                                    const std::string& kernel_name) = 0;
   // Drops the device's programs (before a backend tears its context down).
   void release_programs();
 
