@@ -1381,10 +1381,11 @@ class CudnnRnnKernel final : public Kernel {
 };
 #endif
 
-// Whether cuDNN runs this node on `device` (else the templates do): float32, static shapes,
-// nothing empty, a plan cuDNN can express, and cuDNN usable there.
-bool uses_cudnn(const CudaDevice& device, const Node& node, const std::vector<TensorType>& inputs) {
 #if TENSORD_HAVE_CUDNN_H
+// Whether cuDNN runs this node on `device` (else the templates do): float32, static shapes,
+// nothing empty, a plan cuDNN can express, and cuDNN usable there. (Without cudnn.h: never,
+// and the kernel list has no cuDNN entry.)
+bool uses_cudnn(const CudaDevice& device, const Node& node, const std::vector<TensorType>& inputs) {
   if (node.op == "RNN" || node.op == "LSTM" || node.op == "GRU") {
     auto plan = plan_cudnn_rnn(node, inputs);
     return plan.ok() && !plan->has_seq_lens && device.cudnn_usable();
@@ -1407,13 +1408,8 @@ bool uses_cudnn(const CudaDevice& device, const Node& node, const std::vector<Te
                                   .ok()
                             : plan_cudnn_pool(node, inputs[0].shape).ok();
   return planned && device.cudnn_usable();
-#else
-  (void)device;
-  (void)node;
-  (void)inputs;
-  return false;
-#endif
 }
+#endif
 
 // MatMul/Gemm that cuBLAS runs: static float32, MatMul batches one strided call expresses,
 // 2-D Gemm; MatMul of float16 or bfloat16 too (cublasGemmEx, float32 accumulation). The rest
