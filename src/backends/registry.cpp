@@ -1,6 +1,7 @@
 // The one file where the core meets the backends: every backend compiled into this build.
 #include "backends/cpu/cpu_backend.h"
 #include "backend/backend.h"
+#include "backend/tune.h"
 #ifdef TENSORD_HAVE_OPENCL
 #include "backends/opencl/opencl_backend.h"
 #endif
@@ -32,6 +33,15 @@ void add_backend_factory(std::function<std::unique_ptr<Backend>()> factory) {
 }
 void set_local_node_prefix(const std::string& prefix) { node_prefix() = prefix; }
 const std::string& local_node_prefix() { return node_prefix(); }
+
+Status tune_device(const TuneOptions& options, std::ostream& out) {
+#ifdef TENSORD_HAVE_OPENCL
+  return opencl::tune(options, out);
+#else
+  (void)options, (void)out;
+  return Status(StatusCode::kUnimplemented, "tune: this build of tensord has no OpenCL backend");
+#endif
+}
 
 std::vector<std::unique_ptr<Backend>> create_backends() {
   std::vector<std::unique_ptr<Backend>> backends;

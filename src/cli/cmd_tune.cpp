@@ -1,18 +1,18 @@
 // `tensord tune [--device opencl:N]`: measures kernel parameters on an OpenCL device and stores
-// the best in the device's tuning file, which the backend reads at every later start (see
-// tune() in src/backends/opencl/opencl_backend.h).
+// the best in the device's tuning file, which the backend reads at every later start (through
+// tune_device() of src/backend/tune.h; the OpenCL backend's tune()).
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 
-#include "backends/opencl/opencl_backend.h"
+#include "backend/tune.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 
 namespace tensord::cli {
 
 TuneCommand add_tune_command(CLI::App& app) {
-  auto options = std::make_shared<opencl::TuneOptions>();
+  auto options = std::make_shared<TuneOptions>();
   auto* cmd = app.add_subcommand(
       "tune", "Tune an OpenCL device's kernels (CLBlast's SGEMM parameters, the generated kernels' "
               "work-group size) and store them for later runs");
@@ -31,7 +31,7 @@ TuneCommand add_tune_command(CLI::App& app) {
   TuneCommand c;
   c.parsed = [cmd] { return cmd->parsed(); };
   c.run = [options] {
-    Status s = opencl::tune(*options, std::cout);
+    Status s = tune_device(*options, std::cout);
     if (!s.ok()) {
       std::cerr << "tensord: " << s.message() << "\n";
       return s.code() == StatusCode::kNotFound || s.code() == StatusCode::kInvalidArgument ? kExitUsage

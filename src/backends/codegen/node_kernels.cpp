@@ -19,8 +19,7 @@ class ViewKernel final : public Kernel {
     return {};
   }
   Status run(KernelCall& call) override {
-    if (call.inputs.empty() || !call.inputs[0].defined() || call.output_types.empty())
-      return errors::Internal("{}: no input", node_.label());
+    TD_RETURN_IF_ERROR(check_unary_call(node_, call));
     const DeviceTensor& x = call.inputs[0];
     const TensorType& out = call.output_types[0];
     if (!shape_is_static(out.shape) || shape_numel(out.shape) != shape_numel(x.shape) ||
@@ -45,6 +44,12 @@ std::vector<int64_t> ints(const HostTensor& t) {
 
 bool is_view_op(const std::string& op) {
   return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" || op == "Identity";
+}
+
+Status check_unary_call(const Node& node, const KernelCall& call) {
+  if (call.inputs.empty() || !call.inputs[0].defined() || call.output_types.empty())
+    return errors::Internal("{}: no input", node.label());
+  return OkStatus();
 }
 
 std::unique_ptr<Kernel> make_view_kernel(const Node& node) { return std::make_unique<ViewKernel>(node); }

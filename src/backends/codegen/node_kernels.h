@@ -20,6 +20,10 @@ namespace tensord::codegen {
 bool is_view_op(const std::string& op);
 std::unique_ptr<Kernel> make_view_kernel(const Node& node);
 
+// A one-input kernel's call: input 0 given and an output type (INTERNAL naming the node
+// otherwise: the executor's invariant, not a client's error).
+Status check_unary_call(const Node& node, const KernelCall& call);
+
 // ReduceSum -> "sum", ... (the ReduceKernel ops of printer.h).
 const std::map<std::string, std::string>& reduce_ops();
 // Which axes a reduction node reduces for an input of `rank` (axes from the attribute or the

@@ -1,20 +1,16 @@
 #include "backends/cuda/cuda_backend.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
-#include <unordered_map>
+#include <optional>
 
+#include "backends/codegen/gpu_kernels.h"
 #include "backends/codegen/lower.h"
-#include "backends/codegen/node_kernels.h"
 #include "backends/codegen/printer.h"
 #include "backends/codegen/templates.h"
 #include "backends/cuda/cuda_api.h"
@@ -39,8 +35,7 @@ std::atomic<int64_t> g_lt_fallbacks{0};
 // launches stay on the device's stream, out of the recording.
 thread_local const void* t_recording_device = nullptr;
 thread_local CUstream t_recording_stream = nullptr;
-std::mutex g_last_mu;
-std::string g_last_source;
+codegen::SourceLog g_sources;
 std::mutex g_collector_mu;
 std::function<void(const std::string&, const std::string&)> g_collector;
 
@@ -65,68 +60,11 @@ Status cu_status(const DriverApi* api, CUresult r, const std::string& device, co
   return Status(code, fmt::format("{}: {} failed: {}", device, what, cu_error(api, r)));
 }
 
-uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 // ---- NVRTC, and the disk cache of what it compiled ----
 
-// TENSORD_KERNEL_CACHE (a folder; "off" disables), else $XDG_CACHE_HOME/tensord/kernels or
-// ~/.cache/tensord/kernels: the OpenCL backend's folder; CUDA entries end in .cubin/.ptx.
-std::filesystem::path cache_dir() {
-  const char* env = std::getenv("TENSORD_KERNEL_CACHE");
-  if (env && std::string(env) == "off") return {};
-  if (env && *env) return env;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
-    return std::filesystem::path(x) / "tensord" / "kernels";
-  if (const char* h = std::getenv("HOME"); h && *h)
-    return std::filesystem::path(h) / ".cache" / "tensord" / "kernels";
-  return {};
-}
-
+// The disk cache (codegen::ProgramDiskCache, TENSORD_KERNEL_CACHE: the OpenCL backend's
+// folder); CUDA entries end in .cubin/.ptx.
 constexpr char kCacheMagic[] = "tensord-cuda-code-v1\n";
-
-// An entry: magic, {source hash, image size, image hash}, the image. Anything that does not
-// check out is ignored (and rewritten after compiling).
-std::string cache_load(const std::filesystem::path& file, uint64_t source_hash) {
-  std::ifstream f(file, std::ios::binary);
-  if (!f) return {};
-  std::string magic(sizeof(kCacheMagic) - 1, '\0');
-  uint64_t hdr[3] = {0, 0, 0};
-  if (!f.read(magic.data(), static_cast<std::streamsize>(magic.size())) || magic != kCacheMagic ||
-      !f.read(reinterpret_cast<char*>(hdr), sizeof(hdr)) || hdr[0] != source_hash || hdr[1] == 0 ||
-      hdr[1] > (uint64_t{1} << 30))
-    return {};
-  std::string image(hdr[1], '\0');
-  if (!f.read(image.data(), static_cast<std::streamsize>(image.size())) ||
-      fnv1a(image.data(), image.size()) != hdr[2])
-    return {};
-  return image;
-}
-
-void cache_store(const std::filesystem::path& file, uint64_t source_hash, const std::string& image) {
-  std::error_code ec;
-  std::filesystem::create_directories(file.parent_path(), ec);
-  if (ec) return;
-  const std::filesystem::path tmp = file.string() + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return;
-    const uint64_t hdr[3] = {source_hash, image.size(), fnv1a(image.data(), image.size())};
-    f.write(kCacheMagic, sizeof(kCacheMagic) - 1);
-    f.write(reinterpret_cast<const char*>(hdr), sizeof(hdr));
-    f.write(image.data(), static_cast<std::streamsize>(image.size()));
-    if (!f) {
-      f.close();
-      std::filesystem::remove(tmp, ec);
-      return;
-    }
-  }
-  std::filesystem::rename(tmp, file, ec);
-  if (ec) std::filesystem::remove(tmp, ec);
-}
 
 std::string nvrtc_version_string(const NvrtcApi* api) {
   int major = 0, minor = 0;
@@ -140,22 +78,16 @@ Result<CompiledCode> compile_cached(const std::string& source, const std::string
   std::string why;
   const NvrtcApi* api = nvrtc_api(&why);
   if (!api) return errors::Unavailable("NVRTC is not available: {}", why);
-  const uint64_t source_hash = fnv1a(source.data(), source.size());
   const bool cubin = arch.rfind("sm_", 0) == 0;
-  std::filesystem::path file;
-  if (const auto dir = cache_dir(); !dir.empty()) {
-    const std::string key = arch + "|nvrtc " + nvrtc_version_string(api);
-    file = dir / fmt::format("{:016x}-{:016x}.{}", fnv1a(key.data(), key.size()), source_hash,
-                             cubin ? "cubin" : "ptx");
-    std::string image = cache_load(file, source_hash);
-    if (!image.empty()) {
-      *from_disk = true;
-      g_disk_hits++;
-      return CompiledCode{arch, cubin, std::move(image)};
-    }
+  const codegen::ProgramDiskCache cache(kCacheMagic, arch + "|nvrtc " + nvrtc_version_string(api), source,
+                                        cubin ? "cubin" : "ptx");
+  if (std::string image = cache.load(); !image.empty()) {
+    *from_disk = true;
+    g_disk_hits++;
+    return CompiledCode{arch, cubin, std::move(image)};
   }
   TD_ASSIGN_OR_RETURN(CompiledCode code, nvrtc_compile(source, arch));
-  if (!file.empty()) cache_store(file, source_hash, code.image);
+  cache.store(code.image);
   return code;
 }
 
@@ -164,51 +96,38 @@ Result<CompiledCode> compile_cached(const std::string& source, const std::string
 class CudaDevice;
 
 // A module with its one kernel, per device and source.
-struct Program {
+struct Program final : codegen::GpuProgram {
   CUmodule module = nullptr;
   CUfunction function = nullptr;
   const DriverApi* api = nullptr;
   int block = 256;
-  ~Program() {
+  ~Program() override {
     if (module && api) api->cuModuleUnload(module);
   }
 };
 
 // A device buffer argument: the allocation's base address and the tensor's byte offset.
-struct Arg {
-  CUdeviceptr base = 0;
-  unsigned long long offset = 0;
-};
+using Arg = codegen::GpuArg;
 
-class CudaKernelTable final : public KernelTable {
- public:
-  explicit CudaKernelTable(CudaDevice* d) : device_(d) {}
-  Status supports(const Node& node, const std::vector<TensorType>& inputs,
-                  const CompileOptions& options) const override;
-  Result<std::unique_ptr<Kernel>> create(const Node& node, const std::vector<TensorType>& inputs,
-                                         const std::vector<TensorType>& outputs,
-                                         const CompileOptions& options) const override;
-
- private:
-  CudaDevice* device_;
-};
-
-class CudaRegionCompiler final : public RegionCompiler {
- public:
-  explicit CudaRegionCompiler(CudaDevice* d) : device_(d) {}
-  std::vector<Region> compile(const FusionGraph& g, std::vector<std::string>* notes) override;
-
- private:
-  CudaDevice* device_;
-};
+// The device's kernel list, ahead of the shared entries, and its cuBLASLt groups (defined
+// with its kernels below).
+std::vector<codegen::GpuKernelEntry> cuda_kernels(CudaDevice* d);
+std::vector<Region> lt_regions(CudaDevice* device, const FusionGraph& g, std::vector<bool>* taken,
+                               std::vector<std::string>* notes);
+codegen::BackendRegions lt_regions_of(CudaDevice* d) {
+  return [d](const FusionGraph& g, std::vector<bool>* taken, std::vector<std::string>* notes) {
+    return lt_regions(d, g, taken, notes);
+  };
+}
 
 constexpr size_t kStagingChunk = size_t{8} << 20;  // two of these per device, pinned
 
-class CudaDevice final : public Device {
+class CudaDevice final : public codegen::GpuDevice {
  public:
   // A real device. `api` is loaded and cuInit succeeded.
   CudaDevice(const DriverApi* api, CUdevice dev, CUcontext ctx, CUstream stream, int index)
-      : api_(api), dev_(dev), ctx_(ctx), stream_(stream), kernels_(this), regions_(this) {
+      : GpuDevice(&g_sources), api_(api), dev_(dev), ctx_(ctx), stream_(stream), kernels_(this, cuda_kernels(this)),
+        regions_(this, lt_regions_of(this)) {
     char name[256] = {0};
     api->cuDeviceGetName(name, sizeof(name), dev);
     size_t total = 0;
@@ -240,7 +159,9 @@ class CudaDevice final : public Device {
                             : "generated kernels, cuBLAS, no cuDNN");
   }
   // The pretend device of TENSORD_CUDA_COMPILE_ONLY: host memory, kernels compiled, not run.
-  explicit CudaDevice(std::string arch) : compile_arch_(std::move(arch)), kernels_(this), regions_(this) {
+  explicit CudaDevice(std::string arch)
+      : GpuDevice(&g_sources), compile_arch_(std::move(arch)), kernels_(this, cuda_kernels(this)),
+        regions_(this, lt_regions_of(this)) {
     info_.name = "cuda:0";
     info_.kind = "cuda";
     info_.index = 0;
@@ -254,7 +175,7 @@ class CudaDevice final : public Device {
     if (compile_only()) return;
     api_->cuCtxSetCurrent(ctx_);
     api_->cuStreamSynchronize(stream_);
-    for (auto& [src, p] : programs_) p.reset();
+    release_programs();
     if (blas_ && blas_api_) blas_api_->cublasDestroy(blas_);
     if (lt_ && lt_api_) lt_api_->cublasLtDestroy(lt_);
 #if TENSORD_HAVE_CUDNN_H
@@ -271,7 +192,11 @@ class CudaDevice final : public Device {
 
   bool compile_only() const { return !compile_arch_.empty(); }
   const DeviceInfo& info() const override { return info_; }
-  const std::string& name() const { return info_.name; }
+  codegen::Dialect dialect() const override { return codegen::Dialect::kCuda; }
+  // The CUDA C printer has float16/bfloat16 storage: element-wise chains and reductions over
+  // them are generated kernels computing in float32 (codegen/kernel_ir.h Storage).
+  bool halves() const override { return true; }
+  std::string describe_prefix() const override { return "Cuda"; }
   CUdevice cu_device() const { return dev_; }
   CUcontext context() const { return ctx_; }
   int compute_capability() const { return cc_; }
@@ -501,23 +426,42 @@ class CudaDevice final : public Device {
     return r == CUDA_SUCCESS ? OkStatus() : cu_status(api_, r, info_.name, "finishing a run");
   }
 
-  // The module for `source`, compiled once per device (kept for the device's lifetime).
-  Result<std::shared_ptr<Program>> program(const std::string& source, const std::string& kernel_name) {
-    {
-      std::lock_guard<std::mutex> lock(programs_mu_);
-      if (auto it = programs_.find(source); it != programs_.end()) return it->second;
+  // Launches `p` over n threads with these buffer arguments (inputs then outputs).
+  Status launch(codegen::GpuProgram& gp, const std::vector<Arg>& args, int64_t n) override {
+    if (n <= 0) return OkStatus();
+    g_kernels_launched++;
+    if (compile_only()) return OkStatus();
+    TD_RETURN_IF_ERROR(enter());
+    auto& p = static_cast<Program&>(gp);
+    std::vector<void*> params;
+    params.reserve(args.size() * 2);
+    for (const Arg& a : args) {  // (CUdeviceptr, unsigned long long): two 64-bit words
+      params.push_back(const_cast<uint64_t*>(&a.handle));
+      params.push_back(const_cast<uint64_t*>(&a.offset));
     }
-    {
-      std::lock_guard<std::mutex> lock(g_last_mu);
-      g_last_source = source;
+    const int64_t blocks = (n + p.block - 1) / p.block;
+    if (blocks > 0x7fffffff) return errors::Unimplemented("{}: {} elements in one kernel", info_.name, n);
+    CUresult r = api_->cuLaunchKernel(p.function, static_cast<unsigned>(blocks), 1, 1,
+                                      static_cast<unsigned>(p.block), 1, 1, 0, stream(), params.data(), nullptr);
+    if (r != CUDA_SUCCESS) return cu_status(api_, r, info_.name, "launching a generated kernel");
+    if (sync_) {
+      r = api_->cuStreamSynchronize(stream_);
+      if (r != CUDA_SUCCESS) return cu_status(api_, r, info_.name, "running a generated kernel");
     }
+    return OkStatus();
+  }
+
+
+ protected:
+  // The module for `source`: NVRTC through the disk cache, loaded into the device's context
+  // (compile-only devices: compiled, or handed to the test collector, and not loaded).
+  Result<std::shared_ptr<codegen::GpuProgram>> build(const std::string& source,
+                                                     const std::string& kernel_name) override {
     if (compile_only()) {
       std::lock_guard<std::mutex> lock(g_collector_mu);
       if (g_collector) {
         g_collector(source, kernel_name);
-        auto p = std::make_shared<Program>();
-        std::lock_guard<std::mutex> plock(programs_mu_);
-        return programs_.emplace(source, p).first->second;
+        return std::shared_ptr<codegen::GpuProgram>(std::make_shared<Program>());
       }
     }
     std::string arch = compile_arch_;
@@ -548,42 +492,10 @@ class CudaDevice final : public Device {
       api_->cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, p->function);
       p->block = std::clamp(max_threads, 32, 256);
     }
-    std::lock_guard<std::mutex> lock(programs_mu_);
-    auto [it, inserted] = programs_.emplace(source, p);
-    return it->second;
+    return std::shared_ptr<codegen::GpuProgram>(std::move(p));
   }
 
-  // Launches `p` over n threads with these buffer arguments (inputs then outputs).
-  Status launch(Program& p, const std::vector<Arg>& args, int64_t n) {
-    if (n <= 0) return OkStatus();
-    g_kernels_launched++;
-    if (compile_only()) return OkStatus();
-    TD_RETURN_IF_ERROR(enter());
-    std::vector<void*> params;
-    params.reserve(args.size() * 2);
-    for (const Arg& a : args) {
-      params.push_back(const_cast<CUdeviceptr*>(&a.base));
-      params.push_back(const_cast<unsigned long long*>(&a.offset));
-    }
-    const int64_t blocks = (n + p.block - 1) / p.block;
-    if (blocks > 0x7fffffff) return errors::Unimplemented("{}: {} elements in one kernel", info_.name, n);
-    CUresult r = api_->cuLaunchKernel(p.function, static_cast<unsigned>(blocks), 1, 1,
-                                      static_cast<unsigned>(p.block), 1, 1, 0, stream(), params.data(), nullptr);
-    if (r != CUDA_SUCCESS) return cu_status(api_, r, info_.name, "launching a generated kernel");
-    if (sync_) {
-      r = api_->cuStreamSynchronize(stream_);
-      if (r != CUDA_SUCCESS) return cu_status(api_, r, info_.name, "running a generated kernel");
-    }
-    return OkStatus();
-  }
-
-  // The kernel argument of a buffer of this device (else an error naming it).
-  Result<Arg> arg(const Buffer& b) const {
-    if (b.device != this)
-      return errors::Internal("{}: a kernel got a buffer of {}", info_.name,
-                              b.device ? b.device->info().name : std::string("no device"));
-    return Arg{static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(b.ptr)), b.offset};
-  }
+ public:
   static CUdeviceptr address(const Buffer& b) {
     return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(b.ptr)) + b.offset;
   }
@@ -645,18 +557,6 @@ class CudaDevice final : public Device {
     return OkStatus();
   }
 
-  // A constant a fused kernel keeps: uploaded into its own allocation, recorded in `uploads`
-  // (the kernel frees them) and counted in `weight_bytes`.
-  Result<CUdeviceptr> upload_held(const HostTensor& value, std::vector<std::pair<void*, size_t>>* uploads,
-                                  int64_t* weight_bytes) {
-    const size_t bytes = static_cast<size_t>(value.nbytes());
-    TD_ASSIGN_OR_RETURN(void* mem, allocate(bytes));
-    uploads->emplace_back(mem, bytes);
-    Buffer b{this, mem, bytes, 0};
-    TD_RETURN_IF_ERROR(write(b, 0, value.data(), bytes));
-    *weight_bytes += static_cast<int64_t>(bytes);
-    return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(mem));
-  }
   // Whether MatMul/Gemm + bias (+activation) groups go to cuBLASLt: TENSORD_CUDA_LT not 0 and
   // libcublasLt loads (compile-only devices too: they count the call and run nothing).
   static bool lt_usable() {
@@ -823,10 +723,8 @@ class CudaDevice final : public Device {
   DeviceInfo info_;
   std::vector<const CudaDevice*> peers_;
   bool sync_ = env_is("TENSORD_CUDA_SYNC", "1");
-  CudaKernelTable kernels_;
-  CudaRegionCompiler regions_;
-  std::mutex programs_mu_;
-  std::unordered_map<std::string, std::shared_ptr<Program>> programs_;
+  codegen::GpuKernelTable kernels_;
+  codegen::GpuRegionCompiler regions_;
   std::mutex event_mu_;
   CUevent ready_ = nullptr;
   std::mutex staging_mu_;
@@ -920,28 +818,6 @@ std::unique_ptr<RunRecorder> CudaDevice::run_recorder() {
   return std::make_unique<CudaRunRecorder>(this);
 }
 
-// The CUDA C printer has float16/bfloat16 storage: element-wise chains and reductions over
-// them are generated kernels computing in float32 (codegen/kernel_ir.h Storage).
-constexpr bool kHalves = true;
-
-// A lowered, compiled element-wise kernel and how its parameters bind.
-struct Compiled {
-  codegen::LoweredGroup lowered;
-  std::shared_ptr<Program> program;
-};
-
-Result<Compiled> compile_group(CudaDevice& device, const std::vector<const Node*>& nodes,
-                               const std::vector<std::string>& outputs, const Shape& shape,
-                               const std::function<const TensorType*(const std::string&)>& type_of,
-                               const std::function<const HostTensor*(const std::string&)>& constant) {
-  Compiled c;
-  TD_ASSIGN_OR_RETURN(c.lowered, codegen::lower_elementwise(nodes, outputs, shape, type_of, constant, kHalves));
-  static const codegen::CudaPrinter printer;
-  TD_ASSIGN_OR_RETURN(std::string source, printer.print(c.lowered.kernel));
-  TD_ASSIGN_OR_RETURN(c.program, device.program(source, c.lowered.kernel.name));
-  return c;
-}
-
 // ONNX Gelu over `n` float32 values (the generator has no Gelu): approximate="none" with erf,
 // "tanh" with the tanh approximation, as the cpu reference computes them. Its kernel's name.
 std::string gelu_source(int64_t n, bool tanh_approx, std::string* name) {
@@ -998,228 +874,7 @@ class GeluKernel final : public Kernel {
   CudaDevice* device_;
   Node node_;
   int64_t n_ = -1;
-  std::shared_ptr<Program> program_;
-};
-
-// A single node as a generated kernel, specialised to the shapes of each call (the last
-// shapes' kernel is kept; the device keeps every program it built).
-class GeneratedKernel final : public Kernel {
- public:
-  GeneratedKernel(CudaDevice* d, const Node& node) : device_(d), node_(node) {}
-  std::string name() const override { return "generated"; }
-  Status run(KernelCall& call) override {
-    std::vector<TensorType> types;
-    std::string key;
-    for (const auto& in : call.inputs) {
-      types.push_back(in.defined() ? in.type() : TensorType{});
-      key += shape_to_string(in.shape) + dtype_name(in.dtype) + ";";
-    }
-    if (call.output_types.empty()) return errors::Internal("{}: no output type", node_.label());
-    TensorType out = call.output_types[0];
-    if (!shape_is_static(out.shape))
-      return errors::Internal("{}: the output shape is not known at run time", node_.label());
-    if (!compiled_ || key != key_) {
-      std::map<std::string, TensorType> t;
-      for (size_t i = 0; i < node_.inputs.size() && i < types.size(); ++i)
-        if (!node_.inputs[i].empty()) t[node_.inputs[i]] = types[i];
-      t[node_.outputs[0]] = out;
-      auto type_of = [&t](const std::string& n) -> const TensorType* {
-        auto it = t.find(n);
-        return it != t.end() ? &it->second : nullptr;
-      };
-      TD_ASSIGN_OR_RETURN(Compiled c, compile_group(*device_, {&node_}, {node_.outputs[0]}, out.shape,
-                                                    type_of, nullptr));
-      compiled_ = std::make_unique<Compiled>(std::move(c));
-      key_ = key;
-    }
-    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
-    TD_ASSIGN_OR_RETURN(auto buffer, call.allocator->allocate(static_cast<size_t>(bytes)));
-    std::vector<Arg> args;
-    for (const auto& name : compiled_->lowered.params) {
-      size_t i = 0;
-      while (i < node_.inputs.size() && node_.inputs[i] != name) ++i;
-      if (i >= call.inputs.size() || !call.inputs[i].defined())
-        return errors::Internal("{}: no input '{}'", node_.label(), name);
-      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*call.inputs[i].buffer));
-      args.push_back(a);
-    }
-    TD_ASSIGN_OR_RETURN(Arg o, device_->arg(*buffer));
-    args.push_back(o);
-    TD_RETURN_IF_ERROR(device_->launch(*compiled_->program, args, shape_numel(out.shape)));
-    call.outputs.assign(1, DeviceTensor{out.dtype, out.shape, buffer});
-    return OkStatus();
-  }
-
- private:
-  CudaDevice* device_;
-  Node node_;
-  std::string key_;
-  std::unique_ptr<Compiled> compiled_;
-};
-
-// Transpose and Expand: a strided load per element, generated (codegen::lower_transpose /
-// lower_expand) per shape.
-class MoveKernel final : public Kernel {
- public:
-  MoveKernel(CudaDevice* d, const Node& node) : device_(d), node_(node) {}
-  std::string name() const override { return "generated"; }
-  std::vector<int> host_inputs() const override {
-    if (node_.op == "Expand") return {1};
-    if (node_.op == "Slice") {
-      std::vector<int> h;
-      for (size_t i = 1; i < node_.inputs.size() && i <= 4; ++i)
-        if (!node_.inputs[i].empty()) h.push_back(static_cast<int>(i));
-      return h;
-    }
-    return {};
-  }
-  Status run(KernelCall& call) override {
-    if (call.inputs.empty() || !call.inputs[0].defined() || call.output_types.empty())
-      return errors::Internal("{}: no input", node_.label());
-    const DeviceTensor& x = call.inputs[0];
-    const TensorType& out = call.output_types[0];
-    if (!shape_is_static(out.shape))
-      return errors::Internal("{}: the output shape is not known at run time", node_.label());
-    std::string key = shape_to_string(x.shape) + dtype_name(x.dtype) + shape_to_string(out.shape);
-    std::vector<int64_t> starts(x.shape.size(), 0), steps(x.shape.size(), 1);
-    if (node_.op == "Slice") {
-      TD_RETURN_IF_ERROR(codegen::slice_params(node_, call, x.shape, &starts, &steps));
-      key += fmt::format("{}/{}", fmt::join(starts, ","), fmt::join(steps, ","));
-    }
-    if (!program_ || key != key_) {
-      codegen::ElementwiseKernel k;
-      if (node_.op == "Slice") {
-        TD_ASSIGN_OR_RETURN(k, codegen::lower_slice(x.shape, out.shape, starts, steps, x.dtype));
-      } else if (node_.op == "Transpose") {
-        std::vector<int64_t> perm;
-        if (auto it = node_.attrs.find("perm"); it != node_.attrs.end()) {
-          NodeAttrs attrs(node_);
-          TD_ASSIGN_OR_RETURN(perm, attrs.attr_ints("perm", {}));
-        } else {
-          for (size_t d = x.shape.size(); d-- > 0;) perm.push_back(static_cast<int64_t>(d));
-        }
-        TD_ASSIGN_OR_RETURN(k, codegen::lower_transpose(x.shape, perm, x.dtype));
-      } else {
-        TD_ASSIGN_OR_RETURN(k, codegen::lower_expand(x.shape, out.shape, x.dtype));
-      }
-      static const codegen::CudaPrinter printer;
-      TD_ASSIGN_OR_RETURN(std::string source, printer.print(k));
-      TD_ASSIGN_OR_RETURN(program_, device_->program(source, k.name));
-      key_ = key;
-    }
-    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
-    TD_ASSIGN_OR_RETURN(auto buffer, call.allocator->allocate(static_cast<size_t>(bytes)));
-    TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*x.buffer));
-    TD_ASSIGN_OR_RETURN(Arg o, device_->arg(*buffer));
-    TD_RETURN_IF_ERROR(device_->launch(*program_, {a, o}, shape_numel(out.shape)));
-    call.outputs.assign(1, DeviceTensor{out.dtype, out.shape, buffer});
-    return OkStatus();
-  }
-
- private:
-  CudaDevice* device_;
-  Node node_;
-  std::string key_;
-  std::shared_ptr<Program> program_;
-};
-
-// Matmul (what cuBLAS does not take), convolution, pooling, Softmax, normalisations,
-// Concat/Split/Gather/Pad/Tile, ArgMax/ArgMin, CumSum, Resize...: a kernel generated per call's
-// shapes from the device-neutral templates (codegen/templates.h) printed as CUDA C; the device
-// keeps every program it built, keyed by source.
-class TemplateOpKernel final : public Kernel {
- public:
-  TemplateOpKernel(CudaDevice* d, const Node& node) : device_(d), node_(node) {}
-  std::string name() const override { return "generated"; }
-  std::vector<int> host_inputs() const override { return codegen::template_host_inputs(node_); }
-  Status run(KernelCall& call) override {
-    TD_ASSIGN_OR_RETURN(codegen::OpPlan plan, codegen::plan_template(codegen::template_call(node_, call)));
-    const std::string source = codegen::print_template(plan.kernel, codegen::Dialect::kCuda);
-    std::shared_ptr<Program> program;
-    if (program_ && source == source_) {
-      program = program_;
-    } else {
-      TD_ASSIGN_OR_RETURN(program, device_->program(source, plan.kernel.name));
-      program_ = program;
-      source_ = source;
-    }
-    std::vector<Arg> args;
-    for (int i : plan.inputs) {
-      const auto& t = call.inputs.at(static_cast<size_t>(i));
-      if (!t.defined() || !t.buffer) return errors::Internal("{}: input {} missing", node_.label(), i);
-      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*t.buffer));
-      args.push_back(a);
-    }
-    TD_RETURN_IF_ERROR(codegen::allocate_template_outputs(plan, call));
-    for (int o : plan.outputs) {
-      const auto& t = call.outputs.at(static_cast<size_t>(o));
-      if (!t.buffer) return errors::Internal("{}: output {} not allocated", node_.label(), o);
-      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*t.buffer));
-      args.push_back(a);
-    }
-    return device_->launch(*program, args, plan.kernel.n);
-  }
-
- private:
-  CudaDevice* device_;
-  Node node_;
-  std::string source_;
-  std::shared_ptr<Program> program_;
-};
-
-// ReduceSum, ReduceMean, ... over float32: a generated kernel per input shape and axes.
-class ReduceOp final : public Kernel {
- public:
-  ReduceOp(CudaDevice* d, const Node& node) : device_(d), node_(node) {}
-  std::string name() const override { return "generated"; }
-  bool axes_from_input() const { return node_.inputs.size() > 1; }
-  std::vector<int> host_inputs() const override {
-    return axes_from_input() && !node_.inputs[1].empty() ? std::vector<int>{1} : std::vector<int>{};
-  }
-  Status run(KernelCall& call) override {
-    if (call.inputs.empty() || !call.inputs[0].defined() || call.output_types.empty())
-      return errors::Internal("{}: no input", node_.label());
-    const DeviceTensor& x = call.inputs[0];
-    const TensorType& out = call.output_types[0];
-    const int64_t rank = static_cast<int64_t>(x.shape.size());
-    std::vector<bool> mask;
-    bool noop = false;
-    TD_RETURN_IF_ERROR(codegen::reduce_axes(node_, call, rank, &mask, &noop));
-    if (noop) {  // the input as is
-      call.outputs.assign(1, DeviceTensor{x.dtype, out.shape, x.buffer});
-      return OkStatus();
-    }
-    codegen::ReduceKernel k;
-    k.op = codegen::reduce_ops().at(node_.op);
-    k.in_shape.assign(x.shape.begin(), x.shape.end());
-    k.reduced = mask;
-    k.storage = codegen::storage_of(x.dtype);
-    if (k.reduced_numel() == 0 || !shape_is_static(out.shape) || shape_numel(out.shape) != k.out_numel())
-      return errors::Internal("{}: cannot reduce {} to {}", node_.label(), shape_to_string(x.shape),
-                              shape_to_string(out.shape));
-    std::string key = shape_to_string(x.shape);
-    for (bool b : mask) key += b ? "1" : "0";
-    key += dtype_name(x.dtype);
-    if (!program_ || key != key_) {
-      static const codegen::CudaPrinter printer;
-      TD_ASSIGN_OR_RETURN(std::string source, printer.print(k));
-      TD_ASSIGN_OR_RETURN(program_, device_->program(source, k.name));
-      key_ = key;
-    }
-    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
-    TD_ASSIGN_OR_RETURN(auto buffer, call.allocator->allocate(static_cast<size_t>(bytes)));
-    TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*x.buffer));
-    TD_ASSIGN_OR_RETURN(Arg o, device_->arg(*buffer));
-    TD_RETURN_IF_ERROR(device_->launch(*program_, {a, o}, k.out_numel()));
-    call.outputs.assign(1, DeviceTensor{out.dtype, out.shape, buffer});
-    return OkStatus();
-  }
-
- private:
-  CudaDevice* device_;
-  Node node_;
-  std::string key_;
-  std::shared_ptr<Program> program_;
+  std::shared_ptr<codegen::GpuProgram> program_;
 };
 
 // MatMul (float32, batch dims broadcast as plan_matmul allows) and Gemm (float32, C broadcast
@@ -1287,7 +942,7 @@ class BlasKernel final : public Kernel {
   CudaDevice* device_;
   Node node_;
   Shape bias_shape_;
-  std::shared_ptr<Program> bias_;
+  std::shared_ptr<codegen::GpuProgram> bias_;
 };
 
 #if TENSORD_HAVE_CUDNN_H
@@ -1722,14 +1377,15 @@ class CudnnRnnKernel final : public Kernel {
   CUdeviceptr space_ = 0, seq_lens_ = 0;
   size_t space_bytes_ = 0, work_bytes_ = 0;
   std::vector<RnnCopy> copies_;
-  std::shared_ptr<Program> transpose_;
+  std::shared_ptr<codegen::GpuProgram> transpose_;
 };
 #endif
 
-// Whether cuDNN runs this node on `device` (else the templates do): float32, static shapes,
-// nothing empty, a plan cuDNN can express, and cuDNN usable there.
-bool uses_cudnn(const CudaDevice& device, const Node& node, const std::vector<TensorType>& inputs) {
 #if TENSORD_HAVE_CUDNN_H
+// Whether cuDNN runs this node on `device` (else the templates do): float32, static shapes,
+// nothing empty, a plan cuDNN can express, and cuDNN usable there. (Without cudnn.h: never,
+// and the kernel list has no cuDNN entry.)
+bool uses_cudnn(const CudaDevice& device, const Node& node, const std::vector<TensorType>& inputs) {
   if (node.op == "RNN" || node.op == "LSTM" || node.op == "GRU") {
     auto plan = plan_cudnn_rnn(node, inputs);
     return plan.ok() && !plan->has_seq_lens && device.cudnn_usable();
@@ -1752,13 +1408,8 @@ bool uses_cudnn(const CudaDevice& device, const Node& node, const std::vector<Te
                                   .ok()
                             : plan_cudnn_pool(node, inputs[0].shape).ok();
   return planned && device.cudnn_usable();
-#else
-  (void)device;
-  (void)node;
-  (void)inputs;
-  return false;
-#endif
 }
+#endif
 
 // MatMul/Gemm that cuBLAS runs: static float32, MatMul batches one strided call expresses,
 // 2-D Gemm; MatMul of float16 or bfloat16 too (cublasGemmEx, float32 accumulation). The rest
@@ -1776,136 +1427,44 @@ bool uses_cublas(const Node& node, const std::vector<TensorType>& inputs) {
   return inputs[0].shape.size() == 2 && inputs[1].shape.size() == 2;
 }
 
-Status CudaKernelTable::supports(const Node& node, const std::vector<TensorType>& inputs,
-                                   const CompileOptions& options) const {
-  (void)options;
-  const bool domain_ok = node.domain.empty() || node.domain == "ai.onnx";
-  if (domain_ok && (node.op == "MatMul" || node.op == "Gemm") && uses_cublas(node, inputs)) return OkStatus();
-  if (domain_ok && uses_cudnn(*device_, node, inputs)) return OkStatus();
-  if (domain_ok && gelu_on_device(node, inputs)) return OkStatus();
-  if (domain_ok && codegen::is_template_op(node.op)) return codegen::template_supported(node, inputs);
-  if (domain_ok && node.outputs.size() == 1 && !inputs.empty() && inputs[0].defined()) {
-    if (codegen::is_view_op(node.op)) return OkStatus();
-    if (codegen::reduce_ops().count(node.op) && inputs[0].dtype == DType::kFloat64 && shape_is_static(inputs[0].shape) &&
-        shape_numel(inputs[0].shape) > 0)
-      return OkStatus();  // a float64 template (codegen::plan_template)
-    if (codegen::reduce_ops().count(node.op)) {
-      // float32/16, bfloat16 with a static shape and no empty reduction (those fall back: the
-      // reference's identities for empty inputs are not generated yet).
-      const DType dt = inputs[0].dtype;
-      if ((dt != DType::kFloat32 && dt != DType::kFloat16 && dt != DType::kBFloat16) ||
-          !shape_is_static(inputs[0].shape) || shape_numel(inputs[0].shape) == 0)
-        return errors::Unimplemented("{}: {} reduces static float32, float16 and bfloat16 tensors only ({})",
-                                     node.op, device_->name(), node.label());
-      return OkStatus();
-    }
-    if (node.op == "Transpose" || node.op == "Expand" || (node.op == "Slice" && node.inputs.size() >= 3)) {
-      const size_t size = dtype_size(inputs[0].dtype);
-      if (size == 1 || size == 4 || size == 8) return OkStatus();
-      return errors::Unimplemented("{}: {} moves 1-, 4- and 8-byte elements only ({})", node.op,
-                                   device_->name(), node.label());
-    }
-  }
-  if (Status ir = codegen::elementwise_supported(node, inputs, nullptr, kHalves); !ir.ok()) {
-    // Element-wise ops over the dtypes the IR lacks (int8/16, unsigned, float64): templates.
-    if (!codegen::is_template_elementwise(node.op) || !codegen::template_elementwise_supported(node, inputs).ok())
-      return ir;
-    return OkStatus();
-  }
-  bool all_static = true;
-  for (const auto& t : inputs) all_static &= !t.defined() || shape_is_static(t.shape);
-  if (all_static && node.op != "Clip" && node.op != "CastLike") {
-    Shape s;
-    if (!codegen::broadcast_shape(inputs, &s))
-      return errors::Unimplemented("{}: {} inputs do not broadcast ({})", node.op, device_->name(),
-                                   node.label());
-  }
-  return OkStatus();
-}
-
-Result<std::unique_ptr<Kernel>> CudaKernelTable::create(const Node& node,
-                                                          const std::vector<TensorType>& inputs,
-                                                          const std::vector<TensorType>& outputs,
-                                                          const CompileOptions& options) const {
-  (void)outputs;
-  (void)options;
-  if ((node.op == "MatMul" || node.op == "Gemm") && uses_cublas(node, inputs))
-    return std::unique_ptr<Kernel>(new BlasKernel(device_, node));
+// The CUDA device's own kernels (cuBLAS, cuDNN, Gelu), ahead of the shared ones
+// (codegen/gpu_kernels.h).
+std::vector<codegen::GpuKernelEntry> cuda_kernels(CudaDevice* d) {
+  using Claim = std::optional<Status>;
+  auto domain_ok = [](const Node& n) { return n.domain.empty() || n.domain == "ai.onnx"; };
+  std::vector<codegen::GpuKernelEntry> list;
+  list.push_back({"cublas",
+                  [domain_ok](const Node& node, const std::vector<TensorType>& inputs) -> Claim {
+                    if (domain_ok(node) && (node.op == "MatMul" || node.op == "Gemm") && uses_cublas(node, inputs))
+                      return OkStatus();
+                    return std::nullopt;
+                  },
+                  [d](const Node& node, const std::vector<TensorType>&) -> std::unique_ptr<Kernel> {
+                    return std::make_unique<BlasKernel>(d, node);
+                  }});
 #if TENSORD_HAVE_CUDNN_H
-  if (uses_cudnn(*device_, node, inputs)) {
-    if (node.op == "Conv") return std::unique_ptr<Kernel>(new CudnnConvKernel(device_, node));
-    if (node.op == "RNN" || node.op == "LSTM" || node.op == "GRU")
-      return std::unique_ptr<Kernel>(new CudnnRnnKernel(device_, node));
-    return std::unique_ptr<Kernel>(new CudnnPoolKernel(device_, node));
-  }
+  list.push_back({"cudnn",
+                  [d, domain_ok](const Node& node, const std::vector<TensorType>& inputs) -> Claim {
+                    if (domain_ok(node) && uses_cudnn(*d, node, inputs)) return OkStatus();
+                    return std::nullopt;
+                  },
+                  [d](const Node& node, const std::vector<TensorType>&) -> std::unique_ptr<Kernel> {
+                    if (node.op == "Conv") return std::make_unique<CudnnConvKernel>(d, node);
+                    if (node.op == "RNN" || node.op == "LSTM" || node.op == "GRU")
+                      return std::make_unique<CudnnRnnKernel>(d, node);
+                    return std::make_unique<CudnnPoolKernel>(d, node);
+                  }});
 #endif
-  if (gelu_on_device(node, inputs)) return std::unique_ptr<Kernel>(new GeluKernel(device_, node));
-  if (codegen::is_view_op(node.op)) return codegen::make_view_kernel(node);
-  if (codegen::reduce_ops().count(node.op) && !inputs.empty() && inputs[0].dtype == DType::kFloat64)
-    return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
-  if (codegen::reduce_ops().count(node.op)) return std::unique_ptr<Kernel>(new ReduceOp(device_, node));
-  if (codegen::is_template_op(node.op)) return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
-  if (codegen::is_template_elementwise(node.op) && !codegen::elementwise_supported(node, inputs, nullptr, kHalves).ok())
-    return std::unique_ptr<Kernel>(new TemplateOpKernel(device_, node));
-  if (node.op == "Transpose" || node.op == "Expand" || node.op == "Slice")
-    return std::unique_ptr<Kernel>(new MoveKernel(device_, node));
-  return std::unique_ptr<Kernel>(new GeneratedKernel(device_, node));
+  list.push_back({"gelu",
+                  [domain_ok](const Node& node, const std::vector<TensorType>& inputs) -> Claim {
+                    if (domain_ok(node) && gelu_on_device(node, inputs)) return OkStatus();
+                    return std::nullopt;
+                  },
+                  [d](const Node& node, const std::vector<TensorType>&) -> std::unique_ptr<Kernel> {
+                    return std::make_unique<GeluKernel>(d, node);
+                  }});
+  return list;
 }
-
-// A fused chain: one generated kernel. Constants that are not scalars were uploaded at
-// compile time and are held here.
-class ElementwiseRegion final : public RegionKernel {
- public:
-  ElementwiseRegion(CudaDevice* d, Compiled c, std::vector<std::string> inputs, Shape shape)
-      : device_(d), c_(std::move(c)), inputs_(std::move(inputs)), shape_(std::move(shape)) {}
-  ~ElementwiseRegion() override {
-    for (auto& [mem, bytes] : uploads_) device_->free(mem, bytes);
-  }
-  Status upload(size_t param, const HostTensor& value) {
-    TD_ASSIGN_OR_RETURN(CUdeviceptr mem, device_->upload_held(value, &uploads_, &weight_bytes_));
-    held_[param] = Arg{mem, 0};
-    return OkStatus();
-  }
-  Status run(const std::vector<DeviceTensor>& inputs, const std::vector<DeviceTensor>& outputs,
-             Allocator& allocator) override {
-    (void)allocator;
-    std::vector<Arg> args;
-    const auto& params = c_.lowered.params;
-    for (size_t p = 0; p < params.size(); ++p) {
-      if (auto h = held_.find(p); h != held_.end()) {
-        args.push_back(h->second);
-        continue;
-      }
-      size_t i = 0;
-      while (i < inputs_.size() && inputs_[i] != params[p]) ++i;
-      if (i >= inputs.size() || !inputs[i].buffer)
-        return errors::Internal("{}: fused kernel input '{}' missing", device_->name(), params[p]);
-      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*inputs[i].buffer));
-      args.push_back(a);
-    }
-    for (const auto& o : outputs) {
-      if (!o.buffer) return errors::Internal("{}: fused kernel output not allocated", device_->name());
-      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*o.buffer));
-      args.push_back(a);
-    }
-    return device_->launch(*c_.program, args, shape_numel(shape_));
-  }
-  int64_t arena_bytes() const override { return 0; }
-  int64_t weight_bytes() const override { return weight_bytes_; }
-  std::string describe() const override {
-    return fmt::format("CudaElementwise: {} over {} in 1 generated kernel, {} outputs",
-                       c_.lowered.summary, shape_to_string(shape_), c_.lowered.kernel.outputs.size());
-  }
-
- private:
-  CudaDevice* device_;
-  Compiled c_;
-  std::vector<std::string> inputs_;
-  Shape shape_;
-  std::map<size_t, Arg> held_;
-  std::vector<std::pair<void*, size_t>> uploads_;
-  int64_t weight_bytes_ = 0;
-};
 
 // MatMul/Gemm + bias (+ Relu / tanh-Gelu) as one cublasLtMatmul with a bias epilogue
 // (plan_lt_fusions decides which groups). Constant operands were uploaded at compile time. When
@@ -1915,14 +1474,12 @@ class ElementwiseRegion final : public RegionKernel {
 class LtRegion final : public RegionKernel {
  public:
   LtRegion(CudaDevice* d, LtFusion f, std::vector<std::string> inputs, const Node* act)
-      : device_(d), f_(std::move(f)), inputs_(std::move(inputs)) {
+      : device_(d), f_(std::move(f)), inputs_(std::move(inputs)), uploads_(d) {
     if (act) act_ = std::make_unique<Node>(*act);
   }
-  ~LtRegion() override {
-    for (auto& [mem, bytes] : uploads_) device_->free(mem, bytes);
-  }
   Status hold(const std::string& name, const HostTensor& value) {
-    TD_ASSIGN_OR_RETURN(held_[name], device_->upload_held(value, &uploads_, &weight_bytes_));
+    TD_ASSIGN_OR_RETURN(Arg a, uploads_.upload(value.data(), static_cast<size_t>(value.nbytes())));
+    held_[name] = a.handle;
     return OkStatus();
   }
   Status run(const std::vector<DeviceTensor>& inputs, const std::vector<DeviceTensor>& outputs,
@@ -1946,8 +1503,7 @@ class LtRegion final : public RegionKernel {
     // Unfused: Y (or a scratch buffer before the activation) = broadcast bias, += A·op(B).
     if (!expand_) {
       TD_ASSIGN_OR_RETURN(codegen::ElementwiseKernel ek, codegen::lower_expand({f_.n}, {f_.m, f_.n}, DType::kFloat32));
-      static const codegen::CudaPrinter printer;
-      TD_ASSIGN_OR_RETURN(std::string source, printer.print(ek));
+      TD_ASSIGN_OR_RETURN(std::string source, codegen::print_for(*device_, ek));
       TD_ASSIGN_OR_RETURN(expand_, device_->program(source, ek.name));
     }
     std::shared_ptr<Buffer> scratch;
@@ -1973,14 +1529,14 @@ class LtRegion final : public RegionKernel {
       auto type_of = [&](const std::string& v) -> const TensorType* {
         return v == in || v == out ? &pre : nullptr;
       };
-      TD_ASSIGN_OR_RETURN(Compiled c, compile_group(*device_, {act_.get()}, {act_->outputs[0]}, pre.shape, type_of,
-                                                    nullptr));
+      TD_ASSIGN_OR_RETURN(codegen::CompiledGroup c, codegen::compile_group(*device_, {act_.get()}, {act_->outputs[0]},
+                                                                         pre.shape, type_of, nullptr));
       act_program_ = std::move(c.program);
     }
     return device_->launch(*act_program_, {target, y}, f_.m * f_.n);
   }
   int64_t arena_bytes() const override { return 0; }
-  int64_t weight_bytes() const override { return weight_bytes_; }
+  int64_t weight_bytes() const override { return uploads_.bytes(); }
   std::string describe() const override {
     static const char* kEpi[] = {"BIAS", "RELU_BIAS", "GELU_BIAS"};
     return fmt::format("CudaLtEpilogue: {} nodes as one cublasLtMatmul ({}), {}x{}x{}{}", f_.members.size(),
@@ -2005,11 +1561,10 @@ class LtRegion final : public RegionKernel {
   std::vector<std::string> inputs_;
   std::unique_ptr<Node> act_;
   std::map<std::string, CUdeviceptr> held_;
-  std::vector<std::pair<void*, size_t>> uploads_;
-  int64_t weight_bytes_ = 0;
+  codegen::HeldBuffers uploads_;
   bool fallback_ = false;
   std::string fallback_why_;
-  std::shared_ptr<Program> expand_, act_program_;
+  std::shared_ptr<codegen::GpuProgram> expand_, act_program_;
 };
 
 // The groups plan_lt_fusions finds, as LtRegions (none where cuBLASLt does not load or
@@ -2035,55 +1590,6 @@ std::vector<Region> lt_regions(CudaDevice* device, const FusionGraph& g, std::ve
       continue;
     }
     for (size_t m : f.members) (*taken)[m] = true;
-    r.kernel = std::move(kernel);
-    regions.push_back(std::move(r));
-  }
-  return regions;
-}
-
-std::vector<Region> CudaRegionCompiler::compile(const FusionGraph& g,
-                                                  std::vector<std::string>* notes) {
-  std::vector<bool> taken(g.nodes.size(), false);
-  std::vector<Region> regions = lt_regions(device_, g, &taken, notes);
-  if (std::getenv("TENSORD_NO_ELEMENTWISE_FUSION")) return regions;
-  auto key = [&](size_t i, const std::vector<int>&) -> std::string {
-    if (!g.placed_here.empty() && !g.placed_here[i]) return "";
-    if (taken[i]) return "";
-    const Node& node = *g.nodes[i];
-    if (node.outputs.size() != 1 || node.outputs[0].empty()) return "";
-    const TensorType* out = g.type_of(node.outputs[0]);
-    if (!out || !shape_is_static(out->shape) || shape_numel(out->shape) == 0) return "";
-    std::vector<TensorType> in;
-    for (const auto& name : node.inputs) {
-      const TensorType* t = name.empty() ? nullptr : g.type_of(name);
-      if (!name.empty() && (!t || !shape_is_static(t->shape))) return "";
-      in.push_back(t ? *t : TensorType{});
-    }
-    if (!codegen::elementwise_supported(node, in, g.constant, kHalves).ok()) return "";
-    return "ew:" + shape_to_string(out->shape);
-  };
-  for (auto& r : partition_graph(g, key)) {
-    if (r.members.size() < 2 || r.outputs.empty()) continue;  // single nodes: their own kernels
-    std::vector<const Node*> nodes;
-    for (size_t m : r.members) nodes.push_back(g.nodes[m]);
-    const Shape shape = g.type_of(nodes.back()->outputs[0])->shape;
-    auto c = compile_group(*device_, nodes, r.outputs, shape, g.type_of, g.constant);
-    if (!c.ok()) {
-      if (notes)
-        notes->push_back(fmt::format("{}: {} element-wise nodes left unfused: {}", device_->name(),
-                                     nodes.size(), c.status().message()));
-      continue;
-    }
-    // Constants that are not literals: uploaded once, held by the kernel.
-    const std::vector<const HostTensor*> constants = c->lowered.constants;
-    auto kernel = std::make_unique<ElementwiseRegion>(device_, std::move(*c), r.inputs, shape);
-    Status up;
-    for (size_t p = 0; p < constants.size() && up.ok(); ++p)
-      if (constants[p]) up = kernel->upload(p, *constants[p]);
-    if (!up.ok()) {
-      if (notes) notes->push_back(fmt::format("{}: a fused kernel's constants: {}", device_->name(), up.message()));
-      continue;
-    }
     r.kernel = std::move(kernel);
     regions.push_back(std::move(r));
   }
@@ -2488,8 +1994,7 @@ int64_t cudnn_rnn_calls() { return g_cudnn_rnn_calls.load(); }
 int64_t lt_fused_calls() { return g_lt_fused_calls.load(); }
 int64_t lt_fallbacks() { return g_lt_fallbacks.load(); }
 std::string last_source() {
-  std::lock_guard<std::mutex> lock(g_last_mu);
-  return g_last_source;
+  return g_sources.last();
 }
 
 }  // namespace tensord::cuda

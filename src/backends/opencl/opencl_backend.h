@@ -6,8 +6,11 @@
 // have to be CL_DEVICE_MEM_BASE_ADDR_ALIGN-aligned). Kernels are generated
 // (src/backends/codegen: element-wise ops with broadcasting, fused chains), compiled once per
 // device and kept in memory by source; everything else falls back to cpu:0 through the engine.
+// The generated kernels, the kernel list and the region compiler are the GPU layer shared with
+// the CUDA backend (codegen/gpu_kernels.h); this backend implements its runtime
+// (codegen/gpu_runtime.h) and adds CLBlast, recurrent and fused convolution kernels.
 //
-// Compiled programs are also kept on disk (TENSORD_KERNEL_CACHE, see opencl_backend.cpp),
+// Compiled programs are also kept on disk (TENSORD_KERNEL_CACHE, codegen/gpu_runtime.h),
 // keyed by device, driver version and source; a bad entry is rebuilt, never trusted.
 //
 // A Conv with constant weights is fused at compile time with what follows it (an inference
@@ -36,6 +39,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/tune.h"
 
 namespace tensord::opencl {
 
@@ -69,12 +73,8 @@ int64_t queue_finishes();
 //    and an element-wise kernel of the sizes of a ResNet/MobileNet layer).
 // The file: TENSORD_TUNE_CACHE (a folder; "off": no file), else $XDG_CACHE_HOME/tensord/tune
 // or ~/.cache/tensord/tune, one file per device name and driver version.
-struct TuneOptions {
-  std::string device = "opencl:0";
-  double budget_seconds = 600;  // past this no new candidate starts (but the first of each kind)
-  std::vector<int64_t> sizes = {1024, 2048};  // SGEMM n = m = k timed (the first one tunes)
-  int repeats = 3;                          // timed runs per measurement (the best counts)
-};
+// (TuneOptions: src/backend/tune.h; the CLI reaches this through tune_device().)
+using tensord::TuneOptions;
 Status tune(const TuneOptions& options, std::ostream& out);
 // The tuning file a device of this platform, name and driver reads ("" when disabled).
 std::string tune_file(const std::string& platform, const std::string& model, const std::string& driver);
