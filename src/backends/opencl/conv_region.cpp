@@ -1,5 +1,6 @@
-// A Conv with constant weights and what follows it (BatchNormalization folded, a residual
-// Add, an activation) as one generated kernel: the OpenCL device's own regions, formed before
+// A Conv with constant weights and what follows it (a residual Add, an activation; an
+// inference BatchNormalization after it the engine has folded into its weights: bnfold) as one
+// generated kernel: the OpenCL device's own regions, formed before
 // the shared element-wise fusion (codegen::GpuRegionCompiler).
 #include <cmath>
 #include <limits>
@@ -15,9 +16,9 @@ namespace {
 
 std::atomic<int64_t> g_conv_regions{0};
 
-// A convolution with constant weights and what follows it: an inference BatchNormalization
-// with constant parameters is folded into the weights and bias at compile time; a residual
-// Add and an activation become the kernel's epilogue. 1x1 windows of stride 1 multiply the
+// A convolution with constant weights and what follows it: a residual Add and an activation
+// become the kernel's epilogue (an inference BatchNormalization was folded into the weights by
+// the engine before placement, engine/canonicalize.h). 1x1 windows of stride 1 multiply the
 // input directly (no im2col), depthwise convolutions have their own vectorised kernel, others
 // run im2col + the vectorised GEMM (codegen::conv_gemm_vec_kernel).
 class ConvRegion final : public RegionKernel {
@@ -138,7 +139,7 @@ std::vector<Region> conv_regions(OpenClDevice& device, const FusionGraph& g, std
     if (!geo_or.ok()) continue;
     codegen::ConvGeometry geo = *geo_or;
     if (geo.N == 0 || geo.C == 0 || geo.KW == 0) continue;
-    const int64_t CG = geo.C / geo.G, Mg = geo.M / geo.G, KK = geo.KH * geo.KW;
+    const int64_t CG = geo.C / geo.G;
     const bool depthwise = geo.G > 1 && CG == 1 && geo.M == geo.C;
     if (geo.G > 1 && CG == 1 && !depthwise) continue;  // a channel multiplier: the node's kernel
     std::vector<float> weights(w->data<float>(), w->data<float>() + w->numel());
@@ -154,37 +155,6 @@ std::vector<Region> conv_regions(OpenClDevice& device, const FusionGraph& g, std
     std::string value = conv.outputs[0];
     codegen::ConvEpilogue e;
     e.bias = has_bias;
-    // BatchNormalization (inference, constant parameters): folded.
-    if (auto j = sole_reader(value); j && g.nodes[*j]->op == "BatchNormalization") {
-      const Node& bn = *g.nodes[*j];
-      NodeAttrs at(bn);
-      auto eps = at.attr_float("epsilon", 1e-5f);
-      auto training = at.attr_int("training_mode", 0);
-      auto spatial = at.attr_int("spatial", 1);
-      bool ok = bn.inputs.size() == 5 && bn.inputs[0] == value && eps.ok() && training.ok() && *training == 0 &&
-                spatial.ok() && *spatial == 1 && !bn.outputs.empty();
-      for (size_t o = 1; ok && o < bn.outputs.size(); ++o) ok = bn.outputs[o].empty();
-      std::vector<float> sc, sh, mean, var;
-      if (ok) {
-        sc = constant_floats(g, bn.inputs[1]), sh = constant_floats(g, bn.inputs[2]);
-        mean = constant_floats(g, bn.inputs[3]), var = constant_floats(g, bn.inputs[4]);
-        const size_t M = static_cast<size_t>(geo.M);
-        ok = sc.size() == M && sh.size() == M && mean.size() == M && var.size() == M;
-      }
-      if (ok) {
-        const int64_t per = CG * KK;  // weights per output channel
-        for (int64_t m = 0; m < geo.M; ++m) {
-          const size_t k = static_cast<size_t>(m);
-          const float a = sc[k] / std::sqrt(var[k] + *eps);
-          for (int64_t q = 0; q < per; ++q) weights[static_cast<size_t>(m * per + q)] *= a;
-          bias[k] = (bias[k] - mean[k]) * a + sh[k];
-        }
-        e.bias = true;
-        r.members.push_back(*j);
-        ops.push_back("BatchNormalization");
-        value = bn.outputs[0];
-      }
-    }
     // A residual Add of a value of the output's shape.
     if (auto j = sole_reader(value); j && g.nodes[*j]->op == "Add" && g.nodes[*j]->inputs.size() == 2 &&
                                      g.nodes[*j]->outputs.size() == 1) {
@@ -247,7 +217,6 @@ std::vector<Region> conv_regions(OpenClDevice& device, const FusionGraph& g, std
       if (notes) notes->push_back(fmt::format("{}: {} left unfused: {}", device.name(), conv.label(), st.message()));
       continue;
     }
-    (void)Mg;
     r.kernel = std::move(kernel);
     for (size_t m : r.members) taken[m] = true;
     g_conv_regions++;
