@@ -35,6 +35,10 @@ class Index {
     return it == producer_.end() || dead[it->second] ? nullptr : &g_.nodes[it->second];
   }
   size_t producer_index(const std::string& v) const { return producer_.at(v); }
+  std::optional<size_t> producer_of(const std::string& v) const {
+    auto it = producer_.find(v);
+    return it == producer_.end() ? std::nullopt : std::optional<size_t>(it->second);
+  }
   const std::vector<size_t>& readers(const std::string& v) const {
     static const std::vector<size_t> none;
     auto it = readers_.find(v);
@@ -631,23 +635,19 @@ bool channel_affine(const Node& n, const std::string& x, int64_t m, size_t rank,
 int fold_affine_impl(Graph& g, GraphTypes& types, std::vector<bool>* dropped, bool bn,
                      bool affine,
                      const std::function<bool(const std::string&, int64_t)>& charge) {
-  std::map<std::string, size_t> producer;
-  std::map<std::string, int> reads;  // reads inside subgraphs included
-  std::set<std::string> outputs;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    for (const auto& o : g.nodes[i].outputs)
-      if (!o.empty()) producer[o] = i;
-    for (const auto& in : g.nodes[i].inputs)
-      if (!in.empty()) ++reads[in];
-    for (const auto& in : implicit_inputs(g.nodes[i])) ++reads[in];
-  }
-  for (const auto& o : g.outputs) outputs.insert(o.name);
+  const Index ix(g);
+  // Outputs a fold moved onto the contraction before them: their producer now.
+  std::map<std::string, size_t> moved;
+  auto producer_of = [&](const std::string& v) -> std::optional<size_t> {
+    if (auto it = moved.find(v); it != moved.end()) return it->second;
+    return ix.producer_of(v);
+  };
   std::set<std::string> made;  // constants this pass made (a second fold rewrites them)
   auto fresh = [&](const std::string& base) {
     for (int k = 0;; ++k) {
       std::string name = base + "_folded" + std::to_string(k);
-      if (!types.values.count(name) && !types.constants.count(name) && !producer.count(name) &&
-          !g.initializers.count(name))
+      // types.values names every graph input and node output already.
+      if (!types.values.count(name) && !types.constants.count(name) && !g.initializers.count(name))
         return name;
     }
   };
@@ -674,12 +674,13 @@ int fold_affine_impl(Graph& g, GraphTypes& types, std::vector<bool>* dropped, bo
     // The value read that a contraction made: read only here, no graph output.
     std::string x;
     for (const auto& in : n.inputs)
-      if (auto it = producer.find(in); it != producer.end() && !(*dropped)[it->second]) {
-        const Node& c = g.nodes[it->second];
+      if (auto j = producer_of(in); j && !(*dropped)[*j]) {
+        const Node& c = g.nodes[*j];
         if (c.op == "Conv" || c.op == "ConvTranspose" || c.op == "Gemm") x = in;
       }
-    if (x.empty() || types.constants.count(x) || outputs.count(x) || reads[x] != 1) continue;
-    const size_t pi = producer.at(x);
+    if (x.empty() || types.constants.count(x) || ix.is_output(x) || ix.readers(x).size() != 1)
+      continue;
+    const size_t pi = *producer_of(x);
     Node& p = g.nodes[pi];
     const bool conv = p.op == "Conv", convt = p.op == "ConvTranspose", gemm = p.op == "Gemm";
     if (!p.domain.empty() || p.outputs.size() != 1 || p.outputs[0] != x || p.inputs.size() < 2)
@@ -750,7 +751,7 @@ int fold_affine_impl(Graph& g, GraphTypes& types, std::vector<bool>* dropped, bo
     p.inputs[2] = b_name;
     if (gemm) p.attrs["beta"] = 1.0f;
     p.outputs[0] = n.outputs[0];
-    producer[n.outputs[0]] = pi;
+    moved[n.outputs[0]] = pi;
     (*dropped)[b] = true;
     ++count;
   }
