@@ -442,6 +442,65 @@ TEST(StridedCopy, LargeSliceExpandAndGatherEqualTheReference) {
   }
 }
 
+// The fast Concat and Split equal the reference bit for bit, split across the threads both
+// ways: many rows (axis 1 of [64,8192,3]: the rows go to threads) and few long blocks (axis 0:
+// the blocks are cut in pieces), with an empty part, int64 and a small copy left on one thread.
+TEST(StridedCopy, ConcatAndSplitEqualTheReference) {
+  std::mt19937 rng(29);
+  struct Case {
+    const char* what;
+    std::string op;
+    std::vector<HostTensor> inputs;
+    int64_t axis;
+    std::vector<int64_t> split;  // Split's sizes (their count is the outputs')
+  };
+  std::vector<int64_t> big(3 << 18);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<int64_t>(i * 7919);
+  const std::vector<Case> cases = {
+      {"rows: axis 1 of [64,8192,3]", "Split", {random_f32({64, 8192, 3}, rng)}, 1,
+       {4000, 0, 4192}},
+      {"long blocks: axis 0 of int64 [3,262144]", "Split",
+       {HostTensor::from_vector<int64_t>(big, {3, 1 << 18})}, 0, {1, 2}},
+      {"small: [32,2,384] in three", "Split", {random_f32({32, 2, 384}, rng)}, -1,
+       {128, 128, 128}},
+      {"rows: axis 2 of [16,64,*]", "Concat",
+       {random_f32({16, 64, 300}, rng), random_f32({16, 64, 0}, rng),
+        random_f32({16, 64, 77}, rng)}, 2, {}},
+      {"long blocks: axis 0", "Concat",
+       {random_f32({1, 300000}, rng), random_f32({2, 300000}, rng)}, 0, {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.op + " " + c.what);
+    ASSERT_EQ(cpu::KernelRegistry::global().find(c.op).front().name, "fast");
+    std::vector<HostTensor> inputs = c.inputs;
+    if (!c.split.empty()) {
+      const int64_t n = static_cast<int64_t>(c.split.size());
+      inputs.push_back(HostTensor::from_vector<int64_t>(c.split, {n}));
+    }
+    std::vector<HostTensor> bound;
+    Graph g = one_node_graph(c.op, inputs, {{"axis", c.axis}}, &bound);
+    for (size_t i = 1; i < c.split.size(); ++i) {
+      const std::string name = "y" + std::to_string(i);
+      g.nodes[0].outputs.push_back(name);
+      g.outputs.push_back({name, {}});
+    }
+    auto fast = run_graph_on_host(g, bound, CompileOptions{true});
+    auto ref = run_graph_on_host(g, bound, CompileOptions{false});
+    ASSERT_TRUE(fast.ok()) << fast.status().to_string();
+    ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+    ASSERT_EQ(fast->size(), std::max<size_t>(1, c.split.size()));
+    for (size_t i = 0; i < fast->size(); ++i) {
+      ASSERT_TRUE((*fast)[i].ok() && (*ref)[i].ok());
+      const HostTensor& a = *(*fast)[i];
+      const HostTensor& b = *(*ref)[i];
+      ASSERT_EQ(a.shape(), b.shape()) << "output " << i;
+      if (a.nbytes())
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), static_cast<size_t>(a.nbytes())), 0)
+            << "output " << i;
+    }
+  }
+}
+
 TEST(StridedCopy, TransposeMatchesNaive) {
   std::mt19937 rng(19);
   const Shape shape = {2, 3, 37, 21};

@@ -4,7 +4,10 @@ any region, and no reference kernel (a cpu kernel named "reference", summed over
 one op) above 5% of the model's step time. The outputs must also PASS against PyTorch's
 float64 golden.
 
-usage: test_corpus_reference.py TENSORD [ENTRY...]     (default: corpus.QUICK)
+usage: test_corpus_reference.py [--sanitized] TENSORD [ENTRY...]     (default: corpus.QUICK)
+--sanitized (a sanitizer build): the reference kernels' shares are printed but do not fail, as
+instrumented loops and memcpy are several times slower there while oneDNN's JIT code is not
+(a 2% memcpy Split measured 7.6% under ASan); correctness and ref primitives still fail.
 The exports are cached in $TENSORD_CORPUS_CACHE (default ~/.cache/tensord-bench) under
 corpus/torch-VERSION. Exit 77 (skip) without PyTorch/torchvision/onnx.
 """
@@ -29,7 +32,7 @@ sys.path.insert(0, BENCH)
 import corpus  # noqa: E402  (bench/corpus.py)
 
 
-def check(tensord, key):
+def check(tensord, key, sanitized=False):
     """The problems of one entry (empty: it passes) and its profile summary."""
     cache = os.environ.get("TENSORD_CORPUS_CACHE", corpus.default_cache())
     folder = corpus.export(corpus.cache_root(cache), key)
@@ -52,6 +55,10 @@ def check(tensord, key):
         problems.append(f"oneDNN ref implementation: {r}")
     for row in prof["steps"]:
         if row["kind"] == "reference" and row["share"] > MAX_REFERENCE_SHARE:
+            if sanitized:
+                print(f"     (sanitizer build, not failed) reference kernel {row['step']}: "
+                      f"{100 * row['share']:.1f}%")
+                continue
             problems.append(f"reference kernel {row['step']}: {100 * row['share']:.1f}% of the "
                             f"time ({row['calls']} calls)")
     summary = (f"reference kernels {100 * prof['reference_share']:.1f}%, regions with oneDNN "
@@ -61,6 +68,8 @@ def check(tensord, key):
 
 
 def main(argv):
+    sanitized = "--sanitized" in argv
+    argv = [a for a in argv if a != "--sanitized"]
     if len(argv) < 2:
         print(__doc__)
         return 2
@@ -69,7 +78,7 @@ def main(argv):
     tensord, keys = argv[1], argv[2:] or corpus.QUICK
     failed = 0
     for key in keys:
-        problems, summary = check(tensord, key)
+        problems, summary = check(tensord, key, sanitized)
         print(f"{'FAIL' if problems else 'ok  '} {key}: {summary}", flush=True)
         for pr in problems:
             print(f"     {pr}")
