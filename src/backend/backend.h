@@ -170,6 +170,38 @@ class KernelTable {
                                                  const CompileOptions& options) const = 0;
 };
 
+// One step of a contraction's epilogue: element-wise work on its result, in its shape and
+// type, that a library or a generated kernel can apply as the result is written (oneDNN
+// post-ops, cuBLASLt epilogues, cuDNN's bias+activation, the OpenCL conv region's epilogue).
+// FusionGraph::epilogue_of tags the chain once for every backend; each takes the longest
+// prefix it accepts and leaves the rest to run on its own.
+struct EpilogueStep {
+  enum class Kind {
+    kActivation,  // a one-input element-wise op on the chain's value (Relu, Clip, Gelu, ...)
+    kSwish,       // Mul(x, Sigmoid(x)): two nodes, the Sigmoid read by the Mul alone
+    kBinary,      // a broadcasting op (Add, Sub, Mul, Div, ...) with one other operand
+  };
+  // The shape of a binary step's other operand against the contraction's result.
+  enum class Operand {
+    kNone,
+    kScalar,     // one value
+    kChannel,    // one value per output channel (axis 1 of a convolution, the last axis of a
+                 // product), broadcast over the rest: a bias or a per-channel scale
+    kSameShape,  // the result's shape: a residual
+    kOther,      // another broadcast (a mask)
+  };
+  Kind kind = Kind::kActivation;
+  std::vector<size_t> nodes;  // indices into FusionGraph::nodes (kSwish: Sigmoid, then Mul)
+  const Node* node = nullptr;  // the step's last node (kSwish: the Mul)
+  std::string input, output;  // the chain's value before and after the step
+  // kBinary: the other input, whether it is the node's first input (c - x rather than x - c),
+  // its form and whether it is known at compile time.
+  std::string operand;
+  bool operand_first = false;
+  Operand form = Operand::kNone;
+  bool operand_constant = false;
+};
+
 // What a region compiler may know about the graph being compiled.
 struct FusionGraph {
   // Runnable nodes in topological order (nodes folded to constants are not listed).
@@ -194,6 +226,12 @@ struct FusionGraph {
   // The node that reads `value` once when nothing else reads it and it is no graph output.
   std::optional<size_t> sole_reader(const std::string& value) const;
   void index_uses() const;
+  // The epilogue of contraction node `i` (op kind kContraction: Conv, ConvTranspose, MatMul,
+  // Gemm, ...), in graph order: each step the sole reader of the value before it (a read
+  // inside a subgraph counts; a graph output ends the chain), in the standard domain, placed
+  // like the contraction, with one output of the contraction result's type and shape. Empty
+  // for a node that is no contraction. At most 8 steps.
+  std::vector<EpilogueStep> epilogue_of(size_t i) const;
 
  private:
   mutable bool indexed_ = false;

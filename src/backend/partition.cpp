@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "core/graph_utils.h"
+#include "core/op_registry.h"
 
 namespace tensord {
 namespace {
@@ -48,6 +49,95 @@ std::optional<size_t> FusionGraph::sole_reader(const std::string& value) const {
   const std::vector<size_t>& r = readers_of(value);
   if (r.size() != 1) return std::nullopt;
   return r[0];
+}
+
+std::vector<EpilogueStep> FusionGraph::epilogue_of(size_t i) const {
+  std::vector<EpilogueStep> steps;
+  if (i >= nodes.size()) return steps;
+  const Node& c = *nodes[i];
+  if (op_kind(c.op) != OpKind::kContraction || c.outputs.empty() || c.outputs[0].empty())
+    return steps;
+  const TensorType* ct = type_of ? type_of(c.outputs[0]) : nullptr;
+  if (!ct || ct->shape.empty()) return steps;
+  const TensorType result = *ct;
+  const bool conv = c.op == "Conv" || c.op == "ConvTranspose" || c.op == "ConvInteger" ||
+                    c.op == "QLinearConv";
+  const size_t rank = result.shape.size();
+  const size_t channel_axis = conv ? (rank > 1 ? 1 : 0) : rank - 1;
+  const bool here = placed_here.empty() || placed_here[i];
+  // A node that may join the chain: standard domain, placed like the contraction, one output
+  // of the result's type and shape.
+  auto joins = [&](size_t j) {
+    const Node& n = *nodes[j];
+    if (!n.domain.empty() && n.domain != "ai.onnx") return false;
+    if (!placed_here.empty() && placed_here[j] != here) return false;
+    if (n.outputs.size() != 1) return false;
+    const TensorType* t = type_of(n.outputs[0]);
+    return t && t->dtype == result.dtype && t->shape == result.shape;
+  };
+  auto form_of = [&](const std::string& operand) {
+    const TensorType* t = type_of(operand);
+    if (!t) return EpilogueStep::Operand::kOther;
+    if (t->shape == result.shape) return EpilogueStep::Operand::kSameShape;
+    if (!shape_is_static(t->shape) || t->shape.size() > rank) return EpilogueStep::Operand::kOther;
+    if (shape_numel(t->shape) == 1) return EpilogueStep::Operand::kScalar;
+    // Right-aligned against the result: 1 on every axis but the channel's, which matches.
+    const size_t lead = rank - t->shape.size();
+    for (size_t d = 0; d < t->shape.size(); ++d) {
+      const int64_t want = lead + d == channel_axis ? result.shape[channel_axis] : 1;
+      if (t->shape[d] != want) return EpilogueStep::Operand::kOther;
+    }
+    return lead <= channel_axis ? EpilogueStep::Operand::kChannel : EpilogueStep::Operand::kOther;
+  };
+  std::string v = c.outputs[0];
+  while (steps.size() < 8) {
+    if (is_graph_output && is_graph_output(v)) break;
+    const std::vector<size_t>& r = readers_of(v);
+    EpilogueStep s;
+    s.input = v;
+    if (r.size() == 2 && r[0] != r[1]) {  // x * Sigmoid(x)
+      for (int k = 0; k < 2 && s.nodes.empty(); ++k) {
+        const size_t si = r[static_cast<size_t>(k)], mi = r[static_cast<size_t>(1 - k)];
+        const Node& sig = *nodes[si];
+        const Node& mul = *nodes[mi];
+        if (sig.op != "Sigmoid" || sig.inputs.size() != 1 || mul.op != "Mul" ||
+            mul.inputs.size() != 2 || !joins(si) || !joins(mi))
+          continue;
+        const std::optional<size_t> only = sole_reader(sig.outputs[0]);
+        const bool pair = (mul.inputs[0] == v && mul.inputs[1] == sig.outputs[0]) ||
+                          (mul.inputs[1] == v && mul.inputs[0] == sig.outputs[0]);
+        if (only && *only == mi && pair && si < mi) {
+          s.kind = EpilogueStep::Kind::kSwish;
+          s.nodes = {si, mi};
+          s.node = &mul;
+        }
+      }
+      if (s.nodes.empty()) break;
+    } else {
+      const std::optional<size_t> j = sole_reader(v);
+      if (!j || !joins(*j)) break;
+      const Node& n = *nodes[*j];
+      const OpKind kind = op_kind(n.op);
+      if (kind == OpKind::kElementwise && !n.inputs.empty() && n.inputs[0] == v) {
+        s.kind = EpilogueStep::Kind::kActivation;
+      } else if (kind == OpKind::kBroadcast && n.inputs.size() == 2 &&
+                 n.inputs[0] != n.inputs[1] && !n.inputs[0].empty() && !n.inputs[1].empty()) {
+        s.kind = EpilogueStep::Kind::kBinary;
+        s.operand_first = n.inputs[1] == v;
+        s.operand = n.inputs[s.operand_first ? 0 : 1];
+        s.form = form_of(s.operand);
+        s.operand_constant = constant && constant(s.operand) != nullptr;
+      } else {
+        break;
+      }
+      s.nodes = {*j};
+      s.node = &n;
+    }
+    s.output = s.node->outputs[0];
+    v = s.output;
+    steps.push_back(std::move(s));
+  }
+  return steps;
 }
 
 std::vector<Region> partition_graph(

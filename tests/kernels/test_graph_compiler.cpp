@@ -327,6 +327,127 @@ TEST(GraphCompiler, PartitionNeverContractsIntoACycle) {
   EXPECT_NE(ga1, ga2);
 }
 
+// FusionGraph::epilogue_of, the epilogue every backend reads: each step's kind, nodes and
+// operand form along a Conv's chain (a channel bias, a swish, a residual given first, an
+// activation with constant operands, a scalar scale), the chain ending at a shape change; and
+// where it must stop: a value read twice, a graph output, a node placed elsewhere, a read
+// inside a Loop body, a node of another domain; nothing for a node that is no contraction.
+TEST(FusionGraph, EpilogueOfAContractionTagsEachStep) {
+  auto node = [](std::string op, std::vector<std::string> in, std::string out) {
+    Node n;
+    n.op = op;
+    n.name = out;
+    n.inputs = std::move(in);
+    n.outputs = {std::move(out)};
+    return n;
+  };
+  const Shape ys = {2, 8, 5, 5};
+  std::map<std::string, TensorType> types = {
+      {"c", {DType::kFloat32, ys}},      {"bias", {DType::kFloat32, {1, 8, 1, 1}}},
+      {"a", {DType::kFloat32, ys}},      {"s", {DType::kFloat32, ys}},
+      {"sw", {DType::kFloat32, ys}},     {"r", {DType::kFloat32, ys}},
+      {"res", {DType::kFloat32, ys}},    {"lo", {DType::kFloat32, {}}},
+      {"y1", {DType::kFloat32, ys}},     {"k", {DType::kFloat32, {1}}},
+      {"y2", {DType::kFloat32, ys}},     {"flat", {DType::kFloat32, {2, 200}}},
+      {"shape", {DType::kInt64, {2}}},   {"w_bias", {DType::kFloat32, {8}}}};
+  std::map<std::string, HostTensor> constants = {
+      {"bias", random({1, 8, 1, 1}, 1)}, {"lo", random({}, 2)}, {"k", random({1}, 3)},
+      {"w_bias", random({8}, 4)}};
+  const std::vector<Node> chain = {
+      node("Conv", {"x", "w"}, "c"),         node("Add", {"c", "bias"}, "a"),
+      node("Sigmoid", {"a"}, "s"),           node("Mul", {"a", "s"}, "sw"),
+      node("Add", {"r", "sw"}, "res"),       node("Clip", {"res", "lo"}, "y1"),
+      node("Mul", {"y1", "k"}, "y2"),        node("Reshape", {"y2", "shape"}, "flat")};
+  std::set<std::string> outputs = {"flat"};
+  std::vector<bool> placed;
+  auto graph = [&](const std::vector<Node>& nodes) {
+    FusionGraph g;
+    for (const Node& n : nodes) g.nodes.push_back(&n);
+    g.placed_here = placed;
+    g.type_of = [&](const std::string& v) -> const TensorType* {
+      auto it = types.find(v);
+      return it == types.end() ? nullptr : &it->second;
+    };
+    g.constant = [&](const std::string& v) -> const HostTensor* {
+      auto it = constants.find(v);
+      return it == constants.end() ? nullptr : &it->second;
+    };
+    g.is_graph_output = [&](const std::string& v) { return outputs.count(v) > 0; };
+    return g;
+  };
+  using K = EpilogueStep::Kind;
+  using F = EpilogueStep::Operand;
+  {
+    const FusionGraph g = graph(chain);
+    const std::vector<EpilogueStep> e = g.epilogue_of(0);
+    ASSERT_EQ(e.size(), 5u);
+    EXPECT_EQ(e[0].kind, K::kBinary);
+    EXPECT_EQ(e[0].form, F::kChannel);
+    EXPECT_TRUE(e[0].operand_constant);
+    EXPECT_EQ(e[0].operand, "bias");
+    EXPECT_FALSE(e[0].operand_first);
+    EXPECT_EQ(e[1].kind, K::kSwish);
+    EXPECT_EQ(e[1].nodes, (std::vector<size_t>{2, 3}));
+    EXPECT_EQ(e[1].input, "a");
+    EXPECT_EQ(e[1].output, "sw");
+    EXPECT_EQ(e[2].kind, K::kBinary);
+    EXPECT_EQ(e[2].form, F::kSameShape);
+    EXPECT_FALSE(e[2].operand_constant);
+    EXPECT_TRUE(e[2].operand_first);
+    EXPECT_EQ(e[3].kind, K::kActivation);
+    EXPECT_EQ(e[3].node->op, "Clip");
+    EXPECT_EQ(e[4].form, F::kScalar);
+    EXPECT_EQ(e[4].output, "y2");
+    EXPECT_TRUE(g.epilogue_of(1).empty()) << "an Add is no contraction";
+    EXPECT_TRUE(g.epilogue_of(99).empty());
+  }
+  {  // A graph output ends the chain at it.
+    outputs = {"sw", "flat"};
+    EXPECT_EQ(graph(chain).epilogue_of(0).size(), 2u);
+    outputs = {"flat"};
+  }
+  {  // Read twice: the bias Add's result also read by another node.
+    std::vector<Node> nodes = chain;
+    nodes.push_back(node("Neg", {"res"}, "other"));
+    EXPECT_EQ(graph(nodes).epilogue_of(0).size(), 3u);
+  }
+  {  // Placed elsewhere: the Clip runs on another device.
+    placed = {true, true, true, true, true, false, true, true};
+    EXPECT_EQ(graph(chain).epilogue_of(0).size(), 3u);
+    placed.clear();
+  }
+  {  // Read inside a Loop body (an implicit input of the Loop): the swish's value.
+    auto body = std::make_shared<Graph>();
+    body->nodes = {node("Identity", {"sw"}, "inner")};
+    std::vector<Node> nodes = chain;
+    Node loop = node("Loop", {"", ""}, "z");
+    loop.attrs = {{"body", Attribute(std::shared_ptr<const Graph>(body))}};
+    nodes.push_back(loop);
+    EXPECT_EQ(graph(nodes).epilogue_of(0).size(), 2u);
+  }
+  {  // Another domain's op is no step.
+    std::vector<Node> nodes = chain;
+    nodes[5].domain = "com.example";
+    EXPECT_EQ(graph(nodes).epilogue_of(0).size(), 3u);
+  }
+  {  // A MatMul's channel is its last axis: [8] is a bias of a [4, 8] product, [4, 1] is not.
+    types["p"] = {DType::kFloat32, {4, 8}};
+    types["pb"] = {DType::kFloat32, {4, 8}};
+    types["col"] = {DType::kFloat32, {4, 1}};
+    types["pc"] = {DType::kFloat32, {4, 8}};
+    const std::vector<Node> mm = {node("MatMul", {"x", "w"}, "p"),
+                                  node("Add", {"w_bias", "p"}, "pb"),
+                                  node("Mul", {"pb", "col"}, "pc")};
+    outputs = {"pc"};
+    const std::vector<EpilogueStep> e = graph(mm).epilogue_of(0);
+    ASSERT_EQ(e.size(), 2u);
+    EXPECT_EQ(e[0].form, F::kChannel);
+    EXPECT_TRUE(e[0].operand_first);
+    EXPECT_EQ(e[1].form, F::kOther);
+    EXPECT_FALSE(e[1].operand_constant);
+  }
+}
+
 // Groups that are each acyclic can close a cycle together (two partitioners' groups, or two
 // devices'): A = {a1, a2} and B = {b1, b2} with A -> X -> B (b2 reads X, made from a1) and
 // B -> A (a2 reads b1). The executor gives the last stuck group back to its nodes.

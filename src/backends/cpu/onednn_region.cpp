@@ -330,7 +330,7 @@ class LinearMatcher {
     p.src = same_bytes_source(mm.inputs[0], taken, &p.members);
     p.a_shape = a->shape;
     p.out_shape = y->shape;
-    return follow(std::move(p), mm.outputs[0], taken);
+    return follow(std::move(p), i, taken);
   }
 
  private:
@@ -374,38 +374,33 @@ class LinearMatcher {
     p.src = gm.inputs[0];
     p.a_shape = a->shape;
     p.out_shape = y->shape;
-    return follow(std::move(p), gm.outputs[0], taken);
+    return follow(std::move(p), i, taken);
   }
 
-  // The steps after the product `v`: activations, constant columns, a residual (see match).
-  std::optional<LinearPlan> follow(LinearPlan p, std::string v, const std::vector<bool>& taken) {
+  // The steps after product node `i`, from the epilogue the engine tagged
+  // (FusionGraph::epilogue_of): activations, constant columns, a residual (see match).
+  std::optional<LinearPlan> follow(LinearPlan p, size_t i, const std::vector<bool>& taken) {
     const Shape out_shape = p.out_shape;
-    auto free_reader = [&](const std::string& x) -> const Node* {
-      const std::optional<size_t> j = g_.sole_reader(x);
-      if (!j || taken[*j]) return nullptr;
-      const Node* r = g_.nodes[*j];
-      if ((!r->domain.empty() && r->domain != "ai.onnx") || r->outputs.size() != 1) return nullptr;
-      const TensorType* t = g_.type_of(r->outputs[0]);
-      if (!t || t->dtype != DType::kFloat32 || t->shape != out_shape) return nullptr;
-      p.members.push_back(*j);
-      return r;
-    };
-    for (int guard = 0; guard < 8; ++guard) {
+    std::string v = g_.nodes[i]->outputs[0];
+    for (const EpilogueStep& step : g_.epilogue_of(i)) {
+      // One node a step, not in another group, on the product's result (its type and shape).
+      if (step.kind == EpilogueStep::Kind::kSwish || step.input != v || taken[step.nodes[0]])
+        break;
       const size_t before = p.members.size();
-      const Node* r = free_reader(v);
-      if (!r) break;
+      p.members.push_back(step.nodes[0]);
+      const Node* r = step.node;
       const std::string& op = r->op;
-      const int vi = r->inputs.size() == 2 ? (r->inputs[0] == v ? 0 : 1) : 0;
-      const std::string& other = r->inputs.size() == 2 ? r->inputs[1 - vi] : std::string();
+      const int vi = step.kind == EpilogueStep::Kind::kBinary && step.operand_first ? 1 : 0;
+      const std::string& other = step.operand;
       bool ok = false;
-      if (is_unary_eltwise(op) && r->inputs[0] == v) {
+      if (step.kind == EpilogueStep::Kind::kActivation && is_unary_eltwise(op)) {
         auto steps = eltwise_steps(*r, g_);
         if (steps.ok()) {
           for (const auto& e : *steps) p.steps.push_back(LinearStep::activation(e));
           ok = true;
         }
-      } else if ((op == "Add" || op == "Mul" || ((op == "Sub" || op == "Div") && vi == 0)) &&
-                 r->inputs.size() == 2 && other != v) {
+      } else if (step.kind == EpilogueStep::Kind::kBinary &&
+                 (op == "Add" || op == "Mul" || ((op == "Sub" || op == "Div") && vi == 0))) {
         std::vector<float> cols = column_constant(g_, *r, static_cast<size_t>(1 - vi), p.n,
                                                   out_shape.size());
         if (!cols.empty()) {
@@ -1627,41 +1622,44 @@ class RegionCompiler {
     return OkStatus();
   }
 
-  // The post-ops of a contraction (member `m`) whose result is `*v`, in graph order: activations
-  // that are the only reader of the value before them (x * Sigmoid(x) as one swish), and, when
-  // `residual` is given, one Add of a same-shaped value that exists before the contraction runs
-  // (a sum post-op; its name goes to *residual). Absorbed members are marked fused; *v becomes
-  // the last absorbed value.
+  // The post-ops of a contraction (member `m`) whose result is `*v`, from the epilogue the
+  // engine tagged (FusionGraph::epilogue_of), in graph order: activations (x * Sigmoid(x) as
+  // one swish) and, when `residual` is given, one Add of a same-shaped value that exists before
+  // the contraction runs (a sum post-op; its name goes to *residual); at most four, every node
+  // a member of this region. Absorbed members are marked fused; *v becomes the last absorbed
+  // value.
   Status absorb_post_ops(size_t m, std::string* v, dnnl::post_ops* post, std::string* residual) {
-    for (int guard = 0; guard < 4; ++guard) {
-      if (auto sw = swish_of(*v)) {  // x * Sigmoid(x): one swish post-op
-        post->append_eltwise(1.0f, Alg::eltwise_swish, 1.0f, 0.0f);
-        fused_members_.insert(sw->first);
-        fused_members_.insert(sw->second);
-        out_->fused_ += 2;
-        *v = g_.nodes[r_.members[sw->second]]->outputs[0];
-        continue;
+    const std::vector<EpilogueStep> chain = g_.epilogue_of(r_.members[m]);
+    int absorbed = 0;
+    for (const EpilogueStep& s : chain) {
+      if (absorbed == 4 || s.input != *v) break;
+      std::vector<size_t> local;  // the step's member positions
+      for (size_t n : s.nodes) {
+        auto it = std::find(r_.members.begin(), r_.members.end(), n);
+        if (it == r_.members.end()) break;
+        local.push_back(static_cast<size_t>(it - r_.members.begin()));
       }
-      auto c = sole_consumer(*v);
-      if (!c) break;
-      const Node& next = *g_.nodes[r_.members[*c]];
-      if (is_unary_eltwise(next.op) && next.inputs[0] == *v) {
+      if (local.size() != s.nodes.size()) break;
+      const Node& next = *s.node;
+      if (s.kind == EpilogueStep::Kind::kSwish) {
+        post->append_eltwise(1.0f, Alg::eltwise_swish, 1.0f, 0.0f);
+      } else if (s.kind == EpilogueStep::Kind::kActivation && is_unary_eltwise(next.op)) {
         TD_ASSIGN_OR_RETURN(auto steps, eltwise_steps(next, g_));
         for (const auto& e : steps) post->append_eltwise(1.0f, e.alg, e.alpha, e.beta);
-      } else if (residual && next.op == "Add" && residual->empty() && next.inputs.size() == 2) {
-        const std::string& other = next.inputs[0] == *v ? next.inputs[1] : next.inputs[0];
-        if (other == *v || type(other).shape != type(*v).shape) break;
+      } else if (s.kind == EpilogueStep::Kind::kBinary && residual && residual->empty() &&
+                 next.op == "Add" && s.form == EpilogueStep::Operand::kSameShape) {
         // The residual must exist before the contraction runs.
-        auto p = producer_.find(other);
+        auto p = producer_.find(s.operand);
         if (p != producer_.end() && p->second > m) break;
-        *residual = other;
+        *residual = s.operand;
         post->append_sum(1.0f);
       } else {
         break;
       }
-      fused_members_.insert(*c);
-      out_->fused_++;
-      *v = next.outputs[0];
+      for (size_t l : local) fused_members_.insert(l);
+      out_->fused_ += static_cast<int>(local.size());
+      *v = s.output;
+      ++absorbed;
     }
     return OkStatus();
   }

@@ -1,5 +1,6 @@
 // MatMul/Gemm + bias (+ Relu / tanh-Gelu) -> one cublasLtMatmul with a bias epilogue: which
-// groups of a graph cuBLASLt computes as ONNX defines them. Host code only (no GPU, no cuBLASLt).
+// groups of a graph cuBLASLt computes as ONNX defines them, read from the epilogue the engine
+// tags (FusionGraph::epilogue_of). Host code only (no GPU, no cuBLASLt).
 #include <map>
 
 #include "backends/cuda/cuda_backend.h"
@@ -17,13 +18,6 @@ bool is_f32_static(const TensorType* t) {
 std::vector<LtFusion> plan_lt_fusions(const FusionGraph& g, std::vector<std::string>* notes) {
   auto here = [&](size_t i) { return g.placed_here.empty() || g.placed_here[i]; };
   auto domain_ok = [&](const Node& n) { return n.domain.empty() || n.domain == "ai.onnx"; };
-  // The single node reading `v`, when `v` is read once (a read inside a subgraph included) and
-  // is no graph output.
-  auto sole_user = [&](const std::string& v) -> const size_t* {
-    const std::vector<size_t>& u = g.readers_of(v);
-    if (u.size() != 1 || (g.is_graph_output && g.is_graph_output(v))) return nullptr;
-    return &u[0];
-  };
   auto note = [&](const Node& n, const std::string& why) {
     if (notes) notes->push_back(fmt::format("cuBLASLt epilogue: {} not fused: {}", n.label(), why));
   };
@@ -81,27 +75,29 @@ std::vector<LtFusion> plan_lt_fusions(const FusionGraph& g, std::vector<std::str
     }
     f.members.push_back(i);
     std::string value = mm.outputs[0];
-    if (!gemm_bias) {  // the bias comes from the Add that is the product's only use
-      const size_t* add = sole_user(value);
-      if (!add || !here(*add)) continue;
-      const Node& an = *g.nodes[*add];
-      if (!domain_ok(an) || an.op != "Add" || an.inputs.size() != 2 || an.outputs.size() != 1) continue;
-      const std::string& other = an.inputs[0] == value ? an.inputs[1] : an.inputs[0];
-      if (an.inputs[0] == an.inputs[1]) continue;
+    // The epilogue the engine tagged: a bias Add (unless Gemm's C is one), then an activation
+    // cuBLASLt computes exactly as ONNX does.
+    const std::vector<EpilogueStep> chain = g.epilogue_of(i);
+    size_t at = 0;
+    if (!gemm_bias) {
+      if (chain.empty() || chain[0].kind != EpilogueStep::Kind::kBinary ||
+          chain[0].node->op != "Add")
+        continue;
+      const std::string& other = chain[0].operand;
       const TensorType* tbias = g.type_of(other);
       if (!is_f32_static(tbias) || tbias->shape.size() != 1 || tbias->shape[0] != f.n) {
-        note(an, fmt::format("the bias {} is not a float32 [{}]", other, f.n));
+        note(*chain[0].node, fmt::format("the bias {} is not a float32 [{}]", other, f.n));
         continue;
       }
       f.bias = other;
-      f.members.push_back(*add);
-      value = an.outputs[0];
+      f.members.push_back(chain[0].nodes[0]);
+      value = chain[0].output;
+      at = 1;
     }
     if (f.m > 0x7fffffff || f.n > 0x7fffffff || f.k > 0x7fffffff) continue;
-    // An activation that cuBLASLt computes exactly as ONNX does.
-    if (const size_t* act = sole_user(value); act && here(*act)) {
-      const Node& an = *g.nodes[*act];
-      if (domain_ok(an) && an.outputs.size() == 1 && an.inputs.size() == 1) {
+    if (at < chain.size() && chain[at].kind == EpilogueStep::Kind::kActivation) {
+      const Node& an = *chain[at].node;
+      if (an.inputs.size() == 1) {
         if (an.op == "Relu") {
           f.epilogue = LtFusion::kReluBias;
         } else if (an.op == "Gelu") {
@@ -110,8 +106,8 @@ std::vector<LtFusion> plan_lt_fusions(const FusionGraph& g, std::vector<std::str
           else note(an, "exact (erf) Gelu: cuBLASLt's GELU epilogue is the tanh approximation");
         }
         if (f.epilogue != LtFusion::kBias) {
-          f.members.push_back(*act);
-          value = an.outputs[0];
+          f.members.push_back(chain[at].nodes[0]);
+          value = chain[at].output;
         }
       }
     }

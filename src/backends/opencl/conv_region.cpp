@@ -109,13 +109,6 @@ std::vector<Region> conv_regions(OpenClDevice& device, const FusionGraph& g, std
   if (std::getenv("TENSORD_OPENCL_NO_CONV_FUSION")) return regions;
   auto here = [&](size_t i) { return g.placed_here.empty() || g.placed_here[i]; };
   auto domain_ok = [](const Node& n) { return n.domain.empty() || n.domain == "ai.onnx"; };
-  // The one node reading `value`, to follow single-consumer chains (none when it is a graph
-  // output or read more than once, a read inside a subgraph included).
-  auto sole_reader = [&](const std::string& value) -> std::optional<size_t> {
-    const std::optional<size_t> j = g.sole_reader(value);
-    if (!j || taken[*j] || !here(*j) || !domain_ok(*g.nodes[*j])) return std::nullopt;
-    return j;
-  };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& conv = *g.nodes[i];
     if (taken[i] || !here(i) || conv.op != "Conv" || !domain_ok(conv) || conv.outputs.size() != 1 ||
@@ -155,32 +148,35 @@ std::vector<Region> conv_regions(OpenClDevice& device, const FusionGraph& g, std
     std::string value = conv.outputs[0];
     codegen::ConvEpilogue e;
     e.bias = has_bias;
-    // A residual Add of a value of the output's shape.
-    if (auto j = sole_reader(value); j && g.nodes[*j]->op == "Add" && g.nodes[*j]->inputs.size() == 2 &&
-                                     g.nodes[*j]->outputs.size() == 1) {
-      const Node& add = *g.nodes[*j];
-      const std::string& other = add.inputs[0] == value ? add.inputs[1] : add.inputs[0];
-      const TensorType* t = g.type_of(other);
-      if (add.inputs[0] != add.inputs[1] && !other.empty() && t && t->dtype == DType::kFloat32 &&
-          t->shape == ot->shape && !g.constant(other)) {
-        e.residual = true;
-        r.members.push_back(*j);
-        r.inputs.push_back(other);
-        ops.push_back("Add");
-        value = add.outputs[0];
-      }
+    // The epilogue the engine tagged: a residual Add of a value of the output's shape, then an
+    // activation, each taken only while no earlier region took it.
+    const std::vector<EpilogueStep> chain = g.epilogue_of(i);
+    size_t at = 0;
+    auto free_step = [&](size_t k) {
+      return k < chain.size() && !taken[chain[k].nodes.back()] && !taken[chain[k].nodes.front()];
+    };
+    if (free_step(at) && chain[at].kind == EpilogueStep::Kind::kBinary &&
+        chain[at].node->op == "Add" && chain[at].form == EpilogueStep::Operand::kSameShape &&
+        !chain[at].operand_constant && xt->dtype == DType::kFloat32) {
+      e.residual = true;
+      r.members.push_back(chain[at].nodes[0]);
+      r.inputs.push_back(chain[at].operand);
+      ops.push_back("Add");
+      value = chain[at].output;
+      ++at;
     }
     // An activation.
-    if (auto j = sole_reader(value); j && g.nodes[*j]->outputs.size() == 1) {
-      const Node& act = *g.nodes[*j];
-      NodeAttrs at(act);
-      bool ok = !act.inputs.empty() && act.inputs[0] == value;
+    if (free_step(at) && chain[at].kind == EpilogueStep::Kind::kActivation) {
+      const size_t j = chain[at].nodes[0];
+      const Node& act = *g.nodes[j];
+      NodeAttrs at_attrs(act);
+      bool ok = true;
       if (ok && act.op == "Relu") {
         e.activation = "Relu";
       } else if (ok && act.op == "Clip") {
         float lo = -std::numeric_limits<float>::infinity(), hi = std::numeric_limits<float>::infinity();
-        if (at.has_attr("min") || at.has_attr("max")) {  // before opset 11
-          auto a = at.attr_float("min", lo), b = at.attr_float("max", hi);
+        if (at_attrs.has_attr("min") || at_attrs.has_attr("max")) {  // before opset 11
+          auto a = at_attrs.attr_float("min", lo), b = at_attrs.attr_float("max", hi);
           ok = a.ok() && b.ok();
           if (ok) lo = *a, hi = *b;
         }
@@ -192,16 +188,16 @@ std::vector<Region> conv_regions(OpenClDevice& device, const FusionGraph& g, std
         }
         if (ok) e.activation = "Clip", e.alpha = lo, e.beta = hi;
       } else if (ok && act.op == "LeakyRelu") {
-        auto a = at.attr_float("alpha", 0.01f);
+        auto a = at_attrs.attr_float("alpha", 0.01f);
         if (a.ok()) e.activation = "LeakyRelu", e.alpha = *a;
       } else if (ok && act.op == "HardSigmoid") {
-        auto a = at.attr_float("alpha", 0.2f), b = at.attr_float("beta", 0.5f);
+        auto a = at_attrs.attr_float("alpha", 0.2f), b = at_attrs.attr_float("beta", 0.5f);
         if (a.ok() && b.ok()) e.activation = "HardSigmoid", e.alpha = *a, e.beta = *b;
       } else if (ok && (act.op == "HardSwish" || act.op == "Sigmoid")) {
         e.activation = act.op;
       }
       if (!e.activation.empty()) {
-        r.members.push_back(*j);
+        r.members.push_back(j);
         ops.push_back(act.op);
         value = act.outputs[0];
       }
