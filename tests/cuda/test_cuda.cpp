@@ -1586,6 +1586,113 @@ TEST(CudaKernels, CublasLtBiasEpiloguesAgreeWithTheCpu) {
   EXPECT_EQ(fused + fallbacks, 4) << "every group went to cuBLASLt or was counted as falling back";
 }
 
+// ---- cuDNN's fused convolution: Conv [+ bias] [+ residual] + Relu as one call ----
+
+// plan_conv_fusions over `nodes` with `types`, constant weights w [8, 4, 3, 3], a Conv bias cb
+// [8] and a per-channel Add bias ab [1, 8, 1, 1]; `outputs` are the graph outputs.
+std::vector<cuda::ConvFusion> conv_plan(const std::vector<Node>& nodes, const std::set<std::string>& outputs,
+                                        std::vector<std::string>* notes = nullptr,
+                                        DType dtype = DType::kFloat32) {
+  const Shape ys = {2, 8, 6, 6};
+  static const std::map<std::string, HostTensor> constants = {
+      {"w", random_floats({8, 4, 3, 3}, 1)}, {"cb", random_floats({8}, 2)}, {"ab", random_floats({1, 8, 1, 1}, 3)}};
+  std::map<std::string, TensorType> types = {{"x", {dtype, {2, 4, 6, 6}}}, {"ab", {DType::kFloat32, {1, 8, 1, 1}}}};
+  for (const char* v : {"c", "s", "r", "y", "z", "q"}) types[v] = {dtype, ys};
+  FusionGraph g;
+  for (const auto& n : nodes) g.nodes.push_back(&n);
+  g.type_of = [&](const std::string& v) -> const TensorType* {
+    auto it = types.find(v);
+    return it == types.end() ? nullptr : &it->second;
+  };
+  g.constant = [&](const std::string& v) -> const HostTensor* {
+    auto it = constants.find(v);
+    return it == constants.end() ? nullptr : &it->second;
+  };
+  g.is_graph_output = [&](const std::string& v) { return outputs.count(v) > 0; };
+  return cuda::plan_conv_fusions(g, notes);
+}
+
+TEST(CudaPlanning, ConvBiasResidualAndReluFuseIntoOneCudnnCall) {
+  const std::map<std::string, Attribute> same = {{"pads", Attribute(std::vector<int64_t>{1, 1, 1, 1})}};
+  const Node conv = lt_node("Conv", {"x", "w", "cb"}, "c", same);
+  const Node conv_nb = lt_node("Conv", {"x", "w"}, "c", same);
+  // Conv(B) + Relu.
+  auto f = conv_plan({conv, lt_node("Relu", {"c"}, "y")}, {"y"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].members, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(f[0].bias, "cb");
+  EXPECT_EQ(f[0].residual, "");
+  EXPECT_EQ(f[0].output, "y");
+  EXPECT_EQ(f[0].channels, 8);
+  // Conv(B) + residual Add (the residual first) + Relu: ResNet's block end.
+  f = conv_plan({conv, lt_node("Add", {"z", "c"}, "s"), lt_node("Relu", {"s"}, "y")}, {"y"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].members, (std::vector<size_t>{0, 1, 2}));
+  EXPECT_EQ(f[0].residual, "z");
+  // Conv without B + Add of a per-channel constant + residual + Relu.
+  f = conv_plan({conv_nb, lt_node("Add", {"c", "ab"}, "s"), lt_node("Add", {"s", "z"}, "r"), lt_node("Relu", {"r"}, "y")},
+                {"y"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].bias, "ab");
+  EXPECT_EQ(f[0].residual, "z");
+  EXPECT_EQ(f[0].members.size(), 4u);
+  // No bias at all: still one call (the region uploads zeros).
+  f = conv_plan({conv_nb, lt_node("Relu", {"c"}, "y")}, {"y"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].bias, "");
+  // Not fused: no Relu (Clip, as MobileNets' ReLU6), a second per-channel bias, the Conv's
+  // result read twice or a graph output, float16.
+  EXPECT_TRUE(conv_plan({conv, lt_node("Clip", {"c"}, "y")}, {"y"}).empty());
+  std::vector<std::string> notes;
+  EXPECT_TRUE(conv_plan({conv, lt_node("Add", {"c", "ab"}, "s"), lt_node("Relu", {"s"}, "y")}, {"y"}, &notes).empty());
+  ASSERT_FALSE(notes.empty());
+  EXPECT_NE(notes.back().find("one per-channel bias"), std::string::npos) << notes.back();
+  EXPECT_TRUE(conv_plan({conv, lt_node("Relu", {"c"}, "y"), lt_node("Neg", {"c"}, "q")}, {"y", "q"}).empty());
+  EXPECT_TRUE(conv_plan({conv, lt_node("Relu", {"c"}, "y")}, {"y", "c"}).empty());
+  EXPECT_TRUE(conv_plan({conv, lt_node("Relu", {"c"}, "y")}, {"y"}, nullptr, DType::kFloat16).empty());
+  // A Relu after an op cuDNN's call cannot add (a Mul): not fused, and says why.
+  notes.clear();
+  EXPECT_TRUE(conv_plan({conv, lt_node("Mul", {"c", "z"}, "s"), lt_node("Relu", {"s"}, "y")}, {"y"}, &notes).empty());
+  EXPECT_FALSE(notes.empty());
+}
+
+TEST(CudaKernels, CudnnFusedConvolutionsAgreeWithTheCpu) {
+  REQUIRE_GPU();
+  auto client = gpu_client();
+  ASSERT_TRUE(client.ok());
+  const int64_t f0 = cuda::conv_fused_calls();
+  const std::map<std::string, Attribute> same = {{"pads", Attribute(std::vector<int64_t>{1, 1, 1, 1})}};
+  struct Case {
+    const char* name;
+    std::vector<Node> nodes;
+  };
+  const std::vector<Case> cases = {
+      {"Conv(B)+Relu", {lt_node("Conv", {"x", "w", "cb"}, "c", same), lt_node("Relu", {"c"}, "y")}},
+      {"Conv(B)+residual+Relu",
+       {lt_node("Conv", {"x", "w", "cb"}, "c", same), lt_node("Add", {"z", "c"}, "s"), lt_node("Relu", {"s"}, "y")}},
+      {"Conv+Relu", {lt_node("Conv", {"x", "w"}, "c", same), lt_node("Relu", {"c"}, "y")}},
+  };
+  for (const Case& c : cases) {
+    Graph g;
+    g.inputs = {{"x", {DType::kFloat32, {2, 16, 9, 9}}}, {"z", {DType::kFloat32, {2, 24, 9, 9}}}};
+    g.outputs = {{"y", {DType::kFloat32, {2, 24, 9, 9}}}};
+    g.initializers["w"] = random_floats({24, 16, 3, 3}, 3);
+    g.initializers["cb"] = random_floats({24}, 4);
+    g.nodes = c.nodes;
+    std::vector<HostTensor> in = {random_floats({2, 16, 9, 9}, 5), random_floats({2, 24, 9, 9}, 6)};
+    auto got = testing::run_on(**client, g, in, "cuda:0");
+    auto want = testing::run_on(**client, g, in, "cpu:0");
+    ASSERT_TRUE(got.ok() && want.ok()) << c.name;
+    ASSERT_TRUE((*got)[0].ok()) << c.name << ": " << (*got)[0].status().to_string();
+    ASSERT_TRUE((*want)[0].ok()) << c.name;
+    const float* x = static_cast<const float*>((*got)[0]->data());
+    const float* y = static_cast<const float*>((*want)[0]->data());
+    for (int64_t i = 0; i < (*want)[0]->numel(); ++i)
+      ASSERT_NEAR(x[i], y[i], 1e-4 * (1 + std::fabs(y[i]))) << c.name << " " << i;
+  }
+  EXPECT_EQ(cuda::conv_fused_calls() - f0, 3) << "each group ran as one cudnnConvolutionBiasActivationForward";
+}
+
 // ---- CUDA IPC and CUDA memory of the caller (Client::upload_cuda / read_into_cuda) ----
 
 TEST(CudaIpc, UuidsAreWrittenAsNvidiaSmiWritesThem) {

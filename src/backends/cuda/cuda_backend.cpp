@@ -29,6 +29,7 @@ std::atomic<int64_t> g_graph_captures{0};
 std::atomic<int64_t> g_graph_replays{0};
 std::atomic<int64_t> g_cudnn_rnn_calls{0};
 std::atomic<int64_t> g_lt_fused_calls{0};
+std::atomic<int64_t> g_conv_fused{0};
 std::atomic<int64_t> g_lt_fallbacks{0};
 // The device this thread is recording a run on (CudaRunRecorder), and the stream it records
 // on: that thread's launches for that device go to the recording stream; other threads'
@@ -114,9 +115,14 @@ using Arg = codegen::GpuArg;
 std::vector<codegen::GpuKernelEntry> cuda_kernels(CudaDevice* d);
 std::vector<Region> lt_regions(CudaDevice* device, const FusionGraph& g, std::vector<bool>* taken,
                                std::vector<std::string>* notes);
+std::vector<Region> conv_fusion_regions(CudaDevice* device, const FusionGraph& g, std::vector<bool>* taken,
+                                        std::vector<std::string>* notes);
+// cuBLASLt groups, then cuDNN's fused convolutions.
 codegen::BackendRegions lt_regions_of(CudaDevice* d) {
   return [d](const FusionGraph& g, std::vector<bool>* taken, std::vector<std::string>* notes) {
-    return lt_regions(d, g, taken, notes);
+    std::vector<Region> regions = lt_regions(d, g, taken, notes);
+    for (Region& r : conv_fusion_regions(d, g, taken, notes)) regions.push_back(std::move(r));
+    return regions;
   };
 }
 
@@ -992,8 +998,9 @@ size_t cudnn_workspace_limit() {
   return static_cast<size_t>(std::max<long>(mib, 0)) << 20;
 }
 
-// Conv (float32, NCHW) on cuDNN: cudnnConvolutionForward then the bias with cudnnAddTensor, or
-// cudnnConvolutionBiasActivationForward when a ReLU is fused. The algorithm is cuDNN's
+// Conv (float32, NCHW) on cuDNN: cudnnConvolutionForward then the bias with cudnnAddTensor, or,
+// with a ReLU fused (a CudnnConvRegion), one cudnnConvolutionBiasActivationForward computing
+// relu(conv(x) + z + bias), z a residual of the output's shape (or none). The algorithm is cuDNN's
 // heuristic pick (cudnnGetConvolutionForwardAlgorithm_v7), or measured with
 // cudnnFindConvolutionForwardAlgorithmEx under TENSORD_CUDNN_FIND=1, within
 // TENSORD_CUDNN_WORKSPACE_MIB (default 1024) of workspace, taken from the engine's pool.
@@ -1008,19 +1015,29 @@ class CudnnConvKernel final : public Kernel {
     const DeviceTensor& w = call.inputs[1];
     const bool has_b = call.inputs.size() > 2 && call.inputs[2].defined();
     const TensorType& out = call.output_types[0];
-    const std::string key = shape_to_string(x.shape) + shape_to_string(w.shape) + (has_b ? "b" : "");
+    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
+    TD_ASSIGN_OR_RETURN(auto y, call.allocator->allocate(static_cast<size_t>(bytes)));
+    TD_RETURN_IF_ERROR(forward(x.shape, ptr(*x.buffer), w.shape, ptr(*w.buffer),
+                               has_b ? ptr(*call.inputs[2].buffer) : nullptr, nullptr, ptr(*y), out,
+                               *call.allocator));
+    call.outputs.assign(1, DeviceTensor{out.dtype, out.shape, y});
+    return OkStatus();
+  }
+  // y = conv(x, w) [+ bias] [+ z] [relu]: the shapes of x and w, device addresses (B and Z
+  // null when absent; Z only with relu_, the fused call's residual). Whether the fused call
+  // ran: fused_calls().
+  Status forward(const Shape& xs, void* X, const Shape& wshape, void* W, void* B, void* Z, void* Y,
+                 const TensorType& out, Allocator& allocator) {
+    const bool has_b = B != nullptr;
+    if (Z && !relu_) return errors::Internal("{}: a residual comes with a fused ReLU", node_.label());
+    const std::string key = shape_to_string(xs) + shape_to_string(wshape) + (has_b ? "b" : "");
     const CudnnApi* api = nullptr;
     std::unique_lock<std::mutex> dnn_lock;
     TD_ASSIGN_OR_RETURN(cudnnHandle_t h, device_->dnn(&api, &dnn_lock));
-    TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(out.dtype, out.shape));
-    TD_ASSIGN_OR_RETURN(auto y, call.allocator->allocate(static_cast<size_t>(bytes)));
-    void* X = ptr(*x.buffer);
-    void* W = ptr(*w.buffer);
-    void* Y = ptr(*y);
     const std::string& where = device_->name();
     std::shared_ptr<Buffer> ws;
     if (!descs_ || key != key_) {
-      TD_ASSIGN_OR_RETURN(plan_, plan_cudnn_conv(node_, x.shape, w.shape, has_b));
+      TD_ASSIGN_OR_RETURN(plan_, plan_cudnn_conv(node_, xs, wshape, has_b));
       if (shape_numel(out.shape) != shape_numel(plan_.y))
         return errors::Internal("{}: cuDNN's output {} differs from the inferred {}", node_.label(),
                                 fmt::join(plan_.y, "x"), shape_to_string(out.shape));
@@ -1063,7 +1080,7 @@ class CudnnConvKernel final : public Kernel {
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
       int got = 0;
       if (env_is("TENSORD_CUDNN_FIND", "1")) {
-        TD_ASSIGN_OR_RETURN(ws, call.allocator->allocate(std::max<size_t>(limit, 1)));
+        TD_ASSIGN_OR_RETURN(ws, allocator.allocate(std::max<size_t>(limit, 1)));
         TD_RETURN_IF_ERROR(dnn_status(api,
                                       api->cudnnFindConvolutionForwardAlgorithmEx(
                                           h, d->x, X, d->w, W, d->conv, d->y, Y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
@@ -1092,40 +1109,49 @@ class CudnnConvKernel final : public Kernel {
       key_ = key;
     }
     if (workspace_ && (!ws || ws->size < workspace_)) {
-      TD_ASSIGN_OR_RETURN(ws, call.allocator->allocate(workspace_));
+      TD_ASSIGN_OR_RETURN(ws, allocator.allocate(workspace_));
     }
     void* WS = ws ? ptr(*ws) : nullptr;
     const float one = 1.0f, zero = 0.0f;
-    if (relu_ && has_b) {
-      TD_RETURN_IF_ERROR(dnn_status(
-          api,
-          api->cudnnConvolutionBiasActivationForward(h, &one, descs_->x, X, descs_->w, W, descs_->conv, algo_, WS,
-                                                     workspace_, &zero, descs_->y, Y, descs_->b,
-                                                     ptr(*call.inputs[2].buffer), descs_->act, descs_->y, Y),
-          where, "cudnnConvolutionBiasActivationForward"));
-    } else {
+    bool fused = false;
+    if (relu_ && has_b && !fused_refused_) {
+      // y = relu(1 * conv + alpha2 * z + bias); without a residual alpha2 is 0 and z is y. A
+      // refusal for this algorithm or shape (NOT_SUPPORTED, BAD_PARAM) falls back to the
+      // separate calls below, from then on.
+      const cudnnStatus_t st = api->cudnnConvolutionBiasActivationForward(
+          h, &one, descs_->x, X, descs_->w, W, descs_->conv, algo_, WS, workspace_, Z ? &one : &zero, descs_->y,
+          Z ? Z : Y, descs_->b, B, descs_->act, descs_->y, Y);
+      if (st != CUDNN_STATUS_NOT_SUPPORTED && st != CUDNN_STATUS_BAD_PARAM) {
+        TD_RETURN_IF_ERROR(dnn_status(api, st, where, "cudnnConvolutionBiasActivationForward"));
+        fused = true;
+        g_conv_fused++;
+      } else {
+        fused_refused_ = true;
+      }
+    }
+    if (!fused) {
       TD_RETURN_IF_ERROR(dnn_status(api,
                                     api->cudnnConvolutionForward(h, &one, descs_->x, X, descs_->w, W, descs_->conv,
                                                                  algo_, WS, workspace_, &zero, descs_->y, Y),
                                     where, "cudnnConvolutionForward"));
       if (has_b)
-        TD_RETURN_IF_ERROR(dnn_status(api,
-                                      api->cudnnAddTensor(h, &one, descs_->b, ptr(*call.inputs[2].buffer), &one,
-                                                          descs_->y, Y),
-                                      where, "cudnnAddTensor"));
+        TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnAddTensor(h, &one, descs_->b, B, &one, descs_->y, Y), where,
+                                      "cudnnAddTensor"));
+      if (Z)
+        TD_RETURN_IF_ERROR(dnn_status(api, api->cudnnAddTensor(h, &one, descs_->y, Z, &one, descs_->y, Y), where,
+                                      "cudnnAddTensor"));
       if (relu_)
         TD_RETURN_IF_ERROR(dnn_status(api,
                                       api->cudnnActivationForward(h, descs_->act, &one, descs_->y, Y, &zero,
                                                                   descs_->y, Y),
                                       where, "cudnnActivationForward"));
     }
-    TD_RETURN_IF_ERROR(device_->after_call("running a cuDNN convolution"));
-    call.outputs.assign(1, DeviceTensor{out.dtype, out.shape, y});
-    return OkStatus();
+    return device_->after_call("running a cuDNN convolution");
   }
 
- private:
   static void* ptr(const Buffer& b) { return reinterpret_cast<void*>(CudaDevice::address(b)); }
+
+ private:
   CudaDevice* device_;
   Node node_;
   bool relu_;
@@ -1134,6 +1160,7 @@ class CudnnConvKernel final : public Kernel {
   std::unique_ptr<DnnDescs> descs_;
   cudnnConvolutionFwdAlgo_t algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   size_t workspace_ = 0;
+  bool fused_refused_ = false;  // cuDNN refused the fused call: separate calls
 };
 
 // MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool (float32) on cudnnPoolingForward.
@@ -1567,6 +1594,89 @@ class LtRegion final : public RegionKernel {
   std::shared_ptr<codegen::GpuProgram> expand_, act_program_;
 };
 
+// Conv [+ bias] [+ residual] + Relu as one cudnnConvolutionBiasActivationForward
+// (plan_conv_fusions decides which groups); the weights and bias (zeros when the graph has
+// none) uploaded at compile time; the region's inputs are x and the residual.
+class CudnnConvRegion final : public RegionKernel {
+ public:
+  CudnnConvRegion(CudaDevice* d, const Node& conv, ConvFusion f)
+      : device_(d), conv_(d, conv, /*relu=*/true), f_(std::move(f)), uploads_(d) {}
+  Status hold(const HostTensor& w, const std::vector<float>& bias) {
+    TD_ASSIGN_OR_RETURN(Arg wa, uploads_.upload(w.data(), static_cast<size_t>(w.nbytes())));
+    TD_ASSIGN_OR_RETURN(Arg ba, uploads_.upload(bias.data(), bias.size() * sizeof(float)));
+    w_ = wa.handle;
+    b_ = ba.handle;
+    w_shape_ = w.shape();
+    return OkStatus();
+  }
+  Status run(const std::vector<DeviceTensor>& inputs, const std::vector<DeviceTensor>& outputs,
+             Allocator& allocator) override {
+    const size_t want = f_.residual.empty() ? 1 : 2;
+    if (inputs.size() != want || outputs.size() != 1 || !outputs[0].buffer)
+      return errors::Internal("{}: a fused convolution's buffers are missing", device_->name());
+    for (const DeviceTensor& t : inputs)
+      if (!t.buffer) return errors::Internal("{}: a fused convolution's input is missing", device_->name());
+    for (const DeviceTensor* t : {&inputs[0], &outputs[0]}) {
+      TD_ASSIGN_OR_RETURN(Arg a, device_->arg(*t->buffer));
+      (void)a;  // checks the buffer is this device's
+    }
+    void* Z = want == 2 ? CudnnConvKernel::ptr(*inputs[1].buffer) : nullptr;
+    return conv_.forward(inputs[0].shape, CudnnConvKernel::ptr(*inputs[0].buffer), w_shape_,
+                         reinterpret_cast<void*>(w_), reinterpret_cast<void*>(b_), Z,
+                         CudnnConvKernel::ptr(*outputs[0].buffer), TensorType{outputs[0].dtype, outputs[0].shape},
+                         allocator);
+  }
+  int64_t arena_bytes() const override { return 0; }
+  int64_t weight_bytes() const override { return uploads_.bytes(); }
+  std::string describe() const override {
+    return fmt::format("CudnnConvBiasActivation: Conv{}{}+Relu as one cudnnConvolutionBiasActivationForward, {} channels",
+                       f_.bias.empty() ? "" : "+bias", f_.residual.empty() ? "" : "+residual", f_.channels);
+  }
+
+ private:
+  CudaDevice* device_;
+  CudnnConvKernel conv_;
+  ConvFusion f_;
+  codegen::HeldBuffers uploads_;
+  CUdeviceptr w_ = 0, b_ = 0;
+  Shape w_shape_;
+};
+
+// The groups plan_conv_fusions finds, as CudnnConvRegions (none without cuDNN or with
+// TENSORD_CUDA_CONV_FUSION=0); `taken` marks their nodes.
+std::vector<Region> conv_fusion_regions(CudaDevice* device, const FusionGraph& g, std::vector<bool>* taken,
+                                        std::vector<std::string>* notes) {
+  std::vector<Region> regions;
+  if (!device->cudnn_usable() || env_is("TENSORD_CUDA_CONV_FUSION", "0")) return regions;
+  for (ConvFusion& f : plan_conv_fusions(g, notes)) {
+    bool free = true;
+    for (size_t m : f.members) free &= !(*taken)[m];
+    if (!free) continue;
+    const Node& conv = *g.nodes[f.members[0]];
+    const HostTensor* w = g.constant(f.w);
+    std::vector<float> bias(static_cast<size_t>(f.channels), 0.0f);
+    if (!f.bias.empty()) {
+      const HostTensor* b = g.constant(f.bias);
+      if (!b || b->numel() != f.channels) continue;
+      bias.assign(b->data<float>(), b->data<float>() + f.channels);
+    }
+    Region r;
+    r.members = f.members;
+    r.inputs = {f.x};
+    if (!f.residual.empty()) r.inputs.push_back(f.residual);
+    r.outputs = {f.output};
+    auto kernel = std::make_unique<CudnnConvRegion>(device, conv, f);
+    if (Status up = kernel->hold(*w, bias); !up.ok()) {
+      if (notes) notes->push_back(fmt::format("{}: a fused convolution's weights: {}", device->name(), up.message()));
+      continue;
+    }
+    for (size_t m : f.members) (*taken)[m] = true;
+    r.kernel = std::move(kernel);
+    regions.push_back(std::move(r));
+  }
+  return regions;
+}
+
 // The groups plan_lt_fusions finds, as LtRegions (none where cuBLASLt does not load or
 // TENSORD_CUDA_LT=0); `taken` marks their nodes.
 std::vector<Region> lt_regions(CudaDevice* device, const FusionGraph& g, std::vector<bool>* taken,
@@ -1993,6 +2103,7 @@ int64_t graph_replays() { return g_graph_replays.load(); }
 int64_t cudnn_rnn_calls() { return g_cudnn_rnn_calls.load(); }
 int64_t lt_fused_calls() { return g_lt_fused_calls.load(); }
 int64_t lt_fallbacks() { return g_lt_fallbacks.load(); }
+int64_t conv_fused_calls() { return g_conv_fused.load(); }
 std::string last_source() {
   return g_sources.last();
 }

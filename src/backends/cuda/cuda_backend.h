@@ -161,6 +161,20 @@ struct LtFusion {
 };
 std::vector<LtFusion> plan_lt_fusions(const FusionGraph& g, std::vector<std::string>* notes);
 
+// cuDNN's fused convolution (no GPU needed; src/backends/cuda/lt_plan.cpp): a static float32
+// Conv that cuDNN plans (plan_cudnn_conv), of constant weights (and bias), whose epilogue (the
+// engine's tags) reaches a Relu: Conv [+ Add of a constant per-channel bias, when the Conv has
+// none] [+ Add of a same-shaped residual] + Relu -> one cudnnConvolutionBiasActivationForward,
+// y = relu(conv(x) + z + bias) (a zero bias when there is none). Only ReLU: the call takes RELU
+// or IDENTITY (the latter on one algorithm only), not the clipped ReLU of MobileNets, which
+// stays a generated kernel; refusals say why in `notes`.
+struct ConvFusion {
+  std::vector<size_t> members;  // FusionGraph node indices: the Conv, the Adds, the Relu
+  std::string x, w, bias, residual, output;  // bias: the Conv's B or the Add's constant ("": none)
+  int64_t channels = 0;
+};
+std::vector<ConvFusion> plan_conv_fusions(const FusionGraph& g, std::vector<std::string>* notes);
+
 // Host<->device copies in chunks of at most `chunk` bytes through two staging buffers:
 // [offset, size) pairs, in order.
 std::vector<std::pair<size_t, size_t>> plan_chunks(size_t bytes, size_t chunk);
@@ -191,6 +205,8 @@ int64_t cudnn_rnn_calls();
 // path (cuBLASLt refused: no heuristic result, NOT_SUPPORTED) at run time.
 int64_t lt_fused_calls();
 int64_t lt_fallbacks();
+// cudnnConvolutionBiasActivationForward calls of fused convolution groups (CudnnConvRegion).
+int64_t conv_fused_calls();
 std::string last_source();
 
 // Test hook: while set, compile-only devices hand each new kernel (CUDA C source, kernel name)

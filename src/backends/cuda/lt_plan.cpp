@@ -117,4 +117,71 @@ std::vector<LtFusion> plan_lt_fusions(const FusionGraph& g, std::vector<std::str
   return out;
 }
 
+std::vector<ConvFusion> plan_conv_fusions(const FusionGraph& g, std::vector<std::string>* notes) {
+  auto here = [&](size_t i) { return g.placed_here.empty() || g.placed_here[i]; };
+  auto note = [&](const Node& n, const std::string& why) {
+    if (notes) notes->push_back(fmt::format("cuDNN fused convolution: {} not fused: {}", n.label(), why));
+  };
+  std::vector<ConvFusion> out;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& conv = *g.nodes[i];
+    if (!here(i) || conv.op != "Conv" || (!conv.domain.empty() && conv.domain != "ai.onnx") ||
+        conv.inputs.size() < 2 || conv.outputs.size() != 1 || conv.inputs[0].empty())
+      continue;
+    const std::vector<EpilogueStep> chain = g.epilogue_of(i);
+    size_t relu = 0;  // the Relu's step, + 1
+    for (size_t k = 0; k < chain.size() && k < 3 && !relu; ++k)
+      if (chain[k].kind == EpilogueStep::Kind::kActivation && chain[k].node->op == "Relu") relu = k + 1;
+    if (!relu) continue;  // nothing cuDNN's call would fuse
+    const TensorType* xt = g.type_of(conv.inputs[0]);
+    const TensorType* yt = g.type_of(conv.outputs[0]);
+    const HostTensor* w = g.constant(conv.inputs[1]);
+    if (!is_f32_static(xt) || !is_f32_static(yt) || !w || w->dtype() != DType::kFloat32 ||
+        g.constant(conv.inputs[0])) {
+      note(conv, "not a float32 Conv of static shape with constant weights");
+      continue;
+    }
+    ConvFusion f;
+    f.members = {i};
+    f.x = conv.inputs[0];
+    f.w = conv.inputs[1];
+    f.channels = w->shape().empty() ? 0 : w->shape()[0];
+    if (conv.inputs.size() > 2 && !conv.inputs[2].empty()) {
+      const HostTensor* b = g.constant(conv.inputs[2]);
+      if (!b || b->dtype() != DType::kFloat32 || b->numel() != f.channels) {
+        note(conv, "its bias is not a constant float32 [C]");
+        continue;
+      }
+      f.bias = conv.inputs[2];
+    }
+    auto plan = plan_cudnn_conv(conv, xt->shape, w->shape(), !f.bias.empty());
+    if (!plan.ok()) {
+      note(conv, plan.status().message());
+      continue;
+    }
+    // The steps before the Relu: at most one bias and one residual, each an Add.
+    bool ok = true;
+    for (size_t k = 0; k + 1 < relu && ok; ++k) {
+      const EpilogueStep& s = chain[k];
+      const bool add = s.kind == EpilogueStep::Kind::kBinary && s.node->op == "Add";
+      if (add && s.form == EpilogueStep::Operand::kChannel && s.operand_constant && f.bias.empty()) {
+        const HostTensor* b = g.constant(s.operand);
+        ok = b->dtype() == DType::kFloat32 && b->numel() == f.channels;
+        f.bias = s.operand;
+      } else if (add && s.form == EpilogueStep::Operand::kSameShape && f.residual.empty()) {
+        f.residual = s.operand;
+      } else {
+        ok = false;
+      }
+      if (ok) f.members.push_back(s.nodes[0]);
+      else note(*s.node, "cuDNN's call adds one per-channel bias and one residual before the ReLU");
+    }
+    if (!ok) continue;
+    f.members.push_back(chain[relu - 1].nodes[0]);
+    f.output = chain[relu - 1].output;
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
 }  // namespace tensord::cuda
