@@ -25,6 +25,7 @@
 #include "backends/cpu/elementwise_fusion.h"
 #include "backends/cpu/fusion.h"
 #include "backends/cpu/onednn_common.h"
+#include "backends/cpu/linear_layers.h"
 #include "backends/cpu/onednn_region.h"
 #include "backends/cpu/thread_pool.h"
 #include "core/graph_utils.h"
