@@ -14,7 +14,10 @@ constants), so it is compiled once.
         params = opt.step(params, grads)
 
 ``onnx_op=True``: each step is ONE ``ai.onnx.preview.training`` node over every parameter (a
-cpu kernel; other devices run it on cpu:0 by fallback) instead of element-wise ops.
+cpu kernel; other devices would run it on cpu:0 by fallback) instead of element-wise ops; the
+default (None) is True for parameters on a cpu device, False elsewhere (there the element-wise
+form runs where the parameters live). The element-wise form records the step's scalars (Adam's
+bias-corrected learning rate) once a step, not once a parameter.
 
 ``params`` may be one array or a list/tuple/dict of arrays; ``step`` returns new arrays in the
 same structure (tensord arrays are values: the updated parameters replace the old ones, whose
@@ -43,13 +46,15 @@ class Optimizer:
 
     _onnx_op = None  # the ai.onnx.preview.training op of this optimiser
 
-    def __init__(self, params, lr, onnx_op=False):
-        self.onnx_op = bool(onnx_op)
+    def __init__(self, params, lr, onnx_op=None):
         leaves = []
         self._spec = _flatten(params, leaves)
         if not leaves:
             raise ValueError("optimizer: no parameters")
         self._ref = leaves[0]
+        if onnx_op is None:  # the one-node form where a kernel runs it: on cpu devices
+            onnx_op = str(self._ref.device).rsplit("/", 1)[-1].startswith("cpu")
+        self.onnx_op = bool(onnx_op)
         self._lr = _device_scalar(lr, self._ref)
         self._lr_value = float(lr)
         self._t = _device_scalar(self._t0, self._ref)  # the update count T, on the device
@@ -76,6 +81,11 @@ class Optimizer:
     def _init_state(self, p):
         return ()
 
+    def _step_scalars(self):
+        """The device scalars every parameter's update of this step reads (the bias-corrected
+        learning rate), recorded once a step."""
+        return None
+
     def step(self, params, grads, also=None, run=True):
         """New parameters (same structure as ``params``) after one update with ``grads``.
         ``run`` (default): the step is computed now, with ``also`` (the loss, metrics), as one
@@ -98,8 +108,9 @@ class Optimizer:
             self.state = [tuple(res[n * (1 + j) + i] for j in range(k)) for i in range(n)]
             self._ti = self._ti + 1
         else:
+            shared = self._step_scalars()  # once a step, not once a parameter
             for i, (p, g) in enumerate(zip(ps, gs)):
-                new_p, self.state[i] = self._update(p, g, self.state[i])
+                new_p, self.state[i] = self._update(p, g, self.state[i], shared)
                 out.append(new_p)
         self._t = self._t + 1.0
         self.steps += 1
@@ -211,7 +222,7 @@ class Momentum(Optimizer):
     _onnx_op = "Momentum"
 
     def __init__(self, params, lr, alpha=0.9, beta=1.0, mode="standard", norm_coefficient=0.0,
-                 onnx_op=False):
+                 onnx_op=None):
         if mode not in ("standard", "nesterov"):
             raise ValueError(f"Momentum: mode must be 'standard' or 'nesterov', got {mode!r}")
         self.alpha, self.beta, self.mode, self.norm_coefficient = alpha, beta, mode, norm_coefficient
@@ -224,11 +235,13 @@ class Momentum(Optimizer):
     def _init_state(self, p):
         return (p * 0.0,)
 
-    def _update(self, x, g, state):
+    def _step_scalars(self):
+        return where(self._t > 0.0, self._t * 0.0 + self.beta, self._t * 0.0 + 1.0)
+
+    def _update(self, x, g, state, beta):
         (v,) = state
         if self.norm_coefficient:
             g = g + x * self.norm_coefficient
-        beta = where(self._t > 0.0, self._t * 0.0 + self.beta, self._t * 0.0 + 1.0)
         v = v * self.alpha + beta * g
         if self.mode == "standard":
             x = x - self._lr * v
@@ -240,7 +253,7 @@ class Momentum(Optimizer):
 class SGD(Momentum):
     """Plain gradient descent: X -= lr * G (Momentum with alpha 0)."""
 
-    def __init__(self, params, lr, onnx_op=False):
+    def __init__(self, params, lr, onnx_op=None):
         super().__init__(params, lr, alpha=0.0, beta=1.0, onnx_op=onnx_op)
 
 
@@ -254,7 +267,7 @@ class Adam(Optimizer):
     _onnx_op = "Adam"
 
     def __init__(self, params, lr=1e-3, alpha=0.9, beta=0.999, epsilon=1e-6, norm_coefficient=0.0,
-                 norm_coefficient_post=0.0, onnx_op=False):
+                 norm_coefficient_post=0.0, onnx_op=None):
         self.alpha, self.beta, self.epsilon = alpha, beta, epsilon
         self.norm_coefficient, self.norm_coefficient_post = norm_coefficient, norm_coefficient_post
         super().__init__(params, lr, onnx_op)
@@ -267,17 +280,19 @@ class Adam(Optimizer):
     def _init_state(self, p):
         return (p * 0.0, p * 0.0)
 
-    def _update(self, x, g, state):
+    def _step_scalars(self):
+        t = self._t
+        one = t * 0.0 + 1.0
+        return where(t > 0.0,
+                     self._lr * sqrt(one - (one * self.beta) ** t) / (one - (one * self.alpha) ** t),
+                     self._lr)
+
+    def _update(self, x, g, state, lr):
         v, h = state
         if self.norm_coefficient:
             g = g + x * self.norm_coefficient
         v = v * self.alpha + g * (1.0 - self.alpha)
         h = h * self.beta + g * g * (1.0 - self.beta)
-        t = self._t
-        one = t * 0.0 + 1.0
-        lr = where(t > 0.0,
-                   self._lr * sqrt(one - (one * self.beta) ** t) / (one - (one * self.alpha) ** t),
-                   self._lr)
         x = x - lr * v / (sqrt(h) + self.epsilon)
         if self.norm_coefficient_post:
             x = x * (1.0 - self.norm_coefficient_post)
@@ -291,7 +306,7 @@ class Adagrad(Optimizer):
     _onnx_op = "Adagrad"
 
     def __init__(self, params, lr=1e-2, decay_factor=0.0, epsilon=1e-6, norm_coefficient=0.0,
-                 onnx_op=False):
+                 onnx_op=None):
         self.decay_factor, self.epsilon, self.norm_coefficient = decay_factor, epsilon, norm_coefficient
         super().__init__(params, lr, onnx_op)
 
@@ -302,9 +317,11 @@ class Adagrad(Optimizer):
     def _init_state(self, p):
         return (p * 0.0,)
 
-    def _update(self, x, g, state):
+    def _step_scalars(self):
+        return self._lr / (self._t * self.decay_factor + 1.0)
+
+    def _update(self, x, g, state, lr):
         (h,) = state
-        lr = self._lr / (self._t * self.decay_factor + 1.0)
         if self.norm_coefficient:
             g = g + x * self.norm_coefficient
         h = h + g * g
