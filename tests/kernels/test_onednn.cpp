@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -499,6 +500,80 @@ TEST(StridedCopy, ConcatAndSplitEqualTheReference) {
             << "output " << i;
     }
   }
+}
+
+// The fast MaxPool with Indices and the fast ScatterElements (a CNN's pool and its gradient)
+// equal the reference kernels bit for bit on sizes split across the threads: the 2x2 and 3x3
+// windows inside the plane, a padded pool (clamped windows), ties and NaN; the scatter-add
+// of [4096, 16] updates into [4096, 64] rows with repeated indices, int32 and int64, and an
+// index out of range named.
+TEST(FastPoolGradient, MaxPoolIndicesAndScatterEqualTheReference) {
+  std::mt19937 rng(31);
+  HostTensor x = random_f32({64, 16, 9, 9}, rng);
+  float* xv = x.mutable_data<float>();
+  for (int64_t i = 0; i < x.numel(); i += 7) xv[i] = xv[i + 1];  // ties
+  xv[5] = std::numeric_limits<float>::quiet_NaN();
+  auto ints = [](std::vector<int64_t> v) { return Attribute(std::move(v)); };
+  struct Case {
+    const char* what;
+    AttributeMap attrs;
+  };
+  const std::vector<Case> pools = {
+      {"2x2 stride 2", {{"kernel_shape", ints({2, 2})}, {"strides", ints({2, 2})}}},
+      {"3x3 stride 2", {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}}},
+      {"3x3 stride 1 pads 1", {{"kernel_shape", ints({3, 3})}, {"pads", ints({1, 1, 1, 1})}}},
+  };
+  auto both = [](const Graph& g, const std::vector<HostTensor>& bound) {
+    auto fast = run_graph_on_host(g, bound, CompileOptions{true});
+    auto ref = run_graph_on_host(g, bound, CompileOptions{false});
+    EXPECT_TRUE(fast.ok() && ref.ok());
+    return std::make_pair(std::move(fast), std::move(ref));
+  };
+  for (const Case& c : pools) {
+    SCOPED_TRACE(c.what);
+    const auto& pool_kernels = cpu::KernelRegistry::global().find("MaxPool");
+    ASSERT_TRUE(std::any_of(pool_kernels.begin(), pool_kernels.end(),
+                            [](const cpu::KernelDef& k) { return k.name == "fast"; }));
+    std::vector<HostTensor> bound;
+    Graph g = one_node_graph("MaxPool", {x}, c.attrs, &bound);
+    g.nodes[0].outputs.push_back("y1");
+    g.outputs.push_back({"y1", {}});
+    auto [fast, ref] = both(g, bound);
+    ASSERT_TRUE(fast.ok() && ref.ok());
+    for (size_t i = 0; i < 2; ++i) {
+      ASSERT_TRUE((*fast)[i].ok() && (*ref)[i].ok()) << (*fast)[i].status().to_string();
+      const HostTensor& a = *(*fast)[i];
+      const HostTensor& b = *(*ref)[i];
+      ASSERT_EQ(a.shape(), b.shape());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), static_cast<size_t>(a.nbytes())), 0) << "output " << i;
+    }
+  }
+  std::vector<int64_t> index(4096 * 16);
+  for (size_t i = 0; i < index.size(); ++i) index[i] = static_cast<int64_t>((i * 37 + i / 5) % 64);
+  std::vector<int32_t> index32(index.begin(), index.end());
+  for (bool wide : {true, false}) {
+    SCOPED_TRACE(wide ? "int64" : "int32");
+    ASSERT_EQ(cpu::KernelRegistry::global().find("ScatterElements").front().name, "fast");
+    const HostTensor idx = wide ? HostTensor::from_vector<int64_t>(index, {4096, 16})
+                                : HostTensor::from_vector<int32_t>(index32, {4096, 16});
+    std::vector<HostTensor> bound;
+    const Graph g = one_node_graph("ScatterElements", {random_f32({4096, 64}, rng), idx, random_f32({4096, 16}, rng)},
+                                   {{"axis", int64_t{1}}, {"reduction", std::string("add")}}, &bound);
+    auto [fast, ref] = both(g, bound);
+    ASSERT_TRUE(fast.ok() && ref.ok());
+    ASSERT_TRUE((*fast)[0].ok() && (*ref)[0].ok());
+    EXPECT_TRUE(tensors_near(*(*fast)[0], *(*ref)[0], 1e-6, 1e-6));
+  }
+  index[4096 * 9 + 3] = 64;
+  std::vector<HostTensor> bound;
+  const Graph g = one_node_graph("ScatterElements",
+                                 {random_f32({4096, 64}, rng), HostTensor::from_vector<int64_t>(index, {4096, 16}),
+                                  random_f32({4096, 16}, rng)},
+                                 {{"axis", int64_t{1}}, {"reduction", std::string("add")}}, &bound);
+  auto bad = run_graph_on_host(g, bound, CompileOptions{true});
+  const Status st = !bad.ok() ? bad.status() : (*bad)[0].status();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("index 64 is out of range"), std::string::npos) << st.to_string();
 }
 
 TEST(StridedCopy, TransposeMatchesNaive) {

@@ -255,7 +255,50 @@ Status maxpool_indices_run(KernelContext& ctx) {
   const int64_t ph = pads[0], pw = pads[1];
   const float* x = xv.as<float>();
   float* y = out.as<float>();
+  // Every window inside the plane (no padding reached): no clamping, the taps in a fixed
+  // loop (2x2 unrolled: the pool of most CNNs).
+  const bool inside = ph == 0 && pw == 0 && (oh - 1) * sh + kh <= ih && (ow - 1) * sw + kw <= iw;
+  auto inside_run = [&](int64_t lo, int64_t hi) {
+    for (int64_t p = lo; p < hi; ++p) {
+      const float* xp = x + p * ih * iw;
+      float* yp = y + p * oh * ow;
+      int64_t* ip = idx ? idx + p * oh * ow : nullptr;
+      const int64_t plane = p * ih * iw;
+      for (int64_t r = 0; r < oh; ++r)
+        for (int64_t c = 0; c < ow; ++c) {
+          int64_t at = r * sh * iw + c * sw;
+          float best = xp[at];
+          if (kh == 2 && kw == 2) {
+            const int64_t t1 = at + 1, t2 = at + iw, t3 = at + iw + 1;
+            // Row-major order, the first maximum wins; a NaN never does (as `v > best`).
+            const float v1 = xp[t1], v2 = xp[t2], v3 = xp[t3];
+            const bool m1 = v1 > best;
+            best = m1 ? v1 : best;
+            at = m1 ? t1 : at;
+            const bool m2 = v2 > best;
+            best = m2 ? v2 : best;
+            at = m2 ? t2 : at;
+            const bool m3 = v3 > best;
+            best = m3 ? v3 : best;
+            at = m3 ? t3 : at;
+          } else {
+            const int64_t first = at;
+            for (int64_t h = 0; h < kh; ++h)
+              for (int64_t w = (h == 0 ? 1 : 0); w < kw; ++w) {
+                const int64_t t = first + h * iw + w;
+                const float v = xp[t];
+                const bool more = v > best;
+                best = more ? v : best;
+                at = more ? t : at;
+              }
+          }
+          yp[r * ow + c] = best;
+          if (ip) ip[r * ow + c] = plane + at;
+        }
+    }
+  };
   auto planes_run = [&](int64_t lo, int64_t hi) {
+    if (inside) return inside_run(lo, hi);
     for (int64_t p = lo; p < hi; ++p) {
       const float* xp = x + p * ih * iw;
       for (int64_t r = 0; r < oh; ++r) {
@@ -288,8 +331,11 @@ Status maxpool_indices_run(KernelContext& ctx) {
       }
     }
   };
+  // Chunks of at least ~4k taps: a plane of a small pool (8x8 -> 4x4, 64 taps) is far less
+  // than a chunk's claiming costs.
   if (planes > 1 && out.numel() * kh * kw >= kParallelMin && threads_available() > 1)
-    ThreadPool::get().parallel_for(planes, 1, planes_run);
+    ThreadPool::get().parallel_for(planes, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, oh * ow * kh * kw)),
+                                   planes_run);
   else
     planes_run(0, planes);
   return OkStatus();

@@ -5,6 +5,7 @@
 // Pure data movement works on element bytes (dispatch_by_size) and keeps float16/bfloat16 as
 // they are (native_low_precision); ops that compute on values let the executor widen them.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -638,22 +639,51 @@ Status scatter_elements_fast(KernelContext& ctx) {
   if (axis < 0) axis += static_cast<int64_t>(rank);
   const size_t a = static_cast<size_t>(axis);
   float* dst = out.as<float>();
-  std::copy(data.as<float>(), data.as<float>() + data.numel(), dst);
+  const float* src = data.as<float>();
   const int64_t inner = product(data.shape, a + 1, rank);  // data's = the indices' (accepts)
   const int64_t n = idx.shape[a];
   const int64_t outer = product(idx.shape, 0, a);
   const int64_t size = data.shape[a];
   const bool add = reduction == "add";
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t e0 = (o * n + i) * inner;
+  // Row o of the outer axes writes only its own slab of data (size * inner values): rows go
+  // to the threads (MaxPool's gradient scatters [N*C, H*W] plane by plane), each copying its
+  // slab and then scattering into it. An index out of range stops its row; the first one
+  // found is the error.
+  std::atomic<int64_t> bad_row{-1}, bad_index{0};
+  auto rows = [&](auto* ix, int64_t lo, int64_t hi) {
+    for (int64_t o = lo; o < hi; ++o) {
       float* base = dst + o * size * inner;
-      for (int64_t j = 0; j < inner; ++j) {
-        TD_ASSIGN_OR_RETURN(int64_t v, checked_index(ctx, read_index(idx, e0 + j), size, axis));
-        float& d = base[v * inner + j];
-        d = add ? d + upd[e0 + j] : upd[e0 + j];
+      std::copy(src + o * size * inner, src + (o + 1) * size * inner, base);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t e0 = (o * n + i) * inner;
+        for (int64_t j = 0; j < inner; ++j) {
+          int64_t v = static_cast<int64_t>(ix[e0 + j]);
+          if (v < -size || v >= size) {
+            int64_t none = -1;
+            if (bad_row.compare_exchange_strong(none, o)) bad_index = v;
+            return;
+          }
+          if (v < 0) v += size;
+          float& d = base[v * inner + j];
+          d = add ? d + upd[e0 + j] : upd[e0 + j];
+        }
       }
     }
+  };
+  auto run = [&](auto* ix) {
+    constexpr int64_t kParallelValues = 1 << 15;
+    if (outer > 1 && outer * (size + n) * inner >= kParallelValues && threads_available() >= 2)
+      ThreadPool::get().parallel_for(outer, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, (size + n) * inner)),
+                                     [&](int64_t lo, int64_t hi) { rows(ix, lo, hi); });
+    else
+      rows(ix, 0, outer);
+  };
+  if (idx.dtype == DType::kInt32)
+    run(idx.as<int32_t>());
+  else
+    run(idx.as<int64_t>());
+  if (bad_row.load() >= 0)
+    return ctx.error("index {} is out of range for axis {} of size {}", bad_index.load(), axis, size);
   return OkStatus();
 }
 
