@@ -146,8 +146,15 @@ struct Executable::Impl {
   int64_t held = 0;         // bytes charged to target.budget for this executable (build)
   int64_t held_folded = 0;  // of which folded constants
 
+  // Each subgraph attribute's outer references and compiled forms, by the subgraph (stable
+  // while this executable lives) and device: a Loop's body runs once per iteration, so the
+  // lookup is no string formatting, only a compare of the input types.
+  struct SubgraphForms {
+    std::vector<std::string> refs;
+    std::vector<std::pair<std::vector<TensorType>, std::shared_ptr<Executable>>> compiled;
+  };
   std::mutex subgraph_mu;
-  std::map<std::string, std::shared_ptr<Executable>> subgraph_cache;
+  std::map<std::pair<const Graph*, size_t>, SubgraphForms> subgraph_cache;
 
   // TENSORD_PROFILE=1 (or set_profiling): time per op and kernel, printed to stderr when the
   // executable goes, and added to the process's profile_totals().
@@ -936,9 +943,19 @@ Result<std::vector<DeviceTensor>> Executable::Impl::run_subgraph(
   if (inputs.size() != sub.inputs.size())
     return errors::InvalidArgument("subgraph '{}' takes {} inputs, got {}", sub.name,
                                    sub.inputs.size(), inputs.size());
-  const std::vector<std::string> refs = outer_references(sub);
+  const std::pair<const Graph*, size_t> where{&sub, step.device};
+  std::vector<std::string> refs;
+  {
+    std::lock_guard<std::mutex> lock(subgraph_mu);
+    auto it = subgraph_cache.find(where);
+    if (it == subgraph_cache.end())
+      it = subgraph_cache.emplace(where, SubgraphForms{outer_references(sub), {}}).first;
+    refs = it->second.refs;
+  }
   std::vector<Result<DeviceTensor>> bound;
   std::vector<TensorType> types;
+  bound.reserve(inputs.size() + refs.size());
+  types.reserve(inputs.size() + refs.size());
   for (const auto& v : inputs) {
     bound.push_back(v);
     types.push_back(v.type());
@@ -953,13 +970,14 @@ Result<std::vector<DeviceTensor>> Executable::Impl::run_subgraph(
     types.push_back(v->type());
   }
   Device* device = devices[step.device];
-  std::string key = fmt::format("{}|{}", static_cast<const void*>(&sub), device_name(device));
-  for (const auto& t : types) key += "|" + t.to_string();
   std::shared_ptr<Executable> exe;
   {
     std::lock_guard<std::mutex> lock(subgraph_mu);
-    auto it = subgraph_cache.find(key);
-    if (it != subgraph_cache.end()) exe = it->second;
+    for (const auto& [t, e] : subgraph_cache[where].compiled)
+      if (t == types) {
+        exe = e;
+        break;
+      }
   }
   if (!exe) {
     Graph closed = sub;
@@ -972,7 +990,7 @@ Result<std::vector<DeviceTensor>> Executable::Impl::run_subgraph(
     TD_ASSIGN_OR_RETURN(auto compiled, Executable::compile(closed, types, t, o));
     exe = std::shared_ptr<Executable>(std::move(compiled));
     std::lock_guard<std::mutex> lock(subgraph_mu);
-    subgraph_cache.emplace(key, exe);
+    subgraph_cache[where].compiled.emplace_back(types, exe);
   }
   auto outs = exe->run(bound, services);
   std::vector<DeviceTensor> result;
