@@ -2,13 +2,18 @@
 // ConvTranspose and MaxPool/AveragePool, 1-D to 3-D.
 //
 // Tensors are in the plain layouts the executor uses (NCHW, OIHW, row-major); Conv and
-// ConvTranspose reorder into the layouts oneDNN picks and back. Each call builds its primitive; oneDNN's primitive cache makes repeats
-// cheap. `accepts` refuses what these kernels do not cover, so the reference kernel takes it.
+// ConvTranspose reorder into the layouts oneDNN picks and back. MatMul and Gemm keep their
+// primitives by shape (cached_matmul); Conv builds its own each call (oneDNN's primitive cache
+// makes the primitive cheap, not its descriptor). `accepts` refuses what these kernels do not cover, so the reference kernel takes it.
 // Shapes known only at run time that turn out unsupported, and problems oneDNN itself rejects,
 // are handed to the op's reference kernel (last in its list) from inside the run function.
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
 #include <thread>
 #include <cstdint>
 #include <limits>
@@ -115,6 +120,33 @@ class SerialScope {
   TeamLimit limit_;
 };
 
+// The matmul primitives of the per-node MatMul and Gemm kernels, by everything their
+// creation reads (shapes, transposes, bias, attributes, the threads it may use): making the
+// primitive descriptor costs 10-25 us (oneDNN's own cache spares the primitive, not its
+// descriptor), more than a small product computes (a [8, 64] x [64, 32] Gemm took 25 us a
+// call; EmbeddingBag's export runs two each batch). Bounded: cleared at 512 entries.
+dnnl::matmul cached_matmul(const std::vector<int64_t>& key,
+                           const std::function<dnnl::matmul::primitive_desc()>& make) {
+  static std::mutex mu;
+  static std::map<std::vector<int64_t>, dnnl::matmul> cache;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  dnnl::matmul prim(make());
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() >= 512) cache.clear();
+  cache.emplace(key, prim);
+  return prim;
+}
+
+int64_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
 // ---- MatMul ----
 
 // Supported: both operands rank >= 2 with equal (known) batch dims, or a rank-2 B (A's batch
@@ -154,8 +186,12 @@ Status matmul_run(KernelContext& ctx) {
   const SerialScope serial(static_cast<double>(out.numel()) * static_cast<double>(k));
   return with_fallback("MatMul", ctx, [&]() -> Status {
     const memory::desc amd = plain_f32(a_dims), bmd = plain_f32(b_dims), cmd = plain_f32(c_dims);
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, cmd), cpu_engine());
-    execute(dnnl::matmul(pd), {{DNNL_ARG_SRC, wrap(amd, av.data)},
+    std::vector<int64_t> key = {0, threads_available(), static_cast<int64_t>(a_dims.size())};
+    for (const auto* d : {&a_dims, &b_dims, &c_dims}) key.insert(key.end(), d->begin(), d->end());
+    const dnnl::matmul prim = cached_matmul(key, [&] {
+      return dnnl::matmul::primitive_desc(dnnl::matmul::desc(amd, bmd, cmd), cpu_engine());
+    });
+    execute(prim, {{DNNL_ARG_SRC, wrap(amd, av.data)},
                                {DNNL_ARG_WEIGHTS, wrap(bmd, bv.data)},
                                {DNNL_ARG_DST, wrap(cmd, out.data)}});
     return OkStatus();
@@ -238,15 +274,22 @@ Status gemm_run(KernelContext& ctx) {
     std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(amd, av.data)},
                                             {DNNL_ARG_WEIGHTS, wrap(bmd, bv.data)},
                                             {DNNL_ARG_DST, wrap(cmd, y)}};
+    const std::vector<int64_t> key = {1, threads_available(), m, k, n, trans_a, trans_b,
+                                      float_bits(alpha), prefill, as_bias,
+                                      static_cast<int64_t>(bias)};
     if (as_bias) {
       const memory::desc biasmd = plain_f32({bias == BiasKind::kRow ? 1 : m, n});
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, biasmd, cmd), attr,
-                                      cpu_engine());
+      const dnnl::matmul prim = cached_matmul(key, [&] {
+        return dnnl::matmul::primitive_desc(dnnl::matmul::desc(amd, bmd, biasmd, cmd), attr,
+                                            cpu_engine());
+      });
       args[DNNL_ARG_BIAS] = wrap(biasmd, ctx.input(2).data);
-      execute(dnnl::matmul(pd), args);
+      execute(prim, args);
     } else {
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, cmd), attr, cpu_engine());
-      execute(dnnl::matmul(pd), args);
+      const dnnl::matmul prim = cached_matmul(key, [&] {
+        return dnnl::matmul::primitive_desc(dnnl::matmul::desc(amd, bmd, cmd), attr, cpu_engine());
+      });
+      execute(prim, args);
     }
     return OkStatus();
   });
