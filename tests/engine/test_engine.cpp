@@ -12,6 +12,9 @@
 #include <cstdlib>
 #include <thread>
 
+#include <atomic>
+#include <random>
+#include <cmath>
 #include "engine/engine.h"
 #include "client/local_client.h"
 
@@ -576,6 +579,86 @@ TEST(Engine, ExecutableCacheIsBoundedInBytes) {
   for (int i = 0; i < 200 && e->tenant_bytes("t") != 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(e->tenant_bytes("t"), 0);
+}
+
+// Sessions share one compiled executable per graph (the engine's cache): four sessions running
+// a graph of a oneDNN region (Conv, Relu, Conv + residual), a Linear layer and a per-node
+// MatMul at once, on the cpu runners side by side, each read back what one run alone gives.
+// A oneDNN primitive keeps its scratchpad: one executed by two threads at once must not share
+// it (the per-node MatMul's cached primitives did, for a moment: wrong values under load).
+TEST(Engine, SessionsRunningOneExecutableAtOnceGetTheirOwnResults) {
+  EngineOptions o;
+  o.cpu_runners = 4;
+  auto created = Engine::create(o);
+  ASSERT_TRUE(created.ok()) << created.status().to_string();
+  std::shared_ptr<Engine> e(std::move(created).value());
+  std::mt19937 rng(5);
+  auto random = [&](Shape s) {
+    HostTensor t(DType::kFloat32, s);
+    std::uniform_real_distribution<float> d(-1, 1);
+    for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = d(rng);
+    return t;
+  };
+  Graph g;
+  g.inputs = {{"x", {DType::kFloat32, {2, 16, 12, 12}}}, {"b", {DType::kFloat32, {64, 48}}}};
+  g.initializers["w1"] = random({32, 16, 3, 3});
+  g.initializers["w2"] = random({16, 32, 3, 3});
+  g.initializers["wl"] = random({12, 64});
+  const AttributeMap pads = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+  g.nodes = {node("c1", "Conv", {"x", "w1"}, {"c1"}, pads), node("r1", "Relu", {"c1"}, {"r1"}),
+             node("c2", "Conv", {"r1", "w2"}, {"c2"}, pads), node("s", "Add", {"c2", "x"}, {"s"}),
+             node("l", "MatMul", {"s", "wl"}, {"l"}), node("f", "Reshape", {"l", "shape"}, {"f"}),
+             node("p", "MatMul", {"f", "b"}, {"y"})};
+  g.initializers["shape"] = HostTensor::from_vector<int64_t>({384, 64}, {2});
+  g.outputs = {{"y", {}}};
+  std::vector<std::pair<HostTensor, HostTensor>> inputs;
+  for (int k = 0; k < 4; ++k) inputs.emplace_back(random({2, 16, 12, 12}), random({64, 48}));
+  // Each session's answer, alone.
+  std::vector<HostTensor> alone;
+  const SessionId first = e->open_session(0);
+  for (const auto& [x, b] : inputs) {
+    auto hx = e->upload(first, x.view(), "cpu:0");
+    auto hb = e->upload(first, b.view(), "cpu:0");
+    ASSERT_TRUE(hx.ok() && hb.ok());
+    auto out = e->execute(first, g, {*hx, *hb}, "cpu:0");
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    auto y = e->read(first, (*out)[0]);
+    ASSERT_TRUE(y.ok()) << y.status().to_string();
+    alone.push_back(std::move(*y));
+  }
+  std::atomic<int> wrong{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k)
+    threads.emplace_back([&, k] {
+      const SessionId s = e->open_session(0);
+      auto hx = e->upload(s, inputs[static_cast<size_t>(k)].first.view(), "cpu:0");
+      auto hb = e->upload(s, inputs[static_cast<size_t>(k)].second.view(), "cpu:0");
+      if (!hx.ok() || !hb.ok()) {
+        failed++;
+        return;
+      }
+      for (int i = 0; i < 40; ++i) {
+        auto out = e->execute(s, g, {*hx, *hb}, "cpu:0");
+        auto y = out.ok() ? e->read(s, (*out)[0]) : Result<HostTensor>(out.status());
+        if (!y.ok()) {
+          failed++;
+          continue;
+        }
+        const HostTensor& want = alone[static_cast<size_t>(k)];
+        for (int64_t j = 0; j < want.numel(); ++j) {
+          const float a = y->data<float>()[j], w = want.data<float>()[j];
+          if (!(std::fabs(a - w) <= 1e-3f * (1 + std::fabs(w)))) {
+            wrong++;
+            break;
+          }
+        }
+        for (TensorHandle h : *out) (void)e->release(s, h);
+      }
+      (void)e->close_session(s);
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(wrong.load(), 0) << "runs of one executable at once read back other values";
 }
 
 }  // namespace

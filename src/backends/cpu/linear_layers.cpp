@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -366,11 +367,33 @@ class LinearKernel final : public FusedKernel {
       choice_.store(serial_ ? 1 : 0, std::memory_order_release);
     }
   }
-  // The serial primitive runs inline on this thread (as a region's serial ops).
+  // The serial primitive runs inline on this thread (as a region's serial ops). Scratchpads
+  // are the caller's (scratchpad_mode::user), from a buffer of the calling thread: sessions
+  // share a compiled executable, and one primitive executed by two threads at once with
+  // oneDNN's own per-primitive scratchpad read back wrong values (1 run in 160, four sessions).
   void run(bool serial, const std::unordered_map<int, memory>& args) {
     TeamLimit limit(serial ? 1 : 0);
-    (serial ? serial_prim_ : prim_).execute(cpu_stream(), args);
+    const memory::desc& scratch = serial ? serial_scratch_md_ : scratch_md_;
+    const size_t bytes = scratch.get_size();
+    if (bytes == 0) {
+      (serial ? serial_prim_ : prim_).execute(cpu_stream(), args);
+    } else {
+      std::unordered_map<int, memory> with = args;
+      with[DNNL_ARG_SCRATCHPAD] = memory(scratch, cpu_engine(), thread_scratch(bytes));
+      (serial ? serial_prim_ : prim_).execute(cpu_stream(), with);
+    }
     cpu_stream().wait();
+  }
+  // A 64-byte aligned buffer of at least `bytes`, this thread's (kept for its next run).
+  static void* thread_scratch(size_t bytes) {
+    thread_local std::unique_ptr<uint8_t[]> buffer;
+    thread_local size_t size = 0;
+    if (size < bytes + 64) {
+      size = bytes + 64;
+      buffer.reset(new uint8_t[size]);
+    }
+    const uintptr_t at = reinterpret_cast<uintptr_t>(buffer.get());
+    return reinterpret_cast<void*>((at + 63) & ~uintptr_t{63});
   }
   std::string describe() const override {
     const int c = choice_.load(std::memory_order_acquire);
@@ -388,6 +411,7 @@ class LinearKernel final : public FusedKernel {
 
   dnnl::primitive prim_;         // for the team
   dnnl::primitive serial_prim_;  // for one thread (small products; see choose_threads)
+  memory::desc scratch_md_, serial_scratch_md_;  // their scratchpads (empty: none)
   bool serial_ = false;          // runs serial_prim_ (once choice_ is set)
   std::atomic<int> choice_{0};   // 0 the team, 1 one thread, -1 still measuring
   std::mutex trial_mu_;
@@ -417,13 +441,16 @@ void choose_threads(LinearKernel& k, const dnnl::matmul::desc& desc,
     TeamLimit one(1);
     dnnl::matmul::primitive_desc pd1(desc, attr, cpu_engine());
     if (pd1.weights_desc() == pd.weights_desc() && pd1.src_desc() == pd.src_desc() &&
-        pd1.dst_desc() == pd.dst_desc())
+        pd1.dst_desc() == pd.dst_desc()) {
       k.serial_prim_ = dnnl::matmul(pd1);
+      k.serial_scratch_md_ = pd1.scratchpad_desc();
+    }
   } catch (const dnnl::error&) {
   }
   if (!k.serial_prim_) return;
   if (macs < serial_work_limit()) {
     k.prim_ = k.serial_prim_;
+    k.scratch_md_ = k.serial_scratch_md_;
     k.serial_ = true;
     k.choice_ = 1;
   } else {
@@ -487,6 +514,7 @@ Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const 
   }
   dnnl::primitive_attr attr;
   attr.set_post_ops(post);
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // the caller's (LinearKernel::run)
   memory::desc wei_any({p.k, p.n}, DT::f32, Tag::any);
   if (batched) {
     wei_any = plain(p.b_shape, p.b_transposed);  // transposed: B^T's bytes read as B
@@ -540,6 +568,7 @@ Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const 
   for (const auto& [arg, step] : columns)
     k->args_[arg] = owned(step->columns, step->shape.empty() ? row_md : plain(step->shape));
   k->prim_ = dnnl::matmul(pd);
+  k->scratch_md_ = pd.scratchpad_desc();
   choose_threads(*k, desc, attr, pd, static_cast<double>(p.m) * p.k * p.n);
   k->describe_ =
       batched ? fmt::format("MatMul: [{}] x [{}]{}{}{} as one oneDNN matmul ({}), {} nodes",

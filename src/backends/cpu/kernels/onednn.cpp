@@ -13,7 +13,6 @@
 #include <cstring>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <thread>
 #include <cstdint>
 #include <limits>
@@ -124,19 +123,17 @@ class SerialScope {
 // creation reads (shapes, transposes, bias, attributes, the threads it may use): making the
 // primitive descriptor costs 10-25 us (oneDNN's own cache spares the primitive, not its
 // descriptor), more than a small product computes (a [8, 64] x [64, 32] Gemm took 25 us a
-// call; EmbeddingBag's export runs two each batch). Bounded: cleared at 512 entries.
+// call; EmbeddingBag's export runs two each batch). Per thread: a primitive object holds its
+// scratchpad (oneDNN's "library" mode), so two threads must not execute the same one at once
+// (four broker clients' 4x4 MatMuls read back wrong values when they did). Bounded: cleared
+// at 256 entries.
 dnnl::matmul cached_matmul(const std::vector<int64_t>& key,
                            const std::function<dnnl::matmul::primitive_desc()>& make) {
-  static std::mutex mu;
-  static std::map<std::vector<int64_t>, dnnl::matmul> cache;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
-  }
+  thread_local std::map<std::vector<int64_t>, dnnl::matmul> cache;
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
   dnnl::matmul prim(make());
-  std::lock_guard<std::mutex> lock(mu);
-  if (cache.size() >= 512) cache.clear();
+  if (cache.size() >= 256) cache.clear();
   cache.emplace(key, prim);
   return prim;
 }
