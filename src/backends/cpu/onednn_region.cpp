@@ -401,6 +401,15 @@ bool eligible(const Node& node, const FusionGraph& g) {
 
 // ---- the compiled region ----
 
+// Every region primitive's attributes start here: the caller passes the scratchpad
+// (scratchpad_mode::user; DnnlRegion::RunContext), so one primitive may run on two threads at
+// once. oneDNN's own per-primitive scratchpad would be shared by the two runs.
+dnnl::primitive_attr region_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
 class DnnlRegion final : public FusedKernel {
  public:
   enum class SlotKind { kInput, kOutput, kArena, kOwned };
@@ -418,11 +427,57 @@ class DnnlRegion final : public FusedKernel {
   struct Op {
     dnnl::primitive prim;
     std::unordered_map<int, int> arg_slots;  // DNNL_ARG_* -> slot
-    std::unordered_map<int, memory> args;    // bound once (persistent memory objects)
     std::string kind;
     bool serial = false;  // created for, and run on, one thread (too little work to split)
     dnnl::primitive one_thread;  // !serial: its one-thread variant (make_serial_variants), or none
+    memory::desc scratch_md, one_thread_scratch_md;  // their scratchpads (size 0: none)
   };
+  // What one run binds: a memory object per slot (the region's own for constants, handles set
+  // per run for the rest), each op's arguments and scratchpad. Primitives are created with
+  // scratchpad_mode::user, so runs of one region on several threads at once (sessions sharing
+  // an executable) share only read-only state; each run takes a context of its own.
+  struct RunContext {
+    std::vector<memory> mems;                           // by slot
+    std::vector<std::unordered_map<int, memory>> args;  // by op: the team primitive's
+    std::vector<std::unordered_map<int, memory>> args1; // by op: the one-thread variant's
+    std::unique_ptr<uint8_t[]> scratch_buffer;          // every op's scratchpad (one at a time)
+    bool with_variants = false;
+  };
+
+  std::unique_ptr<RunContext> make_context(bool with_variants) const {
+    auto c = std::make_unique<RunContext>();
+    c->with_variants = with_variants;
+    c->mems.reserve(slots_.size());
+    for (const Slot& s : slots_)
+      c->mems.push_back(s.kind == SlotKind::kOwned ? s.mem
+                                                   : memory(s.md, cpu_engine(), DNNL_MEMORY_NONE));
+    size_t scratch = 0;
+    for (const Op& op : ops_) {
+      scratch = std::max(scratch, op.scratch_md.get_size());
+      if (with_variants && op.one_thread) scratch = std::max(scratch, op.one_thread_scratch_md.get_size());
+    }
+    void* at = nullptr;
+    if (scratch > 0) {
+      c->scratch_buffer.reset(new uint8_t[scratch + 64]);
+      at = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(c->scratch_buffer.get()) + 63) &
+                                   ~uintptr_t{63});
+    }
+    auto bind = [&](const Op& op, const memory::desc& scratch_md) {
+      std::unordered_map<int, memory> a;
+      for (const auto& [arg, slot] : op.arg_slots) a.emplace(arg, c->mems[static_cast<size_t>(slot)]);
+      if (scratch_md.get_size() > 0) a.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_md, cpu_engine(), at));
+      return a;
+    };
+    c->args.reserve(ops_.size());
+    for (const Op& op : ops_) c->args.push_back(bind(op, op.scratch_md));
+    if (with_variants) {
+      c->args1.reserve(ops_.size());
+      for (const Op& op : ops_)
+        c->args1.push_back(op.one_thread ? bind(op, op.one_thread_scratch_md)
+                                         : std::unordered_map<int, memory>{});
+    }
+    return c;
+  }
 
   // The one-thread variant of each op created for the team, made the first time a run has one
   // thread to itself (threads_available() == 1: other sessions' graphs run on the other cores).
@@ -447,8 +502,8 @@ class DnnlRegion final : public FusedKernel {
       dnnl_primitive_desc_iterator_destroy(it);
       if (!pd1) continue;
       bool same = true;
-      for (const auto& [arg, mem] : op.args) {
-        (void)mem;
+      for (const auto& [arg, slot] : op.arg_slots) {
+        (void)slot;
         const dnnl_memory_desc_t* a = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
         const dnnl_memory_desc_t* b = dnnl_primitive_desc_query_md(pd1, dnnl_query_exec_arg_md, arg);
         if (!a || !b || dnnl_memory_desc_equal(a, b) == 0) {
@@ -460,7 +515,11 @@ class DnnlRegion final : public FusedKernel {
       dnnl_primitive_desc_query(pd1, dnnl_query_impl_info_str, 0, &impl);
       if (same && impl && !is_reference(impl)) {
         dnnl_primitive_t p = nullptr;
-        if (dnnl_primitive_create(&p, pd1) == dnnl_success) op.one_thread = dnnl::primitive(p);
+        if (dnnl_primitive_create(&p, pd1) == dnnl_success) {
+          op.one_thread = dnnl::primitive(p);
+          if (const dnnl_memory_desc_t* md = dnnl_primitive_desc_query_md(pd1, dnnl_query_scratchpad_md, 0))
+            op.one_thread_scratch_md = memory::desc(*md);
+        }
       }
       dnnl_primitive_desc_destroy(pd1);
     }
@@ -480,28 +539,37 @@ class DnnlRegion final : public FusedKernel {
       } catch (const dnnl::error&) {  // the team primitives run instead
       }
     }
-    // Runs of one region take turns: one oneDNN primitive object executed by two threads at
-    // once gives wrong results (measured: Scheduling.SessionsSideBySideOnOneCachedRegion...).
-    // Different regions (sessions with their own executables) run side by side.
-    std::lock_guard<std::mutex> run_lock(run_mu_);
-    char* base = arena ? static_cast<char*>(host_address(*arena)) : nullptr;
-    for (Slot& s : slots_) {
-      switch (s.kind) {
-        case SlotKind::kInput:
-          s.mem.set_data_handle(const_cast<void*>(inputs.at(static_cast<size_t>(s.index)).data));
-          break;
-        case SlotKind::kOutput:
-          s.mem.set_data_handle(outputs.at(static_cast<size_t>(s.index)).data);
-          break;
-        case SlotKind::kArena:
-          s.mem.set_data_handle(base + storages_[static_cast<size_t>(s.index)].offset);
-          break;
-        case SlotKind::kOwned:
-          break;
+    // Runs of one region may overlap (sessions sharing one executable, on several runners):
+    // each takes a context of its own (memory handles, scratchpads); the primitives and the
+    // constants are shared and only read.
+    std::unique_ptr<RunContext> ctx;
+    {
+      std::lock_guard<std::mutex> lock(contexts_mu_);
+      if (!contexts_.empty()) {
+        ctx = std::move(contexts_.back());
+        contexts_.pop_back();
       }
     }
     Status result = OkStatus();
     try {
+      if (!ctx || (alone && !ctx->with_variants)) ctx = make_context(alone || (ctx && ctx->with_variants));
+      char* base = arena ? static_cast<char*>(host_address(*arena)) : nullptr;
+      for (size_t i = 0; i < slots_.size(); ++i) {
+        const Slot& s = slots_[i];
+        switch (s.kind) {
+          case SlotKind::kInput:
+            ctx->mems[i].set_data_handle(const_cast<void*>(inputs.at(static_cast<size_t>(s.index)).data));
+            break;
+          case SlotKind::kOutput:
+            ctx->mems[i].set_data_handle(outputs.at(static_cast<size_t>(s.index)).data);
+            break;
+          case SlotKind::kArena:
+            ctx->mems[i].set_data_handle(base + storages_[static_cast<size_t>(s.index)].offset);
+            break;
+          case SlotKind::kOwned:
+            break;
+        }
+      }
       dnnl::stream& stream = cpu_stream();
       // A serial op runs inline on this thread: no fork and join on the pool, which on 2 busy
       // cores costs more than splitting a small primitive saves.
@@ -509,11 +577,20 @@ class DnnlRegion final : public FusedKernel {
         const Op& op = ops_[i];
         const bool variant = alone && !op.serial && op.one_thread;  // read after call_once
         TeamLimit limit(op.serial || variant ? 1 : 0);
-        (variant ? op.one_thread : op.prim).execute(stream, op.args);
+        if (variant)
+          op.one_thread.execute(stream, ctx->args1[i]);
+        else
+          op.prim.execute(stream, ctx->args[i]);
       }
       stream.wait();
     } catch (const dnnl::error& e) {
       result = errors::Internal("oneDNN region failed: {}", e.what());
+    } catch (const std::bad_alloc&) {
+      result = errors::ResourceExhausted("oneDNN region: out of memory for a run's scratchpad");
+    }
+    if (ctx) {
+      std::lock_guard<std::mutex> lock(contexts_mu_);
+      contexts_.push_back(std::move(ctx));
     }
     return result;
   }
@@ -552,7 +629,8 @@ class DnnlRegion final : public FusedKernel {
   bool blocked16_ = false;
   int serial_ops_ = 0;
   std::once_flag serial_once_;
-  std::mutex run_mu_;  // one run at a time: slots' memory handles are per run (see run_host)
+  std::mutex contexts_mu_;
+  std::vector<std::unique_ptr<RunContext>> contexts_;  // free ones (as many as runs overlapped)
 };
 
 memory::dims dims_of(const Shape& s) { return memory::dims(s.begin(), s.end()); }
@@ -715,10 +793,11 @@ class RegionCompiler {
     op.prim = std::move(prim);
     op.serial = serial_;
     out_->serial_ops_ += serial_ ? 1 : 0;
-    for (const auto& [arg, slot] : arg_slots) {
-      touch(slot);
-      op.args.emplace(arg, out_->slots_[static_cast<size_t>(slot)].mem);
-    }
+    for (const auto& [arg, slot] : arg_slots) touch(slot);
+    const_dnnl_primitive_desc_t pd = nullptr;
+    if (dnnl_primitive_get_primitive_desc(op.prim.get(), &pd) == dnnl_success)
+      if (const dnnl_memory_desc_t* md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0))
+        op.scratch_md = memory::desc(*md);
     op.arg_slots = std::move(arg_slots);
     op.kind = std::move(kind);
     out_->ops_.push_back(std::move(op));
@@ -727,7 +806,7 @@ class RegionCompiler {
   void add_reorder(int src, int dst) {
     const auto& s = out_->slots_;
     dnnl::reorder::primitive_desc pd(cpu_engine(), s[static_cast<size_t>(src)].md, cpu_engine(),
-                                     s[static_cast<size_t>(dst)].md);
+                                     s[static_cast<size_t>(dst)].md, region_attr());
     add_op(dnnl::reorder(pd), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}, "reorder");
   }
 
@@ -978,7 +1057,7 @@ class RegionCompiler {
         v = next.outputs[0];
       }
     }
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = region_attr();
     attr.set_post_ops(post);
     dnnl::binary::desc desc(Alg::binary_mul, md0, md1, md0);
     dnnl::binary::primitive_desc pd(desc, attr, cpu_engine());
@@ -1082,7 +1161,7 @@ class RegionCompiler {
     const memory::desc wei_any({oc, xs[1], ws[2], ws[3]}, DT::f32, Tag::any);
     const memory::desc bias_md({oc}, DT::f32, Tag::a);
     const memory::desc dst_any(dims_of(vs), DT::f32, dst_tag);
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = region_attr();
     attr.set_post_ops(post);
     const auto prop = dnnl::prop_kind::forward_inference;
     const auto alg = Alg::deconvolution_direct;
@@ -1163,7 +1242,7 @@ class RegionCompiler {
     const memory::dims st = {strides[0], strides[1]};
     const memory::dims dl = {dilations[0] - 1, dilations[1] - 1};
     const memory::dims pl = {pads[0], pads[1]}, pr = {pads[2], pads[3]};
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = region_attr();
     attr.set_post_ops(post);
     auto make_pd = [&](const memory::desc& src_md, const memory::desc& dst_md) {
       auto desc = has_bias ? dnnl::convolution_forward::desc(
@@ -1280,7 +1359,7 @@ class RegionCompiler {
                                                              src_any, wei_any, bias_md, dst_any)
                          : dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_inference,
                                                              src_any, wei_any, dst_any);
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = region_attr();
     attr.set_post_ops(post);
     dnnl::inner_product_forward::primitive_desc pd(desc, attr, cpu_engine());
     TD_ASSIGN_OR_RETURN(int src, value_in(src_value, pd.src_desc()));
@@ -1316,8 +1395,8 @@ class RegionCompiler {
     try {
       mm.emplace(dnnl::matmul::desc(chunks_md, memory::desc({s, kc, n}, DT::f32, Tag::any),
                                     part_md),
-                 cpu_engine());
-      dnnl::primitive_attr attr;
+                 region_attr(), cpu_engine());
+      dnnl::primitive_attr attr = region_attr();
       attr.set_post_ops(post);
       sum.emplace(has_bias ? dnnl::matmul::desc(ones_md, sum_src_md, sum_md, sum_md)
                            : dnnl::matmul::desc(ones_md, sum_src_md, sum_md),
@@ -1367,7 +1446,7 @@ class RegionCompiler {
     dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference,
                                         Alg::pooling_avg_exclude_padding, src_md, dst_any,
                                         {1, 1}, {xs[2], xs[3]}, {0, 0}, {0, 0}, {0, 0});
-    dnnl::pooling_v2_forward::primitive_desc pd(desc, cpu_engine());
+    dnnl::pooling_v2_forward::primitive_desc pd(desc, region_attr(), cpu_engine());
     TD_ASSIGN_OR_RETURN(src, value_in(in, pd.src_desc()));
     const int dst = add_arena(pd.dst_desc());
     add_op(dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, "pool");
@@ -1418,7 +1497,7 @@ class RegionCompiler {
     const memory::desc dst_any(dims_of(ys), DT::f32, Tag::any);
     dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, alg, src_md, dst_any,
                                         strides, kernel, dil, pl, pr);
-    dnnl::pooling_v2_forward::primitive_desc pd(desc, cpu_engine());
+    dnnl::pooling_v2_forward::primitive_desc pd(desc, region_attr(), cpu_engine());
     TD_ASSIGN_OR_RETURN(src, value_in(node.inputs[0], pd.src_desc()));
     const int dst = add_arena(pd.dst_desc());
     add_op(dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, "pool");
@@ -1465,7 +1544,7 @@ class RegionCompiler {
       TD_ASSIGN_OR_RETURN(src, view_of(src, plain(xs)));
     }
     const memory::desc md = out_->slots_[static_cast<size_t>(src)].md;
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = region_attr();
     dnnl::post_ops post;
     for (size_t i = 1; i < steps.size(); ++i)
       post.append_eltwise(1.0f, steps[i].alg, steps[i].alpha, steps[i].beta);
@@ -1501,7 +1580,7 @@ class RegionCompiler {
       }
     }
     dnnl::binary::desc desc(binary_alg(node.op), md0, md1, md0);
-    dnnl::binary::primitive_desc pd(desc, cpu_engine());
+    dnnl::binary::primitive_desc pd(desc, region_attr(), cpu_engine());
     const int dst = add_arena(pd.dst_desc());
     add_op(dnnl::binary(pd), {{DNNL_ARG_SRC_0, s0}, {DNNL_ARG_SRC_1, s1}, {DNNL_ARG_DST, dst}},
            "binary");
@@ -1517,7 +1596,7 @@ class RegionCompiler {
       slots.push_back(s);
       srcs.push_back(out_->slots_[static_cast<size_t>(s)].md);
     }
-    dnnl::concat::primitive_desc pd(1, srcs, cpu_engine());
+    dnnl::concat::primitive_desc pd(1, srcs, cpu_engine(), region_attr());
     if (is_reference(pd.impl_info_str()) && srcs[0].data.ndims >= 3) {
       // Sources in different layouts (an Inception block's branches: convolutions in one,
       // a pool in another) get oneDNN's reference concat, element by element (Inception v3
@@ -1535,7 +1614,7 @@ class RegionCompiler {
         std::vector<memory::desc> same;
         for (const auto& md : srcs) same.emplace_back(md.dims(), DT::f32, t);
         try {
-          dnnl::concat::primitive_desc alt(1, same, cpu_engine());
+          dnnl::concat::primitive_desc alt(1, same, cpu_engine(), region_attr());
           if (is_reference(alt.impl_info_str())) continue;
           for (size_t i = 0; i < slots.size(); ++i) {
             TD_ASSIGN_OR_RETURN(int r, value_in(node.inputs[i], same[i]));
