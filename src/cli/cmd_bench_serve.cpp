@@ -56,7 +56,7 @@ struct ServeBenchOptions {
   double warmup = 3;
   int64_t max_batch_size = 0;  // 0: the number of clients
   int64_t delay_us = 2000;
-  int instances = 1;
+  int instances = 0;  // 0: the broker's default (a cpu device's runners)
   std::string device;  // "" = the broker's default
   bool no_peers = false;
   bool json = false;
@@ -277,7 +277,7 @@ int run_serve_bench(const ServeBenchOptions& o) {
     if (std::string(name) == "batched") {
       c["max_batch_size"] = max_batch;
       c["dynamic_batching"] = {{"max_queue_delay_microseconds", o.delay_us}};
-      c["instances"] = o.instances;
+      if (o.instances > 0) c["instances"] = o.instances;
     }
     std::ofstream(fs::path(tmp) / "models" / name / "config.json") << c.dump(2);
   }
@@ -479,7 +479,7 @@ std::function<int()> add_bench_serve_command(CLI::App& bench) {
                   "max_batch_size of the batched model (default: the number of clients)");
   cmd->add_option("--delay-us", o->delay_us,
                   "max_queue_delay_microseconds of the batched model (default 2000)");
-  cmd->add_option("--instances", o->instances, "instances of the batched model (default 1)");
+  cmd->add_option("--instances", o->instances, "instances of the batched model (default: the broker's, as many as a cpu device's runners, else 1)");
   cmd->add_option("--model-device", o->device,
                   "The models' device in config.json, or a comma list (\"cpu:0,cpu:1\": the "
                   "batched model's batches spread over them; with TENSORD_CPU_DEVICES=2 "

@@ -30,7 +30,8 @@ struct ModelConfig {
   bool dynamic_batching = false;     // "dynamic_batching": {...} present
   std::vector<int64_t> preferred_batch_sizes;  // run at once when this many rows wait
   int64_t max_queue_delay_us = 0;    // how long the oldest request waits for others
-  int instances = 1;                 // batches run at once, per device
+  int instances = 0;                 // batches run at once, per device (0: the broker picks:
+                                     // a cpu device's runners, else 1)
   // Shapes checked against the model's declared ones at load (dims -1: any).
   struct Tensor {
     std::string name;

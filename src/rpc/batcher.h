@@ -95,14 +95,25 @@ class ModelRunner {
                                               const std::vector<TensorHandle>& inputs,
                                               const std::string& device,
                                               std::shared_ptr<CancelToken> call, int64_t rows);
-  void worker(Model* m, std::string device);
+  // Where a worker runs its batches: instance k of every device runs in the runner's session
+  // k, with that session's handle of the model. A session's work on one device runs one task
+  // at a time, so instances on one device need sessions of their own to run side by side.
+  struct Instance {
+    SessionId session = 0;
+    ModelHandle handle = 0;
+  };
+  void worker(Model* m, std::string device, Instance at);
   // Runs the model once at every batch size it may take on `device` (compiles each form
   // before the first request needs it).
-  void warm_forms(Model& m, const std::string& device);
-  void run_batch(Model& m, const std::string& device, std::vector<std::shared_ptr<Request>> batch);
+  void warm_forms(Model& m, const std::string& device, Instance at);
+  void run_batch(Model& m, const std::string& device, std::vector<std::shared_ptr<Request>> batch,
+                 Instance at);
+  void unload_instances(Model& m);  // every session's handle of the model
+  static int default_instances(const std::vector<std::string>& devices);
 
   std::shared_ptr<Engine> engine_;
-  SessionId session_ = 0;  // the batches' own session (under mu_; opened when first needed)
+  // The batches' own sessions, one per instance index (under mu_; opened when first needed).
+  std::vector<SessionId> sessions_;
   mutable std::mutex mu_;
   // By engine name; created on first run. A caller inside run() holds its model too.
   std::map<std::string, std::shared_ptr<Model>> models_;
