@@ -439,14 +439,13 @@ class DnnlRegion final : public FusedKernel {
   struct RunContext {
     std::vector<memory> mems;                           // by slot
     std::vector<std::unordered_map<int, memory>> args;  // by op: the team primitive's
-    std::vector<std::unordered_map<int, memory>> args1; // by op: the one-thread variant's
+    std::vector<std::unordered_map<int, memory>> args1; // by op: the one-thread variant's (empty:
+                                                        // none when the context was made)
     std::unique_ptr<uint8_t[]> scratch_buffer;          // every op's scratchpad (one at a time)
-    bool with_variants = false;
   };
 
-  std::unique_ptr<RunContext> make_context(bool with_variants) const {
+  std::unique_ptr<RunContext> make_context() const {
     auto c = std::make_unique<RunContext>();
-    c->with_variants = with_variants;
     c->mems.reserve(slots_.size());
     for (const Slot& s : slots_)
       c->mems.push_back(s.kind == SlotKind::kOwned ? s.mem
@@ -454,7 +453,7 @@ class DnnlRegion final : public FusedKernel {
     size_t scratch = 0;
     for (const Op& op : ops_) {
       scratch = std::max(scratch, op.scratch_md.get_size());
-      if (with_variants && op.one_thread) scratch = std::max(scratch, op.one_thread_scratch_md.get_size());
+      if (op.one_thread) scratch = std::max(scratch, op.one_thread_scratch_md.get_size());
     }
     void* at = nullptr;
     if (scratch > 0) {
@@ -470,12 +469,10 @@ class DnnlRegion final : public FusedKernel {
     };
     c->args.reserve(ops_.size());
     for (const Op& op : ops_) c->args.push_back(bind(op, op.scratch_md));
-    if (with_variants) {
-      c->args1.reserve(ops_.size());
-      for (const Op& op : ops_)
-        c->args1.push_back(op.one_thread ? bind(op, op.one_thread_scratch_md)
-                                         : std::unordered_map<int, memory>{});
-    }
+    c->args1.reserve(ops_.size());
+    for (const Op& op : ops_)
+      c->args1.push_back(op.one_thread ? bind(op, op.one_thread_scratch_md)
+                                       : std::unordered_map<int, memory>{});
     return c;
   }
 
@@ -531,9 +528,15 @@ class DnnlRegion final : public FusedKernel {
     if (arena_bytes_ > 0) {
       TD_ASSIGN_OR_RETURN(arena, allocator.allocate(static_cast<size_t>(arena_bytes_)));
     }
-    // Sharing the cores with other runners: every op on this thread alone.
-    const bool alone = threads_available() <= 1 && ThreadPool::team_size() > 1;
-    if (alone) {
+    // Sharing the cores with other runners: ops on this thread alone, decided at each op (a
+    // run that started with the cores to itself goes to one thread as soon as another runner
+    // starts: its team's second thread would be the third on two cores, and a primitive
+    // waiting at a barrier for a descheduled thread ran 4x slower). The one-thread variants are made by the first run wherever runs may share the cores (6 ms for
+    // MobileNetV2's 56 primitives, 11 ms for ResNet-50's 58), not by the first run that needs
+    // them: that one would stall the batch it runs (a served model's warm-up has the cores to
+    // itself, so it would not make them).
+    const bool shared_cores = ThreadPool::team_size() > 1;
+    if (shared_cores) {
       try {
         std::call_once(serial_once_, [this] { make_serial_variants(); });
       } catch (const dnnl::error&) {  // the team primitives run instead
@@ -552,7 +555,7 @@ class DnnlRegion final : public FusedKernel {
     }
     Status result = OkStatus();
     try {
-      if (!ctx || (alone && !ctx->with_variants)) ctx = make_context(alone || (ctx && ctx->with_variants));
+      if (!ctx) ctx = make_context();
       char* base = arena ? static_cast<char*>(host_address(*arena)) : nullptr;
       for (size_t i = 0; i < slots_.size(); ++i) {
         const Slot& s = slots_[i];
@@ -575,7 +578,9 @@ class DnnlRegion final : public FusedKernel {
       // cores costs more than splitting a small primitive saves.
       for (size_t i = 0; i < ops_.size(); ++i) {
         const Op& op = ops_[i];
-        const bool variant = alone && !op.serial && op.one_thread;  // read after call_once
+        // (read after call_once; a context made before a variant existed runs the team's)
+        const bool variant = shared_cores && !op.serial && op.one_thread &&
+                             !ctx->args1[i].empty() && threads_available() <= 1;
         TeamLimit limit(op.serial || variant ? 1 : 0);
         if (variant)
           op.one_thread.execute(stream, ctx->args1[i]);
