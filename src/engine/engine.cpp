@@ -75,6 +75,12 @@ struct SessionCounter {
   // Adds n bytes to this counter and its tenant's. When a limit would be passed nothing is
   // added and the error says which limit, with `what` ("allocating 4 MiB on cpu:0") in it.
   Status charge(int64_t n, const std::string& what) {
+    return charge_lazy(n, [&] { return what; });
+  }
+  // The same, `what()` called only for a refusal (an allocation's description costs a
+  // formatting per tensor otherwise).
+  template <typename What>
+  Status charge_lazy(int64_t n, const What& what_of) {
     const int64_t s = bytes.fetch_add(n) + n;
     const int64_t ext = external.load();
     if (limit > 0 && n > 0 && s + ext > limit) {
@@ -82,7 +88,7 @@ struct SessionCounter {
       const char* whose = tenant_name.empty() ? "session" : "tenant";
       return errors::ResourceExhausted("{} memory limit exceeded: {} would bring the {} to {}{} "
                                        "of its {} limit",
-                                       whose, what, whose, format_bytes(s + ext),
+                                       whose, what_of(), whose, format_bytes(s + ext),
                                        external_note(ext), format_bytes(limit));
     }
     if (tenant) {
@@ -94,7 +100,7 @@ struct SessionCounter {
         return errors::ResourceExhausted(
             "tenant memory limit exceeded: {} would bring the tenant's sessions, models and "
             "compiled graphs to {}{} of its {} limit",
-            what, format_bytes(t + text), external_note(text), format_bytes(tenant->limit));
+            what_of(), format_bytes(t + text), external_note(text), format_bytes(tenant->limit));
       }
     }
     return OkStatus();
@@ -359,8 +365,9 @@ class EngineAllocator final : public Allocator {
                                        slot_->name(), format_bytes(n), n, format_bytes(capacity));
     }
     if (counter_) {
-      Status st = counter_->charge(n, fmt::format("allocating {} on {}", format_bytes(n),
-                                                  slot_->name()));
+      Status st = counter_->charge_lazy(n, [&] {
+        return fmt::format("allocating {} on {}", format_bytes(n), slot_->name());
+      });
       if (!st.ok()) {
         slot_->in_use.fetch_sub(n);
         return st;

@@ -26,6 +26,24 @@ namespace tensord {
 constexpr const char* kNeverProduced =
     "no step of the compiled graph produced this value (a tensord bug: please report it with "
     "the model)";
+
+// What every value holds before its step runs, and after its last reader: short messages
+// (no heap allocation to copy into each of a run's values, no formatting per run: a Loop body
+// of eight small kernels spent a tenth of its time making these). A "never produced" that
+// reaches a reader or an output is said in full (explained()).
+const Status& never_produced() {
+  static const Status s(StatusCode::kInternal, "never produced");
+  return s;
+}
+const Status& value_freed() {
+  static const Status s(StatusCode::kInternal, "value freed");
+  return s;
+}
+Status explained(const Status& s) {
+  if (s.code() == StatusCode::kInternal && s.message() == never_produced().message())
+    return Status(StatusCode::kInternal, kNeverProduced);
+  return s;
+}
 namespace {
 
 // Inputs at most this many elements are read to the host for run-time shape inference on a
@@ -151,6 +169,7 @@ struct Executable::Impl {
   // lookup is no string formatting, only a compare of the input types.
   struct SubgraphForms {
     std::vector<std::string> refs;
+    std::vector<int> ref_ids;  // refs' value ids in this executable (-1: not defined here)
     std::vector<std::pair<std::vector<TensorType>, std::shared_ptr<Executable>>> compiled;
   };
   std::mutex subgraph_mu;
@@ -199,8 +218,9 @@ struct Executable::Impl {
   Status insert_copies();
   Status materialise_constants();
   void poison(const Step& step, const Status& s, std::vector<Result<DeviceTensor>>& values) {
+    const Status e = explained(s);
     for (int id : step.outputs)
-      if (id >= 0) values[static_cast<size_t>(id)] = s;
+      if (id >= 0) values[static_cast<size_t>(id)] = e;
   }
   void run_step(const Step& step, std::vector<Result<DeviceTensor>>& values, RunServices& services);
   void run_region(const Step& step, std::vector<Result<DeviceTensor>>& values, RunServices& services);
@@ -245,7 +265,7 @@ Result<std::vector<HostTensor>> evaluate_on_host(Device* host, const Node& node,
   TD_RETURN_IF_ERROR(impl->build(types, /*fold_constants=*/false));
   HostServices services;
   std::vector<Result<DeviceTensor>> values(impl->values_count,
-                                           Result<DeviceTensor>(errors::Internal(kNeverProduced)));
+                                           Result<DeviceTensor>(never_produced()));
   std::vector<HostTensor> result;
   // Run the steps directly (no Executable object needed for one node).
   for (size_t i = 0; i < impl->input_ids.size(); ++i)
@@ -254,7 +274,7 @@ Result<std::vector<HostTensor>> evaluate_on_host(Device* host, const Node& node,
   for (const Step& st : impl->steps) impl->run_step(st, values, services);
   for (int id : impl->output_ids) {
     const auto& o = values[static_cast<size_t>(id)];
-    if (!o.ok()) return o.status();
+    if (!o.ok()) return explained(o.status());
     TD_ASSIGN_OR_RETURN(HostTensor h, to_host(*o));
     result.push_back(std::move(h));
   }
@@ -854,14 +874,12 @@ void Executable::Impl::run_kernel(const Step& step, std::vector<Result<DeviceTen
   KernelCall call;
   call.node = &node;
   call.inputs.resize(step.inputs.size());
-  std::vector<TensorType> in_types(step.inputs.size());
   for (size_t k = 0; k < step.inputs.size(); ++k) {
     const int id = step.inputs[k];
     if (id < 0) continue;
     const auto& v = values[static_cast<size_t>(id)];
     if (!v.ok()) return poison(step, v.status(), values);
     call.inputs[k] = *v;
-    in_types[k] = v->type();
   }
   for (int id : step.implicit) {
     const auto& v = values[static_cast<size_t>(id)];
@@ -869,6 +887,9 @@ void Executable::Impl::run_kernel(const Step& step, std::vector<Result<DeviceTen
   }
   call.output_types = step.output_types;
   if (!step.static_outputs) {  // data-dependent shapes: infer again with the values
+    std::vector<TensorType> in_types(call.inputs.size());
+    for (size_t k = 0; k < call.inputs.size(); ++k)
+      if (call.inputs[k].defined()) in_types[k] = call.inputs[k].type();
     std::vector<HostTensor> host(call.inputs.size());
     std::vector<TensorView> views(call.inputs.size());
     std::vector<const TensorView*> value_ptrs(call.inputs.size(), nullptr);
@@ -887,7 +908,7 @@ void Executable::Impl::run_kernel(const Step& step, std::vector<Result<DeviceTen
       }
       value_ptrs[k] = &views[k];
     }
-    InferenceContext ictx(node, in_types, value_ptrs);
+    InferenceContext ictx(node, std::move(in_types), value_ptrs);
     Status s = infer_node(OpRegistry::global(), ictx);
     if (!s.ok()) return poison(step, s, values);
     call.output_types = ictx.output_types();
@@ -944,42 +965,54 @@ Result<std::vector<DeviceTensor>> Executable::Impl::run_subgraph(
     return errors::InvalidArgument("subgraph '{}' takes {} inputs, got {}", sub.name,
                                    sub.inputs.size(), inputs.size());
   const std::pair<const Graph*, size_t> where{&sub, step.device};
-  std::vector<std::string> refs;
+  // The cache entry (a std::map node: stable while the executable lives) and the outer
+  // values it reads, resolved to this executable's value ids once. Per iteration of a Loop
+  // nothing here allocates but `bound`.
+  SubgraphForms* forms = nullptr;
   {
     std::lock_guard<std::mutex> lock(subgraph_mu);
     auto it = subgraph_cache.find(where);
-    if (it == subgraph_cache.end())
-      it = subgraph_cache.emplace(where, SubgraphForms{outer_references(sub), {}}).first;
-    refs = it->second.refs;
+    if (it == subgraph_cache.end()) {
+      SubgraphForms f;
+      f.refs = outer_references(sub);
+      for (const auto& name : f.refs) {
+        auto id = ids.find(name);
+        f.ref_ids.push_back(id == ids.end() ? -1 : id->second);
+      }
+      it = subgraph_cache.emplace(where, std::move(f)).first;
+    }
+    forms = &it->second;
   }
+  const std::vector<std::string>& refs = forms->refs;
   std::vector<Result<DeviceTensor>> bound;
-  std::vector<TensorType> types;
   bound.reserve(inputs.size() + refs.size());
-  types.reserve(inputs.size() + refs.size());
-  for (const auto& v : inputs) {
-    bound.push_back(v);
-    types.push_back(v.type());
-  }
-  for (const auto& name : refs) {
-    auto it = ids.find(name);
-    if (it == ids.end())
-      return errors::InvalidArgument("subgraph '{}' reads '{}', which is not defined", sub.name, name);
-    const auto& v = values[static_cast<size_t>(it->second)];
-    if (!v.ok()) return v.status();
+  for (const auto& v : inputs) bound.push_back(v);
+  for (size_t r = 0; r < refs.size(); ++r) {
+    const int id = forms->ref_ids[r];
+    if (id < 0)
+      return errors::InvalidArgument("subgraph '{}' reads '{}', which is not defined", sub.name,
+                                     refs[r]);
+    const auto& v = values[static_cast<size_t>(id)];
+    if (!v.ok()) return explained(v.status());
     bound.push_back(*v);
-    types.push_back(v->type());
   }
   Device* device = devices[step.device];
   std::shared_ptr<Executable> exe;
   {
     std::lock_guard<std::mutex> lock(subgraph_mu);
-    for (const auto& [t, e] : subgraph_cache[where].compiled)
-      if (t == types) {
+    for (const auto& [t, e] : forms->compiled) {
+      bool same = t.size() == bound.size();
+      for (size_t k = 0; same && k < t.size(); ++k)
+        same = t[k].dtype == bound[k]->dtype && t[k].shape == bound[k]->shape;
+      if (same) {
         exe = e;
         break;
       }
+    }
   }
   if (!exe) {
+    std::vector<TensorType> types;
+    for (const auto& v : bound) types.push_back(v->type());
     Graph closed = sub;
     for (const auto& name : refs) closed.inputs.push_back({name, {}});
     for (auto& in : closed.inputs) in.type = TensorType{};  // bound by the actual values
@@ -990,7 +1023,7 @@ Result<std::vector<DeviceTensor>> Executable::Impl::run_subgraph(
     TD_ASSIGN_OR_RETURN(auto compiled, Executable::compile(closed, types, t, o));
     exe = std::shared_ptr<Executable>(std::move(compiled));
     std::lock_guard<std::mutex> lock(subgraph_mu);
-    subgraph_cache[where].compiled.emplace_back(types, exe);
+    forms->compiled.emplace_back(types, exe);
   }
   auto outs = exe->run(bound, services);
   std::vector<DeviceTensor> result;
@@ -1300,7 +1333,7 @@ std::vector<Result<DeviceTensor>> Executable::Impl::run_steps(const std::vector<
                                                               RunServices& services) {
   Impl& x = *this;
   std::vector<Result<DeviceTensor>> values(x.values_count,
-                                           Result<DeviceTensor>(errors::Internal(kNeverProduced)));
+                                           Result<DeviceTensor>(never_produced()));
   Device* target = x.devices[0];
   for (size_t i = 0; i < x.input_ids.size() && i < inputs.size(); ++i) {
     const auto& in = inputs[i];
@@ -1349,14 +1382,17 @@ std::vector<Result<DeviceTensor>> Executable::Impl::run_steps(const std::vector<
     }
     auto free_if_last = [&](int id) {
       if (id >= 0 && x.last_use[static_cast<size_t>(id)] == static_cast<int>(s))
-        values[static_cast<size_t>(id)] = errors::Internal("value freed");
+        values[static_cast<size_t>(id)] = value_freed();
     };
     for (int id : st.inputs) free_if_last(id);
     for (int id : st.implicit) free_if_last(id);
   }
   std::vector<Result<DeviceTensor>> outs;
   outs.reserve(x.output_ids.size());
-  for (int id : x.output_ids) outs.push_back(values[static_cast<size_t>(id)]);
+  for (int id : x.output_ids) {
+    const auto& v = values[static_cast<size_t>(id)];
+    outs.push_back(v.ok() ? v : Result<DeviceTensor>(explained(v.status())));
+  }
   return outs;
 }
 

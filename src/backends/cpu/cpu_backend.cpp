@@ -131,7 +131,10 @@ class CpuKernel final : public Kernel {
       if (!v.defined()) continue;
       in_views[k] = TensorView{v.dtype, v.shape, host_address(*v.buffer)};
     }
-    std::vector<TensorType> out_types = call.output_types;
+    // The call's own copy: nothing reads it after the kernel (a copy would allocate every
+    // output's shape again; small kernels in a Loop body spent more on such copies than on
+    // their work).
+    std::vector<TensorType> out_types = std::move(call.output_types);
     // Widen float16/bfloat16 around kernels that lack native code for them.
     const bool widen_io = !def_->native_low_precision &&
                           (std::any_of(in_views.begin(), in_views.end(),
@@ -139,8 +142,9 @@ class CpuKernel final : public Kernel {
                            std::any_of(out_types.begin(), out_types.end(),
                                        [](const TensorType& t) { return is_low_precision(t.dtype); }));
     std::vector<HostTensor> widened;
-    std::vector<DType> final_dtypes(out_types.size());
+    std::vector<DType> final_dtypes;
     if (widen_io) {
+      final_dtypes.resize(out_types.size());
       widened.reserve(in_views.size());
       for (auto& v : in_views) {
         if (is_low_precision(v.dtype)) {
@@ -156,19 +160,29 @@ class CpuKernel final : public Kernel {
     Allocator& allocator = *call.allocator;
     std::vector<DeviceTensor>& produced = call.outputs;
     produced.assign(out_types.size(), DeviceTensor{});
-    std::vector<HostTensor> wide_outputs(out_types.size());
-    auto allocate = [&](int i, DType dtype, const Shape& shape) -> Result<MutableTensorView> {
+    std::vector<HostTensor> wide_outputs(widen_io ? out_types.size() : 0);
+    // What the allocation callback reads, behind one pointer: a lambda capturing a pointer
+    // fits std::function's own storage (capturing each by reference allocated per call).
+    struct AllocState {
+      bool widen_io;
+      std::vector<DType>* final_dtypes;
+      std::vector<HostTensor>* wide_outputs;
+      std::vector<DeviceTensor>* produced;
+      Allocator* allocator;
+    } st{widen_io, &final_dtypes, &wide_outputs, &produced, &allocator};
+    auto allocate = [p = &st](int i, DType dtype, const Shape& shape) -> Result<MutableTensorView> {
       TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(dtype, shape));
-      if (widen_io && is_low_precision(final_dtypes[static_cast<size_t>(i)]) &&
-          dtype == DType::kFloat32) {
-        wide_outputs[static_cast<size_t>(i)] = HostTensor(dtype, shape);
-        return MutableTensorView{dtype, shape, wide_outputs[static_cast<size_t>(i)].mutable_data()};
+      const size_t k = static_cast<size_t>(i);
+      if (p->widen_io && is_low_precision((*p->final_dtypes)[k]) && dtype == DType::kFloat32) {
+        (*p->wide_outputs)[k] = HostTensor(dtype, shape);
+        return MutableTensorView{dtype, shape, (*p->wide_outputs)[k].mutable_data()};
       }
-      TD_ASSIGN_OR_RETURN(auto buf, allocator.allocate(static_cast<size_t>(bytes)));
-      produced[static_cast<size_t>(i)] = DeviceTensor{dtype, shape, buf};
+      TD_ASSIGN_OR_RETURN(auto buf, p->allocator->allocate(static_cast<size_t>(bytes)));
+      (*p->produced)[k] = DeviceTensor{dtype, shape, buf};
       return MutableTensorView{dtype, shape, host_address(*buf)};
     };
-    KernelContext ctx(node, in_views, out_types, allocate);
+    const size_t num_outputs = out_types.size();
+    KernelContext ctx(node, std::move(in_views), std::move(out_types), allocate);
     if (call.subgraphs) {
       Device* device = device_;
       SubgraphRunner* runner = call.subgraphs;
@@ -201,12 +215,12 @@ class CpuKernel final : public Kernel {
                          fmt::format("kernel '{}' threw: {}", def_->name, e.what()));
     }
     if (!s.ok()) return s.message().rfind(node.op + ":", 0) != 0 ? ctx.wrap(s) : s;
-    for (size_t k = 0; k < out_types.size(); ++k) {
+    for (size_t k = 0; k < num_outputs; ++k) {
       if (!ctx.wants_output(static_cast<int>(k))) continue;
       if (!ctx.output_allocated(static_cast<int>(k)))
         return ctx.make_error(StatusCode::kInternal,
                               fmt::format("kernel '{}' did not produce output {}", def_->name, k));
-      if (!wide_outputs[k].empty()) {  // narrow back to float16/bfloat16
+      if (widen_io && !wide_outputs[k].empty()) {  // narrow back to float16/bfloat16
         const HostTensor& w = wide_outputs[k];
         const DType dt = final_dtypes[k];
         TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(dt, w.shape()));

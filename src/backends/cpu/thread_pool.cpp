@@ -346,6 +346,10 @@ void ThreadPool::prewake() {
   impl_->prewake();
 }
 
+bool ThreadPool::workers_asleep() const {
+  return impl_->sleepers.load(std::memory_order_relaxed) > 0;
+}
+
 ThreadPoolStats ThreadPool::stats() const {
   ThreadPoolStats s;
   s.workers = static_cast<int>(impl_->workers.size());

@@ -63,6 +63,9 @@ class ThreadPool {
   void barrier();
 
   ThreadPoolStats stats() const;
+  // Whether a thread of the pool sleeps now (a region would first wake it: a futex call, some
+  // microseconds, more than a small product takes on one thread).
+  bool workers_asleep() const;
 
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
