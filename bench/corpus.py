@@ -31,6 +31,7 @@ LayerNorm, dilated Conv1d, ...), a few minutes on two cores.
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -487,15 +488,43 @@ def _golden(root, name, batch):
 
 def export(root, key, batch=None):
     """root/KEY_bB/{model.onnx, input.npy, expected.npy, expected_fp32.npy,
-    test_data_set_0/*.pb}; reused when already there."""
-    from onnx import numpy_helper
-    name, opset = CORPUS[key]
+    test_data_set_0/*.pb}; reused when already there.
+
+    The export runs in a child process: PyTorch's exporter can take all the machine's memory
+    (MViT-v2-S at opset 13 passed 20 GB) and the kernel's OOM killer then ended the whole
+    benchmark with it. A failed export leaves KEY_bB.failed with the reason, and later runs
+    skip the model at once (delete the file to try again)."""
+    name, _ = CORPUS[key]
     batch = batch or MODELS[name].batch
     folder = os.path.join(root, f"{key}_b{batch}")
     done = [os.path.join(folder, p) for p in ("model.onnx", "input.npy", "expected.npy",
                                                "expected_fp32.npy", "test_data_set_0/output_0.pb")]
     if all(os.path.exists(p) for p in done):
         return folder
+    marker = folder + ".failed"
+    if os.path.exists(marker):
+        with open(marker) as f:
+            raise RuntimeError(f.read().strip() + f" (an earlier run; delete {marker} to retry)")
+    os.makedirs(root, exist_ok=True)
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "export-one", root, key,
+                        str(batch)], capture_output=True, text=True)
+    if p.returncode == 0 and all(os.path.exists(q) for q in done):
+        return folder
+    if p.returncode < 0:
+        why = (f"the exporter was killed by signal {-p.returncode}"
+               + (" (out of memory?)" if -p.returncode == 9 else ""))
+    else:
+        lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+        why = lines[-1][:400] if lines else f"the exporter exited with {p.returncode}"
+    with open(marker, "w") as f:
+        f.write(why + "\n")
+    raise RuntimeError(why)
+
+
+def _export_here(root, key, batch):
+    from onnx import numpy_helper
+    name, opset = CORPUS[key]
+    folder = os.path.join(root, f"{key}_b{batch}")
     import torch
     x, y, y32 = _golden(root, name, batch)
     model = build(torch, name)
@@ -541,6 +570,9 @@ def main(argv):
     t.add_argument("--outputs", default="")
     t.add_argument("--model", default="", help="ignored (the peers' common arguments)")
     t.add_argument("--input", action="append", default=[], help="ignored (see --model)")
+    if argv[:1] == ["export-one"]:  # export(): ROOT KEY BATCH, in a process of its own
+        _export_here(argv[1], argv[2], int(argv[3]))
+        return 0
     a = p.parse_args(argv)
     if a.cmd == "list":
         keys = QUICK if a.quick else list(CORPUS)

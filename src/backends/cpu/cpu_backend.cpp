@@ -195,14 +195,30 @@ class CpuKernel final : public Kernel {
         }
         TD_ASSIGN_OR_RETURN(auto outs, runner->run(sub, bound));
         std::vector<HostTensor> result;
+        result.reserve(outs.size());
         for (const auto& o : outs) {
           TD_ASSIGN_OR_RETURN(int64_t bytes, checked_byte_size(o.dtype, o.shape));
           void* p = o.buffer->device ? o.buffer->device->host_pointer(*o.buffer) : nullptr;
           if (!p && bytes > 0)
             return errors::Internal("subgraph output is not in host memory");
-          TD_ASSIGN_OR_RETURN(HostTensor h, HostTensor::from_bytes(o.dtype, o.shape, p,
-                                                                   static_cast<size_t>(bytes)));
-          result.push_back(std::move(h));
+          // The output's own buffer, kept alive by the result (its readers only read: Loop,
+          // Scan and If copy what they emit), unless it lies in an input's memory: the
+          // inputs are borrowed views (a body passing a carried value through, or a view of
+          // one), gone when the caller moves on.
+          const auto* at = static_cast<const unsigned char*>(p);
+          bool borrowed = false;
+          for (const auto& v : inputs) {
+            const auto* b = static_cast<const unsigned char*>(v.data);
+            if (b && at && at + bytes > b && at < b + v.nbytes()) borrowed = true;
+          }
+          if (borrowed || bytes == 0) {
+            TD_ASSIGN_OR_RETURN(HostTensor h, HostTensor::from_bytes(o.dtype, o.shape, p,
+                                                                     static_cast<size_t>(bytes)));
+            result.push_back(std::move(h));
+          } else {
+            TD_ASSIGN_OR_RETURN(HostTensor h, HostTensor::adopt(o.dtype, o.shape, p, o.buffer));
+            result.push_back(std::move(h));
+          }
         }
         return result;
       });
