@@ -581,6 +581,61 @@ TEST(Engine, ExecutableCacheIsBoundedInBytes) {
   EXPECT_EQ(e->tenant_bytes("t"), 0);
 }
 
+// A Loop's body outputs reach the Loop kernel as the engine's own buffers (not copied), except
+// one lying in a borrowed input's memory: here the body passes carried value x through (its
+// output is its input) while computing y + 1 and a scan output 2x. After five iterations x is intact,
+// y is y0 + 5 and each scan row is 2x, with large values (buffers, not small copies).
+TEST(Engine, LoopOutputsPassingACarriedValueThroughStayIntact) {
+  auto e = make_engine();
+  auto body = std::make_shared<Graph>();
+  body->name = "body";
+  body->inputs = {{"i", {DType::kInt64, {}}},
+                  {"c", {DType::kBool, {}}},
+                  {"x", {DType::kFloat32, {4096}}},
+                  {"y", {DType::kFloat32, {4096}}}};
+  body->initializers.emplace("one", f32({1.0f}, {1}));
+  body->nodes = {node("keep", "Identity", {"c"}, {"c_out"}),
+                 node("inc", "Add", {"y", "one"}, {"y_out"}),
+                 node("twice", "Add", {"x", "x"}, {"s"})};
+  body->outputs = {{"c_out", {}}, {"x", {}}, {"y_out", {}}, {"s", {}}};
+  Graph g;
+  g.name = "loop_pass_through";
+  g.inputs = {{"M", {DType::kInt64, {}}},
+              {"cond", {DType::kBool, {}}},
+              {"x", {DType::kFloat32, {4096}}},
+              {"y", {DType::kFloat32, {4096}}}};
+  g.nodes.push_back(node("loop", "Loop", {"M", "cond", "x", "y"}, {"xf", "yf", "scan"},
+                         {{"body", Attribute(std::shared_ptr<const Graph>(body))}}));
+  g.outputs = {{"xf", {}}, {"yf", {}}, {"scan", {}}};
+  std::vector<float> x(4096), y(4096);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = static_cast<float>(i % 97) - 40.0f;
+    y[i] = static_cast<float>(i % 13);
+  }
+  const SessionId s = e->open_session();
+  auto m = e->upload(s, HostTensor::scalar<int64_t>(5).view(), "");
+  auto c = e->upload(s, HostTensor::scalar<bool>(true).view(), "");
+  auto xh = e->upload(s, f32(x, {4096}).view(), "");
+  auto yh = e->upload(s, f32(y, {4096}).view(), "");
+  ASSERT_TRUE(m.ok() && c.ok() && xh.ok() && yh.ok());
+  for (int run = 0; run < 3; ++run) {
+    auto out = e->execute(s, g, {*m, *c, *xh, *yh}, "cpu:0");
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    auto xf = e->read(s, out->at(0));
+    auto yf = e->read(s, out->at(1));
+    auto scan = e->read(s, out->at(2));
+    ASSERT_TRUE(xf.ok() && yf.ok() && scan.ok());
+    ASSERT_EQ(scan->shape(), (Shape{5, 4096}));
+    int bad = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      bad += xf->data<float>()[i] != x[i];
+      bad += yf->data<float>()[i] != y[i] + 5.0f;
+      for (size_t r = 0; r < 5; ++r) bad += scan->data<float>()[r * 4096 + i] != 2.0f * x[i];
+    }
+    EXPECT_EQ(bad, 0) << "run " << run;
+  }
+}
+
 // Sessions share one compiled executable per graph (the engine's cache): four sessions running
 // a graph of a oneDNN region (Conv, Relu, Conv + residual), a Linear layer and a per-node
 // MatMul at once, on the cpu runners side by side, each read back what one run alone gives.
