@@ -1083,6 +1083,12 @@ std::vector<DeviceInfo> Engine::devices() const {
   return out;
 }
 
+int Engine::queue_runners(const std::string& device) const {
+  for (const auto& s : impl_->slots)
+    if (s->device->info().name == device && s->queue) return s->queue->runners();
+  return 1;
+}
+
 Result<std::string> Engine::default_device() const {
   if (!impl_->default_error.ok()) return impl_->default_error;
   return impl_->default_device;

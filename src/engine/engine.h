@@ -222,6 +222,9 @@ class Engine {
 
   // Visible devices with their current memory use.
   std::vector<DeviceInfo> devices() const;
+  // Threads running `device`'s queue: tasks of that many sessions run at once there (cpu
+  // devices: EngineOptions::cpu_runners; other devices 1). 1 for a device it does not hold.
+  int queue_runners(const std::string& device) const;
   // Devices present on the machine but removed by the filter, and the filter text.
   const std::vector<std::string>& filtered_out() const { return filtered_out_; }
   // Backends of this build that found no devices, and why ("cuda devices: libcuda.so.1 ...").

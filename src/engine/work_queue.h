@@ -94,6 +94,7 @@ struct Task {
 // FIFO before.
 class WorkQueue {
  public:
+  int runners() const { return runners_; }
   WorkQueue(std::chrono::microseconds slice, QueueStats* stats, int runners = 1)
       : slice_(slice), stats_(stats), runners_(std::max(1, runners)) {
     for (int i = 0; i < runners_; ++i)

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <deque>
 
-#include "backends/cpu/thread_pool.h"
 #include "core/errors.h"
 #include "core/log.h"
 
@@ -53,8 +52,10 @@ struct ModelRunner::Stats {
 struct ModelRunner::Model {
   std::string name;  // the engine's
   ModelConfig config;
-  ModelHandle handle = 0;  // in the runner's first session (handles[0])
-  std::vector<ModelHandle> handles;  // by instance index, in sessions_[k]
+  ModelHandle handle = 0;  // in the runner's first session (instances[0].handle)
+  // Instance k: the runner's session k and its handle of the model (read by the workers and
+  // at unload; sessions_ itself may grow meanwhile).
+  std::vector<Instance> instances;
   uint64_t serial = 0;     // the engine's load of `name` this model runs (Engine::named_model_of)
   size_t num_inputs = 0;
   std::vector<std::string> devices;
@@ -245,7 +246,7 @@ std::shared_ptr<ModelRunner::Model> ModelRunner::model_for(const std::string& na
                    : Result<ModelHandle>(errors::NotFound("not batched"));
   if (h.ok()) {
     m->handle = *h;
-    m->handles.push_back(*h);
+    m->instances.push_back({sessions_[0], *h});
     (void)engine_->named_model_of(sessions_[0], m->handle, &m->serial);
     m->devices =
         m->config.devices.empty() ? std::vector<std::string>{info.device} : m->config.devices;
@@ -259,7 +260,7 @@ std::shared_ptr<ModelRunner::Model> ModelRunner::model_for(const std::string& na
       auto hk = engine_->open_named_model(sessions_[k], name, nullptr);
       if (hk.ok()) (void)engine_->named_model_of(sessions_[k], *hk, &serial_k);
       if (hk.ok() && serial_k == m->serial) {
-        m->handles.push_back(*hk);
+        m->instances.push_back({sessions_[k], *hk});
       } else {
         if (hk.ok()) (void)engine_->unload(sessions_[k], *hk);
         break;
@@ -288,8 +289,8 @@ std::shared_ptr<ModelRunner::Model> ModelRunner::model_for(const std::string& na
     for (const std::string& d : m->devices)
       for (int i = 0; i < m->config.instances; ++i) {
         m->workers++;
-        const size_t k = static_cast<size_t>(i) < m->handles.size() ? static_cast<size_t>(i) : 0;
-        const Instance at{sessions_[k], m->handles[k]};
+        const Instance at =
+            m->instances[static_cast<size_t>(i) < m->instances.size() ? static_cast<size_t>(i) : 0];
         m->threads.emplace_back([this, raw = m.get(), d, warm = i == 0, at] {
           if (warm) {
             warm_forms(*raw, d, at);
@@ -425,6 +426,20 @@ Result<std::vector<TensorHandle>> ModelRunner::run(SessionId session, const std:
   return finish(std::move(r->result), 0);
 }
 
+// Instances a batched model gets when its config names none: as many as its devices' queues
+// have runners (a cpu device: batches side by side, each on its share of the cores; on 2
+// cores two one-thread batches of MobileNetV2 ran 197 req/s where one two-thread batch at a
+// time ran 165; a GPU's queue has one).
+int ModelRunner::default_instances(const std::vector<std::string>& devices) const {
+  int n = devices.empty() ? 1 : 64;
+  for (const std::string& d : devices) n = std::min(n, engine_->queue_runners(d));
+  return std::max(1, n);
+}
+
+void ModelRunner::unload_instances(Model& m) {
+  for (const Instance& at : m.instances) (void)engine_->unload(at.session, at.handle);
+}
+
 // Each batch size is a compiled form of its own, and the first batch of a size used to compile
 // it while every request waited: on the 2-core VM a MobileNetV2 form took 0.3-0.7 s under load,
 // and new sizes kept appearing for minutes (p99 about 1 s against 75 ms at p50). So each
@@ -432,22 +447,6 @@ Result<std::vector<TensorHandle>> ModelRunner::run(SessionId session, const std:
 // or 1..max_batch_size) on zeros, before it serves; requests arriving meanwhile wait in the
 // queue, as they would have for the compiles. As Triton's model warm-up. Skipped for a model
 // whose inputs' shapes past the batch axis are not declared, and with TENSORD_BATCH_WARMUP=0.
-// Instances a batched model gets when its config names none: on cpu devices, as many as the
-// device's queue has runners (batches side by side, each on its share of the cores: on 2
-// cores two one-thread batches of MobileNetV2 ran 197 req/s where one two-thread batch at a
-// time ran 165); elsewhere one.
-int ModelRunner::default_instances(const std::vector<std::string>& devices) {
-  for (const std::string& d : devices)
-    if (d.rfind("cpu:", 0) != 0) return 1;
-  const EngineOptions o = EngineOptions::from_env();
-  return o.cpu_runners > 0 ? o.cpu_runners : std::min(4, cpu::ThreadPool::team_size());
-}
-
-void ModelRunner::unload_instances(Model& m) {
-  for (size_t k = 0; k < m.handles.size() && k < sessions_.size(); ++k)
-    (void)engine_->unload(sessions_[k], m.handles[k]);
-}
-
 void ModelRunner::warm_forms(Model& m, const std::string& device, Instance at) {
   if (m.row_types.size() != m.num_inputs || m.num_inputs == 0) return;
   if (const char* v = std::getenv("TENSORD_BATCH_WARMUP"); v && std::string(v) == "0") return;

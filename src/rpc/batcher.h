@@ -109,7 +109,7 @@ class ModelRunner {
   void run_batch(Model& m, const std::string& device, std::vector<std::shared_ptr<Request>> batch,
                  Instance at);
   void unload_instances(Model& m);  // every session's handle of the model
-  static int default_instances(const std::vector<std::string>& devices);
+  int default_instances(const std::vector<std::string>& devices) const;
 
   std::shared_ptr<Engine> engine_;
   // The batches' own sessions, one per instance index (under mu_; opened when first needed).

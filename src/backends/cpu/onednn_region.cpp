@@ -417,7 +417,8 @@ class DnnlRegion final : public FusedKernel {
     memory::desc md;
     SlotKind kind = SlotKind::kArena;
     int index = -1;    // input/output index, or storage id (arena)
-    memory mem;        // persistent; its handle is set per run (inputs, outputs, arena)
+    memory mem;        // kOwned: the constant's memory (the other kinds are bound per run,
+                       // in a RunContext)
   };
   struct Storage {
     size_t bytes = 0;
@@ -476,8 +477,9 @@ class DnnlRegion final : public FusedKernel {
     return c;
   }
 
-  // The one-thread variant of each op created for the team, made the first time a run has one
-  // thread to itself (threads_available() == 1: other sessions' graphs run on the other cores).
+  // The one-thread variant of each op created for the team, made by the region's first run
+  // (run_host) and used at any op that finds other runners busy (threads_available() == 1:
+  // other sessions' graphs run on the other cores).
   // The same operation and attributes, created under TeamLimit(1); kept only where oneDNN gives
   // a non-reference implementation with the same memory layouts for every argument (else the
   // team primitive runs, correct, on the threads it was created for).
@@ -531,10 +533,11 @@ class DnnlRegion final : public FusedKernel {
     // Sharing the cores with other runners: ops on this thread alone, decided at each op (a
     // run that started with the cores to itself goes to one thread as soon as another runner
     // starts: its team's second thread would be the third on two cores, and a primitive
-    // waiting at a barrier for a descheduled thread ran 4x slower). The one-thread variants are made by the first run wherever runs may share the cores (6 ms for
-    // MobileNetV2's 56 primitives, 11 ms for ResNet-50's 58), not by the first run that needs
-    // them: that one would stall the batch it runs (a served model's warm-up has the cores to
-    // itself, so it would not make them).
+    // waiting at a barrier for a descheduled thread ran 4x slower). The one-thread variants
+    // are made by the first run wherever runs may share the cores (6 ms for MobileNetV2's 56
+    // primitives, 11 ms for ResNet-50's 58), not by the first run that needs them: that one
+    // would stall the batch it runs (a served model's warm-up has the cores to itself, so it
+    // would not make them).
     const bool shared_cores = ThreadPool::team_size() > 1;
     if (shared_cores) {
       try {
@@ -743,7 +746,6 @@ class RegionCompiler {
     s.md = md;
     s.kind = kind;
     s.index = index;
-    s.mem = memory(md, cpu_engine(), DNNL_MEMORY_NONE);
     out_->slots_.push_back(std::move(s));
     return static_cast<int>(out_->slots_.size() - 1);
   }
