@@ -196,47 +196,59 @@ __attribute__((target("avx512f"))) void rows_times_vec_avx512(const float* __res
   }
 }
 
-// The same for up to four vectors at once (v[b] at v + b * v_stride, out[b] at
-// out + b * out_stride): each 64 bytes of R are loaded once for all of them, so a step reads R
-// once, not once per batch entry. acc[i] holds batch entry i % 4 and row g0 + i / 4, so that
-// sixteen_sums puts entry b's four rows in the vector's 128-bit lane b.
-__attribute__((target("avx512f"))) void rows_times_vecs_avx512(
-    const float* __restrict r, const float* __restrict v, int64_t batch, int64_t v_stride,
-    int64_t n, int64_t k, float* __restrict out, int64_t out_stride) {
-  for (int64_t g0 = 0; g0 < n; g0 += 4) {
-    __m512 acc[16];
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
-    for (int64_t j = 0; j < k; j += 16) {
-      __m512 vb[4];
-      for (int b = 0; b < 4; ++b)
-        vb[b] = b < batch ? _mm512_loadu_ps(v + b * v_stride + j) : _mm512_setzero_ps();
-      for (int row = 0; row < 4; ++row) {
-        const __m512 rr = _mm512_loadu_ps(r + (g0 + row) * k + j);
-        for (int b = 0; b < 4; ++b)
-          acc[4 * row + b] = _mm512_fmadd_ps(rr, vb[b], acc[4 * row + b]);
-      }
+// AVX-512: out[b][0:n] = v[b][0:k] . M for kNb vectors (v[b] at v + b * v_stride) and a
+// row-major M [k, n] (R^T), n a multiple of 16: kCols 16-column vectors of all kNb outputs
+// stay in registers over k (each M row loaded once for the kNb vectors, each v element
+// broadcast), so no horizontal sums are needed (sixteen_sums' shuffles cost about as much as
+// the multiply-adds at k = 96).
+template <int kNb, int kCols>
+__attribute__((target("avx512f"))) inline void vecs_times_block_avx512(
+    const float* __restrict v, int64_t v_stride, const float* __restrict m, int64_t k,
+    int64_t n, float* __restrict out, int64_t out_stride) {
+  __m512 acc[kNb][kCols];
+  for (int b = 0; b < kNb; ++b)
+    for (int c = 0; c < kCols; ++c) acc[b][c] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < k; ++i) {
+    __m512 mc[kCols];
+    for (int c = 0; c < kCols; ++c) mc[c] = _mm512_loadu_ps(m + i * n + 16 * c);
+    for (int b = 0; b < kNb; ++b) {
+      const __m512 vb = _mm512_set1_ps(v[b * v_stride + i]);
+      for (int c = 0; c < kCols; ++c) acc[b][c] = _mm512_fmadd_ps(mc[c], vb, acc[b][c]);
     }
-    const __m512 sums = sixteen_sums(acc);
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, sums);
-    for (int64_t b = 0; b < batch; ++b)
-      for (int row = 0; row < 4; ++row) out[b * out_stride + g0 + row] = lanes[4 * b + row];
   }
+  for (int b = 0; b < kNb; ++b)
+    for (int c = 0; c < kCols; ++c) _mm512_storeu_ps(out + b * out_stride + 16 * c, acc[b][c]);
 }
 
-// v R^T for the `rows` rows of R ([rows, hidden], row-major) from one batch entry's v: on
-// AVX-512 with hidden a multiple of 16 straight from R, else from R^T (transposed here, once
-// per direction) by vec_times_matrix. Borrows R; valid while R is.
+template <int kNb>
+__attribute__((target("avx512f"))) void vecs_times_matrix_avx512(const float* v, int64_t v_stride,
+                                                                 const float* m, int64_t k,
+                                                                 int64_t n, float* out,
+                                                                 int64_t out_stride) {
+  int64_t j0 = 0;
+  for (; j0 + 64 <= n; j0 += 64)
+    vecs_times_block_avx512<kNb, 4>(v, v_stride, m + j0, k, n, out + j0, out_stride);
+  for (; j0 < n; j0 += 16)
+    vecs_times_block_avx512<kNb, 1>(v, v_stride, m + j0, k, n, out + j0, out_stride);
+}
+
+// v R^T for the `rows` rows of R ([rows, hidden], row-major) from each batch entry's v. On
+// AVX-512 with hidden and rows multiples of 16: one vector straight from R (batch 1: the
+// transposed copy would cost about ten steps' products), two to four vectors at once from
+// R^T (transposed here once per direction: at batch 4, hidden 96 the row form's horizontal
+// sums made the step 1.6x slower). Else from R^T by vec_times_matrix, one entry at a time.
+// Borrows R; valid while R is.
 class RecurrentProduct {
  public:
-  RecurrentProduct(const float* r, int64_t rows, int64_t hidden)
+  RecurrentProduct(const float* r, int64_t rows, int64_t hidden, int64_t batch)
       : r_(r), rows_(rows), hidden_(hidden) {
     static const bool avx512 = __builtin_cpu_supports("avx512f");
-    direct_ = avx512 && hidden % 16 == 0 && rows % 16 == 0;
+    direct_ = avx512 && hidden % 16 == 0 && rows % 16 == 0 && batch == 1;
     if (!direct_) {
       rt_.resize(static_cast<size_t>(rows * hidden));
       transpose_tiled(r, rows, hidden, rt_.data());
     }
+    multi_ = avx512 && rows % 16 == 0 && batch > 1;
   }
   // out[0:rows] = v[0:hidden] R^T
   void apply(const float* v, float* out) const {
@@ -245,22 +257,29 @@ class RecurrentProduct {
     else
       vec_times_matrix(v, rt_.data(), hidden_, rows_, out);
   }
-  // The same for `batch` vectors v + b * hidden, into out + b * out_stride: on AVX-512 four
-  // at a time, R read once for the four.
+  // The same for `batch` vectors v + b * hidden, into out + b * out_stride.
   void apply_batch(const float* v, int64_t batch, float* out, int64_t out_stride) const {
-    if (!direct_) {
+    if (!multi_) {
       for (int64_t b = 0; b < batch; ++b) apply(v + b * hidden_, out + b * out_stride);
       return;
     }
-    for (int64_t b0 = 0; b0 < batch; b0 += 4)
-      rows_times_vecs_avx512(r_, v + b0 * hidden_, std::min<int64_t>(4, batch - b0), hidden_,
-                             rows_, hidden_, out + b0 * out_stride, out_stride);
+    for (int64_t b0 = 0; b0 < batch; b0 += 4) {
+      const float* vb = v + b0 * hidden_;
+      float* ob = out + b0 * out_stride;
+      const float* m = rt_.data();
+      switch (std::min<int64_t>(4, batch - b0)) {
+        case 1: vecs_times_matrix_avx512<1>(vb, hidden_, m, hidden_, rows_, ob, out_stride); break;
+        case 2: vecs_times_matrix_avx512<2>(vb, hidden_, m, hidden_, rows_, ob, out_stride); break;
+        case 3: vecs_times_matrix_avx512<3>(vb, hidden_, m, hidden_, rows_, ob, out_stride); break;
+        default: vecs_times_matrix_avx512<4>(vb, hidden_, m, hidden_, rows_, ob, out_stride);
+      }
+    }
   }
 
  private:
   const float* r_;
   int64_t rows_, hidden_;
-  bool direct_ = false;
+  bool direct_ = false, multi_ = false;
   std::vector<float> rt_;
 };
 
@@ -372,7 +391,7 @@ Status lstm_run(KernelContext& ctx) {
     // projection is a vectorised product per batch entry (RecurrentProduct).
     const bool small = batch <= kSmallBatch;
     std::optional<RecurrentProduct> rec;
-    if (small) rec.emplace(rd, gh, hidden);
+    if (small) rec.emplace(rd, gh, hidden, batch);
     const int64_t max_len = *std::max_element(lens.begin(), lens.end());
     for (int64_t step = 0; step < max_len; ++step) {
       // gr = H_{t-1} R^T for the whole batch.
@@ -512,8 +531,8 @@ Status gru_run(KernelContext& ctx) {
     const float* rd_h = rd + 2 * hidden * hidden;
     std::optional<RecurrentProduct> rec_zr, rec_h;
     if (small) {
-      rec_zr.emplace(rd, 2 * hidden, hidden);
-      rec_h.emplace(rd_h, hidden, hidden);
+      rec_zr.emplace(rd, 2 * hidden, hidden, batch);
+      rec_h.emplace(rd_h, hidden, hidden, batch);
     }
     const int64_t max_len = *std::max_element(lens.begin(), lens.end());
     for (int64_t step = 0; step < max_len; ++step) {
