@@ -296,6 +296,26 @@ Status arg_kernel(KernelContext& ctx, bool is_max) {
   });
 }
 
+// reduce_sum_fast's inner loops, compiled for AVX-512, AVX2 and baseline x86-64 (the loader
+// picks one): the baseline build's SSE2 converted and added two doubles at a time (ReduceMean
+// over a gathered [64, 128] was 12% of an EmbeddingBag export's time).
+// The sum of row[0:n] in double, in eight interleaved partial sums.
+__attribute__((target_clones("avx512f", "avx2", "default"))) double sum_in_double(
+    const float* __restrict row, int64_t n) {
+  double s[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) s[j] += row[i + j];
+  for (; i < n; ++i) s[0] += row[i];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+// a[0:n] += row[0:n], in double.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void add_in_double(
+    double* __restrict a, const float* __restrict row, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) a[i] += row[i];
+}
+
 // ReduceSum / ReduceMean over float32, fast: the axes collapsed into alternating runs of kept
 // and reduced dimensions, the innermost run walked contiguously (kept: rows accumulated
 // element-wise; reduced: each row summed), in double, in one pass over the input. The
@@ -344,21 +364,10 @@ Status reduce_sum_fast(KernelContext& ctx, bool mean, bool axes_from_input) {
     int64_t in_off = 0, out_off = 0;
     for (int64_t r = 0; r < rows; ++r) {
       const float* row = x + in_off;
-      if (reduced[k]) {
-        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        int64_t i = 0;
-        for (; i + 4 <= inner; i += 4) {
-          s0 += row[i];
-          s1 += row[i + 1];
-          s2 += row[i + 2];
-          s3 += row[i + 3];
-        }
-        for (; i < inner; ++i) s0 += row[i];
-        acc[static_cast<size_t>(out_off)] += (s0 + s1) + (s2 + s3);
-      } else {
-        double* a = acc.data() + out_off;
-        for (int64_t i = 0; i < inner; ++i) a[i] += row[i];
-      }
+      if (reduced[k])
+        acc[static_cast<size_t>(out_off)] += sum_in_double(row, inner);
+      else
+        add_in_double(acc.data() + out_off, row, inner);
       // The next row: an odometer over the outer runs.
       for (size_t g = k; g-- > 0;) {
         in_off += ist[g];
