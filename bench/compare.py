@@ -35,6 +35,7 @@ A part that is missing (no tensord binary or no `bench` command yet, no node_mod
 PyTorch) is reported as such in its column; the rest still runs.
 """
 import argparse
+import math
 import json
 import os
 import re
@@ -335,6 +336,24 @@ def run_tensord(tensord, folder, a, batch, goldens):
         shutil.rmtree(out, ignore_errors=True)
 
 
+def examples_for_budget(tensord, folder, a, batch, goldens):
+    """`a` itself, or a copy whose --examples (in examples, a multiple of `batch`) makes a
+    timed run last --min-ms by tensord's time per example in one untimed run; at most 64x
+    --examples and 200,000 examples."""
+    if a.min_ms <= 0 or not tensord:
+        return a
+    first = run_tensord(tensord, folder, a, batch, goldens)
+    per = ms(first)
+    examples = a.examples * batch if a.per_batch else a.examples
+    if not per or per * examples >= a.min_ms:
+        return a
+    want = min(int(math.ceil(a.min_ms / per)), 64 * examples, 200000)
+    want = max(examples, (want + batch - 1) // batch * batch)
+    b = argparse.Namespace(**vars(a))
+    b.examples, b.per_batch = want, False
+    return b
+
+
 def run_peer(kind, folder, a, batch, goldens):
     out = tempfile.mkdtemp(prefix=f"{kind}-", dir=a.cache)
     try:
@@ -467,7 +486,8 @@ def rows_of(results):
         c = r["tensord"].get("vs_torch_eager") or {}
         prof = r.get("profile") or {}
         tr, orr = rss_mib(r["tensord"]), rss_mib(r["onnxruntime"])
-        rows.append({"model": r["model"], "batch": r["batch"], "tensord_ms": t, "onnxruntime_ms": o,
+        rows.append({"model": r["model"], "batch": r["batch"], "examples": r.get("examples"),
+                     "tensord_ms": t, "onnxruntime_ms": o,
                      "tensord_rss_mib": tr, "onnxruntime_rss_mib": orr,
                      "rss_ratio_vs_onnxruntime": tr / orr if tr and orr else None,
                      "torch_ms": p, "ratio_vs_onnxruntime": t / o if t and o else None,
@@ -616,6 +636,12 @@ def main():
                    help="timed examples per run (default 64; plaidbench uses 1024)")
     p.add_argument("--per-batch", action="store_true",
                    help="--examples counts batches, not examples")
+    p.add_argument("--min-ms", type=float, default=500.0,
+                   help="each timed run lasts at least this long (default 500): a model faster "
+                        "than that runs more examples, for every peer alike (counted from an "
+                        "untimed tensord run first); 0: --examples exactly. At a fixed 16 "
+                        "examples a batch-8 model ran two batches a round and its ratio to "
+                        "ONNX Runtime swung 1.0-1.8x between runs")
     p.add_argument("--warmup", type=int, default=8, help="untimed examples (default 8)")
     p.add_argument("--rounds", type=int, default=3,
                    help="interleaved runs of each (default 3); the median is reported")
@@ -706,13 +732,18 @@ def main():
             goldens = load_goldens(folder)
             r = {"model": mname, "batch": batch}
             t0 = time.time()
+            ma = examples_for_budget(tensord, folder, a, batch, goldens)
+            if ma is not a:
+                r["examples"] = ma.examples
+                print(f"[{mname} batch {batch}] {ma.examples} examples a run (--min-ms "
+                      f"{a.min_ms:g})", file=log, flush=True)
             # Rounds interleave the three, so a slow spell of a shared machine hits them all;
             # each keeps its median run (all times in rounds_ms).
             runs = {"tensord": [], "onnxruntime": [], "torch": []}
             for _ in range(a.rounds):
-                runs["tensord"].append(run_tensord(tensord, folder, a, batch, goldens))
+                runs["tensord"].append(run_tensord(tensord, folder, ma, batch, goldens))
                 for peer in ("onnxruntime", "torch"):
-                    runs[peer].append(run_peer(peer, folder, a, batch, goldens) if peer in peers
+                    runs[peer].append(run_peer(peer, folder, ma, batch, goldens) if peer in peers
                                       else {"available": False, "reason": "not requested"})
             for kind, docs in runs.items():
                 r[kind] = median_run(docs)
