@@ -120,6 +120,16 @@ TEST(OneDnn, Conv1dAnd3dMatchReference) {
       "Conv", {random_f32({1, 3, 5, 6, 7}, rng), random_f32({4, 3, 3, 2, 3}, rng),
                random_f32({4}, rng)},
       {{"strides", std::vector<int64_t>{1, 2, 1}}, {"pads", std::vector<int64_t>{1, 0, 1, 1, 1, 0}}});
+  // Conv3d 1x1x1 (one SGEMM per image on the plain layout), batch 2, with and without bias;
+  // strided or padded ones stay on the blocked path.
+  expect_fast_matches_reference(
+      "Conv", {random_f32({2, 6, 3, 5, 7}, rng), random_f32({9, 6, 1, 1, 1}, rng),
+               random_f32({9}, rng)});
+  expect_fast_matches_reference(
+      "Conv", {random_f32({1, 20, 2, 4, 4}, rng), random_f32({3, 20, 1, 1, 1}, rng)});
+  expect_fast_matches_reference(
+      "Conv", {random_f32({1, 4, 3, 5, 5}, rng), random_f32({5, 4, 1, 1, 1}, rng)},
+      {{"strides", std::vector<int64_t>{1, 2, 2}}});
 }
 
 TEST(OneDnn, MatMulMatchesReference) {

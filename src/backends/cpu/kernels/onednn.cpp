@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <dnnl.h>
 #include <dnnl.hpp>
 
 #include "backends/cpu/kernel.h"
@@ -306,6 +307,44 @@ Status conv_accepts(const Node&, const std::vector<TensorType>& in) {
   return OkStatus();
 }
 
+// A 1x1x1 convolution (stride 1, no padding) of NCDHW values: per image one SGEMM,
+// Y[oc, S] = W[oc, ic] X[ic, S] (+ bias), on the plain layouts themselves. Through oneDNN's
+// blocked convolution each such call reordered its input to channels-last and its output
+// back (the reorders were 42% of S3D's time, its convolutions 49%).
+bool is_pointwise(const Shape& kernel, const std::vector<int64_t>& strides,
+                  const std::vector<int64_t>& pads) {
+  for (int64_t k : kernel)
+    if (k != 1) return false;
+  for (int64_t s : strides)
+    if (s != 1) return false;
+  for (int64_t p : pads)
+    if (p != 0) return false;
+  return true;
+}
+
+Status pointwise_conv(KernelContext& ctx, const TensorView& x, const TensorView& w,
+                      MutableTensorView& out) {
+  const int64_t n = x.shape[0], ic = x.shape[1], oc = w.shape[0];
+  int64_t spatial = 1;
+  for (size_t d = 2; d < x.shape.size(); ++d) spatial *= x.shape[d];
+  const float* xs = x.as<float>();
+  const float* ws = w.as<float>();
+  float* ys = out.as<float>();
+  const float* bias = ctx.has_input(2) ? ctx.input(2).as<float>() : nullptr;
+  const SerialScope serial(static_cast<double>(oc) * static_cast<double>(ic) *
+                           static_cast<double>(spatial));
+  for (int64_t i = 0; i < n; ++i) {
+    float* y = ys + i * oc * spatial;
+    if (bias) {
+      for (int64_t o = 0; o < oc; ++o) std::fill_n(y + o * spatial, spatial, bias[o]);
+    }
+    if (dnnl_sgemm('N', 'N', oc, spatial, ic, 1.0f, ws, ic, xs + i * ic * spatial, spatial,
+                   bias ? 1.0f : 0.0f, y, spatial) != dnnl_success)
+      return ctx.error("dnnl_sgemm failed on a 1x1x1 convolution");
+  }
+  return OkStatus();
+}
+
 Status conv_run(KernelContext& ctx) {
   const TensorView& x = ctx.input(0);
   const TensorView& w = ctx.input(1);
@@ -323,6 +362,8 @@ Status conv_run(KernelContext& ctx) {
   const int64_t oc = w.shape[0];
   const size_t nd = x.shape.size() - 2;
   if (group < 1 || oc % group != 0) return run_reference("Conv", ctx);  // it names what is wrong
+  if (nd == 3 && group == 1 && is_pointwise(kernel, strides, pads))
+    return pointwise_conv(ctx, x, w, out);
   return with_fallback("Conv", ctx, [&]() -> Status {
     static const Tag plain[] = {Tag::abc, Tag::abcd, Tag::abcde};
     static const Tag grouped[] = {Tag::abcd, Tag::abcde, Tag::abcdef};
