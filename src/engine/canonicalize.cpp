@@ -554,6 +554,43 @@ int cse_pass(Graph& g) {
 }
 
 
+// ---- Identity(initializer) -> the initializer ----
+// PyTorch's exporter replaces an initializer equal to an earlier one by an Identity of that
+// one (every fresh LayerNorm's ones and zeros, the layers nn.TransformerEncoder clones, tied
+// weights): behind the Identity a weight is a computed value, and every pattern that wants
+// a constant (a Linear's B, a Conv's W, a LayerNorm's scale) passed it by (an encoder
+// exported so ran its MatMuls without prepared weights: 55% of its time). Readers read the
+// initializer itself; not for a graph output, a name a subgraph reads, or an initializer
+// that is also a graph input (a caller may override it).
+int identity_pass(Graph& g) {
+  std::set<std::string> graph_outputs, implicit, graph_inputs;
+  for (const auto& o : g.outputs) graph_outputs.insert(o.name);
+  for (const auto& i : g.inputs) graph_inputs.insert(i.name);
+  for (const auto& n : g.nodes)
+    for (const auto& v : implicit_inputs(n)) implicit.insert(v);
+  std::map<std::string, std::string> renamed;  // a dropped Identity's output -> its initializer
+  std::vector<bool> dead(g.nodes.size(), false);
+  int count = 0;
+  for (size_t j = 0; j < g.nodes.size(); ++j) {
+    const Node& n = g.nodes[j];
+    if (!plain(n, "Identity", 1)) continue;
+    const std::string& src = n.inputs[0];
+    const std::string& out = n.outputs[0];
+    if (out.empty() || !g.initializers.count(src) || graph_inputs.count(src) ||
+        graph_outputs.count(out) || implicit.count(out) || g.initializers.count(out))
+      continue;
+    renamed[out] = src;
+    dead[j] = true;
+    ++count;
+  }
+  if (count == 0) return 0;
+  for (size_t j = 0; j < g.nodes.size(); ++j)  // readers anywhere (not only after, in order)
+    for (auto& in : g.nodes[j].inputs)
+      if (auto r = renamed.find(in); r != renamed.end()) in = r->second;
+  erase_dead(g, dead);
+  return count;
+}
+
 // ---- BatchNormalization folded into the contraction before it ----
 
 // A float32/float64 constant of `types`, or null.
@@ -773,7 +810,7 @@ CanonicalizeOptions CanonicalizeOptions::from_env() {
   const char* env = std::getenv("TENSORD_CANONICAL");
   if (!env) return base;
   const std::string s = env;
-  if (s == "0" || s == "none" || s == "off") return CanonicalizeOptions{false, false, false, false, false, false, false, false};
+  if (s == "0" || s == "none" || s == "off") return CanonicalizeOptions{false, false, false, false, false, false, false, false, false};
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -788,6 +825,7 @@ CanonicalizeOptions CanonicalizeOptions::from_env() {
     if (name == "bnfold") base.bnfold = on;
     if (name == "gelu") base.gelu = on;
     if (name == "affine") base.affine = on;
+    if (name == "identity") base.identity = on;
   }
   return base;
 }
@@ -816,6 +854,7 @@ CanonicalizeStats canonicalize(Graph& graph, const CanonicalizeOptions& options,
     ~Scope() { t_known = nullptr; }
   } scope(known);
   CanonicalizeStats stats;
+  if (options.identity) stats.identity = identity_pass(graph);
   if (options.cse) stats.cse = cse_pass(graph);
   if (options.hardswish) stats.hardswish = hardswish_pass(graph);
   if (options.layernorm) stats.layernorm = layernorm_pass(graph);

@@ -16,6 +16,9 @@
 //               (F.pad before a convolution: causal Conv1d stacks, TF-style "same" padding);
 //               also into an AveragePool that counts its padding (count_include_pad 1 or no
 //               pads of its own; not ceil_mode): avg_pool2d(padding, count_include_pad=True)
+//   identity:   Identity(initializer) read as the initializer itself (PyTorch's export of
+//               weights equal to earlier ones: cloned layers, tied weights, fresh LayerNorms),
+//               so patterns that want a constant see one (runs first)
 //   cse:        nodes with the same op, inputs and attributes computed once (not random ops,
 //               subgraphs or tensors of more than 64 values); a duplicate asking for an
 //               optional output the first left out (MaxPool's Indices: the forward pool and
@@ -36,7 +39,7 @@
 //
 // Switches: CanonicalizeOptions (all on by default; the compiler runs the passes on the fast
 // path only, never for the reference kernels) and TENSORD_CANONICAL=-hardswish,-silu,
-// -layernorm,-padconv,-cse,-gelu,-bnfold,-affine
+// -layernorm,-padconv,-cse,-gelu,-bnfold,-affine,-identity
 // (a pass named with '-' is off; "0" or "none": all off).
 #pragma once
 
@@ -60,6 +63,7 @@ struct CanonicalizeOptions {
   bool bnfold = true;
   bool gelu = true;
   bool affine = true;
+  bool identity = true;
   // All on, then TENSORD_CANONICAL applied.
   static CanonicalizeOptions from_env();
 };
@@ -72,6 +76,7 @@ struct CanonicalizeStats {
   int pad_conv = 0;
   int cse = 0;
   int gelu = 0;
+  int identity = 0;
 };
 
 // Rewrites `graph` in place (top level only; subgraph bodies are compiled on their own).

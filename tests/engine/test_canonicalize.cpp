@@ -334,6 +334,40 @@ TEST(Canonicalize, CommonSubexpressionsAreComputedOnce) {
 
 // y = GELU(x) in the three orders exporters write: (x * (1 + erf(x / sqrt2))) * 0.5,
 // (x * 0.5) * (1 + erf(x * 1/sqrt2)), and 0.5 * ((1 + erf) * x) with operands swapped.
+// Identity of an initializer (PyTorch's export of a weight equal to an earlier one): readers
+// read the initializer; an Identity the graph returns, one a subgraph reads, and one of an
+// initializer that is also a graph input stay.
+TEST(Canonicalize, IdentityOfAnInitializerIsReadAsTheInitializer) {
+  Graph g;
+  g.name = "identity";
+  g.inputs = {{"x", {DType::kFloat32, {3, 4}}}, {"w_in", {DType::kFloat32, {4, 5}}}};
+  g.initializers["w"] = random_tensor({4, 5}, 71);
+  g.initializers["b"] = random_tensor({5}, 72);
+  g.initializers["w_in"] = random_tensor({4, 5}, 73);  // overridable: also a graph input
+  g.outputs = {{"y", {DType::kFloat32, {3, 5}}}, {"z", {DType::kFloat32, {3, 5}}},
+               {"b2", {DType::kFloat32, {5}}}};
+  g.nodes.push_back(node("Identity", {"w"}, {"w2"}));
+  g.nodes.push_back(node("Identity", {"b"}, {"b1"}));
+  g.nodes.push_back(node("Identity", {"b"}, {"b2"}));  // a graph output
+  g.nodes.push_back(node("Identity", {"w_in"}, {"w3"}));
+  g.nodes.push_back(node("MatMul", {"x", "w2"}, {"m"}));
+  g.nodes.push_back(node("Add", {"m", "b1"}, {"y"}));
+  g.nodes.push_back(node("MatMul", {"x", "w3"}, {"z"}));
+  Graph c = g;
+  EXPECT_EQ(canonicalize(c).identity, 2);
+  EXPECT_EQ(ops_of(c), (std::vector<std::string>{"Identity", "Identity", "MatMul", "Add",
+                                                 "MatMul"}));
+  EXPECT_EQ(c.nodes[2].inputs, (std::vector<std::string>{"x", "w"}));
+  EXPECT_EQ(c.nodes[3].inputs, (std::vector<std::string>{"m", "b"}));
+  EXPECT_EQ(c.nodes[4].inputs, (std::vector<std::string>{"x", "w3"}));
+  CanonicalizeOptions off;
+  off.identity = false;
+  Graph o = g;
+  EXPECT_EQ(canonicalize(o, off).identity, 0);
+  EXPECT_EQ(o.nodes.size(), g.nodes.size());
+  expect_same_as_reference(g, {random_tensor({3, 4}, 74), random_tensor({4, 5}, 75)});
+}
+
 Graph gelu_graph(int form) {
   Graph g;
   g.inputs = {{"x", {DType::kFloat32, {3, 40}}}};

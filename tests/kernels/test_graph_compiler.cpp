@@ -982,6 +982,27 @@ TEST(GraphCompiler, LinearLayersTakeBiasGeluScaleAndResidualAsPostOps) {
   EXPECT_EQ(count(plan, "Elementwise"), 0) << plan;
 }
 
+// The weights behind Identity nodes (PyTorch's export of layers cloned from one, as
+// nn.TransformerEncoder makes them: every later layer's weights an Identity of the first's):
+// still Linear layers with prepared weights, not per-node MatMuls.
+TEST(GraphCompiler, LinearLayersTakeWeightsBehindIdentityNodes) {
+  G b;
+  auto x = b.in("x", {2, 7, 256});
+  const std::string w = b.constant(random({256, 256}, 61, -0.1f, 0.1f));
+  const std::string bias = b.constant(random({256}, 62));
+  auto h = x;
+  for (int layer = 0; layer < 3; ++layer) {
+    const std::string wl = layer == 0 ? w : b.op("Identity", {w});
+    const std::string bl = layer == 0 ? bias : b.op("Identity", {bias});
+    h = b.op("Relu", {b.op("Add", {b.op("MatMul", {h, wl}), bl})});
+  }
+  b.out(h);
+  const std::string plan = check(b.g, {random({2, 7, 256}, 60, -2, 2)});
+  EXPECT_EQ(count(plan, "Linear: [14, 256] x [256, 256] + bias + eltwise as one oneDNN matmul"), 3)
+      << plan;
+  EXPECT_EQ(count(plan, "MatMul '"), 0) << plan;
+}
+
 // The other GELU order ((x * 0.5) * (1 + erf(x * 0.7071))), a Relu, 2-D and 4-D activations;
 // a result read twice, or also a graph output, ends the post-ops there.
 TEST(GraphCompiler, LinearLayersStopWhereAValueIsReadElsewhere) {
