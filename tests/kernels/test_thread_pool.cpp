@@ -106,6 +106,26 @@ TEST(ThreadPool, OpenMpRegionsGetTheirThreadsAndBarriersHold) {
   }
 }
 
+// prewake() (a run is coming) wakes the workers until a few in a row are followed by no
+// region; then only every kPrewakeProbe-th does, until a region with more than one thread.
+TEST(ThreadPool, PrewakesNoRegionFollowsStop) {
+  ThreadPool& pool = ThreadPool::get();
+  if (ThreadPool::team_size() < 2) GTEST_SKIP() << "a pool of one thread never prewakes";
+  ASSERT_EQ(cpu::busy_runners(), 0);
+  pool.parallel_for(1000, 1, [](int64_t, int64_t) {});  // a region: prewakes count again
+  const cpu::ThreadPoolStats s0 = pool.stats();
+  const uint32_t n = ThreadPool::kUselessPrewakes + 2 * ThreadPool::kPrewakeProbe;
+  for (uint32_t i = 0; i < n; ++i) pool.prewake();
+  const cpu::ThreadPoolStats s1 = pool.stats();
+  // The first call follows a region; the next kUselessPrewakes - 1 still wake; then two probes.
+  EXPECT_EQ(s1.prewakes - s0.prewakes, ThreadPool::kUselessPrewakes + 2);
+  EXPECT_EQ(s1.prewakes_skipped - s0.prewakes_skipped,
+            n - ThreadPool::kUselessPrewakes - 2);
+  pool.parallel_for(1000, 1, [](int64_t, int64_t) {});
+  pool.prewake();
+  EXPECT_EQ(pool.stats().prewakes - s1.prewakes, 1u);
+}
+
 TEST(ThreadPool, ConcurrentCallersShareThePool) {
   // More callers than cores, each with parallel work: every result right, and the pool keeps
   // its size (the callers take turns for the workers; a part whose worker is late runs on its

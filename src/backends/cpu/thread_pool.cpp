@@ -111,6 +111,9 @@ struct ThreadPool::Impl {
   std::atomic<int> sleepers{0};       // threads asleep in futex_wait on any pool word
   Region region;
   std::atomic<uint64_t> regions{0}, by_caller{0}, pool_waits{0}, sleeps{0};
+  std::atomic<uint64_t> prewakes{0}, prewakes_skipped{0};
+  std::atomic<uint64_t> regions_at_prewake{~uint64_t{0}};  // `regions` at the last prewake()
+  std::atomic<uint32_t> useless_prewakes{0};  // prewake() calls in a row no region followed
   // prewake(): workers keep spinning until this (steady clock, ns) at least.
   std::atomic<int64_t> spin_until_ns{0};
 
@@ -229,6 +232,20 @@ struct ThreadPool::Impl {
   void prewake() {
     using clock = std::chrono::steady_clock;
     if (team <= 1) return;
+    // Useless: no region with more than one thread since the last prewake (a heuristic:
+    // relaxed atomics, concurrent callers may count one call twice or not at all).
+    const uint64_t now_regions = regions.load(std::memory_order_relaxed);
+    const uint64_t before = regions_at_prewake.exchange(now_regions, std::memory_order_relaxed);
+    uint32_t useless = 0;
+    if (now_regions == before)
+      useless = useless_prewakes.fetch_add(1, std::memory_order_relaxed) + 1;
+    else
+      useless_prewakes.store(0, std::memory_order_relaxed);
+    if (useless >= ThreadPool::kUselessPrewakes && useless % ThreadPool::kPrewakeProbe != 0) {
+      prewakes_skipped.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    prewakes.fetch_add(1, std::memory_order_relaxed);
     const int64_t until = std::chrono::duration_cast<std::chrono::nanoseconds>(
                               (clock::now() + std::chrono::microseconds(kPrewakeSpinUs))
                                   .time_since_epoch())
@@ -357,6 +374,8 @@ ThreadPoolStats ThreadPool::stats() const {
   s.parts_by_caller = impl_->by_caller.load(std::memory_order_relaxed);
   s.waits_for_pool = impl_->pool_waits.load(std::memory_order_relaxed);
   s.sleeps = impl_->sleeps.load(std::memory_order_relaxed);
+  s.prewakes = impl_->prewakes.load(std::memory_order_relaxed);
+  s.prewakes_skipped = impl_->prewakes_skipped.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -32,6 +32,8 @@ struct ThreadPoolStats {
   uint64_t parts_by_caller = 0;  // region parts a caller took back from a worker not yet started
   uint64_t waits_for_pool = 0;   // regions that waited for another caller's region to end
   uint64_t sleeps = 0;        // waits that gave up spinning and slept
+  uint64_t prewakes = 0;      // prewake() calls that woke (or kept spinning) the workers
+  uint64_t prewakes_skipped = 0;  // ... that did not: no region had followed the last ones
 };
 
 class ThreadPool {
@@ -57,8 +59,14 @@ class ThreadPool {
   // spin for up to kPrewakeSpinUs (longer than TENSORD_SPIN_US), so the next region finds them
   // up. Cheap when they are awake already; nothing while runners run work (a graph started
   // then runs beside them on its share of the cores, without the workers).
+  // Prewakes no region follows (a stream of runs too small for the team: a broker serving a
+  // tiny model spent a tenth of its CPU in workers spinning for nothing) stop after
+  // kUselessPrewakes in a row; then only every kPrewakeProbe-th call wakes them, and the next
+  // region with more than one thread turns them back on.
   void prewake();
   static constexpr int64_t kPrewakeSpinUs = 500;
+  static constexpr uint32_t kUselessPrewakes = 4;
+  static constexpr uint32_t kPrewakeProbe = 32;
   // GOMP_barrier: waits until every thread of the calling thread's region arrived here.
   void barrier();
 
