@@ -132,6 +132,23 @@ TEST(OneDnn, Conv1dAnd3dMatchReference) {
       {{"strides", std::vector<int64_t>{1, 2, 2}}});
 }
 
+// A 1x1x1 convolution whose weights disagree with the input's channels: a status naming the
+// problem, not a read past the weights.
+TEST(OneDnn, PointwiseConv3dWithMismatchedChannelsFails) {
+  std::mt19937 rng(5);
+  std::vector<HostTensor> bound;
+  Graph g = one_node_graph(
+      "Conv", {random_f32({1, 4, 2, 3, 3}, rng), random_f32({3, 5, 1, 1, 1}, rng)}, {}, &bound);
+  for (bool known : {true, false}) {
+    // Unknown dims: the compile cannot check the channels, so the kernel must.
+    if (!known) g.inputs[0].type.shape = {-1, -1, -1, -1, -1};
+    auto fast = run_graph_on_host(g, bound, CompileOptions{true});
+    const Status st = fast.ok() ? (*fast)[0].status() : fast.status();
+    EXPECT_FALSE(st.ok()) << known;
+    EXPECT_NE(st.message().find("channel"), std::string::npos) << st.message();
+  }
+}
+
 TEST(OneDnn, MatMulMatchesReference) {
   std::mt19937 rng(99);
   const std::vector<std::pair<Shape, Shape>> cases = {

@@ -331,6 +331,9 @@ Status pointwise_conv(KernelContext& ctx, const TensorView& x, const TensorView&
   const float* ws = w.as<float>();
   float* ys = out.as<float>();
   const float* bias = ctx.has_input(2) ? ctx.input(2).as<float>() : nullptr;
+  // Shapes that disagree (a malformed model) go to the reference kernel, which names them.
+  if (w.shape[1] != ic || w.numel() != oc * ic || (bias && ctx.input(2).numel() != oc))
+    return run_reference("Conv", ctx);
   const SerialScope serial(static_cast<double>(oc) * static_cast<double>(ic) *
                            static_cast<double>(spatial));
   for (int64_t i = 0; i < n; ++i) {

@@ -328,8 +328,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void lstm_cell_peep
 
 // AVX-512 forms of vec::exp, sigmoid and tanh for the LSTM cell: the same range reduction and
 // polynomial, 2^n applied by scalef, and the divisions as a 14-bit reciprocal refined by one
-// Newton step (within 2 ulp; the cell's five divisions a value were a third of its time at
-// hidden 96). Clamped as vec::exp (NaN kept: max/min return their second operand on NaN).
+// Newton step (about 2^-27 relative error before rounding; the cell went from 16% to 12.5% of
+// lstm_seqlens' samples at hidden 96, batch 4). Clamped as vec::exp (NaN kept: max/min return
+// their second operand on NaN).
 // (The maskz forms with a full mask: GCC 12 warns that the plain forms' undefined source may
 // be used uninitialized, as in sixteen_sums.)
 constexpr __mmask16 kAll = 0xFFFF;
