@@ -1,6 +1,9 @@
 #include "engine/memory_pool.h"
 
 #include <algorithm>
+#include <vector>
+
+#include "core/errors.h"
 
 namespace tensord {
 namespace {
@@ -14,8 +17,10 @@ DevicePool::DevicePool(Device* device, size_t max_cached)
 
 DevicePool::~DevicePool() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [size, blocks] : cached_)
-    for (void* p : blocks) device_->free(p, size);
+  for (auto& [key, p] : pieces_) {
+    if (whole_segment(p)) device_->free(p->segment, p->size);
+    delete p;
+  }
   for (auto& s : slabs_)
     if (s.live) device_->free(s.base, kSlabBytes);
 }
@@ -75,18 +80,57 @@ Result<DevicePool::Block> DevicePool::allocate(size_t bytes) {
     return Block{s.base, off, block, index};
   }
   const size_t rounded = (want + kLargeUnit - 1) / kLargeUnit * kLargeUnit;
-  auto it = cached_.find(rounded);
-  if (it != cached_.end() && !it->second.empty()) {
-    void* p = it->second.back();
-    it->second.pop_back();
-    cached_bytes_ -= rounded;
-    in_use_ += static_cast<int64_t>(rounded);
-    return Block{p, 0, rounded, -1};
+  if (rounded < want) return errors::ResourceExhausted("{} bytes cannot be allocated", want);
+  peak_in_use_ = std::max(peak_in_use_, in_use_ + static_cast<int64_t>(rounded));
+  auto fit = free_pieces_.lower_bound({rounded, nullptr});
+  if (fit != free_pieces_.end()) {
+    Piece* p = take_piece(fit->second, rounded);
+    return Block{p->segment, p->offset, p->size, -1};
   }
-  TD_ASSIGN_OR_RETURN(void* p, device_allocate(rounded));
+  // No free piece holds it: whole free segments go back, the longest idle first, while the
+  // pool would otherwise hold more than a quarter above the most bytes ever in use at once.
+  const int64_t bound = peak_in_use_ + peak_in_use_ / 4;
+  while (reserved_ + static_cast<int64_t>(rounded) > bound) {
+    Piece* oldest = nullptr;
+    for (const auto& [size, p] : free_pieces_)
+      if (whole_segment(p) && (!oldest || p->freed_at < oldest->freed_at)) oldest = p;
+    if (!oldest) break;
+    release_segment(oldest);
+  }
+  TD_ASSIGN_OR_RETURN(void* base, device_allocate(rounded));
   reserved_ += static_cast<int64_t>(rounded);
   in_use_ += static_cast<int64_t>(rounded);
-  return Block{p, 0, rounded, -1};
+  auto* p = new Piece{base, 0, rounded, false, 0, nullptr, nullptr};
+  pieces_[{base, 0}] = p;
+  return Block{base, 0, rounded, -1};
+}
+
+DevicePool::Piece* DevicePool::take_piece(Piece* p, size_t size) {
+  free_pieces_.erase({p->size, p});
+  cached_bytes_ -= p->size;
+  // Split off the rest when a large request could use it; a smaller rest stays with it.
+  if (p->size - size > kSmallMax) {
+    auto* rest = new Piece{p->segment, p->offset + size, p->size - size, true, p->freed_at, p,
+                           p->next};
+    if (p->next) p->next->prev = rest;
+    p->next = rest;
+    p->size = size;
+    pieces_[{rest->segment, rest->offset}] = rest;
+    free_pieces_.insert({rest->size, rest});
+    cached_bytes_ += rest->size;
+  }
+  p->free = false;
+  in_use_ += static_cast<int64_t>(p->size);
+  return p;
+}
+
+void DevicePool::release_segment(Piece* p) {
+  free_pieces_.erase({p->size, p});
+  pieces_.erase({p->segment, p->offset});
+  cached_bytes_ -= p->size;
+  reserved_ -= static_cast<int64_t>(p->size);
+  device_->free(p->segment, p->size);
+  delete p;
 }
 
 void DevicePool::free(const Block& b) {
@@ -111,22 +155,37 @@ void DevicePool::free(const Block& b) {
     }
     return;
   }
-  if (cached_bytes_ + b.size <= max_cached_) {
-    cached_[b.size].push_back(b.base);
-    cached_bytes_ += b.size;
-    return;
+  auto found = pieces_.find({b.base, b.offset});
+  if (found == pieces_.end()) return;  // not this pool's (never happens)
+  Piece* p = found->second;
+  p->free = true;
+  p->freed_at = ++free_count_;
+  // Merge with free neighbours.
+  for (Piece* n : {p->next, p->prev}) {
+    if (!n || !n->free) continue;
+    free_pieces_.erase({n->size, n});
+    cached_bytes_ -= n->size;
+    Piece* first = n == p->prev ? n : p;
+    Piece* second = n == p->prev ? p : n;
+    first->size += second->size;
+    first->next = second->next;
+    if (second->next) second->next->prev = first;
+    pieces_.erase({second->segment, second->offset});
+    first->freed_at = free_count_;
+    first->free = true;
+    delete second;
+    p = first;
   }
-  device_->free(b.base, b.size);
-  reserved_ -= static_cast<int64_t>(b.size);
+  free_pieces_.insert({p->size, p});
+  cached_bytes_ += p->size;
+  if (whole_segment(p) && cached_bytes_ > max_cached_) release_segment(p);
 }
 
 void DevicePool::trim_locked() {
-  for (auto& [size, blocks] : cached_) {
-    for (void* p : blocks) device_->free(p, size);
-    reserved_ -= static_cast<int64_t>(size * blocks.size());
-    blocks.clear();
-  }
-  cached_bytes_ = 0;
+  std::vector<Piece*> whole;
+  for (const auto& [size, p] : free_pieces_)
+    if (whole_segment(p)) whole.push_back(p);
+  for (Piece* p : whole) release_segment(p);
   for (size_t i = 0; i < slabs_.size(); ++i) {
     Slab& s = slabs_[i];
     if (!s.live || s.used != 0) continue;

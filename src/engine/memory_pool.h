@@ -4,15 +4,24 @@
 //   - Small blocks (<= 64 KiB) are sub-allocated out of 1 MiB slabs, one size class (powers
 //     of two from 64 bytes) per slab: a Buffer is then (slab allocation, offset). A slab whose
 //     blocks are all free goes back to the device when more than 8 MiB of slabs are idle.
-//   - Larger blocks are rounded to 4 KiB and cached by size, up to `max_cached` bytes.
+//   - Larger blocks are rounded to 4 KiB and carved out of segments (device allocations) the
+//     way PyTorch's and ONNX Runtime's caching allocators do: a request takes the smallest
+//     free piece that holds it and splits off the rest; a freed piece merges with free
+//     neighbours of its segment. A request no piece holds gets a segment of its own size,
+//     after whole free segments went back (least recently freed first) while the pool would
+//     otherwise hold more than a quarter above the most bytes ever in use at once. Kept by
+//     exact size instead, blocks of every size a model asked for stayed: S3D held 287 MB
+//     for 112 MB in use at most. Free bytes above `max_cached` go back when a segment empties.
 //   - A device allocation that fails frees every cached block and tries again.
 // Thread-safe.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
-#include <unordered_map>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -63,8 +72,25 @@ class DevicePool {
   std::vector<Slab> slabs_;
   std::vector<std::vector<int>> slabs_with_room_;  // per class: slab indices with free blocks
   std::vector<int> dead_slabs_;                    // reusable slab indices
-  std::unordered_map<size_t, std::vector<void*>> cached_;  // large blocks by rounded size
-  size_t cached_bytes_ = 0;
+  // A piece of a segment, free or handed out; pieces of a segment are linked in address order.
+  struct Piece {
+    void* segment = nullptr;  // the device allocation
+    size_t offset = 0;
+    size_t size = 0;
+    bool free = false;
+    uint64_t freed_at = 0;  // free_count_ when it was last freed
+    Piece* prev = nullptr;
+    Piece* next = nullptr;
+  };
+  Piece* take_piece(Piece* p, size_t size);  // hands out the start of free piece p
+  void release_segment(Piece* p);            // p: a free piece spanning its segment
+  static bool whole_segment(const Piece* p) { return !p->prev && !p->next; }
+
+  std::set<std::pair<size_t, Piece*>> free_pieces_;           // by size, for best fit
+  std::map<std::pair<void*, size_t>, Piece*> pieces_;         // every piece by (segment, offset)
+  uint64_t free_count_ = 0;
+  int64_t peak_in_use_ = 0;
+  size_t cached_bytes_ = 0;  // free pieces' bytes
   size_t idle_slab_bytes_ = 0;
   int64_t reserved_ = 0;
   int64_t in_use_ = 0;

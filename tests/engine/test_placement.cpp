@@ -301,6 +301,64 @@ TEST(MemoryPool, SmallBlocksShareSlabsAndLargeOnesAreReused) {
   EXPECT_EQ(pool.reserved(), 0);
 }
 
+// Large blocks are pieces of segments: a freed block serves smaller requests by splitting, the
+// pieces merge again when freed, and blocks of many sizes in turn do not each keep a segment.
+TEST(MemoryPool, LargeBlocksSplitAndMergeWithinSegments) {
+  EnvScope env({{"TENSORD_CPU_DEVICES", "1"}});
+  std::unique_ptr<Device> dev;
+  for (auto& b : create_backends())
+    for (auto& d : b->enumerate())
+      if (!dev) dev = std::move(d);
+  ASSERT_TRUE(dev);
+  constexpr size_t MiB = size_t{1} << 20;
+  DevicePool pool(dev.get(), size_t{256} << 20);
+  auto big = pool.allocate(8 * MiB);
+  ASSERT_TRUE(big.ok());
+  pool.free(*big);
+  EXPECT_EQ(pool.reserved(), static_cast<int64_t>(8 * MiB));
+  // Two smaller blocks out of the freed one: same segment, one after the other.
+  auto a = pool.allocate(3 * MiB);
+  auto b = pool.allocate(4 * MiB + 100);  // rounded up to 4 KiB
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->base, big->base);
+  EXPECT_EQ(a->offset, 0u);
+  EXPECT_EQ(b->base, big->base);
+  EXPECT_EQ(b->offset, 3 * MiB);
+  EXPECT_EQ(b->size, 4 * MiB + 4096);
+  EXPECT_EQ(pool.in_use(), static_cast<int64_t>(7 * MiB + 4096));
+  EXPECT_EQ(pool.reserved(), static_cast<int64_t>(8 * MiB));
+  // Writing both ends of each piece stays inside the segment (ASan would see an overrun).
+  for (const auto* blk : {&*a, &*b}) {
+    char* p = static_cast<char*>(blk->base) + blk->offset;
+    p[0] = 1;
+    p[blk->size - 1] = 2;
+  }
+  // Freed in either order they merge back: the whole 8 MiB is one piece again.
+  pool.free(*a);
+  pool.free(*b);
+  EXPECT_EQ(pool.in_use(), 0);
+  auto whole = pool.allocate(8 * MiB);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->base, big->base);
+  EXPECT_EQ(whole->offset, 0u);
+  pool.free(*whole);
+  // A request no piece holds: the idle segment goes back first when keeping it would hold
+  // more than a quarter above the most ever in use (8 MiB so far, 16 MiB with this one)...
+  auto larger = pool.allocate(16 * MiB);
+  ASSERT_TRUE(larger.ok());
+  EXPECT_EQ(pool.reserved(), static_cast<int64_t>(16 * MiB));
+  pool.free(*larger);
+  // ...and blocks of growing sizes, one at a time, never hold more than that bound.
+  for (size_t mib = 1; mib <= 12; ++mib) {
+    auto blk = pool.allocate(mib * MiB + 12345);
+    ASSERT_TRUE(blk.ok());
+    pool.free(*blk);
+    EXPECT_LE(pool.reserved(), static_cast<int64_t>(20 * MiB)) << mib;
+  }
+  pool.trim();
+  EXPECT_EQ(pool.reserved(), 0);
+}
+
 TEST(MemoryPool, EngineReportsReservedBytesAndSubAllocatesTensors) {
   auto e = make_engine({{"TENSORD_CPU_DEVICES", "1"}});
   LocalClient c(e);
