@@ -8,26 +8,35 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace tensord::cpu::vec {
 
+// exp's constants, shared by its scalar and vector forms.
+namespace exp_c {
+constexpr float kHi = 88.3762626647949f, kLo = -87.3365447504f;  // clamps (exp overflows / is 0)
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // ln 2 = kLn2Hi + kLn2Lo
+constexpr float kP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                         4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+}  // namespace exp_c
+
 inline float exp(float x) {
-  const float hi = 88.3762626647949f, lo = -87.3365447504f;
+  using namespace exp_c;
   const bool nan = x != x;
-  const bool over = x > hi, under = x < lo;
-  x = over ? hi : x;
-  x = under ? lo : x;
+  const bool over = x > kHi, under = x < kLo;
+  x = over ? kHi : x;
+  x = under ? kLo : x;
   // x = n ln2 + r, |r| <= ln2 / 2
   // Round to nearest by adding and removing 1.5 * 2^23 (no libm call, so it vectorises).
   const float shifter = 12582912.0f;
-  const float n = (x * 1.44269504088896341f + shifter) - shifter;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  const float n = (x * kLog2e + shifter) - shifter;
+  float r = x - n * kLn2Hi;
+  r = r - n * kLn2Lo;
+  float p = kP[0];
+  for (int i = 1; i < 6; ++i) p = p * r + kP[i];
   p = p * r * r + r + 1.0f;
   // Scale by 2^n through the exponent bits.
   // (NaN in: n is NaN, and converting it to an integer is undefined — use 0, x is returned.)
@@ -70,5 +79,46 @@ inline float erf(float x) {
   const float large = x < 0 ? -big : big;
   return ax < 0.5f ? small : (x != x ? x : large);
 }
+
+#if defined(__x86_64__)
+// AVX-512 forms of exp, sigmoid and tanh (for kernels written in intrinsics, such as the LSTM
+// cell): the same range reduction and polynomial, 2^n applied by scalef, and the divisions as
+// a 14-bit reciprocal refined by one Newton step (about 2^-27 relative error before
+// rounding). Clamped as exp (NaN kept: max/min return their second operand on NaN).
+// (The maskz forms with a full mask: GCC 12 warns that the plain forms' undefined source may
+// be used uninitialized.)
+constexpr __mmask16 kAll16 = 0xFFFF;
+
+__attribute__((target("avx512f"))) inline __m512 exp_avx512(__m512 x) {
+  using namespace exp_c;
+  x = _mm512_maskz_min_ps(kAll16, _mm512_set1_ps(kHi),
+                          _mm512_maskz_max_ps(kAll16, _mm512_set1_ps(kLo), x));
+  const __m512 n =
+      _mm512_maskz_roundscale_ps(kAll16, _mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
+                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kP[0]);
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP[i]));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_maskz_scalef_ps(kAll16, p, n);
+}
+
+__attribute__((target("avx512f"))) inline __m512 recip_avx512(__m512 d) {
+  const __m512 y = _mm512_maskz_rcp14_ps(kAll16, d);
+  return _mm512_fmadd_ps(y, _mm512_fnmadd_ps(d, y, _mm512_set1_ps(1.0f)), y);
+}
+
+__attribute__((target("avx512f"))) inline __m512 sigmoid_avx512(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  return recip_avx512(_mm512_add_ps(one, exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+}
+
+__attribute__((target("avx512f"))) inline __m512 tanh_avx512(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 e = exp_avx512(_mm512_add_ps(x, x));
+  return _mm512_fnmadd_ps(_mm512_set1_ps(2.0f), recip_avx512(_mm512_add_ps(e, one)), one);
+}
+#endif
 
 }  // namespace tensord::cpu::vec
