@@ -82,9 +82,12 @@ Result<DevicePool::Block> DevicePool::allocate(size_t bytes) {
   const size_t rounded = (want + kLargeUnit - 1) / kLargeUnit * kLargeUnit;
   if (rounded < want) return errors::ResourceExhausted("{} bytes cannot be allocated", want);
   peak_in_use_ = std::max(peak_in_use_, in_use_ + static_cast<int64_t>(rounded));
-  auto fit = free_pieces_.lower_bound({rounded, nullptr});
+  Piece probe;
+  probe.size = rounded;
+  probe.freed_at = UINT64_MAX;  // before every piece of its size
+  auto fit = free_pieces_.lower_bound(&probe);
   if (fit != free_pieces_.end()) {
-    Piece* p = take_piece(fit->second, rounded);
+    Piece* p = take_piece(*fit, rounded);
     return Block{p->segment, p->offset, p->size, -1};
   }
   // No free piece holds it: whole free segments go back, the longest idle first, while the
@@ -92,7 +95,7 @@ Result<DevicePool::Block> DevicePool::allocate(size_t bytes) {
   const int64_t bound = peak_in_use_ + peak_in_use_ / 4;
   while (reserved_ + static_cast<int64_t>(rounded) > bound) {
     Piece* oldest = nullptr;
-    for (const auto& [size, p] : free_pieces_)
+    for (Piece* p : free_pieces_)
       if (whole_segment(p) && (!oldest || p->freed_at < oldest->freed_at)) oldest = p;
     if (!oldest) break;
     release_segment(oldest);
@@ -106,7 +109,7 @@ Result<DevicePool::Block> DevicePool::allocate(size_t bytes) {
 }
 
 DevicePool::Piece* DevicePool::take_piece(Piece* p, size_t size) {
-  free_pieces_.erase({p->size, p});
+  free_pieces_.erase(p);
   cached_bytes_ -= p->size;
   // Split off the rest when a large request could use it; a smaller rest stays with it.
   if (p->size - size > kSmallMax) {
@@ -116,7 +119,7 @@ DevicePool::Piece* DevicePool::take_piece(Piece* p, size_t size) {
     p->next = rest;
     p->size = size;
     pieces_[{rest->segment, rest->offset}] = rest;
-    free_pieces_.insert({rest->size, rest});
+    free_pieces_.insert(rest);
     cached_bytes_ += rest->size;
   }
   p->free = false;
@@ -125,7 +128,7 @@ DevicePool::Piece* DevicePool::take_piece(Piece* p, size_t size) {
 }
 
 void DevicePool::release_segment(Piece* p) {
-  free_pieces_.erase({p->size, p});
+  free_pieces_.erase(p);
   pieces_.erase({p->segment, p->offset});
   cached_bytes_ -= p->size;
   reserved_ -= static_cast<int64_t>(p->size);
@@ -163,7 +166,7 @@ void DevicePool::free(const Block& b) {
   // Merge with free neighbours.
   for (Piece* n : {p->next, p->prev}) {
     if (!n || !n->free) continue;
-    free_pieces_.erase({n->size, n});
+    free_pieces_.erase(n);
     cached_bytes_ -= n->size;
     Piece* first = n == p->prev ? n : p;
     Piece* second = n == p->prev ? p : n;
@@ -176,14 +179,14 @@ void DevicePool::free(const Block& b) {
     delete second;
     p = first;
   }
-  free_pieces_.insert({p->size, p});
+  free_pieces_.insert(p);
   cached_bytes_ += p->size;
   if (whole_segment(p) && cached_bytes_ > max_cached_) release_segment(p);
 }
 
 void DevicePool::trim_locked() {
   std::vector<Piece*> whole;
-  for (const auto& [size, p] : free_pieces_)
+  for (Piece* p : free_pieces_)
     if (whole_segment(p)) whole.push_back(p);
   for (Piece* p : whole) release_segment(p);
   for (size_t i = 0; i < slabs_.size(); ++i) {

@@ -86,7 +86,16 @@ class DevicePool {
   void release_segment(Piece* p);            // p: a free piece spanning its segment
   static bool whole_segment(const Piece* p) { return !p->prev && !p->next; }
 
-  std::set<std::pair<size_t, Piece*>> free_pieces_;           // by size, for best fit
+  // Free pieces by size, the most recently freed first among equal sizes (its bytes are the
+  // likeliest to be in cache). A piece's size and freed_at change only while it is not here.
+  struct ByFit {
+    bool operator()(const Piece* a, const Piece* b) const {
+      if (a->size != b->size) return a->size < b->size;
+      if (a->freed_at != b->freed_at) return a->freed_at > b->freed_at;
+      return a < b;
+    }
+  };
+  std::set<Piece*, ByFit> free_pieces_;
   std::map<std::pair<void*, size_t>, Piece*> pieces_;         // every piece by (segment, offset)
   uint64_t free_count_ = 0;
   int64_t peak_in_use_ = 0;
