@@ -17,6 +17,7 @@
 #include "core/graph_utils.h"
 #include "core/node_attrs.h"
 #include "core/op_registry.h"
+#include "onnx/onnx_sequences.h"
 
 namespace tensord::onnx {
 namespace {
@@ -912,6 +913,8 @@ Result<Model> import_bytes(const std::string& bytes, const std::string& what,
   if (imp.opset < kMinOpset || imp.opset > kMaxOpset)
     return errors::Unimplemented("{}: opset {} is not supported (supported: {} to {})", what,
                                  imp.opset, kMinOpset, kMaxOpset);
+  // Lists built in loops and read at constant positions become the tensors they hold.
+  resolve_static_sequences(mp.mutable_graph(), options.max_nodes);
   Model model;
   model.opset = imp.opset;
   model.ir_version = mp.ir_version();
@@ -955,6 +958,7 @@ std::string serialize_tensor(const HostTensor& tensor, const std::string& name) 
 std::string out_of_scope_reason(const std::string& model_bytes) {
   pb::ModelProto mp;
   if (!parse_proto(mp, model_bytes)) return "";
+  if (mp.has_graph()) resolve_static_sequences(mp.mutable_graph(), 0);  // as import_bytes does
   auto type_reason = [](const pb::TypeProto& t) -> std::string {
     switch (t.value_case()) {
       case pb::TypeProto::kSequenceType: return "sequence types are out of scope";

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <stdexcept>
 #include <tuple>
@@ -385,6 +386,47 @@ TEST(OnnxImport, OutOfScopeReasons) {
   auto plain = base_model();
   add_node(plain, "Relu", {"x"}, {"y"});
   EXPECT_EQ(onnx::out_of_scope_reason(plain.SerializeAsString()), "");
+}
+
+// A sequence whose contents are known at import is replaced by its tensors (the engine's values
+// are tensors only); one read at a position known only at run time stays out of scope.
+TEST(OnnxImport, SequencesKnownAtImportBecomeTheirTensors) {
+  auto with_index = [](bool constant) {
+    auto m = base_model();
+    add_node(m, "Relu", {"x"}, {"r"});
+    add_node(m, "SequenceConstruct", {"x", "r"}, {"s"});
+    add_node(m, "SequenceEmpty", {}, {"e"});
+    add_node(m, "SequenceInsert", {"e", "r"}, {"e1"});
+    if (constant) {
+      auto* c = add_node(m, "Constant", {}, {"k"});
+      auto* a = c->add_attribute();
+      a->set_name("value");
+      a->set_type(pb::AttributeProto::TENSOR);
+      a->mutable_t()->set_data_type(pb::TensorProto::INT64);
+      a->mutable_t()->add_int64_data(-1);  // the last: r
+    } else {
+      add_node(m, "Shape", {"x"}, {"shape"});
+      add_node(m, "ReduceMin", {"shape"}, {"k"});
+    }
+    add_node(m, "SequenceAt", {"s", "k"}, {"at"});
+    add_node(m, "ConcatFromSequence", {"e1"}, {"cat"})->add_attribute()->set_name("axis");
+    add_node(m, "Add", {"at", "cat"}, {"y"});
+    return m;
+  };
+  const auto m = with_index(true);
+  EXPECT_EQ(onnx::out_of_scope_reason(m.SerializeAsString()), "");
+  auto r = import(m);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  std::map<std::string, int> ops;
+  for (const auto& n : r->graph.nodes) ops[n.op]++;
+  EXPECT_EQ(ops, (std::map<std::string, int>{
+                     {"Add", 1}, {"Concat", 1}, {"Constant", 1}, {"Identity", 1}, {"Relu", 1}}));
+  for (const auto& n : r->graph.nodes)
+    if (n.op == "Identity") EXPECT_EQ(n.inputs, (std::vector<std::string>{"r"}));
+  const auto dynamic = with_index(false);
+  EXPECT_NE(onnx::out_of_scope_reason(dynamic.SerializeAsString()).find("Sequence"),
+            std::string::npos);
+  EXPECT_FALSE(import(dynamic).ok());
 }
 
 }  // namespace

@@ -466,9 +466,15 @@ Status infer_slice(InferenceContext& ctx) {
   std::vector<IntsOpt> vals(5);
   for (int i = 1; i < 5; ++i) {
     if (!ctx.has_input(i)) continue;
-    TD_RETURN_IF_ERROR(require_int_vector(ctx, i, names[i], /*int32_ok=*/true));
+    // A scalar is read as one entry, as ONNX Runtime does: PyTorch's exporter writes Slice
+    // with scalar starts and ends from a Gather in a Loop body (torchvision's MViT).
+    const bool scalar = ctx.input_shape(i).empty();
+    if (scalar && ctx.input_dtype(i) != DType::kInt64 && ctx.input_dtype(i) != DType::kInt32)
+      return ctx.error("{} must be int32 or int64, got {}", names[i],
+                       dtype_name(ctx.input_dtype(i)));
+    if (!scalar) TD_RETURN_IF_ERROR(require_int_vector(ctx, i, names[i], /*int32_ok=*/true));
     TD_ASSIGN_OR_RETURN(vals[static_cast<size_t>(i)], ctx.input_ints(i));
-    const int64_t len = vector_length(ctx, i);
+    const int64_t len = scalar ? 1 : vector_length(ctx, i);
     if (len >= 0) {
       if (n >= 0 && len != n)
         return ctx.error(
