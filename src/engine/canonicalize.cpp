@@ -591,6 +591,91 @@ int identity_pass(Graph& g) {
   return count;
 }
 
+// ---- If with a condition known at compile time ----
+
+// PyTorch exports `x.squeeze(d)` of a dim it cannot see as If(Equal(Shape(x)[d], 1)) with a
+// Squeeze in one branch and an Identity in the other. Until it runs, the If's output has no
+// shape, nor has anything computed from it, and kernels are chosen for unknown shapes
+// (MViT-v1-B: 3 such Ifs, its attention MatMuls on the reference kernel, 60% of its time).
+// With the condition folded from the input shapes, the taken branch's nodes replace the If
+// (its values renamed apart; its outputs become Identity nodes giving the If's). A branch
+// holding subgraphs of its own is left alone.
+int if_pass(Graph& g) {
+  const Index ix(g);
+  std::set<std::string> used;
+  for (const auto& n : g.nodes) {
+    for (const auto& o : n.outputs) used.insert(o);
+    if (!n.name.empty()) used.insert(n.name);
+  }
+  for (const auto& [name, t] : g.initializers) used.insert(name);
+  int counter = 0;
+  auto fresh = [&](const std::string& base) {
+    for (;;) {
+      std::string name = base + "_inlined" + std::to_string(counter++);
+      if (used.insert(name).second) return name;
+    }
+  };
+  std::vector<bool> dead(g.nodes.size(), false);
+  std::vector<Node> added;
+  std::map<std::string, HostTensor> added_initializers;
+  int count = 0;
+  for (size_t j = 0; j < g.nodes.size(); ++j) {
+    const Node& n = g.nodes[j];
+    if (n.op != "If" || !n.domain.empty() || n.inputs.size() != 1) continue;
+    HostTensor scratch;
+    const HostTensor* c = constant_of(g, ix, dead, n.inputs[0], &scratch);
+    if (!c || c->numel() != 1 || c->dtype() != DType::kBool) continue;
+    const auto branch = n.attrs.find(c->data<bool>()[0] ? "then_branch" : "else_branch");
+    if (branch == n.attrs.end()) continue;
+    const auto* sub = branch->second.get_if<std::shared_ptr<const Graph>>();
+    if (!sub || !*sub) continue;
+    const Graph& b = **sub;
+    if (!b.inputs.empty() || b.outputs.size() != n.outputs.size()) continue;
+    bool nested = false;
+    for (const auto& bn : b.nodes)
+      for (const auto& [key, a] : bn.attrs) nested |= a.get_if<std::shared_ptr<const Graph>>() != nullptr;
+    if (nested) continue;
+    const std::string where = n.name.empty() ? "If" : n.name;
+    std::map<std::string, std::string> rename;  // the branch's own values -> fresh names
+    for (const auto& [name, t] : b.initializers) {
+      rename[name] = fresh(where + "/" + name);
+      added_initializers.emplace(rename[name], t);
+    }
+    for (const auto& bn : b.nodes)
+      for (const auto& o : bn.outputs)
+        if (!o.empty()) rename[o] = fresh(where + "/" + o);
+    auto renamed = [&](const std::string& v) {
+      auto it = rename.find(v);
+      return it == rename.end() ? v : it->second;  // else a value of the outer graph
+    };
+    for (const auto& bn : b.nodes) {
+      Node copy = bn;
+      copy.name = fresh(where + "/" + (bn.name.empty() ? bn.op : bn.name));
+      for (auto& in : copy.inputs)
+        if (!in.empty()) in = renamed(in);
+      for (auto& o : copy.outputs)
+        if (!o.empty()) o = renamed(o);
+      added.push_back(std::move(copy));
+    }
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      if (n.outputs[k].empty()) continue;
+      Node id;
+      id.op = "Identity";
+      id.name = fresh(where + "/output");
+      id.inputs = {renamed(b.outputs[k].name)};
+      id.outputs = {n.outputs[k]};
+      added.push_back(std::move(id));
+    }
+    dead[j] = true;
+    ++count;
+  }
+  if (count == 0) return 0;
+  erase_dead(g, dead);
+  for (auto& a : added) g.nodes.push_back(std::move(a));
+  for (auto& [name, t] : added_initializers) g.initializers.emplace(name, std::move(t));
+  return count;
+}
+
 // ---- BatchNormalization folded into the contraction before it ----
 
 // A float32/float64 constant of `types`, or null.
@@ -805,12 +890,19 @@ int fold_affine(Graph& graph, GraphTypes& types, std::vector<bool>* dropped,
   return fold_affine_impl(graph, types, dropped, options.bnfold, options.affine, charge);
 }
 
+CanonicalizeOptions CanonicalizeOptions::none() {
+  CanonicalizeOptions o;
+  o.hardswish = o.silu = o.layernorm = o.pad_conv = o.cse = o.bnfold = o.gelu = o.affine =
+      o.identity = o.if_const = false;
+  return o;
+}
+
 CanonicalizeOptions CanonicalizeOptions::from_env() {
   CanonicalizeOptions base;
   const char* env = std::getenv("TENSORD_CANONICAL");
   if (!env) return base;
   const std::string s = env;
-  if (s == "0" || s == "none" || s == "off") return CanonicalizeOptions{false, false, false, false, false, false, false, false, false};
+  if (s == "0" || s == "none" || s == "off") return none();
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -826,16 +918,20 @@ CanonicalizeOptions CanonicalizeOptions::from_env() {
     if (name == "gelu") base.gelu = on;
     if (name == "affine") base.affine = on;
     if (name == "identity") base.identity = on;
+    if (name == "if") base.if_const = on;
   }
   return base;
 }
 
 bool canonicalize_wants_constants(const Graph& g, const CanonicalizeOptions& options) {
-  if (!options.pad_conv) return false;
   std::set<std::string> computed;  // outputs of nodes other than Constant
   for (const auto& n : g.nodes)
     if (n.op != "Constant")
       for (const auto& o : n.outputs) computed.insert(o);
+  if (options.if_const)
+    for (const auto& n : g.nodes)
+      if (n.op == "If" && n.inputs.size() == 1 && computed.count(n.inputs[0])) return true;
+  if (!options.pad_conv) return false;
   std::set<std::string> conv_inputs;
   for (const auto& n : g.nodes)
     if ((n.op == "Conv" || n.op == "AveragePool") && !n.inputs.empty())
@@ -854,6 +950,7 @@ CanonicalizeStats canonicalize(Graph& graph, const CanonicalizeOptions& options,
     ~Scope() { t_known = nullptr; }
   } scope(known);
   CanonicalizeStats stats;
+  if (options.if_const) stats.if_const = if_pass(graph);
   if (options.identity) stats.identity = identity_pass(graph);
   if (options.cse) stats.cse = cse_pass(graph);
   if (options.hardswish) stats.hardswish = hardswish_pass(graph);

@@ -64,8 +64,11 @@ struct CanonicalizeOptions {
   bool gelu = true;
   bool affine = true;
   bool identity = true;
+  bool if_const = true;  // "if": an If whose condition is known becomes its taken branch
   // All on, then TENSORD_CANONICAL applied.
   static CanonicalizeOptions from_env();
+  // All off.
+  static CanonicalizeOptions none();
 };
 
 // What the passes did: how many patterns each rewrote.
@@ -77,6 +80,7 @@ struct CanonicalizeStats {
   int cse = 0;
   int gelu = 0;
   int identity = 0;
+  int if_const = 0;
 };
 
 // Rewrites `graph` in place (top level only; subgraph bodies are compiled on their own).

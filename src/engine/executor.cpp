@@ -1138,15 +1138,26 @@ Result<std::unique_ptr<Executable>> Executable::compile(const Graph& graph,
     if (target.host && canonicalize_wants_constants(impl->graph, canonical)) {
       // Small shape computations folded first (inputs of at most 1024 elements each).
       Device* host = target.host;
-      auto types = infer_graph(
-          OpRegistry::global(), impl->graph, input_types,
-          [host](const Node& n,
-                 const std::vector<TensorView>& in) -> Result<std::vector<HostTensor>> {
-            for (const auto& v : in)
-              if (shape_numel(v.shape) > 1024) return errors::Unimplemented("not small");
-            return evaluate_on_host(host, n, in);
-          });
-      if (types.ok()) known = std::move(types->constants);
+      auto fold = [&] {
+        auto types = infer_graph(
+            OpRegistry::global(), impl->graph, input_types,
+            [host](const Node& n,
+                   const std::vector<TensorView>& in) -> Result<std::vector<HostTensor>> {
+              for (const auto& v : in)
+                if (shape_numel(v.shape) > 1024) return errors::Unimplemented("not small");
+              return evaluate_on_host(host, n, in);
+            });
+        known = types.ok() ? std::move(types->constants) : std::map<std::string, HostTensor>{};
+      };
+      fold();
+      // An If inlined gives the values after it shapes, and so may fold the condition of an
+      // If further on (MViT-v1-B: three in a row): inline and fold again until none is left.
+      CanonicalizeOptions ifs_only = CanonicalizeOptions::none();
+      ifs_only.if_const = canonical.if_const;
+      for (int round = 0; round < 16 && ifs_only.if_const; ++round) {
+        if (canonicalize(impl->graph, ifs_only, &known).if_const == 0) break;
+        fold();
+      }
     }
     canonicalize(impl->graph, canonical, &known);
   }

@@ -1003,6 +1003,49 @@ TEST(GraphCompiler, LinearLayersTakeWeightsBehindIdentityNodes) {
   EXPECT_EQ(count(plan, "MatMul '"), 0) << plan;
 }
 
+// `x.squeeze(1)` as PyTorch exports it when it cannot see the dim: If(Shape(x)[1] == 1) with a
+// Squeeze in one branch and an Identity in the other; a second If, after it, tests the first's
+// output (MViT-v1-B has three in a row). With the input shapes the conditions fold, the taken
+// branches replace the Ifs, and the MatMul behind them sees its shapes: a oneDNN Linear, not a
+// per-node MatMul chosen for unknown shapes. TENSORD_CANONICAL=-if keeps the Ifs.
+TEST(GraphCompiler, IfsWithConditionsKnownFromShapesBecomeTheirBranches) {
+  // If(Shape(x)[axis] == dim): the then branch squeezes `axis` when `then_squeezes`, else the
+  // other does; each branch declares its output's rank, as exporters write them.
+  auto squeeze_if = [](G& b, const std::string& x, int64_t axis, int64_t dim, bool then_squeezes,
+                       size_t rank) {
+    auto branch = [&](bool squeeze) {
+      auto g = std::make_shared<Graph>();
+      g->name = squeeze ? "squeeze" : "keep";
+      g->initializers["axes"] = HostTensor::from_vector(std::vector<int64_t>{axis}, {1});
+      Node n;
+      n.op = squeeze ? "Squeeze" : "Identity";
+      n.name = g->name + "_node";
+      n.inputs = squeeze ? std::vector<std::string>{x, "axes"} : std::vector<std::string>{x};
+      n.outputs = {"out"};
+      g->nodes.push_back(n);
+      g->outputs = {{"out", {DType::kFloat32, Shape(squeeze ? rank - 1 : rank, -1)}}};
+      return std::shared_ptr<const Graph>(g);
+    };
+    auto dim_is = b.op("Equal", {b.op("Gather", {b.op("Shape", {x}), b.constant(HostTensor::scalar<int64_t>(axis))}),
+                                 b.constant(HostTensor::scalar<int64_t>(dim))});
+    return b.op("If", {dim_is}, {{"then_branch", branch(then_squeezes)},
+                                 {"else_branch", branch(!then_squeezes)}});
+  };
+  G b;
+  auto x = b.in("x", {6, 1, 32});
+  auto s = squeeze_if(b, x, 1, 1, true, 3);   // dim 1 is 1: squeezed, [6, 32]
+  auto t = squeeze_if(b, s, 0, 6, false, 2);  // dim 0 is 6: the then branch keeps [6, 32]
+  b.out(b.op("Relu", {b.op("MatMul", {t, b.constant(random({32, 16}, 81, -0.5f, 0.5f))})}));
+  const std::vector<HostTensor> in = {random({6, 1, 32}, 80, -2, 2)};
+  const std::string plan = check(b.g, in);
+  EXPECT_EQ(count(plan, "If"), 0) << plan;
+  EXPECT_EQ(count(plan, "Linear: [6, 32] x [32, 16] + eltwise as one oneDNN matmul"), 1) << plan;
+  setenv("TENSORD_CANONICAL", "-if", 1);
+  const std::string kept = check(b.g, in);
+  unsetenv("TENSORD_CANONICAL");
+  EXPECT_GE(count(kept, "If"), 2) << kept;
+}
+
 // The other GELU order ((x * 0.5) * (1 + erf(x * 0.7071))), a Relu, 2-D and 4-D activations;
 // a result read twice, or also a graph output, ends the post-ops there.
 TEST(GraphCompiler, LinearLayersStopWhereAValueIsReadElsewhere) {
