@@ -404,13 +404,13 @@ def profile_tensord(tensord, folder, a, batch):
 
 # ---- peak memory ----
 
-def max_rss_kib(cmd, timeout):
+def max_rss_kib(cmd, timeout, env=None):
     time_bin = "/usr/bin/time"
     if not os.path.exists(time_bin):
         return None, "/usr/bin/time is not installed (apt install time)"
     try:
         p = subprocess.run([time_bin, "-v"] + cmd, capture_output=True, text=True,
-                           timeout=timeout)
+                           timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return None, f"timed out after {timeout} s"
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
@@ -435,7 +435,9 @@ def memory(tensord, a, name="mobilenet_v2"):
     if tensord and has_bench_command(tensord):
         kib, err = max_rss_kib([tensord, "bench", "--model", model, "--data",
                                 os.path.join(folder, "test_data_set_0"), "--batch-size", "1",
-                                "--examples", n, "--warmup", "1", "--json"], a.timeout)
+                                "--examples", n, "--warmup", "1", "--json"]
+                               + (["--device", a.device] if a.device else []),
+                               a.timeout, env=tensord_env(a))  # as the timed runs
         res["tensord_max_rss_kib"], res["tensord_error"] = kib, err
     else:
         res["tensord_error"] = "no tensord with a `bench` command"
