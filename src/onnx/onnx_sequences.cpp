@@ -16,6 +16,9 @@ namespace pb = ::onnx;
 
 constexpr int64_t kMaxTrips = 256;  // a longer Loop is not unrolled
 constexpr int kMaxDepth = 4;        // Loops inside unrolled bodies
+// The most bytes of node protos an unrolling may copy in all (a body's constants are copied
+// once per trip: a hostile model's large Constant in a long Loop must not multiply).
+constexpr size_t kMaxUnrolledBytes = size_t{16} << 20;
 
 // The integers of a small integer or bool tensor (at most 16 values), or false.
 bool small_ints(const pb::TensorProto& t, std::vector<int64_t>* out) {
@@ -305,8 +308,13 @@ class Resolver {
     if (body.input_size() != 2 + carried || body.output_size() != 1 + carried ||
         n.output_size() > carried)
       return false;
-    for (const auto& bn : body.node())
+    size_t body_bytes = 0;
+    for (const auto& bn : body.node()) {
       if (has_subgraph(bn)) return false;
+      body_bytes += bn.ByteSizeLong();
+    }
+    unrolled_bytes_ += body_bytes * static_cast<size_t>(trips);
+    if (unrolled_bytes_ > kMaxUnrolledBytes) return false;
     std::vector<std::string> current(n.input().begin() + 2, n.input().end());
     for (const auto& c : current)
       if (c.empty()) return false;
@@ -355,6 +363,7 @@ class Resolver {
   std::map<std::string, std::vector<std::string>> seqs_;  // sequence value -> its tensors
   std::map<std::string, std::vector<int64_t>> ints_;      // small integer constants
   int64_t counter_ = 0;
+  size_t unrolled_bytes_ = 0;
 };
 
 }  // namespace

@@ -18,7 +18,7 @@ namespace tensord::onnx {
 // end, or at a constant position), SequenceAt and SequenceErase with constant positions,
 // SequenceLength, ConcatFromSequence (new_axis 0), and Loops with a constant trip count, a
 // condition that stays true and no scan outputs, a sequence among their carried values
-// (unrolled, at most `max_nodes` nodes in all). Returns true when it rewrote `g`; false leaves
+// (unrolled, at most `max_nodes` nodes and 16 MiB of copied nodes in all). Returns true when it rewrote `g`; false leaves
 // `g` untouched (no sequence, or one it cannot resolve: the importer then says so as before).
 bool resolve_static_sequences(::onnx::GraphProto* g, int64_t max_nodes);
 

@@ -423,6 +423,51 @@ TEST(OnnxImport, SequencesKnownAtImportBecomeTheirTensors) {
                      {"Add", 1}, {"Concat", 1}, {"Constant", 1}, {"Identity", 1}, {"Relu", 1}}));
   for (const auto& n : r->graph.nodes)
     if (n.op == "Identity") EXPECT_EQ(n.inputs, (std::vector<std::string>{"r"}));
+  // A Loop carrying a list, 256 trips, its body a 1 MiB Constant: unrolled it would copy
+  // 256 MiB of nodes; it is left alone (and refused as a sequence), not multiplied.
+  {
+    auto big = base_model();
+    add_node(big, "SequenceEmpty", {}, {"e"});
+    auto int_constant = [&](const std::string& name, int64_t v, pb::TensorProto::DataType t) {
+      auto* c = add_node(big, "Constant", {}, {name});
+      auto* a = c->add_attribute();
+      a->set_name("value");
+      a->set_type(pb::AttributeProto::TENSOR);
+      a->mutable_t()->set_data_type(t);
+      if (t == pb::TensorProto::INT64) a->mutable_t()->add_int64_data(v);
+      else a->mutable_t()->add_int32_data(static_cast<int32_t>(v));
+    };
+    int_constant("trips", 256, pb::TensorProto::INT64);
+    int_constant("true", 1, pb::TensorProto::BOOL);
+    auto* loop = add_node(big, "Loop", {"trips", "true", "e"}, {"list"});
+    auto* attr = loop->add_attribute();
+    attr->set_name("body");
+    attr->set_type(pb::AttributeProto::GRAPH);
+    auto* body = attr->mutable_g();
+    body->set_name("body");
+    for (const char* in : {"i", "c", "s"}) body->add_input()->set_name(in);
+    auto* c = body->add_node();
+    c->set_op_type("Constant");
+    c->add_output("w");
+    auto* v = c->add_attribute();
+    v->set_name("value");
+    v->set_type(pb::AttributeProto::TENSOR);
+    v->mutable_t()->set_data_type(pb::TensorProto::FLOAT);
+    v->mutable_t()->add_dims(1 << 18);
+    v->mutable_t()->set_raw_data(std::string(size_t{1} << 20, '\0'));
+    auto* ins = body->add_node();
+    ins->set_op_type("SequenceInsert");
+    ins->add_input("s");
+    ins->add_input("w");
+    ins->add_output("s2");
+    body->add_output()->set_name("c");
+    body->add_output()->set_name("s2");
+    int_constant("zero", 0, pb::TensorProto::INT64);
+    add_node(big, "SequenceAt", {"list", "zero"}, {"y"});
+    EXPECT_NE(onnx::out_of_scope_reason(big.SerializeAsString()).find("Sequence"),
+              std::string::npos);
+    EXPECT_FALSE(import(big).ok());
+  }
   const auto dynamic = with_index(false);
   EXPECT_NE(onnx::out_of_scope_reason(dynamic.SerializeAsString()).find("Sequence"),
             std::string::npos);
