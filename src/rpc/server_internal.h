@@ -15,6 +15,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <deque>
 #include <mutex>
 #include <set>
 #include <string>
@@ -564,6 +565,10 @@ class Service final
   std::condition_variable cv_;
   bool stopping_ = false;
   std::unordered_map<std::string, SessionState> sessions_;
+  // The last sessions their clients closed, (id, tenant), oldest first, at most 1024: a
+  // client's Attach stream may reach the broker after its CloseSession (a short session on
+  // a loaded machine); that is its normal end, not an error. Caller holds mu_.
+  std::deque<std::pair<std::string, std::string>> closed_by_client_;
   std::shared_ptr<const Tenants> tenants_;
   bool auth_in_filter_ = false;
   std::thread reaper_;

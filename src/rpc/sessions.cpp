@@ -211,6 +211,8 @@ grpc::Status Service::CloseSession(grpc::ServerContext* ctx, const v1::CloseSess
     if (it == sessions_.end()) return fail(ctx, unknown_session());
     dead = std::move(it->second);
     sessions_.erase(it);
+    closed_by_client_.emplace_back(*id, *tenant);
+    if (closed_by_client_.size() > 1024) closed_by_client_.pop_front();
   }
   return fail(ctx, close_logged(*id, dead, "closed by the client"));
 }
@@ -227,9 +229,19 @@ grpc::ServerWriteReactor<v1::AttachEvent>* Service::Attach(grpc::CallbackServerC
                                                            const v1::AttachRequest* req) {
   auto tenant = tenant_of(ctx);
   Result<std::string> id = tenant.ok() ? session_id(ctx) : Result<std::string>(tenant.status());
+  bool closed = false;  // by its own client, before this call arrived
   if (id.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (find_session_locked(*id, *tenant) == sessions_.end()) id = unknown_session();
+    if (find_session_locked(*id, *tenant) == sessions_.end()) {
+      closed = std::find(closed_by_client_.begin(), closed_by_client_.end(),
+                         std::make_pair(*id, *tenant)) != closed_by_client_.end();
+      id = unknown_session();
+    }
+  }
+  if (closed) {  // ends as an Attach ends when its client closes the session: CANCELLED
+    auto* r = new RejectReactor();
+    r->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the session was closed by its client"));
+    return r;
   }
   if (!id.ok()) {
     auto* r = new RejectReactor();

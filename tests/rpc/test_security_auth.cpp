@@ -250,6 +250,35 @@ TEST(SecurityAuth, SessionIdsAre128BitRandomAndBoundToTheirTenant) {
   expect_alive((*b)->address(), "bob-token-4567");
 }
 
+// A client's Attach stream may reach the broker after its CloseSession (a short session on a
+// loaded machine): it ends CANCELLED, as when the client closes its session, and is not an
+// error (the status page counted it as one). Another tenant naming the closed id still gets
+// the NOT_FOUND any unknown id gets.
+TEST(SecurityAuth, AnAttachAfterItsSessionClosedIsItsNormalEnd) {
+  TempDir dir;
+  auto b = start({"--token-file", dir.write("tokens", kTokens)});
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  Raw raw((*b)->address());
+  std::string id;
+  ASSERT_TRUE(raw.open("alice-token-0123", &id).ok());
+  ASSERT_TRUE(raw.close("alice-token-0123", id).ok());
+  auto attach = [&](const char* token) {
+    grpc::ClientContext ctx;
+    Raw::prepare(ctx, token, id);
+    v1::AttachRequest req;
+    auto reader = raw.stub().Attach(&ctx, req);
+    v1::AttachEvent ev;
+    EXPECT_FALSE(reader->Read(&ev));
+    return reader->Finish();
+  };
+  EXPECT_EQ(attach("alice-token-0123").error_code(), grpc::StatusCode::CANCELLED);
+  const grpc::Status foreign = attach("bob-token-4567");
+  EXPECT_EQ(foreign.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(foreign.error_message(),
+            raw.heartbeat("bob-token-4567", "0123456789abcdef0123456789abcdef").error_message());
+  expect_alive((*b)->address(), "alice-token-0123");
+}
+
 // ---------------------------------------------------------------- 5: memory before auth
 
 // Four concurrent calls of `bytes` each with a wrong token: all UNAUTHENTICATED; returns the
