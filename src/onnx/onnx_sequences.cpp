@@ -3,11 +3,12 @@
 #include <onnx/onnx_pb.h>
 
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "onnx/onnx_import.h"
 
 namespace tensord::onnx {
 namespace {
@@ -20,52 +21,26 @@ constexpr int kMaxDepth = 4;        // Loops inside unrolled bodies
 // once per trip: a hostile model's large Constant in a long Loop must not multiply).
 constexpr size_t kMaxUnrolledBytes = size_t{16} << 20;
 
-// The integers of a small integer or bool tensor (at most 16 values), or false.
+// The integers of a small integer or bool tensor (at most 16 values), or false; decoded by the
+// importer's own tensor reader (raw or typed data alike).
 bool small_ints(const pb::TensorProto& t, std::vector<int64_t>* out) {
   int64_t n = 1;
   for (int64_t d : t.dims()) {
     if (d < 0 || d > 16) return false;
     n *= d;
   }
-  if (n > 16) return false;
+  if (n > 16 || t.data_location() == pb::TensorProto::EXTERNAL) return false;
+  if (t.data_type() != pb::TensorProto::INT64 && t.data_type() != pb::TensorProto::INT32 &&
+      t.data_type() != pb::TensorProto::BOOL)
+    return false;
+  auto h = parse_tensor(t.SerializeAsString(), "a constant");
+  if (!h.ok() || h->numel() != n) return false;
   out->clear();
-  const std::string& raw = t.raw_data();
-  switch (t.data_type()) {
-    case pb::TensorProto::INT64:
-      if (t.has_raw_data()) {
-        if (raw.size() != static_cast<size_t>(n) * 8) return false;
-        for (int64_t i = 0; i < n; ++i) {
-          int64_t v;
-          std::memcpy(&v, raw.data() + i * 8, 8);
-          out->push_back(v);
-        }
-      } else {
-        if (t.int64_data_size() != n) return false;
-        out->assign(t.int64_data().begin(), t.int64_data().end());
-      }
-      return true;
-    case pb::TensorProto::INT32:
-    case pb::TensorProto::BOOL: {
-      const size_t width = t.data_type() == pb::TensorProto::BOOL ? 1 : 4;
-      if (t.has_raw_data()) {
-        if (raw.size() != static_cast<size_t>(n) * width) return false;
-        for (int64_t i = 0; i < n; ++i) {
-          int32_t v = 0;
-          if (width == 1)
-            v = static_cast<unsigned char>(raw[static_cast<size_t>(i)]);
-          else
-            std::memcpy(&v, raw.data() + i * 4, 4);
-          out->push_back(v);
-        }
-      } else {
-        if (t.int32_data_size() != n) return false;
-        out->assign(t.int32_data().begin(), t.int32_data().end());
-      }
-      return true;
-    }
-    default:
-      return false;
-  }
+  for (int64_t i = 0; i < n; ++i)
+    out->push_back(h->dtype() == DType::kInt64   ? h->data<int64_t>()[i]
+                   : h->dtype() == DType::kInt32 ? h->data<int32_t>()[i]
+                                                 : (h->data<bool>()[i] ? 1 : 0));
+  return true;
 }
 
 const pb::AttributeProto* find_attr(const pb::NodeProto& n, const std::string& name) {
