@@ -262,12 +262,16 @@ TEST(Placement, DeviceWithoutHostAccessRunsWithFallbackAndConstants) {
   EXPECT_GE(e->devices()[1].memory_reserved, e->devices()[1].memory_cached);
 }
 
+// The first device of this build (cpu:0), for a pool of its own.
+std::unique_ptr<Device> first_device() {
+  for (auto& b : create_backends())
+    for (auto& d : b->enumerate()) return std::move(d);
+  return nullptr;
+}
+
 TEST(MemoryPool, SmallBlocksShareSlabsAndLargeOnesAreReused) {
   EnvScope env({{"TENSORD_CPU_DEVICES", "1"}});
-  std::unique_ptr<Device> dev;
-  for (auto& b : create_backends())
-    for (auto& d : b->enumerate())
-      if (!dev) dev = std::move(d);
+  std::unique_ptr<Device> dev = first_device();
   ASSERT_TRUE(dev);
   DevicePool pool(dev.get(), size_t{64} << 20);
   std::vector<DevicePool::Block> small;
@@ -305,10 +309,7 @@ TEST(MemoryPool, SmallBlocksShareSlabsAndLargeOnesAreReused) {
 // pieces merge again when freed, and blocks of many sizes in turn do not each keep a segment.
 TEST(MemoryPool, LargeBlocksSplitAndMergeWithinSegments) {
   EnvScope env({{"TENSORD_CPU_DEVICES", "1"}});
-  std::unique_ptr<Device> dev;
-  for (auto& b : create_backends())
-    for (auto& d : b->enumerate())
-      if (!dev) dev = std::move(d);
+  std::unique_ptr<Device> dev = first_device();
   ASSERT_TRUE(dev);
   constexpr size_t MiB = size_t{1} << 20;
   DevicePool pool(dev.get(), size_t{256} << 20);
