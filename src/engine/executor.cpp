@@ -1309,6 +1309,9 @@ std::string Executable::describe() const {
       case Step::kRegion:
         out += (many ? "[" + device_name(x.devices[st.device]) + "] " : std::string()) +
                st.node->name + "\n";
+        if (st.region)
+          for (const auto& r : st.region->reference_impls())
+            out += "  oneDNN reference primitive: " + r + "\n";
         break;
       case Step::kCopy:
         out += st.label + "\n";

@@ -691,6 +691,43 @@ bool same_bytes(const memory::desc& a, const memory::desc& b) {
   return true;
 }
 
+// The activation layout oneDNN's convolutions take on this CPU when left to choose (a 3x3
+// convolution of 64 channels, batch 1): channels-last (acdb) where it has its brgemm kernels
+// (AVX-512), nChw8c (aBcd8b) with the AVX2 direct kernels, nChw16c on AVX-512 without brgemm.
+// Operators whose own choice differs (grouped convolutions, deconvolutions, a first layer on
+// a plain input) are put in this layout, so a region keeps one layout from end to end (on
+// AVX2, channels-last grouped convolutions between nChw8c ones cost a reorder in and out of
+// each: RegNet, ResNeXt; deconvolutions in channels-last ran at half the speed).
+Tag native_conv_tag() {
+  static const Tag tag = [] {
+    try {
+      const memory::desc x({1, 64, 14, 14}, DT::f32, Tag::any);
+      const memory::desc w({64, 64, 3, 3}, DT::f32, Tag::any);
+      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
+                                        Alg::convolution_direct, x, w, x, {1, 1}, {1, 1},
+                                        {1, 1});
+      dnnl::convolution_forward::primitive_desc pd(d, cpu_engine());
+      for (Tag t : {Tag::acdb, Tag::aBcd8b, Tag::aBcd16b})
+        if (pd.src_desc() == memory::desc({1, 64, 14, 14}, DT::f32, t)) return t;
+    } catch (const dnnl::error&) {
+    }
+    return Tag::acdb;
+  }();
+  return tag;
+}
+
+}  // namespace
+
+std::string conv_native_layout() {
+  const Tag t = native_conv_tag();
+  return t == Tag::aBcd8b ? "nChw8c" : t == Tag::aBcd16b ? "nChw16c" : "channels-last";
+}
+
+namespace {
+
+// The channel block of a blocked layout tag (1: not blocked).
+int64_t channel_block(Tag t) { return t == Tag::aBcd8b ? 8 : t == Tag::aBcd16b ? 16 : 1; }
+
 class RegionCompiler {
  public:
   RegionCompiler(const FusionGraph& g, const FusedGroup& r) : g_(g), r_(r) {}
@@ -878,6 +915,8 @@ class RegionCompiler {
       if (std::string(e) == "any") return false;
       if (std::string(e) == "blocked16") return true;
     }
+    // Where oneDNN's own choice is already blocked (AVX2: nChw8c), that is the layout.
+    if (native_conv_tag() != Tag::acdb) return false;
     bool any_conv = false;
     for (size_t m : r_.members) {
       const Node& n = *g_.nodes[m];
@@ -1085,11 +1124,14 @@ class RegionCompiler {
   // the contraction runs (a sum post-op; its name goes to *residual); at most four, every node
   // a member of this region. Absorbed members are marked fused; *v becomes the last absorbed
   // value.
-  Status absorb_post_ops(size_t m, std::string* v, dnnl::post_ops* post, std::string* residual) {
+  // `max_steps`: at most this many steps of the chain; `commit` false: a trial (the steps'
+  // nodes stay the region's to compile), returning how many steps `post` holds.
+  Result<int> absorb_post_ops(size_t m, std::string* v, dnnl::post_ops* post,
+                              std::string* residual, int max_steps = 4, bool commit = true) {
     const std::vector<EpilogueStep> chain = g_.epilogue_of(r_.members[m]);
     int absorbed = 0;
     for (const EpilogueStep& s : chain) {
-      if (absorbed == 4 || s.input != *v) break;
+      if (absorbed == max_steps || s.input != *v) break;
       std::vector<size_t> local;  // the step's member positions
       for (size_t n : s.nodes) {
         auto it = std::find(r_.members.begin(), r_.members.end(), n);
@@ -1113,12 +1155,14 @@ class RegionCompiler {
       } else {
         break;
       }
-      for (size_t l : local) fused_members_.insert(l);
-      out_->fused_ += static_cast<int>(local.size());
+      if (commit) {
+        for (size_t l : local) fused_members_.insert(l);
+        out_->fused_ += static_cast<int>(local.size());
+      }
       *v = s.output;
       ++absorbed;
     }
-    return OkStatus();
+    return absorbed;
   }
 
   // ConvTranspose (eligible: 2-D, one group, constant weights and bias) as a oneDNN
@@ -1162,8 +1206,11 @@ class RegionCompiler {
     // The convolutions' layout: nChw16c in a "blocked16" region, else channels-last (what
     // oneDNN picks for the convolutions around it on AVX-512; its own choice for the
     // deconvolution, nChw16c, cost a reorder in and out of each).
-    const Tag src_tag = blocked16_ && xs[1] % 16 == 0 ? Tag::aBcd16b : Tag::acdb;
-    const Tag dst_tag = blocked16_ ? Tag::aBcd16b : Tag::acdb;
+    // On CPUs whose convolutions are blocked (AVX2: nChw8c), that layout (channels-last
+    // deconvolutions between nChw8c convolutions ran at half their speed, plus reorders).
+    const Tag native = native_conv_tag();
+    const Tag src_tag = blocked16_ && xs[1] % 16 == 0 ? Tag::aBcd16b : native;
+    const Tag dst_tag = blocked16_ ? Tag::aBcd16b : native;
     const memory::desc src_any(dims_of(xs), DT::f32, src_tag);
     const memory::desc wei_any({oc, xs[1], ws[2], ws[3]}, DT::f32, Tag::any);
     const memory::desc bias_md({oc}, DT::f32, Tag::a);
@@ -1194,21 +1241,55 @@ class RegionCompiler {
     const Node& node = *g_.nodes[r_.members[m]];
     NodeAttrs a(node);
     const Shape& xs_n = type(node.inputs[0]).shape;  // 3-D (1-D conv) or 4-D
+    const HostTensor& w = *g_.constant(node.inputs[1]);
+    const int64_t oc = act4(w.shape())[0];
+    if (node.inputs.size() > 2 && !node.inputs[2].empty()) {
+      const HostTensor* b = g_.constant(node.inputs[2]);
+      if (b->numel() != oc) return errors::InvalidArgument("Conv bias has {} values for {} channels", b->numel(), oc);
+    }
+    const Shape in_spatial(xs_n.begin() + 2, xs_n.end());
+    const Shape kernel(w.shape().begin() + 2, w.shape().end());
+    std::vector<int64_t> strides, dilations, pads;
+    Shape out_spatial;
+    TD_RETURN_IF_ERROR(nn::window_geometry(a, in_spatial, kernel, false, &strides, &dilations,
+                                           &pads, &out_spatial));
+    for (int64_t p : pads)
+      if (p < 0) return errors::Unimplemented("Conv with negative pads");
+
+    // Post-ops: activations and one residual Add, in graph order. A chain no fast kernel
+    // takes (AVX2's direct kernels lack ReLU + sum + ReLU, a residual block's: a dilated
+    // Conv1d stack ran in ref:any at 50 ms a call) is shortened until one does; the steps
+    // left out run as primitives of their own.
+    std::string v0 = node.outputs[0], residual0;
+    dnnl::post_ops post0;
+    TD_ASSIGN_OR_RETURN(int steps, absorb_post_ops(m, &v0, &post0, &residual0, 4, false));
+    for (;; --steps) {
+      std::string v = node.outputs[0], residual;
+      dnnl::post_ops post;
+      TD_RETURN_IF_ERROR(absorb_post_ops(m, &v, &post, &residual, steps, false).status());
+      TD_ASSIGN_OR_RETURN(auto pd, conv_pd(m, v, post));
+      if (steps > 0 && is_reference(pd.impl_info_str())) continue;
+      v = node.outputs[0];
+      residual.clear();
+      post = dnnl::post_ops();
+      TD_RETURN_IF_ERROR(absorb_post_ops(m, &v, &post, &residual, steps, true).status());
+      return add_conv(m, v, residual, pd);
+    }
+  }
+
+  // The convolution `m` writing `v` (its output, or its post-ops' last) with `post`.
+  Result<dnnl::convolution_forward::primitive_desc> conv_pd(size_t m, const std::string& v,
+                                                            const dnnl::post_ops& post) {
+    const Node& node = *g_.nodes[r_.members[m]];
+    NodeAttrs a(node);
+    const Shape& xs_n = type(node.inputs[0]).shape;  // 3-D (1-D conv) or 4-D
     const Shape xs = act4(xs_n);
-    HostTensor w = *g_.constant(node.inputs[1]);
+    const HostTensor& w = *g_.constant(node.inputs[1]);
     const Shape ws_n = w.shape();
     const Shape ws = act4(ws_n);
     const int64_t oc = ws[0];
     TD_ASSIGN_OR_RETURN(int64_t group, a.attr_int("group", 1));
-    std::vector<float> weights(w.data<float>(), w.data<float>() + w.numel());
-    std::vector<float> bias(static_cast<size_t>(oc), 0.0f);
-    bool has_bias = false;
-    if (node.inputs.size() > 2 && !node.inputs[2].empty()) {
-      const HostTensor* b = g_.constant(node.inputs[2]);
-      if (b->numel() != oc) return errors::InvalidArgument("Conv bias has {} values for {} channels", b->numel(), oc);
-      std::copy(b->data<float>(), b->data<float>() + oc, bias.begin());
-      has_bias = true;
-    }
+    const bool has_bias = node.inputs.size() > 2 && !node.inputs[2].empty();
     const Shape in_spatial(xs_n.begin() + 2, xs_n.end());
     const Shape kernel(ws_n.begin() + 2, ws_n.end());
     std::vector<int64_t> strides, dilations, pads;
@@ -1220,14 +1301,6 @@ class RegionCompiler {
       dilations = {1, dilations[0]};
       pads = {0, pads[0], 0, pads[1]};
     }
-    for (int64_t p : pads)
-      if (p < 0) return errors::Unimplemented("Conv with negative pads");
-
-    std::string v = node.outputs[0];
-    // Post-ops: activations and one residual Add, in graph order.
-    dnnl::post_ops post;
-    std::string residual;
-    TD_RETURN_IF_ERROR(absorb_post_ops(m, &v, &post, &residual));
 
     const Shape ys = act4(type(v).shape);
     memory::dims wdims = dims_of(ws);
@@ -1240,8 +1313,15 @@ class RegionCompiler {
     // nChw8c on AVX-512, a layout its binary kernels lack (the squeeze-excitation Mul after
     // them ran on the reference kernel) and the 1x1 convolutions around them do not use (a
     // reorder in and out of each); its JIT kernels run them channels-last at the same speed.
+    // Where oneDNN's convolutions are blocked (AVX2: nChw8c), the grouped ones take that
+    // layout when each group's channels fill whole blocks (the fallback below catches a
+    // reference kernel).
     const bool grouped = group > 1 && !(oc == group && xs[1] == group);
-    if (!blocked16_ && grouped) src_tag = dst_tag = Tag::acdb;
+    const Tag native = native_conv_tag();
+    const int64_t blk = channel_block(native);
+    if (!blocked16_ && grouped)
+      src_tag = dst_tag =
+          blk > 1 && (xs[1] / group) % blk == 0 && (oc / group) % blk == 0 ? native : Tag::acdb;
     const memory::desc src_any(dims_of(xs), DT::f32, src_tag);
     const memory::desc wei_any(wdims, DT::f32, Tag::any);
     const memory::desc bias_md({oc}, DT::f32, Tag::a);
@@ -1265,11 +1345,14 @@ class RegionCompiler {
     // Taken when that writes fewer bytes than the reorder would copy, or none: with 16 output
     // channels nChw16c is channels-last (same_bytes).
     std::optional<dnnl::convolution_forward::primitive_desc> direct;
+    // Where the region's layout is blocked (AVX2: nChw8c), the direct kernel writes it
+    // whatever the channels.
     if (reads_plain_input(node.inputs[0]) && !blocked16_ && group == 1 && xs[1] < 16 &&
-        (oc == 16 || oc * ys[2] * ys[3] < xs[1] * xs[2] * xs[3])) {
+        (native != Tag::acdb || oc == 16 || oc * ys[2] * ys[3] < xs[1] * xs[2] * xs[3])) {
       try {
         direct = make_pd(memory::desc(dims_of(xs), DT::f32, Tag::abcd),
-                         memory::desc(dims_of(ys), DT::f32, Tag::aBcd16b));
+                         memory::desc(dims_of(ys), DT::f32,
+                                      native == Tag::acdb ? Tag::aBcd16b : native));
         const std::string impl = direct->impl_info_str();
         if (impl.find("ref") != std::string::npos || impl.find("gemm") != std::string::npos)
           direct.reset();
@@ -1294,10 +1377,31 @@ class RegionCompiler {
         }
       }
     }
+    return pd;
+  }
+
+  // Adds convolution `m` as primitive `pd` writing `v`, accumulating into `residual` when
+  // its post-ops hold a sum.
+  Status add_conv(size_t m, const std::string& v, const std::string& residual,
+                  const dnnl::convolution_forward::primitive_desc& pd) {
+    const Node& node = *g_.nodes[r_.members[m]];
+    const HostTensor& w = *g_.constant(node.inputs[1]);
+    const Shape ws = act4(w.shape());
+    const int64_t oc = ws[0];
+    TD_ASSIGN_OR_RETURN(int64_t group, NodeAttrs(node).attr_int("group", 1));
+    memory::dims wdims = dims_of(ws);
+    if (group > 1) wdims = {group, oc / group, ws[1], ws[2], ws[3]};
+    const memory::desc bias_md({oc}, DT::f32, Tag::a);
+    std::vector<float> bias(static_cast<size_t>(oc), 0.0f);
+    const bool has_bias = node.inputs.size() > 2 && !node.inputs[2].empty();
+    if (has_bias) {
+      const HostTensor* b = g_.constant(node.inputs[2]);
+      std::copy(b->data<float>(), b->data<float>() + oc, bias.begin());
+    }
 
     TD_ASSIGN_OR_RETURN(int src, value_in(node.inputs[0], pd.src_desc()));
     const memory::desc wplain(wdims, DT::f32, group > 1 ? Tag::goihw : Tag::oihw);
-    const int wei = add_weights(wplain, weights.data(), pd.weights_desc());
+    const int wei = add_weights(wplain, w.data<float>(), pd.weights_desc());
     int dst;
     if (!residual.empty()) {
       // Accumulate into the residual's bytes when nothing reads it afterwards; else a copy.
@@ -1350,7 +1454,7 @@ class RegionCompiler {
     // Activations read only by this product's result: its post-ops.
     std::string v = node.outputs[0];
     dnnl::post_ops post;
-    TD_RETURN_IF_ERROR(absorb_post_ops(m, &v, &post, nullptr));
+    TD_RETURN_IF_ERROR(absorb_post_ops(m, &v, &post, nullptr).status());
     static const bool no_split = std::getenv("TENSORD_NO_DOT_SPLIT") != nullptr;
     if (!no_split && src_dims[0] >= kSplitDotMinRows && p.k >= kSplitDotMin &&
         p.k % kDotChunk == 0) {

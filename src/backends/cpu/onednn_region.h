@@ -33,6 +33,10 @@ namespace tensord::cpu {
 // or post-ops (each also so by its schema's OpKind, which the region checks first).
 std::vector<std::string> onednn_elementwise_ops();
 
+// The activation layout oneDNN's convolutions choose on this CPU, which regions keep from
+// end to end: "channels-last" (AVX-512 with brgemm kernels), "nChw8c" (AVX2) or "nChw16c".
+std::string conv_native_layout();
+
 std::vector<FusedGroup> build_onednn_regions(const FusionGraph& g,
                                              std::vector<std::string>* notes = nullptr);
 
