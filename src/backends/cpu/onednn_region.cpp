@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -14,6 +15,7 @@
 #include <unordered_set>
 
 
+#include "backends/cpu/grouped_conv.h"
 #include "backends/cpu/onednn_common.h"
 #include "backends/cpu/onednn_ops.h"
 #include "backends/cpu/thread_pool.h"
@@ -432,6 +434,10 @@ class DnnlRegion final : public FusedKernel {
     bool serial = false;  // created for, and run on, one thread (too little work to split)
     dnnl::primitive one_thread;  // !serial: its one-thread variant (make_serial_variants), or none
     memory::desc scratch_md, one_thread_scratch_md;  // their scratchpads (size 0: none)
+    // A kernel of tensord's own instead of a primitive (SmallGroupConv): called with the
+    // addresses of `custom_slots`, on the engine's pool.
+    std::function<void(const std::vector<void*>&)> custom;
+    std::vector<int> custom_slots;
   };
   // What one run binds: a memory object per slot (the region's own for constants, handles set
   // per run for the rest), each op's arguments and scratchpad. Primitives are created with
@@ -486,7 +492,7 @@ class DnnlRegion final : public FusedKernel {
   void make_serial_variants() {
     TeamLimit one(1);
     for (Op& op : ops_) {
-      if (op.serial) continue;
+      if (op.serial || op.custom) continue;
       const_dnnl_primitive_desc_t pd = nullptr;
       if (dnnl_primitive_get_primitive_desc(op.prim.get(), &pd) != dnnl_success) continue;
       const_dnnl_op_desc_t od = nullptr;
@@ -581,6 +587,13 @@ class DnnlRegion final : public FusedKernel {
       // cores costs more than splitting a small primitive saves.
       for (size_t i = 0; i < ops_.size(); ++i) {
         const Op& op = ops_[i];
+        if (op.custom) {
+          std::vector<void*> at;
+          for (int s : op.custom_slots) at.push_back(ctx->mems[static_cast<size_t>(s)].get_data_handle());
+          TeamLimit limit(op.serial || (shared_cores && threads_available() <= 1) ? 1 : 0);
+          op.custom(at);
+          continue;
+        }
         // (read after call_once; a context made before a variant existed runs the team's)
         const bool variant = shared_cores && !op.serial && op.one_thread &&
                              !ctx->args1[i].empty() && threads_available() <= 1;
@@ -608,7 +621,7 @@ class DnnlRegion final : public FusedKernel {
   std::vector<std::string> reference_impls() const override {
     std::vector<std::string> out;
     for (const Op& op : ops_)
-      if (const std::string impl = impl_of(op.prim); is_reference(impl))
+      if (const std::string impl = op.custom ? "" : impl_of(op.prim); is_reference(impl))
         out.push_back(op.kind + " (" + impl + ")");
     return out;
   }
@@ -843,6 +856,18 @@ class RegionCompiler {
       if (const dnnl_memory_desc_t* md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0))
         op.scratch_md = memory::desc(*md);
     op.arg_slots = std::move(arg_slots);
+    op.kind = std::move(kind);
+    out_->ops_.push_back(std::move(op));
+  }
+
+  void add_custom_op(std::function<void(const std::vector<void*>&)> fn, std::vector<int> slots,
+                     std::string kind) {
+    DnnlRegion::Op op;
+    op.serial = serial_;
+    out_->serial_ops_ += serial_ ? 1 : 0;
+    for (int slot : slots) touch(slot);
+    op.custom = std::move(fn);
+    op.custom_slots = std::move(slots);
     op.kind = std::move(kind);
     out_->ops_.push_back(std::move(op));
   }
@@ -1219,11 +1244,25 @@ class RegionCompiler {
     attr.set_post_ops(post);
     const auto prop = dnnl::prop_kind::forward_inference;
     const auto alg = Alg::deconvolution_direct;
-    auto desc = has_bias ? dnnl::deconvolution_forward::desc(prop, alg, src_any, wei_any, bias_md,
-                                                             dst_any, st, dl, pl, pr)
-                         : dnnl::deconvolution_forward::desc(prop, alg, src_any, wei_any,
-                                                             dst_any, st, dl, pl, pr);
-    dnnl::deconvolution_forward::primitive_desc pd(desc, attr, cpu_engine());
+    auto make_pd = [&](const memory::desc& src_md, const memory::desc& dst_md) {
+      auto desc = has_bias ? dnnl::deconvolution_forward::desc(prop, alg, src_md, wei_any,
+                                                               bias_md, dst_md, st, dl, pl, pr)
+                           : dnnl::deconvolution_forward::desc(prop, alg, src_md, wei_any,
+                                                               dst_md, st, dl, pl, pr);
+      return dnnl::deconvolution_forward::primitive_desc(desc, attr, cpu_engine());
+    };
+    dnnl::deconvolution_forward::primitive_desc pd = make_pd(src_any, dst_any);
+    // Some geometries have only the reference kernel in the blocked layout (AVX2: 5 output
+    // channels with a dilation): channels-last, or oneDNN's own choice, may have a JIT one.
+    for (Tag t : {Tag::acdb, Tag::any}) {
+      if (!is_reference(pd.impl_info_str())) break;
+      try {
+        auto alt = make_pd(memory::desc(dims_of(xs), DT::f32, t),
+                           memory::desc(dims_of(vs), DT::f32, t));
+        if (!is_reference(alt.impl_info_str())) pd = alt;
+      } catch (const dnnl::error&) {
+      }
+    }
     TD_ASSIGN_OR_RETURN(int src, value_in(node.inputs[0], pd.src_desc()));
     // ONNX's [C_in, C_out, kH, kW] is oneDNN's "io" order.
     const memory::desc wplain({oc, xs[1], ws[2], ws[3]}, DT::f32, Tag::iohw);
@@ -1260,6 +1299,7 @@ class RegionCompiler {
     // takes (AVX2's direct kernels lack ReLU + sum + ReLU, a residual block's: a dilated
     // Conv1d stack ran in ref:any at 50 ms a call) is shortened until one does; the steps
     // left out run as primitives of their own.
+    if (auto done = small_group_conv(m)) return *done;
     std::string v0 = node.outputs[0], residual0;
     dnnl::post_ops post0;
     TD_ASSIGN_OR_RETURN(int steps, absorb_post_ops(m, &v0, &post0, &residual0, 4, false));
@@ -1275,6 +1315,96 @@ class RegionCompiler {
       TD_RETURN_IF_ERROR(absorb_post_ops(m, &v, &post, &residual, steps, true).status());
       return add_conv(m, v, residual, pd);
     }
+  }
+
+  // Convolution `m` as SmallGroupConv (grouped_conv.h), channels-last, when its groups have
+  // 2 or 4 channels and oneDNN has only its gemm or reference implementation for it (AVX2:
+  // its direct kernels need whole blocks of 8 channels per group); a ReLU after it is fused.
+  // nullopt: not taken.
+  std::optional<Status> small_group_conv(size_t m) {
+    const Node& node = *g_.nodes[r_.members[m]];
+    NodeAttrs a(node);
+    const Shape xs = act4(type(node.inputs[0]).shape);
+    const HostTensor& w = *g_.constant(node.inputs[1]);
+    const Shape ws = act4(w.shape());
+    auto group = a.attr_int("group", 1);
+    if (blocked16_ || !group.ok() || !SmallGroupConv::applies(xs[1], ws[0], *group) ||
+        w.dtype() != DType::kFloat32)
+      return std::nullopt;
+    try {
+      auto pd = conv_pd(m, node.outputs[0], dnnl::post_ops());
+      if (!pd.ok()) return std::nullopt;
+      const std::string impl = pd->impl_info_str();
+      if (impl.find("gemm") == std::string::npos && !is_reference(impl)) return std::nullopt;
+    } catch (const dnnl::error&) {
+    }
+    const Shape& xs_n = type(node.inputs[0]).shape;
+    const Shape in_spatial(xs_n.begin() + 2, xs_n.end());
+    const Shape kernel(w.shape().begin() + 2, w.shape().end());
+    std::vector<int64_t> strides, dilations, pads;
+    Shape out_spatial;
+    if (!nn::window_geometry(a, in_spatial, kernel, false, &strides, &dilations, &pads,
+                             &out_spatial)
+             .ok())
+      return std::nullopt;
+    if (in_spatial.size() == 1) {
+      strides = {1, strides[0]};
+      dilations = {1, dilations[0]};
+      pads = {0, pads[0], 0, pads[1]};
+    }
+    // A ReLU right after it (a folded BatchNormalization's block) is fused; anything else
+    // after it runs as primitives of its own.
+    std::string v = node.outputs[0], residual;
+    dnnl::post_ops post;
+    auto steps = absorb_post_ops(m, &v, &post, &residual, 1, false);
+    bool relu = false;
+    if (steps.ok() && *steps == 1 && post.len() == 1 &&
+        post.kind(0) == dnnl::primitive::kind::eltwise) {
+      float scale = 0, alpha = 0, beta = 0;
+      Alg alg;
+      post.get_params_eltwise(0, scale, alg, alpha, beta);
+      relu = alg == Alg::eltwise_relu && alpha == 0.0f && scale == 1.0f;
+    }
+    v = node.outputs[0];
+    residual.clear();
+    post = dnnl::post_ops();
+    if (relu) {
+      auto s = absorb_post_ops(m, &v, &post, &residual, 1, true);
+      if (!s.ok()) return s.status();
+    }
+    const Shape ys = act4(type(v).shape);
+    SmallGroupConv::Geometry geo;
+    geo.n = xs[0];
+    geo.c = xs[1];
+    geo.h = xs[2];
+    geo.w = xs[3];
+    geo.oh = ys[2];
+    geo.ow = ys[3];
+    geo.kh = ws[2];
+    geo.kw = ws[3];
+    geo.sh = strides[0];
+    geo.sw = strides[1];
+    geo.dh = dilations[0];
+    geo.dw = dilations[1];
+    geo.ph = pads[0];
+    geo.pw = pads[1];
+    geo.group = *group;
+    const bool has_bias = node.inputs.size() > 2 && !node.inputs[2].empty();
+    // In the region's layout: nChw8c where that is oneDNN's (AVX2), else channels-last.
+    const bool blocked8 = native_conv_tag() == Tag::aBcd8b;
+    const Tag tag = blocked8 ? Tag::aBcd8b : Tag::acdb;
+    auto kernel_state = std::make_shared<SmallGroupConv>(
+        geo, w.data<float>(), has_bias ? g_.constant(node.inputs[2])->data<float>() : nullptr,
+        relu, blocked8);
+    auto src = value_in(node.inputs[0], memory::desc(dims_of(xs), DT::f32, tag));
+    if (!src.ok()) return src.status();
+    const int dst = add_arena(memory::desc(dims_of(ys), DT::f32, tag));
+    add_custom_op([kernel_state](const std::vector<void*>& at) {
+                    kernel_state->run(static_cast<const float*>(at[0]), static_cast<float*>(at[1]));
+                  },
+                  {*src, dst}, "grouped conv");
+    value_slot_[v] = dst;
+    return OkStatus();
   }
 
   // The convolution `m` writing `v` (its output, or its post-ops' last) with `post`.
@@ -1663,6 +1793,18 @@ class RegionCompiler {
     dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference, steps[0].alg, md,
                                      steps[0].alpha, steps[0].beta);
     dnnl::eltwise_forward::primitive_desc pd(desc, attr, cpu_engine());
+    if (is_reference(pd.impl_info_str()) && md.dims().size() == 4) {
+      // A blocked layout with padded channels (nChw8c of 12 channels, AVX2) has only oneDNN's
+      // reference eltwise: it runs channels-last (dense) instead, after a reorder.
+      const memory::desc dense(md.dims(), DT::f32, Tag::acdb);
+      dnnl::eltwise_forward::desc d2(dnnl::prop_kind::forward_inference, steps[0].alg, dense,
+                                     steps[0].alpha, steps[0].beta);
+      dnnl::eltwise_forward::primitive_desc alt(d2, attr, cpu_engine());
+      if (!is_reference(alt.impl_info_str())) {
+        TD_ASSIGN_OR_RETURN(src, value_in(node.inputs[0], dense));
+        pd = alt;
+      }
+    }
     const int dst = add_arena(pd.dst_desc());
     add_op(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, "eltwise");
     value_slot_[out_name] = dst;
