@@ -33,37 +33,39 @@ void SmallGroupConv::run(const float* x, float* y) const {
     if (avx2)
       rows_avx2(x, y, lo, hi);
     else
-      rows(x, y, lo, hi);
+      rows(x, y, 0, lo, hi);
   });
 }
 
-// Output rows [lo, hi) of n * oh, channels-last, one channel at a time (CPUs without AVX2).
-void SmallGroupConv::rows(const float* x, float* y, int64_t lo, int64_t hi) const {
+// Output channel o at (b, oy, ox), channels-last, one multiply-add at a time.
+float SmallGroupConv::channel(const float* x, int64_t b, int64_t oy, int64_t ox,
+                              int64_t o) const {
   const Geometry& g = g_;
-  const int64_t c = g.c;
+  const int64_t base = o / cg_ * cg_;
+  float s = bias_[static_cast<size_t>(o)];
+  for (int64_t ky = 0; ky < g.kh; ++ky) {
+    const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+    if (iy < 0 || iy >= g.h) continue;
+    for (int64_t kx = 0; kx < g.kw; ++kx) {
+      const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
+      if (ix < 0 || ix >= g.w) continue;
+      const float* in = x + ((b * g.h + iy) * g.w + ix) * g.c;
+      const float* wt = w_.data() + (ky * g.kw + kx) * cg_ * cp_;
+      for (int64_t j = 0; j < cg_; ++j) s += in[base + j] * wt[j * cp_ + o];
+    }
+  }
+  return relu_ ? std::max(s, 0.0f) : s;
+}
+
+// Output rows [lo, hi) of n * oh, channels [from, c), channels-last, one at a time (CPUs
+// without AVX2, and the channels past the last whole vector).
+void SmallGroupConv::rows(const float* x, float* y, int64_t from, int64_t lo, int64_t hi) const {
+  const Geometry& g = g_;
   for (int64_t r = lo; r < hi; ++r) {
     const int64_t b = r / g.oh, oy = r % g.oh;
     for (int64_t ox = 0; ox < g.ow; ++ox) {
-      float* out = y + ((b * g.oh + oy) * g.ow + ox) * c;
-      for (int64_t o = 0; o < c; ++o) out[o] = bias_[static_cast<size_t>(o)];
-      for (int64_t ky = 0; ky < g.kh; ++ky) {
-        const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
-        if (iy < 0 || iy >= g.h) continue;
-        for (int64_t kx = 0; kx < g.kw; ++kx) {
-          const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
-          if (ix < 0 || ix >= g.w) continue;
-          const float* in = x + ((b * g.h + iy) * g.w + ix) * c;
-          const float* wt = w_.data() + (ky * g.kw + kx) * cg_ * cp_;
-          for (int64_t o = 0; o < c; ++o) {
-            const int64_t base = o / cg_ * cg_;
-            float s = 0;
-            for (int64_t j = 0; j < cg_; ++j) s += in[base + j] * wt[j * cp_ + o];
-            out[o] += s;
-          }
-        }
-      }
-      if (relu_)
-        for (int64_t o = 0; o < c; ++o) out[o] = std::max(out[o], 0.0f);
+      float* out = y + ((b * g.oh + oy) * g.ow + ox) * g.c;
+      for (int64_t o = from; o < g.c; ++o) out[o] = channel(x, b, oy, ox, o);
     }
   }
 }
@@ -176,29 +178,7 @@ void SmallGroupConv::rows_avx2(const float* x, float* y, int64_t lo, int64_t hi)
     all_blocks<4>(j, vec, lo, hi);
   else
     all_blocks<2>(j, vec, lo, hi);
-  if (vec == g.c || blocked8_) return;
-  for (int64_t r = lo; r < hi; ++r) {
-    const int64_t b = r / g.oh, oy = r % g.oh;
-    for (int64_t ox = 0; ox < g.ow; ++ox) {
-      float* out = y + ((b * g.oh + oy) * g.ow + ox) * g.c;
-      for (int64_t o = vec; o < g.c; ++o) {
-        const int64_t base = o / cg_ * cg_;
-        float s = bias_[static_cast<size_t>(o)];
-        for (int64_t ky = 0; ky < g.kh; ++ky) {
-          const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
-          if (iy < 0 || iy >= g.h) continue;
-          for (int64_t kx = 0; kx < g.kw; ++kx) {
-            const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
-            if (ix < 0 || ix >= g.w) continue;
-            const float* in = x + ((b * g.h + iy) * g.w + ix) * g.c;
-            const float* wt = w_.data() + (ky * g.kw + kx) * cg_ * cp_;
-            for (int64_t jj = 0; jj < cg_; ++jj) s += in[base + jj] * wt[jj * cp_ + o];
-          }
-        }
-        out[o] = relu_ ? std::max(s, 0.0f) : s;
-      }
-    }
-  }
+  if (vec < g.c && !blocked8_) rows(x, y, vec, lo, hi);
 }
 
 }  // namespace tensord::cpu

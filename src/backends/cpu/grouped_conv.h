@@ -36,7 +36,8 @@ class SmallGroupConv {
   void run(const float* x, float* y) const;
 
  private:
-  void rows(const float* x, float* y, int64_t lo, int64_t hi) const;
+  float channel(const float* x, int64_t b, int64_t oy, int64_t ox, int64_t o) const;
+  void rows(const float* x, float* y, int64_t from, int64_t lo, int64_t hi) const;
   void rows_avx2(const float* x, float* y, int64_t lo, int64_t hi) const;
   Geometry g_;
   int64_t cg_ = 1, cp_ = 0;  // channels per group; c rounded up to 8
