@@ -435,9 +435,9 @@ class DnnlRegion final : public FusedKernel {
     dnnl::primitive one_thread;  // !serial: its one-thread variant (make_serial_variants), or none
     memory::desc scratch_md, one_thread_scratch_md;  // their scratchpads (size 0: none)
     // A kernel of tensord's own instead of a primitive (SmallGroupConv): called with the
-    // addresses of `custom_slots`, on the engine's pool.
-    std::function<void(const std::vector<void*>&)> custom;
-    std::vector<int> custom_slots;
+    // addresses of its source and destination slots, on the engine's pool.
+    std::function<void(const void*, void*)> custom;
+    int custom_src = -1, custom_dst = -1;
   };
   // What one run binds: a memory object per slot (the region's own for constants, handles set
   // per run for the rest), each op's arguments and scratchpad. Primitives are created with
@@ -588,10 +588,9 @@ class DnnlRegion final : public FusedKernel {
       for (size_t i = 0; i < ops_.size(); ++i) {
         const Op& op = ops_[i];
         if (op.custom) {
-          std::vector<void*> at;
-          for (int s : op.custom_slots) at.push_back(ctx->mems[static_cast<size_t>(s)].get_data_handle());
           TeamLimit limit(op.serial || (shared_cores && threads_available() <= 1) ? 1 : 0);
-          op.custom(at);
+          op.custom(ctx->mems[static_cast<size_t>(op.custom_src)].get_data_handle(),
+                    ctx->mems[static_cast<size_t>(op.custom_dst)].get_data_handle());
           continue;
         }
         // (read after call_once; a context made before a variant existed runs the team's)
@@ -860,14 +859,16 @@ class RegionCompiler {
     out_->ops_.push_back(std::move(op));
   }
 
-  void add_custom_op(std::function<void(const std::vector<void*>&)> fn, std::vector<int> slots,
+  void add_custom_op(std::function<void(const void*, void*)> fn, int src, int dst,
                      std::string kind) {
     DnnlRegion::Op op;
     op.serial = serial_;
     out_->serial_ops_ += serial_ ? 1 : 0;
-    for (int slot : slots) touch(slot);
+    touch(src);
+    touch(dst);
     op.custom = std::move(fn);
-    op.custom_slots = std::move(slots);
+    op.custom_src = src;
+    op.custom_dst = dst;
     op.kind = std::move(kind);
     out_->ops_.push_back(std::move(op));
   }
@@ -1278,20 +1279,14 @@ class RegionCompiler {
 
   Status compile_conv(size_t m) {
     const Node& node = *g_.nodes[r_.members[m]];
-    NodeAttrs a(node);
-    const Shape& xs_n = type(node.inputs[0]).shape;  // 3-D (1-D conv) or 4-D
     const HostTensor& w = *g_.constant(node.inputs[1]);
     const int64_t oc = act4(w.shape())[0];
     if (node.inputs.size() > 2 && !node.inputs[2].empty()) {
       const HostTensor* b = g_.constant(node.inputs[2]);
       if (b->numel() != oc) return errors::InvalidArgument("Conv bias has {} values for {} channels", b->numel(), oc);
     }
-    const Shape in_spatial(xs_n.begin() + 2, xs_n.end());
-    const Shape kernel(w.shape().begin() + 2, w.shape().end());
     std::vector<int64_t> strides, dilations, pads;
-    Shape out_spatial;
-    TD_RETURN_IF_ERROR(nn::window_geometry(a, in_spatial, kernel, false, &strides, &dilations,
-                                           &pads, &out_spatial));
+    TD_RETURN_IF_ERROR(conv_geometry(node, &strides, &dilations, &pads));
     for (int64_t p : pads)
       if (p < 0) return errors::Unimplemented("Conv with negative pads");
 
@@ -1317,7 +1312,26 @@ class RegionCompiler {
     }
   }
 
-  // Convolution `m` as SmallGroupConv (grouped_conv.h), channels-last, when its groups have
+  // Strides, dilations and pads of Conv `node` in 2-D form (a 1-D convolution as H = 1;
+  // pads top, left, bottom, right).
+  Status conv_geometry(const Node& node, std::vector<int64_t>* strides,
+                       std::vector<int64_t>* dilations, std::vector<int64_t>* pads) {
+    const Shape& xs_n = type(node.inputs[0]).shape;
+    const Shape& ws_n = g_.constant(node.inputs[1])->shape();
+    const Shape in_spatial(xs_n.begin() + 2, xs_n.end());
+    const Shape kernel(ws_n.begin() + 2, ws_n.end());
+    Shape out_spatial;
+    TD_RETURN_IF_ERROR(nn::window_geometry(NodeAttrs(node), in_spatial, kernel, false, strides,
+                                           dilations, pads, &out_spatial));
+    if (in_spatial.size() == 1) {
+      *strides = {1, (*strides)[0]};
+      *dilations = {1, (*dilations)[0]};
+      *pads = {0, (*pads)[0], 0, (*pads)[1]};
+    }
+    return OkStatus();
+  }
+
+  // Convolution `m` as SmallGroupConv (grouped_conv.h), in the region's layout, when its groups have
   // 2 or 4 channels and oneDNN has only its gemm or reference implementation for it (AVX2:
   // its direct kernels need whole blocks of 8 channels per group); a ReLU after it is fused.
   // nullopt: not taken.
@@ -1338,20 +1352,8 @@ class RegionCompiler {
       if (impl.find("gemm") == std::string::npos && !is_reference(impl)) return std::nullopt;
     } catch (const dnnl::error&) {
     }
-    const Shape& xs_n = type(node.inputs[0]).shape;
-    const Shape in_spatial(xs_n.begin() + 2, xs_n.end());
-    const Shape kernel(w.shape().begin() + 2, w.shape().end());
     std::vector<int64_t> strides, dilations, pads;
-    Shape out_spatial;
-    if (!nn::window_geometry(a, in_spatial, kernel, false, &strides, &dilations, &pads,
-                             &out_spatial)
-             .ok())
-      return std::nullopt;
-    if (in_spatial.size() == 1) {
-      strides = {1, strides[0]};
-      dilations = {1, dilations[0]};
-      pads = {0, pads[0], 0, pads[1]};
-    }
+    if (!conv_geometry(node, &strides, &dilations, &pads).ok()) return std::nullopt;
     // A ReLU right after it (a folded BatchNormalization's block) is fused; anything else
     // after it runs as primitives of its own.
     std::string v = node.outputs[0], residual;
@@ -1399,10 +1401,10 @@ class RegionCompiler {
     auto src = value_in(node.inputs[0], memory::desc(dims_of(xs), DT::f32, tag));
     if (!src.ok()) return src.status();
     const int dst = add_arena(memory::desc(dims_of(ys), DT::f32, tag));
-    add_custom_op([kernel_state](const std::vector<void*>& at) {
-                    kernel_state->run(static_cast<const float*>(at[0]), static_cast<float*>(at[1]));
+    add_custom_op([kernel_state](const void* x, void* y) {
+                    kernel_state->run(static_cast<const float*>(x), static_cast<float*>(y));
                   },
-                  {*src, dst}, "grouped conv");
+                  *src, dst, "grouped conv");
     value_slot_[v] = dst;
     return OkStatus();
   }
@@ -1420,17 +1422,8 @@ class RegionCompiler {
     const int64_t oc = ws[0];
     TD_ASSIGN_OR_RETURN(int64_t group, a.attr_int("group", 1));
     const bool has_bias = node.inputs.size() > 2 && !node.inputs[2].empty();
-    const Shape in_spatial(xs_n.begin() + 2, xs_n.end());
-    const Shape kernel(ws_n.begin() + 2, ws_n.end());
     std::vector<int64_t> strides, dilations, pads;
-    Shape out_spatial;
-    TD_RETURN_IF_ERROR(nn::window_geometry(a, in_spatial, kernel, false, &strides, &dilations,
-                                           &pads, &out_spatial));
-    if (in_spatial.size() == 1) {  // 1-D: H = 1
-      strides = {1, strides[0]};
-      dilations = {1, dilations[0]};
-      pads = {0, pads[0], 0, pads[1]};
-    }
+    TD_RETURN_IF_ERROR(conv_geometry(node, &strides, &dilations, &pads));
 
     const Shape ys = act4(type(v).shape);
     memory::dims wdims = dims_of(ws);
