@@ -757,8 +757,59 @@ TEST(GraphCompiler, PostOpChainsNoFastKernelTakesAreShortened) {
   b.out(h);
   const std::string plan = check(b.g, {random({4, 32, 200}, 320)});
   EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
-  EXPECT_EQ(primitives(plan, "conv"), 4) << plan;
+  EXPECT_EQ(primitives(plan, "conv") + primitives(plan, "phase conv"), 4) << plan;
   EXPECT_EQ(count(plan, "oneDNN reference primitive"), 0) << plan;
+}
+
+// Dilated Conv1d where oneDNN's direct kernels take no dilation (AVX2: its gemm kernel ran
+// them at half the undilated speed) run undilated over the input's phases (a k x 1 convolution
+// of the input viewed as [N, C, W / d, d]); the views move no bytes, so no reorder is added.
+// A width not a multiple of the dilation keeps the dilated form; a depthwise one has its own
+// kernel. Every case: the reference kernels' results.
+TEST(GraphCompiler, DilatedConv1dRunsUndilatedOverItsPhases) {
+  struct Case {
+    int64_t width, dil, pad_l, pad_r, group, out;
+  };
+  for (const Case& c : {Case{96, 4, 8, 0, 1, 32}, Case{96, 2, 2, 2, 1, 32},
+                        Case{90, 4, 4, 4, 1, 32}, Case{96, 8, 16, 0, 1, 16},
+                        Case{96, 3, 3, 3, 16, 16}}) {
+    SCOPED_TRACE("width " + std::to_string(c.width) + " dilation " + std::to_string(c.dil) +
+                 " group " + std::to_string(c.group));
+    G b;
+    auto x = b.in("x", {2, 16, c.width});
+    auto h = b.op("Relu", {b.op("Conv",
+                                {x, b.constant(random({16, 16, 1}, 401, -0.3f, 0.3f))},
+                                {{"kernel_shape", std::vector<int64_t>{1}}})});
+    auto conv = b.op("Conv",
+                     {h, b.constant(random({c.out, 16 / c.group, 3}, 402, -0.3f, 0.3f)),
+                      b.constant(random({c.out}, 403))},
+                     {{"kernel_shape", std::vector<int64_t>{3}},
+                      {"dilations", std::vector<int64_t>{c.dil}},
+                      {"group", c.group},
+                      {"pads", std::vector<int64_t>{c.pad_l, c.pad_r}}});
+    b.out(b.op("Relu", {conv}));
+    const std::string plan = check(b.g, {random({2, 16, c.width}, 404)});
+    EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+    EXPECT_EQ(primitives(plan, "conv") + primitives(plan, "phase conv"), 2) << plan;
+    EXPECT_EQ(count(plan, "oneDNN reference primitive"), 0) << plan;
+    const bool fits = c.width % c.dil == 0 && c.pad_l % c.dil == 0 && c.pad_r % c.dil == 0;
+    if (!fits) {
+      EXPECT_EQ(primitives(plan, "phase conv"), 0) << plan;
+    }
+    // Where oneDNN's convolutions are nChw8c (AVX2), its dilated plain convolution is its gemm
+    // kernel: the phase form must be taken.
+    // Where it fits, no convolution is left on oneDNN's gemm kernel (on AVX2 its direct kernel
+    // takes a dilation of 2, not 4 or 8).
+    if (fits) {
+      EXPECT_EQ(count(plan, "gemm kernel"), 0) << plan;
+    }
+    // The views move no bytes: no more reorders than the dilated form has.
+    setenv("TENSORD_NO_PHASE_CONV", "1", 1);
+    const std::string dilated = check(b.g, {random({2, 16, c.width}, 404)});
+    unsetenv("TENSORD_NO_PHASE_CONV");
+    EXPECT_EQ(primitives(dilated, "phase conv"), 0) << dilated;
+    EXPECT_LE(primitives(plan, "reorder"), primitives(dilated, "reorder")) << plan << dilated;
+  }
 }
 
 // DenseNet: Concat of everything before, then BN+ReLU before a 1x1 and a 3x3 conv; a

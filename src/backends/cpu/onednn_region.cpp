@@ -633,9 +633,17 @@ class DnnlRegion final : public FusedKernel {
       s += fmt::format("{}{} {}", first ? "" : ", ", n, k);
       first = false;
     }
-    return s + fmt::format("), {} fused post-ops, {} activations, {} serial, arena {} bytes",
+    // Convolutions on oneDNN's gemm kernel (im2col: where its direct kernels lack a form, e.g.
+    // AVX2's dilations; often half their speed), so a plan shows them.
+    int gemm = 0;
+    for (const Op& op : ops_)
+      if (!op.custom && op.kind.find("conv") != std::string::npos &&
+          impl_of(op.prim).find("gemm") != std::string::npos)
+        ++gemm;
+    return s + fmt::format("), {} fused post-ops, {} activations, {} serial, arena {} bytes{}",
                            fused_, blocked16_ ? "nChw16c" : "oneDNN-chosen", serial_ops_,
-                           arena_bytes_);
+                           arena_bytes_,
+                           gemm ? fmt::format(", {} conv on oneDNN's gemm kernel", gemm) : "");
   }
 
   // Built by RegionCompiler.
@@ -1039,6 +1047,14 @@ class RegionCompiler {
     const auto& s = out_->slots_[static_cast<size_t>(of)];
     if (s.kind == SlotKind::kOwned) return errors::Unimplemented("a view of a constant");
     if (s.kind == SlotKind::kArena) viewed_storages_.insert(s.index);
+    return add_slot(md, s.kind, s.index);
+  }
+
+  // A slot through which one op reads or writes the bytes of slot `of` (an input, output or
+  // arena value) in another shape; unlike view_of, no value is named by it, so the storage
+  // stays free for in-place accumulation.
+  int op_view(int of, const memory::desc& md) {
+    const auto& s = out_->slots_[static_cast<size_t>(of)];
     return add_slot(md, s.kind, s.index);
   }
 
@@ -1500,7 +1516,62 @@ class RegionCompiler {
         }
       }
     }
+    if (auto phased = phase_conv_pd(node, pd, strides, dilations, pads, group, has_bias, attr))
+      pd = *phased;
     return pd;
+  }
+
+  // A dilated 1-D convolution as an undilated 2-D one over the input's phases, when oneDNN has
+  // only its gemm or reference kernel for the dilated form (AVX2's direct kernels take no
+  // dilation: a TCN's dilated Conv1d ran at half the speed of the same convolution undilated).
+  // With dilation d, output w = j * d + p reads inputs (j + t) * d + p: viewed as [N, C, W / d,
+  // d], the input is an H x W image whose column p is phase p, and the convolution is a k x 1
+  // one down the columns, undilated; its output, [N, C', W' / d, d], is the dilated output's
+  // bytes. Plain and channel-blocked layouts keep W innermost, so neither view moves a byte
+  // (add_conv reads and writes them as views). Needs stride 1 and W and both pads multiples
+  // of d. The primitive's descs then have the phase dims (add_conv tells the form by them).
+  std::optional<dnnl::convolution_forward::primitive_desc> phase_conv_pd(
+      const Node& node, const dnnl::convolution_forward::primitive_desc& pd,
+      const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+      const std::vector<int64_t>& pads, int64_t group, bool has_bias,
+      const dnnl::primitive_attr& attr) {
+    const std::string impl = pd.impl_info_str();
+    if (!is_reference(impl) && impl.find("gemm") == std::string::npos) return std::nullopt;
+    if (std::getenv("TENSORD_NO_PHASE_CONV")) return std::nullopt;
+    const Shape xs = act4(type(node.inputs[0]).shape);
+    const Shape ys = act4(type(node.outputs[0]).shape);
+    const Shape ws = act4(g_.constant(node.inputs[1])->shape());
+    const int64_t d = dilations[1];
+    if (type(node.inputs[0]).shape.size() != 3 || xs[2] != 1 || ws[2] != 1 || d < 2 ||
+        strides[1] != 1 || xs[3] % d != 0 || pads[1] % d != 0 || pads[3] % d != 0 ||
+        ys[3] % d != 0)
+      return std::nullopt;
+    const int64_t oc = ws[0];
+    const memory::dims xv = {xs[0], xs[1], xs[3] / d, d}, yv = {ys[0], ys[1], ys[3] / d, d};
+    memory::dims wv = {ws[0], ws[1], ws[3], 1};
+    if (group > 1) wv = {group, oc / group, ws[1], ws[3], 1};
+    const Tag native = native_conv_tag();
+    const Tag tag = blocked16_ ? Tag::aBcd16b : native == Tag::acdb ? Tag::any : native;
+    try {
+      const memory::desc src(xv, DT::f32, tag), dst(yv, DT::f32, tag);
+      const memory::desc wei(wv, DT::f32, Tag::any), bias({oc}, DT::f32, Tag::a);
+      const memory::dims st = {1, 1}, dl = {0, 0}, pl = {pads[1] / d, 0}, pr = {pads[3] / d, 0};
+      auto desc = has_bias ? dnnl::convolution_forward::desc(
+                                 dnnl::prop_kind::forward_inference, Alg::convolution_direct, src,
+                                 wei, bias, dst, st, dl, pl, pr)
+                           : dnnl::convolution_forward::desc(
+                                 dnnl::prop_kind::forward_inference, Alg::convolution_direct, src,
+                                 wei, dst, st, dl, pl, pr);
+      dnnl::convolution_forward::primitive_desc alt(desc, attr, cpu_engine());
+      const std::string alt_impl = alt.impl_info_str();
+      if (is_reference(alt_impl) || alt_impl.find("gemm") != std::string::npos) return std::nullopt;
+      // The views must be the natural value's bytes (reshape throws where they are not).
+      (void)alt.src_desc().reshape(dims_of(xs));
+      (void)alt.dst_desc().reshape(dims_of(ys));
+      return alt;
+    } catch (const dnnl::error&) {
+      return std::nullopt;
+    }
   }
 
   // Adds convolution `m` as primitive `pd` writing `v`, accumulating into `residual` when
@@ -1522,7 +1593,17 @@ class RegionCompiler {
       std::copy(b->data<float>(), b->data<float>() + oc, bias.begin());
     }
 
-    TD_ASSIGN_OR_RETURN(int src, value_in(node.inputs[0], pd.src_desc()));
+    // The phase form (phase_conv_pd): its descs view the natural value's bytes.
+    const Shape xs = act4(type(node.inputs[0]).shape);
+    const bool phased = pd.src_desc().dims() != dims_of(xs);
+    const memory::desc src_md =
+        phased ? pd.src_desc().reshape(dims_of(xs)) : pd.src_desc();
+    const memory::desc dst_md =
+        phased ? pd.dst_desc().reshape(dims_of(act4(type(node.outputs[0]).shape)))
+               : pd.dst_desc();
+    if (phased) wdims = pd.weights_desc().dims();  // [.., k, 1]: the same bytes as [.., 1, k]
+    TD_ASSIGN_OR_RETURN(int src, value_in(node.inputs[0], src_md));
+    if (phased) src = op_view(src, pd.src_desc());
     const memory::desc wplain(wdims, DT::f32, group > 1 ? Tag::goihw : Tag::oihw);
     const int wei = add_weights(wplain, w.data<float>(), pd.weights_desc());
     int dst;
@@ -1538,20 +1619,21 @@ class RegionCompiler {
                               return fused_members_.count(u) || u < m;
                             });
       // Not into bytes other values view (a channel Slice of the residual).
-      if (rslot.kind == SlotKind::kArena && rslot.md == pd.dst_desc() && last_use &&
+      if (rslot.kind == SlotKind::kArena && rslot.md == dst_md && last_use &&
           !viewed_storages_.count(rslot.index)) {
-        dst = alias_arena(rs, pd.dst_desc());
+        dst = alias_arena(rs, dst_md);
       } else {
-        dst = add_arena(pd.dst_desc());
+        dst = add_arena(dst_md);
         add_reorder(rs, dst);
       }
     } else {
-      dst = add_arena(pd.dst_desc());
+      dst = add_arena(dst_md);
     }
+    const int dst_arg = phased ? op_view(dst, pd.dst_desc()) : dst;
     std::unordered_map<int, int> args = {
-        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst_arg}};
     if (has_bias) args[DNNL_ARG_BIAS] = add_owned(bias_md, bias.data());
-    add_op(dnnl::convolution_forward(pd), std::move(args), "conv");
+    add_op(dnnl::convolution_forward(pd), std::move(args), phased ? "phase conv" : "conv");
     value_slot_[v] = dst;
     return OkStatus();
   }
