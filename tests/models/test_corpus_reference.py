@@ -61,7 +61,8 @@ def check(tensord, key, sanitized=False):
         m = re.search(r"(\d+) conv on oneDNN's gemm kernel", row["step"])
         if m:
             problems.append(f"{m.group(1)} convolution(s) on oneDNN's gemm kernel in "
-                            f"{row['step'][:80]}... (the region: {100 * row['share']:.1f}% of the time)")
+                            f"{row['step'][:80]}... (the region: {100 * row['share']:.1f}% "
+                            "of the time)")
     for row in prof["steps"]:
         if row["kind"] == "reference" and row["share"] > MAX_REFERENCE_SHARE:
             if sanitized:
