@@ -906,19 +906,12 @@ class RegionCompiler {
     out_->ops_.push_back(std::move(op));
   }
 
-  void add_reorder(int src, int dst) {
+  // (`kind`: how the plan counts it; "phase reorder" for a dilated Conv1d's batch-phase form.)
+  void add_reorder(int src, int dst, std::string kind = "reorder") {
     const auto& s = out_->slots_;
     dnnl::reorder::primitive_desc pd(cpu_engine(), s[static_cast<size_t>(src)].md, cpu_engine(),
                                      s[static_cast<size_t>(dst)].md, region_attr());
-    add_op(dnnl::reorder(pd), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}, "reorder");
-  }
-
-  // A reorder between two phase_split_view slots (counted as the phase conv's own).
-  void add_phase_reorder(int src, int dst) {
-    const auto& s = out_->slots_;
-    dnnl::reorder::primitive_desc pd(cpu_engine(), s[static_cast<size_t>(src)].md, cpu_engine(),
-                                     s[static_cast<size_t>(dst)].md, region_attr());
-    add_op(dnnl::reorder(pd), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}, "phase reorder");
+    add_op(dnnl::reorder(pd), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}, std::move(kind));
   }
 
   // The slot holding value `name` in layout `want` (reordered once and remembered).
@@ -1667,8 +1660,8 @@ class RegionCompiler {
     if (phased) src = op_view(src, pd.src_desc());
     if (batched) {
       const int in = add_arena(pd.src_desc());
-      add_phase_reorder(op_view(src, phase_split_view(src_md, xs[0], d, false)),
-                        op_view(in, phase_split_view(pd.src_desc(), xs[0], d, true)));
+      add_reorder(op_view(src, phase_split_view(src_md, xs[0], d, false)),
+                  op_view(in, phase_split_view(pd.src_desc(), xs[0], d, true)), "phase reorder");
       src = in;
     }
     const memory::desc wplain(wdims, DT::f32, group > 1 ? Tag::goihw : Tag::oihw);
@@ -1700,16 +1693,17 @@ class RegionCompiler {
     if (batched) {
       dst_arg = add_arena(pd.dst_desc());
       if (!residual.empty())  // the sum post-op adds to what the result's bytes hold
-        add_phase_reorder(op_view(dst, phase_split_view(dst_md, ys[0], d, false)),
-                          op_view(dst_arg, phase_split_view(pd.dst_desc(), ys[0], d, true)));
+        add_reorder(op_view(dst, phase_split_view(dst_md, ys[0], d, false)),
+                    op_view(dst_arg, phase_split_view(pd.dst_desc(), ys[0], d, true)),
+                    "phase reorder");
     }
     std::unordered_map<int, int> args = {
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst_arg}};
     if (has_bias) args[DNNL_ARG_BIAS] = add_owned(bias_md, bias.data());
     add_op(dnnl::convolution_forward(pd), std::move(args), phased || batched ? "phase conv" : "conv");
     if (batched)
-      add_phase_reorder(op_view(dst_arg, phase_split_view(pd.dst_desc(), ys[0], d, true)),
-                        op_view(dst, phase_split_view(dst_md, ys[0], d, false)));
+      add_reorder(op_view(dst_arg, phase_split_view(pd.dst_desc(), ys[0], d, true)),
+                  op_view(dst, phase_split_view(dst_md, ys[0], d, false)), "phase reorder");
     value_slot_[v] = dst;
     return OkStatus();
   }
