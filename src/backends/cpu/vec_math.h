@@ -119,6 +119,51 @@ __attribute__((target("avx512f"))) inline __m512 tanh_avx512(__m512 x) {
   const __m512 e = exp_avx512(_mm512_add_ps(x, x));
   return _mm512_fnmadd_ps(_mm512_set1_ps(2.0f), recip_avx512(_mm512_add_ps(e, one)), one);
 }
+// AVX2 + FMA forms of the same, 8 lanes (the AVX2 clones of the loops above stay scalar: GCC
+// does not vectorise them without AVX-512's masks). 2^n as two exponent-bit factors 2^(n/2)
+// and 2^(n - n/2), since n reaches 128 at the clamp (the AVX-512 form's scalef takes it at
+// once). The divisions are divisions, rounded as the scalar form's (a refined 12-bit reciprocal
+// missed an ONNX GRU test by its error in tanh near 0, 1 - 2 / (e^2x + 1)).
+__attribute__((target("avx2,fma"))) inline __m256 exp_avx2(__m256 x) {
+  using namespace exp_c;
+  x = _mm256_min_ps(_mm256_set1_ps(kHi), _mm256_max_ps(_mm256_set1_ps(kLo), x));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kP[0]);
+  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP[i]));
+  p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  // (NaN in: n converts to INT_MIN, the factors are garbage, p is NaN and so is the product.)
+  const __m256i ni = _mm256_cvtps_epi32(n);
+  const __m256i half = _mm256_srai_epi32(ni, 1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, bias), 23));
+  const __m256 s2 = _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, half), bias), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+__attribute__((target("avx2,fma"))) inline __m256 recip_avx2(__m256 d) {
+  return _mm256_div_ps(_mm256_set1_ps(1.0f), d);
+}
+
+__attribute__((target("avx2,fma"))) inline __m256 sigmoid_avx2(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  return recip_avx2(_mm256_add_ps(one, exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+
+__attribute__((target("avx2,fma"))) inline __m256 tanh_avx2(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 e = exp_avx2(_mm256_add_ps(x, x));
+  return _mm256_fnmadd_ps(_mm256_set1_ps(2.0f), recip_avx2(_mm256_add_ps(e, one)), one);
+}
+
+// The lanes below `left` (at most 8) of a maskload / maskstore.
+__attribute__((target("avx2"))) inline __m256i lanes_below_avx2(int64_t left) {
+  const int32_t k = static_cast<int32_t>(left < 8 ? left : 8);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
 #endif
 
 }  // namespace tensord::cpu::vec
