@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -364,6 +365,24 @@ __attribute__((target("avx2,fma"))) void vecs_times_narrow_avx2(const float* v, 
   }
 }
 
+// Which hand-written kernels this CPU takes: AVX-512's, else AVX2's, else the compiler's
+// target clones. TENSORD_TEST_RNN_ISA=avx2 or =generic narrows the choice, so that tests on an
+// AVX-512 machine also run the other forms.
+struct RnnIsa {
+  bool avx512 = false, avx2 = false;
+};
+RnnIsa rnn_isa() {
+  static const bool has512 = __builtin_cpu_supports("avx512f");
+  static const bool has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  RnnIsa isa{has512, !has512 && has2};
+  if (const char* want = std::getenv("TENSORD_TEST_RNN_ISA")) {
+    const std::string w = want;
+    if (w == "avx2") isa = RnnIsa{false, has2};
+    if (w == "generic") isa = RnnIsa{false, false};
+  }
+  return isa;
+}
+
 // v R^T for the `rows` rows of R ([rows, hidden], row-major) from each batch entry's v. On
 // AVX-512 with hidden and rows multiples of 16: one vector straight from R (batch 1: the
 // transposed copy would cost about ten steps' products), two to four vectors at once from
@@ -373,13 +392,11 @@ __attribute__((target("avx2,fma"))) void vecs_times_narrow_avx2(const float* v, 
 // cell). Else from R^T by vec_times_matrix, one entry at a time. Borrows R; valid while R is.
 class RecurrentProduct {
  public:
-  RecurrentProduct(const float* r, int64_t rows, int64_t hidden, int64_t batch)
+  RecurrentProduct(const float* r, int64_t rows, int64_t hidden, int64_t batch, RnnIsa isa)
       : r_(r), rows_(rows), hidden_(hidden) {
-    static const bool avx512 = __builtin_cpu_supports("avx512f");
-    static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    direct_ = avx512 && hidden % 16 == 0 && rows % 16 == 0 && batch == 1;
-    multi_ = avx512 && rows % 16 == 0 && batch > 1;
-    avx2_ = !avx512 && avx2 && rows % 8 == 0;
+    direct_ = isa.avx512 && hidden % 16 == 0 && rows % 16 == 0 && batch == 1;
+    multi_ = isa.avx512 && rows % 16 == 0 && batch > 1;
+    avx2_ = isa.avx2 && rows % 8 == 0;
     if (direct_) return;
     rt_.resize(static_cast<size_t>(rows * hidden));
     if (avx2_) {  // R^T in panels (one vector: 64 columns, eight FMA chains; more: 24)
@@ -563,16 +580,6 @@ __attribute__((target("avx2,fma"))) void lstm_cell_avx2(const float* __restrict 
   }
 }
 
-// Which hand-written cells this CPU takes: AVX-512's, else AVX2's, else the compiler's clones.
-struct CellIsa {
-  bool avx512 = __builtin_cpu_supports("avx512f");
-  bool avx2 = !avx512 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-};
-const CellIsa& cell_isa() {
-  static const CellIsa isa;
-  return isa;
-}
-
 Status lstm_run(KernelContext& ctx) {
   TD_ASSIGN_OR_RETURN(std::string direction, ctx.attr_string("direction", "forward"));
   TD_ASSIGN_OR_RETURN(int64_t layout, ctx.attr_int("layout", 0));
@@ -620,7 +627,7 @@ Status lstm_run(KernelContext& ctx) {
   }
   // One direction's recurrence, with its own scratch; it writes only its own slices of y, yh
   // and yc.
-  const CellIsa& isa = cell_isa();
+  const RnnIsa isa = rnn_isa();
   auto run_direction = [&](int64_t d) -> Status {
     const float* gx = gxs[static_cast<size_t>(d)].get();
     std::vector<float> gr(static_cast<size_t>(batch * gh));
@@ -639,7 +646,7 @@ Status lstm_run(KernelContext& ctx) {
     // projection is a vectorised product per batch entry (RecurrentProduct).
     const bool small = batch <= kSmallBatch;
     std::optional<RecurrentProduct> rec;
-    if (small) rec.emplace(rd, gh, hidden, batch);
+    if (small) rec.emplace(rd, gh, hidden, batch, isa);
     const int64_t max_len = *std::max_element(lens.begin(), lens.end());
     for (int64_t step = 0; step < max_len; ++step) {
       // gr = H_{t-1} R^T for the whole batch.
@@ -809,7 +816,7 @@ Status gru_run(KernelContext& ctx) {
     }
   }
   const std::vector<float> no_rbh(b ? 0 : static_cast<size_t>(hidden), 0.0f);
-  const CellIsa& isa = cell_isa();
+  const RnnIsa isa = rnn_isa();
   // One direction's recurrence, with its own scratch; it writes only its own slices of y and yh.
   auto run_direction = [&](int64_t d) -> Status {
     const float* gx = gxs[static_cast<size_t>(d)].get();
@@ -828,8 +835,8 @@ Status gru_run(KernelContext& ctx) {
     const float* rd_h = rd + 2 * hidden * hidden;
     std::optional<RecurrentProduct> rec_zr, rec_h;
     if (small) {
-      rec_zr.emplace(rd, 2 * hidden, hidden, batch);
-      rec_h.emplace(rd_h, hidden, hidden, batch);
+      rec_zr.emplace(rd, 2 * hidden, hidden, batch, isa);
+      rec_h.emplace(rd_h, hidden, hidden, batch, isa);
     }
     const int64_t max_len = *std::max_element(lens.begin(), lens.end());
     for (int64_t step = 0; step < max_len; ++step) {
