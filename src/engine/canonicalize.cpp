@@ -880,7 +880,134 @@ int fold_affine_impl(Graph& g, GraphTypes& types, std::vector<bool>* dropped, bo
   return count;
 }
 
+// ---- a Conv's kernel taps that read only padding, dropped ----
+// Along one spatial axis of a convolution (input size h, kernel k, stride s, dilation d, pads
+// pb and pe, output size oh), tap t reads input o s + t d - pb for output o; it is live when
+// one of those falls inside [0, h). Returns the live taps [t0, t1], or nullopt when none is
+// live or the live ones are not one run.
+std::optional<std::pair<int64_t, int64_t>> live_taps(int64_t h, int64_t k, int64_t s, int64_t d,
+                                                     int64_t pb, int64_t oh) {
+  auto live = [&](int64_t t) {
+    const int64_t c = t * d - pb;                             // input read by output 0
+    const int64_t o = c >= 0 ? 0 : (-c + s - 1) / s;          // first output reading >= 0
+    return o < oh && o * s + c < h;
+  };
+  int64_t t0 = -1, t1 = -1;
+  for (int64_t t = 0; t < k; ++t)
+    if (live(t)) {
+      if (t0 < 0) t0 = t;
+      if (t1 >= 0 && t1 != t - 1) return std::nullopt;  // a gap
+      t1 = t;
+    }
+  if (t0 < 0) return std::nullopt;
+  return std::make_pair(t0, t1);
+}
+
+int trim_conv_taps_impl(Graph& g, GraphTypes& types,
+                        const std::function<bool(const std::string&, int64_t)>& charge) {
+  int count = 0;
+  for (Node& n : g.nodes) {
+    if (n.op != "Conv" || !n.domain.empty() || n.inputs.size() < 2 || n.outputs.size() != 1)
+      continue;
+    if (auto ap = n.attrs.find("auto_pad"); ap != n.attrs.end()) {
+      const auto* v = ap->second.get_if<std::string>();
+      if (!v || *v != "NOTSET") continue;
+    }
+    auto xt = types.values.find(n.inputs[0]);
+    auto wc = types.constants.find(n.inputs[1]);
+    if (xt == types.values.end() || !xt->second.ok() || wc == types.constants.end()) continue;
+    const Shape& xs = xt->second->shape;
+    const HostTensor& w = wc->second;
+    const Shape ws = w.shape();
+    const size_t spatial = ws.size() >= 3 ? ws.size() - 2 : 0;
+    if (spatial == 0 || xs.size() != ws.size() || w.dtype() == DType::kUndefined) continue;
+    bool known = true;
+    for (size_t a = 0; a < spatial; ++a) known = known && xs[2 + a] > 0;
+    if (!known) continue;
+    auto ints = [&](const char* name, int64_t fallback, size_t size) {
+      std::vector<int64_t> v(size, fallback);
+      if (auto it = n.attrs.find(name); it != n.attrs.end()) {
+        const auto* p = it->second.get_if<std::vector<int64_t>>();
+        if (!p || p->size() != size) return std::vector<int64_t>{};
+        v = *p;
+      }
+      return v;
+    };
+    const std::vector<int64_t> strides = ints("strides", 1, spatial);
+    std::vector<int64_t> dil = ints("dilations", 1, spatial), pads = ints("pads", 0, 2 * spatial);
+    if (strides.empty() || dil.empty() || pads.empty()) continue;
+    std::vector<int64_t> t0(spatial), kept(spatial);
+    bool trims = false, ok = true;
+    for (size_t a = 0; a < spatial && ok; ++a) {
+      const int64_t h = xs[2 + a], k = ws[2 + a], s = strides[a], d = dil[a];
+      const int64_t pb = pads[a], pe = pads[spatial + a];
+      if (k <= 0 || s <= 0 || d <= 0 || pb < 0 || pe < 0) { ok = false; break; }
+      const int64_t oh = (h + pb + pe - d * (k - 1) - 1) / s + 1;
+      const auto run = oh > 0 ? live_taps(h, k, s, d, pb, oh) : std::nullopt;
+      if (!run) { ok = false; break; }
+      t0[a] = run->first;
+      kept[a] = run->second - run->first + 1;
+      // The new pads keep the output size: pb - t0 d before, pe - (k - 1 - t1) d after; a
+      // negative one (a crop) is not a Conv's.
+      const int64_t nb = pb - t0[a] * d, ne = pe - (k - 1 - run->second) * d;
+      if (nb < 0 || ne < 0) { ok = false; break; }
+      trims = trims || kept[a] < k;
+    }
+    if (!ok || !trims) continue;
+    // The kept block of W: [M, C/g, kept...] from [M, C/g, k...].
+    Shape ns = ws;
+    for (size_t a = 0; a < spatial; ++a) ns[2 + a] = kept[a];
+    HostTensor nw(w.dtype(), ns);
+    const size_t esize = dtype_size(w.dtype());
+    const int64_t outer = ws[0] * ws[1];
+    int64_t inner_new = 1;
+    for (size_t a = 0; a < spatial; ++a) inner_new *= kept[a];
+    const auto* src = static_cast<const uint8_t*>(w.data());
+    auto* dst = static_cast<uint8_t*>(nw.mutable_data());
+    std::vector<int64_t> idx(spatial);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t q = 0; q < inner_new; ++q) {
+        int64_t rem = q, off = 0, stride = 1;
+        for (size_t a = spatial; a-- > 0;) {
+          idx[a] = rem % kept[a];
+          rem /= kept[a];
+        }
+        for (size_t a = spatial; a-- > 0;) {
+          off += (idx[a] + t0[a]) * stride;
+          stride *= ws[2 + a];
+        }
+        std::memcpy(dst + (o * inner_new + q) * esize, src + (o * stride + off) * esize, esize);
+      }
+    std::string name;
+    for (int k = 0;; ++k) {
+      name = n.inputs[1] + "_taps" + std::to_string(k);
+      if (!types.values.count(name) && !types.constants.count(name) && !g.initializers.count(name))
+        break;
+    }
+    if (!charge(name, static_cast<int64_t>(nw.nbytes()))) continue;
+    for (size_t a = 0; a < spatial; ++a) {
+      pads[a] -= t0[a] * dil[a];
+      pads[spatial + a] -= (ws[2 + a] - t0[a] - kept[a]) * dil[a];
+      if (kept[a] == 1) dil[a] = 1;
+    }
+    n.attrs["pads"] = pads;
+    n.attrs["dilations"] = dil;
+    if (n.attrs.count("kernel_shape"))
+      n.attrs["kernel_shape"] = std::vector<int64_t>(ns.begin() + 2, ns.end());
+    types.values.insert_or_assign(name, Result<TensorType>(nw.type()));
+    types.constants.insert_or_assign(name, std::move(nw));
+    n.inputs[1] = name;
+    ++count;
+  }
+  return count;
+}
+
 }  // namespace
+
+int trim_conv_taps(Graph& graph, GraphTypes& types, const CanonicalizeOptions& options,
+                   const std::function<bool(const std::string&, int64_t)>& charge) {
+  return options.taps ? trim_conv_taps_impl(graph, types, charge) : 0;
+}
 
 int fold_affine(Graph& graph, GraphTypes& types, std::vector<bool>* dropped,
                 const CanonicalizeOptions& options,
@@ -893,7 +1020,7 @@ int fold_affine(Graph& graph, GraphTypes& types, std::vector<bool>* dropped,
 CanonicalizeOptions CanonicalizeOptions::none() {
   CanonicalizeOptions o;
   o.hardswish = o.silu = o.layernorm = o.pad_conv = o.cse = o.bnfold = o.gelu = o.affine =
-      o.identity = o.if_const = false;
+      o.identity = o.if_const = o.taps = false;
   return o;
 }
 
@@ -919,6 +1046,7 @@ CanonicalizeOptions CanonicalizeOptions::from_env() {
     if (name == "affine") base.affine = on;
     if (name == "identity") base.identity = on;
     if (name == "if") base.if_const = on;
+    if (name == "taps") base.taps = on;
   }
   return base;
 }

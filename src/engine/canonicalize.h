@@ -36,10 +36,13 @@
 //               a chain (Conv, BN, Mul, Add) folds step by step into one set of weights.
 //               Both run in fold_affine, on the compiler's typed graph after constant
 //               folding (weights made at compile time count); every backend sees the result
+//   taps:       a Conv's kernel taps that read only padding at every output position dropped
+//               (trim_conv_taps, also on the typed graph): a dilated convolution wider than
+//               its input (DeepLabV3's ASPP) keeps the taps that can see the image
 //
 // Switches: CanonicalizeOptions (all on by default; the compiler runs the passes on the fast
 // path only, never for the reference kernels) and TENSORD_CANONICAL=-hardswish,-silu,
-// -layernorm,-padconv,-cse,-gelu,-bnfold,-affine,-identity
+// -layernorm,-padconv,-cse,-gelu,-bnfold,-affine,-identity,-if,-taps
 // (a pass named with '-' is off; "0" or "none": all off).
 #pragma once
 
@@ -65,6 +68,7 @@ struct CanonicalizeOptions {
   bool affine = true;
   bool identity = true;
   bool if_const = true;  // "if": an If whose condition is known becomes its taken branch
+  bool taps = true;      // a Conv's kernel taps that read only padding dropped
   // All on, then TENSORD_CANONICAL applied.
   static CanonicalizeOptions from_env();
   // All off.
@@ -100,5 +104,14 @@ bool canonicalize_wants_constants(const Graph& graph, const CanonicalizeOptions&
 int fold_affine(Graph& graph, GraphTypes& types, std::vector<bool>* dropped,
                 const CanonicalizeOptions& options,
                 const std::function<bool(const std::string&, int64_t)>& charge);
+
+// The `taps` pass over a typed graph (as fold_affine): a Conv (static spatial input shape,
+// constant W) whose kernel has taps that read only padding for every output position loses
+// them: W cut to the live taps, the pads reduced by what they covered (the output unchanged),
+// an axis left with one tap undilated. Exact: a dropped tap only ever multiplied zeros.
+// DeepLabV3's ASPP at dilation 24 and 36 on a 14x14 map becomes a 1x1 convolution. Each new W
+// is charged (`charge` may refuse: the Conv stays). Returns how many Convs it cut.
+int trim_conv_taps(Graph& graph, GraphTypes& types, const CanonicalizeOptions& options,
+                   const std::function<bool(const std::string&, int64_t)>& charge);
 
 }  // namespace tensord

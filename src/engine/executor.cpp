@@ -368,16 +368,17 @@ Status Executable::Impl::build(const std::vector<TensorType>& input_types, bool 
   GiveBack give_back{budget, &charged_total, &charged_folded};
   if (!refused.ok()) return refused;
   // BatchNormalization and constant Mul/Add folded into the contraction before them
-  // (engine/canonicalize.h's bnfold and affine): the weights made are charged as folded.
+  // (engine/canonicalize.h's bnfold and affine), then Conv kernels cut to their live taps
+  // (taps): the weights made are charged as folded.
   std::vector<bool> dropped(graph.nodes.size(), false);
   std::vector<std::string> made;
   if (options.fuse && fold_constants) {
-    fold_affine(graph, types, &dropped, CanonicalizeOptions::from_env(),
-                [&](const std::string& name, int64_t bytes) {
+    // (One charge for both: a folded BatchNormalization's weights, then a cut kernel's.)
+    auto charge = [&](const std::string& name, int64_t bytes) {
       if (budget) {
         if (!budget->reserve_folded(bytes)) return false;
         Status s = budget->charge(
-            bytes, fmt::format("folding BatchNormalization or a constant Mul/Add of graph '{}' into {} of weights",
+            bytes, fmt::format("folding BatchNormalization or a constant Mul/Add, or cutting a Conv kernel, of graph '{}' into {} of weights",
                                g.name, format_bytes(bytes)));
         if (!s.ok()) {
           budget->release_folded(bytes);
@@ -389,7 +390,10 @@ Status Executable::Impl::build(const std::vector<TensorType>& input_types, bool 
       folded_names.insert(name);
       made.push_back(name);
       return true;
-    });
+    };
+    const CanonicalizeOptions canonical = CanonicalizeOptions::from_env();
+    fold_affine(graph, types, &dropped, canonical, charge);
+    trim_conv_taps(graph, types, canonical, charge);
   }
   for (const auto& in : g.inputs) input_ids.push_back(id_of(in.name));
   for (const auto& [name, t] : g.initializers)

@@ -664,5 +664,94 @@ TEST(Canonicalize, BatchNormFoldIsChargedAndARefusedOneStillRuns) {
   }
 }
 
+// A Conv whose kernel taps read only padding at every output position loses them: W cut to
+// the live taps, the pads reduced so the output keeps its size, a one-tap axis undilated.
+// DeepLabV3's ASPP (3x3, dilation 24 and 36, pads equal, on a 14x14 map) becomes 1x1.
+struct TapsCase {
+  std::string what;
+  Shape x;               // [N, C, spatial...]
+  Shape w;               // [M, C/g, k...]
+  AttributeMap attrs;
+  Shape kept;            // the kernel's spatial dims after the pass ({} : left as it is)
+  std::vector<int64_t> pads, dilations;  // after the pass
+};
+
+TEST(Canonicalize, ConvTapsThatReadOnlyPaddingAreDropped) {
+  using V = std::vector<int64_t>;
+  const std::vector<TapsCase> cases = {
+      {"ASPP dilation 24: the centre alone", {1, 8, 14, 14}, {5, 8, 3, 3},
+       {{"dilations", V{24, 24}}, {"pads", V{24, 24, 24, 24}}}, {1, 1}, {0, 0, 0, 0}, {1, 1}},
+      {"one axis only", {1, 4, 14, 40}, {3, 4, 3, 3},
+       {{"dilations", V{24, 24}}, {"pads", V{24, 24, 24, 24}}}, {1, 3}, {0, 24, 0, 24}, {1, 24}},
+      {"a 1-D causal pad: the first taps", {2, 3, 5}, {4, 3, 4},
+       {{"dilations", V{3}}, {"pads", V{9, 0}}}, {2}, {3, 0}, {3}},
+      {"strided, grouped", {1, 6, 9, 9}, {6, 2, 5, 5},
+       {{"dilations", V{5, 5}}, {"pads", V{10, 10, 10, 10}}, {"strides", V{2, 2}},
+        {"group", int64_t{3}}}, {3, 3}, {5, 5, 5, 5}, {5, 5}},
+      // Every tap sees the image: nothing to cut.
+      {"ASPP dilation 12", {1, 4, 14, 14}, {3, 4, 3, 3},
+       {{"dilations", V{12, 12}}, {"pads", V{12, 12, 12, 12}}}, {}, {}, {}},
+      // The live tap starts inside the image: the pad would be negative (a crop).
+      {"a crop", {1, 2, 14, 14}, {2, 2, 3, 3},
+       {{"dilations", V{30, 30}}, {"pads", V{24, 24, 24, 24}}}, {}, {}, {}},
+  };
+  for (const TapsCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    Graph g;
+    g.inputs = {{"x", {DType::kFloat32, c.x}}};
+    g.initializers["w"] = random_tensor(c.w, 41);
+    g.initializers["b"] = random_tensor({c.w[0]}, 42);
+    g.nodes.push_back(node("Conv", {"x", "w", "b"}, {"y"}, c.attrs));
+    g.outputs = {{"y", {}}};
+    Graph f = g;
+    auto types = infer_graph(OpRegistry::global(), f, {g.inputs[0].type});
+    ASSERT_TRUE(types.ok()) << types.status().message();
+    const Shape y_before = types->values.at("y")->shape;
+    int64_t charged = 0;
+    const int cut = trim_conv_taps(f, *types, CanonicalizeOptions{},
+                                   [&](const std::string&, int64_t bytes) {
+                                     charged += bytes;
+                                     return true;
+                                   });
+    if (c.kept.empty()) {
+      EXPECT_EQ(cut, 0);
+      EXPECT_EQ(f.nodes[0].inputs[1], "w");
+    } else {
+      ASSERT_EQ(cut, 1);
+      const HostTensor& nw = types->constants.at(f.nodes[0].inputs[1]);
+      Shape want = {c.w[0], c.w[1]};
+      want.insert(want.end(), c.kept.begin(), c.kept.end());
+      EXPECT_EQ(nw.shape(), want);
+      EXPECT_EQ(charged, nw.nbytes());
+      EXPECT_EQ(*f.nodes[0].attrs.at("pads").get_if<V>(), c.pads);
+      EXPECT_EQ(*f.nodes[0].attrs.at("dilations").get_if<V>(), c.dilations);
+      // The cut node infers the same output shape.
+      Graph h = f;
+      h.initializers[f.nodes[0].inputs[1]] = nw;
+      auto again = infer_graph(OpRegistry::global(), h, {g.inputs[0].type});
+      ASSERT_TRUE(again.ok()) << again.status().message();
+      EXPECT_EQ(again->values.at("y")->shape, y_before);
+    }
+    // Compiled (cut) against the reference kernels on the graph as given.
+    expect_same_as_reference(g, {random_tensor(c.x, 43)}, 1e-4f);
+  }
+  // TENSORD_CANONICAL=-taps leaves it.
+  Graph g;
+  g.inputs = {{"x", {DType::kFloat32, {1, 2, 6, 6}}}};
+  g.initializers["w"] = random_tensor({2, 2, 3, 3}, 44);
+  g.nodes.push_back(node("Conv", {"x", "w"}, {"y"},
+                         {{"dilations", V{8, 8}}, {"pads", V{8, 8, 8, 8}}}));
+  g.outputs = {{"y", {}}};
+  auto types = infer_graph(OpRegistry::global(), g, {g.inputs[0].type});
+  ASSERT_TRUE(types.ok());
+  CanonicalizeOptions off;
+  off.taps = false;
+  EXPECT_EQ(trim_conv_taps(g, *types, off, [](const std::string&, int64_t) { return true; }), 0);
+  EXPECT_EQ(trim_conv_taps(g, *types, CanonicalizeOptions{},
+                           [](const std::string&, int64_t) { return false; }), 0)
+      << "a refused charge leaves the Conv";
+  EXPECT_EQ(g.nodes[0].inputs[1], "w");
+}
+
 }  // namespace
 }  // namespace tensord
