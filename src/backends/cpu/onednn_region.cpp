@@ -617,11 +617,17 @@ class DnnlRegion final : public FusedKernel {
 
   int64_t arena_bytes() const override { return arena_bytes_; }
   int64_t weight_bytes() const override { return weight_bytes_; }
+  // Primitives on oneDNN's reference loops: "ref" implementations, and pooling's "simple"
+  // ones (a generic scalar loop over plain layouts: S3D's 3-D MaxPools ran 18x slower on one
+  // than on the JIT kernel). A "simple" reorder or concat is a copy, not counted.
   std::vector<std::string> reference_impls() const override {
     std::vector<std::string> out;
-    for (const Op& op : ops_)
-      if (const std::string impl = op.custom ? "" : impl_of(op.prim); is_reference(impl))
+    for (const Op& op : ops_) {
+      const std::string impl = op.custom ? "" : impl_of(op.prim);
+      if (is_reference(impl) ||
+          (op.kind == "pool" && impl.find("simple") != std::string::npos))
         out.push_back(op.kind + " (" + impl + ")");
+    }
     return out;
   }
   std::string describe() const override {
