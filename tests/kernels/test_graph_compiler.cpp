@@ -851,6 +851,31 @@ TEST(GraphCompiler, DenseBlockWithBatchNormBeforeConvAndConcatIsOneRegion) {
   EXPECT_EQ(plan.find("[reference]"), std::string::npos) << plan;
 }
 
+// A Concat of blocked (or plain) tensors whose channel counts are multiples of the block is
+// copies of whole runs per batch entry ("concat by memcpy": oneDNN 2.6's simple concat moved
+// them at 1.3 GB/s); sources from convolutions and from the region's input, batch 2, three
+// sources; the reference kernels' results. An odd channel count takes oneDNN's concat.
+TEST(GraphCompiler, ConcatOfWholeChannelBlocksIsCopies) {
+  for (int64_t odd : {int64_t{0}, int64_t{3}}) {
+    SCOPED_TRACE(odd ? "odd channels" : "whole blocks");
+    G b;
+    auto x = b.in("x", {2, 16, 9, 9});
+    auto a = b.op("Relu", {b.conv(x, 16, 32, 3)});
+    auto c = b.conv(x, 16, 16 + odd, 1);
+    auto cat = b.op("Concat", {a, c, b.op("Relu", {b.conv(x, 16, 16, 3)})},
+                    {{"axis", int64_t{1}}});
+    b.out(b.conv(cat, 64 + odd, 8, 1));
+    const std::string plan = check(b.g, {random({2, 16, 9, 9}, 41)});
+    EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+    EXPECT_EQ(primitives(plan, "concat"), 1) << plan;
+    // nChw8c on AVX2 and no AVX-512: the region's layout is blocked by 8 there.
+    if (odd)
+      EXPECT_EQ(plan.find("concat by memcpy"), std::string::npos) << plan;
+    else if (!__builtin_cpu_supports("avx512f"))
+      EXPECT_NE(plan.find("1 concat by memcpy"), std::string::npos) << plan;
+  }
+}
+
 // A U-Net decoder step: ConvTranspose (stride 2) -> Relu -> Concat with the skip -> Conv, and
 // odd geometries (pads, output_padding, dilations, no bias, odd channel counts) are one region
 // with the deconvolutions in it: no reorder around them, in oneDNN's layout and in nChw16c.
