@@ -2042,7 +2042,9 @@ class RegionCompiler {
       }
     }
     const int dst = add_arena(pd.dst_desc());
-    if (const auto chunks = contiguous_chunks(srcs_of(slots), pd.dst_desc())) {
+    static const bool copies = !std::getenv("TENSORD_NO_CONCAT_COPY");
+    if (const auto chunks = copies ? contiguous_chunks(srcs_of(slots), pd.dst_desc())
+                                   : std::nullopt) {
       // Each source is one run of bytes per batch entry, and so is its place in the result:
       // copies of whole runs (oneDNN 2.6's "simple" concat moved SqueezeNet's 1.5 MB at 1.3
       // GB/s, 30% of its time on Zen 3).
@@ -2064,6 +2066,7 @@ class RegionCompiler {
     return mds;
   }
 
+  // (TENSORD_NO_CONCAT_COPY: never, for comparisons.)
   // A concat along axis 1 whose sources and result are all dense in one layout with the
   // channels outermost after the batch (plain, or channel-blocked with every source's channels
   // a multiple of the block): per batch entry, source i is one run of bytes that lands whole
