@@ -913,6 +913,40 @@ G unet_decoder_step() {
   return b;
 }
 
+// A ConvTranspose's work is its multiply-adds (input values x M/group x kernel), not the
+// values it moves: a VAE decoder's stride-2 deconvolutions (38 M multiply-adds, 50 k values)
+// ran on one thread. Between the two limits below, the two deconvolutions (2.4 M
+// multiply-adds each, 8-33 k values) run on the team under one and serially under the other.
+TEST(GraphCompiler, ConvTransposeWorkIsItsMultiplyAdds) {
+  G b;
+  auto x = b.in("x", {2, 64, 8, 8});
+  auto deconv = [&](const std::string& in, int64_t c, int64_t m) {
+    return b.op("ConvTranspose", {in, b.constant(random({c, m, 3, 3}, 91, -0.5f, 0.5f))},
+                {{"kernel_shape", std::vector<int64_t>{3, 3}},
+                 {"strides", std::vector<int64_t>{2, 2}},
+                 {"pads", std::vector<int64_t>{1, 1, 1, 1}},
+                 {"output_padding", std::vector<int64_t>{1, 1}}});
+  };
+  auto h = b.op("LeakyRelu", {deconv(x, 64, 32)}, {{"alpha", 0.2f}});  // [2, 32, 16, 16]
+  b.out(deconv(h, 32, 16));                                              // [2, 16, 32, 32]
+  auto serial_ops = [](const std::string& plan) {
+    const size_t at = plan.find(" serial");
+    size_t begin = at;
+    while (begin > 0 && std::isdigit(static_cast<unsigned char>(plan[begin - 1]))) --begin;
+    return at == std::string::npos || begin == at ? -1 : std::stoi(plan.substr(begin, at - begin));
+  };
+  ASSERT_EQ(setenv("TENSORD_SERIAL_WORK_K", "100", 1), 0);  // 100 k
+  const std::string team = check(b.g, {random({2, 64, 8, 8}, 92)});
+  ASSERT_EQ(setenv("TENSORD_SERIAL_WORK_K", "10000", 1), 0);  // 10 M
+  const std::string serial = check(b.g, {random({2, 64, 8, 8}, 92)});
+  unsetenv("TENSORD_SERIAL_WORK_K");
+  EXPECT_EQ(primitives(team, "deconv"), 2) << team;
+  // At 100 k the serial ops are at most the eltwise and reorders (none of the deconvolutions);
+  // at 10 M the deconvolutions are serial too.
+  EXPECT_LE(serial_ops(team), primitives(team, "eltwise") + primitives(team, "reorder")) << team;
+  EXPECT_GE(serial_ops(serial) - serial_ops(team), 2) << team << "\n" << serial;
+}
+
 TEST(GraphCompiler, ConvTransposeRunsInTheRegionWithoutReorders) {
   for (const char* layout : {"any", "blocked16"}) {
     ASSERT_EQ(setenv("TENSORD_CONV_LAYOUT", layout, 1), 0);

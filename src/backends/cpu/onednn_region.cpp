@@ -2078,9 +2078,10 @@ class RegionCompiler {
       float* out = static_cast<float*>(y);
       for (int64_t n = 0; n < batch; ++n)
         for (size_t i = 0; i < runs.size(); ++i)
-          std::memcpy(out + n * dst_run + offsets[i],
-                      static_cast<const float*>(x[i]) + n * runs[i],
-                      static_cast<size_t>(runs[i]) * sizeof(float));
+          if (runs[i] > 0)  // (an empty source may have no address at all)
+            std::memcpy(out + n * dst_run + offsets[i],
+                        static_cast<const float*>(x[i]) + n * runs[i],
+                        static_cast<size_t>(runs[i]) * sizeof(float));
     }
   };
   static std::optional<ConcatChunks> contiguous_chunks(const std::vector<memory::desc>& srcs,
@@ -2174,6 +2175,15 @@ class RegionCompiler {
       const int64_t per = n.op == "Conv" ? (w && !w->shape().empty() ? w->shape()[0] : 0)
                                          : (ys.empty() ? 0 : ys.back());
       if (w && per > 0) return out * static_cast<double>(shape_numel(w->shape()) / per);
+    }
+    // ConvTranspose (W [C, M/group, k...]): each input value meets M/group x kernel weights.
+    // (Counted as elements moved, a VAE decoder's stride-2 deconvolutions of 38 M
+    // multiply-adds each ran on one thread.)
+    if (n.op == "ConvTranspose" && n.inputs.size() > 1 && g_.type_of(n.inputs[0])) {
+      const HostTensor* w = g_.constant(n.inputs[1]);
+      if (w && !w->shape().empty() && w->shape()[0] > 0)
+        return static_cast<double>(shape_numel(type(n.inputs[0]).shape)) *
+               static_cast<double>(shape_numel(w->shape()) / w->shape()[0]);
     }
     return in + out;
   }
