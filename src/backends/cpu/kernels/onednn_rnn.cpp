@@ -34,7 +34,7 @@ Status refuse(const std::string& why) { return Status(StatusCode::kUnimplemented
 // follows is serial, so the team would go to sleep and have to be woken for every call, which
 // costs more than the product itself when the machine is busy (2-thread figures of a
 // bidirectional GRU 10x worse than 1-thread ones).
-constexpr double kSerialGemmFlops = 1 << 22;
+constexpr double kSerialGemmFlops = 1 << 24;
 
 dnnl_status_t projection_sgemm(int64_t m, int64_t n, int64_t k, const float* a, const float* b,
                                float* c) {
