@@ -958,26 +958,22 @@ int trim_conv_taps_impl(Graph& g, GraphTypes& types,
     Shape ns = ws;
     for (size_t a = 0; a < spatial; ++a) ns[2 + a] = kept[a];
     HostTensor nw(w.dtype(), ns);
+    // Row by row of the kept block (every axis but the last), a run of kept.back() values each.
     const size_t esize = dtype_size(w.dtype());
-    const int64_t outer = ws[0] * ws[1];
-    int64_t inner_new = 1;
-    for (size_t a = 0; a < spatial; ++a) inner_new *= kept[a];
+    const int64_t run = kept.back();
+    const int64_t rows = shape_numel(ns) / run;
     const auto* src = static_cast<const uint8_t*>(w.data());
     auto* dst = static_cast<uint8_t*>(nw.mutable_data());
-    std::vector<int64_t> idx(spatial);
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t q = 0; q < inner_new; ++q) {
-        int64_t rem = q, off = 0, stride = 1;
-        for (size_t a = spatial; a-- > 0;) {
-          idx[a] = rem % kept[a];
-          rem /= kept[a];
-        }
-        for (size_t a = spatial; a-- > 0;) {
-          off += (idx[a] + t0[a]) * stride;
-          stride *= ws[2 + a];
-        }
-        std::memcpy(dst + (o * inner_new + q) * esize, src + (o * stride + off) * esize, esize);
+    for (int64_t q = 0; q < rows; ++q) {
+      int64_t rem = q, off = t0.back(), stride = ws.back();
+      for (size_t a = spatial - 1; a-- > 0;) {
+        off += (rem % kept[a] + t0[a]) * stride;
+        rem /= kept[a];
+        stride *= ws[2 + a];
       }
+      off += rem * stride;  // rem: the row of [M, C/g]
+      std::memcpy(dst + q * run * esize, src + off * esize, static_cast<size_t>(run) * esize);
+    }
     std::string name;
     for (int k = 0;; ++k) {
       name = n.inputs[1] + "_taps" + std::to_string(k);

@@ -665,6 +665,72 @@ TEST(StridedCopy, TransposeMatchesNaive) {
   }
 }
 
+// An LSTM or GRU node with the inputs both take (X, W, R, [B], [sequence_lens]; W and R have
+// `gates` blocks of hidden rows); the caller adds the rest, then check() runs it on the fast
+// kernel and on the reference and compares every output.
+struct RnnGraph {
+  Graph g;
+  Node n;
+  std::vector<HostTensor> bound;
+  RnnGraph(const std::string& op, AttributeMap attrs, int64_t seq, int64_t batch, int64_t input,
+           int64_t hidden, int64_t dirs, int64_t layout, int64_t gates, bool bias, bool lens,
+           std::mt19937& rng) {
+    n.name = "rnn";
+    n.op = op;
+    n.attrs = std::move(attrs);
+    add("x", random_f32(layout == 0 ? Shape{seq, batch, input} : Shape{batch, seq, input}, rng));
+    add("w", random_f32({dirs, gates * hidden, input}, rng));
+    add("r", random_f32({dirs, gates * hidden, hidden}, rng));
+    if (bias) add("b", random_f32({dirs, 2 * gates * hidden}, rng)); else skip();
+    if (lens) {
+      std::vector<int32_t> l;
+      for (int64_t b = 0; b < batch; ++b) l.push_back(static_cast<int32_t>((seq - b) % (seq + 1)));
+      l.back() = 0;  // an empty sequence
+      add("lens", HostTensor::from_vector(l, {batch}));
+    } else {
+      skip();
+    }
+  }
+  void add(const std::string& name, HostTensor t) {
+    n.inputs.push_back(name);
+    g.inputs.push_back({name, t.type()});
+    bound.push_back(std::move(t));
+  }
+  void skip() { n.inputs.push_back(""); }
+  void check(const std::vector<std::string>& outputs) {
+    n.outputs = outputs;
+    for (const auto& o : outputs) g.outputs.push_back({o, {}});
+    g.nodes.push_back(n);
+    std::vector<TensorType> types(n.inputs.size());
+    size_t bi = 0;
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (!n.inputs[i].empty()) types[i] = bound[bi++].type();
+    const auto& kernels = cpu::KernelRegistry::global().find(n.op);
+    ASSERT_EQ(kernels.front().name, "onednn");
+    EXPECT_TRUE(kernels.front().accepts(n, types).ok());
+    auto fast = run_graph_on_host(g, bound, CompileOptions{true});
+    auto ref = run_graph_on_host(g, bound, CompileOptions{false});
+    ASSERT_TRUE(fast.ok() && ref.ok());
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      ASSERT_TRUE((*fast)[o].ok()) << (*fast)[o].status().to_string();
+      ASSERT_TRUE((*ref)[o].ok()) << (*ref)[o].status().to_string();
+      EXPECT_TRUE(tensors_near(*(*fast)[o], *(*ref)[o], 1e-4, 1e-5)) << "output " << o;
+    }
+  }
+};
+
+// `body` under every form of the RNN kernels this CPU has: its own (AVX-512 or AVX2
+// intrinsics), AVX2's, and the compiler's clones (TENSORD_TEST_RNN_ISA).
+template <class F>
+void for_each_rnn_isa(F&& body) {
+  for (const char* isa : {"", "avx2", "generic"}) {
+    if (*isa) setenv("TENSORD_TEST_RNN_ISA", isa, 1); else unsetenv("TENSORD_TEST_RNN_ISA");
+    SCOPED_TRACE(std::string("TENSORD_TEST_RNN_ISA=") + isa);
+    body();
+  }
+  unsetenv("TENSORD_TEST_RNN_ISA");
+}
+
 // The fast LSTM (SGEMMs + vectorised gates) against the reference on Y, Y_h and Y_c.
 struct LstmCase {
   int64_t seq, batch, input, hidden;
@@ -696,68 +762,25 @@ TEST(OneDnn, LstmMatchesReference) {
       {12, 4, 64, 96, "forward", 0, true, true, true, false},
       {9, 3, 16, 32, "reverse", 1, true, true, false, true},
   };
-  // Each case under every form this CPU has: its own (AVX-512 or AVX2 intrinsics), AVX2's,
-  // and the compiler's clones (TENSORD_TEST_RNN_ISA).
-  for (const char* isa : {"", "avx2", "generic"}) {
-    if (*isa) setenv("TENSORD_TEST_RNN_ISA", isa, 1); else unsetenv("TENSORD_TEST_RNN_ISA");
-    SCOPED_TRACE(std::string("TENSORD_TEST_RNN_ISA=") + isa);
+  for_each_rnn_isa([&] {
     for (const LstmCase& k : cases) {
       SCOPED_TRACE("lstm " + k.direction + " layout " + std::to_string(k.layout));
       const int64_t dirs = k.direction == "bidirectional" ? 2 : 1;
-      Graph g;
-      Node n;
-      n.name = "lstm";
-      n.op = "LSTM";
-      n.attrs = {{"hidden_size", k.hidden}, {"direction", k.direction}, {"layout", k.layout}};
-      std::vector<HostTensor> bound;
-      auto add = [&](const std::string& name, HostTensor t) {
-        n.inputs.push_back(name);
-        g.inputs.push_back({name, t.type()});
-        bound.push_back(std::move(t));
-      };
-      add("x", random_f32(k.layout == 0 ? Shape{k.seq, k.batch, k.input} : Shape{k.batch, k.seq, k.input}, rng));
-      add("w", random_f32({dirs, 4 * k.hidden, k.input}, rng));
-      add("r", random_f32({dirs, 4 * k.hidden, k.hidden}, rng));
-      if (k.bias) add("b", random_f32({dirs, 8 * k.hidden}, rng)); else n.inputs.push_back("");
-      if (k.lens) {
-        std::vector<int32_t> lens;
-        for (int64_t b = 0; b < k.batch; ++b) lens.push_back(static_cast<int32_t>((k.seq - b) % (k.seq + 1)));
-        lens.back() = 0;  // an empty sequence
-        add("lens", HostTensor::from_vector(lens, {k.batch}));
-      } else {
-        n.inputs.push_back("");
-      }
+      RnnGraph r("LSTM",
+                 {{"hidden_size", k.hidden}, {"direction", k.direction}, {"layout", k.layout}},
+                 k.seq, k.batch, k.input, k.hidden, dirs, k.layout, 4, k.bias, k.lens, rng);
       const Shape state = k.layout == 0 ? Shape{dirs, k.batch, k.hidden} : Shape{k.batch, dirs, k.hidden};
       if (k.initial) {
-        add("h0", random_f32(state, rng));
-        add("c0", random_f32(state, rng));
+        r.add("h0", random_f32(state, rng));
+        r.add("c0", random_f32(state, rng));
       } else {
-        n.inputs.push_back("");
-        n.inputs.push_back("");
+        r.skip();
+        r.skip();
       }
-      if (k.peepholes) add("p", random_f32({dirs, 3 * k.hidden}, rng));
-      n.outputs = {"y", "yh", "yc"};
-      g.outputs = {{"y", {}}, {"yh", {}}, {"yc", {}}};
-      g.nodes.push_back(n);
-      std::vector<TensorType> types;
-      for (size_t i = 0; i < n.inputs.size(); ++i) types.emplace_back();
-      size_t bi = 0;
-      for (size_t i = 0; i < n.inputs.size(); ++i)
-        if (!n.inputs[i].empty()) types[i] = bound[bi++].type();
-      const auto& kernels = cpu::KernelRegistry::global().find("LSTM");
-      ASSERT_EQ(kernels.front().name, "onednn");
-      EXPECT_TRUE(kernels.front().accepts(n, types).ok());
-      auto fast = run_graph_on_host(g, bound, CompileOptions{true});
-      auto ref = run_graph_on_host(g, bound, CompileOptions{false});
-      ASSERT_TRUE(fast.ok() && ref.ok());
-      for (size_t o = 0; o < 3; ++o) {
-        ASSERT_TRUE((*fast)[o].ok()) << (*fast)[o].status().to_string();
-        ASSERT_TRUE((*ref)[o].ok()) << (*ref)[o].status().to_string();
-        EXPECT_TRUE(tensors_near(*(*fast)[o], *(*ref)[o], 1e-4, 1e-5)) << "output " << o;
-      }
+      if (k.peepholes) r.add("p", random_f32({dirs, 3 * k.hidden}, rng));
+      r.check({"y", "yh", "yc"});
     }
-  }
-  unsetenv("TENSORD_TEST_RNN_ISA");
+  });
   // What the fast kernel leaves to the reference, and says why.
   Node clip;
   clip.op = "LSTM";
@@ -810,64 +833,22 @@ TEST(OneDnn, GruMatchesReference) {
       // No input features: X W^T is zero (its buffer is not zeroed beforehand).
       {3, 2, 0, 16, "forward", 0, 1, true, false, true},
   };
-  // Each case under every form this CPU has: its own (AVX-512 or AVX2 intrinsics), AVX2's,
-  // and the compiler's clones (TENSORD_TEST_RNN_ISA).
-  for (const char* isa : {"", "avx2", "generic"}) {
-    if (*isa) setenv("TENSORD_TEST_RNN_ISA", isa, 1); else unsetenv("TENSORD_TEST_RNN_ISA");
-    SCOPED_TRACE(std::string("TENSORD_TEST_RNN_ISA=") + isa);
+  for_each_rnn_isa([&] {
     for (const GruCase& k : cases) {
       SCOPED_TRACE("gru " + k.direction + " layout " + std::to_string(k.layout) + " lbr " +
                    std::to_string(k.linear_before_reset) + " batch " + std::to_string(k.batch));
       const int64_t dirs = k.direction == "bidirectional" ? 2 : 1;
-      Graph g;
-      Node n;
-      n.name = "gru";
-      n.op = "GRU";
-      n.attrs = {{"hidden_size", k.hidden},
-                 {"direction", k.direction},
-                 {"layout", k.layout},
-                 {"linear_before_reset", k.linear_before_reset}};
-      std::vector<HostTensor> bound;
-      auto add = [&](const std::string& name, HostTensor t) {
-        n.inputs.push_back(name);
-        g.inputs.push_back({name, t.type()});
-        bound.push_back(std::move(t));
-      };
-      add("x", random_f32(k.layout == 0 ? Shape{k.seq, k.batch, k.input} : Shape{k.batch, k.seq, k.input}, rng));
-      add("w", random_f32({dirs, 3 * k.hidden, k.input}, rng));
-      add("r", random_f32({dirs, 3 * k.hidden, k.hidden}, rng));
-      if (k.bias) add("b", random_f32({dirs, 6 * k.hidden}, rng)); else n.inputs.push_back("");
-      if (k.lens) {
-        std::vector<int32_t> lens;
-        for (int64_t b = 0; b < k.batch; ++b) lens.push_back(static_cast<int32_t>((k.seq - b) % (k.seq + 1)));
-        lens.back() = 0;  // an empty sequence
-        add("lens", HostTensor::from_vector(lens, {k.batch}));
-      } else {
-        n.inputs.push_back("");
-      }
+      RnnGraph r("GRU",
+                 {{"hidden_size", k.hidden},
+                  {"direction", k.direction},
+                  {"layout", k.layout},
+                  {"linear_before_reset", k.linear_before_reset}},
+                 k.seq, k.batch, k.input, k.hidden, dirs, k.layout, 3, k.bias, k.lens, rng);
       const Shape state = k.layout == 0 ? Shape{dirs, k.batch, k.hidden} : Shape{k.batch, dirs, k.hidden};
-      if (k.initial) add("h0", random_f32(state, rng)); else n.inputs.push_back("");
-      n.outputs = {"y", "yh"};
-      g.outputs = {{"y", {}}, {"yh", {}}};
-      g.nodes.push_back(n);
-      std::vector<TensorType> types(n.inputs.size());
-      size_t bi = 0;
-      for (size_t i = 0; i < n.inputs.size(); ++i)
-        if (!n.inputs[i].empty()) types[i] = bound[bi++].type();
-      const auto& kernels = cpu::KernelRegistry::global().find("GRU");
-      ASSERT_EQ(kernels.front().name, "onednn");
-      EXPECT_TRUE(kernels.front().accepts(n, types).ok());
-      auto fast = run_graph_on_host(g, bound, CompileOptions{true});
-      auto ref = run_graph_on_host(g, bound, CompileOptions{false});
-      ASSERT_TRUE(fast.ok() && ref.ok());
-      for (size_t o = 0; o < 2; ++o) {
-        ASSERT_TRUE((*fast)[o].ok()) << (*fast)[o].status().to_string();
-        ASSERT_TRUE((*ref)[o].ok()) << (*ref)[o].status().to_string();
-        EXPECT_TRUE(tensors_near(*(*fast)[o], *(*ref)[o], 1e-4, 1e-5)) << "output " << o;
-      }
+      if (k.initial) r.add("h0", random_f32(state, rng)); else r.skip();
+      r.check({"y", "yh"});
     }
-  }
-  unsetenv("TENSORD_TEST_RNN_ISA");
+  });
   // What the fast kernel leaves to the reference, and says why.
   const auto& fast = cpu::KernelRegistry::global().find("GRU").front();
   const std::vector<TensorType> f32 = {{DType::kFloat32, {2, 1, 3}}, {DType::kFloat32, {1, 6, 3}},

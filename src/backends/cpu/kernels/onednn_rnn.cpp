@@ -142,8 +142,6 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void vec_times_matr
   }
 }
 
-// dst[c * rows + r] = src[r * cols + c] for a [rows, cols] matrix, in 16x16 tiles (an
-// element-wise transpose of R strides a whole row per element and misses the cache).
 // AVX2: an 8x8 block of a row-major matrix (row stride ss) to dst (row stride ds), in
 // registers (a strided store per element made R^T 15% of an LSTM's time on AVX2).
 __attribute__((target("avx2"))) inline void transpose8x8_avx2(const float* __restrict src,
@@ -167,17 +165,32 @@ __attribute__((target("avx2"))) inline void transpose8x8_avx2(const float* __res
   }
 }
 
-__attribute__((target("avx2"))) void transpose_avx2(const float* __restrict src, int64_t rows,
-                                                    int64_t cols, float* __restrict dst) {
-  for (int64_t r0 = 0; r0 < rows; r0 += 8)
-    for (int64_t c0 = 0; c0 < cols; c0 += 8)
-      transpose8x8_avx2(src + r0 * cols + c0, cols, dst + c0 * rows + r0, rows);
+// R [rows, hidden] (row-major) into R^T's panels of width `panel` (the last one narrower),
+// rows a multiple of 8; by 8x8 blocks in registers when hidden is a multiple of 8.
+__attribute__((target("avx2"))) void pack_panels_avx2(const float* __restrict r, int64_t rows,
+                                                      int64_t hidden, int64_t panel,
+                                                      float* __restrict dst) {
+  for (int64_t p0 = 0; p0 < rows; p0 += panel) {
+    const int64_t w = std::min(panel, rows - p0);
+    float* pd = dst + p0 * hidden;  // panel p: hidden rows of w values
+    if (hidden % 8 == 0) {
+      for (int64_t c0 = 0; c0 < w; c0 += 8)
+        for (int64_t i0 = 0; i0 < hidden; i0 += 8)
+          transpose8x8_avx2(r + (p0 + c0) * hidden + i0, hidden, pd + i0 * w + c0, w);
+    } else {
+      for (int64_t c = 0; c < w; ++c)
+        for (int64_t i = 0; i < hidden; ++i) pd[i * w + c] = r[(p0 + c) * hidden + i];
+    }
+  }
 }
 
+// dst[c * rows + r] = src[r * cols + c] for a [rows, cols] matrix, in 16x16 tiles (an
+// element-wise transpose of R strides a whole row per element and misses the cache); with
+// AVX2 as one panel of pack_panels_avx2.
 void transpose_tiled(const float* __restrict src, int64_t rows, int64_t cols,
                      float* __restrict dst) {
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2 && rows % 8 == 0 && cols % 8 == 0) return transpose_avx2(src, rows, cols, dst);
+  if (avx2 && rows % 8 == 0 && cols % 8 == 0) return pack_panels_avx2(src, rows, cols, rows, dst);
   constexpr int64_t kTile = 16;
   for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
     const int64_t r1 = std::min(rows, r0 + kTile);
@@ -326,25 +339,6 @@ __attribute__((target("avx2,fma"))) void four_vecs_times_panel_avx2(
   const __m256 rows[4][3] = {{a00, a01, a02}, {a10, a11, a12}, {a20, a21, a22}, {a30, a31, a32}};
   for (int bi = 0; bi < kNb; ++bi)
     for (int c = 0; c < 3; ++c) _mm256_storeu_ps(out + bi * out_stride + 8 * c, rows[bi][c]);
-}
-
-// R [rows, hidden] (row-major) into R^T's panels of width `panel` (the last one narrower),
-// rows a multiple of 8; by 8x8 blocks in registers when hidden is a multiple of 8.
-__attribute__((target("avx2"))) void pack_panels_avx2(const float* __restrict r, int64_t rows,
-                                                      int64_t hidden, int64_t panel,
-                                                      float* __restrict dst) {
-  for (int64_t p0 = 0; p0 < rows; p0 += panel) {
-    const int64_t w = std::min(panel, rows - p0);
-    float* pd = dst + p0 * hidden;  // panel p: hidden rows of w values
-    if (hidden % 8 == 0) {
-      for (int64_t c0 = 0; c0 < w; c0 += 8)
-        for (int64_t i0 = 0; i0 < hidden; i0 += 8)
-          transpose8x8_avx2(r + (p0 + c0) * hidden + i0, hidden, pd + i0 * w + c0, w);
-    } else {
-      for (int64_t c = 0; c < w; ++c)
-        for (int64_t i = 0; i < hidden; ++i) pd[i * w + c] = r[(p0 + c) * hidden + i];
-    }
-  }
 }
 
 // The narrow last panel: kNb vectors times `cols` (1..7) 8-column vectors.
