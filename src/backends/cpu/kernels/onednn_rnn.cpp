@@ -505,13 +505,16 @@ inline __attribute__((always_inline)) void lstm_cell_body(const float* __restric
   }
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void lstm_cell(
+// The generic forms (TENSORD_TEST_RNN_ISA=generic, CPUs without AVX2). No AVX2 clone: GCC 12
+// compiles these loops scalar for AVX2 (tests/kernels/test_simd_clones.py checks every
+// clone), and an AVX2 CPU runs lstm_cell_avx2 below.
+__attribute__((target_clones("avx512f", "default"))) void lstm_cell(
     const float* __restrict gx, const float* __restrict gr, float* __restrict c,
     float* __restrict h, int64_t hidden) {
   lstm_cell_body<false>(gx, gr, nullptr, c, h, hidden);
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void lstm_cell_peepholes(
+__attribute__((target_clones("avx512f", "default"))) void lstm_cell_peepholes(
     const float* __restrict gx, const float* __restrict gr, const float* __restrict peep,
     float* __restrict c, float* __restrict h, int64_t hidden) {
   lstm_cell_body<true>(gx, gr, peep, c, h, hidden);
@@ -528,20 +531,32 @@ __attribute__((target("avx512f"))) inline __m512 lstm_gate(const float* gx, cons
   return _mm512_add_ps(_mm512_maskz_loadu_ps(m, gx + at), _mm512_maskz_loadu_ps(m, gr + at));
 }
 
-// lstm_cell (no peepholes) sixteen values at a time, the last piece masked.
+// lstm_cell sixteen values at a time, the last piece masked; with peepholes P = [i, o, f]
+// (peep), as lstm_cell_body.
+template <bool kPeepholes>
 __attribute__((target("avx512f"))) void lstm_cell_avx512(const float* __restrict gx,
                                                          const float* __restrict gr,
+                                                         const float* __restrict peep,
                                                          float* __restrict c,
                                                          float* __restrict h, int64_t hidden) {
   for (int64_t j = 0; j < hidden; j += 16) {
     const __mmask16 m = hidden - j >= 16 ? __mmask16(0xFFFF)
                                          : static_cast<__mmask16>((1u << (hidden - j)) - 1);
     const __m512 c_prev = _mm512_maskz_loadu_ps(m, c + j);
-    const __m512 ig = sigmoid_avx512(lstm_gate(gx, gr, 0 * hidden + j, m));
-    const __m512 fg = sigmoid_avx512(lstm_gate(gx, gr, 2 * hidden + j, m));
+    __m512 si = lstm_gate(gx, gr, 0 * hidden + j, m);
+    __m512 sf = lstm_gate(gx, gr, 2 * hidden + j, m);
+    if constexpr (kPeepholes) {
+      si = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, peep + j), c_prev, si);
+      sf = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, peep + 2 * hidden + j), c_prev, sf);
+    }
+    const __m512 ig = sigmoid_avx512(si);
+    const __m512 fg = sigmoid_avx512(sf);
     const __m512 cg = tanh_avx512(lstm_gate(gx, gr, 3 * hidden + j, m));
     const __m512 c_new = _mm512_fmadd_ps(fg, c_prev, _mm512_mul_ps(ig, cg));
-    const __m512 og = sigmoid_avx512(lstm_gate(gx, gr, 1 * hidden + j, m));
+    __m512 so = lstm_gate(gx, gr, 1 * hidden + j, m);
+    if constexpr (kPeepholes)
+      so = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, peep + hidden + j), c_new, so);
+    const __m512 og = sigmoid_avx512(so);
     _mm512_mask_storeu_ps(c + j, m, c_new);
     _mm512_mask_storeu_ps(h + j, m, _mm512_mul_ps(og, tanh_avx512(c_new)));
   }
@@ -557,18 +572,29 @@ __attribute__((target("avx2,fma"))) inline __m256 gate_avx2(const float* gx, con
   return _mm256_add_ps(_mm256_maskload_ps(gx + at, m), _mm256_maskload_ps(gr + at, m));
 }
 
+template <bool kPeepholes>
 __attribute__((target("avx2,fma"))) void lstm_cell_avx2(const float* __restrict gx,
                                                        const float* __restrict gr,
+                                                       const float* __restrict peep,
                                                        float* __restrict c, float* __restrict h,
                                                        int64_t hidden) {
   for (int64_t j = 0; j < hidden; j += 8) {
     const __m256i m = lanes_below_avx2(hidden - j);
     const __m256 c_prev = _mm256_maskload_ps(c + j, m);
-    const __m256 ig = sigmoid_avx2(gate_avx2(gx, gr, 0 * hidden + j, m));
-    const __m256 fg = sigmoid_avx2(gate_avx2(gx, gr, 2 * hidden + j, m));
+    __m256 si = gate_avx2(gx, gr, 0 * hidden + j, m);
+    __m256 sf = gate_avx2(gx, gr, 2 * hidden + j, m);
+    if constexpr (kPeepholes) {
+      si = _mm256_fmadd_ps(_mm256_maskload_ps(peep + j, m), c_prev, si);
+      sf = _mm256_fmadd_ps(_mm256_maskload_ps(peep + 2 * hidden + j, m), c_prev, sf);
+    }
+    const __m256 ig = sigmoid_avx2(si);
+    const __m256 fg = sigmoid_avx2(sf);
     const __m256 cg = tanh_avx2(gate_avx2(gx, gr, 3 * hidden + j, m));
     const __m256 c_new = _mm256_fmadd_ps(fg, c_prev, _mm256_mul_ps(ig, cg));
-    const __m256 og = sigmoid_avx2(gate_avx2(gx, gr, 1 * hidden + j, m));
+    __m256 so = gate_avx2(gx, gr, 1 * hidden + j, m);
+    if constexpr (kPeepholes)
+      so = _mm256_fmadd_ps(_mm256_maskload_ps(peep + hidden + j, m), c_new, so);
+    const __m256 og = sigmoid_avx2(so);
     _mm256_maskstore_ps(c + j, m, c_new);
     _mm256_maskstore_ps(h + j, m, _mm256_mul_ps(og, tanh_avx2(c_new)));
   }
@@ -657,14 +683,15 @@ Status lstm_run(KernelContext& ctx) {
         const float* gxr = gx + x_row(t, bi) * gh;
         const float* grr = gr.data() + bi * gh;
         float* hb = h.data() + bi * hidden;
-        if (pd)
-          lstm_cell_peepholes(gxr, grr, pd, c.data() + bi * hidden, hb, hidden);
-        else if (isa.avx512)
-          lstm_cell_avx512(gxr, grr, c.data() + bi * hidden, hb, hidden);
+        float* cb = c.data() + bi * hidden;
+        if (isa.avx512)
+          (pd ? lstm_cell_avx512<true> : lstm_cell_avx512<false>)(gxr, grr, pd, cb, hb, hidden);
         else if (isa.avx2)
-          lstm_cell_avx2(gxr, grr, c.data() + bi * hidden, hb, hidden);
+          (pd ? lstm_cell_avx2<true> : lstm_cell_avx2<false>)(gxr, grr, pd, cb, hb, hidden);
+        else if (pd)
+          lstm_cell_peepholes(gxr, grr, pd, cb, hb, hidden);
         else
-          lstm_cell(gxr, grr, c.data() + bi * hidden, hb, hidden);
+          lstm_cell(gxr, grr, cb, hb, hidden);
         std::copy(hb, hb + hidden, y.begin() + y_at(t, d, bi));
       }
     }
@@ -692,7 +719,7 @@ Status lstm_run(KernelContext& ctx) {
 // (the recurrent products). gru_zr: the update and reset gates. gru_h: the new state, from the
 // h gate's recurrent term gr_h, which is H Rh^T (then r . (gr_h + Rbh) is formed here) with
 // linear_before_reset, else (r . H) Rh^T with Rbh already in gx. Vectorised (vec_math.h).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void gru_zr(
+__attribute__((target_clones("avx512f", "default"))) void gru_zr(
     const float* __restrict gx, const float* __restrict gr, float* __restrict z,
     float* __restrict rg, int64_t hidden) {
   for (int64_t j = 0; j < hidden; ++j) {
@@ -702,7 +729,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void gru_zr(
 }
 
 // Two functions, not a flag and a nullable Rbh in one loop: see lstm_cell_body on masked loads.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void gru_h(
+__attribute__((target_clones("avx512f", "default"))) void gru_h(
     const float* __restrict gx_h, const float* __restrict gr_h, const float* __restrict z,
     float* __restrict h, int64_t hidden) {
   for (int64_t j = 0; j < hidden; ++j) {
@@ -711,7 +738,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void gru_h(
   }
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void gru_h_linear_before_reset(
+__attribute__((target_clones("avx512f", "default"))) void gru_h_linear_before_reset(
     const float* __restrict gx_h, const float* __restrict gr_h, const float* __restrict rbh,
     const float* __restrict z, const float* __restrict rg, float* __restrict h, int64_t hidden) {
   for (int64_t j = 0; j < hidden; ++j) {
@@ -720,7 +747,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void gru_h_linear_b
   }
 }
 
-// gru_zr, gru_h and gru_h_linear_before_reset in AVX2 + FMA (their AVX2 clones are scalar).
+// gru_zr, gru_h and gru_h_linear_before_reset in AVX2 + FMA (GCC 12 compiles their loops
+// scalar for AVX2, so they have no AVX2 clone).
 __attribute__((target("avx2,fma"))) void gru_zr_avx2(const float* __restrict gx,
                                                     const float* __restrict gr,
                                                     float* __restrict z, float* __restrict rg,
