@@ -947,6 +947,51 @@ TEST(GraphCompiler, ConvTransposeWorkIsItsMultiplyAdds) {
   EXPECT_GE(serial_ops(serial) - serial_ops(team), 2) << team << "\n" << serial;
 }
 
+// A pooling's work is its window's reads (9 per output of a 3x3 window), not the elements it
+// moves: counted as moved (7.8 k here), a MaxPool ran on one thread below a limit its window
+// work (20 k) passes. (node_work's rules; an op with no rule runs on the team.)
+TEST(GraphCompiler, PoolingWorkIsItsWindow) {
+  G b;
+  auto x = b.in("x", {1, 16, 14, 14});
+  auto c = b.conv(x, 16, 32, 1);  // 100 k multiply-adds
+  b.out(b.op("MaxPool", {c}, {{"kernel_shape", std::vector<int64_t>{3, 3}},
+                              {"strides", std::vector<int64_t>{2, 2}},
+                              {"pads", std::vector<int64_t>{1, 1, 1, 1}}}));  // [1, 32, 7, 7]
+  auto serial_ops = [](const std::string& plan) {
+    const size_t at = plan.find(" serial");
+    size_t begin = at;
+    while (begin > 0 && std::isdigit(static_cast<unsigned char>(plan[begin - 1]))) --begin;
+    return at == std::string::npos || begin == at ? 0 : std::stoi(plan.substr(begin, at - begin));
+  };
+  // Between 15 k and 25 k only the pooling's side changes (the convolution's 100 k is above
+  // both; the reorders' 3-6 k values below both).
+  ASSERT_EQ(setenv("TENSORD_SERIAL_WORK_K", "15", 1), 0);
+  const std::string below = check(b.g, {random({1, 16, 14, 14}, 93)});
+  ASSERT_EQ(setenv("TENSORD_SERIAL_WORK_K", "25", 1), 0);
+  const std::string above = check(b.g, {random({1, 16, 14, 14}, 93)});
+  unsetenv("TENSORD_SERIAL_WORK_K");
+  EXPECT_EQ(primitives(below, "pool"), 1) << below;
+  EXPECT_EQ(primitives(below, "conv"), 1) << below;
+  EXPECT_EQ(serial_ops(above) - serial_ops(below), 1) << below << "\n" << above;
+}
+
+// A pooling that reads a region input (plain NCHW) ran on oneDNN's generic "simple_nchw" loop
+// (MaxViT's downsampling, 8% of its time on AVX2); it now pools a channels-last or blocked copy.
+TEST(GraphCompiler, PoolingOfARegionInputRunsOnAJitKernel) {
+  for (const char* op : {"AveragePool", "MaxPool"}) {
+    G b;
+    auto x = b.in("x", {1, 24, 16, 16});
+    auto p = b.op(op, {x}, {{"kernel_shape", std::vector<int64_t>{3, 3}},
+                            {"strides", std::vector<int64_t>{2, 2}},
+                            {"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+    b.out(b.op("Relu", {b.conv(p, 24, 32, 1)}));
+    const std::string plan = check(b.g, {random({1, 24, 16, 16}, 94)});
+    EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << op << "\n" << plan;
+    EXPECT_EQ(primitives(plan, "pool"), 1) << op << "\n" << plan;
+    EXPECT_EQ(count(plan, "oneDNN reference primitive"), 0) << op << "\n" << plan;
+  }
+}
+
 TEST(GraphCompiler, ConvTransposeRunsInTheRegionWithoutReorders) {
   for (const char* layout : {"any", "blocked16"}) {
     ASSERT_EQ(setenv("TENSORD_CONV_LAYOUT", layout, 1), 0);

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -1842,15 +1843,40 @@ class RegionCompiler {
     return true;
   }
 
+  // A pooling whose input is in a layout oneDNN pools only with its generic loop (a plain NCHW
+  // region input: "simple_nchw", 5-10x its JIT kernels; MaxViT's downsampling pools on AVX2)
+  // reads a reordered copy in channels-last or the channel-blocked layout instead, the first
+  // with a JIT kernel. make_pd(src_md) builds the pooling for an input layout.
+  template <typename MakePd>
+  dnnl::pooling_v2_forward::primitive_desc pool_with_fast_kernel(
+      dnnl::pooling_v2_forward::primitive_desc pd, const Shape& xs, MakePd&& make_pd) {
+    auto slow = [](const std::string& impl) {
+      return is_reference(impl) || impl.find("simple") != std::string::npos;
+    };
+    if (!slow(pd.impl_info_str()) || xs.size() != 4) return pd;
+    for (Tag t : {Tag::acdb, blocked16_ ? Tag::aBcd16b : Tag::aBcd8b}) {
+      try {
+        auto alt = make_pd(memory::desc(dims_of(xs), DT::f32, t));
+        if (!slow(alt.impl_info_str())) return alt;
+      } catch (const dnnl::error&) {
+      }
+    }
+    return pd;
+  }
+
   Status compile_global_pool(const std::string& in, const std::string& out) {
     const Shape xs = act4(type(in).shape);
     TD_ASSIGN_OR_RETURN(int src, value(in));
     const memory::desc src_md = out_->slots_[static_cast<size_t>(src)].md;
     const memory::desc dst_any({xs[0], xs[1], 1, 1}, DT::f32, Tag::any);
-    dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference,
-                                        Alg::pooling_avg_exclude_padding, src_md, dst_any,
-                                        {1, 1}, {xs[2], xs[3]}, {0, 0}, {0, 0}, {0, 0});
-    dnnl::pooling_v2_forward::primitive_desc pd(desc, region_attr(), cpu_engine());
+    auto make_pd = [&](const memory::desc& md) {
+      dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                          Alg::pooling_avg_exclude_padding, md, dst_any, {1, 1},
+                                          {xs[2], xs[3]}, {0, 0}, {0, 0}, {0, 0});
+      return dnnl::pooling_v2_forward::primitive_desc(desc, region_attr(), cpu_engine());
+    };
+    dnnl::pooling_v2_forward::primitive_desc pd = make_pd(src_md);
+    pd = pool_with_fast_kernel(pd, xs, make_pd);
     TD_ASSIGN_OR_RETURN(src, value_in(in, pd.src_desc()));
     const int dst = add_arena(pd.dst_desc());
     add_op(dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, "pool");
@@ -1899,9 +1925,13 @@ class RegionCompiler {
     TD_ASSIGN_OR_RETURN(int src, value(node.inputs[0]));
     const memory::desc src_md = out_->slots_[static_cast<size_t>(src)].md;
     const memory::desc dst_any(dims_of(ys), DT::f32, Tag::any);
-    dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, alg, src_md, dst_any,
-                                        strides, kernel, dil, pl, pr);
-    dnnl::pooling_v2_forward::primitive_desc pd(desc, region_attr(), cpu_engine());
+    auto make_pd = [&](const memory::desc& in) {
+      dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, alg, in, dst_any,
+                                          strides, kernel, dil, pl, pr);
+      return dnnl::pooling_v2_forward::primitive_desc(desc, region_attr(), cpu_engine());
+    };
+    dnnl::pooling_v2_forward::primitive_desc pd = make_pd(src_md);
+    pd = pool_with_fast_kernel(pd, xs, make_pd);
     TD_ASSIGN_OR_RETURN(src, value_in(node.inputs[0], pd.src_desc()));
     const int dst = add_arena(pd.dst_desc());
     add_op(dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, "pool");
@@ -2159,8 +2189,12 @@ class RegionCompiler {
     TeamLimit limit_;
   };
 
-  // A node's work: multiply-adds for a convolution or an inner product, else the elements it
-  // reads and writes. Below serial_work_limit() it runs on one thread.
+  // A node's work: multiply-adds for a convolution or an inner product, window reads for a
+  // pooling, the elements read and written for the ops that touch each once (element-wise,
+  // normalisation, concat, copies, global pools); below serial_work_limit() it runs on one
+  // thread. An op with no rule here counts as unbounded (the team): the cost of a team on
+  // small work is a fork and join, the cost of one thread on large work was a VAE decoder's
+  // deconvolutions at half speed (they fell through to "elements moved").
   double node_work(const Node& n) {
     double out = 0, in = 0;
     for (const auto& o : n.outputs)
@@ -2186,7 +2220,19 @@ class RegionCompiler {
         return static_cast<double>(shape_numel(type(n.inputs[0]).shape)) *
                static_cast<double>(shape_numel(w->shape()) / w->shape()[0]);
     }
-    return in + out;
+    // MaxPool / AveragePool: each output reads its window.
+    if (n.op == "MaxPool" || n.op == "AveragePool") {
+      auto k = NodeAttrs(n).attr_ints("kernel_shape");
+      double window = 1;
+      if (k.ok())
+        for (int64_t v : *k) window *= static_cast<double>(std::max<int64_t>(v, 1));
+      return out * window + in;
+    }
+    static const std::unordered_set<std::string> kTouchOnce = {
+        "Flatten", "Reshape", "Transpose", "Slice", "Concat", "Pad", "ReduceMean",
+        "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization"};
+    if (kTouchOnce.count(n.op) || is_unary_eltwise(n.op) || is_binary(n.op)) return in + out;
+    return std::numeric_limits<double>::infinity();
   }
 
   const FusionGraph& g_;
