@@ -423,6 +423,7 @@ class LinearKernel final : public FusedKernel {
   std::vector<std::pair<int, size_t>> residual_args_;  // post-op argument -> input index
   std::unordered_map<int, memory> args_;              // weights, bias, constant columns
   int64_t weight_bytes_ = 0;
+  bool padded_rows_ = false;     // weights stored with rows 16 floats longer (compile_linear)
   std::string describe_;
 };
 
@@ -524,9 +525,31 @@ Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const 
     k->wei_md_ = wei_any;
   }
   const bool has_bias = !p.bias.empty();
-  auto desc = has_bias ? dnnl::matmul::desc(k->src_md_, wei_any, row_md, k->dst_md_)
-                       : dnnl::matmul::desc(k->src_md_, wei_any, k->dst_md_);
+  auto make_desc = [&](const memory::desc& wei) {
+    return has_bias ? dnnl::matmul::desc(k->src_md_, wei, row_md, k->dst_md_)
+                    : dnnl::matmul::desc(k->src_md_, wei, k->dst_md_);
+  };
+  auto desc = make_desc(wei_any);
   dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+  // Constant weights the primitive reads row-major (oneDNN's AVX2 gemm; AVX-512 takes a blocked
+  // layout) with a row of a multiple of 1 KB (N a multiple of 256: BERT's 768 x 3072, a
+  // mixer's 256 x 1024) are stored with their rows 64 bytes apart more: the gemm's reads down
+  // B's columns otherwise fall into the same cache sets (a critical stride): [196, 256] x
+  // [256, 1024] took 1.44 ms on two Zen 3 cores, 0.78 ms padded. TENSORD_NO_WEIGHT_PAD: never.
+  static const bool pad_rows = !std::getenv("TENSORD_NO_WEIGHT_PAD");
+  if (!batched && pad_rows && p.n % 256 == 0 &&
+      pd.weights_desc() == memory::desc({p.k, p.n}, DT::f32, Tag::ab)) {
+    try {
+      auto padded_desc = make_desc(memory::desc({p.k, p.n}, DT::f32, memory::dims{p.n + 16, 1}));
+      dnnl::matmul::primitive_desc padded(padded_desc, attr, cpu_engine());
+      if (std::string(padded.impl_info_str()) == pd.impl_info_str()) {
+        desc = padded_desc;
+        pd = padded;
+        k->padded_rows_ = true;
+      }
+    } catch (const dnnl::error&) {
+    }
+  }
   // A broadcast post-op oneDNN has no fast kernel for (its reference matmul then) is refused:
   // the layer is matched again without it.
   const bool broadcast = std::any_of(p.steps.begin(), p.steps.end(),
@@ -578,7 +601,8 @@ Result<std::unique_ptr<FusedKernel>> compile_linear(const FusionGraph& g, const 
               : fmt::format("Linear: [{}, {}] x [{}, {}]{}{}{} as one oneDNN matmul ({}), {} nodes",
                             p.m, p.k, p.k, p.n, p.w_transposed ? " (B transposed)" : "",
                             has_bias ? " + bias" : "", what,
-                            pd.impl_info_str(), p.members.size());
+                            pd.impl_info_str(), p.members.size()) +
+                    (k->padded_rows_ ? ", weight rows padded" : "");
   return std::unique_ptr<FusedKernel>(std::move(k));
 }
 
