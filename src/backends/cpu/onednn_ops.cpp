@@ -13,6 +13,10 @@ using dnnl_names::Alg;
 
 bool is_reference(const std::string& impl) { return impl.find("ref") != std::string::npos; }
 
+bool is_slow_pooling(const std::string& impl) {
+  return is_reference(impl) || impl.find("simple") != std::string::npos;
+}
+
 // The implementation oneDNN chose for a created primitive ("jit:avx2", "ref:any"), or "".
 std::string impl_of(const dnnl::primitive& prim) {
   if (!prim) return "";

@@ -25,6 +25,9 @@ using Alg = dnnl::algorithm;
 
 // "ref" in an implementation name: oneDNN's portable reference code.
 bool is_reference(const std::string& impl);
+// A pooling implementation on oneDNN's generic loops: "ref", or "simple" (a scalar loop over
+// plain layouts, 5-18x its JIT kernels; S3D's 3-D MaxPools, MaxViT's downsampling).
+bool is_slow_pooling(const std::string& impl);
 // The implementation oneDNN chose for a created primitive ("jit:avx2", "ref:any"), or "".
 std::string impl_of(const dnnl::primitive& prim);
 

@@ -633,8 +633,7 @@ class DnnlRegion final : public FusedKernel {
     std::vector<std::string> out;
     for (const Op& op : ops_) {
       const std::string impl = op.custom ? "" : impl_of(op.prim);
-      if (is_reference(impl) ||
-          (op.kind == "pool" && impl.find("simple") != std::string::npos))
+      if (op.kind == "pool" ? is_slow_pooling(impl) : is_reference(impl))
         out.push_back(op.kind + " (" + impl + ")");
     }
     return out;
@@ -1850,14 +1849,11 @@ class RegionCompiler {
   template <typename MakePd>
   dnnl::pooling_v2_forward::primitive_desc pool_with_fast_kernel(
       dnnl::pooling_v2_forward::primitive_desc pd, const Shape& xs, MakePd&& make_pd) {
-    auto slow = [](const std::string& impl) {
-      return is_reference(impl) || impl.find("simple") != std::string::npos;
-    };
-    if (!slow(pd.impl_info_str()) || xs.size() != 4) return pd;
+    if (!is_slow_pooling(pd.impl_info_str()) || xs.size() != 4) return pd;
     for (Tag t : {Tag::acdb, blocked16_ ? Tag::aBcd16b : Tag::aBcd8b}) {
       try {
         auto alt = make_pd(memory::desc(dims_of(xs), DT::f32, t));
-        if (!slow(alt.impl_info_str())) return alt;
+        if (!is_slow_pooling(alt.impl_info_str())) return alt;
       } catch (const dnnl::error&) {
       }
     }

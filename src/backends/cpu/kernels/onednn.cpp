@@ -26,6 +26,7 @@
 
 #include "backends/cpu/kernel.h"
 #include "backends/cpu/onednn_common.h"
+#include "backends/cpu/onednn_ops.h"
 #include "backends/cpu/thread_pool.h"
 #include "core/env.h"
 #include "core/ops/op_helpers.h"
@@ -565,10 +566,7 @@ Status pool_run(KernelContext& ctx, bool max) {
     // 3-D MaxPools took 60% of its time in it, 1.1 s an example against ONNX Runtime's 0.34 s
     // for the whole model): then a channel-blocked layout with a JIT kernel, the input
     // reordered into it and the output back.
-    const auto slow = [](const std::string& impl) {
-      return impl.find("ref") != std::string::npos || impl.find("simple") != std::string::npos;
-    };
-    if (nd >= 2 && slow(pd.impl_info_str())) {
+    if (nd >= 2 && is_slow_pooling(pd.impl_info_str())) {
       static const Tag blocked8[] = {Tag::aBc8b, Tag::aBcd8b, Tag::aBcde8b};
       static const Tag blocked16[] = {Tag::aBc16b, Tag::aBcd16b, Tag::aBcde16b};
       for (const Tag* tags : {blocked16, blocked8}) {
@@ -579,7 +577,7 @@ Status pool_run(KernelContext& ctx, bool max) {
         } catch (const dnnl::error&) {
           continue;
         }
-        if (slow(alt->impl_info_str())) continue;
+        if (is_slow_pooling(alt->impl_info_str())) continue;
         memory xs = wrap(src_md, x.data), ys = wrap(dst_md, out.data);
         memory xb(alt->src_desc(), cpu_engine()), yb(alt->dst_desc(), cpu_engine());
         execute(dnnl::reorder(xs, xb), {{DNNL_ARG_FROM, xs}, {DNNL_ARG_TO, xb}});
