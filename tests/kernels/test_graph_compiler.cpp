@@ -992,6 +992,57 @@ TEST(GraphCompiler, PoolingOfARegionInputRunsOnAJitKernel) {
   }
 }
 
+// Poolings of a convolution's output where that is nChw8c (AVX2) run on tensord's loop
+// (blocked_pool.h; oneDNN's AVX2 pooling took three times as long): max and average with and
+// without the padding counted, ceil_mode, dilations, asymmetric pads, channels that do not fill
+// the last block (20) and a 1-D pooling, each against the reference kernels.
+TEST(GraphCompiler, PoolingOfBlockedValuesRunsOnTensordsLoop) {
+  struct Case {
+    const char* op;
+    AttributeMap attrs;
+  };
+  auto ints = [](std::vector<int64_t> v) { return Attribute(std::move(v)); };
+  const std::vector<Case> cases = {
+      {"MaxPool", {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})},
+                   {"pads", ints({1, 1, 1, 1})}}},
+      {"MaxPool", {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})},
+                   {"ceil_mode", int64_t{1}}}},
+      {"MaxPool", {{"kernel_shape", ints({3, 3})}, {"strides", ints({1, 1})},
+                   {"pads", ints({1, 1, 1, 1})}}},
+      {"MaxPool", {{"kernel_shape", ints({2, 3})}, {"dilations", ints({2, 2})},
+                   {"pads", ints({0, 2, 1, 0})}}},
+      {"AveragePool", {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})},
+                       {"pads", ints({1, 1, 1, 1})}, {"ceil_mode", int64_t{1}}}},
+      {"AveragePool", {{"kernel_shape", ints({3, 3})}, {"strides", ints({1, 1})},
+                       {"pads", ints({1, 1, 1, 1})}, {"count_include_pad", int64_t{1}}}},
+      {"AveragePool", {{"kernel_shape", ints({2, 2})}, {"strides", ints({2, 2})}}},
+  };
+  const bool blocked8 = cpu::conv_native_layout() == "nChw8c";
+  for (int64_t c : {16, 20}) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      G b;
+      auto x = b.in("x", {2, 8, 13, 11});
+      auto p = b.op(cases[i].op, {b.op("Relu", {b.conv(x, 8, c, 3)})}, cases[i].attrs);
+      b.out(b.op("Relu", {b.conv(p, c, 8, 1)}));
+      const std::string plan = check(b.g, {random({2, 8, 13, 11}, 95 + static_cast<int>(i), -2, 2)});
+      EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << i << "\n" << plan;
+      EXPECT_EQ(primitives(plan, "pool"), 1) << i << "\n" << plan;
+      if (blocked8) EXPECT_EQ(count(plan, "1 pool on tensord's loop"), 1) << i << "\n" << plan;
+    }
+  }
+  // 1-D: [N, C, W] pooled as H = 1.
+  G b;
+  auto x = b.in("x", {1, 8, 40});
+  auto w = b.constant(random({16, 8, 3}, 7, -0.5f, 0.5f));
+  auto c1 = b.op("Conv", {x, w}, {{"kernel_shape", ints({3})}, {"pads", ints({1, 1})}});
+  auto p = b.op("MaxPool", {b.op("Relu", {c1})}, {{"kernel_shape", ints({3})},
+                                                   {"strides", ints({2})}, {"pads", ints({1, 1})}});
+  auto w2 = b.constant(random({8, 16, 1}, 8, -0.5f, 0.5f));
+  b.out(b.op("Conv", {p, w2}, {{"kernel_shape", ints({1})}}));
+  const std::string plan = check(b.g, {random({1, 8, 40}, 99, -2, 2)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << plan;
+}
+
 TEST(GraphCompiler, ConvTransposeRunsInTheRegionWithoutReorders) {
   for (const char* layout : {"any", "blocked16"}) {
     ASSERT_EQ(setenv("TENSORD_CONV_LAYOUT", layout, 1), 0);

@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 
+#include "backends/cpu/blocked_pool.h"
 #include "backends/cpu/grouped_conv.h"
 #include "backends/cpu/onednn_common.h"
 #include "backends/cpu/onednn_ops.h"
@@ -650,18 +651,20 @@ class DnnlRegion final : public FusedKernel {
     // Convolutions on oneDNN's gemm kernel (im2col: where its direct kernels lack a form, e.g.
     // AVX2's dilations; often half their speed), so a plan shows them.
     // And the concats done as copies of whole runs (compile_concat).
-    int gemm = 0, copies = 0;
+    int gemm = 0, copies = 0, own_pools = 0;
     for (const Op& op : ops_) {
       if (!op.custom && op.kind.find("conv") != std::string::npos &&
           impl_of(op.prim).find("gemm") != std::string::npos)
         ++gemm;
       copies += op.custom && op.kind == "concat";
+      own_pools += op.custom && op.kind == "pool";
     }
-    return s + fmt::format("), {} fused post-ops, {} activations, {} serial, arena {} bytes{}{}",
+    return s + fmt::format("), {} fused post-ops, {} activations, {} serial, arena {} bytes{}{}{}",
                            fused_, blocked16_ ? "nChw16c" : "oneDNN-chosen", serial_ops_,
                            arena_bytes_,
                            gemm ? fmt::format(", {} conv on oneDNN's gemm kernel", gemm) : "",
-                           copies ? fmt::format(", {} concat by memcpy", copies) : "");
+                           copies ? fmt::format(", {} concat by memcpy", copies) : "",
+                           own_pools ? fmt::format(", {} pool on tensord's loop", own_pools) : "");
   }
 
   // Built by RegionCompiler.
@@ -1889,6 +1892,7 @@ class RegionCompiler {
     const bool max = node.op.find("Max") != std::string::npos;
     memory::dims kernel, strides = {1, 1}, dil = {0, 0}, pl = {0, 0}, pr = {0, 0};
     Alg alg = max ? Alg::pooling_max : Alg::pooling_avg_exclude_padding;
+    std::vector<int64_t> onnx_pads = {0, 0, 0, 0};  // top, left, bottom, right, as given
     if (global) {
       kernel = {xs[2], xs[3]};
     } else {
@@ -1909,6 +1913,7 @@ class RegionCompiler {
       strides = {st[0], st[1]};
       dil = {dl[0] - 1, dl[1] - 1};
       pl = {pads[0], pads[1]};
+      onnx_pads = pads;
       for (size_t d = 0; d < 2; ++d) {
         // ceil_mode: extend the end padding so oneDNN's floor division gives ONNX's size.
         const int64_t eff = (k[d] - 1) * dl[d] + 1;
@@ -1920,6 +1925,42 @@ class RegionCompiler {
     }
     TD_ASSIGN_OR_RETURN(int src, value(node.inputs[0]));
     const memory::desc src_md = out_->slots_[static_cast<size_t>(src)].md;
+    // nChw8c (a convolution's output on AVX2): tensord's loop (blocked_pool.h), a third of
+    // oneDNN's AVX2 pooling time. TENSORD_NO_OWN_POOL=1 keeps oneDNN's (to compare).
+    static const bool no_own_pool = std::getenv("TENSORD_NO_OWN_POOL") != nullptr;
+    const memory::desc blocked8(dims_of(xs), DT::f32, Tag::aBcd8b);
+    if (!no_own_pool && !blocked16_ && native_conv_tag() == Tag::aBcd8b && src_md == blocked8 &&
+        (node.outputs.size() == 1 || node.outputs[1].empty())) {
+      BlockedPool::Geometry geo;
+      geo.n = xs[0];
+      geo.c = xs[1];
+      geo.h = xs[2];
+      geo.w = xs[3];
+      geo.oh = ys[2];
+      geo.ow = ys[3];
+      geo.kh = kernel[0];
+      geo.kw = kernel[1];
+      geo.sh = strides[0];
+      geo.sw = strides[1];
+      geo.dh = dil[0] + 1;
+      geo.dw = dil[1] + 1;
+      geo.pt = onnx_pads[0];
+      geo.pl = onnx_pads[1];
+      geo.pb = onnx_pads[2];
+      geo.pr = onnx_pads[3];
+      const BlockedPool::Kind kind = max ? BlockedPool::Kind::kMax
+                                     : alg == Alg::pooling_avg_include_padding
+                                         ? BlockedPool::Kind::kAverageIncludePad
+                                         : BlockedPool::Kind::kAverageExcludePad;
+      auto pool = std::make_shared<BlockedPool>(geo, kind);
+      const int dst = add_arena(memory::desc(dims_of(ys), DT::f32, Tag::aBcd8b));
+      add_custom_op([pool](const void* const* x, void* y) {
+                      pool->run(static_cast<const float*>(x[0]), static_cast<float*>(y));
+                    },
+                    {src}, dst, "pool");
+      value_slot_[node.outputs[0]] = dst;
+      return OkStatus();
+    }
     const memory::desc dst_any(dims_of(ys), DT::f32, Tag::any);
     auto make_pd = [&](const memory::desc& in) {
       dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, alg, in, dst_any,
