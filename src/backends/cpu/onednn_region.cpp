@@ -50,10 +50,29 @@ bool is_f32_4d_static(const TensorType* t) {
 }
 
 // Activations a region holds: 4-D [N, C, H, W], or 3-D [N, C, L] (1-D convolution and
-// pooling), held as the 4-D [N, C, 1, L] so oneDNN's 2-D kernels and layouts run them.
+// pooling), held as the 4-D [N, C, 1, L] so oneDNN's 2-D kernels and layouts run them, or 5-D
+// [N, C, D, H, W] (3-D convolution and pooling: video networks), held as they are in the 4-D
+// layouts' 5-D forms (nCdhw8c beside nChw8c; tag_nd). Only the ops eligible() lets in at rank
+// 5 see them (convolution, pooling, element-wise, same-shape binary, channel concat).
 bool is_f32_act_static(const TensorType* t) {
-  return t && t->dtype == DType::kFloat32 && (t->shape.size() == 4 || t->shape.size() == 3) &&
+  return t && t->dtype == DType::kFloat32 &&
+         (t->shape.size() == 4 || t->shape.size() == 3 || t->shape.size() == 5) &&
          shape_is_static(t->shape);
+}
+
+// The form of activation layout `t` (a 4-D tag) for a value of `nd` dimensions: the same
+// tag below 5, its 5-D form (a depth axis before H) at 5.
+dnnl::memory::format_tag tag_nd(dnnl::memory::format_tag t, size_t nd) {
+  using T = dnnl::memory::format_tag;
+  if (nd != 5) return t;
+  switch (t) {
+    case T::abcd: return T::abcde;
+    case T::acdb: return T::acdeb;
+    case T::aBcd4b: return T::aBcde4b;
+    case T::aBcd8b: return T::aBcde8b;
+    case T::aBcd16b: return T::aBcde16b;
+    default: return t;
+  }
 }
 
 Shape act4(const Shape& s) {
@@ -262,7 +281,7 @@ std::optional<std::pair<int64_t, int64_t>> channel_slice(const Node& node, const
 int spatial_mean(const Node& node, const FusionGraph& g) {
   if (node.op != "ReduceMean" || node.inputs.empty() || node.outputs.empty()) return -1;
   const TensorType* x = g.type_of(node.inputs[0]);
-  if (!is_f32_act_static(x)) return -1;
+  if (!is_f32_act_static(x) || x->shape.size() == 5) return -1;
   const int64_t rank = static_cast<int64_t>(x->shape.size());
   NodeAttrs a(node);
   std::vector<int64_t> axes;
@@ -316,6 +335,19 @@ bool eligible(const Node& node, const FusionGraph& g) {
   }
   if (!is_f32_act_static(out)) return false;
   const size_t rank = out->shape.size();
+  // 5-D values (video networks): convolutions, window poolings, element-wise ops, binary ops
+  // of two same-shaped values (a residual Add) and channel concats; the rest stays outside.
+  if (rank == 5) {
+    static const bool off = std::getenv("TENSORD_NO_5D_REGIONS") != nullptr;
+    if (off) return false;
+    if (op != "Conv" && op != "MaxPool" && op != "AveragePool" && op != "Concat" &&
+        !is_unary_eltwise(op) && !is_binary(op))
+      return false;
+    if (is_binary(op))
+      return node.inputs.size() == 2 && type(0) && type(1) &&
+             type(0)->dtype == DType::kFloat32 && type(1)->dtype == DType::kFloat32 &&
+             type(0)->shape == out->shape && type(1)->shape == out->shape;
+  }
   if (op == "Conv") {
     if (node.inputs.size() < 2 || !is_f32_act_static(type(0)) || type(0)->shape.size() != rank)
       return false;
@@ -690,9 +722,11 @@ memory::dims dims_of(const Shape& s) { return memory::dims(s.begin(), s.end()); 
 // the reference kernel, ~100x slower: the squeeze-excitation Mul).
 std::optional<memory::desc> same_format(const memory::desc& like, const memory::dims& dims) {
   static const Tag tags[] = {Tag::acdb, Tag::abcd, Tag::aBcd16b, Tag::aBcd8b, Tag::aBcd4b};
-  if (like.dims().size() != 4 || dims.size() != 4) return std::nullopt;
+  const size_t nd = like.dims().size();
+  if ((nd != 4 && nd != 5) || dims.size() != nd) return std::nullopt;
   for (Tag t : tags)
-    if (memory::desc(like.dims(), DT::f32, t) == like) return memory::desc(dims, DT::f32, t);
+    if (memory::desc(like.dims(), DT::f32, tag_nd(t, nd)) == like)
+      return memory::desc(dims, DT::f32, tag_nd(t, nd));
   return std::nullopt;
 }
 
@@ -701,6 +735,16 @@ memory::desc plain(const Shape& s) {
   memory::dims strides(s.size(), 1);
   for (size_t i = s.size(); i-- > 1;) strides[i - 1] = strides[i] * std::max<int64_t>(s[i], 1);
   return memory::desc(dims_of(s), DT::f32, strides);
+}
+
+// Convolution weights [O, I/g, k...] in oneDNN's grouped form [g, O/g, I/g, k...] when g > 1.
+memory::dims grouped_weight_dims(const Shape& ws, int64_t group) {
+  memory::dims d = dims_of(ws);
+  if (group > 1) {
+    d[0] = ws[0] / group;
+    d.insert(d.begin(), group);
+  }
+  return d;
 }
 
 // The strides of `md` as a plain strided layout, when it is one: no blocking, or one block
@@ -814,9 +858,11 @@ class RegionCompiler {
       const TensorType* t = g_.type_of(r_.inputs[i]);
       if (!t || t->dtype != DType::kFloat32)
         return errors::Unimplemented("region input '{}' is not float32", r_.inputs[i]);
-      if (!shape_is_static(t->shape) || t->shape.size() > 4)
-        return errors::Unimplemented("region input '{}' has no static rank <= 4 shape", r_.inputs[i]);
-      const Shape view = t->shape.size() == 3 ? act4(t->shape) : padded4(t->shape);
+      if (!shape_is_static(t->shape) || t->shape.size() > 5)
+        return errors::Unimplemented("region input '{}' has no static rank <= 5 shape", r_.inputs[i]);
+      const Shape view = t->shape.size() == 3   ? act4(t->shape)
+                         : t->shape.size() == 5 ? t->shape
+                                                : padded4(t->shape);
       value_slot_[r_.inputs[i]] = add_slot(plain(view), DnnlRegion::SlotKind::kInput,
                                            static_cast<int>(i));
     }
@@ -1405,8 +1451,8 @@ class RegionCompiler {
     const HostTensor& w = *g_.constant(node.inputs[1]);
     const Shape ws = act4(w.shape());
     auto group = a.attr_int("group", 1);
-    if (blocked16_ || !group.ok() || !SmallGroupConv::applies(xs[1], ws[0], *group) ||
-        w.dtype() != DType::kFloat32)
+    if (blocked16_ || xs.size() != 4 || !group.ok() ||
+        !SmallGroupConv::applies(xs[1], ws[0], *group) || w.dtype() != DType::kFloat32)
       return std::nullopt;
     try {
       auto pd = conv_pd(m, node.outputs[0], dnnl::post_ops());
@@ -1489,12 +1535,12 @@ class RegionCompiler {
     TD_RETURN_IF_ERROR(conv_geometry(node, &strides, &dilations, &pads));
 
     const Shape ys = act4(type(v).shape);
-    memory::dims wdims = dims_of(ws);
-    if (group > 1) wdims = {group, oc / group, ws[1], ws[2], ws[3]};
+    const size_t nd = xs.size();  // 4, or 5 (a 3-D convolution)
+    memory::dims wdims = grouped_weight_dims(ws, group);
     // Activations: oneDNN's choice, or nChw16c when the region is "blocked16" (see
     // choose_layout); a first layer with fewer than 16 channels reads its input as is.
-    Tag src_tag = blocked16_ && xs[1] % 16 == 0 ? Tag::aBcd16b : Tag::any;
-    Tag dst_tag = blocked16_ ? Tag::aBcd16b : Tag::any;
+    Tag src_tag = blocked16_ && xs[1] % 16 == 0 ? tag_nd(Tag::aBcd16b, nd) : Tag::any;
+    Tag dst_tag = blocked16_ ? tag_nd(Tag::aBcd16b, nd) : Tag::any;
     // Grouped (not depthwise) convolutions: channels-last. oneDNN's own choice for them is
     // nChw8c on AVX-512, a layout its binary kernels lack (the squeeze-excitation Mul after
     // them ran on the reference kernel) and the 1x1 convolutions around them do not use (a
@@ -1506,15 +1552,21 @@ class RegionCompiler {
     const Tag native = native_conv_tag();
     const int64_t blk = channel_block(native);
     if (!blocked16_ && grouped)
-      src_tag = dst_tag =
-          blk > 1 && (xs[1] / group) % blk == 0 && (oc / group) % blk == 0 ? native : Tag::acdb;
+      src_tag = dst_tag = tag_nd(
+          blk > 1 && (xs[1] / group) % blk == 0 && (oc / group) % blk == 0 ? native : Tag::acdb,
+          nd);
     const memory::desc src_any(dims_of(xs), DT::f32, src_tag);
     const memory::desc wei_any(wdims, DT::f32, Tag::any);
     const memory::desc bias_md({oc}, DT::f32, Tag::a);
     const memory::desc dst_any(dims_of(ys), DT::f32, dst_tag);
-    const memory::dims st = {strides[0], strides[1]};
-    const memory::dims dl = {dilations[0] - 1, dilations[1] - 1};
-    const memory::dims pl = {pads[0], pads[1]}, pr = {pads[2], pads[3]};
+    const size_t nsp = strides.size();  // 2, or 3
+    const memory::dims st(strides.begin(), strides.end());
+    memory::dims dl, pl, pr;
+    for (size_t i = 0; i < nsp; ++i) {
+      dl.push_back(dilations[i] - 1);
+      pl.push_back(pads[i]);
+      pr.push_back(pads[nsp + i]);
+    }
     dnnl::primitive_attr attr = region_attr();
     attr.set_post_ops(post);
     auto make_pd = [&](const memory::desc& src_md, const memory::desc& dst_md) {
@@ -1534,11 +1586,11 @@ class RegionCompiler {
     // Where the region's layout is blocked (AVX2: nChw8c), the direct kernel writes it
     // whatever the channels.
     if (reads_plain_input(node.inputs[0]) && !blocked16_ && group == 1 && xs[1] < 16 &&
-        (native != Tag::acdb || oc == 16 || oc * ys[2] * ys[3] < xs[1] * xs[2] * xs[3])) {
+        (native != Tag::acdb || oc == 16 || oc * shape_numel(ys) / ys[1] < shape_numel(xs))) {
       try {
-        direct = make_pd(memory::desc(dims_of(xs), DT::f32, Tag::abcd),
+        direct = make_pd(memory::desc(dims_of(xs), DT::f32, tag_nd(Tag::abcd, nd)),
                          memory::desc(dims_of(ys), DT::f32,
-                                      native == Tag::acdb ? Tag::aBcd16b : native));
+                                      tag_nd(native == Tag::acdb ? Tag::aBcd16b : native, nd)));
         const std::string impl = direct->impl_info_str();
         if (impl.find("ref") != std::string::npos || impl.find("gemm") != std::string::npos)
           direct.reset();
@@ -1551,7 +1603,7 @@ class RegionCompiler {
       // oneDNN 2.6's blocked direct kernel lacks some post-op chains (ReLU + sum + ReLU, a
       // residual block's: a dilated Conv1d stack ran in ref:any at 300x); its channels-last
       // kernels (brgconv) take them, and a layout of its own choice may.
-      for (Tag t : {Tag::acdb, Tag::any}) {
+      for (Tag t : {tag_nd(Tag::acdb, nd), Tag::any}) {
         try {
           auto alt = make_pd(memory::desc(dims_of(xs), DT::f32, t),
                              memory::desc(dims_of(ys), DT::f32, t));
@@ -1648,8 +1700,7 @@ class RegionCompiler {
     const Shape ws = act4(w.shape());
     const int64_t oc = ws[0];
     TD_ASSIGN_OR_RETURN(int64_t group, NodeAttrs(node).attr_int("group", 1));
-    memory::dims wdims = dims_of(ws);
-    if (group > 1) wdims = {group, oc / group, ws[1], ws[2], ws[3]};
+    memory::dims wdims = grouped_weight_dims(ws, group);
     const memory::desc bias_md({oc}, DT::f32, Tag::a);
     std::vector<float> bias(static_cast<size_t>(oc), 0.0f);
     const bool has_bias = node.inputs.size() > 2 && !node.inputs[2].empty();
@@ -1685,7 +1736,7 @@ class RegionCompiler {
                   op_view(in, phase_split_view(pd.src_desc(), xs[0], d, true)), "phase reorder");
       src = in;
     }
-    const memory::desc wplain(wdims, DT::f32, group > 1 ? Tag::goihw : Tag::oihw);
+    const memory::desc wplain = plain(Shape(wdims.begin(), wdims.end()));  // goi.. / oi..
     const int wei = add_weights(wplain, w.data<float>(), pd.weights_desc());
     int dst;
     if (!residual.empty()) {
@@ -1885,17 +1936,17 @@ class RegionCompiler {
 
   Status compile_pool(const Node& node) {
     NodeAttrs a(node);
-    const Shape& xs_n = type(node.inputs[0]).shape;  // 3-D (1-D pooling) or 4-D
+    const Shape& xs_n = type(node.inputs[0]).shape;  // 3-D (1-D pooling), 4-D or 5-D
     const Shape xs = act4(xs_n);
     const Shape ys = act4(type(node.outputs[0]).shape);
+    const size_t nsp = xs.size() - 2;  // spatial axes: 2, or 3
     const bool global = node.op.rfind("Global", 0) == 0;
     const bool max = node.op.find("Max") != std::string::npos;
-    memory::dims kernel, strides = {1, 1}, dil = {0, 0}, pl = {0, 0}, pr = {0, 0};
+    memory::dims kernel(xs.begin() + 2, xs.end()), strides(nsp, 1), dil(nsp, 0), pl(nsp, 0),
+        pr(nsp, 0);
     Alg alg = max ? Alg::pooling_max : Alg::pooling_avg_exclude_padding;
-    std::vector<int64_t> onnx_pads = {0, 0, 0, 0};  // top, left, bottom, right, as given
-    if (global) {
-      kernel = {xs[2], xs[3]};
-    } else {
+    std::vector<int64_t> onnx_pads(2 * nsp, 0);  // before each axis, then after, as given
+    if (!global) {
       TD_ASSIGN_OR_RETURN(std::vector<int64_t> k, a.attr_ints("kernel_shape"));
       std::vector<int64_t> st, dl, pads;
       Shape out_spatial;
@@ -1907,18 +1958,19 @@ class RegionCompiler {
         dl = {1, dl[0]};
         pads = {0, pads[0], 0, pads[1]};
       }
+      if (k.size() != nsp) return errors::Internal("{}: kernel rank", node.op);
       TD_ASSIGN_OR_RETURN(int64_t incl, a.attr_int("count_include_pad", 0));
       if (!max && incl) alg = Alg::pooling_avg_include_padding;
-      kernel = {k[0], k[1]};
-      strides = {st[0], st[1]};
-      dil = {dl[0] - 1, dl[1] - 1};
-      pl = {pads[0], pads[1]};
+      kernel.assign(k.begin(), k.end());
+      strides.assign(st.begin(), st.end());
       onnx_pads = pads;
-      for (size_t d = 0; d < 2; ++d) {
+      for (size_t d = 0; d < nsp; ++d) {
+        dil[d] = dl[d] - 1;
+        pl[d] = pads[d];
         // ceil_mode: extend the end padding so oneDNN's floor division gives ONNX's size.
         const int64_t eff = (k[d] - 1) * dl[d] + 1;
         const int64_t need = (ys[2 + d] - 1) * st[d] + eff - xs[2 + d] - pads[d];
-        pr[d] = std::max(pads[d + 2], need);
+        pr[d] = std::max(pads[d + nsp], need);
         if (pads[d] < 0 || pr[d] < 0 || pads[d] >= eff || pr[d] >= eff)
           return errors::Unimplemented("{}: padding not supported by oneDNN", node.op);
       }
@@ -1928,32 +1980,43 @@ class RegionCompiler {
     // nChw8c (a convolution's output on AVX2): tensord's loop (blocked_pool.h), a third of
     // oneDNN's AVX2 pooling time. TENSORD_NO_OWN_POOL=1 keeps oneDNN's (to compare).
     static const bool no_own_pool = std::getenv("TENSORD_NO_OWN_POOL") != nullptr;
-    const memory::desc blocked8(dims_of(xs), DT::f32, Tag::aBcd8b);
+    const memory::desc blocked8(dims_of(xs), DT::f32, tag_nd(Tag::aBcd8b, xs.size()));
     if (!no_own_pool && !blocked16_ && native_conv_tag() == Tag::aBcd8b && src_md == blocked8 &&
         (node.outputs.size() == 1 || node.outputs[1].empty())) {
+      // 2-D as a 3-D pooling of depth 1 (its defaults).
+      const size_t z = nsp == 3 ? 1 : 0;  // the first H/W axis
       BlockedPool::Geometry geo;
       geo.n = xs[0];
       geo.c = xs[1];
-      geo.h = xs[2];
-      geo.w = xs[3];
-      geo.oh = ys[2];
-      geo.ow = ys[3];
-      geo.kh = kernel[0];
-      geo.kw = kernel[1];
-      geo.sh = strides[0];
-      geo.sw = strides[1];
-      geo.dh = dil[0] + 1;
-      geo.dw = dil[1] + 1;
-      geo.pt = onnx_pads[0];
-      geo.pl = onnx_pads[1];
-      geo.pb = onnx_pads[2];
-      geo.pr = onnx_pads[3];
+      if (nsp == 3) {
+        geo.d = xs[2];
+        geo.od = ys[2];
+        geo.kd = kernel[0];
+        geo.sd = strides[0];
+        geo.dd = dil[0] + 1;
+        geo.pf = onnx_pads[0];
+        geo.pk = onnx_pads[nsp];
+      }
+      geo.h = xs[2 + z];
+      geo.w = xs[3 + z];
+      geo.oh = ys[2 + z];
+      geo.ow = ys[3 + z];
+      geo.kh = kernel[z];
+      geo.kw = kernel[z + 1];
+      geo.sh = strides[z];
+      geo.sw = strides[z + 1];
+      geo.dh = dil[z] + 1;
+      geo.dw = dil[z + 1] + 1;
+      geo.pt = onnx_pads[z];
+      geo.pl = onnx_pads[z + 1];
+      geo.pb = onnx_pads[nsp + z];
+      geo.pr = onnx_pads[nsp + z + 1];
       const BlockedPool::Kind kind = max ? BlockedPool::Kind::kMax
                                      : alg == Alg::pooling_avg_include_padding
                                          ? BlockedPool::Kind::kAverageIncludePad
                                          : BlockedPool::Kind::kAverageExcludePad;
       auto pool = std::make_shared<BlockedPool>(geo, kind);
-      const int dst = add_arena(memory::desc(dims_of(ys), DT::f32, Tag::aBcd8b));
+      const int dst = add_arena(memory::desc(dims_of(ys), DT::f32, tag_nd(Tag::aBcd8b, ys.size())));
       add_custom_op([pool](const void* const* x, void* y) {
                       pool->run(static_cast<const float*>(x[0]), static_cast<float*>(y));
                     },
@@ -2023,10 +2086,10 @@ class RegionCompiler {
     dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference, steps[0].alg, md,
                                      steps[0].alpha, steps[0].beta);
     dnnl::eltwise_forward::primitive_desc pd(desc, attr, cpu_engine());
-    if (is_reference(pd.impl_info_str()) && md.dims().size() == 4) {
+    if (is_reference(pd.impl_info_str()) && (md.dims().size() == 4 || md.dims().size() == 5)) {
       // A blocked layout with padded channels (nChw8c of 12 channels, AVX2) has only oneDNN's
       // reference eltwise: it runs channels-last (dense) instead, after a reorder.
-      const memory::desc dense(md.dims(), DT::f32, Tag::acdb);
+      const memory::desc dense(md.dims(), DT::f32, tag_nd(Tag::acdb, md.dims().size()));
       dnnl::eltwise_forward::desc d2(dnnl::prop_kind::forward_inference, steps[0].alg, dense,
                                      steps[0].alpha, steps[0].beta);
       dnnl::eltwise_forward::primitive_desc alt(d2, attr, cpu_engine());
