@@ -5,7 +5,7 @@ usage: /usr/bin/python3 bench/ab.py OLD_TENSORD NEW_TENSORD [--set zoo|unseen] [
 
 For each model (the zoo's networks, or bench/model_set.py's unseen set exported by
 bench/compare.py into its cache folder, batch 1), runs `tensord bench` of OLD and of NEW in turn,
-OLD NEW OLD NEW ..., --rounds times each, and prints the median ms/example of each and the
+OLD NEW NEW OLD OLD NEW ... (the order alternates), --rounds times each, and prints the median ms/example of each and the
 ratio NEW / OLD, then the geometric mean of the ratios and the worst. Pairing the runs keeps the
 ratio meaningful when the machine's speed drifts. Correctness is bench's own check (skipped
 with --no-check on the zoo to keep rounds short: it is the same graph for both).
@@ -65,9 +65,15 @@ def main():
     for name, args in jobs:
         old, new = [], []
         try:
-            for _ in range(a.rounds):
-                old.append(run(a.old, args, a.timeout))
-                new.append(run(a.new, args, a.timeout))
+            for i in range(a.rounds):
+                # ABBA: whichever runs second in a pair ran about 5% faster or slower in an
+                # A/A check on a 2-vCPU VM; alternating the order cancels that.
+                if i % 2 == 0:
+                    old.append(run(a.old, args, a.timeout))
+                    new.append(run(a.new, args, a.timeout))
+                else:
+                    new.append(run(a.new, args, a.timeout))
+                    old.append(run(a.old, args, a.timeout))
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             rows.append({"model": name, "error": str(e)})
             continue

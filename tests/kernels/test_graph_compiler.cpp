@@ -1106,6 +1106,24 @@ TEST(GraphCompiler, VideoNetworksRunInOneRegion) {
       }
     }
   }
+  // X3D's depthwise 3-D convolution between 1x1x1 ones, and a per-channel constant Add (not a
+  // same-shaped binary: it stays outside the region, which splits around it).
+  G b;
+  auto x = b.in("x", {1, 8, 4, 9, 9});
+  auto c5 = [&](const std::string& in, int64_t cin, int64_t cout, int64_t k, int64_t group) {
+    auto w = b.constant(random({cout, cin / group, k, k, k}, b.counter + 7, -0.5f, 0.5f));
+    const int64_t p = k / 2;
+    return b.op("Conv", {in, w},
+                {{"kernel_shape", ints({k, k, k})}, {"pads", ints({p, p, p, p, p, p})},
+                 {"group", group}});
+  };
+  auto e = b.op("Relu", {c5(x, 8, 24, 1, 1)});
+  auto dw = b.op("Relu", {c5(e, 24, 24, 3, 24)});
+  auto shifted = b.op("Add", {dw, b.constant(random({24, 1, 1, 1}, 170))});
+  b.out(c5(shifted, 24, 8, 1, 1));
+  const std::string plan = check(b.g, {random({1, 8, 4, 9, 9}, 171, -2, 2)});
+  EXPECT_EQ(count(plan, "OneDnnRegion"), 2) << plan;
+  EXPECT_EQ(count(plan, "oneDNN reference primitive"), 0) << plan;
   // TENSORD_NO_5D_REGIONS is read once per process: not testable here; the per-node path is
   // what check() compares with.
 }

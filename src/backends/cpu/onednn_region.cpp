@@ -1414,7 +1414,7 @@ class RegionCompiler {
     const int64_t block = channel_block(tag);  // 1: channels-last
     const int64_t ic = xs[1], oc = ws[1], kh = ws[2], kw = ws[3], taps = kh * kw;
     if (block > 1 && (oc % block != 0 || (blocked16_ && ic % 16 != 0))) return std::nullopt;
-    std::string v = node.outputs[0], residual;
+    std::string v = node.outputs[0];
     dnnl::post_ops post;
     // Activations only: a residual would have to be read through the scatter.
     TD_RETURN_IF_ERROR(absorb_post_ops(m, &v, &post, nullptr, 4, false).status());
