@@ -1128,11 +1128,10 @@ TEST(GraphCompiler, VideoNetworksRunInOneRegion) {
   // what check() compares with.
 }
 
-// A ConvTranspose whose kernel equals its stride (U-Net's upsampling) is a 1x1 convolution to
-// C_out x kH x kW channels and a scatter of each input pixel's patch (oneDNN 2.6's AVX2
-// deconvolution ran U-Net's at 16 GFLOP/s). Kernels 2x2 and 3x2, a batch of 2, with and
-// without bias, activations after it as post-ops, in each layout; 20 output channels do not
-// fill nChw8c's or nChw16c's blocks and stay a deconvolution there.
+// A ConvTranspose whose kernel equals its stride (U-Net's upsampling) runs as phase convolutions
+// (phase_deconv), each a 1x1 convolution, and a scatter of each input pixel's patch (oneDNN
+// 2.6's AVX2 deconvolution ran U-Net's at 16 GFLOP/s). Kernels 2x2 and 3x2, a batch of 2, with
+// and without bias, activations after it as post-ops, in each layout, 16 and 20 channels.
 TEST(GraphCompiler, ConvTransposeWithKernelEqualToStrideIsA1x1Conv) {
   auto ints = [](std::vector<int64_t> v) { return Attribute(std::move(v)); };
   for (const char* layout : {"any", "blocked16"}) {
@@ -1160,14 +1159,9 @@ TEST(GraphCompiler, ConvTransposeWithKernelEqualToStrideIsA1x1Conv) {
         // nChw16c forced on an AVX2 CPU has no JIT 1x1 kernel (gemm): the deconvolutions stay.
         const bool blocked16 = std::string(layout) == "blocked16";
         if (blocked16 && cpu::conv_native_layout() == "nChw8c") continue;
-        // 16 channels: both; 20: the second (16 out) where the block is 8 or 16 wide, the
-        // first as six phase convolutions (phase_deconv).
-        const bool fills = oc == 16 || (!blocked16 && cpu::conv_native_layout() == "channels-last");
-        const int patches = fills ? 2 : 1;
-        EXPECT_EQ(primitives(plan, "patch conv"), patches) << at;
-        EXPECT_EQ(primitives(plan, "patch scatter"), patches) << at;
-        EXPECT_EQ(primitives(plan, "phase scatter"), 2 - patches) << at;
-        EXPECT_EQ(primitives(plan, "phase deconv"), 6 * (2 - patches)) << at;
+        // Six phases (3x2) and four (2x2), one scatter each; no deconvolution.
+        EXPECT_EQ(primitives(plan, "phase deconv"), 10) << at;
+        EXPECT_EQ(primitives(plan, "phase scatter"), 2) << at;
         EXPECT_EQ(primitives(plan, "deconv"), 0) << at;
       }
     }
@@ -1228,14 +1222,14 @@ TEST(GraphCompiler, ConvTransposeRunsInTheRegionWithoutReorders) {
     const std::string plan = check(b.g, {random({1, 16, 6, 8}, 80, -2, 2)});
     unsetenv("TENSORD_CONV_LAYOUT");
     EXPECT_EQ(count(plan, "OneDnnRegion"), 1) << layout << "\n" << plan;
-    // The 2x2 stride-2 one is a 1x1 convolution and a scatter of its patches (patch_deconv),
-    // its Relu a post-op; the dilated one a oneDNN deconvolution. (Not in nChw16c forced on
-    // an AVX2 CPU: no JIT 1x1 kernel there.)
+    // The 2x2 stride-2 one is four 1x1 phase convolutions and a scatter (phase_deconv), its
+    // Relu a post-op; the dilated one a oneDNN deconvolution. (Not in nChw16c forced on an
+    // AVX2 CPU: no JIT 1x1 kernel there.)
     const int patch = std::string(layout) == "blocked16" &&
                               cpu::conv_native_layout() == "nChw8c" ? 0 : 1;
     EXPECT_EQ(primitives(plan, "deconv"), 2 - patch) << layout << "\n" << plan;
-    EXPECT_EQ(primitives(plan, "patch conv"), patch) << layout << "\n" << plan;
-    EXPECT_EQ(primitives(plan, "patch scatter"), patch) << layout << "\n" << plan;
+    EXPECT_EQ(primitives(plan, "phase deconv"), 4 * patch) << layout << "\n" << plan;
+    EXPECT_EQ(primitives(plan, "phase scatter"), patch) << layout << "\n" << plan;
     EXPECT_EQ(count(plan, "ConvTranspose '"), 1) << layout << "\n" << plan;  // the grouped one
     EXPECT_EQ(count(plan, "Relu '"), 0) << layout << "\n" << plan;
     // The Sigmoid after the dilated deconvolution is a primitive of its own: a

@@ -1331,7 +1331,6 @@ class RegionCompiler {
       if (pr[d] < 0) return errors::Unimplemented("ConvTranspose: negative right padding");
     }
     const bool has_bias = node.inputs.size() > 2 && !node.inputs[2].empty();
-    if (auto done = patch_deconv(m, strides, dilations, pads, pr)) return *done;
     if (auto done = phase_deconv(m, strides, dilations, pads)) return *done;
     std::string v = node.outputs[0];
     // No post-ops: oneDNN's deconvolution is a backward-data convolution whose post-ops run
@@ -1388,88 +1387,9 @@ class RegionCompiler {
     return OkStatus();
   }
 
-  // A ConvTranspose whose kernel equals its stride, without padding or dilation (U-Net's
-  // 2x2 stride-2 upsampling): each input pixel writes its own k x k patch of the output, so it
-  // is a 1x1 convolution to C_out x kH x kW channels, ordered patch position major, and a
-  // copy of each position's channel blocks to their pixels (PatchScatter). oneDNN 2.6 runs the
-  // deconvolution as a backward-data convolution at about 16 GFLOP/s on AVX2 (U-Net's 64 -> 32
-  // channels at 64x64: 4.1 ms); the 1x1 convolution runs on its 1x1 kernel. Activations after
-  // it are element-wise, so they are the 1x1 convolution's post-ops. Taken where the layout's
-  // channel block divides C_out; TENSORD_NO_PATCH_DECONV=1 keeps the deconvolution.
-  // nullopt: not taken.
-  std::optional<Status> patch_deconv(size_t m, const std::vector<int64_t>& strides,
-                                     const std::vector<int64_t>& dilations,
-                                     const std::vector<int64_t>& pads, const memory::dims& pr) {
-    static const bool off = std::getenv("TENSORD_NO_PATCH_DECONV") != nullptr;
-    const Node& node = *g_.nodes[r_.members[m]];
-    const HostTensor& w = *g_.constant(node.inputs[1]);
-    const Shape& xs = type(node.inputs[0]).shape;
-    const Shape& ws = w.shape();  // [C_in, C_out, kH, kW]
-    if (off || w.dtype() != DType::kFloat32 || xs.size() != 4 || ws.size() != 4) return std::nullopt;
-    for (size_t d = 0; d < 2; ++d)
-      if (strides[d] != ws[2 + d] || dilations[d] != 1 || pads[d] != 0 || pads[2 + d] != 0 ||
-          pr[d] != 0)
-        return std::nullopt;
-    const Tag tag = blocked16_ ? Tag::aBcd16b : native_conv_tag();
-    const int64_t block = channel_block(tag);  // 1: channels-last
-    const int64_t ic = xs[1], oc = ws[1], kh = ws[2], kw = ws[3], taps = kh * kw;
-    if (block > 1 && (oc % block != 0 || (blocked16_ && ic % 16 != 0))) return std::nullopt;
-    std::string v = node.outputs[0];
-    dnnl::post_ops post;
-    // Activations only: a residual would have to be read through the scatter.
-    TD_RETURN_IF_ERROR(absorb_post_ops(m, &v, &post, nullptr, 4, false).status());
-    const memory::dims mid = {xs[0], oc * taps, xs[2], xs[3]};
-    const memory::desc src_md(dims_of(xs), DT::f32, tag), mid_md(mid, DT::f32, tag);
-    const memory::desc wei_any({oc * taps, ic, 1, 1}, DT::f32, Tag::any);
-    const memory::desc bias_md({oc * taps}, DT::f32, Tag::a);
-    dnnl::convolution_forward::primitive_desc pd;
-    try {
-      dnnl::primitive_attr attr = region_attr();
-      attr.set_post_ops(post);
-      dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
-                                           Alg::convolution_direct, src_md, wei_any, bias_md,
-                                           mid_md, {1, 1}, {0, 0}, {0, 0}, {0, 0});
-      pd = dnnl::convolution_forward::primitive_desc(desc, attr, cpu_engine());
-    } catch (const dnnl::error&) {
-      return std::nullopt;
-    }
-    const std::string impl = pd.impl_info_str();
-    if (is_reference(impl) || impl.find("gemm") != std::string::npos) return std::nullopt;
-    // The post-ops are committed only now that the convolution takes them.
-    v = node.outputs[0];
-    post = dnnl::post_ops();
-    TD_RETURN_IF_ERROR(absorb_post_ops(m, &v, &post, nullptr, 4, true).status());
-    // W'[(ky * kW + kx) * C_out + o, i] = W[i, o, ky, kx]; the bias repeated per position.
-    std::vector<float> wt(static_cast<size_t>(oc * taps * ic)), bias(static_cast<size_t>(oc * taps), 0.0f);
-    const float* wsrc = w.data<float>();
-    for (int64_t i = 0; i < ic; ++i)
-      for (int64_t o = 0; o < oc; ++o)
-        for (int64_t t = 0; t < taps; ++t)
-          wt[static_cast<size_t>((t * oc + o) * ic + i)] = wsrc[(i * oc + o) * taps + t];
-    if (node.inputs.size() > 2 && !node.inputs[2].empty()) {
-      const float* b = g_.constant(node.inputs[2])->data<float>();
-      for (int64_t t = 0; t < taps; ++t) std::copy(b, b + oc, bias.begin() + t * oc);
-    }
-    TD_ASSIGN_OR_RETURN(int src, value_in(node.inputs[0], pd.src_desc()));
-    const int wei = add_weights(plain({oc * taps, ic, 1, 1}), wt.data(), pd.weights_desc());
-    const int tmp = add_arena(pd.dst_desc());
-    add_op(dnnl::convolution_forward(pd),
-           {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, tmp},
-            {DNNL_ARG_BIAS, add_owned(bias_md, bias.data())}},
-           "patch conv");
-    const Shape& ys = type(node.outputs[0]).shape;
-    const int dst = add_arena(memory::desc(dims_of(ys), DT::f32, tag));
-    PatchScatter scatter{xs[0], oc, xs[2], xs[3], kh, kw, block};
-    add_custom_op([scatter](const void* const* x, void* y) {
-                    scatter.run(static_cast<const float*>(x[0]), static_cast<float*>(y));
-                  },
-                  {tmp}, dst, "patch scatter");
-    value_slot_[v] = dst;
-    return OkStatus();
-  }
-
-  // A strided ConvTranspose (VAE decoders' 3x3 stride-2 upsampling with output padding) as one
-  // ordinary convolution per output phase and a scatter of the phases' pixels (PhaseScatter).
+  // A strided ConvTranspose (VAE decoders' 3x3 stride-2 upsampling with output padding, U-Net's
+  // 2x2 stride 2, where each phase is a 1x1 convolution) as one ordinary convolution per output
+  // phase and a scatter of the phases' pixels (PhaseScatter).
   // Along an axis of stride s, kernel k and leading pad p, output o = s * i + r (phase r) sums
   // the taps ky = ky0 + s * t, ky0 = (r + p) mod s, reading input i + (r + p - ky0) / s - t: a
   // convolution over the input by the phase's taps, reversed, with its own pads. The phases
@@ -1613,48 +1533,6 @@ class RegionCompiler {
             const int64_t rows = ph[static_cast<size_t>(ry)], cols = pw[static_cast<size_t>(rx)];
             const float* in = x[ry * sw + rx] + (((img * cb + b) * rows + i) * cols + j) * vec;
             std::memcpy(out + ox * vec, in, static_cast<size_t>(vec) * sizeof(float));
-          }
-        }
-      });
-    }
-  };
-
-  // The copy of patch_deconv: t [N, kH * kW * C, H, W] (position major) to y [N, C, H * kH,
-  // W * kW], both in one layout: nChw{block}c, or channels-last (block 1).
-  struct PatchScatter {
-    int64_t n, c, h, w, kh, kw, block;
-    void run(const float* t, float* y) const {
-      const int64_t oh = h * kh, ow = w * kw, taps = kh * kw;
-      if (block > 1) {
-        const int64_t cb = c / block;
-        // Rows (image, channel block, input row): each writes kH output rows.
-        ThreadPool::get().parallel_for(n * cb * h, 4, [&](int64_t lo, int64_t hi) {
-          for (int64_t r = lo; r < hi; ++r) {
-            const int64_t iy = r % h, b = (r / h) % cb, img = r / (h * cb);
-            for (int64_t ky = 0; ky < kh; ++ky) {
-              float* out = y + (((img * cb + b) * oh + iy * kh + ky) * ow) * block;
-              for (int64_t kx = 0; kx < kw; ++kx) {
-                const float* in =
-                    t + (((img * taps + ky * kw + kx) * cb + b) * h + iy) * w * block;
-                for (int64_t ix = 0; ix < w; ++ix)
-                  std::memcpy(out + (ix * kw + kx) * block, in + ix * block,
-                              static_cast<size_t>(block) * sizeof(float));
-              }
-            }
-          }
-        });
-        return;
-      }
-      // Channels-last: pixel (iy, ix) holds taps x C values, position major.
-      ThreadPool::get().parallel_for(n * h, 4, [&](int64_t lo, int64_t hi) {
-        for (int64_t r = lo; r < hi; ++r) {
-          const int64_t iy = r % h, img = r / h;
-          for (int64_t ix = 0; ix < w; ++ix) {
-            const float* in = t + ((img * h + iy) * w + ix) * taps * c;
-            for (int64_t ky = 0; ky < kh; ++ky)
-              for (int64_t kx = 0; kx < kw; ++kx)
-                std::memcpy(y + ((img * oh + iy * kh + ky) * ow + ix * kw + kx) * c,
-                            in + (ky * kw + kx) * c, static_cast<size_t>(c) * sizeof(float));
           }
         }
       });
