@@ -3,12 +3,14 @@
 //
 //   node bench/peers/onnxruntime.js --model FILE.onnx --input NAME=FILE.npy [...]
 //        [--examples N] [--batch-size B] [--warmup W] [--threads T] [--outputs DIR]
-//        [--start-at UNIX_SECONDS]
+//        [--start-at UNIX_SECONDS] [--profile PREFIX]
 //
 // Runs the model with onnxruntime-node (CPU execution provider, graph optimisation 'all',
 // intraOpNumThreads = T, default: the machine's cores), plaidbench's way: W/B untimed batches,
 // then N/B timed batches. compile_s = session creation + the first run; execution_s = the timed
-// runs; per_example_s = execution_s / N. Prints ONE JSON line on stdout:
+// runs; per_example_s = execution_s / N. --profile PREFIX: ONNX Runtime's own per-node profile of
+// every run (first, warmup and timed; its JSON file's path as "profile_file"; timings then
+// include the profiler's cost). Prints ONE JSON line on stdout:
 //   {"peer":"onnxruntime","version":"1.30.0","available":true,"threads":2,"compile_s":..,
 //    "execution_s":..,"per_example_s":..,"examples":N,"batch_size":B,"warmup":W,
 //    "outputs":{"NAME":"DIR/NAME.npy"}}
@@ -80,6 +82,11 @@ function parseArgs(argv) {
         opts.startAt = Number(value);
         ++i;
         break;
+      case '--profile':
+        if (value === undefined) usage('--profile needs a file prefix');
+        opts.profile = value;
+        ++i;
+        break;
       case '--outputs':
         if (value === undefined) usage('--outputs needs a directory');
         opts.outputs = value;
@@ -91,7 +98,7 @@ function parseArgs(argv) {
         break;
       case '-h':
       case '--help':
-        process.stdout.write(fs.readFileSync(__filename, 'utf8').split('\n').slice(1, 17)
+        process.stdout.write(fs.readFileSync(__filename, 'utf8').split('\n').slice(1, 19)
             .map((l) => l.replace(/^\/\/ ?/, '')).join('\n') + '\n');
         process.exit(0);
         break;
@@ -173,6 +180,10 @@ async function main() {
     interOpNumThreads: 1,
     executionMode: 'sequential',
   };
+  if (opts.profile) {
+    options.enableProfiling = true;
+    options.profileFilePrefix = opts.profile;
+  }
   const t0 = process.hrtime.bigint();
   let session;
   try {
@@ -232,6 +243,16 @@ async function main() {
       writeNpy(file, t.type, t.dims, t.data);
       result.outputs[name] = file;
     }
+  }
+  if (opts.profile) {
+    // ONNX Runtime writes PREFIX_<date>.json; the newest such file is this session's.
+    session.endProfiling();
+    const dir = path.dirname(path.resolve(opts.profile));
+    const base = path.basename(opts.profile) + '_';
+    const files = fs.readdirSync(dir).filter((f) => f.startsWith(base) && f.endsWith('.json'))
+        .map((f) => path.join(dir, f))
+        .sort((a, b) => fs.statSync(b).mtimeMs - fs.statSync(a).mtimeMs);
+    if (files.length > 0) result.profile_file = files[0];
   }
   if (typeof session.release === 'function') await session.release();
   console.log(JSON.stringify(result));

@@ -18,6 +18,7 @@
 
 
 #include "backends/cpu/blocked_pool.h"
+#include "backends/cpu/direct_conv8.h"
 #include "backends/cpu/grouped_conv.h"
 #include "backends/cpu/onednn_common.h"
 #include "backends/cpu/onednn_ops.h"
@@ -683,20 +684,22 @@ class DnnlRegion final : public FusedKernel {
     // Convolutions on oneDNN's gemm kernel (im2col: where its direct kernels lack a form, e.g.
     // AVX2's dilations; often half their speed), so a plan shows them.
     // And the concats done as copies of whole runs (compile_concat).
-    int gemm = 0, copies = 0, own_pools = 0;
+    int gemm = 0, copies = 0, own_pools = 0, own_convs = 0;
     for (const Op& op : ops_) {
       if (!op.custom && op.kind.find("conv") != std::string::npos &&
           impl_of(op.prim).find("gemm") != std::string::npos)
         ++gemm;
       copies += op.custom && op.kind == "concat";
       own_pools += op.custom && op.kind == "pool";
+      own_convs += op.custom && op.kind == "conv";
     }
-    return s + fmt::format("), {} fused post-ops, {} activations, {} serial, arena {} bytes{}{}{}",
+    return s + fmt::format("), {} fused post-ops, {} activations, {} serial, arena {} bytes{}{}{}{}",
                            fused_, blocked16_ ? "nChw16c" : "oneDNN-chosen", serial_ops_,
                            arena_bytes_,
                            gemm ? fmt::format(", {} conv on oneDNN's gemm kernel", gemm) : "",
                            copies ? fmt::format(", {} concat by memcpy", copies) : "",
-                           own_pools ? fmt::format(", {} pool on tensord's loop", own_pools) : "");
+                           own_pools ? fmt::format(", {} pool on tensord's loop", own_pools) : "",
+                           own_convs ? fmt::format(", {} conv on tensord's kernel", own_convs) : "");
   }
 
   // Built by RegionCompiler.
@@ -1557,6 +1560,7 @@ class RegionCompiler {
     // Conv1d stack ran in ref:any at 50 ms a call) is shortened until one does; the steps
     // left out run as primitives of their own.
     if (auto done = small_group_conv(m)) return *done;
+    if (auto done = own_direct_conv(m)) return *done;
     std::string v0 = node.outputs[0], residual0;
     dnnl::post_ops post0;
     TD_ASSIGN_OR_RETURN(int steps, absorb_post_ops(m, &v0, &post0, &residual0, 4, false));
@@ -1667,6 +1671,104 @@ class RegionCompiler {
                     kernel_state->run(static_cast<const float*>(x[0]), static_cast<float*>(y));
                   },
                   {*src}, dst, "grouped conv");
+    value_slot_[v] = dst;
+    return OkStatus();
+  }
+
+  // Convolution `m` as DirectConv8 (direct_conv8.h: tensord's AVX2 kernel for the deep layers
+  // of a CNN) where the region's layout is nChw8c and the kernel applies: 2-D, one group, a
+  // 3x3 window, no dilation, stride 1 or 2 (the forms measured against oneDNN), and a post-op
+  // chain of ReLUs and one residual Add. TENSORD_NO_OWN_CONV=1 keeps oneDNN's (to compare).
+  // nullopt: not taken.
+  std::optional<Status> own_direct_conv(size_t m) {
+    static const bool off = std::getenv("TENSORD_NO_OWN_CONV") != nullptr;
+    const Node& node = *g_.nodes[r_.members[m]];
+    if (off || blocked16_ || native_conv_tag() != Tag::aBcd8b) return std::nullopt;
+    const Shape& xs_n = type(node.inputs[0]).shape;
+    const HostTensor& w = *g_.constant(node.inputs[1]);
+    if (xs_n.size() != 4 || w.dtype() != DType::kFloat32 || w.shape().size() != 4)
+      return std::nullopt;
+    auto group = NodeAttrs(node).attr_int("group", 1);
+    if (!group.ok() || *group != 1) return std::nullopt;
+    std::vector<int64_t> strides, dilations, pads;
+    if (!conv_geometry(node, &strides, &dilations, &pads).ok()) return std::nullopt;
+    const Shape ws = w.shape();
+    const Shape ys = type(node.outputs[0]).shape;
+    if (ys.size() != 4 || ws[2] != 3 || ws[3] != 3 || dilations[0] != 1 || dilations[1] != 1 ||
+        strides[0] != strides[1] || strides[0] > 2)
+      return std::nullopt;
+    DirectConv8::Geometry geo;
+    geo.n = xs_n[0];
+    geo.ic = xs_n[1];
+    geo.h = xs_n[2];
+    geo.w = xs_n[3];
+    geo.oc = ws[0];
+    geo.oh = ys[2];
+    geo.ow = ys[3];
+    geo.kh = ws[2];
+    geo.kw = ws[3];
+    geo.sh = strides[0];
+    geo.sw = strides[1];
+    geo.pt = pads[0];
+    geo.pl = pads[1];
+    if (ws[1] != geo.ic || !DirectConv8::applies(geo)) return std::nullopt;
+    const bool has_bias = node.inputs.size() > 2 && !node.inputs[2].empty();
+    if (has_bias && g_.constant(node.inputs[2])->dtype() != DType::kFloat32) return std::nullopt;
+    // The post-op chain: as many steps as are ReLUs and a sum.
+    auto kernel_steps = [](const dnnl::post_ops& post) {
+      std::vector<DirectConv8::Post> out;
+      for (int i = 0; i < post.len(); ++i) {
+        if (post.kind(i) == dnnl::primitive::kind::sum) {
+          out.push_back(DirectConv8::Post::kSum);
+          continue;
+        }
+        if (post.kind(i) != dnnl::primitive::kind::eltwise) return std::optional<decltype(out)>();
+        float scale = 0, alpha = 0, beta = 0;
+        Alg alg;
+        post.get_params_eltwise(i, scale, alg, alpha, beta);
+        if (alg != Alg::eltwise_relu || alpha != 0.0f || scale != 1.0f)
+          return std::optional<decltype(out)>();
+        out.push_back(DirectConv8::Post::kRelu);
+      }
+      return std::optional<decltype(out)>(out);
+    };
+    // The whole chain oneDNN would fuse, or not taken (a Swish or clip after it would
+    // otherwise run as a pass of its own).
+    std::string v = node.outputs[0], residual;
+    dnnl::post_ops post;
+    auto steps = absorb_post_ops(m, &v, &post, &residual, 4, false);
+    if (!steps.ok() || !kernel_steps(post)) return std::nullopt;
+    v = node.outputs[0];
+    residual.clear();
+    post = dnnl::post_ops();
+    if (*steps > 0) {
+      auto s = absorb_post_ops(m, &v, &post, &residual, *steps, true);
+      if (!s.ok()) return s.status();
+    }
+    auto chain = kernel_steps(post);
+    if (!chain) return errors::Internal("Conv post-ops changed between trial and commit");
+    auto kernel_state = std::make_shared<DirectConv8>(
+        geo, w.data<float>(), has_bias ? g_.constant(node.inputs[2])->data<float>() : nullptr,
+        *chain);
+    out_->weight_bytes_ += kernel_state->weight_bytes();
+    const memory::desc src_md(dims_of(xs_n), DT::f32, Tag::aBcd8b);
+    const memory::desc dst_md(dims_of(ys), DT::f32, Tag::aBcd8b);
+    auto src = value_in(node.inputs[0], src_md);
+    if (!src.ok()) return src.status();
+    std::vector<int> srcs = {*src};
+    if (!residual.empty()) {
+      auto r = value_in(residual, dst_md);
+      if (!r.ok()) return r.status();
+      srcs.push_back(*r);
+    }
+    const int dst = add_arena(dst_md);
+    const bool with_residual = !residual.empty();
+    add_custom_op([kernel_state, with_residual](const void* const* x, void* y) {
+                    kernel_state->run(static_cast<const float*>(x[0]),
+                                      with_residual ? static_cast<const float*>(x[1]) : nullptr,
+                                      static_cast<float*>(y));
+                  },
+                  std::move(srcs), dst, "conv");
     value_slot_[v] = dst;
     return OkStatus();
   }
