@@ -7,9 +7,10 @@ usage: /usr/bin/python3 bench/opclass.py TARGET [--rounds 3] [--examples 16] [--
 
 TARGET: a folder of the ONNX test layout with model.onnx and input.npy (what bench/corpus.py and
 bench/model_set.py export), or a corpus key NAME@oOPSET already exported in the corpus cache.
-tensord's side is `tensord bench` with ONEDNN_VERBOSE=1 (every oneDNN primitive's execution
-time; what runs outside oneDNN, tensord's own kernels and the run's overhead, is the row
-"outside oneDNN": wall time less the primitives); ONNX Runtime's is the node peer's own
+tensord's side is `tensord bench` with ONEDNN_VERBOSE=1 and TENSORD_VERBOSE_OPS=1 (every oneDNN
+primitive's and every region kernel of tensord's own execution time, a class holding the
+latter marked "*"; the rest, kernels outside regions and the run's overhead, is the row "outside
+regions": wall time less the rest); ONNX Runtime's is the node peer's own
 profiler (bench/peers/onnxruntime.js --profile; per node, its "framework" row is wall time less
 the nodes). Both sides profile, so both pay for it. The rounds alternate tensord and ONNX
 Runtime; each class shows its median over the rounds, in ms per run, rows sorted by what tensord
@@ -53,6 +54,9 @@ ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "Clip", "H
                "HardSwish", "Erf", "Gelu", "FastGelu", "BiasGelu", "Sqrt", "Pow", "Exp",
                "LeakyRelu", "Where", "Neg", "Abs", "Cast", "QuickGelu", "Max", "Min", "Equal",
                "Not", "Less", "Greater"}
+# The custom ops of tensord's regions (TENSORD_VERBOSE_OPS), by kind.
+TENSORD_CLASS = {"pool": "Pool", "concat": "Concat", "grouped conv": "Conv grouped",
+                 "phase scatter": "ConvTranspose"}
 ONEDNN_CLASS = {
     "inner_product": "MatMul/Gemm", "matmul": "MatMul/Gemm", "pooling": "Pool",
     "pooling_v2": "Pool", "reorder": "Layout/copies", "shuffle": "Layout/copies",
@@ -124,7 +128,7 @@ def run_tensord(tensord, folder, batch, a):
     data = os.path.join(folder, "test_data_set_0")
     if os.path.isdir(data):
         cmd += ["--data", data]
-    env = dict(os.environ, ONEDNN_VERBOSE="1", TENSORD_DEVICES="cpu:0")
+    env = dict(os.environ, ONEDNN_VERBOSE="1", TENSORD_VERBOSE_OPS="1", TENSORD_DEVICES="cpu:0")
     if a.threads:
         env["TENSORD_NUM_THREADS"] = str(a.threads)
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
@@ -133,6 +137,7 @@ def run_tensord(tensord, folder, batch, a):
     runs = a.warmup + a.examples + 1  # runs: the first (at compile), warmup and timed
     classes = collections.defaultdict(float)
     counts = collections.Counter()
+    own = set()  # classes with a kernel of tensord's own
     doc = None
     for line in p.stdout.splitlines():
         if line.startswith("onednn_verbose,exec,cpu,"):
@@ -148,13 +153,25 @@ def run_tensord(tensord, folder, batch, a):
             c = onednn_class(f[3], f[-2])
             classes[c] += t / runs
             counts[c] += 1
+        elif line.startswith("tensord_verbose,exec,cpu,"):
+            # A region's own kernel (TENSORD_VERBOSE_OPS): kind, problem, ms.
+            f = line.split(",")
+            try:
+                t = float(f[-1])
+            except ValueError:
+                continue
+            c = (onednn_class("convolution", f[-2]) if f[3] == "conv" and f[-2] else
+                 TENSORD_CLASS.get(f[3], f[3]))
+            classes[c] += t / runs
+            counts[c] += 1
+            own.add(c)
         elif line.startswith("{"):
             doc = json.loads(line)
     if doc is None:
         sys.exit("tensord bench printed no JSON")
     wall = 1e3 * doc["per_example_s"] * batch  # ms per run
-    classes["outside oneDNN (own kernels, overhead)"] = max(0.0, wall - sum(classes.values()))
-    return wall, dict(classes), {k: v / runs for k, v in counts.items()}
+    classes["outside regions (other kernels, overhead)"] = max(0.0, wall - sum(classes.values()))
+    return wall, dict(classes), {k: v / runs for k, v in counts.items()}, own
 
 
 def run_ort(folder, batch, a, tmp):
@@ -184,7 +201,7 @@ def run_ort(folder, batch, a, tmp):
             counts[c] += 1
     wall = 1e3 * doc["per_example_s"] * batch
     classes["outside ONNX Runtime's nodes (framework)"] = max(0.0, wall - sum(classes.values()))
-    return wall, dict(classes), {k: v / runs for k, v in counts.items()}
+    return wall, dict(classes), {k: v / runs for k, v in counts.items()}, set()
 
 
 def resolve(target):
@@ -232,7 +249,7 @@ def main():
         n_t = statistics.median(r[2].get(k, 0) for r in td)
         n_o = statistics.median(r[2].get(k, 0) for r in ort)
         rows.append({"class": k, "tensord_ms": t, "onnxruntime_ms": o, "tensord_calls": n_t,
-                     "onnxruntime_calls": n_o})
+                     "onnxruntime_calls": n_o, "tensord_own_kernel": any(k in r[3] for r in td)})
     rows.sort(key=lambda r: r["onnxruntime_ms"] - r["tensord_ms"])
     wall_t = statistics.median(r[0] for r in td)
     wall_o = statistics.median(r[0] for r in ort)
@@ -246,11 +263,14 @@ def main():
     for r in rows:
         if r["tensord_ms"] < 0.005 and r["onnxruntime_ms"] < 0.005:
             continue
-        print(f"{r['class']:44s} {r['tensord_ms']:9.3f} {r['onnxruntime_ms']:9.3f} "
+        name = r["class"] + (" *" if r["tensord_own_kernel"] else "")
+        print(f"{name:44s} {r['tensord_ms']:9.3f} {r['onnxruntime_ms']:9.3f} "
               f"{r['tensord_ms'] - r['onnxruntime_ms']:+8.3f}  {r['tensord_calls']:g} / "
               f"{r['onnxruntime_calls']:g}")
     print(f"{'wall':44s} {wall_t:9.3f} {wall_o:9.3f} {wall_t - wall_o:+8.3f}  "
           f"({wall_t / wall_o:.2f}x)")
+    if any(r["tensord_own_kernel"] for r in rows):
+        print("* (some of) tensord's time in this class on a kernel of its own in a region")
 
 
 if __name__ == "__main__":

@@ -1052,10 +1052,11 @@ TEST(GraphCompiler, PoolingOfBlockedValuesRunsOnTensordsLoop) {
   if (blocked8 && jit_convs(plan)) EXPECT_EQ(count(plan, "1 pool on tensord's loop"), 1) << plan;
 }
 
-// The deep layers of a CNN (3x3 convolutions, maps of at most 16x16 outputs, 32k output
+// The deep layers of a CNN (3x3 convolutions, maps of at most 17x17 outputs, 32k output
 // channels) run on tensord's kernel where the region's layout is nChw8c and the CPU has AVX2
 // (direct_conv8.h; oneDNN's AVX2 kernel ran ResNet-18/34's deep layers 12-28% slower than ONNX
-// Runtime). Against the reference kernels: residual blocks (ReLU, then an Add of the block's
+// Runtime; also Inception's 1x7, 7x1, 1x3 and 3x1 windows up to 17x17). Against the reference
+// kernels: residual blocks (ReLU, then an Add of the block's
 // input, then ReLU; and a ReLU before the Add), strides 1 and 2, batch 2, with and without
 // bias, asymmetric pads, maps whose pixels leave partial tiles (1, 2 or none left of three),
 // input channels of one block and of passes that do not fill (3 and 9 blocks); a convolution
@@ -1116,6 +1117,21 @@ TEST(GraphCompiler, DeepLayerConvolutionsRunOnTensordsKernel) {
     EXPECT_EQ(count(plan, "2 conv on tensord's kernel"), 1) << plan;
     EXPECT_EQ(primitives(plan, "conv"), 4) << plan;
   }
+  // Inception's factorised windows at 17x17 (289 pixels): 1x7 then 7x1, and 1x3 beside 3x1.
+  G f;
+  auto y = f.in("y", {1, 32, 17, 17});
+  auto win = [&](const std::string& in, int64_t kh, int64_t kw) {
+    const float s = 1.5f / std::sqrt(static_cast<float>(32 * kh * kw));
+    auto w = f.constant(random({32, 32, kh, kw}, f.counter + 7, -s, s));
+    return f.op("Relu", {f.op("Conv", {in, w}, {{"kernel_shape", ints({kh, kw})},
+                                               {"pads", ints({kh / 2, kw / 2, kh / 2, kw / 2})}})});
+  };
+  auto seven = win(win(y, 1, 7), 7, 1);
+  f.out(f.op("Concat", {win(seven, 1, 3), win(seven, 3, 1)}, {{"axis", int64_t{1}}}));
+  const std::string plan2 = check(f.g, {random({1, 32, 17, 17}, 133, -2, 2)});
+  EXPECT_EQ(count(plan2, "OneDnnRegion"), 1) << plan2;
+  if (blocked8 && takes(32, 32, 17, 17) && jit_convs(plan2))
+    EXPECT_EQ(count(plan2, "4 conv on tensord's kernel"), 1) << plan2;
 }
 
 // Video networks (S3D, R(2+1)D, MC3, R3D): 3-D convolutions, 3-D poolings, residual Adds and

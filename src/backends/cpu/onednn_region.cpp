@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cfloat>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -451,6 +452,15 @@ dnnl::primitive_attr region_attr() {
 // The most sources a custom op reads (a concat's inputs; more go to oneDNN's concat).
 constexpr size_t kMaxCustomSources = 64;
 
+// TENSORD_VERBOSE_OPS=1: a region prints each of its custom ops' times (read once).
+bool verbose_ops() {
+  static const bool on = [] {
+    const char* v = std::getenv("TENSORD_VERBOSE_OPS");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
 class DnnlRegion final : public FusedKernel {
  public:
   enum class SlotKind { kInput, kOutput, kArena, kOwned };
@@ -479,6 +489,9 @@ class DnnlRegion final : public FusedKernel {
     std::function<void(const void* const*, void*)> custom;
     std::vector<int> custom_srcs;
     int custom_dst = -1;
+    // Its problem in oneDNN's verbose form (a convolution's "mb1_ic64oc64_ih14oh14kh3..."),
+    // for TENSORD_VERBOSE_OPS.
+    std::string custom_desc;
   };
   // What one run binds: a memory object per slot (the region's own for constants, handles set
   // per run for the rest), each op's arguments and scratchpad. Primitives are created with
@@ -633,7 +646,20 @@ class DnnlRegion final : public FusedKernel {
           const void* srcs[kMaxCustomSources];
           for (size_t k = 0; k < op.custom_srcs.size(); ++k)
             srcs[k] = ctx->mems[static_cast<size_t>(op.custom_srcs[k])].get_data_handle();
-          op.custom(srcs, ctx->mems[static_cast<size_t>(op.custom_dst)].get_data_handle());
+          void* dst = ctx->mems[static_cast<size_t>(op.custom_dst)].get_data_handle();
+          if (!verbose_ops()) {
+            op.custom(srcs, dst);
+            continue;
+          }
+          // TENSORD_VERBOSE_OPS=1: each custom op's time, as ONEDNN_VERBOSE prints a
+          // primitive's (bench/opclass.py reads both).
+          const auto t0 = std::chrono::steady_clock::now();
+          op.custom(srcs, dst);
+          const double ms =
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                  .count();
+          std::printf("tensord_verbose,exec,cpu,%s,%s,%g\n", op.kind.c_str(),
+                      op.custom_desc.c_str(), ms);
           continue;
         }
         // (read after call_once; a context made before a variant existed runs the team's)
@@ -963,7 +989,7 @@ class RegionCompiler {
   }
 
   void add_custom_op(std::function<void(const void* const*, void*)> fn, std::vector<int> srcs,
-                     int dst, std::string kind) {
+                     int dst, std::string kind, std::string desc = "") {
     DnnlRegion::Op op;
     op.serial = serial_;
     out_->serial_ops_ += serial_ ? 1 : 0;
@@ -972,6 +998,7 @@ class RegionCompiler {
     op.custom = std::move(fn);
     op.custom_srcs = std::move(srcs);
     op.custom_dst = dst;
+    op.custom_desc = std::move(desc);
     op.kind = std::move(kind);
     out_->ops_.push_back(std::move(op));
   }
@@ -1677,8 +1704,9 @@ class RegionCompiler {
 
   // Convolution `m` as DirectConv8 (direct_conv8.h: tensord's AVX2 kernel for the deep layers
   // of a CNN) where the region's layout is nChw8c and the kernel applies: 2-D, one group, a
-  // 3x3 window, no dilation, stride 1 or 2 (the forms measured against oneDNN), and a post-op
-  // chain of ReLUs and one residual Add. TENSORD_NO_OWN_CONV=1 keeps oneDNN's (to compare).
+  // window of more than one tap (3x3; Inception's 1x3, 3x1, 1x7, 7x1), no dilation, stride 1
+  // or 2 (the forms measured against oneDNN), and a post-op chain of ReLUs and one residual
+  // Add. TENSORD_NO_OWN_CONV=1 keeps oneDNN's (to compare).
   // nullopt: not taken.
   std::optional<Status> own_direct_conv(size_t m) {
     static const bool off = std::getenv("TENSORD_NO_OWN_CONV") != nullptr;
@@ -1694,7 +1722,7 @@ class RegionCompiler {
     if (!conv_geometry(node, &strides, &dilations, &pads).ok()) return std::nullopt;
     const Shape ws = w.shape();
     const Shape ys = type(node.outputs[0]).shape;
-    if (ys.size() != 4 || ws[2] != 3 || ws[3] != 3 || dilations[0] != 1 || dilations[1] != 1 ||
+    if (ys.size() != 4 || ws[2] * ws[3] < 2 || dilations[0] != 1 || dilations[1] != 1 ||
         strides[0] != strides[1] || strides[0] > 2)
       return std::nullopt;
     DirectConv8::Geometry geo;
@@ -1768,7 +1796,10 @@ class RegionCompiler {
                                       with_residual ? static_cast<const float*>(x[1]) : nullptr,
                                       static_cast<float*>(y));
                   },
-                  std::move(srcs), dst, "conv");
+                  std::move(srcs), dst, "conv",
+                  fmt::format("mb{}_ic{}oc{}_ih{}oh{}kh{}sh{}dh0ph{}_iw{}ow{}kw{}sw{}dw0pw{}", geo.n,
+                              geo.ic, geo.oc, geo.h, geo.oh, geo.kh, geo.sh, geo.pt, geo.w,
+                              geo.ow, geo.kw, geo.sw, geo.pl));
     value_slot_[v] = dst;
     return OkStatus();
   }
