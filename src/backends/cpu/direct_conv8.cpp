@@ -114,7 +114,8 @@ bool cpu_has_avx2() {
 }  // namespace
 
 bool DirectConv8::applies(const Geometry& g) {
-  return cpu_has_avx2() && g.n >= 1 && g.ic > 0 && g.ic % kBlock == 0 && g.oc > 0 &&
+  return cpu_has_avx2() && g.n >= 1 && g.ic >= kMinInputChannels && g.ic % kBlock == 0 &&
+         g.oc > 0 &&
          g.oc % (kBlock * kGroup) == 0 && g.oh >= 1 && g.ow >= 1 &&
          g.oh * g.ow <= kMaxPixels && g.kh >= 1 && g.kw >= 1 && g.sh >= 1 && g.sw >= 1 &&
          g.dh >= 1 && g.dw >= 1 && g.pt >= 0 && g.pl >= 0;
@@ -151,6 +152,9 @@ DirectConv8::DirectConv8(const Geometry& g, const float* weights, const float* b
             }
   bias_.assign(static_cast<size_t>(g.oc), 0.0f);
   if (bias) std::copy(bias, bias + g.oc, bias_.begin());
+  for (int64_t oy = 0; oy < g.oh; ++oy)
+    for (int64_t ox = 0; ox < g.ow; ++ox)
+      pixel_offset_.push_back((oy * g.sh * wp_ + ox * g.sw) * kBlock);
 }
 
 // Rows [lo, hi) of the padded input (n * ic/8 * hp rows of wp pixels).
@@ -199,10 +203,7 @@ void DirectConv8::items(const float* padded, const float* residual, float* y, in
   for (int64_t ky = 0; ky < g.kh; ++ky)
     for (int64_t kx = 0; kx < g.kw; ++kx)
       taps[static_cast<size_t>(ky * g.kw + kx)] = (ky * g.dh * wp_ + kx * g.dw) * kBlock;
-  auto pixel_base = [&](const float* image_in, int64_t p) {
-    const int64_t oy = p / g.ow, ox = p % g.ow;
-    return image_in + (oy * g.sh * wp_ + ox * g.sw) * kBlock;
-  };
+  auto pixel_base = [&](const float* image_in, int64_t p) { return image_in + pixel_offset_[p]; };
   alignas(32) float spare[kGroup * kTile * kBlock];  // a partial tile's three pixels
   for (int64_t it = lo; it < hi; ++it) {
     const int64_t block = it % blocks_, rest = it / blocks_;

@@ -34,11 +34,15 @@ class DirectConv8 {
   enum class Post { kRelu, kSum };
 
   // Whether this kernel takes a convolution of these sizes here: AVX2 and FMA present (and
-  // allowed: oneDNN's ISA limit, ONEDNN_MAX_CPU_ISA, applies to it too), ic a multiple of 8,
-  // oc of 32, at most kMaxPixels output pixels per image (Inception's 17x17 maps; at 28x28,
-  // ResNet-50's second stage, it was 8% slower than oneDNN).
+  // allowed: oneDNN's ISA limit, ONEDNN_MAX_CPU_ISA, applies to it too), ic a multiple of 8
+  // and at least kMinInputChannels, oc a multiple of 32, at most kMaxPixels output pixels per
+  // image. Measured against oneDNN in whole networks (same build, ABBA rounds): faster on
+  // ResNet-18/34's and DenseNet's deep layers, Inception's 17x17 and 8x8 ones; slower at 28x28
+  // (ResNet-50's second stage, 8%) and with 48-64 input channels (SqueezeNet 1.1's 13x13
+  // expand convolutions, 9%).
   static bool applies(const Geometry& g);
   static constexpr int64_t kMaxPixels = 320;
+  static constexpr int64_t kMinInputChannels = 128;
 
   // weights: [oc, ic, kh, kw] (ONNX's OIHW); bias: oc values or null.
   DirectConv8(const Geometry& g, const float* weights, const float* bias, std::vector<Post> post);
@@ -61,6 +65,7 @@ class DirectConv8 {
   int64_t blocks_ = 0;             // work items per image and group
   std::vector<float> packed_;      // [oc / 32][ic / 8][kh][kw][8 ic][4 oc blocks][8 oc]
   std::vector<float> bias_;        // oc values (zeros without a bias)
+  std::vector<int64_t> pixel_offset_;  // per output pixel: its window's first input, in floats
   std::vector<Post> post_;
 };
 
