@@ -115,8 +115,7 @@ bool cpu_has_avx2() {
 
 bool DirectConv8::applies(const Geometry& g) {
   return cpu_has_avx2() && g.n >= 1 && g.ic >= kMinInputChannels && g.ic % kBlock == 0 &&
-         g.oc > 0 &&
-         g.oc % (kBlock * kGroup) == 0 && g.oh >= 1 && g.ow >= 1 &&
+         g.oc >= kMinOutputChannels && g.oc % (kBlock * kGroup) == 0 && g.oh >= 1 && g.ow >= 1 &&
          g.oh * g.ow <= kMaxPixels && g.kh >= 1 && g.kw >= 1 && g.sh >= 1 && g.sw >= 1 &&
          g.dh >= 1 && g.dw >= 1 && g.pt >= 0 && g.pl >= 0;
 }

@@ -35,14 +35,16 @@ class DirectConv8 {
 
   // Whether this kernel takes a convolution of these sizes here: AVX2 and FMA present (and
   // allowed: oneDNN's ISA limit, ONEDNN_MAX_CPU_ISA, applies to it too), ic a multiple of 8
-  // and at least kMinInputChannels, oc a multiple of 32, at most kMaxPixels output pixels per
-  // image. Measured against oneDNN in whole networks (same build, ABBA rounds): faster on
-  // ResNet-18/34's and DenseNet's deep layers, Inception's 17x17 and 8x8 ones; slower at 28x28
-  // (ResNet-50's second stage, 8%) and with 48-64 input channels (SqueezeNet 1.1's 13x13
-  // expand convolutions, 9%).
+  // and at least kMinInputChannels, oc a multiple of 32 and at least kMinOutputChannels, at
+  // most kMaxPixels output pixels per image. Measured against oneDNN in whole networks (same
+  // build, ABBA rounds): faster on ResNet-18/34/50's deep layers and Inception's 17x17 and 8x8
+  // ones; slower at 28x28 (ResNet-50's second stage, 8%), with 48-64 input channels
+  // (SqueezeNet 1.1's 13x13 expand convolutions, 9%) and with 32 output channels (DenseNet's
+  // growth convolutions, 0.05 ms each: one work item per 24 pixels, two passes of the pool).
   static bool applies(const Geometry& g);
   static constexpr int64_t kMaxPixels = 320;
   static constexpr int64_t kMinInputChannels = 128;
+  static constexpr int64_t kMinOutputChannels = 64;
 
   // weights: [oc, ic, kh, kw] (ONNX's OIHW); bias: oc values or null.
   DirectConv8(const Geometry& g, const float* weights, const float* bias, std::vector<Post> post);
