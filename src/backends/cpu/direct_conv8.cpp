@@ -16,6 +16,7 @@ constexpr int64_t kGroup = 4;      // output blocks per tile (32 channels)
 constexpr int64_t kTile = 3;       // output pixels per tile
 constexpr int64_t kChunk = 4;      // input blocks per pass over a tile (36 KB of 3x3 weights)
 constexpr int64_t kMaxItemPixels = 96;
+constexpr size_t kKeptPadFloats = size_t{1} << 20;  // 4 MB
 
 // One tap of a tile: the eight input channels of a block at three pixels (i0, i1, i2) times
 // the 8 x 32 weights at w, into 12 accumulators. The broadcasts of one channel are shared by
@@ -154,6 +155,9 @@ DirectConv8::DirectConv8(const Geometry& g, const float* weights, const float* b
   for (int64_t oy = 0; oy < g.oh; ++oy)
     for (int64_t ox = 0; ox < g.ow; ++ox)
       pixel_offset_.push_back((oy * g.sh * wp_ + ox * g.sw) * kBlock);
+  for (int64_t ky = 0; ky < g.kh; ++ky)
+    for (int64_t kx = 0; kx < g.kw; ++kx)
+      tap_offset_.push_back((ky * g.dh * wp_ + kx * g.dw) * kBlock);
 }
 
 // Rows [lo, hi) of the padded input (n * ic/8 * hp rows of wp pixels).
@@ -198,10 +202,7 @@ void DirectConv8::items(const float* padded, const float* residual, float* y, in
   const int64_t groups = g.oc / (kBlock * kGroup), icb = g.ic / kBlock, ocb = g.oc / kBlock;
   const int64_t pixels = g.oh * g.ow, ntaps = g.kh * g.kw;
   const int64_t plane = hp_ * wp_ * kBlock;  // floats per padded input block
-  std::vector<int64_t> taps(static_cast<size_t>(ntaps));
-  for (int64_t ky = 0; ky < g.kh; ++ky)
-    for (int64_t kx = 0; kx < g.kw; ++kx)
-      taps[static_cast<size_t>(ky * g.kw + kx)] = (ky * g.dh * wp_ + kx * g.dw) * kBlock;
+  const int64_t* taps = tap_offset_.data();
   auto pixel_base = [&](const float* image_in, int64_t p) { return image_in + pixel_offset_[p]; };
   alignas(32) float spare[kGroup * kTile * kBlock];  // a partial tile's three pixels
   for (int64_t it = lo; it < hi; ++it) {
@@ -224,7 +225,7 @@ void DirectConv8::items(const float* padded, const float* residual, float* y, in
       const float* inb = in + b0 * plane;
       int64_t p = p0;
       for (; p + kTile <= p1; p += kTile)
-        tile(pixel_base(inb, p), pixel_base(inb, p + 1), pixel_base(inb, p + 2), taps.data(), w,
+        tile(pixel_base(inb, p), pixel_base(inb, p + 1), pixel_base(inb, p + 2), taps, w,
              out + p * kBlock, a);
       if (p < p1) {
         // One or two pixels left: a whole tile into `spare`, its missing pixels repeating the
@@ -239,7 +240,7 @@ void DirectConv8::items(const float* padded, const float* residual, float* y, in
           for (int64_t j = 0; j < kGroup; ++j)
             std::memcpy(spare + j * kTile * kBlock, out + j * os + p * kBlock,
                         static_cast<size_t>(left) * px);
-        tile(q0, q1, q1, taps.data(), w, spare, s);
+        tile(q0, q1, q1, taps, w, spare, s);
         for (int64_t j = 0; j < kGroup; ++j)
           std::memcpy(out + j * os + p * kBlock, spare + j * kTile * kBlock,
                       static_cast<size_t>(left) * px);
@@ -252,12 +253,15 @@ void DirectConv8::items(const float* padded, const float* residual, float* y, in
 void DirectConv8::run(const float* x, const float* residual, float* y) const {
   const Geometry& g = g_;
   const int64_t icb = g.ic / kBlock;
-  // The padded input: the calling thread's buffer, kept between runs (at most a few MB: this
-  // kernel takes small maps only).
+  // The padded input: the calling thread's buffer, kept between runs up to kKeptPadFloats
+  // (a batch of 8 at 512 channels and 9x9 padded pixels is 1.3 MB); a larger one is this
+  // run's only.
   thread_local std::vector<float> buffer;
+  std::vector<float> once;
   const size_t need = static_cast<size_t>(g.n * icb * hp_ * wp_ * kBlock);
-  if (buffer.size() < need) buffer.resize(need);
-  float* padded = buffer.data();
+  std::vector<float>& use = need <= kKeptPadFloats ? buffer : once;
+  if (use.size() < need) use.resize(need);
+  float* padded = use.data();
   ThreadPool& pool = ThreadPool::get();
   const int64_t rows = g.n * icb * hp_;
   pool.parallel_for(rows, std::max<int64_t>(1, 4096 / (wp_ * kBlock)),

@@ -68,6 +68,7 @@ class DirectConv8 {
   std::vector<float> packed_;      // [oc / 32][ic / 8][kh][kw][8 ic][4 oc blocks][8 oc]
   std::vector<float> bias_;        // oc values (zeros without a bias)
   std::vector<int64_t> pixel_offset_;  // per output pixel: its window's first input, in floats
+  std::vector<int64_t> tap_offset_;    // per window tap: its offset from that, in floats
   std::vector<Post> post_;
 };
 
