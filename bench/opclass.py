@@ -120,6 +120,14 @@ def onednn_class(kind, desc):
     return conv_class(kernel, int(g.group(1)) if g else 1, ic, oc, stride, out)
 
 
+def exec_ms(fields):
+    """The milliseconds at the end of a verbose exec line's fields, or None."""
+    try:
+        return float(fields[-1])
+    except ValueError:
+        return None
+
+
 def run_tensord(tensord, folder, batch, a):
     n = a.examples * batch
     cmd = [tensord, "bench", "--model", os.path.join(folder, "model.onnx"), "--batch-size",
@@ -140,12 +148,9 @@ def run_tensord(tensord, folder, batch, a):
     own = set()  # classes with a kernel of tensord's own
     doc = None
     for line in p.stdout.splitlines():
-        if line.startswith("onednn_verbose,exec,cpu,"):
-            f = line.split(",")
-            try:
-                t = float(f[-1])
-            except ValueError:
-                continue
+        f = line.split(",")
+        t = exec_ms(f)
+        if line.startswith("onednn_verbose,exec,cpu,") and t is not None:
             # Weights packed once when the model compiles (a reorder into a layout blocked on
             # two axes, ABcd8b8a and the like) are not a run's.
             if f[3] == "reorder" and re.search(r"dst_\w+::blocked:\w*[A-Z]\w*[A-Z]", line):
@@ -153,13 +158,8 @@ def run_tensord(tensord, folder, batch, a):
             c = onednn_class(f[3], f[-2])
             classes[c] += t / runs
             counts[c] += 1
-        elif line.startswith("tensord_verbose,exec,cpu,"):
+        elif line.startswith("tensord_verbose,exec,cpu,") and t is not None:
             # A region's own kernel (TENSORD_VERBOSE_OPS): kind, problem, ms.
-            f = line.split(",")
-            try:
-                t = float(f[-1])
-            except ValueError:
-                continue
             c = (onednn_class("convolution", f[-2]) if f[3] == "conv" and f[-2] else
                  TENSORD_CLASS.get(f[3], f[3]))
             classes[c] += t / runs

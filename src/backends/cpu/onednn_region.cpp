@@ -1742,7 +1742,7 @@ class RegionCompiler {
     if (ws[1] != geo.ic || !DirectConv8::applies(geo)) return std::nullopt;
     const bool has_bias = node.inputs.size() > 2 && !node.inputs[2].empty();
     if (has_bias && g_.constant(node.inputs[2])->dtype() != DType::kFloat32) return std::nullopt;
-    // The post-op chain: as many steps as are ReLUs and a sum.
+    // The kernel's form of a post-op chain: its ReLUs and sum in order, or nullopt.
     auto kernel_steps = [](const dnnl::post_ops& post) {
       std::vector<DirectConv8::Post> out;
       for (int i = 0; i < post.len(); ++i) {
