@@ -1062,6 +1062,11 @@ TEST(GraphCompiler, PoolingOfBlockedValuesRunsOnTensordsLoop) {
 // input channels whose last pass does not fill (17 blocks); convolutions with 48 output
 // channels or 48 input channels stay on oneDNN.
 TEST(GraphCompiler, DeepLayerConvolutionsRunOnTensordsKernel) {
+  // On any CPU with AVX2 (it is taken on AMD cores only by default).
+  ASSERT_EQ(setenv("TENSORD_OWN_CONV", "1", 1), 0);
+  struct Unset {
+    ~Unset() { unsetenv("TENSORD_OWN_CONV"); }
+  } unset;
   auto ints = [](std::vector<int64_t> v) { return Attribute(std::move(v)); };
   const bool blocked8 = cpu::conv_native_layout() == "nChw8c";
   auto takes = [](int64_t ic, int64_t oc, int64_t oh, int64_t ow) {

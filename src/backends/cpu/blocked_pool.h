@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace tensord::cpu {
 
@@ -25,8 +26,14 @@ class BlockedPool {
     int64_t pf = 0, pk = 0;  // depth padding before (front) and after (back)
   };
   enum class Kind { kMax, kAverageExcludePad, kAverageIncludePad };
+  // One output index of one dimension: its window's taps that read the input are
+  // [lo, hi); `count` is its factor of the average's divisor (taps inside the input, or
+  // inside the padded input when padding counts).
+  struct Span {
+    int64_t lo, hi, count;
+  };
 
-  BlockedPool(const Geometry& g, Kind kind) : g_(g), kind_(kind) {}
+  BlockedPool(const Geometry& g, Kind kind);
 
   // x: [n, c, h, w] as nChw8c, or [n, c, d, h, w] as nCdhw8c; y: the output in the same
   // layout. Windows that hold no input value (possible only with padding larger than the
@@ -39,9 +46,9 @@ class BlockedPool {
  private:
   void rows(const float* x, float* y, int64_t lo, int64_t hi) const;
   void rows_avx(const float* x, float* y, int64_t lo, int64_t hi) const;
-  int64_t divisor(int64_t z0, int64_t y0, int64_t x0) const;
   Geometry g_;
   Kind kind_;
+  std::vector<Span> z_, y_, x_;  // per output depth, row and column
 };
 
 }  // namespace tensord::cpu

@@ -1464,7 +1464,6 @@ class RegionCompiler {
       }
     }
     const Tag tag = blocked16_ ? Tag::aBcd16b : native_conv_tag();
-    if (blocked16_ && ic % 16 != 0) return std::nullopt;
     std::string v = node.outputs[0];
     dnnl::post_ops post;
     // Activations only: a residual would have to be read through the scatter.
