@@ -147,13 +147,17 @@ def run_tensord(tensord, folder, batch, a):
     counts = collections.Counter()
     own = set()  # classes with a kernel of tensord's own
     doc = None
+    # A reorder seen fewer times than there were runs happened at compile: weights packed
+    # once (into ABcd8b8a, or Acdb16a for the channels-last convolutions of AVX-512, which
+    # the pattern below misses), not a run's.
+    reorders = collections.Counter(",".join(line.split(",")[:-1]) for line in p.stdout.splitlines()
+                                   if line.startswith("onednn_verbose,exec,cpu,reorder,"))
     for line in p.stdout.splitlines():
         f = line.split(",")
         t = exec_ms(f)
         if line.startswith("onednn_verbose,exec,cpu,") and t is not None:
-            # Weights packed once when the model compiles (a reorder into a layout blocked on
-            # two axes, ABcd8b8a and the like) are not a run's.
-            if f[3] == "reorder" and re.search(r"dst_\w+::blocked:\w*[A-Z]\w*[A-Z]", line):
+            if f[3] == "reorder" and (re.search(r"dst_\w+::blocked:\w*[A-Z]\w*[A-Z]", line) or
+                                      reorders[",".join(f[:-1])] < runs):
                 continue
             c = onednn_class(f[3], f[-2])
             classes[c] += t / runs
