@@ -67,9 +67,9 @@ class DirectConv8 {
               int64_t image) const;
 
   Geometry g_;
-  int64_t hp_ = 0, wp_ = 0;        // the padded input's height and width
-  int64_t pixels_per_item_ = 0;    // output pixels a work item covers (a multiple of 3)
-  int64_t blocks_ = 0;             // work items per image and group
+  int64_t hp_ = 0, wp_ = 0;            // the padded input's height and width
+  int64_t pixels_per_item_ = 0;        // output pixels a work item covers (a multiple of 3)
+  int64_t blocks_ = 0;                 // work items per image and group
   // Cache-line aligned: a 32-byte weight load at 16 bytes past a line (malloc's alignment for
   // a large block) splits every other load across two lines, which Intel cores pay for
   // (ResNet-18 1.12x slower than oneDNN's kernel on a Xeon, two threads, before).
@@ -89,7 +89,7 @@ class DirectConv8 {
     bool operator!=(const LineAligned<U>&) const { return false; }
   };
   std::vector<float, LineAligned<float>> packed_;  // [oc / 32][ic / 8][kh][kw][8 ic][4][8 oc]
-  std::vector<float> bias_;        // oc values (zeros without a bias)
+  std::vector<float> bias_;            // oc values (zeros without a bias)
   std::vector<int64_t> pixel_offset_;  // per output pixel: its window's first input, in floats
   std::vector<int64_t> tap_offset_;    // per window tap: its offset from that, in floats
   std::vector<Post> post_;
