@@ -21,7 +21,10 @@ opsets 16/17, since before 16 the exporter's scatter_add drops duplicate indices
 EmbeddingBag classifier, GRU and LSTM over padded batches with sequence_lens
 (pack_padded_sequence), and a BERT-style encoder with a padding mask and LayerNorm written
 out as ReduceMean/Sub/Pow/Sqrt/Div (HuggingFace's old form) at opsets 11, 14 and 17; plus the
-custom models of model_set.py. MobileNetV3 at opsets 11 and 13 exports HardSwish as
+custom models of model_set.py. Two are exported without the exporter's constant folding, as
+training-mode and hand-made exports come: a TCN with weight_norm (weights computed from g and
+v in the graph) and ResNet-18 with float16 weights Cast to float (BatchNormalization kept).
+MobileNetV3 at opsets 11 and 13 exports HardSwish as
 x * HardSigmoid(x).
 
 `corpus-quick` (QUICK below) is the subset run in CI and by `bench/compare.py --set
@@ -131,6 +134,47 @@ def _tcn(torch):
         def forward(self, x):
             return self.out(self.blocks(self.inp(x)))
     return Tcn()
+
+
+def _tcn_weightnorm(torch):
+    """The TCN with weight normalisation on every convolution, as the TCN paper's code writes
+    it (weight = g * v / ||v||): exported unfolded (Model.fold False), the weights are graph
+    math on initializers (Div, Mul, ReduceL2 or Pow/ReduceSum/Sqrt)."""
+    model = _tcn(torch)
+    for m in list(model.modules()):
+        if isinstance(m, torch.nn.Conv1d):
+            torch.nn.utils.weight_norm(m)
+    return model
+
+
+def _fp16_weights(name):
+    """A torchvision model whose Conv and Linear weights are stored as float16 and cast to the
+    input's float type in forward (what weight-compressing converters write): exported
+    unfolded, each weight is a Cast of a float16 initializer, BatchNormalization kept."""
+    def build(torch):
+        nn = torch.nn
+
+        class AsInput(nn.Module):  # a float16 tensor cast to the dtype of `ref` (float32 or
+            def __init__(self):   # float64 after model.double(): the golden's run)
+                super().__init__()
+                self.register_buffer("ref", torch.zeros(()))
+
+            def forward(self, w):
+                return w.to(self.ref.dtype)
+
+        model = _tv(name)(torch)
+        for m in list(model.modules()):
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                for p in ("weight", "bias"):
+                    if getattr(m, p, None) is not None:
+                        with torch.no_grad():
+                            half = getattr(m, p).detach().half()
+                        delattr(m, p)
+                        m.register_parameter(p, nn.Parameter(half, requires_grad=False))
+                        nn.utils.parametrize.register_parametrization(m, p, AsInput(),
+                                                                      unsafe=True)
+        return model
+    return build
 
 
 def _attention(torch, d, heads):
@@ -338,9 +382,10 @@ class Model:
     """One model: builder(torch) -> module, make_input(batch, rng), its batch, the pattern it
     stands for, the opsets it is exported at, the calibration batch for BatchNorm."""
 
-    def __init__(self, builder, make_input, what, batch=1, opsets=OPSETS, calib=4):
+    def __init__(self, builder, make_input, what, batch=1, opsets=OPSETS, calib=4, fold=True):
         self.builder, self.make_input, self.what = builder, make_input, what
         self.batch, self.opsets, self.calib = batch, opsets, calib
+        self.fold = fold  # the exporter's do_constant_folding: False keeps weight math
 
 
 def _torchvision():
@@ -403,6 +448,12 @@ def _own():
     m = {
         "tcn": Model(_tcn, _float(8, 400), "dilated causal Conv1d stack (1..16), residual adds",
                      batch=4),
+        "tcn_weightnorm": Model(_tcn_weightnorm, _float(8, 400),
+                                "the TCN with weight_norm, exported unfolded (weights as graph "
+                                "math on initializers)", batch=4, fold=False),
+        "resnet18_fp16w": Model(_fp16_weights("resnet18"), _image(),
+                                "ResNet-18 with float16 weights Cast to float, exported unfolded "
+                                "(BatchNormalization kept)", fold=False),
         "encdec_transformer": Model(_encdec, _src_tgt_tokens(2000, 32, 24),
                                     "encoder-decoder: cross-attention, source padding mask",
                                     batch=2),
@@ -436,7 +487,8 @@ CORPUS = {f"{n}@o{o}": (n, o) for n, mdl in MODELS.items() for o in mdl.opsets}
 QUICK = ["mobilenet_v3_small@o11", "mobilenet_v3_small@o13", "mobilenet_v3_small@o17",
          "bert_ln@o14", "tcn@o17", "efficientnet_b0@o13", "squeezenet1_1@o11",
          "shufflenet_v2_x0_5@o13", "vae_decoder@o13", "message_passing@o16",
-         "lstm_seqlens@o13", "encdec_transformer@o17"]
+         "lstm_seqlens@o13", "encdec_transformer@o17", "tcn_weightnorm@o13",
+         "resnet18_fp16w@o17"]
 
 
 def batch_of(key):
@@ -533,7 +585,7 @@ def _export_here(root, key, batch):
     try:
         torch.onnx.export(model, torch.from_numpy(x), os.path.join(tmp, "model.onnx"),
                           opset_version=opset, input_names=["input"], output_names=["output"],
-                          do_constant_folding=True)
+                          do_constant_folding=MODELS[name].fold)
         os.makedirs(os.path.join(tmp, "test_data_set_0"))
         with open(os.path.join(tmp, "test_data_set_0", "input_0.pb"), "wb") as f:
             f.write(numpy_helper.from_array(x, "input").SerializeToString())

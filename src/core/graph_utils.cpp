@@ -146,7 +146,24 @@ std::optional<HostTensor> fold_shape_op(const Node& node, const TensorType& in) 
   return HostTensor::from_vector(dims, {static_cast<int64_t>(dims.size())});
 }
 
-constexpr int64_t kFoldLimit = 1 << 16;  // elements: fold shape arithmetic, not weights math
+constexpr int64_t kFoldLimit = 1 << 16;  // elements: any deterministic node this small folds
+
+// Ops whose cost is linear in their inputs and outputs: folded at any size when they make no
+// more elements than their constant inputs hold (weights stored as float16 and Cast, weight
+// normalisation's Div/Mul/ReduceL2, DequantizeLinear, a Transpose of a weight). The output is
+// then at most the size of weights the model already carries, and the executable's folding
+// cap and the tenant's quota (CompileBudget) bound it. Contractions (MatMul, Conv, ...) and
+// growing ops (Expand, Tile, ConstantOfShape, Range) fold only under kFoldLimit: their cost
+// or their output is not bounded by the model's own size.
+bool folds_at_any_size(const std::string& op) {
+  static const std::set<std::string> ops = {
+      "Cast", "CastLike", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
+      "Concat", "Split", "Slice", "Gather", "Neg", "Abs", "Sqrt", "Reciprocal", "Exp", "Log",
+      "Relu", "Sigmoid", "Tanh", "Clip", "Add", "Sub", "Mul", "Div", "Pow", "Where", "Max",
+      "Min", "DequantizeLinear", "ReduceL2", "ReduceSum", "ReduceMean", "ReduceMax",
+      "ReduceMin", "ReduceSumSquare", "LpNormalization", "Softplus", "Sign", "Erf"};
+  return ops.count(op) > 0;
+}
 
 }  // namespace
 
@@ -189,17 +206,19 @@ Result<GraphTypes> infer_graph(const OpRegistry& registry, const Graph& graph,
       return;
     }
     if (!evaluator || is_nondeterministic(node.op) || has_subgraph(node)) return;
-    int64_t elems = 0;
+    int64_t in_elems = 0, out_elems = 0;
     for (int i = 0; i < ctx.num_inputs(); ++i) {
       if (!ctx.has_input(i)) continue;
       if (!ctx.input_value(i)) return;
-      elems += shape_numel(ctx.input_shape(i));
+      in_elems += shape_numel(ctx.input_shape(i));
     }
     for (const auto& t : ctx.output_types()) {
       if (!shape_is_static(t.shape)) return;
-      elems += shape_numel(t.shape);
+      out_elems += shape_numel(t.shape);
     }
-    if (elems > kFoldLimit) return;
+    if (in_elems + out_elems > kFoldLimit &&
+        !(folds_at_any_size(node.op) && out_elems <= in_elems))
+      return;
     auto outs = evaluator(node, inputs);
     if (!outs.ok() || outs->size() != node.outputs.size()) return;  // left to run time
     for (size_t k = 0; k < node.outputs.size(); ++k)

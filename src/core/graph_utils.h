@@ -42,8 +42,10 @@ using ConstantEvaluator = std::function<Result<std::vector<HostTensor>>(
 // Runs schema inference over the graph. Structural errors (cycles, dangling names, arity of
 // graph inputs) fail the whole call; a node whose inference fails poisons only its
 // downstream values. Shape and Size of inputs with static shapes are always folded into
-// constants; with an evaluator, so is every small deterministic node whose inputs are all
-// constants (constant folding of initializer-only subgraphs).
+// constants; with an evaluator, so is every deterministic node whose inputs are all constants
+// (constant folding of initializer-only subgraphs) when it is small (64k elements in and out)
+// or a linear-cost op that makes no more elements than it reads (a float16 weight's Cast, a
+// weight normalisation's Div: graph_utils.cpp's folds_at_any_size).
 Result<GraphTypes> infer_graph(const OpRegistry& registry, const Graph& graph,
                                const std::vector<TensorType>& input_types,
                                const ConstantEvaluator& evaluator = nullptr);
