@@ -24,6 +24,9 @@ out as ReduceMean/Sub/Pow/Sqrt/Div (HuggingFace's old form) at opsets 11, 14 and
 custom models of model_set.py. Two are exported without the exporter's constant folding, as
 training-mode and hand-made exports come: a TCN with weight_norm (weights computed from g and
 v in the graph) and ResNet-18 with float16 weights Cast to float (BatchNormalization kept).
+ResNet-18 and MobileNetV2 are also there all in float16 (`_half`: input, weights and output;
+the golden is float64 on the float16 values, so an output within float16's rounding of it
+passes).
 MobileNetV3 at opsets 11 and 13 exports HardSwish as
 x * HardSigmoid(x).
 
@@ -382,10 +385,18 @@ class Model:
     """One model: builder(torch) -> module, make_input(batch, rng), its batch, the pattern it
     stands for, the opsets it is exported at, the calibration batch for BatchNorm."""
 
-    def __init__(self, builder, make_input, what, batch=1, opsets=OPSETS, calib=4, fold=True):
+    def __init__(self, builder, make_input, what, batch=1, opsets=OPSETS, calib=4, fold=True,
+                 half=False):
         self.builder, self.make_input, self.what = builder, make_input, what
         self.batch, self.opsets, self.calib = batch, opsets, calib
         self.fold = fold  # the exporter's do_constant_folding: False keeps weight math
+        # half: the whole model in float16 (input, output, weights; _to_float16), as
+        # float16 converters write it. Its parameters and input are rounded to float16 first,
+        # so the golden (float64 on those values) is the float16 model's exact result.
+        self.half = half
+        if half:
+            self.make_input = lambda b, rng: make_input(b, rng).astype(np.float16).astype(
+                np.float32)
 
 
 def _torchvision():
@@ -454,6 +465,10 @@ def _own():
         "resnet18_fp16w": Model(_fp16_weights("resnet18"), _image(),
                                 "ResNet-18 with float16 weights Cast to float, exported unfolded "
                                 "(BatchNormalization kept)", fold=False),
+        "resnet18_half": Model(_tv("resnet18"), _image(), "ResNet-18 all in float16 (input, "
+                               "weights, output)", fold=False, half=True),
+        "mobilenet_v2_half": Model(_tv("mobilenet_v2"), _image(), "MobileNetV2 all in float16",
+                                   fold=False, half=True),
         "encdec_transformer": Model(_encdec, _src_tgt_tokens(2000, 32, 24),
                                     "encoder-decoder: cross-attention, source padding mask",
                                     batch=2),
@@ -488,7 +503,7 @@ QUICK = ["mobilenet_v3_small@o11", "mobilenet_v3_small@o13", "mobilenet_v3_small
          "bert_ln@o14", "tcn@o17", "efficientnet_b0@o13", "squeezenet1_1@o11",
          "shufflenet_v2_x0_5@o13", "vae_decoder@o13", "message_passing@o16",
          "lstm_seqlens@o13", "encdec_transformer@o17", "tcn_weightnorm@o13",
-         "resnet18_fp16w@o17"]
+         "resnet18_fp16w@o17", "mobilenet_v2_half@o13"]
 
 
 def batch_of(key):
@@ -517,7 +532,42 @@ def build(torch, name):
                 m.momentum = None
             model.train()
             model(torch.from_numpy(mdl.make_input(mdl.calib, np.random.default_rng(1234))))
+    if mdl.half:  # every weight and statistic a float16 value (kept in float32 here)
+        # BatchNormalization folded into the convolutions first (the exporter folds it in
+        # float32 otherwise, and the float16 file's weights would not be the golden's).
+        from torch.fx.experimental.optimization import fuse
+        model = fuse(model.eval())
+        with torch.no_grad():
+            for t in list(model.parameters()) + list(model.buffers()):
+                if t.is_floating_point():
+                    t.copy_(t.half().float())
     return model.eval()
+
+
+def _to_float16(path):
+    """The ONNX file at path made a float16 model, as float16 converters write one: float
+    initializers and Constant values, the graph's float inputs and outputs, and Casts to
+    float become float16 (the values were float16 ones already: Model.half)."""
+    import onnx
+    from onnx import TensorProto, numpy_helper
+    m = onnx.load(path)
+    g = m.graph
+    for i, init in enumerate(g.initializer):
+        if init.data_type == TensorProto.FLOAT:
+            a = numpy_helper.to_array(init).astype(np.float16)
+            g.initializer[i].CopyFrom(numpy_helper.from_array(a, init.name))
+    for v in list(g.input) + list(g.output):
+        if v.type.tensor_type.elem_type == TensorProto.FLOAT:
+            v.type.tensor_type.elem_type = TensorProto.FLOAT16
+    del g.value_info[:]
+    for n in g.node:
+        for at in n.attribute:
+            if n.op_type == "Constant" and at.name == "value" and at.t.data_type == TensorProto.FLOAT:
+                at.t.CopyFrom(numpy_helper.from_array(
+                    numpy_helper.to_array(at.t).astype(np.float16), at.t.name))
+            if n.op_type == "Cast" and at.name == "to" and at.i == TensorProto.FLOAT:
+                at.i = TensorProto.FLOAT16
+    onnx.save(m, path)
 
 
 def _golden(root, name, batch):
@@ -529,6 +579,8 @@ def _golden(root, name, batch):
         model = build(torch, name)
         x = MODELS[name].make_input(batch, np.random.default_rng(batch))
         y, y32 = ms.eager_outputs(torch, model, x)
+        if MODELS[name].half:  # the model's input is float16 (float16 values already)
+            x = x.astype(np.float16)
         os.makedirs(os.path.dirname(folder), exist_ok=True)
         tmp = tempfile.mkdtemp(dir=os.path.dirname(folder))
         for f, v in zip(files, (x, y, y32)):
@@ -583,9 +635,13 @@ def _export_here(root, key, batch):
     os.makedirs(root, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=root)
     try:
-        torch.onnx.export(model, torch.from_numpy(x), os.path.join(tmp, "model.onnx"),
+        half = MODELS[name].half
+        torch.onnx.export(model, torch.from_numpy(x.astype(np.float32) if half else x),
+                          os.path.join(tmp, "model.onnx"),
                           opset_version=opset, input_names=["input"], output_names=["output"],
                           do_constant_folding=MODELS[name].fold)
+        if half:
+            _to_float16(os.path.join(tmp, "model.onnx"))
         os.makedirs(os.path.join(tmp, "test_data_set_0"))
         with open(os.path.join(tmp, "test_data_set_0", "input_0.pb"), "wb") as f:
             f.write(numpy_helper.from_array(x, "input").SerializeToString())

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/graph_utils.h"
+#include "core/op_registry.h"
 
 namespace tensord {
 namespace {
@@ -1013,10 +1014,135 @@ int fold_affine(Graph& graph, GraphTypes& types, std::vector<bool>* dropped,
   return fold_affine_impl(graph, types, dropped, options.bnfold, options.affine, charge);
 }
 
+int widen_float16(Graph& graph, const std::vector<TensorType>& input_types) {
+  constexpr int64_t kOnnxFloat = 1, kOnnxFloat16 = 10;
+  auto types = infer_graph(OpRegistry::global(), graph, input_types);
+  if (!types.ok()) return 0;
+  auto is_half = [&](const std::string& name) {
+    auto it = types->values.find(name);
+    return it != types->values.end() && it->second.ok() && it->second->dtype == DType::kFloat16;
+  };
+  std::set<std::string> halves;
+  for (const auto& [name, t] : types->values)
+    if (t.ok() && t->dtype == DType::kFloat16) halves.insert(name);
+  if (halves.empty()) return 0;
+  // Left as they are: bodies that read outer values (Loop, If, Scan), sequences, and a float16
+  // graph output that is an initializer (it would change type).
+  for (const auto& n : graph.nodes) {
+    for (const auto& [k, a] : n.attrs)
+      if (a.kind() == Attribute::Kind::kGraph) return 0;
+    if (n.op.rfind("Sequence", 0) == 0 || n.op == "SplitToSequence" || n.op == "ConcatFromSequence")
+      return 0;
+  }
+  for (const auto& o : graph.outputs)
+    if (graph.initializers.count(o.name) && is_half(o.name)) return 0;
+
+  auto widen = [](const HostTensor& h) {
+    HostTensor f(DType::kFloat32, h.shape());
+    for (int64_t i = 0; i < h.numel(); ++i)
+      f.mutable_data<float>()[i] = half_to_float(h.data<uint16_t>()[i]);
+    return f;
+  };
+  auto cast = [](const std::string& name, const std::string& in, const std::string& out,
+                 int64_t to) {
+    Node c;
+    c.name = name;
+    c.op = "Cast";
+    c.inputs = {in};
+    c.outputs = {out};
+    c.attrs.emplace("to", Attribute(to));
+    return c;
+  };
+  std::set<std::string> taken;
+  for (const auto& n : graph.nodes)
+    for (const auto& o : n.outputs) taken.insert(o);
+  for (const auto& i : graph.inputs) taken.insert(i.name);
+  for (const auto& [name, t] : graph.initializers) taken.insert(name);
+  auto fresh = [&](const std::string& base) {
+    std::string n = base;
+    for (int k = 2; taken.count(n); ++k) n = base + std::to_string(k);
+    taken.insert(n);
+    return n;
+  };
+  std::vector<Node> before, after;
+  std::map<std::string, std::string> renamed;  // a value's readers read another name
+  int widened = 0;
+  for (const auto& in : graph.inputs) {
+    if (!is_half(in.name)) continue;
+    const std::string w = fresh(in.name + "__float");
+    before.push_back(cast(w + "_cast", in.name, w, kOnnxFloat));
+    renamed[in.name] = w;
+    ++widened;
+  }
+  for (auto& [name, t] : graph.initializers)
+    if (t.dtype() == DType::kFloat16) {
+      t = widen(t);
+      ++widened;
+    }
+  // Graph outputs of float16: their producer writes a float value, a Cast makes the output.
+  std::map<std::string, std::string> output_from;
+  for (const auto& o : graph.outputs)
+    if (is_half(o.name) && !renamed.count(o.name) && !output_from.count(o.name)) {
+      bool input = false;
+      for (const auto& i : graph.inputs) input = input || i.name == o.name;
+      if (input) continue;  // passed through: stays the float16 input itself
+      output_from[o.name] = fresh(o.name + "__float");
+    }
+  for (auto& n : graph.nodes) {
+    for (auto& i : n.inputs) {
+      auto r = renamed.find(i);
+      if (r != renamed.end()) i = r->second;
+      auto o = output_from.find(i);
+      if (o != output_from.end()) i = o->second;
+    }
+    for (auto& o : n.outputs) {
+      auto it = output_from.find(o);
+      if (it != output_from.end()) o = it->second;
+    }
+    auto retype = [&](const char* attr) {
+      auto it = n.attrs.find(attr);
+      if (it == n.attrs.end()) return;
+      if (const HostTensor* t = it->second.get_if<HostTensor>(); t && t->dtype() == DType::kFloat16) {
+        it->second = Attribute(widen(*t));
+        ++widened;
+      }
+      if (const int64_t* v = it->second.get_if<int64_t>(); v && *v == kOnnxFloat16) {
+        it->second = Attribute(kOnnxFloat);
+        ++widened;
+      }
+    };
+    if (n.op == "Constant" || n.op == "ConstantOfShape") retype("value");
+    if (n.op == "EyeLike" || n.op.rfind("Random", 0) == 0 || n.op == "Bernoulli") retype("dtype");
+  }
+  // A conversion to float16 (Cast, CastLike) keeps its rounding: Cast to float16, then back
+  // to float under the node's output name.
+  std::vector<Node> nodes;
+  for (auto& n : graph.nodes) {
+    std::string out = n.outputs.empty() ? std::string() : n.outputs[0];
+    std::string original = out;
+    for (const auto& [o, w] : output_from)
+      if (w == out) original = o;
+    if ((n.op == "Cast" || n.op == "CastLike") && !out.empty() && is_half(original)) {
+      const std::string h = fresh(original + "__half");
+      nodes.push_back(cast(n.name.empty() ? h : n.name, n.inputs[0], h, kOnnxFloat16));
+      nodes.push_back(cast(h + "_widen", h, out, kOnnxFloat));
+      ++widened;
+      continue;
+    }
+    nodes.push_back(std::move(n));
+  }
+  for (const auto& [o, w] : output_from) after.push_back(cast(w + "_cast", w, o, kOnnxFloat16));
+  graph.nodes.clear();
+  for (auto& n : before) graph.nodes.push_back(std::move(n));
+  for (auto& n : nodes) graph.nodes.push_back(std::move(n));
+  for (auto& n : after) graph.nodes.push_back(std::move(n));
+  return widened;
+}
+
 CanonicalizeOptions CanonicalizeOptions::none() {
   CanonicalizeOptions o;
   o.hardswish = o.silu = o.layernorm = o.pad_conv = o.cse = o.bnfold = o.gelu = o.affine =
-      o.identity = o.if_const = o.taps = false;
+      o.identity = o.if_const = o.taps = o.f16 = false;
   return o;
 }
 
@@ -1043,6 +1169,7 @@ CanonicalizeOptions CanonicalizeOptions::from_env() {
     if (name == "identity") base.identity = on;
     if (name == "if") base.if_const = on;
     if (name == "taps") base.taps = on;
+    if (name == "f16") base.f16 = on;
   }
   return base;
 }

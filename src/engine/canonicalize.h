@@ -42,7 +42,7 @@
 //
 // Switches: CanonicalizeOptions (all on by default; the compiler runs the passes on the fast
 // path only, never for the reference kernels) and TENSORD_CANONICAL=-hardswish,-silu,
-// -layernorm,-padconv,-cse,-gelu,-bnfold,-affine,-identity,-if,-taps
+// -layernorm,-padconv,-cse,-gelu,-bnfold,-affine,-identity,-if,-taps,-f16
 // (a pass named with '-' is off; "0" or "none": all off).
 #pragma once
 
@@ -69,6 +69,7 @@ struct CanonicalizeOptions {
   bool identity = true;
   bool if_const = true;  // "if": an If whose condition is known becomes its taken branch
   bool taps = true;      // a Conv's kernel taps that read only padding dropped
+  bool f16 = true;       // widen_float16 (the compiler, for a cpu target)
   // All on, then TENSORD_CANONICAL applied.
   static CanonicalizeOptions from_env();
   // All off.
@@ -94,6 +95,18 @@ CanonicalizeStats canonicalize(Graph& graph, const CanonicalizeOptions& options 
                                const std::map<std::string, HostTensor>* known = nullptr);
 // Whether a pass could use folded values (a Pad before a Conv whose pads are computed).
 bool canonicalize_wants_constants(const Graph& graph, const CanonicalizeOptions& options);
+
+// float16 computed in float32, for a backend without float16 kernels (the cpu's: its
+// reference kernels only; ONNX Runtime's CPU provider inserts the same casts): float16 graph
+// inputs are Cast to float where they enter, float16 initializers and Constant /
+// ConstantOfShape values widened, random and EyeLike dtypes made float, a Cast or CastLike to
+// float16 kept as that rounding followed by a Cast back to float, and float16 graph outputs
+// Cast from the float values that make them. Each value is then at least as accurate as the
+// float16 graph's (no intermediate is rounded to float16 unless the graph says so). Returns
+// the number of values changed; 0 (and the graph as it was) when there is no float16 value,
+// or for graphs with subgraph bodies or sequences. The compiler runs it for a cpu target on
+// the fast path (TENSORD_CANONICAL=-f16 turns it off).
+int widen_float16(Graph& graph, const std::vector<TensorType>& input_types);
 
 // The `bnfold` and `affine` passes over a graph whose values are typed and whose constants
 // are known (`types`, after infer_graph). Each fold makes a new weight and bias, constants

@@ -1138,6 +1138,9 @@ Result<std::unique_ptr<Executable>> Executable::compile(const Graph& graph,
   // reference kernels (fuse off, the oracle) see the graph as given.
   if (options.fuse) {
     const CanonicalizeOptions canonical = CanonicalizeOptions::from_env();
+    // float16 on a cpu device runs in float32 (its float16 kernels are the reference ones).
+    if (canonical.f16 && target.device->info().kind == "cpu")
+      widen_float16(impl->graph, input_types);
     std::map<std::string, HostTensor> known;
     if (target.host && canonicalize_wants_constants(impl->graph, canonical)) {
       // Small shape computations folded first (inputs of at most 1024 elements each).

@@ -914,5 +914,72 @@ TEST(FastBinary, BroadcastIntegerAndDoubleArithmeticMatchesReference) {
       }
 }
 
+// float32 <-> float16 / bfloat16 Cast (fast_cast.cpp: F16C where the CPU has it) equal to the
+// reference conversion bit for bit: every float16 value widened; floats narrowed across
+// float16's range, its subnormals, ties, overflow, zeros, infinities and NaN (NaN stays NaN);
+// more values than one thread converts, so the parallel split is covered too.
+TEST(FastCast, Float16AndBFloat16MatchTheReferenceBitForBit) {
+  auto run_cast = [](const HostTensor& x, int64_t to, bool fast) {
+    std::vector<HostTensor> bound;
+    const Graph g = one_node_graph("Cast", {x}, {{"to", to}}, &bound);
+    auto r = run_graph_on_host(g, bound, CompileOptions{fast});
+    EXPECT_TRUE(r.ok() && (*r)[0].ok());
+    return r.ok() && (*r)[0].ok() ? *(*r)[0] : HostTensor();
+  };
+  const auto& fast = cpu::KernelRegistry::global().find("Cast").front();
+  ASSERT_EQ(fast.name, "fast");
+  Node cast;
+  cast.op = "Cast";
+  cast.attrs.emplace("to", int64_t{10});
+  EXPECT_TRUE(fast.accepts(cast, {{DType::kFloat32, {4}}}).ok());
+  EXPECT_FALSE(fast.accepts(cast, {{DType::kFloat64, {4}}}).ok());  // left to the reference
+
+  const int64_t n = 300000;
+  HostTensor halves(DType::kFloat16, {n});
+  for (int64_t i = 0; i < n; ++i) halves.mutable_data<uint16_t>()[i] = static_cast<uint16_t>(i * 40503u);
+  for (int64_t i = 0; i < 65536; ++i) halves.mutable_data<uint16_t>()[i] = static_cast<uint16_t>(i);
+  for (DType low : {DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(low == DType::kFloat16 ? "float16" : "bfloat16");
+    HostTensor in(low, {n});
+    std::memcpy(in.mutable_data<uint16_t>(), halves.data<uint16_t>(), n * 2);
+    const HostTensor a = run_cast(in, 1, true), b = run_cast(in, 1, false);
+    ASSERT_EQ(a.numel(), n);
+    ASSERT_EQ(b.numel(), n);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = a.data<float>()[i], y = b.data<float>()[i];
+      if (!(std::isnan(x) && std::isnan(y)) && std::memcmp(&x, &y, 4) != 0) ++differ;
+    }
+    EXPECT_EQ(differ, 0);
+  }
+  std::mt19937 rng(99);
+  std::uniform_real_distribution<float> exponent(-30.0f, 18.0f);
+  HostTensor floats(DType::kFloat32, {n});
+  float* f = floats.mutable_data<float>();
+  for (int64_t i = 0; i < n; ++i)
+    f[i] = std::exp2(exponent(rng)) * ((i & 1) ? -1.0f : 1.0f) * (1.0f + (i % 1000) * 1e-3f);
+  const float special[] = {0.0f, -0.0f, 65504.0f, 65520.0f, 70000.0f, 2049.0f, 2051.0f,
+                           1.0f / 3, 5.9604645e-8f, 2.9802322e-8f, 6.1035156e-5f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN(), 1.00048828125f,
+                           1.001953125f, 3.14159265f};
+  for (size_t k = 0; k < sizeof(special) / sizeof(special[0]); ++k) f[k] = special[k];
+  for (int64_t to : {int64_t{10}, int64_t{16}}) {
+    SCOPED_TRACE(to == 10 ? "to float16" : "to bfloat16");
+    const HostTensor a = run_cast(floats, to, true), b = run_cast(floats, to, false);
+    ASSERT_EQ(a.numel(), n);
+    ASSERT_EQ(b.numel(), n);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t x = a.data<uint16_t>()[i], y = b.data<uint16_t>()[i];
+      const float fx = to == 10 ? half_to_float(x) : bfloat16_to_float(x);
+      const float fy = to == 10 ? half_to_float(y) : bfloat16_to_float(y);
+      if (!(std::isnan(fx) && std::isnan(fy)) && x != y) ++differ;
+    }
+    EXPECT_EQ(differ, 0);
+  }
+}
+
 }  // namespace
 }  // namespace tensord::testing
