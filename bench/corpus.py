@@ -498,6 +498,8 @@ def _own():
 MODELS = {**_torchvision(), **_own()}
 # NAME@oN -> (the model's name, the opset)
 CORPUS = {f"{n}@o{o}": (n, o) for n, mdl in MODELS.items() for o in mdl.opsets}
+# Entries also checked in their QDQ form (quantize_qdq) by the quick gate.
+QUICK_QDQ = ["mobilenet_v2@o13", "bert_ln@o17"]
 # The quick subset (CI, `--set corpus-quick`): small models carrying the forms issue 31 names.
 QUICK = ["mobilenet_v3_small@o11", "mobilenet_v3_small@o13", "mobilenet_v3_small@o17",
          "bert_ln@o14", "tcn@o17", "efficientnet_b0@o13", "squeezenet1_1@o11",
@@ -623,6 +625,96 @@ def export(root, key, batch=None):
     with open(marker, "w") as f:
         f.write(why + "\n")
     raise RuntimeError(why)
+
+
+def quantize_qdq(src, dst, scale=0.05, zero_point=128):
+    """dst/{model.onnx, test_data_set_0}: the model at src quantized as ONNX Runtime's quantizer
+    writes a QDQ model: before and after every Conv, Gemm and MatMul with a constant weight a
+    uint8 QuantizeLinear -> DequantizeLinear pair (per tensor), int8 weights (per output
+    channel, symmetric) and int32 biases through DequantizeLinear. The activation scale is one
+    fixed value, not calibrated: the file is for timing and for the reference-kernel gate, and
+    its output is not compared with a float golden (quantization moves it by whole steps)."""
+    import onnx
+    from onnx import helper, numpy_helper
+    m = onnx.load(os.path.join(src, "model.onnx"))
+    g = m.graph
+    inits = {i.name: i for i in g.initializer}
+    nodes, new_inits, n = [], [], [0]
+
+    def name(base):
+        n[0] += 1
+        return f"{base}_qdq{n[0]}"
+
+    def const(value, base):
+        new_inits.append(numpy_helper.from_array(value, name(base)))
+        return new_inits[-1].name
+
+    def pair(x, out=None):
+        s, z = const(np.array(scale, np.float32), "s"), const(np.array(zero_point, np.uint8), "z")
+        q = name(x + "_q")
+        nodes.append(helper.make_node("QuantizeLinear", [x, s, z], [q]))
+        nodes.append(helper.make_node("DequantizeLinear", [q, s, z], [out or name(x + "_dq")]))
+        return nodes[-1].output[0]
+
+    for node in g.node:
+        if node.op_type not in ("Conv", "Gemm", "MatMul") or len(node.input) < 2 or \
+                node.input[1] not in inits:
+            nodes.append(node)
+            continue
+        w = numpy_helper.to_array(inits[node.input[1]])
+        trans_b = any(a.name == "transB" and a.i == 1 for a in node.attribute)
+        axis = 0 if node.op_type == "Conv" or trans_b else 1
+        if w.ndim < 2:
+            nodes.append(node)
+            continue
+        ws = np.maximum(np.abs(w).max(axis=tuple(i for i in range(w.ndim) if i != axis)),
+                        1e-8) / 127
+        shape = [1] * w.ndim
+        shape[axis] = -1
+        wq = np.clip(np.round(w / ws.reshape(shape)), -127, 127).astype(np.int8)
+        wdq = name("w_dq")
+        nodes.append(helper.make_node(
+            "DequantizeLinear", [const(wq, "wq"), const(ws.astype(np.float32), "ws"),
+                                 const(np.zeros(ws.shape, np.int8), "wz")], [wdq], axis=axis))
+        inputs = [pair(node.input[0]), wdq]
+        if len(node.input) > 2 and node.input[2] in inits and node.op_type == "Conv":
+            bs = (scale * ws).astype(np.float32)
+            b = numpy_helper.to_array(inits[node.input[2]])
+            bdq = name("b_dq")
+            nodes.append(helper.make_node(
+                "DequantizeLinear", [const(np.round(b / bs).astype(np.int32), "bq"),
+                                     const(bs, "bs"), const(np.zeros(bs.shape, np.int32), "bz")],
+                [bdq], axis=0))
+            inputs.append(bdq)
+        elif len(node.input) > 2:
+            inputs.append(node.input[2])
+        raw = name(node.output[0] + "_float")
+        q = helper.make_node(node.op_type, inputs, [raw], name=node.name)
+        q.attribute.extend(node.attribute)
+        nodes.append(q)
+        pair(raw, node.output[0])
+    del g.node[:]
+    g.node.extend(nodes)
+    g.initializer.extend(new_inits)
+    tmp = tempfile.mkdtemp(dir=os.path.dirname(dst))
+    try:
+        onnx.save(m, os.path.join(tmp, "model.onnx"))
+        shutil.copytree(os.path.join(src, "test_data_set_0"), os.path.join(tmp, "test_data_set_0"))
+        shutil.copy(os.path.join(src, "input.npy"), os.path.join(tmp, "input.npy"))
+        shutil.rmtree(dst, ignore_errors=True)
+        os.replace(tmp, dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dst
+
+
+def export_qdq(root, key):
+    """root/KEY_qdq_bB: the QDQ form (quantize_qdq) of a corpus entry, made once."""
+    src = export(root, key)
+    dst = src.replace(f"{key}_b", f"{key}_qdq_b")
+    if not os.path.exists(os.path.join(dst, "model.onnx")):
+        quantize_qdq(src, dst)
+    return dst
 
 
 def _export_here(root, key, batch):

@@ -136,6 +136,90 @@ std::string fresh_name(const Graph& g, const std::string& base, int* counter) {
   }
 }
 
+// ---- DequantizeLinear(QuantizeLinear(x, s, z), s, z) -> Mul(Clip(Round(Div(x, s))), s) ----
+// A per-tensor quantize-dequantize pair (QDQ models: ONNX Runtime's quantizer writes one on
+// every activation) is x rounded to the grid of the quantized type, in float:
+// clip(round(x / s), qmin - z, qmax - z) * s, exactly what the two ops compute (the integer q
+// never leaves the pair). As standard float ops it runs inside a oneDNN region or an
+// element-wise program instead of as two reference kernels that split the region.
+int qdq_pass(Graph& g) {
+  Index ix(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  int count = 0, counter = 0;
+  std::vector<Node> added;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& dq = g.nodes[i];
+    if (dead[i] || dq.op != "DequantizeLinear" || !dq.domain.empty() || dq.inputs.size() < 2 ||
+        dq.outputs.size() != 1)
+      continue;
+    const Node* q = ix.producer(dq.inputs[0], dead);
+    if (!q || q->op != "QuantizeLinear" || !q->domain.empty() || q->inputs.size() < 2 ||
+        q->outputs.size() != 1 || !ix.read_only_by(dq.inputs[0], {i}))
+      continue;
+    if (q->attrs.count("output_dtype") || q->attrs.count("block_size") ||
+        dq.attrs.count("block_size"))
+      continue;
+    HostTensor scratch[4];
+    const HostTensor* s1 = constant_of(g, ix, dead, q->inputs[1], &scratch[0]);
+    const HostTensor* s2 = constant_of(g, ix, dead, dq.inputs[1], &scratch[1]);
+    if (!s1 || !s2 || s1->dtype() != DType::kFloat32 || s2->dtype() != DType::kFloat32 ||
+        s1->numel() != 1 || s2->numel() != 1 || s1->data<float>()[0] != s2->data<float>()[0])
+      continue;
+    const float scale = s1->data<float>()[0];
+    if (!(scale > 0) || !std::isfinite(scale)) continue;
+    // The zero points: absent (uint8 0) or one-value constants of the same type and value.
+    const HostTensor* z1 = q->inputs.size() > 2 && !q->inputs[2].empty()
+                               ? constant_of(g, ix, dead, q->inputs[2], &scratch[2]) : nullptr;
+    const HostTensor* z2 = dq.inputs.size() > 2 && !dq.inputs[2].empty()
+                               ? constant_of(g, ix, dead, dq.inputs[2], &scratch[3]) : nullptr;
+    if ((q->inputs.size() > 2 && !q->inputs[2].empty() && !z1) ||
+        (dq.inputs.size() > 2 && !dq.inputs[2].empty() && !z2))
+      continue;
+    const DType zt = z1 ? z1->dtype() : DType::kUInt8;
+    if ((z2 ? z2->dtype() : DType::kUInt8) != zt || (z1 && z1->numel() != 1) || (z2 && z2->numel() != 1))
+      continue;
+    double lo, hi;
+    if (zt == DType::kUInt8) { lo = 0; hi = 255; }
+    else if (zt == DType::kInt8) { lo = -128; hi = 127; }
+    else if (zt == DType::kUInt16) { lo = 0; hi = 65535; }
+    else if (zt == DType::kInt16) { lo = -32768; hi = 32767; }
+    else continue;
+    const double zp1 = z1 ? z1->to_double_vector()[0] : 0.0, zp2 = z2 ? z2->to_double_vector()[0] : 0.0;
+    if (zp1 != zp2) continue;
+    const std::string base = dq.outputs[0];
+    const std::string sname = fresh_name(g, base + "_scale", &counter);
+    const std::string lname = fresh_name(g, base + "_lo", &counter);
+    const std::string hname = fresh_name(g, base + "_hi", &counter);
+    g.initializers[sname] = HostTensor::scalar<float>(scale);
+    g.initializers[lname] = HostTensor::scalar<float>(static_cast<float>(lo - zp1));
+    g.initializers[hname] = HostTensor::scalar<float>(static_cast<float>(hi - zp1));
+    const std::string divided = fresh_name(g, base + "_div", &counter);
+    const std::string rounded = fresh_name(g, base + "_round", &counter);
+    const std::string clipped = fresh_name(g, base + "_clip", &counter);
+    auto make = [&](const char* op, std::vector<std::string> in, const std::string& out) {
+      Node n;
+      n.name = out;
+      n.op = op;
+      n.inputs = std::move(in);
+      n.outputs = {out};
+      return n;
+    };
+    added.push_back(make("Div", {q->inputs[0], sname}, divided));
+    added.push_back(make("Round", {divided}, rounded));
+    added.push_back(make("Clip", {rounded, lname, hname}, clipped));
+    const std::string out = dq.outputs[0];
+    dead[ix.producer_index(dq.inputs[0])] = true;
+    dq.op = "Mul";
+    dq.inputs = {clipped, sname};
+    dq.attrs.clear();
+    dq.outputs = {out};
+    ++count;
+  }
+  erase_dead(g, dead);
+  for (auto& n : added) g.nodes.push_back(std::move(n));
+  return count;
+}
+
 // ---- Mul(x, HardSigmoid(x; 1/6, 0.5)) -> HardSwish(x) ----
 int hardswish_pass(Graph& g) {
   Index ix(g);
@@ -1142,7 +1226,7 @@ int widen_float16(Graph& graph, const std::vector<TensorType>& input_types) {
 CanonicalizeOptions CanonicalizeOptions::none() {
   CanonicalizeOptions o;
   o.hardswish = o.silu = o.layernorm = o.pad_conv = o.cse = o.bnfold = o.gelu = o.affine =
-      o.identity = o.if_const = o.taps = o.f16 = false;
+      o.identity = o.if_const = o.taps = o.f16 = o.qdq = false;
   return o;
 }
 
@@ -1170,6 +1254,7 @@ CanonicalizeOptions CanonicalizeOptions::from_env() {
     if (name == "if") base.if_const = on;
     if (name == "taps") base.taps = on;
     if (name == "f16") base.f16 = on;
+    if (name == "qdq") base.qdq = on;
   }
   return base;
 }
@@ -1201,6 +1286,7 @@ CanonicalizeStats canonicalize(Graph& graph, const CanonicalizeOptions& options,
     ~Scope() { t_known = nullptr; }
   } scope(known);
   CanonicalizeStats stats;
+  if (options.qdq) stats.qdq = qdq_pass(graph);
   if (options.if_const) stats.if_const = if_pass(graph);
   if (options.identity) stats.identity = identity_pass(graph);
   if (options.cse) stats.cse = cse_pass(graph);

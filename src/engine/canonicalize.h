@@ -36,13 +36,16 @@
 //               a chain (Conv, BN, Mul, Add) folds step by step into one set of weights.
 //               Both run in fold_affine, on the compiler's typed graph after constant
 //               folding (weights made at compile time count); every backend sees the result
+//   qdq:        DequantizeLinear(QuantizeLinear(x, s, z), s, z), per tensor, q read by the
+//               pair alone -> Mul(Clip(Round(Div(x, s)), qmin - z, qmax - z), s): the value
+//               rounded to the quantized grid, in float (QDQ models; runs first)
 //   taps:       a Conv's kernel taps that read only padding at every output position dropped
 //               (trim_conv_taps, also on the typed graph): a dilated convolution wider than
 //               its input (DeepLabV3's ASPP) keeps the taps that can see the image
 //
 // Switches: CanonicalizeOptions (all on by default; the compiler runs the passes on the fast
 // path only, never for the reference kernels) and TENSORD_CANONICAL=-hardswish,-silu,
-// -layernorm,-padconv,-cse,-gelu,-bnfold,-affine,-identity,-if,-taps,-f16
+// -layernorm,-padconv,-cse,-gelu,-bnfold,-affine,-identity,-if,-taps,-f16,-qdq
 // (a pass named with '-' is off; "0" or "none": all off).
 #pragma once
 
@@ -70,6 +73,7 @@ struct CanonicalizeOptions {
   bool if_const = true;  // "if": an If whose condition is known becomes its taken branch
   bool taps = true;      // a Conv's kernel taps that read only padding dropped
   bool f16 = true;       // widen_float16 (the compiler, for a cpu target)
+  bool qdq = true;       // a QuantizeLinear -> DequantizeLinear pair as Div, Round, Clip, Mul
   // All on, then TENSORD_CANONICAL applied.
   static CanonicalizeOptions from_env();
   // All off.
@@ -86,6 +90,7 @@ struct CanonicalizeStats {
   int gelu = 0;
   int identity = 0;
   int if_const = 0;
+  int qdq = 0;
 };
 
 // Rewrites `graph` in place (top level only; subgraph bodies are compiled on their own).

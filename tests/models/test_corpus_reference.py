@@ -2,7 +2,8 @@
 subset, `tensord bench --profile` must show no oneDNN primitive in a `ref` implementation in
 any region, no region convolution on oneDNN's gemm kernel, and no reference kernel (a cpu kernel named "reference", summed over the nodes of
 one op) above 5% of the model's step time. The outputs must also PASS against PyTorch's
-float64 golden.
+float64 golden (except the QDQ forms of corpus.QUICK_QDQ: int8 quantization moves the output
+by whole steps, so only their profile is checked).
 
 usage: test_corpus_reference.py [--sanitized] TENSORD [ENTRY...]     (default: corpus.QUICK)
 --sanitized (a sanitizer build): the reference kernels' shares are printed but do not fail, as
@@ -33,10 +34,12 @@ sys.path.insert(0, BENCH)
 import corpus  # noqa: E402  (bench/corpus.py)
 
 
-def check(tensord, key, sanitized=False):
-    """The problems of one entry (empty: it passes) and its profile summary."""
+def check(tensord, key, sanitized=False, qdq=False):
+    """The problems of one entry (empty: it passes) and its profile summary. qdq: the entry's
+    QDQ form (corpus.quantize_qdq), whose output is not compared with the float golden."""
     cache = os.environ.get("TENSORD_CORPUS_CACHE", corpus.default_cache())
-    folder = corpus.export(corpus.cache_root(cache), key)
+    root = corpus.cache_root(cache)
+    folder = corpus.export_qdq(root, key) if qdq else corpus.export(root, key)
     batch = corpus.batch_of(key)
     cmd = [tensord, "bench", "--model", os.path.join(folder, "model.onnx"), "--data",
            os.path.join(folder, "test_data_set_0"), "--batch-size", str(batch), "--examples",
@@ -47,7 +50,7 @@ def check(tensord, key, sanitized=False):
     except (ValueError, IndexError):
         return [f"tensord bench failed (exit {p.returncode}): {p.stderr.strip()[-500:]}"], ""
     problems = []
-    if not (doc.get("correctness") or {}).get("pass"):
+    if not qdq and not (doc.get("correctness") or {}).get("pass"):
         problems.append(f"outputs FAIL against the golden: {doc.get('correctness')}")
     prof = doc.get("profile")
     if not prof:
@@ -86,14 +89,17 @@ def main(argv):
     # The whole quick subset (12 small models, the forms issue 31 names; a minute or two on
     # two cores once exported).
     tensord, keys = argv[1], argv[2:] or corpus.QUICK
+    jobs = [(k, False) for k in keys] + ([(k, True) for k in corpus.QUICK_QDQ]
+                                          if not argv[2:] else [])
     failed = 0
-    for key in keys:
-        problems, summary = check(tensord, key, sanitized)
-        print(f"{'FAIL' if problems else 'ok  '} {key}: {summary}", flush=True)
+    for key, qdq in jobs:
+        problems, summary = check(tensord, key, sanitized, qdq)
+        label = key + (" (QDQ form)" if qdq else "")
+        print(f"{'FAIL' if problems else 'ok  '} {label}: {summary}", flush=True)
         for pr in problems:
             print(f"     {pr}")
         failed += bool(problems)
-    print(f"{failed} of {len(keys)} models with reference kernels on a hot path")
+    print(f"{failed} of {len(jobs)} models with reference kernels on a hot path")
     return 1 if failed else 0
 
 

@@ -24,7 +24,7 @@ constexpr int64_t kParallelMin = 1 << 15;  // below this, threads cost more than
 enum class Op : uint8_t {
   kAdd, kSub, kMul, kDiv, kMax, kMin,                              // binary
   kGreater, kLess, kGreaterOrEqual, kLessOrEqual, kEqual,          // binary, bool results
-  kRelu, kNeg, kAbs, kSqrt, kExp, kLog, kTanh, kSigmoid, kReciprocal, kFloor, kCeil,
+  kRelu, kNeg, kAbs, kSqrt, kExp, kLog, kTanh, kSigmoid, kReciprocal, kFloor, kCeil, kRound,
   kLeakyRelu, kElu, kHardSigmoid, kHardSwish, kSoftplus, kClip, kErf, kGelu,  // unary
   kWhere                                                           // ternary
 };
@@ -36,7 +36,7 @@ const std::map<std::string, Op>& op_table() {
       {"Relu", Op::kRelu},       {"Neg", Op::kNeg},           {"Abs", Op::kAbs},
       {"Sqrt", Op::kSqrt},       {"Exp", Op::kExp},           {"Log", Op::kLog},
       {"Tanh", Op::kTanh},       {"Sigmoid", Op::kSigmoid},   {"Reciprocal", Op::kReciprocal},
-      {"Floor", Op::kFloor},     {"Ceil", Op::kCeil},         {"LeakyRelu", Op::kLeakyRelu},
+      {"Floor", Op::kFloor},     {"Ceil", Op::kCeil},         {"Round", Op::kRound},         {"LeakyRelu", Op::kLeakyRelu},
       {"Elu", Op::kElu},         {"HardSigmoid", Op::kHardSigmoid},
       {"HardSwish", Op::kHardSwish}, {"Softplus", Op::kSoftplus}, {"Clip", Op::kClip},
       {"Erf", Op::kErf},         {"Greater", Op::kGreater},   {"Less", Op::kLess},
@@ -221,6 +221,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void execute(
     case Op::kReciprocal: for (int64_t i = 0; i < n; ++i) d[i] = 1.0f / a[i]; break;
     case Op::kFloor: for (int64_t i = 0; i < n; ++i) d[i] = std::floor(a[i]); break;
     case Op::kCeil: for (int64_t i = 0; i < n; ++i) d[i] = std::ceil(a[i]); break;
+    // Half to even (ONNX Round): nearbyint in the default rounding mode.
+    case Op::kRound: for (int64_t i = 0; i < n; ++i) d[i] = std::nearbyint(a[i]); break;
     case Op::kLeakyRelu: for (int64_t i = 0; i < n; ++i) d[i] = a[i] < 0 ? al * a[i] : a[i]; break;
     case Op::kElu:
       for (int64_t i = 0; i < n; ++i) d[i] = a[i] < 0 ? al * (std::exp(a[i]) - 1.0f) : a[i];

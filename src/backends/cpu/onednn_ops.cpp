@@ -38,7 +38,8 @@ std::string impl_of(const dnnl::primitive& prim) {
 const std::set<std::string>& unary_eltwise_ops() {
   static const std::set<std::string> ops = {"Relu",  "LeakyRelu", "Clip",     "Sigmoid",
                                             "Tanh",  "Elu",       "HardSwish", "HardSigmoid",
-                                            "Softplus", "Exp",    "Abs",       "Sqrt", "Neg", "Gelu"};
+                                            "Softplus", "Exp",    "Abs",       "Sqrt", "Neg", "Gelu",
+                                            "Round"};
   return ops;
 }
 const std::set<std::string>& binary_ops() {
@@ -104,6 +105,7 @@ Result<std::vector<Eltwise>> eltwise_steps(const Node& node, const FusionGraph& 
   if (op == "Abs") return std::vector<Eltwise>{{Alg::eltwise_abs, 0, 0}};
   if (op == "Sqrt") return std::vector<Eltwise>{{Alg::eltwise_sqrt, 0, 0}};
   if (op == "Neg") return std::vector<Eltwise>{{Alg::eltwise_linear, -1, 0}};
+  if (op == "Round") return std::vector<Eltwise>{{Alg::eltwise_round, 0, 0}};  // half to even
   if (op == "Gelu") {
     TD_ASSIGN_OR_RETURN(std::string approximate, a.attr_string("approximate", "none"));
     if (approximate == "none") return std::vector<Eltwise>{{Alg::eltwise_gelu_erf, 0, 0}};

@@ -1,5 +1,7 @@
 #include "backends/cpu/onednn_region.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cfloat>
@@ -46,6 +48,37 @@ constexpr int64_t kDotChunk = 128;
 // run instead of 3.4), while a row or two of logits sums few enough terms near zero for the
 // single chain to stay within plaidbench's tolerance.
 constexpr int64_t kSplitDotMinRows = 4;
+
+// y = clip(round_half_even(x / s), lo, hi) * s over n floats: a quantize-dequantize pair
+// (engine/canonicalize.h's qdq) in one pass; NaN stays NaN, zero padding stays zero.
+__attribute__((target("avx2"))) void fake_quant_avx2(const float* x, float* y, int64_t n,
+                                                     float s, float lo, float hi) {
+  const __m256 vs = _mm256_set1_ps(s), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 r = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), vs),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm256_min_ps(vhi, _mm256_max_ps(vlo, r));  // the second operand when NaN
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(r, vs));
+  }
+  for (; i < n; ++i) {
+    float r = std::nearbyint(x[i] / s);
+    r = r < lo ? lo : r;
+    r = r > hi ? hi : r;
+    y[i] = r * s;
+  }
+}
+
+void fake_quant(const float* x, float* y, int64_t n, float s, float lo, float hi) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return fake_quant_avx2(x, y, n, s, lo, hi);
+  for (int64_t i = 0; i < n; ++i) {
+    float r = std::nearbyint(x[i] / s);
+    r = r < lo ? lo : r;
+    r = r > hi ? hi : r;
+    y[i] = r * s;
+  }
+}
 
 bool is_f32_4d_static(const TensorType* t) {
   return t && t->dtype == DType::kFloat32 && t->shape.size() == 4 && shape_is_static(t->shape);
@@ -1113,6 +1146,8 @@ class RegionCompiler {
         op == "GlobalMaxPool")
       return compile_pool(node);
     if (is_unary_eltwise(op)) return compile_eltwise(node);
+    if (op == "Div")
+      if (auto fq = fake_quant_chain(m)) return compile_fake_quant(m, *fq);
     if (is_binary(op)) return compile_binary(node);
     if (op == "Concat") return compile_concat(node);
     if (op == "Flatten") {
@@ -2343,6 +2378,76 @@ class RegionCompiler {
       if (pair && sm < mm) return std::make_pair(sm, mm);
     }
     return std::nullopt;
+  }
+
+  // Div(x, s) -> Round -> Clip(lo, hi) -> Mul(., s), each result read only by the next, s, lo
+  // and hi one-value float constants, every node a member: a quantize-dequantize pair as the
+  // qdq canonical form writes it. The members after the Div, and the constants.
+  struct FakeQuant {
+    std::vector<size_t> members;
+    float s, lo, hi;
+  };
+  std::optional<FakeQuant> fake_quant_chain(size_t m) {
+    auto one = [&](const std::string& v) -> std::optional<float> {
+      const HostTensor* c = v.empty() ? nullptr : g_.constant(v);
+      if (!c || c->dtype() != DType::kFloat32 || c->numel() != 1) return std::nullopt;
+      return c->data<float>()[0];
+    };
+    const Node& div = *g_.nodes[r_.members[m]];
+    if (div.inputs.size() != 2 || div.outputs.size() != 1) return std::nullopt;
+    const auto s = one(div.inputs[1]);
+    if (!s || !(*s > 0) || type(div.inputs[0]).shape != type(div.outputs[0]).shape)
+      return std::nullopt;
+    FakeQuant fq{{}, *s, -FLT_MAX, FLT_MAX};
+    std::string v = div.outputs[0];
+    for (const char* op : {"Round", "Clip", "Mul"}) {
+      auto next = sole_consumer(v);
+      if (!next) return std::nullopt;
+      const Node& n = *g_.nodes[r_.members[*next]];
+      if (n.op != op || !n.domain.empty() || n.outputs.size() != 1) return std::nullopt;
+      if (n.op == std::string("Clip")) {
+        if (n.inputs.size() != 3 || n.inputs[0] != v) return std::nullopt;
+        const auto lo = one(n.inputs[1]), hi = one(n.inputs[2]);
+        if (!lo || !hi) return std::nullopt;
+        fq.lo = *lo;
+        fq.hi = *hi;
+      } else if (n.op == std::string("Mul")) {
+        if (n.inputs.size() != 2) return std::nullopt;
+        const std::string& other = n.inputs[0] == v ? n.inputs[1] : n.inputs[0];
+        const auto s2 = one(other);
+        if (!s2 || *s2 != *s) return std::nullopt;
+      } else if (n.inputs.size() != 1) {
+        return std::nullopt;
+      }
+      fq.members.push_back(*next);
+      v = n.outputs[0];
+    }
+    return fq;
+  }
+
+  Status compile_fake_quant(size_t m, const FakeQuant& fq) {
+    const Node& div = *g_.nodes[r_.members[m]];
+    TD_ASSIGN_OR_RETURN(int src, value(div.inputs[0]));
+    const memory::desc md = out_->slots_[static_cast<size_t>(src)].md;
+    const int dst = add_arena(md);
+    const int64_t n = static_cast<int64_t>(md.get_size() / sizeof(float));
+    const float s = fq.s, lo = fq.lo, hi = fq.hi;
+    add_custom_op(
+        [n, s, lo, hi](const void* const* x, void* y) {
+          const auto* in = static_cast<const float*>(x[0]);
+          auto* out = static_cast<float*>(y);
+          constexpr int64_t kChunk = 1 << 15;
+          if (n < 2 * kChunk) return fake_quant(in, out, n, s, lo, hi);
+          ThreadPool::get().parallel_for((n + kChunk - 1) / kChunk, 1, [&](int64_t c0, int64_t c1) {
+            const int64_t b = c0 * kChunk, e = std::min(n, c1 * kChunk);
+            fake_quant(in + b, out + b, e - b, s, lo, hi);
+          });
+        },
+        {src}, dst, "quantize-dequantize");
+    for (size_t f : fq.members) fused_members_.insert(f);
+    out_->fused_ += static_cast<int>(fq.members.size());
+    value_slot_[g_.nodes[r_.members[fq.members.back()]]->outputs[0]] = dst;
+    return OkStatus();
   }
 
   Status compile_eltwise(const Node& node) {
