@@ -33,8 +33,9 @@ PACKAGES=(
   # the OpenCL backend (src/backends/opencl): headers, the ICD loader, PoCL (the CPU device the
   # tests and CI run on), clinfo, CLBlast (GEMM)
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo libclblast-dev
-  # the linalg ops (src/backends/cpu/kernels/linalg.cpp): LAPACKE over the system LAPACK
-  liblapacke-dev
+  # the linalg ops (src/backends/cpu/kernels/linalg.cpp): LAPACKE over the system LAPACK;
+  # CBLAS (libblas-dev, over OpenBLAS above) for float64 MatMul/Gemm (kernels/fast_dgemm.cpp)
+  liblapacke-dev libblas-dev
   # the cluster (src/cluster, `mpirun ... tensord serve --cluster`): OpenMPI
   libopenmpi-dev openmpi-bin
 )

@@ -118,6 +118,7 @@ void register_onednn_kernels(KernelRegistry& r);
 // The fast LSTM (kernels/onednn_rnn.cpp): SGEMMs through oneDNN plus vectorised gate math.
 void register_onednn_rnn_kernels(KernelRegistry& r);
 void register_fast_select_kernels(KernelRegistry& r);  // comparisons, Where, MaxPool+Indices
+void register_fast_dgemm_kernels(KernelRegistry& r);   // float64 MatMul/Gemm (cblas_dgemm)
 void register_fast_cast_kernels(KernelRegistry& r);    // float32 <-> float16/bfloat16 Cast
 void register_fast_binary_kernels(KernelRegistry& r);  // int32/int64/float64 Add, Sub, Mul, ...
 void register_fast_einsum_kernels(KernelRegistry& r);  // Einsum as batched SGEMM

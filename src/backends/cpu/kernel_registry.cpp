@@ -38,6 +38,7 @@ const KernelRegistry& KernelRegistry::global() {
     register_fast_select_kernels(*r);
     register_fast_binary_kernels(*r);
     register_fast_cast_kernels(*r);
+    register_fast_dgemm_kernels(*r);
     register_fast_einsum_kernels(*r);
     register_reference_elementwise_kernels(*r);
     register_reference_nn_kernels(*r);
