@@ -216,15 +216,20 @@ struct CacheEntry {
 };
 
 // What a compiled graph holds, estimated from the graph: its constants (initializers and
-// tensor attributes, also in subgraphs) plus a fixed cost per node for kernels and plans.
+// tensor attributes, also in subgraphs) plus a fixed cost per node for kernels and plans. A
+// float16 constant counts twice its size: a cpu compile keeps it widened to float32
+// (widen_float16; other devices keep it as it is, so this over-counts there).
 int64_t estimate_executable_bytes(const Graph& graph, int depth = 0) {
+  auto held = [](const HostTensor& t) {
+    return static_cast<int64_t>(t.nbytes()) * (t.dtype() == DType::kFloat16 ? 2 : 1);
+  };
   int64_t bytes = 4096;
-  for (const auto& [name, t] : graph.initializers) bytes += static_cast<int64_t>(t.nbytes());
+  for (const auto& [name, t] : graph.initializers) bytes += held(t);
   for (const Node& n : graph.nodes) {
     bytes += 512;
     for (const auto& [k, a] : n.attrs) {
       if (const auto* t = std::get_if<HostTensor>(&a.value())) {
-        bytes += static_cast<int64_t>(t->nbytes());
+        bytes += held(*t);
       } else if (const auto* g = std::get_if<std::shared_ptr<const Graph>>(&a.value())) {
         if (*g && depth < 64) bytes += estimate_executable_bytes(**g, depth + 1);
       }
