@@ -579,10 +579,8 @@ TEST(Canonicalize, LargeWeightMathFoldsAtCompileTime) {
     Graph g;
     HostTensor w = random_tensor(ws, 41);
     HostTensor h(DType::kFloat16, ws);
-    for (int64_t i = 0; i < w.numel(); ++i) {
-      const _Float16 v = static_cast<_Float16>(0.05f * w.data<float>()[i]);
-      std::memcpy(h.mutable_data<uint16_t>() + i, &v, 2);
-    }
+    for (int64_t i = 0; i < w.numel(); ++i)
+      h.mutable_data<uint16_t>()[i] = float_to_half(0.05f * w.data<float>()[i]);
     g.initializers["w16"] = h;
     g.nodes.push_back(node("Cast", {"w16"}, {"w"}, {{"to", int64_t{1}}}));
     conv_bn(g, "w");
