@@ -136,6 +136,18 @@ std::string fresh_name(const Graph& g, const std::string& base, int* counter) {
   }
 }
 
+// A node of the standard domain with one output, named after it.
+Node simple_node(const char* op, std::vector<std::string> inputs, const std::string& output,
+                 AttributeMap attrs = {}) {
+  Node n;
+  n.name = output;
+  n.op = op;
+  n.inputs = std::move(inputs);
+  n.outputs = {output};
+  n.attrs = std::move(attrs);
+  return n;
+}
+
 // ---- DequantizeLinear(QuantizeLinear(x, s, z), s, z) -> Mul(Clip(Round(Div(x, s))), s) ----
 // A per-tensor quantize-dequantize pair (QDQ models: ONNX Runtime's quantizer writes one on
 // every activation) is x rounded to the grid of the quantized type, in float:
@@ -196,17 +208,9 @@ int qdq_pass(Graph& g) {
     const std::string divided = fresh_name(g, base + "_div", &counter);
     const std::string rounded = fresh_name(g, base + "_round", &counter);
     const std::string clipped = fresh_name(g, base + "_clip", &counter);
-    auto make = [&](const char* op, std::vector<std::string> in, const std::string& out) {
-      Node n;
-      n.name = out;
-      n.op = op;
-      n.inputs = std::move(in);
-      n.outputs = {out};
-      return n;
-    };
-    added.push_back(make("Div", {q->inputs[0], sname}, divided));
-    added.push_back(make("Round", {divided}, rounded));
-    added.push_back(make("Clip", {rounded, lname, hname}, clipped));
+    added.push_back(simple_node("Div", {q->inputs[0], sname}, divided));
+    added.push_back(simple_node("Round", {divided}, rounded));
+    added.push_back(simple_node("Clip", {rounded, lname, hname}, clipped));
     const std::string out = dq.outputs[0];
     dead[ix.producer_index(dq.inputs[0])] = true;
     dq.op = "Mul";
@@ -1098,18 +1102,42 @@ int fold_affine(Graph& graph, GraphTypes& types, std::vector<bool>* dropped,
   return fold_affine_impl(graph, types, dropped, options.bnfold, options.affine, charge);
 }
 
+namespace {
+
+// Whether a float16 value can arise: a float16 input, initializer or constant, a Cast to
+// float16, a dtype attribute asking for it (a cheap look before typing the graph: most
+// compiles have none).
+bool may_have_float16(const Graph& graph, const std::vector<TensorType>& input_types) {
+  constexpr int64_t kHalf = static_cast<int64_t>(DType::kFloat16);
+  for (const auto& t : input_types)
+    if (t.dtype == DType::kFloat16) return true;
+  for (const auto& [name, t] : graph.initializers)
+    if (t.dtype() == DType::kFloat16) return true;
+  for (const auto& n : graph.nodes)
+    for (const auto& [k, a] : n.attrs) {
+      if (const auto* t = a.get_if<HostTensor>(); t && t->dtype() == DType::kFloat16) return true;
+      if (const auto* v = a.get_if<int64_t>(); v && *v == kHalf && (k == "to" || k == "dtype"))
+        return true;
+    }
+  return false;
+}
+
+}  // namespace
+
 int widen_float16(Graph& graph, const std::vector<TensorType>& input_types) {
-  constexpr int64_t kOnnxFloat = 1, kOnnxFloat16 = 10;
+  constexpr int64_t kOnnxFloat = static_cast<int64_t>(DType::kFloat32);
+  constexpr int64_t kOnnxFloat16 = static_cast<int64_t>(DType::kFloat16);
+  if (!may_have_float16(graph, input_types)) return 0;
   auto types = infer_graph(OpRegistry::global(), graph, input_types);
   if (!types.ok()) return 0;
   auto is_half = [&](const std::string& name) {
     auto it = types->values.find(name);
     return it != types->values.end() && it->second.ok() && it->second->dtype == DType::kFloat16;
   };
-  std::set<std::string> halves;
-  for (const auto& [name, t] : types->values)
-    if (t.ok() && t->dtype == DType::kFloat16) halves.insert(name);
-  if (halves.empty()) return 0;
+  if (std::none_of(types->values.begin(), types->values.end(), [](const auto& v) {
+        return v.second.ok() && v.second->dtype == DType::kFloat16;
+      }))
+    return 0;
   // Left as they are: bodies that read outer values (Loop, If, Scan), sequences, and a float16
   // graph output that is an initializer (it would change type).
   for (const auto& n : graph.nodes) {
@@ -1127,15 +1155,8 @@ int widen_float16(Graph& graph, const std::vector<TensorType>& input_types) {
       f.mutable_data<float>()[i] = half_to_float(h.data<uint16_t>()[i]);
     return f;
   };
-  auto cast = [](const std::string& name, const std::string& in, const std::string& out,
-                 int64_t to) {
-    Node c;
-    c.name = name;
-    c.op = "Cast";
-    c.inputs = {in};
-    c.outputs = {out};
-    c.attrs.emplace("to", Attribute(to));
-    return c;
+  auto cast = [](const std::string& in, const std::string& out, int64_t to) {
+    return simple_node("Cast", {in}, out, {{"to", Attribute(to)}});
   };
   std::set<std::string> taken;
   for (const auto& n : graph.nodes)
@@ -1154,7 +1175,7 @@ int widen_float16(Graph& graph, const std::vector<TensorType>& input_types) {
   for (const auto& in : graph.inputs) {
     if (!is_half(in.name)) continue;
     const std::string w = fresh(in.name + "__float");
-    before.push_back(cast(w + "_cast", in.name, w, kOnnxFloat));
+    before.push_back(cast(in.name, w, kOnnxFloat));
     renamed[in.name] = w;
     ++widened;
   }
@@ -1208,14 +1229,14 @@ int widen_float16(Graph& graph, const std::vector<TensorType>& input_types) {
       if (w == out) original = o;
     if ((n.op == "Cast" || n.op == "CastLike") && !out.empty() && is_half(original)) {
       const std::string h = fresh(original + "__half");
-      nodes.push_back(cast(n.name.empty() ? h : n.name, n.inputs[0], h, kOnnxFloat16));
-      nodes.push_back(cast(h + "_widen", h, out, kOnnxFloat));
+      nodes.push_back(cast(n.inputs[0], h, kOnnxFloat16));
+      nodes.push_back(cast(h, out, kOnnxFloat));
       ++widened;
       continue;
     }
     nodes.push_back(std::move(n));
   }
-  for (const auto& [o, w] : output_from) after.push_back(cast(w + "_cast", w, o, kOnnxFloat16));
+  for (const auto& [o, w] : output_from) after.push_back(cast(w, o, kOnnxFloat16));
   graph.nodes.clear();
   for (auto& n : before) graph.nodes.push_back(std::move(n));
   for (auto& n : nodes) graph.nodes.push_back(std::move(n));

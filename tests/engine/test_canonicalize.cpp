@@ -478,11 +478,15 @@ Graph bn_graph(const std::string& op, bool bias, AttributeMap attrs = {}) {
   return g;
 }
 
-// What the compiler makes of `g` with every cpu region compiler off: a step per node, named.
-std::string described_per_node(const Graph& g, std::shared_ptr<CompileBudget> budget = nullptr) {
-  setenv("TENSORD_NO_ONEDNN_REGIONS", "1", 1);
-  setenv("TENSORD_NO_ELEMENTWISE_FUSION", "1", 1);
-  setenv("TENSORD_NO_LINEAR_FUSION", "1", 1);
+// What the compiler makes of `g` on the cpu: with every region compiler off (per_node), a
+// step per node, named; else its steps as compiled.
+std::string described(const Graph& g, bool per_node,
+                      std::shared_ptr<CompileBudget> budget = nullptr) {
+  if (per_node) {
+    setenv("TENSORD_NO_ONEDNN_REGIONS", "1", 1);
+    setenv("TENSORD_NO_ELEMENTWISE_FUSION", "1", 1);
+    setenv("TENSORD_NO_LINEAR_FUSION", "1", 1);
+  }
   std::unique_ptr<Device> host;
   for (auto& backend : create_backends())
     if (backend->name() == "cpu" && !host) host = std::move(backend->enumerate().front());
@@ -498,6 +502,24 @@ std::string described_per_node(const Graph& g, std::shared_ptr<CompileBudget> bu
   unsetenv("TENSORD_NO_LINEAR_FUSION");
   EXPECT_TRUE(exe.ok()) << exe.status().message();
   return exe.ok() ? (*exe)->describe() : "";
+}
+
+std::string described_per_node(const Graph& g, std::shared_ptr<CompileBudget> budget = nullptr) {
+  return described(g, true, std::move(budget));
+}
+
+// The first output of `g` on the fast path and on the reference kernels.
+std::pair<HostTensor, HostTensor> fast_and_reference(const Graph& g,
+                                                     const std::vector<HostTensor>& inputs) {
+  CompileOptions ref;
+  ref.fuse = false;
+  auto want = run_graph_on_host(g, inputs, ref);
+  auto got = run_graph_on_host(g, inputs);
+  EXPECT_TRUE(want.ok() && got.ok());
+  if (!want.ok() || !got.ok()) return {};
+  EXPECT_TRUE((*want)[0].ok() && (*got)[0].ok());
+  if (!(*want)[0].ok() || !(*got)[0].ok()) return {};
+  return {*(*got)[0], *(*want)[0]};
 }
 
 // The passes' view of it: folded on the typed graph, as the compiler does.
@@ -644,14 +666,7 @@ TEST(Canonicalize, Float16RunsInFloat32OnTheCpu) {
     g.outputs = {{"y", {DType::kFloat16, {1, 16, 10, 10}}}};
     Graph widened = g;
     EXPECT_GT(widen_float16(widened, {g.inputs[0].type}), 0);
-    const HostTensor x = to_half(random_tensor({1, 8, 10, 10}, 53));
-    CompileOptions ref;
-    ref.fuse = false;
-    auto want = run_graph_on_host(g, {x}, ref);
-    auto got = run_graph_on_host(g, {x});
-    ASSERT_TRUE(want.ok() && got.ok());
-    ASSERT_TRUE((*want)[0].ok() && (*got)[0].ok());
-    const HostTensor &a = *(*want)[0], &b = *(*got)[0];
+    const auto [b, a] = fast_and_reference(g, {to_half(random_tensor({1, 8, 10, 10}, 53))});
     ASSERT_EQ(b.dtype(), DType::kFloat16);
     ASSERT_EQ(a.shape(), b.shape());
     for (int64_t i = 0; i < a.numel(); ++i) {
@@ -673,16 +688,12 @@ TEST(Canonicalize, Float16RunsInFloat32OnTheCpu) {
     g.nodes.push_back(node("Cast", {"s"}, {"y"}, {{"to", int64_t{1}}}));
     g.outputs = {{"y", {DType::kFloat32, {64}}}};
     const HostTensor x = random_tensor({64}, 54);
-    CompileOptions ref;
-    ref.fuse = false;
-    auto want = run_graph_on_host(g, {x}, ref);
-    auto got = run_graph_on_host(g, {x});
-    ASSERT_TRUE(want.ok() && got.ok());
-    ASSERT_TRUE((*want)[0].ok() && (*got)[0].ok());
+    const auto [got, want] = fast_and_reference(g, {x});
+    ASSERT_EQ(got.numel(), 64);
+    ASSERT_EQ(want.numel(), 64);
     for (int64_t i = 0; i < 64; ++i) {
-      EXPECT_EQ((*got)[0]->data<float>()[i], (*want)[0]->data<float>()[i]) << i;
-      EXPECT_EQ((*got)[0]->data<float>()[i],
-                2 * half_to_float(float_to_half(x.data<float>()[i])));
+      EXPECT_EQ(got.data<float>()[i], want.data<float>()[i]) << i;
+      EXPECT_EQ(got.data<float>()[i], 2 * half_to_float(float_to_half(x.data<float>()[i])));
     }
   }
   {
@@ -762,17 +773,10 @@ TEST(Canonicalize, QuantizeDequantizePairsRunAsFloatOps) {
     for (int64_t i = 0; i < x.numel(); ++i)
       x.mutable_data<float>()[i] = static_cast<float>((i * 37) % 601 - 300);
     expect_same_as_reference(g, {x}, 0.0f);
-    std::unique_ptr<Device> host;
-    for (auto& backend : create_backends())
-      if (backend->name() == "cpu" && !host) host = std::move(backend->enumerate().front());
-    CompileTarget target;
-    target.device = target.host = host.get();
-    auto exe = Executable::compile(g, {g.inputs[0].type}, target, CompileOptions{});
-    ASSERT_TRUE(exe.ok()) << exe.status().message();
-    const std::string described = (*exe)->describe();
-    EXPECT_NE(described.find("OneDnnRegion"), std::string::npos) << described;
-    EXPECT_EQ(described.find("Round '"), std::string::npos) << described;  // inside the region
-    EXPECT_NE(described.find("quantize-dequantize"), std::string::npos) << described;
+    const std::string plan = described(g, /*per_node=*/false);
+    EXPECT_NE(plan.find("OneDnnRegion"), std::string::npos) << plan;
+    EXPECT_EQ(plan.find("Round '"), std::string::npos) << plan;  // inside the region
+    EXPECT_NE(plan.find("quantize-dequantize"), std::string::npos) << plan;
   }
   {
     SCOPED_TRACE("left alone");

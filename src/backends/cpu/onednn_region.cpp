@@ -51,6 +51,15 @@ constexpr int64_t kSplitDotMinRows = 4;
 
 // y = clip(round_half_even(x / s), lo, hi) * s over n floats: a quantize-dequantize pair
 // (engine/canonicalize.h's qdq) in one pass; NaN stays NaN, zero padding stays zero.
+void fake_quant_scalar(const float* x, float* y, int64_t n, float s, float lo, float hi) {
+  for (int64_t i = 0; i < n; ++i) {
+    float r = std::nearbyint(x[i] / s);
+    r = r < lo ? lo : r;
+    r = r > hi ? hi : r;
+    y[i] = r * s;
+  }
+}
+
 __attribute__((target("avx2"))) void fake_quant_avx2(const float* x, float* y, int64_t n,
                                                      float s, float lo, float hi) {
   const __m256 vs = _mm256_set1_ps(s), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
@@ -61,23 +70,13 @@ __attribute__((target("avx2"))) void fake_quant_avx2(const float* x, float* y, i
     r = _mm256_min_ps(vhi, _mm256_max_ps(vlo, r));  // the second operand when NaN
     _mm256_storeu_ps(y + i, _mm256_mul_ps(r, vs));
   }
-  for (; i < n; ++i) {
-    float r = std::nearbyint(x[i] / s);
-    r = r < lo ? lo : r;
-    r = r > hi ? hi : r;
-    y[i] = r * s;
-  }
+  fake_quant_scalar(x + i, y + i, n - i, s, lo, hi);
 }
 
 void fake_quant(const float* x, float* y, int64_t n, float s, float lo, float hi) {
   static const bool avx2 = __builtin_cpu_supports("avx2");
   if (avx2) return fake_quant_avx2(x, y, n, s, lo, hi);
-  for (int64_t i = 0; i < n; ++i) {
-    float r = std::nearbyint(x[i] / s);
-    r = r < lo ? lo : r;
-    r = r > hi ? hi : r;
-    y[i] = r * s;
-  }
+  fake_quant_scalar(x, y, n, s, lo, hi);
 }
 
 bool is_f32_4d_static(const TensorType* t) {

@@ -8,6 +8,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include <climits>
 #include <cstdint>
 #include <cstring>
 
@@ -24,13 +25,9 @@ DType target_dtype(const Node& node, const std::vector<TensorType>& in) {
   if (node.op == "CastLike") return in.size() > 1 ? in[1].dtype : DType::kUndefined;
   auto it = node.attrs.find("to");
   const int64_t* to = it == node.attrs.end() ? nullptr : it->second.get_if<int64_t>();
-  if (!to) return DType::kUndefined;
-  switch (*to) {
-    case 1: return DType::kFloat32;
-    case 10: return DType::kFloat16;
-    case 16: return DType::kBFloat16;
-    default: return DType::kUndefined;
-  }
+  if (!to || *to < 0 || *to > INT32_MAX || !dtype_is_valid(static_cast<int32_t>(*to)))
+    return DType::kUndefined;
+  return static_cast<DType>(*to);  // DType's values are ONNX's
 }
 
 bool handled(DType from, DType to) {

@@ -21,15 +21,6 @@ namespace {
 constexpr int64_t kRowBlock = 64;  // the fewest rows a block takes
 constexpr double kParallelFlops = 1 << 21;  // below: one call on this thread
 
-// OpenBLAS's OpenMP build sizes its team by omp_get_max_threads() on the calling thread,
-// which is tensord's (thread_pool.cpp): held to one around each call, so BLAS starts no team
-// and the row blocks are what runs in parallel.
-template <typename F>
-void one_blas_thread(F&& f) {
-  TeamLimit limit(1);
-  f();
-}
-
 Status refuse(const char* why) { return Status(StatusCode::kUnimplemented, why); }
 
 Status accepts_matmul(const Node&, const std::vector<TensorType>& in) {
@@ -51,7 +42,10 @@ Status accepts_gemm(const Node&, const std::vector<TensorType>& in) {
   return OkStatus();
 }
 
-// C[m0:m1, :] of each item: `items` row blocks of `batches` products.
+// block(b, r0, r1) for rows [r0, r1) of each of `batches` products with m rows: on this
+// thread for a small total, else in row blocks over the pool. OpenBLAS's OpenMP build sizes
+// its team by omp_get_max_threads() on the calling thread, which is tensord's
+// (thread_pool.cpp): held to one there (TeamLimit), so BLAS starts no team of its own.
 template <typename F>
 void over_blocks(int64_t batches, int64_t m, double flops, F&& block) {
   // As few blocks as keep the threads busy: each call packs all of B again.
@@ -59,18 +53,16 @@ void over_blocks(int64_t batches, int64_t m, double flops, F&& block) {
   const int64_t rows = std::max(kRowBlock, (m + threads - 1) / threads);
   const int64_t per = (m + rows - 1) / rows;
   if (flops < kParallelFlops || batches * per < 2 || threads < 2) {
-    one_blas_thread([&] {
-      for (int64_t b = 0; b < batches; ++b) block(b, 0, m);
-    });
+    TeamLimit one(1);
+    for (int64_t b = 0; b < batches; ++b) block(b, 0, m);
     return;
   }
   ThreadPool::get().parallel_for(batches * per, 1, [&](int64_t i0, int64_t i1) {
-    one_blas_thread([&] {
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t b = i / per, r0 = (i % per) * rows;
-        block(b, r0, std::min(m, r0 + rows));
-      }
-    });
+    TeamLimit one(1);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t b = i / per, r0 = (i % per) * rows;
+      block(b, r0, std::min(m, r0 + rows));
+    }
   });
 }
 
